@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Creates .venv and installs the package with the pinned versions; sourced by run.sh and test.sh.
+# Re-installs only when pyproject.toml or constraints.txt changed since the last install.
+set -euo pipefail
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+venv="${AIRFLOW_TRIALS_VENV:-$repo/.venv}"
+python="${PYTHON:-python3}"
+
+if [ ! -x "$venv/bin/python" ]; then
+    echo "[bootstrap] creating virtual environment in $venv" >&2
+    "$python" -m venv "$venv"
+fi
+stamp="$venv/.airflow_trials_install_stamp"
+want="$(cat "$repo/pyproject.toml" "$repo/constraints.txt" | sha256sum | cut -d' ' -f1)"
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+    echo "[bootstrap] installing pinned dependencies (constraints.txt)" >&2
+    "$venv/bin/python" -m pip install --quiet --upgrade pip
+    "$venv/bin/python" -m pip install --quiet -c "$repo/constraints.txt" -e "$repo[dev]"
+    echo "$want" > "$stamp"
+fi
+export PATH="$venv/bin:$PATH"
+export VIRTUAL_ENV="$venv"
+# Ray's token auth is meant for shared clusters; the local head the scripts start is private.
+export RAY_AUTH_MODE="${RAY_AUTH_MODE:-disabled}"

@@ -1,0 +1,89 @@
+"""airflow_trials: hyperparameter tuning on Ray, run as Apache Airflow DAGs.
+
+Importing this package loads neither Ray nor Airflow; the Ray-facing classes are imported on
+first use, so parsing a DAG file stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from airflow_trials.core.callback import Callback
+from airflow_trials.core.checkpoint import CheckpointManager, CheckpointRecord
+from airflow_trials.core.resources import Resources
+from airflow_trials.core.scheduler import Decision, FIFOScheduler, TrialScheduler
+from airflow_trials.core.status import TrialStatus
+from airflow_trials.core.stopping import Stopper
+from airflow_trials.core.trial import Trial
+from airflow_trials.exceptions import (
+    AirflowTrialsError,
+    CheckpointError,
+    ExperimentStateError,
+    InsufficientResourcesError,
+    InvalidTransitionError,
+    RunnerFinishedError,
+    TrainableNotFoundError,
+    TrialError,
+)
+from airflow_trials.execution.trainable import Trainable, get_checkpoint, get_trial_id, report
+
+__version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from airflow_trials.execution.executor import RayTrialExecutor, find_trial_actor
+    from airflow_trials.execution.runner import TrialRunner
+
+_LAZY = {
+    "RayTrialExecutor": "airflow_trials.execution.executor",
+    "find_trial_actor": "airflow_trials.execution.executor",
+    "TrialRunner": "airflow_trials.execution.runner",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'airflow_trials' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+def get_provider_info() -> dict[str, Any]:
+    """Provider metadata read by Airflow through the ``apache_airflow_provider`` entry point."""
+    return {
+        "package-name": "airflow-trials",
+        "name": "Airflow Trials",
+        "description": "Hyperparameter-tuning experiments on Ray, run as Airflow DAGs.",
+        "versions": [__version__],
+    }
+
+
+__all__ = [
+    "AirflowTrialsError",
+    "Callback",
+    "CheckpointError",
+    "CheckpointManager",
+    "CheckpointRecord",
+    "Decision",
+    "ExperimentStateError",
+    "FIFOScheduler",
+    "InsufficientResourcesError",
+    "InvalidTransitionError",
+    "RayTrialExecutor",
+    "Resources",
+    "RunnerFinishedError",
+    "Stopper",
+    "Trainable",
+    "TrainableNotFoundError",
+    "Trial",
+    "TrialError",
+    "TrialRunner",
+    "TrialScheduler",
+    "TrialStatus",
+    "__version__",
+    "find_trial_actor",
+    "get_checkpoint",
+    "get_provider_info",
+    "get_trial_id",
+    "report",
+]

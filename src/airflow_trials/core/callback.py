@@ -1,0 +1,35 @@
+"""Callbacks the trial runner calls as trials start, report, checkpoint and end."""
+
+from __future__ import annotations
+
+from airflow_trials.core.checkpoint import CheckpointRecord
+from airflow_trials.core.result import Result
+from airflow_trials.core.trial import Trial
+
+
+class Callback:
+    """Override the hooks you need; each gets the live :class:`Trial` (read it, don't change it)."""
+
+    def on_trial_start(self, trial: Trial) -> None:
+        pass
+
+    def on_trial_result(self, trial: Trial, result: Result) -> None:
+        """Called once per recorded result (replays after a restore are not passed again)."""
+
+    def on_checkpoint(self, trial: Trial, checkpoint: CheckpointRecord) -> None:
+        pass
+
+    def on_trial_recover(self, trial: Trial) -> None:
+        """The trial failed and goes back to PENDING to retry from its latest checkpoint."""
+
+    def on_trial_error(self, trial: Trial) -> None:
+        pass
+
+    def on_trial_complete(self, trial: Trial) -> None:
+        pass
+
+    def on_step_end(self, trials: list[Trial]) -> None:
+        pass
+
+    def on_experiment_end(self, trials: list[Trial]) -> None:
+        pass

@@ -1,0 +1,121 @@
+"""Checkpoint records and the policy that keeps the N best of a trial's checkpoints."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class CheckpointRecord:
+    """One persisted checkpoint of a trial.
+
+    :param path: directory or fsspec URL holding the checkpoint.
+    :param iteration: ``training_iteration`` the checkpoint was taken at.
+    :param metrics: the result reported with it, used to score it.
+    """
+
+    path: str
+    iteration: int
+    metrics: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "iteration": self.iteration, "metrics": _jsonable(self.metrics)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CheckpointRecord:
+        return cls(path=data["path"], iteration=int(data["iteration"]), metrics=data.get("metrics") or {})
+
+
+def _jsonable(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        k: v for k, v in metrics.items() if isinstance(v, (str, int, float, bool)) or v is None
+    }
+
+
+class CheckpointManager:
+    """Keeps a trial's checkpoints: the newest always, and at most ``keep_checkpoints_num`` in all.
+
+    When more are kept than allowed, the lowest-scoring one is dropped (by ``checkpoint_score_attr``,
+    higher is better; prefix the attribute with ``min-`` when lower is better; without an
+    attribute the oldest is dropped). The newest checkpoint is never dropped, because a restore
+    after a failure needs it. Dropped checkpoints are handed to ``delete_fn``.
+
+    :param keep_checkpoints_num: how many to keep; ``None`` keeps all (default).
+    :param checkpoint_score_attr: metric that ranks checkpoints; default: recency.
+    :param delete_fn: called with each dropped record; default: none.
+    """
+
+    def __init__(
+        self,
+        keep_checkpoints_num: int | None = None,
+        checkpoint_score_attr: str | None = None,
+        delete_fn: Callable[[CheckpointRecord], None] | None = None,
+    ) -> None:
+        if keep_checkpoints_num is not None and keep_checkpoints_num < 1:
+            raise ValueError(
+                f"keep_checkpoints_num must be at least 1 or None, got {keep_checkpoints_num}; "
+                f"use None to keep every checkpoint."
+            )
+        self.keep_checkpoints_num = keep_checkpoints_num
+        self.checkpoint_score_attr = checkpoint_score_attr
+        self.delete_fn = delete_fn
+        self._kept: list[CheckpointRecord] = []
+
+    @property
+    def newest(self) -> CheckpointRecord | None:
+        return self._kept[-1] if self._kept else None
+
+    @property
+    def kept(self) -> list[CheckpointRecord]:
+        return list(self._kept)
+
+    def best(self) -> CheckpointRecord | None:
+        if not self._kept:
+            return None
+        if self.checkpoint_score_attr is None:
+            return self._kept[-1]
+        return max(self._kept, key=self._score)
+
+    def _score(self, record: CheckpointRecord) -> float:
+        attr = self.checkpoint_score_attr
+        if attr is None:
+            return float(record.iteration)
+        sign = 1.0
+        if attr.startswith("min-"):
+            attr, sign = attr[4:], -1.0
+        value = record.metrics.get(attr)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+            return -math.inf
+        return sign * float(value)
+
+    def on_checkpoint(self, record: CheckpointRecord) -> list[CheckpointRecord]:
+        """Register a new checkpoint; returns the ones it pushed out (already passed to delete_fn)."""
+        if self._kept and self._kept[-1].path == record.path:
+            self._kept[-1] = record
+            return []
+        self._kept.append(record)
+        dropped: list[CheckpointRecord] = []
+        limit = self.keep_checkpoints_num
+        while limit is not None and len(self._kept) > limit:
+            candidates = self._kept[:-1]  # never the newest
+            worst = min(candidates, key=lambda r: (self._score(r), r.iteration))
+            self._kept.remove(worst)
+            dropped.append(worst)
+        for record_out in dropped:
+            if self.delete_fn is not None:
+                self.delete_fn(record_out)
+        return dropped
+
+    def clear(self) -> list[CheckpointRecord]:
+        """Forget every checkpoint (after they were deleted); returns what was kept."""
+        kept, self._kept = self._kept, []
+        return kept
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kept": [r.to_dict() for r in self._kept]}
+
+    def load(self, data: Mapping[str, Any]) -> None:
+        self._kept = [CheckpointRecord.from_dict(r) for r in data.get("kept", [])]

@@ -1,0 +1,195 @@
+"""Resources a trial asks for, with arithmetic that never drifts."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+# Ray schedules resources in units of 1/10000; computing in those integer units means
+# 0.99 - 3 * 0.33 is exactly 0 instead of -1e-16.
+_UNITS_PER_ONE = 10_000
+_STANDARD = ("cpu", "gpu", "memory")
+_RAY_NAMES = {"cpu": "CPU", "gpu": "GPU", "memory": "memory"}
+
+
+def _to_units(value: float) -> int:
+    return round(float(value) * _UNITS_PER_ONE)
+
+
+def _from_units(units: int) -> float:
+    return units / _UNITS_PER_ONE
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What one trial needs: CPUs, GPUs, memory in bytes and custom Ray resources.
+
+    Values may be fractional (``gpu=0.5`` shares a GPU between two trials). Arithmetic is done
+    in Ray's resource granularity (1/10000), so sums and differences are exact.
+
+    :param cpu: CPUs, default 1.
+    :param gpu: GPUs, default 0.
+    :param memory: memory in bytes, default 0 (not reserved).
+    :param custom_resources: other Ray resources by name, e.g. ``{"TPU": 1}``; default none.
+    """
+
+    cpu: float = 1.0
+    gpu: float = 0.0
+    memory: float = 0.0
+    custom_resources: Mapping[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        values = {"cpu": self.cpu, "gpu": self.gpu, "memory": self.memory, **self.custom_resources}
+        for name, value in values.items():
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                raise ValueError(
+                    f"Resource {name!r} must be a number, got {value!r}; "
+                    f"write e.g. Resources(cpu=1, gpu=0.5)."
+                )
+        for name in self.custom_resources:
+            if name.lower() in _STANDARD or name in _RAY_NAMES.values():
+                raise ValueError(
+                    f"Custom resource {name!r} shadows a standard one; "
+                    f"pass it as cpu=, gpu= or memory= instead."
+                )
+        # Normalise so that equal amounts compare equal whatever float noise they came with.
+        object.__setattr__(self, "cpu", _from_units(_to_units(self.cpu)))
+        object.__setattr__(self, "gpu", _from_units(_to_units(self.gpu)))
+        object.__setattr__(self, "memory", _from_units(_to_units(self.memory)))
+        object.__setattr__(
+            self,
+            "custom_resources",
+            {k: _from_units(_to_units(v)) for k, v in sorted(self.custom_resources.items())},
+        )
+
+    # -- arithmetic ---------------------------------------------------------------------------
+    def _units(self) -> dict[str, int]:
+        units = {name: _to_units(getattr(self, name)) for name in _STANDARD}
+        units.update({k: _to_units(v) for k, v in self.custom_resources.items()})
+        return units
+
+    @classmethod
+    def _from_unit_dict(cls, units: Mapping[str, int]) -> Resources:
+        custom = {k: _from_units(v) for k, v in units.items() if k not in _STANDARD and v != 0}
+        return cls(
+            cpu=_from_units(units.get("cpu", 0)),
+            gpu=_from_units(units.get("gpu", 0)),
+            memory=_from_units(units.get("memory", 0)),
+            custom_resources=custom,
+        )
+
+    def __add__(self, other: Resources) -> Resources:
+        a, b = self._units(), other._units()
+        return Resources._from_unit_dict({k: a.get(k, 0) + b.get(k, 0) for k in a.keys() | b.keys()})
+
+    def __sub__(self, other: Resources) -> Resources:
+        a, b = self._units(), other._units()
+        return Resources._from_unit_dict({k: a.get(k, 0) - b.get(k, 0) for k in a.keys() | b.keys()})
+
+    @staticmethod
+    def subtract(original: Resources, to_remove: Resources) -> Resources:
+        """``original - to_remove``, as Ray Tune's ``Resources.subtract``."""
+        return original - to_remove
+
+    def is_nonnegative(self) -> bool:
+        return all(v >= 0 for v in self._units().values())
+
+    def fits_in(self, available: Resources) -> bool:
+        """True when every amount asked for is at most what ``available`` has."""
+        have = available._units()
+        return all(v <= have.get(k, 0) for k, v in self._units().items() if v > 0)
+
+    def shortfall(self, available: Resources) -> dict[str, float]:
+        """The amounts by which this request exceeds ``available``, by resource name."""
+        have = available._units()
+        return {
+            k: _from_units(v - have.get(k, 0))
+            for k, v in self._units().items()
+            if v > have.get(k, 0)
+        }
+
+    def is_empty(self) -> bool:
+        return all(v == 0 for v in self._units().values())
+
+    # -- conversions --------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "cpu": self.cpu,
+            "gpu": self.gpu,
+            "memory": self.memory,
+            "custom_resources": dict(self.custom_resources),
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Resources:
+        return cls.from_dict(json.loads(text))
+
+    @classmethod
+    def from_dict(cls, spec: Mapping[str, Any] | Resources | None) -> Resources:
+        """Build from ``{"cpu": 1, "gpu": 0.5, "memory": ..., "custom_resources": {...}}``.
+
+        Ray's spelling (``{"CPU": 1, "GPU": 1, "TPU": 2}``) is accepted too; unknown keys become
+        custom resources.
+        """
+        if spec is None:
+            return cls()
+        if isinstance(spec, Resources):
+            return spec
+        if not isinstance(spec, Mapping):
+            raise ValueError(
+                f"Resources must be a mapping such as {{'cpu': 1, 'gpu': 0.5}}, got {spec!r}."
+            )
+        kwargs: dict[str, Any] = {}
+        custom: dict[str, float] = dict(spec.get("custom_resources") or {})
+        for key, value in spec.items():
+            if key == "custom_resources":
+                continue
+            lowered = key.lower()
+            if lowered in _STANDARD and key in (lowered, _RAY_NAMES[lowered]):
+                kwargs[lowered] = value
+            else:
+                custom[key] = value
+        return cls(**kwargs, custom_resources=custom)
+
+    @classmethod
+    def from_ray(cls, ray_resources: Mapping[str, float]) -> Resources:
+        """Build from ``ray.cluster_resources()``; Ray's bookkeeping keys (``node:...``) are dropped."""
+        custom = {
+            k: v
+            for k, v in ray_resources.items()
+            if k not in ("CPU", "GPU", "memory", "object_store_memory")
+            and not k.startswith("node:")
+            and not k.startswith("accelerator_type:")
+            and "_group_" not in k
+        }
+        return cls(
+            cpu=ray_resources.get("CPU", 0.0),
+            gpu=ray_resources.get("GPU", 0.0),
+            memory=ray_resources.get("memory", 0.0),
+            custom_resources=custom,
+        )
+
+    def to_ray_bundle(self) -> dict[str, float]:
+        """The placement-group bundle for this request; zero amounts are left out, as Ray wants."""
+        bundle = {_RAY_NAMES[name]: getattr(self, name) for name in _STANDARD}
+        bundle.update(self.custom_resources)
+        return {k: v for k, v in bundle.items() if v > 0}
+
+    def summary_string(self) -> str:
+        parts = [f"{_fmt(self.cpu)} CPU", f"{_fmt(self.gpu)} GPU"]
+        if self.memory:
+            parts.append(f"{self.memory / 2**30:.2f} GiB memory")
+        parts.extend(f"{_fmt(v)} {k}" for k, v in self.custom_resources.items())
+        return ", ".join(parts)
+
+    def __str__(self) -> str:
+        return self.summary_string()
+
+
+def _fmt(value: float) -> str:
+    return f"{value:g}"

@@ -1,0 +1,44 @@
+"""Errors raised by airflow_trials; every one derives from AirflowTrialsError."""
+
+from __future__ import annotations
+
+
+class AirflowTrialsError(Exception):
+    """Base class of every error airflow_trials raises on purpose."""
+
+
+class InvalidTransitionError(AirflowTrialsError, ValueError):
+    """A trial was asked to move to a status its current status cannot reach."""
+
+
+class TrainableNotFoundError(AirflowTrialsError, ImportError):
+    """A trainable import path ("pkg.module:name") does not resolve to a callable or class."""
+
+
+class TrialError(AirflowTrialsError):
+    """A trial failed: its trainable raised, returned without reporting, or its actor died.
+
+    :param trial_id: the failed trial.
+    :param traceback_text: the full remote traceback, when there is one.
+    """
+
+    def __init__(self, message: str, trial_id: str | None = None, traceback_text: str | None = None):
+        super().__init__(message)
+        self.trial_id = trial_id
+        self.traceback_text = traceback_text
+
+
+class InsufficientResourcesError(AirflowTrialsError):
+    """A trial asks for more than the whole cluster has, so it could never start."""
+
+
+class RunnerFinishedError(AirflowTrialsError):
+    """``TrialRunner.step()`` was called after every trial had finished."""
+
+
+class CheckpointError(AirflowTrialsError):
+    """A checkpoint could not be written, read, copied or deleted."""
+
+
+class ExperimentStateError(AirflowTrialsError):
+    """Saved experiment state is missing or unreadable, so the experiment cannot resume."""

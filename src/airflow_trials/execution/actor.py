@@ -1,0 +1,230 @@
+"""The per-trial Ray actor: runs one trainable, adds the engine's result fields, persists checkpoints."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from airflow_trials.core import result as R
+from airflow_trials.execution.storage import TrialStorage
+from airflow_trials.execution.trainable import (
+    ClassDriver,
+    TrainableDriver,
+    load_trainable,
+    make_driver,
+)
+
+TrialSpec = dict[str, Any]
+"""What an actor needs to run a trial: trial_id, experiment_name, trainable, config."""
+
+
+class _LogCapture:
+    """Points this process's stdout and stderr (file descriptors 1 and 2) at a trial's log files."""
+
+    def __init__(self) -> None:
+        self._saved: tuple[int, int] | None = None
+
+    def start(self, stdout_path: str, stderr_path: str) -> None:
+        self.stop()
+        os.makedirs(os.path.dirname(stdout_path), exist_ok=True)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self._saved = (os.dup(1), os.dup(2))
+        for fd, path in ((1, stdout_path), (2, stderr_path)):
+            target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            os.dup2(target, fd)
+            os.close(target)
+
+    def flush(self) -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+
+    def stop(self) -> None:
+        if self._saved is None:
+            return
+        self.flush()
+        for fd, saved in zip((1, 2), self._saved, strict=True):
+            os.dup2(saved, fd)
+            os.close(saved)
+        self._saved = None
+
+
+class TrialActor:
+    """Hosts one trial at a time; with actor reuse, ``reset`` hands it the next trial.
+
+    The executor creates it as a Ray actor (``ray.remote(TrialActor)``); the class itself does
+    not depend on Ray, so it can be exercised in-process too.
+
+    :param spec: the first trial to run (see :data:`TrialSpec`).
+    :param storage_path: the experiment storage root (local path or fsspec URL).
+    :param local_log_path: where stdout/stderr files go on this node.
+    :param capture_output: redirect the process's stdout/stderr into the trial's files; default True.
+    """
+
+    def __init__(
+        self, spec: TrialSpec, storage_path: str, local_log_path: str, capture_output: bool = True
+    ) -> None:
+        self._storage = TrialStorage(storage_path, local_log_path)
+        self._capture = _LogCapture() if capture_output else None
+        self._hostname = socket.gethostname()
+        self._pid = os.getpid()
+        self._node_ip = _node_ip()
+        self._driver: TrainableDriver | None = None
+        self._trainable_path = ""
+        self._setup(spec)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def _setup(self, spec: TrialSpec) -> None:
+        self.trial_id: str = spec["trial_id"]
+        self.experiment_name: str = spec["experiment_name"]
+        if self._capture is not None:
+            self._capture.start(*self._storage.log_paths(self.experiment_name, self.trial_id))
+        config = dict(spec["config"])
+        if (
+            self._driver is not None
+            and spec["trainable"] == self._trainable_path
+        ):
+            self._driver.reset(config, self.trial_id)
+        else:
+            if self._driver is not None:
+                self._driver.stop()
+            self._driver = make_driver(load_trainable(spec["trainable"]), config, self.trial_id)
+        self._trainable_path = spec["trainable"]
+        self._iteration = 0
+        self._time_total = 0.0
+        self._timesteps_total: float | None = None
+        self._restore_counters()
+        self._last_result: dict[str, Any] = {}
+        # The payload last persisted and its record: a function trainable's save() hands back the
+        # checkpoint it already reported, which must not be stored twice.
+        self._persisted: tuple[Any, dict[str, Any]] | None = None
+
+    def _restore_counters(self) -> None:
+        self._iterations_since_restore = 0
+        self._time_since_restore = 0.0
+        self._timesteps_since_restore = 0.0
+
+    def reset(self, spec: TrialSpec) -> str:
+        """Take over a new trial in this process (actor reuse); returns the new trial id."""
+        self._setup(spec)
+        return self.trial_id
+
+    def restore(self, path: str) -> int:
+        """Load the checkpoint at ``path``; training continues from its iteration, which is returned."""
+        driver = self._require_driver()
+        payload, meta = self._storage.load_checkpoint(path)
+        driver.restore(payload)
+        self._iteration = int(meta.get("iteration", 0))
+        self._time_total = float(meta.get("time_total_s", 0.0))
+        timesteps = meta.get("timesteps_total")
+        self._timesteps_total = None if timesteps is None else float(timesteps)
+        self._restore_counters()
+        self._persisted = (payload, {"path": path, "iteration": self._iteration, "metrics": {}})
+        return self._iteration
+
+    def stop(self) -> None:
+        """Stop the trainable (its cleanup runs) and restore the process's stdout/stderr."""
+        if self._driver is not None:
+            self._driver.stop()
+        if self._capture is not None:
+            self._capture.stop()
+
+    def ping(self) -> str:
+        return self.trial_id
+
+    # -- training --------------------------------------------------------------------------------
+    def train(self) -> dict[str, Any]:
+        """Run until the trainable's next result and return it with the engine's fields added."""
+        driver = self._require_driver()
+        started = time.time()
+        try:
+            metrics, checkpoint, done = driver.next_result()
+        finally:
+            if self._capture is not None:
+                self._capture.flush()
+        if metrics.pop("__duplicate__", False):
+            return {**self._last_result, R.DONE: True, "__duplicate__": True}
+        now = time.time()
+        elapsed = float(metrics.get(R.TIME_THIS_ITER_S, now - started))
+        self._iteration += 1
+        self._iterations_since_restore += 1
+        self._time_total += elapsed
+        self._time_since_restore += elapsed
+        timesteps = metrics.get(R.TIMESTEPS_THIS_ITER)
+        if timesteps is not None:
+            self._timesteps_total = (self._timesteps_total or 0.0) + timesteps
+            self._timesteps_since_restore += timesteps
+        result = dict(metrics)
+        result.update(
+            {
+                R.TRIAL_ID: self.trial_id,
+                R.TRAINING_ITERATION: self._iteration,
+                R.TIME_THIS_ITER_S: elapsed,
+                R.TIME_TOTAL_S: self._time_total,
+                R.ITERATIONS_SINCE_RESTORE: self._iterations_since_restore,
+                R.TIME_SINCE_RESTORE: self._time_since_restore,
+                R.TIMESTAMP: now,
+                R.DONE: done,
+                R.HOSTNAME: self._hostname,
+                R.PID: self._pid,
+                R.NODE_IP: self._node_ip,
+            }
+        )
+        if self._timesteps_total is not None:
+            result[R.TIMESTEPS_TOTAL] = self._timesteps_total
+            result[R.TIMESTEPS_SINCE_RESTORE] = self._timesteps_since_restore
+        self._last_result = result
+        if checkpoint is not None:
+            result[R.CHECKPOINT] = self._persist(checkpoint)["path"]
+        return result
+
+    def save(self) -> dict[str, Any] | None:
+        """Persist the trainable's current state; returns the checkpoint record, or None if it has none."""
+        driver = self._require_driver()
+        scratch = self._storage.scratch_dir(self.experiment_name, self.trial_id) if isinstance(
+            driver, ClassDriver
+        ) else ""
+        payload = driver.save(scratch)
+        if payload is None:
+            return None
+        if self._persisted is not None and self._persisted[0] is payload:
+            return self._persisted[1]
+        return self._persist(payload)
+
+    def _persist(self, payload: Any) -> dict[str, Any]:
+        meta = {"time_total_s": self._time_total, "timesteps_total": self._timesteps_total}
+        path = self._storage.persist_checkpoint(
+            self.experiment_name, self.trial_id, self._iteration, payload, meta
+        )
+        record = {"path": path, "iteration": self._iteration, "metrics": _scalars(self._last_result)}
+        self._persisted = (payload, record)
+        return record
+
+    def execute(self, fn: Callable[[Any], Any]) -> Any:
+        """Call ``fn`` with the live trainable object (class API) or driver; for debugging and tests."""
+        driver = self._require_driver()
+        return fn(driver.trainable if isinstance(driver, ClassDriver) else driver)
+
+    def _require_driver(self) -> TrainableDriver:
+        if self._driver is None:
+            raise RuntimeError(f"Trial actor for {self.trial_id} has no trainable; it was not set up.")
+        return self._driver
+
+
+def _scalars(result: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in result.items() if isinstance(v, (int, float, str, bool)) or v is None}
+
+
+def _node_ip() -> str:
+    try:
+        import ray
+
+        if ray.is_initialized():
+            return str(ray.util.get_node_ip_address())
+    except Exception:  # noqa: BLE001 - the node ip is informational only
+        pass
+    return "127.0.0.1"

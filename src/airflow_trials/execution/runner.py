@@ -1,0 +1,426 @@
+"""TrialRunner: the event loop that launches trials, processes their results and recovers failures."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import Literal
+
+from airflow_trials.core.callback import Callback
+from airflow_trials.core.checkpoint import CheckpointRecord
+from airflow_trials.core.result import CHECKPOINT, TIMESTAMP, TRAINING_ITERATION, Result
+from airflow_trials.core.scheduler import Decision, FIFOScheduler, TrialScheduler
+from airflow_trials.core.status import TrialStatus
+from airflow_trials.core.stopping import StopFn, Stopper, build_stopper
+from airflow_trials.core.trial import Trial, validate_name
+from airflow_trials.exceptions import (
+    CheckpointError,
+    ExperimentStateError,
+    RunnerFinishedError,
+    TrialError,
+)
+from airflow_trials.execution.executor import RayTrialExecutor
+
+log = logging.getLogger(__name__)
+
+EXPERIMENT_STATE_FILE = "experiment_state.json"
+_STATE_VERSION = 1
+
+TrialStatusMap = dict[str, tuple[Trial, TrialStatus]]
+"""Trial id -> (trial, its status), as returned by fetch_status_results."""
+TrialIdAndResultList = list[tuple[str, Result]]
+"""(trial id, result) pairs, oldest first."""
+
+
+class TrialRunner:
+    """Runs an experiment's trials on Ray, one event per ``step()``.
+
+    Each step either launches one trial that fits the free resources, or processes one result:
+    record it, ask the stopping criterion and the scheduler (CONTINUE / PAUSE / STOP), checkpoint
+    when due, and recover a failed trial from its latest checkpoint up to ``max_failures`` times::
+
+        runner = TrialRunner(experiment_name="mnist", storage_path="/shared/results")
+        for config in configs:
+            runner.add_trial(Trial("my_pkg.train:train", config, experiment_name="mnist"))
+        runner.run()                       # or: while not runner.is_finished(): runner.step()
+
+    :param experiment_name: names the experiment's directory on storage; default ``"default"``.
+    :param executor: the :class:`RayTrialExecutor`; default one on ``storage_path`` with
+        placement-group reuse (and actor reuse when ``reuse_actors``).
+    :param storage_path: used when no executor is given.
+    :param scheduler: a :class:`TrialScheduler`; default :class:`FIFOScheduler`.
+    :param callbacks: :class:`Callback` objects told about every trial event.
+    :param stop: experiment-wide stopping criterion applied to trials without their own.
+    :param fail_fast: stop all trials (TERMINATED) on the first trial ERROR; ``"raise"`` raises the
+        trial's error from ``step()`` instead. Default False.
+    :param time_budget_s: wall-clock budget; when spent, unfinished trials become TERMINATED and the run ends.
+    :param reuse_actors: reuse actors between trials (only with the default executor).
+    :param queue_trials: see :class:`RayTrialExecutor` (only with the default executor).
+    :param checkpoint_period_s: how often experiment state is saved during ``run()``; default 10.
+    :param resume: load the experiment's saved state and continue it; default False.
+    :param run_errored_only: with ``resume``, re-run trials that ended in ERROR (from their latest
+        checkpoint); TERMINATED trials are kept as they are. Default False.
+    :param wait_timeout_s: longest a step waits for a result; default 1.
+    """
+
+    RAISE = "raise"
+
+    def __init__(
+        self,
+        experiment_name: str = "default",
+        *,
+        executor: RayTrialExecutor | None = None,
+        storage_path: str | None = None,
+        scheduler: TrialScheduler | None = None,
+        callbacks: Sequence[Callback] = (),
+        stop: Mapping[str, float] | StopFn | Stopper | None = None,
+        fail_fast: bool | Literal["raise"] = False,
+        time_budget_s: float | None = None,
+        reuse_actors: bool = False,
+        queue_trials: bool = False,
+        checkpoint_period_s: float = 10.0,
+        resume: bool = False,
+        run_errored_only: bool = False,
+        wait_timeout_s: float = 1.0,
+    ) -> None:
+        if fail_fast not in (True, False, self.RAISE):
+            raise ValueError(f"fail_fast must be True, False or 'raise', got {fail_fast!r}.")
+        self.experiment_name = validate_name("Experiment name", experiment_name)
+        self.trial_executor = executor or RayTrialExecutor(
+            storage_path,
+            reuse_actors=reuse_actors,
+            reuse_placement_groups=True,
+            queue_trials=queue_trials,
+        )
+        self.scheduler = scheduler or FIFOScheduler()
+        self.callbacks = list(callbacks)
+        self.stop_criterion = stop
+        self._experiment_stopper = build_stopper(stop)
+        self.fail_fast = fail_fast
+        self.time_budget_s = time_budget_s
+        self.checkpoint_period_s = checkpoint_period_s
+        self.wait_timeout_s = wait_timeout_s
+
+        self._trials: list[Trial] = []
+        self._by_id: dict[str, Trial] = {}
+        self._results: TrialIdAndResultList = []
+        self._results_seen = 0
+        self._start_time: float | None = None
+        self._budget_spent = False
+        self._failed_fast = False
+        self._stop_all = False
+        self._last_checkpoint = time.monotonic()
+        if resume:
+            self._resume(run_errored_only)
+
+    # -- trials ------------------------------------------------------------------------------------
+    def add_trial(self, trial: Trial) -> None:
+        """Add a trial; raises InsufficientResourcesError if it could never fit the cluster."""
+        if trial.trial_id in self._by_id:
+            raise ValueError(
+                f"Trial id {trial.trial_id} is already in experiment {self.experiment_name}; "
+                f"give each trial a unique trial_id."
+            )
+        if trial.experiment_name != self.experiment_name:
+            if trial.experiment_name != "default":
+                raise ValueError(
+                    f"Trial {trial.trial_id} belongs to experiment {trial.experiment_name}, not "
+                    f"{self.experiment_name}; create it with experiment_name={self.experiment_name!r}."
+                )
+            trial.experiment_name = self.experiment_name
+        if trial.stopper is None and self._experiment_stopper is not None:
+            trial.stopping_criterion = self.stop_criterion
+            trial.stopper = self._experiment_stopper
+        if not trial.status.is_terminal():
+            self.trial_executor.check_fits_cluster(trial)
+        self.scheduler.on_trial_add(trial)
+        self._trials.append(trial)
+        self._by_id[trial.trial_id] = trial
+
+    def get_trials(self) -> list[Trial]:
+        return self._trials
+
+    def get_trial(self, trial_id: str) -> Trial:
+        try:
+            return self._by_id[trial_id]
+        except KeyError as e:
+            raise KeyError(f"No trial {trial_id} in experiment {self.experiment_name}.") from e
+
+    # -- the loop ----------------------------------------------------------------------------------
+    def is_finished(self) -> bool:
+        if self._budget_spent or self._failed_fast or self._stop_all:
+            return True
+        return all(t.status.is_terminal() for t in self._trials)
+
+    def step(self) -> None:
+        """Launch one trial if one fits, else process one result (waiting up to wait_timeout_s)."""
+        if self.is_finished():
+            raise RunnerFinishedError(
+                f"Experiment {self.experiment_name} has finished: every trial is TERMINATED or "
+                f"ERROR (or the time budget or fail_fast ended it); step() has nothing to do."
+            )
+        if self._start_time is None:
+            self._start_time = time.monotonic()
+        executor = self.trial_executor
+        trial = self.scheduler.choose_trial_to_run(self._trials, executor.has_resources)
+        if trial is not None:
+            self._launch(trial)
+        elif executor.get_running_trials():
+            ready = executor.get_next_available_trial(self.wait_timeout_s)
+            if ready is not None:
+                self._process_trial(ready)
+        else:
+            self._on_no_available_trials()
+        self._check_time_budget()
+        waiting = (TrialStatus.PENDING, TrialStatus.PAUSED)
+        executor.trim_cache([t.resources for t in self._trials if t.status in waiting])
+        for callback in self.callbacks:
+            callback.on_step_end(self._trials)
+
+    def run(self) -> list[Trial]:
+        """Step until finished; always saves state and releases every actor, even on error or Ctrl-C."""
+        try:
+            while not self.is_finished():
+                self.step()
+                if time.monotonic() - self._last_checkpoint >= self.checkpoint_period_s:
+                    self.checkpoint()
+        finally:
+            self.cleanup()
+        for callback in self.callbacks:
+            callback.on_experiment_end(self._trials)
+        return self._trials
+
+    def cleanup(self) -> None:
+        """Save the experiment state, then kill every actor this runner's executor holds.
+
+        Trials still RUNNING keep that status in the saved state and resume from their latest
+        checkpoint with ``resume=True``.
+        """
+        try:
+            self.checkpoint()
+        finally:
+            self.trial_executor.cleanup()
+
+    def _launch(self, trial: Trial) -> None:
+        if trial.status == TrialStatus.PAUSED:
+            self.trial_executor.unpause_trial(trial)
+        if self.trial_executor.start_trial(trial):
+            for callback in self.callbacks:
+                callback.on_trial_start(trial)
+        else:
+            self._on_error(trial)
+
+    def _on_no_available_trials(self) -> None:
+        """Nothing runs and nothing fits: fail fast if a waiting trial can never fit."""
+        executor = self.trial_executor
+        for trial in self._trials:
+            if trial.status in (TrialStatus.PENDING, TrialStatus.PAUSED):
+                executor._refresh(force=True)
+                executor.check_fits_cluster(trial)
+        # Everything fits the cluster but is held by someone else: wait for it to free up.
+        time.sleep(min(self.wait_timeout_s, 0.1))
+
+    def _check_time_budget(self) -> None:
+        if self.time_budget_s is None or self._start_time is None or self._budget_spent:
+            return
+        if time.monotonic() - self._start_time < self.time_budget_s:
+            return
+        log.warning(
+            "Experiment %s spent its time budget of %ss; stopping its running trials.",
+            self.experiment_name,
+            self.time_budget_s,
+        )
+        self._budget_spent = True
+        self._stop_unfinished()
+
+    def _stop_unfinished(self) -> None:
+        """End the experiment early: every trial not yet finished becomes TERMINATED."""
+        for trial in self._trials:
+            if not trial.status.is_terminal():
+                self.stop_trial(trial)
+
+    # -- processing results ------------------------------------------------------------------------
+    def _process_trial(self, trial: Trial) -> None:
+        try:
+            result = self.trial_executor.fetch_result(trial)
+        except TrialError as e:
+            self._process_trial_failure(trial, e)
+            return
+        try:
+            self._on_result(trial, result)
+        except TrialError as e:
+            self._process_trial_failure(trial, e)
+        except (KeyError, ValueError, TypeError, CheckpointError) as e:
+            # A stopping criterion naming a missing metric, a bad checkpoint, a scheduler error.
+            self._process_trial_failure(
+                trial,
+                TrialError(
+                    f"Trial {trial.trial_id}: processing its result failed: {e}",
+                    trial_id=trial.trial_id,
+                ),
+            )
+
+    def _on_result(self, trial: Trial, result: Result) -> None:
+        duplicate = bool(result.pop("__duplicate__", False))
+        checkpoint_path = result.get(CHECKPOINT)
+        if checkpoint_path:
+            self._register_checkpoint(
+                trial, CheckpointRecord(checkpoint_path, int(result[TRAINING_ITERATION]), result)
+            )
+        fresh = False if duplicate else trial.record_result(result)
+        if fresh:
+            self._results.append((trial.trial_id, result))
+            for callback in self.callbacks:
+                callback.on_trial_result(trial, result)
+        if trial.should_stop(result):
+            self._complete(trial, result)
+            return
+        if self._experiment_stopper is not None and self._experiment_stopper.stop_all():
+            log.info("Experiment %s: its stopper ended the experiment.", self.experiment_name)
+            self._stop_all = True
+            self._stop_unfinished()
+            return
+        decision = self.scheduler.on_trial_result(trial, result) if fresh else Decision.CONTINUE
+        if decision == Decision.STOP:
+            self._complete(trial, result)
+        elif decision == Decision.PAUSE:
+            self.trial_executor.pause_trial(trial)
+            self._notify_newest_checkpoint(trial)
+        else:
+            if trial.should_checkpoint() and not checkpoint_path:
+                self._save(trial)
+            self.trial_executor.continue_training(trial)
+
+    def _complete(self, trial: Trial, result: Result) -> None:
+        if trial.checkpoint_at_end and not result.get(CHECKPOINT):
+            self._save(trial)
+        self.scheduler.on_trial_complete(trial, result)
+        self.trial_executor.stop_trial(trial)
+        for callback in self.callbacks:
+            callback.on_trial_complete(trial)
+
+    def _save(self, trial: Trial) -> None:
+        if self.trial_executor.save(trial) is not None:
+            self._notify_newest_checkpoint(trial)
+
+    def _register_checkpoint(self, trial: Trial, record: CheckpointRecord) -> None:
+        self.trial_executor.register_checkpoint(trial, record)
+        self._notify_newest_checkpoint(trial)
+
+    def _notify_newest_checkpoint(self, trial: Trial) -> None:
+        newest = trial.checkpoint
+        if newest is not None:
+            for callback in self.callbacks:
+                callback.on_checkpoint(trial, newest)
+
+    def _process_trial_failure(self, trial: Trial, error: TrialError) -> None:
+        trial.num_failures += 1
+        trial.error_msg = str(error)
+        if trial.status == TrialStatus.RUNNING and trial.should_recover():
+            log.warning(
+                "Trial %s failed (failure %s of at most %s); retrying from %s.",
+                trial.trial_id,
+                trial.num_failures,
+                "unlimited" if trial.max_failures < 0 else trial.max_failures,
+                trial.restore_source() or "scratch",
+            )
+            self.trial_executor.requeue_trial(trial)
+            for callback in self.callbacks:
+                callback.on_trial_recover(trial)
+            return
+        log.error("Trial %s failed for good: %s", trial.trial_id, error)
+        self.trial_executor.stop_trial(trial, error=True, error_msg=str(error))
+        self._on_error(trial)
+        if self.fail_fast == self.RAISE:
+            raise error
+        if self.fail_fast:
+            self._failed_fast = True
+            self._stop_unfinished()
+
+    def _on_error(self, trial: Trial) -> None:
+        self.scheduler.on_trial_error(trial)
+        for callback in self.callbacks:
+            callback.on_trial_error(trial)
+
+    # -- control from outside ----------------------------------------------------------------------
+    def stop_trial(self, trial: Trial) -> None:
+        """Stop a trial now, whatever its status: it becomes TERMINATED and its resources are freed."""
+        if trial.status.is_terminal():
+            return
+        if trial.status == TrialStatus.RUNNING:
+            self.scheduler.on_trial_complete(trial, trial.last_result)
+        else:
+            self.scheduler.on_trial_remove(trial)
+        self.trial_executor.stop_trial(trial)
+        for callback in self.callbacks:
+            callback.on_trial_complete(trial)
+
+    def fetch_status_results(self) -> tuple[TrialStatusMap, TrialIdAndResultList]:
+        """Every trial's status, and the results recorded since the last call, sorted by time."""
+        new = self._results[self._results_seen :]
+        self._results_seen = len(self._results)
+        statuses = {t.trial_id: (t, t.status) for t in self._trials}
+        return statuses, sorted(new, key=lambda pair: pair[1].get(TIMESTAMP, 0.0))
+
+    def results(self, trial_id: str | None = None) -> TrialIdAndResultList:
+        """All recorded results (of one trial, if given), in the order they were processed."""
+        return [(tid, r) for tid, r in self._results if trial_id is None or tid == trial_id]
+
+    # -- experiment state --------------------------------------------------------------------------
+    @property
+    def experiment_dir(self) -> str:
+        return self.trial_executor.storage.experiment_dir(self.experiment_name)
+
+    def _state_path(self) -> str:
+        return f"{self.experiment_dir}/{EXPERIMENT_STATE_FILE}"
+
+    def checkpoint(self) -> str:
+        """Save every trial's state to ``<experiment_dir>/experiment_state.json``; returns the path."""
+        state = {
+            "version": _STATE_VERSION,
+            "experiment_name": self.experiment_name,
+            "saved_at": time.time(),
+            "trials": [t.to_json_state() for t in self._trials],
+        }
+        path = self._state_path()
+        self.trial_executor.storage.write_json(path, state)
+        self._last_checkpoint = time.monotonic()
+        return path
+
+    def _resume(self, run_errored_only: bool) -> None:
+        storage = self.trial_executor.storage
+        path = self._state_path()
+        if not storage.exists(path):
+            raise ExperimentStateError(
+                f"Cannot resume experiment {self.experiment_name}: no saved state at {path}; "
+                f"run it without resume=True first, or check storage_path."
+            )
+        try:
+            state = storage.read_json(path)
+            trials = [
+                Trial.from_json_state(s, stopping_criterion=self.stop_criterion) for s in state["trials"]
+            ]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise ExperimentStateError(
+                f"Cannot resume experiment {self.experiment_name}: its state file {path} is "
+                f"unreadable ({e}); restore it from a backup or start the experiment afresh."
+            ) from e
+        for trial in trials:
+            if trial.status in (TrialStatus.RUNNING, TrialStatus.PAUSED):
+                # Its actor is gone; it continues from its newest checkpoint.
+                trial.status = TrialStatus.PENDING
+            elif trial.status == TrialStatus.ERROR and run_errored_only:
+                trial.reset_for_rerun()
+            self.add_trial(trial)
+        log.info("Resumed experiment %s with %s trials from %s", self.experiment_name, len(trials), path)
+
+    def debug_string(self) -> str:
+        counts: dict[str, int] = {}
+        for trial in self._trials:
+            counts[trial.status.value] = counts.get(trial.status.value, 0) + 1
+        summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+        return (
+            f"== Experiment {self.experiment_name} ==\n{self.scheduler.debug_string()}\n"
+            f"Resources: {self.trial_executor.resource_string()}\nTrials: {summary}"
+        )

@@ -1,0 +1,203 @@
+"""Where trials keep checkpoints, metadata and logs: a local directory or any fsspec URL."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+import tempfile
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+from airflow_trials.core.trial import validate_name
+from airflow_trials.exceptions import CheckpointError
+
+DEFAULT_STORAGE_ENV = "AIRFLOW_TRIALS_STORAGE"
+_META_FILE = ".airflow_trials_checkpoint.json"
+_DICT_FILE = "checkpoint.pkl"
+
+
+def default_storage_path() -> str:
+    return os.environ.get(DEFAULT_STORAGE_ENV) or os.path.join(os.path.expanduser("~"), "airflow_trials_results")
+
+
+class TrialStorage:
+    """Layout ``<storage_path>/<experiment>/<trial_id>/checkpoint_<iteration>/`` on a local path or URL.
+
+    A Ray cluster needs a location every node reaches: a shared filesystem path or an fsspec URL
+    such as ``s3://bucket/prefix`` (with the matching fsspec backend installed).
+
+    :param storage_path: root directory or URL; default ``$AIRFLOW_TRIALS_STORAGE`` or
+        ``~/airflow_trials_results``.
+    :param local_log_path: local directory for captured stdout/stderr; default the storage root
+        when it is local, else ``~/airflow_trials_results``.
+    """
+
+    def __init__(self, storage_path: str | None = None, local_log_path: str | None = None) -> None:
+        self.storage_path = storage_path or default_storage_path()
+        self.fs, root = fsspec.core.url_to_fs(self.storage_path)
+        self.is_local = isinstance(self.fs, LocalFileSystem)
+        self.root = os.path.abspath(os.path.expanduser(root)) if self.is_local else root.rstrip("/")
+        if local_log_path is None:
+            local_log_path = self.root if self.is_local else os.path.join(
+                os.path.expanduser("~"), "airflow_trials_results"
+            )
+        self.local_log_path = os.path.abspath(os.path.expanduser(local_log_path))
+
+    # -- paths ------------------------------------------------------------------------------------
+    def _join(self, *parts: str) -> str:
+        return os.path.join(self.root, *parts) if self.is_local else "/".join((self.root, *parts))
+
+    def experiment_dir(self, experiment_name: str) -> str:
+        return self._join(validate_name("Experiment name", experiment_name))
+
+    def trial_dir(self, experiment_name: str, trial_id: str) -> str:
+        return self._join(
+            validate_name("Experiment name", experiment_name), validate_name("Trial id", trial_id)
+        )
+
+    def checkpoint_dir(self, experiment_name: str, trial_id: str, iteration: int) -> str:
+        base = self.trial_dir(experiment_name, trial_id)
+        name = f"checkpoint_{iteration:06d}"
+        return os.path.join(base, name) if self.is_local else f"{base}/{name}"
+
+    def log_paths(self, experiment_name: str, trial_id: str) -> tuple[str, str]:
+        """Local paths of the trial's captured stdout and stderr."""
+        base = os.path.join(
+            self.local_log_path,
+            validate_name("Experiment name", experiment_name),
+            validate_name("Trial id", trial_id),
+        )
+        return os.path.join(base, "stdout.log"), os.path.join(base, "stderr.log")
+
+    # -- small files --------------------------------------------------------------------------------
+    def write_json(self, path: str, data: Any) -> None:
+        """Write ``data`` as JSON to ``path``; atomically on a local filesystem."""
+        text = json.dumps(data, indent=1, sort_keys=True, default=repr)
+        if self.is_local:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(tmp, path)
+        else:
+            self.fs.pipe_file(path, text.encode("utf-8"))
+
+    def read_json(self, path: str) -> Any:
+        with self.fs.open(path, "r", encoding="utf-8") as f:
+            return json.load(f)
+
+    def exists(self, path: str) -> bool:
+        return bool(self.fs.exists(path))
+
+    # -- checkpoints --------------------------------------------------------------------------------
+    def scratch_dir(self, experiment_name: str, trial_id: str) -> str:
+        """A fresh local directory to write a checkpoint into before it is persisted."""
+        if self.is_local:
+            base = self.trial_dir(experiment_name, trial_id)
+            os.makedirs(base, exist_ok=True)
+            return tempfile.mkdtemp(prefix=".scratch-", dir=base)
+        return tempfile.mkdtemp(prefix="airflow_trials_ckpt_")
+
+    def persist_checkpoint(
+        self, experiment_name: str, trial_id: str, iteration: int, payload: Any, meta: Mapping[str, Any]
+    ) -> str:
+        """Store ``payload`` (a dict, or a local directory path) as the checkpoint at ``iteration``."""
+        target = self.checkpoint_dir(experiment_name, trial_id, iteration)
+        meta = {**meta, "iteration": iteration, "trial_id": trial_id}
+        try:
+            if isinstance(payload, Mapping):
+                meta["kind"] = "dict"
+                staging = self.scratch_dir(experiment_name, trial_id)
+                with open(os.path.join(staging, _DICT_FILE), "wb") as f:
+                    pickle.dump(dict(payload), f)
+                self._install(staging, target, move=True)
+            elif isinstance(payload, str) and os.path.isdir(payload):
+                meta["kind"] = "dir"
+                if not (self.is_local and os.path.abspath(payload) == target):
+                    # Scratch directories we handed out are moved; a user's own directory is copied.
+                    name = os.path.basename(payload.rstrip("/"))
+                    scratch = name.startswith((".scratch-", "airflow_trials_ckpt_"))
+                    self._install(payload, target, move=scratch)
+            else:
+                raise CheckpointError(
+                    f"Trial {trial_id}: a checkpoint must be a dict or an existing directory, "
+                    f"got {payload!r}."
+                )
+            meta_path = os.path.join(target, _META_FILE) if self.is_local else f"{target}/{_META_FILE}"
+            self.write_json(meta_path, meta)
+        except CheckpointError:
+            raise
+        except (OSError, pickle.PicklingError, TypeError, AttributeError) as e:
+            raise CheckpointError(
+                f"Trial {trial_id} of experiment {experiment_name}: could not persist its checkpoint "
+                f"at iteration {iteration} to {target}: {e}"
+            ) from e
+        return target
+
+    def _install(self, source: str, target: str, move: bool) -> None:
+        if self.is_local:
+            if os.path.exists(target):
+                shutil.rmtree(target)
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            if move:
+                os.replace(source, target)
+            else:
+                shutil.copytree(source, target)
+        else:
+            if self.fs.exists(target):
+                self.fs.rm(target, recursive=True)
+            self.fs.put(source.rstrip("/") + "/", target, recursive=True)
+            if move:
+                shutil.rmtree(source, ignore_errors=True)
+
+    def load_checkpoint(self, path: str) -> tuple[Any, dict[str, Any]]:
+        """Returns ``(payload, meta)``: the dict, or a local directory holding the checkpoint's files."""
+        try:
+            fs, fs_path = fsspec.core.url_to_fs(path)
+            meta_file = f"{fs_path.rstrip('/')}/{_META_FILE}"
+            meta = json.loads(fs.cat_file(meta_file).decode("utf-8")) if fs.exists(meta_file) else {"kind": "dir"}
+            if isinstance(fs, LocalFileSystem):
+                local_dir = fs_path
+            else:
+                local_dir = tempfile.mkdtemp(prefix="airflow_trials_restore_")
+                fs.get(fs_path.rstrip("/") + "/", local_dir + "/", recursive=True)
+            if meta.get("kind") == "dict":
+                with open(os.path.join(local_dir, _DICT_FILE), "rb") as f:
+                    return pickle.load(f), meta
+            return local_dir, meta
+        except (OSError, pickle.UnpicklingError, EOFError, ValueError) as e:
+            raise CheckpointError(f"Could not load checkpoint {path}: {e}") from e
+
+    def delete(self, path: str) -> None:
+        try:
+            if self.is_local:
+                shutil.rmtree(path, ignore_errors=True)
+            elif self.fs.exists(path):
+                self.fs.rm(path, recursive=True)
+        except OSError as e:
+            raise CheckpointError(f"Could not delete checkpoint {path}: {e}") from e
+
+    def copy_checkpoint(self, source: str, experiment_name: str, trial_id: str, iteration: int) -> str:
+        """Copy the checkpoint at ``source`` into ``trial_id``'s directory; returns the new path."""
+        target = self.checkpoint_dir(experiment_name, trial_id, iteration)
+        try:
+            if self.is_local:
+                if os.path.exists(target):
+                    shutil.rmtree(target)
+                shutil.copytree(source, target)
+            else:
+                if self.fs.exists(target):
+                    self.fs.rm(target, recursive=True)
+                self.fs.copy(source.rstrip("/") + "/", target, recursive=True)
+        except OSError as e:
+            raise CheckpointError(
+                f"Could not copy checkpoint {source} to trial {trial_id} of experiment "
+                f"{experiment_name}: {e}"
+            ) from e
+        return target

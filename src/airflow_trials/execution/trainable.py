@@ -1,0 +1,350 @@
+"""The trainable APIs (function and class) and the in-actor drivers that run them step by step.
+
+Nothing here imports ray: the same code runs inside a Ray actor and in plain unit tests.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import queue
+import threading
+import traceback
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from airflow_trials.exceptions import TrainableNotFoundError, TrialError
+
+# -- the class API -------------------------------------------------------------------------------
+
+
+class Trainable:
+    """Subclass this for the class API; the engine calls ``setup`` once, then ``step`` per iteration.
+
+    ``save_checkpoint(checkpoint_dir)`` writes files into ``checkpoint_dir`` and may return a dict
+    instead; ``load_checkpoint`` receives that dict or the directory path. Return True from
+    ``reset_config`` to let a reused actor take a new config without building a new object.
+
+    :param config: the trial's hyperparameters.
+    :param trial_id: the trial this object trains.
+    """
+
+    def __init__(self, config: Mapping[str, Any], trial_id: str = "") -> None:
+        self.config = dict(config)
+        self.trial_id = trial_id
+        self.setup(self.config)
+
+    def setup(self, config: dict[str, Any]) -> None:
+        """Build the model and data; called once with the trial's config."""
+
+    def step(self) -> Mapping[str, Any]:
+        """Run one iteration and return its metrics."""
+        raise NotImplementedError(f"{type(self).__name__} must implement step()")
+
+    def save_checkpoint(self, checkpoint_dir: str) -> Mapping[str, Any] | None:
+        """Write state into ``checkpoint_dir`` (return None) or return it as a dict."""
+        raise NotImplementedError(
+            f"{type(self).__name__} has no save_checkpoint(); implement it to use checkpoint_freq, "
+            f"checkpoint_at_end, pause or failure recovery."
+        )
+
+    def load_checkpoint(self, checkpoint: Mapping[str, Any] | str) -> None:
+        """Restore state from what ``save_checkpoint`` produced (a dict, or a directory path)."""
+        raise NotImplementedError(f"{type(self).__name__} has no load_checkpoint()")
+
+    def reset_config(self, new_config: dict[str, Any]) -> bool:
+        """Take a new config in place; return True if done (default: False, a new object is built)."""
+        return False
+
+    def cleanup(self) -> None:
+        """Release what setup() acquired; called when the trial stops."""
+
+
+# -- the function API's session ------------------------------------------------------------------
+
+
+class _StopTraining(BaseException):
+    """Raised inside a function trainable's thread at its next report() once the trial stopped.
+
+    A BaseException so that a user's ``except Exception`` does not swallow it.
+    """
+
+
+class _Session:
+    """Connects ``report`` / ``get_checkpoint`` calls in the trainable's thread to its driver."""
+
+    def __init__(self, trial_id: str, checkpoint: Any) -> None:
+        self.trial_id = trial_id
+        self.checkpoint = checkpoint
+        self.results: queue.Queue[tuple[dict[str, Any], Any]] = queue.Queue(maxsize=1)
+        self.continue_event = threading.Semaphore(0)
+        self.stopped = False
+        self.reported = 0
+
+    def report(self, metrics: dict[str, Any], checkpoint: Any) -> None:
+        if self.stopped:
+            raise _StopTraining()
+        self.reported += 1
+        if checkpoint is not None:
+            self.checkpoint = checkpoint
+        self.results.put((metrics, checkpoint))
+        # Lockstep with the driver: the trainable waits until its result was consumed and the
+        # runner decided to continue, so a stopped trial never trains on past its last result.
+        self.continue_event.acquire()
+        if self.stopped:
+            raise _StopTraining()
+
+
+_local = threading.local()
+
+
+def _current_session(caller: str) -> _Session:
+    session: _Session | None = getattr(_local, "session", None)
+    if session is None:
+        raise RuntimeError(
+            f"airflow_trials.{caller}() was called outside a trial; call it from the function "
+            f"trainable that the engine runs (a def train(config) passed as a trial's trainable)."
+        )
+    return session
+
+
+def report(checkpoint: Mapping[str, Any] | str | None = None, **metrics: Any) -> None:
+    """Report one iteration's metrics from a function trainable, optionally with a checkpoint.
+
+    ``checkpoint`` is a dict of picklable state or the path of a directory you wrote; it is
+    persisted to the experiment's storage before the runner sees the result. Pass ``done=True`` to
+    end the trial after this result.
+    """
+    if checkpoint is not None and not isinstance(checkpoint, (Mapping, str)):
+        raise TypeError(
+            f"report(checkpoint=...) takes a dict or a directory path, got {type(checkpoint).__name__}."
+        )
+    _current_session("report").report(dict(metrics), checkpoint)
+
+
+def get_checkpoint() -> dict[str, Any] | str | None:
+    """The checkpoint to resume from (a dict or a local directory path), or None on a fresh start."""
+    return _current_session("get_checkpoint").checkpoint
+
+
+def get_trial_id() -> str:
+    return _current_session("get_trial_id").trial_id
+
+
+# -- loading trainables by import path -----------------------------------------------------------
+
+
+def load_trainable(path: str) -> Callable[..., Any] | type[Trainable]:
+    """Resolve ``"package.module:name"`` (or ``"package.module.name"``) to a function or Trainable class."""
+    if not isinstance(path, str) or not path:
+        raise TrainableNotFoundError(f"Trainable path must be a non-empty string, got {path!r}.")
+    if ":" in path:
+        module_name, _, attr = path.partition(":")
+    else:
+        module_name, _, attr = path.rpartition(".")
+    if not module_name or not attr:
+        raise TrainableNotFoundError(
+            f"Trainable path {path!r} is not of the form 'package.module:name'."
+        )
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise TrainableNotFoundError(
+            f"Cannot import module {module_name!r} of trainable {path!r}: {e}. Check the spelling "
+            f"and that the package is installed where the trial runs (the Ray workers too)."
+        ) from e
+    obj: Any = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError as e:
+            raise TrainableNotFoundError(
+                f"Module {module_name!r} has no attribute {attr!r} (trainable {path!r}); "
+                f"check the name after the ':'."
+            ) from e
+    if inspect.isclass(obj):
+        if not issubclass(obj, Trainable):
+            raise TrainableNotFoundError(
+                f"Trainable {path!r} is a class but not a subclass of airflow_trials.Trainable."
+            )
+        return obj
+    if not callable(obj):
+        raise TrainableNotFoundError(f"Trainable {path!r} is neither a function nor a Trainable class.")
+    return obj
+
+
+# -- drivers that turn either API into "give me the next result" ---------------------------------
+
+StepOutput = tuple[dict[str, Any], Any, bool]
+"""(metrics, checkpoint reported with them or None, done)."""
+
+
+class TrainableDriver:
+    """Runs one trainable object inside an actor, one result at a time."""
+
+    def next_result(self) -> StepOutput:
+        raise NotImplementedError
+
+    def save(self, checkpoint_dir: str) -> Any:
+        """The state to persist now: a dict, a directory path, or None when there is none."""
+        raise NotImplementedError
+
+    def restore(self, checkpoint: Any) -> None:
+        raise NotImplementedError
+
+    def reset(self, config: dict[str, Any], trial_id: str) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+
+class ClassDriver(TrainableDriver):
+    """Drives a :class:`Trainable` subclass."""
+
+    def __init__(self, cls: type[Trainable], config: dict[str, Any], trial_id: str) -> None:
+        self.cls = cls
+        self.trainable = cls(config, trial_id)
+
+    def next_result(self) -> StepOutput:
+        metrics = self.trainable.step()
+        if not isinstance(metrics, Mapping):
+            raise TypeError(
+                f"{self.cls.__name__}.step() must return a dict of metrics, got {type(metrics).__name__}."
+            )
+        metrics = dict(metrics)
+        return metrics, None, bool(metrics.get("done", False))
+
+    def save(self, checkpoint_dir: str) -> Any:
+        state = self.trainable.save_checkpoint(checkpoint_dir)
+        return dict(state) if state is not None else checkpoint_dir
+
+    def restore(self, checkpoint: Any) -> None:
+        self.trainable.load_checkpoint(checkpoint)
+
+    def reset(self, config: dict[str, Any], trial_id: str) -> None:
+        self.trainable.trial_id = trial_id
+        if self.trainable.reset_config(dict(config)):
+            self.trainable.config = dict(config)
+            return
+        self.trainable.cleanup()
+        self.trainable = self.cls(config, trial_id)
+
+    def stop(self) -> None:
+        self.trainable.cleanup()
+
+
+class FunctionDriver(TrainableDriver):
+    """Drives ``def train(config)`` in a thread, in lockstep with the runner (as Ray Tune's FunctionRunner)."""
+
+    # How long next_result waits between checks that the function's thread is still alive.
+    _POLL_S = 0.5
+
+    def __init__(self, fn: Callable[..., Any], config: dict[str, Any], trial_id: str) -> None:
+        self.fn = fn
+        self.name = getattr(fn, "__qualname__", repr(fn))
+        self.config = dict(config)
+        self.trial_id = trial_id
+        self._restored: Any = None
+        self._session: _Session | None = None
+        self._thread: threading.Thread | None = None
+        self._error: str | None = None
+        self._returned: Any = None
+        self._finished = threading.Event()
+        self._last_metrics: dict[str, Any] = {}
+
+    def _start(self) -> None:
+        session = _Session(self.trial_id, self._restored)
+        self._session = session
+        self._finished = threading.Event()
+        self._error = None
+        self._returned = None
+        finished = self._finished
+
+        def entrypoint() -> None:
+            _local.session = session
+            try:
+                self._returned = self.fn(self.config)
+            except _StopTraining:
+                pass
+            except BaseException:
+                self._error = traceback.format_exc()
+            finally:
+                finished.set()
+                # Wake a driver blocked on the results queue.
+                try:
+                    session.results.put_nowait(({}, None))
+                except queue.Full:
+                    pass
+
+        self._thread = threading.Thread(target=entrypoint, name=f"trial-{self.trial_id}", daemon=True)
+        self._thread.start()
+
+    def next_result(self) -> StepOutput:
+        session = self._session
+        if session is None or self._thread is None:
+            self._start()
+            session = self._session
+        else:
+            session.continue_event.release()
+        assert session is not None
+        while True:
+            try:
+                metrics, checkpoint = session.results.get(timeout=self._POLL_S)
+            except queue.Empty:
+                continue
+            if metrics or checkpoint is not None or not self._finished.is_set():
+                self._last_metrics = metrics
+                return metrics, checkpoint, bool(metrics.get("done", False))
+            break  # the thread ended: it returned, raised or was stopped
+        if self._error is not None:
+            raise TrialError(
+                f"Trial {self.trial_id}: trainable {self.name} raised an exception:\n{self._error}",
+                trial_id=self.trial_id,
+                traceback_text=self._error,
+            )
+        if isinstance(self._returned, Mapping):
+            # A returned dict is the final result, as Ray Tune's function API did.
+            return dict(self._returned), None, True
+        if session.reported == 0:
+            raise TrialError(
+                f"Trial {self.trial_id}: trainable {self.name} returned without reporting any result; "
+                f"call airflow_trials.report(metric=value) at least once per iteration.",
+                trial_id=self.trial_id,
+            )
+        # Returned after reporting: the trial is done; repeat the last metrics as its final result.
+        return {**self._last_metrics, "__duplicate__": True}, None, True
+
+    def save(self, checkpoint_dir: str) -> Any:
+        return None if self._session is None else self._session.checkpoint
+
+    def restore(self, checkpoint: Any) -> None:
+        self.stop()
+        self._restored = checkpoint
+
+    def reset(self, config: dict[str, Any], trial_id: str) -> None:
+        self.stop()
+        self.config = dict(config)
+        self.trial_id = trial_id
+        self._restored = None
+        self._last_metrics = {}
+
+    def stop(self) -> None:
+        session, thread = self._session, self._thread
+        self._session, self._thread = None, None
+        if session is None or thread is None:
+            return
+        session.stopped = True
+        session.continue_event.release()
+        # Drain a result the thread may be blocked putting, so it reaches its next report and stops.
+        try:
+            session.results.get_nowait()
+        except queue.Empty:
+            pass
+        thread.join(timeout=5.0)
+
+
+def make_driver(trainable: Callable[..., Any] | type[Trainable], config: dict[str, Any], trial_id: str) -> TrainableDriver:
+    if inspect.isclass(trainable) and issubclass(trainable, Trainable):
+        return ClassDriver(trainable, config, trial_id)
+    return FunctionDriver(trainable, config, trial_id)

@@ -1,0 +1,129 @@
+"""Trainables the tests run on real Ray actors (importable as tests.trainables:<name>)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import airflow_trials
+from airflow_trials import Trainable
+
+
+class FakeTrainable(Trainable):
+    """A class trainable like Ray Tune's MockTrainable: 10 timesteps per step, optional errors.
+
+    config: ``sleep`` seconds per step; ``mock_error`` raises at iteration 2 the first time (every
+    time with ``persistent_error``); ``fail_marker`` is a file path: fail once while it is absent.
+    """
+
+    def setup(self, config):
+        self.iteration = 0
+        self.info = None
+        self.restored = False
+        self.resets = 0
+
+    def step(self):
+        self.iteration += 1
+        time.sleep(self.config.get("sleep", 0.0))
+        if self.config.get("mock_error") and self.iteration == 2:
+            if self.config.get("persistent_error") or not self.restored:
+                raise RuntimeError("mock error at iteration 2")
+        return {"episode_reward_mean": float(self.iteration), "timesteps_this_iter": 10}
+
+    def save_checkpoint(self, checkpoint_dir):
+        return {"iteration": self.iteration, "info": self.info}
+
+    def load_checkpoint(self, checkpoint):
+        self.iteration = checkpoint["iteration"]
+        self.info = checkpoint["info"]
+        self.restored = True
+
+    def reset_config(self, new_config):
+        self.config = new_config
+        self.iteration = 0
+        self.resets += 1
+        return True
+
+    def set_info(self, info):
+        self.info = info
+        return info
+
+    def get_info(self):
+        return self.info
+
+
+class DirCheckpointTrainable(FakeTrainable):
+    """Writes its checkpoint as files into the directory the engine gives it."""
+
+    def save_checkpoint(self, checkpoint_dir):
+        with open(os.path.join(checkpoint_dir, "state.txt"), "w") as f:
+            f.write(str(self.iteration))
+        return None
+
+    def load_checkpoint(self, checkpoint):
+        with open(os.path.join(checkpoint, "state.txt")) as f:
+            self.iteration = int(f.read())
+        self.restored = True
+
+
+def counting(config):
+    """Reports ``score = i * scale`` forever (a stopping criterion ends it), checkpointing a dict each step."""
+    start = 0
+    ckpt = airflow_trials.get_checkpoint()
+    if ckpt is not None:
+        start = ckpt["i"]
+    for i in range(start + 1, 10_000):
+        time.sleep(config.get("sleep", 0.0))
+        if config.get("crash_at") == i and not os.path.exists(config["marker"]):
+            open(config["marker"], "w").close()
+            raise ValueError(f"crash at iteration {i}")
+        airflow_trials.report(score=i * config.get("scale", 1.0), checkpoint={"i": i})
+
+
+def sleepy(config):
+    """The benchmark's trainable: ``iterations`` results, sleeping ``sleep`` seconds before each."""
+    for _ in range(config["iterations"]):
+        time.sleep(config["sleep"])
+        airflow_trials.report(loss=config.get("x", 0.0))
+
+
+def failing(config):
+    airflow_trials.report(score=1.0)
+    raise KeyError("broken trainable: key 'missing'")
+
+
+def silent(config):
+    return None
+
+
+def returns_dict(config):
+    return {"score": 42.0}
+
+
+def report_after_done(config):
+    for i in range(10):
+        airflow_trials.report(score=float(i), done=(i == 2))
+
+
+def dir_checkpoint(config):
+    ckpt = airflow_trials.get_checkpoint()
+    start = 0
+    if ckpt is not None:
+        with open(os.path.join(ckpt, "step.txt")) as f:
+            start = int(f.read())
+    for i in range(start + 1, config.get("iterations", 3) + 1):
+        path = os.path.join(config["scratch"], f"ckpt-{i}")
+        os.makedirs(path, exist_ok=True)
+        with open(os.path.join(path, "step.txt"), "w") as f:
+            f.write(str(i))
+        airflow_trials.report(step=i, checkpoint=path)
+
+
+def chatty(config):
+    print(f"hello from trial {airflow_trials.get_trial_id()}", flush=True)
+    print("a warning on stderr", file=sys.stderr, flush=True)
+    airflow_trials.report(score=1.0)
+
+
+NOT_A_TRAINABLE = 42
