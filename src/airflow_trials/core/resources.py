@@ -22,7 +22,7 @@ def _from_units(units: int) -> float:
     return units / _UNITS_PER_ONE
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Resources:
     """What one trial needs: CPUs, GPUs, memory in bytes and custom Ray resources.
 
@@ -63,12 +63,21 @@ class Resources:
             "custom_resources",
             {k: _from_units(_to_units(v)) for k, v in sorted(self.custom_resources.items())},
         )
+        # The runner compares resources on every step: keep the integer form at hand.
+        units = {name: _to_units(getattr(self, name)) for name in _STANDARD}
+        units.update({k: _to_units(v) for k, v in self.custom_resources.items()})
+        object.__setattr__(self, "_unit_map", units)
+        object.__setattr__(self, "_key", tuple(sorted((k, v) for k, v in units.items() if v)))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Resources) and self._key == other._key  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash(self._key)  # type: ignore[attr-defined]
 
     # -- arithmetic ---------------------------------------------------------------------------
     def _units(self) -> dict[str, int]:
-        units = {name: _to_units(getattr(self, name)) for name in _STANDARD}
-        units.update({k: _to_units(v) for k, v in self.custom_resources.items()})
-        return units
+        return self._unit_map  # type: ignore[attr-defined, no-any-return]
 
     @classmethod
     def _from_unit_dict(cls, units: Mapping[str, int]) -> Resources:

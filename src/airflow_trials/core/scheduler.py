@@ -60,9 +60,17 @@ class FIFOScheduler(TrialScheduler):
     """Runs trials in the order they were added; PAUSED trials only when no PENDING one fits."""
 
     def choose_trial_to_run(self, trials: Sequence[Trial], has_resources: HasResources) -> Trial | None:
+        # Trials of one shape share the answer: asking once per shape keeps a step cheap when
+        # hundreds of trials wait.
+        answers: dict[Resources, bool] = {}
         for status in (TrialStatus.PENDING, TrialStatus.PAUSED):
             for trial in trials:
-                if trial.status == status and has_resources(trial.resources):
+                if trial.status != status:
+                    continue
+                fits = answers.get(trial.resources)
+                if fits is None:
+                    fits = answers[trial.resources] = has_resources(trial.resources)
+                if fits:
                     return trial
         return None
 

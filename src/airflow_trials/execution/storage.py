@@ -9,13 +9,13 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import Mapping
-from typing import Any
-
-import fsspec
-from fsspec.implementations.local import LocalFileSystem
+from typing import TYPE_CHECKING, Any
 
 from airflow_trials.core.trial import validate_name
 from airflow_trials.exceptions import CheckpointError
+
+if TYPE_CHECKING:
+    from fsspec import AbstractFileSystem
 
 DEFAULT_STORAGE_ENV = "AIRFLOW_TRIALS_STORAGE"
 _META_FILE = ".airflow_trials_checkpoint.json"
@@ -40,14 +40,25 @@ class TrialStorage:
 
     def __init__(self, storage_path: str | None = None, local_log_path: str | None = None) -> None:
         self.storage_path = storage_path or default_storage_path()
-        self.fs, root = fsspec.core.url_to_fs(self.storage_path)
-        self.is_local = isinstance(self.fs, LocalFileSystem)
-        self.root = os.path.abspath(os.path.expanduser(root)) if self.is_local else root.rstrip("/")
+        self.is_local = not _is_url(self.storage_path)
+        # fsspec is imported only for URLs: trial actors start faster without it.
+        self._fs: AbstractFileSystem | None = None
+        if self.is_local:
+            self.root = os.path.abspath(os.path.expanduser(self.storage_path.removeprefix("file://")))
+        else:
+            self._fs, root = _url_to_fs(self.storage_path)
+            self.root = root.rstrip("/")
         if local_log_path is None:
             local_log_path = self.root if self.is_local else os.path.join(
                 os.path.expanduser("~"), "airflow_trials_results"
             )
         self.local_log_path = os.path.abspath(os.path.expanduser(local_log_path))
+
+    @property
+    def fs(self) -> AbstractFileSystem:
+        if self._fs is None:
+            self._fs, _ = _url_to_fs(self.root)
+        return self._fs
 
     # -- paths ------------------------------------------------------------------------------------
     def _join(self, *parts: str) -> str:
@@ -89,11 +100,13 @@ class TrialStorage:
             self.fs.pipe_file(path, text.encode("utf-8"))
 
     def read_json(self, path: str) -> Any:
-        with self.fs.open(path, "r", encoding="utf-8") as f:
-            return json.load(f)
+        if self.is_local:
+            with open(path, encoding="utf-8") as f:
+                return json.load(f)
+        return json.loads(self.fs.cat_file(path).decode("utf-8"))
 
     def exists(self, path: str) -> bool:
-        return bool(self.fs.exists(path))
+        return os.path.exists(path) if self.is_local else bool(self.fs.exists(path))
 
     # -- checkpoints --------------------------------------------------------------------------------
     def scratch_dir(self, experiment_name: str, trial_id: str) -> str:
@@ -159,14 +172,18 @@ class TrialStorage:
     def load_checkpoint(self, path: str) -> tuple[Any, dict[str, Any]]:
         """Returns ``(payload, meta)``: the dict, or a local directory holding the checkpoint's files."""
         try:
-            fs, fs_path = fsspec.core.url_to_fs(path)
-            meta_file = f"{fs_path.rstrip('/')}/{_META_FILE}"
-            meta = json.loads(fs.cat_file(meta_file).decode("utf-8")) if fs.exists(meta_file) else {"kind": "dir"}
-            if isinstance(fs, LocalFileSystem):
-                local_dir = fs_path
-            else:
+            if _is_url(path):
+                fs, fs_path = _url_to_fs(path)
                 local_dir = tempfile.mkdtemp(prefix="airflow_trials_restore_")
                 fs.get(fs_path.rstrip("/") + "/", local_dir + "/", recursive=True)
+            else:
+                local_dir = os.path.abspath(os.path.expanduser(path.removeprefix("file://")))
+            meta_file = os.path.join(local_dir, _META_FILE)
+            if os.path.exists(meta_file):
+                with open(meta_file, encoding="utf-8") as f:
+                    meta = json.load(f)
+            else:
+                meta = {"kind": "dir"}  # a directory written by hand, e.g. a restore_path
             if meta.get("kind") == "dict":
                 with open(os.path.join(local_dir, _DICT_FILE), "rb") as f:
                     return pickle.load(f), meta
@@ -201,3 +218,14 @@ class TrialStorage:
                 f"{experiment_name}: {e}"
             ) from e
         return target
+
+
+def _is_url(path: str) -> bool:
+    return "://" in path and not path.startswith("file://")
+
+
+def _url_to_fs(url: str) -> tuple[AbstractFileSystem, str]:
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(url)
+    return fs, str(root)

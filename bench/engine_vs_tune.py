@@ -1,0 +1,112 @@
+"""Benchmark: the same sleep-bound experiment through our TrialRunner and through Ray Tune's Tuner.fit().
+
+200 trials x 5 iterations of 0.05 s at 0.5 CPU each on 2 CPUs: 4 trials at a time, so the
+theoretical minimum is 200 * 5 * 0.05 / 4 = 12.5 s. Each engine runs with and without actor reuse,
+side by side on one local Ray, and the script prints the wall times and the ratios.
+
+    .venv/bin/python -m bench.engine_vs_tune            # full run (about 5 minutes)
+    .venv/bin/python -m bench.engine_vs_tune --trials 40 --skip-tune-no-reuse   # quicker look
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_ours(num_trials: int, iterations: int, sleep_s: float, reuse: bool, storage: str) -> float:
+    from airflow_trials import Trial, TrialRunner
+
+    name = f"bench-ours-{'reuse' if reuse else 'noreuse'}"
+    runner = TrialRunner(name, storage_path=storage, reuse_actors=reuse)
+    for i in range(num_trials):
+        runner.add_trial(
+            Trial(
+                "bench._sleep_trainables:ours",
+                {"x": i, "iterations": iterations, "sleep_s": sleep_s},
+                experiment_name=name,
+                resources={"cpu": 0.5},
+            )
+        )
+    start = time.perf_counter()
+    trials = runner.run()
+    elapsed = time.perf_counter() - start
+    bad = [t for t in trials if t.status.value != "TERMINATED" or t.last_result.get("training_iteration") != iterations]
+    if bad:
+        raise SystemExit(f"our runner left {len(bad)} trials unfinished: {bad[:3]}")
+    return elapsed
+
+
+def run_tune(num_trials: int, iterations: int, sleep_s: float, reuse: bool, storage: str) -> float:
+    from ray import tune
+
+    from bench._sleep_trainables import ray_tune
+
+    tuner = tune.Tuner(
+        tune.with_resources(ray_tune, {"cpu": 0.5}),
+        param_space={"x": tune.grid_search(list(range(num_trials))), "iterations": iterations, "sleep_s": sleep_s},
+        tune_config=tune.TuneConfig(reuse_actors=reuse),
+        run_config=tune.RunConfig(
+            name=f"bench-tune-{'reuse' if reuse else 'noreuse'}", storage_path=storage, verbose=0
+        ),
+    )
+    start = time.perf_counter()
+    results = tuner.fit()
+    elapsed = time.perf_counter() - start
+    if results.num_errors or len(results) != num_trials:
+        raise SystemExit(f"Ray Tune run had {results.num_errors} errors of {len(results)} trials")
+    return elapsed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--trials", type=int, default=200)
+    parser.add_argument("--iterations", type=int, default=5)
+    parser.add_argument("--sleep-s", type=float, default=0.05)
+    parser.add_argument("--cpus", type=int, default=2)
+    parser.add_argument("--skip-tune", action="store_true", help="only run our engine")
+    parser.add_argument("--skip-tune-no-reuse", action="store_true", help="skip Ray Tune without reuse (slowest)")
+    parser.add_argument("--no-reuse-runs", action="store_true", help="skip both runs without actor reuse")
+    args = parser.parse_args(argv)
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")]))
+    sys.path.insert(0, REPO)
+    import ray
+
+    ray.init(num_cpus=args.cpus, include_dashboard=False, log_to_driver=False)
+    slots = args.cpus / 0.5
+    minimum = args.trials * args.iterations * args.sleep_s / slots
+    storage = tempfile.mkdtemp(prefix="airflow_trials_bench_")
+    times: dict[str, float] = {}
+    for reuse in (True,) if args.no_reuse_runs else (True, False):
+        key = "reuse" if reuse else "no reuse"
+        times[f"ours, {key}"] = run_ours(args.trials, args.iterations, args.sleep_s, reuse, storage)
+        print(f"ours, {key}: {times[f'ours, {key}']:.1f} s", flush=True)
+        if args.skip_tune or (not reuse and args.skip_tune_no_reuse):
+            continue
+        times[f"tune, {key}"] = run_tune(args.trials, args.iterations, args.sleep_s, reuse, storage)
+        print(f"tune, {key}: {times[f'tune, {key}']:.1f} s", flush=True)
+    ray.shutdown()
+
+    print()
+    print(f"{args.trials} trials x {args.iterations} iterations x {args.sleep_s} s at 0.5 CPU on {args.cpus} CPUs")
+    print(f"theoretical minimum: {minimum:.2f} s")
+    for name, seconds in times.items():
+        print(f"  {name:<16} {seconds:7.1f} s   {seconds / minimum:5.2f}x minimum")
+    print("ratios (target):")
+    print(f"  ours reuse / minimum          {times['ours, reuse'] / minimum:5.2f}   (<= 1.05)")
+    if "tune, reuse" in times:
+        print(f"  ours reuse / tune reuse       {times['ours, reuse'] / times['tune, reuse']:5.2f}   (<= 0.80)")
+    if "tune, no reuse" in times:
+        print(f"  ours no reuse / tune no reuse {times['ours, no reuse'] / times['tune, no reuse']:5.2f}   (<= 0.50)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
