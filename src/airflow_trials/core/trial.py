@@ -69,7 +69,7 @@ class Trial:
         max_failures: int = 0,
         restore_path: str | None = None,
     ) -> None:
-        self.trial_id = validate_name("Trial id", trial_id or new_trial_id())
+        self.trial_id = validate_name("Trial id", new_trial_id() if trial_id is None else trial_id)
         self.experiment_name = validate_name("Experiment name", experiment_name)
         if not isinstance(trainable, str) or not trainable.strip():
             raise ValueError(

@@ -46,8 +46,9 @@ class TrialStorage:
         if self.is_local:
             self.root = os.path.abspath(os.path.expanduser(self.storage_path.removeprefix("file://")))
         else:
-            self._fs, root = _url_to_fs(self.storage_path)
-            self.root = root.rstrip("/")
+            # Paths stay full URLs, so a checkpoint path alone says where it lives.
+            self._fs, _ = _url_to_fs(self.storage_path)
+            self.root = self.storage_path.rstrip("/")
         if local_log_path is None:
             local_log_path = self.root if self.is_local else os.path.join(
                 os.path.expanduser("~"), "airflow_trials_results"
@@ -57,7 +58,7 @@ class TrialStorage:
     @property
     def fs(self) -> AbstractFileSystem:
         if self._fs is None:
-            self._fs, _ = _url_to_fs(self.root)
+            self._fs, _ = _url_to_fs(self.storage_path)
         return self._fs
 
     # -- paths ------------------------------------------------------------------------------------

@@ -1,0 +1,94 @@
+"""Shared fixtures: a real local Ray per cluster shape, and temporary experiment storage."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Ray workers import the test trainables (tests.trainables:...) by path: they inherit this.
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")]))
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+if REPO not in sys.path:
+    sys.path.insert(0, REPO)
+
+_current_shape: tuple | None = None
+
+
+def start_ray(num_cpus: int = 2, num_gpus: int = 0, resources: dict | None = None) -> None:
+    """Make sure a local Ray with exactly this shape runs (logical GPUs need no hardware)."""
+    import ray
+
+    global _current_shape
+    shape = (num_cpus, num_gpus, tuple(sorted((resources or {}).items())))
+    if ray.is_initialized() and shape == _current_shape:
+        return
+    if ray.is_initialized():
+        ray.shutdown()
+    ray.init(
+        num_cpus=num_cpus,
+        num_gpus=num_gpus,
+        resources=resources or {},
+        include_dashboard=False,
+        log_to_driver=False,
+        namespace="airflow_trials_tests",
+    )
+    _current_shape = shape
+
+
+def shutdown_ray() -> None:
+    import ray
+
+    global _current_shape
+    if ray.is_initialized():
+        ray.shutdown()
+    _current_shape = None
+
+
+def live_trial_actors() -> list[str]:
+    """Names of live trial actors in any namespace (what a test must not leave behind)."""
+    import ray
+
+    return [
+        entry["name"]
+        for entry in ray.util.list_named_actors(all_namespaces=True)
+        if entry["name"].startswith("trial.")
+    ]
+
+
+def live_placement_groups() -> list[str]:
+    from ray.util.placement_group import placement_group_table
+
+    return [pg_id for pg_id, info in placement_group_table().items() if info["state"] != "REMOVED"]
+
+
+def remove_leftovers() -> None:
+    """Kill trial actors and placement groups a failed test may have left, so the next test starts clean."""
+    import ray
+    from ray.util.placement_group import PlacementGroup, remove_placement_group
+
+    for entry in ray.util.list_named_actors(all_namespaces=True):
+        if entry["name"].startswith("trial."):
+            ray.kill(ray.get_actor(entry["name"], namespace=entry["namespace"]), no_restart=True)
+    for pg_id in live_placement_groups():
+        remove_placement_group(PlacementGroup(ray.PlacementGroupID(bytes.fromhex(pg_id))))
+
+
+@pytest.fixture
+def storage(tmp_path) -> str:
+    path = tmp_path / "results"
+    path.mkdir()
+    return str(path)
+
+
+@pytest.fixture
+def ray_cluster(request) -> Iterator[None]:
+    """Parametrise with ``@pytest.mark.parametrize("ray_cluster", [dict(num_cpus=..)], indirect=True)``
+    or use as is for 2 CPUs and 2 logical GPUs."""
+    shape = getattr(request, "param", None) or {"num_cpus": 2, "num_gpus": 2}
+    start_ray(**shape)
+    yield
+    remove_leftovers()

@@ -1,0 +1,54 @@
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+
+from airflow_trials import CheckpointError
+from airflow_trials.execution.storage import TrialStorage
+
+
+@pytest.fixture(params=["local", "memory"])
+def store(request, storage):
+    if request.param == "local":
+        return TrialStorage(storage)
+    return TrialStorage(f"memory://bucket-{uuid.uuid4().hex[:8]}")
+
+
+def test_dict_checkpoint_round_trip(store):
+    path = store.persist_checkpoint("exp", "t1", 3, {"w": [1, 2, 3]}, {"time_total_s": 1.5})
+    payload, meta = store.load_checkpoint(path)
+    assert payload == {"w": [1, 2, 3]}
+    assert meta["iteration"] == 3 and meta["time_total_s"] == 1.5 and meta["kind"] == "dict"
+
+
+def test_directory_checkpoint_round_trip_and_copy_and_delete(store, tmp_path):
+    src = tmp_path / "mine"
+    src.mkdir()
+    (src / "weights.bin").write_bytes(b"\x00\x01")
+    path = store.persist_checkpoint("exp", "t1", 1, str(src), {})
+    assert src.exists()
+    copied = store.copy_checkpoint(path, "exp", "t2", 1)
+    local_dir, meta = store.load_checkpoint(copied)
+    assert meta["kind"] == "dir"
+    assert open(os.path.join(local_dir, "weights.bin"), "rb").read() == b"\x00\x01"
+    store.delete(path)
+    assert not store.exists(path)
+    assert store.exists(copied)
+
+
+def test_json_files(store):
+    target = f"{store.experiment_dir('exp')}/state.json"
+    store.write_json(target, {"a": 1})
+    assert store.read_json(target) == {"a": 1}
+
+
+def test_bad_payload_is_refused(store):
+    with pytest.raises(CheckpointError, match="Trial t1: a checkpoint must be a dict or an existing directory"):
+        store.persist_checkpoint("exp", "t1", 1, "/does/not/exist", {})
+
+
+def test_names_are_validated(store):
+    with pytest.raises(ValueError, match="not a valid name"):
+        store.trial_dir("exp", "../../etc")
