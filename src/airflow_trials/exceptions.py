@@ -27,6 +27,10 @@ class TrialError(AirflowTrialsError):
         self.trial_id = trial_id
         self.traceback_text = traceback_text
 
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        # Keep trial_id and the traceback when Ray ships the error from the actor to the driver.
+        return (type(self), (str(self), self.trial_id, self.traceback_text))
+
 
 class InsufficientResourcesError(AirflowTrialsError):
     """A trial asks for more than the whole cluster has, so it could never start."""

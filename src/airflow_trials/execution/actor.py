@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import os
+import functools
 import socket
 import sys
 import time
+import traceback
 from collections.abc import Callable
 from typing import Any
 
 from airflow_trials.core import result as R
+from airflow_trials.exceptions import TrialError
 from airflow_trials.execution.storage import TrialStorage
 from airflow_trials.execution.trainable import (
     ClassDriver,
@@ -20,6 +23,27 @@ from airflow_trials.execution.trainable import (
 
 TrialSpec = dict[str, Any]
 """What an actor needs to run a trial: trial_id, experiment_name, trainable, config."""
+
+
+def _reported_as_trial_error(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn an exception from the trainable into a TrialError carrying the full local traceback."""
+
+    @functools.wraps(method)
+    def wrapper(self: TrialActor, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except TrialError:
+            raise
+        except Exception as e:
+            text = traceback.format_exc()
+            raise TrialError(
+                f"Trial {self.trial_id}: {method.__name__}() of trainable {self._trainable_path} "
+                f"raised {type(e).__name__}: {e}\n{text}",
+                trial_id=self.trial_id,
+                traceback_text=text,
+            ) from e
+
+    return wrapper
 
 
 class _LogCapture:
@@ -108,11 +132,13 @@ class TrialActor:
         self._time_since_restore = 0.0
         self._timesteps_since_restore = 0.0
 
+    @_reported_as_trial_error
     def reset(self, spec: TrialSpec) -> str:
         """Take over a new trial in this process (actor reuse); returns the new trial id."""
         self._setup(spec)
         return self.trial_id
 
+    @_reported_as_trial_error
     def restore(self, path: str) -> int:
         """Load the checkpoint at ``path``; training continues from its iteration, which is returned."""
         driver = self._require_driver()
@@ -137,6 +163,7 @@ class TrialActor:
         return self.trial_id
 
     # -- training --------------------------------------------------------------------------------
+    @_reported_as_trial_error
     def train(self) -> dict[str, Any]:
         """Run until the trainable's next result and return it with the engine's fields added."""
         driver = self._require_driver()
@@ -182,6 +209,7 @@ class TrialActor:
             result[R.CHECKPOINT] = self._persist(checkpoint)["path"]
         return result
 
+    @_reported_as_trial_error
     def save(self) -> dict[str, Any] | None:
         """Persist the trainable's current state; returns the checkpoint record, or None if it has none."""
         driver = self._require_driver()

@@ -400,6 +400,9 @@ class RayTrialExecutor:
         self._futures[ref] = trial
         self._future_of[trial.trial_id] = ref
 
+    def has_result_in_flight(self, trial: Trial) -> bool:
+        return trial.trial_id in self._future_of
+
     def get_running_trials(self) -> list[Trial]:
         return list(self._futures.values())
 

@@ -261,7 +261,8 @@ class TrialRunner:
                 ),
             )
 
-    def _on_result(self, trial: Trial, result: Result) -> None:
+    def _record(self, trial: Trial, result: Result) -> bool:
+        """Register the result's checkpoint and record the result; False for a replay or duplicate."""
         duplicate = bool(result.pop("__duplicate__", False))
         checkpoint_path = result.get(CHECKPOINT)
         if checkpoint_path:
@@ -273,6 +274,11 @@ class TrialRunner:
             self._results.append((trial.trial_id, result))
             for callback in self.callbacks:
                 callback.on_trial_result(trial, result)
+        return fresh
+
+    def _on_result(self, trial: Trial, result: Result) -> None:
+        fresh = self._record(trial, result)
+        checkpoint_path = result.get(CHECKPOINT)
         if trial.should_stop(result):
             self._complete(trial, result)
             return
@@ -355,6 +361,22 @@ class TrialRunner:
         self.trial_executor.stop_trial(trial)
         for callback in self.callbacks:
             callback.on_trial_complete(trial)
+
+    def pause_trial(self, trial: Trial) -> None:
+        """Pause a RUNNING trial now: its in-flight result is recorded, then it is checkpointed and
+        its resources (GPUs included) are released. FIFO resumes it when nothing pending fits."""
+        if trial.status != TrialStatus.RUNNING:
+            raise ValueError(f"Cannot pause trial {trial.trial_id}: it is {trial.status}, not RUNNING.")
+        executor = self.trial_executor
+        if executor.has_result_in_flight(trial):
+            try:
+                result = executor.fetch_result(trial)
+            except TrialError as e:
+                self._process_trial_failure(trial, e)
+                return
+            self._record(trial, result)
+        executor.pause_trial(trial)
+        self._notify_newest_checkpoint(trial)
 
     def fetch_status_results(self) -> tuple[TrialStatusMap, TrialIdAndResultList]:
         """Every trial's status, and the results recorded since the last call, sorted by time."""
