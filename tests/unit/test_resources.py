@@ -59,3 +59,9 @@ def test_bad_values_are_refused_with_the_name(bad):
 
 def test_equal_resources_hash_equal():
     assert len({Resources(cpu=0.5), Resources(cpu=0.50000001), Resources(cpu=1)}) == 2
+
+
+def test_fractional_gpus_above_one_are_refused():
+    with pytest.raises(ValueError, match="gpu=1.5 is invalid"):
+        Resources(gpu=1.5)
+    assert Resources(gpu=0.25).gpu == 0.25 and Resources(gpu=2).gpu == 2

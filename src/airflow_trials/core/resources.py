@@ -48,6 +48,11 @@ class Resources:
                     f"Resource {name!r} must be a number, got {value!r}; "
                     f"write e.g. Resources(cpu=1, gpu=0.5)."
                 )
+        if self.gpu > 1 and float(self.gpu) != int(self.gpu):
+            raise ValueError(
+                f"gpu={self.gpu:g} is invalid: a trial may share one GPU (gpu below 1) or use whole "
+                f"GPUs, not {self.gpu:g}; use e.g. gpu=0.5, 1 or 2."
+            )
         for name in self.custom_resources:
             if name.lower() in _STANDARD or name in _RAY_NAMES.values():
                 raise ValueError(

@@ -1,0 +1,64 @@
+"""A Ray node that disappears mid-trial: the trial goes back to PENDING with one more failure."""
+
+from __future__ import annotations
+
+import pytest
+import ray
+
+from airflow_trials import InsufficientResourcesError, RayTrialExecutor, Trial, TrialRunner, TrialStatus
+from tests.conftest import shutdown_ray
+
+
+@pytest.fixture
+def cluster():
+    from ray.cluster_utils import Cluster
+
+    shutdown_ray()
+    cluster = Cluster(
+        initialize_head=True,
+        connect=True,
+        head_node_args={"num_cpus": 1, "include_dashboard": False},
+    )
+    yield cluster
+    ray.shutdown()
+    cluster.shutdown()
+
+
+@pytest.mark.cluster
+def test_removed_node_requeues_its_trial_which_resumes_from_its_checkpoint(cluster, storage):
+    worker = cluster.add_node(num_cpus=1, resources={"worker_node": 1})
+    cluster.wait_for_nodes()
+    executor = RayTrialExecutor(storage, refresh_period_s=0.0, reuse_placement_groups=True)
+    runner = TrialRunner("nodes", executor=executor, wait_timeout_s=5.0)
+    trial = Trial(
+        "tests.trainables:counting",
+        {"sleep": 0.2},
+        experiment_name="nodes",
+        resources={"cpu": 1, "custom_resources": {"worker_node": 1}},
+        max_failures=1,
+        stopping_criterion={"training_iteration": 5},
+    )
+    runner.add_trial(trial)
+    while trial.last_result.get("training_iteration", 0) < 2:
+        runner.step()
+    assert trial.status == TrialStatus.RUNNING
+
+    cluster.remove_node(worker)
+    for _ in range(60):
+        runner.step()
+        if trial.status != TrialStatus.RUNNING:
+            break
+    assert trial.status == TrialStatus.PENDING
+    assert trial.num_failures == 1
+    assert "actor died" in trial.error_msg
+
+    # No node offers worker_node any more: the runner says so instead of hanging.
+    with pytest.raises(InsufficientResourcesError, match="worker_node"):
+        runner.step()
+
+    cluster.add_node(num_cpus=1, resources={"worker_node": 1})
+    cluster.wait_for_nodes()
+    runner.run()
+    assert trial.status == TrialStatus.TERMINATED
+    iterations = [r["training_iteration"] for _, r in runner.results(trial.trial_id)]
+    assert iterations == [1, 2, 3, 4, 5]
