@@ -1,0 +1,1 @@
+"""Example trainables shipped with the package (importable on every Ray worker that has it installed)."""
