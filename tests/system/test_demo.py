@@ -1,0 +1,29 @@
+"""The README's main job, run as a newcomer runs it (minus the venv setup the script adds)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests.conftest import REPO
+
+
+def test_demo_runs_a_real_experiment_and_prints_the_leaderboard(tmp_path):
+    from tests.conftest import shutdown_ray
+
+    shutdown_ray()  # the demo starts its own local Ray
+    out = subprocess.run(
+        [sys.executable, "-m", "airflow_trials.demo", "--epochs", "3", "--num-cpus", "2",
+         "--storage", str(tmp_path)],
+        capture_output=True, text=True, cwd=REPO, timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.splitlines()
+    table = lines[lines.index(next(l for l in lines if l.strip().startswith("rank"))) + 2:]
+    ranks = [l.split() for l in table if l.strip()[:1].isdigit()]
+    assert len(ranks) == 8
+    assert all(r[5] == "TERMINATED" and r[6] == "3" for r in ranks)
+    losses = [float(r[7]) for r in ranks]
+    assert losses == sorted(losses) and losses[0] < 0.69  # better than chance (log 2)
+    assert "8 of 8 trials finished" in out.stdout
+    assert (tmp_path / "regression-demo" / "experiment_state.json").exists()
