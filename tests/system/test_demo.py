@@ -19,8 +19,9 @@ def test_demo_runs_a_real_experiment_and_prints_the_leaderboard(tmp_path):
     )
     assert out.returncode == 0, out.stderr[-3000:]
     lines = out.stdout.splitlines()
-    table = lines[lines.index(next(l for l in lines if l.strip().startswith("rank"))) + 2:]
-    ranks = [l.split() for l in table if l.strip()[:1].isdigit()]
+    start = next(i for i, line in enumerate(lines) if line.strip().startswith("rank")) + 2
+    end = lines.index("", start)
+    ranks = [line.split() for line in lines[start:end]]
     assert len(ranks) == 8
     assert all(r[5] == "TERMINATED" and r[6] == "3" for r in ranks)
     losses = [float(r[7]) for r in ranks]
