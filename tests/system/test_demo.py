@@ -23,8 +23,8 @@ def test_demo_runs_a_real_experiment_and_prints_the_leaderboard(tmp_path):
     end = lines.index("", start)
     ranks = [line.split() for line in lines[start:end]]
     assert len(ranks) == 8
-    assert all(r[5] == "TERMINATED" and r[6] == "3" for r in ranks)
-    losses = [float(r[7]) for r in ranks]
+    assert all(r[4] == "TERMINATED" and r[5] == "3" for r in ranks)
+    losses = [float(r[6]) for r in ranks]
     assert losses == sorted(losses) and losses[0] < 0.69  # better than chance (log 2)
     assert "8 of 8 trials finished" in out.stdout
     assert (tmp_path / "regression-demo" / "experiment_state.json").exists()
