@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 import ray
 
-from airflow_trials import InsufficientResourcesError, RayTrialExecutor, Trial, TrialRunner, TrialStatus
+from airflow_trials import (
+    InsufficientResourcesError,
+    RayTrialExecutor,
+    Trial,
+    TrialRunner,
+    TrialStatus,
+)
 from tests.conftest import shutdown_ray
 
 

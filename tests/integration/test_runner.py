@@ -35,7 +35,9 @@ def fake(**kwargs):
 
 def runner_for(storage, **kwargs):
     kwargs.setdefault("wait_timeout_s", 10.0)
-    return TrialRunner("exp", storage_path=storage, **kwargs)
+    if "executor" not in kwargs:
+        kwargs["storage_path"] = storage
+    return TrialRunner("exp", **kwargs)
 
 
 def step_until(runner, predicate, limit=50):
@@ -446,3 +448,8 @@ def test_resume_without_state_is_a_clear_error(storage):
 
     with pytest.raises(ExperimentStateError, match="Cannot resume experiment never-ran: no saved state"):
         TrialRunner("never-ran", storage_path=storage, resume=True)
+
+
+def test_executor_options_with_an_executor_are_refused(storage):
+    with pytest.raises(ValueError, match="pass them to RayTrialExecutor"):
+        TrialRunner("exp", executor=RayTrialExecutor(storage), reuse_actors=True)

@@ -2,7 +2,14 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_trials import CheckpointManager, CheckpointRecord, FIFOScheduler, Resources, Trial, TrialStatus
+from airflow_trials import (
+    CheckpointManager,
+    CheckpointRecord,
+    FIFOScheduler,
+    Resources,
+    Trial,
+    TrialStatus,
+)
 from airflow_trials.core.stopping import build_stopper
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import functools
+import os
 import socket
 import sys
 import time

@@ -154,7 +154,8 @@ class RayTrialExecutor:
         return dict(self._trial_states)
 
     # -- resources ---------------------------------------------------------------------------------
-    def _refresh(self, force: bool = False) -> None:
+    def refresh_cluster_resources(self, force: bool = False) -> None:
+        """Re-read the cluster's totals from Ray if ``refresh_period_s`` passed (or ``force``)."""
         now = time.monotonic()
         if force or now - self._last_refresh >= self.refresh_period_s:
             self._total = Resources.from_ray(ray.cluster_resources())
@@ -162,7 +163,7 @@ class RayTrialExecutor:
 
     def cluster_resources(self) -> Resources:
         """Everything the live cluster has, re-read at most every ``refresh_period_s``."""
-        self._refresh()
+        self.refresh_cluster_resources()
         return self._total
 
     def committed_resources(self) -> Resources:
@@ -188,7 +189,7 @@ class RayTrialExecutor:
 
     def has_resources(self, resources: Resources) -> bool:
         """Can a trial with ``resources`` start now, given what running trials hold?"""
-        self._refresh()
+        self.refresh_cluster_resources()
         if resources.fits_in(self._total - self._committed):
             self._trial_queued = False
             return True
@@ -261,7 +262,9 @@ class RayTrialExecutor:
         # A cached placement group of another shape would hold resources this trial may need.
         self._evict_cache()
         bundle = trial.resources.to_ray_bundle()
-        pg = placement_group([bundle], strategy="PACK", lifetime="detached" if self.detached else None) if bundle else None
+        pg = None
+        if bundle:
+            pg = placement_group([bundle], lifetime="detached" if self.detached else None)
         slot = _Slot(trial.resources, pg)
         slot.actor = self._create_actor(trial, pg)
         return slot
@@ -285,9 +288,10 @@ class RayTrialExecutor:
             options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
                 pg, placement_group_bundle_index=0, placement_group_capture_child_tasks=True
             )
-        return _RemoteTrialActor.options(**options).remote(
+        actor: ActorHandle = _RemoteTrialActor.options(**options).remote(  # type: ignore[assignment]
             self._spec(trial), self.storage.storage_path, self.storage.local_log_path, self.capture_output
         )
+        return actor
 
     def _release(self, trial: Trial, reusable: bool) -> None:
         """Take the trial's actor away from it: cache it for reuse, or kill it."""
@@ -396,7 +400,7 @@ class RayTrialExecutor:
         """Ask the trial's actor for its next result."""
         slot = self._slots[trial.trial_id]
         assert slot.actor is not None
-        ref = slot.actor.train.remote()
+        ref: ray.ObjectRef = slot.actor.train.remote()
         self._futures[ref] = trial
         self._future_of[trial.trial_id] = ref
 
@@ -475,7 +479,7 @@ class RayTrialExecutor:
         if slot is None or slot.actor is None:
             raise ValueError(f"Cannot save trial {trial.trial_id}: it has no live actor ({trial.status}).")
         try:
-            raw = ray.get(slot.actor.save.remote())
+            raw: Any = ray.get(slot.actor.save.remote())
         except (RayTaskError, RayActorError) as e:
             raise self._trial_error(trial, e, "saving a checkpoint") from e
         if raw is None:

@@ -86,6 +86,11 @@ class TrialRunner:
     ) -> None:
         if fail_fast not in (True, False, self.RAISE):
             raise ValueError(f"fail_fast must be True, False or 'raise', got {fail_fast!r}.")
+        if executor is not None and (storage_path or reuse_actors or queue_trials):
+            raise ValueError(
+                "storage_path, reuse_actors and queue_trials configure the default executor; "
+                "pass them to RayTrialExecutor(...) instead when you give executor=."
+            )
         self.experiment_name = validate_name("Experiment name", experiment_name)
         self.trial_executor = executor or RayTrialExecutor(
             storage_path,
@@ -216,7 +221,7 @@ class TrialRunner:
         executor = self.trial_executor
         for trial in self._trials:
             if trial.status in (TrialStatus.PENDING, TrialStatus.PAUSED):
-                executor._refresh(force=True)
+                executor.refresh_cluster_resources(force=True)
                 executor.check_fits_cluster(trial)
         # Everything fits the cluster but is held by someone else: wait for it to free up.
         time.sleep(min(self.wait_timeout_s, 0.1))
