@@ -436,7 +436,7 @@ class TrialRunner:
         for trial in trials:
             if trial.status in (TrialStatus.RUNNING, TrialStatus.PAUSED):
                 # Its actor is gone; it continues from its newest checkpoint.
-                trial.status = TrialStatus.PENDING
+                trial.set_status(TrialStatus.PENDING)
             elif trial.status == TrialStatus.ERROR and run_errored_only:
                 trial.reset_for_rerun()
             self.add_trial(trial)
