@@ -6,12 +6,16 @@ import functools
 import os
 import socket
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable
 from typing import Any
 
 from airflow_trials.core import result as R
+from airflow_trials.core.checkpoint import CheckpointRecord
+from airflow_trials.core.status import TrialStatus
+from airflow_trials.core.trial import Trial
 from airflow_trials.exceptions import TrialError
 from airflow_trials.execution.storage import TrialStorage
 from airflow_trials.execution.trainable import (
@@ -23,6 +27,9 @@ from airflow_trials.execution.trainable import (
 
 TrialSpec = dict[str, Any]
 """What an actor needs to run a trial: trial_id, experiment_name, trainable, config."""
+
+TrialSnapshot = dict[str, Any]
+"""What ``TrialActor.poll`` returns: status, new results, checkpoints, error and counts."""
 
 
 def _reported_as_trial_error(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -99,6 +106,14 @@ class TrialActor:
         self._node_ip = _node_ip()
         self._driver: TrainableDriver | None = None
         self._trainable_path = ""
+        # Autonomous mode (run()): the actor drives its own trial; poll() reads its progress.
+        self._lock = threading.Lock()
+        self._loop: threading.Thread | None = None
+        self._trial: Trial | None = None
+        self._status = TrialStatus.PENDING
+        self._results: list[dict[str, Any]] = []
+        self._error: str | None = None
+        self._stop_requested = False
         self._setup(spec)
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -232,6 +247,85 @@ class TrialActor:
         self._persisted = (payload, record)
         return record
 
+    # -- autonomous mode: the Airflow trigger polls a trial that drives itself ------------------
+    def run(self, trial_state: dict[str, Any], restore_from: str | None = None) -> str:
+        """Drive the trial to its end in a background thread, first restoring ``restore_from``;
+        returns at once.
+
+        ``trial_state`` is ``Trial.to_json_state()``: its stopping criterion, checkpoint_freq,
+        checkpoint_at_end and keep_checkpoints_num apply here as in the TrialRunner. Failures end
+        the loop in ERROR; retrying is the caller's decision (Airflow's retries).
+        """
+        if self._loop is not None:
+            return self.trial_id
+        self._trial = Trial.from_json_state(trial_state)
+        self._status = TrialStatus.RUNNING
+        self._loop = threading.Thread(
+            target=self._run_loop, args=(restore_from,), name=f"run-{self.trial_id}", daemon=True
+        )
+        self._loop.start()
+        return self.trial_id
+
+    def _run_loop(self, restore_from: str | None) -> None:
+        trial = self._trial
+        assert trial is not None
+        status, error = TrialStatus.TERMINATED, None
+        try:
+            if restore_from:
+                self.restore(restore_from)
+            while not self._stop_requested:
+                result = self.train()
+                duplicate = bool(result.pop("__duplicate__", False))
+                if result.get(R.CHECKPOINT):
+                    self._keep(CheckpointRecord(result[R.CHECKPOINT], result[R.TRAINING_ITERATION], result))
+                if not duplicate and trial.record_result(result):
+                    with self._lock:
+                        self._results.append(result)
+                if trial.should_stop(result):
+                    if trial.checkpoint_at_end and not result.get(R.CHECKPOINT):
+                        self._save_and_keep()
+                    break
+                if trial.should_checkpoint() and not result.get(R.CHECKPOINT):
+                    self._save_and_keep()
+        except TrialError as e:
+            status, error = TrialStatus.ERROR, str(e)
+        except Exception as e:  # a stopping criterion naming a missing metric, a storage failure
+            status, error = TrialStatus.ERROR, f"Trial {self.trial_id}: {e}\n{traceback.format_exc()}"
+        finally:
+            self.stop()
+            with self._lock:
+                self._status, self._error = status, error
+
+    def _save_and_keep(self) -> None:
+        raw = self.save()
+        if raw is not None:
+            self._keep(CheckpointRecord.from_dict(raw))
+
+    def _keep(self, record: CheckpointRecord) -> None:
+        assert self._trial is not None
+        with self._lock:
+            for dropped in self._trial.checkpoint_manager.on_checkpoint(record):
+                self._storage.delete(dropped.path)
+
+    def poll(self, since: int = 0) -> TrialSnapshot:
+        """Progress of an autonomous trial: the results after the first ``since``, and its state."""
+        with self._lock:
+            trial = self._trial
+            return {
+                "trial_id": self.trial_id,
+                "status": self._status.value,
+                "results": self._results[since:],
+                "num_results": len(self._results),
+                "checkpoints": [r.to_dict() for r in trial.checkpoint_manager.kept] if trial else [],
+                "best_checkpoint": _best(trial),
+                "error": self._error,
+                "pid": self._pid,
+            }
+
+    def request_stop(self) -> None:
+        """Let an autonomous trial end (TERMINATED) after its current iteration."""
+        self._stop_requested = True
+
     def execute(self, fn: Callable[[Any], Any]) -> Any:
         """Call ``fn`` with the live trainable object (class API) or driver; for debugging and tests."""
         driver = self._require_driver()
@@ -241,6 +335,11 @@ class TrialActor:
         if self._driver is None:
             raise RuntimeError(f"Trial actor for {self.trial_id} has no trainable; it was not set up.")
         return self._driver
+
+
+def _best(trial: Trial | None) -> dict[str, Any] | None:
+    best = trial.checkpoint_manager.best() if trial is not None else None
+    return best.to_dict() if best is not None else None
 
 
 def _scalars(result: dict[str, Any]) -> dict[str, Any]:

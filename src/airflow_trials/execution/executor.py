@@ -10,7 +10,13 @@ from typing import Any
 import ray
 from ray.actor import ActorHandle
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
-from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
+from ray import PlacementGroupID
+from ray.util.placement_group import (
+    PlacementGroup,
+    placement_group,
+    placement_group_table,
+    remove_placement_group,
+)
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from airflow_trials.core.checkpoint import CheckpointRecord
@@ -264,7 +270,11 @@ class RayTrialExecutor:
         bundle = trial.resources.to_ray_bundle()
         pg = None
         if bundle:
-            pg = placement_group([bundle], lifetime="detached" if self.detached else None)
+            pg = placement_group(
+                [bundle],
+                name=actor_name(trial.experiment_name, trial.trial_id),
+                lifetime="detached" if self.detached else None,
+            )
         slot = _Slot(trial.resources, pg)
         slot.actor = self._create_actor(trial, pg)
         return slot
@@ -520,6 +530,47 @@ class RayTrialExecutor:
     def delete_trial_checkpoints(self, trial: Trial) -> None:
         for record in trial.checkpoint_manager.clear():
             self.storage.delete(record.path)
+
+    # -- autonomous trials (the Airflow path) ---------------------------------------------------
+    def launch(self, trial: Trial) -> ActorHandle:
+        """Start ``trial`` in its own detached, named actor that drives itself to the end.
+
+        The actor restores the trial's newest checkpoint (or ``restore_path``), applies its
+        stopping criterion and checkpoint policy, and ends TERMINATED or ERROR; poll it with
+        ``actor.poll.remote(since)`` from any process (:func:`find_trial_actor`). The executor
+        does not own it afterwards: end it with :meth:`terminate`.
+        Raises TrainableNotFoundError or InsufficientResourcesError before any Ray work.
+        """
+        self._check_trainable(trial)
+        self.check_fits_cluster(trial)
+        self._experiment_of[trial.trial_id] = trial.experiment_name
+        slot = self._acquire_slot(trial)
+        assert slot.actor is not None
+        slot.actor.run.remote(trial.to_json_state(), trial.restore_source())
+        if trial.status != TrialStatus.RUNNING:
+            self.set_status(trial, TrialStatus.RUNNING)
+        return slot.actor
+
+    def attach(self, experiment_name: str, trial_id: str, timeout_s: float = 60.0) -> ActorHandle | None:
+        """The live actor of a trial started by any process, or None when it is gone."""
+        actor = find_trial_actor(experiment_name, trial_id, namespace=self.namespace)
+        if actor is None:
+            return None
+        try:
+            ray.get(actor.ping.remote(), timeout=timeout_s)
+        except (RayActorError, GetTimeoutError):
+            return None
+        return actor
+
+    def terminate(self, experiment_name: str, trial_id: str) -> None:
+        """Kill a trial's actor and remove its placement group, whichever process started them."""
+        name = actor_name(experiment_name, trial_id)
+        actor = find_trial_actor(experiment_name, trial_id, namespace=self.namespace)
+        if actor is not None:
+            ray.kill(actor, no_restart=True)
+        for pg_id, info in placement_group_table().items():
+            if info.get("name") == name and info.get("state") != "REMOVED":
+                remove_placement_group(PlacementGroup(PlacementGroupID(bytes.fromhex(pg_id))))
 
     # -- logs and actors ---------------------------------------------------------------------------
     def _log_path(self, trial_id: str, experiment_name: str | None, index: int) -> str:
