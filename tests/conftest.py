@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 
 import pytest
@@ -14,6 +16,16 @@ os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [REPO, os.environ.get("P
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
+
+# Airflow reads its home when first imported: give the whole test session a private one, with its
+# own SQLite metadata DB (migrated by the airflow_home fixture), never a developer's ~/airflow.
+_SESSION_DIR = tempfile.mkdtemp(prefix="airflow_trials_tests_")
+os.environ["AIRFLOW_HOME"] = os.path.join(_SESSION_DIR, "airflow_home")
+os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = os.path.join(_SESSION_DIR, "dags")
+os.environ["AIRFLOW_TRIALS_HOME"] = os.path.join(_SESSION_DIR, "trials_home")
+os.environ.pop("AIRFLOW_TRIALS_DB_URL", None)
+os.environ.pop("RAY_ADDRESS", None)
 
 _current_shape: tuple | None = None
 
@@ -92,3 +104,14 @@ def ray_cluster(request) -> Iterator[None]:
     start_ray(**shape)
     yield
     remove_leftovers()
+
+
+@pytest.fixture(scope="session")
+def airflow_home() -> str:
+    """A migrated Airflow metadata DB (SQLite) in the session's private AIRFLOW_HOME."""
+    os.makedirs(os.environ["AIRFLOW__CORE__DAGS_FOLDER"], exist_ok=True)
+    subprocess.run(
+        [os.path.join(os.path.dirname(sys.executable), "airflow"), "db", "migrate"],
+        check=True, capture_output=True, env=os.environ.copy(), timeout=300,
+    )
+    return os.environ["AIRFLOW_HOME"]

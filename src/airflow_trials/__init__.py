@@ -23,8 +23,10 @@ from airflow_trials.exceptions import (
     InsufficientResourcesError,
     InvalidTransitionError,
     RunnerFinishedError,
+    StoreError,
     TrainableNotFoundError,
     TrialError,
+    TrialNotFoundError,
 )
 from airflow_trials.execution.trainable import Trainable, get_checkpoint, get_trial_id, report
 
@@ -55,6 +57,41 @@ def get_provider_info() -> dict[str, Any]:
         "name": "Airflow Trials",
         "description": "Hyperparameter-tuning experiments on Ray, run as Airflow DAGs.",
         "versions": [__version__],
+        "connection-types": [
+            {"connection-type": "ray", "hook-class-name": "airflow_trials.hooks.trials.RayHook"},
+            {"connection-type": "trials_db", "hook-class-name": "airflow_trials.hooks.trials.TrialsDbHook"},
+        ],
+        "hooks": [
+            {
+                "integration-name": "Airflow Trials",
+                "python-modules": ["airflow_trials.hooks.trials"],
+            }
+        ],
+        "operators": [
+            {
+                "integration-name": "Airflow Trials",
+                "python-modules": ["airflow_trials.operators.trial"],
+            }
+        ],
+        "sensors": [
+            {
+                "integration-name": "Airflow Trials",
+                "python-modules": ["airflow_trials.sensors.trial"],
+            }
+        ],
+        "triggers": [
+            {
+                "integration-name": "Airflow Trials",
+                "python-modules": ["airflow_trials.triggers.trial"],
+            }
+        ],
+        "integrations": [
+            {
+                "integration-name": "Airflow Trials",
+                "external-doc-url": "https://docs.ray.io/",
+                "tags": ["software"],
+            }
+        ],
     }
 
 
@@ -73,10 +110,12 @@ __all__ = [
     "Resources",
     "RunnerFinishedError",
     "Stopper",
+    "StoreError",
     "Trainable",
     "TrainableNotFoundError",
     "Trial",
     "TrialError",
+    "TrialNotFoundError",
     "TrialRunner",
     "TrialScheduler",
     "TrialStatus",

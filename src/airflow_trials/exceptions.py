@@ -46,3 +46,25 @@ class CheckpointError(AirflowTrialsError):
 
 class ExperimentStateError(AirflowTrialsError):
     """Saved experiment state is missing or unreadable, so the experiment cannot resume."""
+
+
+class StoreError(AirflowTrialsError):
+    """The metadata store could not read or write: the database failed or refused the change."""
+
+
+class TrialNotFoundError(StoreError, KeyError):
+    """The metadata store has no trial with this id.
+
+    :param trial_id: the id that was looked up.
+    """
+
+    def __init__(self, message: str, trial_id: str | None = None):
+        super().__init__(message)
+        self.trial_id = trial_id
+
+    def __str__(self) -> str:
+        # KeyError would print the message quoted, as if it were the missing key.
+        return str(self.args[0]) if self.args else ""
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (type(self), (str(self), self.trial_id))

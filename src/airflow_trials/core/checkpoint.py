@@ -79,6 +79,15 @@ class CheckpointManager:
             return self._kept[-1]
         return max(self._kept, key=self._score)
 
+    def score_value(self, record: CheckpointRecord) -> float | None:
+        """The raw value of ``checkpoint_score_attr`` in the record's metrics, if it has one."""
+        if self.checkpoint_score_attr is None:
+            return None
+        value = record.metrics.get(self.checkpoint_score_attr.removeprefix("min-"))
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+            return None
+        return float(value)
+
     def _score(self, record: CheckpointRecord) -> float:
         attr = self.checkpoint_score_attr
         if attr is None:

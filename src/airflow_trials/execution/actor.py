@@ -316,7 +316,13 @@ class TrialActor:
                 "status": self._status.value,
                 "results": self._results[since:],
                 "num_results": len(self._results),
-                "checkpoints": [r.to_dict() for r in trial.checkpoint_manager.kept] if trial else [],
+                "last_result": _scalars(trial.last_result) if trial else None,
+                "checkpoints": [
+                    {**r.to_dict(), "score": trial.checkpoint_manager.score_value(r)}
+                    for r in trial.checkpoint_manager.kept
+                ]
+                if trial
+                else [],
                 "best_checkpoint": _best(trial),
                 "error": self._error,
                 "pid": self._pid,

@@ -1,0 +1,188 @@
+"""Hooks: the Ray connection, the trials-DB connection, and TrialsHook that builds the executor and store."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseHook
+from airflow.sdk.exceptions import AirflowNotFoundException
+
+if TYPE_CHECKING:
+    from airflow_trials.execution.executor import RayTrialExecutor
+    from airflow_trials.store import TrialStore
+
+DEFAULT_RAY_CONN_ID = "ray_default"
+DEFAULT_TRIALS_CONN_ID = "trials_default"
+
+
+def _extra(conn: Any) -> dict[str, Any]:
+    extra = conn.extra_dejson if conn is not None else {}
+    return dict(extra or {})
+
+
+class RayHook(BaseHook):
+    """Connects to Ray as a ``ray`` connection says.
+
+    Connection fields: *host* is the Ray address (``ray://head:10001``, ``auto``, ``127.0.0.1:6379``);
+    extras ``namespace`` (default ``airflow_trials``), ``runtime_env`` (JSON object) and
+    ``storage_path`` (where checkpoints go; a path every Ray node reaches, or an fsspec URL).
+    Without the connection, the address comes from ``RAY_ADDRESS``, else a local Ray is used
+    (started if none runs on this machine).
+
+    :param ray_conn_id: the connection id; default ``ray_default``.
+    """
+
+    conn_name_attr = "ray_conn_id"
+    default_conn_name = DEFAULT_RAY_CONN_ID
+    conn_type = "ray"
+    hook_name = "Ray (airflow_trials)"
+
+    @classmethod
+    def get_ui_field_behaviour(cls) -> dict[str, Any]:
+        return {
+            "hidden_fields": ["schema", "login", "password", "port"],
+            "relabeling": {"host": "Ray address"},
+            "placeholders": {
+                "host": "ray://ray-head:10001 (empty: RAY_ADDRESS, else a local Ray)",
+                "extra": '{"namespace": "airflow_trials", "storage_path": "s3://bucket/trials", "runtime_env": {}}',
+            },
+        }
+
+    def __init__(self, ray_conn_id: str = DEFAULT_RAY_CONN_ID, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.ray_conn_id = ray_conn_id
+
+    def _connection(self) -> Any:
+        try:
+            return self.get_connection(self.ray_conn_id)
+        except AirflowNotFoundException:
+            self.log.info("No connection %s; using RAY_ADDRESS or a local Ray.", self.ray_conn_id)
+            return None
+
+    def settings(self) -> dict[str, Any]:
+        """address, namespace, runtime_env and storage_path after the fallbacks."""
+        conn = self._connection()
+        extra = _extra(conn)
+        runtime_env = extra.get("runtime_env") or None
+        if isinstance(runtime_env, str):
+            runtime_env = json.loads(runtime_env)
+        return {
+            "address": (conn.host if conn is not None and conn.host else None) or os.environ.get("RAY_ADDRESS"),
+            "namespace": extra.get("namespace") or "airflow_trials",
+            "runtime_env": runtime_env,
+            "storage_path": extra.get("storage_path") or None,
+        }
+
+    def get_conn(self) -> dict[str, Any]:
+        """Connect this process to Ray (once) and return the settings used."""
+        import ray
+
+        settings = self.settings()
+        if not ray.is_initialized():
+            kwargs: dict[str, Any] = {"namespace": settings["namespace"], "log_to_driver": False}
+            if settings["runtime_env"]:
+                kwargs["runtime_env"] = settings["runtime_env"]
+            if settings["address"]:
+                kwargs["address"] = settings["address"]
+            else:
+                # Join a Ray already running on this machine, else start one.
+                kwargs["address"] = "auto" if _local_ray_running() else None
+                kwargs["include_dashboard"] = False
+            os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+            self.log.info("Connecting to Ray at %s", kwargs.get("address") or "a new local cluster")
+            ray.init(**kwargs)
+        return settings
+
+
+def _local_ray_running() -> bool:
+    from ray._private.services import find_gcs_addresses
+
+    return bool(find_gcs_addresses())
+
+
+class TrialsDbHook(BaseHook):
+    """Points at the trials metadata database (never Airflow's own).
+
+    Connection: extra ``{"url": "postgresql+psycopg://user:pw@host/db"}``, or a ``postgres``-style
+    connection (host, login, password, port, schema as the database). Without the connection, the
+    URL comes from ``AIRFLOW_TRIALS_DB_URL``, else the default SQLite file.
+
+    :param trials_conn_id: the connection id; default ``trials_default``.
+    """
+
+    conn_name_attr = "trials_conn_id"
+    default_conn_name = DEFAULT_TRIALS_CONN_ID
+    conn_type = "trials_db"
+    hook_name = "Trials metadata DB (airflow_trials)"
+
+    @classmethod
+    def get_ui_field_behaviour(cls) -> dict[str, Any]:
+        return {
+            "hidden_fields": [],
+            "relabeling": {"schema": "Database"},
+            "placeholders": {"extra": '{"url": "postgresql+psycopg://airflow@postgres/trials"}'},
+        }
+
+    def __init__(self, trials_conn_id: str = DEFAULT_TRIALS_CONN_ID, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.trials_conn_id = trials_conn_id
+
+    def get_url(self) -> str:
+        from airflow_trials.store import default_store_url
+
+        try:
+            conn = self.get_connection(self.trials_conn_id)
+        except AirflowNotFoundException:
+            return os.environ.get("AIRFLOW_TRIALS_DB_URL") or default_store_url()
+        extra = _extra(conn)
+        if extra.get("url"):
+            return str(extra["url"])
+        if conn.conn_type == "sqlite" or (conn.host or "").endswith(".db"):
+            return f"sqlite:///{conn.host}"
+        auth = conn.login or ""
+        if conn.password:
+            auth += f":{conn.password}"
+        port = f":{conn.port}" if conn.port else ""
+        return f"postgresql+psycopg://{auth}{'@' if auth else ''}{conn.host}{port}/{conn.schema or ''}"
+
+    def get_conn(self) -> TrialStore:
+        from airflow_trials.store import TrialStore
+
+        return TrialStore(self.get_url())
+
+
+class TrialsHook(BaseHook):
+    """Builds the trial executor (Ray) and the trials store from their connections.
+
+    :param ray_conn_id: Ray connection; default ``ray_default``.
+    :param trials_conn_id: trials DB connection; default ``trials_default``.
+    """
+
+    hook_name = "airflow_trials"
+
+    def __init__(
+        self,
+        ray_conn_id: str = DEFAULT_RAY_CONN_ID,
+        trials_conn_id: str = DEFAULT_TRIALS_CONN_ID,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.ray_hook = RayHook(ray_conn_id)
+        self.db_hook = TrialsDbHook(trials_conn_id)
+
+    def get_executor(self) -> RayTrialExecutor:
+        """A RayTrialExecutor on this Ray, with detached named actors other processes can find."""
+        from airflow_trials.execution.executor import RayTrialExecutor
+
+        settings = self.ray_hook.get_conn()
+        return RayTrialExecutor(
+            settings["storage_path"], namespace=settings["namespace"], detached=True
+        )
+
+    def get_store(self) -> TrialStore:
+        return self.db_hook.get_conn()
+
+    def get_conn(self) -> tuple[RayTrialExecutor, TrialStore]:
+        return self.get_executor(), self.get_store()

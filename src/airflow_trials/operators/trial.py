@@ -1,0 +1,277 @@
+"""RunTrialOperator: runs one trial on Ray as a deferrable Airflow task."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from airflow.sdk import BaseOperator, Context, conf
+
+from airflow_trials.core.resources import Resources
+from airflow_trials.core.status import TrialStatus
+from airflow_trials.core.trial import Trial, validate_name
+from airflow_trials.exceptions import TrialError
+from airflow_trials.hooks.trials import DEFAULT_RAY_CONN_ID, DEFAULT_TRIALS_CONN_ID, TrialsHook
+from airflow_trials.pools import DEFAULT_SLOTS_PER_GPU, gpu_pool_slots
+from airflow_trials.triggers.trial import TrialTrigger
+
+# Airflow has no unlimited retries; max_failures=-1 maps to this many.
+UNLIMITED_RETRIES = 10_000
+
+
+def default_trial_id(dag_id: str, run_id: str, task_id: str, map_index: int) -> str:
+    """A trial id that is the same on every try of one task instance, so a retry finds its trial."""
+    digest = hashlib.sha1(f"{dag_id}\0{run_id}\0{task_id}\0{map_index}".encode()).hexdigest()[:16]
+    return f"t{digest}"
+
+
+def experiment_name_for(dag_id: str) -> str:
+    """A valid experiment name from a DAG id (dots and other characters become '-')."""
+    name = re.sub(r"[^A-Za-z0-9._-]", "-", dag_id).strip(".-_") or "experiment"
+    return validate_name("Experiment name", name[:128].replace("..", "-"))
+
+
+class RunTrialOperator(BaseOperator):
+    """Runs one trial of a trainable on Ray, deferring while it trains so no worker slot is held.
+
+    ``execute`` registers the trial in the trials store, then either re-attaches to the trial's
+    live actor (a previous try's worker died), or starts it, restoring the latest checkpoint in
+    the store when this is a retry. It then defers to :class:`TrialTrigger`, which records results
+    as they come. ``execute_complete`` pushes the trial's state to XCom and returns it when the
+    trial TERMINATED; it raises :class:`TrialError` (and Airflow retries, up to ``max_failures``)
+    when it failed.
+
+    :param trainable: import path of the trainable, ``"package.module:name"``. Templated.
+    :param config: the trial's hyperparameters (JSON). Templated.
+    :param experiment_name: default: the DAG id. Templated.
+    :param trial_id: default: a stable id derived from the task instance. Templated.
+    :param experiment_run_id: store id of the experiment run the trial belongs to; default none.
+    :param resources_per_trial: e.g. ``{"cpu": 1, "gpu": 0.5}``; default 1 CPU. (Named so
+        because ``resources`` is BaseOperator's own argument.)
+    :param stopping_criterion: thresholds such as ``{"training_iteration": 10}``; default none.
+    :param checkpoint_freq: checkpoint every N iterations (class trainables); default 0.
+    :param checkpoint_at_end: checkpoint when the trial ends; default True.
+    :param keep_checkpoints_num: keep that many checkpoints; default all.
+    :param checkpoint_score_attr: metric ranking checkpoints (``min-`` prefix: lower is better).
+    :param max_failures: retries of the trial from its latest checkpoint; sets ``retries`` unless
+        given; -1 means (practically) unlimited. Default 0.
+    :param restore_path: checkpoint to warm-start from on the first try; default none.
+    :param gpu_pool: Airflow pool enforcing GPU limits; when set (and ``pool`` is not),
+        the task takes ``ceil(gpu * slots_per_gpu)`` slots of it. Default none.
+    :param slots_per_gpu: pool slots per GPU; default 4.
+    :param ray_conn_id: default ``ray_default``. :param trials_conn_id: default ``trials_default``.
+    :param poll_interval_seconds: how often the trigger polls the trial; default 2.
+    :param deferrable: defer while the trial trains; default ``[operators] default_deferrable``.
+        When False, the task polls in the worker (holding its slot).
+    """
+
+    template_fields: Sequence[str] = ("trainable", "config", "experiment_name", "trial_id")
+    template_fields_renderers = {"config": "json"}
+    ui_color = "#c6e4ff"
+
+    def __init__(
+        self,
+        *,
+        trainable: str,
+        config: Mapping[str, Any] | None = None,
+        experiment_name: str | None = None,
+        trial_id: str | None = None,
+        experiment_run_id: int | None = None,
+        resources_per_trial: Mapping[str, Any] | None = None,
+        stopping_criterion: Mapping[str, float] | None = None,
+        checkpoint_freq: int = 0,
+        checkpoint_at_end: bool = True,
+        keep_checkpoints_num: int | None = None,
+        checkpoint_score_attr: str | None = None,
+        max_failures: int = 0,
+        restore_path: str | None = None,
+        gpu_pool: str | None = None,
+        slots_per_gpu: int = DEFAULT_SLOTS_PER_GPU,
+        ray_conn_id: str = DEFAULT_RAY_CONN_ID,
+        trials_conn_id: str = DEFAULT_TRIALS_CONN_ID,
+        poll_interval_seconds: float = 2.0,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        **kwargs: Any,
+    ) -> None:
+        if max_failures < -1:
+            raise ValueError(f"max_failures must be -1 (unlimited) or >= 0, got {max_failures}.")
+        kwargs.setdefault("retries", UNLIMITED_RETRIES if max_failures < 0 else max_failures)
+        gpu = Resources.from_dict(resources_per_trial).gpu
+        if gpu_pool and gpu > 0 and "pool" not in kwargs:
+            kwargs["pool"] = gpu_pool
+            kwargs.setdefault("pool_slots", gpu_pool_slots(gpu, slots_per_gpu))
+        super().__init__(**kwargs)
+        self.trainable = trainable
+        self.config = dict(config or {})
+        self.experiment_name = experiment_name
+        self.trial_id = trial_id
+        self.experiment_run_id = experiment_run_id
+        self.resources_per_trial = dict(resources_per_trial or {})
+        self.stopping_criterion = dict(stopping_criterion) if stopping_criterion else None
+        self.checkpoint_freq = checkpoint_freq
+        self.checkpoint_at_end = checkpoint_at_end
+        self.keep_checkpoints_num = keep_checkpoints_num
+        self.checkpoint_score_attr = checkpoint_score_attr
+        self.max_failures = max_failures
+        self.restore_path = restore_path
+        self.gpu_pool = gpu_pool
+        self.slots_per_gpu = slots_per_gpu
+        self.ray_conn_id = ray_conn_id
+        self.trials_conn_id = trials_conn_id
+        self.poll_interval_seconds = poll_interval_seconds
+        self.deferrable = deferrable
+
+    # -- helpers ------------------------------------------------------------------------------------
+    def _ids(self, context: Context) -> tuple[str, str]:
+        ti = context["ti"]
+        experiment = self.experiment_name or experiment_name_for(ti.dag_id)
+        trial_id = self.trial_id or default_trial_id(ti.dag_id, ti.run_id, ti.task_id, ti.map_index)
+        return experiment, trial_id
+
+    def _trial(self, experiment: str, trial_id: str, restore_path: str | None) -> Trial:
+        # Building the Trial validates ids (no path traversal), the config (JSON) and resources.
+        return Trial(
+            self.trainable,
+            self.config,
+            trial_id=trial_id,
+            experiment_name=experiment,
+            resources=self.resources_per_trial,
+            stopping_criterion=self.stopping_criterion,
+            checkpoint_freq=self.checkpoint_freq,
+            checkpoint_at_end=self.checkpoint_at_end,
+            keep_checkpoints_num=self.keep_checkpoints_num,
+            checkpoint_score_attr=self.checkpoint_score_attr,
+            max_failures=self.max_failures,
+            restore_path=restore_path,
+        )
+
+    def _hook(self) -> TrialsHook:
+        return TrialsHook(self.ray_conn_id, self.trials_conn_id)
+
+    # -- execution ----------------------------------------------------------------------------------
+    def execute(self, context: Context) -> Any:
+        import ray
+
+        from airflow_trials.execution.trainable import load_trainable
+
+        experiment, trial_id = self._ids(context)
+        self._trial_ids = (experiment, trial_id)  # for on_kill
+        trial = self._trial(experiment, trial_id, self.restore_path)
+        load_trainable(self.trainable)  # an unknown path fails here, before any Ray or DB work
+        ti = context["ti"]
+        hook = self._hook()
+        store = hook.get_store()
+        executor = hook.get_executor()
+        try:
+            executor.check_fits_cluster(trial)
+            store.upsert_trial(
+                trial_id,
+                trainable=self.trainable,
+                config=trial.config,
+                resources=trial.resources.to_dict(),
+                max_failures=self.max_failures,
+                experiment_run_id=self.experiment_run_id,
+                dag_id=ti.dag_id,
+                run_id=ti.run_id,
+                task_id=ti.task_id,
+                map_index=ti.map_index if ti.map_index is not None else -1,
+                try_number=ti.try_number,
+            )
+            actor = executor.attach(experiment, trial_id)
+            status = ray.get(actor.poll.remote(10**9))["status"] if actor is not None else None
+            if status in ("RUNNING", "TERMINATED"):
+                self.log.info("Trial %s is %s on Ray already; re-attaching to it.", trial_id, status)
+            else:
+                if actor is not None:  # an ERROR left by a try whose worker died before cleanup
+                    executor.terminate(experiment, trial_id)
+                latest = store.latest_checkpoint(trial_id)
+                if latest is not None:
+                    trial = self._trial(experiment, trial_id, latest.path)
+                    self.log.info("Retry of trial %s resumes from checkpoint %s", trial_id, latest.path)
+                executor.launch(trial)
+                self.log.info("Started trial %s of experiment %s on Ray.", trial_id, experiment)
+            store.update_trial(trial_id, status="RUNNING", try_number=ti.try_number)
+        finally:
+            store.dispose()
+        trigger = TrialTrigger(
+            experiment, trial_id, self.ray_conn_id, self.trials_conn_id, self.poll_interval_seconds
+        )
+        if self.deferrable:
+            self.defer(trigger=trigger, method_name="execute_complete")
+        # Blocking fallback: the same polling, in this worker.
+        self.log.info("Not deferrable: polling trial %s from the worker.", trial_id)
+        return self.execute_complete(context, asyncio.run(_first_event(trigger)))
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+        ti = context["ti"]
+        trial_id = event["trial_id"]
+        hook = self._hook()
+        store = hook.get_store()
+        try:
+            hook.get_executor().terminate(event["experiment_name"], trial_id)
+            record = store.get_trial(trial_id)
+            latest = store.latest_checkpoint(trial_id)
+            failed = event["status"] != "TERMINATED"
+            num_failures = record.num_failures + (1 if failed else 0)
+            will_retry = failed and ti.try_number <= self.retries
+            status = (
+                TrialStatus.TERMINATED if not failed else TrialStatus.PENDING if will_retry else TrialStatus.ERROR
+            )
+            store.update_trial(
+                trial_id,
+                status=status.value,
+                num_failures=num_failures,
+                error_msg=event.get("error"),
+                last_result=event.get("last_result"),
+            )
+        finally:
+            store.dispose()
+        state = {
+            "trial_id": trial_id,
+            "experiment_name": event["experiment_name"],
+            "config": record.config,
+            "status": status.value,
+            "last_result": event.get("last_result"),
+            "best_checkpoint": event.get("best_checkpoint") or (latest.path if latest else None),
+            "num_failures": num_failures,
+        }
+        if isinstance(state["best_checkpoint"], dict):
+            state["best_checkpoint"] = state["best_checkpoint"]["path"]
+        ti.xcom_push(key="trial", value=state)
+        if failed:
+            self.log.error("%s", event.get("error"))
+            raise TrialError(
+                f"Trial {trial_id} of experiment {event['experiment_name']} failed "
+                f"(failure {num_failures}, {'will retry from its latest checkpoint' if will_retry else 'no retries left'}). "
+                f"{(event.get('error') or '').splitlines()[0] if event.get('error') else ''}",
+                trial_id=trial_id,
+                traceback_text=event.get("error"),
+            )
+        self.log.info("Trial %s finished: %s", trial_id, state["last_result"])
+        return state
+
+    def on_kill(self) -> None:
+        """The task was killed while it ran in the worker: stop the trial on Ray too.
+
+        (A deferred task is not in a worker; its trigger stops the trial when cancelled.)
+        """
+        ids = getattr(self, "_trial_ids", None)
+        if ids is None:
+            return
+        experiment, trial_id = ids
+        hook = self._hook()
+        hook.get_executor().terminate(experiment, trial_id)
+        store = hook.get_store()
+        try:
+            store.update_trial(trial_id, status=TrialStatus.TERMINATED.value, error_msg="Killed from Airflow.")
+        finally:
+            store.dispose()
+
+
+async def _first_event(trigger: TrialTrigger) -> dict[str, Any]:
+    async for event in trigger.run():
+        return dict(event.payload)
+    raise TrialError(f"Trigger for trial {trigger.trial_id} ended without an event.", trigger.trial_id)

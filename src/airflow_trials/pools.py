@@ -1,0 +1,48 @@
+"""GPU pools: how many Airflow pool slots a trial takes, and creating the pool so deferred trials hold them."""
+
+from __future__ import annotations
+
+import math
+
+DEFAULT_GPU_POOL = "gpu"
+DEFAULT_SLOTS_PER_GPU = 4
+
+
+def gpu_pool_slots(gpu: float, slots_per_gpu: int = DEFAULT_SLOTS_PER_GPU) -> int:
+    """Pool slots for a trial using ``gpu`` GPUs: ``ceil(gpu * slots_per_gpu)``, at least 1.
+
+    With 4 slots per GPU, 0.25 GPU takes 1 slot, 0.5 takes 2, 1 takes 4 and 2 take 8, so a pool of
+    ``num_gpus * slots_per_gpu`` slots admits exactly as many trials as the GPUs hold.
+    """
+    if gpu < 0:
+        raise ValueError(f"gpu must be >= 0, got {gpu}.")
+    if not isinstance(slots_per_gpu, int) or slots_per_gpu < 1:
+        raise ValueError(f"slots_per_gpu must be a whole number >= 1, got {slots_per_gpu!r}.")
+    # Round first: 0.3 * 10 is 3.0000000000000004 in floating point, which is 3 slots, not 4.
+    return max(1, math.ceil(round(gpu * slots_per_gpu, 9)))
+
+
+def ensure_gpu_pool(
+    num_gpus: int,
+    name: str = DEFAULT_GPU_POOL,
+    slots_per_gpu: int = DEFAULT_SLOTS_PER_GPU,
+) -> tuple[str, int]:
+    """Create or update the GPU pool with ``num_gpus * slots_per_gpu`` slots and ``include_deferred``.
+
+    ``include_deferred=True`` matters: a trial task spends its life deferred (its trigger watches the
+    trial on Ray), and without it a deferred task gives its slots back, so the pool would admit
+    every trial at once and oversubscribe the GPUs. Call this from a setup script or the CLI (it
+    writes Airflow's metadata DB, which task code may not do). Returns ``(name, slots)``.
+    """
+    if not isinstance(num_gpus, int) or num_gpus < 0:
+        raise ValueError(f"num_gpus must be a whole number >= 0, got {num_gpus!r}.")
+    from airflow.models.pool import Pool
+
+    slots = num_gpus * slots_per_gpu
+    Pool.create_or_update_pool(
+        name,
+        slots=slots,
+        description=f"{num_gpus} GPUs x {slots_per_gpu} slots per GPU (airflow_trials)",
+        include_deferred=True,
+    )
+    return name, slots

@@ -1,0 +1,47 @@
+"""``python -m airflow_trials.store upgrade [--url URL]``: create or upgrade the store's schema."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from airflow_trials.exceptions import StoreError
+from airflow_trials.store.engine import (
+    STORE_URL_ENV,
+    configured_store_url,
+    create_store_engine,
+    safe_url,
+)
+from airflow_trials.store.migration import current_revision, migrate
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m airflow_trials.store", description="Manage the airflow_trials metadata store."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    upgrade = commands.add_parser("upgrade", help="apply every migration (safe to run again)")
+    upgrade.add_argument(
+        "--url",
+        default=None,
+        help=f"SQLAlchemy URL of the store; default ${STORE_URL_ENV}, else the default SQLite file",
+    )
+    args = parser.parse_args(argv)
+    url = args.url or configured_store_url()
+    try:
+        migrate(url)
+    except StoreError as e:
+        print(str(e), file=sys.stderr)
+        return 1
+    engine = create_store_engine(url)
+    try:
+        revision = current_revision(engine)
+    finally:
+        engine.dispose()
+    print(f"Trial store at {safe_url(url)} is at the latest schema (revision {revision}).")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""Where the store lives and how its SQLAlchemy engine is made: SQLite in WAL mode or PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.pool import StaticPool
+
+STORE_HOME_ENV = "AIRFLOW_TRIALS_HOME"
+STORE_URL_ENV = "AIRFLOW_TRIALS_DB_URL"
+SQLITE_BUSY_TIMEOUT_SECONDS = 30.0
+
+# Execution option that marks a connection as one that will write. On SQLite such a transaction
+# starts with BEGIN IMMEDIATE, see _begin_sqlite_transaction.
+WRITE_OPTION = "airflow_trials_write"
+
+
+def default_store_url() -> str:
+    """``sqlite:///<$AIRFLOW_TRIALS_HOME or ~/airflow_trials>/trials.db``; creates the directory."""
+    home = os.environ.get(STORE_HOME_ENV) or os.path.join(os.path.expanduser("~"), "airflow_trials")
+    home = os.path.abspath(os.path.expanduser(home))
+    os.makedirs(home, exist_ok=True)
+    return f"sqlite:///{os.path.join(home, 'trials.db')}"
+
+
+def configured_store_url() -> str:
+    """``$AIRFLOW_TRIALS_DB_URL`` when set, else :func:`default_store_url`."""
+    return os.environ.get(STORE_URL_ENV) or default_store_url()
+
+
+def is_memory_sqlite(url: str) -> bool:
+    parsed = make_url(url)
+    return parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:")
+
+
+def safe_url(url: str) -> str:
+    """The URL with its password masked, for error messages and logs."""
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def create_store_engine(url: str, **kwargs: Any) -> Engine:
+    """An engine for the store at ``url``, with the SQLite settings the store relies on.
+
+    SQLite connections get ``busy_timeout`` (so concurrent writers wait instead of failing),
+    ``journal_mode=WAL`` (readers never block the writer) and ``foreign_keys=ON``. Transactions
+    that write start with ``BEGIN IMMEDIATE``: a transaction that started as a reader cannot
+    upgrade to a writer once another writer has committed, and SQLite reports that at once as
+    "database is locked" without waiting for the busy timeout. In-memory SQLite (``sqlite://``)
+    uses one shared connection, so every session sees the same database.
+
+    :param url: SQLAlchemy URL, e.g. ``sqlite:////path/trials.db`` or
+        ``postgresql+psycopg://user@host/db``.
+    :param kwargs: passed on to :func:`sqlalchemy.create_engine`.
+    """
+    backend = make_url(url).get_backend_name()
+    if backend != "sqlite":
+        kwargs.setdefault("pool_pre_ping", True)
+        return create_engine(url, **kwargs)
+
+    connect_args = dict(kwargs.pop("connect_args", {}))
+    connect_args.setdefault("check_same_thread", False)
+    connect_args.setdefault("timeout", SQLITE_BUSY_TIMEOUT_SECONDS)
+    if is_memory_sqlite(url):
+        kwargs.setdefault("poolclass", StaticPool)
+    engine = create_engine(url, connect_args=connect_args, **kwargs)
+    event.listen(engine, "connect", _configure_sqlite_connection)
+    event.listen(engine, "begin", _begin_sqlite_transaction)
+    return engine
+
+
+def _configure_sqlite_connection(dbapi_connection: Any, connection_record: Any) -> None:
+    # pysqlite would otherwise emit its own deferred BEGIN (and none before DDL);
+    # _begin_sqlite_transaction emits the right one instead.
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    try:
+        # busy_timeout first: switching to WAL itself needs the lock another connection may hold.
+        cursor.execute(f"PRAGMA busy_timeout = {int(SQLITE_BUSY_TIMEOUT_SECONDS * 1000)}")
+        cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.execute("PRAGMA foreign_keys = ON")
+    finally:
+        cursor.close()
+
+
+def _begin_sqlite_transaction(connection: Connection) -> None:
+    if connection.get_execution_options().get(WRITE_OPTION):
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+    else:
+        connection.exec_driver_sql("BEGIN")

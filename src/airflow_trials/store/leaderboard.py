@@ -1,0 +1,191 @@
+"""The leaderboard query and the per-metric expression index that keeps it fast.
+
+A metric lives inside each result's JSON, so ranking trials by it means extracting it in SQL:
+``json_extract(metrics, '$."m"')`` on SQLite and ``(metrics->>'m')::float`` on PostgreSQL.
+Extracting it from every row takes seconds at a million results, so the store keeps an
+expression index ``(trial_id, <metric value>, iteration)`` on ``at_results`` for each metric an
+experiment ranks by. The query then finds each trial's best result with one index probe per trial.
+For an index to match, the expression in the query must be the very same as in the index, with
+the metric name as a literal, not a bound parameter; both are built by :func:`metric_value`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BindParameter,
+    Column,
+    ColumnElement,
+    Index,
+    Integer,
+    MetaData,
+    Select,
+    String,
+    Table,
+    bindparam,
+    case,
+    false,
+    func,
+    select,
+    true,
+)
+from sqlalchemy.sql.elements import Grouping
+
+from airflow_trials.store.models import CheckpointRow, ResultRow, TrialRow, json_type
+
+METRIC_INDEX_PREFIX = "ix_at_results_metric_"
+MODES = ("min", "max")
+
+# A stand-in for at_results in its own MetaData: an Index built on the real table would join
+# Base.metadata, and create_all() or autogenerate would then treat it as part of the schema.
+_RESULTS_FOR_INDEX = Table(
+    "at_results",
+    MetaData(),
+    Column("trial_id", String(128)),
+    Column("iteration", Integer),
+    Column("metrics", json_type()),
+)
+
+
+def check_mode(mode: str) -> str:
+    if mode not in MODES:
+        raise ValueError(f"mode must be 'min' or 'max', got {mode!r}.")
+    return mode
+
+
+def check_metric(metric: str) -> str:
+    if not isinstance(metric, str) or not metric or '"' in metric or len(metric) > 250:
+        raise ValueError(
+            f"Metric name {metric!r} cannot be ranked by: use a non-empty name of at most "
+            f"250 characters without '\"' (it becomes a JSON path)."
+        )
+    return metric
+
+
+def _literal(value: str, type_: Any = None) -> BindParameter[Any]:
+    # Rendered into the SQL text at execution, so the query matches the expression index.
+    return bindparam(None, value, type_=type_ if type_ is not None else String(), literal_execute=True)
+
+
+def metric_value(metrics: Any, metric: str, dialect_name: str) -> ColumnElement[float]:
+    """The metric's value in one result as a float; NULL when missing or not a number.
+
+    :param metrics: the ``metrics`` column of ``at_results`` (or of an alias of it).
+    :param metric: key in the result dict.
+    :param dialect_name: ``"sqlite"`` or ``"postgresql"``.
+    """
+    key = _literal(metric, JSON.JSONStrIndexType())
+    value = metrics[key].as_float()
+    # A string or bool under the metric's key must not break the cast (PostgreSQL raises) or
+    # rank as 0.0 (SQLite casts 'abc' to 0); it is treated as not reported.
+    if dialect_name == "postgresql":
+        guard = func.jsonb_typeof(metrics[key]) == _literal("number")
+    elif dialect_name == "sqlite":
+        guard = func.json_type(metrics, _literal(f'$."{metric}"')).in_(
+            [_literal("integer"), _literal("real")]
+        )
+    else:
+        return value
+    return case((guard, value), else_=None)
+
+
+def metric_index_name(metric: str) -> str:
+    return METRIC_INDEX_PREFIX + hashlib.sha1(metric.encode()).hexdigest()[:16]
+
+
+def metric_index(metric: str, dialect_name: str) -> Index:
+    """The expression index ``(trial_id, <metric value>, iteration)`` on ``at_results``."""
+    table = _RESULTS_FOR_INDEX
+    return Index(
+        metric_index_name(metric),
+        table.c.trial_id,
+        # Parenthesised: PostgreSQL takes only a column or (expression) as an index key.
+        Grouping(metric_value(table.c.metrics, metric, dialect_name)),
+        table.c.iteration,
+    )
+
+
+def leaderboard_query(
+    dialect_name: str, experiment_run_id: int, metric: str, mode: str, limit: int | None
+) -> Select[Any]:
+    """One row per trial of the run: trial columns, best value, its iteration, latest checkpoint.
+
+    Columns: trial_id, status, num_failures, config, best_value, best_iteration, checkpoint_path.
+    Ordered by best value (ascending for min, descending for max), trials without the metric
+    last, then by trial_id. Each trial's best result is found by one probe of the metric index
+    (the trial's first entry whose value is not NULL); on ties the earliest iteration wins.
+    """
+    trials = TrialRow.__table__
+    results = ResultRow.__table__
+    checkpoints = CheckpointRow.__table__
+    value = metric_value(results.c.metrics, metric, dialect_name)
+    best_first = (
+        select()
+        .where(results.c.trial_id == trials.c.trial_id, value.is_not(None))
+        .order_by(value.asc() if mode == "min" else value.desc(), results.c.iteration.asc())
+        .limit(1)
+    )
+    latest_checkpoint = (
+        select(checkpoints.c.path)
+        .where(checkpoints.c.trial_id == trials.c.trial_id, checkpoints.c.deleted == false())
+        .order_by(checkpoints.c.iteration.desc(), checkpoints.c.id.desc())
+        .limit(1)
+        .correlate(trials)
+        .scalar_subquery()
+    )
+
+    if dialect_name == "postgresql":
+        # LATERAL reads the best result's value and iteration in the probe itself.
+        best = best_first.add_columns(
+            value.label("best_value"), results.c.iteration.label("best_iteration")
+        ).lateral("best")
+        best_value: ColumnElement[Any] = best.c.best_value
+        query = (
+            select(
+                trials.c.trial_id,
+                trials.c.status,
+                trials.c.num_failures,
+                trials.c.config,
+                best_value,
+                best.c.best_iteration,
+                latest_checkpoint.label("checkpoint_path"),
+            )
+            .select_from(trials.outerjoin(best, true()))
+            .where(trials.c.experiment_run_id == experiment_run_id)
+        )
+        trial_id = trials.c.trial_id
+    else:
+        # SQLite has no LATERAL: the probe yields the best row's id, joined back by rowid.
+        ranked = (
+            select(
+                trials.c.trial_id,
+                trials.c.status,
+                trials.c.num_failures,
+                trials.c.config,
+                best_first.add_columns(results.c.id).correlate(trials).scalar_subquery().label("best_id"),
+                latest_checkpoint.label("checkpoint_path"),
+            )
+            .where(trials.c.experiment_run_id == experiment_run_id)
+            .subquery("ranked")
+        )
+        best_row = results.alias("best")
+        best_value = metric_value(best_row.c.metrics, metric, dialect_name).label("best_value")
+        query = select(
+            ranked.c.trial_id,
+            ranked.c.status,
+            ranked.c.num_failures,
+            ranked.c.config,
+            best_value,
+            best_row.c.iteration.label("best_iteration"),
+            ranked.c.checkpoint_path,
+        ).select_from(ranked.outerjoin(best_row, best_row.c.id == ranked.c.best_id))
+        trial_id = ranked.c.trial_id
+
+    ordering = best_value.asc() if mode == "min" else best_value.desc()
+    query = query.order_by(ordering.nulls_last(), trial_id)
+    if limit is not None:
+        query = query.limit(limit)
+    return query

@@ -1,0 +1,175 @@
+"""SQLAlchemy models of the store's tables: experiments, their runs, trials, results, checkpoints.
+
+Every table name starts with ``at_`` so the store can share a database with other tools. The
+Alembic revision ``migrations/versions/0001_initial.py`` creates exactly these tables;
+tests/contract/test_store.py checks that the two agree.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Dialect,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+    false,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator, TypeEngine
+
+# Explicit constraint names, so migrations and the models name them the same on every backend.
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_N_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+ID_LENGTH = 128
+AIRFLOW_ID_LENGTH = 250
+PATH_LENGTH = 1024
+
+
+def json_type(*, nullable: bool = False) -> TypeEngine[Any]:
+    """JSON on SQLite, JSONB on PostgreSQL; a nullable column stores Python None as SQL NULL."""
+    return JSON(none_as_null=nullable).with_variant(JSONB(none_as_null=nullable), "postgresql")
+
+
+def big_id_type() -> TypeEngine[int]:
+    # SQLite only auto-increments a column declared exactly INTEGER PRIMARY KEY.
+    return BigInteger().with_variant(Integer(), "sqlite")
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timezone-aware UTC datetime on every backend (SQLite keeps no offset, so it is UTC there)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        # A naive datetime is taken to be UTC already.
+        value = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class ExperimentRow(Base):
+    """An experiment: a name that groups runs, with the metric and mode its leaderboard ranks by."""
+
+    __tablename__ = "at_experiments"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(ID_LENGTH), unique=True)
+    metric: Mapped[str | None] = mapped_column(String(AIRFLOW_ID_LENGTH), nullable=True)
+    mode: Mapped[str | None] = mapped_column(String(8), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class ExperimentRunRow(Base):
+    """One run of an experiment, e.g. one Airflow DAG run; ``run_key`` is unique per experiment."""
+
+    __tablename__ = "at_experiment_runs"
+    __table_args__ = (UniqueConstraint("experiment_id", "run_key"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    experiment_id: Mapped[int] = mapped_column(ForeignKey("at_experiments.id", ondelete="CASCADE"))
+    run_key: Mapped[str] = mapped_column(String(AIRFLOW_ID_LENGTH))
+    dag_id: Mapped[str | None] = mapped_column(String(AIRFLOW_ID_LENGTH), nullable=True)
+    run_id: Mapped[str | None] = mapped_column(String(AIRFLOW_ID_LENGTH), nullable=True)
+    search_space: Mapped[Any] = mapped_column(json_type(nullable=True), nullable=True)
+    seed: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    num_samples: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    status: Mapped[str] = mapped_column(
+        String(16), default="RUNNING", server_default=text("'RUNNING'")
+    )
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+
+
+class TrialRow(Base):
+    """One trial: its config, status, failures, last result and the Airflow task that runs it."""
+
+    __tablename__ = "at_trials"
+    __table_args__ = (Index("ix_at_trials_experiment_run_id", "experiment_run_id"),)
+
+    trial_id: Mapped[str] = mapped_column(String(ID_LENGTH), primary_key=True)
+    experiment_run_id: Mapped[int | None] = mapped_column(
+        ForeignKey("at_experiment_runs.id", ondelete="SET NULL"), nullable=True
+    )
+    trainable: Mapped[str] = mapped_column(String(PATH_LENGTH))
+    config: Mapped[Any] = mapped_column(json_type())
+    resources: Mapped[Any] = mapped_column(json_type())
+    status: Mapped[str] = mapped_column(String(16))
+    num_failures: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    max_failures: Mapped[int] = mapped_column(Integer)
+    error_msg: Mapped[str | None] = mapped_column(Text, nullable=True)
+    last_result: Mapped[Any] = mapped_column(json_type(nullable=True), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    dag_id: Mapped[str | None] = mapped_column(String(AIRFLOW_ID_LENGTH), nullable=True)
+    run_id: Mapped[str | None] = mapped_column(String(AIRFLOW_ID_LENGTH), nullable=True)
+    task_id: Mapped[str | None] = mapped_column(String(AIRFLOW_ID_LENGTH), nullable=True)
+    map_index: Mapped[int] = mapped_column(Integer, default=-1, server_default=text("-1"))
+    try_number: Mapped[int | None] = mapped_column(Integer, nullable=True)
+
+
+class ResultRow(Base):
+    """One reported result of a trial, stored once per (trial_id, iteration).
+
+    The unique constraint is also the (trial_id, iteration) index that reads go through.
+    """
+
+    __tablename__ = "at_results"
+    __table_args__ = (UniqueConstraint("trial_id", "iteration"),)
+
+    id: Mapped[int] = mapped_column(big_id_type(), primary_key=True)
+    trial_id: Mapped[str] = mapped_column(ForeignKey("at_trials.trial_id", ondelete="CASCADE"))
+    iteration: Mapped[int] = mapped_column(Integer)
+    timestamp: Mapped[float] = mapped_column(Float)
+    metrics: Mapped[Any] = mapped_column(json_type())
+
+
+class CheckpointRow(Base):
+    """A persisted checkpoint of a trial; ``deleted`` once the keep policy dropped it."""
+
+    __tablename__ = "at_checkpoints"
+    __table_args__ = (UniqueConstraint("trial_id", "path"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    trial_id: Mapped[str] = mapped_column(ForeignKey("at_trials.trial_id", ondelete="CASCADE"))
+    path: Mapped[str] = mapped_column(String(PATH_LENGTH))
+    iteration: Mapped[int] = mapped_column(Integer)
+    score: Mapped[float | None] = mapped_column(Float, nullable=True)
+    deleted: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)

@@ -1,0 +1,729 @@
+"""TrialStore: the metadata store of experiments, runs, trials, results and checkpoints."""
+
+from __future__ import annotations
+
+import logging
+import math
+import numbers
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import Engine, Insert, Table, case, func, select, text
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
+
+from airflow_trials.core.resources import Resources
+from airflow_trials.core.result import TIMESTAMP, TRAINING_ITERATION
+from airflow_trials.core.status import TrialStatus, check_transition
+from airflow_trials.exceptions import StoreError, TrialNotFoundError
+from airflow_trials.store.engine import WRITE_OPTION, create_store_engine, default_store_url, safe_url
+from airflow_trials.store.jsonsafe import json_safe
+from airflow_trials.store.leaderboard import (
+    check_metric,
+    check_mode,
+    leaderboard_query,
+    metric_index,
+)
+from airflow_trials.store.migration import upgrade_engine
+from airflow_trials.store.models import (
+    ID_LENGTH,
+    CheckpointRow,
+    ExperimentRow,
+    ExperimentRunRow,
+    ResultRow,
+    TrialRow,
+    utcnow,
+)
+from airflow_trials.store.records import (
+    CheckpointRecordRow,
+    ExperimentRecord,
+    ExperimentRunRecord,
+    ExperimentRunStatus,
+    LeaderboardRow,
+    TrialRecord,
+)
+
+log = logging.getLogger(__name__)
+
+_STATUSES = {status.value: status for status in TrialStatus}
+
+# pg_advisory_xact_lock key held while creating a metric index, so two stores never race on it.
+_METRIC_INDEX_LOCK_KEY = 0x61745F6D6978  # "at_mix"
+
+
+class TrialStore:
+    """The metadata store: one database (never Airflow's) shared by every task, trigger and UI.
+
+    Every public method runs in its own transaction: it commits, or rolls back entirely and
+    raises :class:`~airflow_trials.exceptions.StoreError` (chained to the database error). All
+    writes are idempotent, so an Airflow retry may repeat them. One instance may be shared by
+    threads; each call takes its own connection.
+
+    Example::
+
+        store = TrialStore("sqlite:////tmp/trials.db", create=True)
+        run = store.create_experiment_run("mnist", "manual-1")
+        store.upsert_trial("t-1", trainable="pkg.train:fn", config={"lr": 0.1},
+                           resources={"cpu": 1}, max_failures=0, experiment_run_id=run)
+        store.update_trial("t-1", status="RUNNING")
+        store.add_results("t-1", [{"training_iteration": 1, "loss": 0.5}])
+        store.leaderboard(run, "loss", "min")
+
+    :param url: SQLAlchemy URL; default :func:`~airflow_trials.store.default_store_url`
+        (a SQLite file). Production: ``postgresql+psycopg://user:password@host/db``.
+    :param create: apply the migrations first (see :func:`~airflow_trials.store.migrate`);
+        default False, i.e. the schema must exist already.
+    """
+
+    def __init__(self, url: str | None = None, *, create: bool = False) -> None:
+        self._url = url if url is not None else default_store_url()
+        self._engine: Engine = create_store_engine(self._url)
+        # Same pool; on SQLite its transactions start with BEGIN IMMEDIATE (see engine.py).
+        self._write_engine: Engine = self._engine.execution_options(**{WRITE_OPTION: True})
+        self._dialect = self._engine.dialect.name
+        self._indexed_metrics: set[str] = set()
+        if create:
+            # On the store's own engine: a second engine on sqlite:// would be another database.
+            upgrade_engine(self._engine)
+
+    @property
+    def url(self) -> str:
+        return self._url
+
+    def dispose(self) -> None:
+        """Close every pooled connection; the store opens new ones if used again."""
+        self._engine.dispose()
+
+    def __repr__(self) -> str:
+        return f"TrialStore({safe_url(self._url)!r})"
+
+    # -- plumbing --------------------------------------------------------------------------
+
+    @contextmanager
+    def _session_scope(self, operation: str, *, write: bool = True) -> Iterator[Session]:
+        """A session that commits at the end, or rolls back and raises StoreError on a DB error."""
+        session = Session(bind=self._write_engine if write else self._engine, expire_on_commit=False)
+        try:
+            yield session
+            session.commit()
+        except SQLAlchemyError as e:
+            session.rollback()
+            cause = getattr(e, "orig", None) or e
+            raise StoreError(
+                f"Trial store could not {operation}: {type(e).__name__}: {cause}. Nothing of it was "
+                f"written. Check that {safe_url(self._url)} is reachable and migrated "
+                f"(python -m airflow_trials.store upgrade --url URL) and that the ids exist, "
+                f"then retry."
+            ) from e
+        except BaseException:
+            session.rollback()
+            raise
+        finally:
+            session.close()
+
+    def _find_or_raise(
+        self, session: Session, trial_id: str, operation: str, *, lock: bool = False
+    ) -> TrialRow:
+        """The trial's row; with ``lock``, held until commit so writers of one trial take turns."""
+        query = select(TrialRow).where(TrialRow.trial_id == trial_id)
+        if lock:
+            # FOR NO KEY UPDATE on PostgreSQL: still lets other transactions insert rows that
+            # reference the trial. SQLite has no row locks; BEGIN IMMEDIATE serialises writers.
+            query = query.with_for_update(key_share=True)
+        row = session.execute(query).scalar_one_or_none()
+        if row is None:
+            raise TrialNotFoundError(
+                f"Cannot {operation}: trial {trial_id} is not in the trial store at "
+                f"{safe_url(self._url)}; register it with upsert_trial first.",
+                trial_id=trial_id,
+            )
+        return row
+
+    def _find_run_or_raise(self, session: Session, run_id_pk: int, operation: str) -> ExperimentRunRow:
+        row = session.get(ExperimentRunRow, run_id_pk)
+        if row is None:
+            raise StoreError(
+                f"Cannot {operation}: experiment run {run_id_pk} is not in the trial store at "
+                f"{safe_url(self._url)}; create it with create_experiment_run first."
+            )
+        return row
+
+    def _insert(self, table: Table) -> Any:
+        """INSERT with ON CONFLICT support for this store's dialect."""
+        if self._dialect == "postgresql":
+            return postgresql.insert(table)
+        if self._dialect == "sqlite":
+            return sqlite.insert(table)
+        raise StoreError(
+            f"The trial store supports SQLite and PostgreSQL, not {self._dialect} "
+            f"({safe_url(self._url)}); use a sqlite:/// or postgresql+psycopg:// URL."
+        )
+
+    # -- experiments -----------------------------------------------------------------------
+
+    def ensure_experiment(self, name: str, metric: str | None = None, mode: str | None = None) -> int:
+        """The experiment's id, creating it if needed; ``metric`` and ``mode`` are updated when given.
+
+        Giving a metric also creates its leaderboard index (see :meth:`ensure_metric_index`).
+
+        :param name: unique experiment name (at most 128 characters).
+        :param metric: metric its leaderboard ranks by; default: leave as is.
+        :param mode: ``"min"`` or ``"max"``; default: leave as is.
+        """
+        _check_id("Experiment name", name)
+        if mode is not None:
+            check_mode(mode)
+        if metric is not None:
+            check_metric(metric)
+        with self._session_scope(f"register experiment {name}") as session:
+            experiment_id = self._ensure_experiment(session, name)
+            changes: dict[str, Any] = {}
+            if metric is not None:
+                changes["metric"] = metric
+            if mode is not None:
+                changes["mode"] = mode
+            if changes:
+                session.execute(
+                    ExperimentRow.__table__.update()
+                    .where(ExperimentRow.id == experiment_id)
+                    .values(**changes)
+                )
+        if metric is not None:
+            self.ensure_metric_index(metric)
+        return experiment_id
+
+    def _ensure_experiment(self, session: Session, name: str) -> int:
+        table = ExperimentRow.__table__
+        session.execute(
+            self._insert(table)
+            .values(name=name, created_at=utcnow())
+            .on_conflict_do_nothing(index_elements=[table.c.name])
+        )
+        return session.execute(select(ExperimentRow.id).where(ExperimentRow.name == name)).scalar_one()
+
+    def ensure_metric_index(self, metric: str) -> None:
+        """Create the index that makes :meth:`leaderboard` fast for ``metric``, if it is missing.
+
+        :meth:`leaderboard` works without it, only slower (it then reads every result of the run).
+        """
+        check_metric(metric)
+        if metric in self._indexed_metrics:
+            return
+        index = metric_index(metric, self._dialect)
+        with self._session_scope(f"create the leaderboard index of metric {metric!r}") as session:
+            connection = session.connection()
+            if self._dialect == "postgresql":
+                connection.execute(
+                    text("SELECT pg_advisory_xact_lock(:key)"), {"key": _METRIC_INDEX_LOCK_KEY}
+                )
+            # Checked first rather than IF NOT EXISTS: PostgreSQL would lock at_results against
+            # writes even when the index exists. (SQLAlchemy's own check does not see expression
+            # indexes on SQLite.)
+            if self._dialect == "postgresql":
+                exists_query = text("SELECT to_regclass(:name) IS NOT NULL")
+            else:
+                exists_query = text(
+                    "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = :name)"
+                )
+            if not connection.execute(exists_query, {"name": index.name}).scalar_one():
+                log.info("Creating leaderboard index %s of metric %r", index.name, metric)
+                index.create(connection)
+        self._indexed_metrics.add(metric)
+
+    def create_experiment_run(
+        self,
+        experiment_name: str,
+        run_key: str,
+        *,
+        dag_id: str | None = None,
+        run_id: str | None = None,
+        search_space: Mapping[str, Any] | None = None,
+        seed: int | None = None,
+        num_samples: int | None = None,
+    ) -> int:
+        """The id of the run ``run_key`` of the experiment, creating both if needed.
+
+        Idempotent on (experiment, run_key): a second call returns the existing run's id and
+        changes nothing.
+
+        :param experiment_name: the experiment; created (without metric) if it does not exist.
+        :param run_key: unique within the experiment, e.g. the Airflow run_id.
+        :param dag_id: Airflow DAG id; default None.
+        :param run_id: Airflow run id; default None.
+        :param search_space: the search space, stored as JSON; default None.
+        :param seed: random seed of the search; default None.
+        :param num_samples: number of trials asked for; default None.
+        """
+        _check_id("Experiment name", experiment_name)
+        _check_id("run_key", run_key, max_length=250)
+        table = ExperimentRunRow.__table__
+        with self._session_scope(
+            f"create run {run_key} of experiment {experiment_name}"
+        ) as session:
+            experiment_id = self._ensure_experiment(session, experiment_name)
+            session.execute(
+                self._insert(table)
+                .values(
+                    experiment_id=experiment_id,
+                    run_key=run_key,
+                    dag_id=dag_id,
+                    run_id=run_id,
+                    search_space=None if search_space is None else json_safe(search_space),
+                    seed=seed,
+                    num_samples=num_samples,
+                    status=ExperimentRunStatus.RUNNING.value,
+                    created_at=utcnow(),
+                )
+                .on_conflict_do_nothing(index_elements=[table.c.experiment_id, table.c.run_key])
+            )
+            return session.execute(
+                select(ExperimentRunRow.id).where(
+                    ExperimentRunRow.experiment_id == experiment_id,
+                    ExperimentRunRow.run_key == run_key,
+                )
+            ).scalar_one()
+
+    def finish_experiment_run(self, run_id_pk: int, status: str) -> None:
+        """Set a run's status: SUCCESS or FAILED set ``ended_at``, RUNNING clears it.
+
+        :param run_id_pk: the run's id, as returned by :meth:`create_experiment_run`.
+        :param status: RUNNING, SUCCESS or FAILED.
+        """
+        new = _parse_enum(ExperimentRunStatus, status, f"experiment run {run_id_pk}")
+        with self._session_scope(f"set experiment run {run_id_pk} to {new.value}") as session:
+            run = self._find_run_or_raise(session, run_id_pk, f"finish experiment run {run_id_pk}")
+            run.status = new.value
+            run.ended_at = utcnow() if new.is_terminal() else None
+
+    def list_experiments(self) -> list[ExperimentRecord]:
+        """Every experiment, oldest first."""
+        with self._session_scope("list experiments", write=False) as session:
+            rows = session.execute(
+                select(ExperimentRow).order_by(ExperimentRow.created_at, ExperimentRow.id)
+            ).scalars()
+            return [
+                ExperimentRecord(
+                    id=row.id, name=row.name, metric=row.metric, mode=row.mode, created_at=row.created_at
+                )
+                for row in rows
+            ]
+
+    def list_experiment_runs(self, experiment_name: str | None = None) -> list[ExperimentRunRecord]:
+        """Runs of one experiment, or of all, oldest first.
+
+        :param experiment_name: only this experiment's runs; default all.
+        """
+        query = (
+            select(ExperimentRunRow, ExperimentRow.name)
+            .join(ExperimentRow, ExperimentRow.id == ExperimentRunRow.experiment_id)
+            .order_by(ExperimentRunRow.created_at, ExperimentRunRow.id)
+        )
+        if experiment_name is not None:
+            query = query.where(ExperimentRow.name == experiment_name)
+        with self._session_scope("list experiment runs", write=False) as session:
+            return [
+                ExperimentRunRecord(
+                    id=run.id,
+                    experiment_id=run.experiment_id,
+                    experiment_name=name,
+                    run_key=run.run_key,
+                    dag_id=run.dag_id,
+                    run_id=run.run_id,
+                    search_space=run.search_space,
+                    seed=run.seed,
+                    num_samples=run.num_samples,
+                    status=ExperimentRunStatus(run.status),
+                    created_at=run.created_at,
+                    ended_at=run.ended_at,
+                )
+                for run, name in session.execute(query).tuples()
+            ]
+
+    # -- trials ----------------------------------------------------------------------------
+
+    def upsert_trial(
+        self,
+        trial_id: str,
+        *,
+        trainable: str,
+        config: Mapping[str, Any],
+        resources: Mapping[str, Any] | Resources,
+        max_failures: int,
+        experiment_run_id: int | None = None,
+        status: str = TrialStatus.PENDING.value,
+        dag_id: str | None = None,
+        run_id: str | None = None,
+        task_id: str | None = None,
+        map_index: int = -1,
+        try_number: int | None = None,
+    ) -> None:
+        """Register a trial, or refresh the Airflow ids of one already registered.
+
+        On an existing trial only ``dag_id``, ``run_id``, ``task_id``, ``map_index`` and
+        ``try_number`` change, and only those given (not None; ``map_index`` with ``task_id``);
+        its status, failures and results are never reset. Calling it again is harmless.
+
+        :param trial_id: globally unique id (at most 128 characters), generated by the caller.
+        :param trainable: import path of the trainable.
+        :param config: hyperparameters (stored as JSON, see :mod:`~airflow_trials.store.jsonsafe`).
+        :param resources: resources per trial, a dict or :class:`~airflow_trials.Resources`.
+        :param max_failures: failures tolerated (-1: unlimited).
+        :param experiment_run_id: the run it belongs to; default None (run outside Airflow).
+        :param status: status of a new trial; default PENDING.
+        :param dag_id: Airflow DAG id; default None.
+        :param run_id: Airflow run id; default None.
+        :param task_id: Airflow task id; default None.
+        :param map_index: Airflow map index; default -1.
+        :param try_number: Airflow try number; default None.
+        """
+        _check_id("Trial id", trial_id)
+        new_status = _parse_enum(TrialStatus, status, f"trial {trial_id}")
+        resources_dict = resources.to_dict() if isinstance(resources, Resources) else resources
+        now = utcnow()
+        table = TrialRow.__table__
+        insert = self._insert(table).values(
+            trial_id=trial_id,
+            experiment_run_id=experiment_run_id,
+            trainable=trainable,
+            config=json_safe(dict(config)),
+            resources=json_safe(dict(resources_dict)),
+            status=new_status.value,
+            num_failures=0,
+            max_failures=max_failures,
+            created_at=now,
+            updated_at=now,
+            started_at=now if new_status is TrialStatus.RUNNING else None,
+            ended_at=now if new_status.is_terminal() else None,
+            dag_id=dag_id,
+            run_id=run_id,
+            task_id=task_id,
+            map_index=map_index,
+            try_number=try_number,
+        )
+        new = insert.excluded
+        insert = insert.on_conflict_do_update(
+            index_elements=[table.c.trial_id],
+            set_={
+                "dag_id": func.coalesce(new.dag_id, table.c.dag_id),
+                "run_id": func.coalesce(new.run_id, table.c.run_id),
+                "task_id": func.coalesce(new.task_id, table.c.task_id),
+                "map_index": case((new.task_id.is_not(None), new.map_index), else_=table.c.map_index),
+                "try_number": func.coalesce(new.try_number, table.c.try_number),
+                "updated_at": new.updated_at,
+            },
+        )
+        run_note = f" in experiment run {experiment_run_id}" if experiment_run_id is not None else ""
+        with self._session_scope(f"register trial {trial_id}{run_note}") as session:
+            session.execute(insert)
+
+    def update_trial(
+        self,
+        trial_id: str,
+        *,
+        status: str | None = None,
+        num_failures: int | None = None,
+        error_msg: str | None = None,
+        last_result: Mapping[str, Any] | None = None,
+        try_number: int | None = None,
+    ) -> None:
+        """Change a trial; only the arguments given (not None) are written.
+
+        A status change goes through :func:`~airflow_trials.core.status.check_transition`; an
+        invalid one raises InvalidTransitionError and nothing is written. The first RUNNING sets
+        ``started_at``; TERMINATED or ERROR set ``ended_at``, leaving them clears it.
+
+        :param trial_id: the trial.
+        :param status: new status; default unchanged.
+        :param num_failures: failures so far; default unchanged.
+        :param error_msg: full traceback of the last failure; default unchanged.
+        :param last_result: replaces the last result; default unchanged (add_results keeps it
+            current on its own).
+        :param try_number: Airflow try number; default unchanged.
+        """
+        new_status = None if status is None else _parse_enum(TrialStatus, status, f"trial {trial_id}")
+        operation = f"update trial {trial_id}" + (f" to {new_status.value}" if new_status else "")
+        with self._session_scope(operation) as session:
+            trial = self._find_or_raise(session, trial_id, operation, lock=True)
+            now = utcnow()
+            if new_status is not None:
+                current = TrialStatus(trial.status)
+                check_transition(trial_id, current, new_status)
+                if new_status is TrialStatus.RUNNING and trial.started_at is None:
+                    trial.started_at = now
+                if not new_status.is_terminal():
+                    trial.ended_at = None
+                elif not current.is_terminal() or trial.ended_at is None:
+                    # ERROR -> TERMINATED keeps the time the trial actually ended.
+                    trial.ended_at = now
+                trial.status = new_status.value
+            if num_failures is not None:
+                trial.num_failures = num_failures
+            if error_msg is not None:
+                trial.error_msg = error_msg
+            if last_result is not None:
+                trial.last_result = json_safe(dict(last_result))
+            if try_number is not None:
+                trial.try_number = try_number
+            trial.updated_at = now
+
+    def get_trial(self, trial_id: str) -> TrialRecord:
+        """The trial's record; raises TrialNotFoundError for an unknown id."""
+        with self._session_scope(f"read trial {trial_id}", write=False) as session:
+            return _trial_record(self._find_or_raise(session, trial_id, f"read trial {trial_id}"))
+
+    def list_trials(
+        self, *, experiment_run_id: int | None = None, experiment_name: str | None = None
+    ) -> list[TrialRecord]:
+        """Trials ordered by created_at, then trial_id.
+
+        :param experiment_run_id: only the trials of this run; default any.
+        :param experiment_name: only the trials of this experiment's runs; default any.
+        """
+        query = select(TrialRow).order_by(TrialRow.created_at, TrialRow.trial_id)
+        if experiment_run_id is not None:
+            query = query.where(TrialRow.experiment_run_id == experiment_run_id)
+        if experiment_name is not None:
+            query = (
+                query.join(ExperimentRunRow, ExperimentRunRow.id == TrialRow.experiment_run_id)
+                .join(ExperimentRow, ExperimentRow.id == ExperimentRunRow.experiment_id)
+                .where(ExperimentRow.name == experiment_name)
+            )
+        with self._session_scope("list trials", write=False) as session:
+            return [_trial_record(row) for row in session.execute(query).scalars()]
+
+    # -- results ---------------------------------------------------------------------------
+
+    def add_results(self, trial_id: str, results: Sequence[Mapping[str, Any]]) -> int:
+        """Store a batch of a trial's results once per iteration; returns how many were new.
+
+        Each result needs an integer ``training_iteration``; ``timestamp`` (seconds since the
+        epoch) defaults to now. A result whose iteration is stored already is skipped, so
+        writing a batch twice, or from two writers at once, stores it once. Values are made
+        JSON-safe first (numpy scalars become numbers, NaN and inf become None: see
+        :mod:`~airflow_trials.store.jsonsafe`). When a new result has the highest iteration so
+        far, it becomes the trial's ``last_result``. The whole batch is written in one
+        transaction, or not at all.
+
+        :param trial_id: a trial registered with :meth:`upsert_trial`.
+        :param results: the result dicts, in any order.
+        """
+        rows = _result_rows(trial_id, results)
+        operation = f"add {len(rows)} results to trial {trial_id}"
+        table = ResultRow.__table__
+        with self._session_scope(operation) as session:
+            # Locking the trial makes concurrent batches of one trial take turns, so the
+            # last_result check below sees every result committed before it.
+            trial = self._find_or_raise(session, trial_id, operation, lock=True)
+            if not rows:
+                return 0
+            previous_max = session.execute(
+                select(func.max(ResultRow.iteration)).where(ResultRow.trial_id == trial_id)
+            ).scalar_one_or_none()
+            inserted: Insert = (
+                self._insert(table)
+                .on_conflict_do_nothing(index_elements=[table.c.trial_id, table.c.iteration])
+                .returning(table.c.iteration)
+            )
+            new_iterations = list(session.execute(inserted, rows).scalars())
+            if new_iterations and (previous_max is None or max(new_iterations) > previous_max):
+                newest = max(new_iterations)
+                trial.last_result = next(row["metrics"] for row in rows if row["iteration"] == newest)
+                trial.updated_at = utcnow()
+            return len(new_iterations)
+
+    def get_results(self, trial_id: str) -> list[dict[str, Any]]:
+        """The trial's stored result dicts, ordered by iteration."""
+        operation = f"read the results of trial {trial_id}"
+        with self._session_scope(operation, write=False) as session:
+            self._find_or_raise(session, trial_id, operation)
+            return list(
+                session.execute(
+                    select(ResultRow.metrics)
+                    .where(ResultRow.trial_id == trial_id)
+                    .order_by(ResultRow.iteration)
+                ).scalars()
+            )
+
+    # -- checkpoints -----------------------------------------------------------------------
+
+    def add_checkpoint(
+        self, trial_id: str, path: str, iteration: int, score: float | None = None
+    ) -> None:
+        """Record a persisted checkpoint; a second call with the same path changes nothing.
+
+        :param trial_id: the trial.
+        :param path: directory or URL of the checkpoint (at most 1024 characters).
+        :param iteration: training_iteration it was taken at.
+        :param score: score it is ranked by; default None. NaN and inf are stored as None.
+        """
+        if score is not None:
+            score = json_safe(score)
+        table = CheckpointRow.__table__
+        operation = f"add checkpoint {path} of trial {trial_id}"
+        with self._session_scope(operation) as session:
+            self._find_or_raise(session, trial_id, operation)
+            session.execute(
+                self._insert(table)
+                .values(
+                    trial_id=trial_id,
+                    path=path,
+                    iteration=int(iteration),
+                    score=score,
+                    deleted=False,
+                    created_at=utcnow(),
+                )
+                .on_conflict_do_nothing(index_elements=[table.c.trial_id, table.c.path])
+            )
+
+    def mark_checkpoint_deleted(self, trial_id: str, path: str) -> None:
+        """Mark a recorded checkpoint as deleted (idempotent); raises StoreError for an unknown path."""
+        operation = f"mark checkpoint {path} of trial {trial_id} deleted"
+        with self._session_scope(operation) as session:
+            self._find_or_raise(session, trial_id, operation)
+            checkpoint = session.execute(
+                select(CheckpointRow).where(CheckpointRow.trial_id == trial_id, CheckpointRow.path == path)
+            ).scalar_one_or_none()
+            if checkpoint is None:
+                raise StoreError(
+                    f"Cannot {operation}: trial {trial_id} has no checkpoint at {path} in the trial "
+                    f"store at {safe_url(self._url)}; record it with add_checkpoint first."
+                )
+            checkpoint.deleted = True
+
+    def latest_checkpoint(self, trial_id: str) -> CheckpointRecordRow | None:
+        """The not-deleted checkpoint with the highest iteration, or None when there is none."""
+        operation = f"read the latest checkpoint of trial {trial_id}"
+        with self._session_scope(operation, write=False) as session:
+            self._find_or_raise(session, trial_id, operation)
+            row = session.execute(
+                select(CheckpointRow)
+                .where(CheckpointRow.trial_id == trial_id, CheckpointRow.deleted.is_(False))
+                .order_by(CheckpointRow.iteration.desc(), CheckpointRow.id.desc())
+                .limit(1)
+            ).scalar_one_or_none()
+            if row is None:
+                return None
+            return CheckpointRecordRow(
+                path=row.path, iteration=row.iteration, score=row.score, deleted=row.deleted
+            )
+
+    # -- leaderboard -----------------------------------------------------------------------
+
+    def leaderboard(
+        self, experiment_run_id: int, metric: str, mode: str = "min", limit: int | None = None
+    ) -> list[LeaderboardRow]:
+        """Trials of a run ranked by their best value of ``metric``, computed in SQL.
+
+        One row per trial: best value (lowest for ``"min"``, highest for ``"max"``) over its
+        results, the first iteration that reached it, and its latest kept checkpoint. Trials that
+        never reported the metric as a number come last, then ties by trial_id. Fast with the
+        metric's index (:meth:`ensure_metric_index`, made by ``ensure_experiment(metric=...)``).
+
+        :param experiment_run_id: the run.
+        :param metric: key of the metric in the results.
+        :param mode: ``"min"`` (default) or ``"max"``.
+        :param limit: at most this many rows; default all.
+        """
+        check_mode(mode)
+        check_metric(metric)
+        if limit is not None and limit < 1:
+            raise ValueError(f"limit must be at least 1 or None, got {limit}.")
+        query = leaderboard_query(self._dialect, experiment_run_id, metric, mode, limit)
+        operation = f"rank the trials of experiment run {experiment_run_id} by {mode} {metric}"
+        with self._session_scope(operation, write=False) as session:
+            self._find_run_or_raise(session, experiment_run_id, operation)
+            connection = session.connection()
+            if self._dialect == "postgresql":
+                # The per-trial probes inflate the cost estimate past jit_above_cost, and
+                # compiling the plan then takes longer than running it.
+                connection.execute(text("SET LOCAL jit = off"))
+            return [
+                LeaderboardRow(
+                    trial_id=trial_id,
+                    status=_STATUSES[status],
+                    num_failures=num_failures,
+                    config=config,
+                    best_value=best_value,
+                    best_iteration=best_iteration,
+                    checkpoint_path=checkpoint_path,
+                )
+                # Core rows, not ORM: the ORM's per-row work would cost more than the query.
+                for trial_id, status, num_failures, config, best_value, best_iteration, checkpoint_path
+                in connection.execute(query)
+            ]
+
+
+def _check_id(kind: str, value: str, max_length: int = ID_LENGTH) -> None:
+    if not isinstance(value, str) or not value or len(value) > max_length:
+        raise ValueError(
+            f"{kind} must be a non-empty string of at most {max_length} characters, got {value!r}."
+        )
+
+
+def _parse_enum(enum: Any, value: str, owner: str) -> Any:
+    try:
+        return enum(value)
+    except ValueError as e:
+        allowed = ", ".join(member.value for member in enum)
+        raise ValueError(f"Status {value!r} of {owner} is not one of {allowed}.") from e
+
+
+def _result_rows(trial_id: str, results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Validated, JSON-safe rows of a batch: one per iteration (first wins), sorted by iteration."""
+    if isinstance(results, Mapping) or not isinstance(results, Sequence):
+        raise ValueError(
+            f"Results of trial {trial_id} must be a list of result dicts, got {type(results).__name__}; "
+            f"wrap a single result in a list."
+        )
+    rows: dict[int, dict[str, Any]] = {}
+    now = time.time()
+    for position, result in enumerate(results):
+        if not isinstance(result, Mapping):
+            raise ValueError(
+                f"Result {position} of the batch for trial {trial_id} is a {type(result).__name__}, "
+                f"not a dict; nothing of the batch was written."
+            )
+        metrics = json_safe(result)
+        iteration = metrics.get(TRAINING_ITERATION)
+        if isinstance(iteration, bool) or not isinstance(iteration, int):
+            raise ValueError(
+                f"Result {position} of the batch for trial {trial_id} has no integer "
+                f"{TRAINING_ITERATION} (got {result.get(TRAINING_ITERATION)!r}); nothing of the "
+                f"batch was written. Report results through airflow_trials.report, which numbers them."
+            )
+        timestamp = metrics.get(TIMESTAMP)
+        if isinstance(timestamp, bool) or not isinstance(timestamp, numbers.Real) or not math.isfinite(timestamp):
+            timestamp = now
+        rows.setdefault(
+            iteration,
+            {"trial_id": trial_id, "iteration": iteration, "timestamp": float(timestamp), "metrics": metrics},
+        )
+    # Sorted, so concurrent batches of one trial insert keys in the same order.
+    return [rows[iteration] for iteration in sorted(rows)]
+
+
+def _trial_record(row: TrialRow) -> TrialRecord:
+    return TrialRecord(
+        trial_id=row.trial_id,
+        experiment_run_id=row.experiment_run_id,
+        trainable=row.trainable,
+        config=row.config,
+        resources=row.resources,
+        status=TrialStatus(row.status),
+        num_failures=row.num_failures,
+        max_failures=row.max_failures,
+        error_msg=row.error_msg,
+        last_result=row.last_result,
+        created_at=row.created_at,
+        started_at=row.started_at,
+        ended_at=row.ended_at,
+        updated_at=row.updated_at,
+        dag_id=row.dag_id,
+        run_id=row.run_id,
+        task_id=row.task_id,
+        map_index=row.map_index,
+        try_number=row.try_number,
+    )

@@ -1,0 +1,52 @@
+"""Fixtures for tests that run real Airflow (dag.test) against real Ray and a real trials store."""
+
+from __future__ import annotations
+
+import os
+from types import SimpleNamespace
+
+import pytest
+
+from tests.conftest import remove_leftovers, start_ray
+
+
+@pytest.fixture
+def trials_env(airflow_home, tmp_path, monkeypatch):
+    """A fresh, migrated trials DB and checkpoint storage, found by the hooks' fallbacks."""
+    from airflow_trials.store import TrialStore
+
+    url = f"sqlite:///{tmp_path / 'trials.db'}"
+    storage = tmp_path / "storage"
+    storage.mkdir()
+    monkeypatch.setenv("AIRFLOW_TRIALS_DB_URL", url)
+    monkeypatch.setenv("AIRFLOW_TRIALS_STORAGE", str(storage))
+    start_ray(num_cpus=2, num_gpus=2)
+    store = TrialStore(url, create=True)
+    yield SimpleNamespace(url=url, storage=str(storage), store=store)
+    store.dispose()
+    remove_leftovers()
+
+
+class FakeTI:
+    """The task-instance fields RunTrialOperator reads, for calling execute() directly (a worker
+    restart is simulated by calling it again with the next try_number)."""
+
+    def __init__(self, dag_id="dag", run_id="run1", task_id="trial", map_index=-1, try_number=1):
+        self.dag_id, self.run_id, self.task_id = dag_id, run_id, task_id
+        self.map_index, self.try_number = map_index, try_number
+        self.xcom = {}
+
+    def xcom_push(self, key, value):
+        self.xcom[key] = value
+
+
+@pytest.fixture
+def fake_context():
+    def make(**kwargs):
+        return {"ti": FakeTI(**kwargs)}
+
+    return make
+
+
+def dags_folder() -> str:
+    return os.environ["AIRFLOW__CORE__DAGS_FOLDER"]

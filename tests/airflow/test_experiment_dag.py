@@ -1,0 +1,162 @@
+"""Experiment DAGs run end to end with real Airflow (dag.test), real Ray and a real trials store."""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib.util
+import os
+
+import pytest
+from airflow.sdk import DAG
+
+from airflow_trials.core.search import grid_search, uniform
+from airflow_trials.experiment import tuning_experiment
+from tests.airflow.conftest import dags_folder
+from tests.conftest import live_placement_groups, live_trial_actors
+
+START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+
+
+def xcom(run, task_id, key="return_value", map_index=-1):
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        row = session.scalars(
+            XComModel.get_many(run_id=run.run_id, dag_ids=run.dag_id, task_ids=task_id, key=key,
+                               map_indexes=map_index)
+        ).first()
+        return None if row is None else XComModel.deserialize_value(row)
+
+
+def task_states(run):
+    return {(ti.task_id, ti.map_index): ti.state for ti in run.get_task_instances()}
+
+
+def experiment_dag(dag_id, **kwargs):
+    """Write a DAG file into the DAGs folder (dag.test() serializes DAGs from there) and load it."""
+    kwargs.setdefault("trainable", "tests.trainables:counting")
+    kwargs.setdefault("metric", "score")
+    kwargs.setdefault("mode", "max")
+    kwargs.setdefault("stop", {"training_iteration": 3})
+    kwargs.setdefault("resources_per_trial", {"cpu": 0.5})
+    kwargs.setdefault("poll_interval_seconds", 0.05)
+    arguments = "".join(f"        {key}={value!r},\n" for key, value in kwargs.items())
+    source = (
+        "import datetime\n"
+        "from airflow.sdk import DAG\n"
+        "from airflow_trials.experiment import tuning_experiment\n\n"
+        f"with DAG({dag_id!r}, schedule=None, start_date=datetime.datetime(2026, 1, 1), catchup=False) as dag:\n"
+        f"    tuning_experiment(\n        experiment_name={dag_id!r},\n        group_id='tune',\n{arguments}    )\n"
+    )
+    path = os.path.join(dags_folder(), f"{dag_id}.py")
+    with open(path, "w") as f:
+        f.write(source)
+    spec = importlib.util.spec_from_file_location(f"test_dag_{dag_id}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.dag
+
+
+def test_experiment_reaches_its_leaderboard(trials_env):
+    dag = experiment_dag("e2e", search_space={"scale": grid_search([1.0, 3.0, 2.0]), "sleep": 0.0,
+                                              "noise": uniform(0, 1)})
+    run = dag.test()
+    assert run.state == "success", task_states(run)
+    best = xcom(run, "tune.select_best")
+    assert best["value"] == 9.0 and best["config"]["scale"] == 3.0 and best["finished_trials"] == 3
+    store = trials_env.store
+    (exp_run,) = store.list_experiment_runs("e2e")
+    trials = store.list_trials(experiment_run_id=exp_run.id)
+    assert len(trials) == 3 and {t.status.value for t in trials} == {"TERMINATED"}
+    for t in trials:
+        assert [r["training_iteration"] for r in store.get_results(t.trial_id)] == [1, 2, 3]
+        assert t.dag_id == "e2e" and t.task_id == "tune.trial" and t.map_index in (0, 1, 2)
+        assert store.latest_checkpoint(t.trial_id).iteration == 3
+    trial_state = xcom(run, "tune.trial", key="trial", map_index=0)
+    assert trial_state["status"] == "TERMINATED" and trial_state["num_failures"] == 0
+    assert trial_state["best_checkpoint"]
+    assert [r.trial_id for r in store.leaderboard(exp_run.id, "score", "max")][0] == best["trial_id"]
+    assert live_trial_actors() == [] and live_placement_groups() == []
+
+
+def test_same_run_suggests_the_same_configs():
+    from airflow_trials.experiment import run_seed
+
+    assert run_seed("e", "d", "manual__1") == run_seed("e", "d", "manual__1")
+    assert run_seed("e", "d", "manual__1") != run_seed("e", "d", "manual__2")
+
+
+def test_a_crash_at_iteration_3_retries_from_its_checkpoint(trials_env, tmp_path):
+    dag = experiment_dag(
+        "retry", search_space={"crash_at": 3, "marker": str(tmp_path / "crashed")},
+        stop={"training_iteration": 5}, max_failures=1, retry_delay=dt.timedelta(0),
+    )
+    run = dag.test()
+    assert run.state == "success", task_states(run)
+    store = trials_env.store
+    (trial,) = store.list_trials(experiment_name="retry")
+    assert trial.status.value == "TERMINATED" and trial.num_failures == 1 and trial.try_number == 2
+    results = store.get_results(trial.trial_id)
+    assert [r["training_iteration"] for r in results] == [1, 2, 3, 4, 5]  # continuous, no duplicates
+    assert [r["score"] for r in results] == [1.0, 2.0, 3.0, 4.0, 5.0]
+    # The retry restored checkpoint 2: its first result is one iteration after the restore.
+    assert results[2]["iterations_since_restore"] == 1
+
+
+def test_exceeding_max_failures_fails_the_task_with_the_traceback(trials_env, capfd):
+    dag = experiment_dag("fails", trainable="tests.trainables:failing", search_space={},
+                         max_failures=0)
+    run = dag.test()
+    assert run.state == "failed"
+    assert task_states(run)[("tune.trial", 0)] == "failed"
+    (trial,) = trials_env.store.list_trials(experiment_name="fails")
+    assert trial.status.value == "ERROR" and trial.num_failures == 1
+    assert "Traceback (most recent call last)" in trial.error_msg
+    assert "broken trainable: key 'missing'" in trial.error_msg
+    task_log = capfd.readouterr().out  # dag.test() writes the task logs to stdout
+    assert "Trial " + trial.trial_id + " of experiment fails failed (failure 1, no retries left)" in task_log
+    assert "broken trainable: key 'missing'" in task_log
+    assert live_trial_actors() == []
+
+
+def test_gpu_pool_slots_on_the_mapped_trials():
+    for gpu, slots in ((0.25, 1), (0.5, 2), (1, 4), (2, 8)):
+        dag = experiment_dag(f"pool{slots}", search_space={}, resources_per_trial={"cpu": 1, "gpu": gpu},
+                             gpu_pool="gpu")
+        trial_task = dag.get_task("tune.trial")
+        assert trial_task.partial_kwargs["pool"] == "gpu"
+        assert trial_task.partial_kwargs["pool_slots"] == slots
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"search_space": {"lr": {"uniform": [1, 0]}}}, "needs lower < upper"),
+        ({"search_space": {}, "experiment_name": "../up"}, "not a valid name"),
+        ({"search_space": {}, "mode": "best"}, "mode must be 'min' or 'max'"),
+    ],
+)
+def test_malformed_experiments_are_refused_when_the_dag_is_parsed(kwargs, message):
+    name = kwargs.pop("experiment_name", "bad")
+    with pytest.raises(ValueError, match=message):
+        with DAG("bad", schedule=None, start_date=START):
+            tuning_experiment(experiment_name=name, trainable="tests.trainables:counting",
+                              metric="score", **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"trainable": "tests.trainables:nope"}, "has no attribute 'nope'"),
+        ({"resources_per_trial": {"cpu": 1, "gpu": 8}}, "needs 1 CPU, 8 GPU but the Ray cluster has"),
+    ],
+)
+def test_bad_trainable_or_resources_fail_the_suggest_task_with_nothing_written(trials_env, kwargs, message, capfd):
+    kwargs.setdefault("search_space", {"x": 1})
+    run = experiment_dag("badrun", **kwargs).test()
+    assert run.state == "failed"
+    assert task_states(run)[("tune.suggest_configs", -1)] == "failed"
+    assert message in capfd.readouterr().out
+    assert trials_env.store.list_experiment_runs() == [] and trials_env.store.list_trials() == []
+    assert live_trial_actors() == []

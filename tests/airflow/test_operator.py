@@ -1,0 +1,110 @@
+"""RunTrialOperator called directly: deferral, re-attaching after a worker death, completion, bad input."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import ray
+from airflow.sdk.exceptions import TaskDeferred
+
+from airflow_trials import InsufficientResourcesError, TrainableNotFoundError, TrialError
+from airflow_trials.operators.trial import RunTrialOperator
+from airflow_trials.triggers.trial import TrialTrigger
+from tests.conftest import live_placement_groups, live_trial_actors
+
+
+def operator(**kwargs):
+    kwargs.setdefault("task_id", "trial")
+    kwargs.setdefault("trainable", "tests.trainables:counting")
+    kwargs.setdefault("experiment_name", "ops")
+    kwargs.setdefault("stopping_criterion", {"training_iteration": 4})
+    kwargs.setdefault("poll_interval_seconds", 0.05)
+    kwargs.setdefault("deferrable", True)
+    return RunTrialOperator(**kwargs)
+
+
+async def first_event(trigger):
+    async for event in trigger.run():
+        return event.payload
+
+
+def test_execute_defers_and_a_second_try_reattaches_without_a_second_copy(trials_env, fake_context):
+    op = operator(trial_id="tw", config={"sleep": 0.2})
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(fake_context(try_number=1))
+    trigger = deferred.value.trigger
+    assert isinstance(trigger, TrialTrigger) and deferred.value.method_name == "execute_complete"
+    assert trigger.serialize()[1]["trial_id"] == "tw"
+    pid = ray.get(ray.get_actor("trial.ops.tw", namespace="airflow_trials").poll.remote(0))["pid"]
+
+    # The worker died while the trial ran; Airflow runs the next try, which re-attaches.
+    again = operator(trial_id="tw", config={"sleep": 0.2})
+    with pytest.raises(TaskDeferred):
+        again.execute(fake_context(try_number=2))
+    assert live_trial_actors() == ["trial.ops.tw"]
+    assert ray.get(ray.get_actor("trial.ops.tw", namespace="airflow_trials").poll.remote(0))["pid"] == pid
+
+    event = asyncio.run(first_event(trigger))
+    assert event["status"] == "TERMINATED"
+    context = fake_context(try_number=2)
+    state = again.execute_complete(context, event)
+    assert state == context["ti"].xcom["trial"]
+    assert state["status"] == "TERMINATED" and state["num_failures"] == 0
+    assert state["last_result"]["training_iteration"] == 4 and state["config"] == {"sleep": 0.2}
+    assert state["best_checkpoint"].endswith("checkpoint_000004")
+    assert [r["training_iteration"] for r in trials_env.store.get_results("tw")] == [1, 2, 3, 4]
+    assert trials_env.store.get_trial("tw").status.value == "TERMINATED"
+    assert live_trial_actors() == [] and live_placement_groups() == []
+
+
+@pytest.mark.parametrize("status", ["TERMINATED", "ERROR"])
+def test_execute_complete_for_every_status(trials_env, fake_context, status):
+    op = operator(trial_id=f"ec-{status.lower()}", max_failures=1)
+    trials_env.store.upsert_trial(op.trial_id, trainable=op.trainable, config={}, resources={}, max_failures=1)
+    trials_env.store.update_trial(op.trial_id, status="RUNNING")
+    event = {"trial_id": op.trial_id, "experiment_name": "ops", "status": status,
+             "error": "Traceback ...\nValueError: boom" if status == "ERROR" else None,
+             "last_result": {"training_iteration": 2}, "best_checkpoint": None, "num_results": 2}
+    context = fake_context(try_number=1)
+    if status == "TERMINATED":
+        assert op.execute_complete(context, event)["status"] == "TERMINATED"
+    else:
+        with pytest.raises(TrialError, match="failure 1, will retry from its latest checkpoint"):
+            op.execute_complete(context, event)
+        assert context["ti"].xcom["trial"]["status"] == "PENDING"
+        record = trials_env.store.get_trial(op.trial_id)
+        assert record.num_failures == 1 and "ValueError: boom" in record.error_msg
+        with pytest.raises(TrialError, match="failure 2, no retries left"):
+            op.execute_complete(fake_context(try_number=2), event)
+        assert trials_env.store.get_trial(op.trial_id).status.value == "ERROR"
+
+
+def test_blocking_fallback_polls_in_the_worker(trials_env, fake_context):
+    context = fake_context()
+    state = operator(trial_id="blocking", deferrable=False).execute(context)
+    assert state["status"] == "TERMINATED" and context["ti"].xcom["trial"] == state
+
+
+def test_retries_default_to_max_failures():
+    assert operator(max_failures=3).retries == 3
+    assert operator(max_failures=-1).retries == 10_000
+    assert operator(max_failures=3, retries=1).retries == 1
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"trainable": "tests.trainables:nope"}, TrainableNotFoundError, "has no attribute 'nope'"),
+        ({"resources_per_trial": {"cpu": 1, "gpu": 8}}, InsufficientResourcesError, "needs 1 CPU, 8 GPU"),
+        ({"config": {"f": object()}}, ValueError, "config is not JSON-serialisable"),
+        ({"trial_id": "../../etc"}, ValueError, "Trial id '../../etc' is not a valid name"),
+        ({"experiment_name": "a/b"}, ValueError, "Experiment name 'a/b' is not a valid name"),
+    ],
+)
+def test_bad_input_fails_before_any_ray_work_and_writes_nothing(trials_env, fake_context, kwargs, error, message):
+    kwargs.setdefault("trial_id", "bad")
+    with pytest.raises(error, match=message):
+        operator(**kwargs).execute(fake_context())
+    assert trials_env.store.list_trials() == []
+    assert live_trial_actors() == [] and live_placement_groups() == []

@@ -1,0 +1,113 @@
+"""The trigger's contract (serialize, non-blocking run, cancellation) and GPU pool arithmetic."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from airflow_trials.pools import gpu_pool_slots
+from airflow_trials.triggers.trial import TrialStatusTrigger, TrialTrigger
+
+
+@pytest.mark.parametrize(("gpu", "slots"), [(0.25, 1), (0.5, 2), (1, 4), (2, 8), (0.3, 2), (0, 1)])
+def test_pool_slots_are_ceil_of_gpu_times_slots_per_gpu(gpu, slots):
+    assert gpu_pool_slots(gpu, slots_per_gpu=4) == slots
+
+
+def test_pool_slots_with_other_granularity():
+    assert gpu_pool_slots(0.3, slots_per_gpu=10) == 3
+    assert gpu_pool_slots(0.25, slots_per_gpu=1) == 1
+    with pytest.raises(ValueError, match="slots_per_gpu"):
+        gpu_pool_slots(1, slots_per_gpu=0)
+
+
+def test_trial_trigger_serializes_its_init_arguments():
+    trigger = TrialTrigger("exp", "t1", "my_ray", "my_db", 0.5)
+    assert trigger.serialize() == (
+        "airflow_trials.triggers.trial.TrialTrigger",
+        {"experiment_name": "exp", "trial_id": "t1", "ray_conn_id": "my_ray", "trials_conn_id": "my_db",
+         "poll_interval_seconds": 0.5},
+    )
+    classpath, kwargs = trigger.serialize()
+    assert TrialTrigger(**kwargs).serialize() == (classpath, kwargs)
+
+
+def test_status_trigger_serializes_its_init_arguments():
+    trigger = TrialStatusTrigger("exp", run_key="manual__1", trials_conn_id="db", poll_interval_seconds=5)
+    assert trigger.serialize() == (
+        "airflow_trials.triggers.trial.TrialStatusTrigger",
+        {"experiment_name": "exp", "trial_id": None, "run_key": "manual__1", "trials_conn_id": "db",
+         "poll_interval_seconds": 5},
+    )
+
+
+def _launch(trials_env, trial_id, config, stop=5):
+    from airflow_trials import RayTrialExecutor, Trial
+
+    trials_env.store.upsert_trial(trial_id, trainable="tests.trainables:counting", config=config,
+                                  resources={}, max_failures=0)
+    executor = RayTrialExecutor(trials_env.storage)
+    trial = Trial("tests.trainables:counting", config, trial_id=trial_id, experiment_name="trig",
+                  stopping_criterion={"training_iteration": stop}, keep_checkpoints_num=2,
+                  checkpoint_score_attr="score")
+    executor.launch(trial)
+    return executor
+
+
+async def test_run_never_blocks_the_event_loop_and_records_results(trials_env):
+    _launch(trials_env, "nb", {"sleep": 0.1})
+    trigger = TrialTrigger("trig", "nb", poll_interval_seconds=0.05)
+    ticks = 0
+
+    async def ticker():
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    clock = asyncio.create_task(ticker())
+    started = time.monotonic()
+    event = await trigger.run().asend(None)
+    elapsed = time.monotonic() - started
+    clock.cancel()
+    assert ticks >= 0.5 * elapsed / 0.01  # the loop kept ticking while the trial trained
+    assert event.payload["status"] == "TERMINATED" and event.payload["last_result"]["training_iteration"] == 5
+    assert [r["training_iteration"] for r in trials_env.store.get_results("nb")] == [1, 2, 3, 4, 5]
+    kept = trials_env.store.latest_checkpoint("nb")
+    assert kept.iteration == 5 and kept.score == 5.0
+
+
+async def test_cancelled_while_the_task_is_still_deferred_leaves_the_trial_running(trials_env):
+    from tests.conftest import live_trial_actors
+
+    _launch(trials_env, "keep", {"sleep": 0.1}, stop=1000)
+    trigger = TrialTrigger("trig", "keep", poll_interval_seconds=0.05)
+    pending = asyncio.ensure_future(trigger.run().asend(None))
+    await asyncio.sleep(0.5)
+    pending.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await pending
+    assert live_trial_actors() == ["trial.trig.keep"]  # a triggerer restart must not kill it
+    assert trials_env.store.get_trial("keep").status.value != "TERMINATED"
+
+
+async def test_cancelled_after_the_task_went_away_stops_the_trial(trials_env, monkeypatch):
+    from tests.conftest import live_trial_actors
+
+    _launch(trials_env, "gone", {"sleep": 0.1}, stop=1000)
+    trigger = TrialTrigger("trig", "gone", poll_interval_seconds=0.05)
+
+    async def not_deferred():  # what the API server answers once the task was cleared or marked
+        return False
+
+    monkeypatch.setattr(trigger, "_task_still_deferred", not_deferred)
+    pending = asyncio.ensure_future(trigger.run().asend(None))
+    await asyncio.sleep(0.5)
+    pending.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await pending
+    assert live_trial_actors() == []
+    record = trials_env.store.get_trial("gone")
+    assert record.status.value == "TERMINATED" and "cleared or marked" in record.error_msg
