@@ -1,0 +1,115 @@
+"""Provider registration, hooks' connection handling, the GPU pool, and the TrialSensor."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from airflow.sdk.exceptions import TaskDeferred
+
+from airflow_trials import TrialError
+from airflow_trials.sensors.trial import TrialSensor
+from airflow_trials.triggers.trial import TrialStatusTrigger
+
+
+def test_provider_info_is_registered_on_the_entry_point():
+    from importlib.metadata import entry_points
+
+    (entry,) = [e for e in entry_points(group="apache_airflow_provider") if e.value.startswith("airflow_trials")]
+    info = entry.load()()
+    assert info["package-name"] == "airflow-trials"
+    types = {c["connection-type"]: c["hook-class-name"] for c in info["connection-types"]}
+    assert types == {"ray": "airflow_trials.hooks.trials.RayHook",
+                     "trials_db": "airflow_trials.hooks.trials.TrialsDbHook"}
+
+
+def test_airflow_providers_manager_sees_the_connection_types(airflow_home):
+    from airflow.providers_manager import ProvidersManager
+
+    manager = ProvidersManager()
+    assert "airflow-trials" in manager.providers
+    hooks = manager.hooks
+    assert hooks["ray"].hook_class_name == "airflow_trials.hooks.trials.RayHook"
+    assert hooks["trials_db"].hook_class_name == "airflow_trials.hooks.trials.TrialsDbHook"
+
+
+def _conn(monkeypatch, conn_id, **fields):
+    from airflow.sdk import Connection
+
+    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", Connection(conn_id=conn_id, **fields).as_json())
+
+
+def test_trials_db_url_from_connection_env_or_default(airflow_home, monkeypatch, tmp_path):
+    from airflow_trials.hooks.trials import TrialsDbHook
+
+    monkeypatch.delenv("AIRFLOW_TRIALS_DB_URL", raising=False)
+    assert TrialsDbHook("missing").get_url().endswith("/trials.db")
+    monkeypatch.setenv("AIRFLOW_TRIALS_DB_URL", "sqlite:///x.db")
+    assert TrialsDbHook("missing").get_url() == "sqlite:///x.db"
+    _conn(monkeypatch, "db_extra", conn_type="trials_db", extra=json.dumps({"url": "postgresql+psycopg://a@h/t"}))
+    assert TrialsDbHook("db_extra").get_url() == "postgresql+psycopg://a@h/t"
+    _conn(monkeypatch, "db_pg", conn_type="postgres", host="pg", login="u", password="p", port=5433, schema="trials")
+    assert TrialsDbHook("db_pg").get_url() == "postgresql+psycopg://u:p@pg:5433/trials"
+
+
+def test_ray_settings_from_connection_then_ray_address(airflow_home, monkeypatch):
+    from airflow_trials.hooks.trials import RayHook
+
+    monkeypatch.setenv("RAY_ADDRESS", "ray://from-env:10001")
+    assert RayHook("missing").settings() == {
+        "address": "ray://from-env:10001", "namespace": "airflow_trials", "runtime_env": None, "storage_path": None
+    }
+    _conn(monkeypatch, "my_ray", conn_type="ray", host="ray://head:10001",
+          extra=json.dumps({"namespace": "tuning", "storage_path": "s3://b/t", "runtime_env": {"pip": ["x"]}}))
+    assert RayHook("my_ray").settings() == {
+        "address": "ray://head:10001", "namespace": "tuning", "runtime_env": {"pip": ["x"]}, "storage_path": "s3://b/t"
+    }
+
+
+def test_ensure_gpu_pool_sets_slots_and_include_deferred(airflow_home):
+    from airflow.models.pool import Pool
+
+    from airflow_trials.pools import ensure_gpu_pool
+
+    assert ensure_gpu_pool(2, name="gpus_test", slots_per_gpu=4) == ("gpus_test", 8)
+    ensure_gpu_pool(3, name="gpus_test", slots_per_gpu=4)  # update in place
+    pool = Pool.get_pool("gpus_test")
+    assert pool.slots == 12 and pool.include_deferred is True
+
+
+def test_sensor_defers_until_the_trial_ends_then_returns_statuses(trials_env):
+    store = trials_env.store
+    store.upsert_trial("s1", trainable="m:f", config={}, resources={}, max_failures=0)
+    sensor = TrialSensor(task_id="wait", experiment_name="exp", trial_id="s1", deferrable=True, poke_interval=0.05)
+    with pytest.raises(TaskDeferred) as deferred:
+        sensor.execute({})
+    assert isinstance(deferred.value.trigger, TrialStatusTrigger)
+    store.update_trial("s1", status="RUNNING")
+    store.update_trial("s1", status="TERMINATED")
+    import asyncio
+
+    event = asyncio.run(deferred.value.trigger.run().asend(None))
+    assert sensor.execute_complete({}, event.payload) == {"done": True, "statuses": {"s1": "TERMINATED"}, "failed": []}
+
+
+def test_sensor_waits_for_a_whole_experiment_run_and_fails_on_errors(trials_env):
+    store = trials_env.store
+    store.ensure_experiment("exp2", metric="loss", mode="min")
+    run_pk = store.create_experiment_run("exp2", "manual__1")
+    for trial_id, status in (("a", "TERMINATED"), ("b", "ERROR")):
+        store.upsert_trial(trial_id, trainable="m:f", config={}, resources={}, max_failures=0,
+                           experiment_run_id=run_pk)
+        store.update_trial(trial_id, status="RUNNING")
+        store.update_trial(trial_id, status=status)
+    sensor = TrialSensor(task_id="w", experiment_name="exp2", run_key="manual__1", deferrable=False)
+    with pytest.raises(TrialError, match="trials b ended in ERROR"):
+        sensor.poke({})
+    relaxed = TrialSensor(task_id="w2", experiment_name="exp2", run_key="manual__1", fail_on_error=False)
+    assert relaxed.poke({}).xcom_value["statuses"] == {"a": "TERMINATED", "b": "ERROR"}
+    unknown = TrialSensor(task_id="w3", experiment_name="exp2", run_key="manual__9")
+    assert unknown.poke({}).is_done is False
+
+
+def test_sensor_needs_exactly_one_target():
+    with pytest.raises(ValueError, match="exactly one of trial_id or run_key"):
+        TrialSensor(task_id="x", experiment_name="e")
