@@ -108,3 +108,14 @@ def test_bad_input_fails_before_any_ray_work_and_writes_nothing(trials_env, fake
         operator(**kwargs).execute(fake_context())
     assert trials_env.store.list_trials() == []
     assert live_trial_actors() == [] and live_placement_groups() == []
+
+
+def test_clearing_a_finished_task_runs_the_trial_again(trials_env, fake_context):
+    context = fake_context()
+    first = operator(trial_id="again", deferrable=False).execute(context)
+    assert first["status"] == "TERMINATED"
+    second = operator(trial_id="again", deferrable=False, stopping_criterion={"training_iteration": 6})
+    state = second.execute(fake_context(try_number=2))
+    assert state["status"] == "TERMINATED" and state["last_result"]["training_iteration"] == 6
+    # It resumed from the checkpoint at iteration 4, so the stored history stays continuous.
+    assert [r["training_iteration"] for r in trials_env.store.get_results("again")] == [1, 2, 3, 4, 5, 6]

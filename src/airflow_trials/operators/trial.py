@@ -187,6 +187,9 @@ class RunTrialOperator(BaseOperator):
             else:
                 if actor is not None:  # an ERROR left by a try whose worker died before cleanup
                     executor.terminate(experiment, trial_id)
+                if store.get_trial(trial_id).status.is_terminal():
+                    # The task was cleared after the trial had ended: it runs again.
+                    store.update_trial(trial_id, status=TrialStatus.PENDING.value)
                 latest = store.latest_checkpoint(trial_id)
                 if latest is not None:
                     trial = self._trial(experiment, trial_id, latest.path)
