@@ -7,7 +7,12 @@ import time
 import pytest
 import ray
 
-from airflow_trials import InsufficientResourcesError, RayTrialExecutor, TrainableNotFoundError, Trial
+from airflow_trials import (
+    InsufficientResourcesError,
+    RayTrialExecutor,
+    TrainableNotFoundError,
+    Trial,
+)
 from tests.conftest import live_placement_groups, live_trial_actors
 
 

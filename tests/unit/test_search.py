@@ -4,7 +4,14 @@ import math
 
 import pytest
 
-from airflow_trials.core.search import choice, generate_configs, grid_search, loguniform, randint, uniform
+from airflow_trials.core.search import (
+    choice,
+    generate_configs,
+    grid_search,
+    loguniform,
+    randint,
+    uniform,
+)
 
 
 def test_grid_times_samples_with_random_domains_in_bounds():

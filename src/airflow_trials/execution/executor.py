@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import ray
+from ray import PlacementGroupID
 from ray.actor import ActorHandle
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
-from ray import PlacementGroupID
 from ray.util.placement_group import (
     PlacementGroup,
     placement_group,
