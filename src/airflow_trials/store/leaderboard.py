@@ -5,8 +5,10 @@ A metric lives inside each result's JSON, so ranking trials by it means extracti
 Extracting it from every row takes seconds at a million results, so the store keeps an
 expression index ``(trial_id, <metric value>, iteration)`` on ``at_results`` for each metric an
 experiment ranks by. The query then finds each trial's best result with one index probe per trial.
-For an index to match, the expression in the query must be the very same as in the index, with
-the metric name as a literal, not a bound parameter; both are built by :func:`metric_value`.
+For an index to match, the expression in the query must be the very same as in the index; both
+are built by :func:`metric_value`, with the metric name rendered as a literal: a PostgreSQL
+generic plan (psycopg prepares a statement after five executions) cannot match an index
+expression that holds a parameter.
 """
 
 from __future__ import annotations
@@ -25,8 +27,10 @@ from sqlalchemy import (
     Select,
     String,
     Table,
+    Text,
     bindparam,
     case,
+    cast,
     false,
     func,
     select,
@@ -78,7 +82,7 @@ def metric_value(metrics: Any, metric: str, dialect_name: str) -> ColumnElement[
     :param dialect_name: ``"sqlite"`` or ``"postgresql"``.
     """
     key = _literal(metric, JSON.JSONStrIndexType())
-    value = metrics[key].as_float()
+    value = metric_float(metrics, metric)
     # A string or bool under the metric's key must not break the cast (PostgreSQL raises) or
     # rank as 0.0 (SQLite casts 'abc' to 0); it is treated as not reported.
     if dialect_name == "postgresql":
@@ -90,6 +94,11 @@ def metric_value(metrics: Any, metric: str, dialect_name: str) -> ColumnElement[
     else:
         return value
     return case((guard, value), else_=None)
+
+
+def metric_float(metrics: Any, metric: str) -> ColumnElement[float]:
+    """The metric cast to float, unguarded: only for a row whose :func:`metric_value` is not NULL."""
+    return metrics[_literal(metric, JSON.JSONStrIndexType())].as_float()
 
 
 def metric_index_name(metric: str) -> str:
@@ -113,7 +122,7 @@ def leaderboard_query(
 ) -> Select[Any]:
     """One row per trial of the run: trial columns, best value, its iteration, latest checkpoint.
 
-    Columns: trial_id, status, num_failures, config, best_value, best_iteration, checkpoint_path.
+    Columns: trial_id, status, num_failures, config (JSON text), best_value, best_iteration, checkpoint_path.
     Ordered by best value (ascending for min, descending for max), trials without the metric
     last, then by trial_id. Each trial's best result is found by one probe of the metric index
     (the trial's first entry whose value is not NULL); on ties the earliest iteration wins.
@@ -121,6 +130,8 @@ def leaderboard_query(
     trials = TrialRow.__table__
     results = ResultRow.__table__
     checkpoints = CheckpointRow.__table__
+    # As JSON text, decoded by the caller: psycopg's JSONB loader costs twice what json.loads does.
+    config_text = cast(trials.c.config, Text).label("config")
     value = metric_value(results.c.metrics, metric, dialect_name)
     best_first = (
         select()
@@ -140,7 +151,9 @@ def leaderboard_query(
     if dialect_name == "postgresql":
         # LATERAL reads the best result's value and iteration in the probe itself.
         best = best_first.add_columns(
-            value.label("best_value"), results.c.iteration.label("best_iteration")
+            # The probe only returns a row whose value is a number: no need for the guard again.
+            metric_float(results.c.metrics, metric).label("best_value"),
+            results.c.iteration.label("best_iteration"),
         ).lateral("best")
         best_value: ColumnElement[Any] = best.c.best_value
         query = (
@@ -148,7 +161,7 @@ def leaderboard_query(
                 trials.c.trial_id,
                 trials.c.status,
                 trials.c.num_failures,
-                trials.c.config,
+                config_text,
                 best_value,
                 best.c.best_iteration,
                 latest_checkpoint.label("checkpoint_path"),
@@ -156,7 +169,7 @@ def leaderboard_query(
             .select_from(trials.outerjoin(best, true()))
             .where(trials.c.experiment_run_id == experiment_run_id)
         )
-        trial_id = trials.c.trial_id
+        trial_id: ColumnElement[Any] = trials.c.trial_id
     else:
         # SQLite has no LATERAL: the probe yields the best row's id, joined back by rowid.
         ranked = (
@@ -164,7 +177,7 @@ def leaderboard_query(
                 trials.c.trial_id,
                 trials.c.status,
                 trials.c.num_failures,
-                trials.c.config,
+                config_text,
                 best_first.add_columns(results.c.id).correlate(trials).scalar_subquery().label("best_id"),
                 latest_checkpoint.label("checkpoint_path"),
             )
@@ -172,7 +185,7 @@ def leaderboard_query(
             .subquery("ranked")
         )
         best_row = results.alias("best")
-        best_value = metric_value(best_row.c.metrics, metric, dialect_name).label("best_value")
+        best_value = metric_float(best_row.c.metrics, metric).label("best_value")
         query = select(
             ranked.c.trial_id,
             ranked.c.status,

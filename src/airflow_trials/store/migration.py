@@ -7,6 +7,7 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
 from alembic.util import CommandError
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import SQLAlchemyError
@@ -67,8 +68,6 @@ def migrate(url: str) -> None:
 
 def current_revision(engine: Engine) -> str | None:
     """The revision the database is at, or None when it was never migrated."""
-    from alembic.runtime.migration import MigrationContext
-
     with engine.connect() as connection:
         context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
         return context.get_current_revision()

@@ -8,7 +8,7 @@ tests/contract/test_store.py checks that the two agree.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from sqlalchemy import (
     JSON,
@@ -22,6 +22,7 @@ from sqlalchemy import (
     Integer,
     MetaData,
     String,
+    Table,
     Text,
     UniqueConstraint,
     false,
@@ -80,6 +81,8 @@ class UTCDateTime(TypeDecorator[datetime]):
 
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    # Every model maps one Table (SQLAlchemy types it as any FromClause).
+    __table__: ClassVar[Table]
 
 
 class ExperimentRow(Base):
@@ -164,7 +167,11 @@ class CheckpointRow(Base):
     """A persisted checkpoint of a trial; ``deleted`` once the keep policy dropped it."""
 
     __tablename__ = "at_checkpoints"
-    __table_args__ = (UniqueConstraint("trial_id", "path"),)
+    __table_args__ = (
+        UniqueConstraint("trial_id", "path"),
+        # The newest kept checkpoint of a trial without a sort (the leaderboard asks per trial).
+        Index("ix_at_checkpoints_trial_id_iteration", "trial_id", "iteration", "id"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     trial_id: Mapped[str] = mapped_column(ForeignKey("at_trials.trial_id", ondelete="CASCADE"))

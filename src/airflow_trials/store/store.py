@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import numbers
@@ -19,7 +20,12 @@ from airflow_trials.core.resources import Resources
 from airflow_trials.core.result import TIMESTAMP, TRAINING_ITERATION
 from airflow_trials.core.status import TrialStatus, check_transition
 from airflow_trials.exceptions import StoreError, TrialNotFoundError
-from airflow_trials.store.engine import WRITE_OPTION, create_store_engine, default_store_url, safe_url
+from airflow_trials.store.engine import (
+    WRITE_OPTION,
+    create_store_engine,
+    default_store_url,
+    safe_url,
+)
 from airflow_trials.store.jsonsafe import json_safe
 from airflow_trials.store.leaderboard import (
     check_metric,
@@ -339,7 +345,7 @@ class TrialStore:
                     created_at=run.created_at,
                     ended_at=run.ended_at,
                 )
-                for run, name in session.execute(query).tuples()
+                for run, name in session.execute(query)
             ]
 
     # -- trials ----------------------------------------------------------------------------
@@ -645,7 +651,7 @@ class TrialStore:
                     trial_id=trial_id,
                     status=_STATUSES[status],
                     num_failures=num_failures,
-                    config=config,
+                    config=json.loads(config),
                     best_value=best_value,
                     best_iteration=best_iteration,
                     checkpoint_path=checkpoint_path,

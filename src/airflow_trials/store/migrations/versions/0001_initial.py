@@ -128,9 +128,13 @@ def upgrade() -> None:
             ondelete="CASCADE",
         ),
     )
+    op.create_index(
+        "ix_at_checkpoints_trial_id_iteration", "at_checkpoints", ["trial_id", "iteration", "id"]
+    )
 
 
 def downgrade() -> None:
+    op.drop_index("ix_at_checkpoints_trial_id_iteration", table_name="at_checkpoints")
     op.drop_table("at_checkpoints")
     op.drop_table("at_results")
     op.drop_index("ix_at_trials_experiment_run_id", table_name="at_trials")

@@ -1,0 +1,72 @@
+"""Store fixtures: one TrialStore per test on in-memory SQLite, a SQLite file, or PostgreSQL.
+
+PostgreSQL runs when AIRFLOW_TRIALS_TEST_POSTGRES_URL names a server (e.g.
+``postgresql+psycopg://postgres@127.0.0.1:5432/test``); each test gets a schema of its own,
+dropped afterwards, so tests never see each other's rows.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from airflow_trials.store import TrialStore
+
+POSTGRES_URL_ENV = "AIRFLOW_TRIALS_TEST_POSTGRES_URL"
+
+MEMORY = "sqlite-memory"
+SQLITE_FILE = "sqlite-file"
+POSTGRESQL = "postgresql"
+
+
+def postgres_url() -> str:
+    url = os.environ.get(POSTGRES_URL_ENV)
+    if not url:
+        pytest.skip(f"PostgreSQL tests need {POSTGRES_URL_ENV}, e.g. postgresql+psycopg://postgres@127.0.0.1:5432/test")
+    return url
+
+
+def with_search_path(url: str, schema: str) -> str:
+    """``url`` whose connections use ``schema`` (psycopg passes ``options`` to the server)."""
+    separator = "&" if "?" in url else "?"
+    return f"{url}{separator}options=-csearch_path%3D{schema}"
+
+
+@pytest.fixture
+def postgres_schema_url() -> Iterator[str]:
+    """A URL on a fresh, empty PostgreSQL schema, dropped after the test."""
+    base = postgres_url()
+    schema = f"at_test_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(base)
+    with admin.begin() as connection:
+        connection.execute(text(f'CREATE SCHEMA "{schema}"'))
+    try:
+        yield with_search_path(base, schema)
+    finally:
+        with admin.begin() as connection:
+            connection.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        admin.dispose()
+
+
+@pytest.fixture
+def store_url(request: pytest.FixtureRequest, tmp_path) -> str:
+    """The URL of an empty store for the backend the test class names in ``backend``."""
+    backend = request.cls.backend
+    if backend == MEMORY:
+        return "sqlite://"
+    if backend == SQLITE_FILE:
+        return f"sqlite:///{tmp_path / 'trials.db'}"
+    if backend == POSTGRESQL:
+        return request.getfixturevalue("postgres_schema_url")
+    raise ValueError(f"unknown backend {backend!r}")
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[TrialStore]:
+    trial_store = TrialStore(store_url, create=True)
+    yield trial_store
+    trial_store.dispose()

@@ -1,0 +1,571 @@
+"""Contract of TrialStore, run unchanged against in-memory SQLite, a SQLite file and PostgreSQL."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import subprocess
+import sys
+import threading
+import warnings
+from datetime import UTC
+from typing import Any
+
+import numpy as np
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import event, func, select, text
+from sqlalchemy.exc import SQLAlchemyError
+
+from airflow_trials import InvalidTransitionError, StoreError, TrialNotFoundError, TrialStatus
+from airflow_trials.store import TrialStore, default_store_url, migrate
+from airflow_trials.store.__main__ import main as store_cli
+from airflow_trials.store.leaderboard import metric_index_name
+from airflow_trials.store.migration import (
+    VERSION_TABLE,
+    current_revision,
+    include_object,
+    upgrade_engine,
+)
+from airflow_trials.store.models import Base, CheckpointRow, ResultRow, TrialRow
+from tests.contract.conftest import MEMORY, POSTGRESQL, SQLITE_FILE
+
+HEAD_REVISION = "0001"
+
+
+def register(store: TrialStore, trial_id: str, run: int | None = None, **kwargs: Any) -> None:
+    store.upsert_trial(
+        trial_id,
+        trainable="tests.trainables:quadratic",
+        config=kwargs.pop("config", {"x": 1}),
+        resources={"cpu": 1},
+        max_failures=kwargs.pop("max_failures", 2),
+        experiment_run_id=run,
+        **kwargs,
+    )
+
+
+def results(iterations, **metrics: Any) -> list[dict[str, Any]]:
+    return [
+        {"training_iteration": i, "timestamp": 1_700_000_000.0 + i, "loss": 10.0 - i, **metrics}
+        for i in iterations
+    ]
+
+
+def count(store: TrialStore, model: Any, **where: Any) -> int:
+    query = select(func.count()).select_from(model)
+    for column, value in where.items():
+        query = query.where(getattr(model, column) == value)
+    with store._engine.connect() as connection:
+        return connection.execute(query).scalar_one()
+
+
+def schema_differences(store: TrialStore) -> list[Any]:
+    with store._engine.connect() as connection, warnings.catch_warnings():
+        # SQLAlchemy cannot reflect SQLite's expression indexes (the metric indexes) and says so.
+        warnings.filterwarnings("ignore", "Skipped unsupported reflection of expression-based index")
+        context = MigrationContext.configure(
+            connection,
+            opts={
+                "version_table": VERSION_TABLE,
+                "include_object": include_object,
+                "compare_type": True,
+                "compare_server_default": True,
+            },
+        )
+        return compare_metadata(context, Base.metadata)
+
+
+class StoreContract:
+    """Every backend must pass these; subclasses name the backend for the ``store`` fixture."""
+
+    backend: str
+    concurrent_writers = True
+
+    # -- schema and migrations ---------------------------------------------------------
+
+    def test_migrating_twice_keeps_schema_and_rows(self, store, store_url):
+        experiment_id = store.ensure_experiment("mnist")
+        upgrade_engine(store._engine)
+        if self.backend != MEMORY:  # sqlite:// would be a new, empty database per engine
+            migrate(store_url)
+            migrate(store_url)
+        assert current_revision(store._engine) == HEAD_REVISION
+        assert store.ensure_experiment("mnist") == experiment_id
+        assert [e.name for e in store.list_experiments()] == ["mnist"]
+
+    def test_migrated_schema_matches_the_models(self, store):
+        assert schema_differences(store) == []
+
+    def test_metric_index_is_left_out_of_the_schema_comparison_only(self, store):
+        store.ensure_experiment("mnist", metric="val/loss", mode="min")
+        with store._engine.connect() as connection:
+            if self.backend == POSTGRESQL:
+                exists = connection.execute(
+                    text("SELECT to_regclass(:name) IS NOT NULL"), {"name": metric_index_name("val/loss")}
+                ).scalar_one()
+            else:
+                exists = connection.execute(
+                    text("SELECT count(*) FROM sqlite_master WHERE name = :name"),
+                    {"name": metric_index_name("val/loss")},
+                ).scalar_one()
+        assert exists
+        assert schema_differences(store) == []
+
+    def test_leaderboard_query_uses_the_metric_index(self, store):
+        run = self._leaderboard_run(store)
+        statements: list[tuple[str, Any]] = []
+
+        def capture(conn, cursor, statement, parameters, context, executemany):
+            if "at_results" in statement:
+                statements.append((statement, parameters))
+
+        event.listen(store._engine, "before_cursor_execute", capture)
+        try:
+            store.leaderboard(run, "acc", "min")
+        finally:
+            event.remove(store._engine, "before_cursor_execute", capture)
+        [(statement, parameters)] = statements
+        # The metric is part of the SQL text, as in the index: a PostgreSQL generic plan could
+        # not match an index expression that holds a parameter.
+        values = parameters.values() if isinstance(parameters, dict) else parameters
+        assert "acc" not in [str(value) for value in values] and "acc" in statement
+        with store._engine.connect() as connection:
+            if self.backend == POSTGRESQL:
+                # Few rows: without this PostgreSQL would rightly prefer a sequential scan.
+                connection.exec_driver_sql("SET enable_seqscan = off")
+                plan = connection.exec_driver_sql("EXPLAIN " + statement, parameters).scalars().all()
+            else:
+                plan = [
+                    row[-1]
+                    for row in connection.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, parameters)
+                ]
+        assert any(metric_index_name("acc") in line for line in plan), plan
+        if self.backend != POSTGRESQL:
+            # The probe's ORDER BY is the index order: the only sort is the final ranking.
+            assert sum("TEMP B-TREE" in line for line in plan) == 1, plan
+
+    def test_unmigrated_database_raises_store_error_naming_the_upgrade(self, store_url):
+        bare = TrialStore(store_url)
+        try:
+            with pytest.raises(StoreError, match="airflow_trials.store upgrade") as raised:
+                bare.list_experiments()
+            assert isinstance(raised.value.__cause__, SQLAlchemyError)
+        finally:
+            bare.dispose()
+
+    # -- experiments and runs ----------------------------------------------------------
+
+    def test_ensure_experiment_is_idempotent_and_updates_metric_and_mode_when_given(self, store):
+        first = store.ensure_experiment("mnist")
+        assert store.ensure_experiment("mnist", metric="loss", mode="min") == first
+        assert store.ensure_experiment("mnist") == first
+        [experiment] = store.list_experiments()
+        assert (experiment.id, experiment.metric, experiment.mode) == (first, "loss", "min")
+        store.ensure_experiment("mnist", mode="max")
+        assert store.list_experiments()[0].mode == "max"
+        assert store.list_experiments()[0].metric == "loss"
+        with pytest.raises(ValueError, match="'min' or 'max'"):
+            store.ensure_experiment("mnist", mode="lowest")
+
+    def test_experiment_runs_are_idempotent_per_experiment_and_run_key(self, store):
+        run = store.create_experiment_run(
+            "mnist", "manual__2026", dag_id="tune", run_id="manual__2026",
+            search_space={"lr": {"loguniform": [1e-4, 1e-1]}}, seed=7, num_samples=16,
+        )
+        again = store.create_experiment_run("mnist", "manual__2026", seed=99, search_space={"other": 1})
+        other_key = store.create_experiment_run("mnist", "manual__2027")
+        other_experiment = store.create_experiment_run("cifar", "manual__2026")
+        assert again == run
+        assert len({run, other_key, other_experiment}) == 3
+        records = store.list_experiment_runs("mnist")
+        assert [r.run_key for r in records] == ["manual__2026", "manual__2027"]
+        first = records[0]
+        assert (first.dag_id, first.run_id, first.seed, first.num_samples) == ("tune", "manual__2026", 7, 16)
+        assert first.search_space == {"lr": {"loguniform": [1e-4, 1e-1]}}
+        assert first.status == "RUNNING" and first.ended_at is None
+        assert len(store.list_experiment_runs()) == 3
+
+    def test_finish_experiment_run_sets_status_and_end_time(self, store):
+        run = store.create_experiment_run("mnist", "r1")
+        store.finish_experiment_run(run, "SUCCESS")
+        [record] = store.list_experiment_runs("mnist")
+        assert record.status == "SUCCESS" and record.ended_at is not None
+        store.finish_experiment_run(run, "RUNNING")
+        assert store.list_experiment_runs("mnist")[0].ended_at is None
+        with pytest.raises(ValueError, match="RUNNING, SUCCESS, FAILED"):
+            store.finish_experiment_run(run, "DONE")
+        with pytest.raises(StoreError, match="experiment run 4242 .*create_experiment_run first"):
+            store.finish_experiment_run(4242, "FAILED")
+
+    # -- trials ------------------------------------------------------------------------
+
+    def test_upsert_trial_registers_then_only_refreshes_airflow_ids(self, store):
+        run = store.create_experiment_run("mnist", "r1")
+        register(store, "t1", run, dag_id="tune", run_id="r1", task_id="trial", map_index=3, try_number=1)
+        store.update_trial("t1", status="RUNNING", num_failures=1, error_msg="Traceback ...")
+        store.add_results("t1", results([1, 2]))
+        before = store.get_trial("t1")
+
+        register(store, "t1", None, config={"x": 99}, max_failures=0, status="PENDING", try_number=2)
+        after = store.get_trial("t1")
+        assert after.try_number == 2
+        assert (after.dag_id, after.run_id, after.task_id, after.map_index) == ("tune", "r1", "trial", 3)
+        assert after.status is TrialStatus.RUNNING
+        assert (after.num_failures, after.error_msg) == (1, "Traceback ...")
+        assert after.last_result == before.last_result
+        assert (after.config, after.max_failures, after.experiment_run_id) == ({"x": 1}, 2, run)
+        assert len(store.get_results("t1")) == 2
+
+        register(store, "t1", run, task_id="trial_retry", map_index=5)
+        moved = store.get_trial("t1")
+        assert (moved.task_id, moved.map_index, moved.try_number) == ("trial_retry", 5, 2)
+
+    def test_trial_record_has_every_column(self, store):
+        run = store.create_experiment_run("mnist", "r1")
+        register(store, "t1", run, config={"lr": 0.1, "layers": [1, 2]}, dag_id="d", run_id="r", task_id="t")
+        record = store.get_trial("t1")
+        assert record.status is TrialStatus.PENDING
+        assert (record.trainable, record.config, record.resources) == (
+            "tests.trainables:quadratic", {"lr": 0.1, "layers": [1, 2]}, {"cpu": 1},
+        )
+        assert (record.num_failures, record.max_failures, record.map_index) == (0, 2, -1)
+        assert record.experiment_run_id == run
+        assert record.started_at is None and record.ended_at is None and record.last_result is None
+        assert record.created_at.tzinfo is not None and record.created_at.utcoffset() == UTC.utcoffset(None)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            record.status = TrialStatus.ERROR  # type: ignore[misc]
+
+    def test_status_changes_set_start_and_end_times(self, store):
+        register(store, "t1")
+        store.update_trial("t1", status="RUNNING")
+        started = store.get_trial("t1").started_at
+        assert started is not None
+        store.update_trial("t1", status="PAUSED")
+        store.update_trial("t1", status="RUNNING")
+        assert store.get_trial("t1").started_at == started
+        store.update_trial("t1", status="ERROR", num_failures=3, error_msg="Traceback (most recent call last): ...")
+        errored = store.get_trial("t1")
+        assert errored.ended_at is not None and errored.num_failures == 3
+        assert errored.error_msg.startswith("Traceback")
+        store.update_trial("t1", status="PENDING")
+        assert store.get_trial("t1").ended_at is None
+
+    def test_invalid_transition_raises_and_writes_nothing(self, store):
+        register(store, "t1")
+        store.update_trial("t1", status="TERMINATED")
+        before = store.get_trial("t1")
+        with pytest.raises(InvalidTransitionError, match="t1 cannot go from TERMINATED to RUNNING"):
+            store.update_trial("t1", status="RUNNING", num_failures=5, error_msg="boom", try_number=9)
+        assert store.get_trial("t1") == before
+        with pytest.raises(ValueError, match="not one of PENDING, RUNNING, PAUSED, TERMINATED, ERROR"):
+            store.update_trial("t1", status="DONE")
+
+    def test_list_trials_orders_and_filters(self, store):
+        run_a = store.create_experiment_run("mnist", "a")
+        run_b = store.create_experiment_run("cifar", "b")
+        for trial_id, run in [("t3", run_a), ("t1", run_b), ("t2", run_a), ("solo", None)]:
+            register(store, trial_id, run)
+        assert [t.trial_id for t in store.list_trials()] == ["t3", "t1", "t2", "solo"]
+        assert [t.trial_id for t in store.list_trials(experiment_run_id=run_a)] == ["t3", "t2"]
+        assert [t.trial_id for t in store.list_trials(experiment_name="cifar")] == ["t1"]
+        assert store.list_trials(experiment_name="cifar", experiment_run_id=run_a) == []
+
+    # -- results -----------------------------------------------------------------------
+
+    def test_same_batch_twice_is_stored_once(self, store):
+        register(store, "t1")
+        batch = results(range(1, 6))
+        assert store.add_results("t1", batch) == 5
+        assert store.add_results("t1", batch) == 0
+        assert store.add_results("t1", results(range(4, 9))) == 3
+        assert store.add_results("t1", results([9, 9, 10])) == 2
+        assert count(store, ResultRow, trial_id="t1") == 10
+        assert [r["training_iteration"] for r in store.get_results("t1")] == list(range(1, 11))
+
+    def test_last_result_follows_the_highest_iteration(self, store):
+        register(store, "t1")
+        store.add_results("t1", results([4, 3]))
+        assert store.get_trial("t1").last_result["training_iteration"] == 4
+        store.add_results("t1", results([1, 2]))
+        assert store.get_trial("t1").last_result["training_iteration"] == 4
+        store.add_results("t1", results([7, 5, 6]))
+        last = store.get_trial("t1").last_result
+        assert last["training_iteration"] == 7 and last["loss"] == 3.0
+        assert store.add_results("t1", []) == 0
+
+    def test_result_without_training_iteration_rejects_the_whole_batch(self, store):
+        register(store, "t1")
+        batch = results([1, 2]) + [{"loss": 0.3}] + results([4])
+        with pytest.raises(ValueError, match=r"Result 2 of the batch for trial t1 has no integer training_iteration"):
+            store.add_results("t1", batch)
+        with pytest.raises(ValueError, match="Result 0 of the batch for trial t1"):
+            store.add_results("t1", [{"training_iteration": 1.5}])
+        assert store.get_results("t1") == []
+        assert store.get_trial("t1").last_result is None
+
+    def test_numpy_nan_and_inf_values_are_stored_as_json(self, store):
+        register(store, "t1", config={"lr": np.float64(0.01), "units": np.int64(64)})
+        result = {
+            "training_iteration": np.int64(1),
+            "timestamp": np.float64(1_700_000_000.5),
+            "loss": np.float32(0.25),
+            "accuracy": float("nan"),
+            "grad_norm": float("inf"),
+            "per_class": np.array([0.5, np.nan]),
+            "flag": np.bool_(True),
+            "nested": {"neg": -math.inf, 3: "three"},
+        }
+        assert store.add_results("t1", [result]) == 1
+        [stored] = store.get_results("t1")
+        assert stored == {
+            "training_iteration": 1,
+            "timestamp": 1_700_000_000.5,
+            "loss": 0.25,
+            "accuracy": None,
+            "grad_norm": None,
+            "per_class": [0.5, None],
+            "flag": True,
+            "nested": {"neg": None, "3": "three"},
+        }
+        assert store.get_trial("t1").last_result == stored
+        assert store.get_trial("t1").config == {"lr": 0.01, "units": 64}
+
+    # -- checkpoints -------------------------------------------------------------------
+
+    def test_checkpoints_are_idempotent_and_deletion_is_marked(self, store):
+        register(store, "t1")
+        assert store.latest_checkpoint("t1") is None
+        store.add_checkpoint("t1", "/ckpt/t1/1", 1, score=0.5)
+        store.add_checkpoint("t1", "/ckpt/t1/1", 1, score=0.5)
+        store.add_checkpoint("t1", "/ckpt/t1/3", 3, score=float("nan"))
+        store.add_checkpoint("t1", "/ckpt/t1/2", 2)
+        assert count(store, CheckpointRow, trial_id="t1") == 3
+        latest = store.latest_checkpoint("t1")
+        assert (latest.path, latest.iteration, latest.score, latest.deleted) == ("/ckpt/t1/3", 3, None, False)
+        store.mark_checkpoint_deleted("t1", "/ckpt/t1/3")
+        store.mark_checkpoint_deleted("t1", "/ckpt/t1/3")
+        assert store.latest_checkpoint("t1").path == "/ckpt/t1/2"
+        store.add_checkpoint("t1", "/ckpt/t1/3", 3)
+        assert store.latest_checkpoint("t1").path == "/ckpt/t1/2"
+        with pytest.raises(StoreError, match="no checkpoint at /ckpt/t1/9 .*add_checkpoint first"):
+            store.mark_checkpoint_deleted("t1", "/ckpt/t1/9")
+
+    # -- leaderboard -------------------------------------------------------------------
+
+    def _leaderboard_run(self, store: TrialStore) -> int:
+        run = store.create_experiment_run("mnist", "r1")
+        store.ensure_experiment("mnist", metric="acc", mode="max")
+        register(store, "a", run, config={"lr": 0.1})
+        register(store, "b", run, config={"lr": 0.01})
+        register(store, "c", run)
+        register(store, "d", run)
+        register(store, "e", run)
+        other = store.create_experiment_run("mnist", "r2")
+        register(store, "other", other)
+        store.add_results("a", [{"training_iteration": i, "acc": v} for i, v in [(1, 0.5), (2, 0.9), (3, 0.7)]])
+        store.add_results("b", [{"training_iteration": i, "acc": v} for i, v in [(1, 0.2), (2, 0.95), (3, 0.95)]])
+        store.add_results("c", [{"training_iteration": 1, "loss": 1.0}])  # never reports acc
+        store.add_results("d", [{"training_iteration": 1, "acc": "n/a"}, {"training_iteration": 2, "acc": None}])
+        store.add_results("e", [{"training_iteration": 1, "acc": 0.1}, {"training_iteration": 2, "acc": math.nan}])
+        store.add_results("other", [{"training_iteration": 1, "acc": 0.99}])
+        store.add_checkpoint("a", "/ckpt/a/2", 2)
+        store.add_checkpoint("a", "/ckpt/a/3", 3)
+        store.mark_checkpoint_deleted("a", "/ckpt/a/3")
+        store.update_trial("b", status="RUNNING")
+        return run
+
+    def test_leaderboard_max_ranks_best_first_and_missing_metric_last(self, store):
+        run = self._leaderboard_run(store)
+        rows = store.leaderboard(run, "acc", "max")
+        assert [(r.trial_id, r.best_value, r.best_iteration) for r in rows] == [
+            ("b", 0.95, 2),
+            ("a", 0.9, 2),
+            ("e", 0.1, 1),
+            ("c", None, None),
+            ("d", None, None),
+        ]
+        assert rows[0].status is TrialStatus.RUNNING and rows[0].config == {"lr": 0.01}
+        assert rows[1].checkpoint_path == "/ckpt/a/2" and rows[0].checkpoint_path is None
+        assert rows[0].num_failures == 0
+
+    def test_leaderboard_min_and_limit(self, store):
+        run = self._leaderboard_run(store)
+        rows = store.leaderboard(run, "acc", "min")
+        assert [(r.trial_id, r.best_value, r.best_iteration) for r in rows] == [
+            ("e", 0.1, 1),
+            ("b", 0.2, 1),
+            ("a", 0.5, 1),
+            ("c", None, None),
+            ("d", None, None),
+        ]
+        assert [r.trial_id for r in store.leaderboard(run, "acc", "min", limit=2)] == ["e", "b"]
+        assert [r.best_value for r in store.leaderboard(run, "loss")] == [1.0, None, None, None, None]
+
+    def test_leaderboard_rejects_bad_arguments(self, store):
+        run = self._leaderboard_run(store)
+        with pytest.raises(ValueError, match="'min' or 'max'"):
+            store.leaderboard(run, "acc", "best")
+        with pytest.raises(ValueError, match="limit must be at least 1"):
+            store.leaderboard(run, "acc", limit=0)
+        with pytest.raises(StoreError, match="experiment run 4242"):
+            store.leaderboard(4242, "acc")
+
+    # -- errors ------------------------------------------------------------------------
+
+    @pytest.mark.parametrize(
+        "call",
+        [
+            lambda s: s.get_trial("ghost"),
+            lambda s: s.update_trial("ghost", status="RUNNING"),
+            lambda s: s.add_results("ghost", results([1])),
+            lambda s: s.get_results("ghost"),
+            lambda s: s.add_checkpoint("ghost", "/ckpt", 1),
+            lambda s: s.mark_checkpoint_deleted("ghost", "/ckpt"),
+            lambda s: s.latest_checkpoint("ghost"),
+        ],
+        ids=["get_trial", "update_trial", "add_results", "get_results", "add_checkpoint",
+             "mark_checkpoint_deleted", "latest_checkpoint"],
+    )
+    def test_unknown_trial_raises_trial_not_found(self, store, call):
+        with pytest.raises(TrialNotFoundError, match="ghost .*register it with upsert_trial first") as raised:
+            call(store)
+        assert isinstance(raised.value, KeyError) and raised.value.trial_id == "ghost"
+        assert count(store, ResultRow) == 0 and count(store, CheckpointRow) == 0
+
+    def test_foreign_key_violation_raises_chained_store_error_and_writes_nothing(self, store):
+        with pytest.raises(StoreError, match="register trial t1 in experiment run 4242") as raised:
+            register(store, "t1", 4242)
+        assert isinstance(raised.value.__cause__, SQLAlchemyError)
+        assert "IntegrityError" in type(raised.value.__cause__).__name__
+        assert count(store, TrialRow) == 0
+
+    def test_failure_late_in_a_write_rolls_back_all_of_it(self, store):
+        register(store, "t1")
+        store.add_results("t1", results([1]))
+        # Fails the last statement of add_results (setting last_result) after its INSERT succeeded.
+        with store._engine.begin() as connection:
+            if self.backend == POSTGRESQL:
+                connection.exec_driver_sql(
+                    "CREATE FUNCTION at_test_fail() RETURNS trigger LANGUAGE plpgsql AS "
+                    "$$ BEGIN RAISE EXCEPTION 'forced failure'; END $$"
+                )
+                connection.exec_driver_sql(
+                    "CREATE TRIGGER at_test_fail BEFORE UPDATE OF last_result ON at_trials "
+                    "FOR EACH ROW EXECUTE FUNCTION at_test_fail()"
+                )
+            else:
+                connection.exec_driver_sql(
+                    "CREATE TRIGGER at_test_fail BEFORE UPDATE OF last_result ON at_trials "
+                    "BEGIN SELECT RAISE(ABORT, 'forced failure'); END"
+                )
+        with pytest.raises(StoreError, match="add 3 results to trial t1.*forced failure") as raised:
+            store.add_results("t1", results([2, 3, 4]))
+        assert isinstance(raised.value.__cause__, SQLAlchemyError)
+        assert [r["training_iteration"] for r in store.get_results("t1")] == [1]
+        assert store.get_trial("t1").last_result["training_iteration"] == 1
+
+    # -- concurrency -------------------------------------------------------------------
+
+    @pytest.mark.parametrize("shared_store", [True, False], ids=["one-shared-store", "store-per-thread"])
+    def test_32_concurrent_writers_lose_nothing_and_duplicate_nothing(self, store, store_url, shared_store):
+        if not self.concurrent_writers:
+            pytest.skip("in-memory SQLite shares one connection; concurrency runs on the file and PostgreSQL")
+        writers, per_writer, batch_size = 32, 200, 50
+        register(store, "shared")
+        for w in range(writers):
+            register(store, f"own-{w}")
+        barrier = threading.Barrier(writers)
+        errors: list[BaseException] = []
+        new_shared: list[int] = []
+
+        def write(w: int) -> None:
+            writer_store = store if shared_store else TrialStore(store_url)
+            try:
+                barrier.wait()
+                for start in range(1, per_writer + 1, batch_size):
+                    writer_store.add_results(f"own-{w}", results(range(start, start + batch_size)))
+                    # Writers overlap on the shared trial: writer w covers iterations w..w+9.
+                    new_shared.append(writer_store.add_results("shared", results(range(w, w + 10))))
+            except BaseException as e:  # noqa: BLE001 - reported by the main thread
+                errors.append(e)
+            finally:
+                if not shared_store:
+                    writer_store.dispose()
+
+        threads = [threading.Thread(target=write, args=(w,)) for w in range(writers)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+        assert errors == []
+        for w in range(writers):
+            assert count(store, ResultRow, trial_id=f"own-{w}") == per_writer
+            assert store.get_trial(f"own-{w}").last_result["training_iteration"] == per_writer
+        shared_iterations = set(range(0, writers + 9))
+        assert count(store, ResultRow, trial_id="shared") == len(shared_iterations)
+        assert sum(new_shared) == len(shared_iterations)
+        assert count(store, ResultRow) == writers * per_writer + len(shared_iterations)
+        assert store.get_trial("shared").last_result["training_iteration"] == max(shared_iterations)
+
+
+class TestInMemorySQLite(StoreContract):
+    backend = MEMORY
+    concurrent_writers = False
+
+
+class TestSQLiteFile(StoreContract):
+    backend = SQLITE_FILE
+
+    def test_connections_use_wal_busy_timeout_and_foreign_keys(self, store):
+        with store._engine.connect() as connection:
+            assert connection.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+            assert connection.exec_driver_sql("PRAGMA busy_timeout").scalar() == 30_000
+            assert connection.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
+
+
+@pytest.mark.postgres
+class TestPostgreSQL(StoreContract):
+    backend = POSTGRESQL
+
+
+# -- the command line and the default location ---------------------------------------------
+
+
+def test_default_store_url_is_a_sqlite_file_under_airflow_trials_home(tmp_path, monkeypatch):
+    home = tmp_path / "home" / "trials"
+    monkeypatch.setenv("AIRFLOW_TRIALS_HOME", str(home))
+    assert default_store_url() == f"sqlite:///{home / 'trials.db'}"
+    assert home.is_dir()
+
+
+def test_cli_upgrade_with_url_prints_one_line_and_is_repeatable(tmp_path):
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    for _ in range(2):
+        done = subprocess.run(
+            [sys.executable, "-m", "airflow_trials.store", "upgrade", "--url", url],
+            capture_output=True, text=True, check=True,
+        )
+        assert done.stdout.splitlines() == [
+            f"Trial store at {url} is at the latest schema (revision {HEAD_REVISION})."
+        ]
+    TrialStore(url).ensure_experiment("works")
+
+
+def test_cli_upgrade_reads_the_url_from_the_environment_then_the_default(tmp_path, monkeypatch, capsys):
+    from_env = f"sqlite:///{tmp_path / 'env.db'}"
+    monkeypatch.setenv("AIRFLOW_TRIALS_DB_URL", from_env)
+    assert store_cli(["upgrade"]) == 0
+    assert from_env in capsys.readouterr().out
+    monkeypatch.delenv("AIRFLOW_TRIALS_DB_URL")
+    monkeypatch.setenv("AIRFLOW_TRIALS_HOME", str(tmp_path / "home"))
+    assert store_cli(["upgrade"]) == 0
+    assert str(tmp_path / "home" / "trials.db") in capsys.readouterr().out
+    assert (tmp_path / "home" / "trials.db").exists()
+
+
+def test_cli_upgrade_reports_an_unreachable_database(tmp_path, capsys):
+    url = f"sqlite:///{tmp_path / 'missing-dir' / 'x.db'}"
+    assert store_cli(["upgrade", "--url", url]) == 1
+    assert "Could not migrate the trial store" in capsys.readouterr().err
