@@ -147,9 +147,14 @@ def bench_leaderboard(url: str, num_trials: int, iterations: int, repeats: int) 
         _register_trials(store, run_id, trial_ids)
         bulk_load_results(store, trial_ids, iterations)
         load_s = time.perf_counter() - begin
+        # The bulk load bypasses add_results, which keeps each trial's best up to date; bring
+        # the maintained bests to where add_results would have left them.
+        begin = time.perf_counter()
+        store.recompute_best(run_id)
+        recompute_s = time.perf_counter() - begin
         for i in range(0, num_trials, 10):
             store.add_checkpoint(trial_ids[i], f"/ckpt/{trial_ids[i]}/50", 50)
-        figures = {"load_s": load_s}
+        figures = {"load_s": load_s, "recompute_s": recompute_s}
         for mode in ("min", "max"):
             rows = store.leaderboard(run_id, "loss", mode)  # warm-up, and a sanity check
             if len(rows) != num_trials or rows[-1].best_value is not None or rows[0].best_value is None:
@@ -180,9 +185,11 @@ def run_backend(name: str, url: str, args: argparse.Namespace) -> None:
     lb = bench_leaderboard(url, args.trials, args.iterations, args.repeats)
     print(f"[{name}] leaderboard fixture: {args.trials:,} trials x {args.iterations} results "
           f"loaded in {lb['load_s']:.1f} s", flush=True)
-    for mode in ("min", "max"):
+    print(f"[{name}] recompute_best over the fixture: {lb['recompute_s']:.1f} s", flush=True)
+    for mode, how in (("min", "the experiment's metric and mode: maintained bests"),
+                      ("max", "another mode: scans the results through the metric index")):
         ms = lb[f"{mode}_ms"]
-        print(f"[{name}] leaderboard mode={mode}: median {ms:.1f} ms over {args.repeats} runs  "
+        print(f"[{name}] leaderboard mode={mode} ({how}): median {ms:.1f} ms over {args.repeats} runs  "
               f"(target < {LEADERBOARD_TARGET_MS:.0f} ms, ratio {ms / LEADERBOARD_TARGET_MS:.2f} of target)",
               flush=True)
     print(f"[{name}] leaderboard limit=10: {lb['top10_ms']:.1f} ms", flush=True)

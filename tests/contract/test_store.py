@@ -31,7 +31,7 @@ from airflow_trials.store.migration import (
 from airflow_trials.store.models import Base, CheckpointRow, ResultRow, TrialRow
 from tests.contract.conftest import MEMORY, POSTGRESQL, SQLITE_FILE
 
-HEAD_REVISION = "0001"
+HEAD_REVISION = "0002"
 
 
 def register(store: TrialStore, trial_id: str, run: int | None = None, **kwargs: Any) -> None:
@@ -402,6 +402,28 @@ class StoreContract:
         ]
         assert [r.trial_id for r in store.leaderboard(run, "acc", "min", limit=2)] == ["e", "b"]
         assert [r.best_value for r in store.leaderboard(run, "loss")] == [1.0, None, None, None, None]
+
+    def test_best_value_is_maintained_on_write_and_matches_a_full_scan(self, store):
+        run = self._leaderboard_run(store)
+        maintained = store.leaderboard(run, "acc", "max")  # the experiment's metric: maintained bests
+        b = next(r for r in maintained if r.trial_id == "b")
+        assert (b.best_value, b.best_iteration) == (0.95, 2)  # a tie keeps the earliest iteration
+        # Out-of-order and repeated batches keep the best; a full recompute agrees.
+        store.add_results("a", [{"training_iteration": 5, "acc": 0.96}, {"training_iteration": 4, "acc": 0.96}])
+        store.add_results("a", [{"training_iteration": 5, "acc": 0.96}])
+        top = store.leaderboard(run, "acc", "max")[0]
+        assert (top.trial_id, top.best_value, top.best_iteration) == ("a", 0.96, 4)
+        before = store.leaderboard(run, "acc", "max")
+        assert store.recompute_best(run) == 5
+        assert store.leaderboard(run, "acc", "max") == before
+
+    def test_changing_the_experiment_metric_falls_back_to_scanning_results(self, store):
+        run = self._leaderboard_run(store)
+        store.ensure_experiment("mnist", metric="acc", mode="min")
+        rows = store.leaderboard(run, "acc", "min")
+        assert [r.trial_id for r in rows][:2] == ["e", "b"] and rows[0].best_value == 0.1
+        store.recompute_best(run)
+        assert store.leaderboard(run, "acc", "min") == rows
 
     def test_leaderboard_rejects_bad_arguments(self, store):
         run = self._leaderboard_run(store)

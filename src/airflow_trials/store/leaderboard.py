@@ -202,3 +202,38 @@ def leaderboard_query(
     if limit is not None:
         query = query.limit(limit)
     return query
+
+
+def best_leaderboard_query(experiment_run_id: int, mode: str, limit: int | None) -> Select[Any]:
+    """The leaderboard from each trial's maintained best (``at_trials.best_value``): no result scan.
+
+    Same columns and order as :func:`leaderboard_query`; valid when every trial of the run with
+    results has ``best_metric``/``best_mode`` equal to the requested metric and mode.
+    """
+    trials = TrialRow.__table__
+    checkpoints = CheckpointRow.__table__
+    latest_checkpoint = (
+        select(checkpoints.c.path)
+        .where(checkpoints.c.trial_id == trials.c.trial_id, checkpoints.c.deleted == false())
+        .order_by(checkpoints.c.iteration.desc(), checkpoints.c.id.desc())
+        .limit(1)
+        .correlate(trials)
+        .scalar_subquery()
+    )
+    ordering = trials.c.best_value.asc() if mode == "min" else trials.c.best_value.desc()
+    query = (
+        select(
+            trials.c.trial_id,
+            trials.c.status,
+            trials.c.num_failures,
+            trials.c.config,
+            trials.c.best_value,
+            trials.c.best_iteration,
+            latest_checkpoint.label("checkpoint_path"),
+        )
+        .where(trials.c.experiment_run_id == experiment_run_id)
+        .order_by(ordering.nulls_last(), trials.c.trial_id)
+    )
+    if limit is not None:
+        query = query.limit(limit)
+    return query

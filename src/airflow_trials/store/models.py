@@ -145,6 +145,13 @@ class TrialRow(Base):
     task_id: Mapped[str | None] = mapped_column(String(AIRFLOW_ID_LENGTH), nullable=True)
     map_index: Mapped[int] = mapped_column(Integer, default=-1, server_default=text("-1"))
     try_number: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # The trial's best value of its experiment's metric, kept up to date by add_results so the
+    # leaderboard reads one row per trial. best_metric/best_mode say what it was computed for;
+    # NULL best_metric with results stored means "unknown" (the leaderboard then scans results).
+    best_metric: Mapped[str | None] = mapped_column(String(250), nullable=True)
+    best_mode: Mapped[str | None] = mapped_column(String(8), nullable=True)
+    best_value: Mapped[float | None] = mapped_column(Float, nullable=True)
+    best_iteration: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 class ResultRow(Base):

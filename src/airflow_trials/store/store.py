@@ -11,7 +11,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Engine, Insert, Table, case, func, select, text
+from sqlalchemy import Engine, Insert, Table, bindparam, case, func, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
@@ -28,6 +28,7 @@ from airflow_trials.store.engine import (
 )
 from airflow_trials.store.jsonsafe import json_safe
 from airflow_trials.store.leaderboard import (
+    best_leaderboard_query,
     check_metric,
     check_mode,
     leaderboard_query,
@@ -538,7 +539,69 @@ class TrialStore:
                 newest = max(new_iterations)
                 trial.last_result = next(row["metrics"] for row in rows if row["iteration"] == newest)
                 trial.updated_at = utcnow()
+            if new_iterations:
+                self._update_best(session, trial, [r for r in rows if r["iteration"] in set(new_iterations)],
+                                  had_results=previous_max is not None)
             return len(new_iterations)
+
+    def _update_best(
+        self, session: Session, trial: TrialRow, new_rows: list[dict[str, Any]], had_results: bool
+    ) -> None:
+        """Fold the new results into the trial's best value of its experiment's metric."""
+        goal = None
+        if trial.experiment_run_id is not None:
+            goal = session.execute(
+                select(ExperimentRow.metric, ExperimentRow.mode)
+                .join(ExperimentRunRow, ExperimentRunRow.experiment_id == ExperimentRow.id)
+                .where(ExperimentRunRow.id == trial.experiment_run_id)
+            ).one_or_none()
+        if goal is None or goal.metric is None or goal.mode is None:
+            return
+        if (trial.best_metric, trial.best_mode) != (goal.metric, goal.mode):
+            if had_results:
+                # Earlier results were ranked for another metric (or not at all): unknown now.
+                trial.best_metric = trial.best_mode = None
+                trial.best_value = trial.best_iteration = None
+                return
+            trial.best_metric, trial.best_mode = goal.metric, goal.mode
+            trial.best_value = trial.best_iteration = None
+        sign = 1.0 if goal.mode == "min" else -1.0
+        for row in new_rows:
+            value = row["metrics"].get(goal.metric)
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):
+                continue
+            key = (sign * float(value), row["iteration"])
+            if trial.best_value is None or key < (sign * trial.best_value, trial.best_iteration or 0):
+                trial.best_value, trial.best_iteration = float(value), row["iteration"]
+
+    def recompute_best(self, experiment_run_id: int) -> int:
+        """Recompute every trial's best value of the run's experiment metric from its results.
+
+        Needed only for results loaded around :meth:`add_results` (bulk loads, data from before
+        migration 0002) or after the experiment's metric changed. Returns the trials updated.
+        """
+        operation = f"recompute the best values of experiment run {experiment_run_id}"
+        with self._session_scope(operation) as session:
+            run = self._find_run_or_raise(session, experiment_run_id, operation)
+            experiment = session.get(ExperimentRow, run.experiment_id)
+            if experiment is None or experiment.metric is None or experiment.mode is None:
+                return 0
+            query = leaderboard_query(self._dialect, experiment_run_id, experiment.metric, experiment.mode, None)
+            rows = [
+                {"t": r.trial_id, "m": experiment.metric, "o": experiment.mode, "v": r.best_value,
+                 "i": r.best_iteration}
+                for r in session.connection().execute(query)
+            ]
+            if rows:
+                table = TrialRow.__table__
+                session.connection().execute(
+                    table.update()
+                    .where(table.c.trial_id == bindparam("t"))
+                    .values(best_metric=bindparam("m"), best_mode=bindparam("o"),
+                            best_value=bindparam("v"), best_iteration=bindparam("i")),
+                    rows,
+                )
+            return len(rows)
 
     def get_results(self, trial_id: str) -> list[dict[str, Any]]:
         """The trial's stored result dicts, ordered by iteration."""
@@ -637,11 +700,15 @@ class TrialStore:
         check_metric(metric)
         if limit is not None and limit < 1:
             raise ValueError(f"limit must be at least 1 or None, got {limit}.")
-        query = leaderboard_query(self._dialect, experiment_run_id, metric, mode, limit)
         operation = f"rank the trials of experiment run {experiment_run_id} by {mode} {metric}"
         with self._session_scope(operation, write=False) as session:
-            self._find_run_or_raise(session, experiment_run_id, operation)
+            run = self._find_run_or_raise(session, experiment_run_id, operation)
             connection = session.connection()
+            if self._best_is_current(session, run, metric, mode):
+                # Every trial's best is maintained for this metric and mode: one row per trial.
+                query = best_leaderboard_query(experiment_run_id, mode, limit)
+            else:
+                query = leaderboard_query(self._dialect, experiment_run_id, metric, mode, limit)
             if self._dialect == "postgresql":
                 # The per-trial probes inflate the cost estimate past jit_above_cost, and
                 # compiling the plan then takes longer than running it.
@@ -651,7 +718,7 @@ class TrialStore:
                     trial_id=trial_id,
                     status=_STATUSES[status],
                     num_failures=num_failures,
-                    config=json.loads(config),
+                    config=config if isinstance(config, dict) else json.loads(config),
                     best_value=best_value,
                     best_iteration=best_iteration,
                     checkpoint_path=checkpoint_path,
@@ -660,6 +727,24 @@ class TrialStore:
                 for trial_id, status, num_failures, config, best_value, best_iteration, checkpoint_path
                 in connection.execute(query)
             ]
+
+
+    @staticmethod
+    def _best_is_current(session: Session, run: ExperimentRunRow, metric: str, mode: str) -> bool:
+        experiment = session.get(ExperimentRow, run.experiment_id)
+        if experiment is None or (experiment.metric, experiment.mode) != (metric, mode):
+            return False
+        trials = TrialRow.__table__
+        stale = session.execute(
+            select(func.count())
+            .select_from(trials)
+            .where(
+                trials.c.experiment_run_id == run.id,
+                trials.c.last_result.is_not(None),
+                (trials.c.best_metric.is_distinct_from(metric)) | (trials.c.best_mode.is_distinct_from(mode)),
+            )
+        ).scalar_one()
+        return stale == 0
 
 
 def _check_id(kind: str, value: str, max_length: int = ID_LENGTH) -> None:
