@@ -129,7 +129,6 @@ def leaderboard_query(
     """
     trials = TrialRow.__table__
     results = ResultRow.__table__
-    checkpoints = CheckpointRow.__table__
     # As JSON text, decoded by the caller: psycopg's JSONB loader costs twice what json.loads does.
     config_text = cast(trials.c.config, Text).label("config")
     value = metric_value(results.c.metrics, metric, dialect_name)
@@ -139,14 +138,7 @@ def leaderboard_query(
         .order_by(value.asc() if mode == "min" else value.desc(), results.c.iteration.asc())
         .limit(1)
     )
-    latest_checkpoint = (
-        select(checkpoints.c.path)
-        .where(checkpoints.c.trial_id == trials.c.trial_id, checkpoints.c.deleted == false())
-        .order_by(checkpoints.c.iteration.desc(), checkpoints.c.id.desc())
-        .limit(1)
-        .correlate(trials)
-        .scalar_subquery()
-    )
+    latest_checkpoint = _latest_checkpoint_path()
 
     if dialect_name == "postgresql":
         # LATERAL reads the best result's value and iteration in the probe itself.
@@ -204,15 +196,11 @@ def leaderboard_query(
     return query
 
 
-def best_leaderboard_query(experiment_run_id: int, mode: str, limit: int | None) -> Select[Any]:
-    """The leaderboard from each trial's maintained best (``at_trials.best_value``): no result scan.
-
-    Same columns and order as :func:`leaderboard_query`; valid when every trial of the run with
-    results has ``best_metric``/``best_mode`` equal to the requested metric and mode.
-    """
+def _latest_checkpoint_path() -> Any:
+    """Correlated subquery: the trial's newest checkpoint path not marked deleted."""
     trials = TrialRow.__table__
     checkpoints = CheckpointRow.__table__
-    latest_checkpoint = (
+    return (
         select(checkpoints.c.path)
         .where(checkpoints.c.trial_id == trials.c.trial_id, checkpoints.c.deleted == false())
         .order_by(checkpoints.c.iteration.desc(), checkpoints.c.id.desc())
@@ -220,13 +208,23 @@ def best_leaderboard_query(experiment_run_id: int, mode: str, limit: int | None)
         .correlate(trials)
         .scalar_subquery()
     )
+
+
+def best_leaderboard_query(experiment_run_id: int, mode: str, limit: int | None) -> Select[Any]:
+    """The leaderboard from each trial's maintained best (``at_trials.best_value``): no result scan.
+
+    Same columns and order as :func:`leaderboard_query`; valid when every trial of the run with
+    results has ``best_metric``/``best_mode`` equal to the requested metric and mode.
+    """
+    trials = TrialRow.__table__
+    latest_checkpoint = _latest_checkpoint_path()
     ordering = trials.c.best_value.asc() if mode == "min" else trials.c.best_value.desc()
     query = (
         select(
             trials.c.trial_id,
             trials.c.status,
             trials.c.num_failures,
-            trials.c.config,
+            cast(trials.c.config, Text).label("config"),  # decoded by the caller, as above
             trials.c.best_value,
             trials.c.best_iteration,
             latest_checkpoint.label("checkpoint_path"),

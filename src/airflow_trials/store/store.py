@@ -718,7 +718,7 @@ class TrialStore:
                     trial_id=trial_id,
                     status=_STATUSES[status],
                     num_failures=num_failures,
-                    config=config if isinstance(config, dict) else json.loads(config),
+                    config=json.loads(config),
                     best_value=best_value,
                     best_iteration=best_iteration,
                     checkpoint_path=checkpoint_path,
