@@ -343,6 +343,9 @@ class RayTrialExecutor:
                 remove_placement_group(slot.pg)
         self._cache.clear()
 
+    def has_cached_slots(self) -> bool:
+        return bool(self._cache)
+
     def trim_cache(self, wanted: list[Resources]) -> None:
         """Drop cached actors and placement groups that no trial in ``wanted`` could reuse."""
         keep = [s for s in self._cache if s.resources in wanted]

@@ -108,6 +108,7 @@ class TrialRunner:
         self.wait_timeout_s = wait_timeout_s
 
         self._trials: list[Trial] = []
+        self._finished_prefix = 0
         self._by_id: dict[str, Trial] = {}
         self._results: TrialIdAndResultList = []
         self._results_seen = 0
@@ -156,7 +157,24 @@ class TrialRunner:
     def is_finished(self) -> bool:
         if self._budget_spent or self._failed_fast or self._stop_all:
             return True
-        return all(t.status.is_terminal() for t in self._trials)
+        if self._unfinished():
+            return False
+        if all(t.status.is_terminal() for t in self._trials):
+            return True
+        self._finished_prefix = 0  # a finished trial was restarted from outside: rescan
+        return False
+
+    def _unfinished(self) -> list[Trial]:
+        """The trials from the first unfinished one on.
+
+        Trials mostly finish in the order they started, so skipping the finished prefix keeps a
+        step's scans short when hundreds of trials are done.
+        """
+        trials, start = self._trials, self._finished_prefix
+        while start < len(trials) and trials[start].status.is_terminal():
+            start += 1
+        self._finished_prefix = start
+        return trials[start:]
 
     def step(self) -> None:
         """Launch one trial if one fits, else process one result (waiting up to wait_timeout_s)."""
@@ -168,7 +186,7 @@ class TrialRunner:
         if self._start_time is None:
             self._start_time = time.monotonic()
         executor = self.trial_executor
-        trial = self.scheduler.choose_trial_to_run(self._trials, executor.has_resources)
+        trial = self.scheduler.choose_trial_to_run(self._unfinished(), executor.has_resources)
         if trial is not None:
             self._launch(trial)
         elif executor.get_running_trials():
@@ -178,8 +196,9 @@ class TrialRunner:
         else:
             self._on_no_available_trials()
         self._check_time_budget()
-        waiting = (TrialStatus.PENDING, TrialStatus.PAUSED)
-        executor.trim_cache([t.resources for t in self._trials if t.status in waiting])
+        if executor.has_cached_slots():
+            waiting = (TrialStatus.PENDING, TrialStatus.PAUSED)
+            executor.trim_cache([t.resources for t in self._unfinished() if t.status in waiting])
         for callback in self.callbacks:
             callback.on_step_end(self._trials)
 
