@@ -535,13 +535,14 @@ class RayTrialExecutor:
             self.storage.delete(record.path)
 
     # -- autonomous trials (the Airflow path) ---------------------------------------------------
-    def launch(self, trial: Trial) -> ActorHandle:
+    def launch(self, trial: Trial, start_timeout_s: float = 600.0) -> ActorHandle:
         """Start ``trial`` in its own detached, named actor that drives itself to the end.
 
         The actor restores the trial's newest checkpoint (or ``restore_path``), applies its
         stopping criterion and checkpoint policy, and ends TERMINATED or ERROR; poll it with
         ``actor.poll.remote(since)`` from any process (:func:`find_trial_actor`). The executor
-        does not own it afterwards: end it with :meth:`terminate`.
+        does not own it afterwards: end it with :meth:`terminate`. Returns once the actor runs
+        the trial (TrialError if it cannot be placed within ``start_timeout_s``).
         Raises TrainableNotFoundError or InsufficientResourcesError before any Ray work.
         """
         self._check_trainable(trial)
@@ -549,7 +550,23 @@ class RayTrialExecutor:
         self._experiment_of[trial.trial_id] = trial.experiment_name
         slot = self._acquire_slot(trial)
         assert slot.actor is not None
-        slot.actor.run.remote(trial.to_json_state(), trial.restore_source())
+        started = slot.actor.run.remote(trial.to_json_state(), trial.restore_source())
+        # Wait until the actor runs the trial: a call still queued when this process exits (an
+        # Airflow task defers and ends) is dropped with its owner, and the trial would never start.
+        try:
+            ray.get(started, timeout=start_timeout_s)
+        except GetTimeoutError as e:
+            self.terminate(trial.experiment_name, trial.trial_id)
+            raise TrialError(
+                f"Trial {trial.trial_id} of experiment {trial.experiment_name} could not be placed "
+                f"on Ray within {start_timeout_s:g} s (it needs {trial.resources}; the cluster has "
+                f"{self.resource_string()}); it was removed. Free resources or limit concurrent "
+                f"trials with a pool, then retry.",
+                trial_id=trial.trial_id,
+            ) from e
+        except (RayTaskError, RayActorError) as e:
+            self.terminate(trial.experiment_name, trial.trial_id)
+            raise self._trial_error(trial, e, "starting") from e
         if trial.status != TrialStatus.RUNNING:
             self.set_status(trial, TrialStatus.RUNNING)
         return slot.actor

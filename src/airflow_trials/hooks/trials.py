@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseHook
@@ -14,6 +15,9 @@ if TYPE_CHECKING:
     from airflow_trials.store import TrialStore
 
 DEFAULT_RAY_CONN_ID = "ray_default"
+# Many triggers in one triggerer connect at once, each from a worker thread; ray.init is not
+# safe to race, so connecting is serialised per process.
+_RAY_INIT_LOCK = threading.Lock()
 DEFAULT_TRIALS_CONN_ID = "trials_default"
 
 
@@ -77,9 +81,14 @@ class RayHook(BaseHook):
 
     def get_conn(self) -> dict[str, Any]:
         """Connect this process to Ray (once) and return the settings used."""
+        settings = self.settings()
+        with _RAY_INIT_LOCK:
+            self._init_ray(settings)
+        return settings
+
+    def _init_ray(self, settings: dict[str, Any]) -> None:
         import ray
 
-        settings = self.settings()
         if not ray.is_initialized():
             kwargs: dict[str, Any] = {"namespace": settings["namespace"], "log_to_driver": False}
             if settings["runtime_env"]:
@@ -93,7 +102,6 @@ class RayHook(BaseHook):
             os.environ.setdefault("RAY_AUTH_MODE", "disabled")
             self.log.info("Connecting to Ray at %s", kwargs.get("address") or "a new local cluster")
             ray.init(**kwargs)
-        return settings
 
 
 def _local_ray_running() -> bool:

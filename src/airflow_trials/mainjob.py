@@ -1,0 +1,219 @@
+"""The main job: a real Airflow stack (scheduler, dag-processor, triggerer, api-server) and a local
+Ray head on embedded defaults, running the bundled example experiment with trials in parallel.
+
+Everything it starts it stops again, also on Ctrl-C. ``airflow-trials run`` is its CLI.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+EXAMPLE_DAG_ID = "example_regression_tuning"
+TERMINAL_RUN_STATES = ("success", "failed")
+
+
+@dataclass
+class Stack:
+    """Where the embedded deployment lives and what the main job started (so it can stop it).
+
+    :param home: state directory; ``airflow/`` (Airflow home, SQLite DB), ``trials.db``, ``storage/``.
+    :param dags_folder: the DAGs Airflow runs (this repository's ``dags/``).
+    """
+
+    home: Path
+    dags_folder: Path
+    ray_address: str | None = None
+    started_ray: bool = False
+    airflow: subprocess.Popen[bytes] | None = None
+    log_path: Path | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def airflow_home(self) -> Path:
+        return self.home / "airflow"
+
+    @property
+    def trials_db_url(self) -> str:
+        return f"sqlite:///{self.home / 'trials.db'}"
+
+    @property
+    def storage(self) -> Path:
+        return self.home / "storage"
+
+
+def _bin(name: str) -> str:
+    return str(Path(sys.executable).with_name(name))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def prepare(stack: Stack, *, parallelism: int = 16, api_port: int = 8080) -> None:
+    """Airflow home with SQLite and LocalExecutor, the trials DB migrated, the GPU pool created."""
+    stack.airflow_home.mkdir(parents=True, exist_ok=True)
+    stack.storage.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    env.update(
+        {
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
+            "AIRFLOW_HOME": str(stack.airflow_home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(stack.dags_folder),
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__PARALLELISM": str(parallelism),
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__PORT": str(api_port),
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{api_port}/execution/",
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+            "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "5",
+            "AIRFLOW_TRIALS_DB_URL": stack.trials_db_url,
+            "AIRFLOW_TRIALS_STORAGE": str(stack.storage),
+            "RAY_AUTH_MODE": env.get("RAY_AUTH_MODE", "disabled"),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    stack.env = env
+    _run([_bin("airflow"), "db", "migrate"], env, "migrate Airflow's metadata DB")
+    from airflow_trials.store import migrate
+
+    migrate(stack.trials_db_url)
+    _run([_bin("airflow"), "pools", "set", "gpu", str(_gpus()), "GPUs for airflow_trials (4 slots per GPU)",
+          "--include-deferred"], env, "create the GPU pool")
+
+
+def _gpus() -> int:
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10)
+        return 4 * len([line for line in out.stdout.splitlines() if line.startswith("GPU")])
+    except (OSError, subprocess.SubprocessError):
+        return 0
+
+
+def _run(cmd: list[str], env: dict[str, str], what: str) -> str:
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+        raise RuntimeError(f"Could not {what} ({' '.join(cmd[:3])} exited {done.returncode}): {' | '.join(tail)}")
+    return done.stdout
+
+
+def start_ray(stack: Stack, num_cpus: int | None = None) -> str:
+    """Use RAY_ADDRESS when set, else start a local Ray head on a free port (stopped at the end)."""
+    address = os.environ.get("RAY_ADDRESS")
+    if not address:
+        port = _free_port()
+        cmd = [_bin("ray"), "start", "--head", "--port", str(port), "--node-ip-address", "127.0.0.1",
+               "--include-dashboard=false", "--disable-usage-stats"]
+        if num_cpus:
+            cmd += ["--num-cpus", str(num_cpus)]
+        _run(cmd, stack.env, "start a local Ray head")
+        stack.started_ray = True
+        address = f"127.0.0.1:{port}"
+    stack.ray_address = address
+    stack.env["RAY_ADDRESS"] = address
+    return address
+
+
+def start_airflow(stack: Stack) -> None:
+    """``airflow standalone``: api-server, scheduler, dag-processor and triggerer, in one process group."""
+    stack.log_path = stack.home / "airflow.log"
+    log = open(stack.log_path, "ab")  # noqa: SIM115 - kept open for the child's lifetime
+    stack.airflow = subprocess.Popen(
+        [_bin("airflow"), "standalone"], env=stack.env, stdout=log, stderr=subprocess.STDOUT,
+        start_new_session=True, cwd=str(stack.home),
+    )
+
+
+def wait_for(predicate: Callable[[], Any], timeout_s: float, what: str, stack: Stack) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if stack.airflow is not None and stack.airflow.poll() is not None:
+            raise RuntimeError(f"Airflow exited while waiting for {what}; see {stack.log_path}.")
+        value = predicate()
+        if value:
+            return value
+        time.sleep(1.0)
+    raise TimeoutError(f"Timed out after {timeout_s:.0f} s waiting for {what}; see {stack.log_path}.")
+
+
+def _airflow_db(stack: Stack, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+    """Read Airflow's SQLite metadata DB (the main job is an admin tool, not task code)."""
+    import sqlite3
+
+    path = stack.airflow_home / "airflow.db"
+    if not path.exists():
+        return []
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30) as connection:
+        try:
+            return connection.execute(sql, args).fetchall()
+        except sqlite3.OperationalError:
+            return []  # tables not there yet, or locked past the timeout: ask again later
+
+
+def trigger(stack: Stack, dag_id: str) -> str:
+    """Unpause and trigger ``dag_id`` once the dag-processor has parsed it; returns the run_id."""
+    wait_for(lambda: _airflow_db(stack, "SELECT 1 FROM dag WHERE dag_id = ?", dag_id), 300,
+             f"the DAG {dag_id} to be parsed", stack)
+    run_id = f"main_job__{time.strftime('%Y-%m-%dT%H-%M-%S')}"
+    _run([_bin("airflow"), "dags", "unpause", dag_id], stack.env, f"unpause {dag_id}")
+    _run([_bin("airflow"), "dags", "trigger", dag_id, "--run-id", run_id], stack.env, f"trigger {dag_id}")
+    return run_id
+
+
+def dag_run_state(stack: Stack, dag_id: str, run_id: str) -> str | None:
+    rows = _airflow_db(stack, "SELECT state FROM dag_run WHERE dag_id = ? AND run_id = ?", dag_id, run_id)
+    return str(rows[0][0]) if rows else None
+
+
+def stop(stack: Stack) -> None:
+    """Stop Airflow (its whole process group) and the Ray head if this job started it."""
+    if stack.airflow is not None and stack.airflow.poll() is None:
+        os.killpg(stack.airflow.pid, signal.SIGTERM)
+        try:
+            stack.airflow.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(stack.airflow.pid, signal.SIGKILL)
+            stack.airflow.wait(timeout=10)
+    if stack.airflow is not None:
+        try:  # LocalExecutor workers and task supervisors left in the group
+            os.killpg(stack.airflow.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    if stack.started_ray:
+        subprocess.run([_bin("ray"), "stop", "--force"], env=stack.env, capture_output=True)
+    elif stack.ray_address:
+        _terminate_trial_actors(stack)
+
+
+def _terminate_trial_actors(stack: Stack) -> None:
+    """On a cluster we did not start, remove only what our trials left (named actors, groups)."""
+    code = (
+        "import ray; ray.init(address=%r, log_to_driver=False);"
+        "from airflow_trials.execution.executor import RayTrialExecutor;"
+        "ex = RayTrialExecutor();"
+        "[ex.terminate(*n['name'].split('.', 2)[1:]) for n in ray.util.list_named_actors(all_namespaces=True)"
+        " if n['name'].startswith('trial.%s.')]" % (stack.ray_address, EXAMPLE_DAG_ID)
+    )
+    subprocess.run([sys.executable, "-c", code], env=stack.env, capture_output=True, timeout=120)
+
+
+def default_home() -> Path:
+    return Path(os.environ.get("AIRFLOW_TRIALS_STATE", Path.cwd() / ".state"))
+
+
+def clean(home: Path) -> None:
+    if home.exists():
+        shutil.rmtree(home)
