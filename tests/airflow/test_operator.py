@@ -119,3 +119,15 @@ def test_clearing_a_finished_task_runs_the_trial_again(trials_env, fake_context)
     assert state["status"] == "TERMINATED" and state["last_result"]["training_iteration"] == 6
     # It resumed from the checkpoint at iteration 4, so the stored history stays continuous.
     assert [r["training_iteration"] for r in trials_env.store.get_results("again")] == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_try_after_the_trial_finished_reports_the_stored_state_without_running_again(trials_env, fake_context):
+    first = operator(trial_id="done", deferrable=False).execute(fake_context())
+    assert first["status"] == "TERMINATED"
+    # Airflow lost that success (or the task was cleared) and runs the task again.
+    context = fake_context(try_number=2)
+    again = operator(trial_id="done", deferrable=True).execute(context)  # no TaskDeferred: nothing to run
+    assert again["status"] == "TERMINATED" and again["last_result"]["training_iteration"] == 4
+    assert context["ti"].xcom["trial"] == again
+    assert [r["training_iteration"] for r in trials_env.store.get_results("done")] == [1, 2, 3, 4]
+    assert live_trial_actors() == []

@@ -165,6 +165,7 @@ class RunTrialOperator(BaseOperator):
         hook = self._hook()
         store = hook.get_store()
         executor = hook.get_executor()
+        finished_event: dict[str, Any] | None = None
         try:
             executor.check_fits_cluster(trial)
             store.upsert_trial(
@@ -182,12 +183,23 @@ class RunTrialOperator(BaseOperator):
             )
             actor = executor.attach(experiment, trial_id)
             status = ray.get(actor.poll.remote(10**9))["status"] if actor is not None else None
-            if status in ("RUNNING", "TERMINATED"):
+            record = store.get_trial(trial_id)
+            if actor is None and _finished(trial, record):
+                # A try after the trial ended (Airflow lost the previous try's success, or the
+                # task was cleared): nothing to run, report what the store holds.
+                self.log.info("Trial %s already finished; reporting its stored state.", trial_id)
+                latest = store.latest_checkpoint(trial_id)
+                finished_event = {
+                    "trial_id": trial_id, "experiment_name": experiment, "status": "TERMINATED",
+                    "error": None, "last_result": record.last_result,
+                    "best_checkpoint": latest.path if latest else None, "num_results": None,
+                }
+            elif status in ("RUNNING", "TERMINATED"):
                 self.log.info("Trial %s is %s on Ray already; re-attaching to it.", trial_id, status)
             else:
                 if actor is not None:  # an ERROR left by a try whose worker died before cleanup
                     executor.terminate(experiment, trial_id)
-                if store.get_trial(trial_id).status.is_terminal():
+                if record.status.is_terminal():
                     # The task was cleared after the trial had ended: it runs again.
                     store.update_trial(trial_id, status=TrialStatus.PENDING.value)
                 latest = store.latest_checkpoint(trial_id)
@@ -196,9 +208,12 @@ class RunTrialOperator(BaseOperator):
                     self.log.info("Retry of trial %s resumes from checkpoint %s", trial_id, latest.path)
                 executor.launch(trial)
                 self.log.info("Started trial %s of experiment %s on Ray.", trial_id, experiment)
-            store.update_trial(trial_id, status="RUNNING", try_number=ti.try_number)
+            if finished_event is None:
+                store.update_trial(trial_id, status="RUNNING", try_number=ti.try_number)
         finally:
             store.dispose()
+        if finished_event is not None:
+            return self.execute_complete(context, finished_event)
         trigger = TrialTrigger(
             experiment, trial_id, self.ray_conn_id, self.trials_conn_id, self.poll_interval_seconds
         )
@@ -272,6 +287,16 @@ class RunTrialOperator(BaseOperator):
             store.update_trial(trial_id, status=TrialStatus.TERMINATED.value, error_msg="Killed from Airflow.")
         finally:
             store.dispose()
+
+
+def _finished(trial: Trial, record: Any) -> bool:
+    """Did the stored trial end TERMINATED having met its stopping criterion?"""
+    if record.status != TrialStatus.TERMINATED or not record.last_result:
+        return False
+    try:
+        return trial.should_stop(record.last_result)
+    except KeyError:  # the criterion names a metric the stored result lacks
+        return False
 
 
 async def _first_event(trigger: TrialTrigger) -> dict[str, Any]:
