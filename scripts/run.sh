@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The main job: runs a real tuning experiment through the trial engine on a local Ray and prints its leaderboard.
+# The main job: real Airflow (scheduler, dag-processor, triggerer, api-server) and a local Ray head on
+# embedded defaults in ./.state, running the example experiment with its trials in parallel on Ray.
+# Extra arguments go to `airflow-trials run` (e.g. --keep-running, --num-cpus 2).
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$repo/scripts/bootstrap.sh"
 cd "$repo"
-exec python -m airflow_trials.demo "$@"
+exec airflow-trials run "$@"

@@ -35,6 +35,7 @@ class Stack:
     ray_address: str | None = None
     started_ray: bool = False
     airflow: subprocess.Popen[bytes] | None = None
+    ray: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
     env: dict[str, str] = field(default_factory=dict)
 
@@ -110,21 +111,38 @@ def _run(cmd: list[str], env: dict[str, str], what: str) -> str:
     return done.stdout
 
 
-def start_ray(stack: Stack, num_cpus: int | None = None) -> str:
-    """Use RAY_ADDRESS when set, else start a local Ray head on a free port (stopped at the end)."""
+def start_ray(stack: Stack, num_cpus: int | None = None, timeout_s: float = 120) -> str:
+    """Use RAY_ADDRESS when set, else start a local Ray head of our own (stopped at the end).
+
+    The head runs with ``--block`` in its own process group, so stopping it ends exactly its
+    processes: other Ray clusters on the machine are left alone (``ray stop`` would kill them).
+    """
     address = os.environ.get("RAY_ADDRESS")
     if not address:
         port = _free_port()
-        cmd = [_bin("ray"), "start", "--head", "--port", str(port), "--node-ip-address", "127.0.0.1",
-               "--include-dashboard=false", "--disable-usage-stats"]
+        cmd = [_bin("ray"), "start", "--head", "--block", "--port", str(port), "--node-ip-address",
+               "127.0.0.1", "--include-dashboard=false", "--disable-usage-stats"]
         if num_cpus:
             cmd += ["--num-cpus", str(num_cpus)]
-        _run(cmd, stack.env, "start a local Ray head")
+        log = open(stack.home / "ray.log", "ab")  # noqa: SIM115 - kept open for the child's lifetime
+        stack.ray = subprocess.Popen(cmd, env=stack.env, stdout=log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
         stack.started_ray = True
         address = f"127.0.0.1:{port}"
+        deadline = time.monotonic() + timeout_s
+        while not _port_open(port):
+            if stack.ray.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"The local Ray head did not start; see {stack.home / 'ray.log'}.")
+            time.sleep(0.5)
     stack.ray_address = address
     stack.env["RAY_ADDRESS"] = address
     return address
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 def start_airflow(stack: Stack) -> None:
@@ -179,35 +197,44 @@ def dag_run_state(stack: Stack, dag_id: str, run_id: str) -> str | None:
 
 
 def stop(stack: Stack) -> None:
-    """Stop Airflow (its whole process group) and the Ray head if this job started it."""
-    if stack.airflow is not None and stack.airflow.poll() is None:
-        os.killpg(stack.airflow.pid, signal.SIGTERM)
-        try:
-            stack.airflow.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(stack.airflow.pid, signal.SIGKILL)
-            stack.airflow.wait(timeout=10)
-    if stack.airflow is not None:
-        try:  # LocalExecutor workers and task supervisors left in the group
-            os.killpg(stack.airflow.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    if stack.started_ray:
-        subprocess.run([_bin("ray"), "stop", "--force"], env=stack.env, capture_output=True)
-    elif stack.ray_address:
+    """Stop Airflow and the Ray head this job started (each its whole process group)."""
+    if stack.ray_address and not stack.started_ray:
         _terminate_trial_actors(stack)
+    for proc in (stack.airflow, stack.ray):
+        if proc is not None:
+            _stop_group(proc)
 
 
-def _terminate_trial_actors(stack: Stack) -> None:
-    """On a cluster we did not start, remove only what our trials left (named actors, groups)."""
-    code = (
-        "import ray; ray.init(address=%r, log_to_driver=False);"
-        "from airflow_trials.execution.executor import RayTrialExecutor;"
-        "ex = RayTrialExecutor();"
-        "[ex.terminate(*n['name'].split('.', 2)[1:]) for n in ray.util.list_named_actors(all_namespaces=True)"
-        " if n['name'].startswith('trial.%s.')]" % (stack.ray_address, EXAMPLE_DAG_ID)
-    )
-    subprocess.run([sys.executable, "-c", code], env=stack.env, capture_output=True, timeout=120)
+def _stop_group(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+    try:  # whatever the group still holds: executor workers, task supervisors, Ray workers
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    if proc.poll() is None:
+        proc.wait(timeout=10)
+
+
+def _terminate_trial_actors(stack: Stack, experiment_name: str = EXAMPLE_DAG_ID) -> None:
+    """On a cluster we did not start, remove only what this job's trials left behind."""
+    import ray
+
+    from airflow_trials.execution.executor import RayTrialExecutor
+
+    ray.init(address=stack.ray_address, log_to_driver=False)
+    try:
+        executor = RayTrialExecutor(str(stack.storage))
+        prefix = f"trial.{experiment_name}."
+        for entry in ray.util.list_named_actors(all_namespaces=True):
+            if entry["name"].startswith(prefix):
+                executor.terminate(experiment_name, entry["name"][len(prefix):])
+    finally:
+        ray.shutdown()
 
 
 def default_home() -> Path:

@@ -550,7 +550,7 @@ class RayTrialExecutor:
         self._experiment_of[trial.trial_id] = trial.experiment_name
         slot = self._acquire_slot(trial)
         assert slot.actor is not None
-        started = slot.actor.run.remote(trial.to_json_state(), trial.restore_source())
+        started: ray.ObjectRef = slot.actor.run.remote(trial.to_json_state(), trial.restore_source())
         # Wait until the actor runs the trial: a call still queued when this process exits (an
         # Airflow task defers and ends) is dropped with its owner, and the trial would never start.
         try:
