@@ -41,6 +41,7 @@ def start_ray(num_cpus: int = 2, num_gpus: int = 0, resources: dict | None = Non
     if ray.is_initialized():
         ray.shutdown()
     ray.init(
+        address="local",  # always a fresh cluster of this shape, never one `ray start` left running
         num_cpus=num_cpus,
         num_gpus=num_gpus,
         resources=resources or {},

@@ -203,6 +203,21 @@ def stop(stack: Stack) -> None:
     for proc in (stack.airflow, stack.ray):
         if proc is not None:
             _stop_group(proc)
+    if stack.started_ray:
+        _forget_ray_head(stack.ray_address)
+
+
+def _forget_ray_head(address: str | None) -> None:
+    """Remove Ray's pointer to the head we stopped, so a later ``ray.init()`` does not look for it."""
+    import tempfile
+
+    pointer = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
+    try:
+        # Ray may write the node's IP there rather than 127.0.0.1: compare the port.
+        if address and pointer.read_text().strip().rsplit(":", 1)[-1] == address.rsplit(":", 1)[-1]:
+            pointer.unlink()
+    except OSError:
+        pass  # no pointer, or another cluster's: nothing of ours to remove
 
 
 def _stop_group(proc: subprocess.Popen[bytes]) -> None:

@@ -1,0 +1,59 @@
+"""The example DAGs in dags/: they import cleanly, and each runs."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+
+import pytest
+
+from tests.airflow.conftest import dags_folder
+from tests.conftest import REPO
+
+EXAMPLES = os.path.join(REPO, "dags")
+
+
+def load(name):
+    """Copy the example into the test's DAGs folder (dag.test() serializes from there) and import it."""
+    target = os.path.join(dags_folder(), name)
+    shutil.copy(os.path.join(EXAMPLES, name), target)
+    spec = importlib.util.spec_from_file_location(f"example_{name[:-3]}", target)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("name", sorted(n for n in os.listdir(EXAMPLES) if n.endswith(".py")))
+def test_example_dags_import_cleanly(airflow_home, name):
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=os.path.join(EXAMPLES, name))
+    assert bag.import_errors == {}
+    assert bag.dags
+
+
+def test_nightly_schedule_pool_retries_and_asset(airflow_home):
+    module = load("nightly_regression_tuning.py")
+    dag = module.dag
+    assert dag.catchup is False
+    trial = dag.get_task("nightly_regression_tuning.trial")
+    assert trial.partial_kwargs["pool"] == "gpu" and trial.partial_kwargs["pool_slots"] == 1
+    assert trial.partial_kwargs["retries"] == 2
+    assert module.BEST in dag.get_task("nightly_regression_tuning.select_best").outlets
+
+
+def test_nightly_search_runs_and_publishes_its_best_trial(trials_env):
+    module = load("nightly_regression_tuning.py")
+    run = module.dag.test()
+    assert run.state == "success"
+    (exp_run,) = trials_env.store.list_experiment_runs("nightly_regression_tuning")
+    board = trials_env.store.leaderboard(exp_run.id, "val_loss", "min")
+    assert len(board) == 8 and all(r.status.value == "TERMINATED" for r in board)
+
+
+def test_bundled_example_runs(trials_env):
+    run = load("example_regression_tuning.py").dag.test()
+    assert run.state == "success"
+    (exp_run,) = trials_env.store.list_experiment_runs("example_regression_tuning")
+    assert len(trials_env.store.list_trials(experiment_run_id=exp_run.id)) == 8
