@@ -314,6 +314,7 @@ def run(
     num_cpus: Annotated[int | None, typer.Option(help="CPUs of the local Ray head (default: all).")] = None,
     plot_path: Annotated[str, typer.Option("--plot", help="Learning-curve PNG to write.")] = "learning_curves.png",
     keep_running: Annotated[bool, typer.Option(help="Keep the stack and the UI up until Ctrl-C.")] = False,
+    api_port: Annotated[int, typer.Option(help="Port of the Airflow UI and API on 127.0.0.1.")] = 8080,
     timeout_s: Annotated[float, typer.Option(help="Give up after this many seconds.")] = 1800,
 ) -> None:
     """The main job: start Airflow and Ray on embedded defaults, run the example experiment, show
@@ -329,7 +330,7 @@ def run(
     code = 1
     try:
         out.print(f"Preparing the embedded deployment in {stack.home} ...")
-        mainjob.prepare(stack)
+        mainjob.prepare(stack, api_port=api_port)
         address = mainjob.start_ray(stack, num_cpus)
         out.print(f"Ray at {address}{' (started here)' if stack.started_ray else ''}; starting Airflow ...")
         mainjob.start_airflow(stack)
@@ -338,7 +339,7 @@ def run(
         state = _watch(stack, dag_id, run_id, timeout_s)
         code = _report(stack, dag_id, run_id, state, plot_path)
         if keep_running:
-            out.print("Airflow UI: http://127.0.0.1:8080 (user admin, password in "
+            out.print(f"Airflow UI: http://127.0.0.1:{api_port} (user admin, password in "
                       f"{stack.airflow_home / 'simple_auth_manager_passwords.json.generated'}). Ctrl-C stops it.")
             while stack.airflow is not None and stack.airflow.poll() is None:
                 time.sleep(1)

@@ -11,6 +11,14 @@ import sys
 from tests.conftest import REPO
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def _live_processes_mentioning(*needles: str) -> list[str]:
     out = subprocess.run(["ps", "-eo", "stat=,args="], capture_output=True, text=True).stdout
     return [
@@ -25,7 +33,7 @@ def test_main_job_runs_trials_concurrently_records_them_and_stops_everything(tmp
     cli = os.path.join(os.path.dirname(sys.executable), "airflow-trials")
     done = subprocess.run(
         [cli, "run", "--state-dir", str(state), "--num-cpus", "2", "--plot", str(plot),
-         "--dags-folder", os.path.join(REPO, "dags"), "--timeout-s", "900"],
+         "--dags-folder", os.path.join(REPO, "dags"), "--timeout-s", "900", "--api-port", str(_free_port())],
         capture_output=True, text=True, cwd=REPO, timeout=1200,
         env={**os.environ, "COLUMNS": "200"},
     )
