@@ -89,7 +89,8 @@ class TrialTrigger(BaseTrigger):
                 )
             raise
         finally:
-            store.dispose()
+            # Closing pooled connections can block on the network: not in the event loop.
+            await asyncio.to_thread(store.dispose)
 
     def _record(self, store: Any, snapshot: dict[str, Any], recorded: set[str], seen: int) -> int:
         results = snapshot["results"]
@@ -211,4 +212,5 @@ class TrialStatusTrigger(BaseTrigger):
                     return
                 await asyncio.sleep(self.poll_interval_seconds)
         finally:
-            store.dispose()
+            # Closing pooled connections can block on the network: not in the event loop.
+            await asyncio.to_thread(store.dispose)
