@@ -80,6 +80,20 @@ def test_execute_complete_for_every_status(trials_env, fake_context, status):
         assert trials_env.store.get_trial(op.trial_id).status.value == "ERROR"
 
 
+def test_max_failures_below_retries_stops_retrying(trials_env, fake_context):
+    """A run's params can give a trial fewer failures than the task's (fixed) retries."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    op = operator(trial_id="budget", max_failures=0, retries=3)
+    trials_env.store.upsert_trial(op.trial_id, trainable=op.trainable, config={}, resources={}, max_failures=0)
+    event = {"trial_id": op.trial_id, "experiment_name": "ops", "status": "ERROR",
+             "error": "Traceback ...\nValueError: boom", "last_result": None, "best_checkpoint": None,
+             "num_results": 0}
+    with pytest.raises(AirflowFailException, match=r"no retries left.*max_failures \(0\) before the task's retries \(3\)"):
+        op.execute_complete(fake_context(try_number=1), event)
+    assert trials_env.store.get_trial(op.trial_id).status.value == "ERROR"
+
+
 def test_blocking_fallback_polls_in_the_worker(trials_env, fake_context):
     context = fake_context()
     state = operator(trial_id="blocking", deferrable=False).execute(context)

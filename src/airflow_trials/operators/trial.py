@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow.sdk import BaseOperator, Context, conf
+from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_trials.core.resources import Resources
 from airflow_trials.core.status import TrialStatus
@@ -234,7 +235,10 @@ class RunTrialOperator(BaseOperator):
             latest = store.latest_checkpoint(trial_id)
             failed = event["status"] != "TERMINATED"
             num_failures = record.num_failures + (1 if failed else 0)
-            will_retry = failed and ti.try_number <= self.retries
+            # The trial's own max_failures can be below the task's retries (a run's params chose
+            # it; retries are fixed when the task instance is created): it stops retrying first.
+            within_budget = self.max_failures < 0 or num_failures <= self.max_failures
+            will_retry = failed and ti.try_number <= self.retries and within_budget
             status = (
                 TrialStatus.TERMINATED if not failed else TrialStatus.PENDING if will_retry else TrialStatus.ERROR
             )
@@ -261,13 +265,18 @@ class RunTrialOperator(BaseOperator):
         ti.xcom_push(key="trial", value=state)
         if failed:
             self.log.error("%s", event.get("error"))
-            raise TrialError(
+            error = TrialError(
                 f"Trial {trial_id} of experiment {event['experiment_name']} failed "
                 f"(failure {num_failures}, {'will retry from its latest checkpoint' if will_retry else 'no retries left'}). "
                 f"{(event.get('error') or '').splitlines()[0] if event.get('error') else ''}",
                 trial_id=trial_id,
                 traceback_text=event.get("error"),
             )
+            if not will_retry and ti.try_number <= self.retries:
+                raise AirflowFailException(
+                    f"{error} It reached its max_failures ({self.max_failures}) before the task's retries ({self.retries})."
+                ) from error
+            raise error
         self.log.info("Trial %s finished: %s", trial_id, state["last_result"])
         return state
 

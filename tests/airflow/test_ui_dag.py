@@ -1,0 +1,111 @@
+"""The UI-triggered example DAG: its Params form, the settings it takes per run, and real runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.airflow.test_example_dags import load
+from tests.airflow.test_experiment_dag import task_states, xcom
+from tests.conftest import live_placement_groups, live_trial_actors
+
+GROUP = "ui_regression_tuning"
+
+
+@pytest.fixture
+def ui_module(airflow_home):
+    return load("ui_regression_tuning.py")
+
+
+def test_one_trial_task_per_gpu_choice_with_exact_pool_slots(ui_module):
+    dag = ui_module.dag
+    slots = {}
+    for gpu, suffix in zip(ui_module.GPU_CHOICES, ("0", "0_25", "0_5", "1"), strict=True):
+        task = dag.get_task(f"{GROUP}.trial_gpu_{suffix}")
+        kwargs = task.partial_kwargs
+        assert kwargs["retries"] == ui_module.MAX_FAILURES
+        assert kwargs["trainable"] == "airflow_trials.examples.regression:train"
+        slots[gpu] = (task.pool, task.pool_slots)
+    # 4 slots per GPU: 0.25 GPU takes 1 slot, 0.5 takes 2, 1 takes 4; CPU-only trials take no GPU slot.
+    assert slots == {0: ("default_pool", 1), 0.25: ("gpu", 1), 0.5: ("gpu", 2), 1: ("gpu", 4)}
+    assert dag.get_task(f"{GROUP}.route_trials").downstream_task_ids == {
+        f"{GROUP}.trial_gpu_{k}" for k in ("0", "0_25", "0_5", "1")
+    }
+
+
+@pytest.mark.parametrize(
+    ("conf", "field"),
+    [
+        ({"num_samples": 0}, "num_samples"),
+        ({"num_samples": "many"}, "num_samples"),
+        ({"lr_min": 0}, "lr_min"),
+        ({"mode": "maximise"}, "mode"),
+        ({"gpus_per_trial": 0.3}, "gpus_per_trial"),
+        ({"max_failures": 4}, "max_failures"),
+    ],
+)
+def test_out_of_range_params_are_refused_when_the_run_is_triggered(ui_module, trials_env, conf, field):
+    from airflow.sdk.exceptions import ParamValidationError
+
+    with pytest.raises(ParamValidationError, match=field):
+        ui_module.dag.test(run_conf=conf)
+    assert trials_env.store.list_experiment_runs() == []
+
+
+def test_inconsistent_params_fail_before_any_trial(ui_module, trials_env):
+    run = ui_module.dag.test(run_conf={"lr_min": 0.5, "lr_max": 0.1})
+    states = task_states(run)
+    assert states[(f"{GROUP}.suggest_configs", -1)] == "failed"
+    assert all(state != "success" for (task_id, _), state in states.items() if ".trial_gpu_" in task_id)
+    assert trials_env.store.list_experiment_runs() == [] and trials_env.store.list_trials() == []
+    assert live_trial_actors() == []
+
+
+def test_refusal_names_the_run_the_field_and_the_fix(ui_module, trials_env, fake_context):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    suggest = ui_module.dag.get_task(f"{GROUP}.suggest_configs")
+    params = dict(ui_module.dag.params.dump(), lr_min=0.5, lr_max=0.1)
+    with pytest.raises(AirflowFailException) as raised:
+        suggest.python_callable(ti=fake_context(run_id="manual__1")["ti"], params=params)
+    message = str(raised.value)
+    assert "ui_regression_tuning, DAG run manual__1" in message
+    assert "lr_min (0.5) must be below lr_max (0.1)" in message
+    assert "trigger the DAG again with corrected params" in message
+    assert trials_env.store.list_experiment_runs() == []
+
+
+def test_gpus_beyond_the_cluster_are_refused_before_any_trial(ui_module, trials_env, fake_context):
+    from airflow_trials.exceptions import InsufficientResourcesError
+    from tests.conftest import start_ray
+
+    start_ray(num_cpus=2, num_gpus=0)
+    suggest = ui_module.dag.get_task(f"{GROUP}.suggest_configs")
+    params = dict(ui_module.dag.params.dump(), gpus_per_trial=0.5)
+    with pytest.raises(InsufficientResourcesError, match="GPU"):
+        suggest.python_callable(ti=fake_context()["ti"], params=params)
+    assert trials_env.store.list_experiment_runs() == []
+
+
+def test_a_run_uses_the_settings_of_its_params(ui_module, trials_env):
+    conf = {"num_samples": 3, "epochs": 2, "lr_min": 0.05, "lr_max": 0.5, "l2_max": 0, "metric": "val_accuracy",
+            "mode": "max", "gpus_per_trial": 0.5, "max_failures": 1}
+    run = ui_module.dag.test(run_conf=conf)
+    states = task_states(run)
+    assert run.state == "success", states
+    # Only the 0.5-GPU trial task ran (one mapped instance per trial); the others were skipped.
+    ran = sorted(k for k, s in states.items() if k[0] == f"{GROUP}.trial_gpu_0_5")
+    assert [s for k, s in states.items() if k in ran] == ["success"] * 3
+    for other in ("0", "0_25", "1"):
+        assert {s for (t, _), s in states.items() if t == f"{GROUP}.trial_gpu_{other}"} == {"skipped"}
+    store = trials_env.store
+    (exp_run,) = store.list_experiment_runs(GROUP)
+    trials = store.list_trials(experiment_run_id=exp_run.id)
+    assert len(trials) == 3
+    for t in trials:
+        assert t.resources["gpu"] == 0.5 and t.max_failures == 1 and t.config["l2"] == 0.0
+        assert 0.05 <= t.config["lr"] <= 0.5
+        assert [r["training_iteration"] for r in store.get_results(t.trial_id)] == [1, 2]
+    best = xcom(run, f"{GROUP}.select_best")
+    assert (best["metric"], best["mode"], best["trials"]) == ("val_accuracy", "max", 3)
+    assert best["value"] == max(max(r["val_accuracy"] for r in store.get_results(t.trial_id)) for t in trials)
+    assert live_trial_actors() == [] and live_placement_groups() == []
