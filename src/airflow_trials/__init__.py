@@ -85,6 +85,12 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": ["airflow_trials.triggers.trial"],
             }
         ],
+        "plugins": [
+            {
+                "name": "airflow_trials_dashboard",
+                "plugin-class": "airflow_trials.plugins.dashboard.TrialsDashboardPlugin",
+            }
+        ],
         "integrations": [
             {
                 "integration-name": "Airflow Trials",

@@ -1,0 +1,156 @@
+"""The dashboard's JSON API against a real SQLite trials store holding experiment data."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.plugins.conftest import TRACEBACK, _loss
+
+
+def _ranking(dashboard, run, **params):
+    rows, page = [], 1
+    while True:
+        body = dashboard.get(f"/api/runs/{run}/leaderboard", params={**params, "page": page, "page_size": 5}).json()
+        rows += body["rows"]
+        if page >= body["pages"]:
+            return body, rows
+        page += 1
+
+
+def test_experiments_list_the_runs_with_their_trial_counts(dashboard):
+    body = dashboard.get("/api/experiments").json()
+    assert [e["name"] for e in body] == ["mnist", "secret", "hostile"]
+    mnist = body[0]
+    assert (mnist["metric"], mnist["mode"]) == ("loss", "min")
+    assert [(r["run_key"], r["dag_id"], r["num_trials"], r["status"]) for r in mnist["runs"]] == [
+        ("manual__2026-11-21", "tune_mnist", 12, "RUNNING")
+    ]
+    assert mnist["runs"][0]["url"] == f"/trials/runs/{dashboard.seeded.run}"
+    assert dashboard.get("/api/experiments/mnist").json() == mnist
+
+
+def test_leaderboard_pages_through_the_full_ranking_of_the_store(dashboard, trials_store):
+    body, rows = _ranking(dashboard, dashboard.seeded.run)
+    assert (body["total"], body["pages"], body["metric"], body["mode"]) == (12, 3, "loss", "min")
+    expected = trials_store.leaderboard(dashboard.seeded.run, "loss", "min")
+    assert [r["trial_id"] for r in rows] == [r.trial_id for r in expected]
+    assert [r["rank"] for r in rows] == list(range(1, 13))
+    assert rows[0]["trial_id"] == body["best_trial_id"] == "mnist-00"
+    assert rows[0]["best_value"] == pytest.approx(_loss(0, 10)) and rows[0]["best_iteration"] == 10
+    assert rows[0]["best_checkpoint"]["path"] == "/ckpt/mnist-00/10"
+    assert rows[0]["config"] == {"lr": 0.1, "layers": 0}
+    assert rows[-1]["trial_id"] == "mnist-11" and rows[-1]["best_value"] is None  # no results: last
+    assert body["status_counts"] == {"TERMINATED": 10, "ERROR": 1, "RUNNING": 1}
+    assert body["config_keys"] == ["layers", "lr"]
+
+
+def test_leaderboard_sorts_on_the_server_and_keeps_the_ranks(dashboard):
+    _, by_metric = _ranking(dashboard, dashboard.seeded.run)
+    rank = {r["trial_id"]: r["rank"] for r in by_metric}
+    _, reverse = _ranking(dashboard, dashboard.seeded.run, order="desc")
+    assert [r["trial_id"] for r in reverse] == [r["trial_id"] for r in by_metric[:-1]][::-1] + ["mnist-11"]
+    _, by_id = _ranking(dashboard, dashboard.seeded.run, sort="trial_id", order="desc")
+    assert [r["trial_id"] for r in by_id] == sorted(rank, reverse=True)
+    assert all(r["rank"] == rank[r["trial_id"]] for r in by_id)
+    _, by_failures = _ranking(dashboard, dashboard.seeded.run, sort="failures", order="desc")
+    assert by_failures[0]["trial_id"] == dashboard.seeded.failed_trial and by_failures[0]["num_failures"] == 1
+
+
+def test_leaderboard_ranks_by_another_metric_and_mode(dashboard):
+    _, rows = _ranking(dashboard, dashboard.seeded.run, metric="acc", mode="max")
+    assert rows[0]["trial_id"] == "mnist-00"
+    assert rows[0]["best_value"] == pytest.approx(1 - _loss(0, 10))
+    values = [r["best_value"] for r in rows if r["best_value"] is not None]
+    assert values == sorted(values, reverse=True)
+
+
+def test_curves_return_the_best_trials_per_iteration(dashboard):
+    body = dashboard.get(f"/api/runs/{dashboard.seeded.run}/curves", params={"top": 3}).json()
+    assert body["best_trial_id"] == "mnist-00" and body["metric"] == "loss"
+    assert list(body["curves"]) == ["mnist-00", "mnist-01", "mnist-02"]
+    assert body["curves"]["mnist-01"] == [[it, pytest.approx(_loss(1, it))] for it in range(1, 11)]
+
+
+def test_trial_shows_failures_checkpoints_and_its_task_instance(dashboard):
+    body = dashboard.get(f"/api/trials/{dashboard.seeded.failed_trial}").json()
+    trial = body["trial"]
+    assert (trial["status"], trial["num_failures"], trial["error_msg"]) == ("ERROR", 1, TRACEBACK)
+    assert (trial["config"], trial["task_id"], trial["map_index"]) == ({"lr": 0.025, "layers": 0}, "mnist.trial", 3)
+    assert [c["path"] for c in body["checkpoints"]] == ["/ckpt/mnist-03/5", "/ckpt/mnist-03/10"]
+    assert body["best_checkpoint"]["iteration"] == body["best_iteration"] == 10
+    assert body["task_instance_url"] == "/dags/tune_mnist/runs/manual__2026-11-21/tasks/mnist.trial/mapped/3?try_number=1"
+    results = dashboard.get("/api/trials/mnist-03/results").json()["results"]
+    assert [r["training_iteration"] for r in results] == list(range(1, 11))
+
+
+def test_openapi_schema_lists_the_endpoints(dashboard):
+    schema = dashboard.client.get("/trials/openapi.json").json()
+    assert {"/api/experiments", "/api/experiments/{experiment}", "/api/runs/{run_pk}/leaderboard",
+            "/api/runs/{run_pk}/curves", "/api/trials/{trial_id}", "/api/trials/{trial_id}/results"} <= set(schema["paths"])
+    assert {"LeaderboardOut", "TrialOut", "TrialRecord", "CurvesOut", "ExperimentOut"} <= set(schema["components"]["schemas"])
+    assert not any(path.startswith("/runs") for path in schema["paths"])  # pages stay out of the API
+
+
+@pytest.mark.parametrize(
+    ("path", "params", "status", "needle"),
+    [
+        ("/api/trials/bad$id", {}, 422, "pattern"),
+        ("/api/trials/a..b", {}, 422, "without '..'"),
+        ("/api/experiments/-x", {}, 422, "pattern"),
+        ("/api/runs/0/leaderboard", {}, 422, "greater than or equal to 1"),
+        ("/api/runs/abc/leaderboard", {}, 422, "integer"),
+        ("/api/runs/1/leaderboard", {"page_size": 501}, 422, "less than or equal to 500"),
+        ("/api/runs/1/leaderboard", {"sort": "config"}, 422, "pattern"),
+        ("/api/runs/1/leaderboard", {"metric": 'lo"ss'}, 422, "pattern"),
+        ("/api/runs/999/leaderboard", {}, 404, "Experiment run 999 is not in the trials store"),
+        ("/api/trials/nope-1", {}, 404, "Trial nope-1 is not in the trials store"),
+        ("/api/experiments/nope", {}, 404, "Experiment nope has no runs"),
+    ],
+)
+def test_ids_from_the_url_are_validated(dashboard, path, params, status, needle):
+    response = dashboard.get(path, params=params)
+    assert response.status_code == status, response.text
+    assert needle in str(response.json()["detail"])
+
+
+def test_a_page_shows_a_bad_id_as_an_html_error(dashboard):
+    response = dashboard.get("/runs/999")
+    assert response.status_code == 404 and response.headers["content-type"].startswith("text/html")
+    assert "Experiment run 999 is not in the trials store" in response.text
+
+
+def test_airflow_ui_links_land_on_the_run_and_the_trial(dashboard):
+    seeded = dashboard.seeded
+    response = dashboard.get("/dag-run", params={"dag_id": "tune_mnist", "run_id": "manual__2026-11-21"})
+    assert response.status_code == 303 and response.headers["location"] == f"/trials/runs/{seeded.run}"
+    response = dashboard.get("/task-instance", params={"dag_id": "tune_mnist", "run_id": "manual__2026-11-21",
+                                                       "task_id": "mnist.trial", "map_index": "3"})
+    assert response.status_code == 303 and response.headers["location"] == "/trials/trials/mnist-03"
+    # An unmapped task: the UI leaves the placeholder in; it ran no trial.
+    response = dashboard.get("/task-instance", params={"dag_id": "tune_mnist", "run_id": "manual__2026-11-21",
+                                                       "task_id": "mnist.select_best", "map_index": "{MAP_INDEX}"})
+    assert response.status_code == 404 and "ran no trial" in response.text
+    response = dashboard.get("/dag-run", params={"dag_id": "tune_mnist", "run_id": "other"})
+    assert response.status_code == 404 and "started no experiment run" in response.text
+
+
+def test_an_experiment_without_a_metric_asks_for_one(dashboard, trials_store):
+    run = trials_store.create_experiment_run("unranked", "r1", dag_id="tune_mnist", run_id="r1")
+    response = dashboard.get(f"/api/runs/{run}/leaderboard")
+    assert response.status_code == 422 and "records no metric" in response.json()["detail"]
+    assert dashboard.get(f"/api/runs/{run}/leaderboard", params={"metric": "loss"}).json()["total"] == 0
+
+
+def test_an_unmigrated_store_is_a_503_that_says_how_to_fix_it(dashboard, tmp_path):
+    from fastapi.testclient import TestClient
+
+    from airflow_trials.plugins.app import create_app
+    from airflow_trials.plugins.queries import DashboardStore
+
+    empty = DashboardStore(f"sqlite:///{tmp_path / 'empty.db'}")
+    dashboard.client.app.mount("/empty", create_app(lambda: empty))
+    response = TestClient(dashboard.client.app).get(
+        "/empty/api/experiments", headers={"Authorization": f"Bearer {dashboard.tokens['admin']}"})
+    assert response.status_code == 503
+    assert "python -m airflow_trials.store upgrade" in response.json()["detail"]
+    empty.dispose()
