@@ -72,5 +72,10 @@ def test_chart_draws_every_curve_and_the_best_last():
     assert "best: a" in svg
 
 
+def test_chart_marks_a_curve_of_one_point():
+    svg = learning_curves_svg({"a": [(1, 0.5)]}, metric="loss", best_trial_id="a")
+    assert svg.count("<circle") == 1
+
+
 def test_chart_without_values_says_so():
     assert "No results with metric loss yet." in learning_curves_svg({"a": []}, metric="loss")

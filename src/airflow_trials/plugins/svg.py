@@ -121,6 +121,9 @@ def learning_curves_svg(
             f'stroke-opacity="{1 if best else 0.6}" points="{path}"><title>{escape(trial_id)}'
             f'{" (best)" if best else ""}</title></polyline>'
         )
+        if len(curve) == 1:  # a one-point polyline draws nothing
+            x, y = curve[0]
+            parts.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="{4 if best else 3}" fill="{color}"/>')
     if best_trial_id in curves:
         parts.append(
             f'<g class="legend" font-size="12"><line x1="{WIDTH - 230}" x2="{WIDTH - 205}" y1="16" y2="16" '

@@ -1,0 +1,227 @@
+"""A real headless Chromium loads the dashboard from a real ``airflow api-server``.
+
+The server runs in the session's AIRFLOW_HOME with SimpleAuthManager and the plugin loaded the
+way Airflow loads it (the package's entry point); the trials DB is a seeded SQLite file. The
+browser is driven over the Chrome DevTools Protocol, because the command line
+(``--screenshot``/``--dump-dom``) cannot set the ``_token`` cookie the Airflow UI authenticates
+with. Screenshots and DOMs are saved under the test's tmp_path.
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.plugins.conftest import HOSTILE, TRACEBACK, seed_store
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="Debian's chromium package is not installed: apt-get install -y chromium (.ci/run installs it).",
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait(predicate: Any, timeout_s: float, what: str, proc: subprocess.Popen | None = None,
+          log: Path | None = None) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            tail = log.read_text()[-3000:] if log else ""
+            raise AssertionError(f"{what}: the process exited with {proc.returncode}\n{tail}")
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"Timed out after {timeout_s:.0f} s waiting for {what}")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, 15)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait(timeout=10)
+
+
+@pytest.fixture
+def api_server(airflow_home, tmp_path):
+    """``airflow api-server`` on a free port, reading a seeded trials DB; yields (base URL, token)."""
+    from airflow_trials.plugins.queries import DashboardStore
+
+    url = f"sqlite:///{tmp_path / 'trials.db'}"
+    store = DashboardStore(url, create=True)
+    seeded = seed_store(store)
+    store.dispose()
+    port = _free_port()
+    passwords = tmp_path / "passwords.json"
+    passwords.write_text(json.dumps({"admin": "admin-pw"}))
+    env = {
+        **os.environ,
+        "AIRFLOW_TRIALS_DB_URL": url,
+        "AIRFLOW__CORE__AUTH_MANAGER": "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
+        "AIRFLOW__API_AUTH__JWT_SECRET": "browser-test-" + "s" * 64,
+        "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
+    }
+    log = tmp_path / "api-server.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [str(Path(sys.executable).with_name("airflow")), "api-server", "--host", "127.0.0.1", "--port", str(port),
+             "--workers", "1", "--apps", "core"],
+            env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        def healthy() -> bool:
+            try:
+                return httpx.get(f"{base}/api/v2/monitor/health", timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        _wait(healthy, 240, "the api-server to answer", proc, log)
+        response = httpx.post(f"{base}/auth/token", json={"username": "admin", "password": "admin-pw"}, timeout=10)
+        assert response.status_code == 201, response.text
+        yield base, response.json()["access_token"], seeded
+    finally:
+        _stop(proc)
+
+
+class Browser:
+    """Headless Chromium over the DevTools Protocol: navigate, evaluate, screenshot.
+
+    :param ws: a websocket connected to one of Chromium's pages.
+    """
+
+    def __init__(self, ws: Any) -> None:
+        self.ws = ws
+        self.ids = itertools.count(1)
+        self.events: list[dict[str, Any]] = []
+        for domain in ("Page", "Network", "Runtime"):
+            self.call(f"{domain}.enable")
+
+    def call(self, method: str, **params: Any) -> dict[str, Any]:
+        call_id = next(self.ids)
+        self.ws.send(json.dumps({"id": call_id, "method": method, "params": params}))
+        while True:
+            message = json.loads(self.ws.recv(timeout=60))
+            if message.get("id") == call_id:
+                if "error" in message:
+                    raise AssertionError(f"{method} failed: {message['error']}")
+                return message.get("result", {})
+            self.events.append(message)
+
+    def open(self, url: str) -> None:
+        self.events.clear()
+        self.call("Page.navigate", url=url)
+        deadline = time.monotonic() + 60
+        while not any(e.get("method") == "Page.loadEventFired" for e in self.events):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{url} did not finish loading in 60 s")
+            self.events.append(json.loads(self.ws.recv(timeout=60)))
+
+    def eval(self, expression: str) -> Any:
+        result = self.call("Runtime.evaluate", expression=expression, returnByValue=True)
+        return result["result"].get("value")
+
+    def save(self, directory: Path, name: str) -> Path:
+        """The page's DOM as <name>.html and a full-page screenshot as <name>.png."""
+        (directory / f"{name}.html").write_text(self.eval("document.documentElement.outerHTML"))
+        png = base64.b64decode(self.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)["data"])
+        path = directory / f"{name}.png"
+        path.write_bytes(png)
+        return path
+
+
+@pytest.fixture
+def browser(tmp_path):
+    pytest.importorskip("websockets", reason="websockets (an Airflow dependency) drives Chromium's DevTools")
+    from websockets.sync.client import connect
+
+    profile = tmp_path / "chromium-profile"
+    profile.mkdir()
+    proc = subprocess.Popen(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+         "--remote-debugging-port=0", f"--user-data-dir={profile}", "--window-size=1400,1800", "about:blank"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+    try:
+        port_file = profile / "DevToolsActivePort"
+        port = _wait(lambda: port_file.exists() and port_file.read_text().split("\n")[0], 60,
+                     "Chromium's DevTools port", proc)
+        pages = _wait(lambda: [t for t in httpx.get(f"http://127.0.0.1:{port}/json/list", timeout=5).json()
+                               if t["type"] == "page"], 30, "a Chromium page", proc)
+        with connect(pages[0]["webSocketDebuggerUrl"], max_size=None) as ws:
+            yield Browser(ws)
+    finally:
+        _stop(proc)
+
+
+@pytest.mark.timeout(600)
+def test_chromium_renders_the_leaderboard_chart_and_trial_pages(api_server, browser, tmp_path):
+    base, token, seeded = api_server
+    run_url = f"{base}/trials/runs/{seeded.run}"
+
+    browser.open(run_url)  # no cookie yet: refused
+    assert "Not authenticated" in browser.eval("document.body.innerText")
+    assert browser.eval("document.querySelectorAll('tr.trial-row').length") == 0
+
+    browser.call("Network.setCookie", name="_token", value=token, url=base + "/")
+    browser.open(run_url)
+    shot = browser.save(tmp_path, "leaderboard")
+    assert browser.eval("document.querySelectorAll('table.leaderboard tr.trial-row').length") == 12
+    assert browser.eval("[...document.querySelectorAll('tr.trial-row td:nth-child(2)')].map(td => td.innerText)")[:3] == [
+        "mnist-00", "mnist-01", "mnist-02"]
+    assert browser.eval("document.querySelectorAll('svg.curves polyline').length") == 11
+    assert browser.eval("document.querySelector('svg.curves polyline.best').dataset.trial") == "mnist-00"
+    box = browser.eval("(() => { const r = document.querySelector('svg.curves').getBoundingClientRect();"
+                       " return [r.width, r.height]; })()")
+    assert box[0] > 400 and box[1] > 150  # laid out, not just present in the DOM
+    assert browser.eval("getComputedStyle(document.querySelector('th')).fontWeight") in ("600", "700")  # CSS served
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+
+    browser.open(f"{base}/trials/trials/{seeded.failed_trial}")
+    browser.save(tmp_path, "trial")
+    assert browser.eval("document.querySelector('pre.traceback').innerText") == TRACEBACK
+    link = browser.eval("document.querySelector('a[target=_top]').getAttribute('href')")
+    assert link == "/dags/tune_mnist/runs/manual__2026-11-21/tasks/mnist.trial/mapped/3?try_number=1"
+
+    browser.open(f"{base}/trials/runs/{seeded.hostile_run}")
+    browser.save(tmp_path, "hostile")
+    assert browser.eval("document.scripts.length") == 0
+    assert HOSTILE in browser.eval("document.body.innerText")  # shown as text, never run
+    assert not [e for e in browser.events if e.get("method") == "Page.javascriptDialogOpening"]
+
+
+def test_the_api_server_lists_the_plugin_with_its_ui_links(api_server):
+    base, token, _ = api_server
+    plugins = httpx.get(f"{base}/api/v2/plugins", headers={"Authorization": f"Bearer {token}"}, timeout=30).json()
+    [plugin] = [p for p in plugins["plugins"] if p["name"] == "airflow_trials_dashboard"]
+    assert {v["destination"] for v in plugin["external_views"]} == {"nav", "dag_run", "task_instance"}
+    errors = httpx.get(f"{base}/api/v2/plugins/importErrors", headers={"Authorization": f"Bearer {token}"},
+                       timeout=30).json()
+    assert not [e for e in errors["import_errors"] if "airflow_trials" in json.dumps(e)], errors
+    response = httpx.get(f"{base}/trials/api/experiments", headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    assert [e["name"] for e in response.json()] == ["mnist", "secret", "hostile"]
+    assert httpx.get(f"{base}/trials/api/experiments", timeout=30).status_code == 401
