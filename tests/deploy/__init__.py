@@ -1,0 +1,1 @@
+"""Tests of the docker-compose stack and the deployment scripts under deploy/."""
