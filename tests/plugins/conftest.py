@@ -4,7 +4,6 @@ Airflow's real auth manager (tokens from its ``/auth/token`` endpoint)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pytest
@@ -110,7 +109,7 @@ def auth_config(tmp_path, monkeypatch) -> dict[str, str]:
 class Dashboard:
     client: object
     tokens: dict[str, str]
-    seeded: Seeded
+    seeded: Seeded | None = None
 
     def get(self, path: str, user: str | None = "admin", **kwargs):
         headers = kwargs.pop("headers", {})
@@ -120,23 +119,36 @@ class Dashboard:
 
 
 @pytest.fixture
-def dashboard(airflow_home, auth_config, trials_store, seeded) -> Iterator[Dashboard]:
-    """The dashboard mounted at /trials next to Airflow's auth manager app at /auth."""
+def make_dashboard(airflow_home, auth_config):
+    """Builds the dashboard on a store, mounted at /trials next to Airflow's auth manager app at /auth."""
     from airflow.api_fastapi.app import init_auth_manager, purge_cached_app
     from fastapi import FastAPI
     from fastapi.testclient import TestClient
 
     from airflow_trials.plugins.app import create_app
 
-    purge_cached_app()
-    root = FastAPI()
-    init_auth_manager(root)
-    root.mount("/trials", create_app(lambda: trials_store))
-    with TestClient(root, follow_redirects=False) as client:
+    clients = []
+
+    def make(store, seeded: Seeded | None = None) -> Dashboard:
+        purge_cached_app()
+        root = FastAPI()
+        init_auth_manager(root)
+        root.mount("/trials", create_app(lambda: store))
+        client = TestClient(root, follow_redirects=False)
+        clients.append(client)
         tokens = {}
         for user in USERS:
             response = client.post("/auth/token", json={"username": user, "password": f"{user}-pw"})
             assert response.status_code == 201, response.text
             tokens[user] = response.json()["access_token"]
-        yield Dashboard(client=client, tokens=tokens, seeded=seeded)
+        return Dashboard(client=client, tokens=tokens, seeded=seeded)
+
+    yield make
+    for client in clients:
+        client.close()
     purge_cached_app()
+
+
+@pytest.fixture
+def dashboard(make_dashboard, trials_store, seeded) -> Dashboard:
+    return make_dashboard(trials_store, seeded)
