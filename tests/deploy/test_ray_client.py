@@ -57,14 +57,20 @@ def _healthcheck(service: str) -> list[str]:
 
 
 def _head_healthy(gcs_port: int) -> bool:
+    """The compose ray-head healthcheck against our head; as in Docker, running past its timeout fails."""
     cmd = [arg.replace(":6379", f":{gcs_port}") for arg in _healthcheck("ray-head")]
     cmd[0] = os.path.join(BIN, cmd[0])
-    done = subprocess.run(cmd, env=_head_env(), capture_output=True, timeout=60)
+    timeout = services()["ray-head"]["healthcheck"]["timeout"]
+    assert timeout.endswith("s"), f"ray-head's healthcheck timeout {timeout!r} is not in seconds"
+    try:
+        done = subprocess.run(cmd, env=_head_env(), capture_output=True, timeout=float(timeout[:-1]))
+    except subprocess.TimeoutExpired:
+        return False
     return done.returncode == 0
 
 
 def _stop_group(proc: subprocess.Popen[bytes]) -> None:
-    for sig, wait_s in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
+    for sig, wait_s in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
