@@ -7,8 +7,11 @@ Airflow's JWT check (SimpleAuthManager, a temporary AIRFLOW_HOME), the per-DAG a
 the store's full ranking, the page's sort and slice, its checkpoints, the SVG chart and the
 template. Target: < 100 ms for the run page. Median of several requests after a warm-up.
 
-    .venv/bin/python -m bench.dashboard_render
+    .venv/bin/python -m bench.dashboard_render                       # SQLite file
+    .venv/bin/python -m bench.dashboard_render --postgres-url postgresql+psycopg://postgres@127.0.0.1:5432/test
     .venv/bin/python -m bench.dashboard_render --trials 1000 --repeats 5   # quicker
+
+PostgreSQL runs in a fresh schema, dropped at the end.
 """
 
 from __future__ import annotations
@@ -74,51 +77,73 @@ def _median_ms(client, path: str, headers: dict[str, str], repeats: int, must_co
     return statistics.median(timings)
 
 
+def run_backend(name: str, url: str, args: argparse.Namespace) -> None:
+    from airflow.api_fastapi.app import init_auth_manager
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from airflow_trials.plugins.app import create_app
+    from airflow_trials.plugins.queries import DashboardStore
+
+    begin = time.perf_counter()
+    run = _fill(url, args.trials, args.iterations)
+    print(f"[{name}] fixture: {args.trials:,} trials x {args.iterations} results loaded in "
+          f"{time.perf_counter() - begin:.1f} s", flush=True)
+    store = DashboardStore(url)
+    root = FastAPI()
+    init_auth_manager(root)
+    root.mount("/trials", create_app(lambda: store))
+    last = -(-args.trials // 50)
+    cases = [
+        ("run page (leaderboard page 1 of 50 rows + chart of the best 20)", f"/trials/runs/{run}", 'class="trial-row'),
+        (f"run page, last page ({last})", f"/trials/runs/{run}?page={last}", 'class="trial-row'),
+        ("run page sorted by trial id, descending", f"/trials/runs/{run}?sort=trial_id&order=desc", 'class="trial-row'),
+        ("run page, 200 rows per page", f"/trials/runs/{run}?page_size=200", 'class="trial-row'),
+        ("JSON leaderboard, page 1", f"/trials/api/runs/{run}/leaderboard", '"rows"'),
+        ("learning-curves page (best 20)", f"/trials/runs/{run}/curves", "<polyline"),
+    ]
+    try:
+        with TestClient(root) as client:
+            token = client.post("/auth/token", json={"username": "admin", "password": "bench"}).json()["access_token"]
+            headers = {"Authorization": f"Bearer {token}"}
+            for label, path, needle in cases:
+                ms = _median_ms(client, path, headers, args.repeats, needle)
+                print(f"[{name}] {label}: median {ms:.1f} ms over {args.repeats} requests  "
+                      f"(target < {TARGET_MS:.0f} ms, ratio {ms / TARGET_MS:.2f} of target)", flush=True)
+    finally:
+        store.dispose()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--postgres-url", default=None)
     parser.add_argument("--trials", type=int, default=10_000)
     parser.add_argument("--iterations", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--skip-sqlite", action="store_true")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="bench_dashboard_") as tmp:
         _prepare_airflow_home(Path(tmp) / "airflow")
-        url = f"sqlite:///{os.path.join(tmp, 'trials.db')}"
-        begin = time.perf_counter()
-        run = _fill(url, args.trials, args.iterations)
-        print(f"fixture: {args.trials:,} trials x {args.iterations} results loaded in "
-              f"{time.perf_counter() - begin:.1f} s", flush=True)
+        if not args.skip_sqlite:
+            run_backend("sqlite", f"sqlite:///{os.path.join(tmp, 'trials.db')}", args)
+        if args.postgres_url:
+            import uuid
 
-        from airflow.api_fastapi.app import init_auth_manager
-        from fastapi import FastAPI
-        from fastapi.testclient import TestClient
+            from sqlalchemy import create_engine, text
 
-        from airflow_trials.plugins.app import create_app
-        from airflow_trials.plugins.queries import DashboardStore
+            from bench.store_ingest import _postgres_schema_url
 
-        store = DashboardStore(url)
-        root = FastAPI()
-        init_auth_manager(root)
-        root.mount("/trials", create_app(lambda: store))
-        with TestClient(root) as client:
-            token = client.post("/auth/token", json={"username": "admin", "password": "bench"}).json()["access_token"]
-            headers = {"Authorization": f"Bearer {token}"}
-            last = -(-args.trials // 50)
-            cases = [
-                ("run page (leaderboard page 1 of 50 rows + chart of the best 20)", f"/trials/runs/{run}",
-                 'class="trial-row'),
-                (f"run page, last page ({last})", f"/trials/runs/{run}?page={last}", 'class="trial-row'),
-                ("run page sorted by trial id, descending", f"/trials/runs/{run}?sort=trial_id&order=desc",
-                 'class="trial-row'),
-                ("run page, 200 rows per page", f"/trials/runs/{run}?page_size=200", 'class="trial-row'),
-                ("JSON leaderboard, page 1", f"/trials/api/runs/{run}/leaderboard", '"rows"'),
-                ("learning-curves page (best 20)", f"/trials/runs/{run}/curves", "<polyline"),
-            ]
-            for label, path, needle in cases:
-                ms = _median_ms(client, path, headers, args.repeats, needle)
-                print(f"{label}: median {ms:.1f} ms over {args.repeats} requests  "
-                      f"(target < {TARGET_MS:.0f} ms, ratio {ms / TARGET_MS:.2f} of target)", flush=True)
-        store.dispose()
+            schema = f"bench_{uuid.uuid4().hex[:8]}"
+            admin = create_engine(args.postgres_url)
+            with admin.begin() as connection:
+                connection.execute(text(f'CREATE SCHEMA "{schema}"'))
+            try:
+                run_backend("postgresql", _postgres_schema_url(args.postgres_url, schema), args)
+            finally:
+                with admin.begin() as connection:
+                    connection.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+                admin.dispose()
 
 
 if __name__ == "__main__":

@@ -65,7 +65,8 @@ def _stop(proc: subprocess.Popen) -> None:
 
 @pytest.fixture
 def api_server(airflow_home, tmp_path):
-    """``airflow api-server`` on a free port, reading a seeded trials DB; yields (base URL, token)."""
+    """``airflow api-server`` on a free port, reading a seeded trials DB through the
+    ``trials_default`` connection; yields (base URL, token, what was seeded)."""
     from airflow_trials.plugins.queries import DashboardStore
 
     url = f"sqlite:///{tmp_path / 'trials.db'}"
@@ -77,7 +78,9 @@ def api_server(airflow_home, tmp_path):
     passwords.write_text(json.dumps({"admin": "admin-pw"}))
     env = {
         **os.environ,
-        "AIRFLOW_TRIALS_DB_URL": url,
+        # The trials_default connection wins over AIRFLOW_TRIALS_DB_URL, which points nowhere here.
+        "AIRFLOW_CONN_TRIALS_DEFAULT": json.dumps({"conn_type": "trials_db", "extra": {"url": url}}),
+        "AIRFLOW_TRIALS_DB_URL": f"sqlite:///{tmp_path / 'not-this.db'}",
         "AIRFLOW__CORE__AUTH_MANAGER": "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),

@@ -35,6 +35,22 @@ def test_best_point_takes_the_earliest_of_equal_values():
     assert best_point([], "min") is None
 
 
+@pytest.mark.parametrize(("metric", "mode"), [("loss", "min"), ("loss", "max"), ("acc", "max")])
+def test_ranking_is_the_store_leaderboard_without_the_configs(trials_store, seeded, metric, mode):
+    # loss/min reads the maintained bests; the others take the store's leaderboard path.
+    ranking = trials_store.ranking(seeded.run, metric, mode)
+    board = trials_store.leaderboard(seeded.run, metric, mode)
+    assert [(r.trial_id, r.status, r.num_failures, r.best_value, r.best_iteration) for r in ranking] == [
+        (b.trial_id, b.status, b.num_failures, b.best_value, b.best_iteration) for b in board]
+
+
+def test_a_page_reads_configs_for_its_rows_only_and_shows_the_search_space_keys(trials_store, seeded):
+    run = trials_store.get_experiment_run(seeded.run)
+    page = leaderboard_page(trials_store, run, "loss", "min", page=2, page_size=1)
+    assert [(r.rank, r.trial.trial_id, r.config) for r in page.rows] == [(2, "mnist-01", {"lr": 0.05, "layers": 1})]
+    assert page.config_keys == ["layers", "lr"]  # lr from the search space, layers from the row
+
+
 def test_page_past_the_end_is_empty_but_keeps_the_totals(trials_store, seeded):
     run = trials_store.get_experiment_run(seeded.run)
     page = leaderboard_page(trials_store, run, "loss", "min", page=9, page_size=5)

@@ -299,9 +299,9 @@ def _board_out(board: BoardPage, links: Links, num_trials: int) -> LeaderboardOu
         status_counts=board.status_counts, config_keys=board.config_keys,
         rows=[
             LeaderboardRowOut(
-                rank=r.rank, trial_id=r.row.trial_id, status=r.row.status.value, num_failures=r.row.num_failures,
-                config=r.row.config, best_value=r.row.best_value, best_iteration=r.row.best_iteration,
-                best_checkpoint=r.checkpoint, url=links.trial(r.row.trial_id),
+                rank=r.rank, trial_id=r.trial.trial_id, status=r.trial.status.value,
+                num_failures=r.trial.num_failures, config=r.config, best_value=r.trial.best_value,
+                best_iteration=r.trial.best_iteration, best_checkpoint=r.checkpoint, url=links.trial(r.trial.trial_id),
             )
             for r in board.rows
         ],
