@@ -128,23 +128,10 @@ def main() -> None:
         if not args.skip_sqlite:
             run_backend("sqlite", f"sqlite:///{os.path.join(tmp, 'trials.db')}", args)
         if args.postgres_url:
-            import uuid
+            from bench.store_ingest import fresh_postgres_schema
 
-            from sqlalchemy import create_engine, text
-
-            from bench.store_ingest import _postgres_schema_url
-
-            schema = f"bench_{uuid.uuid4().hex[:8]}"
-            admin = create_engine(args.postgres_url)
-            with admin.begin() as connection:
-                connection.execute(text(f'CREATE SCHEMA "{schema}"'))
-            try:
-                run_backend("postgresql", _postgres_schema_url(args.postgres_url, schema), args)
-            finally:
-                with admin.begin() as connection:
-                    connection.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-                admin.dispose()
-
+            with fresh_postgres_schema(args.postgres_url) as url:
+                run_backend("postgresql", url, args)
 
 if __name__ == "__main__":
     main()

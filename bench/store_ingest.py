@@ -22,6 +22,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import insert
@@ -178,6 +179,23 @@ def _postgres_schema_url(url: str, schema: str) -> str:
     return f"{url}{separator}options=-csearch_path%3D{schema}"
 
 
+@contextmanager
+def fresh_postgres_schema(url: str) -> Iterator[str]:
+    """A URL whose connections work in a new schema, dropped with everything in it at the end."""
+    from sqlalchemy import create_engine, text
+
+    schema = f"bench_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(url)
+    with admin.begin() as connection:
+        connection.execute(text(f'CREATE SCHEMA "{schema}"'))
+    try:
+        yield _postgres_schema_url(url, schema)
+    finally:
+        with admin.begin() as connection:
+            connection.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        admin.dispose()
+
+
 def run_backend(name: str, url: str, args: argparse.Namespace) -> None:
     rate = bench_ingest(url, args.results, args.batch_size, args.ingest_trials)
     print(f"[{name}] ingest: {rate:,.0f} results/s  (target >= {INGEST_TARGET_PER_S:,.0f}/s, "
@@ -213,18 +231,8 @@ def main() -> None:
             run_backend("sqlite", f"sqlite:///{os.path.join(tmp, 'trials.db')}", args)
 
     if args.postgres_url:
-        from sqlalchemy import create_engine, text
-
-        schema = f"bench_{uuid.uuid4().hex[:8]}"
-        admin = create_engine(args.postgres_url)
-        with admin.begin() as connection:
-            connection.execute(text(f'CREATE SCHEMA "{schema}"'))
-        try:
-            run_backend("postgresql", _postgres_schema_url(args.postgres_url, schema), args)
-        finally:
-            with admin.begin() as connection:
-                connection.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-            admin.dispose()
+        with fresh_postgres_schema(args.postgres_url) as url:
+            run_backend("postgresql", url, args)
     else:
         print("[postgresql] skipped: pass --postgres-url or set AIRFLOW_TRIALS_TEST_POSTGRES_URL")
     print(f"total {time.perf_counter() - total:.0f} s")
