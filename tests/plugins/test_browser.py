@@ -217,6 +217,23 @@ def test_chromium_renders_the_leaderboard_chart_and_trial_pages(api_server, brow
     assert not [e for e in browser.events if e.get("method") == "Page.javascriptDialogOpening"]
 
 
+@pytest.mark.timeout(600)
+def test_the_airflow_ui_shows_the_dashboard_in_its_experiments_entry(api_server, browser, tmp_path):
+    base, token, _ = api_server
+    browser.call("Network.setCookie", name="_token", value=token, url=base + "/")
+    browser.open(f"{base}/plugin/experiments")  # the React UI; it frames the plugin's href
+
+    def framed_rows() -> Any:
+        found = browser.eval("(() => { const f = document.querySelector('iframe');"
+                             " return f && f.contentDocument ? [f.getAttribute('src'),"
+                             " f.contentDocument.querySelectorAll('tr.experiment-row').length] : null; })()")
+        return found if found and found[1] else None
+
+    src, rows = _wait(framed_rows, 60, "the Experiments frame in the Airflow UI")
+    browser.save(tmp_path, "airflow-ui")
+    assert (src, rows) == ("/trials/", 3)
+
+
 def test_the_api_server_lists_the_plugin_with_its_ui_links(api_server):
     base, token, _ = api_server
     plugins = httpx.get(f"{base}/api/v2/plugins", headers={"Authorization": f"Bearer {token}"}, timeout=30).json()
