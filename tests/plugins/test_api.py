@@ -154,3 +154,12 @@ def test_an_unmigrated_store_is_a_503_that_says_how_to_fix_it(dashboard, tmp_pat
     assert response.status_code == 503
     assert "python -m airflow_trials.store upgrade" in response.json()["detail"]
     empty.dispose()
+
+
+def test_a_trial_page_lists_its_newest_results_and_links_to_all(dashboard, trials_store, monkeypatch):
+    from airflow_trials.plugins import app
+
+    monkeypatch.setattr(app, "RESULTS_SHOWN", 3)
+    page = dashboard.get("/trials/mnist-00").text
+    assert "The newest 3 of 10" in page and 'href="/trials/api/trials/mnist-00/results"' in page
+    assert page.count("<tr><td class=\"num\">") == 3

@@ -17,6 +17,7 @@ from typing import Annotated, Any
 from urllib.parse import quote, urlencode
 
 import jinja2
+from airflow.api_fastapi.app import API_ROOT_PATH, get_auth_manager
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path, Query, Request, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
@@ -57,6 +58,8 @@ log = logging.getLogger(__name__)
 URL_PREFIX = "/trials"
 # Pages of a run that is still going re-load themselves (a <meta> refresh: no script needed).
 REFRESH_SECONDS = 10
+# A trial page lists its newest results; the chart and the JSON API have all of them.
+RESULTS_SHOWN = 200
 # Experiment names and trial ids follow core.trial.validate_name; the handlers also run it.
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 # Airflow's own rule for dag_id and task_id (KEY_REGEX; a task in a group has dots).
@@ -178,8 +181,6 @@ class Links:
         """The Airflow UI page of the trial's task instance; it opens on the logs."""
         if not (trial.dag_id and trial.run_id and trial.task_id):
             return None
-        from airflow.api_fastapi.app import API_ROOT_PATH
-
         url = (f"{API_ROOT_PATH}dags/{quote(trial.dag_id, safe='')}/runs/{quote(trial.run_id, safe='')}"
                f"/tasks/{quote(trial.task_id, safe='')}")
         if trial.map_index >= 0:
@@ -190,8 +191,6 @@ class Links:
     def dag_run(run: ExperimentRunRecord) -> str | None:
         if not (run.dag_id and run.run_id):
             return None
-        from airflow.api_fastapi.app import API_ROOT_PATH
-
         return f"{API_ROOT_PATH}dags/{quote(run.dag_id, safe='')}/runs/{quote(run.run_id, safe='')}"
 
 
@@ -291,9 +290,9 @@ def _trial(store: DashboardStore, user: Any, trial_id: str) -> tuple[TrialRecord
     return trial, run
 
 
-def _board_out(board: BoardPage, links: Links, num_trials: int) -> LeaderboardOut:
+def _board_out(board: BoardPage, links: Links) -> LeaderboardOut:
     return LeaderboardOut(
-        run=RunOut.of(board.run, num_trials, links.run(board.run.id)), metric=board.metric, mode=board.mode,
+        run=RunOut.of(board.run, board.total, links.run(board.run.id)), metric=board.metric, mode=board.mode,
         sort=board.sort, order="desc" if board.descending else "asc", page=board.page,
         page_size=board.page_size, pages=board.pages, total=board.total, best_trial_id=board.best_trial_id,
         status_counts=board.status_counts, config_keys=board.config_keys,
@@ -329,7 +328,7 @@ def leaderboard_api(
     sort: Sort = "metric", order: Order = "asc", page: Page = 1, page_size: PageSize = DEFAULT_PAGE_SIZE,
 ) -> LeaderboardOut:
     board = _board(store, user, run_pk, metric, mode, sort, order, page, page_size)
-    return _board_out(board, Links(request), board.total)
+    return _board_out(board, Links(request))
 
 
 @api.get("/runs/{run_pk}/curves", response_model=CurvesOut, summary="Learning curves of a run's best trials")
@@ -444,7 +443,9 @@ def trial_page(request: Request, trial_id: TrialId, user: UserDep, store: StoreD
         request, "trial.html", title=f"Trial {trial_id}", trial=trial, run=run, metric=metric, mode=mode,
         chart=chart, checkpoints=checkpoints, best=best_checkpoint(checkpoints, best_iteration),
         best_iteration=best_iteration,
-        results=results, metric_keys=metric_keys, task_instance_url=Links.task_instance(trial),
+        results=results[-RESULTS_SHOWN:], num_results=len(results), metric_keys=metric_keys,
+        results_url=f"{links.base}/api/trials/{quote(trial_id, safe='')}/results",
+        task_instance_url=Links.task_instance(trial),
         refresh=REFRESH_SECONDS if not trial.status.is_terminal() else None, crumbs=crumbs,
     )
 
@@ -501,8 +502,6 @@ def _error(request: Request, status_code: int, detail: Any, headers: dict[str, s
     login_url = None
     if status_code == status.HTTP_401_UNAUTHORIZED:
         try:
-            from airflow.api_fastapi.app import get_auth_manager
-
             login_url = get_auth_manager().get_url_login()
         except Exception:  # no auth manager configured: the page still explains the 401
             log.debug("No login URL for the 401 page", exc_info=True)
@@ -553,10 +552,6 @@ def create_app(store: str | Callable[[], DashboardStore] | None = None) -> FastA
     @app.exception_handler(NotFoundError)
     async def not_found(request: Request, e: NotFoundError) -> Response:
         return _error(request, status.HTTP_404_NOT_FOUND, str(e))
-
-    @app.exception_handler(ValueError)
-    async def bad_value(request: Request, e: ValueError) -> Response:
-        return _error(request, status.HTTP_422_UNPROCESSABLE_CONTENT, str(e))
 
     @app.exception_handler(StoreError)
     async def store_error(request: Request, e: StoreError) -> Response:
