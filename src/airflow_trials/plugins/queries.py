@@ -149,7 +149,7 @@ class DashboardStore(TrialStore):
                 .where(TrialRow.experiment_run_id.is_not(None))
                 .group_by(TrialRow.experiment_run_id)
             )
-            return {run_pk: count for run_pk, count in rows}
+            return {run_pk: count for run_pk, count in rows if run_pk is not None}
 
     def ranking(self, run_pk: int, metric: str, mode: str) -> list[RankedTrial]:
         """Every trial of the run in the order of :meth:`TrialStore.leaderboard`, without configs.

@@ -105,9 +105,10 @@ def learning_curves_svg(
         f'training_iteration</text><text x="14" y="{_MARGIN_TOP + plot_h / 2}" text-anchor="middle" '
         f'font-size="12" transform="rotate(-90 14 {_MARGIN_TOP + plot_h / 2})">{escape(metric)}</text>'
     )
-    ordered = sorted(trial_id for trial_id in curves if trial_id != best_trial_id)
-    if best_trial_id in curves:
-        ordered.append(best_trial_id)  # drawn last: on top
+    best_shown = best_trial_id if best_trial_id is not None and best_trial_id in curves else None
+    ordered = sorted(trial_id for trial_id in curves if trial_id != best_shown)
+    if best_shown is not None:
+        ordered.append(best_shown)  # drawn last: on top
     for index, trial_id in enumerate(ordered):
         curve = [(x, y) for x, y in curves[trial_id] if math.isfinite(y)]
         if not curve:
@@ -124,11 +125,11 @@ def learning_curves_svg(
         if len(curve) == 1:  # a one-point polyline draws nothing
             x, y = curve[0]
             parts.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="{4 if best else 3}" fill="{color}"/>')
-    if best_trial_id in curves:
+    if best_shown is not None:
         parts.append(
             f'<g class="legend" font-size="12"><line x1="{WIDTH - 230}" x2="{WIDTH - 205}" y1="16" y2="16" '
             f'stroke="{BEST_COLOR}" stroke-width="3"/><text x="{WIDTH - 200}" y="20">best: '
-            f"{escape(best_trial_id)}</text></g>"
+            f"{escape(best_shown)}</text></g>"
         )
     parts.append("</svg>")
     return "".join(parts)
