@@ -163,3 +163,21 @@ def test_a_trial_page_lists_its_newest_results_and_links_to_all(dashboard, trial
     page = dashboard.get("/trials/mnist-00").text
     assert "The newest 3 of 10" in page and 'href="/trials/api/trials/mnist-00/results"' in page
     assert page.count("<tr><td class=\"num\">") == 3
+
+
+def test_pages_of_a_live_run_refresh_and_those_of_a_finished_one_do_not(dashboard, trials_store):
+    refresh = '<meta http-equiv="refresh" content="10">'
+    seeded = dashboard.seeded
+    assert refresh in dashboard.get(f"/runs/{seeded.hostile_run}").text
+    trials_store.finish_experiment_run(seeded.hostile_run, "FAILED")  # its one trial is in ERROR: all ended
+    assert refresh not in dashboard.get(f"/runs/{seeded.hostile_run}").text
+    assert refresh not in dashboard.get(f"/trials/{seeded.hostile_trial}").text
+    trials_store.finish_experiment_run(seeded.run, "SUCCESS")  # mnist-11 is still RUNNING
+    assert refresh in dashboard.get(f"/runs/{seeded.run}").text
+    assert refresh in dashboard.get("/trials/mnist-11").text
+
+
+def test_the_metric_heading_toggles_the_order_and_keeps_the_page_size(dashboard):
+    page = dashboard.get(f"/runs/{dashboard.seeded.run}", params={"page_size": 5}).text
+    assert f'href="/trials/runs/{dashboard.seeded.run}?sort=metric&amp;order=desc&amp;page_size=5"' in page
+    assert f'href="/trials/runs/{dashboard.seeded.run}?sort=metric&amp;order=asc&amp;page_size=5&amp;page=2" rel="next"' in page
