@@ -58,6 +58,36 @@ def test_execute_defers_and_a_second_try_reattaches_without_a_second_copy(trials
     assert live_trial_actors() == [] and live_placement_groups() == []
 
 
+def test_a_trial_queued_for_resources_defers_at_once_and_starts_when_placed(trials_env, fake_context):
+    """More trials than the cluster holds: the extra ones wait deferred, not in a worker."""
+    first = operator(trial_id="q1", config={"sleep": 0.1}, resources_per_trial={"cpu": 2})
+    with pytest.raises(TaskDeferred) as deferred_first:
+        first.execute(fake_context(task_id="t1"))
+    second = operator(trial_id="q2", config={"sleep": 0.1}, resources_per_trial={"cpu": 2})
+    with pytest.raises(TaskDeferred) as deferred_second:
+        second.execute(fake_context(task_id="t2"))  # returns without waiting for free CPUs
+    store = trials_env.store
+    assert store.get_trial("q2").status.value == "PENDING"
+    from airflow_trials.execution.executor import RayTrialExecutor, find_trial_actor
+
+    ray.get(find_trial_actor("ops", "q1").poll.remote(0))  # q1 is placed and runs...
+    assert not RayTrialExecutor.is_placed(find_trial_actor("ops", "q2"))  # ...q2 waits for its CPUs
+    # A retry while it is still queued re-attaches to it instead of starting a second copy.
+    with pytest.raises(TaskDeferred):
+        operator(trial_id="q2", config={"sleep": 0.1}, resources_per_trial={"cpu": 2}).execute(
+            fake_context(task_id="t2", try_number=2))
+    assert sorted(live_trial_actors()) == ["trial.ops.q1", "trial.ops.q2"]
+
+    event = asyncio.run(first_event(deferred_first.value.trigger))
+    first.execute_complete(fake_context(task_id="t1"), event)  # removes q1's actor: q2 is placed
+    event = asyncio.run(first_event(deferred_second.value.trigger))
+    assert event["status"] == "TERMINATED" and event["last_result"]["training_iteration"] == 4
+    record = store.get_trial("q2")
+    assert record.status.value == "TERMINATED" and record.started_at is not None  # the trigger marked both
+    assert second.execute_complete(fake_context(task_id="t2"), event)["status"] == "TERMINATED"
+    assert live_trial_actors() == [] and live_placement_groups() == []
+
+
 @pytest.mark.parametrize("status", ["TERMINATED", "ERROR"])
 def test_execute_complete_for_every_status(trials_env, fake_context, status):
     op = operator(trial_id=f"ec-{status.lower()}", max_failures=1)

@@ -77,6 +77,17 @@ async def test_run_never_blocks_the_event_loop_and_records_results(trials_env):
     assert [r["training_iteration"] for r in trials_env.store.get_results("nb")] == [1, 2, 3, 4, 5]
     kept = trials_env.store.latest_checkpoint("nb")
     assert kept.iteration == 5 and kept.score == 5.0
+    # The trigger freed the trial's resources itself (a queued trial need not wait for a worker)...
+    from tests.conftest import live_placement_groups, live_trial_actors
+
+    assert live_trial_actors() == [] and live_placement_groups() == []
+    assert trials_env.store.get_trial("nb").status.value == "TERMINATED"
+    # ...so the same trigger run again (a triggerer restart before the event was handled) reports
+    # the stored end instead of a lost actor.
+    again = await TrialTrigger("trig", "nb", poll_interval_seconds=0.05).run().asend(None)
+    assert again.payload["status"] == "TERMINATED" and again.payload["error"] is None
+    assert again.payload["last_result"]["training_iteration"] == 5
+    assert again.payload["best_checkpoint"] == kept.path
 
 
 async def test_cancelled_while_the_task_is_still_deferred_leaves_the_trial_running(trials_env):

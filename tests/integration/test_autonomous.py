@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 
 import pytest
@@ -13,7 +15,7 @@ from airflow_trials import (
     TrainableNotFoundError,
     Trial,
 )
-from tests.conftest import live_placement_groups, live_trial_actors
+from tests.conftest import REPO, live_placement_groups, live_trial_actors
 
 
 def wait_done(actor, timeout_s=60):
@@ -69,4 +71,45 @@ def test_launch_refuses_bad_input_before_any_ray_work(ray_cluster, storage):
         executor.launch(Trial("no_such_mod:train", experiment_name="auto"))
     with pytest.raises(InsufficientResourcesError, match="needs 1 CPU, 4 GPU"):
         executor.launch(Trial("tests.trainables:counting", experiment_name="auto", resources={"gpu": 4}))
+    assert live_trial_actors() == [] and live_placement_groups() == []
+
+
+# Launches a trial that cannot be placed yet, then exits at once, as an Airflow task does when it
+# defers: the trial must still start when Ray places it.
+LAUNCH_AND_EXIT = """
+import sys, ray
+from airflow_trials import RayTrialExecutor, Trial
+ray.init(address=sys.argv[1], namespace=sys.argv[2], log_to_driver=False)
+executor = RayTrialExecutor(sys.argv[3], namespace=sys.argv[2], detached=True)
+trial = Trial("tests.trainables:counting", {}, experiment_name="auto", trial_id="queued",
+              resources={"cpu": 2}, stopping_criterion={"training_iteration": 3})
+actor = executor.launch(trial, start_timeout_s=None)
+print("placed" if executor.is_placed(actor) else "queued", flush=True)
+"""
+
+
+def test_a_queued_trial_starts_when_placed_after_its_launcher_exited(ray_cluster, storage):
+    namespace = ray.get_runtime_context().namespace
+    executor = RayTrialExecutor(storage, namespace=namespace, detached=True)
+    blocker = Trial("tests.trainables:counting", {"sleep": 0.1}, experiment_name="auto", trial_id="blocker",
+                    resources={"cpu": 2}, stopping_criterion={"training_iteration": 5})
+    blocker_actor = executor.launch(blocker)  # holds every CPU of the cluster
+    assert executor.is_placed(blocker_actor)
+    done = subprocess.run(
+        [sys.executable, "-c", LAUNCH_AND_EXIT, ray.get_runtime_context().gcs_address, namespace, storage],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "queued"
+    queued = executor.attach("auto", "queued")
+    assert queued is not None and not executor.is_placed(queued)
+
+    assert wait_done(blocker_actor)["status"] == "TERMINATED"
+    executor.terminate("auto", "blocker")  # frees the CPUs: Ray places the queued trial now
+    snap = wait_done(queued)
+    assert snap["status"] == "TERMINATED"
+    assert [r["training_iteration"] for r in snap["results"]] == [1, 2, 3]
+    assert executor.is_placed(queued)
+    executor.terminate("auto", "queued")
+    assert executor.attach("auto", "queued") is None
     assert live_trial_actors() == [] and live_placement_groups() == []

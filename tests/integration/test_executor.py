@@ -62,14 +62,16 @@ def test_detached_named_actor_is_found_from_another_process(ray_cluster, storage
     executor.start_trial(t)
     next_result(executor, t)
     assert find_trial_actor("exp", "findme", namespace="lookup-test") is not None
+    # The address, not 'auto': another Ray on this machine must not be picked up instead.
     code = (
-        "import ray, sys; ray.init(address='auto', namespace='lookup-test', log_to_driver=False);"
+        f"import ray, sys; ray.init(address={ray.get_runtime_context().gcs_address!r}, "
+        "namespace='lookup-test', log_to_driver=False);"
         "from airflow_trials import find_trial_actor;"
         "a = find_trial_actor('exp', 'findme', namespace='lookup-test');"
         "print(ray.get(a.ping.remote()))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
-    assert out.stdout.strip().splitlines()[-1] == "findme", out.stderr
+    assert out.stdout.strip().splitlines()[-1:] == ["findme"], out.stderr
     executor.cleanup()
     assert find_trial_actor("exp", "findme", namespace="lookup-test") is None
 

@@ -94,10 +94,18 @@ class TrialActor:
     :param storage_path: the experiment storage root (local path or fsspec URL).
     :param local_log_path: where stdout/stderr files go on this node.
     :param capture_output: redirect the process's stdout/stderr into the trial's files; default True.
+    :param autorun: ``(trial_state, restore_from)`` to start :meth:`run` from the constructor;
+        default None. A detached actor's construction is kept by Ray's GCS, so a trial started
+        this way begins whenever Ray places it, even after the process that launched it exited.
     """
 
     def __init__(
-        self, spec: TrialSpec, storage_path: str, local_log_path: str, capture_output: bool = True
+        self,
+        spec: TrialSpec,
+        storage_path: str,
+        local_log_path: str,
+        capture_output: bool = True,
+        autorun: tuple[dict[str, Any], str | None] | None = None,
     ) -> None:
         self._storage = TrialStorage(storage_path, local_log_path)
         self._capture = _LogCapture() if capture_output else None
@@ -115,6 +123,8 @@ class TrialActor:
         self._error: str | None = None
         self._stop_requested = False
         self._setup(spec)
+        if autorun is not None:
+            self.run(*autorun)
 
     # -- lifecycle -------------------------------------------------------------------------------
     def _setup(self, spec: TrialSpec) -> None:

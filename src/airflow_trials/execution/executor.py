@@ -17,6 +17,7 @@ from ray.util.placement_group import (
     placement_group_table,
     remove_placement_group,
 )
+from ray.util.client import ray as ray_client
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from airflow_trials.core.checkpoint import CheckpointRecord
@@ -53,6 +54,30 @@ def find_trial_actor(
         return ray.get_actor(actor_name(experiment_name, trial_id), namespace=namespace)
     except ValueError:
         return None
+
+
+# GCS actor states of an actor that waits for resources (its constructor has not run yet).
+_WAITING_STATES = frozenset({"DEPENDENCIES_UNREADY", "PENDING_CREATION"})
+
+
+def _gcs_actor_state(actor_id: str) -> str:
+    from ray._private.state import actors  # the GCS actor table; ray.util.state needs the dashboard
+
+    info = actors(actor_id=actor_id)
+    return str(info.get("State", "DEAD")) if info else "DEAD"
+
+
+# Under Ray Client (ray://) this process has no GCS connection of its own: ask from the cluster.
+_remote_gcs_actor_state = ray.remote(num_cpus=0)(_gcs_actor_state)
+
+
+def actor_state(actor: ActorHandle) -> str:
+    """GCS's state of an actor: ``PENDING_CREATION`` while it waits for resources, ``ALIVE``,
+    ``RESTARTING`` or ``DEAD``. Read from the GCS, so it works without Ray's dashboard."""
+    actor_id = actor._actor_id.hex()
+    if ray_client.is_connected():
+        return str(ray.get(_remote_gcs_actor_state.remote(actor_id)))
+    return _gcs_actor_state(actor_id)
 
 
 @dataclass
@@ -255,7 +280,11 @@ class RayTrialExecutor:
             self.continue_training(trial)
         return True
 
-    def _acquire_slot(self, trial: Trial) -> _Slot:
+    def _acquire_slot(self, trial: Trial, autorun: tuple[dict[str, Any], str | None] | None = None) -> _Slot:
+        """A slot for ``trial``: a cached one of its shape (its actor reset), else a new one.
+
+        With ``autorun``, a new actor starts the trial from its constructor (see :meth:`launch`).
+        """
         spec = self._spec(trial)
         for i, cached in enumerate(self._cache):
             if cached.resources == trial.resources:
@@ -263,7 +292,7 @@ class RayTrialExecutor:
                 if slot.actor is not None:
                     slot.actor.reset.remote(spec)
                     return slot
-                slot.actor = self._create_actor(trial, slot.pg)
+                slot.actor = self._create_actor(trial, slot.pg, autorun)
                 return slot
         # A cached placement group of another shape would hold resources this trial may need.
         self._evict_cache()
@@ -276,10 +305,12 @@ class RayTrialExecutor:
                 lifetime="detached" if self.detached else None,
             )
         slot = _Slot(trial.resources, pg)
-        slot.actor = self._create_actor(trial, pg)
+        slot.actor = self._create_actor(trial, pg, autorun)
         return slot
 
-    def _create_actor(self, trial: Trial, pg: PlacementGroup | None) -> ActorHandle:
+    def _create_actor(
+        self, trial: Trial, pg: PlacementGroup | None, autorun: tuple[dict[str, Any], str | None] | None = None
+    ) -> ActorHandle:
         res = trial.resources
         options: dict[str, Any] = {
             "num_cpus": res.cpu,
@@ -299,7 +330,8 @@ class RayTrialExecutor:
                 pg, placement_group_bundle_index=0, placement_group_capture_child_tasks=True
             )
         actor: ActorHandle = _RemoteTrialActor.options(**options).remote(  # type: ignore[assignment]
-            self._spec(trial), self.storage.storage_path, self.storage.local_log_path, self.capture_output
+            self._spec(trial), self.storage.storage_path, self.storage.local_log_path, self.capture_output,
+            autorun,
         )
         return actor
 
@@ -535,52 +567,76 @@ class RayTrialExecutor:
             self.storage.delete(record.path)
 
     # -- autonomous trials (the Airflow path) ---------------------------------------------------
-    def launch(self, trial: Trial, start_timeout_s: float = 600.0) -> ActorHandle:
+    def launch(self, trial: Trial, start_timeout_s: float | None = 600.0) -> ActorHandle:
         """Start ``trial`` in its own detached, named actor that drives itself to the end.
 
         The actor restores the trial's newest checkpoint (or ``restore_path``), applies its
         stopping criterion and checkpoint policy, and ends TERMINATED or ERROR; poll it with
         ``actor.poll.remote(since)`` from any process (:func:`find_trial_actor`). The executor
-        does not own it afterwards: end it with :meth:`terminate`. Returns once the actor runs
-        the trial (TrialError if it cannot be placed within ``start_timeout_s``).
-        Raises TrainableNotFoundError or InsufficientResourcesError before any Ray work.
+        does not own it afterwards: end it with :meth:`terminate`.
+
+        The actor starts the trial from its constructor, which Ray's GCS keeps for a detached
+        actor: a trial waiting for free resources starts when Ray places it, even after the
+        launching process exited (an Airflow task that deferred). With ``start_timeout_s=None``
+        this returns at once (the trial may be queued: :meth:`is_placed`); otherwise it returns
+        once the trial runs, or raises TrialError, removing the actor, if Ray could not place it
+        in time. Raises TrainableNotFoundError or InsufficientResourcesError before any Ray work.
         """
         self._check_trainable(trial)
         self.check_fits_cluster(trial)
         self._experiment_of[trial.trial_id] = trial.experiment_name
-        slot = self._acquire_slot(trial)
+        if self.detached:
+            # A detached launch never reuses a cached actor: the autorun must be the constructor's.
+            self._evict_cache()
+        autorun = (trial.to_json_state(), trial.restore_source())
+        slot = self._acquire_slot(trial, autorun)
         assert slot.actor is not None
-        started: ray.ObjectRef = slot.actor.run.remote(trial.to_json_state(), trial.restore_source())
-        # Wait until the actor runs the trial: a call still queued when this process exits (an
-        # Airflow task defers and ends) is dropped with its owner, and the trial would never start.
-        try:
-            ray.get(started, timeout=start_timeout_s)
-        except GetTimeoutError as e:
-            self.terminate(trial.experiment_name, trial.trial_id)
-            raise TrialError(
-                f"Trial {trial.trial_id} of experiment {trial.experiment_name} could not be placed "
-                f"on Ray within {start_timeout_s:g} s (it needs {trial.resources}; the cluster has "
-                f"{self.resource_string()}); it was removed. Free resources or limit concurrent "
-                f"trials with a pool, then retry.",
-                trial_id=trial.trial_id,
-            ) from e
-        except (RayTaskError, RayActorError) as e:
-            self.terminate(trial.experiment_name, trial.trial_id)
-            raise self._trial_error(trial, e, "starting") from e
+        # A reused (reset) actor was built without autorun: hand it the trial now. Only an
+        # executor that lives on (not detached) reuses actors, so the call cannot be dropped.
+        started = slot.actor.run.remote(*autorun) if not self.detached else slot.actor.ping.remote()
+        if start_timeout_s is not None:
+            try:
+                ray.get(started, timeout=start_timeout_s)
+            except GetTimeoutError as e:
+                self.terminate(trial.experiment_name, trial.trial_id)
+                raise TrialError(
+                    f"Trial {trial.trial_id} of experiment {trial.experiment_name} could not be placed "
+                    f"on Ray within {start_timeout_s:g} s (it needs {trial.resources}; the cluster has "
+                    f"{self.resource_string()}); it was removed. Free resources or limit concurrent "
+                    f"trials with a pool, then retry.",
+                    trial_id=trial.trial_id,
+                ) from e
+            except (RayTaskError, RayActorError) as e:
+                self.terminate(trial.experiment_name, trial.trial_id)
+                raise self._trial_error(trial, e, "starting") from e
         if trial.status != TrialStatus.RUNNING:
             self.set_status(trial, TrialStatus.RUNNING)
         return slot.actor
 
     def attach(self, experiment_name: str, trial_id: str, timeout_s: float = 60.0) -> ActorHandle | None:
-        """The live actor of a trial started by any process, or None when it is gone."""
+        """The actor of a trial started by any process, or None when it is gone.
+
+        An actor Ray has not placed yet (waiting for resources) counts: it starts its trial when
+        placed. Tell the two apart with :meth:`is_placed`.
+        """
         actor = find_trial_actor(experiment_name, trial_id, namespace=self.namespace)
         if actor is None:
+            return None
+        state = actor_state(actor)
+        if state in _WAITING_STATES:
+            return actor
+        if state == "DEAD":
             return None
         try:
             ray.get(actor.ping.remote(), timeout=timeout_s)
         except (RayActorError, GetTimeoutError):
             return None
         return actor
+
+    @staticmethod
+    def is_placed(actor: ActorHandle) -> bool:
+        """Has Ray placed the actor (it runs, or ran, its trial), rather than queued it?"""
+        return actor_state(actor) not in _WAITING_STATES
 
     def terminate(self, experiment_name: str, trial_id: str) -> None:
         """Kill a trial's actor and remove its placement group, whichever process started them."""

@@ -183,7 +183,12 @@ class RunTrialOperator(BaseOperator):
                 try_number=ti.try_number,
             )
             actor = executor.attach(experiment, trial_id)
-            status = ray.get(actor.poll.remote(10**9))["status"] if actor is not None else None
+            if actor is None:
+                status = None
+            elif not executor.is_placed(actor):
+                status = "QUEUED"  # waiting for resources; it starts its trial when Ray places it
+            else:
+                status = ray.get(actor.poll.remote(10**9))["status"]
             record = store.get_trial(trial_id)
             if actor is None and _finished(trial, record):
                 # A try after the trial ended (Airflow lost the previous try's success, or the
@@ -195,7 +200,7 @@ class RunTrialOperator(BaseOperator):
                     "error": None, "last_result": record.last_result,
                     "best_checkpoint": latest.path if latest else None, "num_results": None,
                 }
-            elif status in ("RUNNING", "TERMINATED"):
+            elif status in ("QUEUED", "RUNNING", "TERMINATED"):
                 self.log.info("Trial %s is %s on Ray already; re-attaching to it.", trial_id, status)
             else:
                 if actor is not None:  # an ERROR left by a try whose worker died before cleanup
@@ -207,10 +212,15 @@ class RunTrialOperator(BaseOperator):
                 if latest is not None:
                     trial = self._trial(experiment, trial_id, latest.path)
                     self.log.info("Retry of trial %s resumes from checkpoint %s", trial_id, latest.path)
-                executor.launch(trial)
+                # Do not wait for Ray to place it: a trial queued for resources waits deferred,
+                # holding no worker slot, and starts when Ray places it.
+                actor = executor.launch(trial, start_timeout_s=None)
                 self.log.info("Started trial %s of experiment %s on Ray.", trial_id, experiment)
             if finished_event is None:
-                store.update_trial(trial_id, status="RUNNING", try_number=ti.try_number)
+                placed = actor is not None and executor.is_placed(actor)
+                if not placed:
+                    self.log.info("Trial %s waits for Ray resources (%s).", trial_id, trial.resources)
+                store.update_trial(trial_id, status="RUNNING" if placed else "PENDING", try_number=ti.try_number)
         finally:
             store.dispose()
         if finished_event is not None:

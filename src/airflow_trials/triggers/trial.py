@@ -62,18 +62,32 @@ class TrialTrigger(BaseTrigger):
         try:
             actor = await asyncio.to_thread(executor.attach, self.experiment_name, self.trial_id)
             if actor is None:
-                yield TriggerEvent(self._lost("its Ray actor is gone (node lost or killed)"))
+                finished = await asyncio.to_thread(self._finished_in_store, store)
+                # Gone after it finished (this trigger ran again after the triggerer restarted, and
+                # its first run had freed the actor): report the stored end, not a failure.
+                yield TriggerEvent(finished or self._lost("its Ray actor is gone (node lost or killed)"))
                 return
             seen = 0
             recorded: set[str] = set()
+            placed = False
             while True:
                 try:
+                    # Resolves once Ray has placed the actor: a queued trial waits here, deferred.
                     snapshot = await actor.poll.remote(seen)
                 except Exception as e:  # RayActorError and friends: the actor died under us
                     yield TriggerEvent(self._lost(f"its Ray actor died while it ran: {e}"))
                     return
+                if not placed:
+                    placed = True
+                    await asyncio.to_thread(store.update_trial, self.trial_id, status="RUNNING")
                 seen = await asyncio.to_thread(self._record, store, snapshot, recorded, seen)
                 if snapshot["status"] in TERMINAL:
+                    # Free the trial's resources now rather than when a worker runs
+                    # execute_complete, so a trial queued behind it starts at once; the event
+                    # carries all execute_complete needs.
+                    await asyncio.to_thread(executor.terminate, self.experiment_name, self.trial_id)
+                    if snapshot["status"] == "TERMINATED":
+                        await asyncio.to_thread(store.update_trial, self.trial_id, status="TERMINATED")
                     yield TriggerEvent(_event(self.experiment_name, snapshot))
                     return
                 await asyncio.sleep(self.poll_interval_seconds)
@@ -105,6 +119,21 @@ class TrialTrigger(BaseTrigger):
             store.mark_checkpoint_deleted(self.trial_id, path)
             recorded.discard(path)
         return seen + len(results)
+
+    def _finished_in_store(self, store: Any) -> dict[str, Any] | None:
+        record = store.get_trial(self.trial_id)
+        if record.status.value != "TERMINATED":
+            return None
+        latest = store.latest_checkpoint(self.trial_id)
+        return {
+            "trial_id": self.trial_id,
+            "experiment_name": self.experiment_name,
+            "status": "TERMINATED",
+            "error": None,
+            "last_result": record.last_result,
+            "best_checkpoint": latest.path if latest else None,
+            "num_results": None,
+        }
 
     def _lost(self, why: str) -> dict[str, Any]:
         return {
