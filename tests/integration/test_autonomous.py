@@ -113,3 +113,18 @@ def test_a_queued_trial_starts_when_placed_after_its_launcher_exited(ray_cluster
     executor.terminate("auto", "queued")
     assert executor.attach("auto", "queued") is None
     assert live_trial_actors() == [] and live_placement_groups() == []
+
+
+def test_poll_with_wait_returns_as_soon_as_the_trial_ends(ray_cluster, storage):
+    executor = RayTrialExecutor(storage)
+    trial = Trial("tests.trainables:counting", {"sleep": 0.2}, experiment_name="auto", trial_id="w1",
+                  stopping_criterion={"training_iteration": 3})
+    actor = executor.launch(trial)
+    started = time.monotonic()
+    snap = ray.get(actor.poll.remote(0, 60.0))  # waits for the end, not for the 60 s
+    assert snap["status"] == "TERMINATED" and time.monotonic() - started < 30
+    assert [r["training_iteration"] for r in snap["results"]] == [1, 2, 3]
+    started = time.monotonic()
+    assert ray.get(actor.poll.remote(3, 60.0))["results"] == []  # already ended: no wait at all
+    assert time.monotonic() - started < 30
+    executor.terminate("auto", "w1")

@@ -122,6 +122,7 @@ class TrialActor:
         self._results: list[dict[str, Any]] = []
         self._error: str | None = None
         self._stop_requested = False
+        self._ended = threading.Event()  # set when the autonomous loop has ended
         self._setup(spec)
         if autorun is not None:
             self.run(*autorun)
@@ -305,6 +306,7 @@ class TrialActor:
             self.stop()
             with self._lock:
                 self._status, self._error = status, error
+            self._ended.set()
 
     def _save_and_keep(self) -> None:
         raw = self.save()
@@ -317,8 +319,15 @@ class TrialActor:
             for dropped in self._trial.checkpoint_manager.on_checkpoint(record):
                 self._storage.delete(dropped.path)
 
-    def poll(self, since: int = 0) -> TrialSnapshot:
-        """Progress of an autonomous trial: the results after the first ``since``, and its state."""
+    def poll(self, since: int = 0, wait_s: float = 0.0) -> TrialSnapshot:
+        """Progress of an autonomous trial: the results after the first ``since``, and its state.
+
+        With ``wait_s``, it first waits up to that long for the trial to end, so a poller that
+        polls every ``wait_s`` seconds learns of the end at once (and frees its resources sooner)
+        while results still arrive in batches.
+        """
+        if wait_s > 0 and self._loop is not None:
+            self._ended.wait(wait_s)
         with self._lock:
             trial = self._trial
             return {

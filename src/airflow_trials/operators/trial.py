@@ -240,7 +240,11 @@ class RunTrialOperator(BaseOperator):
         hook = self._hook()
         store = hook.get_store()
         try:
-            hook.get_executor().terminate(event["experiment_name"], trial_id)
+            if not event.get("released"):
+                # The trigger frees what it watched; otherwise (lost actor, blocking fallback
+                # from an older trigger) remove what may be left. Skipping it spares this worker
+                # a Ray connection.
+                hook.get_executor().terminate(event["experiment_name"], trial_id)
             record = store.get_trial(trial_id)
             latest = store.latest_checkpoint(trial_id)
             failed = event["status"] != "TERMINATED"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -72,8 +73,10 @@ class TrialTrigger(BaseTrigger):
             placed = False
             while True:
                 try:
-                    # Resolves once Ray has placed the actor: a queued trial waits here, deferred.
-                    snapshot = await actor.poll.remote(seen)
+                    # Resolves once Ray has placed the actor (a queued trial waits here, deferred),
+                    # then after poll_interval_seconds or as soon as the trial ends.
+                    asked = time.monotonic()
+                    snapshot = await actor.poll.remote(seen, self.poll_interval_seconds)
                 except Exception as e:  # RayActorError and friends: the actor died under us
                     yield TriggerEvent(self._lost(f"its Ray actor died while it ran: {e}"))
                     return
@@ -88,9 +91,10 @@ class TrialTrigger(BaseTrigger):
                     await asyncio.to_thread(executor.terminate, self.experiment_name, self.trial_id)
                     if snapshot["status"] == "TERMINATED":
                         await asyncio.to_thread(store.update_trial, self.trial_id, status="TERMINATED")
-                    yield TriggerEvent(_event(self.experiment_name, snapshot))
+                    yield TriggerEvent({**_event(self.experiment_name, snapshot), "released": True})
                     return
-                await asyncio.sleep(self.poll_interval_seconds)
+                # The actor waits for us; if it answered early (it is not running its loop), pace.
+                await asyncio.sleep(max(0.0, self.poll_interval_seconds - (time.monotonic() - asked)))
         except asyncio.CancelledError:
             # Cancelled: a triggerer restart (the task is still deferred, leave the trial running)
             # or the task was cleared, marked or killed (then stop the trial on Ray).
@@ -133,6 +137,7 @@ class TrialTrigger(BaseTrigger):
             "last_result": record.last_result,
             "best_checkpoint": latest.path if latest else None,
             "num_results": None,
+            "released": True,
         }
 
     def _lost(self, why: str) -> dict[str, Any]:
