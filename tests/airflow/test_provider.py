@@ -50,6 +50,11 @@ def test_trials_db_url_from_connection_env_or_default(airflow_home, monkeypatch,
     assert TrialsDbHook("db_extra").get_url() == "postgresql+psycopg://a@h/t"
     _conn(monkeypatch, "db_pg", conn_type="postgres", host="pg", login="u", password="p", port=5433, schema="trials")
     assert TrialsDbHook("db_pg").get_url() == "postgresql+psycopg://u:p@pg:5433/trials"
+    _conn(monkeypatch, "db_odd", conn_type="postgres", host="pg", login="u", password="p@ss:w/rd%", schema="trials")
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(TrialsDbHook("db_odd").get_url())
+    assert (parsed.password, parsed.host, parsed.database) == ("p@ss:w/rd%", "pg", "trials")
 
 
 def test_ray_settings_from_connection_then_ray_address(airflow_home, monkeypatch):

@@ -149,11 +149,14 @@ class TrialsDbHook(BaseHook):
             return str(extra["url"])
         if conn.conn_type == "sqlite" or (conn.host or "").endswith(".db"):
             return f"sqlite:///{conn.host}"
-        auth = conn.login or ""
-        if conn.password:
-            auth += f":{conn.password}"
-        port = f":{conn.port}" if conn.port else ""
-        return f"postgresql+psycopg://{auth}{'@' if auth else ''}{conn.host}{port}/{conn.schema or ''}"
+        from sqlalchemy.engine import URL
+
+        # URL.create escapes what a password may hold ("@", ":", "/") that a formatted string would not.
+        url = URL.create(
+            "postgresql+psycopg", username=conn.login or None, password=conn.password or None,
+            host=conn.host or None, port=conn.port or None, database=conn.schema or None,
+        )
+        return url.render_as_string(hide_password=False)
 
     def get_conn(self) -> TrialStore:
         from airflow_trials.store import TrialStore
