@@ -181,3 +181,8 @@ def test_the_metric_heading_toggles_the_order_and_keeps_the_page_size(dashboard)
     page = dashboard.get(f"/runs/{dashboard.seeded.run}", params={"page_size": 5}).text
     assert f'href="/trials/runs/{dashboard.seeded.run}?sort=metric&amp;order=desc&amp;page_size=5"' in page
     assert f'href="/trials/runs/{dashboard.seeded.run}?sort=metric&amp;order=asc&amp;page_size=5&amp;page=2" rel="next"' in page
+
+
+def test_a_trial_page_shows_its_best_value_and_where(dashboard):
+    page = dashboard.get("/trials/mnist-03").text
+    assert "best loss (min)</th><td>0.13 at iteration 10</td>" in page

@@ -442,7 +442,7 @@ def trial_page(request: Request, trial_id: TrialId, user: UserDep, store: StoreD
     return _page(
         request, "trial.html", title=f"Trial {trial_id}", trial=trial, run=run, metric=metric, mode=mode,
         chart=chart, checkpoints=checkpoints, best=best_checkpoint(checkpoints, best_iteration),
-        best_iteration=best_iteration,
+        best_iteration=best_iteration, best_value=dict(curve).get(best_iteration),
         results=results[-RESULTS_SHOWN:], num_results=len(results), metric_keys=metric_keys,
         results_url=f"{links.base}/api/trials/{quote(trial_id, safe='')}/results",
         task_instance_url=Links.task_instance(trial),
