@@ -340,7 +340,8 @@ def run(
         code = _report(stack, dag_id, run_id, state, plot_path)
         if keep_running:
             out.print(f"Airflow UI: http://127.0.0.1:{api_port} (user admin, password in "
-                      f"{stack.airflow_home / 'simple_auth_manager_passwords.json.generated'}). Ctrl-C stops it.")
+                      f"{stack.airflow_home / 'simple_auth_manager_passwords.json.generated'}); its "
+                      f"Experiments entry shows this run's leaderboard and learning curves. Ctrl-C stops it.")
             while stack.airflow is not None and stack.airflow.poll() is None:
                 time.sleep(1)
     except KeyboardInterrupt:

@@ -26,9 +26,10 @@ def test_provider_info_is_registered_on_the_entry_point():
 def test_airflow_providers_manager_sees_the_connection_types(airflow_home):
     from airflow.providers_manager import ProvidersManager
 
-    manager = ProvidersManager()
-    assert "airflow-trials" in manager.providers
-    hooks = manager.hooks
+    from airflow.sdk.providers_manager_runtime import ProvidersManagerTaskRuntime
+
+    assert "airflow-trials" in ProvidersManager().providers
+    hooks = ProvidersManagerTaskRuntime().hooks  # what task code resolves connections with
     assert hooks["ray"].hook_class_name == "airflow_trials.hooks.trials.RayHook"
     assert hooks["trials_db"].hook_class_name == "airflow_trials.hooks.trials.TrialsDbHook"
 
@@ -93,7 +94,14 @@ def test_sensor_defers_until_the_trial_ends_then_returns_statuses(trials_env):
     store.update_trial("s1", status="TERMINATED")
     import asyncio
 
-    event = asyncio.run(deferred.value.trigger.run().asend(None))
+    async def first_event(trigger):
+        events = trigger.run()
+        try:
+            return await events.asend(None)
+        finally:
+            await events.aclose()  # as the triggerer does: its cleanup runs inside the loop
+
+    event = asyncio.run(first_event(deferred.value.trigger))
     assert sensor.execute_complete({}, event.payload) == {"done": True, "statuses": {"s1": "TERMINATED"}, "failed": []}
 
 
