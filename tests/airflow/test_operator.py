@@ -60,31 +60,36 @@ def test_execute_defers_and_a_second_try_reattaches_without_a_second_copy(trials
 
 def test_a_trial_queued_for_resources_defers_at_once_and_starts_when_placed(trials_env, fake_context):
     """More trials than the cluster holds: the extra ones wait deferred, not in a worker."""
-    first = operator(trial_id="q1", config={"sleep": 0.1}, resources_per_trial={"cpu": 2})
-    with pytest.raises(TaskDeferred) as deferred_first:
-        first.execute(fake_context(task_id="t1"))
-    second = operator(trial_id="q2", config={"sleep": 0.1}, resources_per_trial={"cpu": 2})
-    with pytest.raises(TaskDeferred) as deferred_second:
-        second.execute(fake_context(task_id="t2"))  # returns without waiting for free CPUs
-    store = trials_env.store
-    assert store.get_trial("q2").status.value == "PENDING"
     from airflow_trials.execution.executor import RayTrialExecutor, find_trial_actor
 
-    ray.get(find_trial_actor("ops", "q1").poll.remote(0))  # q1 is placed and runs...
-    assert not RayTrialExecutor.is_placed(find_trial_actor("ops", "q2"))  # ...q2 waits for its CPUs
+    ops, deferred = {}, {}
+    for trial_id in ("q1", "q2"):  # each needs the whole cluster
+        ops[trial_id] = operator(trial_id=trial_id, config={"sleep": 0.1}, resources_per_trial={"cpu": 2})
+        with pytest.raises(TaskDeferred) as raised:
+            ops[trial_id].execute(fake_context(task_id=trial_id))  # returns without waiting for CPUs
+        deferred[trial_id] = raised.value.trigger
+    # Ray places one of them (which one is Ray's choice); the other waits for its CPUs.
+    polls = {find_trial_actor("ops", t).poll.remote(0): t for t in ops}
+    ready, _ = ray.wait(list(polls), num_returns=1, timeout=60)
+    assert ready, "Ray placed neither trial"
+    running = polls[ready[0]]
+    queued = "q2" if running == "q1" else "q1"
+    assert not RayTrialExecutor.is_placed(find_trial_actor("ops", queued))
+    store = trials_env.store
+    assert store.get_trial(queued).status.value == "PENDING"
     # A retry while it is still queued re-attaches to it instead of starting a second copy.
     with pytest.raises(TaskDeferred):
-        operator(trial_id="q2", config={"sleep": 0.1}, resources_per_trial={"cpu": 2}).execute(
-            fake_context(task_id="t2", try_number=2))
+        operator(trial_id=queued, config={"sleep": 0.1}, resources_per_trial={"cpu": 2}).execute(
+            fake_context(task_id=queued, try_number=2))
     assert sorted(live_trial_actors()) == ["trial.ops.q1", "trial.ops.q2"]
 
-    event = asyncio.run(first_event(deferred_first.value.trigger))
-    first.execute_complete(fake_context(task_id="t1"), event)  # removes q1's actor: q2 is placed
-    event = asyncio.run(first_event(deferred_second.value.trigger))
+    event = asyncio.run(first_event(deferred[running]))  # the trigger frees its CPUs at the end...
+    ops[running].execute_complete(fake_context(task_id=running), event)
+    event = asyncio.run(first_event(deferred[queued]))  # ...so Ray places the queued trial
     assert event["status"] == "TERMINATED" and event["last_result"]["training_iteration"] == 4
-    record = store.get_trial("q2")
+    record = store.get_trial(queued)
     assert record.status.value == "TERMINATED" and record.started_at is not None  # the trigger marked both
-    assert second.execute_complete(fake_context(task_id="t2"), event)["status"] == "TERMINATED"
+    assert ops[queued].execute_complete(fake_context(task_id=queued), event)["status"] == "TERMINATED"
     assert live_trial_actors() == [] and live_placement_groups() == []
 
 
@@ -134,6 +139,8 @@ def test_retries_default_to_max_failures():
     assert operator(max_failures=3).retries == 3
     assert operator(max_failures=-1).retries == 10_000
     assert operator(max_failures=3, retries=1).retries == 1
+    # Only retries given: the trial may fail as often (the operator does not stop retrying first).
+    assert operator(retries=2).max_failures == 2 and operator().max_failures == 0
 
 
 @pytest.mark.parametrize(

@@ -58,7 +58,8 @@ class RunTrialOperator(BaseOperator):
     :param keep_checkpoints_num: keep that many checkpoints; default all.
     :param checkpoint_score_attr: metric ranking checkpoints (``min-`` prefix: lower is better).
     :param max_failures: retries of the trial from its latest checkpoint; sets ``retries`` unless
-        given; -1 means (practically) unlimited. Default 0.
+        given; -1 means (practically) unlimited. Default: ``retries`` when given, else 0. Below
+        ``retries`` (a run's params chose it), the task stops retrying at ``max_failures``.
     :param restore_path: checkpoint to warm-start from on the first try; default none.
     :param gpu_pool: Airflow pool enforcing GPU limits; when set (and ``pool`` is not),
         the task takes ``ceil(gpu * slots_per_gpu)`` slots of it. Default none.
@@ -87,7 +88,7 @@ class RunTrialOperator(BaseOperator):
         checkpoint_at_end: bool = True,
         keep_checkpoints_num: int | None = None,
         checkpoint_score_attr: str | None = None,
-        max_failures: int = 0,
+        max_failures: int | None = None,
         restore_path: str | None = None,
         gpu_pool: str | None = None,
         slots_per_gpu: int = DEFAULT_SLOTS_PER_GPU,
@@ -97,6 +98,9 @@ class RunTrialOperator(BaseOperator):
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         **kwargs: Any,
     ) -> None:
+        if max_failures is None:
+            retries = kwargs.get("retries")
+            max_failures = 0 if retries is None else -1 if retries >= UNLIMITED_RETRIES else int(retries)
         if max_failures < -1:
             raise ValueError(f"max_failures must be -1 (unlimited) or >= 0, got {max_failures}.")
         kwargs.setdefault("retries", UNLIMITED_RETRIES if max_failures < 0 else max_failures)
