@@ -25,7 +25,6 @@ def test_provider_info_is_registered_on_the_entry_point():
 
 def test_airflow_providers_manager_sees_the_connection_types(airflow_home):
     from airflow.providers_manager import ProvidersManager
-
     from airflow.sdk.providers_manager_runtime import ProvidersManagerTaskRuntime
 
     assert "airflow-trials" in ProvidersManager().providers

@@ -11,13 +11,13 @@ import ray
 from ray import PlacementGroupID
 from ray.actor import ActorHandle
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+from ray.util.client import ray as ray_client
 from ray.util.placement_group import (
     PlacementGroup,
     placement_group,
     placement_group_table,
     remove_placement_group,
 )
-from ray.util.client import ray as ray_client
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from airflow_trials.core.checkpoint import CheckpointRecord
@@ -78,6 +78,20 @@ def actor_state(actor: ActorHandle) -> str:
     if ray_client.is_connected():
         return str(ray.get(_remote_gcs_actor_state.remote(actor_id)))
     return _gcs_actor_state(actor_id)
+
+
+def kill_actor(actor: ActorHandle, settle_s: float = 3.0) -> None:
+    """``ray.kill`` once Ray has finished creating the actor (or after ``settle_s``).
+
+    A kill that reaches a worker while it is still receiving the actor's creation task is ignored
+    there (Ray logs "Mismatched ActorID ... ignoring KillActor"), and that worker then keeps the
+    actor's resources, so the next trial never starts. Waiting out PENDING_CREATION avoids it; an
+    actor that waits for resources (no worker yet) is killed after ``settle_s`` by the GCS.
+    """
+    deadline = time.monotonic() + settle_s
+    while actor_state(actor) in _WAITING_STATES and time.monotonic() < deadline:
+        time.sleep(0.05)
+    ray.kill(actor, no_restart=True)
 
 
 @dataclass
@@ -365,7 +379,7 @@ class RayTrialExecutor:
         """
         if graceful:
             ray.wait([actor.stop.remote()], timeout=self.stop_timeout_s)
-        ray.kill(actor, no_restart=True)
+        kill_actor(actor)
 
     def _evict_cache(self) -> None:
         for slot in self._cache:
@@ -593,7 +607,7 @@ class RayTrialExecutor:
         assert slot.actor is not None
         # A reused (reset) actor was built without autorun: hand it the trial now. Only an
         # executor that lives on (not detached) reuses actors, so the call cannot be dropped.
-        started = slot.actor.run.remote(*autorun) if not self.detached else slot.actor.ping.remote()
+        started: ray.ObjectRef = slot.actor.run.remote(*autorun) if not self.detached else slot.actor.ping.remote()
         if start_timeout_s is not None:
             try:
                 ray.get(started, timeout=start_timeout_s)
@@ -643,7 +657,7 @@ class RayTrialExecutor:
         name = actor_name(experiment_name, trial_id)
         actor = find_trial_actor(experiment_name, trial_id, namespace=self.namespace)
         if actor is not None:
-            ray.kill(actor, no_restart=True)
+            kill_actor(actor)
         for pg_id, info in placement_group_table().items():
             if info.get("name") == name and info.get("state") != "REMOVED":
                 remove_placement_group(PlacementGroup(PlacementGroupID(bytes.fromhex(pg_id))))
@@ -674,7 +688,7 @@ class RayTrialExecutor:
         for trial_id in list(self._slots):
             slot = self._slots.pop(trial_id)
             if slot.actor is not None:
-                ray.kill(slot.actor, no_restart=True)
+                kill_actor(slot.actor)
             if slot.pg is not None:
                 remove_placement_group(slot.pg)
         self._evict_cache()
