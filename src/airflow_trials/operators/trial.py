@@ -17,7 +17,7 @@ from airflow_trials.core.trial import Trial, validate_name
 from airflow_trials.exceptions import TrialError
 from airflow_trials.hooks.trials import DEFAULT_RAY_CONN_ID, DEFAULT_TRIALS_CONN_ID, TrialsHook
 from airflow_trials.pools import DEFAULT_SLOTS_PER_GPU, gpu_pool_slots
-from airflow_trials.triggers.trial import TrialTrigger
+from airflow_trials.triggers.trial import TrialTrigger, stored_end_event
 
 # Airflow has no unlimited retries; max_failures=-1 maps to this many.
 UNLIMITED_RETRIES = 10_000
@@ -198,14 +198,10 @@ class RunTrialOperator(BaseOperator):
                 # A try after the trial ended (Airflow lost the previous try's success, or the
                 # task was cleared): nothing to run, report what the store holds.
                 self.log.info("Trial %s already finished; reporting its stored state.", trial_id)
-                latest = store.latest_checkpoint(trial_id)
-                finished_event = {
-                    "trial_id": trial_id, "experiment_name": experiment, "status": "TERMINATED",
-                    "error": None, "last_result": record.last_result,
-                    "best_checkpoint": latest.path if latest else None, "num_results": None,
-                }
+                finished_event = stored_end_event(store, experiment, record)
             elif status in ("QUEUED", "RUNNING", "TERMINATED"):
                 self.log.info("Trial %s is %s on Ray already; re-attaching to it.", trial_id, status)
+                placed = status != "QUEUED"
             else:
                 if actor is not None:  # an ERROR left by a try whose worker died before cleanup
                     executor.terminate(experiment, trial_id)
@@ -219,9 +215,9 @@ class RunTrialOperator(BaseOperator):
                 # Do not wait for Ray to place it: a trial queued for resources waits deferred,
                 # holding no worker slot, and starts when Ray places it.
                 actor = executor.launch(trial, start_timeout_s=None)
+                placed = executor.is_placed(actor)
                 self.log.info("Started trial %s of experiment %s on Ray.", trial_id, experiment)
             if finished_event is None:
-                placed = actor is not None and executor.is_placed(actor)
                 if not placed:
                     self.log.info("Trial %s waits for Ray resources (%s).", trial_id, trial.resources)
                 store.update_trial(trial_id, status="RUNNING" if placed else "PENDING", try_number=ti.try_number)

@@ -128,17 +128,7 @@ class TrialTrigger(BaseTrigger):
         record = store.get_trial(self.trial_id)
         if record.status.value != "TERMINATED":
             return None
-        latest = store.latest_checkpoint(self.trial_id)
-        return {
-            "trial_id": self.trial_id,
-            "experiment_name": self.experiment_name,
-            "status": "TERMINATED",
-            "error": None,
-            "last_result": record.last_result,
-            "best_checkpoint": latest.path if latest else None,
-            "num_results": None,
-            "released": True,
-        }
+        return stored_end_event(store, self.experiment_name, record)
 
     def _lost(self, why: str) -> dict[str, Any]:
         return {
@@ -167,6 +157,21 @@ class TrialTrigger(BaseTrigger):
         )
         key = ti.task_id if ti.map_index is None or ti.map_index < 0 else f"{ti.task_id}_{ti.map_index}"
         return states.get(ti.run_id, {}).get(key) == "deferred"
+
+
+def stored_end_event(store: Any, experiment_name: str, record: Any) -> dict[str, Any]:
+    """The TERMINATED event of a trial whose end the store holds (its actor is already gone)."""
+    latest = store.latest_checkpoint(record.trial_id)
+    return {
+        "trial_id": record.trial_id,
+        "experiment_name": experiment_name,
+        "status": "TERMINATED",
+        "error": None,
+        "last_result": record.last_result,
+        "best_checkpoint": latest.path if latest else None,
+        "num_results": None,
+        "released": True,
+    }
 
 
 def _event(experiment_name: str, snapshot: dict[str, Any]) -> dict[str, Any]:
