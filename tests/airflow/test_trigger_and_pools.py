@@ -9,6 +9,7 @@ import pytest
 
 from airflow_trials.pools import gpu_pool_slots
 from airflow_trials.triggers.trial import TrialStatusTrigger, TrialTrigger
+from tests.conftest import LoopTicker
 
 
 @pytest.mark.parametrize(("gpu", "slots"), [(0.25, 1), (0.5, 2), (1, 4), (2, 8), (0.3, 2), (0, 1)])
@@ -59,20 +60,11 @@ def _launch(trials_env, trial_id, config, stop=5):
 async def test_run_never_blocks_the_event_loop_and_records_results(trials_env):
     _launch(trials_env, "nb", {"sleep": 0.1})
     trigger = TrialTrigger("trig", "nb", poll_interval_seconds=0.05)
-    ticks = 0
-
-    async def ticker():
-        nonlocal ticks
-        while True:
-            await asyncio.sleep(0.01)
-            ticks += 1
-
-    clock = asyncio.create_task(ticker())
-    started = time.monotonic()
-    event = await trigger.run().asend(None)
-    elapsed = time.monotonic() - started
-    clock.cancel()
-    assert ticks >= 0.5 * elapsed / 0.01  # the loop kept ticking while the trial trained
+    async with LoopTicker() as ticker:
+        started = time.monotonic()
+        event = await trigger.run().asend(None)
+        elapsed = time.monotonic() - started
+    assert ticker.ticks >= 0.5 * elapsed / 0.01  # the loop kept ticking while the trial trained
     assert event.payload["status"] == "TERMINATED" and event.payload["last_result"]["training_iteration"] == 5
     assert [r["training_iteration"] for r in trials_env.store.get_results("nb")] == [1, 2, 3, 4, 5]
     kept = trials_env.store.latest_checkpoint("nb")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import subprocess
@@ -21,7 +20,7 @@ from airflow_trials import (
     TrialStatus,
     find_trial_actor,
 )
-from tests.conftest import REPO, live_placement_groups, live_trial_actors
+from tests.conftest import REPO, LoopTicker, live_placement_groups, live_trial_actors
 
 COUNTING = "tests.trainables:counting"
 FAKE = "tests.trainables:FakeTrainable"
@@ -142,19 +141,10 @@ async def test_async_fetch_result_awaits_the_object_ref(ray_cluster, storage):
     executor = RayTrialExecutor(storage)
     t = trial(config={"sleep": 0.3})
     executor.start_trial(t)
-    ticks = 0
-
-    async def ticker():
-        nonlocal ticks
-        while True:
-            await asyncio.sleep(0.01)
-            ticks += 1
-
-    task = asyncio.create_task(ticker())
-    result = await executor.async_fetch_result(t)
-    task.cancel()
+    async with LoopTicker() as ticker:
+        result = await executor.async_fetch_result(t)
     assert result["training_iteration"] == 1
-    assert ticks >= 10  # the event loop kept running while the result was awaited
+    assert ticker.ticks >= 10  # the event loop kept running while the result was awaited
     executor.cleanup()
 
 
