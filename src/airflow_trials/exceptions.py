@@ -32,6 +32,10 @@ class TrialError(AirflowTrialsError):
         return (type(self), (str(self), self.trial_id, self.traceback_text))
 
 
+class RayUnavailableError(AirflowTrialsError):
+    """Ray did not answer: its head is down or restarting, or the address is wrong."""
+
+
 class InsufficientResourcesError(AirflowTrialsError):
     """A trial asks for more than the whole cluster has, so it could never start."""
 

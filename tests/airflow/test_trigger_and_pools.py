@@ -29,7 +29,7 @@ def test_trial_trigger_serializes_its_init_arguments():
     assert trigger.serialize() == (
         "airflow_trials.triggers.trial.TrialTrigger",
         {"experiment_name": "exp", "trial_id": "t1", "ray_conn_id": "my_ray", "trials_conn_id": "my_db",
-         "poll_interval_seconds": 0.5},
+         "poll_interval_seconds": 0.5, "ray_outage_timeout_seconds": 120.0},
     )
     classpath, kwargs = trigger.serialize()
     assert TrialTrigger(**kwargs).serialize() == (classpath, kwargs)

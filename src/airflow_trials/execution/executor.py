@@ -8,14 +8,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import ray
-from ray import PlacementGroupID
 from ray.actor import ActorHandle
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
-from ray.util.client import ray as ray_client
 from ray.util.placement_group import (
     PlacementGroup,
     placement_group,
-    placement_group_table,
     remove_placement_group,
 )
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -32,6 +29,12 @@ from airflow_trials.exceptions import (
     TrialError,
 )
 from airflow_trials.execution.actor import TrialActor, TrialSpec
+from airflow_trials.execution.ray_state import (
+    actor_info,
+    kill_actor,
+    remove_placement_group_by_id,
+    remove_placement_groups_named,
+)
 from airflow_trials.execution.storage import TrialStorage
 from airflow_trials.execution.trainable import load_trainable
 
@@ -54,44 +57,6 @@ def find_trial_actor(
         return ray.get_actor(actor_name(experiment_name, trial_id), namespace=namespace)
     except ValueError:
         return None
-
-
-# GCS actor states of an actor that waits for resources (its constructor has not run yet).
-_WAITING_STATES = frozenset({"DEPENDENCIES_UNREADY", "PENDING_CREATION"})
-
-
-def _gcs_actor_state(actor_id: str) -> str:
-    from ray._private.state import actors  # the GCS actor table; ray.util.state needs the dashboard
-
-    info = actors(actor_id=actor_id)
-    return str(info.get("State", "DEAD")) if info else "DEAD"
-
-
-# Under Ray Client (ray://) this process has no GCS connection of its own: ask from the cluster.
-_remote_gcs_actor_state = ray.remote(num_cpus=0)(_gcs_actor_state)
-
-
-def actor_state(actor: ActorHandle) -> str:
-    """GCS's state of an actor: ``PENDING_CREATION`` while it waits for resources, ``ALIVE``,
-    ``RESTARTING`` or ``DEAD``. Read from the GCS, so it works without Ray's dashboard."""
-    actor_id = actor._actor_id.hex()
-    if ray_client.is_connected():
-        return str(ray.get(_remote_gcs_actor_state.remote(actor_id)))
-    return _gcs_actor_state(actor_id)
-
-
-def kill_actor(actor: ActorHandle, settle_s: float = 3.0) -> None:
-    """``ray.kill`` once Ray has finished creating the actor (or after ``settle_s``).
-
-    A kill that reaches a worker while it is still receiving the actor's creation task is ignored
-    there (Ray logs "Mismatched ActorID ... ignoring KillActor"), and that worker then keeps the
-    actor's resources, so the next trial never starts. Waiting out PENDING_CREATION avoids it; an
-    actor that waits for resources (no worker yet) is killed after ``settle_s`` by the GCS.
-    """
-    deadline = time.monotonic() + settle_s
-    while actor_state(actor) in _WAITING_STATES and time.monotonic() < deadline:
-        time.sleep(0.05)
-    ray.kill(actor, no_restart=True)
 
 
 @dataclass
@@ -602,6 +567,7 @@ class RayTrialExecutor:
         if self.detached:
             # A detached launch never reuses a cached actor: the autorun must be the constructor's.
             self._evict_cache()
+            self._remove_orphaned_placement_group(trial)
         autorun = (trial.to_json_state(), trial.restore_source())
         slot = self._acquire_slot(trial, autorun)
         assert slot.actor is not None
@@ -627,6 +593,17 @@ class RayTrialExecutor:
             self.set_status(trial, TrialStatus.RUNNING)
         return slot.actor
 
+    def _remove_orphaned_placement_group(self, trial: Trial) -> None:
+        """Remove a placement group left under this trial's name by a process that died between
+        creating it and creating the actor (a task's worker killed mid-``execute``): it would hold
+        the trial's resources for ever, and the new one could not take its name."""
+        removed = remove_placement_groups_named(actor_name(trial.experiment_name, trial.trial_id))
+        if removed:
+            log.warning(
+                "Removed %d placement group(s) of trial %s of experiment %s left by a process that "
+                "died before it started the trial's actor.", removed, trial.trial_id, trial.experiment_name,
+            )
+
     def attach(self, experiment_name: str, trial_id: str, timeout_s: float = 60.0) -> ActorHandle | None:
         """The actor of a trial started by any process, or None when it is gone.
 
@@ -636,10 +613,10 @@ class RayTrialExecutor:
         actor = find_trial_actor(experiment_name, trial_id, namespace=self.namespace)
         if actor is None:
             return None
-        state = actor_state(actor)
-        if state in _WAITING_STATES:
+        info = actor_info(actor)
+        if info.waiting:
             return actor
-        if state == "DEAD":
+        if info.state == "DEAD":
             return None
         try:
             ray.get(actor.ping.remote(), timeout=timeout_s)
@@ -650,17 +627,24 @@ class RayTrialExecutor:
     @staticmethod
     def is_placed(actor: ActorHandle) -> bool:
         """Has Ray placed the actor (it runs, or ran, its trial), rather than queued it?"""
-        return actor_state(actor) not in _WAITING_STATES
+        return not actor_info(actor).waiting
 
-    def terminate(self, experiment_name: str, trial_id: str) -> None:
-        """Kill a trial's actor and remove its placement group, whichever process started them."""
-        name = actor_name(experiment_name, trial_id)
+    def release(self, experiment_name: str, trial_id: str, placement_group_id: str | None = None) -> None:
+        """Kill a trial's actor, if it lives, and remove its placement group (the actor's, else
+        ``placement_group_id``). Reads the GCS only through calls that survive a GCS restart, so
+        the triggerer may call it."""
         actor = find_trial_actor(experiment_name, trial_id, namespace=self.namespace)
         if actor is not None:
-            kill_actor(actor)
-        for pg_id, info in placement_group_table().items():
-            if info.get("name") == name and info.get("state") != "REMOVED":
-                remove_placement_group(PlacementGroup(PlacementGroupID(bytes.fromhex(pg_id))))
+            placement_group_id = kill_actor(actor).placement_group_id or placement_group_id
+        remove_placement_group_by_id(placement_group_id)
+
+    def terminate(self, experiment_name: str, trial_id: str) -> None:
+        """Kill a trial's actor and remove every placement group of the trial, whichever process
+        started them, orphans included. Looks placement groups up by name through Ray's global
+        state, which aborts a process whose GCS restarted: for task processes; triggers call
+        :meth:`release`."""
+        self.release(experiment_name, trial_id)
+        remove_placement_groups_named(actor_name(experiment_name, trial_id))
 
     # -- logs and actors ---------------------------------------------------------------------------
     def _log_path(self, trial_id: str, experiment_name: str | None, index: int) -> str:

@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
+
+from airflow_trials.exceptions import RayUnavailableError
 
 if TYPE_CHECKING:
     from airflow_trials.execution.executor import RayTrialExecutor
@@ -19,6 +22,9 @@ DEFAULT_RAY_CONN_ID = "ray_default"
 # safe to race, so connecting is serialised per process.
 _RAY_INIT_LOCK = threading.Lock()
 DEFAULT_TRIALS_CONN_ID = "trials_default"
+# When this process last made sure its Ray connection is to the cluster now at that address.
+_verified_at = float("-inf")
+_VERIFY_PERIOD_SECONDS = 10.0
 
 
 def _extra(conn: Any) -> dict[str, Any]:
@@ -80,11 +86,48 @@ class RayHook(BaseHook):
         }
 
     def get_conn(self) -> dict[str, Any]:
-        """Connect this process to Ray (once) and return the settings used."""
+        """Connect this process to Ray and return the settings used.
+
+        Connects once per process, and again when the cluster at that address is a new one (the
+        Ray head restarted): the old connection would fail every call. Raises
+        :class:`~airflow_trials.exceptions.RayUnavailableError` when Ray does not answer.
+        """
         settings = self.settings()
         with _RAY_INIT_LOCK:
+            self._drop_stale_connection(settings)
             self._init_ray(settings)
         return settings
+
+    def _drop_stale_connection(self, settings: dict[str, Any]) -> None:
+        import ray
+
+        global _verified_at
+        if not ray.is_initialized() or time.monotonic() - _verified_at < _VERIFY_PERIOD_SECONDS:
+            return
+        from ray.util.client import ray as ray_client
+
+        if ray_client.is_connected():
+            return  # Ray Client reconnects by itself, or its calls fail with ConnectionError
+        from ray._raylet import GcsClient
+
+        gcs = ray._private.worker.global_worker.gcs_client
+        try:
+            # A fresh client asks the GCS now serving this address for its cluster id; it blocks
+            # (about 40 s) while no GCS answers there.
+            current = GcsClient(address=gcs.address).cluster_id
+        except Exception as e:
+            raise RayUnavailableError(
+                f"Ray at {gcs.address} does not answer ({type(e).__name__}: {e}). The Ray head is "
+                "down or restarting; Airflow retries the task. Check the head's health."
+            ) from e
+        if current != gcs.cluster_id:
+            self.log.warning(
+                "The Ray cluster at %s restarted (cluster id %s, was %s): reconnecting. Trials of "
+                "the old cluster are gone; their tasks resume them from their latest checkpoints.",
+                gcs.address, current.hex()[:12], gcs.cluster_id.hex()[:12],
+            )
+            ray.shutdown()
+        _verified_at = time.monotonic()
 
     def _init_ray(self, settings: dict[str, Any]) -> None:
         import ray

@@ -21,6 +21,9 @@ from airflow_trials.triggers.trial import TrialTrigger, stored_end_event
 
 # Airflow has no unlimited retries; max_failures=-1 maps to this many.
 UNLIMITED_RETRIES = 10_000
+# How often one try resumes a trial lost to infrastructure (its node, or a Ray head restart)
+# without counting a failure; past that, the loss fails the try like any other.
+MAX_INFRASTRUCTURE_RESTARTS = 3
 
 
 def default_trial_id(dag_id: str, run_id: str, task_id: str, map_index: int) -> str:
@@ -158,69 +161,21 @@ class RunTrialOperator(BaseOperator):
 
     # -- execution ----------------------------------------------------------------------------------
     def execute(self, context: Context) -> Any:
-        import ray
-
         from airflow_trials.execution.trainable import load_trainable
 
         experiment, trial_id = self._ids(context)
         self._trial_ids = (experiment, trial_id)  # for on_kill
-        trial = self._trial(experiment, trial_id, self.restore_path)
+        self._trial(experiment, trial_id, self.restore_path)  # validates ids, config and resources
         load_trainable(self.trainable)  # an unknown path fails here, before any Ray or DB work
-        ti = context["ti"]
+        return self._start_or_attach(context, infrastructure_restarts=0)
+
+    def _start_or_attach(self, context: Context, infrastructure_restarts: int) -> Any:
+        """Re-attach to the trial's live actor, or start it (from its latest checkpoint), then defer."""
+        experiment, trial_id = self._ids(context)
         hook = self._hook()
         store = hook.get_store()
-        executor = hook.get_executor()
-        finished_event: dict[str, Any] | None = None
         try:
-            executor.check_fits_cluster(trial)
-            store.upsert_trial(
-                trial_id,
-                trainable=self.trainable,
-                config=trial.config,
-                resources=trial.resources.to_dict(),
-                max_failures=self.max_failures,
-                experiment_run_id=self.experiment_run_id,
-                dag_id=ti.dag_id,
-                run_id=ti.run_id,
-                task_id=ti.task_id,
-                map_index=ti.map_index if ti.map_index is not None else -1,
-                try_number=ti.try_number,
-            )
-            actor = executor.attach(experiment, trial_id)
-            if actor is None:
-                status = None
-            elif not executor.is_placed(actor):
-                status = "QUEUED"  # waiting for resources; it starts its trial when Ray places it
-            else:
-                status = ray.get(actor.poll.remote(10**9))["status"]
-            record = store.get_trial(trial_id)
-            if actor is None and _finished(trial, record):
-                # A try after the trial ended (Airflow lost the previous try's success, or the
-                # task was cleared): nothing to run, report what the store holds.
-                self.log.info("Trial %s already finished; reporting its stored state.", trial_id)
-                finished_event = stored_end_event(store, experiment, record)
-            elif status in ("QUEUED", "RUNNING", "TERMINATED"):
-                self.log.info("Trial %s is %s on Ray already; re-attaching to it.", trial_id, status)
-                placed = status != "QUEUED"
-            else:
-                if actor is not None:  # an ERROR left by a try whose worker died before cleanup
-                    executor.terminate(experiment, trial_id)
-                if record.status.is_terminal():
-                    # The task was cleared after the trial had ended: it runs again.
-                    store.update_trial(trial_id, status=TrialStatus.PENDING.value)
-                latest = store.latest_checkpoint(trial_id)
-                if latest is not None:
-                    trial = self._trial(experiment, trial_id, latest.path)
-                    self.log.info("Retry of trial %s resumes from checkpoint %s", trial_id, latest.path)
-                # Do not wait for Ray to place it: a trial queued for resources waits deferred,
-                # holding no worker slot, and starts when Ray places it.
-                actor = executor.launch(trial, start_timeout_s=None)
-                placed = executor.is_placed(actor)
-                self.log.info("Started trial %s of experiment %s on Ray.", trial_id, experiment)
-            if finished_event is None:
-                if not placed:
-                    self.log.info("Trial %s waits for Ray resources (%s).", trial_id, trial.resources)
-                store.update_trial(trial_id, status="RUNNING" if placed else "PENDING", try_number=ti.try_number)
+            finished_event = self._launch_unless_running(context, hook, store, experiment, trial_id)
         finally:
             store.dispose()
         if finished_event is not None:
@@ -229,14 +184,89 @@ class RunTrialOperator(BaseOperator):
             experiment, trial_id, self.ray_conn_id, self.trials_conn_id, self.poll_interval_seconds
         )
         if self.deferrable:
-            self.defer(trigger=trigger, method_name="execute_complete")
+            self.defer(
+                trigger=trigger, method_name="execute_complete",
+                kwargs={"infrastructure_restarts": infrastructure_restarts},
+            )
         # Blocking fallback: the same polling, in this worker.
         self.log.info("Not deferrable: polling trial %s from the worker.", trial_id)
-        return self.execute_complete(context, asyncio.run(_first_event(trigger)))
+        return self.execute_complete(
+            context, asyncio.run(_first_event(trigger)), infrastructure_restarts=infrastructure_restarts
+        )
 
-    def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+    def _launch_unless_running(
+        self, context: Context, hook: TrialsHook, store: Any, experiment: str, trial_id: str
+    ) -> dict[str, Any] | None:
+        """Register the trial and make sure it runs on Ray; its stored end when it already finished."""
+        import ray
+
+        ti = context["ti"]
+        trial = self._trial(experiment, trial_id, self.restore_path)
+        executor = hook.get_executor()
+        executor.check_fits_cluster(trial)
+        store.upsert_trial(
+            trial_id,
+            trainable=self.trainable,
+            config=trial.config,
+            resources=trial.resources.to_dict(),
+            max_failures=self.max_failures,
+            experiment_run_id=self.experiment_run_id,
+            dag_id=ti.dag_id,
+            run_id=ti.run_id,
+            task_id=ti.task_id,
+            map_index=ti.map_index if ti.map_index is not None else -1,
+            try_number=ti.try_number,
+        )
+        actor = executor.attach(experiment, trial_id)
+        if actor is None:
+            status = None
+        elif not executor.is_placed(actor):
+            status = "QUEUED"  # waiting for resources; it starts its trial when Ray places it
+        else:
+            status = ray.get(actor.poll.remote(10**9))["status"]
+        record = store.get_trial(trial_id)
+        if actor is None and _finished(trial, record):
+            # A try after the trial ended (Airflow lost the previous try's success, or the
+            # task was cleared): nothing to run, report what the store holds.
+            self.log.info("Trial %s already finished; reporting its stored state.", trial_id)
+            return stored_end_event(store, experiment, record)
+        if status in ("QUEUED", "RUNNING", "TERMINATED"):
+            self.log.info("Trial %s is %s on Ray already; re-attaching to it.", trial_id, status)
+            placed = status != "QUEUED"
+        else:
+            if actor is not None:  # an ERROR left by a try whose worker died before cleanup
+                executor.terminate(experiment, trial_id)
+            if record.status.is_terminal():
+                # The task was cleared after the trial had ended: it runs again.
+                store.update_trial(trial_id, status=TrialStatus.PENDING.value)
+            latest = store.latest_checkpoint(trial_id)
+            if latest is not None:
+                trial = self._trial(experiment, trial_id, latest.path)
+                self.log.info("Trial %s resumes from checkpoint %s", trial_id, latest.path)
+            # Do not wait for Ray to place it: a trial queued for resources waits deferred,
+            # holding no worker slot, and starts when Ray places it.
+            placed = executor.is_placed(executor.launch(trial, start_timeout_s=None))
+            self.log.info("Started trial %s of experiment %s on Ray.", trial_id, experiment)
+        if not placed:
+            self.log.info("Trial %s waits for Ray resources (%s).", trial_id, trial.resources)
+        store.update_trial(trial_id, status="RUNNING" if placed else "PENDING", try_number=ti.try_number)
+        return None
+
+    def execute_complete(
+        self, context: Context, event: dict[str, Any], infrastructure_restarts: int = 0
+    ) -> dict[str, Any]:
         ti = context["ti"]
         trial_id = event["trial_id"]
+        if event.get("infrastructure") and infrastructure_restarts < MAX_INFRASTRUCTURE_RESTARTS:
+            # Lost with its node or its Ray cluster, not through its own code: resume it at once,
+            # in this try, without spending one of its max_failures (as Ray Tune users ask,
+            # ray-project/ray#41285).
+            self.log.warning(
+                "%s This is not a failure of the trial: resuming it from its latest checkpoint without "
+                "counting it against max_failures (infrastructure restart %d of %d).",
+                event.get("error"), infrastructure_restarts + 1, MAX_INFRASTRUCTURE_RESTARTS,
+            )
+            return self._start_or_attach(context, infrastructure_restarts + 1)  # type: ignore[no-any-return]
         hook = self._hook()
         store = hook.get_store()
         try:
