@@ -85,24 +85,26 @@ class RayHook(BaseHook):
             "storage_path": extra.get("storage_path") or None,
         }
 
-    def get_conn(self) -> dict[str, Any]:
+    def get_conn(self, verify: bool = False) -> dict[str, Any]:
         """Connect this process to Ray and return the settings used.
 
         Connects once per process, and again when the cluster at that address is a new one (the
-        Ray head restarted): the old connection would fail every call. Raises
+        Ray head restarted): the old connection would fail every call. That is checked at most
+        every 10 s, or now with ``verify``. Raises
         :class:`~airflow_trials.exceptions.RayUnavailableError` when Ray does not answer.
         """
         settings = self.settings()
         with _RAY_INIT_LOCK:
-            self._drop_stale_connection(settings)
+            self._drop_stale_connection(verify)
             self._init_ray(settings)
         return settings
 
-    def _drop_stale_connection(self, settings: dict[str, Any]) -> None:
+    def _drop_stale_connection(self, verify: bool) -> None:
         import ray
 
         global _verified_at
-        if not ray.is_initialized() or time.monotonic() - _verified_at < _VERIFY_PERIOD_SECONDS:
+        recently = time.monotonic() - _verified_at < _VERIFY_PERIOD_SECONDS
+        if not ray.is_initialized() or (recently and not verify):
             return
         from ray.util.client import ray as ray_client
 
@@ -226,11 +228,15 @@ class TrialsHook(BaseHook):
         self.ray_hook = RayHook(ray_conn_id)
         self.db_hook = TrialsDbHook(trials_conn_id)
 
-    def get_executor(self) -> RayTrialExecutor:
-        """A RayTrialExecutor on this Ray, with detached named actors other processes can find."""
+    def get_executor(self, verify: bool = False) -> RayTrialExecutor:
+        """A RayTrialExecutor on this Ray, with detached named actors other processes can find.
+
+        :param verify: make sure now that the connection is to the cluster at Ray's address (see
+            :meth:`RayHook.get_conn`); default False.
+        """
         from airflow_trials.execution.executor import RayTrialExecutor
 
-        settings = self.ray_hook.get_conn()
+        settings = self.ray_hook.get_conn(verify)
         return RayTrialExecutor(
             settings["storage_path"], namespace=settings["namespace"], detached=True
         )

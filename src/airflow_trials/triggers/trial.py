@@ -9,7 +9,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_trials.exceptions import RayUnavailableError, StoreError
+from airflow_trials.exceptions import StoreError
 from airflow_trials.hooks.trials import DEFAULT_RAY_CONN_ID, DEFAULT_TRIALS_CONN_ID, TrialsHook
 
 TERMINAL = ("TERMINATED", "ERROR")
@@ -202,8 +202,7 @@ class _Watch:
 
     async def _attach(self) -> None:
         trigger = self.trigger
-        self.executor = await self._connect()
-        self.actor = await asyncio.to_thread(self.executor.attach, trigger.experiment_name, trigger.trial_id)
+        self.actor = await self._find_actor()
         if self.actor is None:
             finished = await asyncio.to_thread(trigger._finished_in_store, self.store)
             # Gone after it finished (this trigger ran again after the triggerer restarted, and
@@ -214,12 +213,15 @@ class _Watch:
         info = await asyncio.to_thread(actor_info, self.actor)
         self.placement_group_id = info.placement_group_id or self.placement_group_id
 
-    async def _connect(self) -> Any:
-        """The executor, once Ray answers (reconnecting to a restarted cluster)."""
+    async def _find_actor(self) -> Any:
+        """The trial's actor, or None when it is gone, once Ray answers (reconnecting this process
+        if the cluster at Ray's address restarted)."""
+        trigger = self.trigger
         while True:
             try:
-                return await asyncio.to_thread(self.hook.get_executor)
-            except RayUnavailableError as e:
+                self.executor = await asyncio.to_thread(self.hook.get_executor, verify=True)
+                return await asyncio.to_thread(self.executor.attach, trigger.experiment_name, trigger.trial_id)
+            except Exception as e:  # Ray down, or answering with errors while it restarts
                 await self._ray_not_answering(e)
 
     async def _next_snapshot(self) -> dict[str, Any]:
@@ -271,12 +273,10 @@ class _Watch:
 
     async def _reattach(self) -> None:
         """Find the trial's actor again after Ray stopped answering; end the watch if it is gone."""
-        trigger = self.trigger
-        self.executor = await self._connect()
-        actor = await asyncio.to_thread(self.executor.attach, trigger.experiment_name, trigger.trial_id)
+        actor = await self._find_actor()
         if actor is None:
             await self.release()
-            raise _Ended(trigger._lost(
+            raise _Ended(self.trigger._lost(
                 "its Ray actor is gone: the Ray cluster restarted or the trial's node was lost; its "
                 "task resumes it from its latest checkpoint", infrastructure=True, released=True,
             ))
