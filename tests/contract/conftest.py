@@ -2,7 +2,8 @@
 
 PostgreSQL runs when AIRFLOW_TRIALS_TEST_POSTGRES_URL names a server (e.g.
 ``postgresql+psycopg://postgres@127.0.0.1:5432/test``); each test gets a schema of its own,
-dropped afterwards, so tests never see each other's rows.
+dropped afterwards, so tests never see each other's rows. Tests that cut connections get a
+database of their own instead (``postgres_database``), so they only ever cut their own.
 """
 
 from __future__ import annotations
@@ -10,9 +11,11 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.engine import make_url
 
 from airflow_trials.store import TrialStore
 
@@ -49,6 +52,48 @@ def postgres_schema_url() -> Iterator[str]:
     finally:
         with admin.begin() as connection:
             connection.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        admin.dispose()
+
+
+@dataclass(frozen=True)
+class PostgresDatabase:
+    """A database created for one test; ``admin`` is connected to the server's own database."""
+
+    name: str
+    url: str
+    admin: Engine
+
+    def terminate_backends(self) -> int:
+        """Kill every connection to this database (never the admin's); returns how many."""
+        with self.admin.connect() as connection:
+            killed = connection.execute(
+                text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = :name AND pid <> pg_backend_pid()"
+                ),
+                {"name": self.name},
+            ).scalars()
+            return sum(bool(ok) for ok in killed)
+
+    def allow_connections(self, allowed: bool) -> None:
+        with self.admin.connect() as connection:
+            connection.execute(text(f'ALTER DATABASE "{self.name}" ALLOW_CONNECTIONS {str(allowed).lower()}'))
+
+
+@pytest.fixture
+def postgres_database() -> Iterator[PostgresDatabase]:
+    """A fresh PostgreSQL database ``at_drop_<hex>``, dropped (with its connections) afterwards."""
+    base = postgres_url()
+    name = f"at_drop_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(base, isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        url = make_url(base).set(database=name).render_as_string(hide_password=False)
+        yield PostgresDatabase(name=name, url=url, admin=admin)
+    finally:
+        with admin.connect() as connection:
+            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
 
 

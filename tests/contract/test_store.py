@@ -3,27 +3,36 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
+import logging
 import math
+import random
+import string
 import subprocess
 import sys
 import threading
 import warnings
+from collections.abc import Callable
 from datetime import UTC
 from typing import Any
 
 import numpy as np
 import pytest
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import event, func, select, text
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import DataError, SQLAlchemyError
 
 from airflow_trials import InvalidTransitionError, StoreError, TrialNotFoundError, TrialStatus
+from airflow_trials.experiment import run_seed
 from airflow_trials.store import TrialStore, default_store_url, migrate
 from airflow_trials.store.__main__ import main as store_cli
+from airflow_trials.store.engine import WRITE_OPTION, create_store_engine
 from airflow_trials.store.leaderboard import metric_index_name
 from airflow_trials.store.migration import (
     VERSION_TABLE,
+    alembic_config,
     current_revision,
     include_object,
     upgrade_engine,
@@ -31,7 +40,7 @@ from airflow_trials.store.migration import (
 from airflow_trials.store.models import Base, CheckpointRow, ResultRow, TrialRow
 from tests.contract.conftest import MEMORY, POSTGRESQL, SQLITE_FILE
 
-HEAD_REVISION = "0002"
+HEAD_REVISION = "0003"
 
 
 def register(store: TrialStore, trial_id: str, run: int | None = None, **kwargs: Any) -> None:
@@ -59,6 +68,41 @@ def count(store: TrialStore, model: Any, **where: Any) -> int:
         query = query.where(getattr(model, column) == value)
     with store._engine.connect() as connection:
         return connection.execute(query).scalar_one()
+
+
+def run_in_threads(targets: list[Callable[[], None]], timeout_seconds: float = 240) -> list[BaseException]:
+    """Run each target in a thread of its own, all at once; returns what they raised."""
+    errors: list[BaseException] = []
+
+    def guarded(target: Callable[[], None]) -> None:
+        try:
+            target()
+        except BaseException as e:  # noqa: BLE001 - returned to the test
+            errors.append(e)
+
+    threads = [threading.Thread(target=guarded, args=(target,)) for target in targets]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=timeout_seconds)
+    return errors
+
+
+def random_run_id(rng: random.Random) -> str:
+    """An Airflow-like run id, or now and then any printable text (run ids are user input)."""
+    if rng.random() < 0.2:
+        alphabet = string.printable + "äöüßéè漢字🙂"
+        return "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 80)))
+    kind = rng.choice(["manual", "scheduled", "backfill", "asset_triggered"])
+    stamp = f"{rng.randint(2020, 2030)}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
+    return f"{kind}__{stamp}T{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:00+00:00_{rng.getrandbits(32):x}"
+
+
+def retry_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [
+        r.getMessage() for r in caplog.records
+        if r.name == "airflow_trials.store.store" and r.levelno == logging.WARNING and "retrying in" in r.getMessage()
+    ]
 
 
 def schema_differences(store: TrialStore) -> list[Any]:
@@ -146,6 +190,48 @@ class StoreContract:
             # The probe's ORDER BY is the index order: the only sort is the final ranking.
             assert sum("TEMP B-TREE" in line for line in plan) == 1, plan
 
+    def test_upgrade_from_0002_keeps_runs_and_then_takes_seeds_past_int32(self, store_url):
+        if self.backend == MEMORY:
+            pytest.skip("sqlite:// is a new, empty database per engine: nothing to upgrade")
+        engine = create_store_engine(store_url)
+        try:
+            with engine.execution_options(**{WRITE_OPTION: True}).begin() as connection:
+                command.upgrade(alembic_config(connection), "0002")
+            with engine.begin() as connection:
+                connection.execute(text(
+                    "INSERT INTO at_experiments (id, name, created_at) VALUES (1, 'old', CURRENT_TIMESTAMP)"
+                ))
+                connection.execute(text(
+                    "INSERT INTO at_experiment_runs (id, experiment_id, run_key, seed, status, created_at) "
+                    "VALUES (7, 1, 'before-0003', 2147483647, 'RUNNING', CURRENT_TIMESTAMP)"
+                ))
+                connection.execute(text(
+                    "INSERT INTO at_trials (trial_id, experiment_run_id, trainable, config, resources, "
+                    "status, max_failures, created_at, updated_at) VALUES ('t-old', 7, 'm:f', '{}', '{}', "
+                    "'PENDING', 0, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP)"
+                ))
+            if self.backend == POSTGRESQL:
+                # The defect this revision fixes: at 0002 PostgreSQL refuses such a seed.
+                with pytest.raises(DataError, match="out of range"), engine.begin() as connection:
+                    connection.execute(text("UPDATE at_experiment_runs SET seed = 4294967295"))
+            upgrade_engine(engine)
+            assert current_revision(engine) == HEAD_REVISION
+        finally:
+            engine.dispose()
+        store = TrialStore(store_url)
+        try:
+            [old] = store.list_experiment_runs("old")
+            assert (old.id, old.run_key, old.seed) == (7, "before-0003", 2**31 - 1)
+            assert store.get_trial("t-old").experiment_run_id == 7
+            new = store.create_experiment_run("old", "after-0003", seed=2**32 - 1)
+            assert {r.run_key: r.seed for r in store.list_experiment_runs("old")} == {
+                "before-0003": 2**31 - 1, "after-0003": 2**32 - 1,
+            }
+            assert new != 7
+            assert schema_differences(store) == []
+        finally:
+            store.dispose()
+
     def test_unmigrated_database_raises_store_error_naming_the_upgrade(self, store_url):
         bare = TrialStore(store_url)
         try:
@@ -186,6 +272,41 @@ class StoreContract:
         assert first.search_space == {"lr": {"loguniform": [1e-4, 1e-1]}}
         assert first.status == "RUNNING" and first.ended_at is None
         assert len(store.list_experiment_runs()) == 3
+
+    def test_seeds_of_many_runs_are_stored_exactly(self, store):
+        rng = random.Random(20261122)
+        expected = {}
+        while len(expected) < 300:
+            run_id = random_run_id(rng)
+            expected[run_id] = run_seed("mnist", "tune_mnist", run_id)
+        assert max(expected.values()) >= 2**31, "the hashed seeds should reach past int32"
+        edges = [0, 1, -1, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**40, 2**63 - 1, -(2**63)]
+        expected |= {f"edge {seed}": seed for seed in edges}
+        ids = {run_key: store.create_experiment_run("mnist", run_key, seed=seed) for run_key, seed in expected.items()}
+        assert len(set(ids.values())) == len(expected)
+        stored = {r.run_key: r.seed for r in store.list_experiment_runs("mnist")}
+        assert stored == expected
+        assert {type(seed) for seed in stored.values()} == {int}
+
+    @pytest.mark.parametrize("seed", [2**63, -(2**63) - 1, 2**64, True, 1.5, "7"])
+    def test_seed_that_is_no_64_bit_integer_is_refused_naming_the_run(self, store, seed):
+        with pytest.raises(ValueError, match=r"Seed .* of run r-big of experiment mnist .*nothing was written"):
+            store.create_experiment_run("mnist", "r-big", seed=seed)
+        assert store.list_experiment_runs() == []
+
+    def test_numpy_seed_is_stored_as_an_int(self, store):
+        store.create_experiment_run("mnist", "r1", seed=np.uint32(2**32 - 1))
+        store.create_experiment_run("mnist", "r2", seed=np.int64(-(2**63)))
+        assert [r.seed for r in store.list_experiment_runs("mnist")] == [2**32 - 1, -(2**63)]
+
+    def test_finishing_a_run_twice_keeps_its_end_time(self, store):
+        run = store.create_experiment_run("mnist", "r1")
+        store.finish_experiment_run(run, "FAILED")
+        ended = store.list_experiment_runs("mnist")[0].ended_at
+        store.finish_experiment_run(run, "FAILED")
+        assert store.list_experiment_runs("mnist")[0].ended_at == ended
+        store.finish_experiment_run(run, "SUCCESS")
+        assert store.list_experiment_runs("mnist")[0].ended_at >= ended
 
     def test_finish_experiment_run_sets_status_and_end_time(self, store):
         run = store.create_experiment_run("mnist", "r1")
@@ -463,6 +584,30 @@ class StoreContract:
         assert "IntegrityError" in type(raised.value.__cause__).__name__
         assert count(store, TrialRow) == 0
 
+    @pytest.mark.parametrize("unmigrated", [False, True], ids=["foreign-key-violation", "missing-table"])
+    def test_non_transient_error_fails_at_once_without_retrying(self, store_url, caplog, unmigrated):
+        # An integrity error, and a missing table (ProgrammingError on PostgreSQL, an
+        # OperationalError that is no lock on SQLite): neither can succeed on a second attempt.
+        trial_store = TrialStore(store_url, create=not unmigrated, retry_initial_backoff_seconds=0.001)
+        inserts: list[str] = []
+
+        def capture(conn, cursor, statement, parameters, context, executemany):
+            if statement.lstrip().upper().startswith("INSERT INTO AT_TRIALS"):
+                inserts.append(statement)
+
+        event.listen(trial_store._engine, "before_cursor_execute", capture)
+        caplog.set_level(logging.WARNING, logger="airflow_trials.store")
+        try:
+            with pytest.raises(StoreError, match="register trial t1 in experiment run 4242") as raised:
+                register(trial_store, "t1", 4242)
+        finally:
+            event.remove(trial_store._engine, "before_cursor_execute", capture)
+            trial_store.dispose()
+        assert isinstance(raised.value.__cause__, SQLAlchemyError)
+        assert "retried" not in str(raised.value) and "attempts" not in str(raised.value)
+        assert len(inserts) == 1
+        assert retry_warnings(caplog) == []
+
     def test_failure_late_in_a_write_rolls_back_all_of_it(self, store):
         register(store, "t1")
         store.add_results("t1", results([1]))
@@ -498,8 +643,7 @@ class StoreContract:
         register(store, "shared")
         for w in range(writers):
             register(store, f"own-{w}")
-        barrier = threading.Barrier(writers)
-        errors: list[BaseException] = []
+        barrier = threading.Barrier(writers, timeout=60)
         new_shared: list[int] = []
 
         def write(w: int) -> None:
@@ -510,18 +654,11 @@ class StoreContract:
                     writer_store.add_results(f"own-{w}", results(range(start, start + batch_size)))
                     # Writers overlap on the shared trial: writer w covers iterations w..w+9.
                     new_shared.append(writer_store.add_results("shared", results(range(w, w + 10))))
-            except BaseException as e:  # noqa: BLE001 - reported by the main thread
-                errors.append(e)
             finally:
                 if not shared_store:
                     writer_store.dispose()
 
-        threads = [threading.Thread(target=write, args=(w,)) for w in range(writers)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=120)
-        assert errors == []
+        assert run_in_threads([functools.partial(write, w) for w in range(writers)], timeout_seconds=120) == []
         for w in range(writers):
             assert count(store, ResultRow, trial_id=f"own-{w}") == per_writer
             assert store.get_trial(f"own-{w}").last_result["training_iteration"] == per_writer

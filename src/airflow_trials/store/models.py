@@ -1,8 +1,8 @@
 """SQLAlchemy models of the store's tables: experiments, their runs, trials, results, checkpoints.
 
 Every table name starts with ``at_`` so the store can share a database with other tools. The
-Alembic revision ``migrations/versions/0001_initial.py`` creates exactly these tables;
-tests/contract/test_store.py checks that the two agree.
+Alembic revisions in ``migrations/versions/`` (0001_initial.py, then changes) create exactly
+these tables; tests/contract/test_store.py checks that the two agree.
 """
 
 from __future__ import annotations
@@ -51,8 +51,12 @@ def json_type(*, nullable: bool = False) -> TypeEngine[Any]:
     return JSON(none_as_null=nullable).with_variant(JSONB(none_as_null=nullable), "postgresql")
 
 
-def big_id_type() -> TypeEngine[int]:
-    # SQLite only auto-increments a column declared exactly INTEGER PRIMARY KEY.
+def big_int_type() -> TypeEngine[int]:
+    """BIGINT, but INTEGER on SQLite, whose INTEGER holds 64 bits already.
+
+    SQLite only auto-increments a column declared exactly INTEGER PRIMARY KEY, and declaring
+    INTEGER there keeps migrations from rebuilding tables to change a name only.
+    """
     return BigInteger().with_variant(Integer(), "sqlite")
 
 
@@ -109,7 +113,8 @@ class ExperimentRunRow(Base):
     dag_id: Mapped[str | None] = mapped_column(String(AIRFLOW_ID_LENGTH), nullable=True)
     run_id: Mapped[str | None] = mapped_column(String(AIRFLOW_ID_LENGTH), nullable=True)
     search_space: Mapped[Any] = mapped_column(json_type(nullable=True), nullable=True)
-    seed: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # 64-bit (migration 0003): run_seed() gives values up to 2**32 - 1 and users may pass more.
+    seed: Mapped[int | None] = mapped_column(big_int_type(), nullable=True)
     num_samples: Mapped[int | None] = mapped_column(Integer, nullable=True)
     status: Mapped[str] = mapped_column(
         String(16), default="RUNNING", server_default=text("'RUNNING'")
@@ -163,7 +168,7 @@ class ResultRow(Base):
     __tablename__ = "at_results"
     __table_args__ = (UniqueConstraint("trial_id", "iteration"),)
 
-    id: Mapped[int] = mapped_column(big_id_type(), primary_key=True)
+    id: Mapped[int] = mapped_column(big_int_type(), primary_key=True)
     trial_id: Mapped[str] = mapped_column(ForeignKey("at_trials.trial_id", ondelete="CASCADE"))
     iteration: Mapped[int] = mapped_column(Integer)
     timestamp: Mapped[float] = mapped_column(Float)

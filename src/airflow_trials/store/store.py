@@ -7,9 +7,9 @@ import logging
 import math
 import numbers
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Engine, Insert, Table, bindparam, case, func, select, text
 from sqlalchemy.dialects import postgresql, sqlite
@@ -52,10 +52,14 @@ from airflow_trials.store.records import (
     LeaderboardRow,
     TrialRecord,
 )
+from airflow_trials.store.retry import RetryPolicy, is_transient
 
 log = logging.getLogger(__name__)
 
 _STATUSES = {status.value: status for status in TrialStatus}
+_T = TypeVar("_T")
+# The seed column is BIGINT (migration 0003): any signed 64-bit seed is kept exactly.
+SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1
 
 # pg_advisory_xact_lock key held while creating a metric index, so two stores never race on it.
 _METRIC_INDEX_LOCK_KEY = 0x61745F6D6978  # "at_mix"
@@ -65,9 +69,12 @@ class TrialStore:
     """The metadata store: one database (never Airflow's) shared by every task, trigger and UI.
 
     Every public method runs in its own transaction: it commits, or rolls back entirely and
-    raises :class:`~airflow_trials.exceptions.StoreError` (chained to the database error). All
-    writes are idempotent, so an Airflow retry may repeat them. One instance may be shared by
-    threads; each call takes its own connection.
+    raises :class:`~airflow_trials.exceptions.StoreError` (chained to the database error). A
+    transaction that failed transiently (connection lost, server restarting, serialization
+    failure, deadlock, SQLite busy) runs again, with exponential backoff and jitter, until the
+    ``retry_*`` budget is spent; other database errors fail at once. All writes are idempotent,
+    so a retry, or an Airflow retry, may repeat them. One instance may be shared by threads; each
+    call takes its own connection.
 
     Example::
 
@@ -83,10 +90,32 @@ class TrialStore:
         (a SQLite file). Production: ``postgresql+psycopg://user:password@host/db``.
     :param create: apply the migrations first (see :func:`~airflow_trials.store.migrate`);
         default False, i.e. the schema must exist already.
+    :param retry_max_attempts: attempts of a call that fails transiently (lost connection,
+        server restart, serialization failure or deadlock, SQLite busy), the first included;
+        default 8. 1 turns retrying off.
+    :param retry_timeout_seconds: no new attempt starts this long after the first; default 30.
+    :param retry_initial_backoff_seconds: the longest wait after the first failure, doubled
+        after each further one; default 0.1.
+    :param retry_max_backoff_seconds: the longest wait between two attempts; default 5.
     """
 
-    def __init__(self, url: str | None = None, *, create: bool = False) -> None:
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        create: bool = False,
+        retry_max_attempts: int = RetryPolicy.max_attempts,
+        retry_timeout_seconds: float = RetryPolicy.timeout_seconds,
+        retry_initial_backoff_seconds: float = RetryPolicy.initial_backoff_seconds,
+        retry_max_backoff_seconds: float = RetryPolicy.max_backoff_seconds,
+    ) -> None:
         self._url = url if url is not None else default_store_url()
+        self._retry_policy = RetryPolicy(
+            max_attempts=retry_max_attempts,
+            timeout_seconds=retry_timeout_seconds,
+            initial_backoff_seconds=retry_initial_backoff_seconds,
+            max_backoff_seconds=retry_max_backoff_seconds,
+        )
         self._engine: Engine = create_store_engine(self._url)
         # Same pool; on SQLite its transactions start with BEGIN IMMEDIATE (see engine.py).
         self._write_engine: Engine = self._engine.execution_options(**{WRITE_OPTION: True})
@@ -109,27 +138,63 @@ class TrialStore:
 
     # -- plumbing --------------------------------------------------------------------------
 
+    def _transaction(self, operation: str, work: Callable[[Session], _T], *, write: bool = True) -> _T:
+        """``work(session)`` in one transaction that commits; all of it runs again after a
+        transient error (see :func:`~airflow_trials.store.retry.is_transient`), within the retry
+        policy. Every public method goes through here, so every one must be safe to run twice.
+
+        A database error that is not transient, or outlasts the policy, rolls back and becomes
+        StoreError; any other exception (TrialNotFoundError, ValueError, ...) passes unchanged.
+        """
+        started = time.monotonic()
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                with self._session(write) as session, session.begin():
+                    return work(session)
+            except SQLAlchemyError as e:
+                elapsed = time.monotonic() - started
+                delay = self._retry_policy.delay_seconds(attempt, elapsed) if is_transient(e) else None
+                if delay is None:
+                    raise self._store_error(operation, e, attempt, elapsed) from e
+                log.warning(
+                    "Trial store could not %s at attempt %d of %d (%s: %s); retrying in %.2f s",
+                    operation, attempt, self._retry_policy.max_attempts, type(e).__name__,
+                    _cause(e), delay,
+                )
+                time.sleep(delay)
+
     @contextmanager
     def _session_scope(self, operation: str, *, write: bool = True) -> Iterator[Session]:
-        """A session that commits at the end, or rolls back and raises StoreError on a DB error."""
-        session = Session(bind=self._write_engine if write else self._engine, expire_on_commit=False)
+        """One attempt of a transaction, for subclasses' reads; public methods use _transaction."""
         try:
-            yield session
-            session.commit()
+            with self._session(write) as session, session.begin():
+                yield session
         except SQLAlchemyError as e:
-            session.rollback()
-            cause = getattr(e, "orig", None) or e
-            raise StoreError(
-                f"Trial store could not {operation}: {type(e).__name__}: {cause}. Nothing of it was "
-                f"written. Check that {safe_url(self._url)} is reachable and migrated "
-                f"(python -m airflow_trials.store upgrade --url URL) and that the ids exist, "
-                f"then retry."
-            ) from e
-        except BaseException:
-            session.rollback()
-            raise
-        finally:
-            session.close()
+            raise self._store_error(operation, e, 1, 0.0) from e
+
+    def _session(self, write: bool) -> Session:
+        return Session(bind=self._write_engine if write else self._engine, expire_on_commit=False)
+
+    def _store_error(
+        self, operation: str, error: SQLAlchemyError, attempts: int, elapsed_seconds: float
+    ) -> StoreError:
+        where = safe_url(self._url)
+        if is_transient(error):
+            return StoreError(
+                f"Trial store could not {operation}: {type(error).__name__}: {_cause(error)}. The "
+                f"database at {where} failed transiently (connection lost or refused, server "
+                f"restarting, lock contention) at every attempt: {_attempts(attempts)} over "
+                f"{elapsed_seconds:.1f} s. Check that the database is up and reachable, or give the "
+                f"TrialStore a larger retry_timeout_seconds / retry_max_attempts; then repeat the "
+                f"call, which is safe: every write is idempotent."
+            )
+        return StoreError(
+            f"Trial store could not {operation}: {type(error).__name__}: {_cause(error)}. Nothing of "
+            f"it was written. Check that {where} is reachable and migrated "
+            f"(python -m airflow_trials.store upgrade --url URL) and that the ids exist, then retry."
+        )
 
     def _find_or_raise(
         self, session: Session, trial_id: str, operation: str, *, lock: bool = False
@@ -185,19 +250,19 @@ class TrialStore:
             check_mode(mode)
         if metric is not None:
             check_metric(metric)
-        with self._session_scope(f"register experiment {name}") as session:
+        changes = {k: v for k, v in (("metric", metric), ("mode", mode)) if v is not None}
+
+        def work(session: Session) -> int:
             experiment_id = self._ensure_experiment(session, name)
-            changes: dict[str, Any] = {}
-            if metric is not None:
-                changes["metric"] = metric
-            if mode is not None:
-                changes["mode"] = mode
             if changes:
                 session.execute(
                     ExperimentRow.__table__.update()
                     .where(ExperimentRow.id == experiment_id)
                     .values(**changes)
                 )
+            return experiment_id
+
+        experiment_id = self._transaction(f"register experiment {name}", work)
         if metric is not None:
             self.ensure_metric_index(metric)
         return experiment_id
@@ -220,7 +285,8 @@ class TrialStore:
         if metric in self._indexed_metrics:
             return
         index = metric_index(metric, self._dialect)
-        with self._session_scope(f"create the leaderboard index of metric {metric!r}") as session:
+
+        def work(session: Session) -> None:
             connection = session.connection()
             if self._dialect == "postgresql":
                 connection.execute(
@@ -238,6 +304,8 @@ class TrialStore:
             if not connection.execute(exists_query, {"name": index.name}).scalar_one():
                 log.info("Creating leaderboard index %s of metric %r", index.name, metric)
                 index.create(connection)
+
+        self._transaction(f"create the leaderboard index of metric {metric!r}", work)
         self._indexed_metrics.add(metric)
 
     def create_experiment_run(
@@ -261,29 +329,29 @@ class TrialStore:
         :param dag_id: Airflow DAG id; default None.
         :param run_id: Airflow run id; default None.
         :param search_space: the search space, stored as JSON; default None.
-        :param seed: random seed of the search; default None.
+        :param seed: random seed of the search, a signed 64-bit integer (any value of
+            ``experiment.run_seed``, which is below 2**32, fits); default None.
         :param num_samples: number of trials asked for; default None.
         """
         _check_id("Experiment name", experiment_name)
         _check_id("run_key", run_key, max_length=250)
+        seed = _check_seed(seed, f"run {run_key} of experiment {experiment_name}")
         table = ExperimentRunRow.__table__
-        with self._session_scope(
-            f"create run {run_key} of experiment {experiment_name}"
-        ) as session:
+        values = {
+            "run_key": run_key,
+            "dag_id": dag_id,
+            "run_id": run_id,
+            "search_space": None if search_space is None else json_safe(search_space),
+            "seed": seed,
+            "num_samples": num_samples,
+            "status": ExperimentRunStatus.RUNNING.value,
+        }
+
+        def work(session: Session) -> int:
             experiment_id = self._ensure_experiment(session, experiment_name)
             session.execute(
                 self._insert(table)
-                .values(
-                    experiment_id=experiment_id,
-                    run_key=run_key,
-                    dag_id=dag_id,
-                    run_id=run_id,
-                    search_space=None if search_space is None else json_safe(search_space),
-                    seed=seed,
-                    num_samples=num_samples,
-                    status=ExperimentRunStatus.RUNNING.value,
-                    created_at=utcnow(),
-                )
+                .values(experiment_id=experiment_id, created_at=utcnow(), **values)
                 .on_conflict_do_nothing(index_elements=[table.c.experiment_id, table.c.run_key])
             )
             return session.execute(
@@ -293,21 +361,33 @@ class TrialStore:
                 )
             ).scalar_one()
 
+        return self._transaction(f"create run {run_key} of experiment {experiment_name}", work)
+
     def finish_experiment_run(self, run_id_pk: int, status: str) -> None:
         """Set a run's status: SUCCESS or FAILED set ``ended_at``, RUNNING clears it.
+
+        Setting the status a run has already keeps its ``ended_at``, so repeating the call
+        changes nothing.
 
         :param run_id_pk: the run's id, as returned by :meth:`create_experiment_run`.
         :param status: RUNNING, SUCCESS or FAILED.
         """
         new = _parse_enum(ExperimentRunStatus, status, f"experiment run {run_id_pk}")
-        with self._session_scope(f"set experiment run {run_id_pk} to {new.value}") as session:
+
+        def work(session: Session) -> None:
             run = self._find_run_or_raise(session, run_id_pk, f"finish experiment run {run_id_pk}")
+            if not new.is_terminal():
+                run.ended_at = None
+            elif run.status != new.value or run.ended_at is None:
+                run.ended_at = utcnow()
             run.status = new.value
-            run.ended_at = utcnow() if new.is_terminal() else None
+
+        self._transaction(f"set experiment run {run_id_pk} to {new.value}", work)
 
     def list_experiments(self) -> list[ExperimentRecord]:
         """Every experiment, oldest first."""
-        with self._session_scope("list experiments", write=False) as session:
+
+        def work(session: Session) -> list[ExperimentRecord]:
             rows = session.execute(
                 select(ExperimentRow).order_by(ExperimentRow.created_at, ExperimentRow.id)
             ).scalars()
@@ -317,6 +397,8 @@ class TrialStore:
                 )
                 for row in rows
             ]
+
+        return self._transaction("list experiments", work, write=False)
 
     def list_experiment_runs(self, experiment_name: str | None = None) -> list[ExperimentRunRecord]:
         """Runs of one experiment, or of all, oldest first.
@@ -330,7 +412,8 @@ class TrialStore:
         )
         if experiment_name is not None:
             query = query.where(ExperimentRow.name == experiment_name)
-        with self._session_scope("list experiment runs", write=False) as session:
+
+        def work(session: Session) -> list[ExperimentRunRecord]:
             return [
                 ExperimentRunRecord(
                     id=run.id,
@@ -348,6 +431,8 @@ class TrialStore:
                 )
                 for run, name in session.execute(query)
             ]
+
+        return self._transaction("list experiment runs", work, write=False)
 
     # -- trials ----------------------------------------------------------------------------
 
@@ -423,8 +508,7 @@ class TrialStore:
             },
         )
         run_note = f" in experiment run {experiment_run_id}" if experiment_run_id is not None else ""
-        with self._session_scope(f"register trial {trial_id}{run_note}") as session:
-            session.execute(insert)
+        self._transaction(f"register trial {trial_id}{run_note}", lambda session: session.execute(insert))
 
     def update_trial(
         self,
@@ -452,34 +536,28 @@ class TrialStore:
         """
         new_status = None if status is None else _parse_enum(TrialStatus, status, f"trial {trial_id}")
         operation = f"update trial {trial_id}" + (f" to {new_status.value}" if new_status else "")
-        with self._session_scope(operation) as session:
+        fields: dict[str, Any] = {
+            name: value
+            for name, value in (("num_failures", num_failures), ("error_msg", error_msg), ("try_number", try_number))
+            if value is not None
+        }
+        if last_result is not None:
+            fields["last_result"] = json_safe(dict(last_result))
+
+        def work(session: Session) -> None:
             trial = self._find_or_raise(session, trial_id, operation, lock=True)
-            now = utcnow()
-            if new_status is not None:
-                current = TrialStatus(trial.status)
-                check_transition(trial_id, current, new_status)
-                if new_status is TrialStatus.RUNNING and trial.started_at is None:
-                    trial.started_at = now
-                if not new_status.is_terminal():
-                    trial.ended_at = None
-                elif not current.is_terminal() or trial.ended_at is None:
-                    # ERROR -> TERMINATED keeps the time the trial actually ended.
-                    trial.ended_at = now
-                trial.status = new_status.value
-            if num_failures is not None:
-                trial.num_failures = num_failures
-            if error_msg is not None:
-                trial.error_msg = error_msg
-            if last_result is not None:
-                trial.last_result = json_safe(dict(last_result))
-            if try_number is not None:
-                trial.try_number = try_number
-            trial.updated_at = now
+            _change_trial(trial, new_status, fields)
+
+        self._transaction(operation, work)
 
     def get_trial(self, trial_id: str) -> TrialRecord:
         """The trial's record; raises TrialNotFoundError for an unknown id."""
-        with self._session_scope(f"read trial {trial_id}", write=False) as session:
-            return _trial_record(self._find_or_raise(session, trial_id, f"read trial {trial_id}"))
+        operation = f"read trial {trial_id}"
+        return self._transaction(
+            operation,
+            lambda session: _trial_record(self._find_or_raise(session, trial_id, operation)),
+            write=False,
+        )
 
     def list_trials(
         self, *, experiment_run_id: int | None = None, experiment_name: str | None = None
@@ -498,8 +576,11 @@ class TrialStore:
                 .join(ExperimentRow, ExperimentRow.id == ExperimentRunRow.experiment_id)
                 .where(ExperimentRow.name == experiment_name)
             )
-        with self._session_scope("list trials", write=False) as session:
-            return [_trial_record(row) for row in session.execute(query).scalars()]
+        return self._transaction(
+            "list trials",
+            lambda session: [_trial_record(row) for row in session.execute(query).scalars()],
+            write=False,
+        )
 
     # -- results ---------------------------------------------------------------------------
 
@@ -514,35 +595,40 @@ class TrialStore:
         far, it becomes the trial's ``last_result``. The whole batch is written in one
         transaction, or not at all.
 
+        The count is a report, not a guarantee: when the connection was lost while the batch was
+        being committed and the retry finds it stored, the call returns 0 for it.
+
         :param trial_id: a trial registered with :meth:`upsert_trial`.
         :param results: the result dicts, in any order.
         """
         rows = _result_rows(trial_id, results)
         operation = f"add {len(rows)} results to trial {trial_id}"
+        return self._transaction(operation, lambda session: self._add_results(session, trial_id, rows, operation))
+
+    def _add_results(self, session: Session, trial_id: str, rows: list[dict[str, Any]], operation: str) -> int:
+        # Locking the trial makes concurrent batches of one trial take turns, so the
+        # last_result check below sees every result committed before it.
+        trial = self._find_or_raise(session, trial_id, operation, lock=True)
+        if not rows:
+            return 0
+        previous_max = session.execute(
+            select(func.max(ResultRow.iteration)).where(ResultRow.trial_id == trial_id)
+        ).scalar_one_or_none()
         table = ResultRow.__table__
-        with self._session_scope(operation) as session:
-            # Locking the trial makes concurrent batches of one trial take turns, so the
-            # last_result check below sees every result committed before it.
-            trial = self._find_or_raise(session, trial_id, operation, lock=True)
-            if not rows:
-                return 0
-            previous_max = session.execute(
-                select(func.max(ResultRow.iteration)).where(ResultRow.trial_id == trial_id)
-            ).scalar_one_or_none()
-            inserted: Insert = (
-                self._insert(table)
-                .on_conflict_do_nothing(index_elements=[table.c.trial_id, table.c.iteration])
-                .returning(table.c.iteration)
-            )
-            new_iterations = list(session.execute(inserted, rows).scalars())
-            if new_iterations and (previous_max is None or max(new_iterations) > previous_max):
-                newest = max(new_iterations)
-                trial.last_result = next(row["metrics"] for row in rows if row["iteration"] == newest)
-                trial.updated_at = utcnow()
-            if new_iterations:
-                self._update_best(session, trial, [r for r in rows if r["iteration"] in set(new_iterations)],
-                                  had_results=previous_max is not None)
-            return len(new_iterations)
+        inserted: Insert = (
+            self._insert(table)
+            .on_conflict_do_nothing(index_elements=[table.c.trial_id, table.c.iteration])
+            .returning(table.c.iteration)
+        )
+        new_iterations = list(session.execute(inserted, rows).scalars())
+        if new_iterations and (previous_max is None or max(new_iterations) > previous_max):
+            newest = max(new_iterations)
+            trial.last_result = next(row["metrics"] for row in rows if row["iteration"] == newest)
+            trial.updated_at = utcnow()
+        if new_iterations:
+            self._update_best(session, trial, [r for r in rows if r["iteration"] in set(new_iterations)],
+                              had_results=previous_max is not None)
+        return len(new_iterations)
 
     def _update_best(
         self, session: Session, trial: TrialRow, new_rows: list[dict[str, Any]], had_results: bool
@@ -581,7 +667,8 @@ class TrialStore:
         migration 0002) or after the experiment's metric changed. Returns the trials updated.
         """
         operation = f"recompute the best values of experiment run {experiment_run_id}"
-        with self._session_scope(operation) as session:
+
+        def work(session: Session) -> int:
             run = self._find_run_or_raise(session, experiment_run_id, operation)
             experiment = session.get(ExperimentRow, run.experiment_id)
             if experiment is None or experiment.metric is None or experiment.mode is None:
@@ -603,10 +690,13 @@ class TrialStore:
                 )
             return len(rows)
 
+        return self._transaction(operation, work)
+
     def get_results(self, trial_id: str) -> list[dict[str, Any]]:
         """The trial's stored result dicts, ordered by iteration."""
         operation = f"read the results of trial {trial_id}"
-        with self._session_scope(operation, write=False) as session:
+
+        def work(session: Session) -> list[dict[str, Any]]:
             self._find_or_raise(session, trial_id, operation)
             return list(
                 session.execute(
@@ -615,6 +705,8 @@ class TrialStore:
                     .order_by(ResultRow.iteration)
                 ).scalars()
             )
+
+        return self._transaction(operation, work, write=False)
 
     # -- checkpoints -----------------------------------------------------------------------
 
@@ -632,7 +724,8 @@ class TrialStore:
             score = json_safe(score)
         table = CheckpointRow.__table__
         operation = f"add checkpoint {path} of trial {trial_id}"
-        with self._session_scope(operation) as session:
+
+        def work(session: Session) -> None:
             self._find_or_raise(session, trial_id, operation)
             session.execute(
                 self._insert(table)
@@ -647,10 +740,13 @@ class TrialStore:
                 .on_conflict_do_nothing(index_elements=[table.c.trial_id, table.c.path])
             )
 
+        self._transaction(operation, work)
+
     def mark_checkpoint_deleted(self, trial_id: str, path: str) -> None:
         """Mark a recorded checkpoint as deleted (idempotent); raises StoreError for an unknown path."""
         operation = f"mark checkpoint {path} of trial {trial_id} deleted"
-        with self._session_scope(operation) as session:
+
+        def work(session: Session) -> None:
             self._find_or_raise(session, trial_id, operation)
             checkpoint = session.execute(
                 select(CheckpointRow).where(CheckpointRow.trial_id == trial_id, CheckpointRow.path == path)
@@ -662,10 +758,13 @@ class TrialStore:
                 )
             checkpoint.deleted = True
 
+        self._transaction(operation, work)
+
     def latest_checkpoint(self, trial_id: str) -> CheckpointRecordRow | None:
         """The not-deleted checkpoint with the highest iteration, or None when there is none."""
         operation = f"read the latest checkpoint of trial {trial_id}"
-        with self._session_scope(operation, write=False) as session:
+
+        def work(session: Session) -> CheckpointRecordRow | None:
             self._find_or_raise(session, trial_id, operation)
             row = session.execute(
                 select(CheckpointRow)
@@ -678,6 +777,8 @@ class TrialStore:
             return CheckpointRecordRow(
                 path=row.path, iteration=row.iteration, score=row.score, deleted=row.deleted
             )
+
+        return self._transaction(operation, work, write=False)
 
     # -- leaderboard -----------------------------------------------------------------------
 
@@ -701,7 +802,8 @@ class TrialStore:
         if limit is not None and limit < 1:
             raise ValueError(f"limit must be at least 1 or None, got {limit}.")
         operation = f"rank the trials of experiment run {experiment_run_id} by {mode} {metric}"
-        with self._session_scope(operation, write=False) as session:
+
+        def work(session: Session) -> list[LeaderboardRow]:
             run = self._find_run_or_raise(session, experiment_run_id, operation)
             connection = session.connection()
             if self._best_is_current(session, run, metric, mode):
@@ -728,6 +830,8 @@ class TrialStore:
                 in connection.execute(query)
             ]
 
+        return self._transaction(operation, work, write=False)
+
 
     @staticmethod
     def _best_is_current(session: Session, run: ExperimentRunRow, metric: str, mode: str) -> bool:
@@ -752,6 +856,36 @@ def _check_id(kind: str, value: str, max_length: int = ID_LENGTH) -> None:
         raise ValueError(
             f"{kind} must be a non-empty string of at most {max_length} characters, got {value!r}."
         )
+
+
+def _check_seed(seed: Any, owner: str) -> int | None:
+    """The seed as a Python int, refused (ValueError) unless it is an integer that fits in 64 bits."""
+    if seed is None:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise ValueError(
+            f"Seed {seed!r} of {owner} is a {type(seed).__name__}, not an integer; nothing was "
+            f"written. Pass an int between {SEED_MIN} and {SEED_MAX}."
+        )
+    if not SEED_MIN <= int(seed) <= SEED_MAX:
+        raise ValueError(
+            f"Seed {seed} of {owner} does not fit the trial store's signed 64-bit seed column "
+            f"({SEED_MIN} to {SEED_MAX}); nothing was written. Pass a smaller seed, e.g. "
+            f"seed % 2**63."
+        )
+    return int(seed)
+
+
+def _attempts(attempts: int) -> str:
+    """``"3 attempts (2 retries)"``, ``"1 attempt (no retry)"``."""
+    if attempts == 1:
+        return "1 attempt (no retry)"
+    return f"{attempts} attempts ({attempts - 1} {'retry' if attempts == 2 else 'retries'})"
+
+
+def _cause(error: SQLAlchemyError) -> object:
+    """The driver's own error when there is one: its message is the one that says why."""
+    return getattr(error, "orig", None) or error
 
 
 def _parse_enum(enum: Any, value: str, owner: str) -> Any:
@@ -794,6 +928,25 @@ def _result_rows(trial_id: str, results: Sequence[Mapping[str, Any]]) -> list[di
         )
     # Sorted, so concurrent batches of one trial insert keys in the same order.
     return [rows[iteration] for iteration in sorted(rows)]
+
+
+def _change_trial(trial: TrialRow, new_status: TrialStatus | None, fields: Mapping[str, Any]) -> None:
+    """Apply update_trial's changes to the locked row; the same status again is a no-op."""
+    now = utcnow()
+    if new_status is not None:
+        current = TrialStatus(trial.status)
+        check_transition(trial.trial_id, current, new_status)
+        if new_status is TrialStatus.RUNNING and trial.started_at is None:
+            trial.started_at = now
+        if not new_status.is_terminal():
+            trial.ended_at = None
+        elif not current.is_terminal() or trial.ended_at is None:
+            # ERROR -> TERMINATED keeps the time the trial actually ended.
+            trial.ended_at = now
+        trial.status = new_status.value
+    for name, value in fields.items():
+        setattr(trial, name, value)
+    trial.updated_at = now
 
 
 def _trial_record(row: TrialRow) -> TrialRecord:
