@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import hashlib
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -17,6 +18,8 @@ from airflow_trials.core.trial import Trial, validate_name
 from airflow_trials.hooks.trials import DEFAULT_RAY_CONN_ID, DEFAULT_TRIALS_CONN_ID, TrialsHook
 from airflow_trials.operators.trial import UNLIMITED_RETRIES, RunTrialOperator
 from airflow_trials.pools import DEFAULT_SLOTS_PER_GPU, gpu_pool_slots
+
+log = logging.getLogger(__name__)
 
 
 def run_seed(experiment_name: str, dag_id: str, run_id: str) -> int:
@@ -42,7 +45,8 @@ PARAM_SETTINGS = ("search_space", "num_samples", "metric", "mode", "stop", "reso
 class ExperimentSettings:
     """What one DAG run of an experiment uses: the DAG file's values, with ``from_params`` applied.
 
-    Build it with :meth:`checked`, which validates every field.
+    Build it with :meth:`checked` (messages name the experiment) or :meth:`validated`, which
+    validate every field.
     """
 
     search_space: dict[str, Any]
@@ -54,9 +58,16 @@ class ExperimentSettings:
     max_failures: int
 
     @classmethod
-    def checked(
+    def checked(cls, experiment_name: str, **settings: Any) -> ExperimentSettings:
+        """:meth:`validated`, its ValueError prefixed with ``Experiment <experiment_name>:``."""
+        try:
+            return cls.validated(**settings)
+        except ValueError as e:
+            raise ValueError(f"Experiment {experiment_name}: {e}") from e
+
+    @classmethod
+    def validated(
         cls,
-        experiment_name: str,
         *,
         search_space: Mapping[str, Any],
         num_samples: int,
@@ -66,28 +77,66 @@ class ExperimentSettings:
         resources_per_trial: Mapping[str, Any] | Resources | None,
         max_failures: int,
     ) -> ExperimentSettings:
-        """Validate and build; raises ValueError naming the experiment, the setting and the fix."""
-        where = f"Experiment {experiment_name}"
-        try:
-            validate_search_space(search_space)
-        except ValueError as e:
-            raise ValueError(f"{where}: {e}") from e
+        """Validate and build; raises ValueError naming the setting, the bad value and the fix."""
+        validate_search_space(search_space)
         if mode not in ("min", "max"):
-            raise ValueError(f"{where}: mode must be 'min' or 'max', got {mode!r}.")
+            raise ValueError(f"mode must be 'min' or 'max', got {mode!r}.")
         if not isinstance(metric, str) or not metric:
-            raise ValueError(f"{where}: metric must be the name of a reported metric, got {metric!r}.")
-        if not isinstance(num_samples, int) or isinstance(num_samples, bool) or num_samples < 1:
-            raise ValueError(f"{where}: num_samples must be a whole number >= 1, got {num_samples!r}.")
+            raise ValueError(f"metric must be the name of a reported metric, got {metric!r}.")
+        if not cls._is_int(num_samples) or num_samples < 1:
+            raise ValueError(f"num_samples must be an integer >= 1 such as 4 (not 4.0), got {num_samples!r}.")
+        cls._check_trial_count(search_space, num_samples)
         if stop is not None and (
             not isinstance(stop, Mapping)
-            or not all(isinstance(k, str) and isinstance(v, int | float) and not isinstance(v, bool)
-                       for k, v in stop.items())
+            or not all(isinstance(k, str) and cls._is_finite(v) for k, v in stop.items())
         ):
-            raise ValueError(f"{where}: stop must map metric names to numbers, got {stop!r}.")
-        if not isinstance(max_failures, int) or isinstance(max_failures, bool) or max_failures < -1:
-            raise ValueError(f"{where}: max_failures must be -1 (unlimited) or a whole number >= 0, got {max_failures!r}.")
+            raise ValueError(f"stop must map metric names to finite numbers, got {stop!r}.")
+        if not cls._is_int(max_failures) or max_failures < -1:
+            raise ValueError(f"max_failures must be -1 (unlimited) or an integer >= 0, got {max_failures!r}.")
         return cls(dict(search_space), num_samples, metric, mode, dict(stop) if stop else None,
-                   Resources.from_dict(resources_per_trial), max_failures)
+                   cls._checked_resources(resources_per_trial), max_failures)
+
+    @staticmethod
+    def _is_int(value: Any) -> bool:
+        # JSON has one number type: a conf's 4.0 arrives as a float, and bool is an int subclass.
+        return isinstance(value, int) and not isinstance(value, bool)
+
+    @staticmethod
+    def _is_finite(value: Any) -> bool:
+        import math
+
+        return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+    @staticmethod
+    def _check_trial_count(search_space: Mapping[str, Any], num_samples: int) -> None:
+        # suggest_configs' list becomes the trial tasks' mapped instances, and Airflow fails a task
+        # whose list is longer than this, after the experiment run is written: refuse it first.
+        from airflow.sdk.configuration import conf
+
+        from airflow_trials.core.search import count_configs
+
+        limit = conf.getint("core", "max_map_length", fallback=1024)
+        total = count_configs(search_space, num_samples)
+        if total > limit:
+            grids = total // num_samples
+            made = f"num_samples {num_samples}" + (f" x {grids} grid combinations" if grids > 1 else "")
+            fix = f"ask for at most {limit // grids} samples" if grids <= limit else "use fewer grid_search values"
+            raise ValueError(
+                f"{made} is {total} trials, more than {limit}, the most one mapped task may have "
+                f"(Airflow's [core] max_map_length); {fix}."
+            )
+
+    @staticmethod
+    def _checked_resources(spec: Mapping[str, Any] | Resources | None) -> Resources:
+        try:
+            resources = Resources.from_dict(spec)
+        except OverflowError as e:  # an infinite amount, when Resources converts it to Ray's units
+            raise ValueError(f"resources_per_trial must hold finite amounts >= 0, got {spec!r}.") from e
+        except ValueError as e:  # NaN fails the same conversion with a ValueError
+            raise ValueError(f"resources_per_trial must hold finite amounts >= 0, got {spec!r} ({e}).") from e
+        if not resources.is_nonnegative():
+            raise ValueError(f"resources_per_trial must hold finite amounts >= 0, got {spec!r}.")
+        return resources
 
     def as_kwargs(self) -> dict[str, Any]:
         return {"search_space": self.search_space, "num_samples": self.num_samples, "metric": self.metric,
@@ -169,17 +218,45 @@ def tuning_experiment(
     asset = asset or best_trial_asset(experiment_name)
 
     def settings_for_run(context: Mapping[str, Any]) -> ExperimentSettings:
+        import math
+
         if from_params is None:
             return settings
         run_id = context["ti"].run_id
+        dag = context.get("dag")  # absent only from hand-made contexts: then the values alone are checked
         try:
-            overrides = from_params(dict(context["params"]))
+            params = dict(context["params"])
+            for key, value in sorted(params.items()):
+                # No JSON Schema range keyword refuses NaN: every comparison with it is false.
+                if isinstance(value, float) and not math.isfinite(value):
+                    raise ValueError(f"param {key} is {value!r}, not a finite number; set it to a finite number")
+            if dag is not None:
+                declared = set(dag.params)
+                # Airflow merges every conf key into the params, but from_params reads the declared
+                # ones: any other key would be ignored while the caller believes it chose something.
+                ignored = sorted(set(getattr(context.get("dag_run"), "conf", None) or {}) - declared)
+                if ignored:
+                    raise ValueError(
+                        f"conf keys {ignored} are not params of this DAG and would be ignored (the "
+                        f"trainable, the search space and the experiment name are fixed in the DAG file); "
+                        f"the trigger form accepts only {sorted(declared)}, so leave out {ignored}"
+                    )
+                for key in sorted(declared & set(params)):
+                    kinds = dag.params.get_param(key).schema.get("type")
+                    kinds = kinds if isinstance(kinds, list) else [kinds]
+                    # JSON Schema counts 4.0 as an integer; a count must be sent as 4.
+                    if isinstance(params[key], float) and "integer" in kinds and "number" not in kinds:
+                        raise ValueError(
+                            f"param {key} is {params[key]!r}, a float, but it must be an integer; "
+                            f"send {round(params[key])}"
+                        )
+            overrides = from_params(params)
             if not isinstance(overrides, Mapping):
                 raise ValueError(f"from_params must return a dict of settings, got {type(overrides).__name__}")
             unknown = sorted(set(overrides) - set(PARAM_SETTINGS))
             if unknown:
                 raise ValueError(f"from_params returned {unknown}; it may set only {list(PARAM_SETTINGS)}")
-            run = ExperimentSettings.checked(experiment_name, **{**settings.as_kwargs(), **overrides})
+            run = ExperimentSettings.validated(**{**settings.as_kwargs(), **overrides})
             if settings.max_failures >= 0 and not 0 <= run.max_failures <= settings.max_failures:
                 raise ValueError(
                     f"max_failures {run.max_failures} is above {settings.max_failures}, the DAG file's "
@@ -192,8 +269,9 @@ def tuning_experiment(
                 )
         except (ValueError, TypeError, KeyError) as e:
             raise AirflowFailException(
-                f"Experiment {experiment_name}, DAG run {run_id}: the run's params are refused: {e}. "
-                "No trial was started and nothing was written; trigger the DAG again with corrected params."
+                f"Experiment {experiment_name}, DAG run {run_id}: the run's params are refused: "
+                f"{str(e).rstrip('.')}. No trial was started and nothing was written; trigger the DAG "
+                "again with corrected params."
             ) from e
         return run
 
@@ -290,15 +368,17 @@ def tuning_experiment(
                 )
             run = settings_for_run(context)
             run_pk = suggested[0]["experiment_run_id"]
-            store = TrialsHook(ray_conn_id, trials_conn_id).get_store()
+            hook = TrialsHook(ray_conn_id, trials_conn_id)
+            store = hook.get_store()
             try:
+                counts = reconcile_trial_ends(hook, store, experiment_name, run_pk, [s["trial_id"] for s in suggested])
                 board = store.leaderboard(run_pk, run.metric, run.mode)
                 finished = [r for r in board if r.status.value == "TERMINATED" and r.best_value is not None]
                 if not finished:
                     store.finish_experiment_run(run_pk, "FAILED")
                     raise AirflowFailException(
                         f"Experiment {experiment_name}: no trial of run {context['ti'].run_id} finished "
-                        f"with metric {run.metric!r}; see the trial tasks' logs."
+                        f"with metric {run.metric!r} ({_describe(counts)}); see the trial tasks' logs."
                     )
                 store.finish_experiment_run(run_pk, "SUCCESS")
             finally:
@@ -315,13 +395,55 @@ def tuning_experiment(
                 "iteration": top.best_iteration,
                 "checkpoint": top.checkpoint_path,
                 "finished_trials": len(finished),
-                "trials": len(board),
+                "failed_trials": counts["failed"],
+                "never_ran_trials": counts["never_ran"],
+                "trials": len(suggested),
             }
             context["outlet_events"][asset].extra = best
             return best
 
         trial_tasks >> select_best(suggested)
     return group
+
+
+def reconcile_trial_ends(
+    hook: TrialsHook, store: Any, experiment_name: str, run_pk: int, trial_ids: Sequence[str]
+) -> dict[str, int]:
+    """Make the store tell the truth once every trial task of a run is done, and count the ends.
+
+    A trial still PENDING, RUNNING or PAUSED here lost its task for good (a worker killed, a
+    trigger that failed) without its end being recorded: it is stopped on Ray, if anything of it
+    is left there, and recorded as ERROR. A suggested trial the store never saw never ran.
+    Returns counts of ``finished`` (TERMINATED), ``failed`` (ERROR) and ``never_ran`` trials.
+    """
+    records = {r.trial_id: r for r in store.list_trials(experiment_run_id=run_pk)}
+    stuck = [r for r in records.values() if not r.status.is_terminal()]
+    if stuck:
+        executor = hook.get_executor()
+        for record in stuck:
+            executor.terminate(experiment_name, record.trial_id)
+            store.update_trial(
+                record.trial_id, status="ERROR",
+                error_msg=(
+                    f"Trial {record.trial_id} of experiment {experiment_name} was still {record.status.value} when "
+                    f"every trial task of its run had ended: its task (try {record.try_number}) failed without "
+                    "recording the trial's end. It was stopped on Ray; see that task's log for the cause."
+                ),
+            )
+        log.warning("Recorded %d trial(s) whose tasks ended without recording their end as ERROR: %s",
+                    len(stuck), ", ".join(r.trial_id for r in stuck))
+    statuses = [r.status.value for r in store.list_trials(experiment_run_id=run_pk)]
+    counts = {
+        "finished": statuses.count("TERMINATED"),
+        "failed": statuses.count("ERROR"),
+        "never_ran": len(set(trial_ids) - set(records)),
+    }
+    log.info("Experiment %s, run %s: %s.", experiment_name, run_pk, _describe(counts))
+    return counts
+
+
+def _describe(counts: Mapping[str, int]) -> str:
+    return f"{counts['finished']} trial(s) finished, {counts['failed']} failed, {counts['never_ran']} never ran"
 
 
 def _gpu_classes(

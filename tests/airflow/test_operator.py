@@ -182,3 +182,78 @@ def test_a_try_after_the_trial_finished_reports_the_stored_state_without_running
     assert context["ti"].xcom["trial"] == again
     assert [r["training_iteration"] for r in trials_env.store.get_results("done")] == [1, 2, 3, 4]
     assert live_trial_actors() == []
+
+
+def test_a_placement_group_orphaned_by_a_killed_worker_does_not_block_the_next_try(trials_env, fake_context):
+    """A worker killed between creating the trial's placement group and its actor leaves the group
+    behind; the next try removes it and starts the trial instead of failing on its name."""
+    from ray.util.placement_group import placement_group
+
+    orphan = placement_group([{"CPU": 0.5}], name="trial.ops.orphan", lifetime="detached")
+    ray.get(orphan.ready(), timeout=60)
+    op = operator(trial_id="orphan", config={"sleep": 0.05}, resources_per_trial={"cpu": 0.5})
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(fake_context(task_id="orphan", try_number=2))
+    assert live_trial_actors() == ["trial.ops.orphan"]
+    event = asyncio.run(first_event(deferred.value.trigger))
+    assert op.execute_complete(fake_context(task_id="orphan", try_number=2), event)["status"] == "TERMINATED"
+    assert [r["training_iteration"] for r in trials_env.store.get_results("orphan")] == [1, 2, 3, 4]
+    assert live_trial_actors() == [] and live_placement_groups() == []
+
+
+def test_a_trial_lost_to_infrastructure_resumes_in_the_same_try_without_counting_a_failure(trials_env, fake_context):
+    """Its node or Ray head went away (not its own code): the same try relaunches it from its latest
+    checkpoint and defers again; num_failures stays 0, so max_failures=0 still lets it finish."""
+    op = operator(trial_id="infra", config={"sleep": 0.05}, max_failures=0,
+                  stopping_criterion={"training_iteration": 6})
+    store = trials_env.store
+    store.upsert_trial("infra", trainable=op.trainable, config={"sleep": 0.05}, resources={"cpu": 1}, max_failures=0)
+    store.update_trial("infra", status="RUNNING")
+    store.add_results("infra", [{"training_iteration": i, "score": float(i)} for i in (1, 2, 3)])
+    lost = {"trial_id": "infra", "experiment_name": "ops", "status": "ERROR", "infrastructure": True,
+            "error": "Trial infra of experiment ops failed: its Ray actor is gone: the Ray cluster restarted.",
+            "last_result": None, "best_checkpoint": None, "num_results": 0, "released": True}
+    context = fake_context(task_id="infra")
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute_complete(context, lost, infrastructure_restarts=0)
+    assert deferred.value.kwargs == {"infrastructure_restarts": 1}
+    event = asyncio.run(first_event(deferred.value.trigger))
+    state = op.execute_complete(context, event, **deferred.value.kwargs)
+    assert state["status"] == "TERMINATED" and state["num_failures"] == 0
+    assert store.get_trial("infra").num_failures == 0
+    # Past MAX_INFRASTRUCTURE_RESTARTS in one try, such a loss fails the try like any other.
+    from airflow_trials.operators.trial import MAX_INFRASTRUCTURE_RESTARTS
+
+    store.update_trial("infra", status="PENDING")
+    store.update_trial("infra", status="RUNNING")
+    with pytest.raises(TrialError, match="Ray cluster restarted"):
+        op.execute_complete(context, lost, infrastructure_restarts=MAX_INFRASTRUCTURE_RESTARTS)
+    assert store.get_trial("infra").num_failures == 1
+    assert live_trial_actors() == [] and live_placement_groups() == []
+
+
+def test_select_best_reconciles_trials_whose_tasks_ended_without_their_end(trials_env):
+    """A trial left RUNNING by a task that failed for good is stopped on Ray and recorded ERROR; a
+    suggested trial that never registered is counted as never run."""
+    from airflow_trials import RayTrialExecutor, Trial
+    from airflow_trials.experiment import reconcile_trial_ends
+    from airflow_trials.hooks.trials import TrialsHook
+
+    store = trials_env.store
+    run = store.create_experiment_run("recon", "run-1")
+    for trial_id in ("done", "stuck"):
+        store.upsert_trial(trial_id, trainable="tests.trainables:counting", config={}, resources={"cpu": 0.5},
+                           max_failures=0, experiment_run_id=run)
+    store.update_trial("done", status="RUNNING")
+    store.update_trial("done", status="TERMINATED")
+    store.update_trial("stuck", status="RUNNING")
+    RayTrialExecutor(trials_env.storage).launch(
+        Trial("tests.trainables:counting", {"sleep": 0.5}, trial_id="stuck", experiment_name="recon",
+              resources={"cpu": 0.5}))
+    assert live_trial_actors() == ["trial.recon.stuck"]
+
+    counts = reconcile_trial_ends(TrialsHook(), store, "recon", run, ["done", "stuck", "never"])
+    assert counts == {"finished": 1, "failed": 1, "never_ran": 1}
+    stuck = store.get_trial("stuck")
+    assert stuck.status.value == "ERROR" and "failed without recording the trial's end" in stuck.error_msg
+    assert live_trial_actors() == [] and live_placement_groups() == []

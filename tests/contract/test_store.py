@@ -373,6 +373,20 @@ class StoreContract:
         store.update_trial("t1", status="PENDING")
         assert store.get_trial("t1").ended_at is None
 
+    def test_a_trial_that_finishes_after_a_retry_no_longer_shows_the_old_failure(self, store):
+        register(store, "t1")
+        store.update_trial("t1", status="RUNNING")
+        store.update_trial("t1", status="PENDING", num_failures=1, error_msg="Traceback ...: boom")
+        store.update_trial("t1", status="RUNNING")
+        assert store.get_trial("t1").error_msg == "Traceback ...: boom"  # still retrying: kept
+        store.update_trial("t1", status="TERMINATED")
+        finished = store.get_trial("t1")
+        assert finished.error_msg is None and finished.num_failures == 1
+        # An end that gives its own reason keeps it (a trial stopped because its task was cleared).
+        store.update_trial("t1", status="PENDING")
+        store.update_trial("t1", status="TERMINATED", error_msg="Stopped from Airflow.")
+        assert store.get_trial("t1").error_msg == "Stopped from Airflow."
+
     def test_invalid_transition_raises_and_writes_nothing(self, store):
         register(store, "t1")
         store.update_trial("t1", status="TERMINATED")

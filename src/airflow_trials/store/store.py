@@ -529,7 +529,8 @@ class TrialStore:
         :param trial_id: the trial.
         :param status: new status; default unchanged.
         :param num_failures: failures so far; default unchanged.
-        :param error_msg: full traceback of the last failure; default unchanged.
+        :param error_msg: full traceback of the last failure; default unchanged, except that a
+            change to TERMINATED clears it.
         :param last_result: replaces the last result; default unchanged (add_results keeps it
             current on its own).
         :param try_number: Airflow try number; default unchanged.
@@ -943,6 +944,9 @@ def _change_trial(trial: TrialRow, new_status: TrialStatus | None, fields: Mappi
         elif not current.is_terminal() or trial.ended_at is None:
             # ERROR -> TERMINATED keeps the time the trial actually ended.
             trial.ended_at = now
+        if new_status is TrialStatus.TERMINATED and current is not TrialStatus.TERMINATED:
+            # A trial that finished after a retry no longer shows the failure it recovered from.
+            trial.error_msg = None
         trial.status = new_status.value
     for name, value in fields.items():
         setattr(trial, name, value)
