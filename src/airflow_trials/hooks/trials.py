@@ -146,7 +146,28 @@ class RayHook(BaseHook):
                 kwargs["include_dashboard"] = False
             os.environ.setdefault("RAY_AUTH_MODE", "disabled")
             self.log.info("Connecting to Ray at %s", kwargs.get("address") or "a new local cluster")
-            ray.init(**kwargs)
+            try:
+                _probe_gcs(kwargs.get("address"))
+                ray.init(**kwargs)
+            except (ConnectionError, TimeoutError, RuntimeError) as e:
+                raise RayUnavailableError(
+                    f"Could not connect to Ray at {kwargs.get('address')} ({type(e).__name__}: {e}). The "
+                    f"Ray head is down, restarting or elsewhere; check connection {self.ray_conn_id!r} "
+                    "or RAY_ADDRESS and the head's health. Airflow retries the task."
+                ) from e
+
+
+def _probe_gcs(address: str | None) -> None:
+    """Fail within about 40 s when no GCS answers at a plain ``host:port`` address: ``ray.init``
+    itself waits minutes there, holding a worker slot while the Ray head is down."""
+    if not address or "://" in address or address in ("auto", "local"):
+        return
+    from ray._raylet import GcsClient
+
+    try:
+        GcsClient(address=address).cluster_id  # noqa: B018 (connecting is the check)
+    except Exception as e:  # Ray's RpcError, which it does not export
+        raise ConnectionError(f"no Ray GCS answers at {address}: {e}") from e
 
 
 def _local_ray_running() -> bool:
