@@ -28,9 +28,15 @@ app.add_typer(pool_app, name="pool")
 out = Console()
 err = Console(stderr=True)
 
+GlobalDbUrl = Annotated[
+    str | None,
+    typer.Option("--db-url", envvar="AIRFLOW_TRIALS_DB_URL",
+                 help="Trials DB URL for every command (default: the SQLite file)."),
+]
+# No envvar here: a command's --db-url must win over the global one, and the environment must not.
 DbUrl = Annotated[
     str | None,
-    typer.Option("--db-url", envvar="AIRFLOW_TRIALS_DB_URL", help="Trials DB URL (default: the SQLite file)."),
+    typer.Option("--db-url", help="Trials DB URL; wins over one given before the command."),
 ]
 AsJson = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
 RunOption = Annotated[
@@ -45,6 +51,17 @@ class CliError(Exception):
 def _fail(message: str) -> None:
     err.print(f"[red]Error:[/red] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(1)
+
+
+@app.callback()
+def options(ctx: typer.Context, db_url: GlobalDbUrl = None) -> None:
+    """Inspect and manage airflow_trials experiments (the trials DB, GPU pool, leaderboards, plots)."""
+    ctx.obj = {"db_url": db_url}  # subcommands' contexts inherit obj
+
+
+def _db_url(ctx: typer.Context, db_url: str | None) -> str | None:
+    """The command's own --db-url, else the one before the command (or AIRFLOW_TRIALS_DB_URL)."""
+    return db_url or (ctx.obj or {}).get("db_url")
 
 
 def _store(db_url: str | None) -> Any:
@@ -111,13 +128,13 @@ def _metric_and_mode(store: Any, experiment: str, metric: str | None, mode: str 
 
 # -- db and pool ---------------------------------------------------------------------------------
 @db_app.command("upgrade")
-def db_upgrade(db_url: DbUrl = None) -> None:
+def db_upgrade(ctx: typer.Context, db_url: DbUrl = None) -> None:
     """Create or upgrade the trials DB schema (idempotent)."""
 
     def body() -> None:
         from airflow_trials.store import default_store_url, migrate
 
-        url = db_url or default_store_url()
+        url = _db_url(ctx, db_url) or default_store_url()
         migrate(url)
         out.print(f"Trials DB at {_store(url)!r} is up to date.", highlight=False)
 
@@ -147,11 +164,11 @@ def pool_set(
 
 # -- experiments ---------------------------------------------------------------------------------
 @app.command("experiments")
-def experiments(db_url: DbUrl = None, as_json: AsJson = False) -> None:
+def experiments(ctx: typer.Context, db_url: DbUrl = None, as_json: AsJson = False) -> None:
     """List experiments."""
 
     def body() -> None:
-        store = _store(db_url)
+        store = _store(_db_url(ctx, db_url))
         rows = store.list_experiments()
         if as_json:
             return _print_json(rows)
@@ -166,6 +183,7 @@ def experiments(db_url: DbUrl = None, as_json: AsJson = False) -> None:
 
 @app.command("runs")
 def runs(
+    ctx: typer.Context,
     experiment: Annotated[str | None, typer.Argument(help="Only this experiment's runs.")] = None,
     db_url: DbUrl = None,
     as_json: AsJson = False,
@@ -173,7 +191,7 @@ def runs(
     """List experiment runs (one per DAG run)."""
 
     def body() -> None:
-        store = _store(db_url)
+        store = _store(_db_url(ctx, db_url))
         rows = store.list_experiment_runs(experiment)
         if experiment and not rows:
             raise CliError(f"Experiment {experiment!r} has no runs in {store!r}.")
@@ -197,6 +215,7 @@ def _leaderboard_rows(store: Any, experiment: str, run: str, metric: str | None,
 
 @app.command("trials")
 def trials(
+    ctx: typer.Context,
     experiment: str,
     run: RunOption = "latest",
     db_url: DbUrl = None,
@@ -205,7 +224,7 @@ def trials(
     """Show one run's trials: status, failures, best metric and latest checkpoint."""
 
     def body() -> None:
-        store = _store(db_url)
+        store = _store(_db_url(ctx, db_url))
         exp_run, metric, mode, board = _leaderboard_rows(store, experiment, run, None, None, None)
         records = {t.trial_id: t for t in store.list_trials(experiment_run_id=exp_run.id)}
         rows = [
@@ -236,6 +255,7 @@ def trials(
 
 @app.command("leaderboard")
 def leaderboard(
+    ctx: typer.Context,
     experiment: str,
     run: RunOption = "latest",
     metric: Annotated[str | None, typer.Option(help="Default: the experiment's metric.")] = None,
@@ -247,7 +267,7 @@ def leaderboard(
     """Rank a run's trials by their best value of the metric."""
 
     def body() -> None:
-        store = _store(db_url)
+        store = _store(_db_url(ctx, db_url))
         exp_run, metric_, mode_, board = _leaderboard_rows(store, experiment, run, metric, mode, limit)
         if as_json:
             return _print_json({"experiment": experiment, "run_key": exp_run.run_key, "metric": metric_,
@@ -277,6 +297,7 @@ def _short(value: Any) -> str:
 
 @app.command("plot")
 def plot(
+    ctx: typer.Context,
     experiment: str,
     output: Annotated[str, typer.Option("--out", help="PNG file to write.")] = "learning_curves.png",
     run: RunOption = "latest",
@@ -291,7 +312,7 @@ def plot(
 
         if not output.lower().endswith(".png"):
             raise CliError(f"--out must name a .png file, got {output!r}.")
-        store = _store(db_url)
+        store = _store(_db_url(ctx, db_url))
         exp_run, metric_, mode_, board = _leaderboard_rows(store, experiment, run, metric, None, None)
         results = {t.trial_id: store.get_results(t.trial_id) for t in store.list_trials(experiment_run_id=exp_run.id)}
         best = board[0].trial_id if board and board[0].best_value is not None else None

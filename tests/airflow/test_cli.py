@@ -102,6 +102,33 @@ def test_usage_errors_exit_2():
     assert runner.invoke(app, ["leaderboard"]).exit_code == 2
 
 
+def test_db_url_goes_before_or_after_the_command_and_the_command_s_own_wins(experiment, tmp_path, monkeypatch):
+    from airflow_trials.store import TrialStore
+
+    empty = f"sqlite:///{tmp_path / 'empty.db'}"
+    TrialStore(empty, create=True).dispose()
+
+    def names(*args):
+        result = invoke(*args, "--json")
+        assert result.exit_code == 0, result.output
+        return [e["name"] for e in json.loads(result.stdout)]
+
+    assert names("--db-url", experiment["url"], "experiments") == ["cli_exp"]
+    assert names("experiments", "--db-url", experiment["url"]) == ["cli_exp"]
+    assert names("--db-url", empty, "experiments", "--db-url", experiment["url"]) == ["cli_exp"]
+    assert names("--db-url", experiment["url"], "experiments", "--db-url", empty) == []
+    # The flag before the command wins over the environment, which fills in without a flag.
+    monkeypatch.setenv("AIRFLOW_TRIALS_DB_URL", empty)
+    assert names("--db-url", experiment["url"], "experiments") == ["cli_exp"]
+    assert names("experiments") == []
+    monkeypatch.setenv("AIRFLOW_TRIALS_DB_URL", experiment["url"])
+    assert names("--db-url", empty, "runs") == []
+    # A nested command (db upgrade) reads the global flag too.
+    fresh = tmp_path / "fresh.db"
+    result = invoke("--db-url", f"sqlite:///{fresh}", "db", "upgrade")
+    assert result.exit_code == 0 and "is up to date" in result.stdout and fresh.exists()
+
+
 def test_db_upgrade_is_idempotent(tmp_path):
     url = f"sqlite:///{tmp_path / 'fresh.db'}"
     for _ in range(2):

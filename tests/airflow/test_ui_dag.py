@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.airflow.test_example_dags import load
@@ -41,6 +43,20 @@ def test_one_trial_task_per_gpu_choice_with_exact_pool_slots(ui_module):
         ({"mode": "maximise"}, "mode"),
         ({"gpus_per_trial": 0.3}, "gpus_per_trial"),
         ({"max_failures": 4}, "max_failures"),
+        # Every JSON Schema range keyword lets NaN through; the DAG's NOT_NAN clause does not.
+        ({"lr_min": float("nan")}, "lr_min"),
+        ({"lr_max": float("nan")}, "lr_max"),
+        ({"l2_max": float("nan")}, "l2_max"),
+        ({"lr_max": "NaN"}, "lr_max"),
+        ({"lr_max": float("inf")}, "lr_max"),
+        ({"lr_min": float("-inf")}, "lr_min"),
+        ({"lr_min": -0.1}, "lr_min"),
+        ({"l2_max": -0.5}, "l2_max"),
+        ({"lr_min": "0.1"}, "lr_min"),
+        ({"lr_max": True}, "lr_max"),
+        ({"num_samples": 2.5}, "num_samples"),
+        ({"num_samples": 100_000}, "num_samples"),
+        ({"metric": "../../../tmp/evil"}, "metric"),
     ],
 )
 def test_out_of_range_params_are_refused_when_the_run_is_triggered(ui_module, trials_env, conf, field):
@@ -51,8 +67,29 @@ def test_out_of_range_params_are_refused_when_the_run_is_triggered(ui_module, tr
     assert trials_env.store.list_experiment_runs() == []
 
 
-def test_inconsistent_params_fail_before_any_trial(ui_module, trials_env):
-    run = ui_module.dag.test(run_conf={"lr_min": 0.5, "lr_max": 0.1})
+def test_the_nan_clause_refuses_only_nan(ui_module):
+    from airflow.sdk import Param
+    from airflow.sdk.exceptions import ParamValidationError
+
+    bound = Param(0.5, type="number", **ui_module.NOT_NAN)
+    for value in (-1e300, -1, 0, 1e-12, 0.5, 1, 7, 1e300, float("inf")):
+        assert bound.resolve(value) == value
+    with pytest.raises(ParamValidationError, match="NaN is not a number: send a finite number"):
+        bound.resolve(float("nan"))
+
+
+@pytest.mark.parametrize(
+    "conf",
+    [
+        {"lr_min": 0.5, "lr_max": 0.1},
+        {"lr_min": 0.1, "lr_max": 0.1},
+        {"num_samples": 4.0},  # JSON Schema counts 4.0 as an integer
+        {"epochs": 3.0},
+        {"trainable": "os:system", "search_space": {"lr": {"uniform": [0, 1]}}, "experiment_name": "../../x"},
+    ],
+)
+def test_params_the_schema_lets_through_fail_before_any_trial(ui_module, trials_env, conf):
+    run = ui_module.dag.test(run_conf=conf)
     states = task_states(run)
     assert states[(f"{GROUP}.suggest_configs", -1)] == "failed"
     assert all(state != "success" for (task_id, _), state in states.items() if ".trial_gpu_" in task_id)
@@ -69,9 +106,81 @@ def test_refusal_names_the_run_the_field_and_the_fix(ui_module, trials_env, fake
         suggest.python_callable(ti=fake_context(run_id="manual__1")["ti"], params=params)
     message = str(raised.value)
     assert "ui_regression_tuning, DAG run manual__1" in message
-    assert "lr_min (0.5) must be below lr_max (0.1)" in message
+    assert "lr_min (0.5) must be below lr_max (0.1); lower lr_min or raise lr_max" in message
     assert "trigger the DAG again with corrected params" in message
     assert trials_env.store.list_experiment_runs() == []
+
+
+@pytest.mark.parametrize(
+    ("params", "conf", "expected"),
+    [
+        ({"num_samples": 4.0}, None, "param num_samples is 4.0, a float, but it must be an integer; send 4"),
+        ({"epochs": 3.0}, None, "param epochs is 3.0, a float, but it must be an integer; send 3"),
+        # NaN cannot reach a task through Airflow's API (it arrives as null), but a param of a
+        # schema without NOT_NAN, or a run made in Python, could still carry it.
+        ({"l2_max": float("nan")}, None, "param l2_max is nan, not a finite number; set it to a finite number"),
+        ({"trainable": "os:system", "experiment_name": "../../../tmp/evil"},
+         {"trainable": "os:system", "experiment_name": "../../../tmp/evil"},
+         "conf keys ['experiment_name', 'trainable'] are not params of this DAG and would be ignored (the "
+         "trainable, the search space and the experiment name are fixed in the DAG file); the trigger form "
+         "accepts only ['epochs', 'gpus_per_trial', 'l2_max', 'lr_max', 'lr_min', 'max_failures', 'metric', "
+         "'mode', 'num_samples'], so leave out ['experiment_name', 'trainable']"),
+    ],
+)
+def test_refusal_of_what_the_schema_lets_through_names_the_param_the_value_and_the_fix(
+    ui_module, trials_env, fake_context, params, conf, expected
+):
+    from types import SimpleNamespace
+
+    from airflow.sdk.exceptions import AirflowFailException
+
+    suggest = ui_module.dag.get_task(f"{GROUP}.suggest_configs")
+    merged = dict(ui_module.dag.params.dump(), **params)  # as Airflow merges a run's conf into its params
+    with pytest.raises(AirflowFailException) as raised:
+        suggest.python_callable(ti=fake_context(run_id="manual__2")["ti"], params=merged, dag=ui_module.dag,
+                                dag_run=SimpleNamespace(conf=conf or params))
+    assert str(raised.value) == (
+        f"Experiment ui_regression_tuning, DAG run manual__2: the run's params are refused: {expected}. "
+        "No trial was started and nothing was written; trigger the DAG again with corrected params."
+    )
+    assert trials_env.store.list_experiment_runs() == []
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ({"search_space": {"lr": {"loguniform": [0.01, float("inf")]}}}, "needs finite bounds (not NaN or infinity)"),
+        ({"search_space": {"lr": {"uniform": [float("nan"), 1.0]}}}, "needs finite bounds"),
+        ({"num_samples": 2000}, "num_samples 2000 is 2000 trials, more than 1024, the most one mapped task may have "
+                                "(Airflow's [core] max_map_length); ask for at most 1024 samples"),
+        ({"num_samples": 1, "search_space": {"a": {"grid_search": list(range(40))}, "b": {"grid_search": list(range(40))}}},
+         "num_samples 1 x 1600 grid combinations is 1600 trials, more than 1024, the most one mapped task may have "
+         "(Airflow's [core] max_map_length); use fewer grid_search values"),
+        ({"num_samples": 100, "search_space": {"a": {"grid_search": list(range(20))}}},
+         "num_samples 100 x 20 grid combinations is 2000 trials, more than 1024, the most one mapped task may have "
+         "(Airflow's [core] max_map_length); ask for at most 51 samples"),
+        ({"stop": {"training_iteration": float("nan")}}, "stop must map metric names to finite numbers"),
+        ({"resources_per_trial": {"cpu": float("nan")}}, "resources_per_trial must hold finite amounts >= 0"),
+        ({"resources_per_trial": {"cpu": float("inf")}}, "resources_per_trial must hold finite amounts >= 0"),
+        ({"resources_per_trial": {"cpu": -1}}, "resources_per_trial must hold finite amounts >= 0"),
+        ({"max_failures": 1.0}, "max_failures must be -1 (unlimited) or an integer >= 0, got 1.0"),
+    ],
+)
+def test_settings_a_from_params_function_returns_are_refused_when_unusable(ui_module, override, expected):
+    from airflow_trials.experiment import ExperimentSettings
+
+    settings = {**ui_module.settings_from_params(ui_module.dag.params.dump()), **override}
+    with pytest.raises(ValueError, match=re.escape(expected)):
+        ExperimentSettings.validated(**settings)
+    with pytest.raises(ValueError, match=f"^Experiment {GROUP}: .*{re.escape(expected)}"):
+        ExperimentSettings.checked(GROUP, **settings)
+
+
+def test_as_many_trials_as_one_mapped_task_may_have_are_accepted(ui_module):
+    from airflow_trials.experiment import ExperimentSettings
+
+    settings = {**ui_module.settings_from_params(ui_module.dag.params.dump()), "num_samples": 1024}
+    assert ExperimentSettings.validated(**settings).num_samples == 1024
 
 
 def test_gpus_beyond_the_cluster_are_refused_before_any_trial(ui_module, trials_env, fake_context):

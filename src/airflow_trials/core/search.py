@@ -63,6 +63,8 @@ def validate_search_space(space: Any) -> None:
         ):
             raise ValueError(f"{where} needs [lower, upper] numbers, got {arg!r}.")
         lower, upper = arg
+        if not (math.isfinite(lower) and math.isfinite(upper)):
+            raise ValueError(f"{where} needs finite bounds (not NaN or infinity), got [{lower}, {upper}].")
         if not lower < upper:
             raise ValueError(f"{where} needs lower < upper, got [{lower}, {upper}].")
         if kind == "loguniform" and lower <= 0:
@@ -97,6 +99,12 @@ def _resolve(space: Mapping[str, Any], grid: Mapping[str, Any], rng: random.Rand
         else:
             config[key] = value
     return config
+
+
+def count_configs(space: Mapping[str, Any], num_samples: int = 1) -> int:
+    """How many configs :func:`generate_configs` makes: every grid combination, ``num_samples`` times."""
+    grids = [domain["grid_search"] for _, domain in _walk(space) if "grid_search" in domain]
+    return num_samples * math.prod(len(values) for values in grids)
 
 
 def generate_configs(space: Mapping[str, Any], num_samples: int = 1, seed: int | None = None) -> list[dict[str, Any]]:
