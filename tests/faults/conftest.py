@@ -1,0 +1,248 @@
+"""Fixtures of the fault tests: a real stack per module, the experiment DAG they run, and the three
+proofs every case makes (no lost result, no duplicate trial, the right end)."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_trials.experiment import trial_ids
+from tests.faults.stack import FaultStack, RayHead, base_env, migrate_airflow_db
+from tests.faults.trainables import Incarnation, gate, read_journal
+
+#: Iterations of every trial, 0.5 s apart; the trials hold after HOLD_AT until the test opens
+#: the gate, so a fault always lands mid-run, however slow the machine.
+ITERATIONS = 12
+SLEEP_S = 0.5
+HOLD_AT = 3
+#: Deadline for a whole DAG run; only a hang reaches it.
+RUN_TIMEOUT_S = 600
+
+
+def experiment_dag_source(
+    dag_id: str, journal_dir: Path, *, trials: int = 3, iterations: int = ITERATIONS,
+    sleep_s: float = SLEEP_S, hold_at: int = HOLD_AT, max_failures: int = 1,
+) -> str:
+    """A DAG file: one ``tuning_experiment`` of ``trials`` trials of the journaled trainable."""
+    return textwrap.dedent(f'''\
+        """Written by tests/faults: the fault tests' experiment."""
+        import datetime
+
+        from airflow.sdk import DAG
+
+        from airflow_trials.core.search import grid_search
+        from airflow_trials.experiment import tuning_experiment
+
+        with DAG({dag_id!r}, schedule=None, start_date=datetime.datetime(2026, 1, 1), catchup=False):
+            tuning_experiment(
+                experiment_name={dag_id!r},
+                trainable="tests.faults.trainables:journaled",
+                search_space={{"x": grid_search({list(range(1, trials + 1))!r}), "iterations": {iterations},
+                              "sleep_s": {sleep_s}, "hold_at": {hold_at}, "journal_dir": {str(journal_dir)!r}}},
+                metric="score",
+                mode="max",
+                stop={{"training_iteration": {iterations}}},
+                resources_per_trial={{"cpu": 1}},
+                max_failures={max_failures},
+                retry_delay=datetime.timedelta(seconds=1),
+                poll_interval_seconds=1.0,
+            )
+        ''')
+
+
+@pytest.fixture(scope="session")
+def airflow_db_template(tmp_path_factory) -> Path:
+    """One migrated Airflow metadata DB, copied into every stack (migrating takes half a minute)."""
+    return migrate_airflow_db(tmp_path_factory.mktemp("airflow_db_template"))
+
+
+@pytest.fixture(scope="module")
+def trials_db_url(tmp_path_factory) -> str:
+    """A migrated SQLite trials DB (a module overrides this fixture for PostgreSQL)."""
+    from airflow_trials.store import migrate
+
+    url = f"sqlite:///{tmp_path_factory.mktemp('trials') / 'trials.db'}"
+    migrate(url)
+    return url
+
+
+@pytest.fixture(scope="module")
+def stack_settings() -> dict[str, str]:
+    """More environment settings for the module's stack (a module overrides this fixture)."""
+    return {}
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory, airflow_db_template, trials_db_url, stack_settings) -> Iterator[FaultStack]:
+    """A Ray head and the four Airflow components, shared by the cases of one module."""
+    from tests.conftest import shutdown_ray
+
+    shutdown_ray()  # another module's local Ray: this process connects to the stack's head instead
+    home = tmp_path_factory.mktemp("stack")
+    ray = RayHead(base_env())
+    try:
+        ray.start()
+        fault_stack = FaultStack(home, ray, trials_db_url, airflow_db=airflow_db_template, settings=stack_settings)
+        try:
+            fault_stack.start()
+            yield fault_stack
+        finally:
+            fault_stack.close()
+    finally:
+        ray.close()
+
+
+@dataclass
+class ExperimentRun:
+    """One triggered run of the fault tests' experiment DAG, and the proofs a case makes of it.
+
+    :param stack: the stack running it.
+    :param dag_id: the DAG (and experiment) id.
+    :param journal_dir: where its trials' incarnations are journaled.
+    :param trials: how many trials it runs; :param iterations: the results each must end with.
+    """
+
+    stack: FaultStack
+    dag_id: str
+    journal_dir: Path
+    trials: int
+    iterations: int
+    run_id: str = ""
+    trial_ids: list[str] = field(default_factory=list)
+
+    @property
+    def trial_task(self) -> str:
+        return f"{self.dag_id}.trial"
+
+    def store(self) -> Any:
+        from airflow_trials.store import TrialStore
+
+        return TrialStore(self.stack.trials_db_url)
+
+    def trigger(self) -> str:
+        self.run_id = self.stack.trigger(self.dag_id)
+        self.trial_ids = trial_ids(self.dag_id, self.dag_id, self.run_id, self.trials)
+        return self.run_id
+
+    def actor_name(self, trial_id: str) -> str:
+        return f"trial.{self.dag_id}.{trial_id}"
+
+    def trial_tis(self) -> list[dict[str, Any]]:
+        return sorted(self.stack.task_instances(self.dag_id, self.run_id, self.trial_task),
+                      key=lambda ti: ti["map_index"])
+
+    def progress(self) -> dict[str, int]:
+        """How many results the store holds per trial (0 before it is registered)."""
+        from airflow_trials.exceptions import TrialNotFoundError
+
+        store = self.store()
+        try:
+            counts = {}
+            for trial_id in self.trial_ids:
+                try:
+                    counts[trial_id] = len(store.get_results(trial_id))
+                except TrialNotFoundError:
+                    counts[trial_id] = 0
+            return counts
+        finally:
+            store.dispose()
+
+    def open_gate(self) -> None:
+        """Let the held trials go on."""
+        gate(self.journal_dir).touch()
+
+    def wait_until_trials_deferred(self, min_results: int = HOLD_AT, timeout_s: float = 300) -> None:
+        """Every trial task deferred and every trial with at least ``min_results`` stored results
+        (so its trigger is watching it)."""
+
+        def ready() -> bool:
+            tis = self.trial_tis()
+            return (len(tis) == self.trials and all(ti["state"] == "deferred" for ti in tis)
+                    and min(self.progress().values()) >= min_results)
+
+        self.stack.wait_for(ready, timeout_s, f"the {self.trials} trials of {self.run_id} to run deferred")
+
+    def finish(self, timeout_s: float = RUN_TIMEOUT_S) -> str:
+        return self.stack.wait_for_run(self.dag_id, self.run_id, timeout_s)
+
+    def log(self, ti: dict[str, Any], try_number: int | None = None) -> str:
+        return self.stack.task_log(self.dag_id, self.run_id, ti["task_id"], try_number or ti["try_number"],
+                                   ti["map_index"])
+
+    # -- the three proofs ----------------------------------------------------------------------------
+    def assert_no_lost_results(self) -> None:
+        """(a) Every trial's stored results are iterations 1..N: no gap, no repeat."""
+        store = self.store()
+        try:
+            for trial_id in self.trial_ids:
+                stored = [r["training_iteration"] for r in store.get_results(trial_id)]
+                assert stored == list(range(1, self.iterations + 1)), (trial_id, stored)
+        finally:
+            store.dispose()
+
+    def assert_no_duplicate_trial(self) -> dict[str, list[Incarnation]]:
+        """(b) No two incarnations of a trial ever ran at once; returns each trial's incarnations."""
+        journals = {}
+        for trial_id in self.trial_ids:
+            incarnations = read_journal(self.journal_dir, trial_id)
+            assert incarnations, f"trial {trial_id} never ran"
+            for earlier, later in zip(incarnations, incarnations[1:], strict=False):
+                assert later.started >= earlier.last_seen, (
+                    f"trial {trial_id}: pid {later.pid} started at {later.started:.2f} while pid "
+                    f"{earlier.pid} still ran (last seen {earlier.last_seen:.2f})", incarnations)
+            # Each incarnation resumed where a checkpoint left it: none re-trained what one reported.
+            done = [it for inc in incarnations for it in inc.iterations]
+            assert done[-1] == self.iterations, (trial_id, incarnations)
+            journals[trial_id] = incarnations
+        return journals
+
+    def assert_trials_end(self, status: str = "TERMINATED") -> dict[str, Any]:
+        """(c) Every trial's final status in the store; returns the trial records by id."""
+        store = self.store()
+        try:
+            records = {trial_id: store.get_trial(trial_id) for trial_id in self.trial_ids}
+        finally:
+            store.dispose()
+        assert {t: r.status.value for t, r in records.items()} == dict.fromkeys(self.trial_ids, status)
+        return records
+
+    def assert_tasks_end(self, tries: dict[int, list[str]] | None = None) -> None:
+        """(c) Every task instance succeeded; ``tries`` gives, per map index, the states of its
+        tries in order where a fault made more than one (default: one successful try each)."""
+        tis = self.stack.task_instances(self.dag_id, self.run_id)
+        assert {(ti["task_id"], ti["map_index"]): ti["state"] for ti in tis} == {
+            **{(f"{self.dag_id}.{t}", -1): "success" for t in ("suggest_configs", "select_best")},
+            **{(self.trial_task, i): "success" for i in range(self.trials)},
+        }
+        for i in range(self.trials):
+            expected = (tries or {}).get(i, ["success"])
+            got = [t["state"] for t in self.stack.tries(self.dag_id, self.run_id, self.trial_task, i)]
+            assert got == expected, (i, got)
+
+    def assert_experiment_run(self, status: str = "SUCCESS") -> None:
+        store = self.store()
+        try:
+            (run,) = [r for r in store.list_experiment_runs(self.dag_id) if r.run_key == self.run_id]
+        finally:
+            store.dispose()
+        assert run.status.value == status
+
+
+@pytest.fixture(scope="module")
+def experiment(stack) -> Iterator[Any]:
+    """``experiment(dag_id, trials=..., max_failures=...)`` writes the DAG and returns its
+    :class:`ExperimentRun`, ready to trigger."""
+
+    def make(dag_id: str, *, trials: int = 3, iterations: int = ITERATIONS, max_failures: int = 1) -> ExperimentRun:
+        journal = stack.home / "journal" / dag_id
+        journal.mkdir(parents=True)
+        stack.write_dag(f"{dag_id}.py", experiment_dag_source(
+            dag_id, journal, trials=trials, iterations=iterations, max_failures=max_failures))
+        return ExperimentRun(stack, dag_id, journal, trials, iterations)
+
+    yield make
