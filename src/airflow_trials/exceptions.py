@@ -20,16 +20,25 @@ class TrialError(AirflowTrialsError):
 
     :param trial_id: the failed trial.
     :param traceback_text: the full remote traceback, when there is one.
+    :param infrastructure: the trial was lost with its node, not through its own code; such a
+        loss does not count against ``max_failures``. Default False.
     """
 
-    def __init__(self, message: str, trial_id: str | None = None, traceback_text: str | None = None):
+    def __init__(
+        self,
+        message: str,
+        trial_id: str | None = None,
+        traceback_text: str | None = None,
+        infrastructure: bool = False,
+    ):
         super().__init__(message)
         self.trial_id = trial_id
         self.traceback_text = traceback_text
+        self.infrastructure = infrastructure
 
     def __reduce__(self):  # type: ignore[no-untyped-def]
         # Keep trial_id and the traceback when Ray ships the error from the actor to the driver.
-        return (type(self), (str(self), self.trial_id, self.traceback_text))
+        return (type(self), (str(self), self.trial_id, self.traceback_text, self.infrastructure))
 
 
 class RayUnavailableError(AirflowTrialsError):

@@ -31,6 +31,7 @@ from airflow_trials.exceptions import (
 from airflow_trials.execution.actor import TrialActor, TrialSpec
 from airflow_trials.execution.ray_state import (
     actor_info,
+    actor_info_by_id,
     kill_actor,
     remove_placement_group_by_id,
     remove_placement_groups_named,
@@ -485,8 +486,11 @@ class RayTrialExecutor:
             text = cause.traceback_text
         else:
             text = str(error)
+        infrastructure = False
         if isinstance(error, RayActorError) and not isinstance(error, RayTaskError):
-            what = "its Ray actor died (node lost, out of memory, or killed)"
+            infrastructure = _lost_with_its_node(error)
+            what = ("its Ray actor was lost with its node (infrastructure, not counted as a failure)"
+                    if infrastructure else "its Ray actor died (out of memory, crashed, or killed)")
         else:
             what = "its trainable raised"
         return TrialError(
@@ -494,6 +498,7 @@ class RayTrialExecutor:
             f"{what}.\n{text}",
             trial_id=trial.trial_id,
             traceback_text=text,
+            infrastructure=infrastructure,
         )
 
     # -- checkpoints -----------------------------------------------------------------------------
@@ -680,6 +685,18 @@ class RayTrialExecutor:
         self._future_of.clear()
         self._restore_refs.clear()
         self._committed = Resources(cpu=0)
+
+
+def _lost_with_its_node(error: RayActorError) -> bool:
+    """Did the actor behind ``error`` die because its node did (as the GCS recorded it)?"""
+    actor_id = getattr(error, "actor_id", None)
+    if not actor_id:
+        return False
+    try:
+        return actor_info_by_id(actor_id.hex() if hasattr(actor_id, "hex") else str(actor_id)).lost_to_infrastructure
+    except Exception:  # the GCS does not answer: say nothing rather than guess
+        log.warning("Could not ask Ray why actor %s died", actor_id, exc_info=True)
+        return False
 
 
 def _read_lines(path: str) -> list[str]:

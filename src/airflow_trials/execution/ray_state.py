@@ -98,7 +98,11 @@ _remote_actor_info = ray.remote(num_cpus=0)(_actor_info_in_cluster)
 
 def actor_info(actor: ActorHandle) -> ActorInfo:
     """The GCS's record of ``actor``, from synchronous code (any thread, with or without a loop)."""
-    actor_id = actor._actor_id.hex()
+    return actor_info_by_id(actor._actor_id.hex())
+
+
+def actor_info_by_id(actor_id: str) -> ActorInfo:
+    """The GCS's record of the actor with this hex id (see :func:`actor_info`)."""
     if ray_client.is_connected():
         info: ActorInfo = ray.get(_remote_actor_info.remote(actor_id))
         return info

@@ -345,8 +345,17 @@ class TrialRunner:
                 callback.on_checkpoint(trial, newest)
 
     def _process_trial_failure(self, trial: Trial, error: TrialError) -> None:
-        trial.num_failures += 1
         trial.error_msg = str(error)
+        if error.infrastructure and trial.status == TrialStatus.RUNNING:
+            # Lost with its node, not through its own code: resume it without spending one of its
+            # max_failures (what Ray Tune users ask for, ray-project/ray#41285).
+            log.warning("Trial %s was lost with its node; resuming it from %s without counting a failure.",
+                        trial.trial_id, trial.restore_source() or "scratch")
+            self.trial_executor.requeue_trial(trial)
+            for callback in self.callbacks:
+                callback.on_trial_recover(trial)
+            return
+        trial.num_failures += 1
         if trial.status == TrialStatus.RUNNING and trial.should_recover():
             log.warning(
                 "Trial %s failed (failure %s of at most %s); retrying from %s.",
