@@ -24,6 +24,8 @@ UNLIMITED_RETRIES = 10_000
 # How often one try resumes a trial lost to infrastructure (its node, or a Ray head restart)
 # without counting a failure; past that, the loss fails the try like any other.
 MAX_INFRASTRUCTURE_RESTARTS = 3
+# How long execute waits for a live trial's actor to say its status before the try fails.
+ATTACH_TIMEOUT_SECONDS = 60.0
 
 
 def default_trial_id(dag_id: str, run_id: str, task_id: str, map_index: int) -> str:
@@ -223,7 +225,7 @@ class RunTrialOperator(BaseOperator):
         elif not executor.is_placed(actor):
             status = "QUEUED"  # waiting for resources; it starts its trial when Ray places it
         else:
-            status = ray.get(actor.poll.remote(10**9))["status"]
+            status = ray.get(actor.poll.remote(10**9), timeout=ATTACH_TIMEOUT_SECONDS)["status"]
         record = store.get_trial(trial_id)
         if actor is None and _finished(trial, record):
             # A try after the trial ended (Airflow lost the previous try's success, or the
