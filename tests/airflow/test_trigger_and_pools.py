@@ -29,7 +29,8 @@ def test_trial_trigger_serializes_its_init_arguments():
     assert trigger.serialize() == (
         "airflow_trials.triggers.trial.TrialTrigger",
         {"experiment_name": "exp", "trial_id": "t1", "ray_conn_id": "my_ray", "trials_conn_id": "my_db",
-         "poll_interval_seconds": 0.5, "ray_outage_timeout_seconds": 120.0},
+         "poll_interval_seconds": 0.5, "ray_outage_timeout_seconds": 120.0,
+         "ray_cluster_id": None},
     )
     classpath, kwargs = trigger.serialize()
     assert TrialTrigger(**kwargs).serialize() == (classpath, kwargs)
@@ -114,3 +115,22 @@ async def test_cancelled_after_the_task_went_away_stops_the_trial(trials_env, mo
     assert live_trial_actors() == []
     record = trials_env.store.get_trial("gone")
     assert record.status.value == "TERMINATED" and "cleared or marked" in record.error_msg
+
+
+@pytest.mark.parametrize("launched_on", ["this", "another"])
+async def test_an_actor_gone_with_its_cluster_is_an_infrastructure_loss(trials_env, launched_on):
+    """An actor missing when the trigger starts: lost with a replaced Ray cluster (a head restarted
+    between the task's deferral and the trigger's start) is infrastructure; on the same cluster
+    (killed, say) it is a failure of the trial."""
+    from airflow_trials.execution.ray_state import current_cluster_id
+
+    executor = _launch(trials_env, f"gone-{launched_on}", {"sleep": 0.1}, stop=1000)
+    trials_env.store.update_trial(f"gone-{launched_on}", status="RUNNING")
+    executor.terminate("trig", f"gone-{launched_on}")
+    cluster = current_cluster_id() if launched_on == "this" else "0" * 56
+    event = await TrialTrigger("trig", f"gone-{launched_on}", poll_interval_seconds=0.05,
+                               ray_cluster_id=cluster).run().asend(None)
+    assert event.payload["status"] == "ERROR"
+    assert event.payload["infrastructure"] is (launched_on == "another"), event.payload
+    if launched_on == "another":
+        assert "the Ray cluster it was launched on is gone" in event.payload["error"]

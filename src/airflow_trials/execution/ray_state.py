@@ -139,6 +139,14 @@ def kill_actor(actor: ActorHandle, settle_s: float = 3.0) -> ActorInfo:
     return info
 
 
+def current_cluster_id() -> str | None:
+    """Hex id of the Ray cluster this process is connected to; None under Ray Client or when not
+    connected. A new head at the same address is a new cluster, with a new id."""
+    if not ray.is_initialized() or ray_client.is_connected():
+        return None
+    return str(ray._private.worker.global_worker.gcs_client.cluster_id.hex())  # type: ignore[attr-defined]
+
+
 def remove_placement_group_by_id(placement_group_id: str | None) -> None:
     """Remove a placement group by hex id (a no-op for None); safe in a long-lived process."""
     if placement_group_id:

@@ -182,8 +182,11 @@ class RunTrialOperator(BaseOperator):
             store.dispose()
         if finished_event is not None:
             return self.execute_complete(context, finished_event)
+        from airflow_trials.execution.ray_state import current_cluster_id
+
         trigger = TrialTrigger(
-            experiment, trial_id, self.ray_conn_id, self.trials_conn_id, self.poll_interval_seconds
+            experiment, trial_id, self.ray_conn_id, self.trials_conn_id, self.poll_interval_seconds,
+            ray_cluster_id=current_cluster_id(),
         )
         if self.deferrable:
             self.defer(

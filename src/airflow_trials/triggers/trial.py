@@ -36,6 +36,9 @@ class TrialTrigger(BaseTrigger):
     :param poll_interval_seconds: time between polls; default 2.
     :param ray_outage_timeout_seconds: how long to keep trying while Ray does not answer before
         the trial counts as lost to infrastructure; default 120.
+    :param ray_cluster_id: hex id of the Ray cluster the trial was launched on; when the cluster
+        at Ray's address is another one and the actor is gone, the trial was lost with the old
+        cluster (infrastructure), not through its own code. Default None: not checked.
     """
 
     def __init__(
@@ -46,6 +49,7 @@ class TrialTrigger(BaseTrigger):
         trials_conn_id: str = DEFAULT_TRIALS_CONN_ID,
         poll_interval_seconds: float = 2.0,
         ray_outage_timeout_seconds: float = RAY_OUTAGE_TIMEOUT_SECONDS,
+        ray_cluster_id: str | None = None,
     ) -> None:
         super().__init__()
         self.experiment_name = experiment_name
@@ -54,6 +58,7 @@ class TrialTrigger(BaseTrigger):
         self.trials_conn_id = trials_conn_id
         self.poll_interval_seconds = poll_interval_seconds
         self.ray_outage_timeout_seconds = ray_outage_timeout_seconds
+        self.ray_cluster_id = ray_cluster_id
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -65,6 +70,7 @@ class TrialTrigger(BaseTrigger):
                 "trials_conn_id": self.trials_conn_id,
                 "poll_interval_seconds": self.poll_interval_seconds,
                 "ray_outage_timeout_seconds": self.ray_outage_timeout_seconds,
+                "ray_cluster_id": self.ray_cluster_id,
             },
         )
 
@@ -207,11 +213,26 @@ class _Watch:
             finished = await asyncio.to_thread(trigger._finished_in_store, self.store)
             # Gone after it finished (this trigger ran again after the triggerer restarted, and
             # its first run had freed the actor): report the stored end, not a failure.
-            raise _Ended(finished or trigger._lost("its Ray actor is gone (node lost or killed)"))
+            if finished:
+                raise _Ended(finished)
+            if await self._cluster_replaced():
+                raise _Ended(trigger._lost(
+                    "the Ray cluster it was launched on is gone (a new cluster answers at Ray's address); "
+                    "its task resumes it from its latest checkpoint", infrastructure=True, released=True,
+                ))
+            raise _Ended(trigger._lost("its Ray actor is gone (node lost or killed)"))
         from airflow_trials.execution.ray_state import actor_info
 
         info = await asyncio.to_thread(actor_info, self.actor)
         self.placement_group_id = info.placement_group_id or self.placement_group_id
+
+    async def _cluster_replaced(self) -> bool:
+        """Is this process now connected to another Ray cluster than the trial was launched on?"""
+        from airflow_trials.execution.ray_state import current_cluster_id
+
+        launched_on = self.trigger.ray_cluster_id
+        now = await asyncio.to_thread(current_cluster_id)
+        return launched_on is not None and now is not None and now != launched_on
 
     async def _find_actor(self) -> Any:
         """The trial's actor, or None when it is gone, once Ray answers (reconnecting this process
