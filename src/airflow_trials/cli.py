@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 from dataclasses import asdict, is_dataclass
@@ -349,14 +350,22 @@ def run(
     if not (stack.dags_folder / f"{dag_id}.py").exists() and not stack.dags_folder.is_dir():
         _fail(f"DAGs folder {stack.dags_folder} does not exist; run from the repository or pass --dags-folder.")
     code = 1
+    # `kill` (or a service manager stopping the job) stops everything this job started, as Ctrl-C does.
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         out.print(f"Preparing the embedded deployment in {stack.home} ...")
         mainjob.prepare(stack, api_port=api_port)
         address = mainjob.start_ray(stack, num_cpus)
         out.print(f"Ray at {address}{' (started here)' if stack.started_ray else ''}; starting Airflow ...")
+        resumed = mainjob.interrupted_run(stack, dag_id)
         mainjob.start_airflow(stack)
-        run_id = mainjob.trigger(stack, dag_id)
-        out.print(f"Triggered {dag_id} run {run_id}; trials run on Ray while their tasks are deferred.")
+        if resumed:
+            run_id = resumed
+            out.print(f"Resuming {dag_id} run {run_id}, which an earlier job left unfinished: its trials "
+                      "continue from their latest checkpoints.")
+        else:
+            run_id = mainjob.trigger(stack, dag_id)
+            out.print(f"Triggered {dag_id} run {run_id}; trials run on Ray while their tasks are deferred.")
         state = _watch(stack, dag_id, run_id, timeout_s)
         code = _report(stack, dag_id, run_id, state, plot_path)
         if keep_running:
@@ -373,6 +382,10 @@ def run(
     finally:
         mainjob.stop(stack)
     raise typer.Exit(code)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 def _watch(stack: Any, dag_id: str, run_id: str, timeout_s: float) -> str:

@@ -199,6 +199,18 @@ def trigger(stack: Stack, dag_id: str) -> str:
     return run_id
 
 
+def interrupted_run(stack: Stack, dag_id: str) -> str | None:
+    """The newest run of ``dag_id`` this job triggered that never finished (the job was stopped
+    with Ctrl-C, say), so that the next job resumes it rather than starting over."""
+    rows = _airflow_db(
+        stack,
+        "SELECT run_id FROM dag_run WHERE dag_id = ? AND run_id LIKE 'main_job__%' "
+        "AND state IN ('queued', 'running') ORDER BY id DESC LIMIT 1",
+        dag_id,
+    )
+    return str(rows[0][0]) if rows else None
+
+
 def dag_run_state(stack: Stack, dag_id: str, run_id: str) -> str | None:
     rows = _airflow_db(stack, "SELECT state FROM dag_run WHERE dag_id = ? AND run_id = ?", dag_id, run_id)
     return str(rows[0][0]) if rows else None

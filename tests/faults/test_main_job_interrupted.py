@@ -1,0 +1,109 @@
+"""Case 7: the main job (``airflow-trials run --keep-running``) is stopped with Ctrl-C mid-run, which
+stops Airflow and the Ray head it started, and then started again on the same state directory.
+
+The second job resumes the interrupted DAG run instead of starting over: the deferred trial tasks'
+triggers find their actors gone with the old Ray cluster (an infrastructure loss, so no failure is
+counted), and each trial resumes on the new head from its latest checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from airflow_trials.experiment import trial_ids
+from tests.conftest import REPO
+from tests.faults.conftest import HOLD_AT, ITERATIONS, experiment_dag_source
+from tests.faults.stack import base_env, free_port, wait_for
+from tests.faults.trainables import gate, read_journal
+
+pytestmark = pytest.mark.timeout(1500)
+
+DAG_ID = "faults_main_job_interrupted"
+TRIALS = 2
+
+
+def _job(state: Path, dags: Path, log: Path, *extra: str) -> subprocess.Popen[bytes]:
+    cli = os.path.join(os.path.dirname(sys.executable), "airflow-trials")
+    env = {**base_env(), "COLUMNS": "200"}
+    env.pop("RAY_ADDRESS", None)
+    env.pop("AIRFLOW_TRIALS_DB_URL", None)
+    return subprocess.Popen(
+        [cli, "run", "--dag-id", DAG_ID, "--dags-folder", str(dags), "--state-dir", str(state),
+         "--num-cpus", "4", "--api-port", str(free_port()), "--plot", str(state.parent / "curves.png"),
+         "--timeout-s", "900", *extra],
+        cwd=REPO, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+    )
+
+
+def test_interrupted_main_job_resumes_its_run_and_loses_nothing(tmp_path):
+    from airflow_trials.store import TrialStore
+
+    state, dags, journal = tmp_path / "state", tmp_path / "dags", tmp_path / "journal"
+    for folder in (dags, journal):
+        folder.mkdir()
+    (dags / f"{DAG_ID}.py").write_text(experiment_dag_source(DAG_ID, journal, trials=TRIALS, max_failures=0))
+
+    first = _job(state, dags, tmp_path / "first.log", "--keep-running")
+    try:
+        def all_held_and_recorded() -> bool:
+            # Held mid-run, and their triggers have recorded the checkpoint they hold after.
+            if not (state / "trials.db").exists():
+                return False
+            store = TrialStore(f"sqlite:///{state / 'trials.db'}")
+            try:
+                trials = store.list_trials(experiment_name=DAG_ID)
+                latest = [store.latest_checkpoint(t.trial_id) for t in trials]
+            finally:
+                store.dispose()
+            return len(trials) == TRIALS and all(c is not None and c.iteration == HOLD_AT for c in latest)
+
+        wait_for(all_held_and_recorded, 600, "every trial to run and hold mid-run, its checkpoint recorded",
+                 guard=lambda: _alive(first, tmp_path / "first.log"))
+        first.send_signal(signal.SIGINT)  # Ctrl-C
+        assert first.wait(timeout=180) == 130, (tmp_path / "first.log").read_text()[-3000:]
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert "Interrupted: stopping everything this job started." in (tmp_path / "first.log").read_text()
+    gate(journal).touch()  # the resumed trials run through
+
+    second = _job(state, dags, tmp_path / "second.log")
+    try:
+        code = second.wait(timeout=1200)
+    finally:
+        if second.poll() is None:
+            second.kill()
+    out = (tmp_path / "second.log").read_text()
+    assert code == 0, out[-4000:]
+    assert "Resuming faults_main_job_interrupted run main_job__" in out, out[-4000:]
+    assert ": success." in out, out[-4000:]
+
+    store = TrialStore(f"sqlite:///{state / 'trials.db'}")
+    try:
+        (run,) = store.list_experiment_runs(DAG_ID)
+        assert run.status.value == "SUCCESS"
+        ids = trial_ids(DAG_ID, DAG_ID, run.run_key, TRIALS)
+        for trial_id in ids:
+            record = store.get_trial(trial_id)
+            # Lost with the Ray head the first job stopped: not a failure of the trial.
+            assert (record.status.value, record.num_failures, record.error_msg) == ("TERMINATED", 0, None)
+            iterations = [r["training_iteration"] for r in store.get_results(trial_id)]
+            assert iterations == list(range(1, ITERATIONS + 1)), (trial_id, iterations)
+            incarnations = read_journal(journal, trial_id)
+            assert len(incarnations) == 2, incarnations  # the first, and the one resumed on the new head
+            old, new = sorted(incarnations, key=lambda i: i.started)
+            assert old.last_seen < new.started, (old, new)  # never two copies at once
+            assert new.resumed_from == HOLD_AT  # from its latest checkpoint, not from scratch
+    finally:
+        store.dispose()
+
+
+def _alive(proc: subprocess.Popen[bytes], log: Path) -> None:
+    if proc.poll() is not None:
+        raise AssertionError(f"the main job exited early ({proc.returncode}):\n{log.read_text()[-3000:]}")
