@@ -136,6 +136,19 @@ class ExperimentRun:
         return sorted(self.stack.task_instances(self.dag_id, self.run_id, self.trial_task),
                       key=lambda ti: ti["map_index"])
 
+    def trial_ti(self, map_index: int) -> dict[str, Any] | None:
+        return next((ti for ti in self.trial_tis() if ti["map_index"] == map_index), None)
+
+    def wait_for_trial_ti(self, map_index: int, state: str, try_number: int, timeout_s: float = 300) -> dict[str, Any]:
+        """The trial task instance once it is in ``state`` on try ``try_number``."""
+
+        def reached() -> dict[str, Any] | None:
+            ti = self.trial_ti(map_index)
+            return ti if ti and (ti["state"], ti["try_number"]) == (state, try_number) else None
+
+        return self.stack.wait_for(reached, timeout_s, f"trial task {map_index} of {self.run_id} to be "
+                                                       f"{state} on try {try_number}")
+
     def progress(self) -> dict[str, int]:
         """How many results the store holds per trial (0 before it is registered)."""
         from airflow_trials.exceptions import TrialNotFoundError
@@ -233,16 +246,30 @@ class ExperimentRun:
         assert run.status.value == status
 
 
+def on_ray(name: str) -> set[str]:
+    """What Ray holds under a trial's name: ``{"placement_group", "actor"}`` or part of it."""
+    import ray
+
+    held = set()
+    if any(info["name"] == name and info["state"] != "REMOVED"
+           for info in ray.util.placement_group_table().values()):
+        held.add("placement_group")
+    if any(entry["name"] == name for entry in ray.util.list_named_actors(all_namespaces=True)):
+        held.add("actor")
+    return held
+
+
 @pytest.fixture(scope="module")
 def experiment(stack) -> Iterator[Any]:
-    """``experiment(dag_id, trials=..., max_failures=...)`` writes the DAG and returns its
-    :class:`ExperimentRun`, ready to trigger."""
+    """``experiment(dag_id, trials=..., hold_at=..., max_failures=...)`` writes the DAG and returns
+    its :class:`ExperimentRun`, ready to trigger (``hold_at=0``: the trials never hold)."""
 
-    def make(dag_id: str, *, trials: int = 3, iterations: int = ITERATIONS, max_failures: int = 1) -> ExperimentRun:
+    def make(dag_id: str, *, trials: int = 3, iterations: int = ITERATIONS, hold_at: int = HOLD_AT,
+             max_failures: int = 1) -> ExperimentRun:
         journal = stack.home / "journal" / dag_id
         journal.mkdir(parents=True)
         stack.write_dag(f"{dag_id}.py", experiment_dag_source(
-            dag_id, journal, trials=trials, iterations=iterations, max_failures=max_failures))
+            dag_id, journal, trials=trials, iterations=iterations, hold_at=hold_at, max_failures=max_failures))
         return ExperimentRun(stack, dag_id, journal, trials, iterations)
 
     yield make

@@ -362,9 +362,9 @@ class FaultStack:
                 )
         self.ray.check_alive()
 
-    def wait_for(self, predicate: Callable[[], T], timeout_s: float, what: str) -> T:
+    def wait_for(self, predicate: Callable[[], T], timeout_s: float, what: str, interval_s: float = 0.5) -> T:
         """:func:`wait_for` that fails at once when a component or the Ray head died."""
-        return wait_for(predicate, timeout_s, what, guard=self.check_alive)
+        return wait_for(predicate, timeout_s, what, guard=self.check_alive, interval_s=interval_s)
 
     def close(self) -> None:
         if self._client is not None:
@@ -464,7 +464,8 @@ class FaultStack:
         (``airflow worker -- <ti id>``), whose parent is the worker supervising it."""
         found = []
         for proc in psutil.process_iter(["cmdline"]):
-            if " ".join(proc.info["cmdline"] or ()) == f"airflow worker -- {ti_id}":
+            # setproctitle pads the command line with empty arguments.
+            if " ".join(filter(None, proc.info["cmdline"] or ())) == f"airflow worker -- {ti_id}":
                 found.append(proc)
         return found
 
