@@ -4,6 +4,7 @@ proofs every case makes (no lost result, no duplicate trial, the right end)."""
 from __future__ import annotations
 
 import textwrap
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -113,6 +114,7 @@ class ExperimentRun:
     trials: int
     iterations: int
     run_id: str = ""
+    triggered_at: float = 0.0
     trial_ids: list[str] = field(default_factory=list)
 
     @property
@@ -125,6 +127,7 @@ class ExperimentRun:
         return TrialStore(self.stack.trials_db_url)
 
     def trigger(self) -> str:
+        self.triggered_at = time.time()
         self.run_id = self.stack.trigger(self.dag_id)
         self.trial_ids = trial_ids(self.dag_id, self.dag_id, self.run_id, self.trials)
         return self.run_id

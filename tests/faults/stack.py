@@ -7,6 +7,7 @@ kill every Ray cluster on the machine, other people's included.
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import shutil
@@ -362,6 +363,17 @@ class FaultStack:
                 )
         self.ray.check_alive()
 
+    def assert_triggerer_responsive(self, since: float = 0.0) -> None:
+        """No triggerer's event loop stalled after ``since`` (epoch seconds): Airflow's watchdog
+        logs "appears deadlocked" when the loop running the triggers answers nothing for 30 s,
+        and every deferred task of the deployment waits meanwhile."""
+        stalls = []
+        for start in range(1, self.starts["triggerer"] + 1):
+            for line in (self.logs / f"triggerer-{start}.log").read_text(errors="replace").splitlines():
+                if "appears deadlocked" in line and _logged_at(line) >= since:
+                    stalls.append(line)
+        assert not stalls, "The triggerer's event loop stalled:\n" + "\n".join(stalls)
+
     def wait_for(self, predicate: Callable[[], T], timeout_s: float, what: str, interval_s: float = 0.5) -> T:
         """:func:`wait_for` that fails at once when a component or the Ray head died."""
         return wait_for(predicate, timeout_s, what, guard=self.check_alive, interval_s=interval_s)
@@ -448,12 +460,20 @@ class FaultStack:
         return list(self.api("POST", f"/dags/{dag_id}/clearTaskInstances", json=body)["task_instances"])
 
     def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int, map_index: int = -1) -> str:
-        """One try's log as plain text (the task process's lines and the trigger's)."""
-        body = self.api("GET", f"/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}/taskInstances/"
-                               f"{task_id}/logs/{try_number}",
-                        params={"full_content": "true", "map_index": map_index},
-                        headers={"Accept": "application/json"})
-        content = body["content"]
+        """One try's log as plain text (the task process's lines and the trigger's), through the
+        REST API; a try that Airflow dropped from the task's history (the API answers 404) is read
+        from its log files, which stay on disk."""
+        response = self.client.get(
+            f"/api/v2/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}/taskInstances/{task_id}/logs/{try_number}",
+            params={"full_content": "true", "map_index": map_index}, headers={"Accept": "application/json"})
+        if response.status_code == 404:
+            folder = (self.airflow_home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}" / f"task_id={task_id}"
+                      / (f"map_index={map_index}" if map_index >= 0 else ""))
+            return "\n".join(path.read_text() for path in sorted(folder.glob(f"attempt={try_number}.log*")))
+        if response.status_code >= 400:
+            raise AssertionError(f"Reading the log of {task_id} try {try_number} answered "
+                                 f"{response.status_code}: {response.text}")
+        content = response.json()["content"]
         if isinstance(content, str):
             return content
         return "\n".join(json.dumps(line) if isinstance(line, dict) else str(line) for line in content)
@@ -468,6 +488,15 @@ class FaultStack:
             if " ".join(filter(None, proc.info["cmdline"] or ())) == f"airflow worker -- {ti_id}":
                 found.append(proc)
         return found
+
+
+def _logged_at(line: str) -> float:
+    """The time of a component's log line (``2026-11-23T11:00:29.248367Z [error ] ...``); a line
+    without one counts as the latest."""
+    try:
+        return datetime.datetime.fromisoformat(line.split(" ", 1)[0].replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return float("inf")
 
 
 def migrate_airflow_db(airflow_home: Path) -> Path:

@@ -40,5 +40,6 @@ def test_stack_stopped_mid_run_and_started_again_loses_nothing(stack, experiment
     run.assert_trials_end("TERMINATED")
     run.assert_tasks_end()
     run.assert_experiment_run("SUCCESS")
+    stack.assert_triggerer_responsive(since=run.triggered_at)
     for ti in run.trial_tis():
         assert f"Trial {run.trial_ids[ti['map_index']]} finished" in run.log(ti)

@@ -46,6 +46,7 @@ def test_task_process_killed_mid_execute_is_retried_without_a_second_copy(stack,
     run.assert_trials_end("TERMINATED")
     run.assert_tasks_end(tries={0: ["failed", "success"]})
     run.assert_experiment_run("SUCCESS")
+    stack.assert_triggerer_responsive(since=run.triggered_at)
     assert "Process terminated by signal" in run.log(run.trial_ti(0), try_number=1)
     retry_log = run.log(run.trial_ti(0), try_number=2)
     if "actor" in left_behind:
@@ -79,6 +80,7 @@ def test_cleared_trial_tasks_stop_their_trial_and_run_it_again(stack, experiment
     run.assert_trials_end("TERMINATED")
     run.assert_tasks_end(tries={0: ["failed", "success"]})  # try 1 is recorded failed when cleared
     run.assert_experiment_run("SUCCESS")
+    stack.assert_triggerer_responsive(since=run.triggered_at)
 
 
 def test_clearing_a_finished_trial_task_runs_its_trial_again(stack, experiment):

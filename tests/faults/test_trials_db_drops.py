@@ -105,3 +105,4 @@ def test_dropped_trials_db_connections_lose_no_result_and_fail_no_task(stack, ex
     run.assert_trials_end("TERMINATED")
     run.assert_tasks_end()
     run.assert_experiment_run("SUCCESS")
+    stack.assert_triggerer_responsive(since=run.triggered_at)

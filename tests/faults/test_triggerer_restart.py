@@ -37,6 +37,7 @@ def test_killed_triggerer_is_replaced_and_no_trial_is_lost_or_duplicated(stack, 
     run.assert_trials_end("TERMINATED")
     run.assert_tasks_end()
     run.assert_experiment_run("SUCCESS")
+    stack.assert_triggerer_responsive(since=run.triggered_at)
     for ti in run.trial_tis():
         log = run.log(ti)
         assert f"Started trial {run.trial_ids[ti['map_index']]}" in log, log
