@@ -228,7 +228,14 @@ class RunTrialOperator(BaseOperator):
         elif not executor.is_placed(actor):
             status = "QUEUED"  # waiting for resources; it starts its trial when Ray places it
         else:
-            status = ray.get(actor.poll.remote(10**9), timeout=ATTACH_TIMEOUT_SECONDS)["status"]
+            from ray.exceptions import RayActorError
+
+            try:
+                status = ray.get(actor.poll.remote(10**9), timeout=ATTACH_TIMEOUT_SECONDS)["status"]
+            except RayActorError:
+                # Died as we attached: the previous try's trigger, cancelled because the task was
+                # cleared, stopped it. Start the trial again from its latest checkpoint.
+                actor, status = None, None
         record = store.get_trial(trial_id)
         if actor is None and _finished(trial, record):
             # A try after the trial ended (Airflow lost the previous try's success, or the
