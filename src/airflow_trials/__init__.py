@@ -33,12 +33,13 @@ from airflow_trials.execution.trainable import Trainable, get_checkpoint, get_tr
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from airflow_trials.execution.executor import RayTrialExecutor, find_trial_actor
+    from airflow_trials.execution.executor import RayTrialExecutor
+    from airflow_trials.execution.handles import find_trial_actor
     from airflow_trials.execution.runner import TrialRunner
 
 _LAZY = {
     "RayTrialExecutor": "airflow_trials.execution.executor",
-    "find_trial_actor": "airflow_trials.execution.executor",
+    "find_trial_actor": "airflow_trials.execution.handles",
     "TrialRunner": "airflow_trials.execution.runner",
 }
 

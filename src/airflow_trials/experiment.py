@@ -16,7 +16,7 @@ from airflow_trials.core.resources import Resources
 from airflow_trials.core.search import generate_configs, validate_search_space
 from airflow_trials.core.trial import Trial, validate_name
 from airflow_trials.hooks.trials import DEFAULT_RAY_CONN_ID, DEFAULT_TRIALS_CONN_ID, TrialsHook
-from airflow_trials.operators.trial import UNLIMITED_RETRIES, RunTrialOperator
+from airflow_trials.operators.trial import RunTrialOperator, task_retries
 from airflow_trials.pools import DEFAULT_SLOTS_PER_GPU, gpu_pool_slots
 
 log = logging.getLogger(__name__)
@@ -189,8 +189,9 @@ def tuning_experiment(
     finished trial by ``metric``/``mode``, returns it as XCom and emits an event on ``asset``,
     default :func:`best_trial_asset`).
 
-    ``max_failures`` becomes the trial tasks' ``retries`` (a retry resumes the trial from its latest
-    checkpoint); ``retry_delay`` defaults to Airflow's ``[core] default_task_retry_delay``.
+    ``max_failures`` plus 3 (``MAX_INFRASTRUCTURE_RESTARTS``, for trials lost to infrastructure,
+    which do not count as failures) becomes the trial tasks' ``retries`` (a retry resumes the trial
+    from its latest checkpoint); ``retry_delay`` defaults to Airflow's ``[core] default_task_retry_delay``.
     With ``gpu_pool``, each trial task takes ``ceil(gpu * slots_per_gpu)`` slots of that pool (create
     it with :func:`airflow_trials.pools.ensure_gpu_pool`, which sets ``include_deferred``).
 
@@ -321,7 +322,7 @@ def tuning_experiment(
             "checkpoint_freq": checkpoint_freq,
             "checkpoint_at_end": checkpoint_at_end,
             "keep_checkpoints_num": keep_checkpoints_num,
-            "retries": UNLIMITED_RETRIES if settings.max_failures < 0 else settings.max_failures,
+            "retries": task_retries(settings.max_failures),
             "ray_conn_id": ray_conn_id,
             "trials_conn_id": trials_conn_id,
             "poll_interval_seconds": poll_interval_seconds,
@@ -402,7 +403,7 @@ def tuning_experiment(
             context["outlet_events"][asset].extra = best
             return best
 
-        trial_tasks >> select_best(suggested)
+        trial_tasks >> select_best(suggested)  # type: ignore[arg-type]  # an XComArg, resolved at run time
     return group
 
 

@@ -119,32 +119,48 @@ def _run(cmd: list[str], env: dict[str, str], what: str) -> str:
     return done.stdout
 
 
-def start_ray(stack: Stack, num_cpus: int | None = None, timeout_s: float = 120) -> str:
+def start_ray(stack: Stack, num_cpus: int | None = None, timeout_s: float = 120, attempts: int = 3) -> str:
     """Use RAY_ADDRESS when set, else start a local Ray head of our own (stopped at the end).
 
     The head runs with ``--block`` in its own process group, so stopping it ends exactly its
     processes: other Ray clusters on the machine are left alone (``ray stop`` would kill them).
+    Its ports are free ones picked here; another process can take one before the head binds it,
+    so a head that exits at start is started again on other ports (``attempts`` times).
     """
     address = os.environ.get("RAY_ADDRESS")
-    if not address:
-        port = _free_port()
-        cmd = [_bin("ray"), "start", "--head", "--block", "--port", str(port), "--node-ip-address",
-               "127.0.0.1", "--include-dashboard=false", "--disable-usage-stats"]
-        if num_cpus:
-            cmd += ["--num-cpus", str(num_cpus)]
-        log = open(stack.home / "ray.log", "ab")  # noqa: SIM115 - kept open for the child's lifetime
-        stack.ray = subprocess.Popen(cmd, env=stack.env, stdout=log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
-        stack.started_ray = True
-        address = f"127.0.0.1:{port}"
+    for attempt in range(1, attempts + 1):
+        if address:
+            break
+        head, port = _start_ray_head(stack, num_cpus)
         deadline = time.monotonic() + timeout_s
         while not _port_open(port):
-            if stack.ray.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"The local Ray head did not start; see {stack.home / 'ray.log'}.")
+            if head.poll() is not None or time.monotonic() > deadline:
+                _stop_group(head)  # its GCS and raylet, whatever of them started
+                if attempt == attempts or time.monotonic() > deadline:
+                    raise RuntimeError(f"The local Ray head did not start; see {stack.home / 'ray.log'}.")
+                break
             time.sleep(0.5)
+        else:
+            address = f"127.0.0.1:{port}"
+    assert address is not None
     stack.ray_address = address
     stack.env["RAY_ADDRESS"] = address
     return address
+
+
+def _start_ray_head(stack: Stack, num_cpus: int | None) -> tuple[subprocess.Popen[bytes], int]:
+    """Start ``ray start --head`` on free ports; the process and its GCS port."""
+    port = _free_port()
+    cmd = [_bin("ray"), "start", "--head", "--block", "--port", str(port), "--node-ip-address",
+           "127.0.0.1", "--include-dashboard=false", "--disable-usage-stats",
+           # Ports that default to fixed numbers would collide with other clusters on the machine.
+           "--ray-client-server-port", str(_free_port()), "--dashboard-agent-listen-port", str(_free_port())]
+    if num_cpus:
+        cmd += ["--num-cpus", str(num_cpus)]
+    log = open(stack.home / "ray.log", "ab")  # noqa: SIM115 - kept open for the child's lifetime
+    head = subprocess.Popen(cmd, env=stack.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    stack.ray, stack.started_ray = head, True
+    return head, port
 
 
 def _port_open(port: int) -> bool:

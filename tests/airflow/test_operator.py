@@ -6,10 +6,10 @@ import asyncio
 
 import pytest
 import ray
-from airflow.sdk.exceptions import TaskDeferred
+from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 
 from airflow_trials import InsufficientResourcesError, TrainableNotFoundError, TrialError
-from airflow_trials.operators.trial import RunTrialOperator
+from airflow_trials.operators.trial import MAX_INFRASTRUCTURE_RESTARTS, RunTrialOperator
 from airflow_trials.triggers.trial import TrialTrigger
 from tests.conftest import live_placement_groups, live_trial_actors
 
@@ -110,15 +110,13 @@ def test_execute_complete_for_every_status(trials_env, fake_context, status):
         assert context["ti"].xcom["trial"]["status"] == "PENDING"
         record = trials_env.store.get_trial(op.trial_id)
         assert record.num_failures == 1 and "ValueError: boom" in record.error_msg
-        with pytest.raises(TrialError, match="failure 2, no retries left"):
+        with pytest.raises(AirflowFailException, match=r"failure 2, no retries left.*max_failures \(1\)"):
             op.execute_complete(fake_context(try_number=2), event)
         assert trials_env.store.get_trial(op.trial_id).status.value == "ERROR"
 
 
 def test_max_failures_below_retries_stops_retrying(trials_env, fake_context):
     """A run's params can give a trial fewer failures than the task's (fixed) retries."""
-    from airflow.sdk.exceptions import AirflowFailException
-
     op = operator(trial_id="budget", max_failures=0, retries=3)
     trials_env.store.upsert_trial(op.trial_id, trainable=op.trainable, config={}, resources={}, max_failures=0)
     event = {"trial_id": op.trial_id, "experiment_name": "ops", "status": "ERROR",
@@ -129,6 +127,17 @@ def test_max_failures_below_retries_stops_retrying(trials_env, fake_context):
     assert trials_env.store.get_trial(op.trial_id).status.value == "ERROR"
 
 
+def test_a_cleared_task_of_a_trial_that_failed_for_good_gets_a_fresh_failure_budget(trials_env, fake_context):
+    broken = operator(trial_id="flaky", deferrable=False, trainable="tests.trainables:failing")
+    with pytest.raises(AirflowFailException, match="failure 1, no retries left"):
+        broken.execute(fake_context())
+    assert trials_env.store.get_trial("flaky").status.value == "ERROR"
+    # Cleared after the trainable was fixed: Airflow gives it fresh retries, the trial fresh failures.
+    fixed = operator(trial_id="flaky", deferrable=False, trainable="tests.trainables:counting")
+    state = fixed.execute(fake_context(try_number=2, max_tries=1 + fixed.retries))
+    assert state["status"] == "TERMINATED" and state["num_failures"] == 0
+
+
 def test_blocking_fallback_polls_in_the_worker(trials_env, fake_context):
     context = fake_context()
     state = operator(trial_id="blocking", deferrable=False).execute(context)
@@ -136,7 +145,8 @@ def test_blocking_fallback_polls_in_the_worker(trials_env, fake_context):
 
 
 def test_retries_default_to_max_failures():
-    assert operator(max_failures=3).retries == 3
+    # Plus the retries that resume trials lost to infrastructure, which are not their failures.
+    assert operator(max_failures=3).retries == 3 + MAX_INFRASTRUCTURE_RESTARTS
     assert operator(max_failures=-1).retries == 10_000
     assert operator(max_failures=3, retries=1).retries == 1
     # Only retries given: the trial may fail as often (the operator does not stop retrying first).
@@ -161,23 +171,41 @@ def test_bad_input_fails_before_any_ray_work_and_writes_nothing(trials_env, fake
     assert live_trial_actors() == [] and live_placement_groups() == []
 
 
-def test_clearing_a_finished_task_runs_the_trial_again(trials_env, fake_context):
-    context = fake_context()
-    first = operator(trial_id="again", deferrable=False).execute(context)
+def test_clearing_a_finished_task_runs_the_trial_again_from_scratch(trials_env, fake_context):
+    first = operator(trial_id="again", deferrable=False).execute(fake_context())
     assert first["status"] == "TERMINATED"
-    second = operator(trial_id="again", deferrable=False, stopping_criterion={"training_iteration": 6})
-    state = second.execute(fake_context(try_number=2))
+    old_checkpoint = first["best_checkpoint"]
+    before = trials_env.store.get_trial("again")
+    # Cleared: Airflow gives the task a fresh budget (max_tries = try_number + retries) and runs try 2.
+    rerun = operator(trial_id="again", deferrable=False)
+    state = rerun.execute(fake_context(try_number=2, max_tries=1 + rerun.retries))
+    assert state["status"] == "TERMINATED" and state["last_result"]["training_iteration"] == 4
+    again = trials_env.store.get_trial("again")
+    assert again.started_at > before.ended_at and again.try_number == 2 and again.num_failures == 0
+    # A new run, not a resumed one: its first result is new, its history is 1..4 once.
+    assert [r["training_iteration"] for r in trials_env.store.get_results("again")] == [1, 2, 3, 4]
+    assert state["last_result"]["timestamp"] > before.ended_at.timestamp()
+    latest = trials_env.store.latest_checkpoint("again")
+    assert latest is not None and latest.path == old_checkpoint  # written again by the new run
+    assert live_trial_actors() == []
+
+
+def test_clearing_a_finished_task_after_raising_its_stopping_criterion_continues_the_trial(trials_env, fake_context):
+    first = operator(trial_id="more", deferrable=False).execute(fake_context())
+    assert first["status"] == "TERMINATED"
+    second = operator(trial_id="more", deferrable=False, stopping_criterion={"training_iteration": 6})
+    state = second.execute(fake_context(try_number=2, max_tries=1 + second.retries))
     assert state["status"] == "TERMINATED" and state["last_result"]["training_iteration"] == 6
     # It resumed from the checkpoint at iteration 4, so the stored history stays continuous.
-    assert [r["training_iteration"] for r in trials_env.store.get_results("again")] == [1, 2, 3, 4, 5, 6]
+    assert [r["training_iteration"] for r in trials_env.store.get_results("more")] == [1, 2, 3, 4, 5, 6]
 
 
-def test_a_try_after_the_trial_finished_reports_the_stored_state_without_running_again(trials_env, fake_context):
-    first = operator(trial_id="done", deferrable=False).execute(fake_context())
+def test_a_retry_after_the_trial_finished_reports_the_stored_state_without_running_again(trials_env, fake_context):
+    first = operator(trial_id="done", deferrable=False, max_failures=1).execute(fake_context())
     assert first["status"] == "TERMINATED"
-    # Airflow lost that success (or the task was cleared) and runs the task again.
-    context = fake_context(try_number=2)
-    again = operator(trial_id="done", deferrable=True).execute(context)  # no TaskDeferred: nothing to run
+    # Airflow lost that success and retries the task (max_tries stays at its retries).
+    context = fake_context(try_number=2, max_tries=1 + MAX_INFRASTRUCTURE_RESTARTS)
+    again = operator(trial_id="done", deferrable=True, max_failures=1).execute(context)  # no TaskDeferred
     assert again["status"] == "TERMINATED" and again["last_result"]["training_iteration"] == 4
     assert context["ti"].xcom["trial"] == again
     assert [r["training_iteration"] for r in trials_env.store.get_results("done")] == [1, 2, 3, 4]
@@ -201,33 +229,37 @@ def test_a_placement_group_orphaned_by_a_killed_worker_does_not_block_the_next_t
     assert live_trial_actors() == [] and live_placement_groups() == []
 
 
-def test_a_trial_lost_to_infrastructure_resumes_in_the_same_try_without_counting_a_failure(trials_env, fake_context):
-    """Its node or Ray head went away (not its own code): the same try relaunches it from its latest
-    checkpoint and defers again; num_failures stays 0, so max_failures=0 still lets it finish."""
+def test_a_trial_lost_to_infrastructure_is_retried_without_counting_a_failure(trials_env, fake_context):
+    """Its node or Ray head went away (not its own code): the try fails so that Airflow retries
+    it (a second deferral in one try can be failed by Airflow's scheduler), num_failures stays 0,
+    and the retry resumes the trial from its latest checkpoint, so max_failures=0 still finishes."""
     op = operator(trial_id="infra", config={"sleep": 0.05}, max_failures=0,
                   stopping_criterion={"training_iteration": 6})
+    assert op.retries == MAX_INFRASTRUCTURE_RESTARTS
     store = trials_env.store
-    store.upsert_trial("infra", trainable=op.trainable, config={"sleep": 0.05}, resources={"cpu": 1}, max_failures=0)
-    store.update_trial("infra", status="RUNNING")
-    store.add_results("infra", [{"training_iteration": i, "score": float(i)} for i in (1, 2, 3)])
+    first = fake_context(task_id="infra")
+    with pytest.raises(TaskDeferred):
+        op.execute(first)
     lost = {"trial_id": "infra", "experiment_name": "ops", "status": "ERROR", "infrastructure": True,
             "error": "Trial infra of experiment ops failed: its Ray actor is gone: the Ray cluster restarted.",
-            "last_result": None, "best_checkpoint": None, "num_results": 0, "released": True}
-    context = fake_context(task_id="infra")
+            "last_result": None, "best_checkpoint": None, "num_results": 0, "released": False}
+    with pytest.raises(TrialError, match="Ray cluster restarted.*Not a failure of the trial: Airflow retries") as raised:
+        op.execute_complete(first, lost)
+    assert raised.value.infrastructure
+    record = store.get_trial("infra")
+    assert (record.status.value, record.num_failures) == ("PENDING", 0)
+    assert first["ti"].xcom["trial"]["status"] == "PENDING"
+    retry = fake_context(task_id="infra", try_number=2, max_tries=MAX_INFRASTRUCTURE_RESTARTS)
     with pytest.raises(TaskDeferred) as deferred:
-        op.execute_complete(context, lost, infrastructure_restarts=0)
-    assert deferred.value.kwargs == {"infrastructure_restarts": 1}
-    event = asyncio.run(first_event(deferred.value.trigger))
-    state = op.execute_complete(context, event, **deferred.value.kwargs)
+        op.execute(retry)
+    state = op.execute_complete(retry, asyncio.run(first_event(deferred.value.trigger)))
     assert state["status"] == "TERMINATED" and state["num_failures"] == 0
-    assert store.get_trial("infra").num_failures == 0
-    # Past MAX_INFRASTRUCTURE_RESTARTS in one try, such a loss fails the try like any other.
-    from airflow_trials.operators.trial import MAX_INFRASTRUCTURE_RESTARTS
-
+    assert [r["training_iteration"] for r in store.get_results("infra")] == [1, 2, 3, 4, 5, 6]
+    # With no retry left, such a loss fails the task like any other failure.
     store.update_trial("infra", status="PENDING")
-    store.update_trial("infra", status="RUNNING")
-    with pytest.raises(TrialError, match="Ray cluster restarted"):
-        op.execute_complete(context, lost, infrastructure_restarts=MAX_INFRASTRUCTURE_RESTARTS)
+    last = fake_context(task_id="infra", try_number=MAX_INFRASTRUCTURE_RESTARTS + 1, max_tries=MAX_INFRASTRUCTURE_RESTARTS)
+    with pytest.raises(TrialError, match="failure 1, no retries left"):
+        op.execute_complete(last, lost)
     assert store.get_trial("infra").num_failures == 1
     assert live_trial_actors() == [] and live_placement_groups() == []
 

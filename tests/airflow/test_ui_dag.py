@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from airflow_trials.operators.trial import MAX_INFRASTRUCTURE_RESTARTS
 from tests.airflow.test_example_dags import load
 from tests.airflow.test_experiment_dag import task_states, xcom
 from tests.conftest import live_placement_groups, live_trial_actors
@@ -24,7 +25,7 @@ def test_one_trial_task_per_gpu_choice_with_exact_pool_slots(ui_module):
     for gpu, suffix in zip(ui_module.GPU_CHOICES, ("0", "0_25", "0_5", "1"), strict=True):
         task = dag.get_task(f"{GROUP}.trial_gpu_{suffix}")
         kwargs = task.partial_kwargs
-        assert kwargs["retries"] == ui_module.MAX_FAILURES
+        assert kwargs["retries"] == ui_module.MAX_FAILURES + MAX_INFRASTRUCTURE_RESTARTS
         assert kwargs["trainable"] == "airflow_trials.examples.regression:train"
         slots[gpu] = (task.pool, task.pool_slots)
     # 4 slots per GPU: 0.25 GPU takes 1 slot, 0.5 takes 2, 1 takes 4; CPU-only trials take no GPU slot.

@@ -387,6 +387,47 @@ class StoreContract:
         store.update_trial("t1", status="TERMINATED", error_msg="Stopped from Airflow.")
         assert store.get_trial("t1").error_msg == "Stopped from Airflow."
 
+    def test_a_stop_by_an_old_try_is_fenced_by_the_try_that_registered_the_trial(self, store):
+        register(store, "t1", try_number=1)
+        store.update_trial("t1", status="RUNNING")
+        register(store, "t1", try_number=2)  # the cleared task's next try registered first
+        assert store.stop_trial_for_try("t1", 1, "stopped by try 1") is False
+        assert store.get_trial("t1").status is TrialStatus.RUNNING
+        assert store.stop_trial_for_try("t1", 2, "stopped by try 2") is True
+        stopped = store.get_trial("t1")
+        assert (stopped.status, stopped.error_msg) == (TrialStatus.TERMINATED, "stopped by try 2")
+        assert store.stop_trial_for_try("t1", None, "again") is True  # no try: unconditional, idempotent
+        assert store.get_trial("t1").error_msg == "stopped by try 2"
+
+    def test_restart_trial_starts_a_finished_trial_over_and_refuses_a_live_one(self, store):
+        store.ensure_experiment("exp", metric="loss", mode="min")
+        run = store.create_experiment_run("exp", "r1")
+        register(store, "t1", run=run, try_number=1)
+        register(store, "t2", run=run)
+        store.update_trial("t1", status="RUNNING")
+        store.add_results("t1", results(range(1, 4)))
+        store.add_checkpoint("t1", "/ckpt/t1/checkpoint_000002", 2)
+        store.add_checkpoint("t1", "/ckpt/t1/checkpoint_000003", 3)
+        store.update_trial("t1", status="ERROR", num_failures=2, error_msg="boom")
+        store.update_trial("t1", status="TERMINATED")
+        store.add_results("t2", results(range(1, 3)))
+
+        dropped = store.restart_trial("t1", try_number=2)
+
+        assert sorted(dropped) == ["/ckpt/t1/checkpoint_000002", "/ckpt/t1/checkpoint_000003"]
+        again = store.get_trial("t1")
+        assert (again.status, again.num_failures, again.error_msg, again.last_result) == (
+            TrialStatus.PENDING, 0, None, None)
+        assert (again.started_at, again.ended_at, again.try_number) == (None, None, 2)
+        assert store.get_results("t1") == [] and store.latest_checkpoint("t1") is None
+        assert [row.trial_id for row in store.leaderboard(run, "loss")] == ["t2", "t1"]  # t1 has no best now
+        assert len(store.get_results("t2")) == 2  # other trials keep theirs
+        # It runs again as new: iteration 1 is new again.
+        assert store.add_results("t1", results([1])) == 1
+        with pytest.raises(InvalidTransitionError, match="restart trial t2 from scratch: it is PENDING"):
+            store.restart_trial("t2")
+        assert len(store.get_results("t2")) == 2
+
     def test_invalid_transition_raises_and_writes_nothing(self, store):
         register(store, "t1")
         store.update_trial("t1", status="TERMINATED")

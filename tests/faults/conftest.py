@@ -190,6 +190,18 @@ class ExperimentRun:
         return self.stack.task_log(self.dag_id, self.run_id, ti["task_id"], try_number or ti["try_number"],
                                    ti["map_index"])
 
+    def log_once_it_says(self, map_index: int, try_number: int, last_line: str, timeout_s: float = 60) -> str:
+        """A finished try's log once it holds ``last_line``: Airflow may record the try's state
+        before its supervisor has written the task's last lines to the log."""
+        ti = self.trial_ti(map_index)
+        assert ti is not None, f"no trial task with map index {map_index}"
+
+        def logged() -> str | None:
+            text = self.log(ti, try_number=try_number)
+            return text if last_line in text else None
+
+        return self.stack.wait_for(logged, timeout_s, f"{last_line!r} in the log of try {try_number}")
+
     # -- the three proofs ----------------------------------------------------------------------------
     def assert_no_lost_results(self) -> None:
         """(a) Every trial's stored results are iterations 1..N: no gap, no repeat."""

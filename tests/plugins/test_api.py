@@ -157,7 +157,7 @@ def test_an_unmigrated_store_is_a_503_that_says_how_to_fix_it(dashboard, tmp_pat
 
 
 def test_a_trial_page_lists_its_newest_results_and_links_to_all(dashboard, trials_store, monkeypatch):
-    from airflow_trials.plugins import app
+    from airflow_trials.plugins import pages as app
 
     monkeypatch.setattr(app, "RESULTS_SHOWN", 3)
     page = dashboard.get("/trials/mnist-00").text

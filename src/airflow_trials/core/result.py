@@ -19,6 +19,9 @@ TIME_SINCE_RESTORE = "time_since_restore"
 TIMESTAMP = "timestamp"
 DONE = "done"
 CHECKPOINT = "checkpoint"  # the persisted checkpoint reported with this result, if any
+# Marks the repeated last result of a function trainable that returned: it ends the trial and is
+# not recorded again. Set by the trainable driver, removed by whoever records the result.
+DUPLICATE = "__duplicate__"
 HOSTNAME = "hostname"
 PID = "pid"
 NODE_IP = "node_ip"

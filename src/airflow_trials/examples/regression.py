@@ -8,7 +8,7 @@ per epoch and checkpoints the weights with every report.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -45,7 +45,8 @@ def train(config: dict[str, Any]) -> None:
     w = np.zeros(x_train.shape[1])
     b = 0.0
     epoch = 0
-    checkpoint = airflow_trials.get_checkpoint()
+    # This trainable reports its checkpoints as dicts, so that is what it gets back.
+    checkpoint = cast("dict[str, Any] | None", airflow_trials.get_checkpoint())
     if checkpoint is not None:
         w, b, epoch = np.asarray(checkpoint["w"]), float(checkpoint["b"]), int(checkpoint["epoch"])
         rng = np.random.default_rng(seed + 1 + epoch)

@@ -14,6 +14,7 @@ from typing import Any
 
 from airflow_trials.core import result as R
 from airflow_trials.core.checkpoint import CheckpointRecord
+from airflow_trials.core.fate import Action, after_result
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.trial import Trial
 from airflow_trials.exceptions import TrialError
@@ -199,8 +200,8 @@ class TrialActor:
         finally:
             if self._capture is not None:
                 self._capture.flush()
-        if metrics.pop("__duplicate__", False):
-            return {**self._last_result, R.DONE: True, "__duplicate__": True}
+        if metrics.pop(R.DUPLICATE, False):
+            return {**self._last_result, R.DONE: True, R.DUPLICATE: True}
         now = time.time()
         elapsed = float(metrics.get(R.TIME_THIS_ITER_S, now - started))
         self._iteration += 1
@@ -286,18 +287,17 @@ class TrialActor:
                 self.restore(restore_from)
             while not self._stop_requested:
                 result = self.train()
-                duplicate = bool(result.pop("__duplicate__", False))
+                duplicate = bool(result.pop(R.DUPLICATE, False))
                 if result.get(R.CHECKPOINT):
                     self._keep(CheckpointRecord(result[R.CHECKPOINT], result[R.TRAINING_ITERATION], result))
-                if not duplicate and trial.record_result(result):
+                decision = after_result(trial, result, duplicate=duplicate)
+                if decision.fresh:
                     with self._lock:
                         self._results.append(result)
-                if trial.should_stop(result):
-                    if trial.checkpoint_at_end and not result.get(R.CHECKPOINT):
-                        self._save_and_keep()
-                    break
-                if trial.should_checkpoint() and not result.get(R.CHECKPOINT):
+                if decision.save_checkpoint:
                     self._save_and_keep()
+                if decision.action is not Action.CONTINUE:
+                    break
         except TrialError as e:
             status, error = TrialStatus.ERROR, str(e)
         except Exception as e:  # a stopping criterion naming a missing metric, a storage failure

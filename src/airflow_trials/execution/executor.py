@@ -1,78 +1,46 @@
-"""RayTrialExecutor: starts, stops, pauses, saves and restores trials as Ray actors in placement groups."""
+"""RayTrialExecutor: the TrialRunner's executor, which starts, steps, pauses, saves and stops trials as Ray actors.
+
+The parts it is built from: :mod:`~airflow_trials.execution.handles` (actor names, lookup,
+creation), :mod:`~airflow_trials.execution.slots` (placement groups and the actors in them),
+:mod:`~airflow_trials.execution.cluster` (resource accounting) and
+:mod:`~airflow_trials.execution.launcher` (autonomous trials, the Airflow path).
+"""
 
 from __future__ import annotations
 
 import logging
-import time
-from dataclasses import dataclass
 from typing import Any
 
 import ray
 from ray.actor import ActorHandle
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
-from ray.util.placement_group import (
-    PlacementGroup,
-    placement_group,
-    remove_placement_group,
-)
-from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from airflow_trials.core.checkpoint import CheckpointRecord
 from airflow_trials.core.resources import Resources
 from airflow_trials.core.result import Result
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.trial import Trial
-from airflow_trials.exceptions import (
-    CheckpointError,
-    InsufficientResourcesError,
-    TrainableNotFoundError,
-    TrialError,
+from airflow_trials.exceptions import CheckpointError, TrainableNotFoundError
+from airflow_trials.execution.errors import trial_error
+from airflow_trials.execution.handles import (
+    DEFAULT_NAMESPACE,
+    actor_name,
+    find_trial_actor,
+    trial_spec,
 )
-from airflow_trials.execution.actor import TrialActor, TrialSpec
-from airflow_trials.execution.ray_state import (
-    actor_info,
-    actor_info_by_id,
-    kill_actor,
-    remove_placement_group_by_id,
-    remove_placement_groups_named,
-)
-from airflow_trials.execution.storage import TrialStorage
-from airflow_trials.execution.trainable import load_trainable
+from airflow_trials.execution.launcher import TrialLauncher
+from airflow_trials.execution.slots import Slot, SlotPool
+
+__all__ = ["DEFAULT_NAMESPACE", "RayTrialExecutor", "actor_name", "find_trial_actor"]
 
 log = logging.getLogger(__name__)
 
-DEFAULT_NAMESPACE = "airflow_trials"
-_RemoteTrialActor = ray.remote(TrialActor)
 
+class RayTrialExecutor(TrialLauncher):
+    """Runs trials as Ray actors, one placement group each, one result at a time for the TrialRunner.
 
-def actor_name(experiment_name: str, trial_id: str) -> str:
-    """The Ray actor name of a trial; with its namespace, another process finds the trial by id."""
-    return f"trial.{experiment_name}.{trial_id}"
-
-
-def find_trial_actor(
-    experiment_name: str, trial_id: str, namespace: str = DEFAULT_NAMESPACE
-) -> ActorHandle | None:
-    """The live actor of a trial started by any process, or None when there is none."""
-    try:
-        return ray.get_actor(actor_name(experiment_name, trial_id), namespace=namespace)
-    except ValueError:
-        return None
-
-
-@dataclass
-class _Slot:
-    """A placement group, and the actor in it when there is one; cached between trials for reuse."""
-
-    resources: Resources
-    pg: PlacementGroup | None
-    actor: ActorHandle | None = None
-
-
-class RayTrialExecutor:
-    """Runs trials as Ray actors, one placement group each.
-
-    Lifecycle of a trial through the executor::
+    It is a :class:`TrialLauncher` too, so the Airflow path (``launch``, ``attach``, ``is_placed``,
+    ``release``, ``terminate``) works on it. Lifecycle of a trial the runner drives::
 
         executor = RayTrialExecutor(storage_path="/shared/results")
         trial = Trial("my_pkg.train:train", {"lr": 0.1}, resources={"cpu": 1, "gpu": 0.5})
@@ -120,28 +88,22 @@ class RayTrialExecutor:
         local_log_path: str | None = None,
         stop_timeout_s: float = 10.0,
     ) -> None:
-        self.storage = TrialStorage(storage_path, local_log_path)
-        self.queue_trials = queue_trials
-        self.reuse_actors = reuse_actors
-        self.reuse_placement_groups = reuse_placement_groups or reuse_actors
-        self.refresh_period_s = refresh_period_s
-        self.namespace = namespace
-        self.detached = detached
+        super().__init__(
+            storage_path, queue_trials=queue_trials, refresh_period_s=refresh_period_s,
+            namespace=namespace, detached=detached, capture_output=capture_output,
+            local_log_path=local_log_path,
+        )
+        # Unlike a bare launcher, the executor gives slots back, so it may cache them for reuse.
+        self.slots = SlotPool(
+            self.storage, namespace=namespace, detached=detached, capture_output=capture_output,
+            reuse_actors=reuse_actors, reuse_placement_groups=reuse_placement_groups,
+            stop_timeout_s=stop_timeout_s,
+        )
         self.delete_checkpoints = delete_checkpoints
-        self.capture_output = capture_output
-        self.stop_timeout_s = stop_timeout_s
-
-        self._slots: dict[str, _Slot] = {}
-        self._cache: list[_Slot] = []
+        self._slots: dict[str, Slot] = {}
         self._futures: dict[ray.ObjectRef, Trial] = {}
         self._future_of: dict[str, ray.ObjectRef] = {}
         self._restore_refs: dict[str, ray.ObjectRef] = {}
-        self._experiment_of: dict[str, str] = {}
-        self._trainables_checked: set[str] = set()
-        self._committed = Resources(cpu=0)
-        self._total = Resources(cpu=0)
-        self._last_refresh = float("-inf")
-        self._trial_queued = False
         self._trial_states: dict[str, dict[str, Any]] = {}
 
     # -- status and metadata ---------------------------------------------------------------------
@@ -165,75 +127,15 @@ class RayTrialExecutor:
         return dict(self._trial_states)
 
     # -- resources ---------------------------------------------------------------------------------
-    def refresh_cluster_resources(self, force: bool = False) -> None:
-        """Re-read the cluster's totals from Ray if ``refresh_period_s`` passed (or ``force``)."""
-        now = time.monotonic()
-        if force or now - self._last_refresh >= self.refresh_period_s:
-            self._total = Resources.from_ray(ray.cluster_resources())
-            self._last_refresh = now
-
-    def cluster_resources(self) -> Resources:
-        """Everything the live cluster has, re-read at most every ``refresh_period_s``."""
-        self.refresh_cluster_resources()
-        return self._total
-
     def committed_resources(self) -> Resources:
         """What the trials this executor runs hold now."""
-        return self._committed
-
-    def fits_cluster(self, resources: Resources) -> bool:
-        """Could ``resources`` ever be granted on this cluster, with nothing else running?"""
-        return resources.fits_in(self.cluster_resources())
-
-    def check_fits_cluster(self, trial: Trial) -> None:
-        """Raise InsufficientResourcesError if the trial can never fit (unless queue_trials)."""
-        if self.queue_trials or self.fits_cluster(trial.resources):
-            return
-        total = self.cluster_resources()
-        missing = ", ".join(f"{k} by {v:g}" for k, v in trial.resources.shortfall(total).items())
-        raise InsufficientResourcesError(
-            f"Trial {trial.trial_id} of experiment {trial.experiment_name} needs "
-            f"{trial.resources.summary_string()} but the Ray cluster has {total.summary_string()} "
-            f"in total (short of {missing}); lower the trial's resources, add nodes, or pass "
-            f"queue_trials=True on an autoscaling cluster."
-        )
+        return self.ledger.committed
 
     def has_resources(self, resources: Resources) -> bool:
         """Can a trial with ``resources`` start now, given what running trials hold?"""
-        self.refresh_cluster_resources()
-        if resources.fits_in(self._total - self._committed):
-            self._trial_queued = False
-            return True
-        if self.queue_trials and not self._trial_queued:
-            # One trial may wait in Ray's queue for the autoscaler; more would only pile up.
-            self._trial_queued = True
-            log.warning(
-                "Starting a trial needing %s although the cluster has only %s free; it waits for "
-                "the autoscaler to add resources.",
-                resources,
-                self._total - self._committed,
-            )
-            return True
-        return False
-
-    def resource_string(self) -> str:
-        total = self.cluster_resources()
-        return f"{self._committed.summary_string()} used of {total.summary_string()}"
+        return self.ledger.has_resources(resources)
 
     # -- starting and stopping -------------------------------------------------------------------
-    def _spec(self, trial: Trial) -> TrialSpec:
-        return {
-            "trial_id": trial.trial_id,
-            "experiment_name": trial.experiment_name,
-            "trainable": trial.trainable,
-            "config": trial.config,
-        }
-
-    def _check_trainable(self, trial: Trial) -> None:
-        if trial.trainable not in self._trainables_checked:
-            load_trainable(trial.trainable)
-            self._trainables_checked.add(trial.trainable)
-
     def start_trial(self, trial: Trial, checkpoint_path: str | None = None, train: bool = True) -> bool:
         """Start (or resume) ``trial``, restoring from ``checkpoint_path`` or its newest checkpoint.
 
@@ -248,9 +150,9 @@ class RayTrialExecutor:
             log.error("Trial %s could not start: %s", trial.trial_id, e)
             return False
         self._experiment_of[trial.trial_id] = trial.experiment_name
-        slot = self._acquire_slot(trial)
+        slot = self.slots.acquire(trial)
         self._slots[trial.trial_id] = slot
-        self._committed = self._committed + trial.resources
+        self.ledger.commit(trial.resources)
         source = checkpoint_path or trial.restore_source()
         if source is not None:
             assert slot.actor is not None
@@ -259,61 +161,6 @@ class RayTrialExecutor:
         if train:
             self.continue_training(trial)
         return True
-
-    def _acquire_slot(self, trial: Trial, autorun: tuple[dict[str, Any], str | None] | None = None) -> _Slot:
-        """A slot for ``trial``: a cached one of its shape (its actor reset), else a new one.
-
-        With ``autorun``, a new actor starts the trial from its constructor (see :meth:`launch`).
-        """
-        spec = self._spec(trial)
-        for i, cached in enumerate(self._cache):
-            if cached.resources == trial.resources:
-                slot = self._cache.pop(i)
-                if slot.actor is not None:
-                    slot.actor.reset.remote(spec)
-                    return slot
-                slot.actor = self._create_actor(trial, slot.pg, autorun)
-                return slot
-        # A cached placement group of another shape would hold resources this trial may need.
-        self._evict_cache()
-        bundle = trial.resources.to_ray_bundle()
-        pg = None
-        if bundle:
-            pg = placement_group(
-                [bundle],
-                name=actor_name(trial.experiment_name, trial.trial_id),
-                lifetime="detached" if self.detached else None,
-            )
-        slot = _Slot(trial.resources, pg)
-        slot.actor = self._create_actor(trial, pg, autorun)
-        return slot
-
-    def _create_actor(
-        self, trial: Trial, pg: PlacementGroup | None, autorun: tuple[dict[str, Any], str | None] | None = None
-    ) -> ActorHandle:
-        res = trial.resources
-        options: dict[str, Any] = {
-            "num_cpus": res.cpu,
-            "num_gpus": res.gpu,
-            "max_restarts": 0,
-            "name": actor_name(trial.experiment_name, trial.trial_id),
-            "namespace": self.namespace,
-        }
-        if res.memory:
-            options["memory"] = res.memory
-        if res.custom_resources:
-            options["resources"] = dict(res.custom_resources)
-        if self.detached:
-            options["lifetime"] = "detached"
-        if pg is not None:
-            options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
-                pg, placement_group_bundle_index=0, placement_group_capture_child_tasks=True
-            )
-        actor: ActorHandle = _RemoteTrialActor.options(**options).remote(  # type: ignore[assignment]
-            self._spec(trial), self.storage.storage_path, self.storage.local_log_path, self.capture_output,
-            autorun,
-        )
-        return actor
 
     def _release(self, trial: Trial, reusable: bool) -> None:
         """Take the trial's actor away from it: cache it for reuse, or kill it."""
@@ -324,47 +171,15 @@ class RayTrialExecutor:
         slot = self._slots.pop(trial.trial_id, None)
         if slot is None:
             return
-        self._committed = self._committed - trial.resources
-        assert slot.actor is not None
-        if reusable and self.reuse_actors and ref is None:
-            slot.actor.stop.remote()
-            self._cache.append(slot)
-            return
-        self._retire_actor(slot.actor, graceful=reusable and ref is None)
-        slot.actor = None
-        if reusable and self.reuse_placement_groups:
-            self._cache.append(slot)
-        elif slot.pg is not None:
-            remove_placement_group(slot.pg)
-
-    def _retire_actor(self, actor: ActorHandle, graceful: bool) -> None:
-        """Kill the actor; when graceful, first let the trainable's cleanup run (up to stop_timeout_s).
-
-        Killing after cleanup frees the bundle much sooner than Ray's own graceful exit, which
-        matters when hundreds of short trials each get a fresh actor.
-        """
-        if graceful:
-            ray.wait([actor.stop.remote()], timeout=self.stop_timeout_s)
-        kill_actor(actor)
-
-    def _evict_cache(self) -> None:
-        for slot in self._cache:
-            if slot.actor is not None:
-                ray.kill(slot.actor, no_restart=True)
-            if slot.pg is not None:
-                remove_placement_group(slot.pg)
-        self._cache.clear()
+        self.ledger.free(trial.resources)
+        self.slots.give_back(slot, reusable=reusable, idle=ref is None)
 
     def has_cached_slots(self) -> bool:
-        return bool(self._cache)
+        return self.slots.has_cached()
 
     def trim_cache(self, wanted: list[Resources]) -> None:
         """Drop cached actors and placement groups that no trial in ``wanted`` could reuse."""
-        keep = [s for s in self._cache if s.resources in wanted]
-        drop = [s for s in self._cache if s.resources not in wanted]
-        self._cache = drop
-        self._evict_cache()
-        self._cache = keep
+        self.slots.trim(wanted)
 
     def stop_trial(self, trial: Trial, error: bool = False, error_msg: str | None = None) -> None:
         """Stop the trial and free its resources: TERMINATED, or ERROR with ``error_msg``."""
@@ -417,7 +232,7 @@ class RayTrialExecutor:
         if slot is None or slot.actor is None or trial.trial_id in self._future_of:
             return False
         trial.config = dict(new_config)
-        ray.get(slot.actor.reset.remote(self._spec(trial)))
+        ray.get(slot.actor.reset.remote(trial_spec(trial)))
         return True
 
     # -- results ---------------------------------------------------------------------------------
@@ -449,7 +264,7 @@ class RayTrialExecutor:
         try:
             return ray.get(ref)
         except (RayTaskError, RayActorError) as e:
-            raise self._trial_error(trial, e) from e
+            raise trial_error(trial, e) from e
 
     async def async_fetch_result(self, trial: Trial) -> Result:
         """Like fetch_result, awaiting the ObjectRef so an asyncio event loop is never blocked."""
@@ -458,7 +273,7 @@ class RayTrialExecutor:
             result = await ref
         except (RayTaskError, RayActorError) as e:
             self._pop_future(trial)
-            raise self._trial_error(trial, e) from e
+            raise trial_error(trial, e) from e
         self._pop_future(trial)
         self._check_restore(trial)
         return result
@@ -478,28 +293,7 @@ class RayTrialExecutor:
             # Restore runs before train on the same actor, so it finished if train did.
             self._restore_refs[trial.trial_id] = ref
         except (RayTaskError, RayActorError) as e:
-            raise self._trial_error(trial, e, "restoring from its checkpoint") from e
-
-    def _trial_error(self, trial: Trial, error: Exception, doing: str = "training") -> TrialError:
-        cause = getattr(error, "cause", None)
-        if isinstance(cause, TrialError) and cause.traceback_text:
-            text = cause.traceback_text
-        else:
-            text = str(error)
-        infrastructure = False
-        if isinstance(error, RayActorError) and not isinstance(error, RayTaskError):
-            infrastructure = _lost_with_its_node(error)
-            what = ("its Ray actor was lost with its node (infrastructure, not counted as a failure)"
-                    if infrastructure else "its Ray actor died (out of memory, crashed, or killed)")
-        else:
-            what = "its trainable raised"
-        return TrialError(
-            f"Trial {trial.trial_id} of experiment {trial.experiment_name} failed while {doing}: "
-            f"{what}.\n{text}",
-            trial_id=trial.trial_id,
-            traceback_text=text,
-            infrastructure=infrastructure,
-        )
+            raise trial_error(trial, e, "restoring from its checkpoint") from e
 
     # -- checkpoints -----------------------------------------------------------------------------
     def save(self, trial: Trial) -> CheckpointRecord | None:
@@ -510,7 +304,7 @@ class RayTrialExecutor:
         try:
             raw: Any = ray.get(slot.actor.save.remote())
         except (RayTaskError, RayActorError) as e:
-            raise self._trial_error(trial, e, "saving a checkpoint") from e
+            raise trial_error(trial, e, "saving a checkpoint") from e
         if raw is None:
             return None
         record = CheckpointRecord.from_dict(raw)
@@ -531,7 +325,7 @@ class RayTrialExecutor:
         try:
             ray.get(slot.actor.restore.remote(source))
         except (RayTaskError, RayActorError) as e:
-            raise self._trial_error(trial, e, "restoring from its checkpoint") from e
+            raise trial_error(trial, e, "restoring from its checkpoint") from e
 
     def copy_checkpoint(self, src: Trial, tgt: Trial) -> CheckpointRecord:
         """Copy ``src``'s newest checkpoint to ``tgt``, which then starts from it (Syne Tune's copy_checkpoint)."""
@@ -550,124 +344,7 @@ class RayTrialExecutor:
         for record in trial.checkpoint_manager.clear():
             self.storage.delete(record.path)
 
-    # -- autonomous trials (the Airflow path) ---------------------------------------------------
-    def launch(self, trial: Trial, start_timeout_s: float | None = 600.0) -> ActorHandle:
-        """Start ``trial`` in its own detached, named actor that drives itself to the end.
-
-        The actor restores the trial's newest checkpoint (or ``restore_path``), applies its
-        stopping criterion and checkpoint policy, and ends TERMINATED or ERROR; poll it with
-        ``actor.poll.remote(since)`` from any process (:func:`find_trial_actor`). The executor
-        does not own it afterwards: end it with :meth:`terminate`.
-
-        The actor starts the trial from its constructor, which Ray's GCS keeps for a detached
-        actor: a trial waiting for free resources starts when Ray places it, even after the
-        launching process exited (an Airflow task that deferred). With ``start_timeout_s=None``
-        this returns at once (the trial may be queued: :meth:`is_placed`); otherwise it returns
-        once the trial runs, or raises TrialError, removing the actor, if Ray could not place it
-        in time. Raises TrainableNotFoundError or InsufficientResourcesError before any Ray work.
-        """
-        self._check_trainable(trial)
-        self.check_fits_cluster(trial)
-        self._experiment_of[trial.trial_id] = trial.experiment_name
-        if self.detached:
-            # A detached launch never reuses a cached actor: the autorun must be the constructor's.
-            self._evict_cache()
-            self._remove_orphaned_placement_group(trial)
-        autorun = (trial.to_json_state(), trial.restore_source())
-        slot = self._acquire_slot(trial, autorun)
-        assert slot.actor is not None
-        # A reused (reset) actor was built without autorun: hand it the trial now. Only an
-        # executor that lives on (not detached) reuses actors, so the call cannot be dropped.
-        started: ray.ObjectRef = slot.actor.run.remote(*autorun) if not self.detached else slot.actor.ping.remote()
-        if start_timeout_s is not None:
-            try:
-                ray.get(started, timeout=start_timeout_s)
-            except GetTimeoutError as e:
-                self.terminate(trial.experiment_name, trial.trial_id)
-                raise TrialError(
-                    f"Trial {trial.trial_id} of experiment {trial.experiment_name} could not be placed "
-                    f"on Ray within {start_timeout_s:g} s (it needs {trial.resources}; the cluster has "
-                    f"{self.resource_string()}); it was removed. Free resources or limit concurrent "
-                    f"trials with a pool, then retry.",
-                    trial_id=trial.trial_id,
-                ) from e
-            except (RayTaskError, RayActorError) as e:
-                self.terminate(trial.experiment_name, trial.trial_id)
-                raise self._trial_error(trial, e, "starting") from e
-        if trial.status != TrialStatus.RUNNING:
-            self.set_status(trial, TrialStatus.RUNNING)
-        return slot.actor
-
-    def _remove_orphaned_placement_group(self, trial: Trial) -> None:
-        """Remove a placement group left under this trial's name by a process that died between
-        creating it and creating the actor (a task's worker killed mid-``execute``): it would hold
-        the trial's resources for ever, and the new one could not take its name."""
-        removed = remove_placement_groups_named(actor_name(trial.experiment_name, trial.trial_id))
-        if removed:
-            log.warning(
-                "Removed %d placement group(s) of trial %s of experiment %s left by a process that "
-                "died before it started the trial's actor.", removed, trial.trial_id, trial.experiment_name,
-            )
-
-    def attach(self, experiment_name: str, trial_id: str, timeout_s: float = 60.0) -> ActorHandle | None:
-        """The actor of a trial started by any process, or None when it is gone.
-
-        An actor Ray has not placed yet (waiting for resources) counts: it starts its trial when
-        placed. Tell the two apart with :meth:`is_placed`.
-        """
-        actor = find_trial_actor(experiment_name, trial_id, namespace=self.namespace)
-        if actor is None:
-            return None
-        info = actor_info(actor)
-        if info.waiting:
-            return actor
-        if info.state == "DEAD":
-            return None
-        try:
-            ray.get(actor.ping.remote(), timeout=timeout_s)
-        except (RayActorError, GetTimeoutError):
-            return None
-        return actor
-
-    @staticmethod
-    def is_placed(actor: ActorHandle) -> bool:
-        """Has Ray placed the actor (it runs, or ran, its trial), rather than queued it?"""
-        return not actor_info(actor).waiting
-
-    def release(self, experiment_name: str, trial_id: str, placement_group_id: str | None = None) -> None:
-        """Kill a trial's actor, if it lives, and remove its placement group (the actor's, else
-        ``placement_group_id``). Reads the GCS only through calls that survive a GCS restart, so
-        the triggerer may call it."""
-        actor = find_trial_actor(experiment_name, trial_id, namespace=self.namespace)
-        if actor is not None:
-            placement_group_id = kill_actor(actor).placement_group_id or placement_group_id
-        remove_placement_group_by_id(placement_group_id)
-
-    def terminate(self, experiment_name: str, trial_id: str) -> None:
-        """Kill a trial's actor and remove every placement group of the trial, whichever process
-        started them, orphans included. Looks placement groups up by name through Ray's global
-        state, which aborts a process whose GCS restarted: for task processes; triggers call
-        :meth:`release`."""
-        self.release(experiment_name, trial_id)
-        remove_placement_groups_named(actor_name(experiment_name, trial_id))
-
-    # -- logs and actors ---------------------------------------------------------------------------
-    def _log_path(self, trial_id: str, experiment_name: str | None, index: int) -> str:
-        experiment = experiment_name or self._experiment_of.get(trial_id)
-        if experiment is None:
-            raise KeyError(
-                f"Trial {trial_id} is unknown to this executor; pass experiment_name to read its logs."
-            )
-        return self.storage.log_paths(experiment, trial_id)[index]
-
-    def stdout(self, trial_id: str, experiment_name: str | None = None) -> list[str]:
-        """Lines the trial printed to stdout (local log files)."""
-        return _read_lines(self._log_path(trial_id, experiment_name, 0))
-
-    def stderr(self, trial_id: str, experiment_name: str | None = None) -> list[str]:
-        """Lines the trial printed to stderr (local log files)."""
-        return _read_lines(self._log_path(trial_id, experiment_name, 1))
-
+    # -- actors ------------------------------------------------------------------------------------
     def get_actor(self, trial: Trial) -> ActorHandle | None:
         slot = self._slots.get(trial.trial_id)
         return None if slot is None else slot.actor
@@ -675,33 +352,9 @@ class RayTrialExecutor:
     def cleanup(self) -> None:
         """Kill every actor and remove every placement group this executor created."""
         for trial_id in list(self._slots):
-            slot = self._slots.pop(trial_id)
-            if slot.actor is not None:
-                kill_actor(slot.actor)
-            if slot.pg is not None:
-                remove_placement_group(slot.pg)
-        self._evict_cache()
+            SlotPool.destroy(self._slots.pop(trial_id))
+        self.slots.evict()
         self._futures.clear()
         self._future_of.clear()
         self._restore_refs.clear()
-        self._committed = Resources(cpu=0)
-
-
-def _lost_with_its_node(error: RayActorError) -> bool:
-    """Did the actor behind ``error`` die because its node did (as the GCS recorded it)?"""
-    actor_id = getattr(error, "actor_id", None)
-    if not actor_id:
-        return False
-    try:
-        return actor_info_by_id(actor_id.hex() if hasattr(actor_id, "hex") else str(actor_id)).lost_to_infrastructure
-    except Exception:  # the GCS does not answer: say nothing rather than guess
-        log.warning("Could not ask Ray why actor %s died", actor_id, exc_info=True)
-        return False
-
-
-def _read_lines(path: str) -> list[str]:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read().splitlines()
-    except FileNotFoundError:
-        return []
+        self.ledger.committed = Resources(cpu=0)

@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Literal
 
 from airflow_trials.core.callback import Callback
 from airflow_trials.core.checkpoint import CheckpointRecord
-from airflow_trials.core.result import CHECKPOINT, TIMESTAMP, TRAINING_ITERATION, Result
-from airflow_trials.core.scheduler import Decision, FIFOScheduler, TrialScheduler
+from airflow_trials.core.fate import (
+    Action,
+    Outcome,
+    ResultDecision,
+    SchedulerDecision,
+    after_failure,
+    after_result,
+)
+from airflow_trials.core.result import CHECKPOINT, DUPLICATE, TIMESTAMP, TRAINING_ITERATION, Result
+from airflow_trials.core.scheduler import FIFOScheduler, TrialScheduler
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.stopping import StopFn, Stopper, build_stopper
 from airflow_trials.core.trial import Trial, validate_name
@@ -285,46 +293,46 @@ class TrialRunner:
                 ),
             )
 
-    def _record(self, trial: Trial, result: Result) -> bool:
-        """Register the result's checkpoint and record the result; False for a replay or duplicate."""
-        duplicate = bool(result.pop("__duplicate__", False))
+    def _record(
+        self, trial: Trial, result: Result, scheduler: SchedulerDecision | None = None,
+        experiment_done: Callable[[], bool] | None = None,
+    ) -> ResultDecision:
+        """Register the result's checkpoint, record the result and decide what follows."""
+        duplicate = bool(result.pop(DUPLICATE, False))
         checkpoint_path = result.get(CHECKPOINT)
         if checkpoint_path:
             self._register_checkpoint(
                 trial, CheckpointRecord(checkpoint_path, int(result[TRAINING_ITERATION]), result)
             )
-        fresh = False if duplicate else trial.record_result(result)
-        if fresh:
+        decision = after_result(
+            trial, result, duplicate=duplicate, scheduler=scheduler, experiment_done=experiment_done
+        )
+        if decision.fresh:
             self._results.append((trial.trial_id, result))
             for callback in self.callbacks:
                 callback.on_trial_result(trial, result)
-        return fresh
+        return decision
 
     def _on_result(self, trial: Trial, result: Result) -> None:
-        fresh = self._record(trial, result)
-        checkpoint_path = result.get(CHECKPOINT)
-        if trial.should_stop(result):
+        stopper = self._experiment_stopper
+        decision = self._record(
+            trial, result, self.scheduler.on_trial_result, stopper.stop_all if stopper is not None else None
+        )
+        if decision.save_checkpoint:
+            self._save(trial)
+        if decision.action is Action.STOP:
             self._complete(trial, result)
-            return
-        if self._experiment_stopper is not None and self._experiment_stopper.stop_all():
+        elif decision.action is Action.STOP_EXPERIMENT:
             log.info("Experiment %s: its stopper ended the experiment.", self.experiment_name)
             self._stop_all = True
             self._stop_unfinished()
-            return
-        decision = self.scheduler.on_trial_result(trial, result) if fresh else Decision.CONTINUE
-        if decision == Decision.STOP:
-            self._complete(trial, result)
-        elif decision == Decision.PAUSE:
+        elif decision.action is Action.PAUSE:
             self.trial_executor.pause_trial(trial)
             self._notify_newest_checkpoint(trial)
         else:
-            if trial.should_checkpoint() and not checkpoint_path:
-                self._save(trial)
             self.trial_executor.continue_training(trial)
 
     def _complete(self, trial: Trial, result: Result) -> None:
-        if trial.checkpoint_at_end and not result.get(CHECKPOINT):
-            self._save(trial)
         self.scheduler.on_trial_complete(trial, result)
         self.trial_executor.stop_trial(trial)
         for callback in self.callbacks:
@@ -346,34 +354,25 @@ class TrialRunner:
 
     def _process_trial_failure(self, trial: Trial, error: TrialError) -> None:
         trial.error_msg = str(error)
-        if error.infrastructure and trial.status == TrialStatus.RUNNING:
-            # Lost with its node, not through its own code: resume it without spending one of its
-            # max_failures (what Ray Tune users ask for, ray-project/ray#41285).
-            log.warning("Trial %s was lost with its node; resuming it from %s without counting a failure.",
-                        trial.trial_id, trial.restore_source() or "scratch")
+        running = trial.status == TrialStatus.RUNNING
+        decision = after_failure(
+            trial.trial_id, trial.num_failures, trial.max_failures,
+            infrastructure=error.infrastructure and running, retries_left=running,
+            fail_fast=bool(self.fail_fast),
+        )
+        trial.num_failures = decision.num_failures
+        if decision.outcome is not Outcome.FAIL:
+            log.warning("%s Restoring from %s.", decision.reason, trial.restore_source() or "scratch")
             self.trial_executor.requeue_trial(trial)
             for callback in self.callbacks:
                 callback.on_trial_recover(trial)
             return
-        trial.num_failures += 1
-        if trial.status == TrialStatus.RUNNING and trial.should_recover():
-            log.warning(
-                "Trial %s failed (failure %s of at most %s); retrying from %s.",
-                trial.trial_id,
-                trial.num_failures,
-                "unlimited" if trial.max_failures < 0 else trial.max_failures,
-                trial.restore_source() or "scratch",
-            )
-            self.trial_executor.requeue_trial(trial)
-            for callback in self.callbacks:
-                callback.on_trial_recover(trial)
-            return
-        log.error("Trial %s failed for good: %s", trial.trial_id, error)
+        log.error("%s %s", decision.reason, error)
         self.trial_executor.stop_trial(trial, error=True, error_msg=str(error))
         self._on_error(trial)
         if self.fail_fast == self.RAISE:
             raise error
-        if self.fail_fast:
+        if decision.fail_experiment:
             self._failed_fast = True
             self._stop_unfinished()
 

@@ -13,6 +13,7 @@ import traceback
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from airflow_trials.core import result as R
 from airflow_trials.exceptions import TrainableNotFoundError, TrialError
 
 # -- the class API -------------------------------------------------------------------------------
@@ -313,7 +314,7 @@ class FunctionDriver(TrainableDriver):
                 trial_id=self.trial_id,
             )
         # Returned after reporting: the trial is done; repeat the last metrics as its final result.
-        return {**self._last_metrics, "__duplicate__": True}, None, True
+        return {**self._last_metrics, R.DUPLICATE: True}, None, True
 
     def save(self, checkpoint_dir: str) -> Any:
         return None if self._session is None else self._session.checkpoint

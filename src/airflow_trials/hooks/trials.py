@@ -110,9 +110,9 @@ class RayHook(BaseHook):
 
         if ray_client.is_connected():
             return  # Ray Client reconnects by itself, or its calls fail with ConnectionError
-        from ray._raylet import GcsClient
+        from ray._raylet import GcsClient  # type: ignore[attr-defined]  # not in ray's stubs
 
-        gcs = ray._private.worker.global_worker.gcs_client
+        gcs = ray._private.worker.global_worker.gcs_client  # type: ignore[attr-defined]
         try:
             # A fresh client asks the GCS now serving this address for its cluster id; it blocks
             # (about 40 s) while no GCS answers there.
@@ -162,7 +162,7 @@ def _probe_gcs(address: str | None) -> None:
     itself waits minutes there, holding a worker slot while the Ray head is down."""
     if not address or "://" in address or address in ("auto", "local"):
         return
-    from ray._raylet import GcsClient
+    from ray._raylet import GcsClient  # type: ignore[attr-defined]  # not in ray's stubs
 
     try:
         GcsClient(address=address).cluster_id  # noqa: B018 (connecting is the check)

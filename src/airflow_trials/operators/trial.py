@@ -6,26 +6,34 @@ import asyncio
 import hashlib
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NoReturn, cast
 
 from airflow.sdk import BaseOperator, Context, conf
 from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_trials.core.fate import FailureDecision, Outcome, after_failure
 from airflow_trials.core.resources import Resources
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.trial import Trial, validate_name
 from airflow_trials.exceptions import TrialError
 from airflow_trials.hooks.trials import DEFAULT_RAY_CONN_ID, DEFAULT_TRIALS_CONN_ID, TrialsHook
 from airflow_trials.pools import DEFAULT_SLOTS_PER_GPU, gpu_pool_slots
-from airflow_trials.triggers.trial import TrialTrigger, stored_end_event
+from airflow_trials.triggers.trial import STOPPED_BY_USER, TrialTrigger, stored_end_event
 
 # Airflow has no unlimited retries; max_failures=-1 maps to this many.
 UNLIMITED_RETRIES = 10_000
-# How often one try resumes a trial lost to infrastructure (its node, or a Ray head restart)
-# without counting a failure; past that, the loss fails the try like any other.
+# Airflow retries a trial task gets beyond its max_failures, for trials lost to infrastructure
+# (their node, or a Ray head restart): such a loss fails the try, and the retry resumes the trial
+# without counting a failure of the trial.
 MAX_INFRASTRUCTURE_RESTARTS = 3
 # How long execute waits for a live trial's actor to say its status before the try fails.
 ATTACH_TIMEOUT_SECONDS = 60.0
+
+
+def task_retries(max_failures: int) -> int:
+    """A trial task's Airflow ``retries``: its ``max_failures`` (-1: unlimited) plus
+    MAX_INFRASTRUCTURE_RESTARTS for losses that are not the trial's failures."""
+    return UNLIMITED_RETRIES if max_failures < 0 else max_failures + MAX_INFRASTRUCTURE_RESTARTS
 
 
 def default_trial_id(dag_id: str, run_id: str, task_id: str, map_index: int) -> str:
@@ -108,7 +116,7 @@ class RunTrialOperator(BaseOperator):
             max_failures = 0 if retries is None else -1 if retries >= UNLIMITED_RETRIES else int(retries)
         if max_failures < -1:
             raise ValueError(f"max_failures must be -1 (unlimited) or >= 0, got {max_failures}.")
-        kwargs.setdefault("retries", UNLIMITED_RETRIES if max_failures < 0 else max_failures)
+        kwargs.setdefault("retries", task_retries(max_failures))
         gpu = Resources.from_dict(resources_per_trial).gpu
         if gpu_pool and gpu > 0 and "pool" not in kwargs:
             kwargs["pool"] = gpu_pool
@@ -138,7 +146,7 @@ class RunTrialOperator(BaseOperator):
     def _ids(self, context: Context) -> tuple[str, str]:
         ti = context["ti"]
         experiment = self.experiment_name or experiment_name_for(ti.dag_id)
-        trial_id = self.trial_id or default_trial_id(ti.dag_id, ti.run_id, ti.task_id, ti.map_index)
+        trial_id = self.trial_id or default_trial_id(ti.dag_id, ti.run_id, ti.task_id, -1 if ti.map_index is None else ti.map_index)
         return experiment, trial_id
 
     def _trial(self, experiment: str, trial_id: str, restore_path: str | None) -> Trial:
@@ -169,9 +177,9 @@ class RunTrialOperator(BaseOperator):
         self._trial_ids = (experiment, trial_id)  # for on_kill
         self._trial(experiment, trial_id, self.restore_path)  # validates ids, config and resources
         load_trainable(self.trainable)  # an unknown path fails here, before any Ray or DB work
-        return self._start_or_attach(context, infrastructure_restarts=0)
+        return self._start_or_attach(context)
 
-    def _start_or_attach(self, context: Context, infrastructure_restarts: int) -> Any:
+    def _start_or_attach(self, context: Context) -> Any:
         """Re-attach to the trial's live actor, or start it (from its latest checkpoint), then defer."""
         experiment, trial_id = self._ids(context)
         hook = self._hook()
@@ -189,22 +197,17 @@ class RunTrialOperator(BaseOperator):
             ray_cluster_id=current_cluster_id(),
         )
         if self.deferrable:
-            self.defer(
-                trigger=trigger, method_name="execute_complete",
-                kwargs={"infrastructure_restarts": infrastructure_restarts},
-            )
+            self.defer(trigger=trigger, method_name="execute_complete")
         # Blocking fallback: the same polling, in this worker.
         self.log.info("Not deferrable: polling trial %s from the worker.", trial_id)
         return self.execute_complete(
-            context, asyncio.run(_first_event(trigger)), infrastructure_restarts=infrastructure_restarts
+            context, asyncio.run(_first_event(trigger))
         )
 
     def _launch_unless_running(
         self, context: Context, hook: TrialsHook, store: Any, experiment: str, trial_id: str
     ) -> dict[str, Any] | None:
         """Register the trial and make sure it runs on Ray; its stored end when it already finished."""
-        import ray
-
         ti = context["ti"]
         trial = self._trial(experiment, trial_id, self.restore_path)
         executor = hook.get_executor()
@@ -222,34 +225,31 @@ class RunTrialOperator(BaseOperator):
             map_index=ti.map_index if ti.map_index is not None else -1,
             try_number=ti.try_number,
         )
-        actor = executor.attach(experiment, trial_id)
-        if actor is None:
-            status = None
-        elif not executor.is_placed(actor):
-            status = "QUEUED"  # waiting for resources; it starts its trial when Ray places it
-        else:
-            from ray.exceptions import RayActorError
-
-            try:
-                status = ray.get(actor.poll.remote(10**9), timeout=ATTACH_TIMEOUT_SECONDS)["status"]
-            except RayActorError:
-                # Died as we attached: the previous try's trigger, cancelled because the task was
-                # cleared, stopped it. Start the trial again from its latest checkpoint.
-                actor, status = None, None
+        actor, status = _live_actor(executor, experiment, trial_id)
         record = store.get_trial(trial_id)
+        if actor is not None and record.status is TrialStatus.TERMINATED and record.error_msg == STOPPED_BY_USER:
+            # The previous try's trigger recorded that it stops this actor (its task was cleared)
+            # before this try registered: do not re-attach to an actor being killed; start the
+            # trial again from its latest checkpoint.
+            self.log.info("Trial %s is being stopped by its cleared previous try; starting it again.", trial_id)
+            status = None
         if actor is None and _finished(trial, record):
-            # A try after the trial ended (Airflow lost the previous try's success, or the
-            # task was cleared): nothing to run, report what the store holds.
-            self.log.info("Trial %s already finished; reporting its stored state.", trial_id)
-            return stored_end_event(store, experiment, record)
+            if not _first_try_after_a_clear(ti, self.retries or 0):
+                # A retry after the trial ended (Airflow lost the try that finished it), or a
+                # reused trial id: nothing to run, report what the store holds.
+                self.log.info("Trial %s already finished; reporting its stored state.", trial_id)
+                return stored_end_event(store, experiment, record)
+            record = self._rerun_from_scratch(store, executor, record, ti.try_number)
         if status in ("QUEUED", "RUNNING", "TERMINATED"):
             self.log.info("Trial %s is %s on Ray already; re-attaching to it.", trial_id, status)
             placed = status != "QUEUED"
         else:
             if actor is not None:  # an ERROR left by a try whose worker died before cleanup
                 executor.terminate(experiment, trial_id)
-            if record.status.is_terminal():
-                # The task was cleared after the trial had ended: it runs again.
+            if _first_try_after_a_clear(ti, self.retries or 0):
+                # Cleared: a fresh budget of failures, as Airflow gives it fresh retries.
+                store.update_trial(trial_id, status=TrialStatus.PENDING.value, num_failures=0)
+            elif record.status.is_terminal():
                 store.update_trial(trial_id, status=TrialStatus.PENDING.value)
             latest = store.latest_checkpoint(trial_id)
             if latest is not None:
@@ -264,21 +264,29 @@ class RunTrialOperator(BaseOperator):
         store.update_trial(trial_id, status="RUNNING" if placed else "PENDING", try_number=ti.try_number)
         return None
 
+    def _rerun_from_scratch(self, store: Any, executor: Any, record: Any, try_number: int) -> Any:
+        """The finished task was cleared: Airflow re-runs it, so the trial runs again from scratch,
+        its new results replacing the old as a cleared task's XComs are replaced; its new record."""
+        dropped = store.restart_trial(record.trial_id, try_number=try_number)
+        for path in dropped:
+            executor.storage.delete(path)
+        self.log.info(
+            "Trial %s had finished (last result %s) and its task was cleared: running it again "
+            "from scratch; its stored results and %d checkpoints are replaced.",
+            record.trial_id, record.last_result, len(dropped),
+        )
+        return store.get_trial(record.trial_id)
+
     def execute_complete(
         self, context: Context, event: dict[str, Any], infrastructure_restarts: int = 0
     ) -> dict[str, Any]:
+        """Record the trial's end and push its state to XCom; raise so that Airflow retries it, or
+        fails it, as :func:`~airflow_trials.core.fate.after_failure` decides.
+
+        ``infrastructure_restarts`` is accepted and ignored: tasks deferred before an upgrade pass it.
+        """
         ti = context["ti"]
         trial_id = event["trial_id"]
-        if event.get("infrastructure") and infrastructure_restarts < MAX_INFRASTRUCTURE_RESTARTS:
-            # Lost with its node or its Ray cluster, not through its own code: resume it at once,
-            # in this try, without spending one of its max_failures (as Ray Tune users ask,
-            # ray-project/ray#41285).
-            self.log.warning(
-                "%s This is not a failure of the trial: resuming it from its latest checkpoint without "
-                "counting it against max_failures (infrastructure restart %d of %d).",
-                event.get("error"), infrastructure_restarts + 1, MAX_INFRASTRUCTURE_RESTARTS,
-            )
-            return self._start_or_attach(context, infrastructure_restarts + 1)  # type: ignore[no-any-return]
         hook = self._hook()
         store = hook.get_store()
         try:
@@ -288,16 +296,20 @@ class RunTrialOperator(BaseOperator):
                 # a Ray connection.
                 hook.get_executor().terminate(event["experiment_name"], trial_id)
             record = store.get_trial(trial_id)
-            latest = store.latest_checkpoint(trial_id)
-            failed = event["status"] != "TERMINATED"
-            num_failures = record.num_failures + (1 if failed else 0)
-            # The trial's own max_failures can be below the task's retries (a run's params chose
-            # it; retries are fixed when the task instance is created): it stops retrying first.
-            within_budget = self.max_failures < 0 or num_failures <= self.max_failures
-            will_retry = failed and ti.try_number <= self.retries and within_budget
+            decision = None
+            if event["status"] != "TERMINATED":
+                # The trial's own max_failures can be below the task's retries (a run's params
+                # chose it; retries are fixed when the task instance is created): it stops first.
+                decision = after_failure(
+                    trial_id, record.num_failures, self.max_failures,
+                    infrastructure=bool(event.get("infrastructure")),
+                    retries_left=ti.try_number <= (self.retries or 0),
+                )
             status = (
-                TrialStatus.TERMINATED if not failed else TrialStatus.PENDING if will_retry else TrialStatus.ERROR
+                TrialStatus.TERMINATED if decision is None
+                else TrialStatus.ERROR if decision.outcome is Outcome.FAIL else TrialStatus.PENDING
             )
+            num_failures = record.num_failures if decision is None else decision.num_failures
             store.update_trial(
                 trial_id,
                 status=status.value,
@@ -305,6 +317,7 @@ class RunTrialOperator(BaseOperator):
                 error_msg=event.get("error"),
                 last_result=event.get("last_result"),
             )
+            latest = store.latest_checkpoint(trial_id)
         finally:
             store.dispose()
         state = {
@@ -319,22 +332,43 @@ class RunTrialOperator(BaseOperator):
         if isinstance(state["best_checkpoint"], dict):
             state["best_checkpoint"] = state["best_checkpoint"]["path"]
         ti.xcom_push(key="trial", value=state)
-        if failed:
-            self.log.error("%s", event.get("error"))
-            error = TrialError(
-                f"Trial {trial_id} of experiment {event['experiment_name']} failed "
-                f"(failure {num_failures}, {'will retry from its latest checkpoint' if will_retry else 'no retries left'}). "
-                f"{(event.get('error') or '').splitlines()[0] if event.get('error') else ''}",
-                trial_id=trial_id,
-                traceback_text=event.get("error"),
-            )
-            if not will_retry and ti.try_number <= self.retries:
-                raise AirflowFailException(
-                    f"{error} It reached its max_failures ({self.max_failures}) before the task's retries ({self.retries})."
-                ) from error
-            raise error
+        if decision is not None:
+            self._raise_failure(ti, event, decision)
         self.log.info("Trial %s finished: %s", trial_id, state["last_result"])
         return state
+
+    def _raise_failure(self, ti: Any, event: dict[str, Any], decision: FailureDecision) -> NoReturn:
+        """Fail this try: Airflow retries it on RESUME and RETRY, and not at all when the trial
+        failed for good.
+
+        A trial lost to infrastructure is resumed by a retry rather than by deferring again in
+        this try: a task that defers twice in one try reuses its executor key, and the scheduler
+        can take the first deferral's late "success" for the second's and fail the task.
+        """
+        trial_id = event["trial_id"]
+        if decision.outcome is Outcome.RESUME:
+            self.log.warning("%s %s", event.get("error"), decision.reason)
+            raise TrialError(
+                f"{event.get('error')} Not a failure of the trial: Airflow retries this task, which "
+                "resumes it from its latest checkpoint.",
+                trial_id=trial_id,
+                infrastructure=True,
+            )
+        self.log.error("%s", event.get("error"))
+        will_retry = decision.outcome is Outcome.RETRY
+        first_line = (event.get("error") or "").splitlines()[0] if event.get("error") else ""
+        error = TrialError(
+            f"Trial {trial_id} of experiment {event['experiment_name']} failed "
+            f"(failure {decision.num_failures}, "
+            f"{'will retry from its latest checkpoint' if will_retry else 'no retries left'}). {first_line}",
+            trial_id=trial_id,
+            traceback_text=event.get("error"),
+        )
+        if not will_retry and ti.try_number <= (self.retries or 0):
+            raise AirflowFailException(
+                f"{error} It reached its max_failures ({self.max_failures}) before the task's retries ({self.retries})."
+            ) from error
+        raise error
 
     def on_kill(self) -> None:
         """The task was killed while it ran in the worker: stop the trial on Ray too.
@@ -352,6 +386,35 @@ class RunTrialOperator(BaseOperator):
             store.update_trial(trial_id, status=TrialStatus.TERMINATED.value, error_msg="Killed from Airflow.")
         finally:
             store.dispose()
+
+
+def _live_actor(executor: Any, experiment: str, trial_id: str) -> tuple[Any, str | None]:
+    """The trial's actor on Ray and what it says of itself (QUEUED while it waits for resources),
+    or (None, None) when there is none or it died as we attached (the previous try's trigger,
+    cancelled because the task was cleared, stopped it)."""
+    import ray
+    from ray.exceptions import RayActorError
+
+    actor = executor.attach(experiment, trial_id)
+    if actor is None:
+        return None, None
+    if not executor.is_placed(actor):
+        return actor, "QUEUED"  # it starts its trial when Ray places it
+    try:
+        snapshot = cast(dict[str, Any], ray.get(actor.poll.remote(10**9), timeout=ATTACH_TIMEOUT_SECONDS))
+    except RayActorError:
+        return None, None
+    return actor, snapshot["status"]
+
+
+def _first_try_after_a_clear(ti: Any, retries: int) -> bool:
+    """Is this the first try of a task instance that was cleared after an earlier try ran?
+
+    Clearing gives a task instance a fresh retry budget (``max_tries = try_number + retries``),
+    so its first try after the clear is ``max_tries - retries + 1``, as Airflow's own
+    ``get_first_reschedule_date`` counts; a retry after a failure comes later than that.
+    """
+    return bool(ti.try_number > 1 and ti.try_number == ti.max_tries - retries + 1)
 
 
 def _finished(trial: Trial, record: Any) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from html import escape
 
 Curve = Sequence[tuple[int, float]]
@@ -69,62 +70,17 @@ def learning_curves_svg(
             f'{head}<text x="{WIDTH / 2}" y="{HEIGHT / 2}" text-anchor="middle" class="empty">'
             f"No results with metric {escape(metric)} yet.</text></svg>"
         )
-    x_low, x_high = min(x for x, _ in points), max(x for x, _ in points)
-    y_low, y_high = min(y for _, y in points), max(y for _, y in points)
-    if x_high == x_low:
-        x_high = x_low + 1
-    if y_high == y_low:
-        y_low, y_high = y_low - 0.5, y_high + 0.5
-    plot_w = WIDTH - _MARGIN_LEFT - _MARGIN_RIGHT
-    plot_h = HEIGHT - _MARGIN_TOP - _MARGIN_BOTTOM
-
-    def sx(x: float) -> float:
-        return _MARGIN_LEFT + (x - x_low) / (x_high - x_low) * plot_w
-
-    def sy(y: float) -> float:
-        return _MARGIN_TOP + (y_high - y) / (y_high - y_low) * plot_h
-
-    parts = [head, f'<g class="axes" stroke="#888" stroke-width="1">'
-                   f'<line x1="{_MARGIN_LEFT}" y1="{_MARGIN_TOP + plot_h}" x2="{_MARGIN_LEFT + plot_w}" '
-                   f'y2="{_MARGIN_TOP + plot_h}"/><line x1="{_MARGIN_LEFT}" y1="{_MARGIN_TOP}" '
-                   f'x2="{_MARGIN_LEFT}" y2="{_MARGIN_TOP + plot_h}"/></g>']
-    parts.append('<g class="ticks" font-size="11" fill="#444">')
-    for tick in nice_ticks(y_low, y_high):
-        y = sy(tick)
-        parts.append(
-            f'<line x1="{_MARGIN_LEFT}" x2="{_MARGIN_LEFT + plot_w}" y1="{y:.1f}" y2="{y:.1f}" '
-            f'stroke="#eee"/><text x="{_MARGIN_LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{_label(tick)}</text>'
-        )
-    for tick in nice_ticks(x_low, x_high):
-        if tick != int(tick):
-            continue  # iterations are integers
-        x = sx(tick)
-        parts.append(f'<text x="{x:.1f}" y="{_MARGIN_TOP + plot_h + 16}" text-anchor="middle">{int(tick)}</text>')
-    parts.append(
-        f'</g><text x="{_MARGIN_LEFT + plot_w / 2}" y="{HEIGHT - 8}" text-anchor="middle" font-size="12">'
-        f'training_iteration</text><text x="14" y="{_MARGIN_TOP + plot_h / 2}" text-anchor="middle" '
-        f'font-size="12" transform="rotate(-90 14 {_MARGIN_TOP + plot_h / 2})">{escape(metric)}</text>'
-    )
+    frame = _Frame.around(points)
+    parts = [head, *frame.axes(metric)]
     best_shown = best_trial_id if best_trial_id is not None and best_trial_id in curves else None
     ordered = sorted(trial_id for trial_id in curves if trial_id != best_shown)
     if best_shown is not None:
         ordered.append(best_shown)  # drawn last: on top
     for index, trial_id in enumerate(ordered):
         curve = [(x, y) for x, y in curves[trial_id] if math.isfinite(y)]
-        if not curve:
-            continue
-        best = trial_id == best_trial_id
-        path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in curve)
-        color = BEST_COLOR if best else _PALETTE[index % len(_PALETTE)]
-        parts.append(
-            f'<polyline class="curve{" best" if best else ""}" data-trial="{escape(trial_id)}" '
-            f'fill="none" stroke="{color}" stroke-width="{3 if best else 1.2}" '
-            f'stroke-opacity="{1 if best else 0.6}" points="{path}"><title>{escape(trial_id)}'
-            f'{" (best)" if best else ""}</title></polyline>'
-        )
-        if len(curve) == 1:  # a one-point polyline draws nothing
-            x, y = curve[0]
-            parts.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="{4 if best else 3}" fill="{color}"/>')
+        if curve:
+            color = BEST_COLOR if trial_id == best_trial_id else _PALETTE[index % len(_PALETTE)]
+            parts.extend(frame.curve(trial_id, curve, color, best=trial_id == best_trial_id))
     if best_shown is not None:
         parts.append(
             f'<g class="legend" font-size="12"><line x1="{WIDTH - 230}" x2="{WIDTH - 205}" y1="16" y2="16" '
@@ -133,3 +89,72 @@ def learning_curves_svg(
         )
     parts.append("</svg>")
     return "".join(parts)
+
+
+@dataclass(frozen=True)
+class _Frame:
+    """The plot area and the data ranges it shows: maps (iteration, value) to SVG coordinates."""
+
+    x_low: float
+    x_high: float
+    y_low: float
+    y_high: float
+    plot_w: float = WIDTH - _MARGIN_LEFT - _MARGIN_RIGHT
+    plot_h: float = HEIGHT - _MARGIN_TOP - _MARGIN_BOTTOM
+
+    @classmethod
+    def around(cls, points: Sequence[tuple[float, float]]) -> _Frame:
+        """The frame that shows every point; a single iteration or value still gets a range."""
+        x_low, x_high = min(x for x, _ in points), max(x for x, _ in points)
+        y_low, y_high = min(y for _, y in points), max(y for _, y in points)
+        if x_high == x_low:
+            x_high = x_low + 1
+        if y_high == y_low:
+            y_low, y_high = y_low - 0.5, y_high + 0.5
+        return cls(x_low, x_high, y_low, y_high)
+
+    def sx(self, x: float) -> float:
+        return _MARGIN_LEFT + (x - self.x_low) / (self.x_high - self.x_low) * self.plot_w
+
+    def sy(self, y: float) -> float:
+        return _MARGIN_TOP + (self.y_high - y) / (self.y_high - self.y_low) * self.plot_h
+
+    def axes(self, metric: str) -> list[str]:
+        """The axes, their ticks and grid lines, and their labels."""
+        plot_w, plot_h = self.plot_w, self.plot_h
+        parts = [f'<g class="axes" stroke="#888" stroke-width="1">'
+                 f'<line x1="{_MARGIN_LEFT}" y1="{_MARGIN_TOP + plot_h}" x2="{_MARGIN_LEFT + plot_w}" '
+                 f'y2="{_MARGIN_TOP + plot_h}"/><line x1="{_MARGIN_LEFT}" y1="{_MARGIN_TOP}" '
+                 f'x2="{_MARGIN_LEFT}" y2="{_MARGIN_TOP + plot_h}"/></g>']
+        parts.append('<g class="ticks" font-size="11" fill="#444">')
+        for tick in nice_ticks(self.y_low, self.y_high):
+            y = self.sy(tick)
+            parts.append(
+                f'<line x1="{_MARGIN_LEFT}" x2="{_MARGIN_LEFT + plot_w}" y1="{y:.1f}" y2="{y:.1f}" '
+                f'stroke="#eee"/><text x="{_MARGIN_LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{_label(tick)}</text>'
+            )
+        for tick in nice_ticks(self.x_low, self.x_high):
+            if tick != int(tick):
+                continue  # iterations are integers
+            x = self.sx(tick)
+            parts.append(f'<text x="{x:.1f}" y="{_MARGIN_TOP + plot_h + 16}" text-anchor="middle">{int(tick)}</text>')
+        parts.append(
+            f'</g><text x="{_MARGIN_LEFT + plot_w / 2}" y="{HEIGHT - 8}" text-anchor="middle" font-size="12">'
+            f'training_iteration</text><text x="14" y="{_MARGIN_TOP + plot_h / 2}" text-anchor="middle" '
+            f'font-size="12" transform="rotate(-90 14 {_MARGIN_TOP + plot_h / 2})">{escape(metric)}</text>'
+        )
+        return parts
+
+    def curve(self, trial_id: str, curve: Curve, color: str, *, best: bool) -> list[str]:
+        """One trial's polyline (and a dot when it has a single point: a polyline would draw nothing)."""
+        path = " ".join(f"{self.sx(x):.1f},{self.sy(y):.1f}" for x, y in curve)
+        parts = [
+            f'<polyline class="curve{" best" if best else ""}" data-trial="{escape(trial_id)}" '
+            f'fill="none" stroke="{color}" stroke-width="{3 if best else 1.2}" '
+            f'stroke-opacity="{1 if best else 0.6}" points="{path}"><title>{escape(trial_id)}'
+            f'{" (best)" if best else ""}</title></polyline>'
+        ]
+        if len(curve) == 1:
+            x, y = curve[0]
+            parts.append(f'<circle cx="{self.sx(x):.1f}" cy="{self.sy(y):.1f}" r="{4 if best else 3}" fill="{color}"/>')
+        return parts

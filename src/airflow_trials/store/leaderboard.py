@@ -129,8 +129,6 @@ def leaderboard_query(
     """
     trials = TrialRow.__table__
     results = ResultRow.__table__
-    # As JSON text, decoded by the caller: psycopg's JSONB loader costs twice what json.loads does.
-    config_text = cast(trials.c.config, Text).label("config")
     value = metric_value(results.c.metrics, metric, dialect_name)
     best_first = (
         select()
@@ -138,62 +136,77 @@ def leaderboard_query(
         .order_by(value.asc() if mode == "min" else value.desc(), results.c.iteration.asc())
         .limit(1)
     )
-    latest_checkpoint = _latest_checkpoint_path()
-
-    if dialect_name == "postgresql":
-        # LATERAL reads the best result's value and iteration in the probe itself.
-        best = best_first.add_columns(
-            # The probe only returns a row whose value is a number: no need for the guard again.
-            metric_float(results.c.metrics, metric).label("best_value"),
-            results.c.iteration.label("best_iteration"),
-        ).lateral("best")
-        best_value: ColumnElement[Any] = best.c.best_value
-        query = (
-            select(
-                trials.c.trial_id,
-                trials.c.status,
-                trials.c.num_failures,
-                config_text,
-                best_value,
-                best.c.best_iteration,
-                latest_checkpoint.label("checkpoint_path"),
-            )
-            .select_from(trials.outerjoin(best, true()))
-            .where(trials.c.experiment_run_id == experiment_run_id)
-        )
-        trial_id: ColumnElement[Any] = trials.c.trial_id
-    else:
-        # SQLite has no LATERAL: the probe yields the best row's id, joined back by rowid.
-        ranked = (
-            select(
-                trials.c.trial_id,
-                trials.c.status,
-                trials.c.num_failures,
-                config_text,
-                best_first.add_columns(results.c.id).correlate(trials).scalar_subquery().label("best_id"),
-                latest_checkpoint.label("checkpoint_path"),
-            )
-            .where(trials.c.experiment_run_id == experiment_run_id)
-            .subquery("ranked")
-        )
-        best_row = results.alias("best")
-        best_value = metric_float(best_row.c.metrics, metric).label("best_value")
-        query = select(
-            ranked.c.trial_id,
-            ranked.c.status,
-            ranked.c.num_failures,
-            ranked.c.config,
-            best_value,
-            best_row.c.iteration.label("best_iteration"),
-            ranked.c.checkpoint_path,
-        ).select_from(ranked.outerjoin(best_row, best_row.c.id == ranked.c.best_id))
-        trial_id = ranked.c.trial_id
-
+    build = _lateral_leaderboard if dialect_name == "postgresql" else _joined_leaderboard
+    query, best_value, trial_id = build(best_first, experiment_run_id, metric)
     ordering = best_value.asc() if mode == "min" else best_value.desc()
     query = query.order_by(ordering.nulls_last(), trial_id)
     if limit is not None:
         query = query.limit(limit)
     return query
+
+
+# A leaderboard query before ordering, with the columns to order it by: best value, trial id.
+_Unordered = tuple[Select[Any], ColumnElement[Any], ColumnElement[Any]]
+
+
+def _config_text() -> ColumnElement[Any]:
+    # As JSON text, decoded by the caller: psycopg's JSONB loader costs twice what json.loads does.
+    return cast(TrialRow.__table__.c.config, Text).label("config")
+
+
+def _lateral_leaderboard(best_first: Select[Any], experiment_run_id: int, metric: str) -> _Unordered:
+    """PostgreSQL: LATERAL reads the best result's value and iteration in the probe itself."""
+    trials = TrialRow.__table__
+    results = ResultRow.__table__
+    best = best_first.add_columns(
+        # The probe only returns a row whose value is a number: no need for the guard again.
+        metric_float(results.c.metrics, metric).label("best_value"),
+        results.c.iteration.label("best_iteration"),
+    ).lateral("best")
+    query = (
+        select(
+            trials.c.trial_id,
+            trials.c.status,
+            trials.c.num_failures,
+            _config_text(),
+            best.c.best_value,
+            best.c.best_iteration,
+            _latest_checkpoint_path().label("checkpoint_path"),
+        )
+        .select_from(trials.outerjoin(best, true()))
+        .where(trials.c.experiment_run_id == experiment_run_id)
+    )
+    return query, best.c.best_value, trials.c.trial_id
+
+
+def _joined_leaderboard(best_first: Select[Any], experiment_run_id: int, metric: str) -> _Unordered:
+    """SQLite has no LATERAL: the probe yields the best row's id, joined back by rowid."""
+    trials = TrialRow.__table__
+    results = ResultRow.__table__
+    ranked = (
+        select(
+            trials.c.trial_id,
+            trials.c.status,
+            trials.c.num_failures,
+            _config_text(),
+            best_first.add_columns(results.c.id).correlate(trials).scalar_subquery().label("best_id"),
+            _latest_checkpoint_path().label("checkpoint_path"),
+        )
+        .where(trials.c.experiment_run_id == experiment_run_id)
+        .subquery("ranked")
+    )
+    best_row = results.alias("best")
+    best_value = metric_float(best_row.c.metrics, metric).label("best_value")
+    query = select(
+        ranked.c.trial_id,
+        ranked.c.status,
+        ranked.c.num_failures,
+        ranked.c.config,
+        best_value,
+        best_row.c.iteration.label("best_iteration"),
+        ranked.c.checkpoint_path,
+    ).select_from(ranked.outerjoin(best_row, best_row.c.id == ranked.c.best_id))
+    return query, best_value, ranked.c.trial_id
 
 
 def _latest_checkpoint_path() -> Any:

@@ -7,11 +7,13 @@ import logging
 import math
 import numbers
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from sqlalchemy import Engine, Insert, Table, bindparam, case, func, select, text
+from sqlalchemy import Engine, Insert, Table, bindparam, case, delete, func, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
@@ -19,7 +21,7 @@ from sqlalchemy.orm import Session
 from airflow_trials.core.resources import Resources
 from airflow_trials.core.result import TIMESTAMP, TRAINING_ITERATION
 from airflow_trials.core.status import TrialStatus, check_transition
-from airflow_trials.exceptions import StoreError, TrialNotFoundError
+from airflow_trials.exceptions import InvalidTransitionError, StoreError, TrialNotFoundError
 from airflow_trials.store.engine import (
     WRITE_OPTION,
     create_store_engine,
@@ -63,6 +65,24 @@ SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1
 
 # pg_advisory_xact_lock key held while creating a metric index, so two stores never race on it.
 _METRIC_INDEX_LOCK_KEY = 0x61745F6D6978  # "at_mix"
+
+
+@dataclass(frozen=True)
+class TrialProgress:
+    """What one trial did since it was last polled, for :meth:`TrialStore.record_progress`.
+
+    :param trial_id: the trial.
+    :param results: its new result dicts (as for :meth:`TrialStore.add_results`); default none.
+    :param new_checkpoints: ``(path, iteration, score)`` of checkpoints it kept; default none.
+    :param deleted_checkpoints: paths of recorded checkpoints it dropped; default none.
+    :param running: set it RUNNING (it was placed and answers); default False.
+    """
+
+    trial_id: str
+    results: Sequence[Mapping[str, Any]] = ()
+    new_checkpoints: Sequence[tuple[str, int, float | None]] = ()
+    deleted_checkpoints: Sequence[str] = ()
+    running: bool = False
 
 
 class TrialStore:
@@ -551,6 +571,61 @@ class TrialStore:
 
         self._transaction(operation, work)
 
+    def stop_trial_for_try(self, trial_id: str, try_number: int | None, error_msg: str) -> bool:
+        """Record that the Airflow try ``try_number`` stopped the trial (TERMINATED with
+        ``error_msg``), unless a later try has registered it since; whether it did.
+
+        The fence of a cleared task: its old try's trigger runs ``on_kill`` while its next try may
+        already run ``execute``. Checked and written under the row lock, so either the stop is
+        recorded first (the new try then starts the trial again from its latest checkpoint) or
+        the new try's registration is (the stop is skipped and the new try keeps the live trial).
+        ``try_number`` None stops it whatever try registered it.
+        """
+        operation = f"stop trial {trial_id} for try {try_number}"
+
+        def work(session: Session) -> bool:
+            trial = self._find_or_raise(session, trial_id, operation, lock=True)
+            if try_number is not None and trial.try_number is not None and trial.try_number > try_number:
+                return False
+            if not TrialStatus(trial.status).is_terminal():
+                _change_trial(trial, TrialStatus.TERMINATED, {"error_msg": error_msg})
+            return True
+
+        return self._transaction(operation, work)
+
+    def restart_trial(self, trial_id: str, *, try_number: int | None = None) -> list[str]:
+        """Make a finished trial start over from scratch; the checkpoint paths it dropped.
+
+        For a task cleared after its trial ended (Airflow re-runs a cleared task, replacing
+        its XComs; the trial's results are replaced the same way). In one transaction the
+        trial's results and checkpoint rows are deleted and it goes back to PENDING with no
+        failures, error, last or best result. The caller deletes the returned checkpoints'
+        files. A trial that has not ended raises InvalidTransitionError and nothing changes.
+
+        :param trial_id: the trial.
+        :param try_number: the Airflow try that re-runs it; default unchanged.
+        """
+        operation = f"restart trial {trial_id}"
+
+        def work(session: Session) -> list[str]:
+            trial = self._find_or_raise(session, trial_id, operation, lock=True)
+            if not TrialStatus(trial.status).is_terminal():
+                raise InvalidTransitionError(
+                    f"Cannot {operation} from scratch: it is {trial.status}, not finished. Stop it "
+                    "first, or resume it from its latest checkpoint instead."
+                )
+            paths = list(session.execute(select(CheckpointRow.path).where(CheckpointRow.trial_id == trial_id)).scalars())
+            session.execute(delete(CheckpointRow).where(CheckpointRow.trial_id == trial_id))
+            session.execute(delete(ResultRow).where(ResultRow.trial_id == trial_id))
+            _change_trial(trial, TrialStatus.PENDING, {"num_failures": 0, "error_msg": None, "last_result": None})
+            trial.started_at = None
+            trial.best_value = trial.best_iteration = None
+            if try_number is not None:
+                trial.try_number = try_number
+            return paths
+
+        return self._transaction(operation, work)
+
     def get_trial(self, trial_id: str) -> TrialRecord:
         """The trial's record; raises TrialNotFoundError for an unknown id."""
         operation = f"read trial {trial_id}"
@@ -606,7 +681,10 @@ class TrialStore:
         operation = f"add {len(rows)} results to trial {trial_id}"
         return self._transaction(operation, lambda session: self._add_results(session, trial_id, rows, operation))
 
-    def _add_results(self, session: Session, trial_id: str, rows: list[dict[str, Any]], operation: str) -> int:
+    def _add_results(
+        self, session: Session, trial_id: str, rows: list[dict[str, Any]], operation: str,
+        goals: dict[int, Any] | None = None,
+    ) -> int:
         # Locking the trial makes concurrent batches of one trial take turns, so the
         # last_result check below sees every result committed before it.
         trial = self._find_or_raise(session, trial_id, operation, lock=True)
@@ -628,20 +706,27 @@ class TrialStore:
             trial.updated_at = utcnow()
         if new_iterations:
             self._update_best(session, trial, [r for r in rows if r["iteration"] in set(new_iterations)],
-                              had_results=previous_max is not None)
+                              had_results=previous_max is not None, goals=goals)
         return len(new_iterations)
 
     def _update_best(
-        self, session: Session, trial: TrialRow, new_rows: list[dict[str, Any]], had_results: bool
+        self, session: Session, trial: TrialRow, new_rows: list[dict[str, Any]], had_results: bool,
+        goals: dict[int, Any] | None = None,
     ) -> None:
-        """Fold the new results into the trial's best value of its experiment's metric."""
+        """Fold the new results into the trial's best value of its experiment's metric;
+        ``goals`` caches each run's metric and mode within one transaction."""
         goal = None
-        if trial.experiment_run_id is not None:
+        run_id = trial.experiment_run_id
+        if run_id is not None and goals is not None and run_id in goals:
+            goal = goals[run_id]
+        elif run_id is not None:
             goal = session.execute(
                 select(ExperimentRow.metric, ExperimentRow.mode)
                 .join(ExperimentRunRow, ExperimentRunRow.experiment_id == ExperimentRow.id)
-                .where(ExperimentRunRow.id == trial.experiment_run_id)
+                .where(ExperimentRunRow.id == run_id)
             ).one_or_none()
+            if goals is not None:
+                goals[run_id] = goal
         if goal is None or goal.metric is None or goal.mode is None:
             return
         if (trial.best_metric, trial.best_mode) != (goal.metric, goal.mode):
@@ -709,6 +794,54 @@ class TrialStore:
 
         return self._transaction(operation, work, write=False)
 
+    # -- progress of many trials at once ---------------------------------------------------
+
+    def record_progress(self, batch: Sequence[TrialProgress]) -> int:
+        """Write what many trials did since they were last polled, in one transaction; returns
+        how many results were new.
+
+        Per trial, in this order: the status RUNNING when ``running`` (through the guarded
+        transition, so an ended trial refuses it), the results as :meth:`add_results` writes
+        them (once per iteration), the new checkpoints as :meth:`add_checkpoint` and the
+        dropped ones as :meth:`mark_checkpoint_deleted`. Trials are locked in trial_id order, so
+        two batches never deadlock. One trial that cannot be written (unknown, an invalid
+        transition, an unknown checkpoint) fails the whole batch and nothing is written: the
+        caller may then write the trials one by one to find it.
+
+        :param batch: one :class:`TrialProgress` per trial (a trial at most once).
+        """
+        items = sorted(batch, key=lambda item: item.trial_id)
+        rows = {item.trial_id: _result_rows(item.trial_id, item.results) for item in items}
+        if len(rows) != len(items):
+            twice = sorted(trial_id for trial_id, n in Counter(i.trial_id for i in items).items() if n > 1)
+            raise ValueError(
+                f"A progress batch names trials {twice} more than once; nothing was written. "
+                "Merge each trial's progress into one TrialProgress."
+            )
+        operation = f"record the progress of {len(items)} trials ({sum(map(len, rows.values()))} results)"
+
+        def work(session: Session) -> int:
+            new = 0
+            goals: dict[int, Any] = {}
+            # The trials' changed rows are written once, at commit, rather than before each query.
+            with session.no_autoflush:
+                for item in items:
+                    trial = None
+                    if rows[item.trial_id]:
+                        new += self._add_results(session, item.trial_id, rows[item.trial_id], operation, goals)
+                        # Loaded and locked by _add_results: the session hands it back without a query.
+                        trial = session.get(TrialRow, item.trial_id)
+                    trial = trial or self._find_or_raise(session, item.trial_id, operation, lock=True)
+                    if item.running:
+                        _change_trial(trial, TrialStatus.RUNNING, {})
+                    for path, iteration, score in item.new_checkpoints:
+                        self._add_checkpoint(session, item.trial_id, path, iteration, score)
+                    for path in item.deleted_checkpoints:
+                        self._mark_checkpoint_deleted(session, item.trial_id, path, operation)
+            return new
+
+        return self._transaction(operation, work)
+
     # -- checkpoints -----------------------------------------------------------------------
 
     def add_checkpoint(
@@ -721,27 +854,30 @@ class TrialStore:
         :param iteration: training_iteration it was taken at.
         :param score: score it is ranked by; default None. NaN and inf are stored as None.
         """
-        if score is not None:
-            score = json_safe(score)
-        table = CheckpointRow.__table__
         operation = f"add checkpoint {path} of trial {trial_id}"
 
         def work(session: Session) -> None:
             self._find_or_raise(session, trial_id, operation)
-            session.execute(
-                self._insert(table)
-                .values(
-                    trial_id=trial_id,
-                    path=path,
-                    iteration=int(iteration),
-                    score=score,
-                    deleted=False,
-                    created_at=utcnow(),
-                )
-                .on_conflict_do_nothing(index_elements=[table.c.trial_id, table.c.path])
-            )
+            self._add_checkpoint(session, trial_id, path, iteration, score)
 
         self._transaction(operation, work)
+
+    def _add_checkpoint(
+        self, session: Session, trial_id: str, path: str, iteration: int, score: float | None
+    ) -> None:
+        table = CheckpointRow.__table__
+        session.execute(
+            self._insert(table)
+            .values(
+                trial_id=trial_id,
+                path=path,
+                iteration=int(iteration),
+                score=None if score is None else json_safe(score),
+                deleted=False,
+                created_at=utcnow(),
+            )
+            .on_conflict_do_nothing(index_elements=[table.c.trial_id, table.c.path])
+        )
 
     def mark_checkpoint_deleted(self, trial_id: str, path: str) -> None:
         """Mark a recorded checkpoint as deleted (idempotent); raises StoreError for an unknown path."""
@@ -749,17 +885,20 @@ class TrialStore:
 
         def work(session: Session) -> None:
             self._find_or_raise(session, trial_id, operation)
-            checkpoint = session.execute(
-                select(CheckpointRow).where(CheckpointRow.trial_id == trial_id, CheckpointRow.path == path)
-            ).scalar_one_or_none()
-            if checkpoint is None:
-                raise StoreError(
-                    f"Cannot {operation}: trial {trial_id} has no checkpoint at {path} in the trial "
-                    f"store at {safe_url(self._url)}; record it with add_checkpoint first."
-                )
-            checkpoint.deleted = True
+            self._mark_checkpoint_deleted(session, trial_id, path, operation)
 
         self._transaction(operation, work)
+
+    def _mark_checkpoint_deleted(self, session: Session, trial_id: str, path: str, operation: str) -> None:
+        checkpoint = session.execute(
+            select(CheckpointRow).where(CheckpointRow.trial_id == trial_id, CheckpointRow.path == path)
+        ).scalar_one_or_none()
+        if checkpoint is None:
+            raise StoreError(
+                f"Cannot {operation}: trial {trial_id} has no checkpoint at {path} in the trial "
+                f"store at {safe_url(self._url)}; record it with add_checkpoint first."
+            )
+        checkpoint.deleted = True
 
     def latest_checkpoint(self, trial_id: str) -> CheckpointRecordRow | None:
         """The not-deleted checkpoint with the highest iteration, or None when there is none."""

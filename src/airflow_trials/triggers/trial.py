@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -16,18 +17,29 @@ TERMINAL = ("TERMINATED", "ERROR")
 # How long a trigger keeps trying while Ray does not answer (its head restarting, say) before it
 # gives the trial up as lost to infrastructure; the task then resumes it from its latest checkpoint.
 RAY_OUTAGE_TIMEOUT_SECONDS = 120.0
+# The least time a trigger under a triggerer runs before it fires (see TrialTrigger.run).
+MIN_DEFERRAL_SECONDS = 15.0
 # Slack over a poll's own wait before an unanswered poll counts as Ray not answering.
 POLL_GRACE_SECONDS = 30.0
-
+# "0" in the triggerer's environment: each trigger polls its own actor from the event loop and
+# writes its own progress (the path before the shared poller), to measure the poller against.
+BATCHED_POLLS_ENV = "AIRFLOW_TRIALS_BATCHED_POLLS"
+STOPPED_BY_USER = "Stopped because its Airflow task was cleared or marked while deferred."
 
 
 class TrialTrigger(BaseTrigger):
-    """Polls a trial's Ray actor, writes its new results and checkpoints to the trials store, and
-    yields one event when the trial ends (or its actor is gone).
+    """Watches a trial's Ray actor, writes its new results and checkpoints to the trials store,
+    and yields one event when the trial ends (or its actor is gone).
 
-    Every Ray and database call is awaited (ObjectRefs) or run in a thread, so the triggerer's
-    event loop never blocks. Results are written idempotently, so a trigger that runs again after
-    a triggerer restart re-sends them harmlessly.
+    The polls go through the triggerer's shared :mod:`~airflow_trials.execution.poller`: one
+    thread makes every trigger's Ray calls and writes their progress in one transaction per tick,
+    so the event loop never waits on Ray or the database. The trigger's other Ray and database
+    calls (attach, release, reads) run in threads. Results are written idempotently, so a trigger
+    that runs again after a triggerer restart re-sends them harmlessly. ``AIRFLOW_TRIALS_BATCHED_POLLS=0``
+    in the triggerer's environment selects the per-trial path instead, to measure against.
+
+    When a user clears or marks the deferred task, :meth:`on_kill` stops the trial on Ray; a
+    triggerer restart (which also cancels the trigger) leaves it running for the next trigger.
 
     :param experiment_name: the trial's experiment.
     :param trial_id: the trial.
@@ -59,6 +71,8 @@ class TrialTrigger(BaseTrigger):
         self.poll_interval_seconds = poll_interval_seconds
         self.ray_outage_timeout_seconds = ray_outage_timeout_seconds
         self.ray_cluster_id = ray_cluster_id
+        self._store: Any = None
+        self._watch: _Watch | None = None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -75,40 +89,56 @@ class TrialTrigger(BaseTrigger):
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        started = time.monotonic()
         hook = TrialsHook(self.ray_conn_id, self.trials_conn_id)
-        store = await asyncio.to_thread(hook.get_store)
-        watch = _Watch(self, hook, store)
+        store = self._store = await asyncio.to_thread(hook.get_store)
+        watch = self._watch = _Watch(self, hook, store)
         try:
             event = await watch.until_end()
-        except asyncio.CancelledError:
-            # Cancelled: a triggerer restart (the task is still deferred, leave the trial running)
-            # or the task was cleared, marked or killed (then stop the trial on Ray).
-            if not await self._task_still_deferred():
-                self.log.info("Task of trial %s is gone; stopping the trial on Ray.", self.trial_id)
-                await watch.release()
-                await asyncio.to_thread(
-                    store.update_trial, self.trial_id, status="TERMINATED",
-                    error_msg="Stopped because its Airflow task was cleared or marked while deferred.",
-                )
-            raise
+            if self.task_instance is not None:
+                # Under a triggerer, fire no sooner than MIN_DEFERRAL_SECONDS after starting: the
+                # scheduler can fail a task whose trigger fires before it has processed the
+                # executor's "success" for the worker that deferred (both share one executor key),
+                # as the fault tests saw with trials that ended a few seconds after deferring.
+                await asyncio.sleep(max(0.0, started + MIN_DEFERRAL_SECONDS - time.monotonic()))
         finally:
+            # Cancelled or not, the trial is not ours to stop here: a triggerer restart cancels
+            # the trigger too, and the next one re-attaches. on_kill stops it when a user acts.
+            watch.close()
             # Closing pooled connections can block on the network: not in the event loop.
             await asyncio.to_thread(store.dispose)
         yield TriggerEvent(event)
 
-    def _record(self, store: Any, snapshot: dict[str, Any], recorded: set[str], seen: int) -> int:
-        results = snapshot["results"]
-        if results:
-            store.add_results(self.trial_id, results)
-        kept = {c["path"]: c for c in snapshot["checkpoints"]}
-        for path, ckpt in kept.items():
-            if path not in recorded:
-                store.add_checkpoint(self.trial_id, path, ckpt["iteration"], ckpt["score"])
-                recorded.add(path)
-        for path in recorded - kept.keys():
-            store.mark_checkpoint_deleted(self.trial_id, path)
-            recorded.discard(path)
-        return seen + len(results)
+    async def on_kill(self) -> None:
+        """The user cleared or marked the deferred task: stop the trial on Ray and record it.
+
+        Airflow runs this only for a user's action, never when the triggerer restarts (see
+        ``BaseTrigger.on_kill``), after ``run()`` was cancelled and before :meth:`cleanup`.
+        """
+        hook = TrialsHook(self.ray_conn_id, self.trials_conn_id)
+        if self._store is None:
+            self._store = await asyncio.to_thread(hook.get_store)
+        # Fenced by the try number: Airflow may start the task's next try before this runs, and
+        # a stop sent by try N must never end the trial that try N+1 took over.
+        try_number = getattr(self.task_instance, "try_number", None)
+        stopped = await asyncio.to_thread(
+            self._store.stop_trial_for_try, self.trial_id, try_number, STOPPED_BY_USER
+        )
+        if not stopped:
+            self.log.info("Task of trial %s was cleared; a later try took the trial over, leaving it running.",
+                          self.trial_id)
+            return
+        self.log.info("Task of trial %s was cleared or marked while deferred; stopping the trial on Ray.",
+                      self.trial_id)
+        watch = self._watch or _Watch(self, hook, self._store)
+        await watch.release()  # the actor it watched, never one a later try started
+
+    async def cleanup(self) -> None:
+        """Free what this trigger holds locally (never the trial: see :meth:`on_kill`)."""
+        if self._watch is not None:
+            self._watch.close()
+        if self._store is not None:
+            await asyncio.to_thread(self._store.dispose)
 
     def _finished_in_store(self, store: Any) -> dict[str, Any] | None:
         record = store.get_trial(self.trial_id)
@@ -131,23 +161,6 @@ class TrialTrigger(BaseTrigger):
             "released": released,
         }
 
-    async def _task_still_deferred(self) -> bool:
-        """Ask the API server whether our task instance is still DEFERRED (as Google's Dataproc trigger)."""
-        ti = self.task_instance
-        if ti is None:
-            return True  # not running under a triggerer: never stop work we cannot account for
-        from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
-
-        states = await asyncio.to_thread(
-            RuntimeTaskInstance.get_task_states,
-            dag_id=ti.dag_id,
-            task_ids=[ti.task_id],
-            run_ids=[ti.run_id],
-            map_index=ti.map_index,
-        )
-        key = ti.task_id if ti.map_index is None or ti.map_index < 0 else f"{ti.task_id}_{ti.map_index}"
-        return states.get(ti.run_id, {}).get(key) == "deferred"
-
 
 
 class _Ended(Exception):
@@ -159,12 +172,13 @@ class _Ended(Exception):
 
 
 class _Watch:
-    """One trigger run's hold on its trial: the actor, what was recorded, and how to free it.
+    """One trigger run's hold on its trial: the actor, its registration with the poller, and how
+    to free it.
 
-    Every Ray call is awaited or runs in a thread, bounded in time, and reads the GCS only in ways
-    that survive a GCS restart, so neither a hung Ray nor a restarted one stalls or kills the
-    triggerer: an actor that stops answering is re-attached (reconnecting to a restarted
-    cluster); one that is gone ends the watch with an ERROR event.
+    Every Ray call runs on the poller's thread or in a thread of its own, is awaited with a bound,
+    and reads the GCS only in ways that survive a GCS restart, so neither a hung Ray nor a
+    restarted one stalls or kills the triggerer: an actor that stops answering is re-attached
+    (reconnecting to a restarted cluster); one that is gone ends the watch with an ERROR event.
     """
 
     def __init__(self, trigger: TrialTrigger, hook: TrialsHook, store: Any) -> None:
@@ -174,10 +188,8 @@ class _Watch:
         self.executor: Any = None
         self.actor: Any = None
         self.placement_group_id: str | None = None
-        self.seen = 0
-        self.recorded: set[str] = set()
         self.placed = False
-        self.pending: Any = None  # the poll in flight (a Ray ObjectRef)
+        self.polls: Any = None  # TrialWatch (the shared poller) or DirectTrialWatch
         self.unanswered_since: float | None = None
 
     async def until_end(self) -> dict[str, Any]:
@@ -187,8 +199,8 @@ class _Watch:
             await self._attach()
             while True:
                 asked = time.monotonic()
-                snapshot = await self._next_snapshot()
-                await self._record(snapshot)
+                poll, snapshot = await self._next_snapshot()
+                await self._record(poll)
                 if snapshot["status"] in TERMINAL:
                     return await self._ended(snapshot)
                 # The actor waits for us; if it answered early (it is not running its loop), pace.
@@ -196,12 +208,19 @@ class _Watch:
         except _Ended as end:
             return end.event
 
+    def close(self) -> None:
+        """Stop polling (the trial keeps running); safe to call more than once."""
+        if self.polls is not None:
+            self.polls.close()
+            self.polls = None
+
     async def release(self) -> None:
         """Kill the trial's actor and remove its placement group (best effort)."""
         try:
             executor = self.executor or await asyncio.to_thread(self.hook.get_executor)
             await asyncio.to_thread(
-                executor.release, self.trigger.experiment_name, self.trigger.trial_id, self.placement_group_id
+                executor.release, self.trigger.experiment_name, self.trigger.trial_id, self.placement_group_id,
+                self.actor,
             )
         except Exception as e:  # Ray down: its restart frees the trial's resources anyway
             self.trigger.log.warning("Could not stop trial %s on Ray: %s", self.trigger.trial_id, e)
@@ -225,6 +244,14 @@ class _Watch:
 
         info = await asyncio.to_thread(actor_info, self.actor)
         self.placement_group_id = info.placement_group_id or self.placement_group_id
+        from airflow_trials.execution.poller import DirectTrialWatch, ensure_lag_probe, watch_trial
+
+        ensure_lag_probe()
+        wait_s = trigger.poll_interval_seconds
+        if os.environ.get(BATCHED_POLLS_ENV, "1") == "0":
+            self.polls = DirectTrialWatch(trigger.trial_id, self.actor, self.store, wait_s)
+        else:
+            self.polls = watch_trial(trigger.trial_id, self.actor, self.store.url, wait_s)
 
     async def _cluster_replaced(self) -> bool:
         """Is this process now connected to another Ray cluster than the trial was launched on?"""
@@ -245,33 +272,36 @@ class _Watch:
             except Exception as e:  # Ray down, or answering with errors while it restarts
                 await self._ray_not_answering(e)
 
-    async def _next_snapshot(self) -> dict[str, Any]:
+    async def _next_snapshot(self) -> tuple[Any, dict[str, Any]]:
+        """The next poll that Ray answered, and its snapshot."""
         from ray.exceptions import ActorUnavailableError, RayActorError
+
+        from airflow_trials.execution.poller import RayNotAnswering
 
         wait_s = self.trigger.poll_interval_seconds
         while True:
-            # Resolves once Ray has placed the actor (a queued trial waits here, deferred), then
+            # Answered once Ray has placed the actor (a queued trial waits here, deferred), then
             # after poll_interval_seconds or as soon as the trial ends. A poll that times out is
             # awaited again rather than sent again, so a queued actor's calls do not pile up.
-            if self.pending is None:
-                self.pending = self.actor.poll.remote(self.seen, wait_s)
+            poll = self.polls.poll()
+            answered, _ = await asyncio.wait({poll.answered}, timeout=wait_s + POLL_GRACE_SECONDS)
             try:
-                snapshot: dict[str, Any] = await asyncio.wait_for(_resolve(self.pending), wait_s + POLL_GRACE_SECONDS)
+                if not answered:
+                    raise TimeoutError(f"no answer to a poll within {wait_s + POLL_GRACE_SECONDS:.0f} s")
+                snapshot: dict[str, Any] = poll.answered.result()
             except TimeoutError as e:
                 if self.placed:  # a queued trial is not expected to answer: only check Ray is there
                     await self._ray_not_answering(e)
                 await self._reattach()
                 continue
-            except ActorUnavailableError as e:
+            except (ActorUnavailableError, RayNotAnswering) as e:
                 await self._ray_not_answering(e)
                 await self._reattach()
-                self.pending = None
                 continue
             except RayActorError as e:  # the actor died under us
                 raise _Ended(await self._died(e)) from e
-            self.pending = None
             self.unanswered_since = None
-            return snapshot
+            return poll, snapshot
 
     async def _ray_not_answering(self, error: BaseException) -> None:
         """Wait a little, or end the watch once Ray has not answered for too long."""
@@ -301,8 +331,7 @@ class _Watch:
                 "its Ray actor is gone: the Ray cluster restarted or the trial's node was lost; its "
                 "task resumes it from its latest checkpoint", infrastructure=True, released=True,
             ))
-        if actor._actor_id != self.actor._actor_id:
-            self.pending = None
+        self.polls.set_actor(actor)
         self.actor = actor
 
     async def _died(self, error: BaseException) -> dict[str, Any]:
@@ -321,15 +350,14 @@ class _Watch:
             infrastructure=info.lost_to_infrastructure, released=True,
         )
 
-    async def _record(self, snapshot: dict[str, Any]) -> None:
-        """Write new results and checkpoints; a DB that fails past the store's retries stops the
-        trial, so that its task's retry resumes it from its latest recorded checkpoint."""
+    async def _record(self, poll: Any) -> None:
+        """Wait until the poller wrote the poll's new results and checkpoints (and RUNNING, the
+        first time); a DB that fails past the store's retries stops the trial, so that its task's
+        retry resumes it from its latest recorded checkpoint."""
         trigger = self.trigger
         try:
-            if not self.placed:
-                await asyncio.to_thread(self.store.update_trial, trigger.trial_id, status="RUNNING")
-                self.placed = True
-            self.seen = await asyncio.to_thread(trigger._record, self.store, snapshot, self.recorded, self.seen)
+            await poll.recorded
+            self.placed = True
         except StoreError as e:
             await self.release()
             raise _Ended(trigger._lost(
@@ -345,10 +373,6 @@ class _Watch:
         if snapshot["status"] == "TERMINATED":
             await asyncio.to_thread(self.store.update_trial, self.trigger.trial_id, status="TERMINATED")
         return {**_event(self.trigger.experiment_name, snapshot), "released": True}
-
-
-async def _resolve(ref: Any) -> Any:
-    return await ref
 
 
 def stored_end_event(store: Any, experiment_name: str, record: Any) -> dict[str, Any]:

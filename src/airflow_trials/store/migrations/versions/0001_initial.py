@@ -28,6 +28,13 @@ def _utc() -> sa.DateTime:
 
 
 def upgrade() -> None:
+    _create_experiment_tables()
+    _create_trials_table()
+    _create_result_tables()
+
+
+def _create_experiment_tables() -> None:
+    """at_experiments and at_experiment_runs."""
     op.create_table(
         "at_experiments",
         sa.Column("id", sa.Integer(), nullable=False),
@@ -62,6 +69,9 @@ def upgrade() -> None:
             ondelete="CASCADE",
         ),
     )
+
+
+def _create_trials_table() -> None:
     op.create_table(
         "at_trials",
         sa.Column("trial_id", sa.String(128), nullable=False),
@@ -92,6 +102,10 @@ def upgrade() -> None:
         ),
     )
     op.create_index("ix_at_trials_experiment_run_id", "at_trials", ["experiment_run_id"])
+
+
+def _create_result_tables() -> None:
+    """at_results and at_checkpoints, which reference at_trials."""
     op.create_table(
         "at_results",
         sa.Column(

@@ -1,0 +1,166 @@
+"""Who decides a trial's fate: what happens after each result, and after a failure.
+
+Every path that drives a trial calls these two functions and acts on what they return; none keeps
+its own copy of the rules:
+
+- the TrialRunner (``execution/runner.py``), after each result it fetches and each failure;
+- the self-driving trial actor (``execution/actor.py``), after each result it trains;
+- the Airflow operator (``operators/trial.py``), when the trigger reports the trial's end.
+
+``after_result`` covers the stopping criterion (and the experiment's time budget, a stopper the
+runner gives every trial), the experiment stopper, checkpoint-due, duplicate results and the
+scheduler's CONTINUE/PAUSE/STOP. ``after_failure`` covers infrastructure losses (not counted),
+retry-or-fail against ``max_failures``, a caller's retry budget (Airflow's ``retries``) and
+``fail_fast``. Both are pure: they read the trial and return a decision, and the caller does it.
+
+Example::
+
+    decision = after_result(trial, result)
+    if decision.fresh:
+        store.add_results(trial.trial_id, [result])
+    if decision.save_checkpoint:
+        save(trial)
+    if decision.action is Action.STOP:
+        stop(trial)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+
+from airflow_trials.core.result import CHECKPOINT, Result
+from airflow_trials.core.trial import Trial
+
+
+class Action(StrEnum):
+    """What to do with a trial after one of its results."""
+
+    CONTINUE = "CONTINUE"  # train its next iteration
+    PAUSE = "PAUSE"  # checkpoint it and free its resources; the scheduler resumes it later
+    STOP = "STOP"  # it is done: end it TERMINATED
+    STOP_EXPERIMENT = "STOP_EXPERIMENT"  # the experiment is done: end every unfinished trial
+
+
+@dataclass(frozen=True)
+class ResultDecision:
+    """:param fresh: the result is new (record it); False for a replay after a restore or the
+        repeated last result of a function that returned.
+    :param action: what to do next.
+    :param save_checkpoint: save a checkpoint before doing it (one is due, or the trial ends
+        with ``checkpoint_at_end`` and the result carries none).
+    :param reason: why, for logs.
+    """
+
+    fresh: bool
+    action: Action
+    save_checkpoint: bool
+    reason: str
+
+
+SchedulerDecision = Callable[[Trial, Result], str]
+
+
+def after_result(
+    trial: Trial,
+    result: Result,
+    *,
+    duplicate: bool = False,
+    scheduler: SchedulerDecision | None = None,
+    experiment_done: Callable[[], bool] | None = None,
+) -> ResultDecision:
+    """Record ``result`` on ``trial`` and decide what happens next.
+
+    :param trial: the trial (its latest result and metric analysis are updated here).
+    :param result: the result, with its ``training_iteration``.
+    :param duplicate: the trainable repeated its last result (it returned); not recorded.
+    :param scheduler: ``(trial, result) -> "CONTINUE" | "PAUSE" | "STOP"``, asked for fresh results
+        of trials the stopping criterion does not end; default: always continue.
+    :param experiment_done: asked after each result the trial's own criterion does not end;
+        True ends the experiment (the runner's experiment-wide stopper). Default: never.
+    """
+    fresh = False if duplicate else trial.record_result(result)
+    has_checkpoint = bool(result.get(CHECKPOINT))
+    if trial.should_stop(result):
+        return ResultDecision(fresh, Action.STOP, trial.checkpoint_at_end and not has_checkpoint,
+                              "it met its stopping criterion")
+    if experiment_done is not None and experiment_done():
+        return ResultDecision(fresh, Action.STOP_EXPERIMENT, False, "the experiment's stopper ended it")
+    decision = scheduler(trial, result) if scheduler is not None and fresh else Action.CONTINUE
+    if decision == Action.STOP:
+        return ResultDecision(fresh, Action.STOP, trial.checkpoint_at_end and not has_checkpoint,
+                              "the scheduler stopped it")
+    if decision == Action.PAUSE:
+        return ResultDecision(fresh, Action.PAUSE, False, "the scheduler paused it")
+    return ResultDecision(fresh, Action.CONTINUE, trial.should_checkpoint() and not has_checkpoint,
+                          "it continues")
+
+
+class Outcome(StrEnum):
+    """What happens to a trial after a failure."""
+
+    RESUME = "RESUME"  # lost to infrastructure: resume it from its latest checkpoint, not counted
+    RETRY = "RETRY"  # a failure within its budget: retry it from its latest checkpoint
+    FAIL = "FAIL"  # failed for good: it ends in ERROR
+
+
+@dataclass(frozen=True)
+class FailureDecision:
+    """:param outcome: what happens next.
+    :param num_failures: the trial's failures counting this one (unchanged on RESUME).
+    :param fail_experiment: with FAIL and ``fail_fast``: end the experiment's other trials too.
+    :param reason: why, for logs and the task log.
+    """
+
+    outcome: Outcome
+    num_failures: int
+    fail_experiment: bool
+    reason: str
+
+
+def after_failure(
+    trial_id: str,
+    num_failures: int,
+    max_failures: int,
+    *,
+    infrastructure: bool = False,
+    infrastructure_restarts: int = 0,
+    max_infrastructure_restarts: int | None = None,
+    retries_left: bool = True,
+    fail_fast: bool = False,
+) -> FailureDecision:
+    """Decide a failed trial's fate.
+
+    :param trial_id: the trial, named in the reason.
+    :param num_failures: its failures before this one.
+    :param max_failures: failures it may retry after; -1 unlimited.
+    :param infrastructure: lost with its node or its Ray cluster, not through its own code: it is
+        resumed without counting a failure (ray-project/ray#41285), while
+        ``infrastructure_restarts < max_infrastructure_restarts`` and the caller can run it again.
+    :param infrastructure_restarts: such resumes so far (the operator counts them per try).
+    :param max_infrastructure_restarts: the most of them; default unlimited.
+    :param retries_left: the caller can run it again (Airflow: the task has a retry left).
+    :param fail_fast: a trial failing for good ends the experiment.
+    """
+    can_restart = max_infrastructure_restarts is None or infrastructure_restarts < max_infrastructure_restarts
+    if infrastructure and can_restart and retries_left:
+        limit = "" if max_infrastructure_restarts is None else f" of {max_infrastructure_restarts}"
+        return FailureDecision(
+            Outcome.RESUME, num_failures, False,
+            f"This is not a failure of trial {trial_id}: resuming it from its latest checkpoint without "
+            f"counting it against max_failures (infrastructure restart {infrastructure_restarts + 1}{limit}).",
+        )
+    failures = num_failures + 1
+    budget = "unlimited" if max_failures < 0 else str(max_failures)
+    within = max_failures < 0 or failures <= max_failures
+    if within and retries_left:
+        return FailureDecision(
+            Outcome.RETRY, failures, False,
+            f"Trial {trial_id} failed (failure {failures} of at most {budget}); retrying from its latest checkpoint.",
+        )
+    why = (f"it reached its max_failures ({budget})" if not within
+           else "its task has no retries left")
+    return FailureDecision(
+        Outcome.FAIL, failures, fail_fast, f"Trial {trial_id} failed for good (failure {failures}): {why}."
+    )

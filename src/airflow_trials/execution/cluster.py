@@ -1,0 +1,91 @@
+"""ResourceLedger: what the Ray cluster has in total, and what this process's trials hold of it."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import ray
+
+from airflow_trials.core.resources import Resources
+from airflow_trials.core.trial import Trial
+from airflow_trials.exceptions import InsufficientResourcesError
+
+log = logging.getLogger(__name__)
+
+
+class ResourceLedger:
+    """Answers "can this trial ever fit?" and "can it start now?" for one executor.
+
+    The totals come from ``ray.cluster_resources()``, re-read at most every ``refresh_period_s``;
+    what is committed is what the executor's running trials hold (:meth:`commit`, :meth:`free`).
+
+    :param queue_trials: let one trial start although the cluster lacks free resources now, so an
+        autoscaler can add nodes, and never refuse a trial as too big; default False.
+    :param refresh_period_s: how often cluster totals are re-read from Ray; default 1.
+    """
+
+    def __init__(self, *, queue_trials: bool = False, refresh_period_s: float = 1.0) -> None:
+        self.queue_trials = queue_trials
+        self.refresh_period_s = refresh_period_s
+        self.committed = Resources(cpu=0)
+        self._total = Resources(cpu=0)
+        self._last_refresh = float("-inf")
+        self._trial_queued = False
+
+    def refresh(self, force: bool = False) -> None:
+        """Re-read the cluster's totals from Ray if ``refresh_period_s`` passed (or ``force``)."""
+        now = time.monotonic()
+        if force or now - self._last_refresh >= self.refresh_period_s:
+            self._total = Resources.from_ray(ray.cluster_resources())
+            self._last_refresh = now
+
+    def total(self) -> Resources:
+        """Everything the live cluster has, re-read at most every ``refresh_period_s``."""
+        self.refresh()
+        return self._total
+
+    def commit(self, resources: Resources) -> None:
+        self.committed = self.committed + resources
+
+    def free(self, resources: Resources) -> None:
+        self.committed = self.committed - resources
+
+    def fits_cluster(self, resources: Resources) -> bool:
+        """Could ``resources`` ever be granted on this cluster, with nothing else running?"""
+        return resources.fits_in(self.total())
+
+    def check_fits_cluster(self, trial: Trial) -> None:
+        """Raise InsufficientResourcesError if the trial can never fit (unless queue_trials)."""
+        if self.queue_trials or self.fits_cluster(trial.resources):
+            return
+        total = self.total()
+        missing = ", ".join(f"{k} by {v:g}" for k, v in trial.resources.shortfall(total).items())
+        raise InsufficientResourcesError(
+            f"Trial {trial.trial_id} of experiment {trial.experiment_name} needs "
+            f"{trial.resources.summary_string()} but the Ray cluster has {total.summary_string()} "
+            f"in total (short of {missing}); lower the trial's resources, add nodes, or pass "
+            f"queue_trials=True on an autoscaling cluster."
+        )
+
+    def has_resources(self, resources: Resources) -> bool:
+        """Can a trial with ``resources`` start now, given what running trials hold?"""
+        self.refresh()
+        if resources.fits_in(self._total - self.committed):
+            self._trial_queued = False
+            return True
+        if self.queue_trials and not self._trial_queued:
+            # One trial may wait in Ray's queue for the autoscaler; more would only pile up.
+            self._trial_queued = True
+            log.warning(
+                "Starting a trial needing %s although the cluster has only %s free; it waits for "
+                "the autoscaler to add resources.",
+                resources,
+                self._total - self.committed,
+            )
+            return True
+        return False
+
+    def summary_string(self) -> str:
+        total = self.total()
+        return f"{self.committed.summary_string()} used of {total.summary_string()}"

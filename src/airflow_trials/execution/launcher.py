@@ -1,0 +1,235 @@
+"""TrialLauncher: starts a trial in a detached, named actor that drives itself; finds and ends it from any process."""
+
+from __future__ import annotations
+
+import logging
+
+import ray
+from ray.actor import ActorHandle
+from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+
+from airflow_trials.core.resources import Resources
+from airflow_trials.core.status import TrialStatus
+from airflow_trials.core.trial import Trial
+from airflow_trials.exceptions import TrialError
+from airflow_trials.execution import handles
+from airflow_trials.execution.cluster import ResourceLedger
+from airflow_trials.execution.errors import trial_error
+from airflow_trials.execution.handles import DEFAULT_NAMESPACE, actor_name, find_trial_actor
+from airflow_trials.execution.ray_state import (
+    actor_info,
+    kill_actor,
+    remove_placement_group_by_id,
+    remove_placement_groups_named,
+)
+from airflow_trials.execution.slots import SlotPool
+from airflow_trials.execution.storage import TrialStorage
+from airflow_trials.execution.trainable import load_trainable
+
+log = logging.getLogger(__name__)
+
+
+class TrialLauncher:
+    """Runs each trial in its own named actor that takes it to the end, with no driver process.
+
+    This is what the Airflow operator and trigger use: the task that launches a trial may exit
+    (it defers), and the trigger finds the trial's actor again by name::
+
+        launcher = TrialLauncher(storage_path="/shared/results")
+        launcher.check_fits_cluster(trial)              # InsufficientResourcesError if it never can
+        actor = launcher.launch(trial, start_timeout_s=None)   # returns at once, maybe queued
+        launcher.is_placed(actor)                       # False while Ray waits for resources
+        # ... in another process (the trigger):
+        actor = launcher.attach(experiment_name, trial_id)     # None when it is gone
+        launcher.release(experiment_name, trial_id)     # kill it, free its placement group
+        launcher.terminate(experiment_name, trial_id)   # same, orphaned groups too (tasks only)
+
+    :param storage_path: local directory or fsspec URL for checkpoints and trial metadata; default
+        ``$AIRFLOW_TRIALS_STORAGE`` or ``~/airflow_trials_results``.
+    :param queue_trials: launch a trial although the cluster can never fit it now, so an
+        autoscaler can add nodes; default False.
+    :param refresh_period_s: how often cluster totals are re-read from Ray; default 1.
+    :param namespace: Ray namespace of the named actors; default ``"airflow_trials"``.
+    :param detached: create detached named actors that outlive this process, so another process
+        (the Airflow trigger) can find a trial by id; default True.
+    :param capture_output: write each trial's stdout/stderr to files; default True.
+    :param local_log_path: where those files go; default the storage root when it is local.
+    """
+
+    def __init__(
+        self,
+        storage_path: str | None = None,
+        *,
+        queue_trials: bool = False,
+        refresh_period_s: float = 1.0,
+        namespace: str = DEFAULT_NAMESPACE,
+        detached: bool = True,
+        capture_output: bool = True,
+        local_log_path: str | None = None,
+    ) -> None:
+        self.storage = TrialStorage(storage_path, local_log_path)
+        self.namespace = namespace
+        self.detached = detached
+        self.ledger = ResourceLedger(queue_trials=queue_trials, refresh_period_s=refresh_period_s)
+        self.slots = SlotPool(self.storage, namespace=namespace, detached=detached, capture_output=capture_output)
+        self._experiment_of: dict[str, str] = {}
+        self._trainables_checked: set[str] = set()
+
+    # -- cluster resources -------------------------------------------------------------------------
+    def refresh_cluster_resources(self, force: bool = False) -> None:
+        """Re-read the cluster's totals from Ray if ``refresh_period_s`` passed (or ``force``)."""
+        self.ledger.refresh(force)
+
+    def cluster_resources(self) -> Resources:
+        """Everything the live cluster has, re-read at most every ``refresh_period_s``."""
+        return self.ledger.total()
+
+    def fits_cluster(self, resources: Resources) -> bool:
+        """Could ``resources`` ever be granted on this cluster, with nothing else running?"""
+        return self.ledger.fits_cluster(resources)
+
+    def check_fits_cluster(self, trial: Trial) -> None:
+        """Raise InsufficientResourcesError if the trial can never fit (unless queue_trials)."""
+        self.ledger.check_fits_cluster(trial)
+
+    def resource_string(self) -> str:
+        return self.ledger.summary_string()
+
+    def _check_trainable(self, trial: Trial) -> None:
+        """Raise TrainableNotFoundError if the trial's trainable cannot be imported here."""
+        if trial.trainable not in self._trainables_checked:
+            load_trainable(trial.trainable)
+            self._trainables_checked.add(trial.trainable)
+
+    # -- autonomous trials -------------------------------------------------------------------------
+    def launch(self, trial: Trial, start_timeout_s: float | None = 600.0) -> ActorHandle:
+        """Start ``trial`` in its own detached, named actor that drives itself to the end.
+
+        The actor restores the trial's newest checkpoint (or ``restore_path``), applies its
+        stopping criterion and checkpoint policy, and ends TERMINATED or ERROR; poll it with
+        ``actor.poll.remote(since)`` from any process (:func:`find_trial_actor`). The launcher
+        does not own it afterwards: end it with :meth:`terminate`.
+
+        The actor starts the trial from its constructor, which Ray's GCS keeps for a detached
+        actor: a trial waiting for free resources starts when Ray places it, even after the
+        launching process exited (an Airflow task that deferred). With ``start_timeout_s=None``
+        this returns at once (the trial may be queued: :meth:`is_placed`); otherwise it returns
+        once the trial runs, or raises TrialError, removing the actor, if Ray could not place it
+        in time. Raises TrainableNotFoundError or InsufficientResourcesError before any Ray work.
+        """
+        self._check_trainable(trial)
+        self.check_fits_cluster(trial)
+        self._experiment_of[trial.trial_id] = trial.experiment_name
+        if self.detached:
+            # A detached launch never reuses a cached actor: the autorun must be the constructor's.
+            self.slots.evict()
+            self._remove_orphaned_placement_group(trial)
+        autorun = (trial.to_json_state(), trial.restore_source())
+        slot = self.slots.acquire(trial, autorun)
+        assert slot.actor is not None
+        # A reused (reset) actor was built without autorun: hand it the trial now. Only an
+        # executor that lives on (not detached) reuses actors, so the call cannot be dropped.
+        started: ray.ObjectRef = slot.actor.run.remote(*autorun) if not self.detached else slot.actor.ping.remote()
+        if start_timeout_s is not None:
+            self._wait_until_started(trial, started, start_timeout_s)
+        if trial.status != TrialStatus.RUNNING:
+            log.debug("Trial %s: %s -> %s", trial.trial_id, trial.status, TrialStatus.RUNNING)
+            trial.set_status(TrialStatus.RUNNING)
+        return slot.actor
+
+    def _wait_until_started(self, trial: Trial, started: ray.ObjectRef, start_timeout_s: float) -> None:
+        """Wait for the launched trial's actor to answer; remove it and raise if it never does."""
+        try:
+            ray.get(started, timeout=start_timeout_s)
+        except GetTimeoutError as e:
+            self.terminate(trial.experiment_name, trial.trial_id)
+            raise TrialError(
+                f"Trial {trial.trial_id} of experiment {trial.experiment_name} could not be placed "
+                f"on Ray within {start_timeout_s:g} s (it needs {trial.resources}; the cluster has "
+                f"{self.resource_string()}); it was removed. Free resources or limit concurrent "
+                f"trials with a pool, then retry.",
+                trial_id=trial.trial_id,
+            ) from e
+        except (RayTaskError, RayActorError) as e:
+            self.terminate(trial.experiment_name, trial.trial_id)
+            raise trial_error(trial, e, "starting") from e
+
+    def _remove_orphaned_placement_group(self, trial: Trial) -> None:
+        """Remove a placement group left under this trial's name by a process that died between
+        creating it and creating the actor (a task's worker killed mid-``execute``): it would hold
+        the trial's resources for ever, and the new one could not take its name."""
+        removed = remove_placement_groups_named(actor_name(trial.experiment_name, trial.trial_id))
+        if removed:
+            log.warning(
+                "Removed %d placement group(s) of trial %s of experiment %s left by a process that "
+                "died before it started the trial's actor.", removed, trial.trial_id, trial.experiment_name,
+            )
+
+    def attach(self, experiment_name: str, trial_id: str, timeout_s: float = 60.0) -> ActorHandle | None:
+        """The actor of a trial started by any process, or None when it is gone.
+
+        An actor Ray has not placed yet (waiting for resources) counts: it starts its trial when
+        placed. Tell the two apart with :meth:`is_placed`.
+        """
+        actor = find_trial_actor(experiment_name, trial_id, namespace=self.namespace)
+        if actor is None:
+            return None
+        info = actor_info(actor)
+        if info.waiting:
+            return actor
+        if info.state == "DEAD":
+            return None
+        try:
+            ray.get(actor.ping.remote(), timeout=timeout_s)
+        except (RayActorError, GetTimeoutError):
+            return None
+        return actor
+
+    is_placed = staticmethod(handles.is_placed)
+
+    def release(
+        self, experiment_name: str, trial_id: str, placement_group_id: str | None = None,
+        actor: ActorHandle | None = None,
+    ) -> None:
+        """Kill a trial's actor, if it lives, and remove its placement group (the actor's, else
+        ``placement_group_id``). Reads the GCS only through calls that survive a GCS restart, so
+        the triggerer may call it. ``actor``: that handle, not whatever actor has the trial's name
+        now (a later try may have started a new one)."""
+        if actor is None:
+            actor = find_trial_actor(experiment_name, trial_id, namespace=self.namespace)
+        if actor is not None:
+            placement_group_id = kill_actor(actor).placement_group_id or placement_group_id
+        remove_placement_group_by_id(placement_group_id)
+
+    def terminate(self, experiment_name: str, trial_id: str) -> None:
+        """Kill a trial's actor and remove every placement group of the trial, whichever process
+        started them, orphans included. Looks placement groups up by name through Ray's global
+        state, which aborts a process whose GCS restarted: for task processes; triggers call
+        :meth:`release`."""
+        self.release(experiment_name, trial_id)
+        remove_placement_groups_named(actor_name(experiment_name, trial_id))
+
+    # -- logs --------------------------------------------------------------------------------------
+    def _log_path(self, trial_id: str, experiment_name: str | None, index: int) -> str:
+        experiment = experiment_name or self._experiment_of.get(trial_id)
+        if experiment is None:
+            raise KeyError(
+                f"Trial {trial_id} is unknown to this executor; pass experiment_name to read its logs."
+            )
+        return self.storage.log_paths(experiment, trial_id)[index]
+
+    def stdout(self, trial_id: str, experiment_name: str | None = None) -> list[str]:
+        """Lines the trial printed to stdout (local log files)."""
+        return _read_lines(self._log_path(trial_id, experiment_name, 0))
+
+    def stderr(self, trial_id: str, experiment_name: str | None = None) -> list[str]:
+        """Lines the trial printed to stderr (local log files)."""
+        return _read_lines(self._log_path(trial_id, experiment_name, 1))
+
+
+def _read_lines(path: str) -> list[str]:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read().splitlines()
+    except FileNotFoundError:
+        return []

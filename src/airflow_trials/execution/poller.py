@@ -1,0 +1,545 @@
+"""TrialPoller: one background thread per event loop polls every watched trial actor on Ray and
+records their progress in the trials store in batches.
+
+Why not Airflow's shared streams: Airflow 3.3's ``BaseEventTrigger.shared_stream_key`` /
+``open_shared_stream`` lets sibling triggers share one poll, but the triggerer only groups
+``BaseEventTrigger`` instances (asset-event triggers) that way; a deferral trigger such as
+``TrialTrigger`` always gets its own ``run()``. So the sharing happens here, in a process-level
+poller keyed by the triggerer's event loop, which the trigger-runner process has exactly one of.
+
+Lifecycle, from a trigger's ``run()`` on the event loop::
+
+    watch = watch_trial(trial_id, actor, store_url, wait_seconds=2.0)  # registers; starts the poller
+    poll = watch.poll()                  # the poll in flight, or a new one
+    snapshot = await poll.answered       # the actor's TrialSnapshot, or the Ray error it raised
+    await poll.recorded                  # its progress is in the store, or StoreError
+    watch.set_actor(new_actor)           # after a re-attach: later polls go to the new actor
+    watch.close()                        # in ``finally``: the poller forgets the trial
+
+Every Ray call (``actor.poll.remote``, ``ray.wait``, ``ray.get``) and every store write of a poll
+runs on the poller's thread, never on the event loop: when the Ray GCS is down these calls can
+block for seconds, and then only the poller waits. The thread keeps at most one ``poll.remote``
+in flight per watched actor, collects the finished ones with ``ray.wait(timeout=TICK_SECONDS)``,
+writes all their new results, checkpoints and RUNNING statuses in one transaction per tick and
+store (:meth:`~airflow_trials.store.store.TrialStore.record_progress`), and hands each answer and
+each write's outcome back to its trigger's futures with ``loop.call_soon_threadsafe``. Bounding
+the wait for an answer is the trigger's business (``asyncio.wait`` with a timeout), so a poller
+stuck in Ray cannot stall a trigger either.
+
+A batch that fails as a whole because the database failed at every retry fails every trial in it
+with that StoreError; a batch refused for one trial's sake (an invalid transition, an unknown
+trial) is written again trial by trial, so only that trial's trigger gets the error.
+
+The poller logs its poll and write counts every ``STATS_INTERVAL_SECONDS``, and
+:func:`ensure_lag_probe` the event loop's longest lag (a 20 ms sleep that woke late) as often.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_trials.exceptions import StoreError
+from airflow_trials.store.retry import is_transient
+from airflow_trials.store.store import TrialProgress, TrialStore
+
+log = logging.getLogger(__name__)
+
+# How long the poller waits for answers before writing what arrived: the batching window.
+TICK_SECONDS = 0.25
+# A poller with nothing to watch for this long stops its thread; the next watch starts another.
+IDLE_EXIT_SECONDS = 30.0
+STATS_INTERVAL_SECONDS = 60.0
+LAG_PROBE_SECONDS = 0.02
+# ray.get of answers ray.wait reported ready: they are local, so this only bounds a sick Ray.
+GET_TIMEOUT_SECONDS = 10.0
+
+Snapshot = dict[str, Any]
+
+
+class RayNotAnswering(Exception):  # noqa: N818 - reads as what happened, like Ray's own errors
+    """Ray failed the poller's calls as a whole, not one actor's: it is down or reconnecting."""
+
+
+class Poll:
+    """One poll of one trial, as its trigger sees it (futures of the trigger's event loop).
+
+    :param loop: the trigger's event loop.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.answered: asyncio.Future[Snapshot] = loop.create_future()
+        self.recorded: asyncio.Future[None] = loop.create_future()
+
+
+@dataclass
+class TrialProgressTracker:
+    """What of one trial's progress the store has: results seen, checkpoints recorded, placed.
+
+    :param trial_id: the trial.
+    :param seen: results recorded so far (the actor's ``poll(since=...)``); default 0.
+    """
+
+    trial_id: str
+    seen: int = 0
+    recorded: set[str] = field(default_factory=set)
+    placed: bool = False
+
+    def progress(self, snapshot: Snapshot) -> TrialProgress | None:
+        """What ``snapshot`` adds to the store, or None when it adds nothing."""
+        kept = {c["path"]: c for c in snapshot["checkpoints"]}
+        item = TrialProgress(
+            self.trial_id,
+            results=snapshot["results"],
+            new_checkpoints=[(p, c["iteration"], c["score"]) for p, c in kept.items() if p not in self.recorded],
+            deleted_checkpoints=sorted(self.recorded - kept.keys()),
+            running=not self.placed,
+        )
+        if not (item.results or item.new_checkpoints or item.deleted_checkpoints or item.running):
+            return None
+        return item
+
+    def written(self, item: TrialProgress | None) -> None:
+        """The store committed ``item``."""
+        self.placed = True
+        if item is None:
+            return
+        self.seen += len(item.results)
+        self.recorded.update(path for path, _, _ in item.new_checkpoints)
+        self.recorded.difference_update(item.deleted_checkpoints)
+
+
+class TrialWatch:
+    """One trigger's registration with a :class:`TrialPoller`. Call its methods from the event
+    loop's thread; the poller's thread reads and writes the ``_``-prefixed state.
+
+    :param poller: the poller.
+    :param trial_id: the trial.
+    :param actor: the trial's Ray actor handle.
+    :param store_url: the trials store its progress goes to.
+    :param wait_seconds: how long the actor may hold a poll open waiting for the trial to end.
+    """
+
+    def __init__(self, poller: TrialPoller, trial_id: str, actor: Any, store_url: str, wait_seconds: float) -> None:
+        self.trial_id = trial_id
+        self.store_url = store_url
+        self.wait_seconds = wait_seconds
+        self.tracker = TrialProgressTracker(trial_id)
+        self._poller = poller
+        self._current: Poll | None = None
+        # Poller thread only:
+        self._actor = actor
+        self._ref: Any = None  # the ObjectRef of the poll in flight
+        self._asked: Poll | None = None  # the poll that ref answers, or that waits for a ref
+
+    def poll(self) -> Poll:
+        """The poll in flight (one that timed out on the trigger's side is awaited again rather
+        than sent again, so a queued actor's calls do not pile up), or a new one."""
+        if self._current is None or self._current.answered.done():
+            self._current = Poll(self._poller.loop)
+            self._poller.command(self._poller._ask, self, self._current)
+        return self._current
+
+    def set_actor(self, actor: Any) -> None:
+        """Send later polls to ``actor`` (the trial's actor found again after Ray stopped answering)."""
+        self._poller.command(self._poller._replace_actor, self, actor)
+
+    def close(self) -> None:
+        """Stop polling; the poller forgets the trial (a poll in flight is dropped)."""
+        _drop(self._current)
+        self._poller.command(self._poller._forget, self)
+
+
+class TrialPoller:
+    """Polls many trial actors from one thread and records their progress in batches.
+
+    Get the event loop's poller through :func:`watch_trial`, which starts it; it stops after
+    ``IDLE_EXIT_SECONDS`` with nothing to watch, or when its loop closes.
+
+    :param loop: the event loop whose triggers it serves.
+    :param store_factory: makes the store for a URL; default :class:`TrialStore`.
+    :param tick_seconds: batching window; default ``TICK_SECONDS``.
+    """
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        store_factory: Callable[[str], TrialStore] = TrialStore,
+        tick_seconds: float = TICK_SECONDS,
+    ) -> None:
+        self.loop = loop
+        self.tick_seconds = tick_seconds
+        self._store_factory = store_factory
+        self._stores: dict[str, TrialStore] = {}
+        self._commands: deque[tuple[Callable[..., None], tuple[Any, ...]]] = deque()
+        self._wakeup = threading.Event()
+        self._watches: set[TrialWatch] = set()
+        self._in_flight: dict[Any, TrialWatch] = {}
+        self._stopped = False
+        self.stats = PollerStats()
+        self._thread = threading.Thread(target=self._run, name="airflow-trials-poller", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def command(self, fn: Callable[..., None], *args: Any) -> None:
+        """Run ``fn(*args)`` on the poller's thread at its next tick."""
+        self._commands.append((fn, args))
+        self._wakeup.set()
+
+    # -- the poller's thread ------------------------------------------------------------------
+
+    def _run(self) -> None:
+        idle_since = time.monotonic()
+        try:
+            while not self.loop.is_closed():
+                self._run_commands()
+                if self._watches or self._commands:
+                    idle_since = time.monotonic()
+                elif time.monotonic() - idle_since > IDLE_EXIT_SECONDS and self._retire():
+                    return
+                if self._in_flight:
+                    self._collect()
+                else:
+                    self._wakeup.wait(self.tick_seconds)
+                    self._wakeup.clear()
+                self.stats.maybe_log(len(self._watches))
+        except RuntimeError as e:  # the loop closed while we handed it a result
+            log.debug("Trial poller stops: %s", e)
+        finally:
+            with _REGISTRY_LOCK:
+                if _POLLERS.get(self.loop) is self:
+                    del _POLLERS[self.loop]
+                self._stopped = True
+            for store in self._stores.values():
+                store.dispose()
+
+    def _retire(self) -> bool:
+        """Leave the registry if still idle, so the next watch starts a new poller."""
+        with _REGISTRY_LOCK:
+            if self._commands:
+                return False
+            if _POLLERS.get(self.loop) is self:
+                del _POLLERS[self.loop]
+            self._stopped = True
+            return True
+
+    def _run_commands(self) -> None:
+        while self._commands:
+            fn, args = self._commands.popleft()
+            fn(*args)
+
+    def _add(self, watch: TrialWatch) -> None:
+        self._watches.add(watch)
+
+    def _ask(self, watch: TrialWatch, poll: Poll) -> None:
+        if watch not in self._watches:
+            return  # closed already
+        watch._asked = poll
+        if watch._ref is None:
+            self._send(watch)
+
+    def _send(self, watch: TrialWatch) -> None:
+        assert watch._asked is not None
+        try:
+            watch._ref = watch._actor.poll.remote(watch.tracker.seen, watch.wait_seconds)
+        except Exception as e:  # Ray down or reconnecting: the trigger re-attaches
+            self._answer_error(watch, RayNotAnswering(f"{type(e).__name__}: {e}"))
+            return
+        self._in_flight[watch._ref] = watch
+        self.stats.polls_sent += 1
+
+    def _replace_actor(self, watch: TrialWatch, actor: Any) -> None:
+        same = watch._actor._actor_id == actor._actor_id
+        watch._actor = actor
+        if same or watch._ref is None:
+            return
+        self._in_flight.pop(watch._ref, None)
+        watch._ref = None
+        if watch._asked is not None:
+            self._send(watch)
+
+    def _forget(self, watch: TrialWatch) -> None:
+        self._watches.discard(watch)
+        if watch._ref is not None:
+            self._in_flight.pop(watch._ref, None)
+            watch._ref = None
+        watch._asked = None
+
+    def _collect(self) -> None:
+        import ray
+
+        refs = list(self._in_flight)
+        try:
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.tick_seconds, fetch_local=True)
+        except Exception as e:  # Ray itself failed (shut down to reconnect, say): every poll did
+            for ref in refs:
+                self._answer_error(self._in_flight[ref], RayNotAnswering(f"{type(e).__name__}: {e}"))
+            time.sleep(self.tick_seconds)
+            return
+        answered: list[tuple[TrialWatch, Poll, Snapshot]] = []
+        for ref, value in zip(ready, _get_each(ready), strict=True):
+            watch = self._in_flight[ref]
+            if isinstance(value, BaseException):
+                self._answer_error(watch, value)
+                continue
+            self._in_flight.pop(ref)
+            watch._ref = None
+            poll, watch._asked = watch._asked, None
+            if poll is not None:
+                _deliver(self.loop, poll.answered, value)
+                answered.append((watch, poll, value))
+        self._record(answered)
+
+    def _answer_error(self, watch: TrialWatch, error: BaseException) -> None:
+        if watch._ref is not None:
+            self._in_flight.pop(watch._ref, None)
+            watch._ref = None
+        poll, watch._asked = watch._asked, None
+        if poll is not None:
+            _deliver(self.loop, poll.answered, error=error)
+
+    def _record(self, answered: list[tuple[TrialWatch, Poll, Snapshot]]) -> None:
+        """Write the answers' progress, one transaction per store; then tell each trigger."""
+        batches: dict[str, list[tuple[TrialWatch, Poll, TrialProgress | None]]] = {}
+        for watch, poll, snapshot in answered:
+            batches.setdefault(watch.store_url, []).append((watch, poll, watch.tracker.progress(snapshot)))
+        for url, batch in batches.items():
+            items = [item for _, _, item in batch if item is not None]
+            errors = self._write(url, items) if items else {}
+            for watch, poll, item in batch:
+                error = errors.get(watch.trial_id) if item is not None else None
+                if error is None:
+                    watch.tracker.written(item)
+                _deliver(self.loop, poll.recorded, None, error=error)
+
+    def _write(self, url: str, items: list[TrialProgress]) -> dict[str, BaseException]:
+        """Write ``items``; the error of each trial that could not be written."""
+        store = self._stores.get(url)
+        if store is None:
+            store = self._stores[url] = self._store_factory(url)
+        try:
+            new = store.record_progress(items)
+        except Exception as e:
+            if len(items) == 1 or (isinstance(e, StoreError) and e.__cause__ is not None and is_transient(e.__cause__)):
+                log.warning("Could not record the progress of trials %s: %s", [i.trial_id for i in items], e)
+                return {item.trial_id: e for item in items}
+        else:
+            self.stats.rows += new
+            self.stats.transactions += 1
+            WRITES.add(new)
+            return {}
+        # Refused for one trial's sake: find it, and write the others.
+        errors: dict[str, BaseException] = {}
+        for item in items:
+            errors.update(self._write(url, [item]))
+        return errors
+
+
+@dataclass
+class PollerStats:
+    """What the poller did since its last log line."""
+
+    polls_sent: int = 0
+    transactions: int = 0
+    rows: int = 0
+    since: float = field(default_factory=time.monotonic)
+
+    def maybe_log(self, watched: int) -> None:
+        elapsed = time.monotonic() - self.since
+        if elapsed < STATS_INTERVAL_SECONDS:
+            return
+        log.info(
+            "Trial poller: %d trials watched; over %.0f s: %d polls, %d store transactions, %d new results",
+            watched, elapsed, self.polls_sent, self.transactions, self.rows,
+        )
+        self.polls_sent = self.transactions = self.rows = 0
+        self.since = time.monotonic()
+
+
+class WriteCounter:
+    """Store transactions and new results of this process's trial watches (both paths), for the
+    loop probe's log line."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._transactions = self._rows = 0
+
+    def add(self, rows: int) -> None:
+        with self._lock:
+            self._transactions += 1
+            self._rows += rows
+
+    def take(self) -> tuple[int, int]:
+        """Transactions and new results since the last call."""
+        with self._lock:
+            counts = (self._transactions, self._rows)
+            self._transactions = self._rows = 0
+            return counts
+
+
+WRITES = WriteCounter()
+_PROBES: dict[asyncio.AbstractEventLoop, asyncio.Task[None]] = {}
+
+
+def ensure_lag_probe() -> None:
+    """Measure the running event loop's lag for as long as it runs (once per loop): a
+    ``LAG_PROBE_SECONDS`` sleep that wakes late shows how long something held the loop. Logs the
+    longest lag every ``STATS_INTERVAL_SECONDS``; costs about 50 wake-ups a second."""
+    loop = asyncio.get_running_loop()
+    if loop in _PROBES:
+        return
+    # A context of its own: the triggerer sends what a trigger's context logs to that task's log.
+    probe = _PROBES[loop] = loop.create_task(_probe_lag(loop), context=contextvars.Context())
+    probe.add_done_callback(lambda _: _PROBES.pop(loop, None))
+
+
+async def _probe_lag(loop: asyncio.AbstractEventLoop) -> None:
+    longest = 0.0
+    since = loop.time()
+    while True:
+        expected = loop.time() + LAG_PROBE_SECONDS
+        await asyncio.sleep(LAG_PROBE_SECONDS)
+        now = loop.time()
+        longest = max(longest, now - expected)
+        if now - since >= STATS_INTERVAL_SECONDS:
+            transactions, rows = WRITES.take()
+            log.info("Trigger event loop: longest lag %.1f ms over %.0f s; trial store writes: %d "
+                     "transactions, %d new results", 1000 * longest, now - since, transactions, rows)
+            longest, since = 0.0, now
+
+
+def _get_each(refs: list[Any]) -> list[Any]:
+    """The value of each ready ref, or the exception getting it raised (one bad ref, one error)."""
+    import ray
+
+    if not refs:
+        return []
+    try:
+        return list(ray.get(refs, timeout=GET_TIMEOUT_SECONDS))
+    except Exception:
+        pass
+    values: list[Any] = []
+    for ref in refs:
+        try:
+            values.append(ray.get(ref, timeout=GET_TIMEOUT_SECONDS))
+        except Exception as e:
+            values.append(e)
+    return values
+
+
+def _drop(poll: Poll | None) -> None:
+    """Nobody awaits this poll any more: its late outcome is not an unretrieved error."""
+    if poll is not None:
+        poll.answered.cancel()
+        poll.recorded.cancel()
+
+
+def _settle(future: asyncio.Future[Any], value: Any = None, error: BaseException | None = None) -> None:
+    """Resolve ``future`` unless its watch was closed meanwhile; on the future's loop."""
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(value)
+
+
+def _deliver(loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any], value: Any = None, *,
+             error: BaseException | None = None) -> None:
+    loop.call_soon_threadsafe(_settle, future, value, error)
+
+
+_POLLERS: dict[asyncio.AbstractEventLoop, TrialPoller] = {}
+_REGISTRY_LOCK = threading.Lock()
+
+
+def watch_trial(trial_id: str, actor: Any, store_url: str, wait_seconds: float) -> TrialWatch:
+    """Register a trial with the running event loop's poller (starting one if needed).
+
+    :param trial_id: the trial.
+    :param actor: its Ray actor handle.
+    :param store_url: the trials store its progress goes to.
+    :param wait_seconds: how long the actor may hold a poll open waiting for the trial to end.
+    """
+    loop = asyncio.get_running_loop()
+    with _REGISTRY_LOCK:
+        poller = _POLLERS.get(loop)
+        if poller is None or poller._stopped:
+            poller = _POLLERS[loop] = TrialPoller(loop)
+            poller.start()
+        watch = TrialWatch(poller, trial_id, actor, store_url, wait_seconds)
+        # Under the lock: a poller that has a command queued never retires.
+        poller.command(poller._add, watch)
+        return watch
+
+
+class DirectTrialWatch:
+    """The unbatched path, kept to measure the poller against (``bench/triggerer_load.py``): the
+    trigger sends its own polls and awaits their ObjectRefs on the event loop, and writes each
+    poll's progress in a thread of its own, one transaction per trial and poll. Same interface
+    as :class:`TrialWatch`; TrialTrigger uses it only when batched polls are switched off.
+
+    :param trial_id: the trial.
+    :param actor: its Ray actor handle.
+    :param store: the trials store its progress goes to.
+    :param wait_seconds: how long the actor may hold a poll open waiting for the trial to end.
+    """
+
+    def __init__(self, trial_id: str, actor: Any, store: TrialStore, wait_seconds: float) -> None:
+        self.trial_id = trial_id
+        self.wait_seconds = wait_seconds
+        self.tracker = TrialProgressTracker(trial_id)
+        self._actor = actor
+        self._store = store
+        self._current: Poll | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def poll(self) -> Poll:
+        if self._current is None or self._current.answered.done():
+            self._current = Poll(asyncio.get_running_loop())
+            self._task = asyncio.ensure_future(self._run(self._current, self._actor))
+        return self._current
+
+    def set_actor(self, actor: Any) -> None:
+        same = self._actor._actor_id == actor._actor_id
+        self._actor = actor
+        if not same and self._current is not None and not self._current.answered.done():
+            if self._task is not None:
+                self._task.cancel()
+            self._task = asyncio.ensure_future(self._run(self._current, actor))
+
+    def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+        _drop(self._current)
+
+    async def _run(self, poll: Poll, actor: Any) -> None:
+        try:
+            snapshot: Snapshot = await actor.poll.remote(self.tracker.seen, self.wait_seconds)
+        except Exception as e:
+            _settle(poll.answered, error=e)
+            return
+        _settle(poll.answered, snapshot)
+        item = self.tracker.progress(snapshot)
+        try:
+            if item is not None:
+                WRITES.add(await asyncio.to_thread(self._store.record_progress, [item]))
+        except Exception as e:
+            _settle(poll.recorded, error=e)
+            return
+        self.tracker.written(item)
+        _settle(poll.recorded)
+
+
+def poller_of(loop: asyncio.AbstractEventLoop) -> TrialPoller | None:
+    """The poller serving ``loop``, if one runs (for tests and diagnostics)."""
+    with _REGISTRY_LOCK:
+        return _POLLERS.get(loop)

@@ -1,0 +1,152 @@
+"""SlotPool: a trial's placement group and the actor in it, cached between trials for reuse."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import ray
+from ray.actor import ActorHandle
+from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
+
+from airflow_trials.core.resources import Resources
+from airflow_trials.core.trial import Trial
+from airflow_trials.execution.handles import Autorun, actor_name, create_trial_actor, trial_spec
+from airflow_trials.execution.ray_state import kill_actor
+from airflow_trials.execution.storage import TrialStorage
+
+
+@dataclass
+class Slot:
+    """A placement group, and the actor in it when there is one; cached between trials for reuse."""
+
+    resources: Resources
+    pg: PlacementGroup | None
+    actor: ActorHandle | None = None
+
+
+class SlotPool:
+    """Hands out slots to trials and takes them back, keeping finished ones for the next trial.
+
+    A slot given back stays cached (its actor stopped, or only its placement group) when reuse is
+    on and the trial ended cleanly; a later trial of the same resources takes it. Everything else
+    is killed and removed.
+
+    :param storage: where the actors write checkpoints and logs.
+    :param namespace: Ray namespace of the named actors.
+    :param detached: create detached actors and placement groups that outlive this process.
+    :param capture_output: have the actors write the trial's stdout/stderr to files.
+    :param reuse_actors: cache a finished trial's live actor (reset for the next trial); default False.
+    :param reuse_placement_groups: cache a finished trial's placement group; default False.
+    :param stop_timeout_s: how long a stopping trial's cleanup may take before its actor is
+        killed; default 10.
+    """
+
+    def __init__(
+        self,
+        storage: TrialStorage,
+        *,
+        namespace: str,
+        detached: bool,
+        capture_output: bool,
+        reuse_actors: bool = False,
+        reuse_placement_groups: bool = False,
+        stop_timeout_s: float = 10.0,
+    ) -> None:
+        self.storage = storage
+        self.namespace = namespace
+        self.detached = detached
+        self.capture_output = capture_output
+        self.reuse_actors = reuse_actors
+        self.reuse_placement_groups = reuse_placement_groups or reuse_actors
+        self.stop_timeout_s = stop_timeout_s
+        self._cache: list[Slot] = []
+
+    def acquire(self, trial: Trial, autorun: Autorun | None = None) -> Slot:
+        """A slot for ``trial``: a cached one of its shape (its actor reset), else a new one.
+
+        With ``autorun``, a new actor starts the trial from its constructor
+        (see :meth:`TrialLauncher.launch`). The slot's actor is never None.
+        """
+        for i, cached in enumerate(self._cache):
+            if cached.resources == trial.resources:
+                slot = self._cache.pop(i)
+                if slot.actor is not None:
+                    slot.actor.reset.remote(trial_spec(trial))
+                    return slot
+                slot.actor = self._create_actor(trial, slot.pg, autorun)
+                return slot
+        # A cached placement group of another shape would hold resources this trial may need.
+        self.evict()
+        bundle = trial.resources.to_ray_bundle()
+        pg = None
+        if bundle:
+            pg = placement_group(
+                [bundle],
+                name=actor_name(trial.experiment_name, trial.trial_id),
+                lifetime="detached" if self.detached else None,
+            )
+        slot = Slot(trial.resources, pg)
+        slot.actor = self._create_actor(trial, pg, autorun)
+        return slot
+
+    def _create_actor(self, trial: Trial, pg: PlacementGroup | None, autorun: Autorun | None) -> ActorHandle:
+        return create_trial_actor(
+            trial, pg, self.storage, namespace=self.namespace, detached=self.detached,
+            capture_output=self.capture_output, autorun=autorun,
+        )
+
+    def give_back(self, slot: Slot, *, reusable: bool, idle: bool) -> None:
+        """Cache the slot of a finished trial for reuse, or kill its actor and remove its group.
+
+        :param reusable: the trial ended cleanly (not in error), so its slot may serve again.
+        :param idle: no call is in flight on the actor, so it may be stopped gracefully and kept.
+        """
+        assert slot.actor is not None
+        if reusable and self.reuse_actors and idle:
+            slot.actor.stop.remote()
+            self._cache.append(slot)
+            return
+        self._retire_actor(slot.actor, graceful=reusable and idle)
+        slot.actor = None
+        if reusable and self.reuse_placement_groups:
+            self._cache.append(slot)
+        elif slot.pg is not None:
+            remove_placement_group(slot.pg)
+
+    def _retire_actor(self, actor: ActorHandle, graceful: bool) -> None:
+        """Kill the actor; when graceful, first let the trainable's cleanup run (up to stop_timeout_s).
+
+        Killing after cleanup frees the bundle much sooner than Ray's own graceful exit, which
+        matters when hundreds of short trials each get a fresh actor.
+        """
+        if graceful:
+            ray.wait([actor.stop.remote()], timeout=self.stop_timeout_s)
+        kill_actor(actor)
+
+    @staticmethod
+    def destroy(slot: Slot) -> None:
+        """Kill the slot's actor and remove its placement group, whatever they are doing."""
+        if slot.actor is not None:
+            kill_actor(slot.actor)
+        if slot.pg is not None:
+            remove_placement_group(slot.pg)
+
+    def evict(self) -> None:
+        """Kill every cached actor and remove every cached placement group."""
+        for slot in self._cache:
+            if slot.actor is not None:
+                ray.kill(slot.actor, no_restart=True)
+            if slot.pg is not None:
+                remove_placement_group(slot.pg)
+        self._cache.clear()
+
+    def has_cached(self) -> bool:
+        return bool(self._cache)
+
+    def trim(self, wanted: list[Resources]) -> None:
+        """Drop cached actors and placement groups that no trial in ``wanted`` could reuse."""
+        keep = [s for s in self._cache if s.resources in wanted]
+        drop = [s for s in self._cache if s.resources not in wanted]
+        self._cache = drop
+        self.evict()
+        self._cache = keep

@@ -1,0 +1,158 @@
+"""The dashboard's HTML pages: experiments, a run's leaderboard and curves, a trial, and Airflow's links."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+from fastapi import APIRouter, Request, status
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from markupsafe import Markup
+
+from airflow_trials.plugins import reads
+from airflow_trials.plugins.auth import UserDep
+from airflow_trials.plugins.params import (
+    DagId,
+    DagRunId,
+    ExperimentName,
+    MapIndex,
+    Metric,
+    Mode,
+    Order,
+    Page,
+    PageSize,
+    RunPk,
+    Sort,
+    StoreDep,
+    TaskId,
+    Top,
+    TrialId,
+)
+from airflow_trials.plugins.queries import (
+    DEFAULT_CURVES,
+    DEFAULT_PAGE_SIZE,
+    NotFoundError,
+    best_checkpoint,
+    is_live,
+)
+from airflow_trials.plugins.render import Links, render_page
+from airflow_trials.plugins.schemas import RunOut
+from airflow_trials.plugins.svg import learning_curves_svg
+
+# Pages of a run that is still going re-load themselves (a <meta> refresh: no script needed).
+REFRESH_SECONDS = 10
+# A trial page lists its newest results; the chart and the JSON API have all of them.
+RESULTS_SHOWN = 200
+
+pages = APIRouter(include_in_schema=False)
+
+
+@pages.get("/", response_class=HTMLResponse)
+def experiments_page(request: Request, user: UserDep, store: StoreDep) -> HTMLResponse:
+    return render_page(request, "experiments.html", title="Experiments",
+                       experiments=reads.experiments(store, user, Links(request)))
+
+
+@pages.get("/experiments/{experiment}", response_class=HTMLResponse)
+def experiment_page(request: Request, experiment: ExperimentName, user: UserDep, store: StoreDep) -> HTMLResponse:
+    found = reads.experiment(store, user, Links(request), experiment)
+    live = any(run.status == "RUNNING" for run in found.runs)
+    return render_page(request, "experiment.html", title=found.name, experiment=found,
+                       refresh=REFRESH_SECONDS if live else None)
+
+
+@pages.get("/runs/{run_pk}", response_class=HTMLResponse)
+def run_page(
+    request: Request, run_pk: RunPk, user: UserDep, store: StoreDep, metric: Metric = None, mode: Mode = None,
+    sort: Sort = "metric", order: Order = "asc", page: Page = 1, page_size: PageSize = DEFAULT_PAGE_SIZE,
+) -> HTMLResponse:
+    board = reads.board(store, user, run_pk, metric, mode, sort, order, page, page_size)
+    links = Links(request)
+    chart = learning_curves_svg(store.metric_curves(board.leaders, board.metric), metric=board.metric,
+                                best_trial_id=board.best_trial_id)
+
+    def board_url(**changes: Any) -> str:
+        query = {"metric": metric, "mode": mode, "sort": board.sort, "order": "desc" if board.descending else "asc",
+                 "page_size": board.page_size if board.page_size != DEFAULT_PAGE_SIZE else None}
+        query.update(changes)
+        return links.run(run_pk, **query)
+
+    run = board.run
+    return render_page(
+        request, "run.html", title=f"{run.experiment_name} / {run.run_key}", board=board, chart=Markup(chart),
+        board_url=board_url, top=len(board.leaders), dag_run_url=Links.dag_run(run),
+        refresh=REFRESH_SECONDS if is_live(run, board.status_counts) else None,
+        crumbs=[(run.experiment_name, links.experiment(run.experiment_name))],
+    )
+
+
+@pages.get("/runs/{run_pk}/curves", response_class=HTMLResponse)
+def curves_page(request: Request, run_pk: RunPk, user: UserDep, store: StoreDep, metric: Metric = None,
+                top: Top = DEFAULT_CURVES) -> HTMLResponse:
+    run, metric_, mode, best, curves = reads.curves(store, user, run_pk, metric, top)
+    links = Links(request)
+    chart = learning_curves_svg(curves, metric=metric_, best_trial_id=best,
+                                title=f"{run.experiment_name} / {run.run_key}: {metric_} ({mode})")
+    return render_page(
+        request, "curves.html", title=f"Learning curves: {run.experiment_name} / {run.run_key}", run=run,
+        metric=metric_, mode=mode, top=top, shown=len(curves), chart=Markup(chart), best=best,
+        refresh=REFRESH_SECONDS if is_live(run) else None,
+        crumbs=[(run.experiment_name, links.experiment(run.experiment_name)),
+                (run.run_key, links.run(run.id))],
+    )
+
+
+@pages.get("/trials/{trial_id}", response_class=HTMLResponse)
+def trial_page(request: Request, trial_id: TrialId, user: UserDep, store: StoreDep) -> HTMLResponse:
+    trial, run = reads.trial(store, user, trial_id)
+    links = Links(request)
+    checkpoints = store.checkpoints_of([trial_id]).get(trial_id, [])
+    metric, mode, curve, best_iteration = reads.trial_curve(store, trial, run)
+    crumbs = []
+    chart = None
+    if run is not None and metric is not None:
+        crumbs = [(run.experiment_name, links.experiment(run.experiment_name)), (run.run_key, links.run(run.id))]
+        chart = Markup(learning_curves_svg({trial_id: curve}, metric=metric, best_trial_id=trial_id,
+                                           title=f"{trial_id}: {metric}"))
+    results = store.get_results(trial_id)
+    metric_keys = sorted({k for r in results for k, v in r.items()
+                          if isinstance(v, (int, float)) and not isinstance(v, bool)} - {"training_iteration"})
+    return render_page(
+        request, "trial.html", title=f"Trial {trial_id}", trial=trial, run=run, metric=metric, mode=mode,
+        chart=chart, checkpoints=checkpoints, best=best_checkpoint(checkpoints, best_iteration),
+        best_iteration=best_iteration, best_value=None if best_iteration is None else dict(curve).get(best_iteration),
+        results=results[-RESULTS_SHOWN:], num_results=len(results), metric_keys=metric_keys,
+        results_url=f"{links.base}/api/trials/{quote(trial_id, safe='')}/results",
+        task_instance_url=Links.task_instance(trial),
+        refresh=REFRESH_SECONDS if not trial.status.is_terminal() else None, crumbs=crumbs,
+    )
+
+
+# The per-DAG-run and per-task-instance links of the Airflow UI (external_views) land here.
+
+@pages.get("/dag-run", response_class=HTMLResponse, response_model=None)
+def dag_run_page(request: Request, user: UserDep, store: StoreDep, dag_id: DagId, run_id: DagRunId) -> Response:
+    runs = reads.readable_runs(user, store.runs_of_dag_run(dag_id, run_id))
+    links = Links(request)
+    if len(runs) == 1:
+        return RedirectResponse(links.run(runs[0].id), status_code=status.HTTP_303_SEE_OTHER)
+    if not runs:
+        raise NotFoundError(f"DAG run {run_id} of DAG {dag_id} started no experiment run you may read.")
+    counts = store.trial_counts()
+    return render_page(request, "dag_run.html", title=f"{dag_id} / {run_id}",
+                       runs=[RunOut.of(r, counts.get(r.id, 0), links.run(r.id)) for r in runs])
+
+
+@pages.get("/task-instance", response_class=HTMLResponse, response_model=None)
+def task_instance_page(
+    request: Request, user: UserDep, store: StoreDep, dag_id: DagId, run_id: DagRunId, task_id: TaskId,
+    map_index: MapIndex = "-1",
+) -> Response:
+    index = -1 if map_index == "{MAP_INDEX}" else int(map_index)
+    trial_id = store.trial_of_task(dag_id, run_id, task_id, index)
+    if trial_id is None:
+        raise NotFoundError(
+            f"Task {task_id} (map index {index}) of DAG run {run_id} of DAG {dag_id} ran no trial; "
+            f"trials run in the experiment's mapped trial tasks."
+        )
+    return RedirectResponse(Links(request).trial(trial_id), status_code=status.HTTP_303_SEE_OTHER)

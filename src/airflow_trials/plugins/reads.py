@@ -1,0 +1,123 @@
+"""The reads every dashboard page and API endpoint share, each with the user's access checked."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import HTTPException, status
+
+from airflow_trials.exceptions import TrialNotFoundError
+from airflow_trials.plugins.auth import RUN_ACCESS, TRIAL_ACCESS, may_read, require_read
+from airflow_trials.plugins.params import checked_name
+from airflow_trials.plugins.queries import (
+    BoardPage,
+    DashboardStore,
+    NotFoundError,
+    best_point,
+    leaderboard_page,
+)
+from airflow_trials.plugins.render import Links
+from airflow_trials.plugins.schemas import ExperimentOut, RunOut
+from airflow_trials.store import ExperimentRunRecord, TrialRecord
+
+# A run's learning curves: the run, metric, mode, best trial id (None while no trial has a value)
+# and (iteration, value) points per trial.
+Curves = tuple[ExperimentRunRecord, str, str, str | None, dict[str, list[tuple[int, float]]]]
+# A trial's metric, mode, curve of that metric, and the iteration of its best value.
+TrialCurve = tuple[str | None, str | None, list[tuple[int, float]], int | None]
+
+
+def readable_runs(user: Any, runs: list[ExperimentRunRecord]) -> list[ExperimentRunRecord]:
+    """The runs on DAGs the user may read."""
+    allowed: dict[str | None, bool] = {}
+    for run in runs:
+        if run.dag_id not in allowed:
+            allowed[run.dag_id] = may_read(user, run.dag_id, RUN_ACCESS)
+    return [run for run in runs if allowed[run.dag_id]]
+
+
+def experiments(store: DashboardStore, user: Any, links: Links) -> list[ExperimentOut]:
+    """Every experiment with a run the user may read, with those runs."""
+    runs = readable_runs(user, store.list_experiment_runs())
+    counts = store.trial_counts()
+    by_experiment: dict[str, list[RunOut]] = {}
+    for run in runs:
+        by_experiment.setdefault(run.experiment_name, []).append(
+            RunOut.of(run, counts.get(run.id, 0), links.run(run.id))
+        )
+    return [
+        ExperimentOut(name=e.name, metric=e.metric, mode=e.mode, created_at=e.created_at,
+                      runs=by_experiment[e.name])
+        for e in store.list_experiments()
+        if e.name in by_experiment
+    ]
+
+
+def experiment(store: DashboardStore, user: Any, links: Links, name: str) -> ExperimentOut:
+    checked_name("Experiment name", name)
+    found = [e for e in experiments(store, user, links) if e.name == name]
+    if not found:
+        # Also when every run is on DAGs the user may not read: do not tell them it exists.
+        raise NotFoundError(
+            f"Experiment {name} has no runs you may read in the trials store; pick one from the "
+            f"experiments list."
+        )
+    return found[0]
+
+
+def experiment_run(store: DashboardStore, user: Any, run_pk: int) -> ExperimentRunRecord:
+    run = store.get_experiment_run(run_pk)
+    require_read(user, run.dag_id, RUN_ACCESS, f"experiment run {run_pk} of experiment {run.experiment_name}")
+    return run
+
+
+def goal(store: DashboardStore, run: ExperimentRunRecord, metric: str | None, mode: str | None) -> tuple[str, str]:
+    """The metric and mode to rank by: those asked for, else the experiment's (mode default min)."""
+    experiment = next((e for e in store.list_experiments() if e.name == run.experiment_name), None)
+    metric = metric or (experiment.metric if experiment else None)
+    if not metric:
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            f"Experiment {run.experiment_name} records no metric to rank run {run.id} by; add ?metric=NAME.",
+        )
+    return metric, mode or (experiment.mode if experiment else None) or "min"
+
+
+def board(store: DashboardStore, user: Any, run_pk: int, metric: str | None, mode: str | None,
+          sort: str, order: str, page: int, page_size: int) -> BoardPage:
+    run = experiment_run(store, user, run_pk)
+    metric, mode = goal(store, run, metric, mode)
+    return leaderboard_page(store, run, metric, mode, sort=sort, descending=order == "desc",
+                            page=page, page_size=page_size)
+
+
+def curves(store: DashboardStore, user: Any, run_pk: int, metric: str | None, top: int) -> Curves:
+    """The learning curves of the run's ``top`` best trials."""
+    run = experiment_run(store, user, run_pk)
+    metric, mode = goal(store, run, metric, None)
+    ranking = store.leaderboard(run.id, metric, mode, limit=top)
+    best = ranking[0].trial_id if ranking and ranking[0].best_value is not None else None
+    return run, metric, mode, best, store.metric_curves([row.trial_id for row in ranking], metric)
+
+
+def trial(store: DashboardStore, user: Any, trial_id: str) -> tuple[TrialRecord, ExperimentRunRecord | None]:
+    """The trial and its experiment run (None when it ran outside one)."""
+    checked_name("Trial id", trial_id)
+    try:
+        found = store.get_trial(trial_id)
+    except TrialNotFoundError as e:
+        raise NotFoundError(f"Trial {trial_id} is not in the trials store; pick one from a leaderboard.") from e
+    run = store.get_experiment_run(found.experiment_run_id) if found.experiment_run_id is not None else None
+    dag_id = found.dag_id or (run.dag_id if run else None)
+    require_read(user, dag_id, TRIAL_ACCESS, f"trial {trial_id}")
+    return found, run
+
+
+def trial_curve(store: DashboardStore, trial: TrialRecord, run: ExperimentRunRecord | None) -> TrialCurve:
+    """The trial's metric, mode, curve of that metric, and the iteration of its best value."""
+    if run is None:
+        return None, None, [], None
+    metric, mode = goal(store, run, None, None)
+    curve = store.metric_curves([trial.trial_id], metric)[trial.trial_id]
+    best = best_point(curve, mode)
+    return metric, mode, curve, best[0] if best else None

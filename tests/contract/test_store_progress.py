@@ -1,0 +1,98 @@
+"""Contract of TrialStore.record_progress (many trials' progress in one transaction), run
+unchanged against in-memory SQLite, a SQLite file and PostgreSQL."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import event
+
+from airflow_trials import InvalidTransitionError, StoreError, TrialNotFoundError
+from airflow_trials.store import TrialStore
+from airflow_trials.store.models import CheckpointRow, ResultRow
+from airflow_trials.store.store import TrialProgress
+from tests.contract.conftest import MEMORY, POSTGRESQL, SQLITE_FILE
+from tests.contract.test_store import count, register, results
+
+
+def commits(store: TrialStore) -> list[int]:
+    """A list that counts the store's commits from now on."""
+    seen: list[int] = []
+    event.listen(store._engine, "commit", lambda connection: seen.append(1))
+    return seen
+
+
+class ProgressContract:
+    backend: str
+
+    def test_writes_many_trials_in_one_transaction(self, store):
+        run = store.create_experiment_run("exp", "r1")
+        store.ensure_experiment("exp", metric="loss", mode="min")
+        for trial_id in ("a", "b", "c"):
+            register(store, trial_id, run)
+        store.add_checkpoint("b", "/ck/b/1", 1, 9.0)
+        committed = commits(store)
+        new = store.record_progress([
+            TrialProgress("c", results=results([1, 2]), running=True),
+            TrialProgress("a", results=results([1]), new_checkpoints=[("/ck/a/1", 1, 9.0)], running=True),
+            TrialProgress("b", results=results([2, 3]), new_checkpoints=[("/ck/b/3", 3, 7.0)],
+                          deleted_checkpoints=["/ck/b/1"]),
+        ])
+        assert new == 5 and len(committed) == 1
+        assert [store.get_trial(t).status.value for t in ("a", "b", "c")] == ["RUNNING", "PENDING", "RUNNING"]
+        assert store.get_trial("a").started_at is not None
+        assert store.get_trial("c").last_result["training_iteration"] == 2
+        assert store.latest_checkpoint("a").path == "/ck/a/1"
+        assert store.latest_checkpoint("b").path == "/ck/b/3"
+        assert count(store, CheckpointRow, trial_id="b", deleted=True) == 1
+        # The best value is kept current as add_results keeps it.
+        best = {row.trial_id: row.best_value for row in store.leaderboard(run, "loss", "min")}
+        assert best == {"b": 7.0, "c": 8.0, "a": 9.0}
+
+    def test_is_idempotent_like_add_results(self, store):
+        register(store, "a")
+        register(store, "b")
+        batch = [
+            TrialProgress("a", results=results([1, 2]), new_checkpoints=[("/ck/a/2", 2, None)], running=True),
+            TrialProgress("b", results=results([1]), running=True),
+        ]
+        assert store.record_progress(batch) == 3
+        assert store.record_progress(batch) == 0  # a poll answered twice (a re-run trigger) adds nothing
+        assert count(store, ResultRow, trial_id="a") == 2 and count(store, CheckpointRow) == 1
+        assert store.get_trial("a").status.value == "RUNNING"
+
+    def test_one_bad_trial_writes_nothing_of_the_batch(self, store):
+        register(store, "good")
+        register(store, "ended")
+        store.update_trial("ended", status="TERMINATED")
+        with pytest.raises(InvalidTransitionError, match="ended"):
+            store.record_progress([
+                TrialProgress("good", results=results([1]), running=True),
+                TrialProgress("ended", running=True),
+            ])
+        assert count(store, ResultRow) == 0 and store.get_trial("good").status.value == "PENDING"
+        with pytest.raises(TrialNotFoundError, match="nope"):
+            store.record_progress([TrialProgress("good", results=results([1])), TrialProgress("nope")])
+        with pytest.raises(StoreError, match="no checkpoint at /missing"):
+            store.record_progress([TrialProgress("good", deleted_checkpoints=["/missing"])])
+        assert count(store, ResultRow) == 0
+
+    def test_refuses_a_trial_named_twice(self, store):
+        register(store, "a")
+        with pytest.raises(ValueError, match=r"\['a'\] more than once"):
+            store.record_progress([TrialProgress("a", results=results([1])), TrialProgress("a")])
+
+    def test_an_empty_batch_writes_nothing(self, store):
+        assert store.record_progress([]) == 0
+
+
+class TestInMemorySQLite(ProgressContract):
+    backend = MEMORY
+
+
+class TestSQLiteFile(ProgressContract):
+    backend = SQLITE_FILE
+
+
+@pytest.mark.postgres
+class TestPostgreSQL(ProgressContract):
+    backend = POSTGRESQL

@@ -1,0 +1,83 @@
+"""The shared trial poller on a real local Ray and a real SQLite store, without Airflow."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from airflow_trials import InvalidTransitionError, RayTrialExecutor, Trial
+from airflow_trials.execution import poller as poller_module
+from airflow_trials.execution.poller import poller_of, watch_trial
+from airflow_trials.store import TrialStore
+
+COUNTING = "tests.trainables:counting"
+
+
+@pytest.fixture
+def store_url(tmp_path):
+    url = f"sqlite:///{tmp_path / 'trials.db'}"
+    TrialStore(url, create=True).dispose()
+    return url
+
+
+def launch(storage, store_url, trial_id, stop=1000):
+    TrialStore(store_url).upsert_trial(trial_id, trainable=COUNTING, config={"sleep": 0.05},
+                                       resources={"cpu": 0.1}, max_failures=0)
+    trial = Trial(COUNTING, {"sleep": 0.05}, trial_id=trial_id, experiment_name="poller",
+                  resources={"cpu": 0.1}, stopping_criterion={"training_iteration": stop})
+    return RayTrialExecutor(storage).launch(trial)
+
+
+class ThreadRecordingActor:
+    """An actor handle whose ``poll.remote`` notes the thread that calls it."""
+
+    def __init__(self, actor):
+        self.actor, self._actor_id, self.poll, self.threads = actor, actor._actor_id, self, []
+
+    def remote(self, *args):
+        self.threads.append(threading.current_thread().name)
+        return self.actor.poll.remote(*args)
+
+
+async def test_one_trial_refused_by_the_store_fails_only_its_own_poll(ray_cluster, storage, store_url):
+    store = TrialStore(store_url)
+    good = watch_trial("good", launch(storage, store_url, "good"), store_url, 0.5)
+    ended = watch_trial("ended", launch(storage, store_url, "ended"), store_url, 0.5)
+    store.update_trial("ended", status="TERMINATED")  # e.g. a user stopped it meanwhile
+    polls = {"good": good.poll(), "ended": ended.poll()}
+    await asyncio.gather(*(p.answered for p in polls.values()))
+    with pytest.raises(InvalidTransitionError, match="ended"):
+        await polls["ended"].recorded
+    await polls["good"].recorded
+    assert store.get_trial("good").status.value == "RUNNING"
+    good.close()
+    ended.close()
+    store.dispose()
+
+
+async def test_polls_run_on_the_pollers_thread_and_an_idle_poller_retires(
+    ray_cluster, storage, store_url, monkeypatch
+):
+    monkeypatch.setattr(poller_module, "IDLE_EXIT_SECONDS", 0.0)
+    actor = launch(storage, store_url, "t1")
+    recording = ThreadRecordingActor(actor)
+    watch = watch_trial("t1", recording, store_url, 0.2)
+    loop = asyncio.get_running_loop()
+    poller = poller_of(loop)
+    for _ in range(3):
+        poll = watch.poll()
+        snapshot = await poll.answered
+        await poll.recorded
+    assert snapshot["status"] == "RUNNING" and watch.tracker.seen >= 1
+    assert recording.threads and set(recording.threads) == {"airflow-trials-poller"}  # never the event loop's thread
+    assert TrialStore(store_url).get_trial("t1").status.value == "RUNNING"
+    watch.close()
+    while poller_of(loop) is poller:  # nothing left to watch: its thread stops
+        await asyncio.sleep(0.05)
+    assert poller_of(loop) is None
+    # The next watch starts a new poller.
+    again = watch_trial("t1", actor, store_url, 0.2)
+    assert poller_of(loop) not in (None, poller)
+    again.close()

@@ -1,0 +1,104 @@
+"""core/fate.py: the one decision after a result and after a failure, on every path."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_trials import Trial
+from airflow_trials.core.fate import Action, Outcome, after_failure, after_result
+
+
+def make_trial(**kwargs):
+    kwargs.setdefault("trial_id", "t-1")
+    kwargs.setdefault("stopping_criterion", {"training_iteration": 3})
+    return Trial("tests.trainables:counting", {"lr": 0.1}, **kwargs)
+
+
+def result(iteration, **extra):
+    return {"training_iteration": iteration, "loss": 1.0 / iteration, **extra}
+
+
+def test_a_result_below_the_criterion_continues_and_is_recorded():
+    trial = make_trial()
+    decision = after_result(trial, result(1))
+    assert (decision.fresh, decision.action, decision.save_checkpoint) == (True, Action.CONTINUE, False)
+    assert trial.last_result["training_iteration"] == 1
+
+
+def test_meeting_the_criterion_stops_and_checkpoints_at_end_unless_the_result_has_one():
+    trial = make_trial(checkpoint_at_end=True)
+    decision = after_result(trial, result(3))
+    assert (decision.action, decision.save_checkpoint) == (Action.STOP, True)
+    assert "stopping criterion" in decision.reason
+    with_checkpoint = after_result(make_trial(checkpoint_at_end=True), result(3, checkpoint="/c/3"))
+    assert (with_checkpoint.action, with_checkpoint.save_checkpoint) == (Action.STOP, False)
+    done = after_result(make_trial(), result(1, done=True))
+    assert (done.action, done.save_checkpoint) == (Action.STOP, False)
+
+
+def test_a_checkpoint_is_due_every_checkpoint_freq_iterations():
+    trial = make_trial(checkpoint_freq=2, stopping_criterion={"training_iteration": 10})
+    due = [after_result(trial, result(i)).save_checkpoint for i in range(1, 6)]
+    assert due == [False, True, False, True, False]
+    assert not after_result(trial, result(6, checkpoint="/c/6")).save_checkpoint  # it brought its own
+
+
+def test_a_replayed_or_duplicate_result_is_not_recorded_again_and_the_scheduler_is_not_asked():
+    asked = []
+    trial = make_trial(stopping_criterion={"training_iteration": 10})
+    after_result(trial, result(2))
+    replay = after_result(trial, result(2), scheduler=lambda t, r: asked.append(r) or "STOP")
+    assert (replay.fresh, replay.action, asked) == (False, Action.CONTINUE, [])
+    duplicate = after_result(trial, result(3), duplicate=True)
+    assert not duplicate.fresh and trial.last_recorded_iteration == 2
+
+
+@pytest.mark.parametrize(("said", "action"), [("CONTINUE", Action.CONTINUE), ("PAUSE", Action.PAUSE),
+                                               ("STOP", Action.STOP)])
+def test_the_scheduler_decides_for_trials_the_criterion_does_not_end(said, action):
+    trial = make_trial(checkpoint_at_end=True, stopping_criterion={"training_iteration": 10})
+    decision = after_result(trial, result(1), scheduler=lambda t, r: said)
+    assert decision.action is action
+    assert decision.save_checkpoint is (action is Action.STOP)
+    # The criterion wins over the scheduler.
+    assert after_result(trial, result(10), scheduler=lambda t, r: "PAUSE").action is Action.STOP
+
+
+def test_the_experiment_stopper_ends_the_experiment_after_the_trials_own_criterion():
+    trial = make_trial()
+    assert after_result(trial, result(1), experiment_done=lambda: True).action is Action.STOP_EXPERIMENT
+    assert after_result(trial, result(3), experiment_done=lambda: True).action is Action.STOP
+
+
+def test_a_stopping_criterion_on_a_missing_metric_raises_key_error():
+    trial = make_trial(stopping_criterion={"accuracy": 0.9})
+    with pytest.raises(KeyError):
+        after_result(trial, result(1))
+
+
+def test_failures_retry_within_max_failures_then_fail():
+    first = after_failure("t", 0, 2)
+    assert (first.outcome, first.num_failures) == (Outcome.RETRY, 1)
+    assert "failure 1 of at most 2" in first.reason
+    assert after_failure("t", 1, 2).outcome is Outcome.RETRY
+    last = after_failure("t", 2, 2, fail_fast=True)
+    assert (last.outcome, last.num_failures, last.fail_experiment) == (Outcome.FAIL, 3, True)
+    assert "reached its max_failures (2)" in last.reason
+    assert after_failure("t", 500, -1).outcome is Outcome.RETRY
+    assert after_failure("t", 0, 0).outcome is Outcome.FAIL
+
+
+def test_no_retry_left_with_the_caller_fails_within_budget():
+    decision = after_failure("t", 0, 3, retries_left=False)
+    assert (decision.outcome, decision.num_failures, decision.fail_experiment) == (Outcome.FAIL, 1, False)
+    assert "no retries left" in decision.reason
+
+
+def test_infrastructure_losses_resume_without_counting_up_to_a_limit():
+    lost = after_failure("t", 1, 1, infrastructure=True)
+    assert (lost.outcome, lost.num_failures) == (Outcome.RESUME, 1)
+    assert "without counting it against max_failures" in lost.reason
+    capped = after_failure("t", 1, 1, infrastructure=True, infrastructure_restarts=2, max_infrastructure_restarts=3)
+    assert capped.outcome is Outcome.RESUME and "restart 3 of 3" in capped.reason
+    past = after_failure("t", 1, 1, infrastructure=True, infrastructure_restarts=3, max_infrastructure_restarts=3)
+    assert (past.outcome, past.num_failures) == (Outcome.FAIL, 2)
