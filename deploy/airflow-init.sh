@@ -10,6 +10,7 @@
 #   TRIALS_GPU_POOL_GPUS         GPUs the pool stands for; default 1
 #   TRIALS_SLOTS_PER_GPU         pool slots per GPU; default 4
 #   TRIALS_INIT_CHECK_RAY        1 (default) to connect to Ray once and print its resources
+#   TRIALS_INIT_RAY_ATTEMPTS     connection attempts before the job fails, 5 s apart; default 5
 set -euo pipefail
 
 log() { echo "[airflow-init] $*"; }
@@ -40,7 +41,11 @@ fi
 
 if [ "${TRIALS_INIT_CHECK_RAY:-1}" = "1" ]; then
     log "Connecting to Ray as the ray_default connection says"
-    python - <<'PY'
+    # A head that just passed its healthcheck can still refuse a first client session (its Ray
+    # Client server starts a server per client); try a few times before failing the init job.
+    attempts="${TRIALS_INIT_RAY_ATTEMPTS:-5}"
+    for attempt in $(seq 1 "$attempts"); do
+        if python - <<'PY'
 import ray
 
 from airflow_trials.hooks.trials import RayHook
@@ -49,5 +54,15 @@ settings = RayHook().get_conn()
 print(f"[airflow-init] Ray at {settings['address']}: {ray.cluster_resources()}")
 ray.shutdown()
 PY
+        then
+            break
+        fi
+        if [ "$attempt" -eq "$attempts" ]; then
+            log "Could not connect to Ray after $attempts attempts: check the ray_default connection and the Ray head"
+            exit 1
+        fi
+        log "Connecting to Ray failed (attempt $attempt of $attempts); trying again in 5 s"
+        sleep 5
+    done
 fi
 log "Done"
