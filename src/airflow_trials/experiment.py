@@ -12,6 +12,7 @@ from typing import Any
 from airflow.sdk import Asset, TaskGroup, task
 from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_trials.core.fate import Transition
 from airflow_trials.core.resources import Resources
 from airflow_trials.core.search import generate_configs, validate_search_space
 from airflow_trials.core.trial import Trial, validate_name
@@ -423,9 +424,9 @@ def reconcile_trial_ends(
         executor = hook.get_executor()
         for record in stuck:
             executor.terminate(experiment_name, record.trial_id)
-            store.update_trial(
-                record.trial_id, status="ERROR",
-                error_msg=(
+            store.record_transition(
+                record.trial_id, Transition.ABANDONED,
+                why=(
                     f"Trial {record.trial_id} of experiment {experiment_name} was still {record.status.value} when "
                     f"every trial task of its run had ended: its task (try {record.try_number}) failed without "
                     "recording the trial's end. It was stopped on Ray; see that task's log for the cause."

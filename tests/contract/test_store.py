@@ -25,6 +25,8 @@ from sqlalchemy import event, func, select, text
 from sqlalchemy.exc import DataError, SQLAlchemyError
 
 from airflow_trials import InvalidTransitionError, StoreError, TrialNotFoundError, TrialStatus
+from airflow_trials.core.end import TrialEnd
+from airflow_trials.core.fate import Transition, after_failure
 from airflow_trials.experiment import run_seed
 from airflow_trials.store import TrialStore, default_store_url, migrate
 from airflow_trials.store.__main__ import main as store_cli
@@ -101,7 +103,7 @@ def random_run_id(rng: random.Random) -> str:
 def retry_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [
         r.getMessage() for r in caplog.records
-        if r.name == "airflow_trials.store.store" and r.levelno == logging.WARNING and "retrying in" in r.getMessage()
+        if r.name == "airflow_trials.store.base" and r.levelno == logging.WARNING and "retrying in" in r.getMessage()
     ]
 
 
@@ -386,6 +388,42 @@ class StoreContract:
         store.update_trial("t1", status="PENDING")
         store.update_trial("t1", status="TERMINATED", error_msg="Stopped from Airflow.")
         assert store.get_trial("t1").error_msg == "Stopped from Airflow."
+
+    def test_record_end_writes_what_the_fate_decided_in_one_call(self, store):
+        register(store, "t1", try_number=1)
+        assert store.record_transition("t1", Transition.QUEUED, try_number=1) is TrialStatus.PENDING
+        assert store.record_transition("t1", Transition.PLACED, try_number=1) is TrialStatus.RUNNING
+        lost = TrialEnd.lost("t1", "exp", "its Ray actor died (boom)")
+        retry = after_failure("t1", 0, 2)
+        assert store.record_end(lost, retry) is TrialStatus.PENDING
+        record = store.get_trial("t1")
+        assert (record.num_failures, record.error_msg) == (1, lost.error)
+        store.record_transition("t1", Transition.PLACED)
+        finished = TrialEnd.from_snapshot(
+            "exp", {"trial_id": "t1", "status": "TERMINATED", "last_result": {"training_iteration": 3},
+                    "best_checkpoint": {"path": "/c/3", "iteration": 3}, "num_results": 3},
+            released=True,
+        )
+        assert store.record_end(finished) is TrialStatus.TERMINATED
+        record = store.get_trial("t1")
+        assert (record.status, record.num_failures, record.error_msg) == (TrialStatus.TERMINATED, 1, None)
+        assert record.last_result == {"training_iteration": 3} and record.ended_at is not None
+        with pytest.raises(ValueError, match="after_failure"):
+            store.record_end(lost)  # an ERROR end needs its fate decided first
+        assert store.get_trial("t1").status is TrialStatus.TERMINATED
+
+    def test_record_end_of_a_trial_failed_for_good_is_error_and_reset_gives_a_fresh_budget(self, store):
+        register(store, "t1")
+        store.record_transition("t1", Transition.PLACED)
+        fail = after_failure("t1", 2, 2)
+        assert store.record_end(TrialEnd.lost("t1", "exp", "boom"), fail) is TrialStatus.ERROR
+        assert store.get_trial("t1").num_failures == 3
+        assert store.record_transition("t1", Transition.RESET) is TrialStatus.PENDING
+        assert store.get_trial("t1").num_failures == 0
+        store.record_transition("t1", Transition.PLACED)
+        store.record_transition("t1", Transition.ABANDONED, why="its task ended without recording it")
+        abandoned = store.get_trial("t1")
+        assert (abandoned.status, abandoned.error_msg) == (TrialStatus.ERROR, "its task ended without recording it")
 
     def test_a_stop_by_an_old_try_is_fenced_by_the_try_that_registered_the_trial(self, store):
         register(store, "t1", try_number=1)

@@ -42,7 +42,7 @@ class RetryLog(logging.Handler):
 @pytest.fixture
 def retry_log() -> Any:
     handler = RetryLog()
-    logger = logging.getLogger("airflow_trials.store.store")
+    logger = logging.getLogger("airflow_trials.store.base")
     logger.addHandler(handler)
     yield handler
     logger.removeHandler(handler)

@@ -5,7 +5,17 @@ from __future__ import annotations
 import pytest
 
 from airflow_trials import Trial
-from airflow_trials.core.fate import Action, Outcome, after_failure, after_result
+from airflow_trials.core.end import TrialEnd
+from airflow_trials.core.fate import (
+    TRANSITION_STATUS,
+    Action,
+    Outcome,
+    Transition,
+    after_failure,
+    after_result,
+    status_after_end,
+)
+from airflow_trials.core.status import TrialStatus
 
 
 def make_trial(**kwargs):
@@ -102,3 +112,38 @@ def test_infrastructure_losses_resume_without_counting_up_to_a_limit():
     assert capped.outcome is Outcome.RESUME and "restart 3 of 3" in capped.reason
     past = after_failure("t", 1, 1, infrastructure=True, infrastructure_restarts=3, max_infrastructure_restarts=3)
     assert (past.outcome, past.num_failures) == (Outcome.FAIL, 2)
+
+
+def test_the_end_event_round_trips_through_plain_values_and_reads_older_payloads():
+    end = TrialEnd.lost("t-1", "exp", "its Ray actor is gone", infrastructure=True, released=True)
+    payload = end.to_event()
+    assert payload["status"] == "ERROR" and isinstance(payload["status"], str)
+    assert TrialEnd.from_event(payload) == end
+    assert end.error == "Trial t-1 of experiment exp failed: its Ray actor is gone."
+    old = {"trial_id": "t-1", "experiment_name": "exp", "status": "TERMINATED", "error": None,
+           "last_result": {"training_iteration": 3}, "best_checkpoint": {"path": "/c/3"}, "num_results": 3}
+    read = TrialEnd.from_event(old)
+    assert (read.finished, read.best_checkpoint, read.released, read.infrastructure) == (True, "/c/3", False, False)
+
+
+def test_an_end_event_must_be_an_end():
+    with pytest.raises(ValueError, match="TERMINATED or ERROR"):
+        TrialEnd("t-1", "exp", TrialStatus.RUNNING)
+
+
+@pytest.mark.parametrize(
+    ("end", "decision", "status"),
+    [
+        (TrialEnd.stored("t-1", "exp", {"training_iteration": 3}, None), None, TrialStatus.TERMINATED),
+        (TrialEnd.lost("t-1", "exp", "boom"), after_failure("t-1", 0, 1), TrialStatus.PENDING),
+        (TrialEnd.lost("t-1", "exp", "boom"), after_failure("t-1", 1, 1), TrialStatus.ERROR),
+        (TrialEnd.lost("t-1", "exp", "gone", infrastructure=True),
+         after_failure("t-1", 1, 1, infrastructure=True), TrialStatus.PENDING),
+    ],
+)
+def test_the_status_after_an_end_follows_the_failure_decision(end, decision, status):
+    assert status_after_end(end, decision) is status
+
+
+def test_every_transition_names_its_status():
+    assert set(TRANSITION_STATUS) == set(Transition)

@@ -13,6 +13,11 @@ scheduler's CONTINUE/PAUSE/STOP. ``after_failure`` covers infrastructure losses 
 retry-or-fail against ``max_failures``, a caller's retry budget (Airflow's ``retries``) and
 ``fail_fast``. Both are pure: they read the trial and return a decision, and the caller does it.
 
+On the Airflow path the trials store records the outcome: ``TrialStore.record_end`` writes a
+:class:`~airflow_trials.core.end.TrialEnd` with the status :func:`status_after_end` gives, and
+``TrialStore.record_transition`` writes every other change as a :class:`Transition`. Operators
+and triggers name no status.
+
 Example::
 
     decision = after_result(trial, result)
@@ -30,7 +35,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
+from airflow_trials.core.end import TrialEnd
 from airflow_trials.core.result import CHECKPOINT, Result
+from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.trial import Trial
 
 
@@ -164,3 +171,36 @@ def after_failure(
     return FailureDecision(
         Outcome.FAIL, failures, fail_fast, f"Trial {trial_id} failed for good (failure {failures}): {why}."
     )
+
+
+class Transition(StrEnum):
+    """A change of a trial's stored status other than its end (see :func:`status_after_end`)."""
+
+    QUEUED = "QUEUED"  # registered, or waiting for Ray to place it: PENDING
+    PLACED = "PLACED"  # Ray placed its actor, which trains: RUNNING
+    RESET = "RESET"  # its task was cleared: PENDING, with a fresh budget of failures
+    STOPPED = "STOPPED"  # stopped from Airflow (a killed or cleared task): TERMINATED, with why
+    ABANDONED = "ABANDONED"  # its task ended for good without recording its end: ERROR, with why
+
+
+TRANSITION_STATUS: dict[Transition, TrialStatus] = {
+    Transition.QUEUED: TrialStatus.PENDING,
+    Transition.PLACED: TrialStatus.RUNNING,
+    Transition.RESET: TrialStatus.PENDING,
+    Transition.STOPPED: TrialStatus.TERMINATED,
+    Transition.ABANDONED: TrialStatus.ERROR,
+}
+
+
+def status_after_end(end: TrialEnd, decision: FailureDecision | None) -> TrialStatus:
+    """The status a trial is recorded with once its watch ended: TERMINATED when it finished,
+    else as ``decision`` (from :func:`after_failure`) says: ERROR when it failed for good, PENDING
+    when its task's next try resumes or retries it."""
+    if end.finished:
+        return TrialStatus.TERMINATED
+    if decision is None:
+        raise ValueError(
+            f"Trial {end.trial_id} ended {end.status.value}: decide its fate with after_failure() "
+            "before recording its end."
+        )
+    return TrialStatus.ERROR if decision.outcome is Outcome.FAIL else TrialStatus.PENDING

@@ -11,7 +11,8 @@ from typing import Any, NoReturn, cast
 from airflow.sdk import BaseOperator, Context, conf
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_trials.core.fate import FailureDecision, Outcome, after_failure
+from airflow_trials.core.end import TrialEnd
+from airflow_trials.core.fate import FailureDecision, Outcome, Transition, after_failure
 from airflow_trials.core.resources import Resources
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.trial import Trial, validate_name
@@ -248,9 +249,9 @@ class RunTrialOperator(BaseOperator):
                 executor.terminate(experiment, trial_id)
             if _first_try_after_a_clear(ti, self.retries or 0):
                 # Cleared: a fresh budget of failures, as Airflow gives it fresh retries.
-                store.update_trial(trial_id, status=TrialStatus.PENDING.value, num_failures=0)
+                store.record_transition(trial_id, Transition.RESET)
             elif record.status.is_terminal():
-                store.update_trial(trial_id, status=TrialStatus.PENDING.value)
+                store.record_transition(trial_id, Transition.QUEUED)
             latest = store.latest_checkpoint(trial_id)
             if latest is not None:
                 trial = self._trial(experiment, trial_id, latest.path)
@@ -261,7 +262,7 @@ class RunTrialOperator(BaseOperator):
             self.log.info("Started trial %s of experiment %s on Ray.", trial_id, experiment)
         if not placed:
             self.log.info("Trial %s waits for Ray resources (%s).", trial_id, trial.resources)
-        store.update_trial(trial_id, status="RUNNING" if placed else "PENDING", try_number=ti.try_number)
+        store.record_transition(trial_id, Transition.PLACED if placed else Transition.QUEUED, try_number=ti.try_number)
         return None
 
     def _rerun_from_scratch(self, store: Any, executor: Any, record: Any, try_number: int) -> Any:
@@ -286,58 +287,45 @@ class RunTrialOperator(BaseOperator):
         ``infrastructure_restarts`` is accepted and ignored: tasks deferred before an upgrade pass it.
         """
         ti = context["ti"]
-        trial_id = event["trial_id"]
+        end = TrialEnd.from_event(event)
         hook = self._hook()
         store = hook.get_store()
         try:
-            if not event.get("released"):
+            if not end.released:
                 # The trigger frees what it watched; otherwise (lost actor, blocking fallback
                 # from an older trigger) remove what may be left. Skipping it spares this worker
                 # a Ray connection.
-                hook.get_executor().terminate(event["experiment_name"], trial_id)
-            record = store.get_trial(trial_id)
+                hook.get_executor().terminate(end.experiment_name, end.trial_id)
+            record = store.get_trial(end.trial_id)
             decision = None
-            if event["status"] != "TERMINATED":
+            if not end.finished:
                 # The trial's own max_failures can be below the task's retries (a run's params
                 # chose it; retries are fixed when the task instance is created): it stops first.
                 decision = after_failure(
-                    trial_id, record.num_failures, self.max_failures,
-                    infrastructure=bool(event.get("infrastructure")),
+                    end.trial_id, record.num_failures, self.max_failures,
+                    infrastructure=end.infrastructure,
                     retries_left=ti.try_number <= (self.retries or 0),
                 )
-            status = (
-                TrialStatus.TERMINATED if decision is None
-                else TrialStatus.ERROR if decision.outcome is Outcome.FAIL else TrialStatus.PENDING
-            )
-            num_failures = record.num_failures if decision is None else decision.num_failures
-            store.update_trial(
-                trial_id,
-                status=status.value,
-                num_failures=num_failures,
-                error_msg=event.get("error"),
-                last_result=event.get("last_result"),
-            )
-            latest = store.latest_checkpoint(trial_id)
+            status = store.record_end(end, decision)
+            latest = store.latest_checkpoint(end.trial_id)
         finally:
             store.dispose()
         state = {
-            "trial_id": trial_id,
-            "experiment_name": event["experiment_name"],
+            "trial_id": end.trial_id,
+            "experiment_name": end.experiment_name,
             "config": record.config,
             "status": status.value,
-            "last_result": event.get("last_result"),
-            "best_checkpoint": event.get("best_checkpoint") or (latest.path if latest else None),
-            "num_failures": num_failures,
+            "last_result": end.last_result,
+            "best_checkpoint": end.best_checkpoint or (latest.path if latest else None),
+            "num_failures": record.num_failures if decision is None else decision.num_failures,
         }
-        if isinstance(state["best_checkpoint"], dict):
-            state["best_checkpoint"] = state["best_checkpoint"]["path"]
         ti.xcom_push(key="trial", value=state)
         if decision is not None:
-            self._raise_failure(ti, event, decision)
-        self.log.info("Trial %s finished: %s", trial_id, state["last_result"])
+            self._raise_failure(ti, end, decision)
+        self.log.info("Trial %s finished: %s", end.trial_id, state["last_result"])
         return state
 
-    def _raise_failure(self, ti: Any, event: dict[str, Any], decision: FailureDecision) -> NoReturn:
+    def _raise_failure(self, ti: Any, end: TrialEnd, decision: FailureDecision) -> NoReturn:
         """Fail this try: Airflow retries it on RESUME and RETRY, and not at all when the trial
         failed for good.
 
@@ -345,24 +333,24 @@ class RunTrialOperator(BaseOperator):
         this try: a task that defers twice in one try reuses its executor key, and the scheduler
         can take the first deferral's late "success" for the second's and fail the task.
         """
-        trial_id = event["trial_id"]
+        trial_id = end.trial_id
         if decision.outcome is Outcome.RESUME:
-            self.log.warning("%s %s", event.get("error"), decision.reason)
+            self.log.warning("%s %s", end.error, decision.reason)
             raise TrialError(
-                f"{event.get('error')} Not a failure of the trial: Airflow retries this task, which "
+                f"{end.error} Not a failure of the trial: Airflow retries this task, which "
                 "resumes it from its latest checkpoint.",
                 trial_id=trial_id,
                 infrastructure=True,
             )
-        self.log.error("%s", event.get("error"))
+        self.log.error("%s", end.error)
         will_retry = decision.outcome is Outcome.RETRY
-        first_line = (event.get("error") or "").splitlines()[0] if event.get("error") else ""
+        first_line = end.error.splitlines()[0] if end.error else ""
         error = TrialError(
-            f"Trial {trial_id} of experiment {event['experiment_name']} failed "
+            f"Trial {trial_id} of experiment {end.experiment_name} failed "
             f"(failure {decision.num_failures}, "
             f"{'will retry from its latest checkpoint' if will_retry else 'no retries left'}). {first_line}",
             trial_id=trial_id,
-            traceback_text=event.get("error"),
+            traceback_text=end.error,
         )
         if not will_retry and ti.try_number <= (self.retries or 0):
             raise AirflowFailException(
@@ -383,7 +371,7 @@ class RunTrialOperator(BaseOperator):
         hook.get_executor().terminate(experiment, trial_id)
         store = hook.get_store()
         try:
-            store.update_trial(trial_id, status=TrialStatus.TERMINATED.value, error_msg="Killed from Airflow.")
+            store.record_transition(trial_id, Transition.STOPPED, why="Killed from Airflow.")
         finally:
             store.dispose()
 

@@ -10,10 +10,11 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_trials.core.end import TrialEnd
+from airflow_trials.core.status import TrialStatus
 from airflow_trials.exceptions import StoreError
 from airflow_trials.hooks.trials import DEFAULT_RAY_CONN_ID, DEFAULT_TRIALS_CONN_ID, TrialsHook
 
-TERMINAL = ("TERMINATED", "ERROR")
 # How long a trigger keeps trying while Ray does not answer (its head restarting, say) before it
 # gives the trial up as lost to infrastructure; the task then resumes it from its latest checkpoint.
 RAY_OUTAGE_TIMEOUT_SECONDS = 120.0
@@ -142,24 +143,16 @@ class TrialTrigger(BaseTrigger):
 
     def _finished_in_store(self, store: Any) -> dict[str, Any] | None:
         record = store.get_trial(self.trial_id)
-        if record.status.value != "TERMINATED":
+        if record.status is not TrialStatus.TERMINATED:
             return None
         return stored_end_event(store, self.experiment_name, record)
 
     def _lost(self, why: str, *, infrastructure: bool = False, released: bool = False) -> dict[str, Any]:
         """The ERROR event of a trial whose actor is gone (``infrastructure``: with its node or its
         cluster, not because of the trial) or that this trigger had to stop."""
-        return {
-            "trial_id": self.trial_id,
-            "experiment_name": self.experiment_name,
-            "status": "ERROR",
-            "error": f"Trial {self.trial_id} of experiment {self.experiment_name} failed: {why}.",
-            "last_result": None,
-            "best_checkpoint": None,
-            "num_results": 0,
-            "infrastructure": infrastructure,
-            "released": released,
-        }
+        return TrialEnd.lost(
+            self.trial_id, self.experiment_name, why, infrastructure=infrastructure, released=released
+        ).to_event()
 
 
 
@@ -201,7 +194,7 @@ class _Watch:
                 asked = time.monotonic()
                 poll, snapshot = await self._next_snapshot()
                 await self._record(poll)
-                if snapshot["status"] in TERMINAL:
+                if TrialStatus(snapshot["status"]).is_terminal():
                     return await self._ended(snapshot)
                 # The actor waits for us; if it answered early (it is not running its loop), pace.
                 await asyncio.sleep(max(0.0, trigger.poll_interval_seconds - (time.monotonic() - asked)))
@@ -370,36 +363,19 @@ class _Watch:
         # Free the trial's resources now rather than when a worker runs execute_complete, so a
         # trial queued behind it starts at once; the event carries all execute_complete needs.
         await self.release()
-        if snapshot["status"] == "TERMINATED":
-            await asyncio.to_thread(self.store.update_trial, self.trigger.trial_id, status="TERMINATED")
-        return {**_event(self.trigger.experiment_name, snapshot), "released": True}
+        end = TrialEnd.from_snapshot(self.trigger.experiment_name, snapshot, released=True)
+        if end.finished:
+            # Shown as finished at once; execute_complete records the same end again, harmlessly.
+            await asyncio.to_thread(self.store.record_end, end)
+        return end.to_event()
 
 
 def stored_end_event(store: Any, experiment_name: str, record: Any) -> dict[str, Any]:
     """The TERMINATED event of a trial whose end the store holds (its actor is already gone)."""
     latest = store.latest_checkpoint(record.trial_id)
-    return {
-        "trial_id": record.trial_id,
-        "experiment_name": experiment_name,
-        "status": "TERMINATED",
-        "error": None,
-        "last_result": record.last_result,
-        "best_checkpoint": latest.path if latest else None,
-        "num_results": None,
-        "released": True,
-    }
-
-
-def _event(experiment_name: str, snapshot: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "trial_id": snapshot["trial_id"],
-        "experiment_name": experiment_name,
-        "status": snapshot["status"],
-        "error": snapshot["error"],
-        "last_result": snapshot["last_result"] or None,
-        "best_checkpoint": snapshot["best_checkpoint"],
-        "num_results": snapshot["num_results"],
-    }
+    return TrialEnd.stored(
+        record.trial_id, experiment_name, record.last_result, latest.path if latest else None
+    ).to_event()
 
 
 def trials_status(store: Any, experiment_name: str, trial_id: str | None, run_key: str | None) -> dict[str, Any]:
@@ -412,8 +388,9 @@ def trials_status(store: Any, experiment_name: str, trial_id: str | None, run_ke
             return {"done": False, "statuses": {}, "failed": []}
         trials = store.list_trials(experiment_run_id=runs[0].id)
     statuses = {t.trial_id: t.status.value for t in trials}
-    done = bool(statuses) and all(s in TERMINAL for s in statuses.values())
-    return {"done": done, "statuses": statuses, "failed": sorted(k for k, v in statuses.items() if v == "ERROR")}
+    done = bool(trials) and all(t.status.is_terminal() for t in trials)
+    failed = sorted(t.trial_id for t in trials if t.status is TrialStatus.ERROR)
+    return {"done": done, "statuses": statuses, "failed": failed}
 
 
 class TrialStatusTrigger(BaseTrigger):

@@ -1,0 +1,358 @@
+"""IngestStore: the trials store's results, checkpoints and batched progress of many trials."""
+
+from __future__ import annotations
+
+import math
+import numbers
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Insert, bindparam, func, select
+from sqlalchemy.orm import Session
+
+from airflow_trials.core.result import TIMESTAMP, TRAINING_ITERATION
+from airflow_trials.core.status import TrialStatus
+from airflow_trials.exceptions import StoreError
+from airflow_trials.store.base import StoreBase
+from airflow_trials.store.engine import (
+    safe_url,
+)
+from airflow_trials.store.jsonsafe import json_safe
+from airflow_trials.store.leaderboard import (
+    leaderboard_query,
+)
+from airflow_trials.store.models import (
+    CheckpointRow,
+    ExperimentRow,
+    ExperimentRunRow,
+    ResultRow,
+    TrialRow,
+    utcnow,
+)
+from airflow_trials.store.records import (
+    CheckpointRecordRow,
+)
+from airflow_trials.store.trials import _change_trial
+
+
+@dataclass(frozen=True)
+class TrialProgress:
+    """What one trial did since it was last polled, for :meth:`TrialStore.record_progress`.
+
+    :param trial_id: the trial.
+    :param results: its new result dicts (as for :meth:`TrialStore.add_results`); default none.
+    :param new_checkpoints: ``(path, iteration, score)`` of checkpoints it kept; default none.
+    :param deleted_checkpoints: paths of recorded checkpoints it dropped; default none.
+    :param running: set it RUNNING (it was placed and answers); default False.
+    """
+
+    trial_id: str
+    results: Sequence[Mapping[str, Any]] = ()
+    new_checkpoints: Sequence[tuple[str, int, float | None]] = ()
+    deleted_checkpoints: Sequence[str] = ()
+    running: bool = False
+
+
+class IngestStore(StoreBase):
+    """Results and checkpoints as trials report them, one trial or many trials at once."""
+
+    # -- results ---------------------------------------------------------------------------
+
+    def add_results(self, trial_id: str, results: Sequence[Mapping[str, Any]]) -> int:
+        """Store a batch of a trial's results once per iteration; returns how many were new.
+
+        Each result needs an integer ``training_iteration``; ``timestamp`` (seconds since the
+        epoch) defaults to now. A result whose iteration is stored already is skipped, so
+        writing a batch twice, or from two writers at once, stores it once. Values are made
+        JSON-safe first (numpy scalars become numbers, NaN and inf become None: see
+        :mod:`~airflow_trials.store.jsonsafe`). When a new result has the highest iteration so
+        far, it becomes the trial's ``last_result``. The whole batch is written in one
+        transaction, or not at all.
+
+        The count is a report, not a guarantee: when the connection was lost while the batch was
+        being committed and the retry finds it stored, the call returns 0 for it.
+
+        :param trial_id: a trial registered with :meth:`upsert_trial`.
+        :param results: the result dicts, in any order.
+        """
+        rows = _result_rows(trial_id, results)
+        operation = f"add {len(rows)} results to trial {trial_id}"
+        return self._transaction(operation, lambda session: self._add_results(session, trial_id, rows, operation))
+
+    def _add_results(
+        self, session: Session, trial_id: str, rows: list[dict[str, Any]], operation: str,
+        goals: dict[int, Any] | None = None,
+    ) -> int:
+        # Locking the trial makes concurrent batches of one trial take turns, so the
+        # last_result check below sees every result committed before it.
+        trial = self._find_or_raise(session, trial_id, operation, lock=True)
+        if not rows:
+            return 0
+        previous_max = session.execute(
+            select(func.max(ResultRow.iteration)).where(ResultRow.trial_id == trial_id)
+        ).scalar_one_or_none()
+        table = ResultRow.__table__
+        inserted: Insert = (
+            self._insert(table)
+            .on_conflict_do_nothing(index_elements=[table.c.trial_id, table.c.iteration])
+            .returning(table.c.iteration)
+        )
+        new_iterations = list(session.execute(inserted, rows).scalars())
+        if new_iterations and (previous_max is None or max(new_iterations) > previous_max):
+            newest = max(new_iterations)
+            trial.last_result = next(row["metrics"] for row in rows if row["iteration"] == newest)
+            trial.updated_at = utcnow()
+        if new_iterations:
+            self._update_best(session, trial, [r for r in rows if r["iteration"] in set(new_iterations)],
+                              had_results=previous_max is not None, goals=goals)
+        return len(new_iterations)
+
+    def _update_best(
+        self, session: Session, trial: TrialRow, new_rows: list[dict[str, Any]], had_results: bool,
+        goals: dict[int, Any] | None = None,
+    ) -> None:
+        """Fold the new results into the trial's best value of its experiment's metric;
+        ``goals`` caches each run's metric and mode within one transaction."""
+        goal = None
+        run_id = trial.experiment_run_id
+        if run_id is not None and goals is not None and run_id in goals:
+            goal = goals[run_id]
+        elif run_id is not None:
+            goal = session.execute(
+                select(ExperimentRow.metric, ExperimentRow.mode)
+                .join(ExperimentRunRow, ExperimentRunRow.experiment_id == ExperimentRow.id)
+                .where(ExperimentRunRow.id == run_id)
+            ).one_or_none()
+            if goals is not None:
+                goals[run_id] = goal
+        if goal is None or goal.metric is None or goal.mode is None:
+            return
+        if (trial.best_metric, trial.best_mode) != (goal.metric, goal.mode):
+            if had_results:
+                # Earlier results were ranked for another metric (or not at all): unknown now.
+                trial.best_metric = trial.best_mode = None
+                trial.best_value = trial.best_iteration = None
+                return
+            trial.best_metric, trial.best_mode = goal.metric, goal.mode
+            trial.best_value = trial.best_iteration = None
+        sign = 1.0 if goal.mode == "min" else -1.0
+        for row in new_rows:
+            value = row["metrics"].get(goal.metric)
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):
+                continue
+            key = (sign * float(value), row["iteration"])
+            if trial.best_value is None or key < (sign * trial.best_value, trial.best_iteration or 0):
+                trial.best_value, trial.best_iteration = float(value), row["iteration"]
+
+    def recompute_best(self, experiment_run_id: int) -> int:
+        """Recompute every trial's best value of the run's experiment metric from its results.
+
+        Needed only for results loaded around :meth:`add_results` (bulk loads, data from before
+        migration 0002) or after the experiment's metric changed. Returns the trials updated.
+        """
+        operation = f"recompute the best values of experiment run {experiment_run_id}"
+
+        def work(session: Session) -> int:
+            run = self._find_run_or_raise(session, experiment_run_id, operation)
+            experiment = session.get(ExperimentRow, run.experiment_id)
+            if experiment is None or experiment.metric is None or experiment.mode is None:
+                return 0
+            query = leaderboard_query(self._dialect, experiment_run_id, experiment.metric, experiment.mode, None)
+            rows = [
+                {"t": r.trial_id, "m": experiment.metric, "o": experiment.mode, "v": r.best_value,
+                 "i": r.best_iteration}
+                for r in session.connection().execute(query)
+            ]
+            if rows:
+                table = TrialRow.__table__
+                session.connection().execute(
+                    table.update()
+                    .where(table.c.trial_id == bindparam("t"))
+                    .values(best_metric=bindparam("m"), best_mode=bindparam("o"),
+                            best_value=bindparam("v"), best_iteration=bindparam("i")),
+                    rows,
+                )
+            return len(rows)
+
+        return self._transaction(operation, work)
+
+    def get_results(self, trial_id: str) -> list[dict[str, Any]]:
+        """The trial's stored result dicts, ordered by iteration."""
+        operation = f"read the results of trial {trial_id}"
+
+        def work(session: Session) -> list[dict[str, Any]]:
+            self._find_or_raise(session, trial_id, operation)
+            return list(
+                session.execute(
+                    select(ResultRow.metrics)
+                    .where(ResultRow.trial_id == trial_id)
+                    .order_by(ResultRow.iteration)
+                ).scalars()
+            )
+
+        return self._transaction(operation, work, write=False)
+
+    # -- progress of many trials at once ---------------------------------------------------
+
+    def record_progress(self, batch: Sequence[TrialProgress]) -> int:
+        """Write what many trials did since they were last polled, in one transaction; returns
+        how many results were new.
+
+        Per trial, in this order: the status RUNNING when ``running`` (through the guarded
+        transition, so an ended trial refuses it), the results as :meth:`add_results` writes
+        them (once per iteration), the new checkpoints as :meth:`add_checkpoint` and the
+        dropped ones as :meth:`mark_checkpoint_deleted`. Trials are locked in trial_id order, so
+        two batches never deadlock. One trial that cannot be written (unknown, an invalid
+        transition, an unknown checkpoint) fails the whole batch and nothing is written: the
+        caller may then write the trials one by one to find it.
+
+        :param batch: one :class:`TrialProgress` per trial (a trial at most once).
+        """
+        items = sorted(batch, key=lambda item: item.trial_id)
+        rows = {item.trial_id: _result_rows(item.trial_id, item.results) for item in items}
+        if len(rows) != len(items):
+            twice = sorted(trial_id for trial_id, n in Counter(i.trial_id for i in items).items() if n > 1)
+            raise ValueError(
+                f"A progress batch names trials {twice} more than once; nothing was written. "
+                "Merge each trial's progress into one TrialProgress."
+            )
+        operation = f"record the progress of {len(items)} trials ({sum(map(len, rows.values()))} results)"
+
+        def work(session: Session) -> int:
+            new = 0
+            goals: dict[int, Any] = {}
+            # The trials' changed rows are written once, at commit, rather than before each query.
+            with session.no_autoflush:
+                for item in items:
+                    trial = None
+                    if rows[item.trial_id]:
+                        new += self._add_results(session, item.trial_id, rows[item.trial_id], operation, goals)
+                        # Loaded and locked by _add_results: the session hands it back without a query.
+                        trial = session.get(TrialRow, item.trial_id)
+                    trial = trial or self._find_or_raise(session, item.trial_id, operation, lock=True)
+                    if item.running:
+                        _change_trial(trial, TrialStatus.RUNNING, {})
+                    for path, iteration, score in item.new_checkpoints:
+                        self._add_checkpoint(session, item.trial_id, path, iteration, score)
+                    for path in item.deleted_checkpoints:
+                        self._mark_checkpoint_deleted(session, item.trial_id, path, operation)
+            return new
+
+        return self._transaction(operation, work)
+
+    # -- checkpoints -----------------------------------------------------------------------
+
+    def add_checkpoint(
+        self, trial_id: str, path: str, iteration: int, score: float | None = None
+    ) -> None:
+        """Record a persisted checkpoint; a second call with the same path changes nothing.
+
+        :param trial_id: the trial.
+        :param path: directory or URL of the checkpoint (at most 1024 characters).
+        :param iteration: training_iteration it was taken at.
+        :param score: score it is ranked by; default None. NaN and inf are stored as None.
+        """
+        operation = f"add checkpoint {path} of trial {trial_id}"
+
+        def work(session: Session) -> None:
+            self._find_or_raise(session, trial_id, operation)
+            self._add_checkpoint(session, trial_id, path, iteration, score)
+
+        self._transaction(operation, work)
+
+    def _add_checkpoint(
+        self, session: Session, trial_id: str, path: str, iteration: int, score: float | None
+    ) -> None:
+        table = CheckpointRow.__table__
+        session.execute(
+            self._insert(table)
+            .values(
+                trial_id=trial_id,
+                path=path,
+                iteration=int(iteration),
+                score=None if score is None else json_safe(score),
+                deleted=False,
+                created_at=utcnow(),
+            )
+            .on_conflict_do_nothing(index_elements=[table.c.trial_id, table.c.path])
+        )
+
+    def mark_checkpoint_deleted(self, trial_id: str, path: str) -> None:
+        """Mark a recorded checkpoint as deleted (idempotent); raises StoreError for an unknown path."""
+        operation = f"mark checkpoint {path} of trial {trial_id} deleted"
+
+        def work(session: Session) -> None:
+            self._find_or_raise(session, trial_id, operation)
+            self._mark_checkpoint_deleted(session, trial_id, path, operation)
+
+        self._transaction(operation, work)
+
+    def _mark_checkpoint_deleted(self, session: Session, trial_id: str, path: str, operation: str) -> None:
+        checkpoint = session.execute(
+            select(CheckpointRow).where(CheckpointRow.trial_id == trial_id, CheckpointRow.path == path)
+        ).scalar_one_or_none()
+        if checkpoint is None:
+            raise StoreError(
+                f"Cannot {operation}: trial {trial_id} has no checkpoint at {path} in the trial "
+                f"store at {safe_url(self._url)}; record it with add_checkpoint first."
+            )
+        checkpoint.deleted = True
+
+    def latest_checkpoint(self, trial_id: str) -> CheckpointRecordRow | None:
+        """The not-deleted checkpoint with the highest iteration, or None when there is none."""
+        operation = f"read the latest checkpoint of trial {trial_id}"
+
+        def work(session: Session) -> CheckpointRecordRow | None:
+            self._find_or_raise(session, trial_id, operation)
+            row = session.execute(
+                select(CheckpointRow)
+                .where(CheckpointRow.trial_id == trial_id, CheckpointRow.deleted.is_(False))
+                .order_by(CheckpointRow.iteration.desc(), CheckpointRow.id.desc())
+                .limit(1)
+            ).scalar_one_or_none()
+            if row is None:
+                return None
+            return CheckpointRecordRow(
+                path=row.path, iteration=row.iteration, score=row.score, deleted=row.deleted
+            )
+
+        return self._transaction(operation, work, write=False)
+
+
+def _result_rows(trial_id: str, results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Validated, JSON-safe rows of a batch: one per iteration (first wins), sorted by iteration."""
+    if isinstance(results, Mapping) or not isinstance(results, Sequence):
+        raise ValueError(
+            f"Results of trial {trial_id} must be a list of result dicts, got {type(results).__name__}; "
+            f"wrap a single result in a list."
+        )
+    rows: dict[int, dict[str, Any]] = {}
+    now = time.time()
+    for position, result in enumerate(results):
+        if not isinstance(result, Mapping):
+            raise ValueError(
+                f"Result {position} of the batch for trial {trial_id} is a {type(result).__name__}, "
+                f"not a dict; nothing of the batch was written."
+            )
+        metrics = json_safe(result)
+        iteration = metrics.get(TRAINING_ITERATION)
+        if isinstance(iteration, bool) or not isinstance(iteration, int):
+            raise ValueError(
+                f"Result {position} of the batch for trial {trial_id} has no integer "
+                f"{TRAINING_ITERATION} (got {result.get(TRAINING_ITERATION)!r}); nothing of the "
+                f"batch was written. Report results through airflow_trials.report, which numbers them."
+            )
+        timestamp = metrics.get(TIMESTAMP)
+        if isinstance(timestamp, bool) or not isinstance(timestamp, numbers.Real) or not math.isfinite(timestamp):
+            timestamp = now
+        rows.setdefault(
+            iteration,
+            {"trial_id": trial_id, "iteration": iteration, "timestamp": float(timestamp), "metrics": metrics},
+        )
+    # Sorted, so concurrent batches of one trial insert keys in the same order.
+    return [rows[iteration] for iteration in sorted(rows)]
+
+

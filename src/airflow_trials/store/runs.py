@@ -1,0 +1,261 @@
+"""RunsStore: the trials store's experiments and experiment runs."""
+
+from __future__ import annotations
+
+import logging
+import numbers
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy import select, text
+from sqlalchemy.orm import Session
+
+from airflow_trials.store.base import StoreBase, _check_id, _parse_enum
+from airflow_trials.store.jsonsafe import json_safe
+from airflow_trials.store.leaderboard import (
+    check_metric,
+    check_mode,
+    metric_index,
+)
+from airflow_trials.store.models import (
+    ExperimentRow,
+    ExperimentRunRow,
+    utcnow,
+)
+from airflow_trials.store.records import (
+    ExperimentRecord,
+    ExperimentRunRecord,
+    ExperimentRunStatus,
+)
+
+log = logging.getLogger(__name__)
+
+# The seed column is BIGINT (migration 0003): any signed 64-bit seed is kept exactly.
+SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1
+
+# pg_advisory_xact_lock key held while creating a metric index, so two stores never race on it.
+_METRIC_INDEX_LOCK_KEY = 0x61745F6D6978  # "at_mix"
+
+
+class RunsStore(StoreBase):
+    """Experiments and their runs (one run per Airflow DAG run or main job)."""
+
+    # -- experiments -----------------------------------------------------------------------
+
+    def ensure_experiment(self, name: str, metric: str | None = None, mode: str | None = None) -> int:
+        """The experiment's id, creating it if needed; ``metric`` and ``mode`` are updated when given.
+
+        Giving a metric also creates its leaderboard index (see :meth:`ensure_metric_index`).
+
+        :param name: unique experiment name (at most 128 characters).
+        :param metric: metric its leaderboard ranks by; default: leave as is.
+        :param mode: ``"min"`` or ``"max"``; default: leave as is.
+        """
+        _check_id("Experiment name", name)
+        if mode is not None:
+            check_mode(mode)
+        if metric is not None:
+            check_metric(metric)
+        changes = {k: v for k, v in (("metric", metric), ("mode", mode)) if v is not None}
+
+        def work(session: Session) -> int:
+            experiment_id = self._ensure_experiment(session, name)
+            if changes:
+                session.execute(
+                    ExperimentRow.__table__.update()
+                    .where(ExperimentRow.id == experiment_id)
+                    .values(**changes)
+                )
+            return experiment_id
+
+        experiment_id = self._transaction(f"register experiment {name}", work)
+        if metric is not None:
+            self.ensure_metric_index(metric)
+        return experiment_id
+
+    def _ensure_experiment(self, session: Session, name: str) -> int:
+        table = ExperimentRow.__table__
+        session.execute(
+            self._insert(table)
+            .values(name=name, created_at=utcnow())
+            .on_conflict_do_nothing(index_elements=[table.c.name])
+        )
+        return session.execute(select(ExperimentRow.id).where(ExperimentRow.name == name)).scalar_one()
+
+    def ensure_metric_index(self, metric: str) -> None:
+        """Create the index that makes :meth:`leaderboard` fast for ``metric``, if it is missing.
+
+        :meth:`leaderboard` works without it, only slower (it then reads every result of the run).
+        """
+        check_metric(metric)
+        if metric in self._indexed_metrics:
+            return
+        index = metric_index(metric, self._dialect)
+
+        def work(session: Session) -> None:
+            connection = session.connection()
+            if self._dialect == "postgresql":
+                connection.execute(
+                    text("SELECT pg_advisory_xact_lock(:key)"), {"key": _METRIC_INDEX_LOCK_KEY}
+                )
+            # Checked first rather than IF NOT EXISTS: PostgreSQL would lock at_results against
+            # writes even when the index exists. (SQLAlchemy's own check does not see expression
+            # indexes on SQLite.)
+            if self._dialect == "postgresql":
+                exists_query = text("SELECT to_regclass(:name) IS NOT NULL")
+            else:
+                exists_query = text(
+                    "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = :name)"
+                )
+            if not connection.execute(exists_query, {"name": index.name}).scalar_one():
+                log.info("Creating leaderboard index %s of metric %r", index.name, metric)
+                index.create(connection)
+
+        self._transaction(f"create the leaderboard index of metric {metric!r}", work)
+        self._indexed_metrics.add(metric)
+
+    def create_experiment_run(
+        self,
+        experiment_name: str,
+        run_key: str,
+        *,
+        dag_id: str | None = None,
+        run_id: str | None = None,
+        search_space: Mapping[str, Any] | None = None,
+        seed: int | None = None,
+        num_samples: int | None = None,
+    ) -> int:
+        """The id of the run ``run_key`` of the experiment, creating both if needed.
+
+        Idempotent on (experiment, run_key): a second call returns the existing run's id and
+        changes nothing.
+
+        :param experiment_name: the experiment; created (without metric) if it does not exist.
+        :param run_key: unique within the experiment, e.g. the Airflow run_id.
+        :param dag_id: Airflow DAG id; default None.
+        :param run_id: Airflow run id; default None.
+        :param search_space: the search space, stored as JSON; default None.
+        :param seed: random seed of the search, a signed 64-bit integer (any value of
+            ``experiment.run_seed``, which is below 2**32, fits); default None.
+        :param num_samples: number of trials asked for; default None.
+        """
+        _check_id("Experiment name", experiment_name)
+        _check_id("run_key", run_key, max_length=250)
+        seed = _check_seed(seed, f"run {run_key} of experiment {experiment_name}")
+        table = ExperimentRunRow.__table__
+        values = {
+            "run_key": run_key,
+            "dag_id": dag_id,
+            "run_id": run_id,
+            "search_space": None if search_space is None else json_safe(search_space),
+            "seed": seed,
+            "num_samples": num_samples,
+            "status": ExperimentRunStatus.RUNNING.value,
+        }
+
+        def work(session: Session) -> int:
+            experiment_id = self._ensure_experiment(session, experiment_name)
+            session.execute(
+                self._insert(table)
+                .values(experiment_id=experiment_id, created_at=utcnow(), **values)
+                .on_conflict_do_nothing(index_elements=[table.c.experiment_id, table.c.run_key])
+            )
+            return session.execute(
+                select(ExperimentRunRow.id).where(
+                    ExperimentRunRow.experiment_id == experiment_id,
+                    ExperimentRunRow.run_key == run_key,
+                )
+            ).scalar_one()
+
+        return self._transaction(f"create run {run_key} of experiment {experiment_name}", work)
+
+    def finish_experiment_run(self, run_id_pk: int, status: str) -> None:
+        """Set a run's status: SUCCESS or FAILED set ``ended_at``, RUNNING clears it.
+
+        Setting the status a run has already keeps its ``ended_at``, so repeating the call
+        changes nothing.
+
+        :param run_id_pk: the run's id, as returned by :meth:`create_experiment_run`.
+        :param status: RUNNING, SUCCESS or FAILED.
+        """
+        new = _parse_enum(ExperimentRunStatus, status, f"experiment run {run_id_pk}")
+
+        def work(session: Session) -> None:
+            run = self._find_run_or_raise(session, run_id_pk, f"finish experiment run {run_id_pk}")
+            if not new.is_terminal():
+                run.ended_at = None
+            elif run.status != new.value or run.ended_at is None:
+                run.ended_at = utcnow()
+            run.status = new.value
+
+        self._transaction(f"set experiment run {run_id_pk} to {new.value}", work)
+
+    def list_experiments(self) -> list[ExperimentRecord]:
+        """Every experiment, oldest first."""
+
+        def work(session: Session) -> list[ExperimentRecord]:
+            rows = session.execute(
+                select(ExperimentRow).order_by(ExperimentRow.created_at, ExperimentRow.id)
+            ).scalars()
+            return [
+                ExperimentRecord(
+                    id=row.id, name=row.name, metric=row.metric, mode=row.mode, created_at=row.created_at
+                )
+                for row in rows
+            ]
+
+        return self._transaction("list experiments", work, write=False)
+
+    def list_experiment_runs(self, experiment_name: str | None = None) -> list[ExperimentRunRecord]:
+        """Runs of one experiment, or of all, oldest first.
+
+        :param experiment_name: only this experiment's runs; default all.
+        """
+        query = (
+            select(ExperimentRunRow, ExperimentRow.name)
+            .join(ExperimentRow, ExperimentRow.id == ExperimentRunRow.experiment_id)
+            .order_by(ExperimentRunRow.created_at, ExperimentRunRow.id)
+        )
+        if experiment_name is not None:
+            query = query.where(ExperimentRow.name == experiment_name)
+
+        def work(session: Session) -> list[ExperimentRunRecord]:
+            return [
+                ExperimentRunRecord(
+                    id=run.id,
+                    experiment_id=run.experiment_id,
+                    experiment_name=name,
+                    run_key=run.run_key,
+                    dag_id=run.dag_id,
+                    run_id=run.run_id,
+                    search_space=run.search_space,
+                    seed=run.seed,
+                    num_samples=run.num_samples,
+                    status=ExperimentRunStatus(run.status),
+                    created_at=run.created_at,
+                    ended_at=run.ended_at,
+                )
+                for run, name in session.execute(query)
+            ]
+
+        return self._transaction("list experiment runs", work, write=False)
+
+
+def _check_seed(seed: Any, owner: str) -> int | None:
+    """The seed as a Python int, refused (ValueError) unless it is an integer that fits in 64 bits."""
+    if seed is None:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise ValueError(
+            f"Seed {seed!r} of {owner} is a {type(seed).__name__}, not an integer; nothing was "
+            f"written. Pass an int between {SEED_MIN} and {SEED_MAX}."
+        )
+    if not SEED_MIN <= int(seed) <= SEED_MAX:
+        raise ValueError(
+            f"Seed {seed} of {owner} does not fit the trial store's signed 64-bit seed column "
+            f"({SEED_MIN} to {SEED_MAX}); nothing was written. Pass a smaller seed, e.g. "
+            f"seed % 2**63."
+        )
+    return int(seed)
+
+
