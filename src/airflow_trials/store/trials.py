@@ -67,11 +67,8 @@ class TrialsStore(StoreBase):
         :param max_failures: failures tolerated (-1: unlimited).
         :param experiment_run_id: the run it belongs to; default None (run outside Airflow).
         :param status: status of a new trial; default PENDING.
-        :param dag_id: Airflow DAG id; default None.
-        :param run_id: Airflow run id; default None.
-        :param task_id: Airflow task id; default None.
+        :param dag_id: Airflow DAG id; likewise ``run_id``, ``task_id``, ``try_number``; default None.
         :param map_index: Airflow map index; default -1.
-        :param try_number: Airflow try number; default None.
         """
         _check_id("Trial id", trial_id)
         new_status = _parse_enum(TrialStatus, status, f"trial {trial_id}")
@@ -97,18 +94,7 @@ class TrialsStore(StoreBase):
             map_index=map_index,
             try_number=try_number,
         )
-        new = insert.excluded
-        insert = insert.on_conflict_do_update(
-            index_elements=[table.c.trial_id],
-            set_={
-                "dag_id": func.coalesce(new.dag_id, table.c.dag_id),
-                "run_id": func.coalesce(new.run_id, table.c.run_id),
-                "task_id": func.coalesce(new.task_id, table.c.task_id),
-                "map_index": case((new.task_id.is_not(None), new.map_index), else_=table.c.map_index),
-                "try_number": func.coalesce(new.try_number, table.c.try_number),
-                "updated_at": new.updated_at,
-            },
-        )
+        insert = _refreshing_airflow_ids(insert, table)
         run_note = f" in experiment run {experiment_run_id}" if experiment_run_id is not None else ""
         self._transaction(f"register trial {trial_id}{run_note}", lambda session: session.execute(insert))
 
@@ -275,6 +261,22 @@ class TrialsStore(StoreBase):
             lambda session: [_trial_record(row) for row in session.execute(query).scalars()],
             write=False,
         )
+
+
+def _refreshing_airflow_ids(insert: Any, table: Any) -> Any:
+    """``insert`` that, for a trial registered already, only refreshes the Airflow ids given."""
+    new = insert.excluded
+    return insert.on_conflict_do_update(
+        index_elements=[table.c.trial_id],
+        set_={
+            "dag_id": func.coalesce(new.dag_id, table.c.dag_id),
+            "run_id": func.coalesce(new.run_id, table.c.run_id),
+            "task_id": func.coalesce(new.task_id, table.c.task_id),
+            "map_index": case((new.task_id.is_not(None), new.map_index), else_=table.c.map_index),
+            "try_number": func.coalesce(new.try_number, table.c.try_number),
+            "updated_at": new.updated_at,
+        },
+    )
 
 
 def _change_trial(trial: TrialRow, new_status: TrialStatus | None, fields: Mapping[str, Any]) -> None:

@@ -1,0 +1,161 @@
+"""Experiment settings: what one DAG run of an experiment uses, its seed, trial ids and Asset."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from airflow.sdk import Asset
+
+from airflow_trials.core.resources import Resources
+from airflow_trials.core.search import validate_search_space
+
+
+def run_seed(experiment_name: str, dag_id: str, run_id: str) -> int:
+    """The seed of a DAG run's configs when none is given: the same run always suggests the same."""
+    return int(hashlib.sha1(f"{experiment_name}\0{dag_id}\0{run_id}".encode()).hexdigest()[:8], 16)
+
+
+def trial_ids(experiment_name: str, dag_id: str, run_id: str, count: int) -> list[str]:
+    prefix = hashlib.sha1(f"{experiment_name}\0{dag_id}\0{run_id}".encode()).hexdigest()[:12]
+    return [f"r{prefix}-{i:04d}" for i in range(count)]
+
+
+def best_trial_asset(experiment_name: str) -> Asset:
+    """The Asset the experiment updates with its best trial (schedule downstream DAGs on it)."""
+    return Asset(name=f"{experiment_name}_best_trial", uri=f"airflow-trials://{experiment_name}/best")
+
+
+#: The settings a ``from_params`` function may return for one DAG run.
+PARAM_SETTINGS = ("search_space", "num_samples", "metric", "mode", "stop", "resources_per_trial", "max_failures")
+
+
+@dataclasses.dataclass(frozen=True)
+class ExperimentSettings:
+    """What one DAG run of an experiment uses: the DAG file's values, with ``from_params`` applied.
+
+    Build it with :meth:`checked` (messages name the experiment) or :meth:`validated`, which
+    validate every field.
+    """
+
+    search_space: dict[str, Any]
+    num_samples: int
+    metric: str
+    mode: str
+    stop: dict[str, float] | None
+    resources: Resources
+    max_failures: int
+
+    @classmethod
+    def checked(cls, experiment_name: str, **settings: Any) -> ExperimentSettings:
+        """:meth:`validated`, its ValueError prefixed with ``Experiment <experiment_name>:``."""
+        try:
+            return cls.validated(**settings)
+        except ValueError as e:
+            raise ValueError(f"Experiment {experiment_name}: {e}") from e
+
+    @classmethod
+    def validated(
+        cls,
+        *,
+        search_space: Mapping[str, Any],
+        num_samples: int,
+        metric: str,
+        mode: str,
+        stop: Mapping[str, float] | None,
+        resources_per_trial: Mapping[str, Any] | Resources | None,
+        max_failures: int,
+    ) -> ExperimentSettings:
+        """Validate and build; raises ValueError naming the setting, the bad value and the fix."""
+        validate_search_space(search_space)
+        if mode not in ("min", "max"):
+            raise ValueError(f"mode must be 'min' or 'max', got {mode!r}.")
+        if not isinstance(metric, str) or not metric:
+            raise ValueError(f"metric must be the name of a reported metric, got {metric!r}.")
+        if not cls._is_int(num_samples) or num_samples < 1:
+            raise ValueError(f"num_samples must be an integer >= 1 such as 4 (not 4.0), got {num_samples!r}.")
+        cls._check_trial_count(search_space, num_samples)
+        if stop is not None and (
+            not isinstance(stop, Mapping)
+            or not all(isinstance(k, str) and cls._is_finite(v) for k, v in stop.items())
+        ):
+            raise ValueError(f"stop must map metric names to finite numbers, got {stop!r}.")
+        if not cls._is_int(max_failures) or max_failures < -1:
+            raise ValueError(f"max_failures must be -1 (unlimited) or an integer >= 0, got {max_failures!r}.")
+        return cls(dict(search_space), num_samples, metric, mode, dict(stop) if stop else None,
+                   cls._checked_resources(resources_per_trial), max_failures)
+
+    @staticmethod
+    def _is_int(value: Any) -> bool:
+        # JSON has one number type: a conf's 4.0 arrives as a float, and bool is an int subclass.
+        return isinstance(value, int) and not isinstance(value, bool)
+
+    @staticmethod
+    def _is_finite(value: Any) -> bool:
+        import math
+
+        return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+    @staticmethod
+    def _check_trial_count(search_space: Mapping[str, Any], num_samples: int) -> None:
+        # suggest_configs' list becomes the trial tasks' mapped instances, and Airflow fails a task
+        # whose list is longer than this, after the experiment run is written: refuse it first.
+        from airflow.sdk.configuration import conf
+
+        from airflow_trials.core.search import count_configs
+
+        limit = conf.getint("core", "max_map_length", fallback=1024)
+        total = count_configs(search_space, num_samples)
+        if total > limit:
+            grids = total // num_samples
+            made = f"num_samples {num_samples}" + (f" x {grids} grid combinations" if grids > 1 else "")
+            fix = f"ask for at most {limit // grids} samples" if grids <= limit else "use fewer grid_search values"
+            raise ValueError(
+                f"{made} is {total} trials, more than {limit}, the most one mapped task may have "
+                f"(Airflow's [core] max_map_length); {fix}."
+            )
+
+    @staticmethod
+    def _checked_resources(spec: Mapping[str, Any] | Resources | None) -> Resources:
+        try:
+            resources = Resources.from_dict(spec)
+        except OverflowError as e:  # an infinite amount, when Resources converts it to Ray's units
+            raise ValueError(f"resources_per_trial must hold finite amounts >= 0, got {spec!r}.") from e
+        except ValueError as e:  # NaN fails the same conversion with a ValueError
+            raise ValueError(f"resources_per_trial must hold finite amounts >= 0, got {spec!r} ({e}).") from e
+        if not resources.is_nonnegative():
+            raise ValueError(f"resources_per_trial must hold finite amounts >= 0, got {spec!r}.")
+        return resources
+
+    def as_kwargs(self) -> dict[str, Any]:
+        return {"search_space": self.search_space, "num_samples": self.num_samples, "metric": self.metric,
+                "mode": self.mode, "stop": self.stop, "resources_per_trial": self.resources,
+                "max_failures": self.max_failures}
+
+    @property
+    def checkpoint_score_attr(self) -> str:
+        return self.metric if self.mode == "max" else f"min-{self.metric}"
+
+
+def _gpu_key(gpu: float) -> str:
+    """``0.25`` -> ``"0_25"``, ``1.0`` -> ``"1"``: the suffix of a GPU class's trial task id."""
+    return f"{gpu:g}".replace(".", "_")
+
+
+def _gpu_classes(
+    experiment_name: str, gpu: float, gpu_pool: str | None, choices: Sequence[float] | None
+) -> list[float]:
+    """The GPUs per trial that get a trial task of their own (one, unless choices are given)."""
+    if choices is None:
+        return [gpu]
+    where = f"Experiment {experiment_name}: gpus_per_trial_choices"
+    if not gpu_pool:
+        raise ValueError(f"{where} only matter with a gpu_pool (they set pool slots); pass gpu_pool= or drop them.")
+    classes = sorted({float(c) for c in choices})
+    if not classes or any(c < 0 for c in classes):
+        raise ValueError(f"{where} must be non-empty and >= 0, got {list(choices)!r}.")
+    if gpu not in classes:
+        raise ValueError(f"{where} {classes} must include resources_per_trial's gpu ({gpu:g}), the default.")
+    return classes

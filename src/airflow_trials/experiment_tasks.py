@@ -1,0 +1,269 @@
+"""TuningPlan: what ``tuning_experiment`` declared, and the bodies of its suggest, trial and select tasks."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from airflow.sdk import Asset
+from airflow.sdk.exceptions import AirflowFailException
+
+from airflow_trials.core.fate import Transition
+from airflow_trials.core.search import generate_configs
+from airflow_trials.core.trial import Trial
+from airflow_trials.experiment_settings import (
+    PARAM_SETTINGS,
+    ExperimentSettings,
+    run_seed,
+    trial_ids,
+)
+from airflow_trials.hooks.trials import TrialsHook
+from airflow_trials.operators.trial import RunTrialOperator, task_retries
+from airflow_trials.pools import gpu_pool_slots
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class TuningPlan:
+    """One experiment as the DAG file declares it (see :func:`~airflow_trials.experiment.tuning_experiment`
+    for each field), and what its tasks do with it at run time.
+
+    **Settings from the DAG run's params.** ``from_params(params)`` returns, for each run, values
+    that replace any of :data:`~airflow_trials.experiment_settings.PARAM_SETTINGS`. The trainable
+    is never among them: params choose values, not code. :meth:`settings_for_run` validates them
+    before anything starts or is written, and fails the run, naming the setting, if one is out of
+    range. Airflow fixes ``retries`` and pool slots when it creates a task instance, so the DAG
+    file's ``max_failures`` is the most a run may ask for (the operator stops retrying at the
+    run's own value), and a run's GPUs per trial must be one of the GPU classes.
+    """
+
+    experiment_name: str
+    trainable: str
+    settings: ExperimentSettings
+    gpu_classes: list[float]
+    asset: Asset
+    seed: int | None
+    retry_delay: dt.timedelta | None
+    checkpoint_freq: int
+    checkpoint_at_end: bool
+    keep_checkpoints_num: int | None
+    checkpoint_score_attr: str | None
+    gpu_pool: str | None
+    slots_per_gpu: int
+    from_params: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None
+    ray_conn_id: str
+    trials_conn_id: str
+    poll_interval_seconds: float
+    deferrable: bool
+
+    # -- settings ----------------------------------------------------------------------------
+
+    def settings_for_run(self, context: Mapping[str, Any]) -> ExperimentSettings:
+        """The DAG file's settings with this run's ``from_params`` applied and checked."""
+        if self.from_params is None:
+            return self.settings
+        try:
+            params = dict(context["params"])
+            _check_params(params, context)
+            overrides = self.from_params(params)
+            if not isinstance(overrides, Mapping):
+                raise ValueError(f"from_params must return a dict of settings, got {type(overrides).__name__}")
+            unknown = sorted(set(overrides) - set(PARAM_SETTINGS))
+            if unknown:
+                raise ValueError(f"from_params returned {unknown}; it may set only {list(PARAM_SETTINGS)}")
+            run = ExperimentSettings.validated(**{**self.settings.as_kwargs(), **overrides})
+            self._check_fixed_at_parse_time(run)
+        except (ValueError, TypeError, KeyError) as e:
+            raise AirflowFailException(
+                f"Experiment {self.experiment_name}, DAG run {context['ti'].run_id}: the run's params are "
+                f"refused: {str(e).rstrip('.')}. No trial was started and nothing was written; trigger the "
+                "DAG again with corrected params."
+            ) from e
+        return run
+
+    def _check_fixed_at_parse_time(self, run: ExperimentSettings) -> None:
+        if self.settings.max_failures >= 0 and not 0 <= run.max_failures <= self.settings.max_failures:
+            raise ValueError(
+                f"max_failures {run.max_failures} is above {self.settings.max_failures}, the DAG file's "
+                "max_failures, which sets the trial tasks' retries; ask for at most that"
+            )
+        if self.gpu_pool and run.resources.gpu not in self.gpu_classes:
+            raise ValueError(
+                f"{run.resources.gpu:g} GPUs per trial is not one of {[f'{g:g}' for g in self.gpu_classes]}, "
+                "the GPU pool's trial classes (gpus_per_trial_choices); pick one of those"
+            )
+
+    # -- suggest_configs -----------------------------------------------------------------------
+
+    def suggest(self, context: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Generate the run's configs, check them and the cluster, register the experiment run;
+        one mapped-argument dict per trial."""
+        from airflow_trials.execution.trainable import load_trainable
+
+        ti = context["ti"]
+        run = self.settings_for_run(context)
+        load_trainable(self.trainable)  # unknown path: fail before any Ray or DB work
+        seed = self.seed if self.seed is not None else run_seed(self.experiment_name, ti.dag_id, ti.run_id)
+        configs = generate_configs(run.search_space, run.num_samples, seed)
+        ids = trial_ids(self.experiment_name, ti.dag_id, ti.run_id, len(configs))
+        # Validate every trial (ids, JSON configs) and the cluster's capacity before writing.
+        trials = [Trial(self.trainable, c, trial_id=i, experiment_name=self.experiment_name,
+                        resources=run.resources, stopping_criterion=run.stop)
+                  for i, c in zip(ids, configs, strict=True)]
+        hook = TrialsHook(self.ray_conn_id, self.trials_conn_id)
+        hook.get_executor().check_fits_cluster(trials[0])
+        store = hook.get_store()
+        try:
+            store.ensure_experiment(self.experiment_name, metric=run.metric, mode=run.mode)
+            run_pk = store.create_experiment_run(
+                self.experiment_name, ti.run_id, dag_id=ti.dag_id, run_id=ti.run_id,
+                search_space=run.search_space, seed=seed, num_samples=run.num_samples,
+            )
+        finally:
+            store.dispose()
+        # Settings that vary by run travel with each trial (they are mapped arguments).
+        per_run = self._per_trial_settings(run) if self.from_params is not None else {}
+        return [{"trial_id": t.trial_id, "config": t.config, "experiment_run_id": run_pk, **per_run}
+                for t in trials]
+
+    def _per_trial_settings(self, settings: ExperimentSettings) -> dict[str, Any]:
+        return {
+            "resources_per_trial": settings.resources.to_dict(),
+            "stopping_criterion": settings.stop,
+            "max_failures": settings.max_failures,
+            "checkpoint_score_attr": self.checkpoint_score_attr or settings.checkpoint_score_attr,
+        }
+
+    # -- trial tasks ---------------------------------------------------------------------------
+
+    def trial_task(self, task_id: str, gpu: float, suggested: Any) -> Any:
+        """The mapped RunTrialOperator of one GPU class, one task instance per suggested trial."""
+        common: dict[str, Any] = {
+            "trainable": self.trainable,
+            "experiment_name": self.experiment_name,
+            "checkpoint_freq": self.checkpoint_freq,
+            "checkpoint_at_end": self.checkpoint_at_end,
+            "keep_checkpoints_num": self.keep_checkpoints_num,
+            "retries": task_retries(self.settings.max_failures),
+            "ray_conn_id": self.ray_conn_id,
+            "trials_conn_id": self.trials_conn_id,
+            "poll_interval_seconds": self.poll_interval_seconds,
+            "deferrable": self.deferrable,
+            "map_index_template": "{{ task.trial_id }}",
+        }
+        if self.from_params is None:
+            common.update(self._per_trial_settings(self.settings))
+        if self.retry_delay is not None:
+            common["retry_delay"] = self.retry_delay
+        if self.gpu_pool and gpu > 0:
+            # Mapped tasks take pool and slots from these partial arguments, fixed per task.
+            common.update(pool=self.gpu_pool, pool_slots=gpu_pool_slots(gpu, self.slots_per_gpu))
+        return RunTrialOperator.partial(task_id=task_id, **common).expand_kwargs(suggested)
+
+    # -- select_best ---------------------------------------------------------------------------
+
+    def select_best(self, suggested: Sequence[Mapping[str, Any]] | None, context: Mapping[str, Any]) -> dict[str, Any]:
+        """Record the run's trial ends, finish the experiment run, and return its best trial."""
+        run_id = context["ti"].run_id
+        if not suggested:
+            raise AirflowFailException(
+                f"Experiment {self.experiment_name}: suggest_configs produced no trials in run "
+                f"{run_id}; see its log for the reason."
+            )
+        run = self.settings_for_run(context)
+        run_pk = suggested[0]["experiment_run_id"]
+        hook = TrialsHook(self.ray_conn_id, self.trials_conn_id)
+        store = hook.get_store()
+        try:
+            counts = reconcile_trial_ends(hook, store, self.experiment_name, run_pk, [s["trial_id"] for s in suggested])
+            board = store.leaderboard(run_pk, run.metric, run.mode)
+            finished = [r for r in board if r.status.value == "TERMINATED" and r.best_value is not None]
+            store.finish_experiment_run(run_pk, "SUCCESS" if finished else "FAILED")
+        finally:
+            store.dispose()
+        if not finished:
+            raise AirflowFailException(
+                f"Experiment {self.experiment_name}: no trial of run {run_id} finished "
+                f"with metric {run.metric!r} ({_describe(counts)}); see the trial tasks' logs."
+            )
+        top = finished[0]
+        return {
+            "experiment_name": self.experiment_name, "experiment_run_id": run_pk, "trial_id": top.trial_id,
+            "config": top.config, "metric": run.metric, "mode": run.mode, "value": top.best_value,
+            "iteration": top.best_iteration, "checkpoint": top.checkpoint_path,
+            "finished_trials": len(finished), "failed_trials": counts["failed"],
+            "never_ran_trials": counts["never_ran"], "trials": len(suggested),
+        }
+
+
+def _check_params(params: Mapping[str, Any], context: Mapping[str, Any]) -> None:
+    """Refuse what the trigger form's JSON Schema lets through: NaN, conf keys that are no param
+    (they would be ignored while the caller believes they chose something), floats for counts."""
+    for key, value in sorted(params.items()):
+        # No JSON Schema range keyword refuses NaN: every comparison with it is false.
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"param {key} is {value!r}, not a finite number; set it to a finite number")
+    dag = context.get("dag")  # absent only from hand-made contexts: then the values alone are checked
+    if dag is None:
+        return
+    declared = set(dag.params)
+    ignored = sorted(set(getattr(context.get("dag_run"), "conf", None) or {}) - declared)
+    if ignored:
+        raise ValueError(
+            f"conf keys {ignored} are not params of this DAG and would be ignored (the "
+            f"trainable, the search space and the experiment name are fixed in the DAG file); "
+            f"the trigger form accepts only {sorted(declared)}, so leave out {ignored}"
+        )
+    for key in sorted(declared & set(params)):
+        kinds = dag.params.get_param(key).schema.get("type")
+        kinds = kinds if isinstance(kinds, list) else [kinds]
+        # JSON Schema counts 4.0 as an integer; a count must be sent as 4.
+        if isinstance(params[key], float) and "integer" in kinds and "number" not in kinds:
+            raise ValueError(
+                f"param {key} is {params[key]!r}, a float, but it must be an integer; send {round(params[key])}"
+            )
+
+
+def reconcile_trial_ends(
+    hook: TrialsHook, store: Any, experiment_name: str, run_pk: int, trial_ids: Sequence[str]
+) -> dict[str, int]:
+    """Make the store tell the truth once every trial task of a run is done, and count the ends.
+
+    A trial still PENDING, RUNNING or PAUSED here lost its task for good (a worker killed, a
+    trigger that failed) without its end being recorded: it is stopped on Ray, if anything of it
+    is left there, and recorded as ERROR. A suggested trial the store never saw never ran.
+    Returns counts of ``finished`` (TERMINATED), ``failed`` (ERROR) and ``never_ran`` trials.
+    """
+    records = {r.trial_id: r for r in store.list_trials(experiment_run_id=run_pk)}
+    stuck = [r for r in records.values() if not r.status.is_terminal()]
+    if stuck:
+        executor = hook.get_executor()
+        for record in stuck:
+            executor.terminate(experiment_name, record.trial_id)
+            store.record_transition(
+                record.trial_id, Transition.ABANDONED,
+                why=(
+                    f"Trial {record.trial_id} of experiment {experiment_name} was still {record.status.value} when "
+                    f"every trial task of its run had ended: its task (try {record.try_number}) failed without "
+                    "recording the trial's end. It was stopped on Ray; see that task's log for the cause."
+                ),
+            )
+        log.warning("Recorded %d trial(s) whose tasks ended without recording their end as ERROR: %s",
+                    len(stuck), ", ".join(r.trial_id for r in stuck))
+    statuses = [r.status.value for r in store.list_trials(experiment_run_id=run_pk)]
+    counts = {
+        "finished": statuses.count("TERMINATED"),
+        "failed": statuses.count("ERROR"),
+        "never_ran": len(set(trial_ids) - set(records)),
+    }
+    log.info("Experiment %s, run %s: %s.", experiment_name, run_pk, _describe(counts))
+    return counts
+
+
+def _describe(counts: Mapping[str, int]) -> str:
+    return f"{counts['finished']} trial(s) finished, {counts['failed']} failed, {counts['never_ran']} never ran"
