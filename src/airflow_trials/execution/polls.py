@@ -1,0 +1,205 @@
+"""What a trial watch is made of, on either path: the poll futures, the progress tracker, the
+write counter and event-loop lag probe, and :class:`DirectTrialWatch`, the unbatched path that
+``execution/poller.py``'s shared poller is measured against."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_trials.store.store import TrialProgress, TrialStore
+
+log = logging.getLogger(__name__)
+
+STATS_INTERVAL_SECONDS = 60.0
+LAG_PROBE_SECONDS = 0.02
+
+Snapshot = dict[str, Any]
+
+
+class RayNotAnswering(Exception):  # noqa: N818 - reads as what happened, like Ray's own errors
+    """Ray failed the poller's calls as a whole, not one actor's: it is down or reconnecting."""
+
+
+class Poll:
+    """One poll of one trial, as its trigger sees it (futures of the trigger's event loop).
+
+    :param loop: the trigger's event loop.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.answered: asyncio.Future[Snapshot] = loop.create_future()
+        self.recorded: asyncio.Future[None] = loop.create_future()
+
+
+@dataclass
+class TrialProgressTracker:
+    """What of one trial's progress the store has: results seen, checkpoints recorded, placed.
+
+    :param trial_id: the trial.
+    :param seen: results recorded so far (the actor's ``poll(since=...)``); default 0.
+    """
+
+    trial_id: str
+    seen: int = 0
+    recorded: set[str] = field(default_factory=set)
+    placed: bool = False
+
+    def progress(self, snapshot: Snapshot) -> TrialProgress | None:
+        """What ``snapshot`` adds to the store, or None when it adds nothing."""
+        kept = {c["path"]: c for c in snapshot["checkpoints"]}
+        item = TrialProgress(
+            self.trial_id,
+            results=snapshot["results"],
+            new_checkpoints=[(p, c["iteration"], c["score"]) for p, c in kept.items() if p not in self.recorded],
+            deleted_checkpoints=sorted(self.recorded - kept.keys()),
+            running=not self.placed,
+        )
+        if not (item.results or item.new_checkpoints or item.deleted_checkpoints or item.running):
+            return None
+        return item
+
+    def written(self, item: TrialProgress | None) -> None:
+        """The store committed ``item``."""
+        self.placed = True
+        if item is None:
+            return
+        self.seen += len(item.results)
+        self.recorded.update(path for path, _, _ in item.new_checkpoints)
+        self.recorded.difference_update(item.deleted_checkpoints)
+
+
+def _drop(poll: Poll | None) -> None:
+    """Nobody awaits this poll any more: its late outcome is not an unretrieved error."""
+    if poll is not None:
+        poll.answered.cancel()
+        poll.recorded.cancel()
+
+
+def _settle(future: asyncio.Future[Any], value: Any = None, error: BaseException | None = None) -> None:
+    """Resolve ``future`` unless its watch was closed meanwhile; on the future's loop."""
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(value)
+
+
+def _deliver(loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any], value: Any = None, *,
+             error: BaseException | None = None) -> None:
+    loop.call_soon_threadsafe(_settle, future, value, error)
+
+
+class WriteCounter:
+    """Store transactions and new results of this process's trial watches (both paths), for the
+    loop probe's log line."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._transactions = self._rows = 0
+
+    def add(self, rows: int) -> None:
+        with self._lock:
+            self._transactions += 1
+            self._rows += rows
+
+    def take(self) -> tuple[int, int]:
+        """Transactions and new results since the last call."""
+        with self._lock:
+            counts = (self._transactions, self._rows)
+            self._transactions = self._rows = 0
+            return counts
+
+
+WRITES = WriteCounter()
+_PROBES: dict[asyncio.AbstractEventLoop, asyncio.Task[None]] = {}
+
+
+def ensure_lag_probe() -> None:
+    """Measure the running event loop's lag for as long as it runs (once per loop): a
+    ``LAG_PROBE_SECONDS`` sleep that wakes late shows how long something held the loop. Logs the
+    longest lag every ``STATS_INTERVAL_SECONDS``; costs about 50 wake-ups a second."""
+    loop = asyncio.get_running_loop()
+    if loop in _PROBES:
+        return
+    # A context of its own: the triggerer sends what a trigger's context logs to that task's log.
+    probe = _PROBES[loop] = loop.create_task(_probe_lag(loop), context=contextvars.Context())
+    probe.add_done_callback(lambda _: _PROBES.pop(loop, None))
+
+
+async def _probe_lag(loop: asyncio.AbstractEventLoop) -> None:
+    longest = 0.0
+    since = loop.time()
+    while True:
+        expected = loop.time() + LAG_PROBE_SECONDS
+        await asyncio.sleep(LAG_PROBE_SECONDS)
+        now = loop.time()
+        longest = max(longest, now - expected)
+        if now - since >= STATS_INTERVAL_SECONDS:
+            transactions, rows = WRITES.take()
+            log.info("Trigger event loop: longest lag %.1f ms over %.0f s; trial store writes: %d "
+                     "transactions, %d new results", 1000 * longest, now - since, transactions, rows)
+            longest, since = 0.0, now
+
+
+class DirectTrialWatch:
+    """The unbatched path, kept to measure the poller against (``bench/triggerer_load.py``): the
+    trigger sends its own polls and awaits their ObjectRefs on the event loop, and writes each
+    poll's progress in a thread of its own, one transaction per trial and poll. Same interface
+    as :class:`TrialWatch`; TrialTrigger uses it only when batched polls are switched off.
+
+    :param trial_id: the trial.
+    :param actor: its Ray actor handle.
+    :param store: the trials store its progress goes to.
+    :param wait_seconds: how long the actor may hold a poll open waiting for the trial to end.
+    """
+
+    def __init__(self, trial_id: str, actor: Any, store: TrialStore, wait_seconds: float) -> None:
+        self.trial_id = trial_id
+        self.wait_seconds = wait_seconds
+        self.tracker = TrialProgressTracker(trial_id)
+        self._actor = actor
+        self._store = store
+        self._current: Poll | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def poll(self) -> Poll:
+        if self._current is None or self._current.answered.done():
+            self._current = Poll(asyncio.get_running_loop())
+            self._task = asyncio.ensure_future(self._run(self._current, self._actor))
+        return self._current
+
+    def set_actor(self, actor: Any) -> None:
+        same = self._actor._actor_id == actor._actor_id
+        self._actor = actor
+        if not same and self._current is not None and not self._current.answered.done():
+            if self._task is not None:
+                self._task.cancel()
+            self._task = asyncio.ensure_future(self._run(self._current, actor))
+
+    def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+        _drop(self._current)
+
+    async def _run(self, poll: Poll, actor: Any) -> None:
+        try:
+            snapshot: Snapshot = await actor.poll.remote(self.tracker.seen, self.wait_seconds)
+        except Exception as e:
+            _settle(poll.answered, error=e)
+            return
+        _settle(poll.answered, snapshot)
+        item = self.tracker.progress(snapshot)
+        try:
+            if item is not None:
+                WRITES.add(await asyncio.to_thread(self._store.record_progress, [item]))
+        except Exception as e:
+            _settle(poll.recorded, error=e)
+            return
+        self.tracker.written(item)
+        _settle(poll.recorded)
