@@ -12,10 +12,10 @@ from airflow_trials.core.trial import validate_name
 from airflow_trials.experiment_settings import (
     PARAM_SETTINGS,
     ExperimentSettings,
-    _gpu_classes,
-    _gpu_key,
     best_trial_asset,
+    gpu_task_suffix,
     run_seed,
+    trial_gpu_classes,
     trial_ids,
 )
 from airflow_trials.experiment_tasks import TuningPlan, reconcile_trial_ends
@@ -83,7 +83,7 @@ def tuning_experiment(
         metric=metric, mode=mode, stop=stop, resources_per_trial=resources_per_trial, max_failures=max_failures)
     plan = TuningPlan(
         experiment_name=experiment_name, trainable=trainable, settings=settings,
-        gpu_classes=_gpu_classes(experiment_name, settings.resources.gpu, gpu_pool, gpus_per_trial_choices),
+        gpu_classes=trial_gpu_classes(experiment_name, settings.resources.gpu, gpu_pool, gpus_per_trial_choices),
         asset=asset or best_trial_asset(experiment_name), seed=seed, retry_delay=retry_delay,
         checkpoint_freq=checkpoint_freq, checkpoint_at_end=checkpoint_at_end,
         keep_checkpoints_num=keep_checkpoints_num, checkpoint_score_attr=checkpoint_score_attr,
@@ -107,7 +107,7 @@ def _declare_tasks(plan: TuningPlan) -> None:
         trial_tasks = [plan.trial_task("trial", plan.gpu_classes[0], suggested)]
         suggested >> trial_tasks[0]
     else:
-        by_gpu = {gpu: plan.trial_task(f"trial_gpu_{_gpu_key(gpu)}", gpu, suggested) for gpu in plan.gpu_classes}
+        by_gpu = {gpu: plan.trial_task(f"trial_gpu_{gpu_task_suffix(gpu)}", gpu, suggested) for gpu in plan.gpu_classes}
         trial_tasks = list(by_gpu.values())
 
         @task.branch(task_id="route_trials")

@@ -139,12 +139,12 @@ class ExperimentSettings:
         return self.metric if self.mode == "max" else f"min-{self.metric}"
 
 
-def _gpu_key(gpu: float) -> str:
+def gpu_task_suffix(gpu: float) -> str:
     """``0.25`` -> ``"0_25"``, ``1.0`` -> ``"1"``: the suffix of a GPU class's trial task id."""
     return f"{gpu:g}".replace(".", "_")
 
 
-def _gpu_classes(
+def trial_gpu_classes(
     experiment_name: str, gpu: float, gpu_pool: str | None, choices: Sequence[float] | None
 ) -> list[float]:
     """The GPUs per trial that get a trial task of their own (one, unless choices are given)."""
