@@ -86,6 +86,10 @@ def test_reuse_actors_goes_through_reset_config(ray_cluster, storage):
     assert result["pid"] == pid and result["trial_id"] == "b" and result["training_iteration"] == 1
     resets = ray.get(executor.get_actor(second).execute.remote(lambda t: (t.resets, t.config, t.trial_id)))
     assert resets == (1, {"x": 1}, "b")
+    # The actor now hosts "b": no Ray name says it is "a"'s (a name is fixed at creation).
+    assert find_trial_actor("exp", "a") is None
+    [name] = live_trial_actors()
+    assert name.startswith("trial.exp.slot-"), name
     executor.stop_trial(second)
     executor.cleanup()
     assert live_trial_actors() == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import ray
@@ -27,10 +28,21 @@ def actor_name(experiment_name: str, trial_id: str) -> str:
     return f"trial.{experiment_name}.{trial_id}"
 
 
+def slot_name(experiment_name: str) -> str:
+    """The Ray name of an actor or placement group that serves several trials in turn (actor or
+    placement-group reuse): a Ray name cannot change, so it names no trial, only the experiment."""
+    return f"trial.{experiment_name}.slot-{uuid.uuid4().hex[:12]}"
+
+
 def find_trial_actor(
     experiment_name: str, trial_id: str, namespace: str = DEFAULT_NAMESPACE
 ) -> ActorHandle | None:
-    """The live actor of a trial started by any process, or None when there is none."""
+    """The live actor of a trial started by any process, or None when there is none.
+
+    A trial that runs in a reused actor (``TrialRunner(reuse_actors=True)``) is not found by
+    name: its actor is named for its slot (:func:`slot_name`), since it hosts several trials in
+    turn; ask that runner's executor (``get_actor``) instead.
+    """
     try:
         return ray.get_actor(actor_name(experiment_name, trial_id), namespace=namespace)
     except ValueError:
@@ -61,8 +73,12 @@ def create_trial_actor(
     detached: bool,
     capture_output: bool,
     autorun: Autorun | None = None,
+    name: str | None = None,
 ) -> ActorHandle:
     """A named TrialActor for ``trial`` holding its resources, in bundle 0 of ``pg`` when given.
+
+    Its Ray name is :func:`actor_name` of the trial unless ``name`` says otherwise (a reusable
+    actor's :func:`slot_name`).
 
     Creation does not wait for Ray to place the actor. With ``autorun`` the actor starts the trial
     from its constructor, so the trial runs once Ray places it, whoever is still listening.
@@ -72,7 +88,7 @@ def create_trial_actor(
         "num_cpus": res.cpu,
         "num_gpus": res.gpu,
         "max_restarts": 0,
-        "name": actor_name(trial.experiment_name, trial.trial_id),
+        "name": name or actor_name(trial.experiment_name, trial.trial_id),
         "namespace": namespace,
     }
     if res.memory:

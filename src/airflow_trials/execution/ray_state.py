@@ -6,6 +6,10 @@ the whole process with a C++ check failure once the GCS it talks to has restarte
 trigger calls must read the GCS through the core worker's ``GcsClient`` instead, which raises a
 Python error. Everything here does; :func:`remove_placement_groups_named` is the one exception
 (there is no other lookup of a placement group by name) and is for short-lived task processes only.
+
+Ray's public State API (``ray.util.state.get_actor``) would give the same records, but it asks
+Ray's dashboard, which a head started without it (``include_dashboard=False``, as the tests and
+many clusters run) does not have, and it waits on HTTP. So the reads stay on the GCS client.
 """
 
 from __future__ import annotations

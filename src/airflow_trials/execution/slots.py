@@ -10,7 +10,7 @@ from ray.util.placement_group import PlacementGroup, placement_group, remove_pla
 
 from airflow_trials.core.resources import Resources
 from airflow_trials.core.trial import Trial
-from airflow_trials.execution.handles import Autorun, actor_name, create_trial_actor, trial_spec
+from airflow_trials.execution.handles import Autorun, actor_name, create_trial_actor, slot_name, trial_spec
 from airflow_trials.execution.ray_state import kill_actor
 from airflow_trials.execution.storage import TrialStorage
 
@@ -82,7 +82,7 @@ class SlotPool:
         if bundle:
             pg = placement_group(
                 [bundle],
-                name=actor_name(trial.experiment_name, trial.trial_id),
+                name=self._name(trial, self.reuse_placement_groups),
                 lifetime="detached" if self.detached else None,
             )
         slot = Slot(trial.resources, pg)
@@ -92,8 +92,14 @@ class SlotPool:
     def _create_actor(self, trial: Trial, pg: PlacementGroup | None, autorun: Autorun | None) -> ActorHandle:
         return create_trial_actor(
             trial, pg, self.storage, namespace=self.namespace, detached=self.detached,
-            capture_output=self.capture_output, autorun=autorun,
+            capture_output=self.capture_output, autorun=autorun, name=self._name(trial, self.reuse_actors),
         )
+
+    @staticmethod
+    def _name(trial: Trial, reusable: bool) -> str:
+        """The Ray name of what is created for ``trial``: the trial's own unless it may serve later
+        trials too, whose names it cannot take (Ray names are fixed at creation)."""
+        return slot_name(trial.experiment_name) if reusable else actor_name(trial.experiment_name, trial.trial_id)
 
     def give_back(self, slot: Slot, *, reusable: bool, idle: bool) -> None:
         """Cache the slot of a finished trial for reuse, or kill its actor and remove its group.

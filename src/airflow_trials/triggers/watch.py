@@ -1,0 +1,256 @@
+"""TrialWatch: one TrialTrigger run's hold on its trial's Ray actor, until the trial ends."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
+from airflow_trials.core.end import TrialEnd
+from airflow_trials.core.status import TrialStatus
+from airflow_trials.exceptions import StoreError
+
+if TYPE_CHECKING:
+    from airflow_trials.hooks.trials import TrialsHook
+    from airflow_trials.store import TrialStore
+    from airflow_trials.triggers.trial import TrialTrigger
+
+# Slack over a poll's own wait before an unanswered poll counts as Ray not answering.
+POLL_GRACE_SECONDS = 30.0
+# "0" in the triggerer's environment: each trigger polls its own actor from the event loop and
+# writes its own progress (the path before the shared poller), to measure the poller against.
+BATCHED_POLLS_ENV = "AIRFLOW_TRIALS_BATCHED_POLLS"
+
+
+class Ended(Exception):
+    """Raised inside a watch with the event that ends it."""
+
+    def __init__(self, event: dict[str, Any]) -> None:
+        super().__init__(event["status"])
+        self.event = event
+
+
+class TrialWatch:
+    """One trigger run's hold on its trial: the actor, its registration with the poller, and how
+    to free it.
+
+    Every Ray call runs on the poller's thread or in a thread of its own, is awaited with a bound,
+    and reads the GCS only in ways that survive a GCS restart, so neither a hung Ray nor a
+    restarted one stalls or kills the triggerer: an actor that stops answering is re-attached
+    (reconnecting to a restarted cluster); one that is gone ends the watch with an ERROR event.
+    """
+
+    def __init__(self, trigger: TrialTrigger, hook: TrialsHook, store: TrialStore) -> None:
+        self.trigger = trigger
+        self.hook = hook
+        self.store = store
+        self.executor: Any = None
+        self.actor: Any = None
+        self.placement_group_id: str | None = None
+        self.placed = False
+        self.polls: Any = None  # TrialWatch (the shared poller) or DirectTrialWatch
+        self.unanswered_since: float | None = None
+
+    async def until_end(self) -> dict[str, Any]:
+        """Record the trial's results until it ends; the end event (TERMINATED, or ERROR)."""
+        trigger = self.trigger
+        try:
+            await self._attach()
+            while True:
+                asked = time.monotonic()
+                poll, snapshot = await self._next_snapshot()
+                await self._record(poll)
+                if TrialStatus(snapshot["status"]).is_terminal():
+                    return await self._ended(snapshot)
+                # The actor waits for us; if it answered early (it is not running its loop), pace.
+                await asyncio.sleep(max(0.0, trigger.poll_interval_seconds - (time.monotonic() - asked)))
+        except Ended as end:
+            return end.event
+
+    def close(self) -> None:
+        """Stop polling (the trial keeps running); safe to call more than once."""
+        if self.polls is not None:
+            self.polls.close()
+            self.polls = None
+
+    async def release(self) -> None:
+        """Kill the trial's actor and remove its placement group (best effort)."""
+        try:
+            executor = self.executor or await asyncio.to_thread(self.hook.get_executor)
+            await asyncio.to_thread(
+                executor.release, self.trigger.experiment_name, self.trigger.trial_id, self.placement_group_id,
+                self.actor,
+            )
+        except Exception as e:  # Ray down: its restart frees the trial's resources anyway
+            self.trigger.log.warning("Could not stop trial %s on Ray: %s", self.trigger.trial_id, e)
+
+    async def _attach(self) -> None:
+        trigger = self.trigger
+        self.actor = await self._find_actor()
+        if self.actor is None:
+            finished = await asyncio.to_thread(self._finished_in_store)
+            # Gone after it finished (this trigger ran again after the triggerer restarted, and
+            # its first run had freed the actor): report the stored end, not a failure.
+            if finished:
+                raise Ended(finished)
+            if await self._cluster_replaced():
+                raise Ended(self._lost(
+                    "the Ray cluster it was launched on is gone (a new cluster answers at Ray's address); "
+                    "its task resumes it from its latest checkpoint", infrastructure=True, released=True,
+                ))
+            raise Ended(self._lost("its Ray actor is gone (node lost or killed)"))
+        from airflow_trials.execution.ray_state import actor_info
+
+        info = await asyncio.to_thread(actor_info, self.actor)
+        self.placement_group_id = info.placement_group_id or self.placement_group_id
+        from airflow_trials.execution.poller import DirectTrialWatch, ensure_lag_probe, watch_trial
+
+        ensure_lag_probe()
+        wait_s = trigger.poll_interval_seconds
+        if os.environ.get(BATCHED_POLLS_ENV, "1") == "0":
+            self.polls = DirectTrialWatch(trigger.trial_id, self.actor, self.store, wait_s)
+        else:
+            self.polls = watch_trial(trigger.trial_id, self.actor, self.store.url, wait_s)
+
+    async def _cluster_replaced(self) -> bool:
+        """Is this process now connected to another Ray cluster than the trial was launched on?"""
+        from airflow_trials.execution.ray_state import current_cluster_id
+
+        launched_on = self.trigger.ray_cluster_id
+        now = await asyncio.to_thread(current_cluster_id)
+        return launched_on is not None and now is not None and now != launched_on
+
+    async def _find_actor(self) -> Any:
+        """The trial's actor, or None when it is gone, once Ray answers (reconnecting this process
+        if the cluster at Ray's address restarted)."""
+        trigger = self.trigger
+        while True:
+            try:
+                self.executor = await asyncio.to_thread(self.hook.get_executor, verify=True)
+                return await asyncio.to_thread(self.executor.attach, trigger.experiment_name, trigger.trial_id)
+            except Exception as e:  # Ray down, or answering with errors while it restarts
+                await self._ray_not_answering(e)
+
+    async def _next_snapshot(self) -> tuple[Any, dict[str, Any]]:
+        """The next poll that Ray answered, and its snapshot."""
+        from ray.exceptions import ActorUnavailableError, RayActorError
+
+        from airflow_trials.execution.poller import RayNotAnswering
+
+        wait_s = self.trigger.poll_interval_seconds
+        while True:
+            # Answered once Ray has placed the actor (a queued trial waits here, deferred), then
+            # after poll_interval_seconds or as soon as the trial ends. A poll that times out is
+            # awaited again rather than sent again, so a queued actor's calls do not pile up.
+            poll = self.polls.poll()
+            answered, _ = await asyncio.wait({poll.answered}, timeout=wait_s + POLL_GRACE_SECONDS)
+            try:
+                if not answered:
+                    raise TimeoutError(f"no answer to a poll within {wait_s + POLL_GRACE_SECONDS:.0f} s")
+                snapshot: dict[str, Any] = poll.answered.result()
+            except TimeoutError as e:
+                if self.placed:  # a queued trial is not expected to answer: only check Ray is there
+                    await self._ray_not_answering(e)
+                await self._reattach()
+                continue
+            except (ActorUnavailableError, RayNotAnswering) as e:
+                await self._ray_not_answering(e)
+                await self._reattach()
+                continue
+            except RayActorError as e:  # the actor died under us
+                raise Ended(await self._died(e)) from e
+            self.unanswered_since = None
+            return poll, snapshot
+
+    async def _ray_not_answering(self, error: BaseException) -> None:
+        """Wait a little, or end the watch once Ray has not answered for too long."""
+        trigger = self.trigger
+        now = time.monotonic()
+        self.unanswered_since = self.unanswered_since or now
+        silent_s = now - self.unanswered_since
+        if silent_s > trigger.ray_outage_timeout_seconds:
+            await self.release()
+            raise Ended(self._lost(
+                f"Ray did not answer for {silent_s:.0f} s ({type(error).__name__}: {error}); its task "
+                "resumes the trial from its latest checkpoint once Ray is back",
+                infrastructure=True, released=True,
+            ))
+        trigger.log.warning(
+            "Trial %s: Ray does not answer (%s: %s); trying again (%.0f of %.0f s).",
+            trigger.trial_id, type(error).__name__, error, silent_s, trigger.ray_outage_timeout_seconds,
+        )
+        await asyncio.sleep(min(5.0, max(0.5, trigger.poll_interval_seconds)))
+
+    async def _reattach(self) -> None:
+        """Find the trial's actor again after Ray stopped answering; end the watch if it is gone."""
+        actor = await self._find_actor()
+        if actor is None:
+            await self.release()
+            raise Ended(self._lost(
+                "its Ray actor is gone: the Ray cluster restarted or the trial's node was lost; its "
+                "task resumes it from its latest checkpoint", infrastructure=True, released=True,
+            ))
+        self.polls.set_actor(actor)
+        self.actor = actor
+
+    async def _died(self, error: BaseException) -> dict[str, Any]:
+        from airflow_trials.execution.ray_state import ActorInfo, actor_info
+
+        try:
+            info = await asyncio.to_thread(actor_info, self.actor)
+        except Exception:  # the GCS is gone too: the cluster went down with the actor
+            info = ActorInfo("DEAD", None, "NODE_DIED", "The Ray GCS does not answer either.")
+        self.placement_group_id = info.placement_group_id or self.placement_group_id
+        await self.release()
+        cause = f"{info.death_reason}: {info.death_message}" if info.death_reason else str(error)
+        return self._lost(
+            f"its Ray actor died while it ran ({cause})",
+            infrastructure=info.lost_to_infrastructure, released=True,
+        )
+
+    async def _record(self, poll: Any) -> None:
+        """Wait until the poller wrote the poll's new results and checkpoints (and RUNNING, the
+        first time); a DB that fails past the store's retries stops the trial, so that its task's
+        retry resumes it from its latest recorded checkpoint."""
+        try:
+            await poll.recorded
+            self.placed = True
+        except StoreError as e:
+            await self.release()
+            raise Ended(self._lost(
+                f"its results could not be written to the trials DB ({e}); the trial was stopped on "
+                "Ray so that its task's retry resumes it from its latest recorded checkpoint",
+                released=True,
+            )) from e
+
+    def _finished_in_store(self) -> dict[str, Any] | None:
+        record = self.store.get_trial(self.trigger.trial_id)
+        if record.status is not TrialStatus.TERMINATED:
+            return None
+        return stored_end_event(self.store, self.trigger.experiment_name, record)
+
+    def _lost(self, why: str, *, infrastructure: bool = False, released: bool = False) -> dict[str, Any]:
+        """The ERROR event of a trial whose actor is gone (``infrastructure``: with its node or its
+        cluster, not because of the trial) or that this watch had to stop."""
+        return TrialEnd.lost(
+            self.trigger.trial_id, self.trigger.experiment_name, why, infrastructure=infrastructure, released=released
+        ).to_event()
+
+    async def _ended(self, snapshot: dict[str, Any]) -> dict[str, Any]:
+        # Free the trial's resources now rather than when a worker runs execute_complete, so a
+        # trial queued behind it starts at once; the event carries all execute_complete needs.
+        await self.release()
+        end = TrialEnd.from_snapshot(self.trigger.experiment_name, snapshot, released=True)
+        if end.finished:
+            # Shown as finished at once; execute_complete records the same end again, harmlessly.
+            await asyncio.to_thread(self.store.record_end, end)
+        return end.to_event()
+
+
+def stored_end_event(store: TrialStore, experiment_name: str, record: Any) -> dict[str, Any]:
+    """The TERMINATED event of a trial whose end the store holds (its actor is already gone)."""
+    latest = store.latest_checkpoint(record.trial_id)
+    return TrialEnd.stored(
+        record.trial_id, experiment_name, record.last_result, latest.path if latest else None
+    ).to_event()
