@@ -60,7 +60,7 @@ with DAG(
         events = context["triggering_asset_events"][BEST]
         best = events[-1].extra
         print(f"Best trial {best['trial_id']}: {best['metric']} = {best['value']} "
-              f"(config {best['config']}), checkpoint {best['checkpoint']}")
+              f"(config {best['config']}), best checkpoint {best['best_checkpoint']}")
         return best
 
     publish()

@@ -127,3 +127,22 @@ def chatty(config):
 
 
 NOT_A_TRAINABLE = 42
+
+
+def ray2_style(config):
+    """Ray Tune 2's form: the metrics dict positionally, the checkpoint as a keyword."""
+    start = (airflow_trials.get_checkpoint() or {"i": 0})["i"]
+    for i in range(start + 1, 4):
+        airflow_trials.report({"loss": 1.0 / i, "step": i}, checkpoint={"i": i} if i == 2 else None)
+
+
+def ambiguous_report(config):
+    """Metrics both as a dict and as keywords: the dict was a checkpoint in the old form."""
+    airflow_trials.report({"w": [1.0, 2.0]}, loss=0.5)
+
+
+def peaked(config):
+    """Scores 1, 5, 2, 3 with a checkpoint at each step: its best model is not its latest."""
+    start = (airflow_trials.get_checkpoint() or {"i": 0})["i"]
+    for i, score in list(enumerate([1.0, 5.0, 2.0, 3.0], start=1))[start:]:
+        airflow_trials.report({"score": score}, checkpoint={"i": i, "score": score})

@@ -28,6 +28,7 @@ from airflow_trials.exceptions import (
     TrialError,
     TrialNotFoundError,
 )
+from airflow_trials.execution.storage import load_checkpoint
 from airflow_trials.execution.trainable import Trainable, get_checkpoint, get_trial_id, report
 
 __version__ = "0.1.0"
@@ -129,6 +130,7 @@ __all__ = [
     "__version__",
     "find_trial_actor",
     "get_checkpoint",
+    "load_checkpoint",
     "get_provider_info",
     "get_trial_id",
     "report",

@@ -211,7 +211,28 @@ def _leaderboard_rows(store: Any, experiment: str, run: str, metric: str | None,
                       limit: int | None) -> tuple[Any, str, str, list[Any]]:
     exp_run = _resolve_run(store, experiment, run)
     metric, mode = _metric_and_mode(store, experiment, metric, mode)
-    return exp_run, metric, mode, store.leaderboard(exp_run.id, metric, mode, limit=limit)
+    board = store.leaderboard(exp_run.id, metric, mode, limit=limit)
+    if board and all(r.best_value is None for r in board):
+        reported = _reported_metrics(store, exp_run.id)
+        if reported:  # results exist, none with this metric: a typo, not a run that has not started
+            raise CliError(
+                f"No trial of {experiment} run {exp_run.run_key} reported metric {metric!r}; its trials "
+                f"report {', '.join(reported)}. Pass --metric with one of them."
+            )
+    return exp_run, metric, mode, board
+
+
+def _reported_metrics(store: Any, experiment_run_id: int) -> list[str]:
+    """The numeric metrics in the run's trials' last results (engine fields aside)."""
+    from airflow_trials.core.result import AUTO_FIELDS
+
+    names = {
+        key
+        for trial in store.list_trials(experiment_run_id=experiment_run_id)
+        for key, value in (trial.last_result or {}).items()
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and key not in AUTO_FIELDS
+    }
+    return sorted(names)
 
 
 @app.command("trials")
@@ -222,7 +243,7 @@ def trials(
     db_url: DbUrl = None,
     as_json: AsJson = False,
 ) -> None:
-    """Show one run's trials: status, failures, best metric and latest checkpoint."""
+    """Show one run's trials: status, failures, best metric, best and latest checkpoints."""
 
     def body() -> None:
         store = _store(_db_url(ctx, db_url))
@@ -235,7 +256,8 @@ def trials(
                 "num_failures": r.num_failures,
                 "iterations": (records[r.trial_id].last_result or {}).get("training_iteration", 0),
                 f"best_{metric}": r.best_value,
-                "checkpoint": r.checkpoint_path,
+                "best_checkpoint": r.best_checkpoint,
+                "latest_checkpoint": r.latest_checkpoint,
                 "config": r.config,
                 "error": (records[r.trial_id].error_msg or "").strip().splitlines()[-1:] or None,
             }
@@ -243,12 +265,13 @@ def trials(
         ]
         if as_json:
             return _print_json({"experiment": experiment, "run": exp_run, "trials": rows})
-        table = Table("trial", "status", "failures", "iterations", f"best {metric}", "checkpoint",
-                      title=f"{experiment} / {exp_run.run_key}")
+        table = Table("trial", "status", "failures", "iterations", f"best {metric}", "best checkpoint",
+                      "latest checkpoint", title=f"{experiment} / {exp_run.run_key}")
         for row in rows:
             best = row[f"best_{metric}"]
             table.add_row(row["trial_id"], row["status"], str(row["num_failures"]), str(row["iterations"]),
-                          "-" if best is None else f"{best:.6g}", row["checkpoint"] or "-")
+                          "-" if best is None else f"{best:.6g}", row["best_checkpoint"] or "-",
+                          row["latest_checkpoint"] or "-")
         out.print(table)
 
     _guard(body)
@@ -281,13 +304,13 @@ def leaderboard(
 def render_leaderboard(board: list[Any], metric: str, mode: str, title: str | None = None) -> Table:
     """A Rich table of leaderboard rows, configs flattened into columns."""
     keys = sorted({k for r in board for k in (r.config or {})})
-    table = Table("rank", "trial", *keys, "status", "failures", f"{mode} {metric}", "iteration", "checkpoint",
-                  title=title)
+    table = Table("rank", "trial", *keys, "status", "failures", f"{mode} {metric}", "iteration",
+                  "best checkpoint", title=title)
     for rank, r in enumerate(board, start=1):
         table.add_row(
             str(rank), r.trial_id, *(_short(r.config.get(k)) for k in keys), r.status.value, str(r.num_failures),
             "-" if r.best_value is None else f"{r.best_value:.6g}",
-            "-" if r.best_iteration is None else str(r.best_iteration), r.checkpoint_path or "-",
+            "-" if r.best_iteration is None else str(r.best_iteration), r.best_checkpoint or "-",
         )
     return table
 

@@ -195,7 +195,10 @@ class TuningPlan:
         return {
             "experiment_name": self.experiment_name, "experiment_run_id": run_pk, "trial_id": top.trial_id,
             "config": top.config, "metric": run.metric, "mode": run.mode, "value": top.best_value,
-            "iteration": top.best_iteration, "checkpoint": top.checkpoint_path,
+            "iteration": top.best_iteration,
+            # "checkpoint" is best_checkpoint too (its name before both were handed over).
+            "best_checkpoint": top.best_checkpoint, "checkpoint": top.best_checkpoint,
+            "latest_checkpoint": top.latest_checkpoint,
             "finished_trials": len(finished), "failed_trials": counts["failed"],
             "never_ran_trials": counts["never_ran"], "trials": len(suggested),
         }

@@ -60,7 +60,7 @@ def test_leaderboard_json_and_table(experiment):
     board = json.loads(result.stdout)
     assert board["metric"] == "score" and board["mode"] == "max"
     assert [(r["config"]["scale"], r["best_value"]) for r in board["rows"]] == [(2.0, 6.0), (1.0, 3.0)]
-    assert all(r["status"] == "TERMINATED" and r["checkpoint_path"] for r in board["rows"])
+    assert all(r["status"] == "TERMINATED" and r["best_checkpoint"] for r in board["rows"])
     table = runner.invoke(app, ["leaderboard", "cli_exp", "--db-url", experiment["url"], "--run",
                                 experiment["run_id"]], env={"COLUMNS": "250"})
     assert table.exit_code == 0 and "max score" in table.stdout and board["rows"][0]["trial_id"] in table.stdout
@@ -71,7 +71,18 @@ def test_trials_shows_status_failures_best_and_checkpoint(experiment):
     assert result.exit_code == 0, result.output
     trials = json.loads(result.stdout)["trials"]
     assert sorted(t["best_score"] for t in trials) == [3.0, 6.0]
-    assert all(t["num_failures"] == 0 and t["iterations"] == 3 and t["checkpoint"] for t in trials)
+    assert all(t["num_failures"] == 0 and t["iterations"] == 3 and t["best_checkpoint"] and t["latest_checkpoint"] for t in trials)
+
+
+@pytest.mark.parametrize("command", ["leaderboard", "plot"])
+def test_a_metric_no_trial_reported_is_an_error_that_lists_the_reported_ones(experiment, command):
+    out = experiment["tmp"] / "never.png"
+    result = invoke(command, "cli_exp", "--db-url", experiment["url"], "--metric", "acurracy", "--out", str(out)
+                    ) if command == "plot" else invoke(command, "cli_exp", "--db-url", experiment["url"],
+                                                       "--metric", "acurracy")
+    assert result.exit_code == 1
+    assert "reported metric 'acurracy'; its trials report score. Pass --metric with one of them." in result.output
+    assert not out.exists()
 
 
 def test_plot_writes_a_png(experiment):

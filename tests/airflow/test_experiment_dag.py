@@ -80,6 +80,22 @@ def test_experiment_reaches_its_leaderboard(trials_env):
     assert live_trial_actors() == [] and live_placement_groups() == []
 
 
+def test_select_best_hands_over_the_best_checkpoint_not_the_latest(trials_env):
+    from airflow_trials import load_checkpoint
+
+    dag = experiment_dag("peak", trainable="tests.trainables:peaked", search_space={"x": 1},
+                         stop={"training_iteration": 4})
+    run = dag.test()
+    assert run.state == "success", task_states(run)
+    best = xcom(run, "tune.select_best")
+    assert (best["value"], best["iteration"]) == (5.0, 2)
+    assert best["best_checkpoint"] != best["latest_checkpoint"]
+    assert best["checkpoint"] == best["best_checkpoint"]
+    assert load_checkpoint(best["best_checkpoint"]) == {"i": 2, "score": 5.0}
+    assert load_checkpoint(best["latest_checkpoint"]) == {"i": 4, "score": 3.0}
+    assert trials_env.store.latest_checkpoint(best["trial_id"]).path == best["latest_checkpoint"]
+
+
 def test_same_run_suggests_the_same_configs():
     from airflow_trials.experiment import run_seed
 

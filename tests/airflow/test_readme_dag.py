@@ -32,4 +32,4 @@ def test_the_readme_dag_runs_to_its_leaderboard(trials_env):
     assert len(board) == 4 and all(r.status.value == "TERMINATED" for r in board)
     values = [r.best_value for r in board]
     assert values == sorted(values) and values[0] < 0.69
-    assert all(r.checkpoint_path for r in board)
+    assert all(r.best_checkpoint and r.latest_checkpoint for r in board)

@@ -189,8 +189,11 @@ class StoreContract:
                 ]
         assert any(metric_index_name("acc") in line for line in plan), plan
         if self.backend != POSTGRESQL:
-            # The probe's ORDER BY is the index order: the only sort is the final ranking.
-            assert sum("TEMP B-TREE" in line for line in plan) == 1, plan
+            # The probe's ORDER BY is the index order: the only sorts are the final ranking and,
+            # per trial, the pick among its kept checkpoints (each one probe of at_results' key).
+            result_probe = plan.index(next(line for line in plan if metric_index_name("acc") in line))
+            assert "TEMP B-TREE" not in plan[result_probe + 1], plan
+            assert sum("TEMP B-TREE" in line for line in plan) == 2, plan
 
     def test_upgrade_from_0002_keeps_runs_and_then_takes_seeds_past_int32(self, store_url):
         if self.backend == MEMORY:
@@ -601,8 +604,29 @@ class StoreContract:
             ("d", None, None),
         ]
         assert rows[0].status is TrialStatus.RUNNING and rows[0].config == {"lr": 0.01}
-        assert rows[1].checkpoint_path == "/ckpt/a/2" and rows[0].checkpoint_path is None
+        assert rows[1].best_checkpoint == rows[1].latest_checkpoint == "/ckpt/a/2"
+        assert rows[0].best_checkpoint is None and rows[0].latest_checkpoint is None
         assert rows[0].num_failures == 0
+
+    def test_best_checkpoint_is_the_kept_one_that_scored_best_not_the_latest(self, store):
+        run = store.create_experiment_run("ckpt", "r1")
+        store.ensure_experiment("ckpt", metric="loss", mode="min")
+        register(store, "t", run)
+        losses = [(1, 0.9), (2, 0.3), (3, 0.1), (4, 0.4), (5, 0.6)]
+        store.add_results("t", [{"training_iteration": i, "loss": v} for i, v in losses])
+        for i in (1, 3, 5):
+            store.add_checkpoint("t", f"/ckpt/t/{i}", i)
+        maintained = store.leaderboard(run, "loss", "min")[0]  # the experiment's metric: kept bests
+        scanned = store.leaderboard(run, "loss", "max")[0]  # any other goal: scanned results
+        assert (maintained.best_iteration, maintained.best_checkpoint, maintained.latest_checkpoint) == (
+            3, "/ckpt/t/3", "/ckpt/t/5")
+        assert (scanned.best_checkpoint, scanned.latest_checkpoint) == ("/ckpt/t/1", "/ckpt/t/5")
+        assert store.best_checkpoint_paths(["t", "nope"], "loss", "min") == {"t": "/ckpt/t/3"}
+        # Dropped by the keep policy: the best of the kept ones, not the newest one before it.
+        store.mark_checkpoint_deleted("t", "/ckpt/t/3")
+        assert store.leaderboard(run, "loss", "min")[0].best_checkpoint == "/ckpt/t/5"
+        # No kept checkpoint has the metric at its iteration: the newest kept.
+        assert store.leaderboard(run, "acc", "min")[0].best_checkpoint == "/ckpt/t/5"
 
     def test_leaderboard_min_and_limit(self, store):
         run = self._leaderboard_run(store)

@@ -14,18 +14,17 @@ def _ckpt(iteration, deleted=False):
 
 
 @pytest.mark.parametrize(
-    ("checkpoints", "best_iteration", "expected"),
+    ("checkpoints", "best_path", "expected"),
     [
-        ([_ckpt(5), _ckpt(10)], 7, 5),        # the state that scored best, not a later one
-        ([_ckpt(5), _ckpt(10)], 10, 10),
-        ([_ckpt(5, deleted=True), _ckpt(10)], 7, 10),  # dropped by the keep policy: newest kept
-        ([_ckpt(5), _ckpt(10)], None, 10),    # no best yet
-        ([_ckpt(5, deleted=True)], 5, None),
-        ([], 3, None),
+        ([_ckpt(5), _ckpt(10)], "/c/5", 5),  # the record of the path the store picked
+        ([_ckpt(5), _ckpt(10)], "/c/10", 10),
+        ([_ckpt(5, deleted=True), _ckpt(10)], "/c/5", None),  # never a deleted one
+        ([_ckpt(5)], None, None),  # none kept
+        ([], "/c/3", None),
     ],
 )
-def test_best_checkpoint(checkpoints, best_iteration, expected):
-    found = best_checkpoint(checkpoints, best_iteration)
+def test_best_checkpoint(checkpoints, best_path, expected):
+    found = best_checkpoint(checkpoints, best_path)
     assert (found.iteration if found else None) == expected
 
 

@@ -130,3 +130,45 @@ def test_report_outside_a_trial_says_where_to_call_it():
 def test_unknown_trainables_are_named_in_the_error(path, message):
     with pytest.raises(TrainableNotFoundError, match=message):
         load_trainable(path)
+
+
+def test_a_positional_dict_is_the_metrics_as_in_ray_tune(storage):
+    a = actor(storage, "tests.trainables:ray2_style")
+    first, second = a.train(), a.train()
+    assert (first["loss"], first["step"], first.get("checkpoint")) == (1.0, 1, None)
+    assert (second["loss"], second["step"]) == (0.5, 2) and second["checkpoint"]
+    resumed = actor(storage, "tests.trainables:ray2_style", trial_id="t1")
+    assert resumed.restore(second["checkpoint"]) == 2
+    assert resumed.train()["step"] == 3  # the dict checkpoint came back through get_checkpoint()
+
+
+def test_metrics_as_a_dict_and_as_keywords_is_an_error_that_names_the_fix(storage):
+    a = actor(storage, "tests.trainables:ambiguous_report")
+    with pytest.raises(TrialError, match=r"both as a dict and as keywords \(loss\).*checkpoint=state"):
+        a.train()
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "message"),
+    [
+        (("/some/dir",), {}, r"metrics dict as its positional argument, got str.*report\(metrics, checkpoint=\.\.\.\)"),
+        (({1: 0.5},), {}, r"metric names must be strings"),
+        (({"loss": 1.0},), {"checkpoint": 3}, r"takes a dict, a directory path or an object with a \.path"),
+    ],
+)
+def test_report_refuses_what_it_cannot_take(args, kwargs, message):
+    from airflow_trials.execution import trainable
+
+    with pytest.raises(TypeError, match=message):
+        trainable._metrics_of(args[0], {})
+        trainable._checkpoint_of(kwargs.get("checkpoint"))
+
+
+def test_report_takes_a_path_like_or_a_checkpoint_object_as_the_checkpoint(tmp_path):
+    from airflow_trials.execution import trainable
+
+    class RayCheckpoint:  # the shape of ray.train.Checkpoint.from_directory(...)
+        path = str(tmp_path)
+
+    assert trainable._checkpoint_of(tmp_path) == str(tmp_path)
+    assert trainable._checkpoint_of(RayCheckpoint()) == str(tmp_path)

@@ -62,10 +62,10 @@ def train(config: dict[str, Any]) -> None:
             w -= lr * grad_w
             b -= lr * grad_b
         val_pred = (x_val @ w + b) > 0
-        airflow_trials.report(
-            train_loss=_loss(w, b, x_train, y_train, l2),
-            val_loss=_loss(w, b, x_val, y_val, l2),
-            val_accuracy=float((val_pred == (y_val > 0.5)).mean()),
-            epoch=epoch,
-            checkpoint={"w": w.tolist(), "b": b, "epoch": epoch},
-        )
+        metrics = {
+            "train_loss": _loss(w, b, x_train, y_train, l2),
+            "val_loss": _loss(w, b, x_val, y_val, l2),
+            "val_accuracy": float((val_pred == (y_val > 0.5)).mean()),
+            "epoch": epoch,
+        }
+        airflow_trials.report(metrics, checkpoint={"w": w.tolist(), "b": b, "epoch": epoch})

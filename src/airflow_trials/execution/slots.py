@@ -10,7 +10,13 @@ from ray.util.placement_group import PlacementGroup, placement_group, remove_pla
 
 from airflow_trials.core.resources import Resources
 from airflow_trials.core.trial import Trial
-from airflow_trials.execution.handles import Autorun, actor_name, create_trial_actor, slot_name, trial_spec
+from airflow_trials.execution.handles import (
+    Autorun,
+    actor_name,
+    create_trial_actor,
+    slot_name,
+    trial_spec,
+)
 from airflow_trials.execution.ray_state import kill_actor
 from airflow_trials.execution.storage import TrialStorage
 

@@ -172,25 +172,7 @@ class TrialStorage:
 
     def load_checkpoint(self, path: str) -> tuple[Any, dict[str, Any]]:
         """Returns ``(payload, meta)``: the dict, or a local directory holding the checkpoint's files."""
-        try:
-            if _is_url(path):
-                fs, fs_path = _url_to_fs(path)
-                local_dir = tempfile.mkdtemp(prefix="airflow_trials_restore_")
-                fs.get(fs_path.rstrip("/") + "/", local_dir + "/", recursive=True)
-            else:
-                local_dir = os.path.abspath(os.path.expanduser(path.removeprefix("file://")))
-            meta_file = os.path.join(local_dir, _META_FILE)
-            if os.path.exists(meta_file):
-                with open(meta_file, encoding="utf-8") as f:
-                    meta = json.load(f)
-            else:
-                meta = {"kind": "dir"}  # a directory written by hand, e.g. a restore_path
-            if meta.get("kind") == "dict":
-                with open(os.path.join(local_dir, _DICT_FILE), "rb") as f:
-                    return pickle.load(f), meta
-            return local_dir, meta
-        except (OSError, pickle.UnpicklingError, EOFError, ValueError) as e:
-            raise CheckpointError(f"Could not load checkpoint {path}: {e}") from e
+        return read_checkpoint(path)
 
     def delete(self, path: str) -> None:
         try:
@@ -230,3 +212,43 @@ def _url_to_fs(url: str) -> tuple[AbstractFileSystem, str]:
 
     fs, root = fsspec.core.url_to_fs(url)
     return fs, str(root)
+
+
+def load_checkpoint(path: str) -> Any:
+    """What the trainable saved at the checkpoint ``path``: the dict it reported or returned from
+    ``save_checkpoint``, or a local directory holding the files it wrote (a checkpoint under a URL,
+    such as ``s3://``, is downloaded to a temporary directory first).
+
+    ``path`` is a trial's ``best_checkpoint`` or ``latest_checkpoint`` as the leaderboard, the
+    CLI and ``select_best``'s XCom give it. Raises :class:`CheckpointError` when it cannot be read.
+    """
+    return read_checkpoint(path)[0]
+
+
+def read_checkpoint(path: str) -> tuple[Any, dict[str, Any]]:
+    """``(payload, meta)`` of a checkpoint: see :func:`load_checkpoint`; ``meta`` holds its iteration."""
+    try:
+        if _is_url(path):
+            fs, fs_path = _url_to_fs(path)
+            local_dir = tempfile.mkdtemp(prefix="airflow_trials_restore_")
+            fs.get(fs_path.rstrip("/") + "/", local_dir + "/", recursive=True)
+        else:
+            local_dir = os.path.abspath(os.path.expanduser(path.removeprefix("file://")))
+            if not os.path.isdir(local_dir):
+                raise CheckpointError(
+                    f"Could not load checkpoint {path}: no such directory. Take the path from a trial's "
+                    f"best_checkpoint or latest_checkpoint (leaderboard, select_best's XCom), on a "
+                    f"machine that sees the experiment's storage_path."
+                )
+        meta_file = os.path.join(local_dir, _META_FILE)
+        if os.path.exists(meta_file):
+            with open(meta_file, encoding="utf-8") as f:
+                meta = json.load(f)
+        else:
+            meta = {"kind": "dir"}  # a directory written by hand, e.g. a restore_path
+        if meta.get("kind") == "dict":
+            with open(os.path.join(local_dir, _DICT_FILE), "rb") as f:
+                return pickle.load(f), meta
+        return local_dir, meta
+    except (OSError, pickle.UnpicklingError, EOFError, ValueError) as e:
+        raise CheckpointError(f"Could not load checkpoint {path}: {e}") from e

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
 import queue
 import threading
 import traceback
@@ -109,18 +110,54 @@ def _current_session(caller: str) -> _Session:
     return session
 
 
-def report(checkpoint: Mapping[str, Any] | str | None = None, **metrics: Any) -> None:
+def report(metrics: Mapping[str, Any] | None = None, *, checkpoint: Any = None, **kwargs: Any) -> None:
     """Report one iteration's metrics from a function trainable, optionally with a checkpoint.
 
-    ``checkpoint`` is a dict of picklable state or the path of a directory you wrote; it is
-    persisted to the experiment's storage before the runner sees the result. Pass ``done=True`` to
-    end the trial after this result.
+    Ray Tune's form: ``report({"loss": 0.1}, checkpoint={"w": w})``. The metrics may also be
+    given as keywords, ``report(loss=0.1, checkpoint=...)``, but not both ways in one call.
+    Pass ``done=True`` (in either form) to end the trial after this result.
+
+    :param metrics: the iteration's metrics, a dict with string keys.
+    :param checkpoint: keyword only: a dict of picklable state, the path of a directory you
+        wrote (``str`` or ``os.PathLike``), or an object with a ``path`` to one (a Ray Train
+        ``Checkpoint.from_directory(...)``). It is persisted to the experiment's storage before
+        the runner sees the result.
     """
-    if checkpoint is not None and not isinstance(checkpoint, (Mapping, str)):
+    _current_session("report").report(_metrics_of(metrics, kwargs), _checkpoint_of(checkpoint))
+
+
+def _metrics_of(metrics: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    if metrics is None:
+        return dict(kwargs)
+    if not isinstance(metrics, Mapping):
         raise TypeError(
-            f"report(checkpoint=...) takes a dict or a directory path, got {type(checkpoint).__name__}."
+            f"report() takes the metrics dict as its positional argument, got {type(metrics).__name__}; "
+            f"pass a checkpoint as report(metrics, checkpoint=...)."
         )
-    _current_session("report").report(dict(metrics), checkpoint)
+    if kwargs:
+        raise TypeError(
+            f"report() got metrics both as a dict and as keywords ({', '.join(sorted(kwargs))}): pass "
+            f"them one way, e.g. report({{**metrics, ...}}). If the dict is a checkpoint, pass it as "
+            f"report(..., checkpoint=state)."
+        )
+    bad = [key for key in metrics if not isinstance(key, str)]
+    if bad:
+        raise TypeError(f"report() metric names must be strings, got {bad[:5]!r}.")
+    return dict(metrics)
+
+
+def _checkpoint_of(checkpoint: Any) -> Mapping[str, Any] | str | None:
+    if checkpoint is None or isinstance(checkpoint, (Mapping, str)):
+        return checkpoint
+    if isinstance(checkpoint, os.PathLike):
+        return os.fspath(checkpoint)
+    path = getattr(checkpoint, "path", None)  # a Ray Train Checkpoint, say
+    if isinstance(path, (str, os.PathLike)):
+        return os.fspath(path)
+    raise TypeError(
+        f"report(checkpoint=...) takes a dict, a directory path or an object with a .path to one, "
+        f"got {type(checkpoint).__name__}."
+    )
 
 
 def get_checkpoint() -> dict[str, Any] | str | None:

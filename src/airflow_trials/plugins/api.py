@@ -10,7 +10,6 @@ from airflow_trials.plugins.queries import (
     DEFAULT_CURVES,
     DEFAULT_PAGE_SIZE,
     BoardPage,
-    best_checkpoint,
 )
 from airflow_trials.plugins.render import Links
 from airflow_trials.plugins.schemas import (
@@ -75,9 +74,9 @@ def curves_api(run_pk: params.RunPk, user: UserDep, store: params.StoreDep, metr
 @api.get("/trials/{trial_id}", response_model=TrialOut, summary="A trial: status, failures, checkpoints")
 def trial_api(request: Request, trial_id: params.TrialId, user: UserDep, store: params.StoreDep) -> TrialOut:
     trial, run = reads.trial(store, user, trial_id)
-    checkpoints = store.checkpoints_of([trial_id]).get(trial_id, [])
-    best_iteration = reads.trial_curve(store, trial, run)[3]
-    return TrialOut(trial=trial, checkpoints=checkpoints, best_checkpoint=best_checkpoint(checkpoints, best_iteration),
+    metric, mode, _, best_iteration = reads.trial_curve(store, trial, run)
+    checkpoints, best = reads.trial_checkpoints(store, trial, metric, mode)
+    return TrialOut(trial=trial, checkpoints=checkpoints, best_checkpoint=best,
                     best_iteration=best_iteration, task_instance_url=Links.task_instance(trial))
 
 

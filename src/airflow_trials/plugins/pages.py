@@ -32,7 +32,6 @@ from airflow_trials.plugins.queries import (
     DEFAULT_CURVES,
     DEFAULT_PAGE_SIZE,
     NotFoundError,
-    best_checkpoint,
     is_live,
 )
 from airflow_trials.plugins.render import Links, render_page
@@ -106,8 +105,8 @@ def curves_page(request: Request, run_pk: RunPk, user: UserDep, store: StoreDep,
 def trial_page(request: Request, trial_id: TrialId, user: UserDep, store: StoreDep) -> HTMLResponse:
     trial, run = reads.trial(store, user, trial_id)
     links = Links(request)
-    checkpoints = store.checkpoints_of([trial_id]).get(trial_id, [])
     metric, mode, curve, best_iteration = reads.trial_curve(store, trial, run)
+    checkpoints, best = reads.trial_checkpoints(store, trial, metric, mode)
     crumbs = []
     chart = None
     if run is not None and metric is not None:
@@ -119,7 +118,7 @@ def trial_page(request: Request, trial_id: TrialId, user: UserDep, store: StoreD
                           if isinstance(v, (int, float)) and not isinstance(v, bool)} - {"training_iteration"})
     return render_page(
         request, "trial.html", title=f"Trial {trial_id}", trial=trial, run=run, metric=metric, mode=mode,
-        chart=chart, checkpoints=checkpoints, best=best_checkpoint(checkpoints, best_iteration),
+        chart=chart, checkpoints=checkpoints, best=best,
         best_iteration=best_iteration, best_value=None if best_iteration is None else dict(curve).get(best_iteration),
         results=results[-RESULTS_SHOWN:], num_results=len(results), metric_keys=metric_keys,
         results_url=f"{links.base}/api/trials/{quote(trial_id, safe='')}/results",

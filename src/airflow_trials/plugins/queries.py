@@ -38,7 +38,7 @@ class BoardRow:
     :param rank: place in the ranking by the metric (1 = best), whatever the page is sorted by.
     :param trial: the trial's place in the ranking.
     :param config: the trial's hyperparameters.
-    :param checkpoint: the best checkpoint, see :func:`best_checkpoint`; None when none is kept.
+    :param checkpoint: the best checkpoint (:func:`best_checkpoint`); None when none is kept.
     """
 
     rank: int
@@ -99,22 +99,11 @@ class DashboardStore(QueryStore):
         return run
 
 
-def best_checkpoint(checkpoints: Sequence[CheckpointRecordRow], best_iteration: int | None,
-                    ) -> CheckpointRecordRow | None:
-    """The kept checkpoint that holds the trial's best state.
-
-    That is the newest kept checkpoint taken at or before the best result's iteration (the
-    model as it was when it scored best); when the keep policy dropped all of those, or the
-    trial has no best yet, the newest kept checkpoint.
-    """
-    kept = [c for c in checkpoints if not c.deleted]
-    if not kept:
-        return None
-    if best_iteration is not None:
-        before = [c for c in kept if c.iteration <= best_iteration]
-        if before:
-            return before[-1]
-    return kept[-1]
+def best_checkpoint(checkpoints: Sequence[CheckpointRecordRow], best_path: str | None) -> CheckpointRecordRow | None:
+    """The record of a trial's best checkpoint, whose path the store chose
+    (:meth:`DashboardStore.best_checkpoint_paths`: the kept checkpoint whose iteration scored best
+    on the metric, as on the leaderboard and in ``select_best``'s XCom); None when none is kept."""
+    return next((c for c in checkpoints if c.path == best_path and not c.deleted), None)
 
 
 def best_point(curve: Sequence[tuple[int, float]], mode: str) -> tuple[int, float] | None:
@@ -168,6 +157,7 @@ def leaderboard_page(
     ids = [trial.trial_id for _, trial in window]
     configs = store.configs_of(ids)
     checkpoints = store.checkpoints_of(ids)
+    best_paths = store.best_checkpoint_paths(ids, metric, mode)
     status_counts: dict[str, int] = defaultdict(int)
     for trial in board:
         status_counts[trial.status.value] += 1
@@ -179,7 +169,7 @@ def leaderboard_page(
         run=run, metric=metric, mode=mode, sort=sort, descending=descending, page=page,
         page_size=page_size, total=len(board),
         rows=[BoardRow(rank, trial, configs.get(trial.trial_id, {}),
-                       best_checkpoint(checkpoints.get(trial.trial_id, []), trial.best_iteration))
+                       best_checkpoint(checkpoints.get(trial.trial_id, []), best_paths.get(trial.trial_id)))
               for rank, trial in window],
         config_keys=sorted(config_keys), status_counts=dict(status_counts), best_trial_id=best,
         leaders=[trial.trial_id for trial in board[:DEFAULT_CURVES] if trial.best_value is not None],

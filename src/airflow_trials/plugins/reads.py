@@ -13,12 +13,13 @@ from airflow_trials.plugins.queries import (
     BoardPage,
     DashboardStore,
     NotFoundError,
+    best_checkpoint,
     best_point,
     leaderboard_page,
 )
 from airflow_trials.plugins.render import Links
 from airflow_trials.plugins.schemas import ExperimentOut, RunOut
-from airflow_trials.store import ExperimentRunRecord, TrialRecord
+from airflow_trials.store import CheckpointRecordRow, ExperimentRunRecord, TrialRecord
 
 # A run's learning curves: the run, metric, mode, best trial id (None while no trial has a value)
 # and (iteration, value) points per trial.
@@ -121,3 +122,15 @@ def trial_curve(store: DashboardStore, trial: TrialRecord, run: ExperimentRunRec
     curve = store.metric_curves([trial.trial_id], metric)[trial.trial_id]
     best = best_point(curve, mode)
     return metric, mode, curve, best[0] if best else None
+
+
+def trial_checkpoints(store: DashboardStore, trial: TrialRecord, metric: str | None, mode: str | None,
+                      ) -> tuple[list[CheckpointRecordRow], CheckpointRecordRow | None]:
+    """Every recorded checkpoint of the trial, and its best one (by its run's metric; without a
+    metric, the newest kept)."""
+    checkpoints = store.checkpoints_of([trial.trial_id]).get(trial.trial_id, [])
+    if metric is None or mode is None:
+        kept = [c for c in checkpoints if not c.deleted]
+        return checkpoints, kept[-1] if kept else None
+    best_path = store.best_checkpoint_paths([trial.trial_id], metric, mode).get(trial.trial_id)
+    return checkpoints, best_checkpoint(checkpoints, best_path)

@@ -28,6 +28,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    and_,
     bindparam,
     case,
     cast,
@@ -120,9 +121,10 @@ def metric_index(metric: str, dialect_name: str) -> Index:
 def leaderboard_query(
     dialect_name: str, experiment_run_id: int, metric: str, mode: str, limit: int | None
 ) -> Select[Any]:
-    """One row per trial of the run: trial columns, best value, its iteration, latest checkpoint.
+    """One row per trial of the run: trial columns, best value, its iteration, checkpoints.
 
-    Columns: trial_id, status, num_failures, config (JSON text), best_value, best_iteration, checkpoint_path.
+    Columns: trial_id, status, num_failures, config (JSON text), best_value, best_iteration,
+    best_checkpoint_path (:func:`best_checkpoint_path`), latest_checkpoint_path.
     Ordered by best value (ascending for min, descending for max), trials without the metric
     last, then by trial_id. Each trial's best result is found by one probe of the metric index
     (the trial's first entry whose value is not NULL); on ties the earliest iteration wins.
@@ -137,7 +139,11 @@ def leaderboard_query(
         .limit(1)
     )
     build = _lateral_leaderboard if dialect_name == "postgresql" else _joined_leaderboard
-    query, best_value, trial_id = build(best_first, experiment_run_id, metric)
+    checkpoints = [
+        best_checkpoint_path(dialect_name, metric, mode).label("best_checkpoint_path"),
+        latest_checkpoint_path().label("latest_checkpoint_path"),
+    ]
+    query, best_value, trial_id = build(best_first, experiment_run_id, metric, checkpoints)
     ordering = best_value.asc() if mode == "min" else best_value.desc()
     query = query.order_by(ordering.nulls_last(), trial_id)
     if limit is not None:
@@ -154,7 +160,9 @@ def _config_text() -> ColumnElement[Any]:
     return cast(TrialRow.__table__.c.config, Text).label("config")
 
 
-def _lateral_leaderboard(best_first: Select[Any], experiment_run_id: int, metric: str) -> _Unordered:
+def _lateral_leaderboard(
+    best_first: Select[Any], experiment_run_id: int, metric: str, checkpoints: list[Any]
+) -> _Unordered:
     """PostgreSQL: LATERAL reads the best result's value and iteration in the probe itself."""
     trials = TrialRow.__table__
     results = ResultRow.__table__
@@ -171,7 +179,7 @@ def _lateral_leaderboard(best_first: Select[Any], experiment_run_id: int, metric
             _config_text(),
             best.c.best_value,
             best.c.best_iteration,
-            _latest_checkpoint_path().label("checkpoint_path"),
+            *checkpoints,
         )
         .select_from(trials.outerjoin(best, true()))
         .where(trials.c.experiment_run_id == experiment_run_id)
@@ -179,7 +187,9 @@ def _lateral_leaderboard(best_first: Select[Any], experiment_run_id: int, metric
     return query, best.c.best_value, trials.c.trial_id
 
 
-def _joined_leaderboard(best_first: Select[Any], experiment_run_id: int, metric: str) -> _Unordered:
+def _joined_leaderboard(
+    best_first: Select[Any], experiment_run_id: int, metric: str, checkpoints: list[Any]
+) -> _Unordered:
     """SQLite has no LATERAL: the probe yields the best row's id, joined back by rowid."""
     trials = TrialRow.__table__
     results = ResultRow.__table__
@@ -190,7 +200,7 @@ def _joined_leaderboard(best_first: Select[Any], experiment_run_id: int, metric:
             trials.c.num_failures,
             _config_text(),
             best_first.add_columns(results.c.id).correlate(trials).scalar_subquery().label("best_id"),
-            _latest_checkpoint_path().label("checkpoint_path"),
+            *checkpoints,
         )
         .where(trials.c.experiment_run_id == experiment_run_id)
         .subquery("ranked")
@@ -204,13 +214,14 @@ def _joined_leaderboard(best_first: Select[Any], experiment_run_id: int, metric:
         ranked.c.config,
         best_value,
         best_row.c.iteration.label("best_iteration"),
-        ranked.c.checkpoint_path,
+        ranked.c.best_checkpoint_path,
+        ranked.c.latest_checkpoint_path,
     ).select_from(ranked.outerjoin(best_row, best_row.c.id == ranked.c.best_id))
     return query, best_value, ranked.c.trial_id
 
 
-def _latest_checkpoint_path() -> Any:
-    """Correlated subquery: the trial's newest checkpoint path not marked deleted."""
+def latest_checkpoint_path() -> Any:
+    """Correlated subquery (on ``at_trials``): the trial's newest checkpoint not deleted."""
     trials = TrialRow.__table__
     checkpoints = CheckpointRow.__table__
     return (
@@ -223,14 +234,42 @@ def _latest_checkpoint_path() -> Any:
     )
 
 
-def best_leaderboard_query(experiment_run_id: int, mode: str, limit: int | None) -> Select[Any]:
+def best_checkpoint_path(dialect_name: str, metric: str, mode: str) -> Any:
+    """Correlated subquery (on ``at_trials``): the trial's best checkpoint.
+
+    That is its kept (not deleted) checkpoint whose iteration's result has the best value of
+    ``metric`` (lowest for ``"min"``, highest for ``"max"``; the earliest on ties): the model as
+    it was when it scored that value. When no kept checkpoint has a result with the metric, it is
+    the newest kept one; None when none is kept. Each checkpoint is one probe of the results'
+    unique ``(trial_id, iteration)`` index.
+    """
+    trials = TrialRow.__table__
+    checkpoints = CheckpointRow.__table__
+    results = ResultRow.__table__
+    value = metric_value(results.c.metrics, metric, dialect_name)
+    scored = (
+        select(checkpoints.c.path)
+        .select_from(checkpoints.join(
+            results, and_(results.c.trial_id == checkpoints.c.trial_id, results.c.iteration == checkpoints.c.iteration)
+        ))
+        .where(checkpoints.c.trial_id == trials.c.trial_id, checkpoints.c.deleted == false(), value.is_not(None))
+        .order_by(value.asc() if check_mode(mode) == "min" else value.desc(), checkpoints.c.iteration.asc())
+        .limit(1)
+        .correlate(trials)
+        .scalar_subquery()
+    )
+    return func.coalesce(scored, latest_checkpoint_path())
+
+
+def best_leaderboard_query(
+    dialect_name: str, experiment_run_id: int, metric: str, mode: str, limit: int | None
+) -> Select[Any]:
     """The leaderboard from each trial's maintained best (``at_trials.best_value``): no result scan.
 
     Same columns and order as :func:`leaderboard_query`; valid when every trial of the run with
     results has ``best_metric``/``best_mode`` equal to the requested metric and mode.
     """
     trials = TrialRow.__table__
-    latest_checkpoint = _latest_checkpoint_path()
     ordering = trials.c.best_value.asc() if mode == "min" else trials.c.best_value.desc()
     query = (
         select(
@@ -240,7 +279,8 @@ def best_leaderboard_query(experiment_run_id: int, mode: str, limit: int | None)
             cast(trials.c.config, Text).label("config"),  # decoded by the caller, as above
             trials.c.best_value,
             trials.c.best_iteration,
-            latest_checkpoint.label("checkpoint_path"),
+            best_checkpoint_path(dialect_name, metric, mode).label("best_checkpoint_path"),
+            latest_checkpoint_path().label("latest_checkpoint_path"),
         )
         .where(trials.c.experiment_run_id == experiment_run_id)
         .order_by(ordering.nulls_last(), trials.c.trial_id)

@@ -99,7 +99,7 @@ class QueryStore(TrialStore):
             run = self._find_run_or_raise(session, run_pk, operation)
             if self._best_is_current(session, run, metric, mode):
                 trials = TrialRow.__table__.c
-                query = best_leaderboard_query(run_pk, mode, None).with_only_columns(
+                query = best_leaderboard_query(self._dialect, run_pk, metric, mode, None).with_only_columns(
                     trials.trial_id, trials.status, trials.num_failures, trials.best_value, trials.best_iteration
                 )
                 return [RankedTrial(trial_id, TrialStatus(status), failures, value, iteration)

@@ -143,7 +143,10 @@ class LeaderboardRow:
     :param config: its hyperparameters.
     :param best_value: best value of the metric over its results; None when it never reported it.
     :param best_iteration: first iteration that reached ``best_value``; None with it.
-    :param checkpoint_path: its latest checkpoint not deleted; None when it has none.
+    :param best_checkpoint: path of its best checkpoint: the kept checkpoint whose iteration's
+        result is best on the leaderboard's metric (the model a downstream task should take);
+        the newest kept one when none of them has the metric; None when none is kept.
+    :param latest_checkpoint: path of its newest kept checkpoint (what a restore resumes from).
     """
 
     trial_id: str
@@ -152,4 +155,5 @@ class LeaderboardRow:
     config: dict[str, Any]
     best_value: float | None
     best_iteration: int | None
-    checkpoint_path: str | None
+    best_checkpoint: str | None
+    latest_checkpoint: str | None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
@@ -13,6 +14,7 @@ from airflow_trials.store.ingest import (
     TrialProgress,  # noqa: F401 - re-exported
 )
 from airflow_trials.store.leaderboard import (
+    best_checkpoint_path,
     best_leaderboard_query,
     check_metric,
     check_mode,
@@ -74,7 +76,8 @@ class TrialStore(RunsStore, TrialsStore, IngestStore):
         """Trials of a run ranked by their best value of ``metric``, computed in SQL.
 
         One row per trial: best value (lowest for ``"min"``, highest for ``"max"``) over its
-        results, the first iteration that reached it, and its latest kept checkpoint. Trials that
+        results, the first iteration that reached it, its best checkpoint (the kept one whose
+        iteration scored best on ``metric``) and its latest kept checkpoint. Trials that
         never reported the metric as a number come last, then ties by trial_id. Fast with the
         metric's index (:meth:`ensure_metric_index`, made by ``ensure_experiment(metric=...)``).
 
@@ -94,7 +97,7 @@ class TrialStore(RunsStore, TrialsStore, IngestStore):
             connection = session.connection()
             if self._best_is_current(session, run, metric, mode):
                 # Every trial's best is maintained for this metric and mode: one row per trial.
-                query = best_leaderboard_query(experiment_run_id, mode, limit)
+                query = best_leaderboard_query(self._dialect, experiment_run_id, metric, mode, limit)
             else:
                 query = leaderboard_query(self._dialect, experiment_run_id, metric, mode, limit)
             if self._dialect == "postgresql":
@@ -109,15 +112,35 @@ class TrialStore(RunsStore, TrialsStore, IngestStore):
                     config=json.loads(config),
                     best_value=best_value,
                     best_iteration=best_iteration,
-                    checkpoint_path=checkpoint_path,
+                    best_checkpoint=best_checkpoint,
+                    latest_checkpoint=latest_checkpoint,
                 )
                 # Core rows, not ORM: the ORM's per-row work would cost more than the query.
-                for trial_id, status, num_failures, config, best_value, best_iteration, checkpoint_path
-                in connection.execute(query)
+                for (trial_id, status, num_failures, config, best_value, best_iteration, best_checkpoint,
+                     latest_checkpoint) in connection.execute(query)
             ]
 
         return self._transaction(operation, work, write=False)
 
+
+    def best_checkpoint_paths(self, trial_ids: Sequence[str], metric: str, mode: str) -> dict[str, str]:
+        """The path of each trial's best checkpoint, as :meth:`leaderboard` gives it
+        (:func:`~airflow_trials.store.leaderboard.best_checkpoint_path`); trials with none left out."""
+        check_mode(mode)
+        check_metric(metric)
+        if not trial_ids:
+            return {}
+        trials = TrialRow.__table__
+        operation = f"read the best checkpoints of {len(trial_ids)} trials"
+
+        def work(session: Session) -> dict[str, str]:
+            rows = session.execute(
+                select(trials.c.trial_id, best_checkpoint_path(self._dialect, metric, mode))
+                .where(trials.c.trial_id.in_(list(trial_ids)))
+            )
+            return {trial_id: path for trial_id, path in rows if path is not None}
+
+        return self._transaction(operation, work, write=False)
 
     @staticmethod
     def _best_is_current(session: Session, run: ExperimentRunRow, metric: str, mode: str) -> bool:
