@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, REPO)
     import ray
 
-    ray.init(num_cpus=args.cpus, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=args.cpus, include_dashboard=False, log_to_driver=False)
     slots = args.cpus / 0.5
     minimum = args.trials * args.iterations * args.sleep_s / slots
     storage = tempfile.mkdtemp(prefix="airflow_trials_bench_")
