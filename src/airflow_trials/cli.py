@@ -28,6 +28,8 @@ app.add_typer(pool_app, name="pool")
 
 out = Console()
 err = Console(stderr=True)
+# Piped or redirected, a table is as wide as its content: ids, run keys and paths are never cut.
+PIPED_WIDTH = 10_000
 
 GlobalDbUrl = Annotated[
     str | None,
@@ -58,6 +60,7 @@ def _fail(message: str) -> None:
 def options(ctx: typer.Context, db_url: GlobalDbUrl = None) -> None:
     """Inspect and manage airflow_trials experiments (the trials DB, GPU pool, leaderboards, plots)."""
     ctx.obj = {"db_url": db_url}  # subcommands' contexts inherit obj
+    out.width = None if out.is_terminal else PIPED_WIDTH  # type: ignore[assignment]  # None: the terminal's
 
 
 def _db_url(ctx: typer.Context, db_url: str | None) -> str | None:
@@ -455,6 +458,7 @@ def _report(stack: Any, experiment: str, run_id: str, state: str, plot_path: str
     exp_run = _resolve_run(store, experiment, run_id)
     metric, mode = _metric_and_mode(store, experiment, None, None)
     board = store.leaderboard(exp_run.id, metric, mode)
+    out.print()  # apart from the live table's last line
     out.print(render_leaderboard(board, metric, mode, title=f"Leaderboard: {experiment} / {run_id}"))
     results = {t.trial_id: store.get_results(t.trial_id) for t in store.list_trials(experiment_run_id=exp_run.id)}
     best = board[0].trial_id if board and board[0].best_value is not None else None

@@ -76,8 +76,14 @@ def main(argv: list[str] | None = None) -> int:
     from airflow_trials import TrialRunner
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    if os.environ.get("RAY_ADDRESS"):
-        ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
+    from airflow_trials.hooks.trials import local_ray_running
+
+    if os.environ.get("RAY_ADDRESS") or local_ray_running():
+        # A cluster is there (RAY_ADDRESS, or one started with `ray start` on this machine): join
+        # it as it is; its size is its own, so --num-cpus does not apply.
+        if args.num_cpus is not None:
+            print(f"--num-cpus {args.num_cpus} ignored: joining the running Ray cluster, which has its own size.")
+        ray.init(address=os.environ.get("RAY_ADDRESS") or "auto", log_to_driver=False)
     else:
         ray.init(num_cpus=args.num_cpus or os.cpu_count(), include_dashboard=False, log_to_driver=False)
     storage = args.storage or tempfile.mkdtemp(prefix="airflow_trials_demo_")

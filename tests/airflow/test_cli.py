@@ -85,6 +85,33 @@ def test_a_metric_no_trial_reported_is_an_error_that_lists_the_reported_ones(exp
     assert not out.exists()
 
 
+def test_piped_tables_keep_full_trial_ids_run_keys_and_paths(experiment):
+    import subprocess
+    import sys
+
+    from airflow_trials.store import TrialStore
+
+    store = TrialStore(experiment["url"])
+    try:
+        (run,) = store.list_experiment_runs("cli_exp")
+        board = store.leaderboard(run.id, "score", "max")
+    finally:
+        store.dispose()
+    cli = os.path.join(os.path.dirname(sys.executable), "airflow-trials")
+    env = {**os.environ, "COLUMNS": "40"}  # a narrow terminal's setting must not cut a pipe's lines
+    shown = {}
+    for command in ("leaderboard", "runs", "trials"):
+        done = subprocess.run([cli, command, "cli_exp", "--db-url", experiment["url"]], env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        shown[command] = done.stdout
+    assert experiment["run_id"] in shown["runs"]
+    for row in board:
+        assert row.trial_id in shown["leaderboard"] and row.trial_id in shown["trials"]
+        assert row.best_checkpoint in shown["leaderboard"] and row.latest_checkpoint in shown["trials"]
+    assert "…" not in shown["leaderboard"] + shown["runs"] + shown["trials"]
+
+
 def test_plot_writes_a_png(experiment):
     path = experiment["tmp"] / "curves.png"
     result = invoke("plot", "cli_exp", "--db-url", experiment["url"], "--out", str(path), "--json")

@@ -28,3 +28,26 @@ def test_demo_runs_a_real_experiment_and_prints_the_leaderboard(tmp_path):
     assert losses == sorted(losses) and losses[0] < 0.69  # better than chance (log 2)
     assert "8 of 8 trials finished" in out.stdout
     assert (tmp_path / "regression-demo" / "experiment_state.json").exists()
+
+
+def test_demo_joins_a_ray_cluster_started_with_ray_start(tmp_path):
+    from tests.conftest import shutdown_ray
+    from tests.faults.stack import RayHead, base_env
+
+    shutdown_ray()
+    head = RayHead(base_env(), num_cpus=2)
+    head.start()
+    head.disconnect()  # the demo is the only driver
+    try:
+        out = subprocess.run(
+            [sys.executable, "-m", "airflow_trials.demo", "--epochs", "2", "--num-cpus", "2",
+             "--storage", str(tmp_path)],
+            capture_output=True, text=True, cwd=REPO, timeout=300,
+            # No RAY_ADDRESS: the demo must find the running cluster itself, as `ray start` users expect.
+            env={key: value for key, value in base_env().items() if key != "RAY_ADDRESS"},
+        )
+    finally:
+        head.close()
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "--num-cpus 2 ignored: joining the running Ray cluster" in out.stdout
+    assert "8 of 8 trials finished" in out.stdout

@@ -142,7 +142,7 @@ class RayHook(BaseHook):
                 kwargs["address"] = settings["address"]
             else:
                 # Join a Ray already running on this machine, else start one.
-                kwargs["address"] = "auto" if _local_ray_running() else None
+                kwargs["address"] = "auto" if local_ray_running() else None
                 kwargs["include_dashboard"] = False
             os.environ.setdefault("RAY_AUTH_MODE", "disabled")
             self.log.info("Connecting to Ray at %s", kwargs.get("address") or "a new local cluster")
@@ -170,7 +170,8 @@ def _probe_gcs(address: str | None) -> None:
         raise ConnectionError(f"no Ray GCS answers at {address}: {e}") from e
 
 
-def _local_ray_running() -> bool:
+def local_ray_running() -> bool:
+    """Is a Ray cluster running on this machine (one started with `ray start`, say)?"""
     from ray._private.services import find_gcs_addresses
 
     return bool(find_gcs_addresses())
