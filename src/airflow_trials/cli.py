@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
 import time
 from dataclasses import asdict, is_dataclass
@@ -376,11 +375,13 @@ def run(
     if not (stack.dags_folder / f"{dag_id}.py").exists() and not stack.dags_folder.is_dir():
         _fail(f"DAGs folder {stack.dags_folder} does not exist; run from the repository or pass --dags-folder.")
     code = 1
-    # `kill` (or a service manager stopping the job) stops everything this job started, as Ctrl-C does.
-    signal.signal(signal.SIGTERM, _interrupt)
+    # `kill` (or a service manager stopping the job) stops everything this job started, as Ctrl-C
+    # does; neither interrupts a database call (mainjob.Interrupts).
+    mainjob.INTERRUPTS.install()
     try:
         out.print(f"Preparing the embedded deployment in {stack.home} ...")
-        mainjob.prepare(stack, api_port=api_port)
+        with mainjob.INTERRUPTS.deferred():
+            mainjob.prepare(stack, api_port=api_port)
         address = mainjob.start_ray(stack, num_cpus)
         out.print(f"Ray at {address}{' (started here)' if stack.started_ray else ''}; starting Airflow ...")
         resumed = mainjob.interrupted_run(stack, dag_id)
@@ -393,7 +394,8 @@ def run(
             run_id = mainjob.trigger(stack, dag_id)
             out.print(f"Triggered {dag_id} run {run_id}; trials run on Ray while their tasks are deferred.")
         state = _watch(stack, dag_id, run_id, timeout_s)
-        code = _report(stack, dag_id, run_id, state, plot_path)
+        with mainjob.INTERRUPTS.deferred():
+            code = _report(stack, dag_id, run_id, state, plot_path)
         if keep_running:
             out.print(f"Airflow UI: http://127.0.0.1:{api_port} (user admin, password in "
                       f"{stack.airflow_home / 'simple_auth_manager_passwords.json.generated'}); its "
@@ -406,12 +408,9 @@ def run(
     except (RuntimeError, TimeoutError) as e:
         err.print(f"[red]Error:[/red] {e}", highlight=False, soft_wrap=True)
     finally:
+        mainjob.INTERRUPTS.ignore()
         mainjob.stop(stack)
     raise typer.Exit(code)
-
-
-def _interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
 
 
 def _watch(stack: Any, dag_id: str, run_id: str, timeout_s: float) -> str:
@@ -426,7 +425,8 @@ def _watch(stack: Any, dag_id: str, run_id: str, timeout_s: float) -> str:
     with Live(Table(title="waiting for the first trials"), console=out, refresh_per_second=2) as live:
         while time.monotonic() < deadline:
             state = mainjob.dag_run_state(stack, dag_id, run_id)
-            live.update(_progress_table(store, dag_id, run_id, state))
+            with mainjob.INTERRUPTS.deferred():
+                live.update(_progress_table(store, dag_id, run_id, state))
             if state in mainjob.TERMINAL_RUN_STATES:
                 return str(state)
             if stack.airflow is not None and stack.airflow.poll() is not None:

@@ -12,8 +12,10 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,6 +69,52 @@ def default_parallelism() -> int:
     (deferred tasks take no executor slot), so more would only contend for the CPUs and delay
     the first trials' start; on 2 cores, 16 at once started the first trial 3 s later."""
     return max(4, 2 * (os.cpu_count() or 1))
+
+
+class Interrupts:
+    """Ctrl-C and SIGTERM for the main job, never acted on inside a database call.
+
+    Python raises KeyboardInterrupt at whatever bytecode the main thread is at. Inside
+    SQLAlchemy's connection pool or sqlite3, between a lock's acquire and its release, that leaves
+    the lock held, and the cleanup that then returns the connection waits on it for ever: the job
+    hangs instead of stopping (seen under load, with Ctrl-C during a progress read). So the handler
+    raises at once only outside :meth:`deferred` sections; inside one it records the signal, and
+    the section raises KeyboardInterrupt as it ends.
+    """
+
+    def __init__(self) -> None:
+        self.requested = threading.Event()
+        self._depth = 0
+
+    def install(self) -> None:
+        """Handle SIGINT and SIGTERM (a service manager's stop) in this, the main, thread."""
+        signal.signal(signal.SIGINT, self._handle)
+        signal.signal(signal.SIGTERM, self._handle)
+
+    @staticmethod
+    def ignore() -> None:
+        """Ignore both from now on: the job is stopping what it started, which must not be cut short."""
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.requested.set()
+        if self._depth == 0:
+            raise KeyboardInterrupt
+
+    @contextmanager
+    def deferred(self) -> Iterator[None]:
+        """A section a signal does not interrupt; it raises KeyboardInterrupt at its end instead."""
+        self._depth += 1
+        try:
+            yield
+        finally:
+            self._depth -= 1
+        if self._depth == 0 and self.requested.is_set():
+            raise KeyboardInterrupt
+
+
+INTERRUPTS = Interrupts()
 
 
 def prepare(stack: Stack, *, parallelism: int | None = None, api_port: int = 8080) -> None:
@@ -198,7 +246,7 @@ def _airflow_db(stack: Stack, sql: str, *args: Any) -> list[tuple[Any, ...]]:
     path = stack.airflow_home / "airflow.db"
     if not path.exists():
         return []
-    with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30) as connection:
+    with INTERRUPTS.deferred(), sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30) as connection:
         try:
             return connection.execute(sql, args).fetchall()
         except sqlite3.OperationalError:
