@@ -19,6 +19,7 @@ from airflow_trials.core.trial import Trial
 from airflow_trials.exceptions import (
     AirflowTrialsError,
     CheckpointError,
+    ExperimentNotFoundError,
     ExperimentStateError,
     InsufficientResourcesError,
     InvalidTransitionError,
@@ -37,11 +38,16 @@ if TYPE_CHECKING:
     from airflow_trials.execution.executor import RayTrialExecutor
     from airflow_trials.execution.handles import find_trial_actor
     from airflow_trials.execution.runner import TrialRunner
+    from airflow_trials.execution.trials_db import TrialsDbCallback
+    from airflow_trials.results import ResultGrid, TrialResult
 
 _LAZY = {
     "RayTrialExecutor": "airflow_trials.execution.executor",
     "find_trial_actor": "airflow_trials.execution.handles",
     "TrialRunner": "airflow_trials.execution.runner",
+    "TrialsDbCallback": "airflow_trials.execution.trials_db",
+    "ResultGrid": "airflow_trials.results",
+    "TrialResult": "airflow_trials.results",
 }
 
 
@@ -110,12 +116,14 @@ __all__ = [
     "CheckpointManager",
     "CheckpointRecord",
     "Decision",
+    "ExperimentNotFoundError",
     "ExperimentStateError",
     "FIFOScheduler",
     "InsufficientResourcesError",
     "InvalidTransitionError",
     "RayTrialExecutor",
     "Resources",
+    "ResultGrid",
     "RunnerFinishedError",
     "Stopper",
     "StoreError",
@@ -124,9 +132,11 @@ __all__ = [
     "Trial",
     "TrialError",
     "TrialNotFoundError",
+    "TrialResult",
     "TrialRunner",
     "TrialScheduler",
     "TrialStatus",
+    "TrialsDbCallback",
     "__version__",
     "find_trial_actor",
     "get_checkpoint",

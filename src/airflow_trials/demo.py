@@ -1,9 +1,11 @@
 """The standalone experiment the README's first command runs: a real grid search on local Ray.
 
-    python -m airflow_trials.demo [--epochs 15] [--storage DIR]
+    python -m airflow_trials.demo [--epochs 15] [--storage DIR] [--db-url URL]
 
 Uses ``RAY_ADDRESS`` when set, else starts a local Ray sized to this machine. Prints progress, then
-the leaderboard; exits non-zero when no trial finished.
+the leaderboard; exits non-zero when no trial finished. The run is recorded in the trials DB
+(``--db-url``, else ``AIRFLOW_TRIALS_DB_URL``, else the default SQLite file), so
+``airflow-trials leaderboard regression-demo`` and the dashboard show it as they show a DAG run.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import sys
 import tempfile
 import time
 
-from airflow_trials import Callback, Trial, TrialStatus
+from airflow_trials import Callback, Trial, TrialsDbCallback, TrialStatus
 
 TRAINABLE = "airflow_trials.examples.regression:train"
 METRIC = "val_loss"
@@ -69,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--storage", default=None, help="where checkpoints go (default: a temporary directory)")
     parser.add_argument("--experiment", default="regression-demo")
     parser.add_argument("--num-cpus", type=int, default=None, help="CPUs of the local Ray (default: all)")
+    parser.add_argument("--db-url", default=None,
+                        help="trials DB to record the run in (default: AIRFLOW_TRIALS_DB_URL, else the default file)")
     args = parser.parse_args(argv)
 
     import ray
@@ -87,7 +91,10 @@ def main(argv: list[str] | None = None) -> int:
     else:
         ray.init(num_cpus=args.num_cpus or os.cpu_count(), include_dashboard=False, log_to_driver=False)
     storage = args.storage or tempfile.mkdtemp(prefix="airflow_trials_demo_")
-    runner = TrialRunner(args.experiment, storage_path=storage, callbacks=[_Progress()], reuse_actors=True)
+    recorder = TrialsDbCallback(metric=METRIC, mode="min", db_url=args.db_url,
+                                run_key=f"demo__{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime())}")
+    runner = TrialRunner(args.experiment, storage_path=storage, callbacks=[_Progress(), recorder],
+                         reuse_actors=True)
     grid = itertools.product([1.0, 0.3, 0.1, 0.03], [0.0, 0.01])
     for lr, l2 in grid:
         runner.add_trial(
@@ -112,6 +119,13 @@ def main(argv: list[str] | None = None) -> int:
     finished = [t for t in trials if t.status == TrialStatus.TERMINATED]
     print(f"\n{len(finished)} of {len(trials)} trials finished; experiment state: "
           f"{runner.experiment_dir}/experiment_state.json")
+    if finished:
+        best = recorder.result_grid().get_best_result(scope="all")
+        print(f"Best trial {best.trial_id} ({best.config}): load its model with "
+              f"airflow_trials.load_checkpoint({best.best_checkpoint!r}).")
+    db_option = f" --db-url {args.db_url}" if args.db_url else ""
+    print(f"Recorded as run {recorder.run_key} in {recorder.store!r}: "
+          f"airflow-trials leaderboard {args.experiment}{db_option}")
     return 0 if finished else 1
 
 

@@ -65,6 +65,10 @@ class StoreError(AirflowTrialsError):
     """The metadata store could not read or write: the database failed or refused the change."""
 
 
+class ExperimentNotFoundError(AirflowTrialsError, LookupError):
+    """The metadata store has no such experiment, or the experiment has no such run."""
+
+
 class TrialNotFoundError(StoreError, KeyError):
     """The metadata store has no trial with this id.
 

@@ -29,8 +29,10 @@ async def first_event(trigger):
         return event.payload
 
 
-def test_execute_defers_and_a_second_try_reattaches_without_a_second_copy(trials_env, fake_context):
-    op = operator(trial_id="tw", config={"sleep": 0.2})
+def test_execute_defers_and_a_second_try_reattaches_without_a_second_copy(trials_env, fake_context, tmp_path):
+    # The trial holds at iteration 3 until the second try has re-attached, however slow the machine.
+    config = {"sleep": 0.2, "hold_at": 3, "gate": str(tmp_path / "gate")}
+    op = operator(trial_id="tw", config=config)
     with pytest.raises(TaskDeferred) as deferred:
         op.execute(fake_context(try_number=1))
     trigger = deferred.value.trigger
@@ -39,11 +41,12 @@ def test_execute_defers_and_a_second_try_reattaches_without_a_second_copy(trials
     pid = ray.get(ray.get_actor("trial.ops.tw", namespace="airflow_trials").poll.remote(0))["pid"]
 
     # The worker died while the trial ran; Airflow runs the next try, which re-attaches.
-    again = operator(trial_id="tw", config={"sleep": 0.2})
+    again = operator(trial_id="tw", config=config)
     with pytest.raises(TaskDeferred):
         again.execute(fake_context(try_number=2))
     assert live_trial_actors() == ["trial.ops.tw"]
     assert ray.get(ray.get_actor("trial.ops.tw", namespace="airflow_trials").poll.remote(0))["pid"] == pid
+    (tmp_path / "gate").touch()
 
     event = asyncio.run(first_event(trigger))
     assert event["status"] == "TERMINATED"
@@ -51,7 +54,7 @@ def test_execute_defers_and_a_second_try_reattaches_without_a_second_copy(trials
     state = again.execute_complete(context, event)
     assert state == context["ti"].xcom["trial"]
     assert state["status"] == "TERMINATED" and state["num_failures"] == 0
-    assert state["last_result"]["training_iteration"] == 4 and state["config"] == {"sleep": 0.2}
+    assert state["last_result"]["training_iteration"] == 4 and state["config"] == config
     assert state["best_checkpoint"].endswith("checkpoint_000004")
     assert [r["training_iteration"] for r in trials_env.store.get_results("tw")] == [1, 2, 3, 4]
     assert trials_env.store.get_trial("tw").status.value == "TERMINATED"

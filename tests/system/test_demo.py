@@ -12,9 +12,10 @@ def test_demo_runs_a_real_experiment_and_prints_the_leaderboard(tmp_path):
     from tests.conftest import shutdown_ray
 
     shutdown_ray()  # the demo starts its own local Ray
+    db_url = f"sqlite:///{tmp_path / 'trials.db'}"
     out = subprocess.run(
         [sys.executable, "-m", "airflow_trials.demo", "--epochs", "3", "--num-cpus", "2",
-         "--storage", str(tmp_path)],
+         "--storage", str(tmp_path), "--db-url", db_url],
         capture_output=True, text=True, cwd=REPO, timeout=300,
     )
     assert out.returncode == 0, out.stderr[-3000:]
@@ -28,6 +29,15 @@ def test_demo_runs_a_real_experiment_and_prints_the_leaderboard(tmp_path):
     assert losses == sorted(losses) and losses[0] < 0.69  # better than chance (log 2)
     assert "8 of 8 trials finished" in out.stdout
     assert (tmp_path / "regression-demo" / "experiment_state.json").exists()
+    # The run is in the trials DB, where the CLI and the dashboard read it, ranked as printed.
+    from airflow_trials import ResultGrid
+
+    grid = ResultGrid.from_db("regression-demo", db_url=db_url)
+    assert (len(grid), grid.num_terminated, grid.metric, grid.mode) == (8, 8, "val_loss", "min")
+    best = grid.get_best_result(scope="all")
+    assert best.trial_id == ranks[0][1]
+    assert f"Best trial {best.trial_id}" in out.stdout and best.best_checkpoint in out.stdout
+    assert f"airflow-trials leaderboard regression-demo --db-url {db_url}" in out.stdout
 
 
 def test_demo_joins_a_ray_cluster_started_with_ray_start(tmp_path):

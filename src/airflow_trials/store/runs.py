@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
+from airflow_trials.exceptions import ExperimentNotFoundError
 from airflow_trials.store.base import StoreBase, _check_id, _parse_enum
 from airflow_trials.store.jsonsafe import json_safe
 from airflow_trials.store.leaderboard import (
@@ -239,6 +240,31 @@ class RunsStore(StoreBase):
             ]
 
         return self._transaction("list experiment runs", work, write=False)
+
+    def resolve_run(self, experiment_name: str, run: str | int = "latest") -> ExperimentRunRecord:
+        """One run of an experiment, as a user names it.
+
+        :param experiment_name: the experiment.
+        :param run: ``"latest"`` (the newest run; default), the run's id, or its run key (the
+            Airflow run_id of a DAG run).
+        :raises ExperimentNotFoundError: the experiment has no runs, or none of that name.
+        """
+        runs = self.list_experiment_runs(experiment_name)
+        if not runs:
+            known = ", ".join(e.name for e in self.list_experiments()) or "none yet"
+            raise ExperimentNotFoundError(
+                f"Experiment {experiment_name!r} has no runs in {self!r} (experiments: {known}); check "
+                "the name, or the trials DB URL (--db-url, AIRFLOW_TRIALS_DB_URL, trials_default)."
+            )
+        if run == "latest":
+            return max(runs, key=lambda r: (r.created_at, r.id))
+        for candidate in runs:
+            if str(run) in (str(candidate.id), candidate.run_key):
+                return candidate
+        raise ExperimentNotFoundError(
+            f"Experiment {experiment_name!r} has no run {run!r}; name a run by an id or run key that "
+            f"'airflow-trials runs {experiment_name}' lists, or 'latest'."
+        )
 
 
 def _check_seed(seed: Any, owner: str) -> int | None:

@@ -1,0 +1,187 @@
+"""TrialsDbCallback: records a TrialRunner's experiment in the trials DB, as a DAG run's trials are.
+
+With it, an engine-only run (no Airflow) is one more experiment run in the trials DB: the CLI, the
+dashboard and :class:`~airflow_trials.results.ResultGrid` read it exactly as they read a DAG run.
+
+Example::
+
+    from airflow_trials import ResultGrid, TrialRunner, TrialsDbCallback
+
+    recorder = TrialsDbCallback(metric="val_loss", mode="min")
+    runner = TrialRunner("mnist", callbacks=[recorder])
+    ...                                    # runner.add_trial(...) for each config
+    runner.run()
+    best = recorder.result_grid().get_best_result()
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import TYPE_CHECKING, Any
+
+from airflow_trials.core.callback import Callback
+from airflow_trials.core.end import TrialEnd
+from airflow_trials.core.fate import FailureDecision, Outcome
+from airflow_trials.core.result import CHECKPOINT, DUPLICATE, Result
+from airflow_trials.core.status import TrialStatus
+from airflow_trials.core.trial import Trial
+from airflow_trials.execution.polls import TrialProgressTracker
+from airflow_trials.store.store import TrialProgress, TrialStore
+
+if TYPE_CHECKING:
+    from airflow_trials.results import ResultGrid
+
+
+class TrialsDbCallback(Callback):
+    """Writes every trial of a :class:`~airflow_trials.TrialRunner` run to the trials DB.
+
+    The run is created when its first trial starts, under the trials' experiment name. Results and
+    checkpoints are written in one transaction per runner step (only the trials that changed),
+    and each trial's end as the Airflow path writes it (``TrialStore.record_end``). Store errors
+    are not swallowed: after the store's own retries they stop the runner.
+
+    :param metric: the metric the experiment's leaderboard ranks by; default none (then pass
+        ``metric`` to the readers).
+    :param mode: ``"min"`` or ``"max"``; default none.
+    :param db_url: the trials DB; default ``AIRFLOW_TRIALS_DB_URL``, else the default SQLite file.
+        Its schema is created or upgraded on first use.
+    :param run_key: names this run among the experiment's runs; default ``runner__<UTC time>``.
+        Give the same key when resuming a runner (``TrialRunner(resume=True)``) so the resumed
+        trials continue their rows.
+    :param store: an open :class:`~airflow_trials.store.TrialStore` to use instead of ``db_url``.
+    """
+
+    def __init__(
+        self,
+        *,
+        metric: str | None = None,
+        mode: str | None = None,
+        db_url: str | None = None,
+        run_key: str | None = None,
+        store: TrialStore | None = None,
+    ) -> None:
+        if (metric is None) != (mode is None):
+            raise ValueError(
+                f"TrialsDbCallback got metric={metric!r} and mode={mode!r}; give both (e.g. "
+                "metric='val_loss', mode='min') or neither."
+            )
+        if store is not None and db_url is not None:
+            raise ValueError("TrialsDbCallback takes db_url or store, not both.")
+        self.metric = metric
+        self.mode = mode
+        self.run_key = run_key or f"runner__{datetime.datetime.now(datetime.UTC).isoformat(timespec='seconds')}"
+        self._db_url = db_url
+        self._store = store
+        self.experiment_name: str | None = None
+        self.experiment_run_id: int | None = None
+        self._trackers: dict[str, TrialProgressTracker] = {}
+        self._pending: dict[str, list[Result]] = {}
+        self._dirty: dict[str, Trial] = {}
+
+    @property
+    def store(self) -> TrialStore:
+        if self._store is None:
+            from airflow_trials.store.engine import configured_store_url
+
+            self._store = TrialStore(self._db_url or configured_store_url(), create=True)
+        return self._store
+
+    # -- the runner's events -----------------------------------------------------------------
+    def on_trial_start(self, trial: Trial) -> None:
+        run_id = self._ensure_run(trial.experiment_name)
+        self.store.upsert_trial(
+            trial.trial_id, trainable=trial.trainable, config=trial.config, resources=trial.resources,
+            max_failures=trial.max_failures, experiment_run_id=run_id,
+        )
+        tracker = self._trackers.setdefault(trial.trial_id, TrialProgressTracker(trial.trial_id))
+        tracker.placed = False  # (again) RUNNING: a recovered trial was recorded PENDING
+        self._dirty[trial.trial_id] = trial
+
+    def on_trial_result(self, trial: Trial, result: Result) -> None:
+        row = {k: v for k, v in result.items() if k != DUPLICATE}
+        if isinstance(row.get(CHECKPOINT), dict):
+            row[CHECKPOINT] = row[CHECKPOINT].get("path")
+        self._pending.setdefault(trial.trial_id, []).append(row)
+        self._dirty[trial.trial_id] = trial
+
+    def on_checkpoint(self, trial: Trial, checkpoint: Any) -> None:
+        self._dirty[trial.trial_id] = trial
+
+    def on_step_end(self, trials: list[Trial]) -> None:
+        self._flush()
+
+    def on_trial_recover(self, trial: Trial) -> None:
+        self._record_end(trial, FailureDecision(
+            Outcome.RETRY, trial.num_failures, False, f"Trial {trial.trial_id} failed; the runner retries it."))
+
+    def on_trial_error(self, trial: Trial) -> None:
+        self._record_end(trial, FailureDecision(
+            Outcome.FAIL, trial.num_failures, False, f"Trial {trial.trial_id} failed for good."))
+
+    def on_trial_complete(self, trial: Trial) -> None:
+        self._record_end(trial, None)
+
+    def on_experiment_end(self, trials: list[Trial]) -> None:
+        self._flush()
+        if self.experiment_run_id is not None:
+            finished = any(t.status is TrialStatus.TERMINATED for t in trials)
+            self.store.finish_experiment_run(self.experiment_run_id, "SUCCESS" if finished else "FAILED")
+
+    # -- reading it back ---------------------------------------------------------------------
+    def result_grid(self) -> ResultGrid:
+        """This run's :class:`~airflow_trials.results.ResultGrid`, read from the trials DB."""
+        from airflow_trials.results import ResultGrid
+
+        if self.experiment_name is None:
+            raise ValueError("TrialsDbCallback has recorded no trial yet: run the TrialRunner first.")
+        return ResultGrid.from_db(self.experiment_name, self.run_key, store=self.store)
+
+    # -- internals ---------------------------------------------------------------------------
+    def _ensure_run(self, experiment_name: str) -> int:
+        if self.experiment_run_id is None:
+            self.store.ensure_experiment(experiment_name, metric=self.metric, mode=self.mode)
+            self.experiment_run_id = self.store.create_experiment_run(experiment_name, self.run_key)
+            self.experiment_name = experiment_name
+        elif experiment_name != self.experiment_name:
+            raise ValueError(
+                f"TrialsDbCallback records run {self.run_key} of experiment {self.experiment_name}, but trial "
+                f"of experiment {experiment_name} started; use one callback per experiment."
+            )
+        return self.experiment_run_id
+
+    def _progress(self, trial: Trial) -> TrialProgress | None:
+        manager = trial.checkpoint_manager
+        snapshot = {
+            "results": self._pending.get(trial.trial_id, []),
+            "checkpoints": [{"path": r.path, "iteration": r.iteration, "score": manager.score_value(r)}
+                            for r in manager.kept],
+        }
+        return self._trackers[trial.trial_id].progress(snapshot)
+
+    def _flush(self, only: Trial | None = None) -> None:
+        trials = [only] if only is not None else list(self._dirty.values())
+        batch = [(t, item) for t in trials if t.trial_id in self._trackers
+                 for item in [self._progress(t)] if item is not None]
+        if batch:
+            self.store.record_progress([item for _, item in batch])
+        for trial, item in batch:
+            self._trackers[trial.trial_id].written(item)
+        for trial in trials:
+            self._pending.pop(trial.trial_id, None)
+            self._dirty.pop(trial.trial_id, None)
+
+    def _record_end(self, trial: Trial, decision: FailureDecision | None) -> None:
+        if trial.trial_id not in self._trackers:
+            return  # ended before it ever started (a stopped PENDING trial): nothing recorded
+        self._flush(trial)
+        best = trial.checkpoint_manager.best()
+        end = TrialEnd(
+            trial_id=trial.trial_id,
+            experiment_name=trial.experiment_name,
+            status=TrialStatus.TERMINATED if decision is None else TrialStatus.ERROR,
+            error=trial.error_msg if decision is not None else None,
+            last_result={k: v for k, v in trial.last_result.items()
+                         if isinstance(v, (int, float, str, bool)) or v is None} or None,
+            best_checkpoint=best.path if best is not None else None,
+        )
+        self.store.record_end(end, decision)

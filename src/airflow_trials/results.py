@@ -1,0 +1,254 @@
+"""ResultGrid: an experiment run's trials read back from the trials DB, in Ray Tune's Result API shape.
+
+One API for both paths: a DAG run's trials and an engine-only run recorded with
+:class:`~airflow_trials.execution.trials_db.TrialsDbCallback` are read the same way::
+
+    from airflow_trials import ResultGrid, load_checkpoint
+
+    grid = ResultGrid.from_db("regression_tuning")          # the latest run; or run="<run_id>"
+    best = grid.get_best_result()                          # the experiment's metric and mode
+    print(best.config, best.metrics["val_loss"])
+    model = load_checkpoint(best.best_checkpoint)
+    grid.get_dataframe()                                   # one row per trial
+    best.metrics_dataframe                                 # that trial's every result
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from airflow_trials.core.result import AUTO_FIELDS
+from airflow_trials.core.status import TrialStatus
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from airflow_trials.store import ExperimentRunRecord, TrialStore
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """One trial of a :class:`ResultGrid` (Ray Tune's ``Result``).
+
+    :param trial_id: the trial.
+    :param status: TERMINATED, ERROR, or not ended yet.
+    :param config: its hyperparameters.
+    :param metrics: its last reported result (Ray Tune's ``Result.metrics``); empty before the first.
+    :param best_checkpoint: path of the kept checkpoint that scored best on the experiment's
+        metric (the model to publish); None when none is kept. Load it with
+        :func:`~airflow_trials.load_checkpoint`.
+    :param latest_checkpoint: path of its newest kept checkpoint (what a restore resumes from).
+    :param error: its last failure's message; None when it did not fail.
+    :param num_failures: how often it failed.
+    """
+
+    trial_id: str
+    status: TrialStatus
+    config: dict[str, Any]
+    metrics: dict[str, Any]
+    best_checkpoint: str | None
+    latest_checkpoint: str | None
+    error: str | None
+    num_failures: int
+    _store: TrialStore = field(repr=False, compare=False)
+
+    @property
+    def metrics_dataframe(self) -> pd.DataFrame:
+        """Every result the trial reported, one row per ``training_iteration``, read on each access."""
+        import pandas as pd
+
+        return pd.DataFrame(self._store.get_results(self.trial_id))
+
+
+class ResultGrid(Sequence[TrialResult]):
+    """The trials of one experiment run (Ray Tune's ``ResultGrid``); a sequence of :class:`TrialResult`.
+
+    Open it with :meth:`from_db`. It is a snapshot taken when opened; open it again to see a run
+    that is still going.
+
+    :param store: the trials DB.
+    :param run: the experiment run.
+    :param metric: the experiment's metric (the default of the readers); None when not recorded.
+    :param mode: its mode, ``"min"`` or ``"max"``; None when not recorded.
+    :param results: the trials, ordered by trial id.
+    """
+
+    def __init__(self, store: TrialStore, run: ExperimentRunRecord, metric: str | None, mode: str | None,
+                 results: list[TrialResult]) -> None:
+        self._store = store
+        self.run = run
+        self.experiment_name = run.experiment_name
+        self.run_key = run.run_key
+        self.metric = metric
+        self.mode = mode
+        self._results = results
+
+    @classmethod
+    def from_db(cls, experiment_name: str, run: str | int = "latest", *, db_url: str | None = None,
+                store: TrialStore | None = None) -> ResultGrid:
+        """The run's trials as the trials DB holds them.
+
+        :param experiment_name: the experiment (the DAG's ``experiment_name``, or the runner's).
+        :param run: ``"latest"`` (default), a run id, or a run key (an Airflow run_id).
+        :param db_url: the trials DB; default ``AIRFLOW_TRIALS_DB_URL``, else the default SQLite file.
+        :param store: an open store to read instead of ``db_url``.
+        :raises ExperimentNotFoundError: no such experiment or run.
+        """
+        if store is None:
+            from airflow_trials.store import TrialStore
+            from airflow_trials.store.engine import configured_store_url
+
+            store = TrialStore(db_url or configured_store_url())
+        record = store.resolve_run(experiment_name, run)
+        experiment = next(e for e in store.list_experiments() if e.name == experiment_name)
+        metric, mode = experiment.metric, experiment.mode
+        trials = store.list_trials(experiment_run_id=record.id)
+        board = {r.trial_id: r for r in store.leaderboard(record.id, metric, mode or "min")} if metric else {}
+        results = [
+            TrialResult(
+                trial_id=t.trial_id, status=t.status, config=t.config, metrics=dict(t.last_result or {}),
+                best_checkpoint=board[t.trial_id].best_checkpoint if t.trial_id in board else None,
+                latest_checkpoint=board[t.trial_id].latest_checkpoint if t.trial_id in board else None,
+                error=t.error_msg, num_failures=t.num_failures, _store=store,
+            )
+            for t in sorted(trials, key=lambda t: t.trial_id)
+        ]
+        if not metric:
+            results = _with_checkpoints(store, results)
+        return cls(store, record, metric, mode, results)
+
+    # -- Sequence ----------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._results)
+
+    def __getitem__(self, index: int) -> TrialResult:  # type: ignore[override]
+        return self._results[index]
+
+    def __iter__(self) -> Iterator[TrialResult]:
+        return iter(self._results)
+
+    def __repr__(self) -> str:
+        return (f"ResultGrid({self.experiment_name!r}, run={self.run_key!r}, trials={len(self)}, "
+                f"terminated={self.num_terminated}, errors={self.num_errors})")
+
+    @property
+    def errors(self) -> list[str]:
+        """The errors of the trials that ended in ERROR."""
+        return [r.error or "" for r in self._results if r.status is TrialStatus.ERROR]
+
+    @property
+    def num_errors(self) -> int:
+        return len(self.errors)
+
+    @property
+    def num_terminated(self) -> int:
+        return sum(r.status is TrialStatus.TERMINATED for r in self._results)
+
+    # -- the best trial ------------------------------------------------------------------------
+    def get_best_result(self, metric: str | None = None, mode: str | None = None,
+                        scope: Literal["last", "all"] = "last", filter_nan_and_inf: bool = True) -> TrialResult:
+        """The trial with the best value of ``metric``, as Ray Tune's ``ResultGrid.get_best_result``.
+
+        :param metric: default: the experiment's metric.
+        :param mode: ``"min"`` or ``"max"``; default: the experiment's mode.
+        :param scope: ``"last"`` (default, as Ray Tune) compares each trial's last reported value;
+            ``"all"`` compares each trial's best value over all its results (the leaderboard's order).
+        :param filter_nan_and_inf: skip NaN and infinite values; default True.
+        :raises ValueError: no metric given or recorded, a bad mode or scope, or no trial reported
+            the metric (the message lists the metrics they did report).
+        """
+        metric, mode = self._metric_and_mode(metric, mode)
+        if scope not in ("last", "all"):
+            raise ValueError(f"scope must be 'last' or 'all', got {scope!r}.")
+        values = self._values(metric, mode, scope)
+        candidates = [
+            (value, result) for result in self._results
+            if (value := values.get(result.trial_id)) is not None
+            and not (filter_nan_and_inf and not math.isfinite(value))
+        ]
+        if not candidates:
+            raise ValueError(
+                f"No trial of experiment {self.experiment_name} run {self.run_key} reported metric "
+                f"{metric!r}{' as a finite number' if filter_nan_and_inf else ''}; its trials report "
+                f"{', '.join(self._reported_metrics()) or 'no metric yet'}. Pass metric= with one of them."
+            )
+        sign = 1.0 if mode == "min" else -1.0
+        return min(candidates, key=lambda pair: (sign * pair[0], pair[1].trial_id))[1]
+
+    def get_dataframe(self, filter_metric: str | None = None, filter_mode: str | None = None) -> pd.DataFrame:
+        """One row per trial: its metrics, its config as ``config/<key>`` columns, trial_id, status
+        and checkpoints, as Ray Tune's ``ResultGrid.get_dataframe``.
+
+        :param filter_metric: with ``filter_mode``, each trial's row is its result with the best
+            value of this metric instead of its last result.
+        :param filter_mode: ``"min"`` or ``"max"``.
+        """
+        import pandas as pd
+
+        if (filter_metric is None) != (filter_mode is None):
+            raise ValueError("get_dataframe takes filter_metric and filter_mode together, or neither.")
+        rows = []
+        for result in self._results:
+            metrics = result.metrics
+            if filter_metric is not None:
+                metrics = _best_row(self._store.get_results(result.trial_id), filter_metric, filter_mode) or {}
+            rows.append({
+                **metrics,
+                **{f"config/{k}": v for k, v in _flatten(result.config).items()},
+                "trial_id": result.trial_id, "status": result.status.value,
+                "best_checkpoint": result.best_checkpoint, "latest_checkpoint": result.latest_checkpoint,
+            })
+        return pd.DataFrame(rows)
+
+    # -- internals ---------------------------------------------------------------------------
+    def _metric_and_mode(self, metric: str | None, mode: str | None) -> tuple[str, str]:
+        metric = metric or self.metric
+        mode = mode or (self.mode if metric == self.metric else None)
+        if not metric or mode is None:
+            raise ValueError(
+                f"Experiment {self.experiment_name} has no metric and mode recorded; pass metric= and mode=."
+            )
+        if mode not in ("min", "max"):
+            raise ValueError(f"mode must be 'min' or 'max', got {mode!r}.")
+        return metric, mode
+
+    def _values(self, metric: str, mode: str, scope: str) -> dict[str, float]:
+        if scope == "all":
+            board = self._store.leaderboard(self.run.id, metric, mode)
+            return {r.trial_id: r.best_value for r in board if r.best_value is not None}
+        return {r.trial_id: float(v) for r in self._results
+                if isinstance(v := r.metrics.get(metric), (int, float)) and not isinstance(v, bool)}
+
+    def _reported_metrics(self) -> list[str]:
+        return sorted({k for r in self._results for k, v in r.metrics.items()
+                       if k not in AUTO_FIELDS and isinstance(v, (int, float)) and not isinstance(v, bool)})
+
+
+def _with_checkpoints(store: TrialStore, results: list[TrialResult]) -> list[TrialResult]:
+    """Without a metric there is no best by score: best and latest are the newest kept checkpoint."""
+    from dataclasses import replace
+
+    paths = store.best_checkpoint_paths([r.trial_id for r in results], "training_iteration", "max")
+    return [replace(r, best_checkpoint=paths.get(r.trial_id), latest_checkpoint=paths.get(r.trial_id))
+            for r in results]
+
+
+def _best_row(history: list[dict[str, Any]], metric: str, mode: str | None) -> dict[str, Any] | None:
+    sign = 1.0 if mode == "min" else -1.0
+    scored = [(float(r[metric]), r) for r in history
+              if isinstance(r.get(metric), (int, float)) and not isinstance(r.get(metric), bool)
+              and math.isfinite(r[metric])]
+    return min(scored, key=lambda pair: sign * pair[0])[1] if scored else None
+
+
+def _flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, Mapping):
+            flat.update(_flatten(value, f"{prefix}{key}/"))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
