@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import math
+import os
+
+from airflow_trials.exceptions import AirflowTrialsError
 
 DEFAULT_GPU_POOL = "gpu"
 DEFAULT_SLOTS_PER_GPU = 4
+
+
+class AirflowDbNotReadyError(AirflowTrialsError):
+    """Airflow's metadata DB does not exist or was never migrated, so no pool can be written to it."""
 
 
 def gpu_pool_slots(gpu: float, slots_per_gpu: int = DEFAULT_SLOTS_PER_GPU) -> int:
@@ -36,6 +43,7 @@ def ensure_gpu_pool(
     """
     if not isinstance(num_gpus, int) or num_gpus < 0:
         raise ValueError(f"num_gpus must be a whole number >= 0, got {num_gpus!r}.")
+    require_migrated_airflow_db(f"write the GPU pool {name!r}")
     from airflow.models.pool import Pool
 
     slots = num_gpus * slots_per_gpu
@@ -46,3 +54,43 @@ def ensure_gpu_pool(
         include_deferred=True,
     )
     return name, slots
+
+
+def require_migrated_airflow_db(operation: str) -> None:
+    """Raise :class:`AirflowDbNotReadyError` unless Airflow's metadata DB exists and has its tables.
+
+    Checked before Airflow's ORM touches the DB: opening a missing SQLite file would create it,
+    and the write would then fail on the missing tables anyway. Creates nothing.
+
+    :param operation: what was about to happen, for the message ("write the GPU pool 'gpu'").
+    """
+    from sqlalchemy import inspect
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from airflow import settings
+
+    fix = "run `airflow db migrate` (with this AIRFLOW_HOME / AIRFLOW__DATABASE__SQL_ALCHEMY_CONN), then retry"
+    if not settings.SQL_ALCHEMY_CONN:
+        raise AirflowDbNotReadyError(f"Could not {operation}: Airflow has no metadata DB configured; {fix}.")
+    url = make_url(settings.SQL_ALCHEMY_CONN)
+    where = url.render_as_string(hide_password=True)
+    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+        if not os.path.isfile(url.database):
+            raise AirflowDbNotReadyError(
+                f"Could not {operation}: Airflow's metadata DB {where} does not exist; {fix}."
+            )
+    if settings.engine is None:
+        settings.configure_orm()
+    try:
+        migrated = inspect(settings.engine).has_table("slot_pool")
+    except SQLAlchemyError as e:
+        cause = " ".join(str(getattr(e, "orig", None) or e).split())
+        raise AirflowDbNotReadyError(
+            f"Could not {operation}: Airflow's metadata DB {where} does not answer "
+            f"({type(e).__name__}: {cause}); check that it is up and reachable, or {fix}."
+        ) from e
+    if not migrated:
+        raise AirflowDbNotReadyError(
+            f"Could not {operation}: Airflow's metadata DB {where} has no tables (never migrated); {fix}."
+        )

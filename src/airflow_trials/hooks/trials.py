@@ -205,30 +205,58 @@ class TrialsDbHook(BaseHook):
         self.trials_conn_id = trials_conn_id
 
     def get_url(self) -> str:
-        from airflow_trials.store import default_store_url
-
-        try:
-            conn = self.get_connection(self.trials_conn_id)
-        except AirflowNotFoundException:
-            return os.environ.get("AIRFLOW_TRIALS_DB_URL") or default_store_url()
-        extra = _extra(conn)
-        if extra.get("url"):
-            return str(extra["url"])
-        if conn.conn_type == "sqlite" or (conn.host or "").endswith(".db"):
-            return f"sqlite:///{conn.host}"
-        from sqlalchemy.engine import URL
-
-        # URL.create escapes what a password may hold ("@", ":", "/") that a formatted string would not.
-        url = URL.create(
-            "postgresql+psycopg", username=conn.login or None, password=conn.password or None,
-            host=conn.host or None, port=conn.port or None, database=conn.schema or None,
-        )
-        return url.render_as_string(hide_password=False)
+        """The trials DB URL: the connection, else ``AIRFLOW_TRIALS_DB_URL``, else the default file."""
+        return resolve_trials_db_url(self.trials_conn_id)[0]
 
     def get_conn(self) -> TrialStore:
         from airflow_trials.store import TrialStore
 
         return TrialStore(self.get_url())
+
+
+def resolve_trials_db_url(
+    trials_conn_id: str = DEFAULT_TRIALS_CONN_ID, *, create_dir: bool = True
+) -> tuple[str, str]:
+    """The trials DB URL, and where it came from, as every reader and writer of the trials DB finds it.
+
+    Tasks, triggers, the dashboard (through :meth:`TrialsDbHook.get_url`) and the
+    ``airflow-trials`` command all call this: the ``trials_conn_id`` connection, else
+    ``AIRFLOW_TRIALS_DB_URL``, else the default SQLite file. Outside a task, Airflow looks the
+    connection up in ``AIRFLOW_CONN_<ID>`` and the configured secrets backends; when it finds none
+    (Airflow's metadata DB need not exist) the fallbacks apply.
+
+    :param trials_conn_id: the connection id; default ``trials_default``.
+    :param create_dir: create the default SQLite file's directory when that is the answer; default
+        True (readers that must create nothing pass False).
+    :return: ``(url, source)``; the source reads "connection trials_default",
+        "AIRFLOW_TRIALS_DB_URL" or "the default SQLite file".
+    """
+    from airflow_trials.store import default_store_url
+    from airflow_trials.store.engine import STORE_URL_ENV
+
+    try:
+        conn = BaseHook.get_connection(trials_conn_id)
+    except AirflowNotFoundException:
+        if os.environ.get(STORE_URL_ENV):
+            return os.environ[STORE_URL_ENV], STORE_URL_ENV
+        return default_store_url(create_dir=create_dir), "the default SQLite file"
+    return _connection_url(conn), f"connection {trials_conn_id}"
+
+
+def _connection_url(conn: Any) -> str:
+    extra = _extra(conn)
+    if extra.get("url"):
+        return str(extra["url"])
+    if conn.conn_type == "sqlite" or (conn.host or "").endswith(".db"):
+        return f"sqlite:///{conn.host}"
+    from sqlalchemy.engine import URL
+
+    # URL.create escapes what a password may hold ("@", ":", "/") that a formatted string would not.
+    url = URL.create(
+        "postgresql+psycopg", username=conn.login or None, password=conn.password or None,
+        host=conn.host or None, port=conn.port or None, database=conn.schema or None,
+    )
+    return url.render_as_string(hide_password=False)
 
 
 class TrialsHook(BaseHook):

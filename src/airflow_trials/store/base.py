@@ -96,7 +96,7 @@ class StoreBase:
                 elapsed = time.monotonic() - started
                 delay = self._retry_policy.delay_seconds(attempt, elapsed) if is_transient(e) else None
                 if delay is None:
-                    raise self._store_error(operation, e, attempt, elapsed) from e
+                    raise self._store_error(operation, e, attempt, elapsed, write=write) from e
                 log.warning(
                     "Trial store could not %s at attempt %d of %d (%s: %s); retrying in %.2f s",
                     operation, attempt, self._retry_policy.max_attempts, type(e).__name__,
@@ -111,14 +111,17 @@ class StoreBase:
             with self._session(write) as session, session.begin():
                 yield session
         except SQLAlchemyError as e:
-            raise self._store_error(operation, e, 1, 0.0) from e
+            raise self._store_error(operation, e, 1, 0.0, write=write) from e
 
     def _session(self, write: bool) -> Session:
         return Session(bind=self._write_engine if write else self._engine, expire_on_commit=False)
 
     def _store_error(
-        self, operation: str, error: SQLAlchemyError, attempts: int, elapsed_seconds: float
+        self, operation: str, error: SQLAlchemyError, attempts: int, elapsed_seconds: float,
+        *, write: bool = True,
     ) -> StoreError:
+        """The error to raise; one line, so that a command that prints only the first line (the
+        ``airflow-trials`` CLI) still shows what to do."""
         where = safe_url(self._url)
         if is_transient(error):
             return StoreError(
@@ -128,6 +131,12 @@ class StoreBase:
                 f"{elapsed_seconds:.1f} s. Check that the database is up and reachable, or give the "
                 f"TrialStore a larger retry_timeout_seconds / retry_max_attempts; then repeat the "
                 f"call, which is safe: every write is idempotent."
+            )
+        if not write:
+            return StoreError(
+                f"Trial store could not {operation}: {type(error).__name__}: {_cause(error)}. Check "
+                f"that {where} is reachable and migrated (airflow-trials db upgrade --db-url URL, or "
+                f"python -m airflow_trials.store upgrade --url URL), then retry."
             )
         return StoreError(
             f"Trial store could not {operation}: {type(error).__name__}: {_cause(error)}. Nothing of "
@@ -188,9 +197,10 @@ def _attempts(attempts: int) -> str:
     return f"{attempts} attempts ({attempts - 1} {'retry' if attempts == 2 else 'retries'})"
 
 
-def _cause(error: SQLAlchemyError) -> object:
-    """The driver's own error when there is one: its message is the one that says why."""
-    return getattr(error, "orig", None) or error
+def _cause(error: SQLAlchemyError) -> str:
+    """The driver's own error when there is one (its message is the one that says why), on one
+    line: libpq's "Is the server running on that host...?" comes on a line of its own."""
+    return " ".join(str(getattr(error, "orig", None) or error).split())
 
 
 def _parse_enum(enum: Any, value: str, owner: str) -> Any:

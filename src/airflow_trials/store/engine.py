@@ -6,8 +6,11 @@ import os
 from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from sqlalchemy.pool import StaticPool
+
+from airflow_trials.exceptions import StoreError
 
 STORE_HOME_ENV = "AIRFLOW_TRIALS_HOME"
 STORE_URL_ENV = "AIRFLOW_TRIALS_DB_URL"
@@ -18,11 +21,16 @@ SQLITE_BUSY_TIMEOUT_SECONDS = 30.0
 WRITE_OPTION = "airflow_trials_write"
 
 
-def default_store_url() -> str:
-    """``sqlite:///<$AIRFLOW_TRIALS_HOME or ~/airflow_trials>/trials.db``; creates the directory."""
+def default_store_url(create_dir: bool = True) -> str:
+    """``sqlite:///<$AIRFLOW_TRIALS_HOME or ~/airflow_trials>/trials.db``.
+
+    :param create_dir: create the directory when missing; default True. Readers that must not
+        create anything (the ``airflow-trials`` read commands) pass False.
+    """
     home = os.environ.get(STORE_HOME_ENV) or os.path.join(os.path.expanduser("~"), "airflow_trials")
     home = os.path.abspath(os.path.expanduser(home))
-    os.makedirs(home, exist_ok=True)
+    if create_dir:
+        os.makedirs(home, exist_ok=True)
     return f"sqlite:///{os.path.join(home, 'trials.db')}"
 
 
@@ -34,6 +42,37 @@ def configured_store_url() -> str:
 def is_memory_sqlite(url: str) -> bool:
     parsed = make_url(url)
     return parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:")
+
+
+def check_store_url(url: str) -> URL:
+    """The parsed URL, once it is known to be a SQLite or PostgreSQL URL whose driver is installed.
+
+    Raises :class:`~airflow_trials.exceptions.StoreError` with a one-line message that says how to
+    fix the URL: a plain path or other text that is no URL, a driver that is not installed, or a
+    database other than SQLite and PostgreSQL.
+    """
+    try:
+        parsed = make_url(url)
+    except ArgumentError as e:
+        hint = f"sqlite:///{os.path.abspath(url)}" if ("/" in url or url.endswith(".db")) else "sqlite:////path/trials.db"
+        raise StoreError(
+            f"{url!r} is not a database URL; give a SQLAlchemy URL such as {hint} (a SQLite file) "
+            "or postgresql+psycopg://user@host/db."
+        ) from e
+    try:
+        parsed.get_dialect().import_dbapi()
+    except (NoSuchModuleError, ImportError) as e:
+        raise StoreError(
+            f"No database driver for {parsed.drivername!r} is installed ({type(e).__name__}: {e}), so "
+            f"{parsed.render_as_string(hide_password=True)} cannot be opened; use sqlite:/// or "
+            "postgresql+psycopg:// (pip install 'airflow-trials[postgres]'), or install that driver."
+        ) from e
+    if parsed.get_backend_name() not in ("sqlite", "postgresql"):
+        raise StoreError(
+            f"The trial store supports SQLite and PostgreSQL, not {parsed.get_backend_name()} "
+            f"({parsed.render_as_string(hide_password=True)}); use a sqlite:/// or postgresql+psycopg:// URL."
+        )
+    return parsed
 
 
 def safe_url(url: str) -> str:

@@ -48,7 +48,7 @@ def upgrade_engine(engine: Engine) -> None:
     except (SQLAlchemyError, CommandError) as e:
         raise StoreError(
             f"Could not migrate the trial store at {safe_url(str(engine.url))} to the latest schema: "
-            f"{type(e).__name__}: {e}. Nothing was changed; check that the database is reachable, "
+            f"{type(e).__name__}: {_one_line(e)}. Nothing was changed; check that the database is reachable, "
             f"that its user may create tables, and that it was not migrated by a newer "
             f"airflow_trials."
         ) from e
@@ -71,3 +71,46 @@ def current_revision(engine: Engine) -> str | None:
     with engine.connect() as connection:
         context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
         return context.get_current_revision()
+
+
+def head_revision() -> str:
+    """The newest revision this airflow_trials ships: what :func:`migrate` brings a database to."""
+    from alembic.script import ScriptDirectory
+
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    if head is None:  # only a broken install ships no revisions
+        raise StoreError(f"No Alembic revisions found in {MIGRATIONS_DIR}; reinstall airflow_trials.")
+    return head
+
+
+def schema_revision(url: str, connect_timeout_seconds: int = 10) -> str | None:
+    """The revision of the database at ``url`` (None: never migrated), read in one attempt.
+
+    Unlike :class:`~airflow_trials.store.TrialStore`, this neither retries nor changes the
+    database (no WAL switch on SQLite), so a reader can check a store before it opens it.
+    Raises :class:`~airflow_trials.exceptions.StoreError`, on one line, when the database does not
+    answer.
+
+    :param url: SQLAlchemy URL of the store.
+    :param connect_timeout_seconds: PostgreSQL's connect timeout; default 10.
+    """
+    from sqlalchemy import create_engine
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.pool import NullPool
+
+    connect_args = {"connect_timeout": connect_timeout_seconds} if make_url(url).get_backend_name() == "postgresql" else {}
+    engine = create_engine(url, poolclass=NullPool, connect_args=connect_args)
+    try:
+        return current_revision(engine)
+    except SQLAlchemyError as e:
+        raise StoreError(
+            f"Could not read the trials DB at {safe_url(url)} ({type(e).__name__}: {_one_line(e)}). Check "
+            "that the database server is up and that the URL (host, port, user, database) is right."
+        ) from e
+    finally:
+        engine.dispose()
+
+
+def _one_line(error: BaseException) -> str:
+    """The driver's message when there is one, on one line (libpq puts its hint on a second)."""
+    return " ".join(str(getattr(error, "orig", None) or error).split()).rstrip(".")

@@ -1,0 +1,280 @@
+"""The trials-DB commands: ``db upgrade``, ``pool set``, ``experiments``, ``runs``, ``trials``,
+``leaderboard`` and ``plot``."""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated, Any
+
+import typer
+
+from airflow_trials.cli.common import (
+    AsJson,
+    CliError,
+    DbUrl,
+    Output,
+    RunOption,
+    app,
+    db_app,
+    guard,
+    metric_and_mode,
+    out,
+    output_format,
+    pool_app,
+    resolve_run,
+)
+from airflow_trials.cli.output import OutputFormat, emit, leaderboard_cells, number, print_document
+from airflow_trials.cli.trials_db import checked_url, open_for_reading, resolve_db_url
+
+_TIME = "%Y-%m-%d %H:%M"
+
+
+def safe_url(url: str) -> str:
+    """The URL with its password masked (SQLAlchemy imported here: `--help` need not load it)."""
+    from airflow_trials.store.engine import safe_url as masked
+
+    return masked(url)
+
+
+# -- db and pool ---------------------------------------------------------------------------------
+@db_app.command("upgrade")
+def db_upgrade(ctx: typer.Context, db_url: DbUrl = None) -> None:
+    """Create or upgrade the trials DB schema (idempotent); the only command that creates a DB."""
+
+    def body() -> None:
+        from airflow_trials.store import migrate
+
+        url, source = resolve_db_url(ctx, db_url, create_dir=True)
+        migrate(checked_url(url, source))
+        out.print(f"Trials DB at {safe_url(url)} (from {source}) is up to date.", highlight=False, soft_wrap=True)
+
+    guard(body)
+
+
+@pool_app.command("set")
+def pool_set(
+    gpus: Annotated[int, typer.Option("--gpus", min=0, help="GPUs the pool stands for.")],
+    name: Annotated[str, typer.Option("--name")] = "gpu",
+    slots_per_gpu: Annotated[int, typer.Option("--slots-per-gpu", min=1)] = 4,
+    output: Output = None,
+    as_json: AsJson = False,
+) -> None:
+    """Create or update the GPU pool (GPUs x slots per GPU slots, include_deferred) in Airflow's DB,
+    which must exist and be migrated (airflow db migrate)."""
+
+    def body() -> None:
+        fmt = output_format(output, as_json)
+        from airflow_trials.pools import ensure_gpu_pool
+
+        pool, slots = ensure_gpu_pool(gpus, name=name, slots_per_gpu=slots_per_gpu)
+        if fmt is OutputFormat.TABLE:
+            out.print(f"Pool {pool}: {slots} slots ({gpus} GPUs x {slots_per_gpu}), include_deferred=True",
+                      highlight=False)
+            return
+        emit(out, fmt, {"pool": pool, "slots": slots, "include_deferred": True},
+             ["pool", "slots", "include_deferred"], [[pool, str(slots), "True"]])
+
+    guard(body)
+
+
+# -- listings ------------------------------------------------------------------------------------
+@app.command("experiments")
+def experiments(ctx: typer.Context, db_url: DbUrl = None, output: Output = None, as_json: AsJson = False) -> None:
+    """List experiments."""
+
+    def body() -> None:
+        fmt = output_format(output, as_json)
+        store = open_for_reading(ctx, db_url)
+        records = store.list_experiments()
+        runs_per_experiment = _count_by(r.experiment_name for r in store.list_experiment_runs())
+        rows = [[e.name, e.metric or "-", e.mode or "-", str(runs_per_experiment.get(e.name, 0)),
+                 e.created_at.strftime(_TIME)] for e in records]
+        emit(out, fmt, records, ["experiment", "metric", "mode", "runs", "created"], rows,
+             empty=f"No experiments yet in the trials DB at {safe_url(store.url)}: no experiment DAG "
+             "has run against it.")
+
+    guard(body)
+
+
+@app.command("runs")
+def runs(
+    ctx: typer.Context,
+    experiment: Annotated[str | None, typer.Argument(help="Only this experiment's runs.")] = None,
+    db_url: DbUrl = None,
+    output: Output = None,
+    as_json: AsJson = False,
+) -> None:
+    """List experiment runs (one per DAG run)."""
+
+    def body() -> None:
+        fmt = output_format(output, as_json)
+        store = open_for_reading(ctx, db_url)
+        records = store.list_experiment_runs(experiment)
+        if experiment and not records:
+            resolve_run(store, experiment, "latest")  # raises: says which experiments there are
+        trials_per_run = store.trial_counts()
+        rows = [[str(r.id), r.experiment_name, r.run_key, r.status.value, str(trials_per_run.get(r.id, 0)),
+                 r.created_at.strftime(_TIME)] for r in records]
+        emit(out, fmt, records, ["id", "experiment", "run key", "status", "trials", "created"], rows,
+             empty=f"No experiment runs yet in the trials DB at {safe_url(store.url)}: no experiment "
+             "DAG has run against it.")
+
+    guard(body)
+
+
+def _count_by(keys: Any) -> dict[Any, int]:
+    counts: dict[Any, int] = {}
+    for key in keys:
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def _leaderboard_rows(store: Any, experiment: str, run: str, metric: str | None, mode: str | None,
+                      limit: int | None) -> tuple[Any, str, str, list[Any]]:
+    exp_run = resolve_run(store, experiment, run)
+    metric, mode = metric_and_mode(store, experiment, metric, mode)
+    board = store.leaderboard(exp_run.id, metric, mode, limit=limit)
+    if board and all(r.best_value is None for r in board):
+        reported = _reported_metrics(store, exp_run.id)
+        if reported:  # results exist, none with this metric: a typo, not a run that has not started
+            raise CliError(
+                f"No trial of {experiment} run {exp_run.run_key} reported metric {metric!r}; its trials "
+                f"report {', '.join(reported)}. Pass --metric with one of them."
+            )
+    return exp_run, metric, mode, board
+
+
+def _reported_metrics(store: Any, experiment_run_id: int) -> list[str]:
+    """The numeric metrics in the run's trials' last results (engine fields aside)."""
+    from airflow_trials.core.result import AUTO_FIELDS
+
+    names = {
+        key
+        for trial in store.list_trials(experiment_run_id=experiment_run_id)
+        for key, value in (trial.last_result or {}).items()
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and key not in AUTO_FIELDS
+    }
+    return sorted(names)
+
+
+@app.command("trials")
+def trials(
+    ctx: typer.Context,
+    experiment: str,
+    run: RunOption = "latest",
+    db_url: DbUrl = None,
+    output: Output = None,
+    as_json: AsJson = False,
+) -> None:
+    """Show one run's trials: status, failures, best metric, best and latest checkpoints."""
+
+    def body() -> None:
+        fmt = output_format(output, as_json)
+        store = open_for_reading(ctx, db_url)
+        exp_run, metric, _, board = _leaderboard_rows(store, experiment, run, None, None, None)
+        records = {t.trial_id: t for t in store.list_trials(experiment_run_id=exp_run.id)}
+        rows = [
+            {
+                "trial_id": r.trial_id,
+                "status": r.status.value,
+                "num_failures": r.num_failures,
+                "iterations": (records[r.trial_id].last_result or {}).get("training_iteration", 0),
+                f"best_{metric}": r.best_value,
+                "best_checkpoint": r.best_checkpoint,
+                "latest_checkpoint": r.latest_checkpoint,
+                "config": r.config,
+                "error": (records[r.trial_id].error_msg or "").strip().splitlines()[-1:] or None,
+            }
+            for r in sorted(board, key=lambda r: r.trial_id)
+        ]
+        cells = [[row["trial_id"], row["status"], str(row["num_failures"]), str(row["iterations"]),
+                  number(row[f"best_{metric}"]), row["best_checkpoint"] or "-", row["latest_checkpoint"] or "-"]
+                 for row in rows]
+        emit(out, fmt, {"experiment": experiment, "run": exp_run, "trials": rows},
+             ["trial", "status", "failures", "iterations", f"best {metric}", "best checkpoint",
+              "latest checkpoint"], cells, title=f"{experiment} / {exp_run.run_key}",
+             empty=f"Run {exp_run.run_key} of {experiment} has no trials yet.")
+
+    guard(body)
+
+
+@app.command("leaderboard")
+def leaderboard(
+    ctx: typer.Context,
+    experiment: str,
+    run: RunOption = "latest",
+    metric: Annotated[str | None, typer.Option(help="Default: the experiment's metric.")] = None,
+    mode: Annotated[str | None, typer.Option(help="min or max; default: the experiment's.")] = None,
+    limit: Annotated[int | None, typer.Option(min=1)] = None,
+    db_url: DbUrl = None,
+    output: Output = None,
+    as_json: AsJson = False,
+) -> None:
+    """Rank a run's trials by their best value of the metric."""
+
+    def body() -> None:
+        fmt = output_format(output, as_json)
+        store = open_for_reading(ctx, db_url)
+        exp_run, metric_, mode_, board = _leaderboard_rows(store, experiment, run, metric, mode, limit)
+        columns, rows = leaderboard_cells(board, metric_, mode_)
+        emit(out, fmt, {"experiment": experiment, "run_key": exp_run.run_key, "metric": metric_, "mode": mode_,
+                        "rows": board}, columns, rows, title=f"{experiment} / {exp_run.run_key}",
+             empty=f"Run {exp_run.run_key} of {experiment} has no trials yet.")
+
+    guard(body)
+
+
+# -- plot ----------------------------------------------------------------------------------------
+def _png_path(output: str) -> str:
+    """The absolute path ``--out`` names, once it can be a PNG file written there."""
+    path = os.path.abspath(os.path.expanduser(output))
+    if os.path.isdir(path):
+        raise CliError(f"--out {output} is a directory; name a .png file in it, e.g. "
+                       f"--out {os.path.join(path, 'learning_curves.png')}.")
+    if not path.lower().endswith(".png"):
+        raise CliError(f"--out must name a .png file, got {output!r}.")
+    folder = os.path.dirname(path)
+    if not os.path.isdir(folder):
+        raise CliError(f"--out {output}: the folder {folder} does not exist; create it (mkdir -p {folder}) "
+                       "or name a file in an existing folder.")
+    return path
+
+
+@app.command("plot")
+def plot(
+    ctx: typer.Context,
+    experiment: str,
+    out_path: Annotated[str, typer.Option("--out", help="PNG file to write.")] = "learning_curves.png",
+    run: RunOption = "latest",
+    metric: Annotated[str | None, typer.Option(help="Default: the experiment's metric.")] = None,
+    db_url: DbUrl = None,
+    output: Output = None,
+    as_json: AsJson = False,
+) -> None:
+    """Plot every trial's metric per iteration to a PNG, the best trial highlighted."""
+
+    def body() -> None:
+        from airflow_trials.plotting import curves_from_results, plot_learning_curves
+
+        fmt = output_format(output, as_json)
+        target = _png_path(out_path)
+        store = open_for_reading(ctx, db_url)
+        exp_run, metric_, mode_, board = _leaderboard_rows(store, experiment, run, metric, None, None)
+        results = {t.trial_id: store.get_results(t.trial_id) for t in store.list_trials(experiment_run_id=exp_run.id)}
+        best = board[0].trial_id if board and board[0].best_value is not None else None
+        try:
+            path = plot_learning_curves(curves_from_results(results, metric_), target, metric=metric_,
+                                        best_trial_id=best,
+                                        title=f"{experiment} / {exp_run.run_key}: {metric_} ({mode_})")
+        except OSError as e:
+            raise CliError(f"Could not write {target}: {e.strerror or e}; name a file in a folder you "
+                           "may write to with --out.") from e
+        document = {"path": path, "trials": len(results), "best_trial_id": best}
+        if fmt is OutputFormat.TABLE:
+            out.print(f"Wrote {path} ({len(results)} trials, best {best}).", highlight=False, soft_wrap=True)
+        elif fmt is OutputFormat.PLAIN:
+            emit(out, fmt, document, ["path", "trials", "best_trial_id"], [[path, str(len(results)), best or "-"]])
+        else:
+            print_document(document, fmt)
+
+    guard(body)

@@ -1,0 +1,121 @@
+"""What every ``airflow-trials`` command shares: the Typer apps, consoles, options and error handling."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Any, NoReturn, TypeVar
+
+import typer
+from rich.console import Console
+
+from airflow_trials.cli.output import OutputFormat
+
+app = typer.Typer(
+    name="airflow-trials",
+    help="Inspect and manage airflow_trials experiments (the trials DB, GPU pool, leaderboards, plots).",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+db_app = typer.Typer(help="The trials metadata database.", no_args_is_help=True)
+pool_app = typer.Typer(help="The Airflow GPU pool.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+app.add_typer(pool_app, name="pool")
+
+out = Console()
+err = Console(stderr=True)
+# Piped or redirected, a table is as wide as its content: ids, run keys and paths are never cut.
+PIPED_WIDTH = 10_000
+
+_T = TypeVar("_T")
+
+# No envvar on either: AIRFLOW_TRIALS_DB_URL is one step of the resolution the DAGs use
+# (airflow_trials.hooks.trials.resolve_trials_db_url), after the trials_default connection.
+GlobalDbUrl = Annotated[
+    str | None,
+    typer.Option("--db-url", help="Trials DB URL for every command (default: as the DAGs find it: the "
+                 "trials_default connection, else AIRFLOW_TRIALS_DB_URL, else the SQLite file)."),
+]
+DbUrl = Annotated[
+    str | None,
+    typer.Option("--db-url", help="Trials DB URL; wins over one given before the command."),
+]
+AsJson = Annotated[bool, typer.Option("--json", help="Same as --output json.")]
+Output = Annotated[
+    OutputFormat | None,
+    typer.Option("--output", "-o", case_sensitive=False,
+                 help="table (default; piped, as wide as its content), plain (tab-separated, a header "
+                      "line), json or yaml."),
+]
+RunOption = Annotated[
+    str, typer.Option("--run", help="Experiment run: its id, its run key (Airflow run_id), or 'latest'.")
+]
+
+
+class CliError(Exception):
+    """A user mistake or an unavailable resource: printed as one line, exit code 1."""
+
+
+def fail(message: str) -> NoReturn:
+    """Print ``Error: message`` as one line on stderr and exit with code 1."""
+    from rich.text import Text
+
+    # A Text, not markup: a message may hold brackets ("[parameters: ...]") that Rich would eat.
+    err.print(Text.assemble(("Error:", "red"), " ", message), highlight=False, soft_wrap=True)
+    raise typer.Exit(1)
+
+
+@app.callback()
+def options(ctx: typer.Context, db_url: GlobalDbUrl = None) -> None:
+    """Inspect and manage airflow_trials experiments (the trials DB, GPU pool, leaderboards, plots)."""
+    ctx.obj = {"db_url": db_url}  # subcommands' contexts inherit obj
+    out.width = None if out.is_terminal else PIPED_WIDTH  # type: ignore[assignment]  # None: the terminal's
+
+
+def guard(fn: Callable[[], _T]) -> _T:
+    """Run a command body; expected errors become one readable line and exit code 1."""
+    from airflow_trials.exceptions import AirflowTrialsError
+
+    try:
+        return fn()
+    except (CliError, AirflowTrialsError, ValueError, KeyError) as e:
+        message = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
+        lines = str(message).strip().splitlines() or [type(e).__name__]
+        fail(lines[0])
+
+
+def output_format(output: OutputFormat | None, as_json: bool) -> OutputFormat:
+    """The format asked for: ``--json`` is ``--output json``; both, they must agree."""
+    if as_json and output not in (None, OutputFormat.JSON):
+        raise CliError(f"--json and --output {output.value} ask for two formats; pass only one of them.")
+    return OutputFormat.JSON if as_json else (output or OutputFormat.TABLE)
+
+
+def resolve_run(store: Any, experiment: str, run: str) -> Any:
+    """The experiment run ``run`` names: its id, its run key, or 'latest'."""
+    runs = store.list_experiment_runs(experiment)
+    if not runs:
+        known = ", ".join(e.name for e in store.list_experiments()) or "none yet"
+        raise CliError(f"Experiment {experiment!r} has no runs in {store!r} (experiments: {known}); check "
+                       "the name, or pass --db-url for another trials DB.")
+    if run == "latest":
+        return max(runs, key=lambda r: (r.created_at, r.id))
+    for candidate in runs:
+        if run in (str(candidate.id), candidate.run_key):
+            return candidate
+    raise CliError(
+        f"Experiment {experiment!r} has no run {run!r}; pass --run with an id or run key from "
+        f"'airflow-trials runs {experiment}', or 'latest'."
+    )
+
+
+def metric_and_mode(store: Any, experiment: str, metric: str | None, mode: str | None) -> tuple[str, str]:
+    """The metric and mode given, else the experiment's."""
+    record = next((e for e in store.list_experiments() if e.name == experiment), None)
+    metric = metric or (record.metric if record else None)
+    mode = mode or (record.mode if record else None) or "min"
+    if not metric:
+        raise CliError(f"Experiment {experiment!r} has no metric recorded; pass --metric.")
+    if mode not in ("min", "max"):
+        raise CliError(f"--mode must be 'min' or 'max', got {mode!r}.")
+    return metric, mode

@@ -1,0 +1,125 @@
+"""How ``airflow-trials`` prints rows: ``--output table|plain|json|yaml``, as Airflow's own CLI does."""
+
+from __future__ import annotations
+
+import enum
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, is_dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+
+class OutputFormat(enum.StrEnum):
+    """``--output``: Airflow's CLI formats (``airflow ... --output``)."""
+
+    TABLE = "table"
+    PLAIN = "plain"
+    JSON = "json"
+    YAML = "yaml"
+
+
+def jsonable(value: Any) -> Any:
+    """Records, enums and datetimes as plain JSON values (the same for JSON and YAML)."""
+    if isinstance(value, enum.Enum):  # before str: a str Enum would reach YAML as an object
+        return value.value
+    if is_dataclass(value) and not isinstance(value, type):
+        return {k: jsonable(v) for k, v in asdict(value).items()}
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return value
+
+
+def print_document(document: Any, fmt: OutputFormat) -> None:
+    """``document`` as JSON or YAML on stdout: the same values either way, no colours."""
+    data = jsonable(document)
+    if fmt is OutputFormat.YAML:
+        import yaml
+
+        text = yaml.safe_dump(data, sort_keys=True, default_flow_style=False, allow_unicode=True)
+    else:
+        text = json.dumps(data, indent=2, sort_keys=True) + "\n"
+    sys.stdout.write(text)
+
+
+def print_plain(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    """Tab-separated: a header line, then one line per row; no borders, nothing cut."""
+    for line in (columns, *rows):
+        sys.stdout.write("\t".join(_plain_cell(cell) for cell in line) + "\n")
+
+
+def _plain_cell(cell: str) -> str:
+    # A tab or newline inside a value would split it into two columns or two rows.
+    return " ".join(str(cell).split("\n")).replace("\t", " ")
+
+
+def make_table(columns: Sequence[str], rows: Sequence[Sequence[str]], title: str | None = None) -> Table:
+    """A Rich table whose cells fold rather than end in an ellipsis when the terminal is narrow."""
+    from rich.table import Table
+
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def emit(
+    console: Console,
+    fmt: OutputFormat,
+    document: Any,
+    columns: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    *,
+    title: str | None = None,
+    empty: str | None = None,
+) -> None:
+    """Print a listing: ``document`` as JSON or YAML, else ``rows`` as a table or plain lines.
+
+    :param empty: said instead of an empty table (plain output keeps its header line, for scripts).
+    """
+    if fmt in (OutputFormat.JSON, OutputFormat.YAML):
+        print_document(document, fmt)
+    elif fmt is OutputFormat.PLAIN:
+        print_plain(columns, rows)
+    elif not rows and empty:
+        console.print(empty, highlight=False, soft_wrap=True)
+    else:
+        console.print(make_table(columns, rows, title=title))
+
+
+def leaderboard_cells(board: Sequence[Any], metric: str, mode: str) -> tuple[list[str], list[list[str]]]:
+    """Columns and rows of a leaderboard, configs flattened into columns."""
+    keys = sorted({k for r in board for k in (r.config or {})})
+    columns = ["rank", "trial", *keys, "status", "failures", f"{mode} {metric}", "iteration", "best checkpoint"]
+    rows = [
+        [
+            str(rank), r.trial_id, *(_short((r.config or {}).get(k)) for k in keys), r.status.value,
+            str(r.num_failures), number(r.best_value), "-" if r.best_iteration is None else str(r.best_iteration),
+            r.best_checkpoint or "-",
+        ]
+        for rank, r in enumerate(board, start=1)
+    ]
+    return columns, rows
+
+
+def render_leaderboard(board: Sequence[Any], metric: str, mode: str, title: str | None = None) -> Table:
+    """A Rich table of leaderboard rows, configs flattened into columns."""
+    return make_table(*leaderboard_cells(board, metric, mode), title=title)
+
+
+def number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.6g}"
+
+
+def _short(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)

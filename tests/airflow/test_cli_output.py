@@ -1,0 +1,334 @@
+"""The airflow-trials CLI in pipes and scripts: --output formats, one-line errors, no DB created by
+a read, and the trials DB found as the DAGs find it. A seeded store (no Ray) stands in for a run."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from airflow_trials.cli import app
+from tests.contract.conftest import postgres_schema_url  # noqa: F401  (a fixture)
+
+runner = CliRunner()
+CLI = os.path.join(os.path.dirname(sys.executable), "airflow-trials")
+EXPERIMENT = "pipes_experiment_with_a_name_longer_than_forty_characters"
+RUN_KEY = "scheduled__2026-11-24T03:00:00.123456+00:00__a_run_key_no_narrow_terminal_may_cut"
+TRIAL_IDS = [f"{EXPERIMENT}-0123456789abcdef-trial-{i:05d}" for i in range(3)]
+REFUSED = "postgresql+psycopg://postgres@127.0.0.1:1/x"  # nothing listens on port 1
+
+
+def _checkpoint(trial_id: str, iteration: int) -> str:
+    return f"/mnt/shared/airflow_trials/checkpoints/{EXPERIMENT}/{trial_id}/checkpoint_{iteration:06d}"
+
+
+def seed(url: str, experiment: str = EXPERIMENT) -> None:
+    """One run of three finished trials, written through TrialStore as the operator writes them."""
+    from airflow_trials.store import TrialStore
+
+    store = TrialStore(url, create=True)
+    try:
+        store.ensure_experiment(experiment, metric="loss", mode="min")
+        run = store.create_experiment_run(experiment, RUN_KEY, dag_id="pipes", run_id=RUN_KEY)
+        for i, trial_id in enumerate(TRIAL_IDS if experiment == EXPERIMENT else [f"{experiment}-0"]):
+            store.upsert_trial(trial_id, trainable="pkg.train:fn", config={"lr": 0.1 / (i + 1)},
+                               resources={"cpu": 1}, max_failures=0, experiment_run_id=run,
+                               dag_id="pipes", run_id=RUN_KEY, task_id="trial", map_index=i)
+            store.update_trial(trial_id, status="RUNNING")
+            store.add_results(trial_id, [{"training_iteration": it, "loss": 1.0 / it + i} for it in (1, 2, 3)])
+            for it in (2, 3):
+                store.add_checkpoint(trial_id, _checkpoint(trial_id, it), it, score=1.0 / it + i)
+            store.update_trial(trial_id, status="TERMINATED")
+    finally:
+        store.dispose()
+
+
+@pytest.fixture(scope="module")
+def seeded(tmp_path_factory):
+    url = f"sqlite:///{tmp_path_factory.mktemp('cli_output') / 'trials.db'}"
+    seed(url)
+    return url
+
+
+@pytest.fixture
+def migrated_empty(tmp_path):
+    from airflow_trials.store import migrate
+
+    url = f"sqlite:///{tmp_path / 'empty.db'}"
+    migrate(url)
+    return url
+
+
+def invoke(*args, **kwargs):
+    return runner.invoke(app, [str(a) for a in args], **kwargs)
+
+
+def one_error_line(result_or_done) -> str:
+    """The single stderr line of a failed command (exit code 1), without a traceback."""
+    code = getattr(result_or_done, "exit_code", getattr(result_or_done, "returncode", None))
+    lines = result_or_done.stderr.strip().splitlines()
+    assert code == 1, (code, result_or_done.stdout, result_or_done.stderr)
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result_or_done.stderr
+    assert "Traceback" not in result_or_done.stderr + result_or_done.stdout
+    return lines[0]
+
+
+def run_cli(*args, env=None, timeout=120):
+    """The installed console script, stdout a pipe (not a TTY); ``env`` entries of None are unset."""
+    merged = {k: v for k, v in {**os.environ, **(env or {})}.items() if v is not None}
+    return subprocess.run([CLI, *map(str, args)], env=merged, capture_output=True, text=True, timeout=timeout)
+
+
+# -- --output ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("fmt", ["plain", "table"])
+def test_piped_plain_and_table_keep_full_trial_ids_run_keys_and_paths(seeded, fmt):
+    shown = {}
+    for command in ("leaderboard", "runs", "trials"):
+        done = run_cli(command, EXPERIMENT, "--db-url", seeded, "-o", fmt, env={"COLUMNS": "40"})
+        assert done.returncode == 0, done.stderr
+        shown[command] = done.stdout
+    assert RUN_KEY in shown["runs"] and EXPERIMENT in shown["runs"]
+    for trial_id in TRIAL_IDS:
+        assert trial_id in shown["leaderboard"] and trial_id in shown["trials"]
+        assert _checkpoint(trial_id, 3) in shown["leaderboard"] and _checkpoint(trial_id, 3) in shown["trials"]
+    everything = "".join(shown.values())
+    assert "…" not in everything and "Context impl" not in everything  # no ellipsis, no Alembic log
+    if fmt == "plain":
+        for command, text in shown.items():
+            header, *rows = text.splitlines()
+            assert "│" not in text and "─" not in text, command  # no borders
+            assert all(len(row.split("\t")) == len(header.split("\t")) for row in rows), command
+            assert len(rows) == (1 if command == "runs" else 3), command
+
+
+def test_plain_is_a_header_line_then_tab_separated_rows_in_rank_order(seeded):
+    result = invoke("leaderboard", EXPERIMENT, "--db-url", seeded, "--output", "plain")
+    assert result.exit_code == 0, result.output
+    header, *rows = result.stdout.splitlines()
+    assert header.split("\t") == ["rank", "trial", "lr", "status", "failures", "min loss", "iteration",
+                                  "best checkpoint"]
+    assert [row.split("\t")[1] for row in rows] == TRIAL_IDS  # trial i's loss is 1/3 + i
+    assert rows[0].split("\t")[5:] == ["0.333333", "3", _checkpoint(TRIAL_IDS[0], 3)]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["experiments"], ["runs"], ["runs", EXPERIMENT], ["trials", EXPERIMENT], ["leaderboard", EXPERIMENT]],
+    ids=lambda c: "-".join(c)[:20],
+)
+def test_yaml_and_json_parse_back_to_the_same_rows(seeded, command):
+    as_json = invoke(*command, "--db-url", seeded, "-o", "json")
+    as_yaml = invoke(*command, "--db-url", seeded, "-o", "yaml")
+    alias = invoke(*command, "--db-url", seeded, "--json")
+    assert as_json.exit_code == as_yaml.exit_code == alias.exit_code == 0, as_json.output + as_yaml.output
+    document = json.loads(as_json.stdout)
+    assert document and yaml.safe_load(as_yaml.stdout) == document
+    assert alias.stdout == as_json.stdout
+
+
+def test_plot_output_formats(seeded, tmp_path):
+    path = tmp_path / "curves.png"
+    result = invoke("plot", EXPERIMENT, "--db-url", seeded, "--out", path, "-o", "yaml")
+    assert result.exit_code == 0, result.output
+    assert yaml.safe_load(result.stdout) == {"path": str(path), "trials": 3, "best_trial_id": TRIAL_IDS[0]}
+    result = invoke("plot", EXPERIMENT, "--db-url", seeded, "--out", path, "-o", "plain")
+    assert result.stdout.splitlines() == ["path\ttrials\tbest_trial_id", f"{path}\t3\t{TRIAL_IDS[0]}"]
+
+
+def test_json_and_another_output_disagree(seeded):
+    line = one_error_line(invoke("runs", "--db-url", seeded, "--json", "-o", "yaml"))
+    assert "pass only one of them" in line
+
+
+def test_an_unknown_output_is_a_usage_error(seeded):
+    assert invoke("runs", "--db-url", seeded, "-o", "csv").exit_code == 2
+
+
+# -- one-line errors -----------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("url", "fix"),
+    [
+        ("/tmp/x.db", "give a SQLAlchemy URL such as sqlite:////tmp/x.db"),
+        ("nonsense", "give a SQLAlchemy URL such as sqlite:////path/trials.db"),
+        ("mysql+notadriver://u@h/db", "use sqlite:/// or postgresql+psycopg://"),
+        ("postgresql+pg8000://u@h/db", "use sqlite:/// or postgresql+psycopg://"),
+    ],
+)
+@pytest.mark.parametrize("command", [["experiments"], ["leaderboard", "x"], ["db", "upgrade"]], ids=" ".join)
+def test_a_bad_db_url_is_one_line_that_says_the_fix(url, fix, command, tmp_path, monkeypatch):
+    if "pg8000" in url and importlib.util.find_spec("pg8000") is not None:
+        pytest.skip("pg8000 is installed here; the case needs a driver that is not")
+    monkeypatch.chdir(tmp_path)
+    line = one_error_line(invoke(*command, "--db-url", url))
+    assert fix in line and "--db-url" in line
+    assert os.listdir(tmp_path) == []  # no x.db, no nonsense file
+
+
+def test_a_refused_postgresql_connection_is_one_line_that_keeps_the_hint():
+    line = one_error_line(run_cli("--db-url", REFUSED, "runs", timeout=60))
+    assert "Connection refused" in line
+    assert line.endswith("Check that the database server is up and that the URL (host, port, user, database) is right.")
+
+
+def test_a_store_error_keeps_its_hint_on_the_first_line():
+    """The CLI prints only the first line of an error: the store's own messages are one line."""
+    from airflow_trials.exceptions import StoreError
+    from airflow_trials.store import TrialStore
+
+    store = TrialStore(REFUSED, retry_max_attempts=1)
+    try:
+        with pytest.raises(StoreError) as raised:
+            store.list_experiments()
+    finally:
+        store.dispose()
+    message = str(raised.value)
+    assert "\n" not in message and "Connection refused" in message and "Check that the database is up" in message
+
+
+@pytest.mark.parametrize("target", ["directory", "missing folder"])
+def test_plot_out_must_be_a_file_in_an_existing_folder(seeded, tmp_path, target):
+    out = tmp_path if target == "directory" else tmp_path / "no" / "such" / "curves.png"
+    line = one_error_line(invoke("plot", EXPERIMENT, "--db-url", seeded, "--out", out))
+    if target == "directory":
+        assert f"--out {tmp_path} is a directory; name a .png file in it" in line
+    else:
+        assert f"the folder {tmp_path / 'no' / 'such'} does not exist; create it" in line
+    assert not (tmp_path / "learning_curves.png").exists() and not (tmp_path / "no").exists()
+
+
+def test_pool_set_on_a_never_migrated_airflow_home_creates_nothing(tmp_path):
+    home = tmp_path / "airflow_home"
+    home.mkdir()
+    done = run_cli("pool", "set", "--gpus", "2", env={"AIRFLOW_HOME": str(home)})
+    line = one_error_line(done)
+    assert "does not exist; run `airflow db migrate`" in line and str(home / "airflow.db") in line
+    assert not (home / "airflow.db").exists()
+    assert not [p for p in tmp_path.rglob("*.db")]
+
+
+# -- reads create nothing ------------------------------------------------------------------------
+READS = [["experiments"], ["runs"], ["trials", "x"], ["leaderboard", "x"], ["plot", "x", "--out", "{tmp}/c.png"]]
+
+
+@pytest.mark.parametrize("command", READS, ids=lambda c: c[0])
+def test_a_read_of_a_missing_sqlite_file_is_one_line_and_creates_nothing(command, tmp_path):
+    missing = tmp_path / "nowhere" / "trials.db"
+    args = [a.format(tmp=tmp_path) for a in command]
+    line = one_error_line(invoke(*args, "--db-url", f"sqlite:///{missing}"))
+    assert f"No trials DB at sqlite:///{missing} (from --db-url)" in line
+    assert "run 'airflow-trials db upgrade'" in line and "pass --db-url" in line
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("command", READS, ids=lambda c: c[0])
+def test_a_read_of_a_db_without_the_schema_says_to_upgrade_and_changes_nothing(command, tmp_path):
+    path = tmp_path / "other.db"
+    with sqlite3.connect(path) as connection:
+        connection.execute("CREATE TABLE unrelated (x INTEGER)")
+    before = path.read_bytes()
+    args = [a.format(tmp=tmp_path) for a in command]
+    line = one_error_line(invoke(*args, "--db-url", f"sqlite:///{path}"))
+    assert "has no trials schema (never migrated); run 'airflow-trials db upgrade'" in line
+    assert path.read_bytes() == before and sorted(os.listdir(tmp_path)) == ["other.db"]
+
+
+def test_the_default_file_is_not_created_by_a_read(tmp_path, monkeypatch):
+    home = tmp_path / "trials_home"
+    monkeypatch.setenv("AIRFLOW_TRIALS_HOME", str(home))
+    monkeypatch.delenv("AIRFLOW_TRIALS_DB_URL", raising=False)
+    monkeypatch.delenv("AIRFLOW_CONN_TRIALS_DEFAULT", raising=False)
+    line = one_error_line(invoke("experiments"))
+    assert f"No trials DB at sqlite:///{home / 'trials.db'} (from the default SQLite file)" in line
+    assert not home.exists()
+    result = invoke("db", "upgrade")  # the one command that creates it
+    assert result.exit_code == 0 and (home / "trials.db").exists(), result.output
+
+
+def test_an_empty_migrated_db_says_there_are_no_experiments_yet(migrated_empty):
+    result = invoke("experiments", "--db-url", migrated_empty)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("No experiments yet in the trials DB at ")
+    assert "Nothing of it was written" not in result.output
+    assert json.loads(invoke("experiments", "--db-url", migrated_empty, "-o", "json").stdout) == []
+    assert invoke("runs", "--db-url", migrated_empty, "-o", "plain").stdout == "id\texperiment\trun key\tstatus\ttrials\tcreated\n"
+
+
+@pytest.mark.postgres
+def test_postgresql_without_the_schema_says_to_upgrade(postgres_schema_url):  # noqa: F811
+    line = one_error_line(invoke("leaderboard", "x", "--db-url", postgres_schema_url))
+    assert "has no trials schema (never migrated); run 'airflow-trials db upgrade'" in line
+    assert invoke("db", "upgrade", "--db-url", postgres_schema_url).exit_code == 0
+    seed(postgres_schema_url)
+    result = invoke("leaderboard", EXPERIMENT, "--db-url", postgres_schema_url, "-o", "plain")
+    assert result.exit_code == 0 and TRIAL_IDS[2] in result.stdout, result.output
+
+
+@pytest.mark.postgres
+def test_a_refused_postgresql_connection_names_the_test_server_s_user_and_database():
+    from sqlalchemy.engine import make_url
+
+    from tests.contract.conftest import postgres_url
+
+    refused = make_url(postgres_url()).set(port=1).render_as_string(hide_password=False)
+    line = one_error_line(invoke("experiments", "--db-url", refused))
+    assert "port 1 failed: Connection refused" in line and "Check that the database server is up" in line
+
+
+# -- which trials DB -----------------------------------------------------------------------------
+@pytest.fixture
+def three_dbs(tmp_path, monkeypatch):
+    """Three stores, each with one experiment named after where the CLI should find it."""
+    urls = {}
+    for name in ("from_env", "from_connection", "from_flag"):
+        urls[name] = f"sqlite:///{tmp_path / name}.db"
+        seed(urls[name], experiment=name)
+    monkeypatch.setenv("AIRFLOW_TRIALS_HOME", str(tmp_path / "default_home"))
+    monkeypatch.delenv("AIRFLOW_TRIALS_DB_URL", raising=False)
+    monkeypatch.delenv("AIRFLOW_CONN_TRIALS_DEFAULT", raising=False)
+    return urls
+
+
+def _names(*args) -> list[str]:
+    result = invoke(*args, "-o", "json")
+    assert result.exit_code == 0, result.output
+    return [e["name"] for e in json.loads(result.stdout)]
+
+
+def test_db_resolution_is_the_dags_flag_then_connection_then_env_then_default(three_dbs, monkeypatch):
+    from airflow_trials.hooks.trials import TrialsDbHook
+
+    connection = json.dumps({"conn_type": "trials_db", "extra": {"url": three_dbs["from_connection"]}})
+    monkeypatch.setenv("AIRFLOW_TRIALS_DB_URL", three_dbs["from_env"])
+    assert _names("experiments") == ["from_env"]
+    monkeypatch.setenv("AIRFLOW_CONN_TRIALS_DEFAULT", connection)
+    assert _names("experiments") == ["from_connection"] and TrialsDbHook().get_url() == three_dbs["from_connection"]
+    assert _names("experiments", "--db-url", three_dbs["from_flag"]) == ["from_flag"]
+    assert _names("--db-url", three_dbs["from_flag"], "experiments") == ["from_flag"]
+    monkeypatch.delenv("AIRFLOW_TRIALS_DB_URL")
+    assert _names("experiments") == ["from_connection"]
+    monkeypatch.delenv("AIRFLOW_CONN_TRIALS_DEFAULT")
+    line = one_error_line(invoke("experiments"))
+    assert "(from the default SQLite file)" in line and TrialsDbHook().get_url().endswith("/trials.db")
+
+
+def test_the_connection_is_found_without_an_airflow_metadata_db(three_dbs, tmp_path):
+    """A fresh AIRFLOW_HOME (no airflow.db): the connection comes from its environment variable,
+    and nothing is created in Airflow's home."""
+    home = tmp_path / "airflow_home"
+    home.mkdir()
+    connection = json.dumps({"conn_type": "trials_db", "extra": {"url": three_dbs["from_connection"]}})
+    env = {"AIRFLOW_HOME": str(home), "AIRFLOW_CONN_TRIALS_DEFAULT": connection,
+           "AIRFLOW_TRIALS_DB_URL": three_dbs["from_env"]}
+    done = run_cli("experiments", "-o", "json", env=env)
+    assert done.returncode == 0, done.stderr
+    assert [e["name"] for e in json.loads(done.stdout)] == ["from_connection"]
+    done = run_cli("experiments", "-o", "json", env={**env, "AIRFLOW_CONN_TRIALS_DEFAULT": None})
+    assert [e["name"] for e in json.loads(done.stdout)] == ["from_env"], done.stderr
+    assert not list(home.rglob("*.db"))
