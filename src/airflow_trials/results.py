@@ -88,20 +88,22 @@ class ResultGrid(Sequence[TrialResult]):
 
     @classmethod
     def from_db(cls, experiment_name: str, run: str | int = "latest", *, db_url: str | None = None,
-                store: TrialStore | None = None) -> ResultGrid:
+                trials_conn_id: str = "trials_default", store: TrialStore | None = None) -> ResultGrid:
         """The run's trials as the trials DB holds them.
 
         :param experiment_name: the experiment (the DAG's ``experiment_name``, or the runner's).
         :param run: ``"latest"`` (default), a run id, or a run key (an Airflow run_id).
-        :param db_url: the trials DB; default ``AIRFLOW_TRIALS_DB_URL``, else the default SQLite file.
+        :param db_url: the trials DB; default: found as the DAGs find it (the ``trials_conn_id``
+            connection, else ``AIRFLOW_TRIALS_DB_URL``, else the default SQLite file).
+        :param trials_conn_id: the connection; default ``trials_default``.
         :param store: an open store to read instead of ``db_url``.
         :raises ExperimentNotFoundError: no such experiment or run.
         """
         if store is None:
+            from airflow_trials.hooks.trials import resolve_trials_db_url
             from airflow_trials.store import TrialStore
-            from airflow_trials.store.engine import configured_store_url
 
-            store = TrialStore(db_url or configured_store_url())
+            store = TrialStore(db_url or resolve_trials_db_url(trials_conn_id, create_dir=False)[0])
         record = store.resolve_run(experiment_name, run)
         experiment = next(e for e in store.list_experiments() if e.name == experiment_name)
         metric, mode = experiment.metric, experiment.mode

@@ -92,21 +92,8 @@ def output_format(output: OutputFormat | None, as_json: bool) -> OutputFormat:
 
 
 def resolve_run(store: Any, experiment: str, run: str) -> Any:
-    """The experiment run ``run`` names: its id, its run key, or 'latest'."""
-    runs = store.list_experiment_runs(experiment)
-    if not runs:
-        known = ", ".join(e.name for e in store.list_experiments()) or "none yet"
-        raise CliError(f"Experiment {experiment!r} has no runs in {store!r} (experiments: {known}); check "
-                       "the name, or pass --db-url for another trials DB.")
-    if run == "latest":
-        return max(runs, key=lambda r: (r.created_at, r.id))
-    for candidate in runs:
-        if run in (str(candidate.id), candidate.run_key):
-            return candidate
-    raise CliError(
-        f"Experiment {experiment!r} has no run {run!r}; pass --run with an id or run key from "
-        f"'airflow-trials runs {experiment}', or 'latest'."
-    )
+    """The experiment run ``run`` names: its id, its run key, or 'latest' (``TrialStore.resolve_run``)."""
+    return store.resolve_run(experiment, run)
 
 
 def metric_and_mode(store: Any, experiment: str, metric: str | None, mode: str | None) -> tuple[str, str]:

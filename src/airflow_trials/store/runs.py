@@ -262,8 +262,8 @@ class RunsStore(StoreBase):
             if str(run) in (str(candidate.id), candidate.run_key):
                 return candidate
         raise ExperimentNotFoundError(
-            f"Experiment {experiment_name!r} has no run {run!r}; name a run by an id or run key that "
-            f"'airflow-trials runs {experiment_name}' lists, or 'latest'."
+            f"Experiment {experiment_name!r} has no run {run!r}; name a run (--run) by an id or run key "
+            f"that 'airflow-trials runs {experiment_name}' lists, or 'latest'."
         )
 
 
