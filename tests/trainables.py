@@ -150,3 +150,22 @@ def peaked(config):
     start = (airflow_trials.get_checkpoint() or {"i": 0})["i"]
     for i, score in list(enumerate([1.0, 5.0, 2.0, 3.0], start=1))[start:]:
         airflow_trials.report({"score": score}, checkpoint={"i": i, "score": score})
+
+
+def with_array(config, data):
+    """Takes a with_parameters NumPy array: reports what it received, and whether it was the
+    object store's read-only, zero-copy view rather than a copy made for this trial."""
+    airflow_trials.report(
+        total=float(data.sum()), length=int(data.shape[0]), dtype=str(data.dtype),
+        read_only=not data.flags.writeable, scale=config["scale"] * float(data[1]),
+    )
+
+
+class WithArray(Trainable):
+    """The class API's with_parameters form: the constants arrive in setup()."""
+
+    def setup(self, config, data, offset=0.0):
+        self.total = float(sum(data)) + offset
+
+    def step(self):
+        return {"total": self.total, "done": True}

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_trials.core.callback import Callback
 from airflow_trials.core.checkpoint import CheckpointManager, CheckpointRecord
+from airflow_trials.core.parameters import TrainableWithParameters, with_parameters
 from airflow_trials.core.resources import Resources
 from airflow_trials.core.scheduler import Decision, FIFOScheduler, TrialScheduler
 from airflow_trials.core.status import TrialStatus
@@ -129,6 +130,7 @@ __all__ = [
     "StoreError",
     "Trainable",
     "TrainableNotFoundError",
+    "TrainableWithParameters",
     "Trial",
     "TrialError",
     "TrialNotFoundError",
@@ -144,4 +146,5 @@ __all__ = [
     "get_provider_info",
     "get_trial_id",
     "report",
+    "with_parameters",
 ]

@@ -8,6 +8,7 @@ from typing import Any
 
 from airflow.sdk import Asset, TaskGroup, task
 
+from airflow_trials.core.parameters import refuse_in_airflow
 from airflow_trials.core.trial import validate_name
 from airflow_trials.experiment_settings import (
     PARAM_SETTINGS,
@@ -79,6 +80,7 @@ def tuning_experiment(
     trainable's path and the cluster's capacity are checked by ``suggest_configs``, first.
     """
     validate_name("Experiment name", experiment_name)
+    refuse_in_airflow(trainable, f"Experiment {experiment_name}")
     settings = ExperimentSettings.checked(experiment_name, search_space=search_space, num_samples=num_samples,
         metric=metric, mode=mode, stop=stop, resources_per_trial=resources_per_trial, max_failures=max_failures)
     plan = TuningPlan(

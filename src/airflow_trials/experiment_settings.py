@@ -69,7 +69,9 @@ class ExperimentSettings:
         max_failures: int,
     ) -> ExperimentSettings:
         """Validate and build; raises ValueError naming the setting, the bad value and the fix."""
-        validate_search_space(search_space)
+        # sample_from functions are user code: imported when the configs are generated, not here,
+        # since this also runs when the DAG file is parsed (as the trainable's path is).
+        validate_search_space(search_space, import_functions=False)
         if mode not in ("min", "max"):
             raise ValueError(f"mode must be 'min' or 'max', got {mode!r}.")
         if not isinstance(metric, str) or not metric:

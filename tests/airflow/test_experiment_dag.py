@@ -161,6 +161,27 @@ def test_malformed_experiments_are_refused_when_the_dag_is_parsed(kwargs, messag
                               metric="score", **kwargs)
 
 
+def test_with_parameters_is_refused_when_the_dag_is_parsed_and_names_the_fix():
+    from airflow_trials import with_parameters
+    from airflow_trials.operators.trial import RunTrialOperator
+
+    bundle = with_parameters("tests.trainables:with_array", data=[1.0, 2.0])
+    with DAG("bad", schedule=None, start_date=START):
+        with pytest.raises(TypeError, match=r"Experiment bad: with_parameters\('tests.trainables:with_array', data\) "
+                           r"works only with TrialRunner .* each trial is its own task"):
+            tuning_experiment(experiment_name="bad", trainable=bundle, search_space={}, metric="score")
+        with pytest.raises(TypeError, match=r"RunTrialOperator 'trial': .* load the data inside the trainable"):
+            RunTrialOperator(task_id="trial", trainable=bundle)
+
+
+def test_parsing_does_not_import_sample_from_functions():
+    from airflow_trials.core.search import sample_from
+
+    with DAG("lazy", schedule=None, start_date=START):
+        tuning_experiment(experiment_name="lazy", trainable="tests.trainables:counting", metric="score",
+                          search_space={"x": sample_from("tests.not_importable_at_parse:f")})
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [

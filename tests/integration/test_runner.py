@@ -455,3 +455,34 @@ def test_resume_without_state_is_a_clear_error(storage):
 def test_executor_options_with_an_executor_are_refused(storage):
     with pytest.raises(ValueError, match="pass them to RayTrialExecutor"):
         TrialRunner("exp", executor=RayTrialExecutor(storage), reuse_actors=True)
+
+
+@pytest.mark.parametrize("ray_cluster", [{"num_cpus": 2, "num_gpus": 0}], indirect=True)
+def test_with_parameters_hands_each_trial_the_array_by_reference(ray_cluster, storage):
+    import numpy as np
+
+    from airflow_trials import with_parameters
+
+    data = np.arange(200_000, dtype=np.float64)  # 1.6 MB: kept in Ray's shared object store
+    trainable = with_parameters("tests.trainables:with_array", data=data)
+    runner = runner_for(storage)
+    trials = [Trial(trainable, {"scale": s}, experiment_name="exp", resources={"cpu": 1}) for s in (1.0, 3.0)]
+    for t in trials:
+        runner.add_trial(t)
+    runner.run()
+    assert [t.status for t in trials] == [TrialStatus.TERMINATED] * 2
+    for t, scale in zip(trials, (1.0, 3.0), strict=True):
+        result = t.last_result
+        assert result["total"] == float(data.sum()) and result["length"] == 200_000
+        assert result["dtype"] == "float64" and result["scale"] == scale
+        # A read-only array is the object store's zero-copy view, not a copy made for the trial.
+        assert result["read_only"] is True
+        assert t.config == {"scale": scale}
+    # Both trials used the one put made for the first: the bundle puts nothing more.
+    assert list(trainable.references(lambda value: pytest.fail("put a second time"))) == ["data"]
+    # The experiment's saved state names the constant but does not hold it.
+    state_path = runner.checkpoint()
+    assert os.path.getsize(state_path) < 50_000
+    with open(state_path) as f:
+        assert [s["trainable_parameters"] for s in json.load(f)["trials"]] == [["data"], ["data"]]
+    assert live_trial_actors() == []

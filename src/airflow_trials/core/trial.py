@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from airflow_trials.core.checkpoint import CheckpointManager, CheckpointRecord
+from airflow_trials.core.parameters import TrainableWithParameters
 from airflow_trials.core.resources import Resources
 from airflow_trials.core.result import TRAINING_ITERATION, MetricAnalysis, Result
 from airflow_trials.core.status import TrialStatus, check_transition
@@ -37,7 +38,9 @@ class Trial:
     """One run of a trainable with one config.
 
     :param trainable: import path of the trainable, ``"package.module:name"``; a function taking
-        ``config`` or a :class:`~airflow_trials.Trainable` subclass.
+        ``config`` or a :class:`~airflow_trials.Trainable` subclass. Or such a path bundled with
+        large constants by :func:`~airflow_trials.with_parameters` (not saved with the trial's
+        state: a resumed trial needs them given again).
     :param config: the hyperparameters; must be JSON-serialisable. Default ``{}``.
     :param trial_id: unique id; default a random hex string.
     :param experiment_name: groups trials on storage; default ``"default"``.
@@ -55,7 +58,7 @@ class Trial:
 
     def __init__(
         self,
-        trainable: str,
+        trainable: str | TrainableWithParameters,
         config: Mapping[str, Any] | None = None,
         *,
         trial_id: str | None = None,
@@ -71,12 +74,7 @@ class Trial:
     ) -> None:
         self.trial_id = validate_name("Trial id", new_trial_id() if trial_id is None else trial_id)
         self.experiment_name = validate_name("Experiment name", experiment_name)
-        if not isinstance(trainable, str) or not trainable.strip():
-            raise ValueError(
-                f"Trial {self.trial_id}: trainable must be an import path such as "
-                f"'my_pkg.train:train_fn', got {trainable!r}."
-            )
-        self.trainable = trainable
+        self._set_trainable(trainable)
         self.config: dict[str, Any] = dict(config or {})
         try:
             json.dumps(self.config, allow_nan=True)
@@ -112,6 +110,19 @@ class Trial:
         # Highest training_iteration recorded; a restore replays iterations after its checkpoint,
         # and those replays are not recorded twice.
         self.last_recorded_iteration = 0
+
+    def _set_trainable(self, trainable: str | TrainableWithParameters) -> None:
+        bundle = trainable if isinstance(trainable, TrainableWithParameters) else None
+        path = bundle.trainable if bundle is not None else trainable
+        if not isinstance(path, str) or not path.strip():
+            raise ValueError(
+                f"Trial {self.trial_id}: trainable must be an import path such as "
+                f"'my_pkg.train:train_fn', got {path!r}."
+            )
+        self.trainable = path
+        self.trainable_parameters = bundle
+        # Saved with the state (the values are not), so a resumed trial without them fails clearly.
+        self.parameter_names: tuple[str, ...] = bundle.names if bundle is not None else ()
 
     # -- properties mirrored from the checkpoint policy ------------------------------------------
     @property
@@ -193,6 +204,7 @@ class Trial:
             "trial_id": self.trial_id,
             "experiment_name": self.experiment_name,
             "trainable": self.trainable,
+            "trainable_parameters": list(self.parameter_names),
             "config": self.config,
             "resources": self.resources.to_dict(),
             "stopping_criterion": criterion,
@@ -232,6 +244,7 @@ class Trial:
             max_failures=state["max_failures"],
             restore_path=state["restore_path"],
         )
+        trial.parameter_names = tuple(state.get("trainable_parameters", ()))
         trial.status = TrialStatus(state["status"])
         trial.num_failures = state["num_failures"]
         trial.last_result = dict(state["last_result"])

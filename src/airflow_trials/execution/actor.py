@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import socket
 import sys
@@ -18,6 +19,8 @@ from airflow_trials.core.fate import Action, after_result
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.trial import Trial
 from airflow_trials.exceptions import TrialError
+from airflow_trials.execution.output import STREAMS, read_new_output
+from airflow_trials.execution.parameters import parameters_key, resolve_parameters
 from airflow_trials.execution.storage import TrialStorage
 from airflow_trials.execution.trainable import (
     ClassDriver,
@@ -27,10 +30,14 @@ from airflow_trials.execution.trainable import (
 )
 
 TrialSpec = dict[str, Any]
-"""What an actor needs to run a trial: trial_id, experiment_name, trainable, config."""
+"""What an actor needs to run a trial: trial_id, experiment_name, trainable, config, and optionally
+parameters (name -> ObjectRef of a ``with_parameters`` constant)."""
 
 TrialSnapshot = dict[str, Any]
-"""What ``TrialActor.poll`` returns: status, new results, checkpoints, error and counts."""
+"""What ``TrialActor.poll`` returns: status, new results, checkpoints, error and counts; the new
+output lines when asked for, and where the logs were saved once the trial ended."""
+
+log = logging.getLogger(__name__)
 
 
 def _reported_as_trial_error(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -59,10 +66,15 @@ class _LogCapture:
 
     def __init__(self) -> None:
         self._saved: tuple[int, int] | None = None
+        self.paths: dict[str, str] = {}
+        # Where this trial's output starts in each file: a retry on the same node appends.
+        self.start_offsets: dict[str, int] = {}
 
     def start(self, stdout_path: str, stderr_path: str) -> None:
         self.stop()
         os.makedirs(os.path.dirname(stdout_path), exist_ok=True)
+        self.paths = dict(zip(STREAMS, (stdout_path, stderr_path), strict=True))
+        self.start_offsets = {s: os.path.getsize(p) if os.path.exists(p) else 0 for s, p in self.paths.items()}
         sys.stdout.flush()
         sys.stderr.flush()
         self._saved = (os.dup(1), os.dup(2))
@@ -115,6 +127,7 @@ class TrialActor:
         self._node_ip = _node_ip()
         self._driver: TrainableDriver | None = None
         self._trainable_path = ""
+        self._parameters_key: tuple[tuple[str, str], ...] = ()
         # Autonomous mode (run()): the actor drives its own trial; poll() reads its progress.
         self._lock = threading.Lock()
         self._loop: threading.Thread | None = None
@@ -124,6 +137,8 @@ class TrialActor:
         self._error: str | None = None
         self._stop_requested = False
         self._ended = threading.Event()  # set when the autonomous loop has ended
+        self._log_files: dict[str, str] = {}  # the logs' copies on the storage, once stopped
+        self._log_error: str | None = None
         self._setup(spec)
         if autorun is not None:
             self.run(*autorun)
@@ -135,16 +150,21 @@ class TrialActor:
         if self._capture is not None:
             self._capture.start(*self._storage.log_paths(self.experiment_name, self.trial_id))
         config = dict(spec["config"])
+        refs = spec.get("parameters") or {}
         if (
             self._driver is not None
             and spec["trainable"] == self._trainable_path
+            and parameters_key(refs) == self._parameters_key
         ):
             self._driver.reset(config, self.trial_id)
         else:
             if self._driver is not None:
                 self._driver.stop()
-            self._driver = make_driver(load_trainable(spec["trainable"]), config, self.trial_id)
+            self._driver = make_driver(
+                load_trainable(spec["trainable"]), config, self.trial_id, resolve_parameters(refs)
+            )
         self._trainable_path = spec["trainable"]
+        self._parameters_key = parameters_key(refs)
         self._iteration = 0
         self._time_total = 0.0
         self._timesteps_total: float | None = None
@@ -180,11 +200,32 @@ class TrialActor:
         return self._iteration
 
     def stop(self) -> None:
-        """Stop the trainable (its cleanup runs) and restore the process's stdout/stderr."""
-        if self._driver is not None:
-            self._driver.stop()
-        if self._capture is not None:
-            self._capture.stop()
+        """Stop the trainable (its cleanup runs), restore the process's stdout/stderr and copy the
+        trial's log files to the storage."""
+        try:
+            if self._driver is not None:
+                self._driver.stop()
+        finally:
+            if self._capture is not None:
+                self._capture.stop()
+                self._save_logs()
+
+    def _save_logs(self) -> None:
+        """Copy stdout.log and stderr.log next to the trial's checkpoints, so they outlive this
+        node. A failure is logged and reported in the poll, never raised: the trial's results
+        matter more than its logs."""
+        try:
+            self._log_files = self._storage.save_logs(self.experiment_name, self.trial_id)
+            self._log_error = None
+        except Exception as e:  # noqa: BLE001 - fsspec backends raise their own error types
+            target = self._storage.logs_dir(self.experiment_name, self.trial_id)
+            self._log_error = (
+                f"Trial {self.trial_id} of experiment {self.experiment_name}: could not copy its stdout/stderr "
+                f"to {target} ({type(e).__name__}: {e}); its results are unaffected, and the files stay in "
+                f"{os.path.dirname(self._storage.log_paths(self.experiment_name, self.trial_id)[0])} on node "
+                f"{self._node_ip}. Check that this node can write to the storage."
+            )
+            log.warning("%s", self._log_error)
 
     def ping(self) -> str:
         return self.trial_id
@@ -319,18 +360,25 @@ class TrialActor:
             for dropped in self._trial.checkpoint_manager.on_checkpoint(record):
                 self._storage.delete(dropped.path)
 
-    def poll(self, since: int = 0, wait_s: float = 0.0) -> TrialSnapshot:
+    def poll(
+        self, since: int = 0, wait_s: float = 0.0, output_from: dict[str, int] | None = None
+    ) -> TrialSnapshot:
         """Progress of an autonomous trial: the results after the first ``since``, and its state.
 
         With ``wait_s``, it first waits up to that long for the trial to end, so a poller that
         polls every ``wait_s`` seconds learns of the end at once (and frees its resources sooner)
         while results still arrive in batches.
+
+        With ``output_from`` (``{"stdout": offset, "stderr": offset}``; a stream left out starts
+        where this trial's output starts), the snapshot's ``output`` holds each stream's new
+        lines since that byte offset, bounded per poll (:func:`~.output.read_new_output`), and
+        the offsets to ask from next time.
         """
         if wait_s > 0 and self._loop is not None:
             self._ended.wait(wait_s)
         with self._lock:
             trial = self._trial
-            return {
+            snapshot: TrialSnapshot = {
                 "trial_id": self.trial_id,
                 "status": self._status.value,
                 "results": self._results[since:],
@@ -345,7 +393,26 @@ class TrialActor:
                 "best_checkpoint": _best(trial),
                 "error": self._error,
                 "pid": self._pid,
+                "output": None,
+                "log_files": dict(self._log_files),
+                "log_error": self._log_error,
             }
+        if output_from is not None:
+            # Read after the status: a terminal one was set after the output was closed, so
+            # this read is the last and may end with an unfinished line.
+            snapshot["output"] = self._new_output(output_from, TrialStatus(snapshot["status"]).is_terminal())
+        return snapshot
+
+    def _new_output(self, output_from: dict[str, int], final: bool) -> dict[str, Any] | None:
+        capture = self._capture
+        if capture is None or not capture.paths:
+            return None
+        if not final:
+            capture.flush()  # what the trainable printed since its last result
+        return {
+            stream: read_new_output(path, output_from.get(stream, capture.start_offsets[stream]), final=final).to_dict()
+            for stream, path in capture.paths.items()
+        }
 
     def request_stop(self) -> None:
         """Let an autonomous trial end (TERMINATED) after its current iteration."""

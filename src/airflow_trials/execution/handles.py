@@ -12,6 +12,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from airflow_trials.core.trial import Trial
 from airflow_trials.execution.actor import TrialActor, TrialSpec
+from airflow_trials.execution.parameters import parameter_refs
 from airflow_trials.execution.ray_state import actor_info
 from airflow_trials.execution.storage import TrialStorage
 
@@ -55,12 +56,14 @@ def is_placed(actor: ActorHandle) -> bool:
 
 
 def trial_spec(trial: Trial) -> TrialSpec:
-    """What a trial actor needs to know of its trial to build the trainable."""
+    """What a trial actor needs to know of its trial to build the trainable; its with_parameters
+    constants travel as ObjectRefs, which Ray passes by reference, never copied into the spec."""
     return {
         "trial_id": trial.trial_id,
         "experiment_name": trial.experiment_name,
         "trainable": trial.trainable,
         "config": trial.config,
+        "parameters": parameter_refs(trial),
     }
 
 

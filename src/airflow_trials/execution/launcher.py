@@ -16,6 +16,7 @@ from airflow_trials.execution import handles
 from airflow_trials.execution.cluster import ResourceLedger
 from airflow_trials.execution.errors import trial_error
 from airflow_trials.execution.handles import DEFAULT_NAMESPACE, actor_name, find_trial_actor
+from airflow_trials.execution.parameters import check_accepts_parameters, parameter_refs
 from airflow_trials.execution.ray_state import (
     actor_info,
     kill_actor,
@@ -73,7 +74,7 @@ class TrialLauncher:
         self.ledger = ResourceLedger(queue_trials=queue_trials, refresh_period_s=refresh_period_s)
         self.slots = SlotPool(self.storage, namespace=namespace, detached=detached, capture_output=capture_output)
         self._experiment_of: dict[str, str] = {}
-        self._trainables_checked: set[str] = set()
+        self._trainables_checked: set[tuple[str, tuple[str, ...]]] = set()
 
     # -- cluster resources -------------------------------------------------------------------------
     def refresh_cluster_resources(self, force: bool = False) -> None:
@@ -96,10 +97,15 @@ class TrialLauncher:
         return self.ledger.summary_string()
 
     def _check_trainable(self, trial: Trial) -> None:
-        """Raise TrainableNotFoundError if the trial's trainable cannot be imported here."""
-        if trial.trainable not in self._trainables_checked:
-            load_trainable(trial.trainable)
-            self._trainables_checked.add(trial.trainable)
+        """Raise TrainableNotFoundError if the trial's trainable cannot be imported here, does not
+        take its with_parameters constants, or lost them (a resumed trial); puts them in Ray's
+        object store the first time."""
+        key = (trial.trainable, trial.parameter_names)
+        if key not in self._trainables_checked:
+            trainable = load_trainable(trial.trainable)
+            check_accepts_parameters(trainable, trial.trainable, trial.parameter_names)
+            self._trainables_checked.add(key)
+        parameter_refs(trial)
 
     # -- autonomous trials -------------------------------------------------------------------------
     def launch(self, trial: Trial, start_timeout_s: float | None = 600.0) -> ActorHandle:

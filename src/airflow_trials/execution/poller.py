@@ -208,7 +208,7 @@ class TrialPoller:
     def _send(self, watch: TrialWatch) -> None:
         assert watch._asked is not None
         try:
-            watch._ref = watch._actor.poll.remote(watch.tracker.seen, watch.wait_seconds)
+            watch._ref = watch._actor.poll.remote(*watch.tracker.poll_args(watch.wait_seconds))
         except Exception as e:  # Ray down or reconnecting: the trigger re-attaches
             self._answer_error(watch, RayNotAnswering(f"{type(e).__name__}: {e}"))
             return
@@ -251,6 +251,7 @@ class TrialPoller:
                 continue
             self._in_flight.pop(ref)
             watch._ref = None
+            watch.tracker.read_output(value)
             poll, watch._asked = watch._asked, None
             if poll is not None:
                 _deliver(self.loop, poll.answered, value)

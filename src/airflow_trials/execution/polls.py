@@ -38,7 +38,8 @@ class Poll:
 
 @dataclass
 class TrialProgressTracker:
-    """What of one trial's progress the store has: results seen, checkpoints recorded, placed.
+    """What of one trial's progress the store has: results seen, checkpoints recorded, placed;
+    and how far its output was read (not stored: the trigger logs it).
 
     :param trial_id: the trial.
     :param seen: results recorded so far (the actor's ``poll(since=...)``); default 0.
@@ -48,6 +49,16 @@ class TrialProgressTracker:
     seen: int = 0
     recorded: set[str] = field(default_factory=set)
     placed: bool = False
+    output_offsets: dict[str, int] = field(default_factory=dict)
+
+    def poll_args(self, wait_seconds: float) -> tuple[int, float, dict[str, int]]:
+        """The arguments of the actor's next ``poll``."""
+        return self.seen, wait_seconds, dict(self.output_offsets)
+
+    def read_output(self, snapshot: Snapshot) -> None:
+        """The next poll asks for the output after what ``snapshot`` brought."""
+        for stream, chunk in (snapshot.get("output") or {}).items():
+            self.output_offsets[stream] = chunk["offset"]
 
     def progress(self, snapshot: Snapshot) -> TrialProgress | None:
         """What ``snapshot`` adds to the store, or None when it adds nothing."""
@@ -189,10 +200,11 @@ class DirectTrialWatch:
 
     async def _run(self, poll: Poll, actor: Any) -> None:
         try:
-            snapshot: Snapshot = await actor.poll.remote(self.tracker.seen, self.wait_seconds)
+            snapshot: Snapshot = await actor.poll.remote(*self.tracker.poll_args(self.wait_seconds))
         except Exception as e:
             _settle(poll.answered, error=e)
             return
+        self.tracker.read_output(snapshot)
         _settle(poll.answered, snapshot)
         item = self.tracker.progress(snapshot)
         try:

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 DEFAULT_STORAGE_ENV = "AIRFLOW_TRIALS_STORAGE"
 _META_FILE = ".airflow_trials_checkpoint.json"
 _DICT_FILE = "checkpoint.pkl"
+_LOGS_DIR = "logs"
 
 
 def default_storage_path() -> str:
@@ -86,6 +87,26 @@ class TrialStorage:
             validate_name("Trial id", trial_id),
         )
         return os.path.join(base, "stdout.log"), os.path.join(base, "stderr.log")
+
+    def logs_dir(self, experiment_name: str, trial_id: str) -> str:
+        """Where a finished trial's stdout.log and stderr.log are kept on the storage."""
+        base = self.trial_dir(experiment_name, trial_id)
+        return os.path.join(base, _LOGS_DIR) if self.is_local else f"{base}/{_LOGS_DIR}"
+
+    def save_logs(self, experiment_name: str, trial_id: str) -> dict[str, str]:
+        """Copy the trial's captured stdout and stderr from this node into :meth:`logs_dir`, so
+        they outlive the node; returns ``{"stdout": path, "stderr": path}`` of the copies made
+        (a stream that wrote no file is left out). Raises what the filesystem raised."""
+        target_dir = self.logs_dir(experiment_name, trial_id)
+        saved: dict[str, str] = {}
+        for stream, source in zip(("stdout", "stderr"), self.log_paths(experiment_name, trial_id), strict=True):
+            if not os.path.exists(source):
+                continue
+            name = os.path.basename(source)
+            target = os.path.join(target_dir, name) if self.is_local else f"{target_dir}/{name}"
+            self._upload_file(source, target)
+            saved[stream] = target
+        return saved
 
     # -- small files --------------------------------------------------------------------------------
     def write_json(self, path: str, data: Any) -> None:
@@ -169,6 +190,16 @@ class TrialStorage:
             self.fs.put(source.rstrip("/") + "/", target, recursive=True)
             if move:
                 shutil.rmtree(source, ignore_errors=True)
+
+    def _upload_file(self, source: str, target: str) -> None:
+        """One local file to ``target``, replacing it (atomically on a local filesystem)."""
+        if self.is_local:
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            tmp = f"{target}.tmp-{uuid.uuid4().hex[:8]}"
+            shutil.copyfile(source, tmp)
+            os.replace(tmp, target)
+        else:
+            self.fs.put_file(source, target)
 
     def load_checkpoint(self, path: str) -> tuple[Any, dict[str, Any]]:
         """Returns ``(payload, meta)``: the dict, or a local directory holding the checkpoint's files."""

@@ -5,7 +5,6 @@ Nothing here imports ray: the same code runs inside a Ray actor and in plain uni
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import os
 import queue
@@ -15,6 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from airflow_trials.core import result as R
+from airflow_trials.core.imports import import_object
 from airflow_trials.exceptions import TrainableNotFoundError, TrialError
 
 # -- the class API -------------------------------------------------------------------------------
@@ -29,15 +29,19 @@ class Trainable:
 
     :param config: the trial's hyperparameters.
     :param trial_id: the trial this object trains.
+    :param parameters: the constants of :func:`~airflow_trials.with_parameters`, passed on to
+        ``setup`` as keyword arguments; default none.
     """
 
-    def __init__(self, config: Mapping[str, Any], trial_id: str = "") -> None:
+    def __init__(self, config: Mapping[str, Any], trial_id: str = "", **parameters: Any) -> None:
         self.config = dict(config)
         self.trial_id = trial_id
-        self.setup(self.config)
+        self.setup(self.config, **parameters)
 
     def setup(self, config: dict[str, Any]) -> None:
-        """Build the model and data; called once with the trial's config."""
+        """Build the model and data; called once with the trial's config. A trial made with
+        :func:`~airflow_trials.with_parameters` also passes its constants as keyword arguments:
+        define ``setup(self, config, data)`` to take them."""
 
     def step(self) -> Mapping[str, Any]:
         """Run one iteration and return its metrics."""
@@ -174,32 +178,9 @@ def get_trial_id() -> str:
 
 def load_trainable(path: str) -> Callable[..., Any] | type[Trainable]:
     """Resolve ``"package.module:name"`` (or ``"package.module.name"``) to a function or Trainable class."""
-    if not isinstance(path, str) or not path:
-        raise TrainableNotFoundError(f"Trainable path must be a non-empty string, got {path!r}.")
-    if ":" in path:
-        module_name, _, attr = path.partition(":")
-    else:
-        module_name, _, attr = path.rpartition(".")
-    if not module_name or not attr:
-        raise TrainableNotFoundError(
-            f"Trainable path {path!r} is not of the form 'package.module:name'."
-        )
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise TrainableNotFoundError(
-            f"Cannot import module {module_name!r} of trainable {path!r}: {e}. Check the spelling "
-            f"and that the package is installed where the trial runs (the Ray workers too)."
-        ) from e
-    obj: Any = module
-    for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError as e:
-            raise TrainableNotFoundError(
-                f"Module {module_name!r} has no attribute {attr!r} (trainable {path!r}); "
-                f"check the name after the ':'."
-            ) from e
+    obj = import_object(
+        path, "trainable", TrainableNotFoundError, "where the trial runs (the Ray workers too)"
+    )
     if inspect.isclass(obj):
         if not issubclass(obj, Trainable):
             raise TrainableNotFoundError(
@@ -240,9 +221,12 @@ class TrainableDriver:
 class ClassDriver(TrainableDriver):
     """Drives a :class:`Trainable` subclass."""
 
-    def __init__(self, cls: type[Trainable], config: dict[str, Any], trial_id: str) -> None:
+    def __init__(
+        self, cls: type[Trainable], config: dict[str, Any], trial_id: str, parameters: Mapping[str, Any]
+    ) -> None:
         self.cls = cls
-        self.trainable = cls(config, trial_id)
+        self.parameters = dict(parameters)
+        self.trainable = cls(config, trial_id, **self.parameters)
 
     def next_result(self) -> StepOutput:
         metrics = self.trainable.step()
@@ -266,7 +250,7 @@ class ClassDriver(TrainableDriver):
             self.trainable.config = dict(config)
             return
         self.trainable.cleanup()
-        self.trainable = self.cls(config, trial_id)
+        self.trainable = self.cls(config, trial_id, **self.parameters)
 
     def stop(self) -> None:
         self.trainable.cleanup()
@@ -278,8 +262,11 @@ class FunctionDriver(TrainableDriver):
     # How long next_result waits between checks that the function's thread is still alive.
     _POLL_S = 0.5
 
-    def __init__(self, fn: Callable[..., Any], config: dict[str, Any], trial_id: str) -> None:
+    def __init__(
+        self, fn: Callable[..., Any], config: dict[str, Any], trial_id: str, parameters: Mapping[str, Any]
+    ) -> None:
         self.fn = fn
+        self.parameters = dict(parameters)
         self.name = getattr(fn, "__qualname__", repr(fn))
         self.config = dict(config)
         self.trial_id = trial_id
@@ -302,7 +289,7 @@ class FunctionDriver(TrainableDriver):
         def entrypoint() -> None:
             _local.session = session
             try:
-                self._returned = self.fn(self.config)
+                self._returned = self.fn(self.config, **self.parameters)
             except _StopTraining:
                 pass
             except BaseException:
@@ -382,7 +369,13 @@ class FunctionDriver(TrainableDriver):
         thread.join(timeout=5.0)
 
 
-def make_driver(trainable: Callable[..., Any] | type[Trainable], config: dict[str, Any], trial_id: str) -> TrainableDriver:
+def make_driver(
+    trainable: Callable[..., Any] | type[Trainable],
+    config: dict[str, Any],
+    trial_id: str,
+    parameters: Mapping[str, Any] | None = None,
+) -> TrainableDriver:
+    """The driver of ``trainable``, which gets ``parameters`` (with_parameters constants) as keywords."""
     if inspect.isclass(trainable) and issubclass(trainable, Trainable):
-        return ClassDriver(trainable, config, trial_id)
-    return FunctionDriver(trainable, config, trial_id)
+        return ClassDriver(trainable, config, trial_id, parameters or {})
+    return FunctionDriver(trainable, config, trial_id, parameters or {})

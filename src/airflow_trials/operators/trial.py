@@ -13,6 +13,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_trials.core.end import TrialEnd
 from airflow_trials.core.fate import FailureDecision, Outcome, Transition, after_failure
+from airflow_trials.core.parameters import refuse_in_airflow
 from airflow_trials.core.resources import Resources
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.trial import Trial, validate_name
@@ -112,6 +113,7 @@ class RunTrialOperator(BaseOperator):
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         **kwargs: Any,
     ) -> None:
+        refuse_in_airflow(trainable, f"RunTrialOperator {kwargs.get('task_id')!r}")
         if max_failures is None:
             retries = kwargs.get("retries")
             max_failures = 0 if retries is None else -1 if retries >= UNLIMITED_RETRIES else int(retries)

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import quote
 
 from fastapi import APIRouter, Request, status
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from markupsafe import Markup
 
 from airflow_trials.plugins import reads
 from airflow_trials.plugins.auth import UserDep
+from airflow_trials.plugins.logs import readable_log, trial_logs
 from airflow_trials.plugins.params import (
     DagId,
     DagRunId,
@@ -122,9 +123,26 @@ def trial_page(request: Request, trial_id: TrialId, user: UserDep, store: StoreD
         best_iteration=best_iteration, best_value=None if best_iteration is None else dict(curve).get(best_iteration),
         results=results[-RESULTS_SHOWN:], num_results=len(results), metric_keys=metric_keys,
         results_url=f"{links.base}/api/trials/{quote(trial_id, safe='')}/results",
+        logs=trial_logs(trial, run, checkpoints), logs_url=f"{links.trial(trial_id)}/logs",
         task_instance_url=Links.task_instance(trial),
         refresh=REFRESH_SECONDS if not trial.status.is_terminal() else None, crumbs=crumbs,
     )
+
+
+@pages.get("/trials/{trial_id}/logs/{stream}", response_model=None)
+def trial_log_file(trial_id: TrialId, stream: Literal["stdout", "stderr"], user: UserDep, store: StoreDep) -> Response:
+    """The trial's whole stdout.log or stderr.log, as a download, when this process can read it."""
+    trial, run = reads.trial(store, user, trial_id)
+    checkpoints = store.checkpoints_of([trial_id]).get(trial_id, [])
+    logs = trial_logs(trial, run, checkpoints)
+    path = readable_log(logs, stream)
+    if path is None:
+        where = next(log.location for log in logs if log.stream == stream)
+        raise NotFoundError(
+            f"The {stream} of trial {trial_id} cannot be read from the dashboard's machine; it is kept at "
+            f"{where} (on the experiment's storage once the trial ended; on the trial's Ray node while it runs)."
+        )
+    return FileResponse(path, media_type="text/plain; charset=utf-8", filename=f"{trial_id}-{stream}.log")
 
 
 # The per-DAG-run and per-task-instance links of the Airflow UI (external_views) land here.

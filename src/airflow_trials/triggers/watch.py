@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_trials.core.end import TrialEnd
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.exceptions import StoreError
+from airflow_trials.triggers.echo import TaskLogEcho
 
 if TYPE_CHECKING:
     from airflow_trials.hooks.trials import TrialsHook
@@ -51,6 +52,8 @@ class TrialWatch:
         self.placed = False
         self.polls: Any = None  # TrialWatch (the shared poller) or DirectTrialWatch
         self.unanswered_since: float | None = None
+        # The trial's output and progress go to the trigger's log: the task instance's log.
+        self.echo = TaskLogEcho(trigger.log, trigger.trial_id)
 
     async def until_end(self) -> dict[str, Any]:
         """Record the trial's results until it ends; the end event (TERMINATED, or ERROR)."""
@@ -61,6 +64,7 @@ class TrialWatch:
                 asked = time.monotonic()
                 poll, snapshot = await self._next_snapshot()
                 await self._record(poll)
+                self.echo.report(snapshot)
                 if TrialStatus(snapshot["status"]).is_terminal():
                     return await self._ended(snapshot)
                 # The actor waits for us; if it answered early (it is not running its loop), pace.
@@ -240,6 +244,7 @@ class TrialWatch:
     async def _ended(self, snapshot: dict[str, Any]) -> dict[str, Any]:
         # Free the trial's resources now rather than when a worker runs execute_complete, so a
         # trial queued behind it starts at once; the event carries all execute_complete needs.
+        self.echo.ended(snapshot)
         await self.release()
         end = TrialEnd.from_snapshot(self.trigger.experiment_name, snapshot, released=True)
         if end.finished:
