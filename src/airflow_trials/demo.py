@@ -65,6 +65,22 @@ def leaderboard(trials: list[Trial]) -> str:
     return "\n".join(lines)
 
 
+def _init_ray(num_cpus: int | None) -> None:
+    import ray
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    from airflow_trials.hooks.trials import local_ray_running
+
+    if os.environ.get("RAY_ADDRESS") or local_ray_running():
+        # A cluster is there (RAY_ADDRESS, or one started with `ray start` on this machine): join
+        # it as it is; its size is its own, so --num-cpus does not apply.
+        if num_cpus is not None:
+            print(f"--num-cpus {num_cpus} ignored: joining the running Ray cluster, which has its own size.")
+        ray.init(address=os.environ.get("RAY_ADDRESS") or "auto", log_to_driver=False)
+    else:
+        ray.init(num_cpus=num_cpus or os.cpu_count(), include_dashboard=False, log_to_driver=False)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--epochs", type=int, default=15, help="epochs per trial (default 15)")
@@ -79,17 +95,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from airflow_trials import TrialRunner
 
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    from airflow_trials.hooks.trials import local_ray_running
-
-    if os.environ.get("RAY_ADDRESS") or local_ray_running():
-        # A cluster is there (RAY_ADDRESS, or one started with `ray start` on this machine): join
-        # it as it is; its size is its own, so --num-cpus does not apply.
-        if args.num_cpus is not None:
-            print(f"--num-cpus {args.num_cpus} ignored: joining the running Ray cluster, which has its own size.")
-        ray.init(address=os.environ.get("RAY_ADDRESS") or "auto", log_to_driver=False)
-    else:
-        ray.init(num_cpus=args.num_cpus or os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    _init_ray(args.num_cpus)
     storage = args.storage or tempfile.mkdtemp(prefix="airflow_trials_demo_")
     recorder = TrialsDbCallback(metric=METRIC, mode="min", db_url=args.db_url,
                                 run_key=f"demo__{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime())}")
