@@ -65,3 +65,11 @@ def test_fractional_gpus_above_one_are_refused():
     with pytest.raises(ValueError, match="gpu=1.5 is invalid"):
         Resources(gpu=1.5)
     assert Resources(gpu=0.25).gpu == 0.25 and Resources(gpu=2).gpu == 2
+
+
+def test_what_is_free_may_be_a_fraction_above_one_gpu():
+    """Two GPUs with half of one taken leave 1.5 free: an amount, not a trial's request."""
+    free = Resources(cpu=4, gpu=2) - Resources(cpu=0.5, gpu=0.5)
+    assert (free.cpu, free.gpu) == (3.5, 1.5)
+    assert Resources(cpu=0.5, gpu=0.5).fits_in(free)
+    assert (free + Resources(cpu=0.5, gpu=0.5)) == Resources(cpu=4, gpu=2)

@@ -41,6 +41,15 @@ class Resources:
     custom_resources: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        # What a user writes is one trial's request: a share of one GPU, or whole GPUs.
+        if isinstance(self.gpu, (int, float)) and self.gpu > 1 and float(self.gpu) != int(self.gpu):
+            raise ValueError(
+                f"gpu={self.gpu:g} is invalid: a trial may share one GPU (gpu below 1) or use whole "
+                f"GPUs, not {self.gpu:g}; use e.g. gpu=0.5, 1 or 2."
+            )
+        self._normalise()
+
+    def _normalise(self) -> None:
         values = {"cpu": self.cpu, "gpu": self.gpu, "memory": self.memory, **self.custom_resources}
         for name, value in values.items():
             if not isinstance(value, (int, float)) or isinstance(value, bool):
@@ -48,11 +57,6 @@ class Resources:
                     f"Resource {name!r} must be a number, got {value!r}; "
                     f"write e.g. Resources(cpu=1, gpu=0.5)."
                 )
-        if self.gpu > 1 and float(self.gpu) != int(self.gpu):
-            raise ValueError(
-                f"gpu={self.gpu:g} is invalid: a trial may share one GPU (gpu below 1) or use whole "
-                f"GPUs, not {self.gpu:g}; use e.g. gpu=0.5, 1 or 2."
-            )
         for name in self.custom_resources:
             if name.lower() in _STANDARD or name in _RAY_NAMES.values():
                 raise ValueError(
@@ -86,13 +90,15 @@ class Resources:
 
     @classmethod
     def _from_unit_dict(cls, units: Mapping[str, int]) -> Resources:
-        custom = {k: _from_units(v) for k, v in units.items() if k not in _STANDARD and v != 0}
-        return cls(
-            cpu=_from_units(units.get("cpu", 0)),
-            gpu=_from_units(units.get("gpu", 0)),
-            memory=_from_units(units.get("memory", 0)),
-            custom_resources=custom,
-        )
+        """An amount that arithmetic gave (what is free, what trials hold): not one trial's
+        request, so 1.5 GPUs is a fine answer (two GPUs, half of one taken)."""
+        amount = object.__new__(cls)
+        for name in _STANDARD:
+            object.__setattr__(amount, name, _from_units(units.get(name, 0)))
+        object.__setattr__(amount, "custom_resources",
+                           {k: _from_units(v) for k, v in units.items() if k not in _STANDARD and v != 0})
+        amount._normalise()
+        return amount
 
     def __add__(self, other: Resources) -> Resources:
         a, b = self._units(), other._units()
