@@ -10,6 +10,8 @@ import pytest
 
 HOSTILE = "<script>alert(1)</script>"
 TRACEBACK = 'Traceback (most recent call last):\n  File "train.py", line 3, in train\nRuntimeError: CUDA <oom> & "boom"'
+# 2026-11-21 03:12:45 UTC: the seeded results' timestamps count from it.
+FIRST_RESULT_AT = 1795230765.0
 USERS = {"admin": "admin", "alice": "viewer", "bob": "viewer"}  # bob may read other_dag only
 
 
@@ -30,6 +32,13 @@ def _loss(index: int, iteration: int) -> float:
     return round(1.0 / iteration + 0.01 * index, 6)
 
 
+def _result(index: int, iteration: int) -> dict[str, float | int]:
+    """A result as the engine reports it: the trainable's metrics and the engine's fields."""
+    return {"training_iteration": iteration, "loss": _loss(index, iteration), "acc": 1 - _loss(index, iteration),
+            "timestamp": FIRST_RESULT_AT + 30.25 * iteration, "time_this_iter_s": 30.25,
+            "time_total_s": 30.25 * iteration, "pid": 4242}
+
+
 def seed_store(store, num_trials: int = 12, iterations: int = 10) -> Seeded:
     """Experiment data written through TrialStore's API, as the operator and trigger write it."""
     store.ensure_experiment("mnist", metric="loss", mode="min")
@@ -45,8 +54,7 @@ def seed_store(store, num_trials: int = 12, iterations: int = 10) -> Seeded:
         store.update_trial(trial_id, status="RUNNING")
         if i == num_trials - 1:
             continue  # still running, no results yet: ranks last
-        store.add_results(trial_id, [{"training_iteration": it, "loss": _loss(i, it), "acc": 1 - _loss(i, it)}
-                                     for it in range(1, iterations + 1)])
+        store.add_results(trial_id, [_result(i, it) for it in range(1, iterations + 1)])
         store.add_checkpoint(trial_id, f"/ckpt/{trial_id}/5", 5, score=_loss(i, 5))
         store.add_checkpoint(trial_id, f"/ckpt/{trial_id}/{iterations}", iterations, score=_loss(i, iterations))
         store.update_trial(trial_id, status="TERMINATED")

@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 import pytest
 
+from airflow_trials.plugins.render import THEME_SCRIPT
 from tests.plugins.conftest import HOSTILE, TRACEBACK, seed_store
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -203,18 +204,81 @@ def test_chromium_renders_the_leaderboard_chart_and_trial_pages(api_server, brow
     assert box[0] > 400 and box[1] > 150  # laid out, not just present in the DOM
     assert browser.eval("getComputedStyle(document.querySelector('th')).fontWeight") in ("600", "700")  # CSS served
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+    assert browser.eval("document.documentElement.scrollWidth <= document.documentElement.clientWidth")
+    # Squeezed into a narrow frame, config values that are numbers, and trial ids, stay on one line.
+    browser.call("Emulation.setDeviceMetricsOverride", width=480, height=900, deviceScaleFactor=1, mobile=False)
+    try:
+        # The lines a cell's text takes: its boxes' distinct tops (the cell's own height is its row's).
+        count_lines = ("(td => { const r = document.createRange(); r.selectNodeContents(td);"
+                       " return new Set([...r.getClientRects()].map(b => Math.round(b.top))).size; })")
+        lines = browser.eval(f"[...document.querySelectorAll('td.config.num, td.id')].map({count_lines})")
+        wrapped = browser.eval(f"[...document.querySelectorAll('td.path')].some(td => {count_lines}(td) > 1)")
+        browser.save(tmp_path, "leaderboard-narrow")
+    finally:
+        browser.call("Emulation.clearDeviceMetricsOverride")
+    assert wrapped  # the frame is narrow enough to wrap what may wrap
+    assert lines == [1] * 36  # 12 rows: lr, layers and the trial id
 
     browser.open(f"{base}/trials/trials/{seeded.failed_trial}")
     browser.save(tmp_path, "trial")
     assert browser.eval("document.querySelector('pre.traceback').innerText") == TRACEBACK
+    assert browser.eval("document.querySelector('td[data-key=timestamp]').innerText") == "2026-11-21 03:13:15"
     link = browser.eval("document.querySelector('a[target=_top]').getAttribute('href')")
     assert link == "/dags/tune_mnist/runs/manual__2026-11-21/tasks/mnist.trial/mapped/3?try_number=1"
 
     browser.open(f"{base}/trials/runs/{seeded.hostile_run}")
     browser.save(tmp_path, "hostile")
-    assert browser.eval("document.scripts.length") == 0
+    assert browser.eval("[...document.scripts].map(s => s.text)") == [THEME_SCRIPT]
     assert HOSTILE in browser.eval("document.body.innerText")  # shown as text, never run
     assert not [e for e in browser.events if e.get("method") == "Page.javascriptDialogOpening"]
+
+
+LIGHT_BG, DARK_BG = "rgb(255, 255, 255)", "rgb(22, 29, 45)"  # dashboard.css: --bg
+
+
+def _theme(browser: Browser) -> list[Any]:
+    """<html data-theme>, the page's background and text colors, and a chart label's fill."""
+    return browser.eval("(() => { const body = getComputedStyle(document.body);"
+                        " const label = document.querySelector('svg.curves .ticks text');"
+                        " return [document.documentElement.dataset.theme || null, body.backgroundColor, body.color,"
+                        " label ? getComputedStyle(label).fill : null]; })()")
+
+
+@pytest.mark.timeout(600)
+def test_the_pages_follow_the_airflow_ui_color_mode(api_server, browser, tmp_path):
+    base, token, seeded = api_server
+    browser.call("Network.setCookie", name="_token", value=token, url=base + "/")
+    system = "prefers-color-scheme"
+    browser.call("Emulation.setEmulatedMedia", features=[{"name": system, "value": "light"}])
+    pages = {"experiments": f"{base}/trials/", "run": f"{base}/trials/runs/{seeded.run}",
+             "trial": f"{base}/trials/trials/{seeded.failed_trial}"}
+
+    browser.open(pages["run"])  # no choice in the Airflow UI yet: the system's (light)
+    theme, background, color, label = _theme(browser)
+    assert (theme, background) == (None, LIGHT_BG) and label == color
+
+    browser.eval("localStorage.setItem('theme', 'dark')")  # what the Airflow UI's toggle writes
+    for name, url in pages.items():
+        browser.open(url)
+        browser.save(tmp_path, f"dark-{name}")
+        theme, background, color, label = _theme(browser)
+        assert (theme, background) == ("dark", DARK_BG), name
+        assert color == "rgb(227, 232, 240)", name  # light text on the dark background
+        if label is not None:
+            assert label == color, name  # the chart's labels in the page's text color: legible
+    assert browser.eval("document.querySelector('td[data-key=timestamp]').innerText") == "2026-11-21 03:13:15"
+
+    # Switched in the Airflow UI while the page is open (another window's write fires "storage" here).
+    browser.eval("localStorage.setItem('theme', 'light');"
+                 " window.dispatchEvent(new StorageEvent('storage', {key: 'theme'}))")
+    assert _theme(browser)[:2] == ["light", LIGHT_BG]
+
+    browser.call("Emulation.setEmulatedMedia", features=[{"name": system, "value": "dark"}])
+    browser.open(pages["trial"])  # an explicit light choice wins over the system's dark
+    assert _theme(browser)[:2] == ["light", LIGHT_BG]
+    browser.eval("localStorage.setItem('theme', 'system')")
+    browser.open(pages["trial"])
+    assert _theme(browser)[:2] == [None, DARK_BG]
 
 
 @pytest.mark.timeout(600)
@@ -232,6 +296,21 @@ def test_the_airflow_ui_shows_the_dashboard_in_its_experiments_entry(api_server,
     src, rows = _wait(framed_rows, 60, "the Experiments frame in the Airflow UI")
     browser.save(tmp_path, "airflow-ui")
     assert (src, rows) == ("/trials/", 3)
+
+    # The frame follows the UI's color mode, and its switch while the frame is open.
+    def framed_theme() -> Any:
+        return browser.eval("(() => { const d = document.querySelector('iframe').contentDocument;"
+                            " return d && d.body ? [d.documentElement.dataset.theme || null,"
+                            " getComputedStyle(d.body).backgroundColor] : null; })()")
+
+    browser.eval("localStorage.setItem('theme', 'dark')")
+    browser.open(f"{base}/plugin/experiments")
+    _wait(framed_rows, 60, "the Experiments frame in the dark Airflow UI")
+    assert browser.eval("document.documentElement.classList.contains('dark')")  # the UI itself is dark
+    assert framed_theme() == ["dark", DARK_BG]
+    browser.save(tmp_path, "airflow-ui-dark")
+    browser.eval("localStorage.setItem('theme', 'light')")  # as the UI's toggle does, in the top window
+    _wait(lambda: framed_theme() == ["light", LIGHT_BG], 30, "the frame to follow the switch to light")
 
 
 def test_the_api_server_lists_the_plugin_with_its_ui_links(api_server):

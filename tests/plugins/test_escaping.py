@@ -1,10 +1,12 @@
-"""Config values, metric names and tracebacks are shown escaped; the pages carry no script at all."""
+"""Config values, metric names and tracebacks are shown escaped; no script runs on the pages but the
+fixed theme script."""
 
 from __future__ import annotations
 
 import pytest
 from markupsafe import escape
 
+from airflow_trials.plugins.render import THEME_SCRIPT, THEME_SCRIPT_HASH
 from airflow_trials.plugins.svg import learning_curves_svg
 from tests.plugins.conftest import HOSTILE
 
@@ -18,7 +20,7 @@ def test_hostile_values_are_escaped_on_every_page(dashboard, page):
             "trial": f"/trials/{seeded.hostile_trial}", "experiments": "/"}[page]
     response = dashboard.get(path)
     assert response.status_code == 200
-    body = response.text
+    body = response.text.replace(f"<script>{THEME_SCRIPT}</script>", "", 1)
     assert "<script" not in body.lower()
     assert "<img" not in body.lower() and "onerror=alert(2)" not in body.replace("onerror=alert(2)&gt;", "")
     if page in ("run", "trial"):
@@ -29,7 +31,9 @@ def test_hostile_values_are_escaped_on_every_page(dashboard, page):
 def test_pages_forbid_scripts_through_their_content_security_policy(dashboard):
     response = dashboard.get(f"/runs/{dashboard.seeded.run}")
     policy = response.headers["content-security-policy"]
-    assert "default-src 'none'" in policy and "script-src" not in policy
+    assert "default-src 'none'" in policy
+    assert f"script-src '{THEME_SCRIPT_HASH}';" in policy  # that script, by its hash, and no other
+    assert "unsafe-inline" not in policy and "'self'" not in policy.split("script-src")[1].split(";")[0]
     assert response.headers["x-content-type-options"] == "nosniff"
 
 

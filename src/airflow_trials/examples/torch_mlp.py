@@ -46,8 +46,8 @@ def train(config: dict[str, Any]) -> None:
     optimizer = torch.optim.Adam(model.parameters(), lr=float(config.get("lr", 0.01)))
     loss_fn = nn.CrossEntropyLoss()
     start = 0
-    checkpoint = airflow_trials.get_checkpoint()
-    if checkpoint is not None:
+    checkpoint = airflow_trials.get_checkpoint()  # the dict reported below (a path only for directories)
+    if isinstance(checkpoint, dict):
         model.load_state_dict(checkpoint["model"])
         optimizer.load_state_dict(checkpoint["optimizer"])
         start = checkpoint["epoch"]

@@ -1,11 +1,11 @@
 """The dashboard's FastAPI app: server-rendered pages and a JSON API over the trials store.
 
 Airflow's api-server mounts it under :data:`URL_PREFIX` (see :mod:`.dashboard`). Every route
-needs an Airflow user (:mod:`.auth`); pages carry no JavaScript, and every value from the store
-is escaped by Jinja's autoescape. Handlers are plain functions, so FastAPI runs the store's
-blocking queries in its thread pool, off the event loop. The routes are in :mod:`.api` and
-:mod:`.pages`, their parameters in :mod:`.params`, the reads they share in :mod:`.reads` and
-page rendering in :mod:`.render`.
+needs an Airflow user (:mod:`.auth`); the pages' only JavaScript is a fixed line that follows the
+Airflow UI's color mode, and every value from the store is escaped by Jinja's autoescape.
+Handlers are plain functions, so FastAPI runs the store's blocking queries in its thread pool,
+off the event loop. The routes are in :mod:`.api` and :mod:`.pages`, their parameters in
+:mod:`.params`, the reads they share in :mod:`.reads` and page rendering in :mod:`.render`.
 """
 
 from __future__ import annotations
@@ -26,16 +26,17 @@ from airflow_trials.exceptions import StoreError
 from airflow_trials.plugins.api import api
 from airflow_trials.plugins.pages import pages
 from airflow_trials.plugins.queries import DashboardStore, NotFoundError
-from airflow_trials.plugins.render import render_page
+from airflow_trials.plugins.render import THEME_SCRIPT_HASH, render_page
 
 log = logging.getLogger(__name__)
 
 URL_PREFIX = "/trials"
 _SECURITY_HEADERS = {
-    # No script may run on these pages, whatever a config value holds.
+    # No script may run on these pages, whatever a config value holds, but the theme script of
+    # base.html, admitted by its hash.
     "Content-Security-Policy": (
-        "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; "
-        "frame-ancestors 'self'; base-uri 'none'"
+        f"default-src 'none'; script-src '{THEME_SCRIPT_HASH}'; style-src 'self'; img-src 'self' data:; "
+        "form-action 'self'; frame-ancestors 'self'; base-uri 'none'"
     ),
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "same-origin",

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Request, status
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from markupsafe import Markup
 
+from airflow_trials.core.result import AUTO_FIELDS, TRAINING_ITERATION
 from airflow_trials.plugins import reads
 from airflow_trials.plugins.auth import UserDep
 from airflow_trials.plugins.logs import readable_log, trial_logs
@@ -35,7 +36,7 @@ from airflow_trials.plugins.queries import (
     NotFoundError,
     is_live,
 )
-from airflow_trials.plugins.render import Links, render_page
+from airflow_trials.plugins.render import Links, is_number, render_page
 from airflow_trials.plugins.schemas import RunOut
 from airflow_trials.plugins.svg import learning_curves_svg
 
@@ -78,9 +79,12 @@ def run_page(
         return links.run(run_pk, **query)
 
     run = board.run
+    # A config column of numbers only is right-aligned, heading included.
+    numeric_config_keys = {key for key in board.config_keys
+                           if all(is_number(row.config[key]) for row in board.rows if key in row.config)}
     return render_page(
         request, "run.html", title=f"{run.experiment_name} / {run.run_key}", board=board, chart=Markup(chart),
-        board_url=board_url, top=len(board.leaders), dag_run_url=Links.dag_run(run),
+        board_url=board_url, numeric_config_keys=numeric_config_keys, top=len(board.leaders), dag_run_url=Links.dag_run(run),
         refresh=REFRESH_SECONDS if is_live(run, board.status_counts) else None,
         crumbs=[(run.experiment_name, links.experiment(run.experiment_name))],
     )
@@ -115,8 +119,9 @@ def trial_page(request: Request, trial_id: TrialId, user: UserDep, store: StoreD
         chart = Markup(learning_curves_svg({trial_id: curve}, metric=metric, best_trial_id=trial_id,
                                            title=f"{trial_id}: {metric}"))
     results = store.get_results(trial_id)
-    metric_keys = sorted({k for r in results for k, v in r.items()
-                          if isinstance(v, (int, float)) and not isinstance(v, bool)} - {"training_iteration"})
+    # The trainable's own metrics first, then the fields the engine adds (timestamp, durations...).
+    metric_keys = sorted({k for r in results for k, v in r.items() if is_number(v)} - {TRAINING_ITERATION},
+                         key=lambda k: (k in AUTO_FIELDS, k))
     return render_page(
         request, "trial.html", title=f"Trial {trial_id}", trial=trial, run=run, metric=metric, mode=mode,
         chart=chart, checkpoints=checkpoints, best=best,

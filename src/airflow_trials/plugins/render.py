@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
+import math
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -10,8 +14,30 @@ import jinja2
 from airflow.api_fastapi.app import API_ROOT_PATH
 from fastapi import Request
 from fastapi.responses import HTMLResponse
+from markupsafe import Markup
 
+from airflow_trials.core.result import TIME_SINCE_RESTORE, TIME_THIS_ITER_S, TIME_TOTAL_S, TIMESTAMP
 from airflow_trials.store import ExperimentRunRecord, TrialRecord
+
+# Result fields the engine fills in with seconds since the epoch, and with durations in seconds.
+EPOCH_FIELDS = frozenset({TIMESTAMP})
+DURATION_FIELDS = frozenset({TIME_THIS_ITER_S, TIME_TOTAL_S, TIME_SINCE_RESTORE})
+UTC_FORMAT = "%Y-%m-%d %H:%M:%S"
+# The epoch seconds a date-time can show (a value outside them stays a number).
+_MIN_EPOCH, _MAX_EPOCH = 0, datetime(9999, 12, 31, tzinfo=UTC).timestamp()
+
+# The Airflow UI (next-themes) keeps the user's color mode in localStorage["theme"]: "light",
+# "dark" or "system". The pages share its origin, so this script, run in <head> before the first
+# paint, copies an explicit choice to <html data-theme>, and follows it when the user switches
+# while the page is open; "system" (or no choice) leaves the CSS to prefers-color-scheme. It is
+# the pages' only script: the Content-Security-Policy admits it by its hash and nothing else.
+THEME_SCRIPT = (
+    "(function(){function apply(){var t=null;try{t=localStorage.getItem('theme')}catch(e){}"
+    "var root=document.documentElement;"
+    "if(t==='dark'||t==='light'){root.setAttribute('data-theme',t)}else{root.removeAttribute('data-theme')}}"
+    "apply();window.addEventListener('storage',function(e){if(e.key===null||e.key==='theme'){apply()}})})();"
+)
+THEME_SCRIPT_HASH = "sha256-" + base64.b64encode(hashlib.sha256(THEME_SCRIPT.encode()).digest()).decode()
 
 _TEMPLATES = jinja2.Environment(
     loader=jinja2.PackageLoader("airflow_trials.plugins", "templates"),
@@ -31,7 +57,39 @@ def _short(value: Any) -> str:
     return str(value)
 
 
+def is_number(value: Any) -> bool:
+    """Whether a cell holds a number (right-aligned, never wrapped); True and False are not numbers."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def utc(value: datetime | float) -> str:
+    """A datetime, or seconds since the epoch, as a UTC date-time to the second."""
+    if isinstance(value, datetime):
+        moment = value.astimezone(UTC) if value.tzinfo else value
+    else:
+        moment = datetime.fromtimestamp(value, tz=UTC)
+    return moment.strftime(UTC_FORMAT)
+
+
+def result_value(value: Any, key: str) -> str:
+    """One field of a reported result for the results table: epoch seconds as a UTC date-time,
+    durations to the millisecond, other values as :func:`_short` shows them."""
+    if value is None:
+        return ""
+    if is_number(value) and math.isfinite(value):
+        if key in EPOCH_FIELDS and _MIN_EPOCH <= value <= _MAX_EPOCH:
+            return utc(value)
+        if key in DURATION_FIELDS:
+            return f"{value:.3f}"
+    return _short(value)
+
+
 _TEMPLATES.filters["short"] = _short
+_TEMPLATES.filters["utc"] = utc
+_TEMPLATES.filters["result_value"] = result_value
+_TEMPLATES.tests["numeric"] = is_number  # Jinja's "number" test counts True and False as numbers
+_TEMPLATES.globals.update(EPOCH_FIELDS=EPOCH_FIELDS, DURATION_FIELDS=DURATION_FIELDS,
+                          THEME_SCRIPT=Markup(THEME_SCRIPT))
 
 
 class Links:

@@ -1,7 +1,9 @@
 """Learning curves as an SVG drawn on the server: every trial's metric per iteration, the best highlighted.
 
 No JavaScript and no charting library: the page embeds the SVG text, so it renders offline and
-under a Content-Security-Policy that forbids scripts. Every label is escaped.
+under a Content-Security-Policy that forbids scripts. Text, axes and grid are drawn in
+``currentColor`` (the page's text color), so the chart reads in light and dark mode. Every label
+is escaped.
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ def learning_curves_svg(
     points = [(x, y) for curve in curves.values() for x, y in curve if math.isfinite(y)]
     head = (
         f'<svg xmlns="http://www.w3.org/2000/svg" class="curves" role="img" width="{WIDTH}" '
-        f'height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" aria-label="{escape(title)}">'
+        f'height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" fill="currentColor" aria-label="{escape(title)}">'
         f"<title>{escape(title)}</title>"
     )
     if not points:
@@ -122,16 +124,17 @@ class _Frame:
     def axes(self, metric: str) -> list[str]:
         """The axes, their ticks and grid lines, and their labels."""
         plot_w, plot_h = self.plot_w, self.plot_h
-        parts = [f'<g class="axes" stroke="#888" stroke-width="1">'
+        parts = [f'<g class="axes" stroke="currentColor" stroke-opacity="0.55" stroke-width="1">'
                  f'<line x1="{_MARGIN_LEFT}" y1="{_MARGIN_TOP + plot_h}" x2="{_MARGIN_LEFT + plot_w}" '
                  f'y2="{_MARGIN_TOP + plot_h}"/><line x1="{_MARGIN_LEFT}" y1="{_MARGIN_TOP}" '
                  f'x2="{_MARGIN_LEFT}" y2="{_MARGIN_TOP + plot_h}"/></g>']
-        parts.append('<g class="ticks" font-size="11" fill="#444">')
+        parts.append('<g class="ticks" font-size="11" fill-opacity="0.8">')
         for tick in nice_ticks(self.y_low, self.y_high):
             y = self.sy(tick)
             parts.append(
                 f'<line x1="{_MARGIN_LEFT}" x2="{_MARGIN_LEFT + plot_w}" y1="{y:.1f}" y2="{y:.1f}" '
-                f'stroke="#eee"/><text x="{_MARGIN_LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{_label(tick)}</text>'
+                f'class="grid" stroke="currentColor" stroke-opacity="0.12"/>'
+                f'<text x="{_MARGIN_LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{_label(tick)}</text>'
             )
         for tick in nice_ticks(self.x_low, self.x_high):
             if tick != int(tick):
