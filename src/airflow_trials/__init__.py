@@ -9,8 +9,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from airflow_trials.core.asha import ASHAScheduler, AsyncHyperBandScheduler
 from airflow_trials.core.callback import Callback
 from airflow_trials.core.checkpoint import CheckpointManager, CheckpointRecord
+from airflow_trials.core.median_stopping import MedianStoppingRule
 from airflow_trials.core.parameters import TrainableWithParameters, with_parameters
 from airflow_trials.core.resources import Resources
 from airflow_trials.core.scheduler import Decision, FIFOScheduler, TrialScheduler
@@ -111,7 +113,9 @@ def get_provider_info() -> dict[str, Any]:
 
 
 __all__ = [
+    "ASHAScheduler",
     "AirflowTrialsError",
+    "AsyncHyperBandScheduler",
     "Callback",
     "CheckpointError",
     "CheckpointManager",
@@ -122,6 +126,7 @@ __all__ = [
     "FIFOScheduler",
     "InsufficientResourcesError",
     "InvalidTransitionError",
+    "MedianStoppingRule",
     "RayTrialExecutor",
     "Resources",
     "ResultGrid",

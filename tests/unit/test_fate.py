@@ -74,6 +74,16 @@ def test_the_scheduler_decides_for_trials_the_criterion_does_not_end(said, actio
     assert after_result(trial, result(10), scheduler=lambda t, r: "PAUSE").action is Action.STOP
 
 
+def test_a_stop_or_pause_carries_the_schedulers_reason_and_a_finished_trainable_says_so():
+    trial = make_trial(stopping_criterion={"training_iteration": 10})
+    why = {"t-1": "stopped by ASHA at training_iteration=1 (rung 1 of 2): score 1 below the rung's cutoff 2"}
+    stopped = after_result(trial, result(1), scheduler=lambda t, r: "STOP", scheduler_reason=why.get)
+    assert (stopped.action, stopped.reason) == (Action.STOP, why["t-1"])
+    paused = after_result(trial, result(2), scheduler=lambda t, r: "PAUSE", scheduler_reason=lambda _: None)
+    assert (paused.action, paused.reason) == (Action.PAUSE, "the scheduler paused it")
+    assert after_result(trial, result(3, done=True)).reason == "its trainable finished"
+
+
 def test_the_experiment_stopper_ends_the_experiment_after_the_trials_own_criterion():
     trial = make_trial()
     assert after_result(trial, result(1), experiment_done=lambda: True).action is Action.STOP_EXPERIMENT

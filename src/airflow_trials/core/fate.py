@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from airflow_trials.core.end import TrialEnd
-from airflow_trials.core.result import CHECKPOINT, Result
+from airflow_trials.core.result import CHECKPOINT, DONE, Result
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.trial import Trial
 
@@ -76,6 +76,7 @@ def after_result(
     duplicate: bool = False,
     scheduler: SchedulerDecision | None = None,
     experiment_done: Callable[[], bool] | None = None,
+    scheduler_reason: Callable[[str], str | None] | None = None,
 ) -> ResultDecision:
     """Record ``result`` on ``trial`` and decide what happens next.
 
@@ -86,20 +87,23 @@ def after_result(
         of trials the stopping criterion does not end; default: always continue.
     :param experiment_done: asked after each result the trial's own criterion does not end;
         True ends the experiment (the runner's experiment-wide stopper). Default: never.
+    :param scheduler_reason: ``trial_id -> sentence``, asked when the scheduler pauses or stops the
+        trial (``TrialScheduler.decision_reason``); it becomes the decision's ``reason``.
     """
     fresh = False if duplicate else trial.record_result(result)
     has_checkpoint = bool(result.get(CHECKPOINT))
     if trial.should_stop(result):
-        return ResultDecision(fresh, Action.STOP, trial.checkpoint_at_end and not has_checkpoint,
-                              "it met its stopping criterion")
+        why = "its trainable finished" if result.get(DONE) else "it met its stopping criterion"
+        return ResultDecision(fresh, Action.STOP, trial.checkpoint_at_end and not has_checkpoint, why)
     if experiment_done is not None and experiment_done():
         return ResultDecision(fresh, Action.STOP_EXPERIMENT, False, "the experiment's stopper ended it")
     decision = scheduler(trial, result) if scheduler is not None and fresh else Action.CONTINUE
-    if decision == Action.STOP:
-        return ResultDecision(fresh, Action.STOP, trial.checkpoint_at_end and not has_checkpoint,
-                              "the scheduler stopped it")
-    if decision == Action.PAUSE:
-        return ResultDecision(fresh, Action.PAUSE, False, "the scheduler paused it")
+    if decision in (Action.STOP, Action.PAUSE):
+        said = scheduler_reason(trial.trial_id) if scheduler_reason is not None else None
+        if decision == Action.STOP:
+            return ResultDecision(fresh, Action.STOP, trial.checkpoint_at_end and not has_checkpoint,
+                                  said or "the scheduler stopped it")
+        return ResultDecision(fresh, Action.PAUSE, False, said or "the scheduler paused it")
     return ResultDecision(fresh, Action.CONTINUE, trial.should_checkpoint() and not has_checkpoint,
                           "it continues")
 

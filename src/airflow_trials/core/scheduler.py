@@ -1,9 +1,11 @@
-"""Scheduler decisions and the FIFO scheduler; early-stopping schedulers plug in here."""
+"""Scheduler decisions, the FIFO scheduler and the base of the schedulers that judge one metric."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
 from enum import StrEnum
+from typing import Any
 
 from airflow_trials.core.resources import Resources
 from airflow_trials.core.result import Result
@@ -52,6 +54,10 @@ class TrialScheduler:
     def choose_trial_to_run(self, trials: Sequence[Trial], has_resources: HasResources) -> Trial | None:
         raise NotImplementedError
 
+    def decision_reason(self, trial_id: str) -> str | None:
+        """Why this scheduler last paused or stopped the trial, as a sentence; None if it never did."""
+        return None
+
     def debug_string(self) -> str:
         return f"Using {type(self).__name__}."
 
@@ -76,3 +82,100 @@ class FIFOScheduler(TrialScheduler):
 
     def debug_string(self) -> str:
         return "Using FIFO scheduling algorithm."
+
+
+MODES = ("min", "max")
+
+
+class MetricScheduler(FIFOScheduler):
+    """Base of the schedulers that judge trials by one metric, as Ray Tune's do.
+
+    It holds ``metric`` and ``mode``, takes them late through :meth:`set_search_properties`,
+    checks them when a trial is added, reads the numbers a decision needs from a result with
+    errors that name the missing key, and keeps the reason for each trial's last PAUSE or STOP
+    (:meth:`decision_reason`). Trials run in FIFO order.
+
+    :param metric: the result key judged; default None (set it later with set_search_properties).
+    :param mode: ``"min"`` or ``"max"``; default None (likewise).
+    """
+
+    def __init__(self, metric: str | None = None, mode: str | None = None) -> None:
+        self._check_mode(mode)
+        self.metric = metric
+        self.mode = mode
+        self._reasons: dict[str, str] = {}
+
+    def _check_mode(self, mode: str | None) -> None:
+        if mode is not None and mode not in MODES:
+            raise ValueError(
+                f"{type(self).__name__} got mode={mode!r}, which is not a mode: use mode='min' when a lower "
+                f"metric is better or mode='max' when a higher one is."
+            )
+
+    def set_search_properties(self, metric: str | None, mode: str | None, **spec: Any) -> bool:
+        """Set ``metric`` and ``mode`` unless already set (Ray Tune's rule; the caller warns on False).
+
+        Unlike Ray Tune, a mode without a metric does not fall back to an anonymous ``_metric``:
+        the engine reports no such key.
+        """
+        if (self.metric and metric) or (self.mode and mode):
+            return False
+        self._check_mode(mode)
+        self.metric = metric or self.metric
+        self.mode = mode or self.mode
+        return True
+
+    @property
+    def _sign(self) -> float:
+        """Turns the metric into a score where higher is better."""
+        return 1.0 if self.mode == "max" else -1.0
+
+    def _check_ready(self, trial: Trial) -> None:
+        if self.metric and self.mode:
+            return
+        name = type(self).__name__
+        raise ValueError(
+            f"{name} cannot take trial {trial.trial_id}: it has no metric or no mode to judge trials by "
+            f"(metric={self.metric!r}, mode={self.mode!r}); create it with both, e.g. "
+            f"{name}(metric='score', mode='max'), or call set_search_properties(metric, mode) "
+            f"before adding trials."
+        )
+
+    def _number(self, trial: Trial, result: Mapping[str, Any], key: str, role: str) -> float:
+        """``result[key]`` as a float; ValueError naming the key and the trial when it is missing."""
+        name = type(self).__name__
+        if key not in result:
+            reported = ", ".join(sorted(str(k) for k in result)) or "nothing"
+            raise ValueError(
+                f"Trial {trial.trial_id} reported a result without {key!r}, the {role} {name} decides "
+                f"by (the result has: {reported}); report {key!r} in every result, or create {name} "
+                f"with a {role} the trainable reports."
+            )
+        return self._as_number(trial, key, result[key])
+
+    def _as_number(self, trial: Trial, key: str, value: Any) -> float:
+        try:
+            return float(value)
+        except (TypeError, ValueError) as e:
+            raise ValueError(
+                f"Trial {trial.trial_id} reported {key}={value!r}, but {type(self).__name__} needs a "
+                f"number there; report {key} as an int or a float."
+            ) from e
+
+    def _optional_number(self, result: Mapping[str, Any], key: str) -> float | None:
+        """``result[key]`` as a float, None when missing or not a number (a trial ended early)."""
+        try:
+            return float(result[key])
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def decision_reason(self, trial_id: str) -> str | None:
+        return self._reasons.get(trial_id)
+
+
+def format_number(value: float) -> str:
+    """A number for a reason: integral values without a fraction, others to 4 significant digits."""
+    value = float(value)
+    if math.isfinite(value) and value.is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return f"{value:.4g}"

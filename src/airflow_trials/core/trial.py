@@ -105,6 +105,9 @@ class Trial:
         self.last_result: Result = {}
         self.metric_analysis = MetricAnalysis()
         self.error_msg: str | None = None
+        # Why it ended TERMINATED after a result: its trainable finished, it met its stopping
+        # criterion, or the scheduler's sentence (e.g. ASHA's rung and cutoff). Set by the runner.
+        self.stop_reason: str | None = None
         self.start_time: float | None = None
         self.end_time: float | None = None
         # Highest training_iteration recorded; a restore replays iterations after its checkpoint,
@@ -196,6 +199,7 @@ class Trial:
         self.set_status(TrialStatus.PENDING)
         self.num_failures = 0
         self.error_msg = None
+        self.stop_reason = None
 
     # -- serialisation ----------------------------------------------------------------------------
     def to_json_state(self) -> dict[str, Any]:
@@ -219,6 +223,7 @@ class Trial:
             "last_result": _jsonable_result(self.last_result),
             "metric_analysis": self.metric_analysis.to_dict(),
             "error_msg": self.error_msg,
+            "stop_reason": self.stop_reason,
             "start_time": self.start_time,
             "end_time": self.end_time,
             "last_recorded_iteration": self.last_recorded_iteration,
@@ -250,6 +255,7 @@ class Trial:
         trial.last_result = dict(state["last_result"])
         trial.metric_analysis = MetricAnalysis.from_dict(state["metric_analysis"])
         trial.error_msg = state["error_msg"]
+        trial.stop_reason = state.get("stop_reason")
         trial.start_time = state["start_time"]
         trial.end_time = state["end_time"]
         trial.last_recorded_iteration = state["last_recorded_iteration"]

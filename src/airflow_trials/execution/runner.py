@@ -13,7 +13,6 @@ from airflow_trials.core.fate import (
     Action,
     Outcome,
     ResultDecision,
-    SchedulerDecision,
     after_failure,
     after_result,
 )
@@ -294,7 +293,7 @@ class TrialRunner:
             )
 
     def _record(
-        self, trial: Trial, result: Result, scheduler: SchedulerDecision | None = None,
+        self, trial: Trial, result: Result, scheduler: TrialScheduler | None = None,
         experiment_done: Callable[[], bool] | None = None,
     ) -> ResultDecision:
         """Register the result's checkpoint, record the result and decide what follows."""
@@ -305,7 +304,9 @@ class TrialRunner:
                 trial, CheckpointRecord(checkpoint_path, int(result[TRAINING_ITERATION]), result)
             )
         decision = after_result(
-            trial, result, duplicate=duplicate, scheduler=scheduler, experiment_done=experiment_done
+            trial, result, duplicate=duplicate, experiment_done=experiment_done,
+            scheduler=scheduler.on_trial_result if scheduler is not None else None,
+            scheduler_reason=scheduler.decision_reason if scheduler is not None else None,
         )
         if decision.fresh:
             self._results.append((trial.trial_id, result))
@@ -315,12 +316,12 @@ class TrialRunner:
 
     def _on_result(self, trial: Trial, result: Result) -> None:
         stopper = self._experiment_stopper
-        decision = self._record(
-            trial, result, self.scheduler.on_trial_result, stopper.stop_all if stopper is not None else None
-        )
+        decision = self._record(trial, result, self.scheduler, stopper.stop_all if stopper is not None else None)
         if decision.save_checkpoint:
             self._save(trial)
         if decision.action is Action.STOP:
+            trial.stop_reason = decision.reason
+            log.info("Trial %s stops: %s.", trial.trial_id, decision.reason)
             self._complete(trial, result)
         elif decision.action is Action.STOP_EXPERIMENT:
             log.info("Experiment %s: its stopper ended the experiment.", self.experiment_name)
