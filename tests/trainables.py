@@ -92,6 +92,12 @@ def sleepy(config):
         airflow_trials.report(loss=config.get("x", 0.0))
 
 
+def quadratic(config):
+    """Reports ``loss = (x - 0.3) ** 2`` three times: a search's objective with its optimum at x = 0.3."""
+    for _ in range(3):
+        airflow_trials.report(loss=(config["x"] - 0.3) ** 2)
+
+
 def failing(config):
     airflow_trials.report(score=1.0)
     raise KeyError("broken trainable: key 'missing'")

@@ -16,6 +16,7 @@ from airflow_trials.core.median_stopping import MedianStoppingRule
 from airflow_trials.core.parameters import TrainableWithParameters, with_parameters
 from airflow_trials.core.resources import Resources
 from airflow_trials.core.scheduler import Decision, FIFOScheduler, TrialScheduler
+from airflow_trials.core.searcher import ConcurrencyLimiter, Searcher
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.stopping import Stopper
 from airflow_trials.core.trial import Trial
@@ -27,6 +28,7 @@ from airflow_trials.exceptions import (
     InsufficientResourcesError,
     InvalidTransitionError,
     RunnerFinishedError,
+    SearcherError,
     StoreError,
     TrainableNotFoundError,
     TrialError,
@@ -43,6 +45,7 @@ if TYPE_CHECKING:
     from airflow_trials.execution.runner import TrialRunner
     from airflow_trials.execution.trials_db import TrialsDbCallback
     from airflow_trials.results import ResultGrid, TrialResult
+    from airflow_trials.searchers.optuna_search import OptunaSearch
 
 _LAZY = {
     "RayTrialExecutor": "airflow_trials.execution.executor",
@@ -51,6 +54,7 @@ _LAZY = {
     "TrialsDbCallback": "airflow_trials.execution.trials_db",
     "ResultGrid": "airflow_trials.results",
     "TrialResult": "airflow_trials.results",
+    "OptunaSearch": "airflow_trials.searchers.optuna_search",
 }
 
 
@@ -120,6 +124,7 @@ __all__ = [
     "CheckpointError",
     "CheckpointManager",
     "CheckpointRecord",
+    "ConcurrencyLimiter",
     "Decision",
     "ExperimentNotFoundError",
     "ExperimentStateError",
@@ -127,10 +132,13 @@ __all__ = [
     "InsufficientResourcesError",
     "InvalidTransitionError",
     "MedianStoppingRule",
+    "OptunaSearch",
     "RayTrialExecutor",
     "Resources",
     "ResultGrid",
     "RunnerFinishedError",
+    "Searcher",
+    "SearcherError",
     "Stopper",
     "StoreError",
     "Trainable",

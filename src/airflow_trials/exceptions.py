@@ -53,6 +53,10 @@ class RunnerFinishedError(AirflowTrialsError):
     """``TrialRunner.step()`` was called after every trial had finished."""
 
 
+class SearcherError(AirflowTrialsError):
+    """A search algorithm raised or broke its contract; the runner ended the experiment."""
+
+
 class CheckpointError(AirflowTrialsError):
     """A checkpoint could not be written, read, copied or deleted."""
 

@@ -191,11 +191,16 @@ def _log_randint(rng: random.Random, lower: int, upper: int) -> int:
     return min(max(math.floor(_log_uniform(rng, lower, upper)), lower), upper - 1)
 
 
+def quantized_int_indices(lower: float, upper: float, q: float) -> tuple[int, int]:
+    """The grid indices ``[low, high)`` of a ``qrandint`` / ``qlograndint``: its values are
+    ``index * q``, with the bounds rounded inwards and ``upper`` excluded only when ``q == 1``."""
+    return _grid_index(lower, q, math.ceil), _grid_index(upper, q, math.floor) + (0 if q == 1 else 1)
+
+
 def _quantized_int(kind: str, lower: float, upper: float, q: float, rng: random.Random) -> int:
     """Ray's quantized Integer domain: the same domain over grid indices, so each multiple of ``q``
     is drawn as the base sampler would draw an integer; upper-exclusive only when ``q == 1``."""
-    low = _grid_index(lower, q, math.ceil)
-    high = _grid_index(upper, q, math.floor) + (0 if q == 1 else 1)
+    low, high = quantized_int_indices(lower, upper, q)
     index = _log_randint(rng, low, high) if kind == "qlograndint" else rng.randrange(low, high)
     return int(index * q)
 

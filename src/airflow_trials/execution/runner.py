@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 from airflow_trials.core.callback import Callback
 from airflow_trials.core.checkpoint import CheckpointRecord
@@ -16,8 +16,10 @@ from airflow_trials.core.fate import (
     after_failure,
     after_result,
 )
+from airflow_trials.core.parameters import TrainableWithParameters
 from airflow_trials.core.result import CHECKPOINT, DUPLICATE, TIMESTAMP, TRAINING_ITERATION, Result
 from airflow_trials.core.scheduler import FIFOScheduler, TrialScheduler
+from airflow_trials.core.searcher import Searcher
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.stopping import StopFn, Stopper, build_stopper
 from airflow_trials.core.trial import Trial, validate_name
@@ -25,9 +27,11 @@ from airflow_trials.exceptions import (
     CheckpointError,
     ExperimentStateError,
     RunnerFinishedError,
+    SearcherError,
     TrialError,
 )
 from airflow_trials.execution.executor import RayTrialExecutor
+from airflow_trials.execution.suggest import build_search_driver
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +73,8 @@ class TrialRunner:
     :param run_errored_only: with ``resume``, re-run trials that ended in ERROR (from their latest
         checkpoint); TERMINATED trials are kept as they are. Default False.
     :param wait_timeout_s: longest a step waits for a result; default 1.
+    :param search_alg: a :class:`Searcher` (e.g. ``OptunaSearch``) that makes up to ``num_samples`` trials
+        of ``trainable`` with ``trial_kwargs`` (other Trial arguments); default None. See docs/engine.md.
     """
 
     RAISE = "raise"
@@ -90,6 +96,10 @@ class TrialRunner:
         resume: bool = False,
         run_errored_only: bool = False,
         wait_timeout_s: float = 1.0,
+        search_alg: Searcher | None = None,
+        num_samples: int = 1,
+        trainable: str | TrainableWithParameters | None = None,
+        trial_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
         if fail_fast not in (True, False, self.RAISE):
             raise ValueError(f"fail_fast must be True, False or 'raise', got {fail_fast!r}.")
@@ -106,13 +116,14 @@ class TrialRunner:
             queue_trials=queue_trials,
         )
         self.scheduler = scheduler or FIFOScheduler()
-        self.callbacks = list(callbacks)
         self.stop_criterion = stop
         self._experiment_stopper = build_stopper(stop)
         self.fail_fast = fail_fast
         self.time_budget_s = time_budget_s
         self.checkpoint_period_s = checkpoint_period_s
         self.wait_timeout_s = wait_timeout_s
+        self._search = build_search_driver(search_alg, num_samples, trainable, trial_kwargs, self.experiment_name, resume)
+        self.callbacks: list[Callback] = [*callbacks, *([self._search] if self._search else [])]
 
         self._trials: list[Trial] = []
         self._finished_prefix = 0
@@ -167,7 +178,7 @@ class TrialRunner:
         if self._unfinished():
             return False
         if all(t.status.is_terminal() for t in self._trials):
-            return True
+            return self._search is None or self._search.is_finished()
         self._finished_prefix = 0  # a finished trial was restarted from outside: rescan
         return False
 
@@ -193,15 +204,22 @@ class TrialRunner:
         if self._start_time is None:
             self._start_time = time.monotonic()
         executor = self.trial_executor
-        trial = self.scheduler.choose_trial_to_run(self._unfinished(), executor.has_resources)
-        if trial is not None:
-            self._launch(trial)
-        elif executor.get_running_trials():
-            ready = executor.get_next_available_trial(self.wait_timeout_s)
-            if ready is not None:
-                self._process_trial(ready)
-        else:
-            self._on_no_available_trials()
+        try:
+            if self._search and (new := self._search.next_trial(self._unfinished(), executor.has_resources)):
+                self.add_trial(new)
+            trial = self.scheduler.choose_trial_to_run(self._unfinished(), executor.has_resources)
+            if trial is not None:
+                self._launch(trial)
+            elif executor.get_running_trials():
+                ready = executor.get_next_available_trial(self.wait_timeout_s)
+                if ready is not None:
+                    self._process_trial(ready)
+            else:
+                self._on_no_available_trials()
+        except SearcherError:
+            self._stop_all = True
+            self._stop_unfinished()
+            raise
         self._check_time_budget()
         if executor.has_cached_slots():
             waiting = (TrialStatus.PENDING, TrialStatus.PAUSED)

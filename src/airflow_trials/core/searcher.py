@@ -1,0 +1,143 @@
+"""The search-algorithm interface (Ray Tune's ``Searcher``) and ``ConcurrencyLimiter``."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+from typing import Any
+
+from airflow_trials.core.result import Result
+
+#: What :meth:`Searcher.suggest` returns when it will suggest no more trials (Ray Tune's value).
+FINISHED = "FINISHED"
+
+Suggestion = dict[str, Any] | str | None
+"""A new trial's config; None: nothing to suggest now, ask again later; or :data:`FINISHED`."""
+
+
+class Searcher(abc.ABC):
+    """Suggests each new trial's config from the results of the trials before it.
+
+    The shape is Ray Tune 2.60's ``Searcher``, so a searcher written for Ray Tune ports by
+    changing its imports. The :class:`~airflow_trials.TrialRunner` drives it
+    (``TrialRunner(search_alg=..., num_samples=..., trainable=...)``):
+
+    1. ``set_search_properties(metric, mode, config)`` may be called once, before the first
+       suggestion, to give the searcher what it was not constructed with; it returns False when
+       it already had them (and then keeps its own).
+    2. ``suggest(trial_id)`` is called when a trial could start: it returns that trial's config,
+       None when it has nothing to suggest now (it is asked again later), or :data:`FINISHED` when
+       it will suggest no more trials.
+    3. ``on_trial_result(trial_id, result)`` is called for every result of a trial it suggested.
+    4. ``on_trial_complete(trial_id, result, error)`` is called once per such trial when it ends:
+       ``result`` is its last result (None if it never reported), ``error`` is True when it failed
+       for good.
+
+    A runnable example, random search in ten lines::
+
+        import random
+        from airflow_trials import Searcher
+
+        class RandomX(Searcher):
+            def suggest(self, trial_id):
+                return {"x": random.random()}
+
+            def on_trial_complete(self, trial_id, result=None, error=False):
+                print(trial_id, result and result.get(self.metric))
+
+        searcher = RandomX(metric="loss", mode="min")
+        assert set(searcher.suggest("t-1")) == {"x"}
+
+    An exception a searcher raises ends the experiment: the runner stops its unfinished trials
+    and raises :class:`~airflow_trials.SearcherError` naming the searcher.
+
+    :param metric: the result key the searcher optimises; default None (set later).
+    :param mode: ``"min"`` or ``"max"``; default None (set later).
+    """
+
+    FINISHED = FINISHED
+
+    def __init__(self, metric: str | None = None, mode: str | None = None) -> None:
+        self._metric = metric
+        self._mode = check_mode(type(self).__name__, mode)
+
+    @property
+    def metric(self) -> str | None:
+        return self._metric
+
+    @property
+    def mode(self) -> str | None:
+        return self._mode
+
+    def set_search_properties(self, metric: str | None, mode: str | None, config: Mapping[str, Any]) -> bool:
+        """Take the experiment's metric, mode and search space; False if not taken (the default)."""
+        return False
+
+    @abc.abstractmethod
+    def suggest(self, trial_id: str) -> Suggestion:
+        """The config of the new trial ``trial_id``, None (nothing now) or :data:`FINISHED`."""
+
+    def on_trial_result(self, trial_id: str, result: Result) -> None:
+        """One result of a trial this searcher suggested; the default ignores it."""
+        return None
+
+    @abc.abstractmethod
+    def on_trial_complete(self, trial_id: str, result: Result | None = None, error: bool = False) -> None:
+        """The trial ended: ``result`` is its last result, ``error`` says it failed for good."""
+
+
+def check_mode(owner: str, mode: str | None) -> str | None:
+    if mode not in (None, "min", "max"):
+        raise ValueError(f"{owner}: mode must be 'min' or 'max', got {mode!r}.")
+    return mode
+
+
+class ConcurrencyLimiter(Searcher):
+    """Lets at most ``max_concurrent`` of a searcher's trials be unfinished at once (Ray Tune's).
+
+    A sequential searcher learns from more results this way: with ``max_concurrent=2`` it is
+    asked for a third trial only after one of the first two ended. Every call is passed to the
+    wrapped searcher; ``suggest`` returns None while the limit is reached.
+
+    :param searcher: the :class:`Searcher` to limit.
+    :param max_concurrent: the most of its trials unfinished at once; a whole number >= 1.
+    """
+
+    def __init__(self, searcher: Searcher, max_concurrent: int) -> None:
+        if not isinstance(searcher, Searcher):
+            raise TypeError(f"ConcurrencyLimiter wraps a Searcher, got {type(searcher).__name__} {searcher!r}.")
+        if not isinstance(max_concurrent, int) or isinstance(max_concurrent, bool) or max_concurrent < 1:
+            raise ValueError(f"ConcurrencyLimiter: max_concurrent must be a whole number >= 1, got {max_concurrent!r}.")
+        super().__init__()
+        self.searcher = searcher
+        self.max_concurrent = max_concurrent
+        self.live_trials: set[str] = set()
+
+    @property
+    def metric(self) -> str | None:
+        return self.searcher.metric
+
+    @property
+    def mode(self) -> str | None:
+        return self.searcher.mode
+
+    def set_search_properties(self, metric: str | None, mode: str | None, config: Mapping[str, Any]) -> bool:
+        return self.searcher.set_search_properties(metric, mode, config)
+
+    def suggest(self, trial_id: str) -> Suggestion:
+        if len(self.live_trials) >= self.max_concurrent:
+            return None
+        suggestion = self.searcher.suggest(trial_id)
+        if suggestion is not None and suggestion != FINISHED:
+            self.live_trials.add(trial_id)
+        return suggestion
+
+    def on_trial_result(self, trial_id: str, result: Result) -> None:
+        if trial_id in self.live_trials:
+            self.searcher.on_trial_result(trial_id, result)
+
+    def on_trial_complete(self, trial_id: str, result: Result | None = None, error: bool = False) -> None:
+        if trial_id not in self.live_trials:
+            return
+        self.live_trials.discard(trial_id)
+        self.searcher.on_trial_complete(trial_id, result=result, error=error)

@@ -1,0 +1,1 @@
+"""Search algorithms that wrap an optimisation library; each imports its library on first use."""

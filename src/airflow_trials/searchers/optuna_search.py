@@ -1,0 +1,372 @@
+"""OptunaSearch: Optuna's samplers (TPE by default) over this package's JSON search spaces."""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import optuna
+from optuna.distributions import (
+    BaseDistribution,
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+)
+from optuna.trial import TrialState
+
+from airflow_trials.core.domains import DOMAINS, quantized_int_indices
+from airflow_trials.core.result import TRAINING_ITERATION, Result
+from airflow_trials.core.search import validate_search_space
+from airflow_trials.core.searcher import Searcher, Suggestion, check_mode
+
+log = logging.getLogger(__name__)
+
+#: Joins nested keys into Optuna's flat parameter names, as Ray Tune does: ``{"a": {"b": ..}}`` -> ``a/b``.
+SEPARATOR = "/"
+
+OptunaSpace = dict[str, BaseDistribution]
+"""Flat parameter name -> the Optuna distribution it is sampled from."""
+
+_PRIMITIVE = (type(None), bool, int, float, str)
+_NO_NORMAL = (
+    "Optuna has no normal distribution; use uniform(mean - 3 * sd, mean + 3 * sd), or sample it "
+    "with generate_configs() and add_trial()"
+)
+_UNSUPPORTED = {
+    "grid_search": (
+        "Optuna picks every value itself and does not cross grids; use choice(values) to let it "
+        "pick, or generate_configs() and add_trial() to run every combination"
+    ),
+    "randn": _NO_NORMAL,
+    "qrandn": _NO_NORMAL,
+    "sample_from": (
+        "Optuna draws each value from a distribution and cannot call a function of the config; "
+        "compute that value in the trainable from the suggested ones"
+    ),
+    "qloguniform": (
+        "Optuna cannot sample on a log scale with a step; use loguniform(lower, upper) (no step) "
+        "or quniform(lower, upper, q) (no log scale)"
+    ),
+    "qlograndint": (
+        "Optuna samples integers on a log scale only with step 1; use lograndint(lower, upper) "
+        "or qrandint(lower, upper, q)"
+    ),
+}
+
+
+def _is_leaf(value: Any) -> bool:
+    """A domain (``{"uniform": [0, 1]}``) or an Optuna distribution: one parameter, not a nested space."""
+    if isinstance(value, BaseDistribution):
+        return True
+    return isinstance(value, Mapping) and len(value) == 1 and next(iter(value)) in DOMAINS
+
+
+def _leaves(space: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """Every value of ``space`` with its flat name; nested dicts are entered, parameters are not."""
+    for key, value in space.items():
+        if not isinstance(key, str) or SEPARATOR in key:
+            raise ValueError(
+                f"Search space key {prefix + str(key)!r}: OptunaSearch joins nested keys with "
+                f"{SEPARATOR!r}, so a key must be a string without it; rename the key."
+            )
+        if isinstance(value, Mapping) and value and not _is_leaf(value):
+            yield from _leaves(value, f"{prefix}{key}{SEPARATOR}")
+        else:
+            yield f"{prefix}{key}", value
+
+
+def _indexed_choices(value: Any) -> list[Any] | None:
+    """The values of a ``choice`` Optuna cannot hold (lists, dicts), which it then samples by index."""
+    if isinstance(value, Mapping) and "choice" in value:
+        choices = value["choice"]
+        if not all(isinstance(c, _PRIMITIVE) for c in choices):
+            return list(choices)
+    return None
+
+
+def to_distribution(path: str, domain: Mapping[str, Any]) -> BaseDistribution:
+    """The Optuna distribution of one validated domain; ValueError naming ``path`` if Optuna has none."""
+    kind, arg = next(iter(domain.items()))
+    if kind in _UNSUPPORTED and not (kind == "qlograndint" and arg[2] == 1):
+        raise ValueError(f"OptunaSearch cannot search key {path!r} ({kind}): {_UNSUPPORTED[kind]}.")
+    if kind == "choice":
+        indexed = _indexed_choices(domain)
+        return CategoricalDistribution(list(range(len(arg))) if indexed is not None else arg)
+    if kind in ("uniform", "loguniform"):
+        return FloatDistribution(arg[0], arg[1], log=kind == "loguniform")
+    if kind == "quniform":
+        return FloatDistribution(arg[0], arg[1], step=arg[2])
+    if kind in ("randint", "lograndint"):
+        return IntDistribution(int(arg[0]), int(arg[1]) - 1, log=kind == "lograndint")
+    low, high = quantized_int_indices(*arg)  # qrandint, and qlograndint with q == 1
+    q = int(arg[2])
+    return IntDistribution(low * q, (high - 1) * q, log=kind == "qlograndint", step=q)
+
+
+def convert_search_space(space: Mapping[str, Any]) -> OptunaSpace:
+    """Ray Tune's ``OptunaSearch.convert_search_space`` for our JSON domains: each domain of
+    ``space`` (nested keys joined with ``/``) as its Optuna distribution. An Optuna distribution
+    in the space is kept as it is; fixed values are left out. Raises ValueError naming the key for
+    a malformed domain or one Optuna cannot sample (``grid_search``, ``randn``, ``sample_from``...)."""
+    validate_search_space(space, import_functions=False)
+    distributions: OptunaSpace = {}
+    for path, value in _leaves(space):
+        if isinstance(value, BaseDistribution):
+            distributions[path] = value
+        elif _is_leaf(value):
+            distributions[path] = to_distribution(path, value)
+    return distributions
+
+
+def _contains(distribution: BaseDistribution, value: Any) -> bool:
+    if isinstance(distribution, CategoricalDistribution):
+        # 1 == True in Python, but a choice of [0, 1] does not hold True.
+        return any(c == value and isinstance(c, bool) == isinstance(value, bool) for c in distribution.choices)
+    if isinstance(distribution, FloatDistribution | IntDistribution):
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        return number and distribution.low <= value <= distribution.high
+    return True  # another distribution class: Optuna checks the value itself
+
+
+def _flatten_like(point: Mapping[str, Any], space: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``point``'s values by flat name, entering only the dicts that are nested spaces in ``space``
+    (a ``choice`` of dicts has dict values that are values, not keys)."""
+    flat: dict[str, Any] = {}
+    for key, value in point.items():
+        sub = space.get(key)
+        if isinstance(value, Mapping) and isinstance(sub, Mapping) and sub and not _is_leaf(sub):
+            flat.update(_flatten_like(value, sub, f"{prefix}{key}{SEPARATOR}"))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+class OptunaSearch(Searcher):
+    """Ray Tune 2.60's ``OptunaSearch``: Optuna's ask-and-tell over a JSON search space.
+
+    Each suggestion is ``study.ask()`` with the space's distributions; each result is reported as
+    the trial's intermediate value at its ``training_iteration`` (``trial.report``); each end is
+    told with the metric of the trial's last result (``study.tell``), as FAIL when it errored and
+    as PRUNED when it ended before reporting. Values that are not domains are copied into every
+    config. Domains Optuna cannot sample are refused when the space is set, naming the key::
+
+        from airflow_trials import OptunaSearch, TrialRunner
+        from airflow_trials.core.search import choice, loguniform
+
+        search = OptunaSearch({"lr": loguniform(1e-4, 1e-1), "layers": choice([2, 4])},
+                              metric="loss", mode="min", seed=0)
+        runner = TrialRunner("mnist", search_alg=search, num_samples=40,
+                             trainable="my_pkg.train:train", storage_path="/shared/results")
+
+    :param space: the search space, as for ``generate_configs`` (nested dicts allowed; values may
+        also be Optuna distributions); default None: set later by ``set_search_properties``.
+    :param metric: the result key to optimise; default None (set later).
+    :param mode: ``"min"`` or ``"max"``; default None (set later).
+    :param points_to_evaluate: configs (or parts of configs: Optuna samples the rest) to run
+        first, in this order; default none.
+    :param sampler: any ``optuna.samplers.BaseSampler`` (CMA-ES, GP, NSGA-II...); default
+        ``TPESampler(seed=seed)``.
+    :param seed: seeds the default TPE sampler; give a ``sampler`` its own seed instead. Default None.
+    :param evaluated_rewards: the metric each of ``points_to_evaluate`` already reached: those
+        points are then added as finished trials rather than run. Default none.
+    """
+
+    def __init__(
+        self,
+        space: Mapping[str, Any] | None = None,
+        metric: str | None = None,
+        mode: str | None = None,
+        points_to_evaluate: Sequence[Mapping[str, Any]] | None = None,
+        sampler: optuna.samplers.BaseSampler | None = None,
+        seed: int | None = None,
+        evaluated_rewards: Sequence[float] | None = None,
+    ) -> None:
+        if metric is not None and not isinstance(metric, str):
+            raise ValueError(f"OptunaSearch optimises one metric; pass its name as a string, got {metric!r}.")
+        super().__init__(metric, mode)
+        if sampler is not None and not isinstance(sampler, optuna.samplers.BaseSampler):
+            raise TypeError(
+                f"OptunaSearch: sampler must be an optuna.samplers.BaseSampler, got {type(sampler).__name__}."
+            )
+        if sampler is not None and seed is not None:
+            raise ValueError(
+                "OptunaSearch: seed= seeds only the default TPE sampler; pass the seed to your "
+                "sampler instead, e.g. optuna.samplers.CmaEsSampler(seed=0)."
+            )
+        self._points = [dict(point) for point in points_to_evaluate or ()]
+        self._evaluated_rewards = None if evaluated_rewards is None else list(evaluated_rewards)
+        if self._evaluated_rewards is not None and len(self._evaluated_rewards) != len(self._points):
+            raise ValueError(
+                f"OptunaSearch: evaluated_rewards has {len(self._evaluated_rewards)} values but "
+                f"points_to_evaluate has {len(self._points)} points; give one reward per point."
+            )
+        self._sampler = sampler
+        self._seed = seed
+        self._space: Mapping[str, Any] | None = None
+        self._distributions: OptunaSpace = {}
+        self._study: optuna.Study | None = None
+        self._ot_trials: dict[str, optuna.trial.Trial] = {}
+        self._completed: set[str] = set()
+        if space:
+            self._set_space(space)
+
+    convert_search_space = staticmethod(convert_search_space)
+
+    def _set_space(self, space: Mapping[str, Any]) -> None:
+        distributions = convert_search_space(space)
+        if not distributions:
+            raise ValueError(
+                "OptunaSearch: the search space has no domain to search, only fixed values; "
+                "give at least one key a domain such as uniform(0, 1)."
+            )
+        self._distributions = distributions
+        self._space = space
+        points = [self._flat_point(i, point, space) for i, point in enumerate(self._points)]
+        if self._evaluated_rewards is not None:
+            for i, flat in enumerate(points):
+                missing = sorted(set(distributions) - set(flat))
+                if missing:
+                    raise ValueError(
+                        f"OptunaSearch: points_to_evaluate[{i}] has an evaluated reward but no value "
+                        f"for {missing}; an evaluated point needs a value for every domain."
+                    )
+        self._flat_points = points
+
+    def _flat_point(self, index: int, point: Mapping[str, Any], space: Mapping[str, Any]) -> dict[str, Any]:
+        """A point as Optuna's flat params, checked against the space's distributions."""
+        fixed = {path for path, _ in _leaves(space)} - set(self._distributions)
+        flat: dict[str, Any] = {}
+        for path, value in _flatten_like(point, space).items():
+            where = f"OptunaSearch: points_to_evaluate[{index}] key {path!r}"
+            distribution = self._distributions.get(path)
+            if distribution is None:
+                if path not in fixed:
+                    raise ValueError(f"{where} is not in the search space (its keys: {sorted(self._distributions)}).")
+                continue
+            choices = _indexed_choices(_leaf_at(space, path))
+            if choices is not None:
+                value = next((i for i, c in enumerate(choices) if c == value), value)
+            if not _contains(distribution, value):
+                raise ValueError(f"{where}: {value!r} is outside its domain {distribution}.")
+            flat[path] = value
+        return flat
+
+    def set_search_properties(self, metric: str | None, mode: str | None, config: Mapping[str, Any]) -> bool:
+        """Take the space (and the metric and mode, when given); False if this searcher has a space."""
+        if self._space is not None:
+            return False
+        self._set_space(config)
+        self._metric = metric or self._metric
+        self._mode = check_mode("OptunaSearch", mode or self._mode)
+        return True
+
+    @property
+    def study(self) -> optuna.Study:
+        """The Optuna study, created on first use: read ``best_params``, plot it, save it."""
+        if self._study is None:
+            self._study = self._create_study()
+        return self._study
+
+    def _require_space(self) -> Mapping[str, Any]:
+        if self._space is None:
+            raise ValueError(
+                "OptunaSearch has no search space; pass space= to OptunaSearch(...) or give it "
+                "through set_search_properties before the first suggestion."
+            )
+        return self._space
+
+    def _create_study(self) -> optuna.Study:
+        self._require_space()
+        if not self.metric or not self.mode:
+            raise ValueError(
+                f"OptunaSearch needs a metric and a mode, got metric={self.metric!r}, "
+                f"mode={self.mode!r}; pass both, e.g. OptunaSearch(..., metric='loss', mode='min')."
+            )
+        study = optuna.create_study(
+            direction="minimize" if self.mode == "min" else "maximize",
+            sampler=self._sampler or optuna.samplers.TPESampler(seed=self._seed),
+            pruner=optuna.pruners.NopPruner(),  # the runner's scheduler stops trials, as in Ray Tune
+        )
+        for i, flat in enumerate(self._flat_points):
+            if self._evaluated_rewards is None:
+                study.enqueue_trial(flat)
+                continue
+            dists = {path: self._distributions[path] for path in flat}
+            reward = self._evaluated_rewards[i]
+            study.add_trial(optuna.trial.create_trial(params=flat, distributions=dists, value=reward))
+        return study
+
+    def suggest(self, trial_id: str) -> Suggestion:
+        study = self.study
+        ot_trial = self._ot_trials.get(trial_id)
+        if ot_trial is None:
+            ot_trial = self._ot_trials[trial_id] = study.ask(fixed_distributions=self._distributions)
+        return self._config(self._require_space(), ot_trial.params)
+
+    def _config(self, space: Mapping[str, Any], params: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+        config: dict[str, Any] = {}
+        for key, value in space.items():
+            path = f"{prefix}{key}"
+            if path in self._distributions:
+                choices = _indexed_choices(value)
+                param = params[path]
+                config[key] = copy.deepcopy(choices[param]) if choices is not None else param
+            elif isinstance(value, Mapping) and value and not _is_leaf(value):
+                config[key] = self._config(value, params, f"{path}{SEPARATOR}")
+            else:
+                config[key] = copy.deepcopy(value)
+        return config
+
+    def _trial(self, trial_id: str) -> optuna.trial.Trial | None:
+        if trial_id in self._completed:
+            log.warning("OptunaSearch: trial %s already completed; ignoring what came after.", trial_id)
+            return None
+        try:
+            return self._ot_trials[trial_id]
+        except KeyError as e:
+            raise ValueError(
+                f"OptunaSearch did not suggest trial {trial_id}; tell it only about trials it suggested."
+            ) from e
+
+    def _value(self, trial_id: str, result: Result) -> float:
+        if self.metric not in result:
+            raise ValueError(
+                f"Trial {trial_id} reported a result without {self.metric!r}, the metric OptunaSearch "
+                f"optimises (it reported {sorted(result)}); report it in every result, or set metric= "
+                f"to one of those keys."
+            )
+        return float(result[self.metric])
+
+    def on_trial_result(self, trial_id: str, result: Result) -> None:
+        ot_trial = self._trial(trial_id)
+        if ot_trial is None:
+            return
+        if TRAINING_ITERATION not in result:
+            raise ValueError(
+                f"Trial {trial_id}: OptunaSearch needs {TRAINING_ITERATION!r} in each result as the "
+                f"step of its intermediate value; the runner adds it, so add it when you call it yourself."
+            )
+        ot_trial.report(self._value(trial_id, result), step=int(result[TRAINING_ITERATION]))
+
+    def on_trial_complete(self, trial_id: str, result: Result | None = None, error: bool = False) -> None:
+        ot_trial = self._trial(trial_id)
+        if ot_trial is None:
+            return
+        study = self.study
+        if error:
+            study.tell(ot_trial, state=TrialState.FAIL)
+        elif not result:
+            study.tell(ot_trial, state=TrialState.PRUNED)  # ended before it reported anything
+        else:
+            study.tell(ot_trial, self._value(trial_id, result))
+        del self._ot_trials[trial_id]
+        self._completed.add(trial_id)
+
+
+def _leaf_at(space: Mapping[str, Any], path: str) -> Any:
+    value: Any = space
+    for key in path.split(SEPARATOR):
+        value = value[key]
+    return value
