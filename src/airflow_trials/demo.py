@@ -2,7 +2,8 @@
 
     python -m airflow_trials.demo [--epochs 15] [--storage DIR] [--db-url URL]
 
-Uses ``RAY_ADDRESS`` when set, else starts a local Ray sized to this machine. Prints progress, then
+Joins the cluster ``RAY_ADDRESS`` names, or one running on this machine; else (or with
+``RAY_ADDRESS=local``) starts a local Ray of its own, sized to this machine. Prints progress, then
 the leaderboard; exits non-zero when no trial finished. The run is recorded in the trials DB
 (``--db-url``, else ``AIRFLOW_TRIALS_DB_URL``, else the default SQLite file), so
 ``airflow-trials leaderboard regression-demo`` and the dashboard show it as they show a DAG run.
@@ -71,14 +72,17 @@ def _init_ray(num_cpus: int | None) -> None:
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     from airflow_trials.hooks.trials import local_ray_running
 
-    if os.environ.get("RAY_ADDRESS") or local_ray_running():
+    address = os.environ.get("RAY_ADDRESS")
+    if address != "local" and (address or local_ray_running()):
         # A cluster is there (RAY_ADDRESS, or one started with `ray start` on this machine): join
         # it as it is; its size is its own, so --num-cpus does not apply.
         if num_cpus is not None:
             print(f"--num-cpus {num_cpus} ignored: joining the running Ray cluster, which has its own size.")
-        ray.init(address=os.environ.get("RAY_ADDRESS") or "auto", log_to_driver=False)
+        ray.init(address=address or "auto", log_to_driver=False)
     else:
-        ray.init(num_cpus=num_cpus or os.cpu_count(), include_dashboard=False, log_to_driver=False)
+        # No cluster, or RAY_ADDRESS=local (as Ray reads it): a new local Ray of this job's own.
+        ray.init(address="local", num_cpus=num_cpus or os.cpu_count(), include_dashboard=False,
+                 log_to_driver=False)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -17,6 +18,8 @@ def test_demo_runs_a_real_experiment_and_prints_the_leaderboard(tmp_path):
         [sys.executable, "-m", "airflow_trials.demo", "--epochs", "3", "--num-cpus", "2",
          "--storage", str(tmp_path), "--db-url", db_url],
         capture_output=True, text=True, cwd=REPO, timeout=300,
+        # A Ray of its own, even when another cluster runs on this machine (another test run's).
+        env={**os.environ, "RAY_ADDRESS": "local"},
     )
     assert out.returncode == 0, out.stderr[-3000:]
     lines = out.stdout.splitlines()
