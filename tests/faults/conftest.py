@@ -1,11 +1,14 @@
-"""Fixtures of the fault tests: a real stack per module, the experiment DAG they run, and the three
-proofs every case makes (no lost result, no duplicate trial, the right end)."""
+"""Fixtures of the fault tests: one real stack shared by the cases (or a module's own), the
+experiment DAG they run, and the three proofs every case makes (no lost result, no duplicate
+trial, the right end)."""
 
 from __future__ import annotations
 
+import signal
 import textwrap
 import time
 from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,7 +16,7 @@ from typing import Any
 import pytest
 
 from airflow_trials.experiment import trial_ids
-from tests.faults.stack import FaultStack, RayHead, base_env, migrate_airflow_db
+from tests.faults.stack import AIRFLOW_COMPONENTS, FaultStack, RayHead, base_env, migrate_airflow_db
 from tests.faults.trainables import Incarnation, gate, read_journal
 
 #: Iterations of every trial, 0.5 s apart; the trials hold after HOLD_AT until the test opens
@@ -64,7 +67,11 @@ def airflow_db_template(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def trials_db_url(tmp_path_factory) -> str:
-    """A migrated SQLite trials DB (a module overrides this fixture for PostgreSQL)."""
+    """A migrated SQLite trials DB for a module's own stack (a module overrides this for PostgreSQL)."""
+    return _sqlite_trials_db(tmp_path_factory)
+
+
+def _sqlite_trials_db(tmp_path_factory) -> str:
     from airflow_trials.store import migrate
 
     url = f"sqlite:///{tmp_path_factory.mktemp('trials') / 'trials.db'}"
@@ -74,21 +81,21 @@ def trials_db_url(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="module")
 def stack_settings() -> dict[str, str]:
-    """More environment settings for the module's stack (a module overrides this fixture)."""
+    """More environment settings for a module's own stack (a module overrides this fixture)."""
     return {}
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory, airflow_db_template, trials_db_url, stack_settings) -> Iterator[FaultStack]:
-    """A Ray head and the four Airflow components, shared by the cases of one module."""
+@contextmanager
+def _running_stack(home: Path, airflow_db: Path, trials_db_url: str,
+                   settings: dict[str, str] | None = None) -> Iterator[FaultStack]:
+    """A Ray head and the four Airflow components, stopped on exit."""
     from tests.conftest import shutdown_ray
 
     shutdown_ray()  # another module's local Ray: this process connects to the stack's head instead
-    home = tmp_path_factory.mktemp("stack")
     ray = RayHead(base_env())
     try:
         ray.start()
-        fault_stack = FaultStack(home, ray, trials_db_url, airflow_db=airflow_db_template, settings=stack_settings)
+        fault_stack = FaultStack(home, ray, trials_db_url, airflow_db=airflow_db, settings=settings)
         try:
             fault_stack.start()
             yield fault_stack
@@ -96,6 +103,94 @@ def stack(tmp_path_factory, airflow_db_template, trials_db_url, stack_settings) 
             fault_stack.close()
     finally:
         ray.close()
+
+
+@pytest.fixture(scope="module")
+def own_stack(tmp_path_factory, airflow_db_template, trials_db_url, stack_settings) -> Iterator[FaultStack]:
+    """A stack of the module's own, on its ``trials_db_url`` and ``stack_settings``; a module that
+    needs one overrides ``stack`` with it (see test_trials_db_drops.py)."""
+    with _running_stack(tmp_path_factory.mktemp("stack"), airflow_db_template, trials_db_url,
+                        stack_settings) as fault_stack:
+        yield fault_stack
+
+
+class SharedStack:
+    """The one stack (SQLite trials DB, default settings) that the fault modules share: starting
+    a stack costs a minute or more on 2 cores, and the cases differ only in what they break.
+
+    It starts when the first case asks for it and stops after the last case that uses it (the
+    cases that use it run first: :func:`pytest_collection_modifyitems`), so it never runs beside
+    another module's stack or Ray. Before each case it brings back what an earlier case left
+    stopped, killed or frozen (a case that failed half-way leaves the next one a whole stack).
+    """
+
+    def __init__(self) -> None:
+        self._context: AbstractContextManager[FaultStack] | None = None
+        self.stack: FaultStack | None = None
+
+    def get(self, tmp_path_factory, airflow_db: Path) -> FaultStack:
+        if self.stack is None:
+            home = tmp_path_factory.mktemp("shared_stack")
+            context = _running_stack(home, airflow_db, _sqlite_trials_db(tmp_path_factory))
+            self.stack, self._context = context.__enter__(), context
+        else:
+            self._heal(self.stack)
+        return self.stack
+
+    @staticmethod
+    def _heal(fault_stack: FaultStack) -> None:
+        if fault_stack.ray.proc is None or fault_stack.ray.proc.poll() is not None:
+            fault_stack.ray.start()
+        fault_stack.ray.connect()
+        for name in AIRFLOW_COMPONENTS:
+            if fault_stack.is_running(name):
+                fault_stack.signal(name, signal.SIGCONT)
+            else:
+                fault_stack.start(name)
+
+    def close(self) -> None:
+        context, self._context, self.stack = self._context, None, None
+        if context is not None:
+            context.__exit__(None, None, None)
+
+
+SHARED_STACK = SharedStack()
+SHARED = "shared_stack"
+
+
+@pytest.fixture
+def shared_stack(tmp_path_factory, airflow_db_template) -> FaultStack:
+    return SHARED_STACK.get(tmp_path_factory, airflow_db_template)
+
+
+@pytest.fixture
+def stack(shared_stack) -> FaultStack:
+    """The stack a case runs on: the shared one, unless its module overrides this fixture."""
+    return shared_stack
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Within this package, the cases on the shared stack first (in their order), then the rest."""
+    here = Path(__file__).parent
+    mine = [i for i, item in enumerate(items) if here in Path(str(item.path)).parents]
+    if not mine:
+        return
+    block = [items[i] for i in mine]
+    ordered = [item for item in block if SHARED in item.fixturenames]
+    ordered += [item for item in block if SHARED not in item.fixturenames]
+    for i, item in zip(mine, ordered, strict=True):
+        items[i] = item
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Stop the shared stack after the last case that uses it."""
+    if SHARED in item.fixturenames and (nextitem is None or SHARED not in nextitem.fixturenames):
+        SHARED_STACK.close()
+
+
+def pytest_sessionfinish() -> None:
+    """An interrupted session (Ctrl-C, a timeout) stops the shared stack too."""
+    SHARED_STACK.close()
 
 
 @dataclass
@@ -274,7 +369,7 @@ def on_ray(name: str) -> set[str]:
     return held
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def experiment(stack) -> Iterator[Any]:
     """``experiment(dag_id, trials=..., hold_at=..., max_failures=...)`` writes the DAG and returns
     its :class:`ExperimentRun`, ready to trigger (``hold_at=0``: the trials never hold)."""

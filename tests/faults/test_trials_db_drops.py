@@ -47,6 +47,12 @@ def trials_db_url() -> Iterator[str]:
         admin.dispose()
 
 
+@pytest.fixture(scope="module")
+def stack(own_stack):
+    """A stack of this module's own, on the PostgreSQL trials DB above."""
+    return own_stack
+
+
 class BackendKiller:
     """Terminates every backend of one database every ``KILL_EVERY_S`` until stopped, from a
     connection to another database; counts what it terminated."""
