@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_trials.core.asha import ASHAScheduler, AsyncHyperBandScheduler
 from airflow_trials.core.callback import Callback
 from airflow_trials.core.checkpoint import CheckpointManager, CheckpointRecord
+from airflow_trials.core.hyperband import HyperBandScheduler
 from airflow_trials.core.median_stopping import MedianStoppingRule
 from airflow_trials.core.parameters import TrainableWithParameters, with_parameters
 from airflow_trials.core.resources import Resources
@@ -129,6 +130,7 @@ __all__ = [
     "ExperimentNotFoundError",
     "ExperimentStateError",
     "FIFOScheduler",
+    "HyperBandScheduler",
     "InsufficientResourcesError",
     "InvalidTransitionError",
     "MedianStoppingRule",

@@ -54,6 +54,12 @@ class TrialScheduler:
     def choose_trial_to_run(self, trials: Sequence[Trial], has_resources: HasResources) -> Trial | None:
         raise NotImplementedError
 
+    def take_pending_actions(self) -> list[tuple[str, Decision]]:
+        """Decisions on trials other than the one a hook was called for (HyperBand's halving
+        stops the bracket's paused trials), oldest first; the caller carries each out. Emptied
+        by the call; none by default."""
+        return []
+
     def decision_reason(self, trial_id: str) -> str | None:
         """Why this scheduler last paused or stopped the trial, as a sentence; None if it never did."""
         return None

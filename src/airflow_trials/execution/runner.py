@@ -18,25 +18,22 @@ from airflow_trials.core.fate import (
 )
 from airflow_trials.core.parameters import TrainableWithParameters
 from airflow_trials.core.result import CHECKPOINT, DUPLICATE, TIMESTAMP, TRAINING_ITERATION, Result
-from airflow_trials.core.scheduler import FIFOScheduler, TrialScheduler
+from airflow_trials.core.scheduler import Decision, FIFOScheduler, TrialScheduler
 from airflow_trials.core.searcher import Searcher
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.stopping import StopFn, Stopper, build_stopper
 from airflow_trials.core.trial import Trial, validate_name
 from airflow_trials.exceptions import (
     CheckpointError,
-    ExperimentStateError,
     RunnerFinishedError,
     SearcherError,
     TrialError,
 )
 from airflow_trials.execution.executor import RayTrialExecutor
+from airflow_trials.execution.experiment_state import load_experiment_state, save_experiment_state
 from airflow_trials.execution.suggest import build_search_driver
 
 log = logging.getLogger(__name__)
-
-EXPERIMENT_STATE_FILE = "experiment_state.json"
-_STATE_VERSION = 1
 
 TrialStatusMap = dict[str, tuple[Trial, TrialStatus]]
 """Trial id -> (trial, its status), as returned by fetch_status_results."""
@@ -220,6 +217,7 @@ class TrialRunner:
             self._stop_all = True
             self._stop_unfinished()
             raise
+        self._apply_scheduler_actions()
         self._check_time_budget()
         if executor.has_cached_slots():
             waiting = (TrialStatus.PENDING, TrialStatus.PAUSED)
@@ -282,6 +280,15 @@ class TrialRunner:
         )
         self._budget_spent = True
         self._stop_unfinished()
+
+    def _apply_scheduler_actions(self) -> None:
+        """Carry out what the scheduler decided for trials other than the one it was asked about."""
+        for trial_id, decision in self.scheduler.take_pending_actions():
+            trial = self._by_id[trial_id]
+            if decision is Decision.STOP and not trial.status.is_terminal():
+                trial.stop_reason = self.scheduler.decision_reason(trial_id)
+                log.info("Trial %s stops: %s.", trial_id, trial.stop_reason)
+                self.stop_trial(trial)
 
     def _stop_unfinished(self) -> None:
         """End the experiment early: every trial not yet finished becomes TERMINATED."""
@@ -412,6 +419,7 @@ class TrialRunner:
         self.trial_executor.stop_trial(trial)
         for callback in self.callbacks:
             callback.on_trial_complete(trial)
+        self._apply_scheduler_actions()  # a removal can end a bracket's round
 
     def pause_trial(self, trial: Trial) -> None:
         """Pause a RUNNING trial now: its in-flight result is recorded, then it is checkpointed and
@@ -445,40 +453,14 @@ class TrialRunner:
     def experiment_dir(self) -> str:
         return self.trial_executor.storage.experiment_dir(self.experiment_name)
 
-    def _state_path(self) -> str:
-        return f"{self.experiment_dir}/{EXPERIMENT_STATE_FILE}"
-
     def checkpoint(self) -> str:
         """Save every trial's state to ``<experiment_dir>/experiment_state.json``; returns the path."""
-        state = {
-            "version": _STATE_VERSION,
-            "experiment_name": self.experiment_name,
-            "saved_at": time.time(),
-            "trials": [t.to_json_state() for t in self._trials],
-        }
-        path = self._state_path()
-        self.trial_executor.storage.write_json(path, state)
+        path = save_experiment_state(self.trial_executor.storage, self.experiment_name, self._trials)
         self._last_checkpoint = time.monotonic()
         return path
 
     def _resume(self, run_errored_only: bool) -> None:
-        storage = self.trial_executor.storage
-        path = self._state_path()
-        if not storage.exists(path):
-            raise ExperimentStateError(
-                f"Cannot resume experiment {self.experiment_name}: no saved state at {path}; "
-                f"run it without resume=True first, or check storage_path."
-            )
-        try:
-            state = storage.read_json(path)
-            trials = [
-                Trial.from_json_state(s, stopping_criterion=self.stop_criterion) for s in state["trials"]
-            ]
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise ExperimentStateError(
-                f"Cannot resume experiment {self.experiment_name}: its state file {path} is "
-                f"unreadable ({e}); restore it from a backup or start the experiment afresh."
-            ) from e
+        trials = load_experiment_state(self.trial_executor.storage, self.experiment_name, self.stop_criterion)
         for trial in trials:
             if trial.status in (TrialStatus.RUNNING, TrialStatus.PAUSED):
                 # Its actor is gone; it continues from its newest checkpoint.
@@ -486,7 +468,6 @@ class TrialRunner:
             elif trial.status == TrialStatus.ERROR and run_errored_only:
                 trial.reset_for_rerun()
             self.add_trial(trial)
-        log.info("Resumed experiment %s with %s trials from %s", self.experiment_name, len(trials), path)
 
     def debug_string(self) -> str:
         counts: dict[str, int] = {}
