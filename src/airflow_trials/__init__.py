@@ -15,6 +15,7 @@ from airflow_trials.core.checkpoint import CheckpointManager, CheckpointRecord
 from airflow_trials.core.hyperband import HyperBandScheduler
 from airflow_trials.core.median_stopping import MedianStoppingRule
 from airflow_trials.core.parameters import TrainableWithParameters, with_parameters
+from airflow_trials.core.pbt import Exploit, PopulationBasedTraining
 from airflow_trials.core.resources import Resources
 from airflow_trials.core.scheduler import Decision, FIFOScheduler, TrialScheduler
 from airflow_trials.core.searcher import ConcurrencyLimiter, Searcher
@@ -129,12 +130,14 @@ __all__ = [
     "Decision",
     "ExperimentNotFoundError",
     "ExperimentStateError",
+    "Exploit",
     "FIFOScheduler",
     "HyperBandScheduler",
     "InsufficientResourcesError",
     "InvalidTransitionError",
     "MedianStoppingRule",
     "OptunaSearch",
+    "PopulationBasedTraining",
     "RayTrialExecutor",
     "Resources",
     "ResultGrid",

@@ -4,8 +4,18 @@ from __future__ import annotations
 
 import json
 import os
+import random
 
-from airflow_trials import ASHAScheduler, HyperBandScheduler, Trial, TrialRunner, TrialStatus
+import pytest
+
+from airflow_trials import (
+    ASHAScheduler,
+    HyperBandScheduler,
+    PopulationBasedTraining,
+    Trial,
+    TrialRunner,
+    TrialStatus,
+)
 
 
 def test_asha_stops_the_worse_trials_at_their_rung_while_the_best_runs_to_max_t(ray_cluster, storage):
@@ -72,3 +82,47 @@ def test_hyperband_pauses_trials_at_their_milestone_and_halves_the_bracket(ray_c
             f"stopped by HyperBand at training_iteration=4: its bracket (round 1, bracket {bracket}) "
             f"reached its last milestone, 4"
         ), name
+
+
+def test_pbt_bottom_trials_continue_from_a_copy_of_a_top_trials_checkpoint_with_a_perturbed_config(
+    ray_cluster, storage
+):
+    # score = iteration * scale. At every second iteration the bottom half clones the top half:
+    # "d" (scale 0.1) is always at the bottom, so it is paused, takes over a top trial's
+    # checkpoint copied into its own directory and that trial's scale shifted to a neighbour in
+    # the list, and reports on from the donor's iteration with its new scale.
+    scheduler = PopulationBasedTraining(
+        time_attr="training_iteration", metric="score", mode="max", perturbation_interval=2,
+        hyperparam_mutations={"scale": [0.1, 0.5, 1.0, 2.0, 4.0]}, quantile_fraction=0.5,
+        resample_probability=0.0, rng=random.Random(0),
+    )
+    runner = TrialRunner(
+        "exp", storage_path=storage, scheduler=scheduler, stop={"training_iteration": 6}, wait_timeout_s=10.0
+    )
+    for trial_id, scale in {"a": 2.0, "b": 1.0, "c": 0.5, "d": 0.1}.items():
+        runner.add_trial(Trial("tests.trainables:counting", {"scale": scale}, trial_id=trial_id,
+                               experiment_name="exp", resources={"cpu": 1}))
+
+    trials = {trial.trial_id: trial for trial in runner.run()}
+
+    assert {t.trial_id: (t.status, t.error_msg) for t in trials.values()} == {
+        name: (TrialStatus.TERMINATED, None) for name in "abcd"
+    }
+    lineage = scheduler.lineage("d")
+    assert lineage, "the bottom trial was never exploited"
+    last = lineage[-1]
+    assert last.trial_id == "d" and last.donor_trial_id != "d"
+    assert trials["d"].config == last.new_config and trials["d"].config["scale"] != 0.1
+    results = [r for _, r in runner.results("d")]
+    assert results[-1]["training_iteration"] == 6
+    assert results[-1]["score"] == pytest.approx(6 * trials["d"].config["scale"])
+    # Each of d's exploits resumed from the donor's iteration: the next result is the next one,
+    # with the new scale (the lineage starts with the donors' own exploits).
+    for exploit in (e for e in lineage if e.trial_id == "d"):
+        after = [r for r in results if r["training_iteration"] == exploit.donor_checkpoint.iteration + 1]
+        assert any(r["score"] == pytest.approx(r["training_iteration"] * exploit.new_config["scale"])
+                   for r in after), (exploit, results)
+    # The copy lives in d's own directory, not linked to the donor's.
+    newest = trials["d"].checkpoint
+    assert newest is not None and newest.path.startswith(os.path.join(storage, "exp", "d") + os.sep)
+    assert not os.path.islink(newest.path)

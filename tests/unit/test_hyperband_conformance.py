@@ -12,7 +12,6 @@ import math
 import random
 
 import pytest
-import ray
 from ray.tune.experiment import Trial as RayTrial
 from ray.tune.schedulers import HyperBandScheduler as RayHyperBand
 
@@ -392,7 +391,3 @@ def test_a_negative_time_and_a_result_after_the_trial_left_are_refused():
     scheduler.on_trial_complete(trial, {})
     with pytest.raises(ValueError, match=r"trial t-1, .*already left its bracket"):
         scheduler.on_trial_result(trial, it(1, 1.0))
-
-
-def test_no_ray_cluster_was_started():
-    assert not ray.is_initialized()

@@ -14,7 +14,6 @@ import warnings
 
 import numpy as np
 import pytest
-import ray
 from ray.tune.experiment import Trial as RayTrial
 from ray.tune.schedulers import AsyncHyperBandScheduler as RayASHA
 from ray.tune.schedulers import MedianStoppingRule as RayMedian
@@ -463,13 +462,3 @@ def test_median_refuses_a_time_that_goes_back():
     chosen.on_trial_result(trial, {"time_total_s": 5.0, "score": 1.0})
     with pytest.raises(ValueError, match=r"time_total_s=3 after 5.*never decreases"):
         chosen.on_trial_result(trial, {"time_total_s": 3.0, "score": 1.0})
-
-
-def test_no_ray_cluster_was_started():
-    assert not ray.is_initialized()
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _never_a_cluster():
-    yield
-    assert not ray.is_initialized()

@@ -5,12 +5,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_trials.core.resources import Resources
 from airflow_trials.core.result import Result
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.trial import Trial
+
+if TYPE_CHECKING:
+    from airflow_trials.core.pbt import Exploit
 
 
 class Decision(StrEnum):
@@ -59,6 +62,12 @@ class TrialScheduler:
         stops the bracket's paused trials), oldest first; the caller carries each out. Emptied
         by the call; none by default."""
         return []
+
+    def take_exploit(self, trial_id: str) -> Exploit | None:
+        """For a trial this scheduler paused: the state it takes over before it runs again
+        (PopulationBasedTraining's exploit), once; None by default. The runner pauses such a
+        trial without saving, then applies it (``execution/exploit.py``)."""
+        return None
 
     def decision_reason(self, trial_id: str) -> str | None:
         """Why this scheduler last paused or stopped the trial, as a sentence; None if it never did."""

@@ -197,16 +197,16 @@ class RayTrialExecutor(TrialLauncher):
         self._release(trial, reusable=False)
         self.set_status(trial, TrialStatus.PENDING)
 
-    def pause_trial(self, trial: Trial) -> None:
-        """Checkpoint the RUNNING trial, release its actor and GPUs, and mark it PAUSED."""
+    def pause_trial(self, trial: Trial, save: bool = True) -> None:
+        """Checkpoint the RUNNING trial (unless not ``save``: it takes over another state, see
+        execution/exploit.py), release its actor and GPUs, and mark it PAUSED."""
         if trial.status != TrialStatus.RUNNING:
             raise ValueError(f"Cannot pause trial {trial.trial_id}: it is {trial.status}, not RUNNING.")
         if trial.trial_id in self._future_of:
             raise ValueError(
                 f"Cannot pause trial {trial.trial_id} while a result is in flight; fetch it first."
             )
-        record = self.save(trial)
-        if record is None:
+        if save and self.save(trial) is None:
             log.warning(
                 "Trial %s has no checkpoint to pause on; when resumed it starts from scratch.",
                 trial.trial_id,

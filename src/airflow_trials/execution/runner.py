@@ -17,6 +17,7 @@ from airflow_trials.core.fate import (
     after_result,
 )
 from airflow_trials.core.parameters import TrainableWithParameters
+from airflow_trials.core.pbt import Exploit
 from airflow_trials.core.result import CHECKPOINT, DUPLICATE, TIMESTAMP, TRAINING_ITERATION, Result
 from airflow_trials.core.scheduler import Decision, FIFOScheduler, TrialScheduler
 from airflow_trials.core.searcher import Searcher
@@ -31,6 +32,7 @@ from airflow_trials.exceptions import (
 )
 from airflow_trials.execution.executor import RayTrialExecutor
 from airflow_trials.execution.experiment_state import load_experiment_state, save_experiment_state
+from airflow_trials.execution.exploit import apply_exploit
 from airflow_trials.execution.suggest import build_search_driver
 
 log = logging.getLogger(__name__)
@@ -250,6 +252,9 @@ class TrialRunner:
             self.trial_executor.cleanup()
 
     def _launch(self, trial: Trial) -> None:
+        exploit = self.scheduler.take_exploit(trial.trial_id)  # decided while it waited (synch PBT)
+        if exploit is not None and self._exploit(trial, exploit):
+            self._notify_newest_checkpoint(trial)
         if trial.status == TrialStatus.PAUSED:
             self.trial_executor.unpause_trial(trial)
         if self.trial_executor.start_trial(trial):
@@ -257,6 +262,17 @@ class TrialRunner:
                 callback.on_trial_start(trial)
         else:
             self._on_error(trial)
+
+    def _exploit(self, trial: Trial, exploit: Exploit) -> bool:
+        """The paused trial takes over its donor's checkpoint and a new config; when the donor's
+        checkpoint is gone, it keeps its own state (as Ray Tune does when a save fails)."""
+        try:
+            apply_exploit(self.trial_executor, trial, exploit)
+        except CheckpointError as e:
+            log.warning("Trial %s keeps its own state: %s", trial.trial_id, e)
+            return False
+        log.info("Trial %s: %s.", trial.trial_id, self.scheduler.decision_reason(trial.trial_id))
+        return True
 
     def _on_no_available_trials(self) -> None:
         """Nothing runs and nothing fits: fail fast if a waiting trial can never fit."""
@@ -353,7 +369,10 @@ class TrialRunner:
             self._stop_all = True
             self._stop_unfinished()
         elif decision.action is Action.PAUSE:
-            self.trial_executor.pause_trial(trial)
+            exploit = self.scheduler.take_exploit(trial.trial_id)
+            self.trial_executor.pause_trial(trial, save=exploit is None)
+            if exploit is not None:
+                self._exploit(trial, exploit)
             self._notify_newest_checkpoint(trial)
         else:
             self.trial_executor.continue_training(trial)
