@@ -254,3 +254,23 @@ def test_a_searcher_must_implement_suggest_and_on_trial_complete():
     with pytest.raises(ValueError, match="Full: mode must be 'min' or 'max', got 'minimize'"):
         Full(metric="loss", mode="minimize")
     assert Full(metric="loss").set_search_properties("loss", "min", {}) is False
+
+
+def test_a_scheduler_and_a_searcher_on_different_metrics_are_refused_before_any_trial():
+    from airflow_trials import ASHAScheduler
+    from airflow_trials.core.searcher import agree_on_metric
+
+    with pytest.raises(ValueError, match=r"AsyncHyperBandScheduler and the searcher ListSearcher disagree on metric 'acc' vs 'loss'"):
+        agree_on_metric(ASHAScheduler(metric="acc", mode="min"), ListSearcher([]))
+    with pytest.raises(ValueError, match=r"disagree on mode 'max' vs 'min'.*same metric and mode"):
+        agree_on_metric(ASHAScheduler(metric="loss", mode="max"), ListSearcher([]))
+
+
+def test_a_scheduler_without_a_metric_takes_the_searchers():
+    from airflow_trials import ASHAScheduler, FIFOScheduler
+    from airflow_trials.core.searcher import agree_on_metric
+
+    scheduler = ASHAScheduler()
+    agree_on_metric(scheduler, ListSearcher([]))
+    assert (scheduler.metric, scheduler.mode) == ("loss", "min")
+    agree_on_metric(FIFOScheduler(), ListSearcher([]))  # judges nothing

@@ -141,3 +141,22 @@ class ConcurrencyLimiter(Searcher):
             return
         self.live_trials.discard(trial_id)
         self.searcher.on_trial_complete(trial_id, result=result, error=error)
+
+
+def agree_on_metric(scheduler: object, searcher: Searcher) -> None:
+    """Make a scheduler and a searcher judge trials by one metric and mode, as Ray Tune's Tuner
+    does with TuneConfig's: one that has none takes the other's. ValueError, before any trial
+    starts, when both have one and they differ (a scheduler stopping trials on one metric while
+    the searcher learns from another tunes neither)."""
+    metric, mode = getattr(scheduler, "metric", None), getattr(scheduler, "mode", None)
+    clash = [f"{name} {theirs!r} vs {ours!r}" for name, theirs, ours in
+             (("metric", metric, searcher.metric), ("mode", mode, searcher.mode)) if theirs and ours and theirs != ours]
+    if clash:
+        raise ValueError(
+            f"The scheduler {type(scheduler).__name__} and the searcher {type(searcher).__name__} disagree "
+            f"on {', '.join(clash)} (scheduler vs searcher): give both the same metric and mode, or set "
+            f"them on one of them only."
+        )
+    setter = getattr(scheduler, "set_search_properties", None)
+    if setter is not None and (searcher.metric or searcher.mode):
+        setter(None if metric else searcher.metric, None if mode else searcher.mode)

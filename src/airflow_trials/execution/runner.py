@@ -121,7 +121,8 @@ class TrialRunner:
         self.time_budget_s = time_budget_s
         self.checkpoint_period_s = checkpoint_period_s
         self.wait_timeout_s = wait_timeout_s
-        self._search = build_search_driver(search_alg, num_samples, trainable, trial_kwargs, self.experiment_name, resume)
+        self._search = build_search_driver(search_alg, num_samples, trainable, trial_kwargs, self.experiment_name,
+                                           resume, self.scheduler)
         self.callbacks: list[Callback] = [*callbacks, *([self._search] if self._search else [])]
 
         self._trials: list[Trial] = []

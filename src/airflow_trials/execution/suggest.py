@@ -10,7 +10,7 @@ from airflow_trials.core.callback import Callback
 from airflow_trials.core.parameters import TrainableWithParameters
 from airflow_trials.core.resources import Resources
 from airflow_trials.core.result import Result
-from airflow_trials.core.searcher import FINISHED, Searcher
+from airflow_trials.core.searcher import FINISHED, Searcher, agree_on_metric
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.trial import Trial
 from airflow_trials.exceptions import SearcherError
@@ -26,8 +26,10 @@ def build_search_driver(
     trial_kwargs: Mapping[str, Any] | None,
     experiment_name: str,
     resume: bool,
+    scheduler: object = None,
 ) -> SearchDriver | None:
-    """The runner's driver of ``search_alg``, or None without one; ValueError for arguments that clash."""
+    """The runner's driver of ``search_alg``, or None without one; ValueError for arguments that
+    clash, and for a ``scheduler`` judging by another metric or mode (:func:`agree_on_metric`)."""
     if search_alg is None:
         if trainable is not None or trial_kwargs or num_samples != 1:
             raise ValueError(
@@ -41,6 +43,7 @@ def build_search_driver(
             f"because the searcher's state is not saved with the experiment. Resume without "
             f"search_alg (the saved trials continue), or start a new experiment."
         )
+    agree_on_metric(scheduler, search_alg)
     return SearchDriver(search_alg, num_samples, trainable, trial_kwargs or {}, experiment_name)
 
 
