@@ -19,10 +19,10 @@ from airflow_trials.experiment import trial_ids
 from tests.faults.stack import AIRFLOW_COMPONENTS, FaultStack, RayHead, base_env, migrate_airflow_db
 from tests.faults.trainables import Incarnation, gate, read_journal
 
-#: Iterations of every trial, 0.5 s apart; the trials hold after HOLD_AT until the test opens
+#: Iterations of every trial, 0.3 s apart; the trials hold after HOLD_AT until the test opens
 #: the gate, so a fault always lands mid-run, however slow the machine.
 ITERATIONS = 12
-SLEEP_S = 0.5
+SLEEP_S = 0.3
 HOLD_AT = 3
 #: Deadline for a whole DAG run; only a hang reaches it.
 RUN_TIMEOUT_S = 600

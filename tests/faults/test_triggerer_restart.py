@@ -1,4 +1,5 @@
-"""Case 1: the triggerer is SIGKILLed while the trials run deferred, and a new one starts later.
+"""Case 1: the triggerer is SIGKILLed while the trials run deferred, and a new one starts once
+every trial has trained on unwatched.
 
 The trials keep training on Ray with nobody watching; the new triggerer re-attaches to them,
 stores what they reported meanwhile, and every task ends on its first try.
@@ -9,6 +10,8 @@ from __future__ import annotations
 import time
 
 import pytest
+
+from tests.faults.trainables import read_journal
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -21,7 +24,10 @@ def test_killed_triggerer_is_replaced_and_no_trial_is_lost_or_duplicated(stack, 
     stack.kill("triggerer")
     killed_at = time.time()
     run.open_gate()
-    time.sleep(10)  # the trials train on with no triggerer
+    # The trials train on with no triggerer: every one reports again before a new one starts.
+    stack.wait_for(lambda: all(any(t > killed_at for inc in read_journal(run.journal_dir, trial_id)
+                                   for t in inc.beat_times) for trial_id in run.trial_ids),
+                   120, "every trial to train on with no triggerer")
     restarted_at = time.time()
     stack.start("triggerer")
 
