@@ -23,15 +23,19 @@ def test_killed_trial_actor_is_retried_from_its_latest_checkpoint(stack, experim
     run.trigger()
     run.wait_until_trials_deferred()
     target = run.trial_ids[0]
-    killed_at = time.time()
-    ray.kill(ray.get_actor(run.actor_name(target), namespace=NAMESPACE), no_restart=True)
+    actor = ray.get_actor(run.actor_name(target), namespace=NAMESPACE)
+    ray.kill(actor, no_restart=True)
+    # The kill lands a moment after ray.kill returns: the bound on the killed incarnation's last
+    # heartbeat is when Ray reports the actor dead, not when the kill was sent.
+    stack.wait_for(lambda: _dead(actor), 120, f"the actor of trial {target} to be dead")
+    dead_at = time.time()
     run.wait_for_trial_ti(0, "deferred", 2)
     run.open_gate()
     assert run.finish() == "success"
 
     run.assert_no_lost_results()
     killed, retried = run.assert_no_duplicate_trial()[target]
-    assert not killed.ended and killed.last_seen <= killed_at, killed
+    assert not killed.ended and killed.last_seen <= dead_at, killed
     # Held at HOLD_AT when killed: the retry starts right after that checkpoint.
     assert retried.resumed_from == HOLD_AT and retried.iterations[0] == HOLD_AT + 1, retried
     records = run.assert_trials_end("TERMINATED")
@@ -43,3 +47,15 @@ def test_killed_trial_actor_is_retried_from_its_latest_checkpoint(stack, experim
     assert f"Trial {target} of experiment {run.dag_id} failed: its Ray actor died while it ran" in failed_log, failed_log
     assert "will retry from its latest checkpoint" in failed_log, failed_log
     assert f"Trial {target} resumes from checkpoint" in run.log(run.trial_ti(0), try_number=2)
+
+
+def _dead(actor) -> bool:
+    import ray
+
+    try:
+        ray.get(actor.__ray_ready__.remote(), timeout=10)
+    except ray.exceptions.RayActorError:
+        return True
+    except ray.exceptions.GetTimeoutError:
+        return False
+    return False

@@ -34,7 +34,9 @@ def fake(**kwargs):
 
 
 def runner_for(storage, **kwargs):
-    kwargs.setdefault("wait_timeout_s", 10.0)
+    # One step, one event: a step that expects a result waits for it however loaded the machine
+    # (an actor can take over 10 s to start under `stress --cpu 2`); it returns at the result.
+    kwargs.setdefault("wait_timeout_s", 120.0)
     if "executor" not in kwargs:
         kwargs["storage_path"] = storage
     return TrialRunner("exp", **kwargs)

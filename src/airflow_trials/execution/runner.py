@@ -9,13 +9,7 @@ from typing import Any, Literal
 
 from airflow_trials.core.callback import Callback
 from airflow_trials.core.checkpoint import CheckpointRecord
-from airflow_trials.core.fate import (
-    Action,
-    Outcome,
-    ResultDecision,
-    after_failure,
-    after_result,
-)
+from airflow_trials.core.fate import Action, Outcome, ResultDecision, after_failure, after_result
 from airflow_trials.core.parameters import TrainableWithParameters
 from airflow_trials.core.pbt import Exploit
 from airflow_trials.core.result import CHECKPOINT, DUPLICATE, TIMESTAMP, TRAINING_ITERATION, Result
@@ -222,9 +216,12 @@ class TrialRunner:
             raise
         self._apply_scheduler_actions()
         self._check_time_budget()
-        if executor.has_cached_slots():
+        if executor.has_cached_slots():  # keep what a waiting trial, or the searcher's next, can reuse
             waiting = (TrialStatus.PENDING, TrialStatus.PAUSED)
-            executor.trim_cache([t.resources for t in self._unfinished() if t.status in waiting])
+            wanted = [t.resources for t in self._unfinished() if t.status in waiting]
+            if self._search and not self._search.is_finished():
+                wanted.append(self._search.resources)
+            executor.trim_cache(wanted)
         for callback in self.callbacks:
             callback.on_step_end(self._trials)
 
