@@ -174,7 +174,7 @@ def test_restore_metrics_after_checkpointing(ray_cluster, storage):
     runner.run()
     assert first.status == TrialStatus.TERMINATED and first.checkpoint.iteration == 1
 
-    runner2 = TrialRunner("exp2", storage_path=storage, wait_timeout_s=10)
+    runner2 = TrialRunner("exp2", storage_path=storage, wait_timeout_s=120)  # each step awaits its result
     second = Trial(FAKE, experiment_name="exp2", restore_path=first.checkpoint.path,
                    stopping_criterion={"training_iteration": 3}, resources={"cpu": 1, "gpu": 1})
     runner2.add_trial(second)
