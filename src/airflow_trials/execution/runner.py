@@ -300,9 +300,13 @@ class TrialRunner:
         for trial_id, decision in self.scheduler.take_pending_actions():
             trial = self._by_id[trial_id]
             if decision is Decision.STOP and not trial.status.is_terminal():
-                trial.stop_reason = self.scheduler.decision_reason(trial_id)
-                log.info("Trial %s stops: %s.", trial_id, trial.stop_reason)
+                self._stopping(trial, self.scheduler.decision_reason(trial_id))
                 self.stop_trial(trial)
+
+    def _stopping(self, trial: Trial, reason: str | None) -> None:
+        """Record why the scheduler or the criterion ends ``trial`` (every path that stops it says so)."""
+        trial.stop_reason = reason
+        log.info("Trial %s stops: %s.", trial.trial_id, reason)
 
     def _stop_unfinished(self) -> None:
         """End the experiment early: every trial not yet finished becomes TERMINATED."""
@@ -359,8 +363,7 @@ class TrialRunner:
         if decision.save_checkpoint:
             self._save(trial)
         if decision.action is Action.STOP:
-            trial.stop_reason = decision.reason
-            log.info("Trial %s stops: %s.", trial.trial_id, decision.reason)
+            self._stopping(trial, decision.reason)
             self._complete(trial, result)
         elif decision.action is Action.STOP_EXPERIMENT:
             log.info("Experiment %s: its stopper ended the experiment.", self.experiment_name)
