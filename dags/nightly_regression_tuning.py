@@ -5,6 +5,8 @@ Copy this for your own nightly search. It needs:
   ``airflow pools set gpu <N*4> "GPUs" --include-deferred``);
 - a Ray cluster with GPUs (``ray_default`` connection or ``RAY_ADDRESS``).
 
+Each trial task asks ``OptunaSearch`` (TPE) for its config when it gets a GPU slot, after the
+trials that ended before it, and ASHA stops the worse trials early at its rungs.
 ``max_failures`` becomes each trial task's ``retries``, and a retry resumes the trial from its
 latest checkpoint. The best trial is published on an Asset; ``nightly_regression_publish``
 (below) is scheduled on that Asset and runs after every successful search.
@@ -16,6 +18,7 @@ import datetime
 
 from airflow.sdk import DAG, task
 
+from airflow_trials import ASHAScheduler, OptunaSearch
 from airflow_trials.core.search import choice, loguniform
 from airflow_trials.experiment import best_trial_asset, tuning_experiment
 
@@ -37,6 +40,10 @@ with DAG(
         metric="val_loss",
         mode="min",
         stop={"training_iteration": 20},
+        # Each trial task asks TPE for its config when a GPU slot frees, after the trials that ended;
+        # ASHA stops the worse trials at iterations 2 and 6 (and 18), so they spend fewer GPU hours.
+        search_alg=OptunaSearch(),
+        scheduler=ASHAScheduler(max_t=20, grace_period=2, reduction_factor=3),
         resources_per_trial={"cpu": 0.5, "gpu": 0.25},
         gpu_pool="gpu",
         slots_per_gpu=4,

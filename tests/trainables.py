@@ -175,3 +175,10 @@ class WithArray(Trainable):
 
     def step(self):
         return {"total": self.total, "done": True}
+
+
+class NoCheckpoints(Trainable):
+    """A class trainable that cannot be checkpointed (PBT must refuse it)."""
+
+    def step(self):
+        return {"score": 1.0}

@@ -62,22 +62,21 @@ def tuning_experiment(
     trials_conn_id: str = DEFAULT_TRIALS_CONN_ID,
     poll_interval_seconds: float = 2.0,
     deferrable: bool = True,
+    scheduler: Any = None, search_alg: Any = None, max_concurrent_trials: int | None = None,
 ) -> TaskGroup:
     """Declare a tuning experiment inside a ``with DAG(...)`` block; returns its task group.
 
-    Tasks: ``suggest_configs`` (generates the configs, reproducible per DAG run, and registers the
-    experiment run), ``trial`` (one mapped :class:`RunTrialOperator` per config, shown in the grid
-    view by its trial id) and ``select_best`` (the best finished trial by ``metric``/``mode``, as
-    XCom and as an event on ``asset``, default :func:`best_trial_asset`).
+    Tasks: ``suggest_configs`` (the run's configs, registered), ``trial`` (one mapped
+    :class:`RunTrialOperator` per config, shown by its trial id) and ``select_best`` (the best
+    finished trial by ``metric``/``mode``, as XCom and as an event on ``asset``).
 
-    ``max_failures`` plus 3 (``MAX_INFRASTRUCTURE_RESTARTS``: trials lost to infrastructure do not
-    count as failures) becomes the trial tasks' ``retries``; a retry resumes the trial from its
-    latest checkpoint. With ``gpu_pool``, each trial task takes ``ceil(gpu * slots_per_gpu)`` slots
-    (create the pool with :func:`airflow_trials.pools.ensure_gpu_pool`, which sets
-    ``include_deferred``). ``from_params(params)`` sets :data:`PARAM_SETTINGS` per run (see
-    :class:`~airflow_trials.experiment_tasks.TuningPlan`); each of ``gpus_per_trial_choices``
-    gets a trial task ``trial_gpu_<n>``, and ``route_trials`` runs the one a run asks for. The
-    trainable's path and the cluster's capacity are checked by ``suggest_configs``, first.
+    ``max_failures`` + 3 is the trial tasks' ``retries`` (losses to infrastructure are not
+    failures); a retry resumes from the latest checkpoint. ``gpu_pool``: each trial task takes
+    ``ceil(gpu * slots_per_gpu)`` slots (:func:`airflow_trials.pools.ensure_gpu_pool`).
+    ``from_params(params)`` sets :data:`PARAM_SETTINGS` per run (:class:`TuningPlan`), and each of
+    ``gpus_per_trial_choices`` gets a trial task ``trial_gpu_<n>``, run by ``route_trials``.
+    ``scheduler=ASHAScheduler(...)`` stops trials early; ``search_alg=OptunaSearch(...)`` learns
+    from ended trials; ``max_concurrent_trials`` caps trials at once (docs/airflow.md).
     """
     validate_name("Experiment name", experiment_name)
     refuse_in_airflow(trainable, f"Experiment {experiment_name}")
@@ -91,7 +90,7 @@ def tuning_experiment(
         keep_checkpoints_num=keep_checkpoints_num, checkpoint_score_attr=checkpoint_score_attr,
         gpu_pool=gpu_pool, slots_per_gpu=slots_per_gpu, from_params=from_params, ray_conn_id=ray_conn_id,
         trials_conn_id=trials_conn_id, poll_interval_seconds=poll_interval_seconds, deferrable=deferrable,
-    )
+        scheduler=scheduler, search_alg=search_alg, max_concurrent_trials=max_concurrent_trials)
     with TaskGroup(group_id or experiment_name.replace(".", "_")) as group:
         _declare_tasks(plan)
         return group

@@ -13,6 +13,7 @@ from airflow.sdk import Asset
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_trials.core.fate import Transition
+from airflow_trials.core.rungs import AshaRungs
 from airflow_trials.core.search import generate_configs
 from airflow_trials.core.trial import Trial
 from airflow_trials.experiment_settings import (
@@ -23,6 +24,7 @@ from airflow_trials.experiment_settings import (
 )
 from airflow_trials.hooks.trials import TrialsHook
 from airflow_trials.operators.trial import RunTrialOperator, task_retries
+from airflow_trials.operators.tuning import airflow_searcher
 from airflow_trials.pools import gpu_pool_slots
 
 log = logging.getLogger(__name__)
@@ -60,6 +62,26 @@ class TuningPlan:
     trials_conn_id: str
     poll_interval_seconds: float
     deferrable: bool
+    scheduler: Any = None
+    search_alg: Any = None
+    max_concurrent_trials: int | None = None
+    searcher: Any = dataclasses.field(default=None, init=False)  # search_alg, set up for the trial tasks
+
+    def __post_init__(self) -> None:
+        try:  # a scheduler or searcher the Airflow path cannot run fails when the DAG file is parsed
+            self.asha_settings(self.settings)
+            object.__setattr__(self, "searcher", self._searcher())  # frozen: set once, here
+            if self.max_concurrent_trials is not None and not self.max_concurrent_trials >= 1:
+                raise ValueError(f"max_concurrent_trials must be 1 or more, got {self.max_concurrent_trials}")
+        except ValueError as e:
+            raise ValueError(f"Experiment {self.experiment_name}: {e}") from e
+
+    def _searcher(self) -> Any:
+        """``search_alg`` set up for the trial tasks, which ask it (``operators/tuning.py``)."""
+        if self.search_alg is None:
+            return None
+        s = self.settings
+        return airflow_searcher(self.search_alg, s.search_space, s.metric, s.mode)
 
     # -- settings ----------------------------------------------------------------------------
 
@@ -86,7 +108,21 @@ class TuningPlan:
             ) from e
         return run
 
+    def asha_settings(self, settings: ExperimentSettings) -> dict[str, Any] | None:
+        """The trial tasks' ``scheduler``: ASHA's rungs with the run's metric and mode where the
+        scheduler has none; ValueError for a scheduler the Airflow path cannot run."""
+        if self.scheduler is None:
+            return None
+        return AshaRungs.from_scheduler(self.scheduler, settings.metric, settings.mode).to_dict()
+
     def _check_fixed_at_parse_time(self, run: ExperimentSettings) -> None:
+        self.asha_settings(run)
+        fixed = (self.settings.search_space, self.settings.metric, self.settings.mode)
+        if self.search_alg is not None and (run.search_space, run.metric, run.mode) != fixed:
+            raise ValueError(
+                "with a search_alg, the search space, metric and mode are the DAG file's (the trial tasks ask "
+                "the searcher the DAG file set up); leave them out of from_params"
+            )
         if self.settings.max_failures >= 0 and not 0 <= run.max_failures <= self.settings.max_failures:
             raise ValueError(
                 f"max_failures {run.max_failures} is above {self.settings.max_failures}, the DAG file's "
@@ -109,7 +145,8 @@ class TuningPlan:
         run = self.settings_for_run(context)
         load_trainable(self.trainable)  # unknown path: fail before any Ray or DB work
         seed = self.seed if self.seed is not None else run_seed(self.experiment_name, ti.dag_id, ti.run_id)
-        configs = generate_configs(run.search_space, run.num_samples, seed)
+        # With a searcher, each trial task asks for its config when it starts.
+        configs = [{}] * run.num_samples if self.search_alg else generate_configs(run.search_space, run.num_samples, seed)
         ids = trial_ids(self.experiment_name, ti.dag_id, ti.run_id, len(configs))
         # Validate every trial (ids, JSON configs) and the cluster's capacity before writing.
         trials = [Trial(self.trainable, c, trial_id=i, experiment_name=self.experiment_name,
@@ -137,6 +174,7 @@ class TuningPlan:
             "stopping_criterion": settings.stop,
             "max_failures": settings.max_failures,
             "checkpoint_score_attr": self.checkpoint_score_attr or settings.checkpoint_score_attr,
+            "scheduler": self.asha_settings(settings),
         }
 
     # -- trial tasks ---------------------------------------------------------------------------
@@ -155,7 +193,10 @@ class TuningPlan:
             "poll_interval_seconds": self.poll_interval_seconds,
             "deferrable": self.deferrable,
             "map_index_template": "{{ task.trial_id }}",
+            "search_alg": self.searcher,
         }
+        if self.max_concurrent_trials is not None:
+            common["max_active_tis_per_dagrun"] = self.max_concurrent_trials
         if self.from_params is None:
             common.update(self._per_trial_settings(self.settings))
         if self.retry_delay is not None:

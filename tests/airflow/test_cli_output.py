@@ -118,6 +118,27 @@ def test_plain_is_a_header_line_then_tab_separated_rows_in_rank_order(seeded):
     assert rows[0].split("\t")[5:] == ["0.333333", "3", _checkpoint(TRIAL_IDS[0], 3)]
 
 
+ASHA_STOP = "stopped by ASHA at training_iteration=3 (rung 1 of 4): loss 0.41 above the rung's cutoff 0.35"
+
+
+def test_trials_say_why_each_trial_stopped_in_every_format(tmp_path):
+    from airflow_trials.store import TrialStore
+
+    url = f"sqlite:///{tmp_path / 'trials.db'}"
+    seed(url)
+    store = TrialStore(url)
+    try:
+        store.update_trial(TRIAL_IDS[1], stop_reason=ASHA_STOP)
+    finally:
+        store.dispose()
+    result = invoke("trials", EXPERIMENT, "--db-url", url, "--json")
+    assert result.exit_code == 0, result.output
+    assert [row["stop_reason"] for row in json.loads(result.stdout)["trials"]] == [None, ASHA_STOP, None]
+    header, *rows = invoke("trials", EXPERIMENT, "--db-url", url, "-o", "plain").stdout.splitlines()
+    assert header.split("\t")[-1] == "stop reason"
+    assert [row.split("\t")[-1] for row in rows] == ["-", ASHA_STOP, "-"]
+
+
 @pytest.mark.parametrize(
     "command",
     [["experiments"], ["runs"], ["runs", EXPERIMENT], ["trials", EXPERIMENT], ["leaderboard", EXPERIMENT]],

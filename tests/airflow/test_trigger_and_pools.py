@@ -30,10 +30,19 @@ def test_trial_trigger_serializes_its_init_arguments():
         "airflow_trials.triggers.trial.TrialTrigger",
         {"experiment_name": "exp", "trial_id": "t1", "ray_conn_id": "my_ray", "trials_conn_id": "my_db",
          "poll_interval_seconds": 0.5, "ray_outage_timeout_seconds": 120.0,
-         "ray_cluster_id": None},
+         "ray_cluster_id": None, "scheduler": None, "bracket": 0, "experiment_run_id": None},
     )
     classpath, kwargs = trigger.serialize()
     assert TrialTrigger(**kwargs).serialize() == (classpath, kwargs)
+    # A trigger deferred before schedulers existed (its kwargs lack the new fields) still loads.
+    old = {k: v for k, v in kwargs.items() if k not in ("scheduler", "bracket", "experiment_run_id")}
+    assert TrialTrigger(**old).serialize() == (classpath, kwargs)
+    asha = {"metric": "loss", "mode": "min", "time_attr": "training_iteration", "max_t": 9, "grace_period": 1,
+            "reduction_factor": 3, "brackets": 1, "stop_last_trials": True}
+    with_asha = TrialTrigger("exp", "t1", scheduler=asha, bracket=0, experiment_run_id=7)
+    assert TrialTrigger(**with_asha.serialize()[1]).serialize() == with_asha.serialize()
+    with pytest.raises(ValueError, match="needs experiment_run_id"):
+        TrialTrigger("exp", "t1", scheduler=asha)
 
 
 def test_status_trigger_serializes_its_init_arguments():

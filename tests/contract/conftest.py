@@ -39,6 +39,26 @@ def with_search_path(url: str, schema: str) -> str:
     return f"{url}{separator}options=-csearch_path%3D{schema}"
 
 
+def fail_setting_last_result(store: TrialStore, backend: str) -> None:
+    """From now on every write that changes a trial's last_result fails ('forced failure'), late
+    in its transaction: the session updates the trial's row after the call's inserts and deletes."""
+    with store._engine.begin() as connection:
+        if backend == POSTGRESQL:
+            connection.exec_driver_sql(
+                "CREATE FUNCTION at_test_fail() RETURNS trigger LANGUAGE plpgsql AS "
+                "$$ BEGIN RAISE EXCEPTION 'forced failure'; END $$"
+            )
+            connection.exec_driver_sql(
+                "CREATE TRIGGER at_test_fail BEFORE UPDATE OF last_result ON at_trials "
+                "FOR EACH ROW EXECUTE FUNCTION at_test_fail()"
+            )
+        else:
+            connection.exec_driver_sql(
+                "CREATE TRIGGER at_test_fail BEFORE UPDATE OF last_result ON at_trials "
+                "BEGIN SELECT RAISE(ABORT, 'forced failure'); END"
+            )
+
+
 @pytest.fixture
 def postgres_schema_url() -> Iterator[str]:
     """A URL on a fresh, empty PostgreSQL schema, dropped after the test."""

@@ -40,9 +40,9 @@ from airflow_trials.store.migration import (
     upgrade_engine,
 )
 from airflow_trials.store.models import Base, CheckpointRow, ResultRow, TrialRow
-from tests.contract.conftest import MEMORY, POSTGRESQL, SQLITE_FILE
+from tests.contract.conftest import MEMORY, POSTGRESQL, SQLITE_FILE, fail_setting_last_result
 
-HEAD_REVISION = "0003"
+HEAD_REVISION = "0006"
 
 
 def register(store: TrialStore, trial_id: str, run: int | None = None, **kwargs: Any) -> None:
@@ -359,6 +359,7 @@ class StoreContract:
         assert (record.num_failures, record.max_failures, record.map_index) == (0, 2, -1)
         assert record.experiment_run_id == run
         assert record.started_at is None and record.ended_at is None and record.last_result is None
+        assert record.stop_reason is None
         assert record.created_at.tzinfo is not None and record.created_at.utcoffset() == UTC.utcoffset(None)
         with pytest.raises(dataclasses.FrozenInstanceError):
             record.status = TrialStatus.ERROR  # type: ignore[misc]
@@ -564,8 +565,9 @@ class StoreContract:
         store.mark_checkpoint_deleted("t1", "/ckpt/t1/3")
         store.mark_checkpoint_deleted("t1", "/ckpt/t1/3")
         assert store.latest_checkpoint("t1").path == "/ckpt/t1/2"
-        store.add_checkpoint("t1", "/ckpt/t1/3", 3)
-        assert store.latest_checkpoint("t1").path == "/ckpt/t1/2"
+        store.add_checkpoint("t1", "/ckpt/t1/3", 3)  # saved again where the dropped one was
+        assert store.latest_checkpoint("t1").path == "/ckpt/t1/3"
+        assert count(store, CheckpointRow, trial_id="t1") == 3
         with pytest.raises(StoreError, match="no checkpoint at /ckpt/t1/9 .*add_checkpoint first"):
             store.mark_checkpoint_deleted("t1", "/ckpt/t1/9")
 
@@ -729,21 +731,7 @@ class StoreContract:
         register(store, "t1")
         store.add_results("t1", results([1]))
         # Fails the last statement of add_results (setting last_result) after its INSERT succeeded.
-        with store._engine.begin() as connection:
-            if self.backend == POSTGRESQL:
-                connection.exec_driver_sql(
-                    "CREATE FUNCTION at_test_fail() RETURNS trigger LANGUAGE plpgsql AS "
-                    "$$ BEGIN RAISE EXCEPTION 'forced failure'; END $$"
-                )
-                connection.exec_driver_sql(
-                    "CREATE TRIGGER at_test_fail BEFORE UPDATE OF last_result ON at_trials "
-                    "FOR EACH ROW EXECUTE FUNCTION at_test_fail()"
-                )
-            else:
-                connection.exec_driver_sql(
-                    "CREATE TRIGGER at_test_fail BEFORE UPDATE OF last_result ON at_trials "
-                    "BEGIN SELECT RAISE(ABORT, 'forced failure'); END"
-                )
+        fail_setting_last_result(store, self.backend)
         with pytest.raises(StoreError, match="add 3 results to trial t1.*forced failure") as raised:
             store.add_results("t1", results([2, 3, 4]))
         assert isinstance(raised.value.__cause__, SQLAlchemyError)

@@ -30,15 +30,17 @@ RUN_TIMEOUT_S = 600
 
 def experiment_dag_source(
     dag_id: str, journal_dir: Path, *, trials: int = 3, iterations: int = ITERATIONS,
-    sleep_s: float = SLEEP_S, hold_at: int = HOLD_AT, max_failures: int = 1,
+    sleep_s: float = SLEEP_S, hold_at: int = HOLD_AT, max_failures: int = 1, scheduler: str = "None",
 ) -> str:
-    """A DAG file: one ``tuning_experiment`` of ``trials`` trials of the journaled trainable."""
+    """A DAG file: one ``tuning_experiment`` of ``trials`` trials of the journaled trainable
+    (``scheduler``: its argument, as code, e.g. ``"ASHAScheduler(max_t=12)"``)."""
     return textwrap.dedent(f'''\
         """Written by tests/faults: the fault tests' experiment."""
         import datetime
 
         from airflow.sdk import DAG
 
+        from airflow_trials import ASHAScheduler  # noqa: F401 - for scheduler=
         from airflow_trials.core.search import grid_search
         from airflow_trials.experiment import tuning_experiment
 
@@ -55,6 +57,7 @@ def experiment_dag_source(
                 max_failures={max_failures},
                 retry_delay=datetime.timedelta(seconds=1),
                 poll_interval_seconds=1.0,
+                scheduler={scheduler},
             )
         ''')
 
@@ -375,11 +378,12 @@ def experiment(stack) -> Iterator[Any]:
     its :class:`ExperimentRun`, ready to trigger (``hold_at=0``: the trials never hold)."""
 
     def make(dag_id: str, *, trials: int = 3, iterations: int = ITERATIONS, hold_at: int = HOLD_AT,
-             max_failures: int = 1) -> ExperimentRun:
+             max_failures: int = 1, scheduler: str = "None") -> ExperimentRun:
         journal = stack.home / "journal" / dag_id
         journal.mkdir(parents=True)
         stack.write_dag(f"{dag_id}.py", experiment_dag_source(
-            dag_id, journal, trials=trials, iterations=iterations, hold_at=hold_at, max_failures=max_failures))
+            dag_id, journal, trials=trials, iterations=iterations, hold_at=hold_at, max_failures=max_failures,
+            scheduler=scheduler))
         return ExperimentRun(stack, dag_id, journal, trials, iterations)
 
     yield make

@@ -126,3 +126,15 @@ def test_pbt_bottom_trials_continue_from_a_copy_of_a_top_trials_checkpoint_with_
     newest = trials["d"].checkpoint
     assert newest is not None and newest.path.startswith(os.path.join(storage, "exp", "d") + os.sep)
     assert not os.path.islink(newest.path)
+
+
+def test_pbt_refuses_a_trainable_it_could_not_clone_before_any_trial_starts(ray_cluster, storage):
+    from tests.conftest import live_trial_actors
+
+    scheduler = PopulationBasedTraining(metric="loss", mode="min", perturbation_interval=1,
+                                        hyperparam_mutations={"x": [0.1, 0.2]})
+    runner = TrialRunner("exp", storage_path=storage, scheduler=scheduler)
+    with pytest.raises(ValueError, match=r"PopulationBasedTraining: trainable 'tests.trainables:quadratic' never "
+                                         r"calls airflow_trials.get_checkpoint\(\)"):
+        runner.add_trial(Trial("tests.trainables:quadratic", {"x": 0.1}, trial_id="a", experiment_name="exp"))
+    assert runner.get_trials() == [] and live_trial_actors() == []

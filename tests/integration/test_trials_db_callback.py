@@ -3,9 +3,18 @@ on a SQLite file and on PostgreSQL."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
-from airflow_trials import ResultGrid, Trial, TrialRunner, TrialsDbCallback, TrialStatus
+from airflow_trials import (
+    PopulationBasedTraining,
+    ResultGrid,
+    Trial,
+    TrialRunner,
+    TrialsDbCallback,
+    TrialStatus,
+)
 from airflow_trials.store import ExperimentRunStatus, TrialStore
 from tests.contract.conftest import postgres_schema_url  # noqa: F401 - the fixture
 
@@ -55,3 +64,53 @@ def test_a_runner_run_reads_back_like_a_dag_run(ray_cluster, storage, tmp_path, 
     finally:
         store.dispose()
     assert ResultGrid.from_db("engine-exp", db_url=db_url).run_key == "engine-1"
+
+
+def test_pbt_exploits_are_recorded_with_the_trial_s_config_and_lineage(ray_cluster, storage, db_url):
+    # As tests/integration/test_schedulers.py's PBT run: "d" (scale 0.1) is always at the bottom,
+    # so it clones a top trial at every second iteration; each exploit must reach the trials DB.
+    scheduler = PopulationBasedTraining(
+        time_attr="training_iteration", metric="score", mode="max", perturbation_interval=2,
+        hyperparam_mutations={"scale": [0.1, 0.5, 1.0, 2.0, 4.0]}, quantile_fraction=0.5,
+        resample_probability=0.0, rng=random.Random(0),
+    )
+    recorder = TrialsDbCallback(metric="score", mode="max", db_url=db_url, run_key="pbt-1")
+    runner = TrialRunner("pbt-exp", storage_path=storage, scheduler=scheduler, callbacks=[recorder],
+                         stop={"training_iteration": 6}, wait_timeout_s=10.0)
+    for trial_id, scale in {"a": 2.0, "b": 1.0, "c": 0.5, "d": 0.1}.items():
+        runner.add_trial(Trial("tests.trainables:counting", {"scale": scale}, trial_id=trial_id,
+                               experiment_name="pbt-exp", resources={"cpu": 1}))
+
+    trials = {trial.trial_id: trial for trial in runner.run()}
+
+    def applied(exploit):
+        return (exploit.trial_id, exploit.donor_trial_id, exploit.donor_checkpoint.iteration,
+                exploit.donor_checkpoint.path, exploit.new_config, exploit.operations)
+
+    def recorded(record):
+        return (record.trial_id, record.donor_trial_id, record.iteration, record.donor_checkpoint,
+                record.new_config, record.operations)
+
+    store = TrialStore(db_url)
+    try:
+        (run,) = store.list_experiment_runs("pbt-exp")
+        for trial_id, trial in trials.items():
+            # The config each trial ended with, which the leaderboard shows, and its lineage.
+            assert store.get_trial(trial_id).config == trial.config, trial_id
+            assert [recorded(r) for r in store.lineage(trial_id)] == [applied(e) for e in scheduler.lineage(trial_id)]
+        exploits = store.trial_exploits("d")
+        assert exploits, "the bottom trial was never exploited"
+        assert exploits[0].old_config == {"scale": 0.1}
+        # Each exploit starts from the config the one before it gave.
+        assert [e.old_config for e in exploits[1:]] == [e.new_config for e in exploits[:-1]]
+        assert {e.experiment_run_id for e in exploits} == {run.id}
+        assert exploits[-1].new_config == trials["d"].config
+        for trial_id, trial in trials.items():
+            # Every iteration once, the exploited trial's from its current state: the results of
+            # the state it gave up are kept in its exploit rows, not lost, not mixed in.
+            assert [r["training_iteration"] for r in store.get_results(trial_id)] == list(range(1, 7)), trial_id
+            assert store.get_trial(trial_id).last_result["score"] == trial.last_result["score"], trial_id
+        for exploit in exploits:
+            assert all(r["training_iteration"] > exploit.iteration for r in exploit.replaced_results)
+    finally:
+        store.dispose()

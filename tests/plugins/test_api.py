@@ -83,11 +83,99 @@ def test_trial_shows_failures_checkpoints_and_its_task_instance(dashboard):
     assert [r["training_iteration"] for r in results] == list(range(1, 11))
 
 
+ASHA_STOP = "stopped by ASHA at training_iteration=3 (rung 1 of 4): loss 0.41 above the rung's cutoff 0.35"
+
+
+def test_leaderboard_rows_and_a_trial_say_why_it_stopped(dashboard, trials_store):
+    trials_store.update_trial("mnist-01", stop_reason=ASHA_STOP)
+    trials_store.update_trial("mnist-02", stop_reason="it met its stopping criterion")
+    body = dashboard.get(f"/api/runs/{dashboard.seeded.run}/leaderboard", params={"page_size": 3}).json()
+    assert [(r["trial_id"], r["stop_reason"], r["early_stopped"]) for r in body["rows"]] == [
+        ("mnist-00", None, False), ("mnist-01", ASHA_STOP, True), ("mnist-02", "it met its stopping criterion", False)]
+    stopped = dashboard.get("/api/trials/mnist-01").json()
+    assert (stopped["trial"]["stop_reason"], stopped["early_stopped"]) == (ASHA_STOP, True)
+    running = dashboard.get("/api/trials/mnist-11").json()
+    assert (running["trial"]["stop_reason"], running["early_stopped"]) == (None, False)
+
+
+MAX_T_STOP = "stopped by ASHA at training_iteration=10: it reached max_t=10"
+
+
+def test_leaderboard_filters_the_trials_stopped_early_and_keeps_their_ranks(dashboard, trials_store):
+    for trial_id in ("mnist-01", "mnist-04"):
+        trials_store.update_trial(trial_id, stop_reason=ASHA_STOP)
+    trials_store.update_trial("mnist-02", stop_reason=MAX_T_STOP)  # its whole budget: not early
+    run = dashboard.seeded.run
+    early, rows = _ranking(dashboard, run, stopped="early")
+    assert [(r["rank"], r["trial_id"], r["early_stopped"]) for r in rows] == [
+        (2, "mnist-01", True), (5, "mnist-04", True)]
+    assert (early["stopped"], early["total"], early["pages"], early["run"]["num_trials"]) == ("early", 2, 1, 12)
+    assert early["status_counts"] == {"TERMINATED": 10, "ERROR": 1, "RUNNING": 1}  # the whole run's
+    others, rows = _ranking(dashboard, run, stopped="not_early")
+    assert (others["total"], others["pages"]) == (10, 2)
+    assert [r["rank"] for r in rows] == [1, 3, 4, 6, 7, 8, 9, 10, 11, 12]
+    everyone = dashboard.get(f"/api/runs/{run}/leaderboard").json()
+    assert (everyone["stopped"], everyone["total"]) == ("all", 12)
+    _, reverse = _ranking(dashboard, run, stopped="early", order="desc")
+    assert [r["trial_id"] for r in reverse] == ["mnist-04", "mnist-01"]
+
+
+def _record_decisions(trials_store, run):
+    """ASHA judged mnist-05 at two rungs and recorded its end; PBT made mnist-06 from mnist-05, made
+    from mnist-00."""
+    from airflow_trials.core.rungs import RungVerdict
+    from airflow_trials.core.scheduler import Decision
+
+    for milestone, value, decision, at_end in ((1, 0.3, Decision.CONTINUE, False), (4, 0.2, Decision.STOP, False),
+                                               (16, 0.1, Decision.CONTINUE, True)):
+        reason = ASHA_STOP if decision is Decision.STOP else None
+        trials_store.record_rung(run, "mnist-05", bracket=0, milestone=milestone, value=value, iteration=milestone,
+                                 at_end=at_end, decide=lambda values, d=decision, r=reason: RungVerdict(
+                                     decision=d, cutoff=None, reason=r))
+    for trial_id, donor, iteration, lr in (("mnist-05", "mnist-00", 4, 0.12), ("mnist-06", "mnist-05", 8, 0.144)):
+        trials_store.record_exploit(trial_id, iteration=iteration, donor_trial_id=donor,
+                                    donor_checkpoint=f"/ckpt/{donor}/{iteration}",
+                                    old_config=trials_store.get_trial(trial_id).config,
+                                    new_config={"lr": lr, "layers": 0}, operations={"lr": f"x 1.2 = {lr}"})
+
+
+def test_a_trial_gives_its_asha_rungs_and_its_pbt_lineage(dashboard, trials_store):
+    _record_decisions(trials_store, dashboard.seeded.run)
+    asha = dashboard.get("/api/trials/mnist-05").json()
+    assert [(r["milestone"], r["iteration"], r["value"], r["decision"], r["verdict"], r["at_end"])
+            for r in asha["rungs"]] == [
+        (1.0, 1, 0.3, "CONTINUE", "CONTINUE", False), (4.0, 4, 0.2, "STOP", "STOP", False),
+        (16.0, 16, 0.1, "CONTINUE", "recorded at end", True)]
+    assert asha["rungs"][1]["reason"] == ASHA_STOP
+    pbt = dashboard.get("/api/trials/mnist-06").json()
+    assert pbt["rungs"] == []
+    assert [(e["trial_id"], e["donor_trial_id"], e["iteration"], e["donor_checkpoint"], e["donor_url"])
+            for e in pbt["lineage"]] == [
+        ("mnist-05", "mnist-00", 4, "/ckpt/mnist-00/4", "/trials/trials/mnist-00"),
+        ("mnist-06", "mnist-05", 8, "/ckpt/mnist-05/8", "/trials/trials/mnist-05")]
+    assert pbt["lineage"][1]["changes"] == [
+        {"key": "lr", "old": pytest.approx(0.1 / 7), "new": 0.144, "operation": "x 1.2 = 0.144"}]
+    assert pbt["trial"]["config"] == {"lr": 0.144, "layers": 0}  # the config the exploit gave it
+    plain = dashboard.get("/api/trials/mnist-00").json()
+    assert (plain["rungs"], plain["lineage"]) == ([], [])
+
+
 def test_openapi_schema_lists_the_endpoints(dashboard):
     schema = dashboard.client.get("/trials/openapi.json").json()
     assert {"/api/experiments", "/api/experiments/{experiment}", "/api/runs/{run_pk}/leaderboard",
             "/api/runs/{run_pk}/curves", "/api/trials/{trial_id}", "/api/trials/{trial_id}/results"} <= set(schema["paths"])
     assert {"LeaderboardOut", "TrialOut", "TrialRecord", "CurvesOut", "ExperimentOut"} <= set(schema["components"]["schemas"])
+    models = schema["components"]["schemas"]
+    assert {"stop_reason", "early_stopped"} <= set(models["LeaderboardRowOut"]["properties"])
+    assert "stop_reason" in models["TrialRecord"]["properties"] and "early_stopped" in models["TrialOut"]["properties"]
+    assert {"rungs", "lineage"} <= set(models["TrialOut"]["properties"])
+    assert {"milestone", "iteration", "value", "decision", "verdict", "reason"} <= set(models["RungOut"]["properties"])
+    assert {"donor_trial_id", "donor_url", "iteration", "donor_checkpoint", "changes"} <= set(
+        models["ExploitOut"]["properties"])
+    assert "stopped" in models["LeaderboardOut"]["properties"]
+    leaderboard = schema["paths"]["/api/runs/{run_pk}/leaderboard"]["get"]
+    [stopped] = [p for p in leaderboard["parameters"] if p["name"] == "stopped"]
+    assert stopped["schema"]["pattern"] == "^(all|early|not_early)$" and stopped["schema"]["default"] == "all"
     assert not any(path.startswith("/runs") for path in schema["paths"])  # pages stay out of the API
 
 
@@ -102,6 +190,7 @@ def test_openapi_schema_lists_the_endpoints(dashboard):
         ("/api/runs/1/leaderboard", {"page_size": 501}, 422, "less than or equal to 500"),
         ("/api/runs/1/leaderboard", {"sort": "config"}, 422, "pattern"),
         ("/api/runs/1/leaderboard", {"metric": 'lo"ss'}, 422, "pattern"),
+        ("/api/runs/1/leaderboard", {"stopped": "yes"}, 422, "pattern"),
         ("/api/runs/999/leaderboard", {}, 404, "Experiment run 999 is not in the trials store"),
         ("/api/trials/nope-1", {}, 404, "Trial nope-1 is not in the trials store"),
         ("/api/experiments/nope", {}, 404, "Experiment nope has no runs"),

@@ -4,7 +4,19 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_trials.plugins.queries import best_checkpoint, best_point, leaderboard_page
+from airflow_trials.core.rungs import RungVerdict
+from airflow_trials.core.scheduler import Decision
+from airflow_trials.plugins.queries import (
+    AT_END,
+    ConfigChange,
+    best_checkpoint,
+    best_point,
+    config_changes,
+    early_stopped,
+    leaderboard_page,
+    lineage_steps,
+    rung_verdict,
+)
 from airflow_trials.plugins.svg import learning_curves_svg, nice_ticks
 from airflow_trials.store.records import CheckpointRecordRow
 
@@ -50,6 +62,30 @@ def test_a_page_reads_configs_for_its_rows_only_and_shows_the_search_space_keys(
     assert page.config_keys == ["layers", "lr"]  # lr from the search space, layers from the row
 
 
+ASHA_STOP = "stopped by ASHA at training_iteration=3 (rung 1 of 4): loss 0.41 above the rung's cutoff 0.35"
+
+
+@pytest.mark.parametrize(
+    ("stop_reason", "marked"),
+    [(ASHA_STOP, True), ("stopped by the median stopping rule at training_iteration=4: ...", True),
+     ("the scheduler stopped it", True),
+     ("stopped by ASHA at training_iteration=9: it reached max_t=9", False),  # its whole budget
+     ("it met its stopping criterion", False), ("its trainable finished", False), (None, False), ("", False)],
+)
+def test_only_a_scheduler_s_stop_is_an_early_stop(stop_reason, marked):
+    assert early_stopped(stop_reason) is marked
+
+
+def test_a_page_shows_why_its_trials_stopped(trials_store, seeded):
+    trials_store.update_trial("mnist-01", stop_reason=ASHA_STOP)
+    trials_store.update_trial("mnist-02", stop_reason="it met its stopping criterion")
+    run = trials_store.get_experiment_run(seeded.run)
+    page = leaderboard_page(trials_store, run, "loss", "min", page_size=4)
+    assert [(r.trial.trial_id, r.stop_reason, r.early_stopped) for r in page.rows] == [
+        ("mnist-00", None, False), ("mnist-01", ASHA_STOP, True),
+        ("mnist-02", "it met its stopping criterion", False), ("mnist-03", None, False)]
+
+
 def test_page_past_the_end_is_empty_but_keeps_the_totals(trials_store, seeded):
     run = trials_store.get_experiment_run(seeded.run)
     page = leaderboard_page(trials_store, run, "loss", "min", page=9, page_size=5)
@@ -63,6 +99,90 @@ def test_page_arguments_are_checked(trials_store, seeded):
         leaderboard_page(trials_store, run, "loss", "min", sort="x")
     with pytest.raises(ValueError, match="page_size 1 to 500"):
         leaderboard_page(trials_store, run, "loss", "min", page_size=0)
+
+
+MAX_T_STOP = "stopped by ASHA at training_iteration=10: it reached max_t=10"
+
+
+def _stop_some(trials_store):
+    """mnist-01 and mnist-04 stopped early by ASHA; mnist-02 stopped at max_t, which is no early stop."""
+    for trial_id in ("mnist-01", "mnist-04"):
+        trials_store.update_trial(trial_id, stop_reason=ASHA_STOP)
+    trials_store.update_trial("mnist-02", stop_reason=MAX_T_STOP)
+
+
+def test_the_stopped_filter_keeps_the_ranks_of_the_full_ranking(trials_store, seeded):
+    _stop_some(trials_store)
+    run = trials_store.get_experiment_run(seeded.run)
+    early = leaderboard_page(trials_store, run, "loss", "min", stopped="early")
+    assert [(r.rank, r.trial.trial_id, r.early_stopped) for r in early.rows] == [
+        (2, "mnist-01", True), (5, "mnist-04", True)]
+    assert (early.total, early.pages, early.num_trials, early.stopped) == (2, 1, 12, "early")
+    others = leaderboard_page(trials_store, run, "loss", "min", stopped="not_early", page_size=5)
+    assert [r.rank for r in others.rows] == [1, 3, 4, 6, 7] and "mnist-02" in [r.trial.trial_id for r in others.rows]
+    assert (others.total, others.pages, others.num_trials) == (10, 2, 12)
+    everyone = leaderboard_page(trials_store, run, "loss", "min", page_size=50)
+    assert (everyone.total, everyone.num_trials, everyone.stopped) == (12, 12, "all")
+    # The run's summary, its best trial and its leaders are the whole run's, whatever the filter.
+    assert early.status_counts == everyone.status_counts and sum(early.status_counts.values()) == 12
+    assert (early.best_trial_id, early.leaders) == (everyone.best_trial_id, everyone.leaders)
+
+
+def test_the_stopped_filter_sorts_and_pages_within_the_kept_trials(trials_store, seeded):
+    _stop_some(trials_store)
+    run = trials_store.get_experiment_run(seeded.run)
+    reverse = leaderboard_page(trials_store, run, "loss", "min", stopped="early", descending=True)
+    assert [(r.rank, r.trial.trial_id) for r in reverse.rows] == [(5, "mnist-04"), (2, "mnist-01")]
+    by_id = leaderboard_page(trials_store, run, "loss", "min", stopped="not_early", sort="trial_id",
+                             descending=True, page=2, page_size=4)
+    assert [r.trial.trial_id for r in by_id.rows] == ["mnist-07", "mnist-06", "mnist-05", "mnist-03"]
+    past = leaderboard_page(trials_store, run, "loss", "min", stopped="early", page=2, page_size=2)
+    assert (past.rows, past.total, past.pages) == ([], 2, 1)
+
+
+def test_a_run_without_early_stops_has_an_empty_early_page(trials_store, seeded):
+    run = trials_store.get_experiment_run(seeded.run)
+    page = leaderboard_page(trials_store, run, "loss", "min", stopped="early")
+    assert (page.rows, page.total, page.pages, page.num_trials) == ([], 0, 1, 12)
+    with pytest.raises(ValueError, match="stopped='yes'; use one of all, early, not_early"):
+        leaderboard_page(trials_store, run, "loss", "min", stopped="yes")
+
+
+def test_a_trial_s_rungs_say_their_verdict_and_the_one_recorded_at_the_end(trials_store, seeded):
+    def verdict(decision, reason=None):
+        return lambda values: RungVerdict(decision=decision, cutoff=None, reason=reason)
+
+    trials_store.record_rung(seeded.run, "mnist-05", bracket=0, milestone=1, value=0.3, iteration=1,
+                             decide=verdict(Decision.CONTINUE))
+    trials_store.record_rung(seeded.run, "mnist-05", bracket=0, milestone=4, value=0.2, iteration=4,
+                             decide=verdict(Decision.STOP, ASHA_STOP))
+    trials_store.record_rung(seeded.run, "mnist-05", bracket=0, milestone=16, value=0.1, iteration=10, at_end=True,
+                             decide=verdict(Decision.STOP, "would stop"))
+    assert [(r.milestone, r.iteration, rung_verdict(r), r.reason) for r in trials_store.trial_rungs("mnist-05")] == [
+        (1.0, 1, "CONTINUE", None), (4.0, 4, "STOP", ASHA_STOP), (16.0, 10, AT_END, "would stop")]
+
+
+def test_config_changes_name_nested_keys_with_dots_and_say_what_explore_did():
+    old = {"lr": 0.01, "layers": 2, "opt": {"momentum": 0.9, "name": "sgd"}, "gone": 1}
+    new = {"lr": 0.012, "layers": 2, "opt": {"momentum": 0.72, "name": "sgd"}, "added": [1, 2]}
+    assert config_changes(old, new, {"lr": "0.01 * 1.2", "opt.momentum": "0.9 * 0.8", "layers": "2 (kept)"}) == [
+        ConfigChange("added", None, [1, 2]), ConfigChange("gone", 1, None),
+        ConfigChange("lr", 0.01, 0.012, "0.01 * 1.2"), ConfigChange("opt.momentum", 0.9, 0.72, "0.9 * 0.8")]
+    assert config_changes({"lr": 0.1}, {"lr": 0.1}, {"lr": "resampled"}) == []
+
+
+def test_a_lineage_lists_each_exploit_with_the_keys_it_changed(trials_store, seeded):
+    for trial_id, donor, iteration, new in (("mnist-05", "mnist-00", 4, {"lr": 0.12, "layers": 0}),
+                                            ("mnist-06", "mnist-05", 8, {"lr": 0.144, "layers": 0})):
+        trials_store.record_exploit(trial_id, iteration=iteration, donor_trial_id=donor,
+                                    donor_checkpoint=f"/ckpt/{donor}/{iteration}",
+                                    old_config=trials_store.get_trial(trial_id).config, new_config=new,
+                                    operations={"lr": "x 1.2"})
+    steps = lineage_steps(trials_store.lineage("mnist-06"))
+    assert [(s.exploit.trial_id, s.exploit.donor_trial_id, s.exploit.iteration) for s in steps] == [
+        ("mnist-05", "mnist-00", 4), ("mnist-06", "mnist-05", 8)]
+    assert [[(c.key, c.old, c.new, c.operation) for c in s.changes] for s in steps] == [
+        [("layers", 2, 0, None), ("lr", 0.1 / 6, 0.12, "x 1.2")], [("lr", 0.1 / 7, 0.144, "x 1.2")]]
 
 
 def test_metric_curves_skip_values_that_are_not_numbers(trials_store, seeded):

@@ -20,6 +20,7 @@ from airflow_trials.plugins.render import (
 )
 from airflow_trials.plugins.svg import learning_curves_svg
 from tests.plugins.conftest import FIRST_RESULT_AT, HOSTILE
+from tests.plugins.test_api import ASHA_STOP, _record_decisions
 
 
 @pytest.mark.parametrize(
@@ -88,6 +89,65 @@ def test_numeric_config_values_are_numeric_cells_and_strings_are_not(dashboard):
     hostile = dashboard.get(f"/runs/{dashboard.seeded.hostile_run}").text
     assert '<th class="config">note</th>' in hostile
     assert f'<td class="config">{escape(HOSTILE)}</td>' in hostile
+
+
+def test_an_early_stopped_trial_is_marked_with_its_reason_escaped(dashboard, trials_store):
+    reason = f"stopped by ASHA at training_iteration=3 (rung 1 of 4): {HOSTILE} 0.41 above the rung's cutoff 0.35"
+    trials_store.update_trial("mnist-01", stop_reason=reason)
+    trials_store.update_trial("mnist-02", stop_reason="it met its stopping criterion")
+    board = dashboard.get(f"/runs/{dashboard.seeded.run}").text
+    rows = dict(re.findall(r'<tr class="trial-row[^"]*" data-trial="([^"]+)">(.*?)</tr>', board, flags=re.S))
+    marker = f'<span class="early-stopped" title="{escape(reason)}">early-stopped</span>'
+    assert marker in rows["mnist-01"]
+    assert "early-stopped" not in rows["mnist-02"] and 'title="it met its stopping criterion"' in rows["mnist-02"]
+    assert "early-stopped" not in rows["mnist-00"] and "title=" not in rows["mnist-00"]
+    trial = dashboard.get("/trials/mnist-01").text
+    assert marker in trial and f'<td class="stop-reason">{escape(reason)}</td>' in trial
+    assert "stop reason" not in dashboard.get("/trials/mnist-00").text
+    assert board.count("<script") == trial.count("<script") == 1  # the theme script only
+
+
+def test_the_run_page_filters_early_stopped_trials_and_its_links_keep_the_filter(dashboard, trials_store):
+    for trial_id in ("mnist-01", "mnist-04"):
+        trials_store.update_trial(trial_id, stop_reason=f"stopped by ASHA at training_iteration=3: {HOSTILE}")
+    run = dashboard.seeded.run
+    page = dashboard.get(f"/runs/{run}", params={"stopped": "early", "page_size": 1}).text
+    rows = re.findall(r'<tr class="trial-row[^"]*" data-trial="([^"]+)">\s*<td class="num">(\d+)</td>', page)
+    assert rows == [("mnist-01", "2")]  # its rank among all the run's trials
+    assert "<span>12 trials</span>" in page and "2 of 12 trials" in page
+    assert (f'<a href="/trials/runs/{run}?sort=metric&amp;order=asc&amp;page_size=1&amp;stopped=early" '
+            'data-stopped="early" class="current" aria-current="page">stopped early</a>') in page
+    assert f'href="/trials/runs/{run}?sort=metric&amp;order=asc&amp;page_size=1" data-stopped="all"' in page
+    # Sorting and paging stay within the filter; the metric form keeps it too.
+    assert f'href="/trials/runs/{run}?sort=metric&amp;order=asc&amp;page_size=1&amp;stopped=early&amp;page=2" rel="next"' in page
+    assert f'href="/trials/runs/{run}?sort=trial_id&amp;order=asc&amp;page_size=1&amp;stopped=early"' in page
+    assert '<input type="hidden" name="stopped" value="early">' in page
+    others = dashboard.get(f"/runs/{run}", params={"stopped": "not_early", "page_size": 50}).text
+    kept = re.findall(r'data-trial="(mnist-\d+)">', others.split('<table class="leaderboard"')[1])
+    assert len(kept) == 10 and "mnist-01" not in kept and "mnist-04" not in kept
+    assert dashboard.get(f"/runs/{run}", params={"stopped": "maybe"}).status_code == 422
+
+
+def test_a_trial_page_shows_its_asha_rungs_and_pbt_lineage(dashboard, trials_store):
+    _record_decisions(trials_store, dashboard.seeded.run)
+    trials_store.record_exploit("mnist-07", iteration=2, donor_trial_id="mnist-00", donor_checkpoint=f"/ckpt/{HOSTILE}",
+                                old_config={"lr": 0.1}, new_config={"lr": 0.1, HOSTILE: HOSTILE}, operations={})
+    asha = dashboard.get("/trials/mnist-05").text
+    cells = r'\s*<td class="num">([^<]*)</td>'
+    rungs = re.findall(r'<tr class="verdict-[^"]*">' + cells * 3 + r"\s*<td>([^<]*)</td>",
+                       asha.split("<h2>ASHA rungs</h2>")[1])
+    assert rungs == [("1", "1", "0.3", "CONTINUE"), ("4", "4", "0.2", "STOP"), ("16", "16", "0.1", "recorded at end")]
+    assert f'<td class="reason">{escape(ASHA_STOP)}</td>' in asha
+    lineage = dashboard.get("/trials/mnist-06").text.split("<h2>PBT lineage</h2>")[1].split("</table>")[0]
+    assert '<td class="id"><a href="/trials/trials/mnist-05">mnist-05</a></td>' in lineage  # a donor's own exploit
+    assert '<td class="id"><a href="/trials/trials/mnist-00">mnist-00</a></td>' in lineage
+    assert '<td class="id">mnist-06</td>' in lineage and '<td class="path">/ckpt/mnist-05/8</td>' in lineage
+    assert '<span class="k">lr</span>: 0.01429 → 0.144 <span class="muted">(x 1.2 = 0.144)</span>' in lineage
+    hostile = dashboard.get("/trials/mnist-07").text
+    assert f'<span class="k">{escape(HOSTILE)}</span>: - → {escape(HOSTILE)}' in hostile
+    assert hostile.count("<script") == 1  # the theme script only
+    plain = dashboard.get("/trials/mnist-00").text
+    assert "ASHA rungs" not in plain and "PBT lineage" not in plain
 
 
 def test_the_stylesheet_keeps_numbers_on_one_line_and_has_a_dark_theme(dashboard):

@@ -134,6 +134,29 @@ def test_the_end_event_round_trips_through_plain_values_and_reads_older_payloads
            "last_result": {"training_iteration": 3}, "best_checkpoint": {"path": "/c/3"}, "num_results": 3}
     read = TrialEnd.from_event(old)
     assert (read.finished, read.best_checkpoint, read.released, read.infrastructure) == (True, "/c/3", False, False)
+    assert read.stop_reason is None  # events from before stop reasons were carried
+
+
+ASHA_STOP = "stopped by ASHA at training_iteration=3 (rung 1 of 4): loss 0.41 above the rung's cutoff 0.35"
+
+
+def test_the_stop_reason_travels_from_the_actor_s_last_poll_through_the_event():
+    snapshot = {"trial_id": "t-1", "status": "TERMINATED", "last_result": {"training_iteration": 3},
+                "best_checkpoint": {"path": "/c/3", "iteration": 3}, "num_results": 3, "stop_reason": ASHA_STOP}
+    end = TrialEnd.from_snapshot("exp", snapshot, released=True)
+    assert (end.finished, end.stop_reason) == (True, ASHA_STOP)
+    payload = end.to_event()
+    assert payload["stop_reason"] == ASHA_STOP
+    assert TrialEnd.from_event(payload) == end
+    failed = TrialEnd.from_snapshot("exp", {"trial_id": "t-1", "status": "ERROR", "error": "boom"}, released=False)
+    assert failed.stop_reason is None
+
+
+def test_a_stored_end_carries_the_stop_reason_the_store_holds():
+    stored = TrialEnd.stored("t-1", "exp", {"training_iteration": 3}, "/c/3", stop_reason=ASHA_STOP)
+    assert (stored.status, stored.released, stored.stop_reason) == (TrialStatus.TERMINATED, True, ASHA_STOP)
+    assert TrialEnd.from_event(stored.to_event()) == stored
+    assert TrialEnd.stored("t-1", "exp", None, None).stop_reason is None
 
 
 def test_an_end_event_must_be_an_end():

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Annotated, Any
 
@@ -157,45 +158,88 @@ def _reported_metrics(store: Any, experiment_run_id: int) -> list[str]:
     return sorted(names)
 
 
+EarlyStopped = Annotated[
+    bool,
+    typer.Option("--early-stopped",
+                 help="Only the trials their scheduler stopped early (a stop reason 'stopped by ...', "
+                      "not at its whole budget), as the dashboard marks them."),
+]
+
+
 @app.command("trials")
 def trials(
     ctx: typer.Context,
     experiment: str,
     run: RunOption = "latest",
+    early_stopped: EarlyStopped = False,
     db_url: DbUrl = None,
     output: Output = None,
     as_json: AsJson = False,
 ) -> None:
-    """Show one run's trials: status, failures, best metric, best and latest checkpoints."""
+    """Show one run's trials: status, failures, best metric, best and latest checkpoints, and why
+    each TERMINATED trial stopped (its criterion, or its scheduler: "stopped by ASHA at ...").
+    JSON and YAML also give each trial's ASHA rungs and PBT lineage."""
 
     def body() -> None:
+        from airflow_trials.core.fate import stopped_early
+
         fmt = output_format(output, as_json)
         store = open_for_reading(ctx, db_url)
         exp_run, metric, _, board = _leaderboard_rows(store, experiment, run, None, None, None)
-        records = {t.trial_id: t for t in store.list_trials(experiment_run_id=exp_run.id)}
-        rows = [
-            {
-                "trial_id": r.trial_id,
-                "status": r.status.value,
-                "num_failures": r.num_failures,
-                "iterations": (records[r.trial_id].last_result or {}).get("training_iteration", 0),
-                f"best_{metric}": r.best_value,
-                "best_checkpoint": r.best_checkpoint,
-                "latest_checkpoint": r.latest_checkpoint,
-                "config": r.config,
-                "error": (records[r.trial_id].error_msg or "").strip().splitlines()[-1:] or None,
-            }
-            for r in sorted(board, key=lambda r: r.trial_id)
-        ]
+        rows = _trial_rows(store, exp_run.id, metric, board, fmt in (OutputFormat.JSON, OutputFormat.YAML))
+        if early_stopped:
+            rows = [row for row in rows if stopped_early(row["stop_reason"])]
         cells = [[row["trial_id"], row["status"], str(row["num_failures"]), str(row["iterations"]),
-                  number(row[f"best_{metric}"]), row["best_checkpoint"] or "-", row["latest_checkpoint"] or "-"]
+                  number(row[f"best_{metric}"]), row["best_checkpoint"] or "-", row["latest_checkpoint"] or "-",
+                  row["stop_reason"] or "-"]
                  for row in rows]
+        empty = (f"No trial of run {exp_run.run_key} of {experiment} was stopped early by its scheduler."
+                 if early_stopped and board else f"Run {exp_run.run_key} of {experiment} has no trials yet.")
         emit(out, fmt, {"experiment": experiment, "run": exp_run, "trials": rows},
              ["trial", "status", "failures", "iterations", f"best {metric}", "best checkpoint",
-              "latest checkpoint"], cells, title=f"{experiment} / {exp_run.run_key}",
-             empty=f"Run {exp_run.run_key} of {experiment} has no trials yet.")
+              "latest checkpoint", "stop reason"], cells, title=f"{experiment} / {exp_run.run_key}", empty=empty)
 
     guard(body)
+
+
+def _trial_rows(store: Any, run_pk: int, metric: str, board: list[Any], decisions: bool) -> list[dict[str, Any]]:
+    """One dict per trial, by trial id; with ``decisions``, its ASHA rungs and PBT lineage too
+    (two queries for the whole run)."""
+    records = {t.trial_id: t for t in store.list_trials(experiment_run_id=run_pk)}
+    rungs = store.rungs_of_run(run_pk) if decisions else {}
+    lineages = store.lineages_of_run(run_pk) if decisions else {}
+    rows = []
+    for r in sorted(board, key=lambda r: r.trial_id):
+        record = records[r.trial_id]
+        row = {
+            "trial_id": r.trial_id,
+            "status": r.status.value,
+            "num_failures": r.num_failures,
+            "iterations": (record.last_result or {}).get("training_iteration", 0),
+            f"best_{metric}": r.best_value,
+            "best_checkpoint": r.best_checkpoint,
+            "latest_checkpoint": r.latest_checkpoint,
+            "config": r.config,
+            "error": (record.error_msg or "").strip().splitlines()[-1:] or None,
+            "stop_reason": record.stop_reason,
+        }
+        if decisions:
+            row["rungs"] = [_rung(rung) for rung in rungs.get(r.trial_id, [])]
+            row["lineage"] = [_exploit(e) for e in lineages.get(r.trial_id, [])]
+        rows.append(row)
+    return rows
+
+
+def _rung(rung: Any) -> dict[str, Any]:
+    value = None if math.isnan(rung.value) else rung.value  # JSON has no NaN
+    return {"milestone": rung.milestone, "iteration": rung.iteration, "value": value,
+            "decision": rung.decision.value, "at_end": rung.at_end, "reason": rung.reason, "bracket": rung.bracket}
+
+
+def _exploit(exploit: Any) -> dict[str, Any]:
+    return {"trial_id": exploit.trial_id, "donor_trial_id": exploit.donor_trial_id, "iteration": exploit.iteration,
+            "donor_checkpoint": exploit.donor_checkpoint, "old_config": exploit.old_config,
+            "new_config": exploit.new_config, "operations": exploit.operations, "created_at": exploit.created_at}
 
 
 @app.command("leaderboard")

@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
-import bisect
-import math
 import random
-from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 from airflow_trials.core.result import Result
-from airflow_trials.core.scheduler import Decision, MetricScheduler, format_number
+from airflow_trials.core.rungs import (
+    RungStop,
+    ValueList,
+    asha_rung_decision,
+    check_asha_settings,
+    draw_bracket,
+    max_t_stop_reason,
+    nan_percentile,
+    rung_cutoff,
+    rung_milestones,
+    rung_stop_reason,
+    rung_to_judge,
+)
+from airflow_trials.core.scheduler import Decision, MetricScheduler
 from airflow_trials.core.trial import Trial
+
+__all__ = ["ASHAScheduler", "AsyncHyperBandScheduler", "RandomSource", "nan_percentile"]
 
 
 class RandomSource(Protocol):
@@ -20,50 +32,17 @@ class RandomSource(Protocol):
     def random(self) -> float: ...
 
 
-def nan_percentile(values: Iterable[float], percent: float) -> float:
-    """``numpy.nanpercentile(values, percent)`` (its default linear method), to the last bit.
-
-    NaNs are left out; NaN when nothing is left. ASHA compares scores against this cutoff with
-    ``<``, so a cutoff off by one unit in the last place would change decisions on ties.
-    """
-    data = sorted(v for v in values if not math.isnan(v))
-    if not data:
-        return math.nan
-    last = len(data) - 1
-    index = last * (percent / 100)
-    if index >= last:
-        # numpy takes the last value from both sides, with the weight counted from index -1.
-        below = above = last
-        weight = index + 1
-    else:
-        below = math.floor(index)
-        above = below + 1
-        weight = index - below
-    low, high = data[below], data[above]
-    diff = high - low
-    if weight >= 0.5:
-        return high - diff * (1 - weight)
-    return low + diff * weight
-
-
 @dataclass
 class _Rung:
     milestone: float
-    recorded: dict[str, float] = field(default_factory=dict)  # trial id -> its score here
-
-
-@dataclass(frozen=True)
-class _Cut:
-    """A trial's score fell below a rung's cutoff."""
-
-    rung_number: int  # 1 for the lowest rung
-    rung_count: int
-    milestone: float
-    cutoff: float
+    recorded: dict[str, float] = field(default_factory=dict)  # trial id -> its value here
 
 
 class _Bracket:
-    """One bracket: its rungs, highest milestone first (as Ray keeps them), and the scores recorded.
+    """One bracket: its rungs, highest milestone first (as Ray keeps them), and the values recorded.
+
+    Which rung a result reaches and what it decides there are :mod:`~airflow_trials.core.rungs`'
+    pure functions, the same the Airflow path judges with from the trials store.
 
     :param grace_period: the lowest milestone of bracket 0.
     :param max_t: the highest time any rung may have.
@@ -75,36 +54,30 @@ class _Bracket:
     def __init__(
         self, grace_period: float, max_t: float, reduction_factor: float, s: int, stop_last_trials: bool
     ) -> None:
-        # math.log gives the same rung count as Ray's np.log (checked over 176,924 settings).
-        count = int(math.log(max_t / grace_period) / math.log(reduction_factor) - s + 1)
-        self.rungs = [_Rung(grace_period * reduction_factor ** (k + s)) for k in reversed(range(count))]
-        self.percent = (1 - 1 / reduction_factor) * 100
+        self.rungs = [_Rung(m) for m in rung_milestones(grace_period, max_t, reduction_factor, s)]
+        self.reduction_factor = reduction_factor
         self.stop_last_trials = stop_last_trials
 
-    def cutoff(self, rung: _Rung) -> float | None:
-        return nan_percentile(rung.recorded.values(), self.percent) if rung.recorded else None
+    def on_result(self, trial_id: str, time: float, value: float, mode: str) -> RungStop | None:
+        """Judge ``value`` at the highest rung ``time`` reached that has no value of the trial yet,
+        and record it there; returns where it fell below that rung's cutoff."""
+        judged = {rung.milestone for rung in self.rungs if trial_id in rung.recorded}
+        milestone = rung_to_judge([rung.milestone for rung in self.rungs], time, judged, self.stop_last_trials)
+        if milestone is None:
+            return None
+        index = next(i for i, rung in enumerate(self.rungs) if rung.milestone == milestone)
+        rung = self.rungs[index]
+        verdict = asha_rung_decision(rung.recorded.values(), value, self.reduction_factor, mode)
+        rung.recorded[trial_id] = value
+        if verdict.decision is not Decision.STOP or verdict.cutoff is None:
+            return None
+        return RungStop(len(self.rungs) - index, len(self.rungs), milestone, verdict.cutoff)
 
-    def on_result(self, trial_id: str, time: float, score: float) -> _Cut | None:
-        """Judge ``score`` at the highest rung ``time`` reached that has no score of the trial yet,
-        and record it there; returns the cut when the score fell below that rung's cutoff."""
-        for index, rung in enumerate(self.rungs):
-            reached = time >= rung.milestone
-            if reached and trial_id in rung.recorded and not self.stop_last_trials:
-                break  # it passed this rung already and higher rungs are out of reach
-            if not reached or trial_id in rung.recorded:
-                continue
-            cutoff = self.cutoff(rung)
-            rung.recorded[trial_id] = score
-            if cutoff is not None and score < cutoff:
-                count = len(self.rungs)
-                return _Cut(count - index, count, rung.milestone, cutoff)
-            break
-        return None
+    def debug_str(self, mode: str) -> str:
+        def cutoff(rung: _Rung) -> float | None:
+            return rung_cutoff(ValueList(rung.recorded.values()), self.reduction_factor, mode)
 
-    def debug_str(self) -> str:
-        return "Bracket: " + " | ".join(
-            f"Iter {rung.milestone:.3f}: {self.cutoff(rung)}" for rung in self.rungs
-        )
+        return "Bracket: " + " | ".join(f"Iter {rung.milestone:.3f}: {cutoff(rung)}" for rung in self.rungs)
 
 
 class AsyncHyperBandScheduler(MetricScheduler):
@@ -156,7 +129,7 @@ class AsyncHyperBandScheduler(MetricScheduler):
         rng: RandomSource | None = None,
     ) -> None:
         super().__init__(metric, mode)
-        _check_settings(type(self).__name__, max_t, grace_period, reduction_factor, brackets)
+        check_asha_settings(type(self).__name__, max_t, grace_period, reduction_factor, brackets)
         self.time_attr = time_attr
         self.max_t = max_t
         self.grace_period = grace_period
@@ -175,42 +148,23 @@ class AsyncHyperBandScheduler(MetricScheduler):
         self._trial_bracket[trial.trial_id] = self._draw_bracket()
 
     def _draw_bracket(self) -> int:
-        # numpy.random.choice(n, p=softmax(sizes)): normalise, cumulate, normalise by the last
-        # sum, then the first bucket above one uniform draw.
-        sizes = [len(bracket.rungs) for bracket in self._brackets]
-        weights = [math.e ** (size - max(sizes)) for size in sizes]
-        total = 0.0
-        for weight in weights:
-            total += weight
-        cdf, running = [], 0.0
-        for weight in weights:
-            running += weight / total
-            cdf.append(running)
-        cdf = [value / cdf[-1] for value in cdf]
-        return min(bisect.bisect_right(cdf, self.rng.random()), len(cdf) - 1)
+        return draw_bracket([len(bracket.rungs) for bracket in self._brackets], self.rng.random())
 
     def on_trial_result(self, trial: Trial, result: Result) -> Decision:
         index = self._bracket_index(trial)
         time = self._number(trial, result, self.time_attr, "time_attr")
         value = self._number(trial, result, str(self.metric), "metric")
-        at = f"at {self.time_attr}={format_number(time)}"
         if time >= self.max_t and self.stop_last_trials:
-            self._stop(trial, f"stopped by ASHA {at}: it reached max_t={format_number(self.max_t)}")
+            self._stop(trial, max_t_stop_reason(self.time_attr, time, self.max_t))
             return Decision.STOP
-        cut = self._brackets[index].on_result(trial.trial_id, time, self._sign * value)
-        if cut is None:
+        stop = self._brackets[index].on_result(trial.trial_id, time, value, str(self.mode))
+        if stop is None:
             return Decision.CONTINUE
-        where = f"rung {cut.rung_number} of {cut.rung_count}"
-        if cut.milestone != time:
-            where += f", milestone {format_number(cut.milestone)}"
-        if self.brackets > 1:
-            where = f"bracket {index + 1} of {self.brackets}, {where}"
-        side = "below" if self.mode == "max" else "above"
-        self._stop(
-            trial,
-            f"stopped by ASHA {at} ({where}): {self.metric} {format_number(value)} {side} the rung's "
-            f"cutoff {format_number(self._sign * cut.cutoff)}",
+        stop = replace(stop, bracket=index, brackets=self.brackets)
+        reason = rung_stop_reason(
+            stop, time_attr=self.time_attr, time=time, metric=str(self.metric), mode=str(self.mode), value=value
         )
+        self._stop(trial, reason)
         return Decision.STOP
 
     def _stop(self, trial: Trial, reason: str) -> None:
@@ -233,35 +187,14 @@ class AsyncHyperBandScheduler(MetricScheduler):
         if time is None or value is None or trial.trial_id not in self._trial_bracket:
             return
         bracket = self._brackets[self._trial_bracket.pop(trial.trial_id)]
-        bracket.on_result(trial.trial_id, time, self._sign * value)
+        bracket.on_result(trial.trial_id, time, value, str(self.mode))
 
     def on_trial_remove(self, trial: Trial) -> None:
         self._trial_bracket.pop(trial.trial_id, None)
 
     def debug_string(self) -> str:
         lines = [f"Using AsyncHyperBand: num_stopped={self._num_stopped}"]
-        return "\n".join(lines + [bracket.debug_str() for bracket in self._brackets])
+        return "\n".join(lines + [bracket.debug_str(str(self.mode)) for bracket in self._brackets])
 
 
 ASHAScheduler = AsyncHyperBandScheduler
-
-
-def _check_settings(name: str, max_t: Any, grace_period: Any, reduction_factor: Any, brackets: Any) -> None:
-    if not max_t > 0:
-        raise ValueError(f"{name} got max_t={max_t}: it must be > 0, the most time_attr a trial runs for.")
-    if not grace_period > 0:
-        raise ValueError(
-            f"{name} got grace_period={grace_period}: it must be > 0 (the first rung is at grace_period)."
-        )
-    if grace_period > max_t:
-        raise ValueError(
-            f"{name} got grace_period={grace_period} > max_t={max_t}: no rung fits below max_t; "
-            f"lower grace_period or raise max_t."
-        )
-    if not reduction_factor > 1:
-        raise ValueError(
-            f"{name} got reduction_factor={reduction_factor}: it must be > 1 (each rung keeps the top "
-            f"1/reduction_factor of its trials); 2 to 4 is usual."
-        )
-    if not brackets > 0:
-        raise ValueError(f"{name} got brackets={brackets}: use 1 or more.")

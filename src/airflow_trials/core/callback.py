@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from airflow_trials.core.checkpoint import CheckpointRecord
+from airflow_trials.core.pbt import Exploit
 from airflow_trials.core.result import Result
 from airflow_trials.core.trial import Trial
 
@@ -18,6 +21,11 @@ class Callback:
 
     def on_checkpoint(self, trial: Trial, checkpoint: CheckpointRecord) -> None:
         pass
+
+    def on_trial_exploit(self, trial: Trial, exploit: Exploit, old_config: dict[str, Any]) -> None:
+        """PopulationBasedTraining's exploit was applied: the paused ``trial`` now continues from
+        a copy of ``exploit.donor_checkpoint`` with ``exploit.new_config`` (its config already);
+        ``old_config`` is the config it had before."""
 
     def on_trial_recover(self, trial: Trial) -> None:
         """The trial failed and goes back to PENDING to retry from its latest checkpoint."""

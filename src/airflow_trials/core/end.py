@@ -35,6 +35,9 @@ class TrialEnd:
     :param infrastructure: lost with its node or its Ray cluster, not through its own code;
         default False.
     :param released: its actor and placement group were already freed; default False.
+    :param stop_reason: why it ended TERMINATED, as the path that stopped it said it, e.g.
+        ``"it met its stopping criterion"`` or ``"stopped by ASHA at training_iteration=3 (rung 1
+        of 4): ..."``; default None (not known, or it did not end TERMINATED).
     """
 
     trial_id: str
@@ -46,6 +49,7 @@ class TrialEnd:
     num_results: int | None = None
     infrastructure: bool = False
     released: bool = False
+    stop_reason: str | None = None
 
     def __post_init__(self) -> None:
         if not TrialStatus(self.status).is_terminal():
@@ -72,6 +76,7 @@ class TrialEnd:
             best_checkpoint=_path(snapshot.get("best_checkpoint")),
             num_results=snapshot.get("num_results"),
             released=released,
+            stop_reason=snapshot.get("stop_reason"),
         )
 
     @classmethod
@@ -91,9 +96,16 @@ class TrialEnd:
 
     @classmethod
     def stored(
-        cls, trial_id: str, experiment_name: str, last_result: Mapping[str, Any] | None, best_checkpoint: str | None
+        cls,
+        trial_id: str,
+        experiment_name: str,
+        last_result: Mapping[str, Any] | None,
+        best_checkpoint: str | None,
+        *,
+        stop_reason: str | None = None,
     ) -> TrialEnd:
-        """The TERMINATED end the store holds for a trial whose actor is already gone."""
+        """The TERMINATED end the store holds for a trial whose actor is already gone (its stored
+        ``stop_reason`` too, where the store has one)."""
         return cls(
             trial_id=trial_id,
             experiment_name=experiment_name,
@@ -101,6 +113,7 @@ class TrialEnd:
             last_result=dict(last_result) if last_result else None,
             best_checkpoint=best_checkpoint,
             released=True,
+            stop_reason=stop_reason,
         )
 
     def to_event(self) -> dict[str, Any]:
@@ -123,6 +136,7 @@ class TrialEnd:
             num_results=payload.get("num_results"),
             infrastructure=bool(payload.get("infrastructure")),
             released=bool(payload.get("released")),
+            stop_reason=payload.get("stop_reason"),
         )
 
 

@@ -37,6 +37,7 @@ from enum import StrEnum
 
 from airflow_trials.core.end import TrialEnd
 from airflow_trials.core.result import CHECKPOINT, DONE, Result
+from airflow_trials.core.rungs import REACHED_MAX_T
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.trial import Trial
 
@@ -68,6 +69,22 @@ class ResultDecision:
 
 SchedulerDecision = Callable[[Trial, Result], str]
 
+# Why a trial ends on its own (its stop reason); any other stop reason is its scheduler's.
+TRAINABLE_FINISHED = "its trainable finished"
+CRITERION_MET = "it met its stopping criterion"
+
+
+def stopped_by_scheduler(stop_reason: str | None) -> bool:
+    """Was a trial that ended with ``stop_reason`` stopped by its scheduler (ASHA at a rung, say),
+    rather than by its own criterion? Such a trial is done: a retry of its task does not resume it."""
+    return bool(stop_reason) and stop_reason not in (TRAINABLE_FINISHED, CRITERION_MET)
+
+
+def stopped_early(stop_reason: str | None) -> bool:
+    """Did its scheduler stop it before its budget was spent (the dashboard's "early-stopped")?
+    Not when its own criterion ended it, nor when ASHA stopped it at ``max_t``."""
+    return stopped_by_scheduler(stop_reason) and REACHED_MAX_T not in str(stop_reason)
+
 
 def after_result(
     trial: Trial,
@@ -93,7 +110,7 @@ def after_result(
     fresh = False if duplicate else trial.record_result(result)
     has_checkpoint = bool(result.get(CHECKPOINT))
     if trial.should_stop(result):
-        why = "its trainable finished" if result.get(DONE) else "it met its stopping criterion"
+        why = TRAINABLE_FINISHED if result.get(DONE) else CRITERION_MET
         return ResultDecision(fresh, Action.STOP, trial.checkpoint_at_end and not has_checkpoint, why)
     if experiment_done is not None and experiment_done():
         return ResultDecision(fresh, Action.STOP_EXPERIMENT, False, "the experiment's stopper ended it")

@@ -73,6 +73,11 @@ class Searcher(abc.ABC):
         """Take the experiment's metric, mode and search space; False if not taken (the default)."""
         return False
 
+    def take_metric(self, metric: str | None, mode: str | None) -> None:
+        """Take the experiment's metric and mode where this searcher has none of its own."""
+        self._metric = self._metric or metric
+        self._mode = check_mode(type(self).__name__, self._mode or mode)
+
     @abc.abstractmethod
     def suggest(self, trial_id: str) -> Suggestion:
         """The config of the new trial ``trial_id``, None (nothing now) or :data:`FINISHED`."""

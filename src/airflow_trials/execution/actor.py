@@ -6,7 +6,6 @@ import functools
 import logging
 import os
 import socket
-import sys
 import threading
 import time
 import traceback
@@ -19,7 +18,8 @@ from airflow_trials.core.fate import Action, after_result
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.trial import Trial
 from airflow_trials.exceptions import TrialError
-from airflow_trials.execution.output import STREAMS, read_new_output
+from airflow_trials.execution.holds import Holds, HoldSpec
+from airflow_trials.execution.output import LogCapture, read_new_output
 from airflow_trials.execution.parameters import parameters_key, resolve_parameters
 from airflow_trials.execution.storage import TrialStorage
 from airflow_trials.execution.trainable import (
@@ -61,42 +61,6 @@ def _reported_as_trial_error(method: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-class _LogCapture:
-    """Points this process's stdout and stderr (file descriptors 1 and 2) at a trial's log files."""
-
-    def __init__(self) -> None:
-        self._saved: tuple[int, int] | None = None
-        self.paths: dict[str, str] = {}
-        # Where this trial's output starts in each file: a retry on the same node appends.
-        self.start_offsets: dict[str, int] = {}
-
-    def start(self, stdout_path: str, stderr_path: str) -> None:
-        self.stop()
-        os.makedirs(os.path.dirname(stdout_path), exist_ok=True)
-        self.paths = dict(zip(STREAMS, (stdout_path, stderr_path), strict=True))
-        self.start_offsets = {s: os.path.getsize(p) if os.path.exists(p) else 0 for s, p in self.paths.items()}
-        sys.stdout.flush()
-        sys.stderr.flush()
-        self._saved = (os.dup(1), os.dup(2))
-        for fd, path in ((1, stdout_path), (2, stderr_path)):
-            target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-            os.dup2(target, fd)
-            os.close(target)
-
-    def flush(self) -> None:
-        sys.stdout.flush()
-        sys.stderr.flush()
-
-    def stop(self) -> None:
-        if self._saved is None:
-            return
-        self.flush()
-        for fd, saved in zip((1, 2), self._saved, strict=True):
-            os.dup2(saved, fd)
-            os.close(saved)
-        self._saved = None
-
-
 class TrialActor:
     """Hosts one trial at a time; with actor reuse, ``reset`` hands it the next trial.
 
@@ -107,7 +71,7 @@ class TrialActor:
     :param storage_path: the experiment storage root (local path or fsspec URL).
     :param local_log_path: where stdout/stderr files go on this node.
     :param capture_output: redirect the process's stdout/stderr into the trial's files; default True.
-    :param autorun: ``(trial_state, restore_from)`` to start :meth:`run` from the constructor;
+    :param autorun: ``(trial_state, restore_from, holds)`` to start :meth:`run` from the constructor;
         default None. A detached actor's construction is kept by Ray's GCS, so a trial started
         this way begins whenever Ray places it, even after the process that launched it exited.
     """
@@ -118,10 +82,10 @@ class TrialActor:
         storage_path: str,
         local_log_path: str,
         capture_output: bool = True,
-        autorun: tuple[dict[str, Any], str | None] | None = None,
+        autorun: tuple[Any, ...] | None = None,
     ) -> None:
         self._storage = TrialStorage(storage_path, local_log_path)
-        self._capture = _LogCapture() if capture_output else None
+        self._capture = LogCapture() if capture_output else None
         self._hostname = socket.gethostname()
         self._pid = os.getpid()
         self._node_ip = _node_ip()
@@ -137,6 +101,12 @@ class TrialActor:
         self._error: str | None = None
         self._stop_requested = False
         self._ended = threading.Event()  # set when the autonomous loop has ended
+        # Set when a poll should answer at once: the loop ended, or it holds for a verdict.
+        self._attention = threading.Event()
+        self._holds: Holds | None = None
+        self._published: int | None = None  # the result a hold published before after_result returned
+        self._stop_reason: str | None = None
+        self._scheduler_reason: str | None = None
         self._log_files: dict[str, str] = {}  # the logs' copies on the storage, once stopped
         self._log_error: str | None = None
         self._setup(spec)
@@ -301,17 +271,22 @@ class TrialActor:
         return record
 
     # -- autonomous mode: the Airflow trigger polls a trial that drives itself ------------------
-    def run(self, trial_state: dict[str, Any], restore_from: str | None = None) -> str:
+    def run(
+        self, trial_state: dict[str, Any], restore_from: str | None = None, holds: HoldSpec | None = None
+    ) -> str:
         """Drive the trial to its end in a background thread, first restoring ``restore_from``;
         returns at once.
 
         ``trial_state`` is ``Trial.to_json_state()``: its stopping criterion, checkpoint_freq,
         checkpoint_at_end and keep_checkpoints_num apply here as in the TrialRunner. Failures end
-        the loop in ERROR; retrying is the caller's decision (Airflow's retries).
+        the loop in ERROR; retrying is the caller's decision (Airflow's retries). With ``holds``
+        (see :mod:`~airflow_trials.execution.holds`), the trial waits at each hold point for its
+        scheduler's verdict, which :meth:`decide` gives.
         """
         if self._loop is not None:
             return self.trial_id
         self._trial = Trial.from_json_state(trial_state)
+        self._holds = Holds.from_spec(holds)
         self._status = TrialStatus.RUNNING
         self._loop = threading.Thread(
             target=self._run_loop, args=(restore_from,), name=f"run-{self.trial_id}", daemon=True
@@ -331,13 +306,17 @@ class TrialActor:
                 duplicate = bool(result.pop(R.DUPLICATE, False))
                 if result.get(R.CHECKPOINT):
                     self._keep(CheckpointRecord(result[R.CHECKPOINT], result[R.TRAINING_ITERATION], result))
-                decision = after_result(trial, result, duplicate=duplicate)
-                if decision.fresh:
-                    with self._lock:
-                        self._results.append(result)
+                decision = after_result(
+                    trial, result, duplicate=duplicate,
+                    scheduler=self._verdict if self._holds is not None else None,
+                    scheduler_reason=lambda _: self._scheduler_reason,
+                )
+                if decision.fresh and self._published != result[R.TRAINING_ITERATION]:
+                    self._publish(result)
                 if decision.save_checkpoint:
                     self._save_and_keep()
                 if decision.action is not Action.CONTINUE:
+                    self._stop_reason = decision.reason
                     break
         except TrialError as e:
             status, error = TrialStatus.ERROR, str(e)
@@ -348,6 +327,40 @@ class TrialActor:
             with self._lock:
                 self._status, self._error = status, error
             self._ended.set()
+            self._attention.set()
+
+    def _publish(self, result: dict[str, Any]) -> None:
+        with self._lock:
+            self._results.append(result)
+        self._published = result[R.TRAINING_ITERATION]
+
+    def _verdict(self, trial: Trial, result: dict[str, Any]) -> str:
+        """The scheduler's decision on a fresh result, as the trigger gives it: waited for at a
+        hold point (the result is published first, so that the trigger sees it), else a STOP it
+        gave earlier, else CONTINUE."""
+        holds = self._holds
+        assert holds is not None
+        iteration = int(result[R.TRAINING_ITERATION])
+        if holds.holds_at(result):
+            self._publish(result)
+            self._attention.set()
+            try:
+                decision, reason = holds.hold(iteration, float(result[holds.time_attr]), lambda: self._stop_requested)
+            finally:
+                if not self._ended.is_set():
+                    self._attention.clear()
+        else:
+            decision, reason = holds.told(iteration)
+        self._scheduler_reason = reason
+        return decision.value
+
+    def decide(self, iteration: int, decision: str, reason: str | None = None) -> bool:
+        """The scheduler's verdict on result ``iteration`` (from the trial's trigger); whether the
+        trial takes verdicts (it runs with holds)."""
+        if self._holds is None:
+            return False
+        self._holds.give(iteration, decision, reason)
+        return True
 
     def _save_and_keep(self) -> None:
         raw = self.save()
@@ -375,7 +388,7 @@ class TrialActor:
         the offsets to ask from next time.
         """
         if wait_s > 0 and self._loop is not None:
-            self._ended.wait(wait_s)
+            self._attention.wait(wait_s)
         with self._lock:
             trial = self._trial
             snapshot: TrialSnapshot = {
@@ -392,6 +405,8 @@ class TrialActor:
                 else [],
                 "best_checkpoint": _best(trial),
                 "error": self._error,
+                "stop_reason": self._stop_reason if self._status is TrialStatus.TERMINATED else None,
+                "held": self._holds.held_at if self._holds is not None else None,
                 "pid": self._pid,
                 "output": None,
                 "log_files": dict(self._log_files),
@@ -417,6 +432,8 @@ class TrialActor:
     def request_stop(self) -> None:
         """Let an autonomous trial end (TERMINATED) after its current iteration."""
         self._stop_requested = True
+        if self._holds is not None:
+            self._holds.wake()
 
     def execute(self, fn: Callable[[Any], Any]) -> Any:
         """Call ``fn`` with the live trainable object (class API) or driver; for debugging and tests."""

@@ -7,6 +7,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.stopping import StopFn, Stopper
 from airflow_trials.core.trial import Trial
 from airflow_trials.exceptions import ExperimentStateError
@@ -57,4 +58,20 @@ def load_experiment_state(
             f"unreadable ({e}); restore it from a backup or start the experiment afresh."
         ) from e
     log.info("Resumed experiment %s with %s trials from %s", experiment_name, len(trials), path)
+    return trials
+
+
+def trials_to_resume(
+    storage: TrialStorage, experiment_name: str, stop_criterion: Mapping[str, float] | StopFn | Stopper | None,
+    run_errored_only: bool,
+) -> list[Trial]:
+    """The saved trials, made ready to run again: RUNNING and PAUSED ones lost their actors and
+    continue from their newest checkpoint (PENDING); with ``run_errored_only``, ERROR ones are
+    reset to run again from their latest checkpoint; TERMINATED ones stay as they are."""
+    trials = load_experiment_state(storage, experiment_name, stop_criterion)
+    for trial in trials:
+        if trial.status in (TrialStatus.RUNNING, TrialStatus.PAUSED):
+            trial.set_status(TrialStatus.PENDING)
+        elif trial.status == TrialStatus.ERROR and run_errored_only:
+            trial.reset_for_rerun()
     return trials

@@ -19,9 +19,9 @@ from airflow_trials.execution.storage import TrialStorage
 DEFAULT_NAMESPACE = "airflow_trials"
 _RemoteTrialActor = ray.remote(TrialActor)
 
-# What a launched actor runs from its constructor: the trial's JSON state and the checkpoint to
-# restore first (None: start from scratch).
-Autorun = tuple[dict[str, Any], str | None]
+# What a launched actor runs from its constructor: the trial's JSON state, the checkpoint to
+# restore first (None: start from scratch) and its holds (None: no scheduler's verdicts).
+Autorun = tuple[dict[str, Any], str | None, dict[str, Any] | None]
 
 
 def actor_name(experiment_name: str, trial_id: str) -> str:

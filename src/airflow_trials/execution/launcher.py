@@ -16,6 +16,7 @@ from airflow_trials.execution import handles
 from airflow_trials.execution.cluster import ResourceLedger
 from airflow_trials.execution.errors import trial_error
 from airflow_trials.execution.handles import DEFAULT_NAMESPACE, actor_name, find_trial_actor
+from airflow_trials.execution.holds import HoldSpec
 from airflow_trials.execution.parameters import check_accepts_parameters, parameter_refs
 from airflow_trials.execution.ray_state import (
     actor_info,
@@ -108,7 +109,9 @@ class TrialLauncher:
         parameter_refs(trial)
 
     # -- autonomous trials -------------------------------------------------------------------------
-    def launch(self, trial: Trial, start_timeout_s: float | None = 600.0) -> ActorHandle:
+    def launch(
+        self, trial: Trial, start_timeout_s: float | None = 600.0, holds: HoldSpec | None = None
+    ) -> ActorHandle:
         """Start ``trial`` in its own detached, named actor that drives itself to the end.
 
         The actor restores the trial's newest checkpoint (or ``restore_path``), applies its
@@ -122,6 +125,8 @@ class TrialLauncher:
         this returns at once (the trial may be queued: :meth:`is_placed`); otherwise it returns
         once the trial runs, or raises TrialError, removing the actor, if Ray could not place it
         in time. Raises TrainableNotFoundError or InsufficientResourcesError before any Ray work.
+        With ``holds`` the trial waits for its scheduler's verdict at each hold point
+        (:mod:`~airflow_trials.execution.holds`).
         """
         self._check_trainable(trial)
         self.check_fits_cluster(trial)
@@ -130,7 +135,7 @@ class TrialLauncher:
             # A detached launch never reuses a cached actor: the autorun must be the constructor's.
             self.slots.evict()
             self._remove_orphaned_placement_group(trial)
-        autorun = (trial.to_json_state(), trial.restore_source())
+        autorun = (trial.to_json_state(), trial.restore_source(), dict(holds) if holds else None)
         slot = self.slots.acquire(trial, autorun)
         assert slot.actor is not None
         # A reused (reset) actor was built without autorun: hand it the trial now. Only an

@@ -8,6 +8,7 @@ the bounds are counted, not returned: the caller says so and where the whole fil
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -91,3 +92,39 @@ def read_tail(path: str, max_lines: int = 200, max_bytes: int = 64 * 1024) -> Ou
 
 def _cut(line: str) -> str:
     return line if len(line) <= MAX_LINE_CHARS else f"{line[:MAX_LINE_CHARS]}... ({len(line)} characters)"
+
+
+class LogCapture:
+    """Points this process's stdout and stderr (file descriptors 1 and 2) at a trial's log files."""
+
+    def __init__(self) -> None:
+        self._saved: tuple[int, int] | None = None
+        self.paths: dict[str, str] = {}
+        # Where this trial's output starts in each file: a retry on the same node appends.
+        self.start_offsets: dict[str, int] = {}
+
+    def start(self, stdout_path: str, stderr_path: str) -> None:
+        self.stop()
+        os.makedirs(os.path.dirname(stdout_path), exist_ok=True)
+        self.paths = dict(zip(STREAMS, (stdout_path, stderr_path), strict=True))
+        self.start_offsets = {s: os.path.getsize(p) if os.path.exists(p) else 0 for s, p in self.paths.items()}
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self._saved = (os.dup(1), os.dup(2))
+        for fd, path in ((1, stdout_path), (2, stderr_path)):
+            target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            os.dup2(target, fd)
+            os.close(target)
+
+    def flush(self) -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+
+    def stop(self) -> None:
+        if self._saved is None:
+            return
+        self.flush()
+        for fd, saved in zip((1, 2), self._saved, strict=True):
+            os.dup2(saved, fd)
+            os.close(saved)
+        self._saved = None

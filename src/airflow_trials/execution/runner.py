@@ -25,8 +25,8 @@ from airflow_trials.exceptions import (
     TrialError,
 )
 from airflow_trials.execution.executor import RayTrialExecutor
-from airflow_trials.execution.experiment_state import load_experiment_state, save_experiment_state
-from airflow_trials.execution.exploit import apply_exploit
+from airflow_trials.execution.experiment_state import save_experiment_state, trials_to_resume
+from airflow_trials.execution.exploit import apply_exploit, check_scheduler_can_run
 from airflow_trials.execution.suggest import build_search_driver
 
 log = logging.getLogger(__name__)
@@ -152,6 +152,7 @@ class TrialRunner:
             trial.stopper = self._experiment_stopper
         if not trial.status.is_terminal():
             self.trial_executor.check_fits_cluster(trial)
+            check_scheduler_can_run(self.scheduler, trial)
         self.scheduler.on_trial_add(trial)
         self._trials.append(trial)
         self._by_id[trial.trial_id] = trial
@@ -264,12 +265,15 @@ class TrialRunner:
     def _exploit(self, trial: Trial, exploit: Exploit) -> bool:
         """The paused trial takes over its donor's checkpoint and a new config; when the donor's
         checkpoint is gone, it keeps its own state (as Ray Tune does when a save fails)."""
+        old_config = dict(trial.config)
         try:
             apply_exploit(self.trial_executor, trial, exploit)
         except CheckpointError as e:
             log.warning("Trial %s keeps its own state: %s", trial.trial_id, e)
             return False
         log.info("Trial %s: %s.", trial.trial_id, self.scheduler.decision_reason(trial.trial_id))
+        for callback in self.callbacks:
+            callback.on_trial_exploit(trial, exploit, old_config)
         return True
 
     def _on_no_available_trials(self) -> None:
@@ -480,13 +484,8 @@ class TrialRunner:
         return path
 
     def _resume(self, run_errored_only: bool) -> None:
-        trials = load_experiment_state(self.trial_executor.storage, self.experiment_name, self.stop_criterion)
-        for trial in trials:
-            if trial.status in (TrialStatus.RUNNING, TrialStatus.PAUSED):
-                # Its actor is gone; it continues from its newest checkpoint.
-                trial.set_status(TrialStatus.PENDING)
-            elif trial.status == TrialStatus.ERROR and run_errored_only:
-                trial.reset_for_rerun()
+        storage = self.trial_executor.storage
+        for trial in trials_to_resume(storage, self.experiment_name, self.stop_criterion, run_errored_only):
             self.add_trial(trial)
 
     def debug_string(self) -> str:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_trials.core.callback import Callback
 from airflow_trials.core.end import TrialEnd
 from airflow_trials.core.fate import FailureDecision, Outcome
+from airflow_trials.core.pbt import Exploit
 from airflow_trials.core.result import CHECKPOINT, DUPLICATE, Result
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.trial import Trial
@@ -37,8 +38,9 @@ class TrialsDbCallback(Callback):
 
     The run is created when its first trial starts, under the trials' experiment name. Results and
     checkpoints are written in one transaction per runner step (only the trials that changed),
-    and each trial's end as the Airflow path writes it (``TrialStore.record_end``). Store errors
-    are not swallowed: after the store's own retries they stop the runner.
+    each trial's end as the Airflow path writes it (``TrialStore.record_end``), and each PBT
+    exploit, with the trial's new config, as it is applied (``TrialStore.record_exploit``). Store
+    errors are not swallowed: after the store's own retries they stop the runner.
 
     :param metric: the metric the experiment's leaderboard ranks by; default none (then pass
         ``metric`` to the readers).
@@ -106,6 +108,20 @@ class TrialsDbCallback(Callback):
 
     def on_checkpoint(self, trial: Trial, checkpoint: Any) -> None:
         self._dirty[trial.trial_id] = trial
+
+    def on_trial_exploit(self, trial: Trial, exploit: Exploit, old_config: dict[str, Any]) -> None:
+        """Recorded at once (``TrialStore.record_exploit``), with the trial's new config."""
+        if trial.trial_id not in self._trackers:
+            return  # never started under this callback: the store has no row to attach it to
+        # Its results so far (the pausing one may still wait for the step's batch) belong to the
+        # state it gives up: write them first, so that the exploit keeps them in its row.
+        self._flush(trial)
+        checkpoint = exploit.donor_checkpoint
+        self.store.record_exploit(
+            trial.trial_id, iteration=checkpoint.iteration, donor_trial_id=exploit.donor_trial_id,
+            donor_checkpoint=checkpoint.path, old_config=old_config, new_config=exploit.new_config,
+            operations=exploit.operations,
+        )
 
     def on_step_end(self, trials: list[Trial]) -> None:
         self._flush()
@@ -183,5 +199,6 @@ class TrialsDbCallback(Callback):
             last_result={k: v for k, v in trial.last_result.items()
                          if isinstance(v, (int, float, str, bool)) or v is None} or None,
             best_checkpoint=best.path if best is not None else None,
+            stop_reason=trial.stop_reason if decision is None else None,
         )
         self.store.record_end(end, decision)

@@ -12,13 +12,21 @@ from airflow.sdk import BaseOperator, Context, conf
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_trials.core.end import TrialEnd
-from airflow_trials.core.fate import FailureDecision, Outcome, Transition, after_failure
+from airflow_trials.core.fate import (
+    FailureDecision,
+    Outcome,
+    Transition,
+    after_failure,
+    stopped_by_scheduler,
+)
 from airflow_trials.core.parameters import refuse_in_airflow
 from airflow_trials.core.resources import Resources
+from airflow_trials.core.rungs import AshaRungs
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.trial import Trial, validate_name
-from airflow_trials.exceptions import TrialError
+from airflow_trials.exceptions import StoreError, TrialError
 from airflow_trials.hooks.trials import DEFAULT_RAY_CONN_ID, DEFAULT_TRIALS_CONN_ID, TrialsHook
+from airflow_trials.operators.tuning import asha_rungs, asha_settings, needs_run, suggested_config
 from airflow_trials.pools import DEFAULT_SLOTS_PER_GPU, gpu_pool_slots
 from airflow_trials.triggers.trial import STOPPED_BY_USER, TrialTrigger, stored_end_event
 
@@ -83,6 +91,13 @@ class RunTrialOperator(BaseOperator):
     :param poll_interval_seconds: how often the trigger polls the trial; default 2.
     :param deferrable: defer while the trial trains; default ``[operators] default_deferrable``.
         When False, the task polls in the worker (holding its slot).
+    :param scheduler: an ``ASHAScheduler`` (or its ``AshaRungs.to_dict()``): the trial waits at
+        each of its rungs while its trigger judges it against the experiment run's other trials
+        in the trials DB, and stops there when ASHA says so (docs/airflow.md, "Early stopping").
+        Needs ``experiment_run_id``. Default None: it runs to its stopping criterion.
+    :param search_alg: an ``OptunaSearch`` (space, metric and mode set): the trial's first try asks
+        it for the config, after the run's ended trials (``operators/search.py``), and ``config``
+        is ignored. Needs ``experiment_run_id``. Default None: ``config`` is the config.
     """
 
     template_fields: Sequence[str] = ("trainable", "config", "experiment_name", "trial_id")
@@ -111,6 +126,8 @@ class RunTrialOperator(BaseOperator):
         trials_conn_id: str = DEFAULT_TRIALS_CONN_ID,
         poll_interval_seconds: float = 2.0,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        scheduler: Any = None,
+        search_alg: Any = None,
         **kwargs: Any,
     ) -> None:
         refuse_in_airflow(trainable, f"RunTrialOperator {kwargs.get('task_id')!r}")
@@ -144,6 +161,8 @@ class RunTrialOperator(BaseOperator):
         self.trials_conn_id = trials_conn_id
         self.poll_interval_seconds = poll_interval_seconds
         self.deferrable = deferrable
+        self.scheduler = asha_settings(scheduler)
+        self.search_alg = search_alg
 
     # -- helpers ------------------------------------------------------------------------------------
     def _ids(self, context: Context) -> tuple[str, str]:
@@ -172,12 +191,37 @@ class RunTrialOperator(BaseOperator):
     def _hook(self) -> TrialsHook:
         return TrialsHook(self.ray_conn_id, self.trials_conn_id)
 
+    def _ask(self, context: Context, trial_id: str) -> dict[str, Any]:
+        """The trial's config from ``search_alg`` (asked once, on its first try)."""
+        run_id = needs_run(self.experiment_run_id, "search_alg= learns from", self.task_id, trial_id)
+        map_index = context["ti"].map_index
+        store = self._hook().get_store()
+        try:
+            return suggested_config(store, self.search_alg, run_id, trial_id, max(map_index or 0, 0), self.log)
+        except StoreError:
+            raise  # the trials DB: Airflow retries the task
+        except Exception as e:  # the searcher's own error: asking again would raise it again
+            raise AirflowFailException(
+                f"Trial {trial_id}: {type(self.search_alg).__name__} raised {type(e).__name__} when asked for "
+                f"its config: {e}. The trial did not start and nothing was written for it; the run's other "
+                "trials and their results are kept. Fix the searcher or its search space, then clear this task."
+            ) from e
+        finally:
+            store.dispose()
+
+    def _rungs(self, trial_id: str) -> tuple[AshaRungs | None, int]:
+        """ASHA's settings and the trial's bracket (the same on every try)."""
+        return asha_rungs(self.scheduler, self.task_id, self.experiment_run_id, trial_id)
+
     # -- execution ----------------------------------------------------------------------------------
     def execute(self, context: Context) -> Any:
         from airflow_trials.execution.trainable import load_trainable
 
         experiment, trial_id = self._ids(context)
         self._trial_ids = (experiment, trial_id)  # for on_kill
+        self._rungs(trial_id)  # a scheduler without a run fails here
+        if self.search_alg is not None:
+            self.config = self._ask(context, trial_id)
         self._trial(experiment, trial_id, self.restore_path)  # validates ids, config and resources
         load_trainable(self.trainable)  # an unknown path fails here, before any Ray or DB work
         return self._start_or_attach(context)
@@ -195,9 +239,11 @@ class RunTrialOperator(BaseOperator):
             return self.execute_complete(context, finished_event)
         from airflow_trials.execution.ray_state import current_cluster_id
 
+        _, bracket = self._rungs(trial_id)
         trigger = TrialTrigger(
             experiment, trial_id, self.ray_conn_id, self.trials_conn_id, self.poll_interval_seconds,
-            ray_cluster_id=current_cluster_id(),
+            ray_cluster_id=current_cluster_id(), scheduler=self.scheduler, bracket=bracket,
+            experiment_run_id=self.experiment_run_id if self.scheduler is not None else None,
         )
         if self.deferrable:
             self.defer(trigger=trigger, method_name="execute_complete")
@@ -254,18 +300,26 @@ class RunTrialOperator(BaseOperator):
                 store.record_transition(trial_id, Transition.RESET)
             elif record.status.is_terminal():
                 store.record_transition(trial_id, Transition.QUEUED)
-            latest = store.latest_checkpoint(trial_id)
-            if latest is not None:
-                trial = self._trial(experiment, trial_id, latest.path)
-                self.log.info("Trial %s resumes from checkpoint %s", trial_id, latest.path)
-            # Do not wait for Ray to place it: a trial queued for resources waits deferred,
-            # holding no worker slot, and starts when Ray places it.
-            placed = executor.is_placed(executor.launch(trial, start_timeout_s=None))
-            self.log.info("Started trial %s of experiment %s on Ray.", trial_id, experiment)
+            trial, placed = self._launch(store, executor, trial)
         if not placed:
             self.log.info("Trial %s waits for Ray resources (%s).", trial_id, trial.resources)
         store.record_transition(trial_id, Transition.PLACED if placed else Transition.QUEUED, try_number=ti.try_number)
         return None
+
+    def _launch(self, store: Any, executor: Any, trial: Trial) -> tuple[Trial, bool]:
+        """Start the trial on Ray from its latest stored checkpoint, with its scheduler's holds;
+        the trial as launched, and whether Ray placed it already."""
+        latest = store.latest_checkpoint(trial.trial_id)
+        if latest is not None:
+            trial = self._trial(trial.experiment_name, trial.trial_id, latest.path)
+            self.log.info("Trial %s resumes from checkpoint %s", trial.trial_id, latest.path)
+        rungs, bracket = self._rungs(trial.trial_id)
+        holds = {"time_attr": rungs.time_attr, "points": rungs.hold_points(bracket)} if rungs else None
+        # Do not wait for Ray to place it: a trial queued for resources waits deferred, holding
+        # no worker slot, and starts when Ray places it.
+        placed = executor.is_placed(executor.launch(trial, start_timeout_s=None, holds=holds))
+        self.log.info("Started trial %s of experiment %s on Ray.", trial.trial_id, trial.experiment_name)
+        return trial, placed
 
     def _rerun_from_scratch(self, store: Any, executor: Any, record: Any, try_number: int) -> Any:
         """The finished task was cleared: Airflow re-runs it, so the trial runs again from scratch,
@@ -320,11 +374,13 @@ class RunTrialOperator(BaseOperator):
             "last_result": end.last_result,
             "best_checkpoint": end.best_checkpoint or (latest.path if latest else None),
             "num_failures": record.num_failures if decision is None else decision.num_failures,
+            "stop_reason": end.stop_reason,
         }
         ti.xcom_push(key="trial", value=state)
         if decision is not None:
             self._raise_failure(ti, end, decision)
-        self.log.info("Trial %s finished: %s", end.trial_id, state["last_result"])
+        self.log.info("Trial %s finished%s: %s", end.trial_id,
+                      f" ({end.stop_reason})" if end.stop_reason else "", state["last_result"])
         return state
 
     def _raise_failure(self, ti: Any, end: TrialEnd, decision: FailureDecision) -> NoReturn:
@@ -408,9 +464,12 @@ def _first_try_after_a_clear(ti: Any, retries: int) -> bool:
 
 
 def _finished(trial: Trial, record: Any) -> bool:
-    """Did the stored trial end TERMINATED having met its stopping criterion?"""
+    """Did the stored trial end TERMINATED having met its stopping criterion, or stopped by its
+    scheduler (its stop reason says why)?"""
     if record.status != TrialStatus.TERMINATED or not record.last_result:
         return False
+    if stopped_by_scheduler(record.stop_reason):
+        return True
     try:
         return trial.should_stop(record.last_result)
     except KeyError:  # the criterion names a metric the stored result lacks

@@ -10,14 +10,17 @@ from airflow_trials.plugins.queries import (
     DEFAULT_CURVES,
     DEFAULT_PAGE_SIZE,
     BoardPage,
+    early_stopped,
 )
 from airflow_trials.plugins.render import Links
 from airflow_trials.plugins.schemas import (
     CurvesOut,
     ExperimentOut,
+    ExploitOut,
     LeaderboardOut,
     LeaderboardRowOut,
     ResultsOut,
+    RungOut,
     RunOut,
     TrialOut,
 )
@@ -42,22 +45,24 @@ def leaderboard_api(
     request: Request, run_pk: params.RunPk, user: UserDep, store: params.StoreDep,
     metric: params.Metric = None, mode: params.Mode = None, sort: params.Sort = "metric",
     order: params.Order = "asc", page: params.Page = 1, page_size: params.PageSize = DEFAULT_PAGE_SIZE,
+    stopped: params.Stopped = "all",
 ) -> LeaderboardOut:
-    board = reads.board(store, user, run_pk, metric, mode, sort, order, page, page_size)
+    board = reads.board(store, user, run_pk, metric, mode, sort, order, page, page_size, stopped)
     return _board_out(board, Links(request))
 
 
 def _board_out(board: BoardPage, links: Links) -> LeaderboardOut:
     return LeaderboardOut(
-        run=RunOut.of(board.run, board.total, links.run(board.run.id)), metric=board.metric, mode=board.mode,
-        sort=board.sort, order="desc" if board.descending else "asc", page=board.page,
+        run=RunOut.of(board.run, board.num_trials, links.run(board.run.id)), metric=board.metric, mode=board.mode,
+        sort=board.sort, order="desc" if board.descending else "asc", stopped=board.stopped, page=board.page,
         page_size=board.page_size, pages=board.pages, total=board.total, best_trial_id=board.best_trial_id,
         status_counts=board.status_counts, config_keys=board.config_keys,
         rows=[
             LeaderboardRowOut(
                 rank=r.rank, trial_id=r.trial.trial_id, status=r.trial.status.value,
                 num_failures=r.trial.num_failures, config=r.config, best_value=r.trial.best_value,
-                best_iteration=r.trial.best_iteration, best_checkpoint=r.checkpoint, url=links.trial(r.trial.trial_id),
+                best_iteration=r.trial.best_iteration, best_checkpoint=r.checkpoint, stop_reason=r.stop_reason,
+                early_stopped=r.early_stopped, url=links.trial(r.trial.trial_id),
             )
             for r in board.rows
         ],
@@ -71,13 +76,18 @@ def curves_api(run_pk: params.RunPk, user: UserDep, store: params.StoreDep, metr
     return CurvesOut(run_id=run.id, metric=metric_, mode=mode, best_trial_id=best, curves=curves)
 
 
-@api.get("/trials/{trial_id}", response_model=TrialOut, summary="A trial: status, failures, checkpoints")
+@api.get("/trials/{trial_id}", response_model=TrialOut,
+         summary="A trial: status, failures, checkpoints, ASHA rungs and PBT lineage")
 def trial_api(request: Request, trial_id: params.TrialId, user: UserDep, store: params.StoreDep) -> TrialOut:
     trial, run = reads.trial(store, user, trial_id)
     metric, mode, _, best_iteration = reads.trial_curve(store, trial, run)
     checkpoints, best = reads.trial_checkpoints(store, trial, metric, mode)
-    return TrialOut(trial=trial, checkpoints=checkpoints, best_checkpoint=best,
-                    best_iteration=best_iteration, task_instance_url=Links.task_instance(trial))
+    rungs, lineage = reads.trial_decisions(store, trial)
+    links = Links(request)
+    return TrialOut(trial=trial, early_stopped=early_stopped(trial.stop_reason), checkpoints=checkpoints,
+                    best_checkpoint=best, best_iteration=best_iteration,
+                    task_instance_url=Links.task_instance(trial), rungs=[RungOut.of(r) for r in rungs],
+                    lineage=[ExploitOut.of(step, links.trial(step.exploit.donor_trial_id)) for step in lineage])
 
 
 @api.get("/trials/{trial_id}/results", response_model=ResultsOut, summary="Every result a trial reported")

@@ -25,6 +25,7 @@ from airflow_trials.plugins.params import (
     PageSize,
     RunPk,
     Sort,
+    Stopped,
     StoreDep,
     TaskId,
     Top,
@@ -66,15 +67,17 @@ def experiment_page(request: Request, experiment: ExperimentName, user: UserDep,
 def run_page(
     request: Request, run_pk: RunPk, user: UserDep, store: StoreDep, metric: Metric = None, mode: Mode = None,
     sort: Sort = "metric", order: Order = "asc", page: Page = 1, page_size: PageSize = DEFAULT_PAGE_SIZE,
+    stopped: Stopped = "all",
 ) -> HTMLResponse:
-    board = reads.board(store, user, run_pk, metric, mode, sort, order, page, page_size)
+    board = reads.board(store, user, run_pk, metric, mode, sort, order, page, page_size, stopped)
     links = Links(request)
     chart = learning_curves_svg(store.metric_curves(board.leaders, board.metric), metric=board.metric,
                                 best_trial_id=board.best_trial_id)
 
     def board_url(**changes: Any) -> str:
         query = {"metric": metric, "mode": mode, "sort": board.sort, "order": "desc" if board.descending else "asc",
-                 "page_size": board.page_size if board.page_size != DEFAULT_PAGE_SIZE else None}
+                 "page_size": board.page_size if board.page_size != DEFAULT_PAGE_SIZE else None,
+                 "stopped": board.stopped if board.stopped != "all" else None}
         query.update(changes)
         return links.run(run_pk, **query)
 
@@ -118,13 +121,14 @@ def trial_page(request: Request, trial_id: TrialId, user: UserDep, store: StoreD
         crumbs = [(run.experiment_name, links.experiment(run.experiment_name)), (run.run_key, links.run(run.id))]
         chart = Markup(learning_curves_svg({trial_id: curve}, metric=metric, best_trial_id=trial_id,
                                            title=f"{trial_id}: {metric}"))
+    rungs, lineage = reads.trial_decisions(store, trial)
     results = store.get_results(trial_id)
     # The trainable's own metrics first, then the fields the engine adds (timestamp, durations...).
     metric_keys = sorted({k for r in results for k, v in r.items() if is_number(v)} - {TRAINING_ITERATION},
                          key=lambda k: (k in AUTO_FIELDS, k))
     return render_page(
         request, "trial.html", title=f"Trial {trial_id}", trial=trial, run=run, metric=metric, mode=mode,
-        chart=chart, checkpoints=checkpoints, best=best,
+        chart=chart, checkpoints=checkpoints, best=best, rungs=rungs, lineage=lineage,
         best_iteration=best_iteration, best_value=None if best_iteration is None else dict(curve).get(best_iteration),
         results=results[-RESULTS_SHOWN:], num_results=len(results), metric_keys=metric_keys,
         results_url=f"{links.base}/api/trials/{quote(trial_id, safe='')}/results",

@@ -8,7 +8,13 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Path, Query, Request, status
 
 from airflow_trials.core.trial import validate_name
-from airflow_trials.plugins.queries import MAX_CURVES, MAX_PAGE_SIZE, SORT_KEYS, DashboardStore
+from airflow_trials.plugins.queries import (
+    MAX_CURVES,
+    MAX_PAGE_SIZE,
+    SORT_KEYS,
+    STOPPED_FILTERS,
+    DashboardStore,
+)
 
 # Experiment names and trial ids follow core.trial.validate_name; the handlers also run it.
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
@@ -36,6 +42,10 @@ Sort = Annotated[str, Query(pattern=f"^({'|'.join(SORT_KEYS)})$", description="C
 Order = Annotated[str, Query(pattern="^(asc|desc)$")]
 Page = Annotated[int, Query(ge=1, le=1_000_000)]
 PageSize = Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE, description=f"Rows per page, 1 to {MAX_PAGE_SIZE}.")]
+Stopped = Annotated[str, Query(
+    pattern=f"^({'|'.join(STOPPED_FILTERS)})$",
+    description="early: only trials their scheduler stopped early; not_early: only the others; all (default).",
+)]
 Top = Annotated[int, Query(ge=1, le=MAX_CURVES, description="How many of the best trials to draw.")]
 DagId = Annotated[str, Query(pattern=AIRFLOW_KEY_PATTERN)]
 DagRunId = Annotated[str, Query(pattern=AIRFLOW_RUN_ID_PATTERN)]

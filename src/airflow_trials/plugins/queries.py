@@ -1,4 +1,5 @@
-"""What the dashboard reads from the trials store: runs, leaderboard pages, curves and checkpoints.
+"""What the dashboard reads from the trials store: runs, leaderboard pages, curves, checkpoints, and
+a trial's ASHA rungs and PBT lineage.
 
 Imports the store only (no Airflow), so it is tested and benchmarked without a web server.
 :class:`DashboardStore` is the store's :class:`~airflow_trials.store.queries.QueryStore` (one
@@ -14,8 +15,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_trials.core.fate import stopped_early
 from airflow_trials.core.status import TrialStatus
-from airflow_trials.store import CheckpointRecordRow, ExperimentRunRecord, ExperimentRunStatus
+from airflow_trials.store import (
+    CheckpointRecordRow,
+    ExperimentRunRecord,
+    ExperimentRunStatus,
+    ExploitRecord,
+    RungDecision,
+)
 from airflow_trials.store.leaderboard import check_metric, check_mode
 from airflow_trials.store.queries import QueryStore, RankedTrial
 
@@ -25,6 +33,8 @@ MAX_PAGE_SIZE = 500
 DEFAULT_CURVES = 20
 MAX_CURVES = 200
 SORT_KEYS = ("metric", "trial_id", "status", "failures")
+# The leaderboard's ?stopped= filter: every trial, those their scheduler stopped early, the others.
+STOPPED_FILTERS = ("all", "early", "not_early")
 
 
 class NotFoundError(LookupError):
@@ -39,12 +49,19 @@ class BoardRow:
     :param trial: the trial's place in the ranking.
     :param config: the trial's hyperparameters.
     :param checkpoint: the best checkpoint (:func:`best_checkpoint`); None when none is kept.
+    :param stop_reason: why the trial ended TERMINATED; default None (not TERMINATED, or not said).
     """
 
     rank: int
     trial: RankedTrial
     config: dict[str, Any]
     checkpoint: CheckpointRecordRow | None
+    stop_reason: str | None = None
+
+    @property
+    def early_stopped(self) -> bool:
+        """Its scheduler stopped it (:func:`early_stopped`)."""
+        return early_stopped(self.stop_reason)
 
 
 @dataclass(frozen=True)
@@ -58,13 +75,15 @@ class BoardPage:
     :param descending: sort order of ``sort``.
     :param page: 1-based page number.
     :param page_size: rows per page.
-    :param total: trials in the run.
+    :param total: trials the page's filter keeps (all of the run's with ``stopped="all"``).
     :param rows: this page's rows.
     :param config_keys: the config columns: the search space's keys and those of the page's
         configs, sorted.
     :param status_counts: trials per status over the whole run.
     :param best_trial_id: the run's best trial; None while no trial reported the metric.
     :param leaders: the ids of the best :data:`DEFAULT_CURVES` trials with a value, best first.
+    :param stopped: the filter, one of :data:`STOPPED_FILTERS`; default ``"all"``.
+    :param num_trials: trials in the run, whatever the filter; default 0.
     """
 
     run: ExperimentRunRecord
@@ -80,6 +99,8 @@ class BoardPage:
     status_counts: dict[str, int] = field(default_factory=dict)
     best_trial_id: str | None = None
     leaders: list[str] = field(default_factory=list)
+    stopped: str = "all"
+    num_trials: int = 0
 
     @property
     def pages(self) -> int:
@@ -97,6 +118,11 @@ class DashboardStore(QueryStore):
                 f"Experiment run {run_pk} is not in the trials store; pick a run from the experiments list."
             )
         return run
+
+
+def early_stopped(stop_reason: str | None) -> bool:
+    """Did its scheduler stop it early (:func:`airflow_trials.core.fate.stopped_early`)?"""
+    return stopped_early(stop_reason)
 
 
 def best_checkpoint(checkpoints: Sequence[CheckpointRecordRow], best_path: str | None) -> CheckpointRecordRow | None:
@@ -133,59 +159,154 @@ def leaderboard_page(
     descending: bool = False,
     page: int = 1,
     page_size: int = DEFAULT_PAGE_SIZE,
+    stopped: str = "all",
 ) -> BoardPage:
     """One page of the run's leaderboard, ranked over all its trials.
 
-    The store ranks every trial (:meth:`DashboardStore.ranking`); the ranking is then sorted and
-    sliced here, so ranks stay those of the full ranking whatever the sort, and only the page's
-    rows have their configs and checkpoints read.
+    The store ranks every trial (:meth:`DashboardStore.ranking`); the ranking is then filtered,
+    sorted and sliced here, so ranks stay those of the full ranking whatever the filter and sort,
+    and only the page's rows have their configs, checkpoints and stop reasons read. The status
+    counts, the best trial and the leaders are the whole run's.
 
     :param sort: ``"metric"`` (the ranking; descending reverses it, trials without the metric
         still last), ``"trial_id"``, ``"status"`` or ``"failures"``.
     :param page: 1-based; a page past the end is empty.
     :param page_size: 1 to :data:`MAX_PAGE_SIZE`.
+    :param stopped: ``"early"``: only the trials their scheduler stopped early (:func:`early_stopped`);
+        ``"not_early"``: only the others; ``"all"`` (default).
     """
+    _check_page(metric, mode, sort, page, page_size, stopped)
+    board = store.ranking(run.id, metric, mode)
+    shown = _filtered(store, run.id, list(enumerate(board, start=1)), stopped)
+    start = (page - 1) * page_size
+    rows = _board_rows(store, _sorted(shown, sort, descending)[start : start + page_size], metric, mode)
+    status_counts: dict[str, int] = defaultdict(int)
+    for trial in board:
+        status_counts[trial.status.value] += 1
+    config_keys = set(run.search_space) if isinstance(run.search_space, dict) else set()
+    for row in rows:
+        config_keys.update(row.config)
+    best = board[0].trial_id if board and board[0].best_value is not None else None
+    return BoardPage(
+        run=run, metric=metric, mode=mode, sort=sort, descending=descending, page=page,
+        page_size=page_size, total=len(shown), rows=rows,
+        config_keys=sorted(config_keys), status_counts=dict(status_counts), best_trial_id=best,
+        leaders=[trial.trial_id for trial in board[:DEFAULT_CURVES] if trial.best_value is not None],
+        stopped=stopped, num_trials=len(board),
+    )
+
+
+def _check_page(metric: str, mode: str, sort: str, page: int, page_size: int, stopped: str) -> None:
     check_metric(metric)
     check_mode(mode)
     if sort not in SORT_KEYS:
         raise ValueError(f"Cannot sort the leaderboard by {sort!r}; use one of {', '.join(SORT_KEYS)}.")
     if not 1 <= page_size <= MAX_PAGE_SIZE or page < 1:
         raise ValueError(f"page must be >= 1 and page_size 1 to {MAX_PAGE_SIZE}, got {page} and {page_size}.")
-    board = store.ranking(run.id, metric, mode)
-    start = (page - 1) * page_size
-    window = _sorted(board, sort, descending)[start : start + page_size]
+    if stopped not in STOPPED_FILTERS:
+        raise ValueError(f"Cannot filter the leaderboard by stopped={stopped!r}; use one of "
+                         f"{', '.join(STOPPED_FILTERS)}.")
+
+
+def _filtered(store: DashboardStore, run_pk: int, ranked: list[tuple[int, RankedTrial]],
+              stopped: str) -> list[tuple[int, RankedTrial]]:
+    """The (rank, trial) pairs the ``stopped`` filter keeps, ranks unchanged."""
+    if stopped == "all":
+        return ranked
+    early = store.early_stopped_trials(run_pk)
+    keep = stopped == "early"
+    return [item for item in ranked if (item[1].trial_id in early) is keep]
+
+
+def _board_rows(
+    store: DashboardStore, window: list[tuple[int, RankedTrial]], metric: str, mode: str
+) -> list[BoardRow]:
+    """The page's rows, with the configs, best checkpoints and stop reasons of its trials only."""
     ids = [trial.trial_id for _, trial in window]
     configs = store.configs_of(ids)
     checkpoints = store.checkpoints_of(ids)
     best_paths = store.best_checkpoint_paths(ids, metric, mode)
-    status_counts: dict[str, int] = defaultdict(int)
-    for trial in board:
-        status_counts[trial.status.value] += 1
-    config_keys = set(run.search_space) if isinstance(run.search_space, dict) else set()
-    for config in configs.values():
-        config_keys.update(config)
-    best = board[0].trial_id if board and board[0].best_value is not None else None
-    return BoardPage(
-        run=run, metric=metric, mode=mode, sort=sort, descending=descending, page=page,
-        page_size=page_size, total=len(board),
-        rows=[BoardRow(rank, trial, configs.get(trial.trial_id, {}),
-                       best_checkpoint(checkpoints.get(trial.trial_id, []), best_paths.get(trial.trial_id)))
-              for rank, trial in window],
-        config_keys=sorted(config_keys), status_counts=dict(status_counts), best_trial_id=best,
-        leaders=[trial.trial_id for trial in board[:DEFAULT_CURVES] if trial.best_value is not None],
-    )
+    stop_reasons = store.stop_reasons_of(ids)
+    return [
+        BoardRow(rank, trial, configs.get(trial.trial_id, {}),
+                 best_checkpoint(checkpoints.get(trial.trial_id, []), best_paths.get(trial.trial_id)),
+                 stop_reasons.get(trial.trial_id))
+        for rank, trial in window
+    ]
 
 
-def _sorted(board: list[RankedTrial], sort: str, descending: bool) -> list[tuple[int, RankedTrial]]:
-    """(rank, trial) of the whole ranking in the page's order; ranks stay the ranking's."""
-    ranked = list(enumerate(board, start=1))
+def _sorted(ranked: list[tuple[int, RankedTrial]], sort: str, descending: bool) -> list[tuple[int, RankedTrial]]:
+    """(rank, trial) pairs in the page's order, ranking order first; ranks stay the ranking's."""
     if sort == "metric":
         if descending:
             scored = [item for item in ranked if item[1].best_value is not None]
             ranked = scored[::-1] + [item for item in ranked if item[1].best_value is None]
     else:
-        ranked.sort(key=_sort_key(sort, descending), reverse=descending)
+        ranked = sorted(ranked, key=_sort_key(sort, descending), reverse=descending)
     return ranked
+
+
+AT_END = "recorded at end"
+
+
+def rung_verdict(rung: RungDecision) -> str:
+    """The verdict a trial got at a rung: ``CONTINUE`` or ``STOP``; :data:`AT_END` for the value
+    ASHA records when the trial ends, whose verdict nobody acts on."""
+    return AT_END if rung.at_end else rung.decision.value
+
+
+@dataclass(frozen=True)
+class ConfigChange:
+    """One config key a PBT exploit changed.
+
+    :param key: the key, nested keys joined with dots (``"optimizer.lr"``).
+    :param old: its value before the exploit; None when the config had no such key.
+    :param new: its value after; None when the new config has no such key.
+    :param operation: what PBT's explore did to it (e.g. ``"0.01 * 1.2"``); None when not said.
+    """
+
+    key: str
+    old: Any
+    new: Any
+    operation: str | None = None
+
+
+@dataclass(frozen=True)
+class LineageStep:
+    """One exploit of a trial's lineage, with the config keys it changed.
+
+    :param exploit: the stored exploit (``TrialStore.lineage``).
+    :param changes: the keys whose values differ between its old and new config, sorted.
+    """
+
+    exploit: ExploitRecord
+    changes: list[ConfigChange]
+
+
+def config_changes(old: dict[str, Any], new: dict[str, Any], operations: dict[str, str] | None = None,
+                   ) -> list[ConfigChange]:
+    """The keys whose values differ between two configs (nested dicts compared key by key, named
+    with dots, as PBT's operations name them), sorted, each with what ``operations`` says was done."""
+    before, after = _flatten(old), _flatten(new)
+    said = operations or {}
+    return [ConfigChange(key, before.get(key), after.get(key), said.get(key))
+            for key in sorted(before.keys() | after.keys())
+            if key not in before or key not in after or before[key] != after[key]]
+
+
+def lineage_steps(lineage: Sequence[ExploitRecord]) -> list[LineageStep]:
+    """A lineage as the trial page lists it: each exploit with the keys it changed."""
+    return [LineageStep(e, config_changes(e.old_config, e.new_config, e.operations)) for e in lineage]
+
+
+def _flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, dict) and value:
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
 
 
 def is_live(run: ExperimentRunRecord, status_counts: dict[str, int] | None = None) -> bool:

@@ -12,14 +12,16 @@ from airflow_trials.plugins.params import checked_name
 from airflow_trials.plugins.queries import (
     BoardPage,
     DashboardStore,
+    LineageStep,
     NotFoundError,
     best_checkpoint,
     best_point,
     leaderboard_page,
+    lineage_steps,
 )
 from airflow_trials.plugins.render import Links
 from airflow_trials.plugins.schemas import ExperimentOut, RunOut
-from airflow_trials.store import CheckpointRecordRow, ExperimentRunRecord, TrialRecord
+from airflow_trials.store import CheckpointRecordRow, ExperimentRunRecord, RungDecision, TrialRecord
 
 # A run's learning curves: the run, metric, mode, best trial id (None while no trial has a value)
 # and (iteration, value) points per trial.
@@ -85,11 +87,11 @@ def goal(store: DashboardStore, run: ExperimentRunRecord, metric: str | None, mo
 
 
 def board(store: DashboardStore, user: Any, run_pk: int, metric: str | None, mode: str | None,
-          sort: str, order: str, page: int, page_size: int) -> BoardPage:
+          sort: str, order: str, page: int, page_size: int, stopped: str = "all") -> BoardPage:
     run = experiment_run(store, user, run_pk)
     metric, mode = goal(store, run, metric, mode)
     return leaderboard_page(store, run, metric, mode, sort=sort, descending=order == "desc",
-                            page=page, page_size=page_size)
+                            page=page, page_size=page_size, stopped=stopped)
 
 
 def curves(store: DashboardStore, user: Any, run_pk: int, metric: str | None, top: int) -> Curves:
@@ -134,3 +136,9 @@ def trial_checkpoints(store: DashboardStore, trial: TrialRecord, metric: str | N
         return checkpoints, kept[-1] if kept else None
     best_path = store.best_checkpoint_paths([trial.trial_id], metric, mode).get(trial.trial_id)
     return checkpoints, best_checkpoint(checkpoints, best_path)
+
+
+def trial_decisions(store: DashboardStore, trial: TrialRecord) -> tuple[list[RungDecision], list[LineageStep]]:
+    """What the schedulers decided for the trial: its ASHA rungs, lowest milestone first, and its
+    PBT lineage, oldest exploit first (both empty for a trial no such scheduler judged)."""
+    return store.trial_rungs(trial.trial_id), lineage_steps(store.lineage(trial.trial_id))

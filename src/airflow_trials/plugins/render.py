@@ -17,6 +17,7 @@ from fastapi.responses import HTMLResponse
 from markupsafe import Markup
 
 from airflow_trials.core.result import TIME_SINCE_RESTORE, TIME_THIS_ITER_S, TIME_TOTAL_S, TIMESTAMP
+from airflow_trials.plugins.queries import early_stopped, rung_verdict
 from airflow_trials.store import ExperimentRunRecord, TrialRecord
 
 # Result fields the engine fills in with seconds since the epoch, and with durations in seconds.
@@ -87,7 +88,9 @@ def result_value(value: Any, key: str) -> str:
 _TEMPLATES.filters["short"] = _short
 _TEMPLATES.filters["utc"] = utc
 _TEMPLATES.filters["result_value"] = result_value
+_TEMPLATES.filters["verdict"] = rung_verdict  # {{ rung | verdict }}: CONTINUE, STOP or "recorded at end"
 _TEMPLATES.tests["numeric"] = is_number  # Jinja's "number" test counts True and False as numbers
+_TEMPLATES.tests["early_stopped"] = early_stopped  # {% if trial.stop_reason is early_stopped %}
 _TEMPLATES.globals.update(EPOCH_FIELDS=EPOCH_FIELDS, DURATION_FIELDS=DURATION_FIELDS,
                           THEME_SCRIPT=Markup(THEME_SCRIPT))
 

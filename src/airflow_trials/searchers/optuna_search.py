@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -25,6 +26,9 @@ log = logging.getLogger(__name__)
 
 #: Joins nested keys into Optuna's flat parameter names, as Ray Tune does: ``{"a": {"b": ..}}`` -> ``a/b``.
 SEPARATOR = "/"
+
+Finished = tuple[Mapping[str, Any], "float | None"]
+"""A finished trial as :meth:`OptunaSearch.suggest_after` takes it: its config and its value (None: it failed)."""
 
 OptunaSpace = dict[str, BaseDistribution]
 """Flat parameter name -> the Optuna distribution it is sampled from."""
@@ -304,6 +308,42 @@ class OptunaSearch(Searcher):
         if ot_trial is None:
             ot_trial = self._ot_trials[trial_id] = study.ask(fixed_distributions=self._distributions)
         return self._config(self._require_space(), ot_trial.params)
+
+    def suggest_after(self, trial_id: str, finished: Sequence[Finished], index: int, seed: int) -> Suggestion:
+        """One suggestion from a study that knows only ``finished`` (the Airflow path's ask: each
+        trial task asks at its start, from the run's trials the trials DB holds, as Optuna's
+        distributed workers ask one shared study). This searcher's own study is not touched.
+
+        :param trial_id: the trial asking (for messages).
+        :param finished: ``(config, value)`` of the run's ended trials; value None: it failed.
+        :param index: the trial's place in the run: ``points_to_evaluate[index]`` is its config
+            when there is one.
+        :param seed: seeds the default TPE sampler (with this searcher's own ``seed=`` mixed in), so
+            that trials asking at once get different points; a sampler given to this searcher is
+            copied and reseeded instead.
+        """
+        space = self._require_space()
+        if self._sampler is not None:
+            sampler = copy.deepcopy(self._sampler)
+            sampler.reseed_rng()
+        else:  # this searcher's own seed=, when given, is mixed in: another seed, other points
+            mixed = seed if self._seed is None else zlib.crc32(f"{self._seed}:{seed}".encode())
+            sampler = optuna.samplers.TPESampler(seed=mixed)
+        study = optuna.create_study(direction="minimize" if self.mode == "min" else "maximize", sampler=sampler,
+                                    pruner=optuna.pruners.NopPruner())
+        for i, (config, value) in enumerate(finished):
+            flat = self._flat_point(i, config, space)
+            dists = {path: self._distributions[path] for path in flat}
+            state = TrialState.FAIL if value is None else TrialState.COMPLETE
+            study.add_trial(optuna.trial.create_trial(params=flat, distributions=dists, value=value, state=state))
+        if self._evaluated_rewards is not None:
+            for flat, reward in zip(self._flat_points, self._evaluated_rewards, strict=True):
+                dists = {path: self._distributions[path] for path in flat}
+                study.add_trial(optuna.trial.create_trial(params=flat, distributions=dists, value=reward))
+        elif index < len(self._flat_points):
+            study.enqueue_trial(self._flat_points[index])
+        log.debug("OptunaSearch: trial %s asks after %d finished trials.", trial_id, len(finished))
+        return self._config(space, study.ask(fixed_distributions=self._distributions).params)
 
     def _config(self, space: Mapping[str, Any], params: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
         config: dict[str, Any] = {}

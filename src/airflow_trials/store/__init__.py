@@ -1,4 +1,4 @@
-"""The metadata store: experiments, runs, trials, results and checkpoints in SQLite or PostgreSQL.
+"""The metadata store: experiments, runs, trials, results, checkpoints, rungs and exploits in SQLite or PostgreSQL.
 
 Imports SQLAlchemy and Alembic, never Ray or Airflow. Its database is its own, never Airflow's.
 Create or upgrade the schema with :func:`migrate` or ``python -m airflow_trials.store upgrade``.
@@ -13,7 +13,9 @@ from airflow_trials.store.records import (
     ExperimentRecord,
     ExperimentRunRecord,
     ExperimentRunStatus,
+    ExploitRecord,
     LeaderboardRow,
+    RungDecision,
     TrialRecord,
 )
 from airflow_trials.store.store import TrialStore
@@ -23,7 +25,9 @@ __all__ = [
     "ExperimentRecord",
     "ExperimentRunRecord",
     "ExperimentRunStatus",
+    "ExploitRecord",
     "LeaderboardRow",
+    "RungDecision",
     "TrialRecord",
     "TrialStore",
     "default_store_url",

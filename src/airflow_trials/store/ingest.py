@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Insert, bindparam, func, select
+from sqlalchemy import Insert, bindparam, func, select, true
 from sqlalchemy.orm import Session
 
 from airflow_trials.core.result import TIMESTAMP, TRAINING_ITERATION
@@ -106,46 +106,9 @@ class IngestStore(StoreBase):
             trial.last_result = next(row["metrics"] for row in rows if row["iteration"] == newest)
             trial.updated_at = utcnow()
         if new_iterations:
-            self._update_best(session, trial, [r for r in rows if r["iteration"] in set(new_iterations)],
-                              had_results=previous_max is not None, goals=goals)
+            update_best(session, trial, [r for r in rows if r["iteration"] in set(new_iterations)],
+                        had_results=previous_max is not None, goals=goals)
         return len(new_iterations)
-
-    def _update_best(
-        self, session: Session, trial: TrialRow, new_rows: list[dict[str, Any]], had_results: bool,
-        goals: dict[int, Any] | None = None,
-    ) -> None:
-        """Fold the new results into the trial's best value of its experiment's metric;
-        ``goals`` caches each run's metric and mode within one transaction."""
-        goal = None
-        run_id = trial.experiment_run_id
-        if run_id is not None and goals is not None and run_id in goals:
-            goal = goals[run_id]
-        elif run_id is not None:
-            goal = session.execute(
-                select(ExperimentRow.metric, ExperimentRow.mode)
-                .join(ExperimentRunRow, ExperimentRunRow.experiment_id == ExperimentRow.id)
-                .where(ExperimentRunRow.id == run_id)
-            ).one_or_none()
-            if goals is not None:
-                goals[run_id] = goal
-        if goal is None or goal.metric is None or goal.mode is None:
-            return
-        if (trial.best_metric, trial.best_mode) != (goal.metric, goal.mode):
-            if had_results:
-                # Earlier results were ranked for another metric (or not at all): unknown now.
-                trial.best_metric = trial.best_mode = None
-                trial.best_value = trial.best_iteration = None
-                return
-            trial.best_metric, trial.best_mode = goal.metric, goal.mode
-            trial.best_value = trial.best_iteration = None
-        sign = 1.0 if goal.mode == "min" else -1.0
-        for row in new_rows:
-            value = row["metrics"].get(goal.metric)
-            if isinstance(value, bool) or not isinstance(value, numbers.Real):
-                continue
-            key = (sign * float(value), row["iteration"])
-            if trial.best_value is None or key < (sign * trial.best_value, trial.best_iteration or 0):
-                trial.best_value, trial.best_iteration = float(value), row["iteration"]
 
     def recompute_best(self, experiment_run_id: int) -> int:
         """Recompute every trial's best value of the run's experiment metric from its results.
@@ -203,11 +166,11 @@ class IngestStore(StoreBase):
 
         Per trial, in this order: the status RUNNING when ``running`` (through the guarded
         transition, so an ended trial refuses it), the results as :meth:`add_results` writes
-        them (once per iteration), the new checkpoints as :meth:`add_checkpoint` and the
-        dropped ones as :meth:`mark_checkpoint_deleted`. Trials are locked in trial_id order, so
-        two batches never deadlock. One trial that cannot be written (unknown, an invalid
-        transition, an unknown checkpoint) fails the whole batch and nothing is written: the
-        caller may then write the trials one by one to find it.
+        them (once per iteration), the new checkpoints as :meth:`add_checkpoint` (reviving a
+        deleted row at the same path) and the dropped ones as :meth:`mark_checkpoint_deleted`.
+        Trials are locked in trial_id order, so two batches never deadlock. One trial that
+        cannot be written (unknown, an invalid transition, an unknown checkpoint) fails the whole
+        batch and nothing is written: the caller may then write the trials one by one to find it.
 
         :param batch: one :class:`TrialProgress` per trial (a trial at most once).
         """
@@ -250,6 +213,12 @@ class IngestStore(StoreBase):
     ) -> None:
         """Record a persisted checkpoint; a second call with the same path changes nothing.
 
+        A path whose row is marked deleted is a new checkpoint written where a dropped one was
+        (after a PBT exploit, or a retry from an earlier checkpoint, the trial saves again under
+        the same ``checkpoint_<iteration>`` name): its row is revived with this call's
+        iteration, score and time. A path whose row is live is left as it is, so a re-sent
+        checkpoint changes nothing.
+
         :param trial_id: the trial.
         :param path: directory or URL of the checkpoint (at most 1024 characters).
         :param iteration: training_iteration it was taken at.
@@ -267,17 +236,22 @@ class IngestStore(StoreBase):
         self, session: Session, trial_id: str, path: str, iteration: int, score: float | None
     ) -> None:
         table = CheckpointRow.__table__
+        inserted = self._insert(table).values(
+            trial_id=trial_id,
+            path=path,
+            iteration=int(iteration),
+            score=None if score is None else json_safe(score),
+            deleted=False,
+            created_at=utcnow(),
+        )
+        # One statement, so a concurrent mark_checkpoint_deleted sees the row before or after
+        # it, never half revived; the WHERE keeps a live row (a re-send) untouched.
         session.execute(
-            self._insert(table)
-            .values(
-                trial_id=trial_id,
-                path=path,
-                iteration=int(iteration),
-                score=None if score is None else json_safe(score),
-                deleted=False,
-                created_at=utcnow(),
+            inserted.on_conflict_do_update(
+                index_elements=[table.c.trial_id, table.c.path],
+                set_={name: inserted.excluded[name] for name in ("iteration", "score", "deleted", "created_at")},
+                where=table.c.deleted == true(),
             )
-            .on_conflict_do_nothing(index_elements=[table.c.trial_id, table.c.path])
         )
 
     def mark_checkpoint_deleted(self, trial_id: str, path: str) -> None:
@@ -320,6 +294,62 @@ class IngestStore(StoreBase):
             )
 
         return self._transaction(operation, work, write=False)
+
+
+def update_best(
+    session: Session, trial: TrialRow, new_rows: list[dict[str, Any]], had_results: bool,
+    goals: dict[int, Any] | None = None,
+) -> None:
+    """Fold the new results into the trial's best value of its experiment's metric;
+    ``goals`` caches each run's metric and mode within one transaction."""
+    goal = None
+    run_id = trial.experiment_run_id
+    if run_id is not None and goals is not None and run_id in goals:
+        goal = goals[run_id]
+    elif run_id is not None:
+        goal = session.execute(
+            select(ExperimentRow.metric, ExperimentRow.mode)
+            .join(ExperimentRunRow, ExperimentRunRow.experiment_id == ExperimentRow.id)
+            .where(ExperimentRunRow.id == run_id)
+        ).one_or_none()
+        if goals is not None:
+            goals[run_id] = goal
+    if goal is None or goal.metric is None or goal.mode is None:
+        return
+    if (trial.best_metric, trial.best_mode) != (goal.metric, goal.mode):
+        if had_results:
+            # Earlier results were ranked for another metric (or not at all): unknown now.
+            trial.best_metric = trial.best_mode = None
+            trial.best_value = trial.best_iteration = None
+            return
+        trial.best_metric, trial.best_mode = goal.metric, goal.mode
+        trial.best_value = trial.best_iteration = None
+    sign = 1.0 if goal.mode == "min" else -1.0
+    for row in new_rows:
+        value = row["metrics"].get(goal.metric)
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            continue
+        key = (sign * float(value), row["iteration"])
+        if trial.best_value is None or key < (sign * trial.best_value, trial.best_iteration or 0):
+            trial.best_value, trial.best_iteration = float(value), row["iteration"]
+
+
+def refold_results(session: Session, trial: TrialRow) -> None:
+    """Set the locked trial's ``last_result`` and maintained best to what :meth:`IngestStore.add_results`
+    leaves when only the results now stored were ingested (``record_exploit`` took some away)."""
+    rows = [
+        {"iteration": iteration, "metrics": metrics}
+        for iteration, metrics in session.execute(
+            select(ResultRow.iteration, ResultRow.metrics)
+            .where(ResultRow.trial_id == trial.trial_id)
+            .order_by(ResultRow.iteration)
+        )
+    ]
+    trial.last_result = rows[-1]["metrics"] if rows else None
+    trial.best_metric = trial.best_mode = None
+    trial.best_value = trial.best_iteration = None
+    if rows:
+        update_best(session, trial, rows, had_results=False)
 
 
 def _result_rows(trial_id: str, results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -1,4 +1,4 @@
-"""SQLAlchemy models of the store's tables: experiments, their runs, trials, results, checkpoints.
+"""SQLAlchemy models of the store's tables: experiments, runs, trials, results, checkpoints, rungs, exploits.
 
 Every table name starts with ``at_`` so the store can share a database with other tools. The
 Alembic revisions in ``migrations/versions/`` (0001_initial.py, then changes) create exactly
@@ -140,6 +140,8 @@ class TrialRow(Base):
     num_failures: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
     max_failures: Mapped[int] = mapped_column(Integer)
     error_msg: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # Why it ended TERMINATED (migration 0005); NULL while it has not, or when nobody said.
+    stop_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     last_result: Mapped[Any] = mapped_column(json_type(nullable=True), nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
@@ -191,4 +193,73 @@ class CheckpointRow(Base):
     iteration: Mapped[int] = mapped_column(Integer)
     score: Mapped[float | None] = mapped_column(Float, nullable=True)
     deleted: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class TrialRungRow(Base):
+    """ASHA's record of one trial at one rung: the value it reached the rung with and the verdict.
+
+    The Airflow path keeps ASHA's state here, since each trial is watched by a trigger of its own
+    (``TrialStore.record_rung``). One row per (trial, milestone), so a result judged twice gets its
+    first verdict again. ``value`` is the metric in its own units; NULL stands for NaN (SQLite
+    stores NaN as NULL anyway), which ASHA records but leaves out of cutoffs. A decision reads one
+    rung's values through the (experiment_run_id, bracket, milestone, value) index alone.
+    """
+
+    __tablename__ = "at_trial_rungs"
+    __table_args__ = (
+        UniqueConstraint("trial_id", "milestone"),
+        Index("ix_at_trial_rungs_rung_values", "experiment_run_id", "bracket", "milestone", "value"),
+    )
+
+    id: Mapped[int] = mapped_column(big_int_type(), primary_key=True)
+    experiment_run_id: Mapped[int] = mapped_column(ForeignKey("at_experiment_runs.id", ondelete="CASCADE"))
+    trial_id: Mapped[str] = mapped_column(ForeignKey("at_trials.trial_id", ondelete="CASCADE"))
+    bracket: Mapped[int] = mapped_column(Integer)
+    milestone: Mapped[float] = mapped_column(Float)
+    # training_iteration of the result that reached the rung; None when the caller did not say.
+    iteration: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    value: Mapped[float | None] = mapped_column(Float, nullable=True)
+    decision: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # Recorded when the trial ended (ASHA keeps a trial's last value); its verdict was not acted on.
+    at_end: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class TrialExploitRow(Base):
+    """A PBT exploit: the trial continued from its donor's checkpoint with an explored config.
+
+    ``TrialStore.record_exploit`` writes it and the trial's new config in one transaction, once
+    per trial and ``digest`` (of the call's values: not the trial, not the results it moved): a
+    repeated call is stored once, while a trial may clone the same donor checkpoint twice (the donor
+    paused in between) with two explored configs, two rows. ``iteration`` is the donor checkpoint's
+    training_iteration, the one the trial reports on from; the trial's results after it move into
+    ``replaced_results``. ``donor_trial_id`` has no foreign key, so the exploit stays on record if
+    the donor's row goes. Read per trial in the order recorded, newest first for a
+    lineage, through the (trial_id, id) index.
+    """
+
+    __tablename__ = "at_trial_exploits"
+    __table_args__ = (
+        UniqueConstraint("trial_id", "digest"),
+        Index("ix_at_trial_exploits_trial_id_id", "trial_id", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(big_int_type(), primary_key=True)
+    trial_id: Mapped[str] = mapped_column(ForeignKey("at_trials.trial_id", ondelete="CASCADE"))
+    experiment_run_id: Mapped[int | None] = mapped_column(
+        ForeignKey("at_experiment_runs.id", ondelete="SET NULL"), nullable=True
+    )
+    iteration: Mapped[int] = mapped_column(Integer)
+    donor_trial_id: Mapped[str] = mapped_column(String(ID_LENGTH))
+    donor_checkpoint: Mapped[str] = mapped_column(String(PATH_LENGTH))
+    old_config: Mapped[Any] = mapped_column(json_type())
+    new_config: Mapped[Any] = mapped_column(json_type())
+    # Dotted config key -> what PBT's explore did to it, e.g. {"lr": "0.01 * 1.2"}.
+    operations: Mapped[Any] = mapped_column(json_type())
+    # The trial's results after ``iteration`` when it was recorded, in iteration order: the state it
+    # gave up. Moved here out of at_results, where the new state's results at those iterations go.
+    replaced_results: Mapped[Any] = mapped_column(json_type())
+    digest: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)

@@ -6,6 +6,7 @@ One query for a page's checkpoints or curves instead of one per trial. The dashb
 
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -13,7 +14,9 @@ from typing import Any
 
 from sqlalchemy import func, select
 
+from airflow_trials.core.fate import stopped_early
 from airflow_trials.core.status import TrialStatus
+from airflow_trials.store.exploits import _exploit_record, exploit_lineage
 from airflow_trials.store.leaderboard import (
     best_leaderboard_query,
     check_metric,
@@ -25,13 +28,18 @@ from airflow_trials.store.models import (
     ExperimentRow,
     ExperimentRunRow,
     ResultRow,
+    TrialExploitRow,
     TrialRow,
+    TrialRungRow,
 )
 from airflow_trials.store.records import (
     CheckpointRecordRow,
     ExperimentRunRecord,
     ExperimentRunStatus,
+    ExploitRecord,
+    RungDecision,
 )
+from airflow_trials.store.rungs import _rung_decision
 from airflow_trials.store.store import TrialStore
 
 
@@ -116,6 +124,59 @@ class QueryStore(TrialStore):
                 select(TrialRow.trial_id, TrialRow.config).where(TrialRow.trial_id.in_(list(trial_ids)))
             )
             return {trial_id: config for trial_id, config in rows}
+
+    def stop_reasons_of(self, trial_ids: Sequence[str]) -> dict[str, str]:
+        """Why each of these trials ended TERMINATED; trials without a stop reason are left out."""
+        if not trial_ids:
+            return {}
+        with self._session_scope(f"read the stop reasons of {len(trial_ids)} trials", write=False) as session:
+            rows = session.execute(
+                select(TrialRow.trial_id, TrialRow.stop_reason)
+                .where(TrialRow.trial_id.in_(list(trial_ids)), TrialRow.stop_reason.is_not(None))
+            )
+            return {trial_id: reason for trial_id, reason in rows if reason is not None}
+
+    def early_stopped_trials(self, run_pk: int) -> set[str]:
+        """The ids of the run's trials their scheduler stopped early
+        (:func:`~airflow_trials.core.fate.stopped_early`); only trials with a stop reason are read."""
+        with self._session_scope(f"read the early stopped trials of experiment run {run_pk}", write=False) as session:
+            rows = session.execute(
+                select(TrialRow.trial_id, TrialRow.stop_reason)
+                .where(TrialRow.experiment_run_id == run_pk, TrialRow.stop_reason.is_not(None))
+            )
+            return {trial_id for trial_id, reason in rows if stopped_early(reason)}
+
+    def rungs_of_run(self, run_pk: int) -> dict[str, list[RungDecision]]:
+        """Every ASHA rung record of the run's trials (``trial_rungs`` of each), in one query."""
+        rungs = TrialRungRow.__table__
+        found: dict[str, list[RungDecision]] = defaultdict(list)
+        with self._session_scope(f"read the rungs of experiment run {run_pk}", write=False) as session:
+            rows = session.execute(
+                select(rungs).where(rungs.c.experiment_run_id == run_pk).order_by(rungs.c.trial_id, rungs.c.milestone)
+            )
+            for row in rows:
+                found[row.trial_id].append(_rung_decision(row._mapping, fresh=False))
+        return found
+
+    def lineages_of_run(self, run_pk: int) -> dict[str, list[ExploitRecord]]:
+        """The lineage (``TrialStore.lineage``) of each of the run's trials that was exploited, from
+        one query over their exploits; donors outside the run end a lineage there."""
+        exploits = TrialExploitRow.__table__
+        by_trial: dict[str, list[ExploitRecord]] = defaultdict(list)
+        with self._session_scope(f"read the exploits of experiment run {run_pk}", write=False) as session:
+            rows = session.execute(
+                select(exploits).join(TrialRow, TrialRow.trial_id == exploits.c.trial_id)
+                .where(TrialRow.experiment_run_id == run_pk).order_by(exploits.c.id)
+            )
+            for row in rows:
+                by_trial[row.trial_id].append(_exploit_record(row._mapping, fresh=False))
+
+        def latest_before(trial_id: str, bound: int | None) -> ExploitRecord | None:
+            own = by_trial.get(trial_id, [])
+            index = len(own) if bound is None else bisect.bisect_left(own, bound, key=lambda e: e.id)
+            return own[index - 1] if index else None
+
+        return {trial_id: exploit_lineage(trial_id, latest_before) for trial_id in by_trial}
 
     def checkpoints_of(self, trial_ids: Sequence[str]) -> dict[str, list[CheckpointRecordRow]]:
         """Every recorded checkpoint of these trials (deleted ones too), oldest iteration first."""

@@ -7,6 +7,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from airflow_trials.core.scheduler import Decision
 from airflow_trials.core.status import TrialStatus
 
 
@@ -84,6 +85,9 @@ class TrialRecord:
     :param num_failures: failures so far.
     :param max_failures: failures tolerated (-1: unlimited).
     :param error_msg: full traceback of the last failure; None if it never failed.
+    :param stop_reason: why it ended TERMINATED, e.g. ``"it met its stopping criterion"`` or
+        ``"stopped by ASHA at training_iteration=3 (rung 1 of 4): ..."`` (a scheduler's reasons
+        start ``"stopped by"``); None while it is not TERMINATED or when its end gave none.
     :param last_result: the stored result with the highest iteration; None before the first.
     :param created_at: when it was registered (UTC).
     :param started_at: when it first went RUNNING (UTC); None before.
@@ -105,6 +109,7 @@ class TrialRecord:
     num_failures: int
     max_failures: int
     error_msg: str | None
+    stop_reason: str | None
     last_result: dict[str, Any] | None
     created_at: datetime
     started_at: datetime | None
@@ -157,3 +162,67 @@ class LeaderboardRow:
     best_iteration: int | None
     best_checkpoint: str | None
     latest_checkpoint: str | None
+
+
+@dataclass(frozen=True)
+class RungDecision:
+    """ASHA's record of one trial at one rung, as ``TrialStore.record_rung`` stored it.
+
+    :param experiment_run_id: the run whose trials share the rung.
+    :param trial_id: the trial.
+    :param bracket: its ASHA bracket (0 with one bracket).
+    :param milestone: the rung's milestone, in ``time_attr`` units.
+    :param iteration: training_iteration of the result that reached the rung; None when not given.
+    :param value: the metric it reached the rung with; NaN when it was NaN.
+    :param decision: the rung's verdict: STOP when the value fell below the cutoff, else CONTINUE.
+    :param reason: why, as the scheduler says it; None for most CONTINUEs.
+    :param at_end: recorded when the trial ended, with its last result; the verdict was not acted on.
+    :param created_at: when it was recorded (UTC).
+    :param fresh: True when this call recorded it, False when it was stored already.
+    """
+
+    experiment_run_id: int
+    trial_id: str
+    bracket: int
+    milestone: float
+    iteration: int | None
+    value: float
+    decision: Decision
+    reason: str | None
+    at_end: bool
+    created_at: datetime
+    fresh: bool = False
+
+
+@dataclass(frozen=True)
+class ExploitRecord:
+    """A PBT exploit as ``TrialStore.record_exploit`` stored it: the trial continued from its
+    donor's checkpoint with a new config (``airflow_trials.core.pbt.Exploit``).
+
+    :param id: primary key; later exploits have larger ids.
+    :param trial_id: the trial that took over the donor's state.
+    :param experiment_run_id: the trial's run when it was recorded; None outside a run.
+    :param iteration: training_iteration of the donor's checkpoint; the trial reports on from there.
+    :param donor_trial_id: the trial it cloned.
+    :param donor_checkpoint: path of the donor's checkpoint that was copied into the trial.
+    :param old_config: the trial's config before the exploit.
+    :param new_config: its config from then on: the donor's, explored.
+    :param operations: dotted config key -> what explore did, e.g. ``{"lr": "0.01 * 1.2"}``.
+    :param replaced_results: the trial's results after ``iteration`` when it was recorded (the state
+        it gave up), in iteration order; they left its results, so its new ones take their place.
+    :param created_at: when it was recorded (UTC).
+    :param fresh: True when this call recorded it, False when it was stored already.
+    """
+
+    id: int
+    trial_id: str
+    experiment_run_id: int | None
+    iteration: int
+    donor_trial_id: str
+    donor_checkpoint: str
+    old_config: dict[str, Any]
+    new_config: dict[str, Any]
+    operations: dict[str, str]
+    replaced_results: list[dict[str, Any]]
+    created_at: datetime
+    fresh: bool = False

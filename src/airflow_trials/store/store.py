@@ -1,4 +1,4 @@
-"""TrialStore: the metadata store of experiments, runs, trials, results and checkpoints."""
+"""TrialStore: the metadata store of experiments, runs, trials, results, checkpoints, ASHA's rungs and PBT's exploits."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
 from airflow_trials.core.status import TrialStatus
+from airflow_trials.store.exploits import ExploitsStore
 from airflow_trials.store.ingest import (
     IngestStore,
     TrialProgress,  # noqa: F401 - re-exported
@@ -28,13 +29,14 @@ from airflow_trials.store.models import (
 from airflow_trials.store.records import (
     LeaderboardRow,
 )
+from airflow_trials.store.rungs import RungsStore
 from airflow_trials.store.runs import RunsStore
 from airflow_trials.store.trials import TrialsStore
 
 _STATUSES = {status.value: status for status in TrialStatus}
 
 
-class TrialStore(RunsStore, TrialsStore, IngestStore):
+class TrialStore(RunsStore, TrialsStore, IngestStore, RungsStore, ExploitsStore):
     """The metadata store: one database (never Airflow's) shared by every task, trigger and UI.
 
     Every public method runs in its own transaction: it commits, or rolls back entirely and

@@ -25,7 +25,9 @@ from airflow_trials.store.models import (
     ExperimentRow,
     ExperimentRunRow,
     ResultRow,
+    TrialExploitRow,
     TrialRow,
+    TrialRungRow,
     utcnow,
 )
 from airflow_trials.store.records import (
@@ -122,7 +124,8 @@ class TrialsStore(StoreBase):
         TERMINATED when it finished; otherwise ``decision`` (from
         :func:`~airflow_trials.core.fate.after_failure`) gives ERROR (failed for good) or PENDING
         (its task's next try resumes it) and its count of failures. Its error and last result are
-        the end's, where it has them.
+        the end's, where it has them, and so is the stop reason of a TERMINATED end (an end that
+        gives none keeps the one recorded, e.g. by the trigger, before it).
         """
         status = status_after_end(end, decision)
         self.update_trial(
@@ -131,6 +134,7 @@ class TrialsStore(StoreBase):
             num_failures=None if decision is None else decision.num_failures,
             error_msg=end.error,
             last_result=end.last_result,
+            stop_reason=end.stop_reason if status is TrialStatus.TERMINATED else None,
         )
         return status
 
@@ -143,12 +147,14 @@ class TrialsStore(StoreBase):
         error_msg: str | None = None,
         last_result: Mapping[str, Any] | None = None,
         try_number: int | None = None,
+        stop_reason: str | None = None,
     ) -> None:
         """Change a trial; only the arguments given (not None) are written.
 
         A status change goes through :func:`~airflow_trials.core.status.check_transition`; an
         invalid one raises InvalidTransitionError and nothing is written. The first RUNNING sets
-        ``started_at``; TERMINATED or ERROR set ``ended_at``, leaving them clears it.
+        ``started_at``; TERMINATED or ERROR set ``ended_at``, leaving them clears it. Any status
+        but TERMINATED clears ``stop_reason``.
 
         :param trial_id: the trial.
         :param status: new status; default unchanged.
@@ -158,14 +164,14 @@ class TrialsStore(StoreBase):
         :param last_result: replaces the last result; default unchanged (add_results keeps it
             current on its own).
         :param try_number: Airflow try number; default unchanged.
+        :param stop_reason: why it ended TERMINATED; default unchanged. Only a trial that is (or
+            this call makes it) TERMINATED takes one: otherwise ValueError and nothing is written.
         """
         new_status = None if status is None else _parse_enum(TrialStatus, status, f"trial {trial_id}")
         operation = f"update trial {trial_id}" + (f" to {new_status.value}" if new_status else "")
-        fields: dict[str, Any] = {
-            name: value
-            for name, value in (("num_failures", num_failures), ("error_msg", error_msg), ("try_number", try_number))
-            if value is not None
-        }
+        given = (("num_failures", num_failures), ("error_msg", error_msg), ("try_number", try_number),
+                 ("stop_reason", stop_reason))
+        fields: dict[str, Any] = {name: value for name, value in given if value is not None}
         if last_result is not None:
             fields["last_result"] = json_safe(dict(last_result))
 
@@ -202,8 +208,10 @@ class TrialsStore(StoreBase):
 
         For a task cleared after its trial ended (Airflow re-runs a cleared task, replacing
         its XComs; the trial's results are replaced the same way). In one transaction the
-        trial's results and checkpoint rows are deleted and it goes back to PENDING with no
-        failures, error, last or best result. The caller deletes the returned checkpoints'
+        trial's results, checkpoint rows, ASHA rungs and PBT exploits are deleted (its values
+        leave the rungs; verdicts other trials got meanwhile stand, and so do exploits that
+        cloned it) and it goes back to PENDING with no failures,
+        error, stop reason, last or best result. The caller deletes the returned checkpoints'
         files. A trial that has not ended raises InvalidTransitionError and nothing changes.
 
         :param trial_id: the trial.
@@ -221,6 +229,8 @@ class TrialsStore(StoreBase):
             paths = list(session.execute(select(CheckpointRow.path).where(CheckpointRow.trial_id == trial_id)).scalars())
             session.execute(delete(CheckpointRow).where(CheckpointRow.trial_id == trial_id))
             session.execute(delete(ResultRow).where(ResultRow.trial_id == trial_id))
+            session.execute(delete(TrialRungRow).where(TrialRungRow.trial_id == trial_id))
+            session.execute(delete(TrialExploitRow).where(TrialExploitRow.trial_id == trial_id))
             _change_trial(trial, TrialStatus.PENDING, {"num_failures": 0, "error_msg": None, "last_result": None})
             trial.started_at = None
             trial.best_value = trial.best_iteration = None
@@ -282,6 +292,13 @@ def _refreshing_airflow_ids(insert: Any, table: Any) -> Any:
 def _change_trial(trial: TrialRow, new_status: TrialStatus | None, fields: Mapping[str, Any]) -> None:
     """Apply update_trial's changes to the locked row; the same status again is a no-op."""
     now = utcnow()
+    after = new_status or TrialStatus(trial.status)
+    if "stop_reason" in fields and after is not TrialStatus.TERMINATED:
+        raise ValueError(
+            f"Trial {trial.trial_id} would be {after.value}: only a TERMINATED trial has a stop reason, "
+            "so nothing was written. Record it with the trial's end (record_end, or update_trial "
+            "with status TERMINATED)."
+        )
     if new_status is not None:
         current = TrialStatus(trial.status)
         check_transition(trial.trial_id, current, new_status)
@@ -295,6 +312,9 @@ def _change_trial(trial: TrialRow, new_status: TrialStatus | None, fields: Mappi
         if new_status is TrialStatus.TERMINATED and current is not TrialStatus.TERMINATED:
             # A trial that finished after a retry no longer shows the failure it recovered from.
             trial.error_msg = None
+        if new_status is not TrialStatus.TERMINATED:
+            # Started again (or failed): the reason it was once stopped no longer holds.
+            trial.stop_reason = None
         trial.status = new_status.value
     for name, value in fields.items():
         setattr(trial, name, value)
@@ -312,6 +332,7 @@ def _trial_record(row: TrialRow) -> TrialRecord:
         num_failures=row.num_failures,
         max_failures=row.max_failures,
         error_msg=row.error_msg,
+        stop_reason=row.stop_reason,
         last_result=row.last_result,
         created_at=row.created_at,
         started_at=row.started_at,

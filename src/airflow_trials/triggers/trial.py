@@ -57,11 +57,16 @@ class TrialTrigger(TrialsTrigger):
     :param ray_cluster_id: hex id of the Ray cluster the trial was launched on; when the cluster
         at Ray's address is another one and the actor is gone, the trial was lost with the old
         cluster (infrastructure), not through its own code. Default None: not checked.
+    :param scheduler: ASHA's settings (``AshaRungs.to_dict()``): the trigger judges each result
+        against the run's rungs in the trials store and gives the actor its verdict
+        (:mod:`~airflow_trials.triggers.judge`). Default None: the trial runs to its criterion.
+    :param bracket: the trial's ASHA bracket; default 0.
+    :param experiment_run_id: the run whose trials share the rungs; required with ``scheduler``.
     """
 
     serialized_fields = (
         "experiment_name", "trial_id", "ray_conn_id", "trials_conn_id", "poll_interval_seconds",
-        "ray_outage_timeout_seconds", "ray_cluster_id",
+        "ray_outage_timeout_seconds", "ray_cluster_id", "scheduler", "bracket", "experiment_run_id",
     )
 
     def __init__(
@@ -73,13 +78,24 @@ class TrialTrigger(TrialsTrigger):
         poll_interval_seconds: float = 2.0,
         ray_outage_timeout_seconds: float = RAY_OUTAGE_TIMEOUT_SECONDS,
         ray_cluster_id: str | None = None,
+        scheduler: dict[str, Any] | None = None,
+        bracket: int = 0,
+        experiment_run_id: int | None = None,
     ) -> None:
         super().__init__(trials_conn_id, poll_interval_seconds)
+        if scheduler is not None and experiment_run_id is None:
+            raise ValueError(
+                f"TrialTrigger for trial {trial_id}: a scheduler judges a trial against the other trials of "
+                "its experiment run, so it needs experiment_run_id."
+            )
         self.experiment_name = experiment_name
         self.trial_id = trial_id
         self.ray_conn_id = ray_conn_id
         self.ray_outage_timeout_seconds = ray_outage_timeout_seconds
         self.ray_cluster_id = ray_cluster_id
+        self.scheduler = scheduler
+        self.bracket = bracket
+        self.experiment_run_id = experiment_run_id
         self._watch: TrialWatch | None = None
 
     async def run(self) -> AsyncIterator[TriggerEvent]:

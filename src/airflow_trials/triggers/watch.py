@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from airflow_trials.core.end import TrialEnd
+from airflow_trials.core.rungs import AshaRungs
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.exceptions import StoreError
 from airflow_trials.triggers.echo import TaskLogEcho
+from airflow_trials.triggers.judge import MissingSchedulerKey, RungJudge, Verdict
 
 if TYPE_CHECKING:
     from airflow_trials.hooks.trials import TrialsHook
@@ -54,6 +56,12 @@ class TrialWatch:
         self.unanswered_since: float | None = None
         # The trial's output and progress go to the trigger's log: the task instance's log.
         self.echo = TaskLogEcho(trigger.log, trigger.trial_id)
+        self.judge: RungJudge | None = None
+        if trigger.scheduler is not None:
+            assert trigger.experiment_run_id is not None  # TrialTrigger checks it
+            self.judge = RungJudge(
+                AshaRungs(**trigger.scheduler), trigger.bracket, store, trigger.experiment_run_id, trigger.trial_id
+            )
 
     async def until_end(self) -> dict[str, Any]:
         """Record the trial's results until it ends; the end event (TERMINATED, or ERROR)."""
@@ -64,6 +72,7 @@ class TrialWatch:
                 asked = time.monotonic()
                 poll, snapshot = await self._next_snapshot()
                 await self._record(poll)
+                await self._judge(snapshot)
                 self.echo.report(snapshot)
                 if TrialStatus(snapshot["status"]).is_terminal():
                     return await self._ended(snapshot)
@@ -221,12 +230,52 @@ class TrialWatch:
             await poll.recorded
             self.placed = True
         except StoreError as e:
+            await self._store_failed("its results could not be written to the trials DB", e)
+
+    async def _store_failed(self, what: str, error: StoreError) -> NoReturn:
+        """A DB that failed past the store's retries: stop the trial on Ray and end the watch, so
+        that its task's retry resumes it from its latest recorded checkpoint."""
+        await self.release()
+        raise Ended(self._lost(
+            f"{what} ({error}); the trial was stopped on Ray so that its task's retry resumes it from "
+            "its latest recorded checkpoint", released=True,
+        )) from error
+
+    async def _judge(self, snapshot: dict[str, Any]) -> None:
+        """Ask ASHA about the snapshot's new results (in a thread: it reads and writes the rungs)
+        and tell the actor: the first STOP, and the verdict on the result it holds at."""
+        judge = self.judge
+        if judge is None:
+            return
+        try:
+            stop = await asyncio.to_thread(judge.judge, snapshot["results"])
+        except MissingSchedulerKey as e:
             await self.release()
-            raise Ended(self._lost(
-                f"its results could not be written to the trials DB ({e}); the trial was stopped on "
-                "Ray so that its task's retry resumes it from its latest recorded checkpoint",
-                released=True,
-            )) from e
+            raise Ended(self._lost(str(e), released=True)) from e
+        except StoreError as e:
+            await self._store_failed("its scheduler's rungs could not be read or written in the trials DB", e)
+        if TrialStatus(snapshot["status"]).is_terminal():
+            return  # it ended on its own (its criterion): nothing to tell it (its end records the rest)
+        held = snapshot.get("held")
+        verdicts = [stop] if stop is not None else []
+        if held is not None and (stop is None or stop.iteration != held):
+            verdicts.append(judge.verdict_for(held))
+        for verdict in verdicts:
+            if verdict.reason:
+                self.trigger.log.info("Trial %s: %s.", self.trigger.trial_id, verdict.reason)
+            await asyncio.to_thread(self._tell, verdict)
+
+    def _tell(self, verdict: Verdict) -> None:
+        """Give the actor a verdict; a failed call is only logged (the next poll finds a dead actor,
+        and a trigger that runs again tells a held actor once more)."""
+        import ray
+
+        try:
+            ray.get(self.actor.decide.remote(verdict.iteration, verdict.decision.value, verdict.reason),
+                    timeout=POLL_GRACE_SECONDS)
+        except Exception as e:  # noqa: BLE001 - Ray's errors for a dead or unreachable actor vary
+            self.trigger.log.warning("Trial %s: could not give its actor the verdict on result %d (%s: %s).",
+                                     self.trigger.trial_id, verdict.iteration, type(e).__name__, e)
 
     def _finished_in_store(self) -> dict[str, Any] | None:
         record = self.store.get_trial(self.trigger.trial_id)
@@ -247,6 +296,14 @@ class TrialWatch:
         self.echo.ended(snapshot)
         await self.release()
         end = TrialEnd.from_snapshot(self.trigger.experiment_name, snapshot, released=True)
+        if end.finished and self.judge is not None:
+            # Before the end is recorded: a trigger that runs again finds the end stored and
+            # judges nothing more. ASHA records a finished trial's last value (Ray Tune's
+            # on_trial_complete); a failed trial's, never.
+            try:
+                await asyncio.to_thread(self.judge.at_end, end.last_result)
+            except StoreError as e:  # its results and end are kept; only a later trial's cutoff misses it
+                self.trigger.log.warning("Trial %s: ASHA could not record its last value (%s).", end.trial_id, e)
         if end.finished:
             # Shown as finished at once; execute_complete records the same end again, harmlessly.
             await asyncio.to_thread(self.store.record_end, end)
@@ -257,5 +314,6 @@ def stored_end_event(store: TrialStore, experiment_name: str, record: Any) -> di
     """The TERMINATED event of a trial whose end the store holds (its actor is already gone)."""
     latest = store.latest_checkpoint(record.trial_id)
     return TrialEnd.stored(
-        record.trial_id, experiment_name, record.last_result, latest.path if latest else None
+        record.trial_id, experiment_name, record.last_result, latest.path if latest else None,
+        stop_reason=record.stop_reason,
     ).to_event()

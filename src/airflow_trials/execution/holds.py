@@ -1,0 +1,91 @@
+"""Holds: where a self-driving trial actor waits for its scheduler's verdict (the Airflow path).
+
+On the runner path the scheduler is asked after each result, in the runner's loop. On the Airflow
+path the trial drives itself on Ray and its scheduler (ASHA's rungs, in the trials store) is asked
+by the trial's trigger, which sees results only when it polls. So that a trial stopped at a rung
+trains at most the result that reached it, the actor *holds* after a result that reaches one of
+its hold points (its bracket's milestones, and ``max_t``) until the trigger gives its verdict on
+that result: ``CONTINUE`` (it trains on) or ``STOP`` (with the reason). A verdict the trigger gives
+for a result the actor did not hold at (a stored STOP met again) applies at the trial's next
+result. The actor's loop turns verdicts into what happens next through
+:func:`airflow_trials.core.fate.after_result`, as every path does.
+
+A trigger that stops (the triggerer restarts) leaves the actor holding; the next trigger polls
+it, judges the held result again (the store returns the verdict it recorded) and releases it.
+
+Example::
+
+    holds = Holds.from_spec({"time_attr": "training_iteration", "points": [1, 4, 16]})
+    holds.holds_at({"training_iteration": 4})   # True: wait for the verdict
+    holds.give(4, "STOP", "stopped by ASHA at training_iteration=4 (rung 2 of 3): ...")
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from airflow_trials.core.scheduler import Decision
+
+HoldSpec = Mapping[str, Any]
+"""``{"time_attr": str, "points": [float, ...]}``: plain values, so that Ray and Airflow carry them."""
+
+
+class Holds:
+    """One trial's hold points and the verdicts its trigger gave; thread-safe.
+
+    :param time_attr: the result key the points are in (ASHA's ``time_attr``).
+    :param points: the values of ``time_attr`` at which the trial waits for a verdict.
+    """
+
+    def __init__(self, time_attr: str, points: list[float]) -> None:
+        self.time_attr = time_attr
+        self.points = sorted(float(p) for p in points)
+        self._passed: set[float] = set()
+        self._verdicts: dict[int, tuple[Decision, str | None]] = {}
+        self._changed = threading.Condition()
+        self.held_at: int | None = None
+
+    @classmethod
+    def from_spec(cls, spec: HoldSpec | None) -> Holds | None:
+        if not spec:
+            return None
+        return cls(str(spec["time_attr"]), list(spec["points"]))
+
+    def holds_at(self, result: Mapping[str, Any]) -> bool:
+        """Does ``result`` reach a hold point the trial has not been released from yet?"""
+        time = result.get(self.time_attr)
+        if not isinstance(time, (int, float)):
+            return False
+        with self._changed:
+            return any(p <= time and p not in self._passed for p in self.points)
+
+    def hold(self, iteration: int, time: float, stopping: Callable[[], bool]) -> tuple[Decision, str | None]:
+        """Wait for the verdict on result ``iteration`` (at ``time``); CONTINUE when ``stopping()``
+        becomes true first (the trial is being stopped from outside)."""
+        with self._changed:
+            self.held_at = iteration
+            self._changed.notify_all()
+            while iteration not in self._verdicts and not stopping():
+                self._changed.wait(0.5)
+            self.held_at = None
+            self._passed.update(p for p in self.points if p <= time)
+            return self._verdicts.get(iteration, (Decision.CONTINUE, None))
+
+    def told(self, iteration: int) -> tuple[Decision, str | None]:
+        """The verdict for a result not held at: a STOP given for it or an earlier one, else CONTINUE."""
+        with self._changed:
+            stops = [(i, v) for i, v in self._verdicts.items() if i <= iteration and v[0] is Decision.STOP]
+            return min(stops)[1] if stops else (Decision.CONTINUE, None)
+
+    def give(self, iteration: int, decision: str, reason: str | None) -> None:
+        """The trigger's verdict on result ``iteration``; the first verdict for a result stands."""
+        with self._changed:
+            self._verdicts.setdefault(iteration, (Decision(decision), reason))
+            self._changed.notify_all()
+
+    def wake(self) -> None:
+        """Let a hold see that the trial is being stopped."""
+        with self._changed:
+            self._changed.notify_all()
