@@ -75,7 +75,8 @@ def tuning_experiment(
     ``ceil(gpu * slots_per_gpu)`` slots (:func:`airflow_trials.pools.ensure_gpu_pool`).
     ``from_params(params)`` sets :data:`PARAM_SETTINGS` per run (:class:`TuningPlan`), and each of
     ``gpus_per_trial_choices`` gets a trial task ``trial_gpu_<n>``, run by ``route_trials``.
-    ``scheduler=ASHAScheduler(...)`` stops trials early; ``search_alg=OptunaSearch(...)`` learns
+    ``scheduler=ASHAScheduler(...)`` or ``MedianStoppingRule(...)`` stops trials early;
+    ``search_alg=OptunaSearch(...)`` learns
     from ended trials; ``max_concurrent_trials`` caps trials at once (docs/airflow.md).
     """
     validate_name("Experiment name", experiment_name)

@@ -13,7 +13,7 @@ from airflow.sdk import Asset
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_trials.core.fate import Transition
-from airflow_trials.core.rungs import AshaRungs
+from airflow_trials.core.judged import judged_scheduler
 from airflow_trials.core.search import generate_configs
 from airflow_trials.core.trial import Trial
 from airflow_trials.experiment_settings import (
@@ -69,7 +69,7 @@ class TuningPlan:
 
     def __post_init__(self) -> None:
         try:  # a scheduler or searcher the Airflow path cannot run fails when the DAG file is parsed
-            self.asha_settings(self.settings)
+            self.scheduler_settings(self.settings)
             object.__setattr__(self, "searcher", self._searcher())  # frozen: set once, here
             if self.max_concurrent_trials is not None and not self.max_concurrent_trials >= 1:
                 raise ValueError(f"max_concurrent_trials must be 1 or more, got {self.max_concurrent_trials}")
@@ -108,15 +108,15 @@ class TuningPlan:
             ) from e
         return run
 
-    def asha_settings(self, settings: ExperimentSettings) -> dict[str, Any] | None:
-        """The trial tasks' ``scheduler``: ASHA's rungs with the run's metric and mode where the
-        scheduler has none; ValueError for a scheduler the Airflow path cannot run."""
+    def scheduler_settings(self, settings: ExperimentSettings) -> dict[str, Any] | None:
+        """The trial tasks' ``scheduler``: ASHA's rungs or the median rule, with the run's metric
+        and mode where the scheduler has none; ValueError for a scheduler the Airflow path cannot run."""
         if self.scheduler is None:
             return None
-        return AshaRungs.from_scheduler(self.scheduler, settings.metric, settings.mode).to_dict()
+        return judged_scheduler(self.scheduler, settings.metric, settings.mode).to_dict()
 
     def _check_fixed_at_parse_time(self, run: ExperimentSettings) -> None:
-        self.asha_settings(run)
+        self.scheduler_settings(run)
         fixed = (self.settings.search_space, self.settings.metric, self.settings.mode)
         if self.search_alg is not None and (run.search_space, run.metric, run.mode) != fixed:
             raise ValueError(
@@ -174,7 +174,7 @@ class TuningPlan:
             "stopping_criterion": settings.stop,
             "max_failures": settings.max_failures,
             "checkpoint_score_attr": self.checkpoint_score_attr or settings.checkpoint_score_attr,
-            "scheduler": self.asha_settings(settings),
+            "scheduler": self.scheduler_settings(settings),
         }
 
     # -- trial tasks ---------------------------------------------------------------------------

@@ -8,7 +8,7 @@ import datetime as dt
 import pytest
 from airflow.sdk import DAG
 
-from airflow_trials import ASHAScheduler, HyperBandScheduler
+from airflow_trials import ASHAScheduler, HyperBandScheduler, MedianStoppingRule
 from airflow_trials.core.search import grid_search
 from airflow_trials.experiment import tuning_experiment
 from tests.airflow.test_experiment_dag import experiment_dag, task_states, xcom
@@ -122,8 +122,12 @@ def test_a_retry_of_a_trial_asha_stopped_reports_its_stored_end(trials_env):
 @pytest.mark.parametrize(
     ("scheduler", "message"),
     [
-        (HyperBandScheduler(metric="score", mode="max"), r"takes scheduler=ASHAScheduler\(\.\.\.\) only, got "
+        (HyperBandScheduler(metric="score", mode="max"), r"takes scheduler=ASHAScheduler\(\.\.\.\) or "
+                                                         r"MedianStoppingRule\(\.\.\.\) only, got "
                                                          r"HyperBandScheduler.*run them on the TrialRunner"),
+        (MedianStoppingRule(hard_stop=False), r"Experiment bad: MedianStoppingRule\(hard_stop=False\) pauses the trials "
+                                              r"it judges worse.*Use hard_stop=True \(the default\)"),
+        (MedianStoppingRule(metric="score", mode="min"), r"disagree on mode 'min' vs 'max'"),
         (ASHAScheduler(metric="loss", mode="max"), r"Experiment bad: The scheduler and the experiment disagree "
                                                    r"on metric 'loss' vs 'score'"),
     ],

@@ -12,7 +12,7 @@ import pytest
 from airflow_trials import OptunaSearch
 from airflow_trials.core.search import choice, grid_search, uniform
 from airflow_trials.core.status import TrialStatus
-from airflow_trials.operators.tuning import airflow_searcher, asha_rungs, ended_trials
+from airflow_trials.operators.tuning import airflow_searcher, ended_trials, judged_rule
 
 SPACE = {"x": uniform(0.0, 1.0), "act": choice(["relu", "gelu", "tanh"]), "fixed": 7}
 
@@ -115,9 +115,9 @@ def test_a_searcher_with_its_own_space_takes_the_experiments_metric():
 def test_the_bracket_is_drawn_from_the_ids_the_same_on_every_try():
     settings = {"metric": "loss", "mode": "min", "max_t": 81, "grace_period": 1, "reduction_factor": 3,
                 "brackets": 3, "time_attr": "training_iteration", "stop_last_trials": True}
-    draws = [asha_rungs(settings, "trial", 7, f"t{i}")[1] for i in range(200)]
-    assert draws == [asha_rungs(settings, "trial", 7, f"t{i}")[1] for i in range(200)]
+    draws = [judged_rule(settings, "trial", 7, f"t{i}")[1] for i in range(200)]
+    assert draws == [judged_rule(settings, "trial", 7, f"t{i}")[1] for i in range(200)]
     assert set(draws) == {0, 1, 2}
-    assert asha_rungs(None, "trial", None, "t1") == (None, 0)
+    assert judged_rule(None, "trial", None, "t1") == (None, 0)
     with pytest.raises(ValueError, match="needs experiment_run_id"):
-        asha_rungs(settings, "trial", None, "t1")
+        judged_rule(settings, "trial", None, "t1")

@@ -39,6 +39,41 @@ def _median(values: list[float]) -> float:
     return (ordered[middle - 1] + ordered[middle]) / 2
 
 
+def better_of(best: float, value: float, mode: str) -> float:
+    """A trial's best so far after ``value``: ``max``/``min`` keep ``best`` unless ``value`` beats
+    it, as Ray's max over the list does, NaNs included."""
+    return max(best, value) if mode == "max" else min(best, value)
+
+
+def median_stop_reason(
+    *, time_attr: str, time: float, metric: str, mode: str, best: float, median: float, samples: int,
+    hard_stop: bool = True,
+) -> str:
+    """``stopped by the median stopping rule at training_iteration=4: best score 0.3 below the
+    median 0.5 of 3 other trials' running means``."""
+    verb = "stopped" if hard_stop else "paused"
+    side = "below" if mode == "max" else "above"
+    return (
+        f"{verb} by the median stopping rule at {time_attr}={format_number(time)}: best "
+        f"{metric} {format_number(best)} {side} the median {format_number(median)} of "
+        f"{samples} other trials' running means"
+    )
+
+
+def median_rule_verdict(
+    best: float, means: list[float], *, min_samples_required: int, mode: str
+) -> tuple[bool, float] | None:
+    """The median rule's verdict on a trial whose best so far is ``best``, against the other
+    trials' running means at this time (finite ones only): ``(stop, median)``; None when there are
+    fewer than ``min_samples_required`` of them. A best strictly worse than the median stops; as
+    Ray compares, a NaN best counts as worse than any median."""
+    if len(means) < min_samples_required:
+        return None
+    median = _median(means)
+    keep = (best >= median) if mode == "max" else (best <= median)
+    return (not keep, median)
+
+
 class MedianStoppingRule(MetricScheduler):
     """The median stopping rule of Google Vizier (https://research.google.com/pubs/pub46180.html),
     as Ray Tune 2.60's.
@@ -118,20 +153,17 @@ class MedianStoppingRule(MetricScheduler):
             for mean in (history.mean_until(time),)
             if math.isfinite(mean)
         ]
-        if len(means) < self.min_samples_required:
-            return self._on_insufficient_samples(trial, time, len(means))
-        median = _median(means)
         best = self._histories[trial.trial_id].best
-        # As Ray compares, a NaN best counts as worse than any median.
-        if (best >= median) if self.mode == "max" else (best <= median):
+        verdict = median_rule_verdict(best, means, min_samples_required=self.min_samples_required, mode=str(self.mode))
+        if verdict is None:
+            return self._on_insufficient_samples(trial, time, len(means))
+        stop, median = verdict
+        if not stop:
             return Decision.CONTINUE
         self._stopped.add(trial.trial_id)
-        verb = "stopped" if self.hard_stop else "paused"
-        side = "below" if self.mode == "max" else "above"
-        self._reasons[trial.trial_id] = (
-            f"{verb} by the median stopping rule at {self.time_attr}={format_number(time)}: best "
-            f"{self.metric} {format_number(best)} {side} the median {format_number(median)} of "
-            f"{len(means)} other trials' running means"
+        self._reasons[trial.trial_id] = median_stop_reason(
+            time_attr=self.time_attr, time=time, metric=str(self.metric), mode=str(self.mode), best=best,
+            median=median, samples=len(means), hard_stop=self.hard_stop,
         )
         return Decision.STOP if self.hard_stop else Decision.PAUSE
 
@@ -150,8 +182,7 @@ class MedianStoppingRule(MetricScheduler):
             history = self._histories[trial_id] = _History(time, value)
         else:
             history.last_time = time
-            # max(a, b) keeps a unless b > a, as Ray's max over the list does, NaNs included.
-            history.best = max(history.best, value) if self.mode == "max" else min(history.best, value)
+            history.best = better_of(history.best, value, str(self.mode))
         if time >= self.grace_period:
             history.times.append(time)
             history.sums.append(history.sums[-1] + value if history.sums else value)

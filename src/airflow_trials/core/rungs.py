@@ -325,9 +325,9 @@ class AshaRungs:
 
         if not isinstance(scheduler, AsyncHyperBandScheduler):
             raise ValueError(
-                f"tuning_experiment takes scheduler=ASHAScheduler(...) only, got {type(scheduler).__name__}: "
-                "each trial task is judged by its own trigger against ASHA's rungs in the trials DB. "
-                "HyperBandScheduler, MedianStoppingRule and PopulationBasedTraining compare or pause "
+                f"tuning_experiment takes scheduler=ASHAScheduler(...) or MedianStoppingRule(...) only, got "
+                f"{type(scheduler).__name__}: each trial task is judged by its own trigger against the state "
+                "those two keep in the trials DB. HyperBandScheduler and PopulationBasedTraining pause or clone "
                 "trials together: run them on the TrialRunner (docs/engine.md), e.g. from one task."
             )
         clash = [f"{name} {theirs!r} vs {ours!r}" for name, theirs, ours in
@@ -357,6 +357,10 @@ class AshaRungs:
         if self.stop_last_trials:
             points.add(float(self.max_t))
         return sorted(float(p) for p in points)
+
+    def hold_spec(self, bracket: int) -> dict[str, Any]:
+        """Where a trial of ``bracket`` waits for its verdict, as the actor takes it."""
+        return {"time_attr": self.time_attr, "points": self.hold_points(bracket)}
 
     def draw_bracket(self, uniform: float) -> int:
         """The bracket of a new trial for one uniform draw in [0, 1); draw it once per trial and keep it."""

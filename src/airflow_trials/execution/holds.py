@@ -4,8 +4,8 @@ On the runner path the scheduler is asked after each result, in the runner's loo
 path the trial drives itself on Ray and its scheduler (ASHA's rungs, in the trials store) is asked
 by the trial's trigger, which sees results only when it polls. So that a trial stopped at a rung
 trains at most the result that reached it, the actor *holds* after a result that reaches one of
-its hold points (its bracket's milestones, and ``max_t``) until the trigger gives its verdict on
-that result: ``CONTINUE`` (it trains on) or ``STOP`` (with the reason). A verdict the trigger gives
+its hold points (ASHA: its bracket's milestones, and ``max_t``; the median rule: every result
+from ``grace_period``, its ``every_from``) until the trigger gives its verdict on that result: ``CONTINUE`` (it trains on) or ``STOP`` (with the reason). A verdict the trigger gives
 for a result the actor did not hold at (a stored STOP met again) applies at the trial's next
 result. The actor's loop turns verdicts into what happens next through
 :func:`airflow_trials.core.fate.after_result`, as every path does.
@@ -29,7 +29,8 @@ from typing import Any
 from airflow_trials.core.scheduler import Decision
 
 HoldSpec = Mapping[str, Any]
-"""``{"time_attr": str, "points": [float, ...]}``: plain values, so that Ray and Airflow carry them."""
+"""``{"time_attr": str, "points": [float, ...], "every_from": float | None}``: plain values, so
+that Ray and Airflow carry them (``every_from`` may be left out)."""
 
 
 class Holds:
@@ -37,11 +38,14 @@ class Holds:
 
     :param time_attr: the result key the points are in (ASHA's ``time_attr``).
     :param points: the values of ``time_attr`` at which the trial waits for a verdict.
+    :param every_from: the trial also waits at every result whose ``time_attr`` is at least
+        this; default None (only at ``points``).
     """
 
-    def __init__(self, time_attr: str, points: list[float]) -> None:
+    def __init__(self, time_attr: str, points: list[float], every_from: float | None = None) -> None:
         self.time_attr = time_attr
         self.points = sorted(float(p) for p in points)
+        self.every_from = None if every_from is None else float(every_from)
         self._passed: set[float] = set()
         self._verdicts: dict[int, tuple[Decision, str | None]] = {}
         self._changed = threading.Condition()
@@ -51,13 +55,15 @@ class Holds:
     def from_spec(cls, spec: HoldSpec | None) -> Holds | None:
         if not spec:
             return None
-        return cls(str(spec["time_attr"]), list(spec["points"]))
+        return cls(str(spec["time_attr"]), list(spec["points"]), spec.get("every_from"))
 
     def holds_at(self, result: Mapping[str, Any]) -> bool:
         """Does ``result`` reach a hold point the trial has not been released from yet?"""
         time = result.get(self.time_attr)
         if not isinstance(time, (int, float)):
             return False
+        if self.every_from is not None and time >= self.every_from:
+            return True
         with self._changed:
             return any(p <= time and p not in self._passed for p in self.points)
 

@@ -19,14 +19,19 @@ from airflow_trials.core.fate import (
     after_failure,
     stopped_by_scheduler,
 )
+from airflow_trials.core.judged import JudgedScheduler
 from airflow_trials.core.parameters import refuse_in_airflow
 from airflow_trials.core.resources import Resources
-from airflow_trials.core.rungs import AshaRungs
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.trial import Trial, validate_name
 from airflow_trials.exceptions import StoreError, TrialError
 from airflow_trials.hooks.trials import DEFAULT_RAY_CONN_ID, DEFAULT_TRIALS_CONN_ID, TrialsHook
-from airflow_trials.operators.tuning import asha_rungs, asha_settings, needs_run, suggested_config
+from airflow_trials.operators.tuning import (
+    judged_rule,
+    needs_run,
+    scheduler_settings,
+    suggested_config,
+)
 from airflow_trials.pools import DEFAULT_SLOTS_PER_GPU, gpu_pool_slots
 from airflow_trials.triggers.trial import STOPPED_BY_USER, TrialTrigger, stored_end_event
 
@@ -91,9 +96,11 @@ class RunTrialOperator(BaseOperator):
     :param poll_interval_seconds: how often the trigger polls the trial; default 2.
     :param deferrable: defer while the trial trains; default ``[operators] default_deferrable``.
         When False, the task polls in the worker (holding its slot).
-    :param scheduler: an ``ASHAScheduler`` (or its ``AshaRungs.to_dict()``): the trial waits at
-        each of its rungs while its trigger judges it against the experiment run's other trials
-        in the trials DB, and stops there when ASHA says so (docs/airflow.md, "Early stopping").
+    :param scheduler: an ``ASHAScheduler`` or a ``MedianStoppingRule`` (or their settings'
+        ``to_dict()``): the trial waits at each of its rungs (ASHA) or at each result from
+        ``grace_period`` (the median rule) while its trigger judges it against the experiment run's
+        other trials in the trials DB, and stops there when the rule says so (docs/airflow.md,
+        "Early stopping").
         Needs ``experiment_run_id``. Default None: it runs to its stopping criterion.
     :param search_alg: an ``OptunaSearch`` (space, metric and mode set): the trial's first try asks
         it for the config, after the run's ended trials (``operators/search.py``), and ``config``
@@ -161,7 +168,7 @@ class RunTrialOperator(BaseOperator):
         self.trials_conn_id = trials_conn_id
         self.poll_interval_seconds = poll_interval_seconds
         self.deferrable = deferrable
-        self.scheduler = asha_settings(scheduler)
+        self.scheduler = scheduler_settings(scheduler)
         self.search_alg = search_alg
 
     # -- helpers ------------------------------------------------------------------------------------
@@ -209,9 +216,9 @@ class RunTrialOperator(BaseOperator):
         finally:
             store.dispose()
 
-    def _rungs(self, trial_id: str) -> tuple[AshaRungs | None, int]:
-        """ASHA's settings and the trial's bracket (the same on every try)."""
-        return asha_rungs(self.scheduler, self.task_id, self.experiment_run_id, trial_id)
+    def _rungs(self, trial_id: str) -> tuple[JudgedScheduler | None, int]:
+        """The scheduler's settings and the trial's ASHA bracket (the same on every try)."""
+        return judged_rule(self.scheduler, self.task_id, self.experiment_run_id, trial_id)
 
     # -- execution ----------------------------------------------------------------------------------
     def execute(self, context: Context) -> Any:
@@ -314,7 +321,7 @@ class RunTrialOperator(BaseOperator):
             trial = self._trial(trial.experiment_name, trial.trial_id, latest.path)
             self.log.info("Trial %s resumes from checkpoint %s", trial.trial_id, latest.path)
         rungs, bracket = self._rungs(trial.trial_id)
-        holds = {"time_attr": rungs.time_attr, "points": rungs.hold_points(bracket)} if rungs else None
+        holds = rungs.hold_spec(bracket) if rungs else None
         # Do not wait for Ray to place it: a trial queued for resources waits deferred, holding
         # no worker slot, and starts when Ray places it.
         placed = executor.is_placed(executor.launch(trial, start_timeout_s=None, holds=holds))

@@ -1,7 +1,8 @@
 """What a trial task does for its scheduler and its searcher on the Airflow path.
 
-**ASHA.** The task draws the trial's bracket from its ids (the same on every try) and starts the
-actor with hold points; its trigger judges each result (``triggers/judge.py``).
+**ASHA and the median rule.** The task draws the trial's ASHA bracket from its ids (the same on
+every try) and starts the actor with hold points; its trigger judges each result
+(``triggers/judge.py``) against the state the rule keeps in the trials DB.
 
 **Search that learns.** Each trial task asks the searcher for its config when it starts, from
 what the trials DB holds of the run's ended trials.
@@ -23,19 +24,20 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from airflow_trials.core.rungs import AshaRungs
+from airflow_trials.core.judged import JudgedScheduler, judged_from_dict, judged_scheduler
 from airflow_trials.core.status import TrialStatus
 
 log = logging.getLogger(__name__)
 
 
-def asha_settings(scheduler: Any) -> dict[str, Any] | None:
-    """An operator's ``scheduler`` as plain values, checked: None, an ASHAScheduler, or its dict."""
+def scheduler_settings(scheduler: Any) -> dict[str, Any] | None:
+    """An operator's ``scheduler`` as plain values, checked: None, an ASHAScheduler or a
+    MedianStoppingRule, or their settings' dict."""
     if scheduler is None:
         return None
     if isinstance(scheduler, Mapping):
-        return AshaRungs(**scheduler).to_dict()
-    return AshaRungs.from_scheduler(scheduler).to_dict()
+        return judged_from_dict(dict(scheduler)).to_dict()
+    return judged_scheduler(scheduler).to_dict()
 
 
 def needs_run(experiment_run_id: int | None, what: str, task_id: str, trial_id: str) -> int:
@@ -48,15 +50,16 @@ def needs_run(experiment_run_id: int | None, what: str, task_id: str, trial_id: 
     return experiment_run_id
 
 
-def asha_rungs(
+def judged_rule(
     settings: Mapping[str, Any] | None, task_id: str, experiment_run_id: int | None, trial_id: str
-) -> tuple[AshaRungs | None, int]:
-    """ASHA's rungs and the trial's bracket, drawn from its run and trial ids; (None, 0) without ASHA."""
+) -> tuple[JudgedScheduler | None, int]:
+    """The scheduler's settings and the trial's ASHA bracket, drawn from its run and trial ids
+    (0 for the median rule); (None, 0) without a scheduler."""
     if settings is None:
         return None, 0
     run_id = needs_run(experiment_run_id, "scheduler= judges a trial against", task_id, trial_id)
-    rungs = AshaRungs(**settings)
-    return rungs, rungs.draw_bracket(random.Random(f"{run_id}:{trial_id}").random())
+    rule = judged_from_dict(dict(settings))
+    return rule, rule.draw_bracket(random.Random(f"{run_id}:{trial_id}").random())
 
 
 def suggested_config(

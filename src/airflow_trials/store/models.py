@@ -1,4 +1,5 @@
-"""SQLAlchemy models of the store's tables: experiments, runs, trials, results, checkpoints, rungs, exploits.
+"""SQLAlchemy models of the store's tables: experiments, runs, trials, results, checkpoints, rungs,
+median points, exploits.
 
 Every table name starts with ``at_`` so the store can share a database with other tools. The
 Alembic revisions in ``migrations/versions/`` (0001_initial.py, then changes) create exactly
@@ -224,6 +225,36 @@ class TrialRungRow(Base):
     reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     # Recorded when the trial ended (ASHA keeps a trial's last value); its verdict was not acted on.
     at_end: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class TrialMedianPointRow(Base):
+    """The median stopping rule's record of one trial's result from ``grace_period`` on.
+
+    The Airflow path keeps the rule's state here (``TrialStore.record_median_point``): ``total`` is
+    the running sum of the metric over the trial's results from grace_period up to this one and
+    ``seq`` their count, so a running mean at any time is one index probe. One row per (trial,
+    iteration, at_end): a result judged twice gets its first verdict again. ``at_end`` rows repeat
+    a trial's last result when it ends, as Ray Tune's rule appends it again. ``total`` NULL: not
+    finite, left out of medians.
+    """
+
+    __tablename__ = "at_trial_median_points"
+    __table_args__ = (
+        UniqueConstraint("trial_id", "iteration", "at_end"),
+        Index("ix_at_trial_median_points_trial_id_time_seq", "trial_id", "time", "seq"),
+    )
+
+    id: Mapped[int] = mapped_column(big_int_type(), primary_key=True)
+    experiment_run_id: Mapped[int] = mapped_column(ForeignKey("at_experiment_runs.id", ondelete="CASCADE"))
+    trial_id: Mapped[str] = mapped_column(ForeignKey("at_trials.trial_id", ondelete="CASCADE"))
+    seq: Mapped[int] = mapped_column(Integer)
+    time: Mapped[float] = mapped_column(Float)
+    iteration: Mapped[int] = mapped_column(Integer)
+    at_end: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    total: Mapped[float | None] = mapped_column(Float, nullable=True)
+    decision: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 

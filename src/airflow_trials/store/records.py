@@ -195,6 +195,36 @@ class RungDecision:
 
 
 @dataclass(frozen=True)
+class MedianPoint:
+    """The median stopping rule's record of one of a trial's results, as ``TrialStore.record_median_point`` stored it.
+
+    :param experiment_run_id: the run whose trials the rule compares.
+    :param trial_id: the trial.
+    :param iteration: training_iteration of the result.
+    :param time: its ``time_attr``.
+    :param seq: how many of the trial's results from grace_period the running mean covers.
+    :param mean: the trial's running mean up to this result; NaN when not finite.
+    :param decision: the rule's verdict: STOP or CONTINUE.
+    :param reason: why it stops; None for CONTINUE.
+    :param at_end: the trial's last result, recorded again when it ended (not acted on).
+    :param created_at: when it was recorded (UTC).
+    :param fresh: True when this call recorded it, False when it was stored already.
+    """
+
+    experiment_run_id: int
+    trial_id: str
+    iteration: int
+    time: float
+    seq: int
+    mean: float
+    decision: Decision
+    reason: str | None
+    at_end: bool
+    created_at: datetime
+    fresh: bool = False
+
+
+@dataclass(frozen=True)
 class ExploitRecord:
     """A PBT exploit as ``TrialStore.record_exploit`` stored it: the trial continued from its
     donor's checkpoint with a new config (``airflow_trials.core.pbt.Exploit``).

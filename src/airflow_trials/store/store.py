@@ -1,4 +1,5 @@
-"""TrialStore: the metadata store of experiments, runs, trials, results, checkpoints, ASHA's rungs and PBT's exploits."""
+"""TrialStore: the metadata store of experiments, runs, trials, results, checkpoints, ASHA's rungs,
+the median rule's running means and PBT's exploits."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from airflow_trials.store.leaderboard import (
     check_mode,
     leaderboard_query,
 )
+from airflow_trials.store.median import MedianStore
 from airflow_trials.store.models import (
     ExperimentRow,
     ExperimentRunRow,
@@ -36,7 +38,7 @@ from airflow_trials.store.trials import TrialsStore
 _STATUSES = {status.value: status for status in TrialStatus}
 
 
-class TrialStore(RunsStore, TrialsStore, IngestStore, RungsStore, ExploitsStore):
+class TrialStore(RunsStore, TrialsStore, IngestStore, RungsStore, MedianStore, ExploitsStore):
     """The metadata store: one database (never Airflow's) shared by every task, trigger and UI.
 
     Every public method runs in its own transaction: it commits, or rolls back entirely and

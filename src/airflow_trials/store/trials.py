@@ -26,6 +26,7 @@ from airflow_trials.store.models import (
     ExperimentRunRow,
     ResultRow,
     TrialExploitRow,
+    TrialMedianPointRow,
     TrialRow,
     TrialRungRow,
     utcnow,
@@ -208,8 +209,8 @@ class TrialsStore(StoreBase):
 
         For a task cleared after its trial ended (Airflow re-runs a cleared task, replacing
         its XComs; the trial's results are replaced the same way). In one transaction the
-        trial's results, checkpoint rows, ASHA rungs and PBT exploits are deleted (its values
-        leave the rungs; verdicts other trials got meanwhile stand, and so do exploits that
+        trial's results, checkpoint rows, ASHA rungs, median points and PBT exploits are deleted (its values
+        leave the rungs and medians; verdicts other trials got meanwhile stand, and so do exploits that
         cloned it) and it goes back to PENDING with no failures,
         error, stop reason, last or best result. The caller deletes the returned checkpoints'
         files. A trial that has not ended raises InvalidTransitionError and nothing changes.
@@ -230,6 +231,7 @@ class TrialsStore(StoreBase):
             session.execute(delete(CheckpointRow).where(CheckpointRow.trial_id == trial_id))
             session.execute(delete(ResultRow).where(ResultRow.trial_id == trial_id))
             session.execute(delete(TrialRungRow).where(TrialRungRow.trial_id == trial_id))
+            session.execute(delete(TrialMedianPointRow).where(TrialMedianPointRow.trial_id == trial_id))
             session.execute(delete(TrialExploitRow).where(TrialExploitRow.trial_id == trial_id))
             _change_trial(trial, TrialStatus.PENDING, {"num_failures": 0, "error_msg": None, "last_result": None})
             trial.started_at = None

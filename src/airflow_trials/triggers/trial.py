@@ -57,11 +57,12 @@ class TrialTrigger(TrialsTrigger):
     :param ray_cluster_id: hex id of the Ray cluster the trial was launched on; when the cluster
         at Ray's address is another one and the actor is gone, the trial was lost with the old
         cluster (infrastructure), not through its own code. Default None: not checked.
-    :param scheduler: ASHA's settings (``AshaRungs.to_dict()``): the trigger judges each result
-        against the run's rungs in the trials store and gives the actor its verdict
+    :param scheduler: the scheduler's settings (``AshaRungs.to_dict()`` or ``MedianRule.to_dict()``):
+        the trigger judges each result against the run's state in the trials store (ASHA's rungs,
+        the median rule's running means) and gives the actor its verdict
         (:mod:`~airflow_trials.triggers.judge`). Default None: the trial runs to its criterion.
     :param bracket: the trial's ASHA bracket; default 0.
-    :param experiment_run_id: the run whose trials share the rungs; required with ``scheduler``.
+    :param experiment_run_id: the run whose trials the scheduler compares; required with ``scheduler``.
     """
 
     serialized_fields = (

@@ -8,11 +8,16 @@ import time
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from airflow_trials.core.end import TrialEnd
-from airflow_trials.core.rungs import AshaRungs
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.exceptions import StoreError
 from airflow_trials.triggers.echo import TaskLogEcho
-from airflow_trials.triggers.judge import MissingSchedulerKey, RungJudge, Verdict
+from airflow_trials.triggers.judge import (
+    MedianJudge,
+    MissingSchedulerKey,
+    RungJudge,
+    Verdict,
+    judge_for,
+)
 
 if TYPE_CHECKING:
     from airflow_trials.hooks.trials import TrialsHook
@@ -21,6 +26,9 @@ if TYPE_CHECKING:
 
 # Slack over a poll's own wait before an unanswered poll counts as Ray not answering.
 POLL_GRACE_SECONDS = 30.0
+# The least time between two polls after a verdict released a held actor (a poll answers at once
+# while the actor still holds, until its thread takes the verdict).
+RELEASED_PACE_SECONDS = 0.02
 # "0" in the triggerer's environment: each trigger polls its own actor from the event loop and
 # writes its own progress (the path before the shared poller), to measure the poller against.
 BATCHED_POLLS_ENV = "AIRFLOW_TRIALS_BATCHED_POLLS"
@@ -56,12 +64,10 @@ class TrialWatch:
         self.unanswered_since: float | None = None
         # The trial's output and progress go to the trigger's log: the task instance's log.
         self.echo = TaskLogEcho(trigger.log, trigger.trial_id)
-        self.judge: RungJudge | None = None
+        self.judge: RungJudge | MedianJudge | None = None
         if trigger.scheduler is not None:
             assert trigger.experiment_run_id is not None  # TrialTrigger checks it
-            self.judge = RungJudge(
-                AshaRungs(**trigger.scheduler), trigger.bracket, store, trigger.experiment_run_id, trigger.trial_id
-            )
+            self.judge = judge_for(trigger.scheduler, trigger.bracket, store, trigger.experiment_run_id, trigger.trial_id)
 
     async def until_end(self) -> dict[str, Any]:
         """Record the trial's results until it ends; the end event (TERMINATED, or ERROR)."""
@@ -72,12 +78,14 @@ class TrialWatch:
                 asked = time.monotonic()
                 poll, snapshot = await self._next_snapshot()
                 await self._record(poll)
-                await self._judge(snapshot)
+                released = await self._judge(snapshot)
                 self.echo.report(snapshot)
                 if TrialStatus(snapshot["status"]).is_terminal():
                     return await self._ended(snapshot)
                 # The actor waits for us; if it answered early (it is not running its loop), pace.
-                await asyncio.sleep(max(0.0, trigger.poll_interval_seconds - (time.monotonic() - asked)))
+                # Not after a verdict released it from a hold: its next result may be held already.
+                pace = RELEASED_PACE_SECONDS if released else trigger.poll_interval_seconds
+                await asyncio.sleep(max(0.0, pace - (time.monotonic() - asked)))
         except Ended as end:
             return end.event
 
@@ -241,12 +249,13 @@ class TrialWatch:
             "its latest recorded checkpoint", released=True,
         )) from error
 
-    async def _judge(self, snapshot: dict[str, Any]) -> None:
-        """Ask ASHA about the snapshot's new results (in a thread: it reads and writes the rungs)
-        and tell the actor: the first STOP, and the verdict on the result it holds at."""
+    async def _judge(self, snapshot: dict[str, Any]) -> bool:
+        """Ask the scheduler about the snapshot's new results (in a thread: it reads and writes its
+        state in the store) and tell the actor: the first STOP, and the verdict on the result it
+        holds at. Whether the actor was held (and so released)."""
         judge = self.judge
         if judge is None:
-            return
+            return False
         try:
             stop = await asyncio.to_thread(judge.judge, snapshot["results"])
         except MissingSchedulerKey as e:
@@ -255,7 +264,7 @@ class TrialWatch:
         except StoreError as e:
             await self._store_failed("its scheduler's rungs could not be read or written in the trials DB", e)
         if TrialStatus(snapshot["status"]).is_terminal():
-            return  # it ended on its own (its criterion): nothing to tell it (its end records the rest)
+            return False  # it ended on its own (its criterion): nothing to tell it (its end records the rest)
         held = snapshot.get("held")
         verdicts = [stop] if stop is not None else []
         if held is not None and (stop is None or stop.iteration != held):
@@ -264,6 +273,7 @@ class TrialWatch:
             if verdict.reason:
                 self.trigger.log.info("Trial %s: %s.", self.trigger.trial_id, verdict.reason)
             await asyncio.to_thread(self._tell, verdict)
+        return held is not None
 
     def _tell(self, verdict: Verdict) -> None:
         """Give the actor a verdict; a failed call is only logged (the next poll finds a dead actor,
@@ -298,12 +308,12 @@ class TrialWatch:
         end = TrialEnd.from_snapshot(self.trigger.experiment_name, snapshot, released=True)
         if end.finished and self.judge is not None:
             # Before the end is recorded: a trigger that runs again finds the end stored and
-            # judges nothing more. ASHA records a finished trial's last value (Ray Tune's
-            # on_trial_complete); a failed trial's, never.
+            # judges nothing more. ASHA and the median rule record a finished trial's last
+            # value (Ray Tune's on_trial_complete); a failed trial's, never.
             try:
                 await asyncio.to_thread(self.judge.at_end, end.last_result)
             except StoreError as e:  # its results and end are kept; only a later trial's cutoff misses it
-                self.trigger.log.warning("Trial %s: ASHA could not record its last value (%s).", end.trial_id, e)
+                self.trigger.log.warning("Trial %s: its scheduler could not record its last value (%s).", end.trial_id, e)
         if end.finished:
             # Shown as finished at once; execute_complete records the same end again, harmlessly.
             await asyncio.to_thread(self.store.record_end, end)

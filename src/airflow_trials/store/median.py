@@ -1,0 +1,195 @@
+"""MedianStore: the median stopping rule's running means in the trials store, one row per trial
+and result from grace_period, judged once each."""
+
+from __future__ import annotations
+
+import math
+import numbers
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from airflow_trials.core.scheduler import Decision
+from airflow_trials.store.base import StoreBase, _check_id
+from airflow_trials.store.models import TrialMedianPointRow, TrialRow, utcnow
+from airflow_trials.store.records import MedianPoint
+
+_POINTS = TrialMedianPointRow.__table__
+_TRIALS = TrialRow.__table__
+# The second key of a run's median lock (two-key advisory locks are a key space of their own; a
+# collision with a rung's key only makes the two take turns).
+_LOCK_KEY = zlib.crc32(b"median stopping rule") - 2**31
+AT_END_REASON = "recorded when the trial ended, as the median stopping rule keeps a trial's last result"
+
+MedianDecide = Callable[[list[float]], tuple[Decision, str | None]]
+"""Judges a result from the other trials' running means at its time (e.g. ``MedianRule.verdict``)."""
+
+
+class MedianStore(StoreBase):
+    """The median stopping rule's state for the Airflow path, where each trial has a trigger of its own.
+
+    The pure rule is :class:`~airflow_trials.core.judged.MedianRule`; this keeps what it reads,
+    each trial's running sum of the metric per result from grace_period, and makes each verdict
+    final. A decision reads one running mean per other trial of the run (two index probes each),
+    never their results.
+    """
+
+    def record_median_point(
+        self,
+        experiment_run_id: int,
+        trial_id: str,
+        *,
+        iteration: int,
+        time: float,
+        value: float,
+        decide: MedianDecide | None = None,
+        at_end: bool = False,
+    ) -> MedianPoint:
+        """Add the trial's result ``iteration`` to its running mean and return the rule's verdict on it; exactly once.
+
+        In one transaction: when the trial has a row for this result already (a triggerer restart
+        or a retry processing it again), that row is returned unchanged (``fresh=False``) and
+        ``decide`` is not called. Otherwise ``decide`` gets the running means at ``time`` of the
+        run's other trials whose latest result is at or past ``time`` (each over its results up to
+        ``time``; NaN where that is not finite), and its verdict is stored with the trial's new
+        running sum (``fresh=True``). Writers of one run take turns (a PostgreSQL advisory lock
+        per run; SQLite serialises writers), so each verdict sees every mean committed before it.
+
+        :param experiment_run_id: the run, as :meth:`create_experiment_run` returned it.
+        :param trial_id: a trial of that run.
+        :param iteration: training_iteration of the result.
+        :param time: its ``time_attr`` (at or after grace_period); never below the trial's last.
+        :param value: the metric; a NaN or an infinity makes the running mean non-finite for good.
+        :param decide: the verdict, e.g. ``functools.partial(MedianRule.verdict, rule, best, time)``;
+            required unless ``at_end``.
+        :param at_end: the trial ended and this is its last result, added again (Ray Tune's
+            ``on_trial_complete``); no verdict. Default False.
+        :raises TrialNotFoundError: no such trial. StoreError: no such run. ValueError: bad arguments.
+        """
+        _check_id("Trial id", trial_id)
+        time, value = _check_point_args(trial_id, iteration, time, value)
+        if decide is None and not at_end:
+            raise ValueError(f"record_median_point for trial {trial_id}: pass decide= (or at_end=True).")
+        operation = f"record result {iteration} of trial {trial_id} for the median rule of experiment run {experiment_run_id}"
+
+        def work(session: Session) -> MedianPoint:
+            self._trial_of_run_locking_run(session, experiment_run_id, trial_id, operation)
+            stored = _stored_point(session, trial_id, iteration, at_end)
+            if stored is not None:
+                return stored
+            last = session.execute(
+                select(_POINTS.c.seq, _POINTS.c.time, _POINTS.c.total)
+                .where(_POINTS.c.trial_id == trial_id).order_by(_POINTS.c.seq.desc()).limit(1)
+            ).first()
+            if last is not None and time < last.time:
+                raise ValueError(
+                    f"Cannot {operation}: its time {time!r} is before the trial's last recorded {last.time!r}; "
+                    "the median stopping rule needs a time_attr that never decreases within a trial "
+                    "(training_iteration or time_total_s)."
+                )
+            total = value if last is None else (None if last.total is None else last.total + value)
+            reason: str | None
+            if at_end:
+                decision, reason = Decision.CONTINUE, AT_END_REASON
+            else:
+                assert decide is not None
+                decision, reason = decide(_means_at(session, experiment_run_id, trial_id, time))
+                if decision not in (Decision.CONTINUE, Decision.STOP):
+                    raise ValueError(f"Cannot {operation}: decide returned {decision!r}, not CONTINUE or STOP.")
+            row = {
+                "experiment_run_id": experiment_run_id, "trial_id": trial_id, "seq": 1 if last is None else last.seq + 1,
+                "time": time, "iteration": iteration, "at_end": bool(at_end),
+                "total": total if total is not None and math.isfinite(total) else None,
+                "decision": decision.value, "reason": reason, "created_at": utcnow(),
+            }
+            session.execute(self._insert(_POINTS).values(**row))
+            return _point(row, fresh=True)
+
+        return self._transaction(operation, work)
+
+    def trial_median_points(self, trial_id: str) -> list[MedianPoint]:
+        """The trial's median points in the order recorded; raises TrialNotFoundError for an unknown id."""
+        operation = f"read the median points of trial {trial_id}"
+
+        def work(session: Session) -> list[MedianPoint]:
+            self._find_or_raise(session, trial_id, operation)
+            rows = session.execute(select(_POINTS).where(_POINTS.c.trial_id == trial_id).order_by(_POINTS.c.seq))
+            return [_point(row._mapping, fresh=False) for row in rows]
+
+        return self._transaction(operation, work, write=False)
+
+    def _trial_of_run_locking_run(self, session: Session, experiment_run_id: int, trial_id: str, operation: str) -> None:
+        """Check the trial belongs to the run and, on PostgreSQL, take the run's median lock, in one statement."""
+        query = select(_TRIALS.c.experiment_run_id).where(_TRIALS.c.trial_id == trial_id)
+        if self._dialect == "postgresql":
+            # SQLite needs none: the write transaction began IMMEDIATE and holds the only write lock.
+            query = query.add_columns(func.pg_advisory_xact_lock(experiment_run_id, _LOCK_KEY))
+        row = session.connection().execute(query).first()
+        if row is None:
+            self._find_or_raise(session, trial_id, operation)  # raises TrialNotFoundError
+        elif row[0] != experiment_run_id:
+            self._find_run_or_raise(session, experiment_run_id, operation)
+            raise ValueError(
+                f"Cannot {operation}: the trial belongs to experiment run {row[0]}; "
+                "pass the run it was registered with (upsert_trial's experiment_run_id)."
+            )
+
+
+def _means_at(session: Session, experiment_run_id: int, trial_id: str, time: float) -> list[float]:
+    """The running means at ``time`` of the run's other trials whose latest result is at or past
+    it (NaN where not finite, or where a trial has no result from grace_period up to ``time``)."""
+    points = _POINTS.alias("p")
+    latest = _POINTS.alias("latest")
+    last_time = (
+        select(latest.c.time).where(latest.c.trial_id == _TRIALS.c.trial_id)
+        .order_by(latest.c.time.desc(), latest.c.seq.desc()).limit(1).scalar_subquery()
+    )
+    mean = (
+        select(points.c.total / points.c.seq).where(points.c.trial_id == _TRIALS.c.trial_id, points.c.time <= time)
+        .order_by(points.c.time.desc(), points.c.seq.desc()).limit(1).scalar_subquery()
+    )
+    rows = session.connection().execute(
+        select(mean).where(_TRIALS.c.experiment_run_id == experiment_run_id, _TRIALS.c.trial_id != trial_id,
+                           last_time >= time)
+    ).scalars()
+    return [math.nan if m is None else float(m) for m in rows]
+
+
+def _stored_point(session: Session, trial_id: str, iteration: int, at_end: bool) -> MedianPoint | None:
+    row = session.execute(
+        select(_POINTS).where(_POINTS.c.trial_id == trial_id, _POINTS.c.iteration == iteration,
+                              _POINTS.c.at_end == bool(at_end))
+    ).one_or_none()
+    return None if row is None else _point(row._mapping, fresh=False)
+
+
+def _check_point_args(trial_id: str, iteration: Any, time: Any, value: Any) -> tuple[float, float]:
+    if isinstance(iteration, bool) or not isinstance(iteration, numbers.Integral) or iteration < 0:
+        raise ValueError(f"The iteration of trial {trial_id}'s median point must be an integer >= 0, got {iteration!r}.")
+    for name, number in (("time", time), ("value", value)):
+        if isinstance(number, bool) or not isinstance(number, numbers.Real):
+            raise ValueError(f"The {name} of trial {trial_id}'s median point must be a number, got {number!r}.")
+    if not math.isfinite(time):
+        raise ValueError(f"The time of trial {trial_id}'s median point must be finite, got {time!r}.")
+    return float(time), float(value)
+
+
+def _point(row: Any, *, fresh: bool) -> MedianPoint:
+    total = row["total"]
+    return MedianPoint(
+        experiment_run_id=row["experiment_run_id"],
+        trial_id=row["trial_id"],
+        iteration=row["iteration"],
+        time=row["time"],
+        seq=row["seq"],
+        mean=math.nan if total is None else total / row["seq"],
+        decision=Decision(row["decision"]),
+        reason=row["reason"],
+        at_end=bool(row["at_end"]),
+        created_at=row["created_at"],
+        fresh=fresh,
+    )
+

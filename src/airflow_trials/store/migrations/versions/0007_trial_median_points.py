@@ -1,0 +1,60 @@
+"""at_trial_median_points: the median stopping rule's running mean per trial and result, and its verdict.
+
+Revision ID: 0007
+Revises: 0006
+Create Date: 2026-11-24
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0007"
+down_revision: str | None = "0006"
+branch_labels: str | None = None
+depends_on: str | None = None
+
+
+def upgrade() -> None:
+    op.create_table(
+        "at_trial_median_points",
+        sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
+        sa.Column("experiment_run_id", sa.Integer(), nullable=False),
+        sa.Column("trial_id", sa.String(128), nullable=False),
+        sa.Column("seq", sa.Integer(), nullable=False),
+        sa.Column("time", sa.Float(), nullable=False),
+        sa.Column("iteration", sa.Integer(), nullable=False),
+        sa.Column("at_end", sa.Boolean(), server_default=sa.false(), nullable=False),
+        # NULL: the running sum is not finite (a NaN or an infinity among the values), so its mean
+        # is left out of every median from then on, as Ray leaves a non-finite mean out.
+        sa.Column("total", sa.Float(), nullable=True),
+        sa.Column("decision", sa.String(16), nullable=False),
+        sa.Column("reason", sa.Text(), nullable=True),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.PrimaryKeyConstraint("id", name="pk_at_trial_median_points"),
+        sa.UniqueConstraint(
+            "trial_id", "iteration", "at_end", name="uq_at_trial_median_points_trial_id_iteration_at_end"
+        ),
+        sa.ForeignKeyConstraint(
+            ["experiment_run_id"],
+            ["at_experiment_runs.id"],
+            name="fk_at_trial_median_points_experiment_run_id_at_experiment_runs",
+            ondelete="CASCADE",
+        ),
+        sa.ForeignKeyConstraint(
+            ["trial_id"],
+            ["at_trials.trial_id"],
+            name="fk_at_trial_median_points_trial_id_at_trials",
+            ondelete="CASCADE",
+        ),
+    )
+    # A trial's running mean at a time, and its latest time: one probe of this index each.
+    op.create_index(
+        "ix_at_trial_median_points_trial_id_time_seq", "at_trial_median_points", ["trial_id", "time", "seq"]
+    )
+
+
+def downgrade() -> None:
+    op.drop_index("ix_at_trial_median_points_trial_id_time_seq", table_name="at_trial_median_points")
+    op.drop_table("at_trial_median_points")
