@@ -102,3 +102,22 @@ def test_holds_release_every_point_a_result_passed():
     assert not holds.holds_at({"loss": 1.0})  # no time_attr: nothing to hold at
     holds.give(7, "STOP", "late")  # the first verdict for a result stands
     assert holds.told(9) == ("CONTINUE", None)
+
+
+def test_with_every_from_the_trial_holds_at_each_result_from_there(storage):
+    """The median rule's holds: every result from grace_period waits for its verdict."""
+    spec = {"trial_id": "t1", "experiment_name": "unit", "trainable": "tests.trainables:counting", "config": {}}
+    actor = TrialActor(spec, storage, storage, capture_output=False)
+    trial = Trial("tests.trainables:counting", {}, trial_id="t1", experiment_name="unit",
+                  stopping_criterion={"training_iteration": 20})
+    actor.run(trial.to_json_state(), None, {"time_attr": "training_iteration", "points": [], "every_from": 3})
+    for iteration in (3, 4, 5):
+        held = _until(actor, lambda s, i=iteration: s["held"] == i)
+        assert _iterations(held) == list(range(1, iteration + 1))  # nothing past the result it holds at
+        if iteration < 5:
+            actor.decide(iteration, "CONTINUE")
+    actor.decide(5, "STOP", "stopped by the median stopping rule at training_iteration=5: ...")
+    ended = _until(actor, lambda s: s["status"] != "RUNNING")
+    assert _iterations(ended) == [1, 2, 3, 4, 5]
+    assert ended["stop_reason"].startswith("stopped by the median stopping rule at training_iteration=5")
+    assert not Holds.from_spec({"time_attr": "t", "points": [], "every_from": 2.0}).holds_at({"t": 1.5})
