@@ -145,6 +145,42 @@ class MedianContract:
         assert math.isnan(seen[-1][0]) or math.isnan(seen[-1][-1])  # b's mean is NaN now (left out by the rule)
         assert RULE.verdict(9.0, 4.0, seen[-1])[0] is Decision.CONTINUE  # one finite mean < min_samples_required
 
+    @pytest.mark.parametrize("skipping", [3, 70], ids=["few-skip-the-time", "many-skip-the-time"])
+    def test_means_at_an_integer_time_count_every_trial_past_it_whether_or_not_it_has_a_point_there(
+        self, store, skipping
+    ):
+        # Trials with a point at every iteration, trials that skipped iteration 3 (points at 2
+        # and 5), one with non-integer times, and one that stopped before 3: at time 3 the means
+        # are those of every trial but the last, however many skipped it (a few are probed one
+        # by one; past 64, every trial is).
+        ids = [f"every{i}" for i in range(5)] + [f"skip{i}" for i in range(skipping)] + ["float", "short", "me"]
+        run = new_run(store, "r1", ids)
+        expected = []
+        for i in range(5):
+            for step in range(1, 6):
+                store.record_median_point(run, f"every{i}", iteration=step, time=step, value=float(i + step),
+                                          decide=lambda means: (Decision.CONTINUE, None))
+            expected.append(sum(i + step for step in (1, 2, 3)) / 3)
+        for i in range(skipping):
+            for step, value in ((2, 10.0 + i), (5, 0.0)):
+                store.record_median_point(run, f"skip{i}", iteration=step, time=step, value=value,
+                                          decide=lambda means: (Decision.CONTINUE, None))
+            expected.append(10.0 + i)
+        for step, time in ((1, 0.5), (2, 2.5), (3, 3.5)):
+            store.record_median_point(run, "float", iteration=step, time=time, value=4.0,
+                                      decide=lambda means: (Decision.CONTINUE, None))
+        expected.append(4.0)
+        store.record_median_point(run, "short", iteration=1, time=2, value=1.0,
+                                  decide=lambda means: (Decision.CONTINUE, None))
+        seen: list[list[float]] = []
+
+        def capture(means):
+            seen.append(sorted(means))
+            return Decision.CONTINUE, None
+
+        store.record_median_point(run, "me", iteration=3, time=3, value=0.0, decide=capture)
+        assert seen == [sorted(expected)]
+
     def test_a_trial_s_last_result_is_added_again_when_it_ends(self, store):
         run = new_run(store, "r1", ["a"])
         store.record_median_point(run, "a", iteration=1, time=1, value=1.0, decide=decide(1.0, 1))

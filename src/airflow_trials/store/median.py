@@ -9,7 +9,7 @@ import zlib
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import and_, func, select, true
 from sqlalchemy.orm import Session
 
 from airflow_trials.core.scheduler import Decision
@@ -81,8 +81,8 @@ class MedianStore(StoreBase):
             if stored is not None:
                 return stored
             last = session.execute(
-                select(_POINTS.c.seq, _POINTS.c.time, _POINTS.c.total)
-                .where(_POINTS.c.trial_id == trial_id).order_by(_POINTS.c.seq.desc()).limit(1)
+                select(_POINTS.c.seq, _POINTS.c.time, _POINTS.c.total).where(_POINTS.c.trial_id == trial_id)
+                .order_by(_POINTS.c.time.desc(), _POINTS.c.seq.desc()).limit(1)
             ).first()
             if last is not None and time < last.time:
                 raise ValueError(
@@ -101,7 +101,9 @@ class MedianStore(StoreBase):
                     raise ValueError(f"Cannot {operation}: decide returned {decision!r}, not CONTINUE or STOP.")
             row = {
                 "experiment_run_id": experiment_run_id, "trial_id": trial_id, "seq": 1 if last is None else last.seq + 1,
-                "time": time, "iteration": iteration, "at_end": bool(at_end),
+                "time": time, "prev_time": None if last is None else last.time,
+                "gap": last is not None and not _consecutive(last.time, time),
+                "iteration": iteration, "at_end": bool(at_end),
                 "total": total if total is not None and math.isfinite(total) else None,
                 "decision": decision.value, "reason": reason, "created_at": utcnow(),
             }
@@ -140,22 +142,66 @@ class MedianStore(StoreBase):
 
 def _means_at(session: Session, experiment_run_id: int, trial_id: str, time: float) -> list[float]:
     """The running means at ``time`` of the run's other trials whose latest result is at or past
-    it (NaN where not finite, or where a trial has no result from grace_period up to ``time``)."""
-    points = _POINTS.alias("p")
+    it (NaN where not finite), each over the trial's points up to ``time``. A trial with no point
+    up to ``time`` is left out: its mean would be NaN, which the rule leaves out anyway.
+
+    At an integer time, most trials' point with the greatest time up to it is *at* it (their
+    times are consecutive integers, e.g. ``training_iteration``): one range of the (run, time)
+    index holds them all. The others skipped ``time``: their next point is a gap row whose
+    previous time is before it, found through the (run, gap, time) index and probed one by one.
+    When there are many (times that are not integers, such as ``time_total_s``), every trial is
+    probed instead."""
+    if float(time).is_integer():
+        at_time = session.connection().execute(
+            select(_POINTS.c.trial_id, _POINTS.c.seq, _POINTS.c.total)
+            .where(_POINTS.c.experiment_run_id == experiment_run_id, _POINTS.c.time == time,
+                   _POINTS.c.trial_id != trial_id)
+        )
+        latest: dict[str, tuple[int, float | None]] = {}
+        for other, seq, total in at_time:
+            if other not in latest or seq > latest[other][0]:
+                latest[other] = (seq, total)
+        skipped = list(session.connection().execute(
+            select(_POINTS.c.trial_id)
+            .where(_POINTS.c.experiment_run_id == experiment_run_id, _POINTS.c.gap == true(),
+                   _POINTS.c.time > time, _POINTS.c.prev_time < time, _POINTS.c.trial_id != trial_id)
+            .limit(_MAX_PROBED + 1)
+        ).scalars())
+        if len(skipped) <= _MAX_PROBED:
+            means = [math.nan if total is None else total / seq for seq, total in latest.values()]
+            return means + _probed_means(session, _TRIALS.c.trial_id.in_(set(skipped)), time)
+    beyond = _trials_beyond(experiment_run_id, trial_id, time)
+    return _probed_means(session, beyond, time)
+
+
+#: Trials that skipped a decision's time, probed one by one; more, and every trial is probed.
+_MAX_PROBED = 64
+
+
+def _trials_beyond(experiment_run_id: int, trial_id: str, time: float) -> Any:
+    """The run's other trials whose latest point is at or past ``time``."""
     latest = _POINTS.alias("latest")
     last_time = (
         select(latest.c.time).where(latest.c.trial_id == _TRIALS.c.trial_id)
         .order_by(latest.c.time.desc(), latest.c.seq.desc()).limit(1).scalar_subquery()
     )
+    return and_(_TRIALS.c.experiment_run_id == experiment_run_id, _TRIALS.c.trial_id != trial_id, last_time >= time)
+
+
+def _probed_means(session: Session, trials: Any, time: float) -> list[float]:
+    """The running mean at ``time`` of each trial ``trials`` selects, one index probe each."""
+    points = _POINTS.alias("p")
     mean = (
         select(points.c.total / points.c.seq).where(points.c.trial_id == _TRIALS.c.trial_id, points.c.time <= time)
         .order_by(points.c.time.desc(), points.c.seq.desc()).limit(1).scalar_subquery()
     )
-    rows = session.connection().execute(
-        select(mean).where(_TRIALS.c.experiment_run_id == experiment_run_id, _TRIALS.c.trial_id != trial_id,
-                           last_time >= time)
-    ).scalars()
+    rows = session.connection().execute(select(mean).where(trials)).scalars()
     return [math.nan if m is None else float(m) for m in rows]
+
+
+def _consecutive(previous: float, time: float) -> bool:
+    """Are two successive point times such that no integer lies strictly between them?"""
+    return previous.is_integer() and time.is_integer() and time - previous <= 1
 
 
 def _stored_point(session: Session, trial_id: str, iteration: int, at_end: bool) -> MedianPoint | None:

@@ -243,6 +243,8 @@ class TrialMedianPointRow(Base):
     __table_args__ = (
         UniqueConstraint("trial_id", "iteration", "at_end"),
         Index("ix_at_trial_median_points_trial_id_time_seq", "trial_id", "time", "seq"),
+        Index("ix_at_trial_median_points_run_time", "experiment_run_id", "time", "trial_id", "seq", "total"),
+        Index("ix_at_trial_median_points_run_gaps", "experiment_run_id", "gap", "time", "prev_time"),
     )
 
     id: Mapped[int] = mapped_column(big_int_type(), primary_key=True)
@@ -250,6 +252,10 @@ class TrialMedianPointRow(Base):
     trial_id: Mapped[str] = mapped_column(ForeignKey("at_trials.trial_id", ondelete="CASCADE"))
     seq: Mapped[int] = mapped_column(Integer)
     time: Mapped[float] = mapped_column(Float)
+    # The trial's previous point's time; gap: the two are not consecutive integers, so a decision
+    # between them finds no point of this trial at its time.
+    prev_time: Mapped[float | None] = mapped_column(Float, nullable=True)
+    gap: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     iteration: Mapped[int] = mapped_column(Integer)
     at_end: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     total: Mapped[float | None] = mapped_column(Float, nullable=True)

@@ -24,6 +24,11 @@ def upgrade() -> None:
         sa.Column("trial_id", sa.String(128), nullable=False),
         sa.Column("seq", sa.Integer(), nullable=False),
         sa.Column("time", sa.Float(), nullable=False),
+        # The time of the trial's previous point (NULL for its first), and whether a decision at a
+        # time strictly between the two could find no point of this trial at that time: the times
+        # are not consecutive integers. See TrialStore.record_median_point.
+        sa.Column("prev_time", sa.Float(), nullable=True),
+        sa.Column("gap", sa.Boolean(), server_default=sa.false(), nullable=False),
         sa.Column("iteration", sa.Integer(), nullable=False),
         sa.Column("at_end", sa.Boolean(), server_default=sa.false(), nullable=False),
         # NULL: the running sum is not finite (a NaN or an infinity among the values), so its mean
@@ -53,8 +58,19 @@ def upgrade() -> None:
     op.create_index(
         "ix_at_trial_median_points_trial_id_time_seq", "at_trial_median_points", ["trial_id", "time", "seq"]
     )
+    # Every trial's point at one time of a run, read from the index alone.
+    op.create_index(
+        "ix_at_trial_median_points_run_time", "at_trial_median_points",
+        ["experiment_run_id", "time", "trial_id", "seq", "total"],
+    )
+    # The points after a gap: the few trials that skipped a time.
+    op.create_index(
+        "ix_at_trial_median_points_run_gaps", "at_trial_median_points", ["experiment_run_id", "gap", "time", "prev_time"]
+    )
 
 
 def downgrade() -> None:
+    op.drop_index("ix_at_trial_median_points_run_gaps", table_name="at_trial_median_points")
+    op.drop_index("ix_at_trial_median_points_run_time", table_name="at_trial_median_points")
     op.drop_index("ix_at_trial_median_points_trial_id_time_seq", table_name="at_trial_median_points")
     op.drop_table("at_trial_median_points")
