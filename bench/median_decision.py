@@ -34,6 +34,8 @@ import optuna
 from sqlalchemy import insert
 
 from airflow_trials.core.judged import MedianRule
+from airflow_trials.core.median_stopping import MeanSample
+from airflow_trials.core.scheduler import Decision
 from airflow_trials.store import TrialStore
 from airflow_trials.store.models import TrialMedianPointRow, utcnow
 from bench.store_ingest import _register_trials, fresh_postgres_schema
@@ -59,8 +61,9 @@ def load_fixture(store: TrialStore, num_trials: int, results: int, decisions: in
         for step, value in enumerate(curve(i, results if i < num_trials else results - 1), start=1):
             total += value
             rows.append({"experiment_run_id": run, "trial_id": f"t{i}", "seq": step, "time": float(step),
-                         "iteration": step, "at_end": False, "total": total, "decision": "CONTINUE",
-                         "reason": None, "created_at": now})
+                         "prev_time": float(step - 1) if step > 1 else None, "gap": False,
+                         "iteration": step, "at_end": False, "total": total, "mean": total / step,
+                         "superseded": False, "decision": "CONTINUE", "reason": None, "created_at": now})
     with store._engine.begin() as connection:
         for start in range(0, len(rows), 10_000):
             connection.execute(insert(TrialMedianPointRow), rows[start : start + 10_000])
@@ -68,6 +71,12 @@ def load_fixture(store: TrialStore, num_trials: int, results: int, decisions: in
         with store._engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
             connection.exec_driver_sql("VACUUM ANALYZE at_trial_median_points")  # as autovacuum would
     return run
+
+
+def _counted(samples: list[int], time: float, means: MeanSample) -> tuple[Decision, str | None]:
+    """RULE's verdict for a best of 1.0, noting how many means it saw."""
+    samples.append(means.count)
+    return RULE.verdict(1.0, time, means)
 
 
 def time_ours(url: str, num_trials: int, results: int, decisions: int) -> dict[int, float]:
@@ -78,14 +87,17 @@ def time_ours(url: str, num_trials: int, results: int, decisions: int) -> dict[i
         run = load_fixture(store, num_trials, results, decisions)
         print(f"  fixture: {num_trials:,} trials x {results} results = {num_trials * results:,} rows, "
               f"loaded in {time.perf_counter() - begin:.1f} s", flush=True)
-        medians = {}
+        medians, samples = {}, []
         for step, first in ((results, num_trials), (1, num_trials + decisions)):
             timings = []
             for trial_id in (f"t{i}" for i in range(first, first + decisions)):
                 begin = time.perf_counter()
                 store.record_median_point(run, trial_id, iteration=step, time=step, value=1.0,
-                                          decide=functools.partial(RULE.verdict, 1.0, float(step)))
+                                          decide=functools.partial(_counted, samples, float(step)))
                 timings.append((time.perf_counter() - begin) * 1000)
+            # Every decision compared with the means of all N trials (and of the new ones before it at time 1).
+            assert min(samples) >= num_trials, (step, min(samples))
+            samples.clear()
             medians[step] = statistics.median(timings)
         return medians
     finally:

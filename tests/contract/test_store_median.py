@@ -16,6 +16,7 @@ from sqlalchemy import inspect
 from airflow_trials import Decision, MedianStoppingRule, StoreError, Trial, TrialNotFoundError
 from airflow_trials.core.fate import Transition
 from airflow_trials.core.judged import MedianRule
+from airflow_trials.core.median_stopping import MeanList
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.store import TrialStore
 from airflow_trials.store.median import AT_END_REASON
@@ -23,7 +24,7 @@ from airflow_trials.store.migration import alembic_config
 from airflow_trials.store.models import TrialMedianPointRow
 from airflow_trials.triggers.judge import MedianJudge, MissingSchedulerKey
 from tests.contract.conftest import MEMORY, POSTGRESQL, SQLITE_FILE
-from tests.contract.test_store import count, register, run_in_threads
+from tests.contract.test_store import count, run_in_threads
 from tests.contract.test_store_rungs import new_run
 
 STREAMS = {MEMORY: 100, SQLITE_FILE: 60, POSTGRESQL: 60}
@@ -32,6 +33,15 @@ RULE = MedianRule(metric="loss", mode="min", time_attr="training_iteration", gra
 
 def never(means):
     raise AssertionError(f"decide must not be called again, got {means}")
+
+
+def sample(means) -> tuple[int, float | None]:
+    """What the rule reads of the means it was given: how many, and their median."""
+    return means.count, (means.median() if means.count else None)
+
+
+def expected(values) -> tuple[int, float | None]:
+    return sample(MeanList(values))
 
 
 def decide(best: float, time: float, rule: MedianRule = RULE):
@@ -129,21 +139,21 @@ class MedianContract:
             for iteration, value in enumerate(values, start=1):
                 store.record_median_point(run, trial_id, iteration=iteration, time=iteration, value=value,
                                           decide=lambda means: (Decision.CONTINUE, None))
-        seen: list[list[float]] = []
+        seen: list[tuple[int, float | None]] = []
 
         def capture(means):
-            seen.append(sorted(means))
+            seen.append(sample(means))
             return Decision.CONTINUE, None
 
         store.record_median_point(run, "me", iteration=2, time=2.0, value=9.0, decide=capture)
         # "short" ended before time 2; a's mean up to 2 is 2.0, b's 2.0 (not a's mean over all of it).
-        assert seen == [[2.0, 2.0]]
+        assert seen == [expected([2.0, 2.0])]
         store.record_median_point(run, "b", iteration=4, time=4, value=math.nan, decide=lambda m: (Decision.CONTINUE, None))
         store.record_median_point(run, "me", iteration=3, time=3.0, value=9.0, decide=capture)
-        assert seen[-1] == [2.0, 3.0]  # b's NaN comes after time 3: its mean up to 3 is finite
+        assert seen[-1] == expected([2.0, 3.0])  # b's NaN comes after time 3: its mean up to 3 is finite
         store.record_median_point(run, "me", iteration=4, time=4.0, value=9.0, decide=capture)
-        assert math.isnan(seen[-1][0]) or math.isnan(seen[-1][-1])  # b's mean is NaN now (left out by the rule)
-        assert RULE.verdict(9.0, 4.0, seen[-1])[0] is Decision.CONTINUE  # one finite mean < min_samples_required
+        assert seen[-1] == expected([math.nan]) == (0, None)  # b's mean is NaN now: left out, as Ray leaves it out
+        assert RULE.verdict(9.0, 4.0, [3.0, math.nan])[0] is Decision.CONTINUE  # one finite mean < min_samples_required
 
     @pytest.mark.parametrize("skipping", [3, 70], ids=["few-skip-the-time", "many-skip-the-time"])
     def test_means_at_an_integer_time_count_every_trial_past_it_whether_or_not_it_has_a_point_there(
@@ -155,31 +165,31 @@ class MedianContract:
         # by one; past 64, every trial is).
         ids = [f"every{i}" for i in range(5)] + [f"skip{i}" for i in range(skipping)] + ["float", "short", "me"]
         run = new_run(store, "r1", ids)
-        expected = []
+        means = []
         for i in range(5):
             for step in range(1, 6):
                 store.record_median_point(run, f"every{i}", iteration=step, time=step, value=float(i + step),
                                           decide=lambda means: (Decision.CONTINUE, None))
-            expected.append(sum(i + step for step in (1, 2, 3)) / 3)
+            means.append(sum(i + step for step in (1, 2, 3)) / 3)
         for i in range(skipping):
             for step, value in ((2, 10.0 + i), (5, 0.0)):
                 store.record_median_point(run, f"skip{i}", iteration=step, time=step, value=value,
                                           decide=lambda means: (Decision.CONTINUE, None))
-            expected.append(10.0 + i)
+            means.append(10.0 + i)
         for step, time in ((1, 0.5), (2, 2.5), (3, 3.5)):
             store.record_median_point(run, "float", iteration=step, time=time, value=4.0,
                                       decide=lambda means: (Decision.CONTINUE, None))
-        expected.append(4.0)
+        means.append(4.0)
         store.record_median_point(run, "short", iteration=1, time=2, value=1.0,
                                   decide=lambda means: (Decision.CONTINUE, None))
-        seen: list[list[float]] = []
+        seen: list[tuple[int, float | None]] = []
 
         def capture(means):
-            seen.append(sorted(means))
+            seen.append(sample(means))
             return Decision.CONTINUE, None
 
         store.record_median_point(run, "me", iteration=3, time=3, value=0.0, decide=capture)
-        assert seen == [sorted(expected)]
+        assert seen == [sample(MeanList(means))]
 
     def test_a_trial_s_last_result_is_added_again_when_it_ends(self, store):
         run = new_run(store, "r1", ["a"])
@@ -271,7 +281,7 @@ class MedianContract:
         run = new_run(store, "r1", ids)
         rule = MedianRule(metric="score", mode="max", time_attr="training_iteration", grace_period=1, min_samples_required=1)
         barrier = threading.Barrier(writers, timeout=60)
-        seen: dict[tuple[str, int], list[float]] = {}
+        seen: dict[tuple[str, int], tuple[int, float | None]] = {}
 
         def write(w: int) -> None:
             writer = TrialStore(store_url)
@@ -283,7 +293,7 @@ class MedianContract:
                     best = max(best, value)
 
                     def judged(means, key=(f"w{w}", iteration), best=best):
-                        seen[key] = sorted(means)
+                        seen[key] = sample(means)
                         return rule.verdict(best, float(key[1]), means)
 
                     for _ in range(2):  # the second is a retry: the same verdict, no second row
@@ -299,12 +309,12 @@ class MedianContract:
             rows = connection.execute(TrialMedianPointRow.__table__.select().order_by(TrialMedianPointRow.id)).all()
         committed: dict[str, list[Any]] = {}  # each trial's rows committed so far
         for row in rows:
-            expected = sorted(
+            means = [
                 upto[-1].total / upto[-1].seq
                 for trial_id, points in committed.items() if trial_id != row.trial_id and points[-1].time >= row.time
                 for upto in ([p for p in points if p.time <= row.time],) if upto
-            )
-            assert seen[(row.trial_id, row.iteration)] == expected, row
+            ]
+            assert seen[(row.trial_id, row.iteration)] == expected(means), row
             committed.setdefault(row.trial_id, []).append(row)
 
 class TestInMemorySQLite(MedianContract):

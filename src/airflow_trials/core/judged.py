@@ -23,11 +23,13 @@ Example::
 
 from __future__ import annotations
 
-import math
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from airflow_trials.core.median_stopping import (
+    MeanList,
+    MeanSample,
     MedianStoppingRule,
     median_rule_verdict,
     median_stop_reason,
@@ -92,16 +94,16 @@ class MedianRule:
         """The actor waits for a verdict at every result from ``grace_period``: each is judged."""
         return {"time_attr": self.time_attr, "points": [], "every_from": float(self.grace_period)}
 
-    def verdict(self, best: float, time: float, means: list[float]) -> tuple[Decision, str | None]:
+    def verdict(self, best: float, time: float, means: MeanSample | Iterable[float]) -> tuple[Decision, str | None]:
         """The verdict on a result at ``time`` of a trial whose best so far is ``best``, given the
         other trials' running means there (non-finite ones are left out, as Ray leaves them)."""
-        finite = [m for m in means if math.isfinite(m)]
-        verdict = median_rule_verdict(best, finite, min_samples_required=self.min_samples_required, mode=self.mode)
+        sample = means if isinstance(means, MeanSample) else MeanList(means)
+        verdict = median_rule_verdict(best, sample, min_samples_required=self.min_samples_required, mode=self.mode)
         if verdict is None or not verdict[0]:
             return Decision.CONTINUE, None
         return Decision.STOP, median_stop_reason(
             time_attr=self.time_attr, time=time, metric=self.metric, mode=self.mode, best=best,
-            median=verdict[1], samples=len(finite),
+            median=verdict[1], samples=sample.count,
         )
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 from airflow_trials.core.result import Result
 from airflow_trials.core.scheduler import Decision, MetricScheduler, format_number
@@ -60,16 +62,44 @@ def median_stop_reason(
     )
 
 
+@runtime_checkable
+class MeanSample(Protocol):
+    """The other trials' finite running means at a time, as much as the rule reads of them.
+
+    :class:`MeanList` holds them all (in memory); the trials store answers from SQL, counting them
+    and reading only the one or two in the middle.
+    """
+
+    @property
+    def count(self) -> int:
+        """How many finite means."""
+
+    def median(self) -> float:
+        """Their median (the mean of the two middle ones for an even count); count >= 1."""
+
+
+class MeanList:
+    """:class:`MeanSample` over means held in memory; NaNs and infinities are left out, as Ray leaves them."""
+
+    def __init__(self, means: Iterable[float]) -> None:
+        self._sorted = sorted(m for m in means if math.isfinite(m))
+        self.count = len(self._sorted)
+
+    def median(self) -> float:
+        return _median(self._sorted)
+
+
 def median_rule_verdict(
-    best: float, means: list[float], *, min_samples_required: int, mode: str
+    best: float, means: MeanSample | Iterable[float], *, min_samples_required: int, mode: str
 ) -> tuple[bool, float] | None:
     """The median rule's verdict on a trial whose best so far is ``best``, against the other
     trials' running means at this time (finite ones only): ``(stop, median)``; None when there are
     fewer than ``min_samples_required`` of them. A best strictly worse than the median stops; as
     Ray compares, a NaN best counts as worse than any median."""
-    if len(means) < min_samples_required:
+    sample = means if isinstance(means, MeanSample) else MeanList(means)
+    if sample.count < min_samples_required:
         return None
-    median = _median(means)
+    median = sample.median()
     keep = (best >= median) if mode == "max" else (best <= median)
     return (not keep, median)
 

@@ -9,9 +9,10 @@ import zlib
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import and_, func, select, true
+from sqlalchemy import and_, false, func, or_, select, true, update
 from sqlalchemy.orm import Session
 
+from airflow_trials.core.median_stopping import MeanList, MeanSample
 from airflow_trials.core.scheduler import Decision
 from airflow_trials.store.base import StoreBase, _check_id
 from airflow_trials.store.models import TrialMedianPointRow, TrialRow, utcnow
@@ -24,7 +25,7 @@ _TRIALS = TrialRow.__table__
 _LOCK_KEY = zlib.crc32(b"median stopping rule") - 2**31
 AT_END_REASON = "recorded when the trial ended, as the median stopping rule keeps a trial's last result"
 
-MedianDecide = Callable[[list[float]], tuple[Decision, str | None]]
+MedianDecide = Callable[[MeanSample], tuple[Decision, str | None]]
 """Judges a result from the other trials' running means at its time (e.g. ``MedianRule.verdict``)."""
 
 
@@ -77,36 +78,28 @@ class MedianStore(StoreBase):
 
         def work(session: Session) -> MedianPoint:
             self._trial_of_run_locking_run(session, experiment_run_id, trial_id, operation)
-            stored = _stored_point(session, trial_id, iteration, at_end)
+            stored, last = _stored_and_last(session, trial_id, iteration, at_end)
             if stored is not None:
                 return stored
-            last = session.execute(
-                select(_POINTS.c.seq, _POINTS.c.time, _POINTS.c.total).where(_POINTS.c.trial_id == trial_id)
-                .order_by(_POINTS.c.time.desc(), _POINTS.c.seq.desc()).limit(1)
-            ).first()
             if last is not None and time < last.time:
                 raise ValueError(
                     f"Cannot {operation}: its time {time!r} is before the trial's last recorded {last.time!r}; "
                     "the median stopping rule needs a time_attr that never decreases within a trial "
                     "(training_iteration or time_total_s)."
                 )
-            total = value if last is None else (None if last.total is None else last.total + value)
             reason: str | None
             if at_end:
                 decision, reason = Decision.CONTINUE, AT_END_REASON
             else:
                 assert decide is not None
-                decision, reason = decide(_means_at(session, experiment_run_id, trial_id, time))
+                same_time = last is not None and last.time == time
+                decision, reason = decide(_means_at(session, experiment_run_id, trial_id, time, probe_all=same_time))
                 if decision not in (Decision.CONTINUE, Decision.STOP):
                     raise ValueError(f"Cannot {operation}: decide returned {decision!r}, not CONTINUE or STOP.")
-            row = {
-                "experiment_run_id": experiment_run_id, "trial_id": trial_id, "seq": 1 if last is None else last.seq + 1,
-                "time": time, "prev_time": None if last is None else last.time,
-                "gap": last is not None and not _consecutive(last.time, time),
-                "iteration": iteration, "at_end": bool(at_end),
-                "total": total if total is not None and math.isfinite(total) else None,
-                "decision": decision.value, "reason": reason, "created_at": utcnow(),
-            }
+            row = _new_row(experiment_run_id, trial_id, iteration, time, value, last, at_end,
+                           decision=decision.value, reason=reason)
+            if last is not None and last.time == time:  # the trial's point at this time is now this one
+                session.execute(update(_POINTS).where(_POINTS.c.id == last.id).values(superseded=True))
             session.execute(self._insert(_POINTS).values(**row))
             return _point(row, fresh=True)
 
@@ -140,27 +133,21 @@ class MedianStore(StoreBase):
             )
 
 
-def _means_at(session: Session, experiment_run_id: int, trial_id: str, time: float) -> list[float]:
+def _means_at(
+    session: Session, experiment_run_id: int, trial_id: str, time: float, *, probe_all: bool = False
+) -> MeanSample:
     """The running means at ``time`` of the run's other trials whose latest result is at or past
-    it (NaN where not finite), each over the trial's points up to ``time``. A trial with no point
-    up to ``time`` is left out: its mean would be NaN, which the rule leaves out anyway.
+    it, each over the trial's points up to ``time``. A trial with no point up to ``time`` is left
+    out: its mean would be NaN, which the rule leaves out anyway.
 
     At an integer time, most trials' point with the greatest time up to it is *at* it (their
-    times are consecutive integers, e.g. ``training_iteration``): one range of the (run, time)
-    index holds them all. The others skipped ``time``: their next point is a gap row whose
-    previous time is before it, found through the (run, gap, time) index and probed one by one.
-    When there are many (times that are not integers, such as ``time_total_s``), every trial is
-    probed instead."""
-    if float(time).is_integer():
-        at_time = session.connection().execute(
-            select(_POINTS.c.trial_id, _POINTS.c.seq, _POINTS.c.total)
-            .where(_POINTS.c.experiment_run_id == experiment_run_id, _POINTS.c.time == time,
-                   _POINTS.c.trial_id != trial_id)
-        )
-        latest: dict[str, tuple[int, float | None]] = {}
-        for other, seq, total in at_time:
-            if other not in latest or seq > latest[other][0]:
-                latest[other] = (seq, total)
+    times are consecutive integers, e.g. ``training_iteration``): those means are counted and
+    read by rank from the (run, time, superseded, mean) index (:class:`_StoredMeans`). The others
+    skipped ``time``: their next point is a gap row whose previous time is before it, found
+    through the (run, gap, time) index and probed one by one. When there are many (times that are
+    not integers, such as ``time_total_s``), or ``probe_all`` (the deciding trial has a point at
+    this time already), every trial is probed instead."""
+    if float(time).is_integer() and not probe_all:
         skipped = list(session.connection().execute(
             select(_POINTS.c.trial_id)
             .where(_POINTS.c.experiment_run_id == experiment_run_id, _POINTS.c.gap == true(),
@@ -168,10 +155,37 @@ def _means_at(session: Session, experiment_run_id: int, trial_id: str, time: flo
             .limit(_MAX_PROBED + 1)
         ).scalars())
         if len(skipped) <= _MAX_PROBED:
-            means = [math.nan if total is None else total / seq for seq, total in latest.values()]
-            return means + _probed_means(session, _TRIALS.c.trial_id.in_(set(skipped)), time)
-    beyond = _trials_beyond(experiment_run_id, trial_id, time)
-    return _probed_means(session, beyond, time)
+            extra = _probed_means(session, _TRIALS.c.trial_id.in_(set(skipped)), time)
+            return _StoredMeans(session, experiment_run_id, time, extra)
+    return MeanList(_probed_means(session, _trials_beyond(experiment_run_id, trial_id, time), time))
+
+
+class _StoredMeans:
+    """:class:`~airflow_trials.core.median_stopping.MeanSample` of the points at one time of a run
+    (the trials' own latest there, finite means only) plus a few more means held here (trials that
+    skipped the time): one count, then only the values the median needs, however many trials."""
+
+    def __init__(self, session: Session, experiment_run_id: int, time: float, extra: list[float]) -> None:
+        self._connection = session.connection()
+        self._where = (_POINTS.c.experiment_run_id == experiment_run_id, _POINTS.c.time == time,
+                       _POINTS.c.superseded == false(), _POINTS.c.mean.is_not(None))
+        self._extra = sorted(m for m in extra if math.isfinite(m))
+        self._stored = int(self._connection.execute(select(func.count()).where(*self._where)).scalar_one())
+        self.count = self._stored + len(self._extra)
+
+    def median(self) -> float:
+        middle = self.count // 2
+        ranks = (middle,) if self.count % 2 else (middle - 1, middle)
+        # The value of rank r among stored + extra is among the stored ranks r - len(extra) to r.
+        first = max(0, ranks[0] - len(self._extra))
+        last = min(self._stored - 1, ranks[-1])
+        window = list(self._connection.execute(
+            select(_POINTS.c.mean).where(*self._where).order_by(_POINTS.c.mean)
+            .offset(first).limit(max(0, last - first + 1))
+        ).scalars()) if last >= first else []
+        merged = sorted(window + self._extra)
+        values = [merged[rank - first] for rank in ranks]
+        return values[0] if len(values) == 1 else (values[0] + values[1]) / 2
 
 
 #: Trials that skipped a decision's time, probed one by one; more, and every trial is probed.
@@ -192,11 +206,28 @@ def _probed_means(session: Session, trials: Any, time: float) -> list[float]:
     """The running mean at ``time`` of each trial ``trials`` selects, one index probe each."""
     points = _POINTS.alias("p")
     mean = (
-        select(points.c.total / points.c.seq).where(points.c.trial_id == _TRIALS.c.trial_id, points.c.time <= time)
+        select(points.c.mean).where(points.c.trial_id == _TRIALS.c.trial_id, points.c.time <= time)
         .order_by(points.c.time.desc(), points.c.seq.desc()).limit(1).scalar_subquery()
     )
     rows = session.connection().execute(select(mean).where(trials)).scalars()
     return [math.nan if m is None else float(m) for m in rows]
+
+
+def _new_row(
+    experiment_run_id: int, trial_id: str, iteration: int, time: float, value: float, last: Any, at_end: bool,
+    **verdict: Any,
+) -> dict[str, Any]:
+    """The point row of a result after the trial's ``last`` point (None for its first)."""
+    total = value if last is None else (None if last.total is None else last.total + value)
+    seq = 1 if last is None else last.seq + 1
+    finite = total is not None and math.isfinite(total)
+    return {
+        "experiment_run_id": experiment_run_id, "trial_id": trial_id, "seq": seq, "time": time,
+        "prev_time": None if last is None else last.time, "gap": last is not None and not _consecutive(last.time, time),
+        "iteration": iteration, "at_end": bool(at_end), "total": total if finite else None,
+        "mean": total / seq if finite and total is not None else None, "superseded": False,
+        "created_at": utcnow(), **verdict,
+    }
 
 
 def _consecutive(previous: float, time: float) -> bool:
@@ -204,12 +235,19 @@ def _consecutive(previous: float, time: float) -> bool:
     return previous.is_integer() and time.is_integer() and time - previous <= 1
 
 
-def _stored_point(session: Session, trial_id: str, iteration: int, at_end: bool) -> MedianPoint | None:
-    row = session.execute(
-        select(_POINTS).where(_POINTS.c.trial_id == trial_id, _POINTS.c.iteration == iteration,
-                              _POINTS.c.at_end == bool(at_end))
-    ).one_or_none()
-    return None if row is None else _point(row._mapping, fresh=False)
+def _stored_and_last(session: Session, trial_id: str, iteration: int, at_end: bool) -> tuple[MedianPoint | None, Any]:
+    """In one statement: the trial's point for this result if it has one, and its latest point."""
+    last_id = (
+        select(_POINTS.c.id).where(_POINTS.c.trial_id == trial_id)
+        .order_by(_POINTS.c.time.desc(), _POINTS.c.seq.desc()).limit(1).scalar_subquery()
+    )
+    this = and_(_POINTS.c.iteration == iteration, _POINTS.c.at_end == bool(at_end))
+    rows = session.execute(
+        select(_POINTS, this.label("is_this"), (_POINTS.c.id == last_id).label("is_last"))
+        .where(_POINTS.c.trial_id == trial_id, or_(this, _POINTS.c.id == last_id))
+    ).all()
+    stored = next((_point(row._mapping, fresh=False) for row in rows if row.is_this), None)
+    return stored, next((row for row in rows if row.is_last), None)
 
 
 def _check_point_args(trial_id: str, iteration: Any, time: Any, value: Any) -> tuple[float, float]:

@@ -243,7 +243,7 @@ class TrialMedianPointRow(Base):
     __table_args__ = (
         UniqueConstraint("trial_id", "iteration", "at_end"),
         Index("ix_at_trial_median_points_trial_id_time_seq", "trial_id", "time", "seq"),
-        Index("ix_at_trial_median_points_run_time", "experiment_run_id", "time", "trial_id", "seq", "total"),
+        Index("ix_at_trial_median_points_run_time_mean", "experiment_run_id", "time", "superseded", "mean"),
         Index("ix_at_trial_median_points_run_gaps", "experiment_run_id", "gap", "time", "prev_time"),
     )
 
@@ -259,6 +259,9 @@ class TrialMedianPointRow(Base):
     iteration: Mapped[int] = mapped_column(Integer)
     at_end: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     total: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # total / seq, NULL when not finite; superseded: a later point of the trial has the same time.
+    mean: Mapped[float | None] = mapped_column(Float, nullable=True)
+    superseded: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     decision: Mapped[str] = mapped_column(String(16))
     reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)

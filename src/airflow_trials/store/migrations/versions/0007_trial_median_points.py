@@ -34,6 +34,10 @@ def upgrade() -> None:
         # NULL: the running sum is not finite (a NaN or an infinity among the values), so its mean
         # is left out of every median from then on, as Ray leaves a non-finite mean out.
         sa.Column("total", sa.Float(), nullable=True),
+        # total / seq (NULL when not finite), and whether a later point of the trial has the same
+        # time (its last result added again when it ended): the points a median at a time counts.
+        sa.Column("mean", sa.Float(), nullable=True),
+        sa.Column("superseded", sa.Boolean(), server_default=sa.false(), nullable=False),
         sa.Column("decision", sa.String(16), nullable=False),
         sa.Column("reason", sa.Text(), nullable=True),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
@@ -58,10 +62,10 @@ def upgrade() -> None:
     op.create_index(
         "ix_at_trial_median_points_trial_id_time_seq", "at_trial_median_points", ["trial_id", "time", "seq"]
     )
-    # Every trial's point at one time of a run, read from the index alone.
+    # The means of a run's trials at one time, counted and read by rank from the index alone.
     op.create_index(
-        "ix_at_trial_median_points_run_time", "at_trial_median_points",
-        ["experiment_run_id", "time", "trial_id", "seq", "total"],
+        "ix_at_trial_median_points_run_time_mean", "at_trial_median_points",
+        ["experiment_run_id", "time", "superseded", "mean"],
     )
     # The points after a gap: the few trials that skipped a time.
     op.create_index(
@@ -71,6 +75,6 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_index("ix_at_trial_median_points_run_gaps", table_name="at_trial_median_points")
-    op.drop_index("ix_at_trial_median_points_run_time", table_name="at_trial_median_points")
+    op.drop_index("ix_at_trial_median_points_run_time_mean", table_name="at_trial_median_points")
     op.drop_index("ix_at_trial_median_points_trial_id_time_seq", table_name="at_trial_median_points")
     op.drop_table("at_trial_median_points")
