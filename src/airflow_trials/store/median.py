@@ -56,24 +56,22 @@ class MedianStore(StoreBase):
         ``decide`` is not called. Otherwise ``decide`` gets the running means at ``time`` of the
         run's other trials whose latest result is at or past ``time`` (each over its results up to
         ``time``; NaN where that is not finite), and its verdict is stored with the trial's new
-        running sum (``fresh=True``). Writers of one run take turns (a PostgreSQL advisory lock
-        per run; SQLite serialises writers), so each verdict sees every mean committed before it.
+        running sum (``fresh=True``). Writers of a run take turns (PostgreSQL: an advisory lock per
+        run; SQLite serialises writers): each verdict sees every mean committed before it.
 
-        :param experiment_run_id: the run, as :meth:`create_experiment_run` returned it.
-        :param trial_id: a trial of that run.
+        :param experiment_run_id: the run (:meth:`create_experiment_run`). :param trial_id: a trial of it.
         :param iteration: training_iteration of the result.
         :param time: its ``time_attr`` (at or after grace_period); never below the trial's last.
         :param value: the metric; a NaN or an infinity makes the running mean non-finite for good.
-        :param decide: the verdict, e.g. ``functools.partial(MedianRule.verdict, rule, best, time)``;
-            required unless ``at_end``.
+        :param decide: the verdict, e.g. ``functools.partial(MedianRule.verdict, rule, best, time)``.
         :param at_end: the trial ended and this is its last result, added again (Ray Tune's
-            ``on_trial_complete``); no verdict. Default False.
+            ``on_trial_complete``); no verdict, so no ``decide``. Default False.
         :raises TrialNotFoundError: no such trial. StoreError: no such run. ValueError: bad arguments.
         """
         _check_id("Trial id", trial_id)
         time, value = _check_point_args(trial_id, iteration, time, value)
-        if decide is None and not at_end:
-            raise ValueError(f"record_median_point for trial {trial_id}: pass decide= (or at_end=True).")
+        if (decide is None) != at_end:
+            raise ValueError(f"record_median_point for trial {trial_id}: pass decide= (or at_end=True, without it).")
         operation = f"record result {iteration} of trial {trial_id} for the median rule of experiment run {experiment_run_id}"
 
         def work(session: Session) -> MedianPoint:
@@ -87,18 +85,14 @@ class MedianStore(StoreBase):
                     "the median stopping rule needs a time_attr that never decreases within a trial "
                     "(training_iteration or time_total_s)."
                 )
-            reason: str | None
-            if at_end:
-                decision, reason = Decision.CONTINUE, AT_END_REASON
-            else:
-                assert decide is not None
-                same_time = last is not None and last.time == time
-                decision, reason = decide(_means_at(session, experiment_run_id, trial_id, time, probe_all=same_time))
-                if decision not in (Decision.CONTINUE, Decision.STOP):
-                    raise ValueError(f"Cannot {operation}: decide returned {decision!r}, not CONTINUE or STOP.")
+            same_time = last is not None and last.time == time
+            decision, reason = (Decision.CONTINUE, AT_END_REASON) if decide is None else decide(
+                _means_at(session, experiment_run_id, trial_id, time, probe_all=same_time))
+            if decision not in (Decision.CONTINUE, Decision.STOP):
+                raise ValueError(f"Cannot {operation}: decide returned {decision!r}, not CONTINUE or STOP.")
             row = _new_row(experiment_run_id, trial_id, iteration, time, value, last, at_end,
                            decision=decision.value, reason=reason)
-            if last is not None and last.time == time:  # the trial's point at this time is now this one
+            if same_time:  # the trial's point at this time is now this one
                 session.execute(update(_POINTS).where(_POINTS.c.id == last.id).values(superseded=True))
             session.execute(self._insert(_POINTS).values(**row))
             return _point(row, fresh=True)
