@@ -35,7 +35,7 @@ from airflow_trials.core.median_stopping import (
     median_stop_reason,
 )
 from airflow_trials.core.rungs import AshaRungs
-from airflow_trials.core.scheduler import Decision
+from airflow_trials.core.scheduler import Decision, experiment_metric_and_mode
 
 #: The key a serialized :class:`MedianRule` carries (AshaRungs' dicts have none, as before it).
 RULE_KEY = "rule"
@@ -116,16 +116,7 @@ def judged_scheduler(scheduler: Any, metric: str | None = None, mode: str | None
     scheduler the Airflow path cannot run or one that disagrees with the experiment."""
     if not isinstance(scheduler, MedianStoppingRule):
         return AshaRungs.from_scheduler(scheduler, metric, mode)
-    clash = [f"{name} {theirs!r} vs {ours!r}" for name, theirs, ours in
-             (("metric", scheduler.metric, metric), ("mode", scheduler.mode, mode)) if theirs and ours and theirs != ours]
-    if clash:
-        raise ValueError(
-            f"The scheduler and the experiment disagree on {', '.join(clash)} (scheduler vs experiment): "
-            "give the scheduler the experiment's metric and mode, or none."
-        )
-    chosen_metric, chosen_mode = scheduler.metric or metric, scheduler.mode or mode
-    if not chosen_metric or not chosen_mode:
-        raise ValueError("MedianStoppingRule needs a metric and a mode: give them to it or to the experiment.")
+    chosen_metric, chosen_mode = experiment_metric_and_mode(scheduler, metric, mode, "MedianStoppingRule")
     return MedianRule.from_scheduler(scheduler, chosen_metric, chosen_mode)
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
-from airflow_trials.core.scheduler import Decision, format_number
+from airflow_trials.core.scheduler import Decision, experiment_metric_and_mode, format_number
 
 
 def nan_percentile(values: Iterable[float], percent: float) -> float:
@@ -330,16 +330,7 @@ class AshaRungs:
                 "those two keep in the trials DB. HyperBandScheduler and PopulationBasedTraining pause or clone "
                 "trials together: run them on the TrialRunner (docs/engine.md), e.g. from one task."
             )
-        clash = [f"{name} {theirs!r} vs {ours!r}" for name, theirs, ours in
-                 (("metric", scheduler.metric, metric), ("mode", scheduler.mode, mode)) if theirs and ours and theirs != ours]
-        if clash:
-            raise ValueError(
-                f"The scheduler and the experiment disagree on {', '.join(clash)} (scheduler vs experiment): "
-                "give the scheduler the experiment's metric and mode, or none."
-            )
-        chosen_metric, chosen_mode = scheduler.metric or metric, scheduler.mode or mode
-        if not chosen_metric or not chosen_mode:
-            raise ValueError("ASHAScheduler needs a metric and a mode: give them to it or to the experiment.")
+        chosen_metric, chosen_mode = experiment_metric_and_mode(scheduler, metric, mode, "ASHAScheduler")
         return cls(
             metric=chosen_metric, mode=chosen_mode, time_attr=scheduler.time_attr, max_t=scheduler.max_t,
             grace_period=scheduler.grace_period, reduction_factor=scheduler.reduction_factor,

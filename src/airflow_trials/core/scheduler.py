@@ -194,3 +194,20 @@ def format_number(value: float) -> str:
     if math.isfinite(value) and value.is_integer() and abs(value) < 1e15:
         return str(int(value))
     return f"{value:.4g}"
+
+
+def experiment_metric_and_mode(scheduler: Any, metric: str | None, mode: str | None, name: str) -> tuple[str, str]:
+    """The metric and mode a scheduler judges by on the Airflow path: its own, or the experiment's
+    where it has none (as Ray Tune's Tuner fills them from TuneConfig). ValueError, naming the fix,
+    when the two disagree or neither gives one."""
+    clash = [f"{key} {theirs!r} vs {ours!r}" for key, theirs, ours in
+             (("metric", scheduler.metric, metric), ("mode", scheduler.mode, mode)) if theirs and ours and theirs != ours]
+    if clash:
+        raise ValueError(
+            f"The scheduler and the experiment disagree on {', '.join(clash)} (scheduler vs experiment): "
+            "give the scheduler the experiment's metric and mode, or none."
+        )
+    chosen_metric, chosen_mode = scheduler.metric or metric, scheduler.mode or mode
+    if not chosen_metric or not chosen_mode:
+        raise ValueError(f"{name} needs a metric and a mode: give them to it or to the experiment.")
+    return chosen_metric, chosen_mode

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from sqlalchemy import Engine, Table, select
+from sqlalchemy import Engine, Table, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
@@ -170,6 +170,27 @@ class StoreBase:
                 f"{safe_url(self._url)}; create it with create_experiment_run first."
             )
         return row
+
+    def _trial_of_run_locking(
+        self, session: Session, experiment_run_id: int, trial_id: str, lock_key: int, operation: str
+    ) -> None:
+        """Check the trial belongs to the run and, on PostgreSQL, take the run's transaction lock
+        ``lock_key`` (a two-key advisory lock: a key space apart from the store's one-key locks; a
+        collision only makes two writers take turns), in one statement. SQLite needs none: a write
+        transaction begins IMMEDIATE and holds the only write lock."""
+        trials = TrialRow.__table__
+        query = select(trials.c.experiment_run_id).where(trials.c.trial_id == trial_id)
+        if self._dialect == "postgresql":
+            query = query.add_columns(func.pg_advisory_xact_lock(experiment_run_id, lock_key))
+        row = session.connection().execute(query).first()
+        if row is None:
+            self._find_or_raise(session, trial_id, operation)  # raises TrialNotFoundError
+        elif row[0] != experiment_run_id:
+            self._find_run_or_raise(session, experiment_run_id, operation)
+            raise ValueError(
+                f"Cannot {operation}: the trial belongs to experiment run {row[0]}; "
+                "pass the run it was registered with (upsert_trial's experiment_run_id)."
+            )
 
     def _insert(self, table: Table) -> Any:
         """INSERT with ON CONFLICT support for this store's dialect."""

@@ -75,7 +75,7 @@ class MedianStore(StoreBase):
         operation = f"record result {iteration} of trial {trial_id} for the median rule of experiment run {experiment_run_id}"
 
         def work(session: Session) -> MedianPoint:
-            self._trial_of_run_locking_run(session, experiment_run_id, trial_id, operation)
+            self._trial_of_run_locking(session, experiment_run_id, trial_id, _LOCK_KEY, operation)
             stored, last = _stored_and_last(session, trial_id, iteration, at_end)
             if stored is not None:
                 return stored
@@ -109,22 +109,6 @@ class MedianStore(StoreBase):
             return [_point(row._mapping, fresh=False) for row in rows]
 
         return self._transaction(operation, work, write=False)
-
-    def _trial_of_run_locking_run(self, session: Session, experiment_run_id: int, trial_id: str, operation: str) -> None:
-        """Check the trial belongs to the run and, on PostgreSQL, take the run's median lock, in one statement."""
-        query = select(_TRIALS.c.experiment_run_id).where(_TRIALS.c.trial_id == trial_id)
-        if self._dialect == "postgresql":
-            # SQLite needs none: the write transaction began IMMEDIATE and holds the only write lock.
-            query = query.add_columns(func.pg_advisory_xact_lock(experiment_run_id, _LOCK_KEY))
-        row = session.connection().execute(query).first()
-        if row is None:
-            self._find_or_raise(session, trial_id, operation)  # raises TrialNotFoundError
-        elif row[0] != experiment_run_id:
-            self._find_run_or_raise(session, experiment_run_id, operation)
-            raise ValueError(
-                f"Cannot {operation}: the trial belongs to experiment run {row[0]}; "
-                "pass the run it was registered with (upsert_trial's experiment_run_id)."
-            )
 
 
 def _means_at(

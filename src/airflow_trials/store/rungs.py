@@ -14,7 +14,7 @@ from airflow_trials.core.rungs import RungDecide, RungVerdict
 from airflow_trials.core.scheduler import Decision
 from airflow_trials.exceptions import StoreError
 from airflow_trials.store.base import StoreBase, _check_id
-from airflow_trials.store.models import TrialRow, TrialRungRow, utcnow
+from airflow_trials.store.models import TrialRungRow, utcnow
 from airflow_trials.store.records import RungDecision
 
 _RUNGS = TrialRungRow.__table__
@@ -113,24 +113,9 @@ class RungsStore(StoreBase):
     def _trial_of_run_locking_rung(
         self, session: Session, experiment_run_id: int, trial_id: str, bracket: int, milestone: float, operation: str
     ) -> None:
-        """Check the trial belongs to the run and, on PostgreSQL, take the rung's lock, in one statement."""
-        trials = TrialRow.__table__
-        query = select(trials.c.experiment_run_id).where(trials.c.trial_id == trial_id)
-        if self._dialect == "postgresql":
-            # Two-key advisory locks are a key space of their own (the store's other locks use one
-            # bigint key). A hash collision only makes two rungs take turns. SQLite needs none:
-            # the write transaction began IMMEDIATE and holds the only write lock.
-            rung_key = zlib.crc32(f"{bracket}:{float(milestone)!r}".encode()) - 2**31
-            query = query.add_columns(func.pg_advisory_xact_lock(experiment_run_id, rung_key))
-        row = session.connection().execute(query).first()
-        if row is None:
-            self._find_or_raise(session, trial_id, operation)  # raises TrialNotFoundError
-        elif row[0] != experiment_run_id:
-            self._find_run_or_raise(session, experiment_run_id, operation)
-            raise ValueError(
-                f"Cannot {operation}: the trial belongs to experiment run {row[0]}; "
-                "pass the run it was registered with (upsert_trial's experiment_run_id)."
-            )
+        """Check the trial belongs to the run and, on PostgreSQL, take the rung's lock."""
+        rung_key = zlib.crc32(f"{bracket}:{float(milestone)!r}".encode()) - 2**31
+        self._trial_of_run_locking(session, experiment_run_id, trial_id, rung_key, operation)
 
     @staticmethod
     def _stored_rung(session: Session, trial_id: str, milestone: float) -> RungDecision | None:
