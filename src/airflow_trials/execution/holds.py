@@ -5,9 +5,9 @@ path the trial drives itself on Ray and its scheduler (ASHA's rungs, in the tria
 by the trial's trigger, which sees results only when it polls. So that a trial stopped at a rung
 trains at most the result that reached it, the actor *holds* after a result that reaches one of
 its hold points (ASHA: its bracket's milestones, and ``max_t``; the median rule: every result
-from ``grace_period``, its ``every_from``) until the trigger gives its verdict on that result: ``CONTINUE`` (it trains on) or ``STOP`` (with the reason). A verdict the trigger gives
-for a result the actor did not hold at (a stored STOP met again) applies at the trial's next
-result. The actor's loop turns verdicts into what happens next through
+from ``grace_period``, its ``every_from``) until the trigger gives its verdict on that result:
+``CONTINUE`` (it trains on) or ``STOP`` (with the reason). A verdict the trigger gives for a
+result the actor did not hold at (a stored STOP met again) applies at the trial's next result. The actor's loop turns verdicts into what happens next through
 :func:`airflow_trials.core.fate.after_result`, as every path does.
 
 A trigger that stops (the triggerer restarts) leaves the actor holding; the next trigger polls
