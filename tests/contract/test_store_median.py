@@ -317,6 +317,7 @@ class MedianContract:
             assert seen[(row.trial_id, row.iteration)] == expected(means), row
             committed.setdefault(row.trial_id, []).append(row)
 
+
 class TestInMemorySQLite(MedianContract):
     backend = MEMORY
     concurrent_writers = False
