@@ -79,12 +79,13 @@ def live_placement_groups() -> list[str]:
 
 
 def remove_leftovers() -> None:
-    """Kill trial actors and placement groups a failed test may have left, so the next test starts clean."""
+    """Kill trial actors, sweep drivers and placement groups a failed test may have left, so the next
+    test starts clean."""
     import ray
     from ray.util.placement_group import PlacementGroup, remove_placement_group
 
     for entry in ray.util.list_named_actors(all_namespaces=True):
-        if entry["name"].startswith("trial."):
+        if entry["name"].startswith(("trial.", "sweep.")):
             ray.kill(ray.get_actor(entry["name"], namespace=entry["namespace"]), no_restart=True)
     for pg_id in live_placement_groups():
         remove_placement_group(PlacementGroup(ray.PlacementGroupID(bytes.fromhex(pg_id))))

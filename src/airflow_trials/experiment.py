@@ -63,6 +63,7 @@ def tuning_experiment(
     poll_interval_seconds: float = 2.0,
     deferrable: bool = True,
     scheduler: Any = None, search_alg: Any = None, max_concurrent_trials: int | None = None,
+    sweep: bool = False,
 ) -> TaskGroup:
     """Declare a tuning experiment inside a ``with DAG(...)`` block; returns its task group.
 
@@ -78,11 +79,17 @@ def tuning_experiment(
     ``scheduler=ASHAScheduler(...)`` or ``MedianStoppingRule(...)`` stops trials early;
     ``search_alg=OptunaSearch(...)`` learns
     from ended trials; ``max_concurrent_trials`` caps trials at once (docs/airflow.md).
+
+    ``sweep=True`` runs all the trials in one task, ``sweep`` (a :class:`RunSweepOperator` whose
+    driver runs on Ray) instead of one mapped ``trial`` task each: for more trials than Airflow's
+    ``[core] max_map_length``, or many short ones. Any engine scheduler runs there (docs/airflow.md,
+    "One task per trial, or one sweep").
     """
     validate_name("Experiment name", experiment_name)
     refuse_in_airflow(trainable, f"Experiment {experiment_name}")
     settings = ExperimentSettings.checked(experiment_name, search_space=search_space, num_samples=num_samples,
-        metric=metric, mode=mode, stop=stop, resources_per_trial=resources_per_trial, max_failures=max_failures)
+        metric=metric, mode=mode, stop=stop, resources_per_trial=resources_per_trial, max_failures=max_failures,
+        sweep=sweep)
     plan = TuningPlan(
         experiment_name=experiment_name, trainable=trainable, settings=settings,
         gpu_classes=trial_gpu_classes(experiment_name, settings.resources.gpu, gpu_pool, gpus_per_trial_choices),
@@ -91,7 +98,7 @@ def tuning_experiment(
         keep_checkpoints_num=keep_checkpoints_num, checkpoint_score_attr=checkpoint_score_attr,
         gpu_pool=gpu_pool, slots_per_gpu=slots_per_gpu, from_params=from_params, ray_conn_id=ray_conn_id,
         trials_conn_id=trials_conn_id, poll_interval_seconds=poll_interval_seconds, deferrable=deferrable,
-        scheduler=scheduler, search_alg=search_alg, max_concurrent_trials=max_concurrent_trials)
+        scheduler=scheduler, search_alg=search_alg, max_concurrent_trials=max_concurrent_trials, sweep=sweep)
     with TaskGroup(group_id or experiment_name.replace(".", "_")) as group:
         _declare_tasks(plan)
         return group
@@ -105,7 +112,9 @@ def _declare_tasks(plan: TuningPlan) -> None:
         return plan.suggest(context)
 
     suggested = suggest_configs()
-    if len(plan.gpu_classes) == 1:
+    if plan.sweep:
+        trial_tasks = [plan.sweep_task(suggested)]
+    elif len(plan.gpu_classes) == 1:
         trial_tasks = [plan.trial_task("trial", plan.gpu_classes[0], suggested)]
         suggested >> trial_tasks[0]
     else:

@@ -49,7 +49,7 @@ class ExperimentSettings:
     max_failures: int
 
     @classmethod
-    def checked(cls, experiment_name: str, **settings: Any) -> ExperimentSettings:
+    def checked(cls, experiment_name: str, **settings: Any) -> ExperimentSettings:  # (sweep= too)
         """:meth:`validated`, its ValueError prefixed with ``Experiment <experiment_name>:``."""
         try:
             return cls.validated(**settings)
@@ -67,8 +67,11 @@ class ExperimentSettings:
         stop: Mapping[str, float] | None,
         resources_per_trial: Mapping[str, Any] | Resources | None,
         max_failures: int,
+        sweep: bool = False,
     ) -> ExperimentSettings:
-        """Validate and build; raises ValueError naming the setting, the bad value and the fix."""
+        """Validate and build; raises ValueError naming the setting, the bad value and the fix.
+        ``sweep``: the trials run in one sweep task, not one mapped task each, so Airflow's
+        ``max_map_length`` does not bound them."""
         # sample_from functions are user code: imported when the configs are generated, not here,
         # since this also runs when the DAG file is parsed (as the trainable's path is).
         validate_search_space(search_space, import_functions=False)
@@ -78,7 +81,8 @@ class ExperimentSettings:
             raise ValueError(f"metric must be the name of a reported metric, got {metric!r}.")
         if not cls._is_int(num_samples) or num_samples < 1:
             raise ValueError(f"num_samples must be an integer >= 1 such as 4 (not 4.0), got {num_samples!r}.")
-        cls._check_trial_count(search_space, num_samples)
+        if not sweep:
+            cls._check_trial_count(search_space, num_samples)
         if stop is not None and (
             not isinstance(stop, Mapping)
             or not all(isinstance(k, str) and cls._is_finite(v) for k, v in stop.items())
@@ -113,10 +117,11 @@ class ExperimentSettings:
         if total > limit:
             grids = total // num_samples
             made = f"num_samples {num_samples}" + (f" x {grids} grid combinations" if grids > 1 else "")
-            fix = f"ask for at most {limit // grids} samples" if grids <= limit else "use fewer grid_search values"
+            fewer = f"ask for at most {limit // grids} samples" if grids <= limit else "use fewer grid_search values"
             raise ValueError(
                 f"{made} is {total} trials, more than {limit}, the most one mapped task may have "
-                f"(Airflow's [core] max_map_length); {fix}."
+                f"(Airflow's [core] max_map_length); pass sweep=True to run them all in one sweep task, "
+                f"raise [core] max_map_length to at least {total}, or {fewer}."
             )
 
     @staticmethod

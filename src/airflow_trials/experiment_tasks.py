@@ -14,6 +14,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_trials.core.fate import Transition
 from airflow_trials.core.judged import judged_scheduler
+from airflow_trials.core.scheduler import experiment_metric_and_mode
 from airflow_trials.core.search import generate_configs
 from airflow_trials.core.trial import Trial
 from airflow_trials.experiment_settings import (
@@ -65,16 +66,37 @@ class TuningPlan:
     scheduler: Any = None
     search_alg: Any = None
     max_concurrent_trials: int | None = None
+    sweep: bool = False
     searcher: Any = dataclasses.field(default=None, init=False)  # search_alg, set up for the trial tasks
 
     def __post_init__(self) -> None:
         try:  # a scheduler or searcher the Airflow path cannot run fails when the DAG file is parsed
+            if self.sweep:
+                self._check_sweep()
             self.scheduler_settings(self.settings)
             object.__setattr__(self, "searcher", self._searcher())  # frozen: set once, here
             if self.max_concurrent_trials is not None and not self.max_concurrent_trials >= 1:
                 raise ValueError(f"max_concurrent_trials must be 1 or more, got {self.max_concurrent_trials}")
         except ValueError as e:
             raise ValueError(f"Experiment {self.experiment_name}: {e}") from e
+
+    def _check_sweep(self) -> None:
+        if self.search_alg is not None:
+            raise ValueError(
+                "sweep=True does not take a search_alg yet: a sweep's driver resumes a run from the trials DB, "
+                "and a searcher's state is not kept there. Use sweep=True with grid or random search (and any "
+                "scheduler), or search_alg= without sweep=True (one mapped trial task per trial)."
+            )
+        if self.gpu_pool and self.settings.resources.gpu > 0 and self.max_concurrent_trials is None:
+            raise ValueError(
+                f"sweep=True with gpu_pool {self.gpu_pool!r} needs max_concurrent_trials: the sweep task holds "
+                "that many trials' pool slots; pass max_concurrent_trials=N."
+            )
+        if len(self.gpu_classes) > 1:
+            raise ValueError("sweep=True runs one GPU class: drop gpus_per_trial_choices, or leave out sweep=True.")
+        if self.scheduler is not None:
+            experiment_metric_and_mode(self.scheduler, self.settings.metric, self.settings.mode,
+                                       type(self.scheduler).__name__)
 
     def _searcher(self) -> Any:
         """``search_alg`` set up for the trial tasks, which ask it (``operators/tuning.py``)."""
@@ -98,7 +120,7 @@ class TuningPlan:
             unknown = sorted(set(overrides) - set(PARAM_SETTINGS))
             if unknown:
                 raise ValueError(f"from_params returned {unknown}; it may set only {list(PARAM_SETTINGS)}")
-            run = ExperimentSettings.validated(**{**self.settings.as_kwargs(), **overrides})
+            run = ExperimentSettings.validated(**{**self.settings.as_kwargs(), **overrides}, sweep=self.sweep)
             self._check_fixed_at_parse_time(run)
         except (ValueError, TypeError, KeyError) as e:
             raise AirflowFailException(
@@ -110,8 +132,9 @@ class TuningPlan:
 
     def scheduler_settings(self, settings: ExperimentSettings) -> dict[str, Any] | None:
         """The trial tasks' ``scheduler``: ASHA's rungs or the median rule, with the run's metric
-        and mode where the scheduler has none; ValueError for a scheduler the Airflow path cannot run."""
-        if self.scheduler is None:
+        and mode where the scheduler has none; ValueError for a scheduler the Airflow path cannot run.
+        None for a sweep, whose driver runs the scheduler itself."""
+        if self.scheduler is None or self.sweep:
             return None
         return judged_scheduler(self.scheduler, settings.metric, settings.mode).to_dict()
 
@@ -205,6 +228,25 @@ class TuningPlan:
             # Mapped tasks take pool and slots from these partial arguments, fixed per task.
             common.update(pool=self.gpu_pool, pool_slots=gpu_pool_slots(gpu, self.slots_per_gpu))
         return RunTrialOperator.partial(task_id=task_id, **common).expand_kwargs(suggested)
+
+    def sweep_task(self, suggested: Any) -> Any:
+        """The one RunSweepOperator that runs all the suggested trials (``sweep=True``)."""
+        from airflow_trials.operators.sweep import RunSweepOperator
+
+        s = self.settings
+        kwargs: dict[str, Any] = {}
+        if self.retry_delay is not None:
+            kwargs["retry_delay"] = self.retry_delay
+        return RunSweepOperator(
+            task_id="sweep", trainable=self.trainable, trials=suggested, metric=s.metric, mode=s.mode,
+            experiment_name=self.experiment_name, resources_per_trial=s.resources.to_dict(),
+            stopping_criterion=s.stop, checkpoint_freq=self.checkpoint_freq, checkpoint_at_end=self.checkpoint_at_end,
+            keep_checkpoints_num=self.keep_checkpoints_num,
+            checkpoint_score_attr=self.checkpoint_score_attr or s.checkpoint_score_attr, max_failures=s.max_failures,
+            scheduler=self.scheduler, max_concurrent_trials=self.max_concurrent_trials, gpu_pool=self.gpu_pool,
+            slots_per_gpu=self.slots_per_gpu, ray_conn_id=self.ray_conn_id, trials_conn_id=self.trials_conn_id,
+            poll_interval_seconds=self.poll_interval_seconds, deferrable=self.deferrable, **kwargs,
+        )
 
     # -- select_best ---------------------------------------------------------------------------
 

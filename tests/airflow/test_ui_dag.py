@@ -153,13 +153,16 @@ def test_refusal_of_what_the_schema_lets_through_names_the_param_the_value_and_t
         ({"search_space": {"lr": {"loguniform": [0.01, float("inf")]}}}, "needs finite bounds (not NaN or infinity)"),
         ({"search_space": {"lr": {"uniform": [float("nan"), 1.0]}}}, "needs finite bounds"),
         ({"num_samples": 2000}, "num_samples 2000 is 2000 trials, more than 1024, the most one mapped task may have "
-                                "(Airflow's [core] max_map_length); ask for at most 1024 samples"),
+                                "(Airflow's [core] max_map_length); pass sweep=True to run them all in one sweep task, "
+                                "raise [core] max_map_length to at least 2000, or ask for at most 1024 samples"),
         ({"num_samples": 1, "search_space": {"a": {"grid_search": list(range(40))}, "b": {"grid_search": list(range(40))}}},
          "num_samples 1 x 1600 grid combinations is 1600 trials, more than 1024, the most one mapped task may have "
-         "(Airflow's [core] max_map_length); use fewer grid_search values"),
+         "(Airflow's [core] max_map_length); pass sweep=True to run them all in one sweep task, "
+         "raise [core] max_map_length to at least 1600, or use fewer grid_search values"),
         ({"num_samples": 100, "search_space": {"a": {"grid_search": list(range(20))}}},
          "num_samples 100 x 20 grid combinations is 2000 trials, more than 1024, the most one mapped task may have "
-         "(Airflow's [core] max_map_length); ask for at most 51 samples"),
+         "(Airflow's [core] max_map_length); pass sweep=True to run them all in one sweep task, "
+         "raise [core] max_map_length to at least 2000, or ask for at most 51 samples"),
         ({"stop": {"training_iteration": float("nan")}}, "stop must map metric names to finite numbers"),
         ({"resources_per_trial": {"cpu": float("nan")}}, "resources_per_trial must hold finite amounts >= 0"),
         ({"resources_per_trial": {"cpu": float("inf")}}, "resources_per_trial must hold finite amounts >= 0"),
@@ -182,6 +185,13 @@ def test_as_many_trials_as_one_mapped_task_may_have_are_accepted(ui_module):
 
     settings = {**ui_module.settings_from_params(ui_module.dag.params.dump()), "num_samples": 1024}
     assert ExperimentSettings.validated(**settings).num_samples == 1024
+
+
+def test_a_sweep_takes_more_trials_than_one_mapped_task_may_have(ui_module):
+    from airflow_trials.experiment import ExperimentSettings
+
+    settings = {**ui_module.settings_from_params(ui_module.dag.params.dump()), "num_samples": 10_000}
+    assert ExperimentSettings.validated(**settings, sweep=True).num_samples == 10_000
 
 
 def test_gpus_beyond_the_cluster_are_refused_before_any_trial(ui_module, trials_env, fake_context):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
@@ -12,7 +13,7 @@ from airflow_trials.core.checkpoint import CheckpointRecord
 from airflow_trials.core.fate import Action, Outcome, ResultDecision, after_failure, after_result
 from airflow_trials.core.parameters import TrainableWithParameters
 from airflow_trials.core.pbt import Exploit
-from airflow_trials.core.result import CHECKPOINT, DUPLICATE, TIMESTAMP, TRAINING_ITERATION, Result
+from airflow_trials.core.result import CHECKPOINT, DUPLICATE, TRAINING_ITERATION, Result
 from airflow_trials.core.scheduler import Decision, FIFOScheduler, TrialScheduler
 from airflow_trials.core.searcher import Searcher
 from airflow_trials.core.status import TrialStatus
@@ -27,17 +28,15 @@ from airflow_trials.exceptions import (
 from airflow_trials.execution.executor import RayTrialExecutor
 from airflow_trials.execution.experiment_state import save_experiment_state, trials_to_resume
 from airflow_trials.execution.exploit import apply_exploit, check_scheduler_can_run
+from airflow_trials.execution.runner_views import RunnerViews, TrialIdAndResultList, TrialStatusMap
 from airflow_trials.execution.suggest import build_search_driver
 
 log = logging.getLogger(__name__)
 
-TrialStatusMap = dict[str, tuple[Trial, TrialStatus]]
-"""Trial id -> (trial, its status), as returned by fetch_status_results."""
-TrialIdAndResultList = list[tuple[str, Result]]
-"""(trial id, result) pairs, oldest first."""
+__all__ = ["TrialIdAndResultList", "TrialRunner", "TrialStatusMap"]
 
 
-class TrialRunner:
+class TrialRunner(RunnerViews):
     """Runs an experiment's trials on Ray, one event per ``step()``.
 
     Each step either launches one trial that fits the free resources, or processes one result:
@@ -68,6 +67,8 @@ class TrialRunner:
     :param wait_timeout_s: longest a step waits for a result; default 1.
     :param search_alg: a :class:`Searcher` (e.g. ``OptunaSearch``) that makes up to ``num_samples`` trials
         of ``trainable`` with ``trial_kwargs`` (other Trial arguments); default None. See docs/engine.md.
+    :param max_concurrent_trials: the most trials running at once (Ray Tune's ``TuneConfig``); default
+        None: as many as the cluster's resources fit.
     """
 
     RAISE = "raise"
@@ -93,7 +94,11 @@ class TrialRunner:
         num_samples: int = 1,
         trainable: str | TrainableWithParameters | None = None,
         trial_kwargs: Mapping[str, Any] | None = None,
+        max_concurrent_trials: int | None = None,
     ) -> None:
+        if max_concurrent_trials is not None and (isinstance(max_concurrent_trials, bool) or not isinstance(
+                max_concurrent_trials, int) or max_concurrent_trials < 1):
+            raise ValueError(f"max_concurrent_trials must be a whole number >= 1 or None, got {max_concurrent_trials!r}.")
         if fail_fast not in (True, False, self.RAISE):
             raise ValueError(f"fail_fast must be True, False or 'raise', got {fail_fast!r}.")
         if executor is not None and (storage_path or reuse_actors or queue_trials):
@@ -115,6 +120,8 @@ class TrialRunner:
         self.time_budget_s = time_budget_s
         self.checkpoint_period_s = checkpoint_period_s
         self.wait_timeout_s = wait_timeout_s
+        self.max_concurrent_trials = max_concurrent_trials
+        self._stop_requested = threading.Event()
         self._search = build_search_driver(search_alg, num_samples, trainable, trial_kwargs, self.experiment_name,
                                            resume, self.scheduler)
         self.callbacks: list[Callback] = [*callbacks, *([self._search] if self._search else [])]
@@ -200,9 +207,9 @@ class TrialRunner:
             self._start_time = time.monotonic()
         executor = self.trial_executor
         try:
-            if self._search and (new := self._search.next_trial(self._unfinished(), executor.has_resources)):
+            if self._search and (new := self._search.next_trial(self._unfinished(), self._has_room)):
                 self.add_trial(new)
-            trial = self.scheduler.choose_trial_to_run(self._unfinished(), executor.has_resources)
+            trial = self.scheduler.choose_trial_to_run(self._unfinished(), self._has_room)
             if trial is not None:
                 self._launch(trial)
             elif executor.get_running_trials():
@@ -226,10 +233,26 @@ class TrialRunner:
         for callback in self.callbacks:
             callback.on_step_end(self._trials)
 
+    def _has_room(self, resources: Any) -> bool:
+        """Can one more trial needing ``resources`` start now (free resources, under max_concurrent_trials)?"""
+        cap = self.max_concurrent_trials
+        if cap is not None and len(self.trial_executor.get_running_trials()) >= cap:
+            return False
+        return self.trial_executor.has_resources(resources)
+
+    def request_stop(self) -> None:
+        """Ask :meth:`run` (from any thread) to stop every unfinished trial and end the experiment."""
+        self._stop_requested.set()
+
     def run(self) -> list[Trial]:
-        """Step until finished; always saves state and releases every actor, even on error or Ctrl-C."""
+        """Step until finished (or :meth:`request_stop`); always saves state and releases every
+        actor, even on error or Ctrl-C."""
         try:
             while not self.is_finished():
+                if self._stop_requested.is_set():
+                    self._stop_all = True
+                    self._stop_unfinished()
+                    break
                 self.step()
                 if time.monotonic() - self._last_checkpoint >= self.checkpoint_period_s:
                     self.checkpoint()
@@ -461,22 +484,7 @@ class TrialRunner:
         executor.pause_trial(trial)
         self._notify_newest_checkpoint(trial)
 
-    def fetch_status_results(self) -> tuple[TrialStatusMap, TrialIdAndResultList]:
-        """Every trial's status, and the results recorded since the last call, sorted by time."""
-        new = self._results[self._results_seen :]
-        self._results_seen = len(self._results)
-        statuses = {t.trial_id: (t, t.status) for t in self._trials}
-        return statuses, sorted(new, key=lambda pair: pair[1].get(TIMESTAMP, 0.0))
-
-    def results(self, trial_id: str | None = None) -> TrialIdAndResultList:
-        """All recorded results (of one trial, if given), in the order they were processed."""
-        return [(tid, r) for tid, r in self._results if trial_id is None or tid == trial_id]
-
     # -- experiment state --------------------------------------------------------------------------
-    @property
-    def experiment_dir(self) -> str:
-        return self.trial_executor.storage.experiment_dir(self.experiment_name)
-
     def checkpoint(self) -> str:
         """Save every trial's state to ``<experiment_dir>/experiment_state.json``; returns the path."""
         path = save_experiment_state(self.trial_executor.storage, self.experiment_name, self._trials)
@@ -487,13 +495,3 @@ class TrialRunner:
         storage = self.trial_executor.storage
         for trial in trials_to_resume(storage, self.experiment_name, self.stop_criterion, run_errored_only):
             self.add_trial(trial)
-
-    def debug_string(self) -> str:
-        counts: dict[str, int] = {}
-        for trial in self._trials:
-            counts[trial.status.value] = counts.get(trial.status.value, 0) + 1
-        summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-        return (
-            f"== Experiment {self.experiment_name} ==\n{self.scheduler.debug_string()}\n"
-            f"Resources: {self.trial_executor.resource_string()}\nTrials: {summary}"
-        )

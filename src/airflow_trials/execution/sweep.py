@@ -1,0 +1,232 @@
+"""The sweep driver: a detached named Ray actor that runs a whole experiment with the TrialRunner.
+
+One driver per experiment run, found by its Ray name (:func:`driver_name`): whoever asks for it
+with :func:`start_or_attach_driver` gets the live one, and Ray creates it only when none lives
+(``get_if_exists``), so two tasks or two tries never start two drivers. The driver records every
+trial in the trials DB as it goes (:class:`~airflow_trials.execution.trials_db.TrialsDbCallback`)
+and owns its trials' actors: when it dies, they die with it, and the next driver resumes the run
+from the trials DB (:func:`resumable_trials`): finished trials are kept, the others continue from
+their latest recorded checkpoint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import traceback
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import ray
+from ray.actor import ActorHandle
+
+from airflow_trials.core.sweep import SweepProgress, SweepSnapshot
+from airflow_trials.core.trial import Trial
+from airflow_trials.store.store import TrialStore
+
+log = logging.getLogger(__name__)
+
+#: Why the trials left unfinished by a stop request end (their task was cleared or marked).
+STOPPED_BY_REQUEST = "stopped: its sweep task was cleared or marked from Airflow"
+
+
+def driver_name(experiment_name: str, run_key: str) -> str:
+    """The Ray name of an experiment run's driver; with its namespace, any process finds it."""
+    return f"sweep.{experiment_name}.{run_key}"
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepSpec:
+    """Everything a driver needs to run (or resume) one experiment run; it travels to Ray pickled.
+
+    :param experiment_name: the experiment. :param run_key: the experiment run's key in the trials
+        DB (the Airflow run id). :param experiment_run_id: that run's id in the trials DB.
+    :param trainable: import path of the trainable.
+    :param trials: ``(trial id, config)`` of every trial of the run, in order.
+    :param metric: ranks trials. :param mode: ``"min"`` or ``"max"``.
+    :param db_url: the trials DB. :param storage_path: where checkpoints go. :param namespace: Ray
+        namespace of the driver and its trials.
+    :param trial_kwargs: the other :class:`~airflow_trials.core.trial.Trial` arguments (resources,
+        stopping criterion, checkpointing, ``max_failures``).
+    :param scheduler: a :class:`~airflow_trials.core.scheduler.TrialScheduler`, or None for FIFO.
+    :param max_concurrent_trials: the most trials running at once; None: as many as fit.
+    """
+
+    experiment_name: str
+    run_key: str
+    experiment_run_id: int
+    trainable: str
+    trials: Sequence[tuple[str, dict[str, Any]]]
+    metric: str
+    mode: str
+    db_url: str
+    storage_path: str | None
+    namespace: str
+    trial_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    scheduler: Any = None
+    max_concurrent_trials: int | None = None
+
+    @property
+    def name(self) -> str:
+        return driver_name(self.experiment_name, self.run_key)
+
+
+def resumable_trials(spec: SweepSpec, store: TrialStore) -> tuple[list[Trial], int, tuple[float, str] | None]:
+    """The run's trials still to run, how many had ended already, and the best value among those.
+
+    A trial that ended (TERMINATED or ERROR) in the trials DB is not run again. One that started
+    and did not end continues from its latest recorded checkpoint (from scratch without one); its
+    results already stored are kept (the store takes each iteration once).
+    """
+    records = {r.trial_id: r for r in store.list_trials(experiment_run_id=spec.experiment_run_id)}
+    ended = {trial_id for trial_id, record in records.items() if record.status.is_terminal()}
+    trials = []
+    for trial_id, config in spec.trials:
+        if trial_id in ended:
+            continue
+        restore, record = None, records.get(trial_id)
+        if record is not None:
+            latest = store.latest_checkpoint(trial_id)
+            restore = latest.path if latest is not None else None
+        trial = Trial(spec.trainable, config, trial_id=trial_id, experiment_name=spec.experiment_name,
+                      restore_path=restore, **spec.trial_kwargs)
+        trial.num_failures = record.num_failures if record is not None else 0
+        trials.append(trial)
+    best = None
+    if ended:
+        board = store.leaderboard(spec.experiment_run_id, spec.metric, spec.mode)
+        top = next((row for row in board if row.best_value is not None), None)
+        best = (top.best_value, top.trial_id) if top is not None and top.best_value is not None else None
+    return trials, len(ended & {trial_id for trial_id, _ in spec.trials}), best
+
+
+class SweepDriver:
+    """Runs :class:`SweepSpec`'s experiment in a thread of its own from the constructor; Ray calls
+    :meth:`progress` and :meth:`request_stop` meanwhile (the actor is threaded).
+
+    The driver outlives its run: whoever watches it reads the last :meth:`progress` (``finished``)
+    and then kills it.
+    """
+
+    def __init__(self, spec: SweepSpec) -> None:
+        self.spec = spec
+        self._progress: SweepProgress | None = None
+        self._stop = threading.Event()
+        self._runner: Any = None
+        self._failed: str | None = None
+        self._done = threading.Event()
+        self._owner_try = 0
+        self._thread = threading.Thread(target=self._run, name=f"sweep {spec.name}", daemon=True)
+        self._thread.start()
+
+    def progress(self) -> SweepSnapshot:
+        """Counts, best so far and ETA; ``finished`` once the run ended, with ``error`` if it failed."""
+        progress = self._progress
+        if progress is None:
+            return {"starting": True, "finished": self._done.is_set(), "error": self._failed}
+        return progress.snapshot()
+
+    def claim(self, try_number: int) -> int:
+        """A task's try watches this driver from now on; returns the newest try that claimed it."""
+        self._owner_try = max(self._owner_try, try_number)
+        return self._owner_try
+
+    def request_stop(self, try_number: int) -> bool:
+        """Stop every unfinished trial (TERMINATED, checkpoints kept) and end the run, unless a
+        newer try than ``try_number`` claimed the driver; whether it stops."""
+        if try_number < self._owner_try:
+            return False
+        self._stop.set()
+        if self._runner is not None:
+            self._runner.request_stop()
+        return True
+
+    def wait(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for the run to end; whether it did."""
+        return self._done.wait(timeout_s)
+
+    def _run(self) -> None:
+        try:
+            self._drive()
+        except BaseException as e:  # noqa: BLE001 - reported to the watcher, never lost in a thread
+            self._failed = f"{type(e).__name__}: {e}\n{traceback.format_exc()}"
+            log.exception("Sweep %s failed", self.spec.name)
+            if self._progress is not None:
+                self._progress.error = self._failed
+        finally:
+            if self._progress is not None:
+                self._progress.finished = True
+            self._done.set()
+
+    def _drive(self) -> None:
+        from airflow_trials.execution.executor import RayTrialExecutor
+        from airflow_trials.execution.runner import TrialRunner
+        from airflow_trials.execution.trials_db import TrialsDbCallback
+
+        spec = self.spec
+        store = TrialStore(spec.db_url)
+        try:
+            trials, done, best = resumable_trials(spec, store)
+            if done:
+                log.info("Sweep %s resumes: %d of %d trials had ended.", spec.name, done, len(spec.trials))
+            progress = SweepProgress(len(spec.trials), spec.metric, spec.mode, done_before=done, best_before=best)
+            recorder = TrialsDbCallback(metric=spec.metric, mode=spec.mode, run_key=spec.run_key, store=store)
+            # Not detached: the trials' actors die with this driver, so none outlives it unwatched.
+            executor = RayTrialExecutor(spec.storage_path, namespace=spec.namespace, detached=False,
+                                        reuse_placement_groups=True)
+            if spec.scheduler is not None:  # this driver's own copy: it may take the experiment's metric
+                spec.scheduler.set_search_properties(spec.metric, spec.mode)
+            runner = TrialRunner(spec.experiment_name, executor=executor, scheduler=spec.scheduler,
+                                 callbacks=[recorder, progress], max_concurrent_trials=spec.max_concurrent_trials,
+                                 checkpoint_period_s=float("inf"))
+            for trial in trials:
+                runner.add_trial(trial)
+            self._runner, self._progress = runner, progress
+            if self._stop.is_set():
+                runner.request_stop()
+            if trials:
+                runner.run()
+        finally:
+            store.dispose()
+
+
+
+def start_or_attach_driver(spec: SweepSpec) -> tuple[ActorHandle, bool]:
+    """The run's live driver, started now if none lives; and whether this call started it.
+
+    Ray creates the named actor only if no live actor has its name, atomically, so concurrent
+    callers (a retried task and a late worker) share one driver.
+    """
+    existing = find_driver(spec.experiment_name, spec.run_key, spec.namespace)
+    if existing is not None:
+        return existing, False
+    # Threaded (max_concurrency): progress() answers while the constructor's thread runs the
+    # trials. No CPU: the driver takes no trial's slot, as Ray Tune's driver takes none.
+    actor: ActorHandle = ray.remote(SweepDriver).options(  # type: ignore[assignment]
+        num_cpus=0, max_concurrency=4, max_restarts=0, name=spec.name, namespace=spec.namespace,
+        lifetime="detached", get_if_exists=True,
+    ).remote(spec)
+    return actor, True
+
+
+def stop_driver(experiment_name: str, run_key: str, namespace: str, try_number: int,
+                timeout_s: float = 60.0) -> bool:
+    """Stop the run's trials and kill its driver, unless a try newer than ``try_number`` claimed
+    it; whether it was stopped (True also when no driver lives)."""
+    actor = find_driver(experiment_name, run_key, namespace)
+    if actor is None:
+        return True
+    if not ray.get(actor.request_stop.remote(try_number), timeout=timeout_s):
+        return False
+    ray.get(actor.wait.remote(timeout_s), timeout=timeout_s + 10)  # its trials stopped and recorded
+    ray.kill(actor, no_restart=True)
+    return True
+
+
+def find_driver(experiment_name: str, run_key: str, namespace: str) -> ActorHandle | None:
+    """The experiment run's live driver, or None."""
+    try:
+        return ray.get_actor(driver_name(experiment_name, run_key), namespace=namespace)
+    except ValueError:
+        return None

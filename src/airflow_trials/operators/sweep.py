@@ -1,0 +1,209 @@
+"""RunSweepOperator: runs a whole tuning experiment as one deferrable Airflow task, its driver on Ray."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from airflow.sdk import BaseOperator, Context, conf
+from airflow.sdk.exceptions import AirflowFailException
+
+from airflow_trials.core.parameters import refuse_in_airflow
+from airflow_trials.core.resources import Resources
+from airflow_trials.core.scheduler import experiment_metric_and_mode
+from airflow_trials.exceptions import AirflowTrialsError
+from airflow_trials.hooks.trials import DEFAULT_RAY_CONN_ID, DEFAULT_TRIALS_CONN_ID, TrialsHook
+from airflow_trials.operators.trial import MAX_INFRASTRUCTURE_RESTARTS
+from airflow_trials.pools import DEFAULT_SLOTS_PER_GPU, gpu_pool_slots
+from airflow_trials.triggers.sweep import ERROR, FINISHED, SweepTrigger
+
+# What a run's params may set per run (TuningPlan._per_trial_settings), carried by each suggested trial.
+_PER_RUN = ("resources_per_trial", "stopping_criterion", "max_failures", "checkpoint_score_attr")
+
+
+class SweepLostError(AirflowTrialsError):
+    """The sweep's driver is gone or failed with trials unfinished: Airflow retries the task, whose
+    next try resumes the run from the trials DB."""
+
+
+class RunSweepOperator(BaseOperator):
+    """Runs every trial of one experiment run in one task: a driver on the Ray cluster (a detached
+    named actor running the :class:`~airflow_trials.TrialRunner`) launches them, applies the
+    scheduler, and records each trial in the trials DB as the mapped trial tasks do.
+
+    ``execute`` starts the run's driver, or re-attaches to the live one (a worker that died, a
+    cleared task, a second try): there is never a second driver for a run. It then defers to
+    :class:`~airflow_trials.triggers.sweep.SweepTrigger`, which logs progress lines to this task's
+    log. A driver lost with its node or a Ray head restart fails the try; Airflow retries it, and
+    the new driver resumes the run: finished trials are not run again, the others continue from
+    their latest recorded checkpoints. Each trial's own failures are retried by the driver, up to
+    ``max_failures``; ``retries`` (default 3) are for losses of the driver.
+
+    :param trainable: import path, ``"package.module:name"``. Templated.
+    :param trials: the run's trials, each ``{"trial_id", "config", "experiment_run_id"}``
+        (``suggest_configs``' list); one task however long it is. Templated.
+    :param metric: the metric trials are ranked by. :param mode: ``"min"`` or ``"max"``; default ``"min"``.
+    :param experiment_name: default: the DAG id. Templated.
+    :param resources_per_trial: e.g. ``{"cpu": 1, "gpu": 0.5}``; default 1 CPU.
+    :param stopping_criterion: e.g. ``{"training_iteration": 10}``; default none.
+    :param checkpoint_freq: default 0. :param checkpoint_at_end: default True.
+    :param keep_checkpoints_num: default all. :param checkpoint_score_attr: default the metric.
+    :param max_failures: each trial's retries from its latest checkpoint; default 0.
+    :param scheduler: any engine scheduler (``ASHAScheduler``, ``HyperBandScheduler``,
+        ``MedianStoppingRule``, ``PopulationBasedTraining``); it runs in the driver. Default FIFO.
+    :param max_concurrent_trials: the most trials at once; default None: as many as Ray fits.
+        Needed with ``gpu_pool``.
+    :param gpu_pool: with GPUs per trial, the task takes ``max_concurrent_trials`` trials' slots
+        (``ceil(gpu * slots_per_gpu)`` each) of this pool; default none.
+    :param slots_per_gpu: default 4.
+    :param ray_conn_id: default ``ray_default``. :param trials_conn_id: default ``trials_default``.
+    :param poll_interval_seconds: how often the trigger asks the driver; default 2.
+    :param progress_interval_seconds: the most time between two progress lines; default 30.
+    :param deferrable: defer while the sweep runs; default ``[operators] default_deferrable``.
+    """
+
+    template_fields: Sequence[str] = ("trainable", "trials", "experiment_name")
+    ui_color = "#b5d8ff"
+
+    def __init__(
+        self, *, trainable: str, trials: Any, metric: str, mode: str = "min", experiment_name: str | None = None,
+        resources_per_trial: Mapping[str, Any] | None = None, stopping_criterion: Mapping[str, float] | None = None,
+        checkpoint_freq: int = 0, checkpoint_at_end: bool = True, keep_checkpoints_num: int | None = None,
+        checkpoint_score_attr: str | None = None, max_failures: int = 0, scheduler: Any = None,
+        max_concurrent_trials: int | None = None, gpu_pool: str | None = None,
+        slots_per_gpu: int = DEFAULT_SLOTS_PER_GPU, ray_conn_id: str = DEFAULT_RAY_CONN_ID,
+        trials_conn_id: str = DEFAULT_TRIALS_CONN_ID, poll_interval_seconds: float = 2.0,
+        progress_interval_seconds: float = 30.0,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        **kwargs: Any,
+    ) -> None:
+        refuse_in_airflow(trainable, f"RunSweepOperator {kwargs.get('task_id')!r}")
+        if mode not in ("min", "max"):
+            raise ValueError(f"RunSweepOperator {kwargs.get('task_id')!r}: mode must be 'min' or 'max', got {mode!r}.")
+        if scheduler is not None:
+            experiment_metric_and_mode(scheduler, metric, mode, type(scheduler).__name__)
+        gpu = Resources.from_dict(resources_per_trial).gpu
+        if gpu_pool and gpu > 0 and "pool" not in kwargs:
+            if max_concurrent_trials is None:
+                raise ValueError(
+                    f"RunSweepOperator {kwargs.get('task_id')!r}: gpu_pool {gpu_pool!r} needs max_concurrent_trials, "
+                    "which sets how many trials' pool slots the sweep task holds; pass max_concurrent_trials=N."
+                )
+            kwargs["pool"] = gpu_pool
+            kwargs.setdefault("pool_slots", gpu_pool_slots(gpu, slots_per_gpu) * max_concurrent_trials)
+        kwargs.setdefault("retries", MAX_INFRASTRUCTURE_RESTARTS)
+        super().__init__(**kwargs)
+        self.trainable = trainable
+        self.trials = trials
+        self.metric, self.mode = metric, mode
+        self.experiment_name = experiment_name
+        self.resources_per_trial = dict(resources_per_trial or {})
+        self.stopping_criterion = dict(stopping_criterion) if stopping_criterion else None
+        self.checkpoint_freq, self.checkpoint_at_end = checkpoint_freq, checkpoint_at_end
+        self.keep_checkpoints_num = keep_checkpoints_num
+        self.checkpoint_score_attr = checkpoint_score_attr or (metric if mode == "max" else f"min-{metric}")
+        self.max_failures = max_failures
+        self.scheduler = scheduler
+        self.max_concurrent_trials = max_concurrent_trials
+        self.gpu_pool, self.slots_per_gpu = gpu_pool, slots_per_gpu
+        self.ray_conn_id, self.trials_conn_id = ray_conn_id, trials_conn_id
+        self.poll_interval_seconds = poll_interval_seconds
+        self.progress_interval_seconds = progress_interval_seconds
+        self.deferrable = deferrable
+
+    def _hook(self) -> TrialsHook:
+        return TrialsHook(self.ray_conn_id, self.trials_conn_id)
+
+    def _run_ids(self, context: Context) -> tuple[str, int, list[tuple[str, dict[str, Any]]]]:
+        """The experiment, its run's id in the trials DB, and ``(trial id, config)`` of its trials."""
+        from airflow_trials.operators.trial import experiment_name_for
+
+        ti = context["ti"]
+        experiment = self.experiment_name or experiment_name_for(ti.dag_id)
+        trials = list(self.trials or [])
+        if not trials:
+            raise AirflowFailException(f"Sweep {ti.task_id} of experiment {experiment}: no trials were given "
+                                       f"for run {ti.run_id}; see the upstream task's log.")
+        run_ids = {t.get("experiment_run_id") for t in trials}
+        if len(run_ids) != 1 or None in run_ids:
+            raise AirflowFailException(f"Sweep {ti.task_id}: its trials must all name one experiment_run_id, "
+                                       f"got {sorted(map(str, run_ids))}; pass suggest_configs' list as it is.")
+        return experiment, int(run_ids.pop()), [(t["trial_id"], dict(t.get("config") or {})) for t in trials]
+
+    def _trial_kwargs(self) -> dict[str, Any]:
+        """The Trial arguments; a run's own settings (``from_params``), which every suggested trial
+        carries, replace the DAG file's."""
+        first = dict((self.trials or [{}])[0])
+        run = {key: first[key] for key in _PER_RUN if key in first}
+        return {
+            "resources": run.get("resources_per_trial", self.resources_per_trial),
+            "stopping_criterion": run.get("stopping_criterion", self.stopping_criterion),
+            "checkpoint_freq": self.checkpoint_freq, "checkpoint_at_end": self.checkpoint_at_end,
+            "keep_checkpoints_num": self.keep_checkpoints_num,
+            "checkpoint_score_attr": run.get("checkpoint_score_attr", self.checkpoint_score_attr),
+            "max_failures": run.get("max_failures", self.max_failures),
+        }
+
+    def execute(self, context: Context) -> Any:
+        from airflow_trials.execution.sweep import SweepSpec, start_or_attach_driver
+        from airflow_trials.execution.trainable import load_trainable
+
+        ti = context["ti"]
+        experiment, run_pk, trials = self._run_ids(context)
+        load_trainable(self.trainable)  # an unknown path fails here, before any Ray work
+        hook = self._hook()
+        executor = hook.get_executor()
+        settings = hook.ray_hook.settings()
+        spec = SweepSpec(
+            experiment_name=experiment, run_key=ti.run_id, experiment_run_id=run_pk, trainable=self.trainable,
+            trials=trials, metric=self.metric, mode=self.mode, db_url=hook.db_hook.get_url(),
+            storage_path=executor.storage.storage_path, namespace=settings["namespace"],
+            trial_kwargs=self._trial_kwargs(), scheduler=self.scheduler,
+            max_concurrent_trials=self.max_concurrent_trials,
+        )
+        import ray
+
+        driver, started = start_or_attach_driver(spec)
+        ray.get(driver.claim.remote(ti.try_number), timeout=60)
+        self.log.info("%s the sweep driver %s of %d trials on Ray.", "Started" if started else "Re-attached to",
+                      spec.name, len(trials))
+        trigger = SweepTrigger(
+            experiment, ti.run_id, run_pk, [t for t, _ in trials], try_number=ti.try_number,
+            ray_conn_id=self.ray_conn_id, trials_conn_id=self.trials_conn_id,
+            poll_interval_seconds=self.poll_interval_seconds, progress_interval_seconds=self.progress_interval_seconds,
+        )
+        if self.deferrable:
+            self.defer(trigger=trigger, method_name="execute_complete")
+        self.log.info("Not deferrable: watching the sweep from the worker.")
+        return self.execute_complete(context, asyncio.run(_first_event(trigger)))
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+        """The run ended: push and return its counts and best trial. A lost or failed driver
+        raises, and Airflow's retry resumes the run."""
+        status = event["status"]
+        if status not in (FINISHED, ERROR):
+            raise SweepLostError(event["error"])
+        if status == ERROR:
+            raise SweepLostError(f"The sweep driver of run {event['run_key']} failed; the task's next try "
+                                 f"resumes the run's unfinished trials.\n{event['error']}")
+        progress = event.get("progress") or {}
+        summary = {key: progress.get(key) for key in (
+            "total", "terminated", "errored", "best_value", "best_trial_id", "metric", "mode", "elapsed_seconds")}
+        summary["run_key"] = event["run_key"]
+        if progress:
+            self.log.info("Sweep %s ended: %d trials TERMINATED, %d ERROR; best %s=%s (trial %s).",
+                          event["run_key"], progress["terminated"], progress["errored"], progress["metric"],
+                          progress["best_value"], progress["best_trial_id"])
+        context["ti"].xcom_push(key="sweep", value=summary)
+        return summary
+
+    def on_kill(self) -> None:
+        """Killed while in the worker (not deferred): nothing to stop; the driver runs on, and the
+        next try re-attaches to it."""
+
+
+async def _first_event(trigger: SweepTrigger) -> dict[str, Any]:
+    async for event in trigger.run():
+        return dict(event.payload)
+    raise SweepLostError(f"The sweep trigger of run {trigger.run_key} ended without an event.")

@@ -1,0 +1,216 @@
+"""SweepTrigger: watches a sweep's driver on Ray from the triggerer and logs its progress, without blocking."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from airflow.triggers.base import TriggerEvent
+
+from airflow_trials.core.sweep import progress_line
+from airflow_trials.hooks.trials import DEFAULT_RAY_CONN_ID, DEFAULT_TRIALS_CONN_ID, TrialsHook
+from airflow_trials.triggers.base import TrialsTrigger
+from airflow_trials.triggers.trial import (
+    MIN_DEFERRAL_SECONDS,
+    POLL_GRACE_SECONDS,
+    RAY_OUTAGE_TIMEOUT_SECONDS,
+)
+
+#: The event statuses: the run ended (``finished``), the driver failed (``error``), or it is gone
+#: with the run unfinished (``lost``: its Ray head restarted, its node died, or it was killed).
+FINISHED, ERROR, LOST = "finished", "error", "lost"
+
+
+class SweepTrigger(TrialsTrigger):
+    """Watches an experiment run's sweep driver (:mod:`~airflow_trials.execution.sweep`) and yields
+    one event when the run ends or the driver is gone.
+
+    Every ``poll_interval_seconds`` it asks the driver for its progress (in a thread, bounded) and,
+    at most every ``progress_interval_seconds`` and whenever a trial ends, logs one line to the task
+    log: trials done, running and pending, the best so far, the ETA. A triggerer restart runs it
+    again, and it re-attaches to the same driver: the trigger never starts one. A driver that has
+    ended is killed by the trigger once it has read the last progress; a trigger that runs again
+    after that finds no driver and reads the run's end from the trials DB. When the user clears or
+    marks the task, :meth:`on_kill` asks the driver to stop the run's trials, fenced by try number.
+
+    :param experiment_name: the experiment. :param run_key: the experiment run's key (the Airflow run id).
+    :param experiment_run_id: the run's id in the trials DB.
+    :param trial_ids: the run's trial ids (how the trials DB tells that the run ended).
+    :param try_number: the try that deferred; a stop from an older try never ends a newer try's run.
+    :param ray_conn_id: default ``ray_default``. :param trials_conn_id: default ``trials_default``.
+    :param poll_interval_seconds: time between polls; default 2.
+    :param progress_interval_seconds: the most time between two progress lines; default 30.
+    :param ray_outage_timeout_seconds: how long Ray may not answer before the driver counts as lost;
+        default 120.
+    """
+
+    serialized_fields = (
+        "experiment_name", "run_key", "experiment_run_id", "trial_ids", "try_number", "ray_conn_id",
+        "trials_conn_id", "poll_interval_seconds", "progress_interval_seconds", "ray_outage_timeout_seconds",
+    )
+
+    def __init__(
+        self, experiment_name: str, run_key: str, experiment_run_id: int, trial_ids: list[str],
+        try_number: int = 1, ray_conn_id: str = DEFAULT_RAY_CONN_ID, trials_conn_id: str = DEFAULT_TRIALS_CONN_ID,
+        poll_interval_seconds: float = 2.0, progress_interval_seconds: float = 30.0,
+        ray_outage_timeout_seconds: float = RAY_OUTAGE_TIMEOUT_SECONDS,
+    ) -> None:
+        super().__init__(trials_conn_id, poll_interval_seconds)
+        self.experiment_name = experiment_name
+        self.run_key = run_key
+        self.experiment_run_id = experiment_run_id
+        self.trial_ids = list(trial_ids)
+        self.try_number = try_number
+        self.ray_conn_id = ray_conn_id
+        self.progress_interval_seconds = progress_interval_seconds
+        self.ray_outage_timeout_seconds = ray_outage_timeout_seconds
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        started = time.monotonic()
+        try:
+            event = await SweepWatch(self).until_end()
+            if self.task_instance is not None:
+                # As TrialTrigger: fire no sooner than MIN_DEFERRAL_SECONDS after starting, so the
+                # scheduler has processed the deferring worker's "success" first.
+                await asyncio.sleep(max(0.0, started + MIN_DEFERRAL_SECONDS - time.monotonic()))
+        finally:
+            await self.cleanup()
+        yield TriggerEvent(event)
+
+    async def on_kill(self) -> None:
+        """The user cleared or marked the deferred task: stop the run's trials (unless a newer try
+        took the driver over) and end the driver."""
+        from airflow_trials.execution.sweep import stop_driver
+
+        hook = TrialsHook(self.ray_conn_id, self.trials_conn_id)
+        try:
+            await asyncio.to_thread(hook.get_executor)
+            stopped = await asyncio.to_thread(
+                stop_driver, self.experiment_name, self.run_key, hook.ray_hook.settings()["namespace"], self.try_number
+            )
+        except Exception as e:  # noqa: BLE001 - Ray down: the driver went with it
+            self.log.warning("Could not stop the sweep of run %s on Ray: %s", self.run_key, e)
+            return
+        self.log.info("Sweep %s: %s.", self.run_key, "stopped its trials" if stopped else "left to the newer try")
+
+
+class SweepWatch:
+    """One SweepTrigger run's hold on the driver, until the run ends or the driver is gone."""
+
+    def __init__(self, trigger: SweepTrigger) -> None:
+        self.trigger = trigger
+        self.hook = TrialsHook(trigger.ray_conn_id, trigger.trials_conn_id)
+        self.actor: Any = None
+        self.unanswered_since: float | None = None
+        self.last_line: tuple[float, tuple[Any, ...]] | None = None
+
+    async def until_end(self) -> dict[str, Any]:
+        try:
+            return await self._watch()
+        except _Lost as e:
+            return {"status": LOST, "run_key": self.trigger.run_key, "progress": None, "error": (
+                f"The sweep driver of run {self.trigger.run_key} of experiment {self.trigger.experiment_name} "
+                f"could not be reached: {e}. The task's next try resumes the run's unfinished trials from "
+                "their latest checkpoints.")}
+
+    async def _watch(self) -> dict[str, Any]:
+        self.actor = await self._find()
+        if self.actor is None:
+            return await self._absent()
+        while True:
+            snapshot = await self._progress()
+            if snapshot is None:
+                return await self._absent()
+            self._log(snapshot)
+            if snapshot.get("finished"):
+                await asyncio.to_thread(self._kill)
+                return {"status": ERROR if snapshot.get("error") else FINISHED, "run_key": self.trigger.run_key,
+                        "progress": snapshot, "error": snapshot.get("error")}
+            await asyncio.sleep(self.trigger.poll_interval_seconds)
+
+    async def _find(self) -> Any:
+        """The live driver, or None once Ray answers that there is none."""
+        from airflow_trials.execution.sweep import find_driver
+
+        trigger = self.trigger
+        while True:
+            try:
+                await asyncio.to_thread(self.hook.get_executor, verify=True)  # (re)connects to Ray
+                namespace = self.hook.ray_hook.settings()["namespace"]
+                actor = await asyncio.to_thread(find_driver, trigger.experiment_name, trigger.run_key, namespace)
+                self.unanswered_since = None
+                return actor
+            except Exception as e:  # noqa: BLE001 - Ray down, or answering with errors while it restarts
+                await self._not_answering(e)
+
+    async def _progress(self) -> dict[str, Any] | None:
+        """The driver's progress; None when it is gone."""
+        import ray
+        from ray.exceptions import RayActorError
+
+        while True:
+            try:
+                snapshot: dict[str, Any] = await asyncio.to_thread(
+                    ray.get, self.actor.progress.remote(), timeout=POLL_GRACE_SECONDS)
+                self.unanswered_since = None
+                return snapshot
+            except RayActorError:
+                return None
+            except Exception as e:  # noqa: BLE001 - a timeout, or Ray restarting under us
+                await self._not_answering(e)
+                self.actor = await self._find()
+                if self.actor is None:
+                    return None
+
+    async def _not_answering(self, error: BaseException) -> None:
+        now = time.monotonic()
+        self.unanswered_since = self.unanswered_since or now
+        silent_s = now - self.unanswered_since
+        trigger = self.trigger
+        if silent_s > trigger.ray_outage_timeout_seconds:
+            raise _Lost(f"Ray did not answer for {silent_s:.0f} s ({type(error).__name__}: {error})")
+        trigger.log.warning("Sweep %s: Ray does not answer (%s: %s); trying again (%.0f of %.0f s).",
+                            trigger.run_key, type(error).__name__, error, silent_s, trigger.ray_outage_timeout_seconds)
+        await asyncio.sleep(min(5.0, max(0.5, trigger.poll_interval_seconds)))
+
+    async def _absent(self) -> dict[str, Any]:
+        """No driver: the run ended (a trigger that ran again after killing it) or the driver was lost."""
+        trigger = self.trigger
+        store = await trigger.connect()
+        records = await asyncio.to_thread(store.list_trials, experiment_run_id=trigger.experiment_run_id)
+        ended = {r.trial_id for r in records if r.status.is_terminal()}
+        left = [t for t in trigger.trial_ids if t not in ended]
+        if not left:
+            return {"status": FINISHED, "run_key": trigger.run_key, "progress": None, "error": None}
+        return {"status": LOST, "run_key": trigger.run_key, "progress": None, "error": (
+            f"The sweep driver of run {trigger.run_key} of experiment {trigger.experiment_name} is gone (its "
+            f"Ray head restarted, its node died, or it was killed) with {len(left)} of {len(trigger.trial_ids)} "
+            "trials unfinished; the task's next try resumes them from their latest checkpoints.")}
+
+    def _log(self, snapshot: dict[str, Any]) -> None:
+        if snapshot.get("starting"):
+            return
+        key = (snapshot["terminated"], snapshot["errored"], snapshot.get("finished"))
+        now = time.monotonic()
+        if self.last_line is not None and key == self.last_line[1] and (
+                now - self.last_line[0] < self.trigger.progress_interval_seconds):
+            return
+        if self.last_line is not None and key != self.last_line[1] and not snapshot.get("finished") and (
+                now - self.last_line[0] < min(5.0, self.trigger.progress_interval_seconds)):
+            return  # trials end often in a big sweep: a line every few seconds at most
+        self.last_line = (now, key)
+        self.trigger.log.info("Sweep %s: %s", self.trigger.run_key, progress_line(snapshot))
+
+    def _kill(self) -> None:
+        import ray
+
+        try:
+            ray.kill(self.actor, no_restart=True)
+        except Exception as e:  # noqa: BLE001 - already gone
+            self.trigger.log.debug("Sweep driver of %s already gone: %s", self.trigger.run_key, e)
+
+
+class _Lost(Exception):
+    pass

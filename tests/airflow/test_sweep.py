@@ -1,0 +1,153 @@
+"""Sweeps: a whole experiment run as one task (RunSweepOperator), its driver a detached named actor
+on real Ray, with real Airflow (dag.test, and the operator called as a worker would) and a real
+trials store. Re-attaching never starts a second driver, and a lost driver's run resumes."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from airflow.sdk.exceptions import TaskDeferred
+
+from airflow_trials.core.search import grid_search
+from tests.airflow.test_early_stopping import Code
+from tests.airflow.test_experiment_dag import experiment_dag, task_states, xcom
+from tests.conftest import live_placement_groups, live_trial_actors
+
+NAMESPACE = "airflow_trials"
+
+
+def live_drivers() -> list[str]:
+    import ray
+
+    return [e["name"] for e in ray.util.list_named_actors(all_namespaces=True) if e["name"].startswith("sweep.")]
+
+
+def test_a_sweep_dag_runs_every_trial_in_one_task(trials_env):
+    dag = experiment_dag("sweep_e2e", search_space={"scale": grid_search([1.0, 3.0, 2.0, 0.5, 4.0, 1.5])},
+                         sweep=True, max_concurrent_trials=2)
+    run = dag.test()
+    states = task_states(run)
+    assert run.state == "success", states
+    assert states == {("tune.suggest_configs", -1): "success", ("tune.sweep", -1): "success",
+                      ("tune.select_best", -1): "success"}
+    store = trials_env.store
+    (exp_run,) = store.list_experiment_runs("sweep_e2e")
+    trials = store.list_trials(experiment_run_id=exp_run.id)
+    assert len(trials) == 6 and {t.status.value for t in trials} == {"TERMINATED"}
+    for record in trials:  # every result once, in order
+        assert [r["training_iteration"] for r in store.get_results(record.trial_id)] == [1, 2, 3]
+    summary = xcom(run, "tune.sweep", key="sweep")
+    assert (summary["total"], summary["terminated"], summary["errored"]) == (6, 6, 0)
+    best = xcom(run, "tune.select_best")
+    assert best["config"]["scale"] == 4.0 and best["value"] == 12.0 and best["trials"] == 6
+    assert summary["best_value"] == 12.0 and summary["best_trial_id"] == best["trial_id"]
+    assert live_drivers() == [] and live_trial_actors() == [] and live_placement_groups() == []
+
+
+def test_a_sweep_runs_its_scheduler_in_the_driver(trials_env):
+    """ASHA decides in the driver (the runner's scheduler). With two trials at a time, best first,
+    the worst trial starts after four others recorded rung 1, all above it: it stops there."""
+    asha = Code("__import__('airflow_trials').ASHAScheduler(max_t=9, grace_period=1, reduction_factor=3)")
+    scales = [6.0, 5.0, 4.0, 3.0, 2.0, 1.0]
+    dag = experiment_dag("sweep_asha", search_space={"scale": grid_search(scales)}, stop={"training_iteration": 9},
+                         sweep=True, max_concurrent_trials=2, scheduler=asha)
+    run = dag.test()
+    assert run.state == "success", task_states(run)
+    store = trials_env.store
+    (exp_run,) = store.list_experiment_runs("sweep_asha")
+    by_scale = {t.config["scale"]: t for t in store.list_trials(experiment_run_id=exp_run.id)}
+    assert {t.status.value for t in by_scale.values()} == {"TERMINATED"}
+    assert by_scale[6.0].last_result["training_iteration"] == 9
+    worst = by_scale[1.0]
+    assert worst.last_result["training_iteration"] == 1 and worst.stop_reason.startswith("stopped by ASHA")
+    assert xcom(run, "tune.select_best")["config"]["scale"] == 6.0
+
+
+def test_a_gpu_pool_sweep_needs_max_concurrent_trials(trials_env):
+    with pytest.raises(ValueError, match="sweep=True with gpu_pool 'gpus' needs max_concurrent_trials"):
+        experiment_dag("sweep_gpu", search_space={"scale": grid_search([1.0])}, sweep=True, gpu_pool="gpus",
+                       resources_per_trial={"cpu": 0.5, "gpu": 1})
+
+
+def sweep_operator(**kwargs):
+    from airflow_trials.operators.sweep import RunSweepOperator
+
+    kwargs.setdefault("trainable", "tests.trainables:counting")
+    return RunSweepOperator(task_id="sweep", metric="score", mode="max", experiment_name="sweep_op",
+                            stopping_criterion={"training_iteration": 3}, resources_per_trial={"cpu": 0.5},
+                            poll_interval_seconds=0.05, deferrable=True, **kwargs)
+
+
+def first_event(trigger):
+    async def first():
+        async for event in trigger.run():
+            return event.payload
+    return asyncio.run(first())
+
+
+def wait_for(condition, what, timeout_s=120.0):
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_a_sweep_reattaches_to_its_driver_and_resumes_after_losing_it(trials_env, fake_context, tmp_path):
+    """Try 1 starts the driver; try 2 (its worker died) re-attaches to it, never starting another.
+    The driver is then killed with two trials finished and two mid-run: the trigger reports it
+    lost, and try 3's new driver runs only the unfinished two, from their checkpoints."""
+    import ray
+
+    from airflow_trials.experiment import trial_ids
+    from airflow_trials.operators.sweep import SweepLostError
+
+    store = trials_env.store
+    store.ensure_experiment("sweep_op", metric="score", mode="max")
+    run_pk = store.create_experiment_run("sweep_op", "run1")
+    gate = tmp_path / "gate"
+    ids = trial_ids("sweep_op", "dag", "run1", 4)
+    configs = [{"scale": 1.0}, {"scale": 2.0}, {"scale": 3.0, "hold_at": 2, "gate": str(gate)},
+               {"scale": 4.0, "hold_at": 2, "gate": str(gate)}]
+    trials = [{"trial_id": i, "config": c, "experiment_run_id": run_pk} for i, c in zip(ids, configs, strict=True)]
+    operator = sweep_operator(trials=trials)
+
+    with pytest.raises(TaskDeferred) as first:
+        operator.execute(fake_context(run_id="run1", try_number=1))
+    driver = ray.get_actor("sweep.sweep_op.run1", namespace=NAMESPACE)
+    with pytest.raises(TaskDeferred) as second:
+        operator.execute(fake_context(run_id="run1", try_number=2))
+    assert live_drivers() == ["sweep.sweep_op.run1"]
+    assert ray.get_actor("sweep.sweep_op.run1", namespace=NAMESPACE)._actor_id == driver._actor_id
+    assert first.value.trigger.try_number == 1 and second.value.trigger.try_number == 2
+
+    def progressed() -> bool:
+        records = {r.trial_id: r for r in store.list_trials(experiment_run_id=run_pk)}
+        return (all(ids[i] in records and records[ids[i]].status.value == "TERMINATED" for i in (0, 1))
+                and all(len(store.get_results(ids[i])) == 1 for i in (2, 3) if ids[i] in records)
+                and all(ids[i] in records for i in (2, 3)))
+
+    wait_for(progressed, "two trials to finish and two to hold at iteration 2")
+    finished_before = {i: store.get_results(ids[i]) for i in (0, 1)}
+    ray.kill(driver, no_restart=True)
+    wait_for(lambda: live_trial_actors() == [], "the driver's trials to die with it")
+
+    lost = first_event(second.value.trigger)
+    assert lost["status"] == "lost" and "2 of 4 trials unfinished" in lost["error"]
+    with pytest.raises(SweepLostError, match="resumes them from their latest checkpoints"):
+        operator.execute_complete(fake_context(run_id="run1", try_number=2), lost)
+
+    gate.touch()
+    with pytest.raises(TaskDeferred) as third:
+        operator.execute(fake_context(run_id="run1", try_number=3))
+    context = fake_context(run_id="run1", try_number=3)
+    summary = operator.execute_complete(context, first_event(third.value.trigger))
+    assert (summary["total"], summary["terminated"], summary["errored"]) == (4, 4, 0)
+    assert context["ti"].xcom["sweep"] == summary and summary["best_value"] == 12.0
+    for i in (0, 1):  # not run again
+        assert store.get_results(ids[i]) == finished_before[i]
+    for i in range(4):  # every result once; the held two resumed from their checkpoint at 1
+        assert [r["training_iteration"] for r in store.get_results(ids[i])] == [1, 2, 3]
+        assert store.get_trial(ids[i]).status.value == "TERMINATED"
+    assert live_drivers() == [] and live_trial_actors() == [] and live_placement_groups() == []
