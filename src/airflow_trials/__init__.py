@@ -22,6 +22,7 @@ from airflow_trials.core.searcher import ConcurrencyLimiter, Searcher
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.stopping import Stopper
 from airflow_trials.core.trial import Trial
+from airflow_trials.core.warm_start import WarmStart
 from airflow_trials.exceptions import (
     AirflowTrialsError,
     CheckpointError,
@@ -157,6 +158,7 @@ __all__ = [
     "TrialScheduler",
     "TrialStatus",
     "TrialsDbCallback",
+    "WarmStart",
     "__version__",
     "find_trial_actor",
     "get_checkpoint",

@@ -10,6 +10,7 @@ from airflow.sdk import Asset, TaskGroup, task
 
 from airflow_trials.core.parameters import refuse_in_airflow
 from airflow_trials.core.trial import validate_name
+from airflow_trials.core.warm_start import ASSET, WarmStart
 from airflow_trials.experiment_settings import (
     PARAM_SETTINGS,
     ExperimentSettings,
@@ -27,6 +28,7 @@ __all__ = [
     "PARAM_SETTINGS",
     "ExperimentSettings",
     "TuningPlan",
+    "WarmStart",
     "best_trial_asset",
     "reconcile_trial_ends",
     "run_seed",
@@ -64,6 +66,7 @@ def tuning_experiment(
     deferrable: bool = True,
     scheduler: Any = None, search_alg: Any = None, max_concurrent_trials: int | None = None,
     sweep: bool = False,
+    warm_start: WarmStart | str | None = None,
 ) -> TaskGroup:
     """Declare a tuning experiment inside a ``with DAG(...)`` block; returns its task group.
 
@@ -84,6 +87,10 @@ def tuning_experiment(
     driver runs on Ray) instead of one mapped ``trial`` task each: for more trials than Airflow's
     ``[core] max_map_length``, or many short ones. Any engine scheduler runs there (docs/airflow.md,
     "One task per trial, or one sweep").
+
+    ``warm_start=WarmStart(...)`` (or ``"previous"``, ``"asset"``, a run key) runs an earlier run's best
+    configs first, optionally from their checkpoints, and a searcher learns their results first
+    (docs/airflow.md, "Warm start").
     """
     validate_name("Experiment name", experiment_name)
     refuse_in_airflow(trainable, f"Experiment {experiment_name}")
@@ -98,7 +105,8 @@ def tuning_experiment(
         keep_checkpoints_num=keep_checkpoints_num, checkpoint_score_attr=checkpoint_score_attr,
         gpu_pool=gpu_pool, slots_per_gpu=slots_per_gpu, from_params=from_params, ray_conn_id=ray_conn_id,
         trials_conn_id=trials_conn_id, poll_interval_seconds=poll_interval_seconds, deferrable=deferrable,
-        scheduler=scheduler, search_alg=search_alg, max_concurrent_trials=max_concurrent_trials, sweep=sweep)
+        scheduler=scheduler, search_alg=search_alg, max_concurrent_trials=max_concurrent_trials, sweep=sweep,
+        warm_start=WarmStart.of(warm_start))
     with TaskGroup(group_id or experiment_name.replace(".", "_")) as group:
         _declare_tasks(plan)
         return group
@@ -107,7 +115,9 @@ def tuning_experiment(
 def _declare_tasks(plan: TuningPlan) -> None:
     """suggest_configs -> [route_trials ->] trial task(s) -> select_best, in the current task group."""
 
-    @task(task_id="suggest_configs")
+    from_asset = plan.warm_start is not None and plan.warm_start.source == ASSET
+
+    @task(task_id="suggest_configs", inlets=[plan.asset] if from_asset else [])
     def suggest_configs(**context: Any) -> list[dict[str, Any]]:
         return plan.suggest(context)
 

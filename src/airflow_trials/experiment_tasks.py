@@ -17,12 +17,14 @@ from airflow_trials.core.judged import judged_scheduler
 from airflow_trials.core.scheduler import experiment_metric_and_mode
 from airflow_trials.core.search import generate_configs
 from airflow_trials.core.trial import Trial
+from airflow_trials.core.warm_start import WarmStart, WarmStartError
 from airflow_trials.experiment_settings import (
     PARAM_SETTINGS,
     ExperimentSettings,
     run_seed,
     trial_ids,
 )
+from airflow_trials.experiment_warm_start import WarmSeeds, warm_seeds
 from airflow_trials.hooks.trials import TrialsHook
 from airflow_trials.operators.trial import RunTrialOperator, task_retries
 from airflow_trials.operators.tuning import airflow_searcher
@@ -67,6 +69,7 @@ class TuningPlan:
     search_alg: Any = None
     max_concurrent_trials: int | None = None
     sweep: bool = False
+    warm_start: WarmStart | None = None
     searcher: Any = dataclasses.field(default=None, init=False)  # search_alg, set up for the trial tasks
 
     def __post_init__(self) -> None:
@@ -160,25 +163,25 @@ class TuningPlan:
     # -- suggest_configs -----------------------------------------------------------------------
 
     def suggest(self, context: Mapping[str, Any]) -> list[dict[str, Any]]:
-        """Generate the run's configs, check them and the cluster, register the experiment run;
-        one mapped-argument dict per trial."""
+        """Generate the run's configs (its warm start's first), check them and the cluster, register
+        the experiment run; one mapped-argument dict per trial."""
         from airflow_trials.execution.trainable import load_trainable
 
         ti = context["ti"]
         run = self.settings_for_run(context)
         load_trainable(self.trainable)  # unknown path: fail before any Ray or DB work
         seed = self.seed if self.seed is not None else run_seed(self.experiment_name, ti.dag_id, ti.run_id)
-        # With a searcher, each trial task asks for its config when it starts.
-        configs = [{}] * run.num_samples if self.search_alg else generate_configs(run.search_space, run.num_samples, seed)
-        ids = trial_ids(self.experiment_name, ti.dag_id, ti.run_id, len(configs))
-        # Validate every trial (ids, JSON configs) and the cluster's capacity before writing.
-        trials = [Trial(self.trainable, c, trial_id=i, experiment_name=self.experiment_name,
-                        resources=run.resources, stopping_criterion=run.stop)
-                  for i, c in zip(ids, configs, strict=True)]
         hook = TrialsHook(self.ray_conn_id, self.trials_conn_id)
-        hook.get_executor().check_fits_cluster(trials[0])
         store = hook.get_store()
         try:
+            warm = self._warm_seeds(store, run, context)
+            configs = self._configs(run, seed, warm)
+            ids = trial_ids(self.experiment_name, ti.dag_id, ti.run_id, len(configs))
+            # Validate every trial (ids, JSON configs) and the cluster's capacity before writing.
+            trials = [Trial(self.trainable, c, trial_id=i, experiment_name=self.experiment_name,
+                            resources=run.resources, stopping_criterion=run.stop)
+                      for i, c in zip(ids, configs, strict=True)]
+            hook.get_executor().check_fits_cluster(trials[0])
             store.ensure_experiment(self.experiment_name, metric=run.metric, mode=run.mode)
             run_pk = store.create_experiment_run(
                 self.experiment_name, ti.run_id, dag_id=ti.dag_id, run_id=ti.run_id,
@@ -188,8 +191,40 @@ class TuningPlan:
             store.dispose()
         # Settings that vary by run travel with each trial (they are mapped arguments).
         per_run = self._per_trial_settings(run) if self.from_params is not None else {}
-        return [{"trial_id": t.trial_id, "config": t.config, "experiment_run_id": run_pk, **per_run}
-                for t in trials]
+        entries = [{"trial_id": t.trial_id, "config": t.config, "experiment_run_id": run_pk, **per_run}
+                   for t in trials]
+        if warm is not None:
+            for i, entry in enumerate(entries):
+                entry.update(warm.entry(i) if i < len(warm.seeds) else {"warm_start": None})
+                if self.search_alg is not None:  # it learns the seeds' results before its first ask
+                    entry["warm_points"] = warm.points()
+        return entries
+
+    def _warm_seeds(self, store: Any, run: ExperimentSettings, context: Mapping[str, Any]) -> WarmSeeds | None:
+        """This run's warm start (None: cold); a source that cannot be used fails the run, naming why."""
+        if self.warm_start is None:
+            return None
+        run_id = context["ti"].run_id
+        try:
+            return warm_seeds(self.warm_start, store, self.experiment_name, run_id, run.search_space,
+                              run.metric, run.mode, context, self.asset)
+        except WarmStartError as e:
+            raise AirflowFailException(
+                f"Experiment {self.experiment_name}, DAG run {run_id}: the warm start is refused: {e}. No trial was "
+                "started and nothing was written."
+            ) from e
+
+    def _configs(self, run: ExperimentSettings, seed: int, warm: WarmSeeds | None) -> list[dict[str, Any]]:
+        """The run's configs: the warm start's seeds first, then generated ones (with a searcher, {}:
+        each trial task asks for its config when it starts), ``num_samples`` x grid in all."""
+        if self.search_alg:
+            configs: list[dict[str, Any]] = [{}] * run.num_samples
+        else:
+            configs = generate_configs(run.search_space, run.num_samples, seed)
+        if warm is None:
+            return configs
+        seeded = [dict(config) for config, _ in warm.seeds][: len(configs)]
+        return seeded + configs[: len(configs) - len(seeded)]
 
     def _per_trial_settings(self, settings: ExperimentSettings) -> dict[str, Any]:
         return {

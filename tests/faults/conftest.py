@@ -31,9 +31,11 @@ RUN_TIMEOUT_S = 600
 def experiment_dag_source(
     dag_id: str, journal_dir: Path, *, trials: int = 3, iterations: int = ITERATIONS,
     sleep_s: float = SLEEP_S, hold_at: int = HOLD_AT, max_failures: int = 1, scheduler: str = "None",
+    sweep: bool = False,
 ) -> str:
     """A DAG file: one ``tuning_experiment`` of ``trials`` trials of the journaled trainable
-    (``scheduler``: its argument, as code, e.g. ``"ASHAScheduler(max_t=12)"``)."""
+    (``scheduler``: its argument, as code, e.g. ``"ASHAScheduler(max_t=12)"``; ``sweep``: all of
+    them in one sweep task)."""
     return textwrap.dedent(f'''\
         """Written by tests/faults: the fault tests' experiment."""
         import datetime
@@ -58,6 +60,7 @@ def experiment_dag_source(
                 retry_delay=datetime.timedelta(seconds=1),
                 poll_interval_seconds=1.0,
                 scheduler={scheduler},
+                sweep={sweep!r},
             )
         ''')
 
@@ -211,13 +214,14 @@ class ExperimentRun:
     journal_dir: Path
     trials: int
     iterations: int
+    sweep: bool = False
     run_id: str = ""
     triggered_at: float = 0.0
     trial_ids: list[str] = field(default_factory=list)
 
     @property
     def trial_task(self) -> str:
-        return f"{self.dag_id}.trial"
+        return f"{self.dag_id}.{'sweep' if self.sweep else 'trial'}"
 
     def store(self) -> Any:
         from airflow_trials.store import TrialStore
@@ -276,7 +280,7 @@ class ExperimentRun:
 
         def ready() -> bool:
             tis = self.trial_tis()
-            return (len(tis) == self.trials and all(ti["state"] == "deferred" for ti in tis)
+            return (len(tis) == (1 if self.sweep else self.trials) and all(ti["state"] == "deferred" for ti in tis)
                     and min(self.progress().values()) >= min_results)
 
         self.stack.wait_for(ready, timeout_s, f"the {self.trials} trials of {self.run_id} to run deferred")
@@ -341,11 +345,12 @@ class ExperimentRun:
         """(c) Every task instance succeeded; ``tries`` gives, per map index, the states of its
         tries in order where a fault made more than one (default: one successful try each)."""
         tis = self.stack.task_instances(self.dag_id, self.run_id)
+        indexes = [-1] if self.sweep else list(range(self.trials))
         assert {(ti["task_id"], ti["map_index"]): ti["state"] for ti in tis} == {
             **{(f"{self.dag_id}.{t}", -1): "success" for t in ("suggest_configs", "select_best")},
-            **{(self.trial_task, i): "success" for i in range(self.trials)},
+            **{(self.trial_task, i): "success" for i in indexes},
         }
-        for i in range(self.trials):
+        for i in indexes:
             expected = (tries or {}).get(i, ["success"])
             got = [t["state"] for t in self.stack.tries(self.dag_id, self.run_id, self.trial_task, i)]
             assert got == expected, (i, got)
@@ -378,12 +383,12 @@ def experiment(stack) -> Iterator[Any]:
     its :class:`ExperimentRun`, ready to trigger (``hold_at=0``: the trials never hold)."""
 
     def make(dag_id: str, *, trials: int = 3, iterations: int = ITERATIONS, hold_at: int = HOLD_AT,
-             max_failures: int = 1, scheduler: str = "None") -> ExperimentRun:
+             max_failures: int = 1, scheduler: str = "None", sweep: bool = False) -> ExperimentRun:
         journal = stack.home / "journal" / dag_id
         journal.mkdir(parents=True)
         stack.write_dag(f"{dag_id}.py", experiment_dag_source(
             dag_id, journal, trials=trials, iterations=iterations, hold_at=hold_at, max_failures=max_failures,
-            scheduler=scheduler))
-        return ExperimentRun(stack, dag_id, journal, trials, iterations)
+            scheduler=scheduler, sweep=sweep))
+        return ExperimentRun(stack, dag_id, journal, trials, iterations, sweep=sweep)
 
     yield make

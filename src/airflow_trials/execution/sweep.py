@@ -51,6 +51,8 @@ class SweepSpec:
         stopping criterion, checkpointing, ``max_failures``).
     :param scheduler: a :class:`~airflow_trials.core.scheduler.TrialScheduler`, or None for FIFO.
     :param max_concurrent_trials: the most trials running at once; None: as many as fit.
+    :param origins: per warm-started trial id, ``{"warm_start": {...}, "restore_path": ...}``: where it
+        came from, and the checkpoint it starts from on its first launch; default none.
     """
 
     experiment_name: str
@@ -66,6 +68,7 @@ class SweepSpec:
     trial_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     scheduler: Any = None
     max_concurrent_trials: int | None = None
+    origins: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -85,12 +88,18 @@ def resumable_trials(spec: SweepSpec, store: TrialStore) -> tuple[list[Trial], i
     for trial_id, config in spec.trials:
         if trial_id in ended:
             continue
-        restore, record = None, records.get(trial_id)
+        record, origin = records.get(trial_id), spec.origins.get(trial_id) or {}
         if record is not None:
             latest = store.latest_checkpoint(trial_id)
-            restore = latest.path if latest is not None else None
+            restore = latest.path if latest is not None else origin.get("restore_path")
+        else:
+            restore = origin.get("restore_path")
         trial = Trial(spec.trainable, config, trial_id=trial_id, experiment_name=spec.experiment_name,
                       restore_path=restore, **spec.trial_kwargs)
+        if record is None and origin.get("warm_start"):  # registered now: the store says where it came from
+            store.upsert_trial(trial_id, trainable=spec.trainable, config=trial.config, resources=trial.resources,
+                               max_failures=trial.max_failures, experiment_run_id=spec.experiment_run_id,
+                               warm_start=origin["warm_start"])
         trial.num_failures = record.num_failures if record is not None else 0
         trials.append(trial)
     best = None

@@ -161,6 +161,8 @@ class RunSweepOperator(BaseOperator):
             storage_path=executor.storage.storage_path, namespace=settings["namespace"],
             trial_kwargs=self._trial_kwargs(), scheduler=self.scheduler,
             max_concurrent_trials=self.max_concurrent_trials,
+            origins={t["trial_id"]: {"warm_start": t["warm_start"], "restore_path": t.get("restore_path")}
+                     for t in self.trials if t.get("warm_start")},
         )
         import ray
 
@@ -191,6 +193,7 @@ class RunSweepOperator(BaseOperator):
         summary = {key: progress.get(key) for key in (
             "total", "terminated", "errored", "best_value", "best_trial_id", "metric", "mode", "elapsed_seconds")}
         summary["run_key"] = event["run_key"]
+        summary["warm_started_trials"] = sum(1 for t in self.trials if t.get("warm_start"))
         if progress:
             self.log.info("Sweep %s ended: %d trials TERMINATED, %d ERROR; best %s=%s (trial %s).",
                           event["run_key"], progress["terminated"], progress["errored"], progress["metric"],

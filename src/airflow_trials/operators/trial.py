@@ -6,7 +6,7 @@ import asyncio
 import hashlib
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, NoReturn, cast
+from typing import Any, NoReturn
 
 from airflow.sdk import BaseOperator, Context, conf
 from airflow.sdk.exceptions import AirflowFailException
@@ -17,7 +17,6 @@ from airflow_trials.core.fate import (
     Outcome,
     Transition,
     after_failure,
-    stopped_by_scheduler,
 )
 from airflow_trials.core.judged import JudgedScheduler
 from airflow_trials.core.parameters import refuse_in_airflow
@@ -26,6 +25,7 @@ from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.trial import Trial, validate_name
 from airflow_trials.exceptions import StoreError, TrialError
 from airflow_trials.hooks.trials import DEFAULT_RAY_CONN_ID, DEFAULT_TRIALS_CONN_ID, TrialsHook
+from airflow_trials.operators.attach import finished_in_store, first_try_after_a_clear, live_actor
 from airflow_trials.operators.tuning import (
     judged_rule,
     needs_run,
@@ -41,8 +41,6 @@ UNLIMITED_RETRIES = 10_000
 # (their node, or a Ray head restart): such a loss fails the try, and the retry resumes the trial
 # without counting a failure of the trial.
 MAX_INFRASTRUCTURE_RESTARTS = 3
-# How long execute waits for a live trial's actor to say its status before the try fails.
-ATTACH_TIMEOUT_SECONDS = 60.0
 
 
 def task_retries(max_failures: int) -> int:
@@ -105,6 +103,11 @@ class RunTrialOperator(BaseOperator):
     :param search_alg: an ``OptunaSearch`` (space, metric and mode set): the trial's first try asks
         it for the config, after the run's ended trials (``operators/search.py``), and ``config``
         is ignored. Needs ``experiment_run_id``. Default None: ``config`` is the config.
+    :param warm_start: where this warm-started trial came from (``run_key``, ``trial_id``, ...; set by
+        ``tuning_experiment(warm_start=...)``): ``config`` is that trial's, never asked of ``search_alg``,
+        and the store and XCom say so. Default None.
+    :param warm_points: ``[config, value]`` of a warm start's seeds, learnt by ``search_alg`` before
+        the run's own ended trials; default none.
     """
 
     template_fields: Sequence[str] = ("trainable", "config", "experiment_name", "trial_id")
@@ -135,6 +138,8 @@ class RunTrialOperator(BaseOperator):
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         scheduler: Any = None,
         search_alg: Any = None,
+        warm_start: Mapping[str, Any] | None = None,
+        warm_points: Sequence[Sequence[Any]] | None = None,
         **kwargs: Any,
     ) -> None:
         refuse_in_airflow(trainable, f"RunTrialOperator {kwargs.get('task_id')!r}")
@@ -170,6 +175,8 @@ class RunTrialOperator(BaseOperator):
         self.deferrable = deferrable
         self.scheduler = scheduler_settings(scheduler)
         self.search_alg = search_alg
+        self.warm_start = dict(warm_start) if warm_start else None
+        self.warm_points = [list(point) for point in warm_points or ()]
 
     # -- helpers ------------------------------------------------------------------------------------
     def _ids(self, context: Context) -> tuple[str, str]:
@@ -204,7 +211,8 @@ class RunTrialOperator(BaseOperator):
         map_index = context["ti"].map_index
         store = self._hook().get_store()
         try:
-            return suggested_config(store, self.search_alg, run_id, trial_id, max(map_index or 0, 0), self.log)
+            return suggested_config(store, self.search_alg, run_id, trial_id, max(map_index or 0, 0), self.log,
+                                    warm_points=self.warm_points)
         except StoreError:
             raise  # the trials DB: Airflow retries the task
         except Exception as e:  # the searcher's own error: asking again would raise it again
@@ -227,7 +235,7 @@ class RunTrialOperator(BaseOperator):
         experiment, trial_id = self._ids(context)
         self._trial_ids = (experiment, trial_id)  # for on_kill
         self._rungs(trial_id)  # a scheduler without a run fails here
-        if self.search_alg is not None:
+        if self.search_alg is not None and self.warm_start is None:
             self.config = self._ask(context, trial_id)
         self._trial(experiment, trial_id, self.restore_path)  # validates ids, config and resources
         load_trainable(self.trainable)  # an unknown path fails here, before any Ray or DB work
@@ -280,8 +288,9 @@ class RunTrialOperator(BaseOperator):
             task_id=ti.task_id,
             map_index=ti.map_index if ti.map_index is not None else -1,
             try_number=ti.try_number,
+            warm_start=self.warm_start,
         )
-        actor, status = _live_actor(executor, experiment, trial_id)
+        actor, status = live_actor(executor, experiment, trial_id)
         record = store.get_trial(trial_id)
         if actor is not None and record.status is TrialStatus.TERMINATED and record.error_msg == STOPPED_BY_USER:
             # The previous try's trigger recorded that it stops this actor (its task was cleared)
@@ -289,8 +298,8 @@ class RunTrialOperator(BaseOperator):
             # trial again from its latest checkpoint.
             self.log.info("Trial %s is being stopped by its cleared previous try; starting it again.", trial_id)
             status = None
-        if actor is None and _finished(trial, record):
-            if not _first_try_after_a_clear(ti, self.retries or 0):
+        if actor is None and finished_in_store(trial, record):
+            if not first_try_after_a_clear(ti, self.retries or 0):
                 # A retry after the trial ended (Airflow lost the try that finished it), or a
                 # reused trial id: nothing to run, report what the store holds.
                 self.log.info("Trial %s already finished; reporting its stored state.", trial_id)
@@ -302,7 +311,7 @@ class RunTrialOperator(BaseOperator):
         else:
             if actor is not None:  # an ERROR left by a try whose worker died before cleanup
                 executor.terminate(experiment, trial_id)
-            if _first_try_after_a_clear(ti, self.retries or 0):
+            if first_try_after_a_clear(ti, self.retries or 0):
                 # Cleared: a fresh budget of failures, as Airflow gives it fresh retries.
                 store.record_transition(trial_id, Transition.RESET)
             elif record.status.is_terminal():
@@ -382,6 +391,7 @@ class RunTrialOperator(BaseOperator):
             "best_checkpoint": end.best_checkpoint or (latest.path if latest else None),
             "num_failures": record.num_failures if decision is None else decision.num_failures,
             "stop_reason": end.stop_reason,
+            "warm_start": record.warm_start,
         }
         ti.xcom_push(key="trial", value=state)
         if decision is not None:
@@ -439,48 +449,6 @@ class RunTrialOperator(BaseOperator):
             store.record_transition(trial_id, Transition.STOPPED, why="Killed from Airflow.")
         finally:
             store.dispose()
-
-
-def _live_actor(executor: Any, experiment: str, trial_id: str) -> tuple[Any, str | None]:
-    """The trial's actor on Ray and what it says of itself (QUEUED while it waits for resources),
-    or (None, None) when there is none or it died as we attached (the previous try's trigger,
-    cancelled because the task was cleared, stopped it)."""
-    import ray
-    from ray.exceptions import RayActorError
-
-    actor = executor.attach(experiment, trial_id)
-    if actor is None:
-        return None, None
-    if not executor.is_placed(actor):
-        return actor, "QUEUED"  # it starts its trial when Ray places it
-    try:
-        snapshot = cast(dict[str, Any], ray.get(actor.poll.remote(10**9), timeout=ATTACH_TIMEOUT_SECONDS))
-    except RayActorError:
-        return None, None
-    return actor, snapshot["status"]
-
-
-def _first_try_after_a_clear(ti: Any, retries: int) -> bool:
-    """Is this the first try of a task instance that was cleared after an earlier try ran?
-
-    Clearing gives a task instance a fresh retry budget (``max_tries = try_number + retries``),
-    so its first try after the clear is ``max_tries - retries + 1``, as Airflow's own
-    ``get_first_reschedule_date`` counts; a retry after a failure comes later than that.
-    """
-    return bool(ti.try_number > 1 and ti.try_number == ti.max_tries - retries + 1)
-
-
-def _finished(trial: Trial, record: Any) -> bool:
-    """Did the stored trial end TERMINATED having met its stopping criterion, or stopped by its
-    scheduler (its stop reason says why)?"""
-    if record.status != TrialStatus.TERMINATED or not record.last_result:
-        return False
-    if stopped_by_scheduler(record.stop_reason):
-        return True
-    try:
-        return trial.should_stop(record.last_result)
-    except KeyError:  # the criterion names a metric the stored result lacks
-        return False
 
 
 async def _first_event(trigger: TrialTrigger) -> dict[str, Any]:

@@ -63,7 +63,8 @@ def judged_rule(
 
 
 def suggested_config(
-    store: Any, search_alg: Any, experiment_run_id: int, trial_id: str, index: int, task_log: Any = log
+    store: Any, search_alg: Any, experiment_run_id: int, trial_id: str, index: int, task_log: Any = log,
+    warm_points: Sequence[Sequence[Any]] = (),
 ) -> dict[str, Any]:
     """The config of trial ``trial_id``: the stored one when an earlier try asked already, else the
     searcher's suggestion after the run's ended trials.
@@ -74,15 +75,21 @@ def suggested_config(
     :param trial_id: the trial asking.
     :param index: its place in the run (its map index): ``points_to_evaluate[index]`` runs first.
     :param task_log: where to say what it suggested (the task's log); default this module's logger.
+    :param warm_points: ``[config, value]`` of a warm start's seeds: learnt first (Optuna's
+        ``add_trial``), and the first ``len(warm_points)`` trials of the run are the seeds themselves,
+        so ``points_to_evaluate`` start after them. Default none.
     """
     trials = store.list_trials(experiment_run_id=experiment_run_id)
     mine = next((t for t in trials if t.trial_id == trial_id), None)
     if mine is not None and mine.config:
         return dict(mine.config)  # asked on an earlier try
-    finished = ended_trials(trials, search_alg.metric, exclude=trial_id)
-    config = search_alg.suggest_after(trial_id, finished, index, ask_seed(experiment_run_id, trial_id))
-    task_log.info("Trial %s: %s suggests %s, having learnt from %d ended trials of the run.",
-                  trial_id, type(search_alg).__name__, config, len(finished))
+    history = [(dict(config), value) for config, value in warm_points]
+    finished = history + ended_trials(trials, search_alg.metric, exclude=trial_id)
+    config = search_alg.suggest_after(trial_id, finished, max(0, index - len(history)),
+                                      ask_seed(experiment_run_id, trial_id))
+    task_log.info("Trial %s: %s suggests %s, having learnt from %d ended trials of the run%s.",
+                  trial_id, type(search_alg).__name__, config, len(finished) - len(history),
+                  f" and {len(history)} of its warm start" if history else "")
     return dict(config)
 
 

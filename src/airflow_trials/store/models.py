@@ -153,6 +153,9 @@ class TrialRow(Base):
     task_id: Mapped[str | None] = mapped_column(String(AIRFLOW_ID_LENGTH), nullable=True)
     map_index: Mapped[int] = mapped_column(Integer, default=-1, server_default=text("-1"))
     try_number: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # Where a warm-started trial came from (migration 0008): {"run_key", "experiment_run_id",
+    # "trial_id", "value", "checkpoint"}; NULL for any other trial.
+    warm_start: Mapped[Any] = mapped_column(json_type(nullable=True), nullable=True)
     # The trial's best value of its experiment's metric, kept up to date by add_results so the
     # leaderboard reads one row per trial. best_metric/best_mode say what it was computed for;
     # NULL best_metric with results stored means "unknown" (the leaderboard then scans results).

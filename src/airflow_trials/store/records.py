@@ -98,6 +98,8 @@ class TrialRecord:
     :param task_id: Airflow task id; None outside Airflow.
     :param map_index: Airflow map index; -1 when not mapped.
     :param try_number: Airflow try number; None outside Airflow.
+    :param warm_start: where a warm-started trial came from (``run_key``, ``experiment_run_id``,
+        ``trial_id``, ``value``, ``checkpoint``); None for any other trial.
     """
 
     trial_id: str
@@ -120,6 +122,7 @@ class TrialRecord:
     task_id: str | None
     map_index: int
     try_number: int | None
+    warm_start: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,7 @@ class TrialsStore(StoreBase):
         task_id: str | None = None,
         map_index: int = -1,
         try_number: int | None = None,
+        warm_start: Mapping[str, Any] | None = None,
     ) -> None:
         """Register a trial, or refresh the Airflow ids of one already registered.
 
@@ -72,6 +73,8 @@ class TrialsStore(StoreBase):
         :param status: status of a new trial; default PENDING.
         :param dag_id: Airflow DAG id; likewise ``run_id``, ``task_id``, ``try_number``; default None.
         :param map_index: Airflow map index; default -1.
+        :param warm_start: where a warm-started trial came from (kept from its registration on);
+            default None.
         """
         _check_id("Trial id", trial_id)
         new_status = _parse_enum(TrialStatus, status, f"trial {trial_id}")
@@ -96,6 +99,7 @@ class TrialsStore(StoreBase):
             task_id=task_id,
             map_index=map_index,
             try_number=try_number,
+            warm_start=json_safe(dict(warm_start)) if warm_start is not None else None,
         )
         insert = _refreshing_airflow_ids(insert, table)
         run_note = f" in experiment run {experiment_run_id}" if experiment_run_id is not None else ""
@@ -345,4 +349,5 @@ def _trial_record(row: TrialRow) -> TrialRecord:
         task_id=row.task_id,
         map_index=row.map_index,
         try_number=row.try_number,
+        warm_start=row.warm_start,
     )

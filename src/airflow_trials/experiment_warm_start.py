@@ -1,0 +1,125 @@
+"""The warm start of one DAG run of an experiment: find the source run, rank its trials, seed this run.
+
+``suggest_configs`` calls :func:`warm_seeds` before it registers the run. What applies when:
+
+* ``"previous"`` or ``"asset"`` with no source (the experiment's first run, or an Asset with no
+  event yet): a warning in the task log and a cold start, or a failed run with
+  ``WarmStart(if_missing="error")``.
+* A run key that names no run, an Asset event naming a run that was deleted, or a source run with
+  no finished trial: an error (the user asked for that run).
+* A search space that tunes a parameter the source never had: an error. A source trial whose
+  value lies outside the new space is skipped, with a warning; if all are: an error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from airflow_trials.core.warm_start import (
+    ASSET,
+    PREVIOUS,
+    SourceTrial,
+    WarmStart,
+    WarmStartError,
+    seed_configs,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class WarmSeeds:
+    """What a warm start gives a run: its first configs, where each came from, and (for a
+    searcher) the source results it learns from first.
+
+    :param run_key: the source run's key. :param experiment_run_id: its id in the trials DB.
+    :param seeds: ``(config, source trial)`` in rank order.
+    :param from_checkpoints: the seeds start from their source trial's best checkpoint.
+    """
+
+    run_key: str
+    experiment_run_id: int
+    seeds: list[tuple[dict[str, Any], SourceTrial]]
+    from_checkpoints: bool
+
+    def origin(self, trial: SourceTrial) -> dict[str, Any]:
+        """What a seeded trial records of where it came from (its store row, its XCom)."""
+        return {"run_key": self.run_key, "experiment_run_id": self.experiment_run_id, "trial_id": trial.trial_id,
+                "value": trial.value, "checkpoint": trial.checkpoint if self.from_checkpoints else None}
+
+    def points(self) -> list[list[Any]]:
+        """``[config, value]`` of each seed, for a searcher's history (Optuna's ``add_trial``)."""
+        return [[config, trial.value] for config, trial in self.seeds]
+
+    def entry(self, index: int) -> dict[str, Any]:
+        """The mapped arguments of this run's trial ``index`` (< len(seeds)) beyond its config."""
+        config, trial = self.seeds[index]
+        extra: dict[str, Any] = {"warm_start": self.origin(trial)}
+        if self.from_checkpoints and trial.checkpoint:
+            extra["restore_path"] = trial.checkpoint
+        return extra
+
+
+def warm_seeds(
+    warm_start: WarmStart, store: Any, experiment_name: str, run_key: str, space: Mapping[str, Any],
+    metric: str, mode: str, context: Mapping[str, Any], asset: Any,
+) -> WarmSeeds | None:
+    """The seeds of run ``run_key`` from its source, or None for a cold start (after a warning);
+    :class:`WarmStartError` when the source cannot be used (see the module's docstring)."""
+    source = _source_run(warm_start, store, experiment_name, run_key, context, asset)
+    if source is None:
+        return None
+    board = store.leaderboard(source.id, metric, mode)
+    ranked = [SourceTrial(row.trial_id, dict(row.config), row.best_value, row.best_checkpoint) for row in board
+              if row.status.value == "TERMINATED" and row.best_value is not None]
+    if not ranked:
+        raise WarmStartError(f"run {source.run_key} of experiment {experiment_name} has no finished trial with "
+                             f"metric {metric!r} to warm-start from; warm-start from another run, or drop warm_start")
+    seeds, skipped = seed_configs(space, source.run_key, ranked, warm_start.top_k)
+    for note in skipped:
+        log.warning("Warm start skips %s.", note)
+    log.info("Warm start from run %s of experiment %s: its best %d trial(s) %s run first%s.", source.run_key,
+             experiment_name, len(seeds), ", ".join(t.trial_id for _, t in seeds),
+             " from their best checkpoints" if warm_start.from_checkpoints else "")
+    return WarmSeeds(source.run_key, source.id, seeds, warm_start.from_checkpoints)
+
+
+def _source_run(
+    warm_start: WarmStart, store: Any, experiment_name: str, run_key: str, context: Mapping[str, Any], asset: Any,
+) -> Any:
+    runs = [r for r in store.list_experiment_runs(experiment_name) if r.run_key != run_key]
+    if warm_start.source == PREVIOUS:
+        done = [r for r in runs if r.status.value == "SUCCESS"]
+        if done:
+            return max(done, key=lambda r: (r.created_at, r.id))
+        return _missing(warm_start, f"experiment {experiment_name} has no earlier successful run")
+    if warm_start.source == ASSET:
+        events = list(context["inlet_events"][asset]) if "inlet_events" in context else []
+        if not events:
+            return _missing(warm_start, f"Asset {asset.name} has no event yet")
+        extra = events[-1].extra or {}
+        wanted = extra.get("experiment_run_id")
+        found = next((r for r in runs if r.id == wanted), None)
+        if found is None:
+            raise WarmStartError(
+                f"the last event of Asset {asset.name} names run {extra.get('run_key', wanted)!r} (id {wanted}) of "
+                f"experiment {experiment_name}, which the trials DB no longer has (deleted); warm-start from "
+                "'previous' or a run key, or drop warm_start"
+            )
+        return found
+    found = next((r for r in runs if r.run_key == warm_start.source), None)
+    if found is None:
+        known = ", ".join(r.run_key for r in runs[-5:]) or "none"
+        raise WarmStartError(f"experiment {experiment_name} has no run {warm_start.source!r} to warm-start from "
+                             f"(latest runs: {known}); name one of its runs, 'previous' or 'asset'")
+    return found
+
+
+def _missing(warm_start: WarmStart, why: str) -> None:
+    if warm_start.if_missing == "error":
+        raise WarmStartError(f"{why} to warm-start from (WarmStart(if_missing='error'))")
+    log.warning("Warm start: %s; this run starts cold.", why)
+    return None

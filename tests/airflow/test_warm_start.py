@@ -1,0 +1,78 @@
+"""Cross-run warm start on the Airflow path: real Airflow (dag.test), real Ray and a real trials
+store. A second run starts with the first run's best configs, from their checkpoints, and says
+where each came from; a source that cannot be used is refused, naming why and the fix."""
+
+from __future__ import annotations
+
+import pytest
+from airflow.sdk.exceptions import AirflowFailException
+
+from airflow_trials.core.search import uniform
+from tests.airflow.test_early_stopping import Code
+from tests.airflow.test_experiment_dag import experiment_dag, task_states, xcom
+
+
+def warm(**kwargs) -> Code:
+    args = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
+    return Code(f"__import__('airflow_trials').WarmStart({args})")
+
+
+def runs_trials(store, experiment, run_key):
+    (run,) = [r for r in store.list_experiment_runs(experiment) if r.run_key == run_key]
+    return run, sorted(store.list_trials(experiment_run_id=run.id), key=lambda t: t.map_index)
+
+
+@pytest.mark.parametrize("sweep", [False, True], ids=["mapped", "sweep"])
+def test_a_second_run_starts_from_the_first_runs_best_trials_and_checkpoints(trials_env, sweep):
+    name = f"warm_{'sweep' if sweep else 'mapped'}"
+    dag = experiment_dag(name, search_space={"scale": uniform(0.5, 5.0)}, num_samples=4, sweep=sweep,
+                         warm_start=warm(top_k=2, from_checkpoints=True))
+    first = dag.test()  # the experiment's first run: nothing to warm-start from, a cold start
+    assert first.state == "success", task_states(first)
+    store = trials_env.store
+    _, night1 = runs_trials(store, name, first.run_id)
+    assert all(t.warm_start is None for t in night1)
+    board = store.leaderboard(night1[0].experiment_run_id, "score", "max")
+    top = [row for row in board if row.best_value is not None][:2]
+
+    second = dag.test()
+    assert second.state == "success", task_states(second)
+    run2, night2 = runs_trials(store, name, second.run_id)
+    by_id = {t.trial_id: t for t in night2}
+    seeded = [t for t in night2 if t.warm_start is not None]
+    assert len(night2) == 4 and len(seeded) == 2
+    for trial, source in zip(sorted(seeded, key=lambda t: t.trial_id), top, strict=True):
+        assert trial.config == source.config
+        assert trial.warm_start == {"run_key": first.run_id, "experiment_run_id": night1[0].experiment_run_id,
+                                    "trial_id": source.trial_id, "value": source.best_value,
+                                    "checkpoint": source.best_checkpoint}
+        # It went on from its source's checkpoint at iteration 3, so its first result here is 4.
+        assert [r["training_iteration"] for r in store.get_results(trial.trial_id)] == [4]
+    if not sweep:
+        state = xcom(second, "tune.trial", key="trial", map_index=0)
+        assert state["warm_start"]["run_key"] == first.run_id and by_id[state["trial_id"]].warm_start
+    else:
+        assert xcom(second, "tune.sweep", key="sweep")["warm_started_trials"] == 2
+    best = xcom(second, "tune.select_best")
+    assert best["value"] >= top[0].best_value and run2.status.value == "SUCCESS"
+
+
+def test_a_source_that_cannot_be_used_is_refused_before_anything_is_written(trials_env, fake_context):
+    dag = experiment_dag("warm_refused", search_space={"scale": uniform(0.5, 5.0)}, num_samples=2,
+                         warm_start=warm(source="manual__nope"))
+    suggest = dag.get_task("tune.suggest_configs")
+    with pytest.raises(AirflowFailException) as raised:
+        suggest.python_callable(ti=fake_context(run_id="manual__2")["ti"])
+    assert str(raised.value) == (
+        "Experiment warm_refused, DAG run manual__2: the warm start is refused: experiment warm_refused has no run "
+        "'manual__nope' to warm-start from (latest runs: none); name one of its runs, 'previous' or 'asset'. No "
+        "trial was started and nothing was written."
+    )
+    assert trials_env.store.list_experiment_runs() == []
+
+    strict = experiment_dag("warm_strict", search_space={"scale": uniform(0.5, 5.0)}, num_samples=2,
+                            warm_start=warm(if_missing="error"))
+    with pytest.raises(AirflowFailException, match="experiment warm_strict has no earlier successful run to "
+                                                   r"warm-start from \(WarmStart\(if_missing='error'\)\)"):
+        strict.get_task("tune.suggest_configs").python_callable(ti=fake_context(run_id="manual__3")["ti"])
+    assert trials_env.store.list_experiment_runs() == []
