@@ -6,7 +6,10 @@ Copy this for your own nightly search. It needs:
 - a Ray cluster with GPUs (``ray_default`` connection or ``RAY_ADDRESS``).
 
 Each trial task asks ``OptunaSearch`` (TPE) for its config when it gets a GPU slot, after the
-trials that ended before it, and ASHA stops the worse trials early at its rungs.
+trials that ended before it, and ASHA stops the worse trials early at its rungs. Each night
+starts from the previous night's best three trials: they run first, from their best checkpoints,
+and TPE learns their results before its first suggestion (the first night starts cold, with a
+warning in its log).
 ``max_failures`` becomes each trial task's ``retries``, and a retry resumes the trial from its
 latest checkpoint. The best trial is published on an Asset; ``nightly_regression_publish``
 (below) is scheduled on that Asset and runs after every successful search.
@@ -18,7 +21,7 @@ import datetime
 
 from airflow.sdk import DAG, task
 
-from airflow_trials import ASHAScheduler, OptunaSearch
+from airflow_trials import ASHAScheduler, OptunaSearch, WarmStart
 from airflow_trials.core.search import choice, loguniform
 from airflow_trials.experiment import best_trial_asset, tuning_experiment
 
@@ -50,6 +53,7 @@ with DAG(
         max_failures=2,
         retry_delay=datetime.timedelta(minutes=1),
         keep_checkpoints_num=2,
+        warm_start=WarmStart(source="previous", top_k=3, from_checkpoints=True),
         asset=BEST,
     )
 

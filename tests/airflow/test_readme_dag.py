@@ -10,11 +10,27 @@ from tests.airflow.conftest import dags_folder
 from tests.conftest import REPO
 
 
-def readme_dag_source() -> str:
+def readme_dag_blocks() -> list[str]:
     readme = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
     blocks = re.findall(r"```python\n(.*?)```", readme, flags=re.S)
-    (block,) = [b for b in blocks if "tuning_experiment(" in b]
-    return block
+    return [b for b in blocks if "tuning_experiment(" in b]
+
+
+def readme_dag_source() -> str:
+    """The first DAG, the one a user copies whole (imports included)."""
+    return readme_dag_blocks()[0]
+
+
+def test_the_readme_sweep_dag_parses_into_one_sweep_task_for_more_trials_than_a_mapped_task_may_have(trials_env):
+    from airflow_trials.operators.sweep import RunSweepOperator
+
+    first, sweep = readme_dag_blocks()
+    imports = "\n".join(line for line in first.splitlines() if line.startswith(("import ", "from ")))
+    namespace: dict = {}
+    exec(compile(f"{imports}\n{sweep}", "README.md", "exec"), namespace)  # noqa: S102 - the README's own code
+    dag = namespace["sweep_dag"]
+    assert sorted(dag.task_dict) == ["big_sweep.select_best", "big_sweep.suggest_configs", "big_sweep.sweep"]
+    assert isinstance(dag.task_dict["big_sweep.sweep"], RunSweepOperator)
 
 
 def test_the_readme_dag_runs_to_its_leaderboard(trials_env):
