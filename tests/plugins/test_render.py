@@ -150,6 +150,20 @@ def test_a_trial_page_shows_its_asha_rungs_and_pbt_lineage(dashboard, trials_sto
     assert "ASHA rungs" not in plain and "PBT lineage" not in plain
 
 
+def test_a_warm_started_trial_links_to_the_run_and_trial_it_came_from(dashboard, trials_store):
+    run = dashboard.seeded.run
+    trials_store.upsert_trial("mnist-warm", trainable="pkg.train:fn", config={"lr": 0.1, "layers": 0},
+                              resources={"cpu": 1}, max_failures=0, experiment_run_id=run,
+                              warm_start={"run_key": "manual__2026-11-21", "experiment_run_id": run,
+                                          "trial_id": "mnist-00", "value": 0.25, "checkpoint": "/ckpt/mnist-00/10"})
+    page = dashboard.get("/trials/mnist-warm").text
+    assert ('<td class="warm-start">trial <a href="/trials/trials/mnist-00">mnist-00</a> of run '
+            f'<a href="/trials/runs/{run}">manual__2026-11-21</a> (best loss 0.25), from its checkpoint '
+            '<code>/ckpt/mnist-00/10</code></td>') in page
+    assert dashboard.get("/api/trials/mnist-warm").json()["trial"]["warm_start"]["trial_id"] == "mnist-00"
+    assert "warm-started from" not in dashboard.get("/trials/mnist-00").text
+
+
 def test_the_stylesheet_keeps_numbers_on_one_line_and_has_a_dark_theme(dashboard):
     css = dashboard.get("/static/dashboard.css").text
     rules = dict(re.findall(r"^([^{}/@\n][^{}\n]*?)\s*\{([^}]*)\}", css, flags=re.M))

@@ -122,13 +122,16 @@ def trial_page(request: Request, trial_id: TrialId, user: UserDep, store: StoreD
         chart = Markup(learning_curves_svg({trial_id: curve}, metric=metric, best_trial_id=trial_id,
                                            title=f"{trial_id}: {metric}"))
     rungs, lineage = reads.trial_decisions(store, trial)
+    warm = trial.warm_start
+    if warm:  # where it came from: links to the earlier run and its trial
+        warm = {**warm, "run_url": links.run(warm["experiment_run_id"]), "trial_url": links.trial(warm["trial_id"])}
     results = store.get_results(trial_id)
     # The trainable's own metrics first, then the fields the engine adds (timestamp, durations...).
     metric_keys = sorted({k for r in results for k, v in r.items() if is_number(v)} - {TRAINING_ITERATION},
                          key=lambda k: (k in AUTO_FIELDS, k))
     return render_page(
         request, "trial.html", title=f"Trial {trial_id}", trial=trial, run=run, metric=metric, mode=mode,
-        chart=chart, checkpoints=checkpoints, best=best, rungs=rungs, lineage=lineage,
+        chart=chart, checkpoints=checkpoints, best=best, rungs=rungs, lineage=lineage, warm_start=warm,
         best_iteration=best_iteration, best_value=None if best_iteration is None else dict(curve).get(best_iteration),
         results=results[-RESULTS_SHOWN:], num_results=len(results), metric_keys=metric_keys,
         results_url=f"{links.base}/api/trials/{quote(trial_id, safe='')}/results",
