@@ -182,8 +182,9 @@ class SweepDriver:
             progress = SweepProgress(len(spec.trials), spec.metric, spec.mode, done_before=done, best_before=best)
             recorder = TrialsDbCallback(metric=spec.metric, mode=spec.mode, run_key=spec.run_key, store=store)
             # Not detached: the trials' actors die with this driver, so none outlives it unwatched.
+            # Actors are reused from one trial to the next, as Ray Tune's function trainables are.
             executor = RayTrialExecutor(spec.storage_path, namespace=spec.namespace, detached=False,
-                                        reuse_placement_groups=True)
+                                        reuse_actors=True, reuse_placement_groups=True)
             if spec.scheduler is not None:  # this driver's own copy: it may take the experiment's metric
                 spec.scheduler.set_search_properties(spec.metric, spec.mode)
             runner = TrialRunner(spec.experiment_name, executor=executor, scheduler=spec.scheduler,

@@ -1,0 +1,230 @@
+"""Benchmark: sweeps at scale. The sweep driver's runner path against Ray Tune, and through Airflow.
+
+``--part engine`` (default): on one local Ray (``--cpus`` CPUs, 0.5 CPU per trial), side by side:
+
+- 10,000 trials x 1 result x 0 s, and 2,000 trials x 5 results x 0.05 s;
+- ours: exactly what a sweep's driver runs (``execution/sweep.py`` ``SweepDriver``: the
+  TrialRunner with actor reuse, every trial recorded in a SQLite trials DB by TrialsDbCallback, the
+  progress counters), here in this process so that its memory can be read;
+- Ray Tune: ``Tuner.fit()`` with ``reuse_actors=True`` on the same trainable.
+
+It prints wall times, the ratios (targets: ours / Ray Tune <= 0.8 for both; the second's wall over
+its theoretical minimum <= 1.10) and the driver's peak memory (target < 1 GiB at 10,000 trials).
+
+``--part airflow``: the 2,000 trials through a real Airflow DAG run with ``sweep=True`` (``airflow
+standalone``: scheduler, triggerer, LocalExecutor) against the same sweep driver run directly on
+the same Ray head; target <= 1.05.
+
+    .venv/bin/python -m bench.sweep_scale                       # about 15 minutes
+    .venv/bin/python -m bench.sweep_scale --sizes 2000x5x0.05   # one size
+    .venv/bin/python -m bench.sweep_scale --part airflow        # about 6 minutes
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+EXPERIMENT = "bench_sweep_scale"
+
+
+class PeakMemory:
+    """This process's peak resident memory while the block runs, sampled every 50 ms."""
+
+    def __init__(self) -> None:
+        import psutil
+
+        self._process = psutil.Process()
+        self.peak = self._process.memory_info().rss
+        self.before = self.peak
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.05):
+            self.peak = max(self.peak, self._process.memory_info().rss)
+
+    def __enter__(self) -> PeakMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def sweep_spec(name: str, trials: int, iterations: int, sleep_s: float, db_url: str, storage: str) -> object:
+    from airflow_trials.execution.sweep import SweepSpec
+    from airflow_trials.store import TrialStore
+
+    store = TrialStore(db_url, create=True)
+    try:
+        store.ensure_experiment(name, metric="loss", mode="min")
+        run_pk = store.create_experiment_run(name, "bench")
+    finally:
+        store.dispose()
+    configs = [(f"{name}-{i:05d}", {"x": i, "iterations": iterations, "sleep_s": sleep_s}) for i in range(trials)]
+    return SweepSpec(experiment_name=name, run_key="bench", experiment_run_id=run_pk,
+                     trainable="bench._sleep_trainables:ours", trials=configs, metric="loss", mode="min",
+                     db_url=db_url, storage_path=storage, namespace="bench",
+                     trial_kwargs={"resources": {"cpu": 0.5}, "checkpoint_at_end": False})
+
+
+def run_ours(trials: int, iterations: int, sleep_s: float, storage: str) -> tuple[float, int]:
+    """The sweep driver's work in this process: wall seconds and peak memory growth in bytes."""
+    from airflow_trials.execution.sweep import SweepDriver
+
+    name = f"{EXPERIMENT}-{trials}"
+    db_url = f"sqlite:///{storage}/{name}.db"
+    spec = sweep_spec(name, trials, iterations, sleep_s, db_url, storage)
+    with PeakMemory() as memory:
+        start = time.perf_counter()
+        driver = SweepDriver(spec)  # type: ignore[arg-type]
+        driver.wait(24 * 3600)
+        elapsed = time.perf_counter() - start
+    progress = driver.progress()
+    if progress.get("error") or progress["terminated"] != trials:
+        raise SystemExit(f"our sweep ended with {progress}")
+    return elapsed, memory.peak - memory.before
+
+
+def run_tune(trials: int, iterations: int, sleep_s: float, storage: str) -> float:
+    from ray import tune
+
+    from bench._sleep_trainables import ray_tune
+
+    tuner = tune.Tuner(
+        tune.with_resources(ray_tune, {"cpu": 0.5}),
+        param_space={"x": tune.grid_search(list(range(trials))), "iterations": iterations, "sleep_s": sleep_s},
+        tune_config=tune.TuneConfig(reuse_actors=True),
+        run_config=tune.RunConfig(name=f"bench-tune-{trials}", storage_path=storage, verbose=0),
+    )
+    start = time.perf_counter()
+    results = tuner.fit()
+    elapsed = time.perf_counter() - start
+    if results.num_errors or len(results) != trials:
+        raise SystemExit(f"Ray Tune run had {results.num_errors} errors of {len(results)} trials")
+    return elapsed
+
+
+def engine(args: argparse.Namespace) -> None:
+    import ray
+
+    ray.init(address="local", num_cpus=args.cpus, include_dashboard=False, log_to_driver=False, namespace="bench")
+    storage = tempfile.mkdtemp(prefix="airflow_trials_bench_sweep_")
+    rows = []
+    for size in args.sizes:
+        trials, iterations, sleep_s = int(size[0]), int(size[1]), float(size[2])
+        ours_s, grown = run_ours(trials, iterations, sleep_s, storage)
+        print(f"ours  {trials} x {iterations} x {sleep_s:g} s: {ours_s:.1f} s, driver memory +{grown / 2**20:.0f} MiB",
+              flush=True)
+        tune_s = None if args.skip_tune else run_tune(trials, iterations, sleep_s, storage)
+        if tune_s is not None:
+            print(f"tune  {trials} x {iterations} x {sleep_s:g} s: {tune_s:.1f} s", flush=True)
+        rows.append((trials, iterations, sleep_s, ours_s, tune_s, grown))
+    ray.shutdown()
+    slots = args.cpus / 0.5
+    print()
+    print(f"{'trials x results x sleep':<26} {'ours':>8} {'Ray Tune':>9} {'ours/Tune':>10} {'ours/min':>9} "
+          f"{'driver memory':>14}")
+    for trials, iterations, sleep_s, ours_s, tune_s, grown in rows:
+        minimum = trials * iterations * sleep_s / slots
+        ratio = f"{ours_s / tune_s:10.2f}" if tune_s else f"{'-':>10}"
+        over = f"{ours_s / minimum:9.2f}" if minimum else f"{'-':>9}"
+        print(f"{f'{trials} x {iterations} x {sleep_s:g} s':<26} {ours_s:7.1f}s "
+              f"{(f'{tune_s:8.1f}s' if tune_s else '-'):>9} {ratio} {over} {grown / 2**20:11.0f} MiB")
+    print("targets: ours/Tune <= 0.80 for both; ours/min <= 1.10 for 2000 x 5 x 0.05 s; driver memory < 1024 MiB")
+
+
+SWEEP_DAG = """
+import datetime
+from airflow.sdk import DAG
+from airflow_trials.core.search import grid_search
+from airflow_trials.experiment import tuning_experiment
+
+with DAG({name!r}, schedule=None, start_date=datetime.datetime(2026, 1, 1), catchup=False) as dag:
+    tuning_experiment(
+        experiment_name={name!r},
+        trainable="bench._sleep_trainables:ours",
+        search_space={{"x": grid_search(list(range({trials}))), "iterations": {iterations}, "sleep_s": {sleep}}},
+        metric="loss",
+        mode="min",
+        resources_per_trial={{"cpu": 0.5}},
+        checkpoint_at_end=False,
+        poll_interval_seconds=1.0,
+        sweep=True,
+    )
+"""
+
+
+def airflow(args: argparse.Namespace) -> None:
+    import ray
+
+    from airflow_trials import mainjob
+    from airflow_trials.execution.sweep import SweepDriver
+    from bench.airflow_vs_runner import _parse
+
+    trials, iterations, sleep_s = (int(args.sizes[0][0]), int(args.sizes[0][1]), float(args.sizes[0][2]))
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    name = f"{EXPERIMENT}_airflow"
+    with tempfile.TemporaryDirectory(prefix="bench_sweep_airflow_") as tmp:
+        dags = Path(tmp) / "dags"
+        dags.mkdir()
+        (dags / f"{name}.py").write_text(SWEEP_DAG.format(name=name, trials=trials, iterations=iterations,
+                                                          sleep=sleep_s))
+        stack = mainjob.Stack(home=Path(tmp) / "state", dags_folder=dags)
+        try:
+            mainjob.prepare(stack, api_port=mainjob._free_port())
+            address = mainjob.start_ray(stack, args.cpus)
+            ray.init(address=address, log_to_driver=False, namespace="bench")
+            spec = sweep_spec(f"{name}_direct", trials, iterations, sleep_s, stack.trials_db_url, str(stack.storage))
+            start = time.perf_counter()
+            driver = SweepDriver(spec)  # type: ignore[arg-type]
+            driver.wait(24 * 3600)
+            direct_s = time.perf_counter() - start
+            ray.shutdown()
+            mainjob.start_airflow(stack)
+            run_id = mainjob.trigger(stack, name)
+            state = mainjob.wait_for(
+                lambda: (s := mainjob.dag_run_state(stack, name, run_id)) in mainjob.TERMINAL_RUN_STATES and s,
+                args.timeout_s, f"the DAG run {run_id}", stack)
+            if state != "success":
+                raise SystemExit(f"The sweep DAG run {run_id} ended {state}; see {stack.log_path}.")
+            (queued, ended), = mainjob._airflow_db(
+                stack, "SELECT queued_at, end_date FROM dag_run WHERE dag_id = ? AND run_id = ?", name, run_id)
+            airflow_s = (_parse(ended) - _parse(queued)).total_seconds()
+        finally:
+            mainjob.stop(stack)
+    print(f"{trials} trials x {iterations} x {sleep_s:g} s, 0.5 CPU each on {args.cpus} CPUs")
+    print(f"sweep driver directly               {direct_s:7.1f} s")
+    print(f"Airflow DAG run (sweep=True), queued -> end {airflow_s:7.1f} s")
+    ratio = airflow_s / direct_s
+    print(f"ratio Airflow / direct: {ratio:.3f} (target <= 1.05: {'met' if ratio <= 1.05 else 'missed'})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--part", choices=("engine", "airflow"), default="engine")
+    parser.add_argument("--sizes", nargs="+", default=None,
+                        help="trials x results x sleep seconds, e.g. 10000x1x0 2000x5x0.05")
+    parser.add_argument("--cpus", type=int, default=2)
+    parser.add_argument("--skip-tune", action="store_true", help="only run ours")
+    parser.add_argument("--timeout-s", type=float, default=3600)
+    args = parser.parse_args(argv)
+    default = ["10000x1x0", "2000x5x0.05"] if args.part == "engine" else ["2000x5x0.05"]
+    args.sizes = [size.split("x") for size in (args.sizes or default)]
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    sys.path.insert(0, str(REPO))
+    (engine if args.part == "engine" else airflow)(args)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
