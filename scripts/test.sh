@@ -1,14 +1,54 @@
 #!/usr/bin/env bash
 # The test suite: sets up the venv, then runs pytest. Extra arguments go to pytest.
 # PostgreSQL tests read AIRFLOW_TRIALS_TEST_POSTGRES_URL and are skipped, with the reason, when it is unset.
+#
+# With AIRFLOW_TRIALS_FAULT_TESTS=1 and no test paths among the arguments (the whole suite, as CI
+# runs it), the fault suite (tests/faults: whole stacks, mostly waiting on them) runs in a second
+# pytest process beside the other tests, then tests/system runs alone: its demo finds "the" Ray of
+# the machine by scanning for Ray processes, which must see no other cluster. Every fault stack and
+# test Ray has its own ports and temp dir, and PostgreSQL tests their own schema or database.
 set -uo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$repo/scripts/bootstrap.sh" || exit 1
 cd "$repo"
-python -m pytest "$@"
-rc=$?
-if [ "$rc" -eq 5 ]; then
-    echo "pytest collected no tests: treating that as a failure" >&2
-    exit 1
+
+# pytest, with its "no tests collected" (exit code 5) made a failure.
+run_pytest() {
+    python -m pytest "$@"
+    local rc=$?
+    if [ "$rc" -eq 5 ]; then
+        echo "pytest collected no tests: treating that as a failure" >&2
+        return 1
+    fi
+    return "$rc"
+}
+
+paths_given=0
+for arg in "$@"; do
+    case "$arg" in
+        -*) ;;
+        *) [ -e "${arg%%::*}" ] && paths_given=1 ;;
+    esac
+done
+if [ "${AIRFLOW_TRIALS_FAULT_TESTS:-}" != "1" ] || [ "$paths_given" -eq 1 ]; then
+    run_pytest "$@"
+    exit $?
 fi
-exit "$rc"
+
+faults_log="$(mktemp -t airflow_trials_faults.XXXXXX.log)"
+echo "[test.sh] tests/faults runs in a second pytest process beside the others; its output follows theirs." >&2
+run_pytest tests/faults "$@" >"$faults_log" 2>&1 &
+faults_pid=$!
+trap 'kill -- "$faults_pid" 2>/dev/null; pkill -P "$faults_pid" 2>/dev/null' INT TERM
+run_pytest tests --ignore=tests/faults --ignore=tests/system "$@"
+rest_rc=$?
+wait "$faults_pid"
+faults_rc=$?
+trap - INT TERM
+echo "==================== tests/faults (second process) ===================="
+cat "$faults_log"
+rm -f "$faults_log"
+run_pytest tests/system "$@"
+system_rc=$?
+echo "[test.sh] exit codes: other tests $rest_rc, tests/faults $faults_rc, tests/system $system_rc" >&2
+[ "$rest_rc" -eq 0 ] && [ "$faults_rc" -eq 0 ] && [ "$system_rc" -eq 0 ]

@@ -24,6 +24,12 @@ def live_drivers() -> list[str]:
     return [e["name"] for e in ray.util.list_named_actors(all_namespaces=True) if e["name"].startswith("sweep.")]
 
 
+def nothing_left_on_ray() -> None:
+    """No driver, trial actor or placement group is left: killed actors leave Ray's list soon after."""
+    wait_for(lambda: live_drivers() == [] and live_trial_actors() == [] and live_placement_groups() == [],
+             "the sweep's driver, actors and placement groups to be gone", timeout_s=60)
+
+
 def test_a_sweep_dag_runs_every_trial_in_one_task(trials_env):
     dag = experiment_dag("sweep_e2e", search_space={"scale": grid_search([1.0, 3.0, 2.0, 0.5, 4.0, 1.5])},
                          sweep=True, max_concurrent_trials=2)
@@ -43,7 +49,7 @@ def test_a_sweep_dag_runs_every_trial_in_one_task(trials_env):
     best = xcom(run, "tune.select_best")
     assert best["config"]["scale"] == 4.0 and best["value"] == 12.0 and best["trials"] == 6
     assert summary["best_value"] == 12.0 and summary["best_trial_id"] == best["trial_id"]
-    assert live_drivers() == [] and live_trial_actors() == [] and live_placement_groups() == []
+    nothing_left_on_ray()
 
 
 def test_a_sweep_runs_its_scheduler_in_the_driver(trials_env):
@@ -150,4 +156,32 @@ def test_a_sweep_reattaches_to_its_driver_and_resumes_after_losing_it(trials_env
     for i in range(4):  # every result once; the held two resumed from their checkpoint at 1
         assert [r["training_iteration"] for r in store.get_results(ids[i])] == [1, 2, 3]
         assert store.get_trial(ids[i]).status.value == "TERMINATED"
-    assert live_drivers() == [] and live_trial_actors() == [] and live_placement_groups() == []
+    nothing_left_on_ray()
+
+
+def test_a_stop_from_an_older_try_never_ends_the_sweep_a_newer_try_took_over(trials_env, fake_context, tmp_path):
+    """on_kill of try 1 (the task was cleared, say) may run after try 2 re-attached: it leaves the
+    driver alone. A stop from the try that watches it stops the trials, keeping their results."""
+    from airflow_trials.execution.sweep import stop_driver
+    from airflow_trials.experiment import trial_ids
+
+    store = trials_env.store
+    store.ensure_experiment("sweep_op", metric="score", mode="max")
+    run_pk = store.create_experiment_run("sweep_op", "run2")
+    ids = trial_ids("sweep_op", "dag", "run2", 2)
+    held = {"scale": 1.0, "hold_at": 2, "gate": str(tmp_path / "never")}
+    operator = sweep_operator(trials=[{"trial_id": i, "config": held, "experiment_run_id": run_pk} for i in ids])
+    for try_number in (1, 2):
+        with pytest.raises(TaskDeferred):
+            operator.execute(fake_context(run_id="run2", try_number=try_number))
+    wait_for(lambda: all(t.status.value == "RUNNING" and store.get_results(t.trial_id)
+                         for t in store.list_trials(experiment_run_id=run_pk)) and
+             len(store.list_trials(experiment_run_id=run_pk)) == 2, "both trials to hold at iteration 2")
+
+    assert stop_driver("sweep_op", "run2", NAMESPACE, try_number=1) is False
+    assert live_drivers() == ["sweep.sweep_op.run2"]
+    assert stop_driver("sweep_op", "run2", NAMESPACE, try_number=2) is True
+    nothing_left_on_ray()
+    for trial_id in ids:
+        assert store.get_trial(trial_id).status.value == "TERMINATED"
+        assert [r["training_iteration"] for r in store.get_results(trial_id)] == [1]

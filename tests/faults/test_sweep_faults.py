@@ -52,7 +52,7 @@ def test_a_sweep_survives_a_killed_triggerer_with_one_driver(stack, experiment):
     run.assert_trials_end("TERMINATED")
     run.assert_tasks_end()  # the sweep task on its first try
     run.assert_experiment_run("SUCCESS")
-    assert sweep_drivers() == []  # the trigger killed the driver once it had read its end
+    stack.wait_for(lambda: sweep_drivers() == [], 60, "the driver, killed by the trigger once it read its end, to go")
     (ti,) = run.trial_tis()
     log = run.log(ti)
     assert "Started the sweep driver" in log and "3 trials: 3 done, 0 running, 0 pending; best score=36" in log, log
@@ -76,6 +76,6 @@ def test_a_sweep_whose_driver_is_killed_resumes_on_the_tasks_retry(stack, experi
     run.assert_trials_end("TERMINATED")
     run.assert_tasks_end(tries={-1: ["failed", "success"]})
     run.assert_experiment_run("SUCCESS")
-    assert sweep_drivers() == []
+    stack.wait_for(lambda: sweep_drivers() == [], 60, "the second driver to go")
     (ti,) = run.trial_tis()
     assert "gone" in run.log(ti, try_number=1) and "Started the sweep driver" in run.log(ti, try_number=2)
