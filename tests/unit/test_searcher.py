@@ -69,6 +69,8 @@ class LocalExecutor:
     def has_resources(self, resources):
         return len(self.running) < self.slots
 
+    could_start = has_resources  # has_resources has no effect here
+
     def start_trial(self, trial, checkpoint_path=None, train=True):
         trial.set_status(TrialStatus.RUNNING)
         self.running.append(trial)

@@ -86,6 +86,11 @@ class ResourceLedger:
             return True
         return False
 
+    def could_start(self, resources: Resources) -> bool:
+        """What :meth:`has_resources` would answer now, without taking the queue's one place."""
+        self.refresh()
+        return resources.fits_in(self._total - self.committed) or (self.queue_trials and not self._trial_queued)
+
     def summary_string(self) -> str:
         total = self.total()
         return f"{self.committed.summary_string()} used of {total.summary_string()}"

@@ -135,6 +135,10 @@ class RayTrialExecutor(TrialLauncher):
         """Can a trial with ``resources`` start now, given what running trials hold?"""
         return self.ledger.has_resources(resources)
 
+    def could_start(self, resources: Resources) -> bool:
+        """:meth:`has_resources`, asked without effect (it may let one trial queue on Ray)."""
+        return self.ledger.could_start(resources)
+
     # -- starting and stopping -------------------------------------------------------------------
     def start_trial(self, trial: Trial, checkpoint_path: str | None = None, train: bool = True) -> bool:
         """Start (or resume) ``trial``, restoring from ``checkpoint_path`` or its newest checkpoint.

@@ -28,12 +28,14 @@ from airflow_trials.exceptions import (
 from airflow_trials.execution.executor import RayTrialExecutor
 from airflow_trials.execution.experiment_state import save_experiment_state, trials_to_resume
 from airflow_trials.execution.exploit import apply_exploit, check_scheduler_can_run
-from airflow_trials.execution.runner_views import RunnerViews, TrialIdAndResultList, TrialStatusMap
+from airflow_trials.execution.runner_views import (
+    RunnerViews,
+    TrialIdAndResultList,
+    check_concurrency_cap,
+)
 from airflow_trials.execution.suggest import build_search_driver
 
 log = logging.getLogger(__name__)
-
-__all__ = ["TrialIdAndResultList", "TrialRunner", "TrialStatusMap"]
 
 
 class TrialRunner(RunnerViews):
@@ -96,9 +98,7 @@ class TrialRunner(RunnerViews):
         trial_kwargs: Mapping[str, Any] | None = None,
         max_concurrent_trials: int | None = None,
     ) -> None:
-        if max_concurrent_trials is not None and (isinstance(max_concurrent_trials, bool) or not isinstance(
-                max_concurrent_trials, int) or max_concurrent_trials < 1):
-            raise ValueError(f"max_concurrent_trials must be a whole number >= 1 or None, got {max_concurrent_trials!r}.")
+        check_concurrency_cap(max_concurrent_trials)
         if fail_fast not in (True, False, self.RAISE):
             raise ValueError(f"fail_fast must be True, False or 'raise', got {fail_fast!r}.")
         if executor is not None and (storage_path or reuse_actors or queue_trials):
@@ -127,6 +127,7 @@ class TrialRunner(RunnerViews):
         self.callbacks: list[Callback] = [*callbacks, *([self._search] if self._search else [])]
 
         self._trials: list[Trial] = []
+        self._shapes: set[Any] = set()  # every trial's resources, ever: what a waiting trial may need
         self._finished_prefix = 0
         self._by_id: dict[str, Trial] = {}
         self._results: TrialIdAndResultList = []
@@ -162,6 +163,7 @@ class TrialRunner(RunnerViews):
             check_scheduler_can_run(self.scheduler, trial)
         self.scheduler.on_trial_add(trial)
         self._trials.append(trial)
+        self._shapes.add(trial.resources)
         self._by_id[trial.trial_id] = trial
 
     def get_trials(self) -> list[Trial]:
@@ -209,7 +211,10 @@ class TrialRunner(RunnerViews):
         try:
             if self._search and (new := self._search.next_trial(self._unfinished(), self._has_room)):
                 self.add_trial(new)
-            trial = self.scheduler.choose_trial_to_run(self._unfinished(), self._has_room)
+            # No shape fits: no waiting trial can start, so the scheduler is not asked (its scan of
+            # thousands of waiting trials would cost each step as much as the sweep is long).
+            fits = any(self._has_room(shape, peek=True) for shape in self._shapes)
+            trial = self.scheduler.choose_trial_to_run(self._unfinished(), self._has_room) if fits else None
             if trial is not None:
                 self._launch(trial)
             elif executor.get_running_trials():
@@ -233,12 +238,13 @@ class TrialRunner(RunnerViews):
         for callback in self.callbacks:
             callback.on_step_end(self._trials)
 
-    def _has_room(self, resources: Any) -> bool:
-        """Can one more trial needing ``resources`` start now (free resources, under max_concurrent_trials)?"""
-        cap = self.max_concurrent_trials
-        if cap is not None and len(self.trial_executor.get_running_trials()) >= cap:
+    def _has_room(self, resources: Any, peek: bool = False) -> bool:
+        """Can one more trial needing ``resources`` start now (free resources, under
+        max_concurrent_trials)? ``peek``: asked without effect on the executor."""
+        cap, executor = self.max_concurrent_trials, self.trial_executor
+        if cap is not None and len(executor.get_running_trials()) >= cap:
             return False
-        return self.trial_executor.has_resources(resources)
+        return executor.could_start(resources) if peek else executor.has_resources(resources)
 
     def request_stop(self) -> None:
         """Ask :meth:`run` (from any thread) to stop every unfinished trial and end the experiment."""
@@ -314,11 +320,8 @@ class TrialRunner(RunnerViews):
             return
         if time.monotonic() - self._start_time < self.time_budget_s:
             return
-        log.warning(
-            "Experiment %s spent its time budget of %ss; stopping its running trials.",
-            self.experiment_name,
-            self.time_budget_s,
-        )
+        log.warning("Experiment %s spent its time budget of %ss; stopping its running trials.",
+                    self.experiment_name, self.time_budget_s)
         self._budget_spent = True
         self._stop_unfinished()
 

@@ -1,4 +1,4 @@
-"""RunnerViews: what a TrialRunner shows of itself (statuses, recorded results, a summary); it changes nothing."""
+"""RunnerViews: what a TrialRunner shows of itself (statuses, recorded results, a summary), and a check of its settings."""
 
 from __future__ import annotations
 
@@ -16,6 +16,13 @@ TrialStatusMap = dict[str, tuple[Trial, TrialStatus]]
 """Trial id -> (trial, its status), as returned by fetch_status_results."""
 TrialIdAndResultList = list[tuple[str, Result]]
 """(trial id, result) pairs, oldest first."""
+
+
+def check_concurrency_cap(max_concurrent_trials: int | None) -> None:
+    """ValueError unless ``max_concurrent_trials`` is None or a whole number >= 1."""
+    cap = max_concurrent_trials
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+        raise ValueError(f"max_concurrent_trials must be a whole number >= 1 or None, got {cap!r}.")
 
 
 class RunnerViews:

@@ -133,9 +133,11 @@ class TrialsDbCallback(Callback):
     def on_trial_error(self, trial: Trial) -> None:
         self._record_end(trial, FailureDecision(
             Outcome.FAIL, trial.num_failures, False, f"Trial {trial.trial_id} failed for good."))
+        self._trackers.pop(trial.trial_id, None)  # ended: nothing more to track (10,000 trials in a sweep)
 
     def on_trial_complete(self, trial: Trial) -> None:
         self._record_end(trial, None)
+        self._trackers.pop(trial.trial_id, None)
 
     def on_experiment_end(self, trials: list[Trial]) -> None:
         self._flush()
