@@ -77,7 +77,8 @@ def sweep_spec(name: str, trials: int, iterations: int, sleep_s: float, db_url: 
 
 
 def run_ours(trials: int, iterations: int, sleep_s: float, storage: str) -> tuple[float, int]:
-    """The sweep driver's work in this process: wall seconds and peak memory growth in bytes."""
+    """The sweep driver's work in this process: wall seconds and this process's peak memory in
+    bytes (a driver actor's process holds the same: Ray, SQLAlchemy, the runner and its trials)."""
     from airflow_trials.execution.sweep import SweepDriver
 
     name = f"{EXPERIMENT}-{trials}"
@@ -91,7 +92,8 @@ def run_ours(trials: int, iterations: int, sleep_s: float, storage: str) -> tupl
     progress = driver.progress()
     if progress.get("error") or progress["terminated"] != trials:
         raise SystemExit(f"our sweep ended with {progress}")
-    return elapsed, memory.peak - memory.before
+    print(f"  (peak {memory.peak / 2**20:.0f} MiB, {(memory.peak - memory.before) / 2**20:.0f} MiB more than before)")
+    return elapsed, memory.peak
 
 
 def run_tune(trials: int, iterations: int, sleep_s: float, storage: str) -> float:
@@ -122,7 +124,7 @@ def engine(args: argparse.Namespace) -> None:
     for size in args.sizes:
         trials, iterations, sleep_s = int(size[0]), int(size[1]), float(size[2])
         ours_s, grown = run_ours(trials, iterations, sleep_s, storage)
-        print(f"ours  {trials} x {iterations} x {sleep_s:g} s: {ours_s:.1f} s, driver memory +{grown / 2**20:.0f} MiB",
+        print(f"ours  {trials} x {iterations} x {sleep_s:g} s: {ours_s:.1f} s, driver peak memory {grown / 2**20:.0f} MiB",
               flush=True)
         tune_s = None if args.skip_tune else run_tune(trials, iterations, sleep_s, storage)
         if tune_s is not None:
@@ -132,7 +134,7 @@ def engine(args: argparse.Namespace) -> None:
     slots = args.cpus / 0.5
     print()
     print(f"{'trials x results x sleep':<26} {'ours':>8} {'Ray Tune':>9} {'ours/Tune':>10} {'ours/min':>9} "
-          f"{'driver memory':>14}")
+          f"{'driver peak':>14}")
     for trials, iterations, sleep_s, ours_s, tune_s, grown in rows:
         minimum = trials * iterations * sleep_s / slots
         ratio = f"{ours_s / tune_s:10.2f}" if tune_s else f"{'-':>10}"

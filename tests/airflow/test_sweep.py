@@ -161,7 +161,11 @@ def test_a_sweep_reattaches_to_its_driver_and_resumes_after_losing_it(trials_env
 
 def test_a_stop_from_an_older_try_never_ends_the_sweep_a_newer_try_took_over(trials_env, fake_context, tmp_path):
     """on_kill of try 1 (the task was cleared, say) may run after try 2 re-attached: it leaves the
-    driver alone. A stop from the try that watches it stops the trials, keeping their results."""
+    driver alone. A cleared task's stop waits for its next try to claim the driver, and is dropped
+    when one does. A stop from the try that watches it stops the trials, keeping their results,
+    and the driver ends itself."""
+    import ray
+
     from airflow_trials.execution.sweep import stop_driver
     from airflow_trials.experiment import trial_ids
 
@@ -174,13 +178,19 @@ def test_a_stop_from_an_older_try_never_ends_the_sweep_a_newer_try_took_over(tri
     for try_number in (1, 2):
         with pytest.raises(TaskDeferred):
             operator.execute(fake_context(run_id="run2", try_number=try_number))
-    wait_for(lambda: all(t.status.value == "RUNNING" and store.get_results(t.trial_id)
-                         for t in store.list_trials(experiment_run_id=run_pk)) and
-             len(store.list_trials(experiment_run_id=run_pk)) == 2, "both trials to hold at iteration 2")
+    wait_for(lambda: len(store.list_trials(experiment_run_id=run_pk)) == 2 and all(
+        t.status.value == "RUNNING" and store.get_results(t.trial_id)
+        for t in store.list_trials(experiment_run_id=run_pk)), "both trials to hold at iteration 2")
 
     assert stop_driver("sweep_op", "run2", NAMESPACE, try_number=1) is False
-    assert live_drivers() == ["sweep.sweep_op.run2"]
-    assert stop_driver("sweep_op", "run2", NAMESPACE, try_number=2) is True
+    driver = ray.get_actor("sweep.sweep_op.run2", namespace=NAMESPACE)
+    assert ray.get(driver.request_stop.remote(2, 600.0)) is True  # try 2's task cleared: a stop pending
+    assert ray.get(driver.progress.remote())["stop_pending"] is True
+    assert ray.get(driver.claim.remote(3)) == 3  # try 3 re-attached: the pending stop is dropped
+    snapshot = ray.get(driver.progress.remote())
+    assert snapshot["stop_pending"] is False and snapshot["running"] == 2 and not snapshot["finished"]
+
+    assert stop_driver("sweep_op", "run2", NAMESPACE, try_number=3) is True
     nothing_left_on_ray()
     for trial_id in ids:
         assert store.get_trial(trial_id).status.value == "TERMINATED"

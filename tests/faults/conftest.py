@@ -31,18 +31,18 @@ RUN_TIMEOUT_S = 600
 def experiment_dag_source(
     dag_id: str, journal_dir: Path, *, trials: int = 3, iterations: int = ITERATIONS,
     sleep_s: float = SLEEP_S, hold_at: int = HOLD_AT, max_failures: int = 1, scheduler: str = "None",
-    sweep: bool = False,
+    sweep: bool = False, warm_start: str = "None",
 ) -> str:
     """A DAG file: one ``tuning_experiment`` of ``trials`` trials of the journaled trainable
     (``scheduler``: its argument, as code, e.g. ``"ASHAScheduler(max_t=12)"``; ``sweep``: all of
-    them in one sweep task)."""
+    them in one sweep task; ``warm_start``: its argument, as code)."""
     return textwrap.dedent(f'''\
         """Written by tests/faults: the fault tests' experiment."""
         import datetime
 
         from airflow.sdk import DAG
 
-        from airflow_trials import ASHAScheduler  # noqa: F401 - for scheduler=
+        from airflow_trials import ASHAScheduler, WarmStart  # noqa: F401 - for scheduler= and warm_start=
         from airflow_trials.core.search import grid_search
         from airflow_trials.experiment import tuning_experiment
 
@@ -61,6 +61,7 @@ def experiment_dag_source(
                 poll_interval_seconds=1.0,
                 scheduler={scheduler},
                 sweep={sweep!r},
+                warm_start={warm_start},
             )
         ''')
 
@@ -274,6 +275,10 @@ class ExperimentRun:
         """Let the held trials go on."""
         gate(self.journal_dir).touch()
 
+    def close_gate(self) -> None:
+        """Make the next run's trials hold again (a second run of the same experiment)."""
+        gate(self.journal_dir).unlink(missing_ok=True)
+
     def wait_until_trials_deferred(self, min_results: int = HOLD_AT, timeout_s: float = 300) -> None:
         """Every trial task deferred and every trial with at least ``min_results`` stored results
         (so its trigger is watching it)."""
@@ -383,12 +388,13 @@ def experiment(stack) -> Iterator[Any]:
     its :class:`ExperimentRun`, ready to trigger (``hold_at=0``: the trials never hold)."""
 
     def make(dag_id: str, *, trials: int = 3, iterations: int = ITERATIONS, hold_at: int = HOLD_AT,
-             max_failures: int = 1, scheduler: str = "None", sweep: bool = False) -> ExperimentRun:
+             max_failures: int = 1, scheduler: str = "None", sweep: bool = False,
+             warm_start: str = "None") -> ExperimentRun:
         journal = stack.home / "journal" / dag_id
-        journal.mkdir(parents=True)
+        journal.mkdir(parents=True, exist_ok=True)  # a second run of one experiment shares its journal
         stack.write_dag(f"{dag_id}.py", experiment_dag_source(
             dag_id, journal, trials=trials, iterations=iterations, hold_at=hold_at, max_failures=max_failures,
-            scheduler=scheduler, sweep=sweep))
+            scheduler=scheduler, sweep=sweep, warm_start=warm_start))
         return ExperimentRun(stack, dag_id, journal, trials, iterations, sweep=sweep)
 
     yield make

@@ -126,30 +126,49 @@ class SweepDriver:
         self._failed: str | None = None
         self._done = threading.Event()
         self._owner_try = 0
+        self._pending_stop: threading.Timer | None = None
         self._thread = threading.Thread(target=self._run, name=f"sweep {spec.name}", daemon=True)
         self._thread.start()
 
     def progress(self) -> SweepSnapshot:
         """Counts, best so far and ETA; ``finished`` once the run ended, with ``error`` if it failed."""
         progress = self._progress
+        pending = self._pending_stop is not None and self._pending_stop.is_alive()
         if progress is None:
-            return {"starting": True, "finished": self._done.is_set(), "error": self._failed}
-        return progress.snapshot()
+            return {"starting": True, "finished": self._done.is_set(), "error": self._failed, "stop_pending": pending}
+        return {**progress.snapshot(), "stop_pending": pending}
 
     def claim(self, try_number: int) -> int:
-        """A task's try watches this driver from now on; returns the newest try that claimed it."""
+        """A task's try watches this driver from now on (a stop an older try left pending is
+        dropped); returns the newest try that claimed it."""
+        if try_number > self._owner_try and self._pending_stop is not None:
+            self._pending_stop.cancel()
+            self._pending_stop = None
         self._owner_try = max(self._owner_try, try_number)
         return self._owner_try
 
-    def request_stop(self, try_number: int) -> bool:
-        """Stop every unfinished trial (TERMINATED, checkpoints kept) and end the run, unless a
-        newer try than ``try_number`` claimed the driver; whether it stops."""
+    def request_stop(self, try_number: int, grace_seconds: float = 0.0) -> bool:
+        """Stop every unfinished trial (TERMINATED, checkpoints kept) and end the run, unless a try
+        newer than ``try_number`` claimed the driver; whether it will stop. With ``grace_seconds``
+        the stop waits that long first and is dropped if a newer try claims the driver meanwhile
+        (a cleared task's next try re-attaches to the live run)."""
         if try_number < self._owner_try:
             return False
+        if grace_seconds > 0:
+            timer = threading.Timer(grace_seconds, self._stop_now, args=(try_number,))
+            timer.daemon = True
+            self._pending_stop = timer
+            timer.start()
+        else:
+            self._stop_now(try_number)
+        return True
+
+    def _stop_now(self, try_number: int) -> None:
+        if try_number < self._owner_try:
+            return
         self._stop.set()
         if self._runner is not None:
             self._runner.request_stop()
-        return True
 
     def wait(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` for the run to end; whether it did."""
@@ -167,6 +186,8 @@ class SweepDriver:
             if self._progress is not None:
                 self._progress.finished = True
             self._done.set()
+        if self._stop.is_set():  # stopped from Airflow: no trigger will read this run's end
+            ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
 
     def _drive(self) -> None:
         from airflow_trials.execution.executor import RayTrialExecutor
@@ -221,16 +242,23 @@ def start_or_attach_driver(spec: SweepSpec) -> tuple[ActorHandle, bool]:
 
 
 def stop_driver(experiment_name: str, run_key: str, namespace: str, try_number: int,
-                timeout_s: float = 60.0) -> bool:
-    """Stop the run's trials and kill its driver, unless a try newer than ``try_number`` claimed
-    it; whether it was stopped (True also when no driver lives)."""
+                grace_seconds: float = 0.0, timeout_s: float = 60.0) -> bool:
+    """Ask the run's driver to stop its trials and end, unless a try newer than ``try_number``
+    claimed it; whether it will (True also when no driver lives). Without ``grace_seconds`` this
+    waits until the trials are stopped and recorded; with it, the driver waits that long for a
+    newer try to claim it before it stops. Either way the stopped driver ends itself."""
+    from ray.exceptions import RayActorError
+
     actor = find_driver(experiment_name, run_key, namespace)
     if actor is None:
         return True
-    if not ray.get(actor.request_stop.remote(try_number), timeout=timeout_s):
+    if not ray.get(actor.request_stop.remote(try_number, grace_seconds), timeout=timeout_s):
         return False
-    ray.get(actor.wait.remote(timeout_s), timeout=timeout_s + 10)  # its trials stopped and recorded
-    ray.kill(actor, no_restart=True)
+    if grace_seconds <= 0:
+        try:
+            ray.get(actor.wait.remote(timeout_s), timeout=timeout_s + 10)  # its trials stopped and recorded
+        except RayActorError:
+            pass  # it ended itself already
     return True
 
 

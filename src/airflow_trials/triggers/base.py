@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from airflow.triggers.base import BaseTrigger
@@ -15,10 +16,14 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+# The least time a trigger under a triggerer runs before it fires (see TrialsTrigger.watch_fenced).
+MIN_DEFERRAL_SECONDS = 15.0
+
 
 class TrialsTrigger(BaseTrigger):
-    """Base of :class:`~airflow_trials.triggers.trial.TrialTrigger` and
-    :class:`~airflow_trials.triggers.trial.TrialStatusTrigger`.
+    """Base of :class:`~airflow_trials.triggers.trial.TrialTrigger`,
+    :class:`~airflow_trials.triggers.trial.TrialStatusTrigger` and
+    :class:`~airflow_trials.triggers.sweep.SweepTrigger`.
 
     It connects to the trials store, polls it, and releases it, always off the event loop: opening
     and closing pooled connections can block on the network. Following ``BaseTrigger``'s contract,
@@ -64,6 +69,25 @@ class TrialsTrigger(BaseTrigger):
             if value is not None:
                 return value
             await asyncio.sleep(self.poll_interval_seconds)
+
+    async def watch_fenced(self, watch: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
+        """The event ``watch()`` ends with, returned no sooner than MIN_DEFERRAL_SECONDS after this
+        started when under a triggerer; :meth:`cleanup` runs however it ends.
+
+        The scheduler can fail a task whose trigger fires before it has processed the executor's
+        "success" for the worker that deferred (both share one executor key), as the fault tests
+        saw with trials that ended a few seconds after deferring. Cancelled or not, what the
+        trigger watches is not stopped here: a triggerer restart cancels the trigger too, and the
+        next one re-attaches; ``on_kill`` stops it when a user acts.
+        """
+        started = time.monotonic()
+        try:
+            event = await watch()
+            if self.task_instance is not None:
+                await asyncio.sleep(max(0.0, started + MIN_DEFERRAL_SECONDS - time.monotonic()))
+        finally:
+            await self.cleanup()
+        return event
 
     async def cleanup(self) -> None:
         """Free what this trigger holds locally (never the trial it watches)."""

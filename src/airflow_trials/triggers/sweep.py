@@ -12,15 +12,13 @@ from airflow.triggers.base import TriggerEvent
 from airflow_trials.core.sweep import progress_line
 from airflow_trials.hooks.trials import DEFAULT_RAY_CONN_ID, DEFAULT_TRIALS_CONN_ID, TrialsHook
 from airflow_trials.triggers.base import TrialsTrigger
-from airflow_trials.triggers.trial import (
-    MIN_DEFERRAL_SECONDS,
-    POLL_GRACE_SECONDS,
-    RAY_OUTAGE_TIMEOUT_SECONDS,
-)
+from airflow_trials.triggers.trial import POLL_GRACE_SECONDS, RAY_OUTAGE_TIMEOUT_SECONDS
 
 #: The event statuses: the run ended (``finished``), the driver failed (``error``), or it is gone
 #: with the run unfinished (``lost``: its Ray head restarted, its node died, or it was killed).
 FINISHED, ERROR, LOST = "finished", "error", "lost"
+#: How long a sweep whose task was cleared or marked runs on, waiting for a new try to re-attach.
+CLEAR_GRACE_SECONDS = 60.0
 
 
 class SweepTrigger(TrialsTrigger):
@@ -68,32 +66,26 @@ class SweepTrigger(TrialsTrigger):
         self.ray_outage_timeout_seconds = ray_outage_timeout_seconds
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        started = time.monotonic()
-        try:
-            event = await SweepWatch(self).until_end()
-            if self.task_instance is not None:
-                # As TrialTrigger: fire no sooner than MIN_DEFERRAL_SECONDS after starting, so the
-                # scheduler has processed the deferring worker's "success" first.
-                await asyncio.sleep(max(0.0, started + MIN_DEFERRAL_SECONDS - time.monotonic()))
-        finally:
-            await self.cleanup()
-        yield TriggerEvent(event)
+        yield TriggerEvent(await self.watch_fenced(SweepWatch(self).until_end))
 
     async def on_kill(self) -> None:
-        """The user cleared or marked the deferred task: stop the run's trials (unless a newer try
-        took the driver over) and end the driver."""
+        """The user cleared or marked the deferred task: the driver stops the run's trials and ends
+        after ``CLEAR_GRACE_SECONDS`` unless a newer try claims it first (a cleared task's next
+        try re-attaches to the live run; a task marked failed or success has none)."""
         from airflow_trials.execution.sweep import stop_driver
 
         hook = TrialsHook(self.ray_conn_id, self.trials_conn_id)
         try:
             await asyncio.to_thread(hook.get_executor)
             stopped = await asyncio.to_thread(
-                stop_driver, self.experiment_name, self.run_key, hook.ray_hook.settings()["namespace"], self.try_number
+                stop_driver, self.experiment_name, self.run_key, hook.ray_hook.settings()["namespace"], self.try_number,
+                CLEAR_GRACE_SECONDS,
             )
         except Exception as e:  # noqa: BLE001 - Ray down: the driver went with it
             self.log.warning("Could not stop the sweep of run %s on Ray: %s", self.run_key, e)
             return
-        self.log.info("Sweep %s: %s.", self.run_key, "stopped its trials" if stopped else "left to the newer try")
+        self.log.info("Sweep %s: %s.", self.run_key, f"its trials stop in {CLEAR_GRACE_SECONDS:.0f} s unless a newer "
+                      "try re-attaches first" if stopped else "left to the newer try that watches it")
 
 
 class SweepWatch:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -11,7 +10,7 @@ from airflow.triggers.base import TriggerEvent
 
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.hooks.trials import DEFAULT_RAY_CONN_ID, DEFAULT_TRIALS_CONN_ID, TrialsHook
-from airflow_trials.triggers.base import TrialsTrigger
+from airflow_trials.triggers.base import MIN_DEFERRAL_SECONDS, TrialsTrigger
 from airflow_trials.triggers.watch import (
     BATCHED_POLLS_ENV,
     POLL_GRACE_SECONDS,
@@ -27,8 +26,6 @@ __all__ = [
 # How long a trigger keeps trying while Ray does not answer (its head restarting, say) before it
 # gives the trial up as lost to infrastructure; the task then resumes it from its latest checkpoint.
 RAY_OUTAGE_TIMEOUT_SECONDS = 120.0
-# The least time a trigger under a triggerer runs before it fires (see TrialTrigger.run).
-MIN_DEFERRAL_SECONDS = 15.0
 STOPPED_BY_USER = "Stopped because its Airflow task was cleared or marked while deferred."
 
 
@@ -100,22 +97,12 @@ class TrialTrigger(TrialsTrigger):
         self._watch: TrialWatch | None = None
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        started = time.monotonic()
+        yield TriggerEvent(await self.watch_fenced(self._until_end))
+
+    async def _until_end(self) -> dict[str, Any]:
         hook = TrialsHook(self.ray_conn_id, self.trials_conn_id)
         watch = self._watch = TrialWatch(self, hook, await self.connect())
-        try:
-            event = await watch.until_end()
-            if self.task_instance is not None:
-                # Under a triggerer, fire no sooner than MIN_DEFERRAL_SECONDS after starting: the
-                # scheduler can fail a task whose trigger fires before it has processed the
-                # executor's "success" for the worker that deferred (both share one executor key),
-                # as the fault tests saw with trials that ended a few seconds after deferring.
-                await asyncio.sleep(max(0.0, started + MIN_DEFERRAL_SECONDS - time.monotonic()))
-        finally:
-            # Cancelled or not, the trial is not ours to stop here: a triggerer restart cancels
-            # the trigger too, and the next one re-attaches. on_kill stops it when a user acts.
-            await self.cleanup()
-        yield TriggerEvent(event)
+        return await watch.until_end()
 
     async def on_kill(self) -> None:
         """The user cleared or marked the deferred task: stop the trial on Ray and record it.
