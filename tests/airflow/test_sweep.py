@@ -77,13 +77,21 @@ def test_a_gpu_pool_sweep_needs_max_concurrent_trials(trials_env):
                        resources_per_trial={"cpu": 0.5, "gpu": 1})
 
 
+def test_a_gpu_pool_sweep_holds_its_concurrent_trials_slots(trials_env):
+    dag = experiment_dag("sweep_pool", search_space={"scale": grid_search([1.0, 2.0])}, sweep=True, gpu_pool="gpus",
+                         resources_per_trial={"cpu": 0.5, "gpu": 0.5}, max_concurrent_trials=3)
+    sweep = dag.get_task("tune.sweep")
+    assert (sweep.pool, sweep.pool_slots, sweep.max_concurrent_trials) == ("gpus", 2 * 3, 3)  # 0.5 GPU = 2 slots
+
+
 def sweep_operator(**kwargs):
     from airflow_trials.operators.sweep import RunSweepOperator
 
     kwargs.setdefault("trainable", "tests.trainables:counting")
+    kwargs.setdefault("deferrable", True)
     return RunSweepOperator(task_id="sweep", metric="score", mode="max", experiment_name="sweep_op",
                             stopping_criterion={"training_iteration": 3}, resources_per_trial={"cpu": 0.5},
-                            poll_interval_seconds=0.05, deferrable=True, **kwargs)
+                            poll_interval_seconds=0.05, **kwargs)
 
 
 def first_event(trigger):
@@ -195,3 +203,18 @@ def test_a_stop_from_an_older_try_never_ends_the_sweep_a_newer_try_took_over(tri
     for trial_id in ids:
         assert store.get_trial(trial_id).status.value == "TERMINATED"
         assert [r["training_iteration"] for r in store.get_results(trial_id)] == [1]
+
+
+def test_a_sweep_that_is_not_deferrable_watches_its_driver_from_the_worker(trials_env, fake_context):
+    from airflow_trials.experiment import trial_ids
+
+    store = trials_env.store
+    store.ensure_experiment("sweep_op", metric="score", mode="max")
+    run_pk = store.create_experiment_run("sweep_op", "run3")
+    trials = [{"trial_id": i, "config": {"scale": float(n)}, "experiment_run_id": run_pk}
+              for n, i in enumerate(trial_ids("sweep_op", "dag", "run3", 2), start=1)]
+    context = fake_context(run_id="run3")
+    summary = sweep_operator(trials=trials, deferrable=False).execute(context)  # no TaskDeferred: it blocks
+    assert (summary["total"], summary["terminated"], summary["best_value"]) == (2, 2, 6.0)
+    assert context["ti"].xcom["sweep"] == summary
+    nothing_left_on_ray()

@@ -71,6 +71,8 @@ class TrialRunner(RunnerViews):
         of ``trainable`` with ``trial_kwargs`` (other Trial arguments); default None. See docs/engine.md.
     :param max_concurrent_trials: the most trials running at once (Ray Tune's ``TuneConfig``); default
         None: as many as the cluster's resources fit.
+    :param keep_results: keep every result in memory for :meth:`results` and
+        :meth:`fetch_status_results`; False when a callback stores them (a 10,000-trial sweep). Default True.
     """
 
     RAISE = "raise"
@@ -97,22 +99,17 @@ class TrialRunner(RunnerViews):
         trainable: str | TrainableWithParameters | None = None,
         trial_kwargs: Mapping[str, Any] | None = None,
         max_concurrent_trials: int | None = None,
+        keep_results: bool = True,
     ) -> None:
         check_concurrency_cap(max_concurrent_trials)
         if fail_fast not in (True, False, self.RAISE):
             raise ValueError(f"fail_fast must be True, False or 'raise', got {fail_fast!r}.")
         if executor is not None and (storage_path or reuse_actors or queue_trials):
-            raise ValueError(
-                "storage_path, reuse_actors and queue_trials configure the default executor; "
-                "pass them to RayTrialExecutor(...) instead when you give executor=."
-            )
+            raise ValueError("storage_path, reuse_actors and queue_trials configure the default executor; "
+                             "pass them to RayTrialExecutor(...) instead when you give executor=.")
         self.experiment_name = validate_name("Experiment name", experiment_name)
         self.trial_executor = executor or RayTrialExecutor(
-            storage_path,
-            reuse_actors=reuse_actors,
-            reuse_placement_groups=True,
-            queue_trials=queue_trials,
-        )
+            storage_path, reuse_actors=reuse_actors, reuse_placement_groups=True, queue_trials=queue_trials)
         self.scheduler = scheduler or FIFOScheduler()
         self.stop_criterion = stop
         self._experiment_stopper = build_stopper(stop)
@@ -120,7 +117,7 @@ class TrialRunner(RunnerViews):
         self.time_budget_s = time_budget_s
         self.checkpoint_period_s = checkpoint_period_s
         self.wait_timeout_s = wait_timeout_s
-        self.max_concurrent_trials = max_concurrent_trials
+        self.max_concurrent_trials, self.keep_results = max_concurrent_trials, keep_results
         self._stop_requested = threading.Event()
         self._search = build_search_driver(search_alg, num_samples, trainable, trial_kwargs, self.experiment_name,
                                            resume, self.scheduler)
@@ -382,7 +379,8 @@ class TrialRunner(RunnerViews):
             scheduler_reason=scheduler.decision_reason if scheduler is not None else None,
         )
         if decision.fresh:
-            self._results.append((trial.trial_id, result))
+            if self.keep_results:
+                self._results.append((trial.trial_id, result))
             for callback in self.callbacks:
                 callback.on_trial_result(trial, result)
         return decision

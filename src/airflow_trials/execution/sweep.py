@@ -210,7 +210,7 @@ class SweepDriver:
                 spec.scheduler.set_search_properties(spec.metric, spec.mode)
             runner = TrialRunner(spec.experiment_name, executor=executor, scheduler=spec.scheduler,
                                  callbacks=[recorder, progress], max_concurrent_trials=spec.max_concurrent_trials,
-                                 checkpoint_period_s=float("inf"))
+                                 checkpoint_period_s=float("inf"), keep_results=False)
             for trial in trials:
                 runner.add_trial(trial)
             self._runner, self._progress = runner, progress
