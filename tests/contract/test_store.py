@@ -785,6 +785,7 @@ class TestSQLiteFile(StoreContract):
     def test_connections_use_wal_busy_timeout_and_foreign_keys(self, store):
         with store._engine.connect() as connection:
             assert connection.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+            assert connection.exec_driver_sql("PRAGMA synchronous").scalar() == 1  # NORMAL
             assert connection.exec_driver_sql("PRAGMA busy_timeout").scalar() == 30_000
             assert connection.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
 
