@@ -27,8 +27,10 @@ from airflow_trials.store.store import TrialStore
 
 log = logging.getLogger(__name__)
 
-#: Why the trials left unfinished by a stop request end (their task was cleared or marked).
-STOPPED_BY_REQUEST = "stopped: its sweep task was cleared or marked from Airflow"
+#: How often a driver writes its trials' new results and checkpoints, in one transaction. Those
+#: not yet written when a driver dies are not lost: its trials die with it and resume from their
+#: latest written checkpoint, reporting the later iterations again.
+FLUSH_INTERVAL_SECONDS = 0.5
 
 
 def driver_name(experiment_name: str, run_key: str) -> str:
@@ -201,7 +203,8 @@ class SweepDriver:
             if done:
                 log.info("Sweep %s resumes: %d of %d trials had ended.", spec.name, done, len(spec.trials))
             progress = SweepProgress(len(spec.trials), spec.metric, spec.mode, done_before=done, best_before=best)
-            recorder = TrialsDbCallback(metric=spec.metric, mode=spec.mode, run_key=spec.run_key, store=store)
+            recorder = TrialsDbCallback(metric=spec.metric, mode=spec.mode, run_key=spec.run_key, store=store,
+                                        flush_interval_s=FLUSH_INTERVAL_SECONDS)
             # Not detached: the trials' actors die with this driver, so none outlives it unwatched.
             # Actors are reused from one trial to the next, as Ray Tune's function trainables are.
             executor = RayTrialExecutor(spec.storage_path, namespace=spec.namespace, detached=False,

@@ -17,6 +17,7 @@ Example::
 from __future__ import annotations
 
 import datetime
+import time
 from typing import TYPE_CHECKING, Any
 
 from airflow_trials.core.callback import Callback
@@ -37,7 +38,8 @@ class TrialsDbCallback(Callback):
     """Writes every trial of a :class:`~airflow_trials.TrialRunner` run to the trials DB.
 
     The run is created when its first trial starts, under the trials' experiment name. Results and
-    checkpoints are written in one transaction per runner step (only the trials that changed),
+    checkpoints are written in one transaction per runner step (only the trials that changed), or
+    at most every ``flush_interval_s`` when that is given,
     each trial's end as the Airflow path writes it (``TrialStore.record_end``), and each PBT
     exploit, with the trial's new config, as it is applied (``TrialStore.record_exploit``). Store
     errors are not swallowed: after the store's own retries they stop the runner.
@@ -51,6 +53,10 @@ class TrialsDbCallback(Callback):
         Give the same key when resuming a runner (``TrialRunner(resume=True)``) so the resumed
         trials continue their rows.
     :param store: an open :class:`~airflow_trials.store.TrialStore` to use instead of ``db_url``.
+    :param flush_interval_s: write the changed trials' results and checkpoints at most this often,
+        in one transaction for all of them, rather than after every step; a trial's end is written
+        at once, after its last results. A sweep of short trials uses it (a step per result would
+        make as many commits). Default 0: after every step.
     """
 
     def __init__(
@@ -61,6 +67,7 @@ class TrialsDbCallback(Callback):
         db_url: str | None = None,
         run_key: str | None = None,
         store: TrialStore | None = None,
+        flush_interval_s: float = 0.0,
     ) -> None:
         if (metric is None) != (mode is None):
             raise ValueError(
@@ -79,6 +86,8 @@ class TrialsDbCallback(Callback):
         self._trackers: dict[str, TrialProgressTracker] = {}
         self._pending: dict[str, list[Result]] = {}
         self._dirty: dict[str, Trial] = {}
+        self.flush_interval_s = flush_interval_s
+        self._flushed_at = float("-inf")
 
     @property
     def store(self) -> TrialStore:
@@ -124,7 +133,9 @@ class TrialsDbCallback(Callback):
         )
 
     def on_step_end(self, trials: list[Trial]) -> None:
-        self._flush()
+        if time.monotonic() - self._flushed_at >= self.flush_interval_s:
+            self._flush()
+            self._flushed_at = time.monotonic()
 
     def on_trial_recover(self, trial: Trial) -> None:
         self._record_end(trial, FailureDecision(
