@@ -69,6 +69,9 @@ def prepare(tmp: Path) -> None:
     (tmp / "storage").mkdir()
     subprocess.run([str(Path(sys.executable).parent / "airflow"), "db", "migrate"], check=True, capture_output=True)
     sys.path.insert(0, str(REPO))
+    from airflow_trials.store import migrate
+
+    migrate(os.environ["AIRFLOW_TRIALS_DB_URL"])  # as `airflow-trials db upgrade` does
 
 
 def load_dag(tmp: Path, name: str, args: argparse.Namespace, warm: bool) -> Any:
