@@ -50,47 +50,34 @@ def tuning_experiment(
     resources_per_trial: Mapping[str, Any] | None = None,
     max_failures: int = 0,
     retry_delay: dt.timedelta | None = None,
-    checkpoint_freq: int = 0,
-    checkpoint_at_end: bool = True,
-    keep_checkpoints_num: int | None = None,
-    checkpoint_score_attr: str | None = None,
+    checkpoint_freq: int = 0, checkpoint_at_end: bool = True,
+    keep_checkpoints_num: int | None = None, checkpoint_score_attr: str | None = None,
     gpu_pool: str | None = None,
     slots_per_gpu: int = DEFAULT_SLOTS_PER_GPU,
     gpus_per_trial_choices: Sequence[float] | None = None,
     from_params: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None,
     asset: Asset | None = None,
     group_id: str | None = None,
-    ray_conn_id: str = DEFAULT_RAY_CONN_ID,
-    trials_conn_id: str = DEFAULT_TRIALS_CONN_ID,
+    ray_conn_id: str = DEFAULT_RAY_CONN_ID, trials_conn_id: str = DEFAULT_TRIALS_CONN_ID,
     poll_interval_seconds: float = 2.0,
     deferrable: bool = True,
     scheduler: Any = None, search_alg: Any = None, max_concurrent_trials: int | None = None,
-    sweep: bool = False,
-    warm_start: WarmStart | str | None = None,
+    sweep: bool = False, warm_start: WarmStart | str | None = None,
 ) -> TaskGroup:
     """Declare a tuning experiment inside a ``with DAG(...)`` block; returns its task group.
 
     Tasks: ``suggest_configs`` (the run's configs, registered), ``trial`` (one mapped
     :class:`RunTrialOperator` per config, shown by its trial id) and ``select_best`` (the best
-    finished trial by ``metric``/``mode``, as XCom and as an event on ``asset``).
-
-    ``max_failures`` + 3 is the trial tasks' ``retries`` (losses to infrastructure are not
-    failures); a retry resumes from the latest checkpoint. ``gpu_pool``: each trial task takes
-    ``ceil(gpu * slots_per_gpu)`` slots (:func:`airflow_trials.pools.ensure_gpu_pool`).
+    finished trial by ``metric``/``mode``, as XCom and as an event on ``asset``). ``sweep=True``
+    runs all the trials in one task, ``sweep`` (a :class:`RunSweepOperator`, its driver on Ray).
+    ``max_failures`` + 3 is the trial tasks' ``retries``; a retry resumes from the latest
+    checkpoint. ``gpu_pool``: each trial task takes ``ceil(gpu * slots_per_gpu)`` slots.
     ``from_params(params)`` sets :data:`PARAM_SETTINGS` per run (:class:`TuningPlan`), and each of
     ``gpus_per_trial_choices`` gets a trial task ``trial_gpu_<n>``, run by ``route_trials``.
-    ``scheduler=ASHAScheduler(...)`` or ``MedianStoppingRule(...)`` stops trials early;
-    ``search_alg=OptunaSearch(...)`` learns
-    from ended trials; ``max_concurrent_trials`` caps trials at once (docs/airflow.md).
-
-    ``sweep=True`` runs all the trials in one task, ``sweep`` (a :class:`RunSweepOperator` whose
-    driver runs on Ray) instead of one mapped ``trial`` task each: for more trials than Airflow's
-    ``[core] max_map_length``, or many short ones. Any engine scheduler runs there (docs/airflow.md,
-    "One task per trial, or one sweep").
-
-    ``warm_start=WarmStart(...)`` (or ``"previous"``, ``"asset"``, a run key) runs an earlier run's best
-    configs first, optionally from their checkpoints, and a searcher learns their results first
-    (docs/airflow.md, "Warm start").
+    ``scheduler`` stops trials early, ``search_alg=OptunaSearch(...)`` learns from ended trials,
+    ``max_concurrent_trials`` caps trials at once, and ``warm_start=WarmStart(...)`` (or
+    ``"previous"``, ``"asset"``, a run key) runs an earlier run's best configs first
+    (docs/airflow.md).
     """
     validate_name("Experiment name", experiment_name)
     refuse_in_airflow(trainable, f"Experiment {experiment_name}")

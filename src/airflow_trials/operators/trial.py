@@ -167,16 +167,13 @@ class RunTrialOperator(BaseOperator):
         self.checkpoint_score_attr = checkpoint_score_attr
         self.max_failures = max_failures
         self.restore_path = restore_path
-        self.gpu_pool = gpu_pool
-        self.slots_per_gpu = slots_per_gpu
-        self.ray_conn_id = ray_conn_id
-        self.trials_conn_id = trials_conn_id
+        self.gpu_pool, self.slots_per_gpu = gpu_pool, slots_per_gpu
+        self.ray_conn_id, self.trials_conn_id = ray_conn_id, trials_conn_id
         self.poll_interval_seconds = poll_interval_seconds
         self.deferrable = deferrable
         self.scheduler = scheduler_settings(scheduler)
         self.search_alg = search_alg
-        self.warm_start = dict(warm_start) if warm_start else None
-        self.warm_points = [list(point) for point in warm_points or ()]
+        self.warm_start, self.warm_points = dict(warm_start) if warm_start else None, [list(p) for p in warm_points or ()]
 
     # -- helpers ------------------------------------------------------------------------------------
     def _ids(self, context: Context) -> tuple[str, str]:

@@ -94,11 +94,7 @@ class TrialsStore(StoreBase):
             updated_at=now,
             started_at=now if new_status is TrialStatus.RUNNING else None,
             ended_at=now if new_status.is_terminal() else None,
-            dag_id=dag_id,
-            run_id=run_id,
-            task_id=task_id,
-            map_index=map_index,
-            try_number=try_number,
+            dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=map_index, try_number=try_number,
             warm_start=json_safe(dict(warm_start)) if warm_start is not None else None,
         )
         insert = _refreshing_airflow_ids(insert, table)
