@@ -133,7 +133,7 @@ def optuna_night2(night1: list[tuple[dict[str, Any], float]], args: argparse.Nam
         trial = study.ask(distributions)
         config = {**trial.params, "max_t": args.max_t, "seed": 0}
         mine: list[float] = []
-        train_epochs(config, lambda metrics: mine.append(metrics[METRIC]))
+        train_epochs(config, lambda metrics, out=mine: out.append(metrics[METRIC]))
         values.extend(mine)
         study.tell(trial, mine[-1])
     return values

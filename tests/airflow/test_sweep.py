@@ -218,3 +218,29 @@ def test_a_sweep_that_is_not_deferrable_watches_its_driver_from_the_worker(trial
     assert (summary["total"], summary["terminated"], summary["best_value"]) == (2, 2, 6.0)
     assert context["ti"].xcom["sweep"] == summary
     nothing_left_on_ray()
+
+
+def test_clearing_a_deferred_sweep_leaves_its_run_to_the_next_try(trials_env, fake_context, tmp_path):
+    """The trigger's on_kill (a user cleared the task) asks for a stop that waits for a newer try;
+    the next try's execute claims the driver, re-attaching to the live run."""
+    import ray
+
+    from airflow_trials.execution.sweep import stop_driver
+    from airflow_trials.experiment import trial_ids
+
+    store = trials_env.store
+    store.ensure_experiment("sweep_op", metric="score", mode="max")
+    run_pk = store.create_experiment_run("sweep_op", "run4")
+    held = {"scale": 1.0, "hold_at": 2, "gate": str(tmp_path / "never")}
+    operator = sweep_operator(trials=[{"trial_id": i, "config": held, "experiment_run_id": run_pk}
+                                      for i in trial_ids("sweep_op", "dag", "run4", 1)])
+    with pytest.raises(TaskDeferred) as deferred:
+        operator.execute(fake_context(run_id="run4", try_number=1))
+    driver = ray.get_actor("sweep.sweep_op.run4", namespace=NAMESPACE)
+    asyncio.run(deferred.value.trigger.on_kill())
+    assert ray.get(driver.progress.remote())["stop_pending"] is True
+    with pytest.raises(TaskDeferred):
+        operator.execute(fake_context(run_id="run4", try_number=2))  # the cleared task's next try
+    assert ray.get(driver.progress.remote())["stop_pending"] is False and live_drivers() == ["sweep.sweep_op.run4"]
+    assert stop_driver("sweep_op", "run4", NAMESPACE, try_number=2) is True
+    nothing_left_on_ray()

@@ -31,7 +31,8 @@ class SweepTrigger(TrialsTrigger):
     again, and it re-attaches to the same driver: the trigger never starts one. A driver that has
     ended is killed by the trigger once it has read the last progress; a trigger that runs again
     after that finds no driver and reads the run's end from the trials DB. When the user clears or
-    marks the task, :meth:`on_kill` asks the driver to stop the run's trials, fenced by try number.
+    marks the task, :meth:`on_kill` asks the driver to stop the run's trials after a grace period
+    in which a newer try may claim it (fenced by try number).
 
     :param experiment_name: the experiment. :param run_key: the experiment run's key (the Airflow run id).
     :param experiment_run_id: the run's id in the trials DB.
@@ -76,11 +77,9 @@ class SweepTrigger(TrialsTrigger):
 
         hook = TrialsHook(self.ray_conn_id, self.trials_conn_id)
         try:
-            await asyncio.to_thread(hook.get_executor)
+            namespace = await asyncio.to_thread(connected_namespace, hook)
             stopped = await asyncio.to_thread(
-                stop_driver, self.experiment_name, self.run_key, hook.ray_hook.settings()["namespace"], self.try_number,
-                CLEAR_GRACE_SECONDS,
-            )
+                stop_driver, self.experiment_name, self.run_key, namespace, self.try_number, CLEAR_GRACE_SECONDS)
         except Exception as e:  # noqa: BLE001 - Ray down: the driver went with it
             self.log.warning("Could not stop the sweep of run %s on Ray: %s", self.run_key, e)
             return
@@ -129,8 +128,7 @@ class SweepWatch:
         trigger = self.trigger
         while True:
             try:
-                await asyncio.to_thread(self.hook.get_executor, verify=True)  # (re)connects to Ray
-                namespace = self.hook.ray_hook.settings()["namespace"]
+                namespace = await asyncio.to_thread(connected_namespace, self.hook, verify=True)
                 actor = await asyncio.to_thread(find_driver, trigger.experiment_name, trigger.run_key, namespace)
                 self.unanswered_since = None
                 return actor
@@ -206,3 +204,11 @@ class SweepWatch:
 
 class _Lost(Exception):
     pass
+
+
+def connected_namespace(hook: TrialsHook, verify: bool = False) -> str:
+    """Connect this process to the Ray connection's cluster (reconnecting after a restart with
+    ``verify``) and return its namespace. It reads the Airflow connection and may wait on Ray:
+    call it in a thread, never on the triggerer's event loop."""
+    hook.get_executor(verify=verify)
+    return str(hook.ray_hook.settings()["namespace"])
