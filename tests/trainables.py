@@ -182,3 +182,13 @@ class NoCheckpoints(Trainable):
 
     def step(self):
         return {"score": 1.0}
+
+
+def logged(config):
+    """Writes ``start <i>`` to the file ``log`` as each iteration starts, then reports ``score = i``
+    with the checkpoint ``{"i": i}``: a test reads which iterations ran, asked for or not."""
+    for i in range(1, config.get("iterations", 10_000) + 1):
+        with open(config["log"], "a") as f:
+            f.write(f"start {i}\n")
+        time.sleep(config.get("sleep", 0.0))
+        airflow_trials.report(score=float(i), checkpoint={"i": i})

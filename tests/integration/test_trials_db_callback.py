@@ -26,8 +26,14 @@ def db_url(request, tmp_path) -> str:
     return f"sqlite:///{tmp_path / 'trials.db'}"
 
 
-def test_a_runner_run_reads_back_like_a_dag_run(ray_cluster, storage, tmp_path, db_url):
-    recorder = TrialsDbCallback(metric="score", mode="max", db_url=db_url, run_key="engine-1")
+# write_behind: as a sweep's driver records (its writes on a thread of their own, in order).
+WRITE_BEHIND = pytest.mark.parametrize("write_behind", [False, True], ids=["direct", "write-behind"])
+
+
+@WRITE_BEHIND
+def test_a_runner_run_reads_back_like_a_dag_run(ray_cluster, storage, tmp_path, db_url, write_behind):
+    recorder = TrialsDbCallback(metric="score", mode="max", db_url=db_url, run_key="engine-1",
+                                write_behind=write_behind)
     runner = TrialRunner("engine-exp", storage_path=storage, callbacks=[recorder], wait_timeout_s=10.0)
     runner.add_trial(Trial("tests.trainables:peaked", {"x": 1}, trial_id="peaked", experiment_name="engine-exp",
                            resources={"cpu": 0.5}, keep_checkpoints_num=2, checkpoint_score_attr="score"))
@@ -66,7 +72,8 @@ def test_a_runner_run_reads_back_like_a_dag_run(ray_cluster, storage, tmp_path, 
     assert ResultGrid.from_db("engine-exp", db_url=db_url).run_key == "engine-1"
 
 
-def test_pbt_exploits_are_recorded_with_the_trial_s_config_and_lineage(ray_cluster, storage, db_url):
+@WRITE_BEHIND
+def test_pbt_exploits_are_recorded_with_the_trial_s_config_and_lineage(ray_cluster, storage, db_url, write_behind):
     # As tests/integration/test_schedulers.py's PBT run: "d" (scale 0.1) is always at the bottom,
     # so it clones a top trial at every second iteration; each exploit must reach the trials DB.
     scheduler = PopulationBasedTraining(
@@ -74,7 +81,7 @@ def test_pbt_exploits_are_recorded_with_the_trial_s_config_and_lineage(ray_clust
         hyperparam_mutations={"scale": [0.1, 0.5, 1.0, 2.0, 4.0]}, quantile_fraction=0.5,
         resample_probability=0.0, rng=random.Random(0),
     )
-    recorder = TrialsDbCallback(metric="score", mode="max", db_url=db_url, run_key="pbt-1")
+    recorder = TrialsDbCallback(metric="score", mode="max", db_url=db_url, run_key="pbt-1", write_behind=write_behind)
     runner = TrialRunner("pbt-exp", storage_path=storage, scheduler=scheduler, callbacks=[recorder],
                          stop={"training_iteration": 6}, wait_timeout_s=10.0)
     for trial_id, scale in {"a": 2.0, "b": 1.0, "c": 0.5, "d": 0.1}.items():

@@ -71,7 +71,7 @@ class LocalExecutor:
 
     could_start = has_resources  # has_resources has no effect here
 
-    def start_trial(self, trial, checkpoint_path=None, train=True):
+    def start_trial(self, trial, checkpoint_path=None, train=True, run_ahead_below=0):
         trial.set_status(TrialStatus.RUNNING)
         self.running.append(trial)
         self.most_running = max(self.most_running, len(self.running))
@@ -91,7 +91,7 @@ class LocalExecutor:
         i = self._iteration[trial.trial_id]
         return {"loss": self.objective(trial.config), TRAINING_ITERATION: i, "done": i == self.iterations}
 
-    def continue_training(self, trial):
+    def continue_training(self, trial, run_ahead_below=0):
         pass
 
     def stop_trial(self, trial, error=False, error_msg=None):

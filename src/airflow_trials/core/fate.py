@@ -31,14 +31,17 @@ Example::
 
 from __future__ import annotations
 
+import math
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
 from airflow_trials.core.end import TrialEnd
-from airflow_trials.core.result import CHECKPOINT, DONE, Result
+from airflow_trials.core.result import CHECKPOINT, DONE, TRAINING_ITERATION, Result
 from airflow_trials.core.rungs import REACHED_MAX_T
 from airflow_trials.core.status import TrialStatus
+from airflow_trials.core.stopping import ThresholdStopper
 from airflow_trials.core.trial import Trial
 
 
@@ -123,6 +126,34 @@ def after_result(
         return ResultDecision(fresh, Action.PAUSE, False, said or "the scheduler paused it")
     return ResultDecision(fresh, Action.CONTINUE, trial.should_checkpoint() and not has_checkpoint,
                           "it continues")
+
+
+NO_RUN_AHEAD = 0
+
+
+def run_ahead_below(trial: Trial, *, results_judged: bool) -> int:
+    """The ``training_iteration`` below which :func:`after_result` is sure to say CONTINUE without
+    a checkpoint, whatever the result's metrics: after such a result the trial may train its next
+    iteration before its caller has seen the result (the runner's actor does, to hide the round
+    trip to the runner). The runner still calls :func:`after_result` on every result; this only
+    says where the answer is known in advance. 0 (:data:`NO_RUN_AHEAD`): nowhere.
+
+    :param trial: the trial, whose stopping criterion and ``checkpoint_freq`` bound it.
+    :param results_judged: a scheduler or an experiment-wide stopper judges each result, so no
+        answer is known in advance.
+    """
+    if results_judged:
+        return NO_RUN_AHEAD
+    bound = sys.maxsize
+    stopper = trial.stopper
+    if stopper is not None:
+        if not isinstance(stopper, ThresholdStopper) or set(stopper.thresholds) != {TRAINING_ITERATION}:
+            return NO_RUN_AHEAD  # it reads metrics, or is code: known only once the result is seen
+        bound = math.ceil(stopper.thresholds[TRAINING_ITERATION])
+    if trial.checkpoint_freq > 0:
+        last = int(trial.last_result.get(TRAINING_ITERATION, 0))
+        bound = min(bound, (last // trial.checkpoint_freq + 1) * trial.checkpoint_freq)
+    return bound
 
 
 class Outcome(StrEnum):

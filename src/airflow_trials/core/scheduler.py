@@ -48,6 +48,10 @@ class TrialScheduler:
     def on_trial_result(self, trial: Trial, result: Result) -> Decision:
         return Decision.CONTINUE
 
+    def judges_results(self) -> bool:
+        """Can :meth:`on_trial_result` say anything but CONTINUE? Not when it is this class's."""
+        return type(self).on_trial_result is not TrialScheduler.on_trial_result
+
     def on_trial_complete(self, trial: Trial, result: Result) -> None:
         pass
 

@@ -21,6 +21,10 @@ class Stopper:
         """Return True to end the whole experiment (default: never)."""
         return False
 
+    def judges_experiment(self) -> bool:
+        """Can :meth:`stop_all` say True? Not when it is this class's."""
+        return type(self).stop_all is not Stopper.stop_all
+
 
 class ThresholdStopper(Stopper):
     """Stops a trial once any metric reaches its threshold (``result[key] >= value``), as Ray Tune.

@@ -136,6 +136,7 @@ class TrialActor:
         self._trainable_path = spec["trainable"]
         self._parameters_key = parameters_key(refs)
         self._iteration = 0
+        self._ahead_since: float | None = None
         self._time_total = 0.0
         self._timesteps_total: float | None = None
         self._restore_counters()
@@ -160,7 +161,8 @@ class TrialActor:
         """Load the checkpoint at ``path``; training continues from its iteration, which is returned."""
         driver = self._require_driver()
         payload, meta = self._storage.load_checkpoint(path)
-        driver.restore(payload)
+        driver.restore(payload)  # stops what ran, trained ahead or not
+        self._ahead_since = None
         self._iteration = int(meta.get("iteration", 0))
         self._time_total = float(meta.get("time_total_s", 0.0))
         timesteps = meta.get("timesteps_total")
@@ -202,10 +204,15 @@ class TrialActor:
 
     # -- training --------------------------------------------------------------------------------
     @_reported_as_trial_error
-    def train(self) -> dict[str, Any]:
-        """Run until the trainable's next result and return it with the engine's fields added."""
+    def train(self, run_ahead_below: int = 0) -> dict[str, Any]:
+        """Run until the trainable's next result and return it with the engine's fields added.
+
+        When that result's ``training_iteration`` is below ``run_ahead_below``, the trainable
+        trains its next iteration at once, while the runner records this one: the runner knows
+        it continues (``core.fate.run_ahead_below``), so no round trip to it is waited for."""
         driver = self._require_driver()
-        started = time.time()
+        # An iteration trained ahead started when it was let go, not when it was asked for.
+        started, self._ahead_since = self._ahead_since or time.time(), None
         try:
             metrics, checkpoint, done = driver.next_result()
         finally:
@@ -213,7 +220,7 @@ class TrialActor:
                 self._capture.flush()
         if metrics.pop(R.DUPLICATE, False):
             return {**self._last_result, R.DONE: True, R.DUPLICATE: True}
-        now = time.time()
+        now = driver.reported_at or time.time()
         elapsed = float(metrics.get(R.TIME_THIS_ITER_S, now - started))
         self._iteration += 1
         self._iterations_since_restore += 1
@@ -245,6 +252,9 @@ class TrialActor:
         self._last_result = result
         if checkpoint is not None:
             result[R.CHECKPOINT] = self._persist(checkpoint)["path"]
+        if not done and self._iteration < run_ahead_below:
+            self._ahead_since = time.time()
+            driver.run_ahead()
         return result
 
     @_reported_as_trial_error

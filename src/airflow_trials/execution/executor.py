@@ -140,8 +140,11 @@ class RayTrialExecutor(TrialLauncher):
         return self.ledger.could_start(resources)
 
     # -- starting and stopping -------------------------------------------------------------------
-    def start_trial(self, trial: Trial, checkpoint_path: str | None = None, train: bool = True) -> bool:
+    def start_trial(
+        self, trial: Trial, checkpoint_path: str | None = None, train: bool = True, run_ahead_below: int = 0
+    ) -> bool:
         """Start (or resume) ``trial``, restoring from ``checkpoint_path`` or its newest checkpoint.
+        ``run_ahead_below``: see :meth:`continue_training`.
 
         Returns False, with the trial in ERROR, when the trainable cannot be imported.
         Never blocks on Ray: placement, actor start and the first result all arrive later.
@@ -163,7 +166,7 @@ class RayTrialExecutor(TrialLauncher):
             self._restore_refs[trial.trial_id] = slot.actor.restore.remote(source)
         self.set_status(trial, TrialStatus.RUNNING)
         if train:
-            self.continue_training(trial)
+            self.continue_training(trial, run_ahead_below)
         return True
 
     def _release(self, trial: Trial, reusable: bool) -> None:
@@ -240,11 +243,13 @@ class RayTrialExecutor(TrialLauncher):
         return True
 
     # -- results ---------------------------------------------------------------------------------
-    def continue_training(self, trial: Trial) -> None:
-        """Ask the trial's actor for its next result."""
+    def continue_training(self, trial: Trial, run_ahead_below: int = 0) -> None:
+        """Ask the trial's actor for its next result; if that result's ``training_iteration`` is
+        below ``run_ahead_below`` (``core.fate.run_ahead_below``), the actor trains the one after
+        it at once, without waiting to be asked."""
         slot = self._slots[trial.trial_id]
         assert slot.actor is not None
-        ref: ray.ObjectRef = slot.actor.train.remote()
+        ref: ray.ObjectRef = slot.actor.train.remote(run_ahead_below)
         self._futures[ref] = trial
         self._future_of[trial.trial_id] = ref
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
+from airflow_trials.core import fate
 from airflow_trials.core.callback import Callback
 from airflow_trials.core.checkpoint import CheckpointRecord
 from airflow_trials.core.fate import Action, Outcome, ResultDecision, after_failure, after_result
@@ -113,6 +115,10 @@ class TrialRunner(RunnerViews):
         self.scheduler = scheduler or FIFOScheduler()
         self.stop_criterion = stop
         self._experiment_stopper = build_stopper(stop)
+        stopper = self._experiment_stopper
+        judged = self.scheduler.judges_results() or (stopper is not None and stopper.judges_experiment())
+        # Where a trial's actor may train on before this runner sees its result (core/fate.py).
+        self._run_ahead_below = functools.partial(fate.run_ahead_below, results_judged=judged)
         self.fail_fast = fail_fast
         self.time_budget_s = time_budget_s
         self.checkpoint_period_s = checkpoint_period_s
@@ -282,7 +288,7 @@ class TrialRunner(RunnerViews):
             self._notify_newest_checkpoint(trial)
         if trial.status == TrialStatus.PAUSED:
             self.trial_executor.unpause_trial(trial)
-        if self.trial_executor.start_trial(trial):
+        if self.trial_executor.start_trial(trial, run_ahead_below=self._run_ahead_below(trial)):
             for callback in self.callbacks:
                 callback.on_trial_start(trial)
         else:
@@ -354,13 +360,8 @@ class TrialRunner(RunnerViews):
             self._process_trial_failure(trial, e)
         except (KeyError, ValueError, TypeError, CheckpointError) as e:
             # A stopping criterion naming a missing metric, a bad checkpoint, a scheduler error.
-            self._process_trial_failure(
-                trial,
-                TrialError(
-                    f"Trial {trial.trial_id}: processing its result failed: {e}",
-                    trial_id=trial.trial_id,
-                ),
-            )
+            error = TrialError(f"Trial {trial.trial_id}: processing its result failed: {e}", trial_id=trial.trial_id)
+            self._process_trial_failure(trial, error)
 
     def _record(
         self, trial: Trial, result: Result, scheduler: TrialScheduler | None = None,
@@ -404,7 +405,7 @@ class TrialRunner(RunnerViews):
                 self._exploit(trial, exploit)
             self._notify_newest_checkpoint(trial)
         else:
-            self.trial_executor.continue_training(trial)
+            self.trial_executor.continue_training(trial, self._run_ahead_below(trial))
 
     def _complete(self, trial: Trial, result: Result) -> None:
         self.scheduler.on_trial_complete(trial, result)

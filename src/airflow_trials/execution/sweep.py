@@ -198,13 +198,14 @@ class SweepDriver:
 
         spec = self.spec
         store = TrialStore(spec.db_url)
+        recorder = None
         try:
             trials, done, best = resumable_trials(spec, store)
             if done:
                 log.info("Sweep %s resumes: %d of %d trials had ended.", spec.name, done, len(spec.trials))
             progress = SweepProgress(len(spec.trials), spec.metric, spec.mode, done_before=done, best_before=best)
             recorder = TrialsDbCallback(metric=spec.metric, mode=spec.mode, run_key=spec.run_key, store=store,
-                                        flush_interval_s=FLUSH_INTERVAL_SECONDS)
+                                        flush_interval_s=FLUSH_INTERVAL_SECONDS, write_behind=True)
             # Not detached: the trials' actors die with this driver, so none outlives it unwatched.
             # Actors are reused from one trial to the next, as Ray Tune's function trainables are.
             executor = RayTrialExecutor(spec.storage_path, namespace=spec.namespace, detached=False,
@@ -222,6 +223,8 @@ class SweepDriver:
             if trials:
                 runner.run()
         finally:
+            if recorder is not None:
+                recorder.close()  # what a failed run recorded before it failed is kept
             store.dispose()
 
 

@@ -9,6 +9,7 @@ import inspect
 import os
 import queue
 import threading
+import time
 import traceback
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -82,7 +83,8 @@ class _Session:
     def __init__(self, trial_id: str, checkpoint: Any) -> None:
         self.trial_id = trial_id
         self.checkpoint = checkpoint
-        self.results: queue.Queue[tuple[dict[str, Any], Any]] = queue.Queue(maxsize=1)
+        # (metrics, checkpoint, when reported)
+        self.results: queue.Queue[tuple[dict[str, Any], Any, float | None]] = queue.Queue(maxsize=1)
         self.continue_event = threading.Semaphore(0)
         self.stopped = False
         self.reported = 0
@@ -91,11 +93,10 @@ class _Session:
         if self.stopped:
             raise _StopTraining()
         self.reported += 1
-        if checkpoint is not None:
-            self.checkpoint = checkpoint
-        self.results.put((metrics, checkpoint))
+        self.results.put((metrics, checkpoint, time.time()))
         # Lockstep with the driver: the trainable waits until its result was consumed and the
-        # runner decided to continue, so a stopped trial never trains on past its last result.
+        # runner decided to continue (or knew it would: FunctionDriver.run_ahead), so a stopped
+        # trial never trains on past its last result.
         self.continue_event.acquire()
         if self.stopped:
             raise _StopTraining()
@@ -201,6 +202,10 @@ StepOutput = tuple[dict[str, Any], Any, bool]
 class TrainableDriver:
     """Runs one trainable object inside an actor, one result at a time."""
 
+    #: When the trainable reported the result ``next_result`` last returned; None when it was
+    #: made as it was asked for (the class API). A result trained ahead is older than the call.
+    reported_at: float | None = None
+
     def next_result(self) -> StepOutput:
         raise NotImplementedError
 
@@ -216,6 +221,11 @@ class TrainableDriver:
 
     def stop(self) -> None:
         raise NotImplementedError
+
+    def run_ahead(self) -> None:
+        """Let the trainable train its next iteration now, before it is asked for that result
+        (the runner knows it will continue: ``core.fate.run_ahead_below``). No-op by default:
+        the class API trains only when asked."""
 
 
 class ClassDriver(TrainableDriver):
@@ -277,6 +287,7 @@ class FunctionDriver(TrainableDriver):
         self._returned: Any = None
         self._finished = threading.Event()
         self._last_metrics: dict[str, Any] = {}
+        self._ahead = False  # run_ahead released the thread: next_result must not release it again
 
     def _start(self) -> None:
         session = _Session(self.trial_id, self._restored)
@@ -298,7 +309,7 @@ class FunctionDriver(TrainableDriver):
                 finished.set()
                 # Wake a driver blocked on the results queue.
                 try:
-                    session.results.put_nowait(({}, None))
+                    session.results.put_nowait(({}, None, None))
                 except queue.Full:
                     pass
 
@@ -310,15 +321,21 @@ class FunctionDriver(TrainableDriver):
         if session is None or self._thread is None:
             self._start()
             session = self._session
+        elif self._ahead:
+            self._ahead = False
         else:
             session.continue_event.release()
         assert session is not None
         while True:
             try:
-                metrics, checkpoint = session.results.get(timeout=self._POLL_S)
+                metrics, checkpoint, self.reported_at = session.results.get(timeout=self._POLL_S)
             except queue.Empty:
                 continue
             if metrics or checkpoint is not None or not self._finished.is_set():
+                # The session's checkpoint is that of the last result handed out, never of one
+                # trained ahead: a save() between the two must not return the newer state.
+                if checkpoint is not None:
+                    session.checkpoint = checkpoint
                 self._last_metrics = metrics
                 return metrics, checkpoint, bool(metrics.get("done", False))
             break  # the thread ended: it returned, raised or was stopped
@@ -340,6 +357,12 @@ class FunctionDriver(TrainableDriver):
         # Returned after reporting: the trial is done; repeat the last metrics as its final result.
         return {**self._last_metrics, R.DUPLICATE: True}, None, True
 
+    def run_ahead(self) -> None:
+        session = self._session
+        if session is not None and self._thread is not None and not self._ahead and not self._finished.is_set():
+            self._ahead = True
+            session.continue_event.release()
+
     def save(self, checkpoint_dir: str) -> Any:
         return None if self._session is None else self._session.checkpoint
 
@@ -357,6 +380,7 @@ class FunctionDriver(TrainableDriver):
     def stop(self) -> None:
         session, thread = self._session, self._thread
         self._session, self._thread = None, None
+        self._ahead = False
         if session is None or thread is None:
             return
         session.stopped = True

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from airflow_trials.core.callback import Callback
@@ -28,6 +29,7 @@ from airflow_trials.core.result import CHECKPOINT, DUPLICATE, Result
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.trial import Trial
 from airflow_trials.execution.polls import TrialProgressTracker
+from airflow_trials.execution.write_behind import WriteBehind
 from airflow_trials.store.store import TrialProgress, TrialStore
 
 if TYPE_CHECKING:
@@ -57,6 +59,10 @@ class TrialsDbCallback(Callback):
         in one transaction for all of them, rather than after every step; a trial's end is written
         at once, after its last results. A sweep of short trials uses it (a step per result would
         make as many commits). Default 0: after every step.
+    :param write_behind: apply the writes on a thread of its own
+        (:class:`~airflow_trials.execution.write_behind.WriteBehind`), in the same order, so that
+        the runner's loop never waits for the DB; a sweep's driver uses it. A failed write still
+        stops the runner, at its next event. Default False.
     """
 
     def __init__(
@@ -68,6 +74,7 @@ class TrialsDbCallback(Callback):
         run_key: str | None = None,
         store: TrialStore | None = None,
         flush_interval_s: float = 0.0,
+        write_behind: bool = False,
     ) -> None:
         if (metric is None) != (mode is None):
             raise ValueError(
@@ -88,6 +95,19 @@ class TrialsDbCallback(Callback):
         self._dirty: dict[str, Trial] = {}
         self.flush_interval_s = flush_interval_s
         self._flushed_at = float("-inf")
+        self._writer = WriteBehind(f"TrialsDbCallback {self.run_key}") if write_behind else None
+
+    def _write(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        """Call the store now, or queue the call on the write-behind thread."""
+        if self._writer is not None:
+            self._writer.submit(fn, *args, **kwargs)
+        else:
+            fn(*args, **kwargs)
+
+    def drain(self) -> None:
+        """Return once every write so far is in the trials DB (at once without write-behind)."""
+        if self._writer is not None:
+            self._writer.drain()
 
     @property
     def store(self) -> TrialStore:
@@ -100,9 +120,9 @@ class TrialsDbCallback(Callback):
     # -- the runner's events -----------------------------------------------------------------
     def on_trial_start(self, trial: Trial) -> None:
         run_id = self._ensure_run(trial.experiment_name)
-        self.store.upsert_trial(
-            trial.trial_id, trainable=trial.trainable, config=trial.config, resources=trial.resources,
-            max_failures=trial.max_failures, experiment_run_id=run_id,
+        self._write(
+            self.store.upsert_trial, trial.trial_id, trainable=trial.trainable, config=dict(trial.config),
+            resources=trial.resources, max_failures=trial.max_failures, experiment_run_id=run_id,
         )
         tracker = self._trackers.setdefault(trial.trial_id, TrialProgressTracker(trial.trial_id))
         tracker.placed = False  # (again) RUNNING: a recovered trial was recorded PENDING
@@ -126,8 +146,8 @@ class TrialsDbCallback(Callback):
         # state it gives up: write them first, so that the exploit keeps them in its row.
         self._flush(trial)
         checkpoint = exploit.donor_checkpoint
-        self.store.record_exploit(
-            trial.trial_id, iteration=checkpoint.iteration, donor_trial_id=exploit.donor_trial_id,
+        self._write(
+            self.store.record_exploit, trial.trial_id, iteration=checkpoint.iteration, donor_trial_id=exploit.donor_trial_id,
             donor_checkpoint=checkpoint.path, old_config=old_config, new_config=exploit.new_config,
             operations=exploit.operations,
         )
@@ -154,7 +174,18 @@ class TrialsDbCallback(Callback):
         self._flush()
         if self.experiment_run_id is not None:
             finished = any(t.status is TrialStatus.TERMINATED for t in trials)
-            self.store.finish_experiment_run(self.experiment_run_id, "SUCCESS" if finished else "FAILED")
+            self._write(self.store.finish_experiment_run, self.experiment_run_id, "SUCCESS" if finished else "FAILED")
+        try:
+            self.drain()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """End the write-behind thread once it applied what is queued (it raises nothing: a runner
+        that failed keeps what it recorded before). A no-op without write-behind."""
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
 
     # -- reading it back ---------------------------------------------------------------------
     def result_grid(self) -> ResultGrid:
@@ -163,6 +194,7 @@ class TrialsDbCallback(Callback):
 
         if self.experiment_name is None:
             raise ValueError("TrialsDbCallback has recorded no trial yet: run the TrialRunner first.")
+        self.drain()
         return ResultGrid.from_db(self.experiment_name, self.run_key, store=self.store)
 
     # -- internals ---------------------------------------------------------------------------
@@ -192,7 +224,7 @@ class TrialsDbCallback(Callback):
         batch = [(t, item) for t in trials if t.trial_id in self._trackers
                  for item in [self._progress(t)] if item is not None]
         if batch:
-            self.store.record_progress([item for _, item in batch])
+            self._write(self.store.record_progress, [item for _, item in batch])
         for trial, item in batch:
             self._trackers[trial.trial_id].written(item)
         for trial in trials:
@@ -214,4 +246,4 @@ class TrialsDbCallback(Callback):
             best_checkpoint=best.path if best is not None else None,
             stop_reason=trial.stop_reason if decision is None else None,
         )
-        self.store.record_end(end, decision)
+        self._write(self.store.record_end, end, decision)
