@@ -82,7 +82,8 @@ class _Session:
 
     def __init__(self, trial_id: str, checkpoint: Any) -> None:
         self.trial_id = trial_id
-        self.checkpoint = checkpoint
+        self.checkpoint = checkpoint  # of the last result the driver handed out: what save() returns
+        self.reported_checkpoint = checkpoint  # the trainable's own latest: what get_checkpoint() returns
         # (metrics, checkpoint, when reported)
         self.results: queue.Queue[tuple[dict[str, Any], Any, float | None]] = queue.Queue(maxsize=1)
         self.continue_event = threading.Semaphore(0)
@@ -93,6 +94,8 @@ class _Session:
         if self.stopped:
             raise _StopTraining()
         self.reported += 1
+        if checkpoint is not None:
+            self.reported_checkpoint = checkpoint
         self.results.put((metrics, checkpoint, time.time()))
         # Lockstep with the driver: the trainable waits until its result was consumed and the
         # runner decided to continue (or knew it would: FunctionDriver.run_ahead), so a stopped
@@ -167,7 +170,7 @@ def _checkpoint_of(checkpoint: Any) -> Mapping[str, Any] | str | None:
 
 def get_checkpoint() -> dict[str, Any] | str | None:
     """The checkpoint to resume from (a dict or a local directory path), or None on a fresh start."""
-    return _current_session("get_checkpoint").checkpoint
+    return _current_session("get_checkpoint").reported_checkpoint
 
 
 def get_trial_id() -> str:
