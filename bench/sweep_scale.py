@@ -165,6 +165,20 @@ with DAG({name!r}, schedule=None, start_date=datetime.datetime(2026, 1, 1), catc
 """
 
 
+def print_breakdown(stack: object, dag_id: str, run_id: str, queued: object) -> None:
+    """Where the DAG run's time went: each task's queued, start and end, in seconds from the run's queued_at."""
+    from airflow_trials import mainjob
+    from bench.airflow_vs_runner import _parse
+
+    rows = mainjob._airflow_db(
+        stack, "SELECT task_id, queued_dttm, start_date, end_date, try_number FROM task_instance "
+        "WHERE dag_id = ? AND run_id = ? ORDER BY start_date", dag_id, run_id)
+    print("task (try): queued / started / ended, seconds after the run was queued")
+    for task_id, queued_at, started, ended, try_number in rows:
+        times = [f"{(_parse(t) - queued).total_seconds():7.1f}" if t else "      -" for t in (queued_at, started, ended)]
+        print(f"  {task_id:<40} ({try_number}) {' / '.join(times)}")
+
+
 def airflow(args: argparse.Namespace) -> None:
     import ray
 
@@ -201,6 +215,7 @@ def airflow(args: argparse.Namespace) -> None:
             (queued, ended), = mainjob._airflow_db(
                 stack, "SELECT queued_at, end_date FROM dag_run WHERE dag_id = ? AND run_id = ?", name, run_id)
             airflow_s = (_parse(ended) - _parse(queued)).total_seconds()
+            print_breakdown(stack, name, run_id, _parse(queued))
         finally:
             mainjob.stop(stack)
     print(f"{trials} trials x {iterations} x {sleep_s:g} s, 0.5 CPU each on {args.cpus} CPUs")
