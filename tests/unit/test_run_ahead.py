@@ -120,3 +120,24 @@ def test_a_restore_drops_what_was_trained_ahead(storage, tmp_path):
     resumed = a.train()
     assert resumed["training_iteration"] == 2 and resumed["iterations_since_restore"] == 1
     a.stop()
+
+
+class EndsTheExperiment(Stopper):
+    def __call__(self, trial_id, result):
+        return False
+
+    def stop_all(self):
+        return False
+
+
+def test_the_runner_s_rule_turns_run_ahead_off_where_a_scheduler_or_an_experiment_stopper_judges():
+    from airflow_trials import ASHAScheduler, FIFOScheduler, MedianStoppingRule
+    from airflow_trials.core.fate import run_ahead_rule
+    from airflow_trials.core.stopping import ThresholdStopper
+
+    trial = make_trial(stopping_criterion={"training_iteration": 5})
+    assert run_ahead_rule(FIFOScheduler(), None)(trial) == 5
+    assert run_ahead_rule(FIFOScheduler(), ThresholdStopper({"training_iteration": 5}))(trial) == 5
+    assert run_ahead_rule(ASHAScheduler(metric="score", mode="max"), None)(trial) == NO_RUN_AHEAD
+    assert run_ahead_rule(MedianStoppingRule(metric="score", mode="max"), None)(trial) == NO_RUN_AHEAD
+    assert run_ahead_rule(FIFOScheduler(), EndsTheExperiment())(trial) == NO_RUN_AHEAD

@@ -31,18 +31,23 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from airflow_trials.core.end import TrialEnd
 from airflow_trials.core.result import CHECKPOINT, DONE, TRAINING_ITERATION, Result
 from airflow_trials.core.rungs import REACHED_MAX_T
 from airflow_trials.core.status import TrialStatus
-from airflow_trials.core.stopping import ThresholdStopper
+from airflow_trials.core.stopping import Stopper, ThresholdStopper
 from airflow_trials.core.trial import Trial
+
+if TYPE_CHECKING:
+    from airflow_trials.core.scheduler import TrialScheduler
 
 
 class Action(StrEnum):
@@ -154,6 +159,13 @@ def run_ahead_below(trial: Trial, *, results_judged: bool) -> int:
         last = int(trial.last_result.get(TRAINING_ITERATION, 0))
         bound = min(bound, (last // trial.checkpoint_freq + 1) * trial.checkpoint_freq)
     return bound
+
+
+def run_ahead_rule(scheduler: TrialScheduler, experiment_stopper: Stopper | None) -> Callable[[Trial], int]:
+    """:func:`run_ahead_below` for a runner's trials: nowhere when its scheduler
+    (``judges_results()``) or its experiment-wide stopper (``judges_experiment()``) judges results."""
+    judged = scheduler.judges_results() or (experiment_stopper is not None and experiment_stopper.judges_experiment())
+    return functools.partial(run_ahead_below, results_judged=judged)
 
 
 class Outcome(StrEnum):

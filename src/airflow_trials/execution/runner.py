@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 import time
@@ -115,10 +114,7 @@ class TrialRunner(RunnerViews):
         self.scheduler = scheduler or FIFOScheduler()
         self.stop_criterion = stop
         self._experiment_stopper = build_stopper(stop)
-        stopper = self._experiment_stopper
-        judged = self.scheduler.judges_results() or (stopper is not None and stopper.judges_experiment())
-        # Where a trial's actor may train on before this runner sees its result (core/fate.py).
-        self._run_ahead_below = functools.partial(fate.run_ahead_below, results_judged=judged)
+        self._run_ahead_below = fate.run_ahead_rule(self.scheduler, self._experiment_stopper)  # see core/fate.py
         self.fail_fast = fail_fast
         self.time_budget_s = time_budget_s
         self.checkpoint_period_s = checkpoint_period_s
