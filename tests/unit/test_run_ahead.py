@@ -141,3 +141,15 @@ def test_the_runner_s_rule_turns_run_ahead_off_where_a_scheduler_or_an_experimen
     assert run_ahead_rule(ASHAScheduler(metric="score", mode="max"), None)(trial) == NO_RUN_AHEAD
     assert run_ahead_rule(MedianStoppingRule(metric="score", mode="max"), None)(trial) == NO_RUN_AHEAD
     assert run_ahead_rule(FIFOScheduler(), EndsTheExperiment())(trial) == NO_RUN_AHEAD
+
+
+def test_a_class_trainable_never_trains_ahead_and_is_timed_from_the_call(storage):
+    spec = {"trial_id": "t1", "experiment_name": "unit", "trainable": "tests.trainables:FakeTrainable",
+            "config": {"sleep": 0.05}}
+    a = TrialActor(spec, storage, storage, capture_output=False)
+    a.train(run_ahead_below=10)
+    time.sleep(0.3)  # the runner is slow to ask: a class trainable waits for the call
+    called = time.time()
+    second = a.train(run_ahead_below=10)
+    assert 0.05 <= second["time_this_iter_s"] <= second["timestamp"] - called
+    a.stop()

@@ -253,8 +253,9 @@ class TrialActor:
         if checkpoint is not None:
             result[R.CHECKPOINT] = self._persist(checkpoint)["path"]
         if not done and self._iteration < run_ahead_below:
-            self._ahead_since = time.time()
-            driver.run_ahead()
+            let_go = time.time()
+            if driver.run_ahead():
+                self._ahead_since = let_go
         return result
 
     @_reported_as_trial_error

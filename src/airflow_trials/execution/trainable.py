@@ -225,10 +225,11 @@ class TrainableDriver:
     def stop(self) -> None:
         raise NotImplementedError
 
-    def run_ahead(self) -> None:
+    def run_ahead(self) -> bool:
         """Let the trainable train its next iteration now, before it is asked for that result
-        (the runner knows it will continue: ``core.fate.run_ahead_below``). No-op by default:
-        the class API trains only when asked."""
+        (the runner knows it will continue: ``core.fate.run_ahead_below``); whether it does.
+        Not by default: the class API trains only when asked."""
+        return False
 
 
 class ClassDriver(TrainableDriver):
@@ -360,11 +361,13 @@ class FunctionDriver(TrainableDriver):
         # Returned after reporting: the trial is done; repeat the last metrics as its final result.
         return {**self._last_metrics, R.DUPLICATE: True}, None, True
 
-    def run_ahead(self) -> None:
+    def run_ahead(self) -> bool:
         session = self._session
-        if session is not None and self._thread is not None and not self._ahead and not self._finished.is_set():
-            self._ahead = True
-            session.continue_event.release()
+        if session is None or self._thread is None or self._ahead or self._finished.is_set():
+            return False
+        self._ahead = True
+        session.continue_event.release()
+        return True
 
     def save(self, checkpoint_dir: str) -> Any:
         return None if self._session is None else self._session.checkpoint

@@ -48,12 +48,11 @@ class WriteBehind:
         self._raise_failed()
         self._queue.put((fn, args, kwargs, None))
 
-    def drain(self, timeout_s: float | None = None) -> None:
+    def drain(self) -> None:
         """Wait until every write queued so far is applied; raises the first that failed."""
         done = threading.Event()
         self._queue.put((None, (), {}, done))
-        if not done.wait(timeout_s) and self._error is None:
-            raise TimeoutError(f"{self.name}: the store writes queued did not finish within {timeout_s} s.")
+        done.wait()
         self._raise_failed()
 
     def close(self) -> None:
