@@ -84,12 +84,6 @@ class TuningPlan:
             raise ValueError(f"Experiment {self.experiment_name}: {e}") from e
 
     def _check_sweep(self) -> None:
-        if self.search_alg is not None:
-            raise ValueError(
-                "sweep=True does not take a search_alg yet: a sweep's driver resumes a run from the trials DB, "
-                "and a searcher's state is not kept there. Use sweep=True with grid or random search (and any "
-                "scheduler), or search_alg= without sweep=True (one mapped trial task per trial)."
-            )
         if self.gpu_pool and self.settings.resources.gpu > 0 and self.max_concurrent_trials is None:
             raise ValueError(
                 f"sweep=True with gpu_pool {self.gpu_pool!r} needs max_concurrent_trials: the sweep task holds "
@@ -278,7 +272,8 @@ class TuningPlan:
             stopping_criterion=s.stop, checkpoint_freq=self.checkpoint_freq, checkpoint_at_end=self.checkpoint_at_end,
             keep_checkpoints_num=self.keep_checkpoints_num,
             checkpoint_score_attr=self.checkpoint_score_attr or s.checkpoint_score_attr, max_failures=s.max_failures,
-            scheduler=self.scheduler, max_concurrent_trials=self.max_concurrent_trials, gpu_pool=self.gpu_pool,
+            scheduler=self.scheduler, search_alg=self.searcher, max_concurrent_trials=self.max_concurrent_trials,
+            gpu_pool=self.gpu_pool,
             slots_per_gpu=self.slots_per_gpu, ray_conn_id=self.ray_conn_id, trials_conn_id=self.trials_conn_id,
             poll_interval_seconds=self.poll_interval_seconds, deferrable=self.deferrable, **kwargs,
         )

@@ -244,3 +244,99 @@ def test_clearing_a_deferred_sweep_leaves_its_run_to_the_next_try(trials_env, fa
     assert ray.get(driver.progress.remote())["stop_pending"] is False and live_drivers() == ["sweep.sweep_op.run4"]
     assert stop_driver("sweep_op", "run4", NAMESPACE, try_number=2) is True
     nothing_left_on_ray()
+
+
+SEEDED_SEARCH = Code("__import__('airflow_trials').OptunaSearch(points_to_evaluate=[{'x': 0.9}], seed=5)")
+
+
+def test_a_sweep_runs_its_searcher_in_the_driver_learning_from_each_ended_trial(trials_env):
+    """OptunaSearch in the driver, one trial at a time: each config is what the same seeded study
+    suggests after the trials before it ended, points_to_evaluate first; the trials keep the ids
+    suggest_configs gave them (the grid view's, select_best's)."""
+    from airflow_trials import OptunaSearch
+    from airflow_trials.core.search import uniform
+    from airflow_trials.operators.tuning import airflow_searcher
+    from tests.airflow.test_early_stopping import UNIFORM
+
+    dag = experiment_dag("sweep_optuna", trainable="tests.trainables:quadratic", metric="loss", mode="min",
+                         search_space={"x": UNIFORM}, num_samples=5, stop=None, search_alg=SEEDED_SEARCH,
+                         sweep=True, max_concurrent_trials=1)
+    run = dag.test()
+    assert run.state == "success", task_states(run)
+    store = trials_env.store
+    (exp_run,) = store.list_experiment_runs("sweep_optuna")
+    suggested = xcom(run, "tune.suggest_configs")
+    trials = {t.trial_id: t for t in store.list_trials(experiment_run_id=exp_run.id)}
+    assert sorted(trials) == sorted(entry["trial_id"] for entry in suggested)
+    assert [entry["config"] for entry in suggested] == [{}] * 5  # the driver asks, as slots free
+    replay = airflow_searcher(OptunaSearch(points_to_evaluate=[{"x": 0.9}], seed=5), {"x": uniform(0.0, 1.0)},
+                              "loss", "min")
+    for entry in suggested:  # trial ids in order: the order the driver asked in
+        trial = trials[entry["trial_id"]]
+        assert trial.config == replay.suggest(trial.trial_id)
+        assert trial.status.value == "TERMINATED" and len(store.get_results(trial.trial_id)) == 3
+        replay.on_trial_complete(trial.trial_id, trial.last_result)
+    assert trials[suggested[0]["trial_id"]].config == {"x": 0.9}
+    best = xcom(run, "tune.select_best")
+    assert best["value"] == min(t.last_result["loss"] for t in trials.values()) and best["trials"] == 5
+    nothing_left_on_ray()
+
+
+def test_a_sweep_with_a_searcher_resumes_its_search_after_losing_its_driver(trials_env, fake_context, tmp_path):
+    """The driver is killed with the searcher's first two trials finished and the next two held
+    mid-run. Try 3's driver keeps every asked config: the held two continue from their checkpoints
+    with theirs, and the searcher (told the two ended trials) is asked for the last two, past its
+    points_to_evaluate, with the run's own ids. No trial runs twice, no result is lost."""
+    import ray
+
+    from airflow_trials import OptunaSearch
+    from airflow_trials.core.search import choice, uniform
+    from airflow_trials.experiment import trial_ids
+    from airflow_trials.operators.sweep import SweepLostError
+
+    store = trials_env.store
+    store.ensure_experiment("sweep_op", metric="score", mode="max")
+    run_pk = store.create_experiment_run("sweep_op", "run5")
+    gate = tmp_path / "gate"
+    ids = trial_ids("sweep_op", "dag", "run5", 6)
+    points = [{"scale": 1.0, "hold_at": 99}, {"scale": 2.0, "hold_at": 99},  # 99: never held (3 iterations)
+              {"scale": 3.0, "hold_at": 2}, {"scale": 3.5, "hold_at": 2}]
+    search = OptunaSearch({"scale": uniform(0.5, 4.0), "hold_at": choice([2, 99]), "gate": str(gate)},
+                          metric="score", mode="max", points_to_evaluate=points, seed=1)
+    operator = sweep_operator(trials=[{"trial_id": i, "config": {}, "experiment_run_id": run_pk} for i in ids],
+                              search_alg=search, max_concurrent_trials=2)
+    with pytest.raises(TaskDeferred) as first:
+        operator.execute(fake_context(run_id="run5", try_number=1))
+    driver = ray.get_actor("sweep.sweep_op.run5", namespace=NAMESPACE)
+
+    def progressed() -> bool:
+        records = {r.trial_id: r for r in store.list_trials(experiment_run_id=run_pk)}
+        return (all(ids[i] in records and records[ids[i]].status.value == "TERMINATED" for i in (0, 1))
+                and all(ids[i] in records and len(store.get_results(ids[i])) == 1 for i in (2, 3)))
+
+    wait_for(progressed, "two trials to finish and two to hold at iteration 2")
+    before = {t.trial_id: t.config for t in store.list_trials(experiment_run_id=run_pk)}
+    assert sorted(before) == sorted(ids[:4])  # the last two not asked yet: no slot freed
+    assert [before[i]["scale"] for i in ids[:4]] == [1.0, 2.0, 3.0, 3.5]
+    finished_before = {i: store.get_results(ids[i]) for i in (0, 1)}
+    ray.kill(driver, no_restart=True)
+    wait_for(lambda: live_trial_actors() == [], "the driver's trials to die with it")
+    lost = first_event(first.value.trigger)
+    with pytest.raises(SweepLostError):
+        operator.execute_complete(fake_context(run_id="run5", try_number=1), lost)
+
+    gate.touch()
+    with pytest.raises(TaskDeferred) as third:
+        operator.execute(fake_context(run_id="run5", try_number=3))
+    summary = operator.execute_complete(fake_context(run_id="run5", try_number=3), first_event(third.value.trigger))
+    assert (summary["total"], summary["terminated"], summary["errored"]) == (6, 6, 0)
+    after = {t.trial_id: t for t in store.list_trials(experiment_run_id=run_pk)}
+    assert sorted(after) == sorted(ids)  # the run's ids: no trial added, none lost
+    assert all(after[i].config == before[i] for i in ids[:4])  # asked once, kept
+    for i in (4, 5):  # asked by the new driver, past points_to_evaluate
+        assert after[ids[i]].config["scale"] not in (1.0, 2.0, 3.0, 3.5)
+    for i in (0, 1):
+        assert store.get_results(ids[i]) == finished_before[i]  # not run again
+    for trial_id in ids:
+        assert [r["training_iteration"] for r in store.get_results(trial_id)] == [1, 2, 3]
+    nothing_left_on_ray()

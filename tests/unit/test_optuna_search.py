@@ -232,3 +232,56 @@ def test_any_optuna_sampler_and_distribution_can_be_given():
     config = search.suggest("t0")
     assert search.study.sampler is sampler
     assert 0.0 <= config["x"] <= 1.0 and 2 <= config["y"] <= 3
+
+
+def test_an_evaluated_point_is_a_finished_trial_of_its_state():
+    search = OptunaSearch({"x": uniform(0, 1), "opt": choice(["adam", "sgd"]), "fixed": 3}, metric="loss",
+                          mode="min", seed=0)
+    search.add_evaluated_point({"x": 0.2, "opt": "sgd", "fixed": 3}, 0.5, intermediate_values=[0.9, 0.5])
+    search.add_evaluated_point({"x": 0.4, "opt": "adam"}, None, error=True)
+    search.add_evaluated_point({"x": 0.6, "opt": "adam"}, None, pruned=True)
+    search.add_evaluated_point({"x": 0.8, "opt": "adam"}, None)  # no value and not pruned: it failed
+
+    done, failed, pruned, no_value = search.study.trials
+    assert (done.params, done.value, done.state, done.intermediate_values) == (
+        {"x": 0.2, "opt": "sgd"}, 0.5, TrialState.COMPLETE, {0: 0.9, 1: 0.5})
+    assert (failed.state, pruned.state, no_value.state) == (TrialState.FAIL, TrialState.PRUNED, TrialState.FAIL)
+    assert search.study.best_params == {"x": 0.2, "opt": "sgd"}
+    config = search.suggest("t0")  # a new trial: asked, not one of those
+    assert config["fixed"] == 3 and config["x"] not in (0.2, 0.4, 0.6, 0.8)
+
+
+def test_an_evaluated_point_outside_the_space_is_refused_naming_the_key():
+    search = OptunaSearch({"x": uniform(0, 1)}, metric="loss", mode="min")
+    with pytest.raises(ValueError, match=r"add_evaluated_point parameters key 'x': 2.0 is outside its domain"):
+        search.add_evaluated_point({"x": 2.0}, 0.1)
+    with pytest.raises(ValueError, match=r"key 'y' is not in the search space"):
+        search.add_evaluated_point({"y": 0.5}, 0.1)
+    assert search.study.trials == []  # nothing half-added
+
+
+def test_a_resume_skips_the_points_to_evaluate_handed_out_and_draws_new_points():
+    """A second process resuming a run that had asked twice: points_to_evaluate[2] comes next,
+    and the default sampler, reseeded from seed and the count, does not draw the first process's
+    points again (a fresh sampler of the same seed would)."""
+    points = [{"x": 0.1}, {"x": 0.2}, {"x": 0.3}]
+
+    def searcher():
+        return OptunaSearch({"x": uniform(0, 1)}, metric="loss", mode="min", points_to_evaluate=points, seed=7)
+
+    first = searcher()
+    before = [first.suggest(f"t{i}")["x"] for i in range(6)]
+    assert before[:3] == [0.1, 0.2, 0.3]
+
+    resumed = searcher()
+    resumed.resume_after(2)
+    after = [resumed.suggest(f"u{i}")["x"] for i in range(4)]
+    assert after[0] == 0.3
+    assert not set(after[1:]) & set(before[3:])
+
+    again = searcher()  # a resume is reproducible: the same seed and count, the same points
+    again.resume_after(2)
+    assert [again.suggest(f"v{i}")["x"] for i in range(4)] == after
+    unchanged = searcher()
+    unchanged.resume_after(0)  # nothing asked before: as a fresh searcher
+    assert [unchanged.suggest(f"w{i}")["x"] for i in range(6)] == before

@@ -276,3 +276,49 @@ def test_a_scheduler_without_a_metric_takes_the_searchers():
     agree_on_metric(scheduler, ListSearcher([]))
     assert (scheduler.metric, scheduler.mode) == ("loss", "min")
     agree_on_metric(FIFOScheduler(), ListSearcher([]))  # judges nothing
+
+
+class LearningSearcher(ListSearcher):
+    """A ListSearcher that also records what it is told of trials it did not suggest."""
+
+    def add_evaluated_point(self, parameters, value, error=False, pruned=False, intermediate_values=None):
+        self.calls.append(("evaluated", dict(parameters), value, error))
+
+    def resume_after(self, asked):
+        self.calls.append(("resume_after", asked))
+
+
+def test_a_resumed_search_learns_the_ended_trials_and_the_adopted_ones_and_names_its_trials(tmp_path):
+    """What the sweep driver does on a resume: the ids are the run's, the searcher is told the
+    trials that ended before (first, after it learnt how many it had handed out), and how each
+    trial it did not suggest now (one resumed with its stored config) ends; a trial that ended
+    before it reported the metric teaches nothing."""
+    searcher = LearningSearcher([0.5, 0.6])
+    driver = SearchDriver(searcher, 2, "tests.trainables:quadratic", {}, "exp", trial_ids=["run_0003", "run_0004"])
+    adopted = Trial("tests.trainables:quadratic", {"x": 0.2}, trial_id="run_0002", experiment_name="exp")
+    driver.resume([("run_0000", {"x": 0.1}, 0.04), ("run_0001", {"x": 0.9}, None)], [adopted], asked=2)
+    executor = LocalExecutor(str(tmp_path), lambda c: (c["x"] - 0.3) ** 2, slots=1)
+    runner = TrialRunner("exp", executor=executor, search_alg=driver)
+    runner.add_trial(adopted)
+
+    trials = runner.run()
+
+    assert [t.trial_id for t in trials] == ["run_0002", "run_0003", "run_0004"]
+    assert [t.config for t in trials] == [{"x": 0.2}, {"x": 0.5}, {"x": 0.6}]
+    assert searcher.calls[:3] == [("resume_after", 2), ("evaluated", {"x": 0.1}, 0.04, False),
+                                  ("evaluated", {"x": 0.9}, None, True)]
+    evaluated = [c for c in searcher.calls if c[0] == "evaluated"]
+    assert evaluated[2] == ("evaluated", {"x": 0.2}, pytest.approx(0.01), False)  # the adopted trial's end
+    assert searcher.calls.index(("suggest", "run_0003")) > searcher.calls.index(evaluated[2])  # one slot
+    assert [c[1] for c in searcher.calls if c[0] == "complete"] == ["run_0003", "run_0004"]
+
+
+def test_a_search_driver_with_trial_ids_needs_one_per_sample_and_a_searcher_that_can_learn():
+    with pytest.raises(ValueError, match="trial_ids has 1 ids for num_samples=2"):
+        SearchDriver(ListSearcher([0.5]), 2, "tests.trainables:quadratic", {}, "exp", trial_ids=["a"])
+    driver = SearchDriver(ListSearcher([0.5]), 1, "tests.trainables:quadratic", {}, "exp", trial_ids=["a"])
+    with pytest.raises(SearcherError, match=r"raised NotImplementedError in add_evaluated_point\(\) for trial b"
+                                            r".*cannot learn from trials it did not suggest"):
+        driver.resume([("b", {"x": 0.1}, 0.2)], [], asked=1)
+    with pytest.raises(ValueError, match="A SearchDriver carries its own trainable"):
+        TrialRunner("exp", executor=LocalExecutor("/tmp", lambda c: 0.0), search_alg=driver, num_samples=3)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow_trials.core.result import Result
+from airflow_trials.core.status import TrialStatus
 
 #: What :meth:`Searcher.suggest` returns when it will suggest no more trials (Ray Tune's value).
 FINISHED = "FINISHED"
@@ -90,6 +92,55 @@ class Searcher(abc.ABC):
     def on_trial_complete(self, trial_id: str, result: Result | None = None, error: bool = False) -> None:
         """The trial ended: ``result`` is its last result, ``error`` says it failed for good."""
 
+    def add_evaluated_point(
+        self, parameters: Mapping[str, Any], value: float | None, error: bool = False, pruned: bool = False,
+        intermediate_values: Sequence[float] | None = None,
+    ) -> None:
+        """Learn a config evaluated elsewhere (Ray Tune's name): a resumed sweep tells the searcher
+        its run's ended trials with this, and the trials it did not suggest when they end. ``value``
+        is the metric it reached (None with ``error``: it failed; with ``pruned``: stopped early)."""
+        raise NotImplementedError(
+            f"{type(self).__name__} cannot learn from trials it did not suggest (add_evaluated_point), so a "
+            "sweep cannot resume it; implement add_evaluated_point, or use OptunaSearch."
+        )
+
+    def resume_after(self, asked: int) -> None:
+        """A resumed run had asked this searcher ``asked`` times in an earlier process (those trials
+        are told with :meth:`add_evaluated_point`, or continue with their configs): a searcher that
+        hands out ``points_to_evaluate`` first skips the ones already handed out. Default: nothing."""
+        return None
+
+
+def ended_trials(trials: Sequence[Any], metric: str, exclude: str | None = None) -> list[tuple[dict[str, Any], float | None]]:
+    """``(config, value)`` of the ended trials a searcher learns from (:func:`ended_trial_values`)."""
+    return [(config, value) for _, config, value in ended_trial_values(trials, metric, exclude)]
+
+
+def ended_trial_values(
+    trials: Sequence[Any], metric: str, exclude: str | None = None
+) -> list[tuple[str, dict[str, Any], float | None]]:
+    """``(trial id, config, value)`` of the ended trials (records with ``trial_id``, ``config``,
+    ``status``, ``last_result``) a searcher learns from: a finished trial's metric in its last
+    result (as Ray Tune tells a searcher, early-stopped trials included); None for a trial that
+    failed for good. Trials stopped before they reported the metric, and ``exclude``, are left out."""
+    ended: list[tuple[str, dict[str, Any], float | None]] = []
+    for trial in trials:
+        if trial.trial_id == exclude or not trial.config:
+            continue
+        if trial.status is TrialStatus.ERROR:
+            ended.append((trial.trial_id, dict(trial.config), None))
+        elif trial.status is TrialStatus.TERMINATED and (value := metric_value(trial.last_result, metric)) is not None:
+            ended.append((trial.trial_id, dict(trial.config), value))
+    return ended
+
+
+def metric_value(result: Mapping[str, Any] | None, metric: str) -> float | None:
+    """``result[metric]`` as a finite float; None when it is missing or not a finite number."""
+    value = (result or {}).get(metric)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
 
 def check_mode(owner: str, mode: str | None) -> str | None:
     if mode not in (None, "min", "max"):
@@ -146,6 +197,15 @@ class ConcurrencyLimiter(Searcher):
             return
         self.live_trials.discard(trial_id)
         self.searcher.on_trial_complete(trial_id, result=result, error=error)
+
+    def add_evaluated_point(
+        self, parameters: Mapping[str, Any], value: float | None, error: bool = False, pruned: bool = False,
+        intermediate_values: Sequence[float] | None = None,
+    ) -> None:
+        self.searcher.add_evaluated_point(parameters, value, error, pruned, intermediate_values)
+
+    def resume_after(self, asked: int) -> None:
+        self.searcher.resume_after(asked)
 
 
 def agree_on_metric(scheduler: object, searcher: Searcher) -> None:

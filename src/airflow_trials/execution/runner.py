@@ -34,7 +34,7 @@ from airflow_trials.execution.runner_views import (
     TrialIdAndResultList,
     check_concurrency_cap,
 )
-from airflow_trials.execution.suggest import build_search_driver
+from airflow_trials.execution.suggest import SearchDriver, build_search_driver
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ class TrialRunner(RunnerViews):
         resume: bool = False,
         run_errored_only: bool = False,
         wait_timeout_s: float = 1.0,
-        search_alg: Searcher | None = None,
+        search_alg: Searcher | SearchDriver | None = None,
         num_samples: int = 1,
         trainable: str | TrainableWithParameters | None = None,
         trial_kwargs: Mapping[str, Any] | None = None,

@@ -10,7 +10,7 @@ from airflow_trials.core.callback import Callback
 from airflow_trials.core.parameters import TrainableWithParameters
 from airflow_trials.core.resources import Resources
 from airflow_trials.core.result import Result
-from airflow_trials.core.searcher import FINISHED, Searcher, agree_on_metric
+from airflow_trials.core.searcher import FINISHED, Searcher, agree_on_metric, metric_value
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.trial import Trial
 from airflow_trials.exceptions import SearcherError
@@ -20,7 +20,7 @@ _PER_TRIAL = ("trainable", "config", "trial_id", "experiment_name")
 
 
 def build_search_driver(
-    search_alg: Searcher | None,
+    search_alg: Searcher | SearchDriver | None,
     num_samples: int,
     trainable: str | TrainableWithParameters | None,
     trial_kwargs: Mapping[str, Any] | None,
@@ -29,7 +29,14 @@ def build_search_driver(
     scheduler: object = None,
 ) -> SearchDriver | None:
     """The runner's driver of ``search_alg``, or None without one; ValueError for arguments that
-    clash, and for a ``scheduler`` judging by another metric or mode (:func:`agree_on_metric`)."""
+    clash, and for a ``scheduler`` judging by another metric or mode (:func:`agree_on_metric`).
+    A :class:`SearchDriver` the caller built (the sweep driver's, with its run's trial ids) is
+    used as it is."""
+    if isinstance(search_alg, SearchDriver):
+        if trainable is not None or trial_kwargs or num_samples != 1 or resume:
+            raise ValueError("A SearchDriver carries its own trainable, trial_kwargs and num_samples; pass it alone.")
+        agree_on_metric(scheduler, search_alg.searcher)
+        return search_alg
     if search_alg is None:
         if trainable is not None or trial_kwargs or num_samples != 1:
             raise ValueError(
@@ -66,6 +73,8 @@ class SearchDriver(Callback):
     :param trial_kwargs: the other :class:`Trial` arguments of every trial (``resources``,
         ``max_failures``, ``stopping_criterion``, checkpoint settings).
     :param experiment_name: the trials' experiment.
+    :param trial_ids: the ids its trials get, in order (a sweep's, fixed before it runs); default
+        ``<random prefix>_00001`` and on. With them, ``num_samples`` is their number.
     """
 
     def __init__(
@@ -75,6 +84,7 @@ class SearchDriver(Callback):
         trainable: str | TrainableWithParameters | None,
         trial_kwargs: Mapping[str, Any],
         experiment_name: str,
+        trial_ids: Sequence[str] | None = None,
     ) -> None:
         if not isinstance(searcher, Searcher):
             raise TypeError(
@@ -82,6 +92,8 @@ class SearchDriver(Callback):
             )
         if not isinstance(num_samples, int) or isinstance(num_samples, bool) or num_samples < 1:
             raise ValueError(f"num_samples must be a whole number >= 1, got {num_samples!r}.")
+        if trial_ids is not None and len(trial_ids) != num_samples:
+            raise ValueError(f"trial_ids has {len(trial_ids)} ids for num_samples={num_samples}; give one id per trial.")
         if trainable is None:
             raise ValueError(
                 "A search_alg suggests configs of one trainable: pass trainable='my_pkg.train:train' too."
@@ -107,9 +119,26 @@ class SearchDriver(Callback):
             ) from e
         self.num_created = 0
         self._prefix = uuid.uuid4().hex[:8]  # a rerun into the same storage gets new directories
+        self._trial_ids = None if trial_ids is None else list(trial_ids)
         self._searcher_finished = False
         self._failed = False
         self._live: set[str] = set()
+        self._adopted: dict[str, dict[str, Any]] = {}
+
+    def resume(self, ended: Sequence[tuple[str, Mapping[str, Any], float | None]], adopted: Sequence[Trial],
+               asked: int) -> None:
+        """Pick up a run an earlier process began: tell the searcher the run's ended trials
+        (``(trial id, config, value)``, value None: failed) with ``add_evaluated_point``; learn how
+        each of ``adopted`` (trials the runner runs with configs it did not ask for now: resumed
+        ones, warm starts) ends the same way; and skip the ``asked`` suggestions handed out before
+        (``Searcher.resume_after``)."""
+        self.searcher.resume_after(asked)  # first: it may reseed the sampler before the study is built
+        for trial_id, config, value in ended:
+            self._call("add_evaluated_point", self._learn, trial_id, config, value)
+        self._adopted.update((trial.trial_id, dict(trial.config)) for trial in adopted)
+
+    def _learn(self, trial_id: str, config: Mapping[str, Any], value: float | None) -> None:
+        self.searcher.add_evaluated_point(config, value, error=value is None)
 
     @property
     def name(self) -> str:
@@ -136,7 +165,8 @@ class SearchDriver(Callback):
             return None
         if any(t.status == TrialStatus.RUNNING for t in unfinished) and not has_resources(self.resources):
             return None
-        trial_id = f"{self._prefix}_{self.num_created + 1:05d}"
+        trial_id = (f"{self._prefix}_{self.num_created + 1:05d}" if self._trial_ids is None
+                    else self._trial_ids[self.num_created])
         suggestion = self._call("suggest", self.searcher.suggest, trial_id)
         if suggestion == FINISHED:
             self._searcher_finished = True
@@ -170,6 +200,12 @@ class SearchDriver(Callback):
         self._end(trial, error=True)
 
     def _end(self, trial: Trial, *, error: bool) -> None:
+        if trial.trial_id in self._adopted and not self._failed:
+            value = None if error else metric_value(trial.last_result, self.searcher.metric or "")
+            config = self._adopted.pop(trial.trial_id)
+            if error or value is not None:  # stopped before it reported the metric: nothing to learn
+                self._call("add_evaluated_point", self._learn, trial.trial_id, config, value)
+            return
         if trial.trial_id not in self._live or self._failed:
             return
         self._live.discard(trial.trial_id)

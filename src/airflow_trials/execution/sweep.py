@@ -21,8 +21,10 @@ from typing import Any
 import ray
 from ray.actor import ActorHandle
 
+from airflow_trials.core.searcher import ended_trial_values
 from airflow_trials.core.sweep import SweepProgress, SweepSnapshot
 from airflow_trials.core.trial import Trial
+from airflow_trials.execution.suggest import SearchDriver
 from airflow_trials.store.store import TrialStore
 
 log = logging.getLogger(__name__)
@@ -55,6 +57,9 @@ class SweepSpec:
     :param max_concurrent_trials: the most trials running at once; None: as many as fit.
     :param origins: per warm-started trial id, ``{"warm_start": {...}, "restore_path": ...}``: where it
         came from, and the checkpoint it starts from on its first launch; default none.
+    :param search_alg: a :class:`~airflow_trials.core.searcher.Searcher` with the experiment's space,
+        metric and mode, which suggests the config of each trial given as ``{}``; default None.
+    :param warm_points: ``(config, value)`` of a warm start's seeds, which the searcher learns first.
     """
 
     experiment_name: str
@@ -71,31 +76,56 @@ class SweepSpec:
     scheduler: Any = None
     max_concurrent_trials: int | None = None
     origins: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+    search_alg: Any = None
+    warm_points: Sequence[Sequence[Any]] = ()
 
     @property
     def name(self) -> str:
         return driver_name(self.experiment_name, self.run_key)
 
 
-def resumable_trials(spec: SweepSpec, store: TrialStore) -> tuple[list[Trial], int, tuple[float, str] | None]:
-    """The run's trials still to run, how many had ended already, and the best value among those.
+@dataclasses.dataclass
+class Resumable:
+    """What a driver runs of its run: :func:`resumable_trials`."""
+
+    #: trials to run with their configs: never started, or continuing from their latest checkpoint
+    trials: list[Trial]
+    #: how many of the run's trials had ended, and the best value among them (value, trial id)
+    done: int
+    best: tuple[float, str] | None
+    #: ids of the trials the searcher is still to be asked for, in order (with a search_alg)
+    to_ask: list[str] = dataclasses.field(default_factory=list)
+    #: ``(trial id, config, value)`` of the run's ended trials, for the searcher to learn
+    ended: list[tuple[str, dict[str, Any], float | None]] = dataclasses.field(default_factory=list)
+    #: how many of the searcher's trials it had been asked for before (their configs are stored)
+    asked: int = 0
+
+
+def resumable_trials(spec: SweepSpec, store: TrialStore) -> Resumable:
+    """The run's trials still to run, and what had ended.
 
     A trial that ended (TERMINATED or ERROR) in the trials DB is not run again. One that started
     and did not end continues from its latest recorded checkpoint (from scratch without one); its
-    results already stored are kept (the store takes each iteration once).
+    results already stored are kept (the store takes each iteration once). With a ``search_alg``,
+    a trial given without a config is the searcher's to suggest: one whose config is stored
+    continues with it, the others are asked for (``to_ask``).
     """
     records = {r.trial_id: r for r in store.list_trials(experiment_run_id=spec.experiment_run_id)}
     ended = {trial_id for trial_id, record in records.items() if record.status.is_terminal()}
-    trials = []
+    resumable = Resumable([], len(ended & {trial_id for trial_id, _ in spec.trials}), None)
     for trial_id, config in spec.trials:
+        record, origin = records.get(trial_id), spec.origins.get(trial_id) or {}
+        searched = spec.search_alg is not None and not config
+        if searched and record is not None and record.config:
+            config = dict(record.config)  # asked before the resume
+            resumable.asked += 1
         if trial_id in ended:
             continue
-        record, origin = records.get(trial_id), spec.origins.get(trial_id) or {}
-        if record is not None:
-            latest = store.latest_checkpoint(trial_id)
-            restore = latest.path if latest is not None else origin.get("restore_path")
-        else:
-            restore = origin.get("restore_path")
+        if searched and not config:
+            resumable.to_ask.append(trial_id)
+            continue
+        latest = store.latest_checkpoint(trial_id) if record is not None else None
+        restore = latest.path if latest is not None else origin.get("restore_path")
         trial = Trial(spec.trainable, config, trial_id=trial_id, experiment_name=spec.experiment_name,
                       restore_path=restore, **spec.trial_kwargs)
         if record is None and origin.get("warm_start"):  # registered now: the store says where it came from
@@ -103,13 +133,27 @@ def resumable_trials(spec: SweepSpec, store: TrialStore) -> tuple[list[Trial], i
                                max_failures=trial.max_failures, experiment_run_id=spec.experiment_run_id,
                                warm_start=origin["warm_start"])
         trial.num_failures = record.num_failures if record is not None else 0
-        trials.append(trial)
-    best = None
+        resumable.trials.append(trial)
     if ended:
         board = store.leaderboard(spec.experiment_run_id, spec.metric, spec.mode)
         top = next((row for row in board if row.best_value is not None), None)
-        best = (top.best_value, top.trial_id) if top is not None and top.best_value is not None else None
-    return trials, len(ended & {trial_id for trial_id, _ in spec.trials}), best
+        resumable.best = (top.best_value, top.trial_id) if top is not None and top.best_value is not None else None
+        if spec.search_alg is not None:
+            resumable.ended = ended_trial_values([records[t] for t, _ in spec.trials if t in ended], spec.metric)
+    return resumable
+
+
+def sweep_search(spec: SweepSpec, resumable: Resumable) -> SearchDriver | None:
+    """The driver's searcher, told what it must know before its first suggestion: the warm
+    start's seeds' results, the run's ended trials, and the trials it did not suggest now (the
+    seeds, those resumed) to learn when they end. None without a search_alg or nothing to ask."""
+    if spec.search_alg is None or not resumable.to_ask:
+        return None
+    search = SearchDriver(spec.search_alg, len(resumable.to_ask), spec.trainable, spec.trial_kwargs,
+                          spec.experiment_name, trial_ids=resumable.to_ask)
+    warm = [(f"warm start seed {i}", dict(config), value) for i, (config, value) in enumerate(spec.warm_points)]
+    search.resume([*warm, *resumable.ended], resumable.trials, resumable.asked)
+    return search
 
 
 class SweepDriver:
@@ -200,10 +244,11 @@ class SweepDriver:
         store = TrialStore(spec.db_url)
         recorder = None
         try:
-            trials, done, best = resumable_trials(spec, store)
-            if done:
-                log.info("Sweep %s resumes: %d of %d trials had ended.", spec.name, done, len(spec.trials))
-            progress = SweepProgress(len(spec.trials), spec.metric, spec.mode, done_before=done, best_before=best)
+            resumable = resumable_trials(spec, store)
+            if resumable.done:
+                log.info("Sweep %s resumes: %d of %d trials had ended.", spec.name, resumable.done, len(spec.trials))
+            progress = SweepProgress(len(spec.trials), spec.metric, spec.mode, done_before=resumable.done,
+                                     best_before=resumable.best)
             recorder = TrialsDbCallback(metric=spec.metric, mode=spec.mode, run_key=spec.run_key, store=store,
                                         flush_interval_s=FLUSH_INTERVAL_SECONDS, write_behind=True)
             # Not detached: the trials' actors die with this driver, so none outlives it unwatched.
@@ -214,13 +259,14 @@ class SweepDriver:
                 spec.scheduler.set_search_properties(spec.metric, spec.mode)
             runner = TrialRunner(spec.experiment_name, executor=executor, scheduler=spec.scheduler,
                                  callbacks=[recorder, progress], max_concurrent_trials=spec.max_concurrent_trials,
-                                 checkpoint_period_s=float("inf"), keep_results=False)
-            for trial in trials:
+                                 checkpoint_period_s=float("inf"), keep_results=False,
+                                 search_alg=sweep_search(spec, resumable))
+            for trial in resumable.trials:
                 runner.add_trial(trial)
             self._runner, self._progress = runner, progress
             if self._stop.is_set():
                 runner.request_stop()
-            if trials:
+            if resumable.trials or resumable.to_ask:
                 runner.run()
         finally:
             if recorder is not None:

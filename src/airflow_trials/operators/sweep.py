@@ -15,6 +15,7 @@ from airflow_trials.core.scheduler import experiment_metric_and_mode
 from airflow_trials.exceptions import AirflowTrialsError
 from airflow_trials.hooks.trials import DEFAULT_RAY_CONN_ID, DEFAULT_TRIALS_CONN_ID, TrialsHook
 from airflow_trials.operators.trial import MAX_INFRASTRUCTURE_RESTARTS
+from airflow_trials.operators.tuning import airflow_searcher
 from airflow_trials.pools import DEFAULT_SLOTS_PER_GPU, gpu_pool_slots
 from airflow_trials.triggers.sweep import ERROR, FINISHED, SweepTrigger
 
@@ -52,6 +53,10 @@ class RunSweepOperator(BaseOperator):
     :param max_failures: each trial's retries from its latest checkpoint; default 0.
     :param scheduler: any engine scheduler (``ASHAScheduler``, ``HyperBandScheduler``,
         ``MedianStoppingRule``, ``PopulationBasedTraining``); it runs in the driver. Default FIFO.
+    :param search_alg: an ``OptunaSearch`` with its space, metric and mode set; it runs in the
+        driver and suggests the config of each trial given with an empty ``config``, as slots free,
+        learning from the trials that ended. A resumed run tells it the run's ended trials first
+        (``add_evaluated_point``) and keeps each trial id's stored config. Default none.
     :param max_concurrent_trials: the most trials at once; default None: as many as Ray fits.
         Needed with ``gpu_pool``.
     :param gpu_pool: with GPUs per trial, the task takes ``max_concurrent_trials`` trials' slots
@@ -71,7 +76,7 @@ class RunSweepOperator(BaseOperator):
         resources_per_trial: Mapping[str, Any] | None = None, stopping_criterion: Mapping[str, float] | None = None,
         checkpoint_freq: int = 0, checkpoint_at_end: bool = True, keep_checkpoints_num: int | None = None,
         checkpoint_score_attr: str | None = None, max_failures: int = 0, scheduler: Any = None,
-        max_concurrent_trials: int | None = None, gpu_pool: str | None = None,
+        search_alg: Any = None, max_concurrent_trials: int | None = None, gpu_pool: str | None = None,
         slots_per_gpu: int = DEFAULT_SLOTS_PER_GPU, ray_conn_id: str = DEFAULT_RAY_CONN_ID,
         trials_conn_id: str = DEFAULT_TRIALS_CONN_ID, poll_interval_seconds: float = 2.0,
         progress_interval_seconds: float = 30.0,
@@ -83,6 +88,8 @@ class RunSweepOperator(BaseOperator):
             raise ValueError(f"RunSweepOperator {kwargs.get('task_id')!r}: mode must be 'min' or 'max', got {mode!r}.")
         if scheduler is not None:
             experiment_metric_and_mode(scheduler, metric, mode, type(scheduler).__name__)
+        if search_alg is not None:
+            search_alg = airflow_searcher(search_alg, {}, metric, mode)
         gpu = Resources.from_dict(resources_per_trial).gpu
         if gpu_pool and gpu > 0 and "pool" not in kwargs:
             if max_concurrent_trials is None:
@@ -105,6 +112,7 @@ class RunSweepOperator(BaseOperator):
         self.checkpoint_score_attr = checkpoint_score_attr or (metric if mode == "max" else f"min-{metric}")
         self.max_failures = max_failures
         self.scheduler = scheduler
+        self.search_alg = search_alg
         self.max_concurrent_trials = max_concurrent_trials
         self.gpu_pool, self.slots_per_gpu = gpu_pool, slots_per_gpu
         self.ray_conn_id, self.trials_conn_id = ray_conn_id, trials_conn_id
@@ -163,6 +171,7 @@ class RunSweepOperator(BaseOperator):
             max_concurrent_trials=self.max_concurrent_trials,
             origins={t["trial_id"]: {"warm_start": t["warm_start"], "restore_path": t.get("restore_path")}
                      for t in self.trials if t.get("warm_start")},
+            search_alg=self.search_alg, warm_points=list(self.trials[0].get("warm_points") or ()),
         )
         import ray
 

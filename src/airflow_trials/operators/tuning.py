@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import math
 import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow_trials.core.judged import JudgedScheduler, judged_from_dict, judged_scheduler
-from airflow_trials.core.status import TrialStatus
+from airflow_trials.core.searcher import ended_trials
 
 log = logging.getLogger(__name__)
 
@@ -96,23 +95,6 @@ def suggested_config(
 def ask_seed(experiment_run_id: int, trial_id: str) -> int:
     """The seed of a trial's ask: the same on every try, different for each trial of a run."""
     return int(hashlib.sha1(f"{experiment_run_id}:{trial_id}".encode()).hexdigest()[:8], 16)
-
-
-def ended_trials(trials: Sequence[Any], metric: str, exclude: str) -> list[tuple[dict[str, Any], float | None]]:
-    """``(config, value)`` of the ended trials a searcher learns from: a finished trial's metric
-    in its last result (as Ray Tune tells a searcher, early-stopped trials included); None for a
-    trial that failed for good. Trials stopped before they reported the metric are left out."""
-    ended: list[tuple[dict[str, Any], float | None]] = []
-    for trial in trials:
-        if trial.trial_id == exclude or not trial.config:
-            continue
-        if trial.status is TrialStatus.ERROR:
-            ended.append((dict(trial.config), None))
-        elif trial.status is TrialStatus.TERMINATED:
-            value = (trial.last_result or {}).get(metric)
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-                ended.append((dict(trial.config), float(value)))
-    return ended
 
 
 def airflow_searcher(search_alg: Any, search_space: Mapping[str, Any], metric: str, mode: str) -> Any:

@@ -213,6 +213,8 @@ class OptunaSearch(Searcher):
         self._study: optuna.Study | None = None
         self._ot_trials: dict[str, optuna.trial.Trial] = {}
         self._completed: set[str] = set()
+        self._points_asked = 0
+        self._sampler_seed = seed  # the default sampler's seed; resume_after changes it
         if space:
             self._set_space(space)
 
@@ -227,7 +229,7 @@ class OptunaSearch(Searcher):
             )
         self._distributions = distributions
         self._space = space
-        points = [self._flat_point(i, point, space) for i, point in enumerate(self._points)]
+        points = [self._flat_point(f"points_to_evaluate[{i}]", point, space) for i, point in enumerate(self._points)]
         if self._evaluated_rewards is not None:
             for i, flat in enumerate(points):
                 missing = sorted(set(distributions) - set(flat))
@@ -238,22 +240,23 @@ class OptunaSearch(Searcher):
                     )
         self._flat_points = points
 
-    def _flat_point(self, index: int, point: Mapping[str, Any], space: Mapping[str, Any]) -> dict[str, Any]:
-        """A point as Optuna's flat params, checked against the space's distributions."""
+    def _flat_point(self, where: str, point: Mapping[str, Any], space: Mapping[str, Any]) -> dict[str, Any]:
+        """A point as Optuna's flat params, checked against the space's distributions; ``where``
+        names the point in messages (``points_to_evaluate[0]``)."""
         fixed = {path for path, _ in _leaves(space)} - set(self._distributions)
         flat: dict[str, Any] = {}
         for path, value in _flatten_like(point, space).items():
-            where = f"OptunaSearch: points_to_evaluate[{index}] key {path!r}"
+            here = f"OptunaSearch: {where} key {path!r}"
             distribution = self._distributions.get(path)
             if distribution is None:
                 if path not in fixed:
-                    raise ValueError(f"{where} is not in the search space (its keys: {sorted(self._distributions)}).")
+                    raise ValueError(f"{here} is not in the search space (its keys: {sorted(self._distributions)}).")
                 continue
             choices = _indexed_choices(_leaf_at(space, path))
             if choices is not None:
                 value = next((i for i, c in enumerate(choices) if c == value), value)
             if not _contains(distribution, value):
-                raise ValueError(f"{where}: {value!r} is outside its domain {distribution}.")
+                raise ValueError(f"{here}: {value!r} is outside its domain {distribution}.")
             flat[path] = value
         return flat
 
@@ -290,15 +293,11 @@ class OptunaSearch(Searcher):
             )
         study = optuna.create_study(
             direction="minimize" if self.mode == "min" else "maximize",
-            sampler=self._sampler or optuna.samplers.TPESampler(seed=self._seed),
+            sampler=self._sampler or optuna.samplers.TPESampler(seed=self._sampler_seed),
             pruner=optuna.pruners.NopPruner(),  # the runner's scheduler stops trials, as in Ray Tune
         )
-        for i, flat in enumerate(self._flat_points):
-            if self._evaluated_rewards is None:
-                study.enqueue_trial(flat)
-                continue
+        for flat, reward in zip(self._flat_points, self._evaluated_rewards or (), strict=False):
             dists = {path: self._distributions[path] for path in flat}
-            reward = self._evaluated_rewards[i]
             study.add_trial(optuna.trial.create_trial(params=flat, distributions=dists, value=reward))
         return study
 
@@ -306,8 +305,47 @@ class OptunaSearch(Searcher):
         study = self.study
         ot_trial = self._ot_trials.get(trial_id)
         if ot_trial is None:
+            # points_to_evaluate go first, in order, one per new trial (none when they were evaluated)
+            if self._evaluated_rewards is None and self._points_asked < len(self._flat_points):
+                study.enqueue_trial(self._flat_points[self._points_asked])
+            self._points_asked += 1
             ot_trial = self._ot_trials[trial_id] = study.ask(fixed_distributions=self._distributions)
         return self._config(self._require_space(), ot_trial.params)
+
+    def add_evaluated_point(
+        self, parameters: Mapping[str, Any], value: float | None, error: bool = False, pruned: bool = False,
+        intermediate_values: Sequence[float] | None = None,
+    ) -> None:
+        """Add a config evaluated elsewhere to the study, as Ray Tune's ``OptunaSearch`` does
+        (``study.add_trial``): COMPLETE with ``value``; FAIL with ``error`` (or no value); PRUNED
+        with ``pruned``. ``intermediate_values`` are its metric at steps 0, 1, ...
+
+        :param parameters: the trial's config (the search space's keys; fixed values are ignored).
+        """
+        flat = self._flat_point("add_evaluated_point parameters", parameters, self._require_space())
+        if error or (value is None and not pruned):
+            state, value = TrialState.FAIL, None
+        else:
+            state, value = (TrialState.PRUNED, None) if pruned else (TrialState.COMPLETE, value)
+        dists = {path: self._distributions[path] for path in flat}
+        steps = dict(enumerate(intermediate_values or ()))
+        self.study.add_trial(optuna.trial.create_trial(params=flat, distributions=dists, value=value, state=state,
+                                                       intermediate_values=steps))
+
+    def resume_after(self, asked: int) -> None:
+        """A resumed run had asked ``asked`` times before: skip that many of ``points_to_evaluate``,
+        and reseed the sampler so that it does not draw the first process's points again (the
+        default TPE sampler from ``seed`` and ``asked``, so a resume stays reproducible; a sampler
+        of your own with ``reseed_rng()``)."""
+        if asked <= 0:
+            return
+        self._points_asked = max(self._points_asked, asked)
+        if self._sampler is None:
+            self._sampler_seed = None if self._seed is None else zlib.crc32(f"{self._seed}:resumed:{asked}".encode())
+        else:
+            self._sampler.reseed_rng()
+        if self._study is not None:
+            self._study.sampler = self._sampler or optuna.samplers.TPESampler(seed=self._sampler_seed)
 
     def suggest_after(self, trial_id: str, finished: Sequence[Finished], index: int, seed: int) -> Suggestion:
         """One suggestion from a study that knows only ``finished`` (the Airflow path's ask: each
@@ -332,7 +370,7 @@ class OptunaSearch(Searcher):
         study = optuna.create_study(direction="minimize" if self.mode == "min" else "maximize", sampler=sampler,
                                     pruner=optuna.pruners.NopPruner())
         for i, (config, value) in enumerate(finished):
-            flat = self._flat_point(i, config, space)
+            flat = self._flat_point(f"finished trial {i}", config, space)
             dists = {path: self._distributions[path] for path in flat}
             state = TrialState.FAIL if value is None else TrialState.COMPLETE
             study.add_trial(optuna.trial.create_trial(params=flat, distributions=dists, value=value, state=state))
