@@ -246,14 +246,24 @@ def test_clearing_a_deferred_sweep_leaves_its_run_to_the_next_try(trials_env, fa
     nothing_left_on_ray()
 
 
-SEEDED_SEARCH = Code("__import__('airflow_trials').OptunaSearch(points_to_evaluate=[{'x': 0.9}], seed=5)")
+# TPE models the history from its second trial on (n_startup_trials=1): what it learnt shows in each config.
+SEEDED_SEARCH = Code("__import__('airflow_trials').OptunaSearch(points_to_evaluate=[{'x': 0.9}], "
+                     "sampler=__import__('optuna').samplers.TPESampler(n_startup_trials=1, seed=5))")
+
+
+def seeded_search():
+    """SEEDED_SEARCH, here."""
+    import optuna
+
+    from airflow_trials import OptunaSearch
+
+    return OptunaSearch(points_to_evaluate=[{"x": 0.9}], sampler=optuna.samplers.TPESampler(n_startup_trials=1, seed=5))
 
 
 def test_a_sweep_runs_its_searcher_in_the_driver_learning_from_each_ended_trial(trials_env):
     """OptunaSearch in the driver, one trial at a time: each config is what the same seeded study
     suggests after the trials before it ended, points_to_evaluate first; the trials keep the ids
     suggest_configs gave them (the grid view's, select_best's)."""
-    from airflow_trials import OptunaSearch
     from airflow_trials.core.search import uniform
     from airflow_trials.operators.tuning import airflow_searcher
     from tests.airflow.test_early_stopping import UNIFORM
@@ -269,8 +279,7 @@ def test_a_sweep_runs_its_searcher_in_the_driver_learning_from_each_ended_trial(
     trials = {t.trial_id: t for t in store.list_trials(experiment_run_id=exp_run.id)}
     assert sorted(trials) == sorted(entry["trial_id"] for entry in suggested)
     assert [entry["config"] for entry in suggested] == [{}] * 5  # the driver asks, as slots free
-    replay = airflow_searcher(OptunaSearch(points_to_evaluate=[{"x": 0.9}], seed=5), {"x": uniform(0.0, 1.0)},
-                              "loss", "min")
+    replay = airflow_searcher(seeded_search(), {"x": uniform(0.0, 1.0)}, "loss", "min")
     for entry in suggested:  # trial ids in order: the order the driver asked in
         trial = trials[entry["trial_id"]]
         assert trial.config == replay.suggest(trial.trial_id)

@@ -76,3 +76,40 @@ def test_a_source_that_cannot_be_used_is_refused_before_anything_is_written(tria
                                                    r"warm-start from \(WarmStart\(if_missing='error'\)\)"):
         strict.get_task("tune.suggest_configs").python_callable(ti=fake_context(run_id="manual__3")["ti"])
     assert trials_env.store.list_experiment_runs() == []
+
+
+def test_a_warm_started_sweeps_searcher_learns_the_seeds_before_its_first_suggestion(trials_env):
+    """Night 2 of a sweep with OptunaSearch, one trial at a time: the driver's study holds night
+    1's two best configs and values first, then the seeds' own ends tonight; its suggestions are
+    exactly what the same seeded study suggests after those, points_to_evaluate after the seeds."""
+    from airflow_trials.operators.tuning import airflow_searcher
+    from tests.airflow.test_early_stopping import UNIFORM
+    from tests.airflow.test_sweep import SEEDED_SEARCH, seeded_search
+
+    name = "warm_sweep_optuna"
+    dag = experiment_dag(name, trainable="tests.trainables:quadratic", metric="loss", mode="min",
+                         search_space={"x": UNIFORM}, num_samples=5, stop=None, search_alg=SEEDED_SEARCH,
+                         sweep=True, max_concurrent_trials=1, warm_start=warm(top_k=2))
+    assert dag.test().state == "success"
+    second = dag.test()
+    assert second.state == "success", task_states(second)
+    store = trials_env.store
+    _, night2 = runs_trials(store, name, second.run_id)
+    by_id = {t.trial_id: t for t in night2}
+    suggested = xcom(second, "tune.suggest_configs")
+    seeds, asked = suggested[:2], suggested[2:]
+    assert all(entry["warm_start"] for entry in seeds) and all(entry["config"] == {} for entry in asked)
+
+    replay = airflow_searcher(seeded_search(), {"x": uniform(0.0, 1.0)}, "loss", "min")
+    for config, value in seeds[0]["warm_points"]:  # night 1's best two, as the driver learnt them
+        replay.add_evaluated_point(config, value)
+    for entry in seeds:  # then the seeds' runs tonight, as each ended
+        seed = by_id[entry["trial_id"]]
+        assert seed.config == entry["config"] and seed.warm_start["run_key"] != second.run_id
+        replay.add_evaluated_point(seed.config, seed.last_result["loss"])
+    for entry in asked:
+        trial = by_id[entry["trial_id"]]
+        assert trial.config == replay.suggest(trial.trial_id) and trial.warm_start is None
+        replay.on_trial_complete(trial.trial_id, trial.last_result)
+    assert by_id[asked[0]["trial_id"]].config == {"x": 0.9}
+    assert len(night2) == 5 and {t.status.value for t in night2} == {"TERMINATED"}
