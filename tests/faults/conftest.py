@@ -31,26 +31,28 @@ RUN_TIMEOUT_S = 600
 def experiment_dag_source(
     dag_id: str, journal_dir: Path, *, trials: int = 3, iterations: int = ITERATIONS,
     sleep_s: float = SLEEP_S, hold_at: int = HOLD_AT, max_failures: int = 1, scheduler: str = "None",
-    sweep: bool = False, warm_start: str = "None",
+    sweep: bool = False, warm_start: str = "None", search_alg: str = "None",
 ) -> str:
     """A DAG file: one ``tuning_experiment`` of ``trials`` trials of the journaled trainable
     (``scheduler``: its argument, as code, e.g. ``"ASHAScheduler(max_t=12)"``; ``sweep``: all of
-    them in one sweep task; ``warm_start``: its argument, as code)."""
+    them in one sweep task; ``warm_start``: its argument, as code; ``search_alg``: its argument,
+    as code, e.g. ``"OptunaSearch(seed=0)"``, which then chooses ``x`` in [1, trials])."""
+    x = f"grid_search({list(range(1, trials + 1))!r})" if search_alg == "None" else f"uniform(1.0, {float(trials)})"
     return textwrap.dedent(f'''\
         """Written by tests/faults: the fault tests' experiment."""
         import datetime
 
         from airflow.sdk import DAG
 
-        from airflow_trials import ASHAScheduler, WarmStart  # noqa: F401 - for scheduler= and warm_start=
-        from airflow_trials.core.search import grid_search
+        from airflow_trials import ASHAScheduler, OptunaSearch, WarmStart  # noqa: F401 - for the arguments as code
+        from airflow_trials.core.search import grid_search, uniform  # noqa: F401
         from airflow_trials.experiment import tuning_experiment
 
         with DAG({dag_id!r}, schedule=None, start_date=datetime.datetime(2026, 1, 1), catchup=False):
             tuning_experiment(
                 experiment_name={dag_id!r},
                 trainable="tests.faults.trainables:journaled",
-                search_space={{"x": grid_search({list(range(1, trials + 1))!r}), "iterations": {iterations},
+                search_space={{"x": {x}, "iterations": {iterations},
                               "sleep_s": {sleep_s}, "hold_at": {hold_at}, "journal_dir": {str(journal_dir)!r}}},
                 metric="score",
                 mode="max",
@@ -62,6 +64,8 @@ def experiment_dag_source(
                 scheduler={scheduler},
                 sweep={sweep!r},
                 warm_start={warm_start},
+                search_alg={search_alg},
+                num_samples={1 if search_alg == "None" else trials},
             )
         ''')
 
@@ -384,17 +388,17 @@ def on_ray(name: str) -> set[str]:
 
 @pytest.fixture
 def experiment(stack) -> Iterator[Any]:
-    """``experiment(dag_id, trials=..., hold_at=..., max_failures=...)`` writes the DAG and returns
+    """``experiment(dag_id, trials=..., hold_at=..., max_failures=..., ...)`` writes the DAG and returns
     its :class:`ExperimentRun`, ready to trigger (``hold_at=0``: the trials never hold)."""
 
     def make(dag_id: str, *, trials: int = 3, iterations: int = ITERATIONS, hold_at: int = HOLD_AT,
              max_failures: int = 1, scheduler: str = "None", sweep: bool = False,
-             warm_start: str = "None") -> ExperimentRun:
+             warm_start: str = "None", search_alg: str = "None") -> ExperimentRun:
         journal = stack.home / "journal" / dag_id
         journal.mkdir(parents=True, exist_ok=True)  # a second run of one experiment shares its journal
         stack.write_dag(f"{dag_id}.py", experiment_dag_source(
             dag_id, journal, trials=trials, iterations=iterations, hold_at=hold_at, max_failures=max_failures,
-            scheduler=scheduler, sweep=sweep, warm_start=warm_start))
+            scheduler=scheduler, sweep=sweep, warm_start=warm_start, search_alg=search_alg))
         return ExperimentRun(stack, dag_id, journal, trials, iterations, sweep=sweep)
 
     yield make

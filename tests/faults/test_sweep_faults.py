@@ -9,7 +9,10 @@ first trial is the first run's best config, and says so. Its driver is killed mi
 its trials): the trigger reports it lost, the task's retry starts a new driver, which resumes each
 trial from its latest checkpoint.
 
-Case 3: an experiment of more trials than a mapped task may have is refused when the
+Case 3: a sweep whose searcher (OptunaSearch, in the driver) chose every config loses its driver
+with every trial mid-run: the next driver runs them on with the configs they were asked for.
+
+Case 4: an experiment of more trials than a mapped task may have is refused when the
 dag-processor parses it, naming both numbers and ``sweep=True``.
 """
 
@@ -106,6 +109,35 @@ def test_a_warm_started_sweep_whose_driver_is_killed_resumes_on_the_tasks_retry(
     assert all(records[t].warm_start is None for t in run.trial_ids[1:])
     (ti,) = run.trial_tis()
     assert "gone" in run.log(ti, try_number=1) and "Started the sweep driver" in run.log(ti, try_number=2)
+
+
+def test_a_searched_sweep_whose_driver_is_killed_keeps_every_asked_config(stack, experiment):
+    """OptunaSearch in the driver chose each trial's config; the driver is killed with every trial
+    held mid-run. The retry's driver runs each trial on from its checkpoint with the config it was
+    asked for, asking the searcher for none: no trial changes its config, none runs twice."""
+    import ray
+
+    run = experiment("faults_sweep_search", trials=3, max_failures=0, sweep=True, search_alg="OptunaSearch(seed=0)")
+    run.trigger()
+    run.wait_until_trials_deferred()
+    store = run.store()
+    try:
+        asked = {trial_id: store.get_trial(trial_id).config for trial_id in run.trial_ids}
+    finally:
+        store.dispose()
+    assert len({config["x"] for config in asked.values()}) == 3 and all(1.0 <= c["x"] <= 3.0 for c in asked.values())
+    ray.kill(driver(run), no_restart=True)
+    run.open_gate()
+
+    assert run.finish() == "success"
+    run.assert_no_lost_results()
+    for trial_id, incarnations in run.assert_no_duplicate_trial().items():
+        assert len(incarnations) == 2 and incarnations[1].resumed_from >= 1, (trial_id, incarnations)
+    records = run.assert_trials_end("TERMINATED")
+    assert {trial_id: record.config for trial_id, record in records.items()} == asked
+    run.assert_tasks_end(tries={-1: ["failed", "success"]})
+    run.assert_experiment_run("SUCCESS")
+    stack.wait_for(lambda: sweep_drivers() == [], 60, "the second driver to go")
 
 
 def test_more_trials_than_a_mapped_task_may_have_are_refused_when_the_dag_is_parsed(stack):
