@@ -8,6 +8,9 @@
   progress counters), here in this process so that its memory can be read;
 - Ray Tune: ``Tuner.fit()`` with ``reuse_actors=True`` on the same trainable.
 
+``--search``: the configs are asked of OptunaSearch (TPE, seed 0; ours in the driver, Ray Tune's
+in ``Tuner.fit()``) as slots free, rather than a grid fixed before the run.
+
 It prints wall times, the ratios (targets: ours / Ray Tune <= 0.8 for both; the second's wall over
 its theoretical minimum <= 1.10) and the driver's peak memory (target < 1 GiB at 10,000 trials).
 
@@ -18,6 +21,7 @@ the same Ray head; target <= 1.05.
     .venv/bin/python -m bench.sweep_scale                       # about 15 minutes
     .venv/bin/python -m bench.sweep_scale --sizes 2000x5x0.05   # one size
     .venv/bin/python -m bench.sweep_scale --part airflow        # about 6 minutes
+    .venv/bin/python -m bench.sweep_scale --search --sizes 1000x1x0 1000x5x0.05   # with OptunaSearch
 """
 
 from __future__ import annotations
@@ -59,7 +63,12 @@ class PeakMemory:
         self._thread.join()
 
 
-def sweep_spec(name: str, trials: int, iterations: int, sleep_s: float, db_url: str, storage: str) -> object:
+def sweep_spec(name: str, trials: int, iterations: int, sleep_s: float, db_url: str, storage: str,
+               search: bool = False) -> object:
+    """The driver's spec: ``x`` = 0, 1, ... (a grid), or with ``search`` asked of OptunaSearch (seed 0)
+    over uniform(0, 1), the trials given as ``{}``, as ``suggest_configs`` gives them."""
+    from airflow_trials import OptunaSearch
+    from airflow_trials.core.search import uniform
     from airflow_trials.execution.sweep import SweepSpec
     from airflow_trials.store import TrialStore
 
@@ -69,21 +78,23 @@ def sweep_spec(name: str, trials: int, iterations: int, sleep_s: float, db_url: 
         run_pk = store.create_experiment_run(name, "bench")
     finally:
         store.dispose()
-    configs = [(f"{name}-{i:05d}", {"x": i, "iterations": iterations, "sleep_s": sleep_s}) for i in range(trials)]
+    fixed = {"iterations": iterations, "sleep_s": sleep_s}
+    configs = [(f"{name}-{i:05d}", {} if search else {"x": i, **fixed}) for i in range(trials)]
+    searcher = OptunaSearch({"x": uniform(0.0, 1.0), **fixed}, metric="loss", mode="min", seed=0) if search else None
     return SweepSpec(experiment_name=name, run_key="bench", experiment_run_id=run_pk,
                      trainable="bench._sleep_trainables:ours", trials=configs, metric="loss", mode="min",
                      db_url=db_url, storage_path=storage, namespace="bench",
-                     trial_kwargs={"resources": {"cpu": 0.5}, "checkpoint_at_end": False})
+                     trial_kwargs={"resources": {"cpu": 0.5}, "checkpoint_at_end": False}, search_alg=searcher)
 
 
-def run_ours(trials: int, iterations: int, sleep_s: float, storage: str) -> tuple[float, int]:
+def run_ours(trials: int, iterations: int, sleep_s: float, storage: str, search: bool = False) -> tuple[float, int]:
     """The sweep driver's work in this process: wall seconds and this process's peak memory in
     bytes (a driver actor's process holds the same: Ray, SQLAlchemy, the runner and its trials)."""
     from airflow_trials.execution.sweep import SweepDriver
 
-    name = f"{EXPERIMENT}-{trials}"
+    name = f"{EXPERIMENT}-{trials}{'-search' if search else ''}"
     db_url = f"sqlite:///{storage}/{name}.db"
-    spec = sweep_spec(name, trials, iterations, sleep_s, db_url, storage)
+    spec = sweep_spec(name, trials, iterations, sleep_s, db_url, storage, search)
     with PeakMemory() as memory:
         start = time.perf_counter()
         driver = SweepDriver(spec)  # type: ignore[arg-type]
@@ -96,16 +107,22 @@ def run_ours(trials: int, iterations: int, sleep_s: float, storage: str) -> tupl
     return elapsed, memory.peak
 
 
-def run_tune(trials: int, iterations: int, sleep_s: float, storage: str) -> float:
+def run_tune(trials: int, iterations: int, sleep_s: float, storage: str, search: bool = False) -> float:
+    """``Tuner.fit()`` on the same work; with ``search``, Ray Tune's OptunaSearch (seed 0) over the
+    same space, ``num_samples`` trials."""
     from ray import tune
+    from ray.tune.search.optuna import OptunaSearch
 
     from bench._sleep_trainables import ray_tune
 
+    fixed = {"iterations": iterations, "sleep_s": sleep_s}
+    space = {"x": tune.uniform(0.0, 1.0) if search else tune.grid_search(list(range(trials))), **fixed}
+    config = (tune.TuneConfig(reuse_actors=True, num_samples=trials, metric="loss", mode="min",
+                              search_alg=OptunaSearch(seed=0)) if search else tune.TuneConfig(reuse_actors=True))
     tuner = tune.Tuner(
-        tune.with_resources(ray_tune, {"cpu": 0.5}),
-        param_space={"x": tune.grid_search(list(range(trials))), "iterations": iterations, "sleep_s": sleep_s},
-        tune_config=tune.TuneConfig(reuse_actors=True),
-        run_config=tune.RunConfig(name=f"bench-tune-{trials}", storage_path=storage, verbose=0),
+        tune.with_resources(ray_tune, {"cpu": 0.5}), param_space=space, tune_config=config,
+        run_config=tune.RunConfig(name=f"bench-tune-{trials}{'-search' if search else ''}", storage_path=storage,
+                                  verbose=0),
     )
     start = time.perf_counter()
     results = tuner.fit()
@@ -123,10 +140,10 @@ def engine(args: argparse.Namespace) -> None:
     rows = []
     for size in args.sizes:
         trials, iterations, sleep_s = int(size[0]), int(size[1]), float(size[2])
-        ours_s, grown = run_ours(trials, iterations, sleep_s, storage)
+        ours_s, grown = run_ours(trials, iterations, sleep_s, storage, args.search)
         print(f"ours  {trials} x {iterations} x {sleep_s:g} s: {ours_s:.1f} s, driver peak memory {grown / 2**20:.0f} MiB",
               flush=True)
-        tune_s = None if args.skip_tune else run_tune(trials, iterations, sleep_s, storage)
+        tune_s = None if args.skip_tune else run_tune(trials, iterations, sleep_s, storage, args.search)
         if tune_s is not None:
             print(f"tune  {trials} x {iterations} x {sleep_s:g} s: {tune_s:.1f} s", flush=True)
         rows.append((trials, iterations, sleep_s, ours_s, tune_s, grown))
@@ -232,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="trials x results x sleep seconds, e.g. 10000x1x0 2000x5x0.05")
     parser.add_argument("--cpus", type=int, default=2)
     parser.add_argument("--skip-tune", action="store_true", help="only run ours")
+    parser.add_argument("--search", action="store_true",
+                        help="engine part: configs asked of OptunaSearch (ours and Ray Tune's), not a grid")
     parser.add_argument("--timeout-s", type=float, default=3600)
     args = parser.parse_args(argv)
     default = ["10000x1x0", "2000x5x0.05"] if args.part == "engine" else ["2000x5x0.05"]

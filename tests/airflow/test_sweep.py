@@ -349,3 +349,17 @@ def test_a_sweep_with_a_searcher_resumes_its_search_after_losing_its_driver(tria
     for trial_id in ids:
         assert [r["training_iteration"] for r in store.get_results(trial_id)] == [1, 2, 3]
     nothing_left_on_ray()
+
+
+def test_a_sweep_operators_searcher_needs_its_own_space_and_the_experiments_metric():
+    from airflow_trials import OptunaSearch
+    from airflow_trials.core.search import uniform
+
+    with pytest.raises(ValueError, match=r"RunSweepOperator 'sweep': OptunaSearch: the search space has no domain.*"
+                                         r"pass the space to the searcher"):
+        sweep_operator(trials=[], search_alg=OptunaSearch())
+    with pytest.raises(ValueError, match=r"disagree on metric 'loss' vs 'score'"):
+        sweep_operator(trials=[], search_alg=OptunaSearch({"x": uniform(0, 1)}, metric="loss"))
+    given = OptunaSearch({"x": uniform(0, 1)})
+    operator = sweep_operator(trials=[], search_alg=given)
+    assert operator.search_alg is not given and (operator.search_alg.metric, operator.search_alg.mode) == ("score", "max")

@@ -89,7 +89,13 @@ class RunSweepOperator(BaseOperator):
         if scheduler is not None:
             experiment_metric_and_mode(scheduler, metric, mode, type(scheduler).__name__)
         if search_alg is not None:
-            search_alg = airflow_searcher(search_alg, {}, metric, mode)
+            try:
+                search_alg = airflow_searcher(search_alg, {}, metric, mode)
+            except ValueError as e:
+                raise ValueError(
+                    f"RunSweepOperator {kwargs.get('task_id')!r}: {e} Used alone, the operator has no search space "
+                    "to give it: pass the space to the searcher, OptunaSearch({'lr': loguniform(1e-4, 1e-1)}, ...)."
+                ) from e
         gpu = Resources.from_dict(resources_per_trial).gpu
         if gpu_pool and gpu > 0 and "pool" not in kwargs:
             if max_concurrent_trials is None:
