@@ -92,7 +92,7 @@ def run_ours(trials: int, iterations: int, sleep_s: float, storage: str, search:
     bytes (a driver actor's process holds the same: Ray, SQLAlchemy, the runner and its trials)."""
     from airflow_trials.execution.sweep import SweepDriver
 
-    name = f"{EXPERIMENT}-{trials}{'-search' if search else ''}"
+    name = f"{EXPERIMENT}-{trials}x{iterations}{'-search' if search else ''}"
     db_url = f"sqlite:///{storage}/{name}.db"
     spec = sweep_spec(name, trials, iterations, sleep_s, db_url, storage, search)
     with PeakMemory() as memory:
@@ -121,7 +121,7 @@ def run_tune(trials: int, iterations: int, sleep_s: float, storage: str, search:
                               search_alg=OptunaSearch(seed=0)) if search else tune.TuneConfig(reuse_actors=True))
     tuner = tune.Tuner(
         tune.with_resources(ray_tune, {"cpu": 0.5}), param_space=space, tune_config=config,
-        run_config=tune.RunConfig(name=f"bench-tune-{trials}{'-search' if search else ''}", storage_path=storage,
+        run_config=tune.RunConfig(name=f"bench-tune-{trials}x{iterations}{'-search' if search else ''}", storage_path=storage,
                                   verbose=0),
     )
     start = time.perf_counter()
