@@ -190,7 +190,9 @@ class TuningPlan:
         if warm is not None:
             for i, entry in enumerate(entries):
                 entry.update(warm.entry(i) if i < len(warm.seeds) else {"warm_start": None})
-                if self.search_alg is not None:  # it learns the seeds' results before its first ask
+                # The searcher learns the seeds' results before its first ask: each trial task asks
+                # for itself; a sweep's driver reads them from the first entry only.
+                if self.search_alg is not None and (i == 0 or not self.sweep):
                     entry["warm_points"] = warm.points()
         return entries
 

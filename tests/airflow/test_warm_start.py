@@ -99,6 +99,7 @@ def test_a_warm_started_sweeps_searcher_learns_the_seeds_before_its_first_sugges
     suggested = xcom(second, "tune.suggest_configs")
     seeds, asked = suggested[:2], suggested[2:]
     assert all(entry["warm_start"] for entry in seeds) and all(entry["config"] == {} for entry in asked)
+    assert [bool(entry.get("warm_points")) for entry in suggested] == [True, False, False, False, False]
 
     replay = airflow_searcher(seeded_search(), {"x": uniform(0.0, 1.0)}, "loss", "min")
     for config, value in seeds[0]["warm_points"]:  # night 1's best two, as the driver learnt them
