@@ -296,10 +296,21 @@ class OptunaSearch(Searcher):
             sampler=self._sampler or optuna.samplers.TPESampler(seed=self._sampler_seed),
             pruner=optuna.pruners.NopPruner(),  # the runner's scheduler stops trials, as in Ray Tune
         )
-        for flat, reward in zip(self._flat_points, self._evaluated_rewards or (), strict=False):
-            dists = {path: self._distributions[path] for path in flat}
-            study.add_trial(optuna.trial.create_trial(params=flat, distributions=dists, value=reward))
+        self._add_evaluated_rewards(study)
         return study
+
+    def _finished(self, flat: Mapping[str, Any], value: float | None, state: TrialState = TrialState.COMPLETE,
+                  intermediate_values: dict[int, float] | None = None) -> optuna.trial.FrozenTrial:
+        """A finished Optuna trial of flat params (from :meth:`_flat_point`), for ``add_trial``."""
+        dists = {path: self._distributions[path] for path in flat}
+        return optuna.trial.create_trial(params=dict(flat), distributions=dists, value=value, state=state,
+                                         intermediate_values=intermediate_values)
+
+    def _add_evaluated_rewards(self, study: optuna.Study) -> None:
+        """``points_to_evaluate`` with their ``evaluated_rewards``, as finished trials (when given)."""
+        if self._evaluated_rewards is not None:
+            for flat, reward in zip(self._flat_points, self._evaluated_rewards, strict=True):
+                study.add_trial(self._finished(flat, reward))
 
     def suggest(self, trial_id: str) -> Suggestion:
         study = self.study
@@ -327,10 +338,7 @@ class OptunaSearch(Searcher):
             state, value = TrialState.FAIL, None
         else:
             state, value = (TrialState.PRUNED, None) if pruned else (TrialState.COMPLETE, value)
-        dists = {path: self._distributions[path] for path in flat}
-        steps = dict(enumerate(intermediate_values or ()))
-        self.study.add_trial(optuna.trial.create_trial(params=flat, distributions=dists, value=value, state=state,
-                                                       intermediate_values=steps))
+        self.study.add_trial(self._finished(flat, value, state, dict(enumerate(intermediate_values or ()))))
 
     def resume_after(self, asked: int) -> None:
         """A resumed run had asked ``asked`` times before: skip that many of ``points_to_evaluate``,
@@ -371,14 +379,9 @@ class OptunaSearch(Searcher):
                                     pruner=optuna.pruners.NopPruner())
         for i, (config, value) in enumerate(finished):
             flat = self._flat_point(f"finished trial {i}", config, space)
-            dists = {path: self._distributions[path] for path in flat}
-            state = TrialState.FAIL if value is None else TrialState.COMPLETE
-            study.add_trial(optuna.trial.create_trial(params=flat, distributions=dists, value=value, state=state))
-        if self._evaluated_rewards is not None:
-            for flat, reward in zip(self._flat_points, self._evaluated_rewards, strict=True):
-                dists = {path: self._distributions[path] for path in flat}
-                study.add_trial(optuna.trial.create_trial(params=flat, distributions=dists, value=reward))
-        elif index < len(self._flat_points):
+            study.add_trial(self._finished(flat, value, TrialState.FAIL if value is None else TrialState.COMPLETE))
+        self._add_evaluated_rewards(study)
+        if self._evaluated_rewards is None and index < len(self._flat_points):
             study.enqueue_trial(self._flat_points[index])
         log.debug("OptunaSearch: trial %s asks after %d finished trials.", trial_id, len(finished))
         return self._config(space, study.ask(fixed_distributions=self._distributions).params)
