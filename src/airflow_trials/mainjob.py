@@ -135,7 +135,6 @@ def prepare(stack: Stack, *, parallelism: int | None = None, api_port: int = 808
             "AIRFLOW__API__PORT": str(api_port),
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{api_port}/execution/",
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
-            "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "5",
             "AIRFLOW_TRIALS_DB_URL": stack.trials_db_url,
             "AIRFLOW_TRIALS_STORAGE": str(stack.storage),
             "RAY_AUTH_MODE": env.get("RAY_AUTH_MODE", "disabled"),

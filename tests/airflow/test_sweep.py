@@ -220,6 +220,51 @@ def test_a_sweep_that_is_not_deferrable_watches_its_driver_from_the_worker(trial
     nothing_left_on_ray()
 
 
+def test_under_a_triggerer_a_finished_sweep_ends_its_task_from_the_trigger(trials_env, fake_context, monkeypatch):
+    """Under a triggerer (its task instance set) a finished run pushes the task's XComs through
+    the SDK, as a worker does, and yields TaskSuccessEvent, so no worker starts again only to push
+    them; the summary is the one execute_complete returns. (The fault tests show it on the real
+    triggerer, and that a downstream task pulls it as a dict.)"""
+    from types import SimpleNamespace
+
+    from airflow.sdk.execution_time import xcom
+    from airflow.triggers.base import TaskSuccessEvent
+
+    from airflow_trials.experiment import trial_ids
+    from airflow_trials.triggers import base
+
+    monkeypatch.setattr(base, "MIN_DEFERRAL_SECONDS", 0.0)
+    pushed = {}
+
+    def record(key, value, **where):
+        pushed[key] = (value, where)
+
+    monkeypatch.setattr(xcom.XCom, "set", record)  # the triggerer's supervisor is not in this process
+    store = trials_env.store
+    store.ensure_experiment("sweep_op", metric="score", mode="max")
+    run_pk = store.create_experiment_run("sweep_op", "run6")
+    trials = [{"trial_id": i, "config": {"scale": float(n)}, "experiment_run_id": run_pk}
+              for n, i in enumerate(trial_ids("sweep_op", "dag", "run6", 2), start=1)]
+    trials[1]["warm_start"] = {"run_key": "run5", "trial_id": "earlier"}
+    with pytest.raises(TaskDeferred) as deferred:
+        sweep_operator(trials=trials).execute(fake_context(run_id="run6"))
+    trigger = deferred.value.trigger
+    trigger.task_instance = SimpleNamespace(dag_id="dag", task_id="sweep", run_id="run6", map_index=-1,
+                                            try_number=1, task=None)
+
+    async def first():
+        async for event in trigger.run():
+            return event
+    event = asyncio.run(first())
+    assert isinstance(event, TaskSuccessEvent) and not event.xcoms, event
+    summary, where = pushed["sweep"]
+    assert pushed["return_value"] == (summary, where)
+    assert where == {"dag_id": "dag", "task_id": "sweep", "run_id": "run6", "map_index": -1}
+    assert (summary["total"], summary["terminated"], summary["errored"], summary["best_value"]) == (2, 2, 0, 6.0)
+    assert summary["run_key"] == "run6" and summary["warm_started_trials"] == 1
+    nothing_left_on_ray()
+
+
 def test_clearing_a_deferred_sweep_leaves_its_run_to_the_next_try(trials_env, fake_context, tmp_path):
     """The trigger's on_kill (a user cleared the task) asks for a stop that waits for a newer try;
     the next try's execute claims the driver, re-attaching to the live run."""

@@ -461,6 +461,12 @@ class FaultStack:
                 "only_failed": False, "reset_dag_runs": True}
         return list(self.api("POST", f"/dags/{dag_id}/clearTaskInstances", json=body)["task_instances"])
 
+    def xcom(self, dag_id: str, run_id: str, task_id: str, key: str, map_index: int = -1) -> Any:
+        """A task instance's XCom value under ``key``, as Airflow's DB holds it (through the REST API)."""
+        body = self.api("GET", f"/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}/taskInstances/{task_id}/"
+                               f"xcomEntries/{key}", params={"map_index": map_index})
+        return body["value"]
+
     def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int, map_index: int = -1) -> str:
         """One try's log as plain text (the task process's lines and the trigger's), through the
         REST API; a try that Airflow dropped from the task's history (the API answers 404) is read

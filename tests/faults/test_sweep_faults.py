@@ -75,6 +75,14 @@ def test_a_sweep_survives_a_killed_triggerer_with_one_driver(stack, experiment):
     (ti,) = run.trial_tis()
     log = run.log(ti)
     assert "Started the sweep driver" in log and "3 trials: 3 done, 0 running, 0 pending; best score=36" in log, log
+    # The trigger ended the task (TaskSuccessEvent): its XComs are the summary, and no second worker start.
+    assert f"Sweep {run.run_id} ended: 3 trials TERMINATED, 0 ERROR; best score=36" in log, log
+    assert "Pausing task as DEFERRED" in log and log.count("Worker startup parse complete") == 1, log
+    summary = run.stack.xcom(run.dag_id, run.run_id, ti["task_id"], "sweep")
+    assert isinstance(summary, dict), summary  # stored as a worker stores it: a task pulls a dict
+    assert summary == run.stack.xcom(run.dag_id, run.run_id, ti["task_id"], "return_value"), summary
+    assert (summary["total"], summary["terminated"], summary["errored"], summary["best_value"]) == (3, 3, 0, 36), summary
+    assert summary["run_key"] == run.run_id and summary["warm_started_trials"] == 0, summary
     suggest = run.stack.task_log(run.dag_id, run.run_id, f"{run.dag_id}.suggest_configs", 1)
     assert "has no earlier successful run; this run starts cold" in suggest, suggest
 

@@ -124,3 +124,23 @@ def format_duration(seconds: float) -> str:
     if seconds < 3600:
         return f"{seconds // 60}m{seconds % 60:02d}s"
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def sweep_summary(run_key: str, progress: Mapping[str, Any] | None, warm_started_trials: int) -> dict[str, Any]:
+    """What a finished sweep task returns and pushes (XCom ``sweep``): the run's counts and best
+    trial from the driver's last progress (None values when the driver was gone and the trials
+    DB told that the run had ended)."""
+    progress = progress or {}
+    summary = {key: progress.get(key) for key in (
+        "total", "terminated", "errored", "best_value", "best_trial_id", "metric", "mode", "elapsed_seconds")}
+    summary["run_key"] = run_key
+    summary["warm_started_trials"] = warm_started_trials
+    return summary
+
+
+def end_line(summary: Mapping[str, Any]) -> str:
+    """``Sweep <run> ended: 2000 trials TERMINATED, 0 ERROR; best loss=0.1 (trial t-7).``"""
+    if summary.get("total") is None:
+        return f"Sweep {summary['run_key']} ended: every trial of the run had ended when its driver was last seen."
+    return (f"Sweep {summary['run_key']} ended: {summary['terminated']} trials TERMINATED, {summary['errored']} ERROR; "
+            f"best {summary['metric']}={format_value(summary['best_value'])} (trial {summary['best_trial_id']}).")

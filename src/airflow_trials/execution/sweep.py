@@ -287,7 +287,7 @@ def start_or_attach_driver(spec: SweepSpec) -> tuple[ActorHandle, bool]:
     # Threaded (max_concurrency): progress() answers while the constructor's thread runs the
     # trials. No CPU: the driver takes no trial's slot, as Ray Tune's driver takes none.
     actor: ActorHandle = ray.remote(SweepDriver).options(  # type: ignore[assignment]
-        num_cpus=0, max_concurrency=4, max_restarts=0, name=spec.name, namespace=spec.namespace,
+        num_cpus=0, max_concurrency=8, max_restarts=0, name=spec.name, namespace=spec.namespace,
         lifetime="detached", get_if_exists=True,
     ).remote(spec)
     return actor, True

@@ -12,6 +12,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow_trials.core.parameters import refuse_in_airflow
 from airflow_trials.core.resources import Resources
 from airflow_trials.core.scheduler import experiment_metric_and_mode
+from airflow_trials.core.sweep import end_line, sweep_summary
 from airflow_trials.exceptions import AirflowTrialsError
 from airflow_trials.hooks.trials import DEFAULT_RAY_CONN_ID, DEFAULT_TRIALS_CONN_ID, TrialsHook
 from airflow_trials.operators.trial import MAX_INFRASTRUCTURE_RESTARTS
@@ -189,30 +190,28 @@ class RunSweepOperator(BaseOperator):
             experiment, ti.run_id, run_pk, [t for t, _ in trials], try_number=ti.try_number,
             ray_conn_id=self.ray_conn_id, trials_conn_id=self.trials_conn_id,
             poll_interval_seconds=self.poll_interval_seconds, progress_interval_seconds=self.progress_interval_seconds,
+            warm_started_trials=self._warm_started(), push_return_value=self.do_xcom_push,
         )
         if self.deferrable:
             self.defer(trigger=trigger, method_name="execute_complete")
         self.log.info("Not deferrable: watching the sweep from the worker.")
         return self.execute_complete(context, asyncio.run(_first_event(trigger)))
 
+    def _warm_started(self) -> int:
+        return sum(1 for t in self.trials if t.get("warm_start"))
+
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """The run ended: push and return its counts and best trial. A lost or failed driver
-        raises, and Airflow's retry resumes the run."""
+        raises, and Airflow's retry resumes the run. (Under a triggerer, a run that finished ends
+        the task from there, with the same XComs, and this is not called.)"""
         status = event["status"]
         if status not in (FINISHED, ERROR):
             raise SweepLostError(event["error"])
         if status == ERROR:
             raise SweepLostError(f"The sweep driver of run {event['run_key']} failed; the task's next try "
                                  f"resumes the run's unfinished trials.\n{event['error']}")
-        progress = event.get("progress") or {}
-        summary = {key: progress.get(key) for key in (
-            "total", "terminated", "errored", "best_value", "best_trial_id", "metric", "mode", "elapsed_seconds")}
-        summary["run_key"] = event["run_key"]
-        summary["warm_started_trials"] = sum(1 for t in self.trials if t.get("warm_start"))
-        if progress:
-            self.log.info("Sweep %s ended: %d trials TERMINATED, %d ERROR; best %s=%s (trial %s).",
-                          event["run_key"], progress["terminated"], progress["errored"], progress["metric"],
-                          progress["best_value"], progress["best_trial_id"])
+        summary = sweep_summary(event["run_key"], event.get("progress"), self._warm_started())
+        self.log.info("%s", end_line(summary))
         context["ti"].xcom_push(key="sweep", value=summary)
         return summary
 

@@ -7,9 +7,9 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from airflow.triggers.base import TriggerEvent
+from airflow.triggers.base import TaskSuccessEvent, TriggerEvent
 
-from airflow_trials.core.sweep import progress_line
+from airflow_trials.core.sweep import end_line, progress_line, sweep_summary
 from airflow_trials.hooks.trials import DEFAULT_RAY_CONN_ID, DEFAULT_TRIALS_CONN_ID, TrialsHook
 from airflow_trials.triggers.base import TrialsTrigger
 from airflow_trials.triggers.trial import POLL_GRACE_SECONDS, RAY_OUTAGE_TIMEOUT_SECONDS
@@ -19,6 +19,8 @@ from airflow_trials.triggers.trial import POLL_GRACE_SECONDS, RAY_OUTAGE_TIMEOUT
 FINISHED, ERROR, LOST = "finished", "error", "lost"
 #: How long a sweep whose task was cleared or marked runs on, waiting for a new try to re-attach.
 CLEAR_GRACE_SECONDS = 60.0
+#: How much longer than its poll interval the trigger waits for the driver's answer to a long poll.
+WAIT_GRACE_SECONDS = 5.0
 
 
 class SweepTrigger(TrialsTrigger):
@@ -27,7 +29,10 @@ class SweepTrigger(TrialsTrigger):
 
     Every ``poll_interval_seconds`` it asks the driver for its progress (in a thread, bounded) and,
     at most every ``progress_interval_seconds`` and whenever a trial ends, logs one line to the task
-    log: trials done, running and pending, the best so far, the ETA. A triggerer restart runs it
+    log: trials done, running and pending, the best so far, the ETA. Between two polls it waits on
+    the driver (a long poll), so it sees the run's end as it happens. Under a triggerer, a run that
+    finished ends the task from here: it pushes the task's XComs and yields ``TaskSuccessEvent``,
+    so the task does not start again in a worker only to push them. A triggerer restart runs it
     again, and it re-attaches to the same driver: the trigger never starts one. A driver that has
     ended is killed by the trigger once it has read the last progress; a trigger that runs again
     after that finds no driver and reads the run's end from the trials DB. When the user clears or
@@ -43,18 +48,23 @@ class SweepTrigger(TrialsTrigger):
     :param progress_interval_seconds: the most time between two progress lines; default 30.
     :param ray_outage_timeout_seconds: how long Ray may not answer before the driver counts as lost;
         default 120.
+    :param warm_started_trials: how many of the run's trials were warm-started (for the summary).
+    :param push_return_value: push the summary as the task's ``return_value`` too (the operator's
+        ``do_xcom_push``); default True.
     """
 
     serialized_fields = (
         "experiment_name", "run_key", "experiment_run_id", "trial_ids", "try_number", "ray_conn_id",
         "trials_conn_id", "poll_interval_seconds", "progress_interval_seconds", "ray_outage_timeout_seconds",
+        "warm_started_trials", "push_return_value",
     )
 
     def __init__(
         self, experiment_name: str, run_key: str, experiment_run_id: int, trial_ids: list[str],
         try_number: int = 1, ray_conn_id: str = DEFAULT_RAY_CONN_ID, trials_conn_id: str = DEFAULT_TRIALS_CONN_ID,
         poll_interval_seconds: float = 2.0, progress_interval_seconds: float = 30.0,
-        ray_outage_timeout_seconds: float = RAY_OUTAGE_TIMEOUT_SECONDS,
+        ray_outage_timeout_seconds: float = RAY_OUTAGE_TIMEOUT_SECONDS, warm_started_trials: int = 0,
+        push_return_value: bool = True,
     ) -> None:
         super().__init__(trials_conn_id, poll_interval_seconds)
         self.experiment_name = experiment_name
@@ -65,9 +75,32 @@ class SweepTrigger(TrialsTrigger):
         self.ray_conn_id = ray_conn_id
         self.progress_interval_seconds = progress_interval_seconds
         self.ray_outage_timeout_seconds = ray_outage_timeout_seconds
+        self.warm_started_trials = warm_started_trials
+        self.push_return_value = push_return_value
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        yield TriggerEvent(await self.watch_fenced(SweepWatch(self).until_end))
+        event = await self.watch_fenced(SweepWatch(self).until_end)
+        if event["status"] != FINISHED or self.task_instance is None:
+            # A lost or failed driver resumes the task, which raises for Airflow's retry; so does
+            # every event outside a triggerer (dag.test, deferrable=False).
+            yield TriggerEvent(event)
+            return
+        summary = sweep_summary(self.run_key, event.get("progress"), self.warm_started_trials)
+        await asyncio.to_thread(self._push, summary)
+        self.log.info("%s", end_line(summary))
+        yield TaskSuccessEvent()
+
+    def _push(self, summary: dict[str, Any]) -> None:
+        """Push the task's XComs as its worker would (through the triggerer's supervisor and
+        Airflow's XCom backend), so that a downstream task pulls a dict. A TaskSuccessEvent's own
+        ``xcoms`` are stored JSON-encoded and come back to a task as a string."""
+        from airflow.sdk.execution_time.xcom import XCom
+
+        ti = self.task_instance
+        assert ti is not None  # run() pushes only under a triggerer
+        keys = {"sweep": summary, **({"return_value": summary} if self.push_return_value else {})}
+        for key, value in keys.items():
+            XCom.set(key, value, dag_id=ti.dag_id, task_id=ti.task_id, run_id=ti.run_id, map_index=ti.map_index)
 
     async def on_kill(self) -> None:
         """The user cleared or marked the deferred task: the driver stops the run's trials and ends
@@ -119,7 +152,19 @@ class SweepWatch:
                 await asyncio.to_thread(self._kill)
                 return {"status": ERROR if snapshot.get("error") else FINISHED, "run_key": self.trigger.run_key,
                         "progress": snapshot, "error": snapshot.get("error")}
-            await asyncio.sleep(self.trigger.poll_interval_seconds)
+            await self._wait_for_end()
+
+    async def _wait_for_end(self) -> None:
+        """Wait up to one poll interval for the run to end, on the driver (in a thread, bounded).
+        A driver that does not answer is left to the next progress poll to judge."""
+        import ray
+
+        poll = self.trigger.poll_interval_seconds
+        started = time.monotonic()
+        try:
+            await asyncio.to_thread(ray.get, self.actor.wait.remote(poll), timeout=poll + WAIT_GRACE_SECONDS)
+        except Exception:  # noqa: BLE001 - gone or not answering: the progress poll tells which
+            await asyncio.sleep(max(0.0, started + poll - time.monotonic()))
 
     async def _find(self) -> Any:
         """The live driver, or None once Ray answers that there is none."""
