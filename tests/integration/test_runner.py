@@ -488,3 +488,19 @@ def test_with_parameters_hands_each_trial_the_array_by_reference(ray_cluster, st
     with open(state_path) as f:
         assert [s["trainable_parameters"] for s in json.load(f)["trials"]] == [["data"], ["data"]]
     assert live_trial_actors() == []
+
+
+@pytest.mark.parametrize("ray_cluster", [{"num_cpus": 2, "num_gpus": 0}], indirect=True)
+def test_reused_actors_of_one_shape_give_way_to_waiting_trials_of_another(ray_cluster, storage):
+    """With actor reuse, a finished trial's cached actor is kept only while a waiting trial (of any
+    position in the queue) has its shape; otherwise it is dropped, so the other shape's trials fit."""
+    runner = runner_for(storage, reuse_actors=True, stop={"training_iteration": 2})
+    shapes = [2, 2, 1, 1, 1, 2]
+    trials = [Trial("tests.trainables:counting", {"scale": float(i)}, experiment_name="exp", trial_id=f"s{i}",
+                    resources={"cpu": cpu}) for i, cpu in enumerate(shapes)]
+    for trial in trials:
+        runner.add_trial(trial)
+    runner.run()
+    assert [t.status for t in trials] == [TrialStatus.TERMINATED] * len(shapes)
+    assert [t.last_result["training_iteration"] for t in trials] == [2] * len(shapes)
+    assert live_trial_actors() == []

@@ -186,11 +186,8 @@ class TrialRunner(RunnerViews):
         return False
 
     def _unfinished(self) -> list[Trial]:
-        """The trials from the first unfinished one on.
-
-        Trials mostly finish in the order they started, so skipping the finished prefix keeps a
-        step's scans short when hundreds of trials are done.
-        """
+        """The trials from the first unfinished one on: they mostly finish in the order they
+        started, so skipping the finished prefix keeps a step's scans short."""
         trials, start = self._trials, self._finished_prefix
         while start < len(trials) and trials[start].status.is_terminal():
             start += 1
@@ -229,13 +226,20 @@ class TrialRunner(RunnerViews):
         self._apply_scheduler_actions()
         self._check_time_budget()
         if executor.has_cached_slots():  # keep what a waiting trial, or the searcher's next, can reuse
-            waiting = (TrialStatus.PENDING, TrialStatus.PAUSED)
-            wanted = [t.resources for t in self._unfinished() if t.status in waiting]
-            if self._search and not self._search.is_finished():
-                wanted.append(self._search.resources)
-            executor.trim_cache(wanted)
+            executor.trim_cache(self._wanted_shapes())
         for callback in self.callbacks:
             callback.on_step_end(self._trials)
+
+    def _wanted_shapes(self) -> list[Any]:
+        """The resources a waiting trial or the searcher's next trial needs, each once; the scan
+        ends once every shape is found (not reading the thousands of waiting trials behind)."""
+        found = {self._search.resources} if self._search and not self._search.is_finished() else set()
+        for trial in self._unfinished():
+            if found >= self._shapes:
+                break
+            if trial.status in (TrialStatus.PENDING, TrialStatus.PAUSED):
+                found.add(trial.resources)
+        return list(found)
 
     def _has_room(self, resources: Any, peek: bool = False) -> bool:
         """Can one more trial needing ``resources`` start now (free resources, under
