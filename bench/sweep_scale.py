@@ -16,7 +16,9 @@ its theoretical minimum <= 1.10) and the driver's peak memory (target < 1 GiB at
 
 ``--part airflow``: the 2,000 trials through a real Airflow DAG run with ``sweep=True`` (``airflow
 standalone``: scheduler, triggerer, LocalExecutor) against the same sweep driver run directly on
-the same Ray head; target <= 1.05.
+the same Ray head; target <= 1.05. The measured run follows a small warm-up run (8 trials), as on
+a deployment whose workers and triggerer have run before; ``--cold`` measures a fresh stack's
+first run instead.
 
     .venv/bin/python -m bench.sweep_scale                       # about 15 minutes
     .venv/bin/python -m bench.sweep_scale --sizes 2000x5x0.05   # one size
