@@ -264,6 +264,21 @@ def test_under_a_triggerer_a_finished_sweep_ends_its_task_from_the_trigger(trial
     assert summary["run_key"] == "run6" and summary["warm_started_trials"] == 1
     nothing_left_on_ray()
 
+    # A task with outlets ends in a worker: Airflow emits its asset events only there.
+    from airflow.sdk import Asset
+
+    run_pk = store.create_experiment_run("sweep_op", "run7")
+    trials = [{"trial_id": trial_ids("sweep_op", "dag", "run7", 1)[0], "config": {"scale": 1.0},
+               "experiment_run_id": run_pk}]
+    with pytest.raises(TaskDeferred) as deferred:
+        sweep_operator(trials=trials, outlets=[Asset("sweep_op_best")]).execute(fake_context(run_id="run7"))
+    trigger = deferred.value.trigger
+    trigger.task_instance = SimpleNamespace(dag_id="dag", task_id="sweep", run_id="run7", map_index=-1,
+                                            try_number=1, task=None)
+    event = asyncio.run(first())
+    assert type(event).__name__ == "TriggerEvent" and event.payload["status"] == "finished", event
+    nothing_left_on_ray()
+
 
 def test_clearing_a_deferred_sweep_leaves_its_run_to_the_next_try(trials_env, fake_context, tmp_path):
     """The trigger's on_kill (a user cleared the task) asks for a stop that waits for a newer try;

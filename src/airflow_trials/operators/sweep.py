@@ -191,6 +191,7 @@ class RunSweepOperator(BaseOperator):
             ray_conn_id=self.ray_conn_id, trials_conn_id=self.trials_conn_id,
             poll_interval_seconds=self.poll_interval_seconds, progress_interval_seconds=self.progress_interval_seconds,
             warm_started_trials=self._warm_started(), push_return_value=self.do_xcom_push,
+            end_in_trigger=not self.outlets,
         )
         if self.deferrable:
             self.defer(trigger=trigger, method_name="execute_complete")

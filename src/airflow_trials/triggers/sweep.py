@@ -51,12 +51,14 @@ class SweepTrigger(TrialsTrigger):
     :param warm_started_trials: how many of the run's trials were warm-started (for the summary).
     :param push_return_value: push the summary as the task's ``return_value`` too (the operator's
         ``do_xcom_push``); default True.
+    :param end_in_trigger: end a finished run's task from the triggerer; default True. False for a
+        task with ``outlets``: Airflow emits a task's asset events only when a worker ends it.
     """
 
     serialized_fields = (
         "experiment_name", "run_key", "experiment_run_id", "trial_ids", "try_number", "ray_conn_id",
         "trials_conn_id", "poll_interval_seconds", "progress_interval_seconds", "ray_outage_timeout_seconds",
-        "warm_started_trials", "push_return_value",
+        "warm_started_trials", "push_return_value", "end_in_trigger",
     )
 
     def __init__(
@@ -64,7 +66,7 @@ class SweepTrigger(TrialsTrigger):
         try_number: int = 1, ray_conn_id: str = DEFAULT_RAY_CONN_ID, trials_conn_id: str = DEFAULT_TRIALS_CONN_ID,
         poll_interval_seconds: float = 2.0, progress_interval_seconds: float = 30.0,
         ray_outage_timeout_seconds: float = RAY_OUTAGE_TIMEOUT_SECONDS, warm_started_trials: int = 0,
-        push_return_value: bool = True,
+        push_return_value: bool = True, end_in_trigger: bool = True,
     ) -> None:
         super().__init__(trials_conn_id, poll_interval_seconds)
         self.experiment_name = experiment_name
@@ -77,12 +79,14 @@ class SweepTrigger(TrialsTrigger):
         self.ray_outage_timeout_seconds = ray_outage_timeout_seconds
         self.warm_started_trials = warm_started_trials
         self.push_return_value = push_return_value
+        self.end_in_trigger = end_in_trigger
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         event = await self.watch_fenced(SweepWatch(self).until_end)
-        if event["status"] != FINISHED or self.task_instance is None:
-            # A lost or failed driver resumes the task, which raises for Airflow's retry; so does
-            # every event outside a triggerer (dag.test, deferrable=False).
+        if event["status"] != FINISHED or self.task_instance is None or not self.end_in_trigger:
+            # A lost or failed driver resumes the task, which raises for Airflow's retry; every
+            # event outside a triggerer (dag.test, deferrable=False) and a task with outlets end
+            # in the task too.
             yield TriggerEvent(event)
             return
         summary = sweep_summary(self.run_key, event.get("progress"), self.warm_started_trials)
