@@ -159,14 +159,14 @@ class SweepWatch:
             await self._wait_for_end()
 
     async def _wait_for_end(self) -> None:
-        """Wait up to one poll interval for the run to end, on the driver (in a thread, bounded).
-        A driver that does not answer is left to the next progress poll to judge."""
-        import ray
-
+        """Wait up to one poll interval for the run to end, on the driver (bounded). The answer is
+        awaited as a future that Ray completes: no thread of the triggerer's shared pool is held
+        for the poll's length. A driver that does not answer is left to the next progress poll."""
         poll = self.trigger.poll_interval_seconds
         started = time.monotonic()
         try:
-            await asyncio.to_thread(ray.get, self.actor.wait.remote(poll), timeout=poll + WAIT_GRACE_SECONDS)
+            answer = asyncio.wrap_future(self.actor.wait.remote(poll).future())
+            await asyncio.wait_for(answer, timeout=poll + WAIT_GRACE_SECONDS)
         except Exception:  # noqa: BLE001 - gone or not answering: the progress poll tells which
             await asyncio.sleep(max(0.0, started + poll - time.monotonic()))
 
