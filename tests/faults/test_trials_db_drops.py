@@ -92,6 +92,14 @@ class BackendKiller:
             raise AssertionError(f"The backend killer failed: {self.error}") from self.error
 
 
+def run_ended(stack, run) -> bool:
+    from urllib.parse import quote
+
+    from tests.faults.stack import TERMINAL_RUN_STATES
+
+    return stack.api("GET", f"/dags/{run.dag_id}/dagRuns/{quote(run.run_id, safe='')}")["state"] in TERMINAL_RUN_STATES
+
+
 def test_dropped_trials_db_connections_lose_no_result_and_fail_no_task(stack, experiment):
     run = experiment("faults_db_drops", trials=3, max_failures=0)
     with BackendKiller(stack.trials_db_url) as killer:
@@ -103,6 +111,11 @@ def test_dropped_trials_db_connections_lose_no_result_and_fail_no_task(stack, ex
         stack.wait_for(lambda: all(
             any(inc.iterations[-1:] == [run.iterations] for inc in read_journal(run.journal_dir, t))
             for t in run.trial_ids), 300, "every trial to train to its end")
+        # The run's connections can all fall between two volleys while the trials train (they are
+        # short): keep firing through the tasks' ends and select_best until one was dropped, never
+        # past the run's end, rather than racing the trials.
+        stack.wait_for(lambda: killer.terminated > 0 or run_ended(stack, run), 300,
+                       "a trials DB connection of the run to be dropped, or the run to end")
     assert killer.terminated > 0, "no connection was dropped: the test proved nothing"
     assert run.finish() == "success"
 
