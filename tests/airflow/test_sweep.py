@@ -94,11 +94,15 @@ def sweep_operator(**kwargs):
                             poll_interval_seconds=0.05, **kwargs)
 
 
-def first_event(trigger):
+def first_trigger_event(trigger):
     async def first():
         async for event in trigger.run():
-            return event.payload
+            return event
     return asyncio.run(first())
+
+
+def first_event(trigger):
+    return first_trigger_event(trigger).payload
 
 
 def wait_for(condition, what, timeout_s=120.0):
@@ -251,11 +255,7 @@ def test_under_a_triggerer_a_finished_sweep_ends_its_task_from_the_trigger(trial
     trigger = deferred.value.trigger
     trigger.task_instance = SimpleNamespace(dag_id="dag", task_id="sweep", run_id="run6", map_index=-1,
                                             try_number=1, task=None)
-
-    async def first():
-        async for event in trigger.run():
-            return event
-    event = asyncio.run(first())
+    event = first_trigger_event(trigger)
     assert isinstance(event, TaskSuccessEvent) and not event.xcoms, event
     summary, where = pushed["sweep"]
     assert pushed["return_value"] == (summary, where)
@@ -275,7 +275,7 @@ def test_under_a_triggerer_a_finished_sweep_ends_its_task_from_the_trigger(trial
     trigger = deferred.value.trigger
     trigger.task_instance = SimpleNamespace(dag_id="dag", task_id="sweep", run_id="run7", map_index=-1,
                                             try_number=1, task=None)
-    event = asyncio.run(first())
+    event = first_trigger_event(trigger)
     assert type(event).__name__ == "TriggerEvent" and event.payload["status"] == "finished", event
     nothing_left_on_ray()
 
