@@ -26,6 +26,7 @@ from airflow_trials.core.warm_start import WarmStart
 from airflow_trials.exceptions import (
     AirflowTrialsError,
     CheckpointError,
+    CheckpointNotFoundError,
     ExperimentNotFoundError,
     ExperimentStateError,
     InsufficientResourcesError,
@@ -125,6 +126,7 @@ __all__ = [
     "AsyncHyperBandScheduler",
     "Callback",
     "CheckpointError",
+    "CheckpointNotFoundError",
     "CheckpointManager",
     "CheckpointRecord",
     "ConcurrencyLimiter",

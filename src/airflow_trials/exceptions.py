@@ -61,6 +61,11 @@ class CheckpointError(AirflowTrialsError):
     """A checkpoint could not be written, read, copied or deleted."""
 
 
+class CheckpointNotFoundError(CheckpointError):
+    """A checkpoint is not on the storage (deleted, or never there): a storage matter, never a
+    failure of the trial that was to start from it."""
+
+
 class ExperimentStateError(AirflowTrialsError):
     """Saved experiment state is missing or unreadable, so the experiment cannot resume."""
 

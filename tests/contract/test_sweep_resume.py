@@ -11,6 +11,7 @@ from airflow_trials.core.end import TrialEnd
 from airflow_trials.core.fate import after_failure
 from airflow_trials.core.search import uniform
 from airflow_trials.core.status import TrialStatus
+from airflow_trials.execution.storage import TrialStorage
 from airflow_trials.execution.sweep import SweepSpec, resumable_trials, sweep_search
 from tests.contract.conftest import MEMORY, POSTGRESQL, SQLITE_FILE
 
@@ -48,10 +49,22 @@ def ended(store, run_pk: int, trial_id: str, config: dict, loss: float | None) -
                                   last_result={"loss": loss, "training_iteration": 1}))
 
 
+def checkpointed(store, storage: TrialStorage, trial_id: str, iteration: int) -> str:
+    """A real checkpoint of ``trial_id`` at ``iteration`` on ``storage``, recorded in the store."""
+    path = storage.persist_checkpoint("exp", trial_id, iteration, {"iteration": iteration}, {})
+    store.add_checkpoint(trial_id, path, iteration)
+    return path
+
+
+@pytest.fixture
+def storage(tmp_path) -> TrialStorage:
+    return TrialStorage(str(tmp_path / "results"))
+
+
 class SweepResumeContract:
     backend: str
 
-    def test_a_resumed_run_keeps_its_asked_configs_and_asks_only_for_the_rest(self, store, store_url):
+    def test_a_resumed_run_keeps_its_asked_configs_and_asks_only_for_the_rest(self, store, store_url, storage):
         """Before the driver died: the seed and the searcher's first two trials ended (one failed),
         its third was running with a checkpoint. The next driver resumes the third with its stored
         config from its checkpoint and asks for the last two; its searcher knows the warm start's
@@ -62,13 +75,12 @@ class SweepResumeContract:
         ended(store, run_pk, IDS[1], {"x": 0.1}, 0.04)
         ended(store, run_pk, IDS[2], {"x": 0.2}, None)
         started(store, run_pk, IDS[3], {"x": 0.7})
-        store.add_checkpoint(IDS[3], "/ckpt/run1-0003/checkpoint_000002", 2)
+        path = checkpointed(store, storage, IDS[3], 2)
         the_spec = spec(store_url, run_pk, searcher(), warm_points=[[{"x": 0.3}, 0.001]])
 
-        resumable = resumable_trials(the_spec, store)
+        resumable = resumable_trials(the_spec, store, storage)
 
-        assert [(t.trial_id, t.config, t.restore_path) for t in resumable.trials] == [
-            (IDS[3], {"x": 0.7}, "/ckpt/run1-0003/checkpoint_000002")]
+        assert [(t.trial_id, t.config, t.restore_source()) for t in resumable.trials] == [(IDS[3], {"x": 0.7}, path)]
         assert resumable.to_ask == IDS[4:] and resumable.asked == 3 and resumable.done == 3
         assert resumable.best == (0.0025, IDS[0])
         assert resumable.ended == [(IDS[0], {"x": 0.35}, 0.0025), (IDS[1], {"x": 0.1}, 0.04), (IDS[2], {"x": 0.2}, None)]
@@ -83,25 +95,56 @@ class SweepResumeContract:
         assert new.trial_id == IDS[4]  # the run's id, not a new one
         assert new.config["x"] not in (0.1, 0.2, 0.7)  # the three points were handed out before the resume
 
-    def test_a_run_that_asked_nothing_yet_starts_the_search_from_the_top(self, store, store_url):
+    def test_a_trial_resumes_from_its_newest_recorded_checkpoint_that_is_on_the_storage(
+        self, store, store_url, storage
+    ):
+        """The store names checkpoints 2, 3 and 4; 4 and 3 are gone from the storage (a lifecycle
+        rule): the trial resumes from 2, and 3 and 4 are marked deleted, without a failure."""
+        store.ensure_experiment("exp", metric="loss", mode="min")
+        run_pk = store.create_experiment_run("exp", "run1")
+        started(store, run_pk, IDS[0], {"x": 0.35})
+        kept = checkpointed(store, storage, IDS[0], 2)
+        for iteration in (3, 4):
+            storage.delete(checkpointed(store, storage, IDS[0], iteration))
+
+        resumable = resumable_trials(spec(store_url, run_pk), store, storage)
+
+        trial = next(t for t in resumable.trials if t.trial_id == IDS[0])
+        assert trial.restore_source() == kept and trial.checkpoint.iteration == 2
+        assert [c.path for c in store.live_checkpoints(IDS[0])] == [kept]
+        assert store.latest_checkpoint(IDS[0]).path == kept
+        assert store.get_trial(IDS[0]).num_failures == 0
+
+    def test_a_trial_whose_every_checkpoint_is_gone_starts_from_scratch(self, store, store_url, storage):
+        store.ensure_experiment("exp", metric="loss", mode="min")
+        run_pk = store.create_experiment_run("exp", "run1")
+        started(store, run_pk, IDS[0], {"x": 0.35})
+        storage.delete(checkpointed(store, storage, IDS[0], 1))
+
+        resumable = resumable_trials(spec(store_url, run_pk), store, storage)
+
+        trial = next(t for t in resumable.trials if t.trial_id == IDS[0])
+        assert trial.restore_source() is None and store.latest_checkpoint(IDS[0]) is None
+
+    def test_a_run_that_asked_nothing_yet_starts_the_search_from_the_top(self, store, store_url, storage):
         store.ensure_experiment("exp", metric="loss", mode="min")
         run_pk = store.create_experiment_run("exp", "run1")
         the_spec = spec(store_url, run_pk, searcher())
 
-        resumable = resumable_trials(the_spec, store)
+        resumable = resumable_trials(the_spec, store, storage)
 
         assert [t.trial_id for t in resumable.trials] == [IDS[0]]  # the seed: its config is fixed
         assert resumable.to_ask == IDS[1:] and (resumable.asked, resumable.done, resumable.ended) == (0, 0, [])
         search = sweep_search(the_spec, resumable)
         assert search.next_trial([], lambda resources: True).config == {"x": 0.1}  # points_to_evaluate[0]
 
-    def test_without_a_searcher_every_trial_runs_with_its_given_config(self, store, store_url):
+    def test_without_a_searcher_every_trial_runs_with_its_given_config(self, store, store_url, storage):
         store.ensure_experiment("exp", metric="loss", mode="min")
         run_pk = store.create_experiment_run("exp", "run1")
         ended(store, run_pk, IDS[0], {"x": 0.35}, 0.0025)
         the_spec = spec(store_url, run_pk)
 
-        resumable = resumable_trials(the_spec, store)
+        resumable = resumable_trials(the_spec, store, storage)
 
         assert [t.trial_id for t in resumable.trials] == IDS[1:] and resumable.to_ask == []
         assert sweep_search(the_spec, resumable) is None

@@ -3,16 +3,20 @@ on a SQLite file and on PostgreSQL."""
 
 from __future__ import annotations
 
+import os
 import random
+from pathlib import Path
 
 import pytest
 
 from airflow_trials import (
+    Callback,
     PopulationBasedTraining,
     ResultGrid,
     Trial,
     TrialRunner,
     TrialsDbCallback,
+    TrialNotFoundError,
     TrialStatus,
 )
 from airflow_trials.store import ExperimentRunStatus, TrialStore
@@ -121,3 +125,48 @@ def test_pbt_exploits_are_recorded_with_the_trial_s_config_and_lineage(ray_clust
             assert all(r["training_iteration"] > exploit.iteration for r in exploit.replaced_results)
     finally:
         store.dispose()
+
+
+class StoredCheckpointsExist(Callback):
+    """After every runner step: each checkpoint the trials DB names (committed, as a new driver
+    would read it after a crash) is still on the storage."""
+
+    def __init__(self, db_url: str) -> None:
+        self.store = TrialStore(db_url)
+        self.checked = 0
+
+    def on_step_end(self, trials: list[Trial]) -> None:
+        for trial in trials:
+            try:
+                paths = [c.path for c in self.store.live_checkpoints(trial.trial_id)]
+            except TrialNotFoundError:
+                continue
+            missing = [p for p in paths if not os.path.isdir(p)]
+            assert not missing, f"the trials DB names deleted checkpoints of {trial.trial_id}: {missing}"
+            self.checked += len(paths)
+
+
+@WRITE_BEHIND
+def test_a_runner_deletes_a_dropped_checkpoint_only_once_the_trials_db_no_longer_names_it(
+    ray_cluster, storage, db_url, write_behind
+):
+    # Written only every hour (and at a trial's end): the trials DB lags far behind the actor's
+    # checkpoints, as a sweep driver's write-behind does under load.
+    recorder = TrialsDbCallback(metric="score", mode="max", db_url=db_url, run_key="kept-1",
+                                write_behind=write_behind, flush_interval_s=3600.0)
+    probe = StoredCheckpointsExist(db_url)
+    runner = TrialRunner("kept-exp", storage_path=storage, callbacks=[recorder, probe], wait_timeout_s=10.0)
+    for i in range(2):
+        runner.add_trial(Trial("tests.trainables:counting", {"sleep": 0.02}, trial_id=f"kept-{i}",
+                               experiment_name="kept-exp", resources={"cpu": 0.5}, keep_checkpoints_num=1,
+                               stopping_criterion={"training_iteration": 8}))
+    try:
+        runner.run()
+        assert probe.checked > 0
+        for i in range(2):
+            trial_dir = Path(storage) / "kept-exp" / f"kept-{i}"
+            assert sorted(p.name for p in trial_dir.glob("checkpoint_*")) == ["checkpoint_000008"]
+            assert [c.iteration for c in probe.store.live_checkpoints(f"kept-{i}")] == [8]
+            assert [r["training_iteration"] for r in probe.store.get_results(f"kept-{i}")] == list(range(1, 9))
+    finally:
+        probe.store.dispose()

@@ -18,15 +18,15 @@ def rec(i, **metrics):
 
 
 def test_keeps_the_n_best_by_score_and_always_the_newest():
-    deleted = []
-    manager = CheckpointManager(2, "acc", delete_fn=deleted.append)
-    manager.on_checkpoint(rec(1, acc=0.9))
-    manager.on_checkpoint(rec(2, acc=0.5))
-    manager.on_checkpoint(rec(3, acc=0.7))  # drops 2 (worst)
+    dropped = []
+    manager = CheckpointManager(2, "acc")
+    dropped += manager.on_checkpoint(rec(1, acc=0.9))
+    dropped += manager.on_checkpoint(rec(2, acc=0.5))
+    dropped += manager.on_checkpoint(rec(3, acc=0.7))  # drops 2 (worst)
     assert [r.iteration for r in manager.kept] == [1, 3]
-    manager.on_checkpoint(rec(4, acc=0.1))  # newest is kept although worst: drops 3
+    dropped += manager.on_checkpoint(rec(4, acc=0.1))  # newest is kept although worst: drops 3
     assert [r.iteration for r in manager.kept] == [1, 4]
-    assert [r.iteration for r in deleted] == [2, 3]
+    assert [r.iteration for r in dropped] == [2, 3]
     assert manager.best().iteration == 1
     assert manager.newest.iteration == 4
 
@@ -43,6 +43,41 @@ def test_without_score_the_oldest_goes():
     for i in range(1, 5):
         manager.on_checkpoint(rec(i))
     assert [r.iteration for r in manager.kept] == [3, 4]
+
+
+def test_a_dropped_checkpoint_is_retired_until_a_record_without_it_is_written():
+    manager = CheckpointManager(1)
+    manager.on_checkpoint(rec(1))
+    stored = manager.version  # a record (the trials DB) names checkpoint 1
+    manager.on_checkpoint(rec(2))
+    manager.on_checkpoint(rec(3))
+    assert [r.iteration for r in manager.kept] == [3]
+    assert [r.iteration for r in manager.retired] == [1, 2]
+    assert manager.release(stored) == []  # that record still names 1: nothing may be deleted
+    after_two = manager.version - 1  # the record written when 2 was kept, 1 dropped
+    assert [r.iteration for r in manager.release(after_two)] == [1]
+    assert [r.iteration for r in manager.release(manager.version)] == [2]
+    assert manager.retired == [] and manager.release(manager.version) == []
+
+
+def test_a_checkpoint_saved_again_where_a_retired_one_was_is_not_released():
+    manager = CheckpointManager(1)
+    manager.on_checkpoint(rec(1))
+    manager.on_checkpoint(rec(2))  # retires /ckpt/1
+    manager.on_checkpoint(rec(1))  # a retry from an earlier checkpoint writes /ckpt/1 again
+    assert [r.iteration for r in manager.retired] == [2]
+    assert [r.path for r in manager.release()] == ["/ckpt/2"]
+
+
+def test_retired_checkpoints_survive_a_saved_state_and_wait_for_the_next_record():
+    manager = CheckpointManager(1)
+    manager.on_checkpoint(rec(1))
+    manager.on_checkpoint(rec(2))
+    loaded = CheckpointManager(1)
+    loaded.load(manager.to_dict())
+    assert [r.iteration for r in loaded.kept] == [2]
+    assert loaded.release(0) == []
+    assert [r.iteration for r in loaded.release(loaded.version)] == [1]
 
 
 def test_keep_zero_is_refused():

@@ -22,6 +22,13 @@ class Callback:
     def on_checkpoint(self, trial: Trial, checkpoint: CheckpointRecord) -> None:
         pass
 
+    def checkpoints_recorded(self, trial: Trial) -> int | None:
+        """For a callback that records checkpoints where a resume reads them (the trials DB): the
+        ``checkpoint_manager.version`` of the trial's kept set it has durably written. The runner
+        deletes a checkpoint the trial dropped only once every such record was rewritten without
+        it. Default None: this callback names no checkpoint."""
+        return None
+
     def on_trial_exploit(self, trial: Trial, exploit: Exploit, old_config: dict[str, Any]) -> None:
         """PopulationBasedTraining's exploit was applied: the paused ``trial`` now continues from
         a copy of ``exploit.donor_checkpoint`` with ``exploit.new_config`` (its config already);

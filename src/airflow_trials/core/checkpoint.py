@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,18 +41,29 @@ class CheckpointManager:
     When more are kept than allowed, the lowest-scoring one is dropped (by ``checkpoint_score_attr``,
     higher is better; prefix the attribute with ``min-`` when lower is better; without an
     attribute the oldest is dropped). The newest checkpoint is never dropped, because a restore
-    after a failure needs it. Dropped checkpoints are handed to ``delete_fn``.
+    after a failure needs it.
+
+    A dropped checkpoint is also *retired*: a record written earlier (the trials DB, a saved
+    experiment state) may still name it as the one to resume from, so it may be deleted from
+    storage only once every such record was rewritten. :attr:`version` counts the changes of the
+    kept set; a recorder that wrote the kept set as of version ``v`` hands ``v`` to
+    :meth:`release`, which returns the retired checkpoints no record names any more::
+
+        manager = CheckpointManager(keep_checkpoints_num=1)
+        manager.on_checkpoint(CheckpointRecord("ckpt_1", 1))
+        recorded = manager.version              # the trials DB now holds ckpt_1
+        manager.on_checkpoint(CheckpointRecord("ckpt_2", 2))    # drops ckpt_1: retired, not deleted
+        assert manager.release(recorded) == []  # the DB still names ckpt_1
+        assert [r.path for r in manager.release(manager.version)] == ["ckpt_1"]  # DB rewritten
 
     :param keep_checkpoints_num: how many to keep; ``None`` keeps all (default).
     :param checkpoint_score_attr: metric that ranks checkpoints; default: recency.
-    :param delete_fn: called with each dropped record; default: none.
     """
 
     def __init__(
         self,
         keep_checkpoints_num: int | None = None,
         checkpoint_score_attr: str | None = None,
-        delete_fn: Callable[[CheckpointRecord], None] | None = None,
     ) -> None:
         if keep_checkpoints_num is not None and keep_checkpoints_num < 1:
             raise ValueError(
@@ -61,8 +72,31 @@ class CheckpointManager:
             )
         self.keep_checkpoints_num = keep_checkpoints_num
         self.checkpoint_score_attr = checkpoint_score_attr
-        self.delete_fn = delete_fn
         self._kept: list[CheckpointRecord] = []
+        self._version = 0
+        # (version that dropped it, record): dropped, not yet released for deletion.
+        self._retired: list[tuple[int, CheckpointRecord]] = []
+
+    @property
+    def version(self) -> int:
+        """How many times the kept set changed: a recorder acknowledges the version it wrote."""
+        return self._version
+
+    @property
+    def retired(self) -> list[CheckpointRecord]:
+        """Dropped checkpoints not yet released for deletion (a record may still name them)."""
+        return [record for _, record in self._retired]
+
+    def release(self, recorded_version: int | None = None) -> list[CheckpointRecord]:
+        """Forget and return the retired checkpoints that no record names any more, now that a
+        record of the kept set as of ``recorded_version`` was written (None: every retired one,
+        when nothing outside this process names checkpoints). The caller deletes them."""
+        if recorded_version is None:
+            released, self._retired = self._retired, []
+        else:
+            released = [entry for entry in self._retired if entry[0] <= recorded_version]
+            self._retired = [entry for entry in self._retired if entry[0] > recorded_version]
+        return [record for _, record in released]
 
     @property
     def newest(self) -> CheckpointRecord | None:
@@ -101,10 +135,13 @@ class CheckpointManager:
         return sign * float(value)
 
     def on_checkpoint(self, record: CheckpointRecord) -> list[CheckpointRecord]:
-        """Register a new checkpoint; returns the ones it pushed out (already passed to delete_fn)."""
+        """Register a new checkpoint; returns the ones it pushed out, retired until :meth:`release`."""
         if self._kept and self._kept[-1].path == record.path:
             self._kept[-1] = record
             return []
+        self._version += 1
+        # Saved again where a retired one was (a retry from an earlier checkpoint): not deletable.
+        self._retired = [entry for entry in self._retired if entry[1].path != record.path]
         self._kept.append(record)
         dropped: list[CheckpointRecord] = []
         limit = self.keep_checkpoints_num
@@ -113,18 +150,22 @@ class CheckpointManager:
             worst = min(candidates, key=lambda r: (self._score(r), r.iteration))
             self._kept.remove(worst)
             dropped.append(worst)
-        for record_out in dropped:
-            if self.delete_fn is not None:
-                self.delete_fn(record_out)
+        self._retired.extend((self._version, record_out) for record_out in dropped)
         return dropped
 
     def clear(self) -> list[CheckpointRecord]:
-        """Forget every checkpoint (after they were deleted); returns what was kept."""
-        kept, self._kept = self._kept, []
+        """Forget every checkpoint (after they were deleted); returns what was kept and retired."""
+        kept, self._kept = self._kept + self.retired, []
+        self._retired = []
+        self._version += 1
         return kept
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kept": [r.to_dict() for r in self._kept]}
+        return {"kept": [r.to_dict() for r in self._kept], "retired": [r.to_dict() for r in self.retired]}
 
     def load(self, data: Mapping[str, Any]) -> None:
+        """Take over a saved state; its retired checkpoints wait for the first record written
+        after it (version 1)."""
         self._kept = [CheckpointRecord.from_dict(r) for r in data.get("kept", [])]
+        self._version = 1
+        self._retired = [(1, CheckpointRecord.from_dict(r)) for r in data.get("retired", [])]

@@ -75,6 +75,7 @@ class TrialEnd:
             last_result=dict(snapshot["last_result"]) if snapshot.get("last_result") else None,
             best_checkpoint=_path(snapshot.get("best_checkpoint")),
             num_results=snapshot.get("num_results"),
+            infrastructure=bool(snapshot.get("infrastructure")),
             released=released,
             stop_reason=snapshot.get("stop_reason"),
         )

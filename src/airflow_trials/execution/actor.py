@@ -17,7 +17,7 @@ from airflow_trials.core.checkpoint import CheckpointRecord
 from airflow_trials.core.fate import Action, after_result
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.trial import Trial
-from airflow_trials.exceptions import TrialError
+from airflow_trials.exceptions import CheckpointError, CheckpointNotFoundError, TrialError
 from airflow_trials.execution.holds import Holds, HoldSpec
 from airflow_trials.execution.output import LogCapture, read_new_output
 from airflow_trials.execution.parameters import parameters_key, resolve_parameters
@@ -34,8 +34,9 @@ TrialSpec = dict[str, Any]
 parameters (name -> ObjectRef of a ``with_parameters`` constant)."""
 
 TrialSnapshot = dict[str, Any]
-"""What ``TrialActor.poll`` returns: status, new results, checkpoints, error and counts; the new
-output lines when asked for, and where the logs were saved once the trial ended."""
+"""What ``TrialActor.poll`` returns: status, new results, checkpoints kept (and the version of that
+set), error and counts; the new output lines when asked for, and where the logs were saved once
+the trial ended."""
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +100,8 @@ class TrialActor:
         self._status = TrialStatus.PENDING
         self._results: list[dict[str, Any]] = []
         self._error: str | None = None
+        # The trial could not start from its checkpoint (gone from storage): not its own failure.
+        self._infrastructure = False
         self._stop_requested = False
         self._ended = threading.Event()  # set when the autonomous loop has ended
         # Set when a poll should answer at once: the loop ended, or it holds for a verdict.
@@ -311,7 +314,7 @@ class TrialActor:
         status, error = TrialStatus.TERMINATED, None
         try:
             if restore_from:
-                self.restore(restore_from)
+                self._restore_or_give_up(restore_from)
             while not self._stop_requested:
                 result = self.train()
                 duplicate = bool(result.pop(R.DUPLICATE, False))
@@ -329,6 +332,9 @@ class TrialActor:
                 if decision.action is not Action.CONTINUE:
                     self._stop_reason = decision.reason
                     break
+        except _CheckpointGone as e:
+            status, error = TrialStatus.ERROR, str(e)
+            self._infrastructure = True
         except TrialError as e:
             status, error = TrialStatus.ERROR, str(e)
         except Exception as e:  # a stopping criterion naming a missing metric, a storage failure
@@ -339,6 +345,21 @@ class TrialActor:
                 self._status, self._error = status, error
             self._ended.set()
             self._attention.set()
+
+    def _restore_or_give_up(self, path: str) -> None:
+        """Restore ``path``; a checkpoint that cannot be read from the storage is the storage's
+        problem, not the trial's: it ends the loop as infrastructure, which the task's retry
+        resumes from the newest checkpoint that exists, without counting a failure."""
+        try:
+            self.restore(path)
+        except TrialError as e:
+            if not isinstance(e.__cause__, CheckpointNotFoundError):
+                raise
+            raise _CheckpointGone(
+                f"Trial {self.trial_id} of experiment {self.experiment_name} could not start from its "
+                f"checkpoint {path}: {e.__cause__}. Not a failure of the trial: its next try resumes it from "
+                "the newest checkpoint that exists on the storage."
+            ) from e
 
     def _publish(self, result: dict[str, Any]) -> None:
         with self._lock:
@@ -379,15 +400,42 @@ class TrialActor:
             self._keep(CheckpointRecord.from_dict(raw))
 
     def _keep(self, record: CheckpointRecord) -> None:
+        """Register a new checkpoint. Those it pushes out are not deleted here: the trials DB may
+        still name one as the checkpoint to resume from, until its watcher records the kept set
+        without it (:meth:`release_checkpoints`)."""
         assert self._trial is not None
         with self._lock:
-            for dropped in self._trial.checkpoint_manager.on_checkpoint(record):
-                self._storage.delete(dropped.path)
+            self._trial.checkpoint_manager.on_checkpoint(record)
+
+    def release_checkpoints(self, recorded_version: int) -> list[str]:
+        """Delete the dropped checkpoints that no record names any more, now that the trial's
+        watcher wrote the kept set of ``recorded_version`` (a snapshot's ``checkpoints_version``)
+        to the trials DB; returns their paths. A deletion that fails is logged and not retried:
+        the checkpoint is only left on the storage."""
+        trial = self._trial
+        if trial is None:
+            return []
+        with self._lock:
+            released = trial.checkpoint_manager.release(recorded_version)
+        deleted = []
+        for record in released:
+            try:
+                self._storage.delete(record.path)
+            except CheckpointError as e:
+                log.warning("Trial %s: %s; it stays on the storage.", self.trial_id, e)
+                continue
+            deleted.append(record.path)
+        return deleted
 
     def poll(
-        self, since: int = 0, wait_s: float = 0.0, output_from: dict[str, int] | None = None
+        self, since: int = 0, wait_s: float = 0.0, output_from: dict[str, int] | None = None,
+        recorded_version: int | None = None,
     ) -> TrialSnapshot:
         """Progress of an autonomous trial: the results after the first ``since``, and its state.
+
+        With ``recorded_version`` (the ``checkpoints_version`` of the last snapshot whose
+        checkpoints the watcher wrote to the trials DB), the checkpoints dropped up to that version
+        are deleted first (:meth:`release_checkpoints`).
 
         With ``wait_s``, it first waits up to that long for the trial to end, so a poller that
         polls every ``wait_s`` seconds learns of the end at once (and frees its resources sooner)
@@ -398,6 +446,8 @@ class TrialActor:
         lines since that byte offset, bounded per poll (:func:`~.output.read_new_output`), and
         the offsets to ask from next time.
         """
+        if recorded_version is not None:
+            self.release_checkpoints(recorded_version)
         if wait_s > 0 and self._loop is not None:
             self._attention.wait(wait_s)
         with self._lock:
@@ -414,8 +464,10 @@ class TrialActor:
                 ]
                 if trial
                 else [],
+                "checkpoints_version": trial.checkpoint_manager.version if trial else 0,
                 "best_checkpoint": _best(trial),
                 "error": self._error,
+                "infrastructure": self._infrastructure,
                 "stop_reason": self._stop_reason if self._status is TrialStatus.TERMINATED else None,
                 "held": self._holds.held_at if self._holds is not None else None,
                 "pid": self._pid,
@@ -455,6 +507,10 @@ class TrialActor:
         if self._driver is None:
             raise RuntimeError(f"Trial actor for {self.trial_id} has no trainable; it was not set up.")
         return self._driver
+
+
+class _CheckpointGone(Exception):
+    """The checkpoint a trial was to start from cannot be read from the storage."""
 
 
 def _best(trial: Trial | None) -> dict[str, Any] | None:

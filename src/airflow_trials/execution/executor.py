@@ -321,9 +321,9 @@ class RayTrialExecutor(TrialLauncher):
         return record
 
     def register_checkpoint(self, trial: Trial, record: CheckpointRecord) -> None:
-        """Add a persisted checkpoint to the trial; those it pushes out are deleted from storage."""
-        for dropped in trial.checkpoint_manager.on_checkpoint(record):
-            self.storage.delete(dropped.path)
+        """Add a persisted checkpoint to the trial. Those it pushes out are retired, not deleted:
+        the runner deletes them once no record names them (``execution/releaser.py``)."""
+        trial.checkpoint_manager.on_checkpoint(record)
 
     def restore(self, trial: Trial, checkpoint_path: str | None = None) -> None:
         """Load ``checkpoint_path`` (default: the trial's newest) into its live actor."""

@@ -41,7 +41,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,13 +84,17 @@ class TrialWatch:
     :param actor: the trial's Ray actor handle.
     :param store_url: the trials store its progress goes to.
     :param wait_seconds: how long the actor may hold a poll open waiting for the trial to end.
+    :param recorded: the trial's checkpoints the store holds as not deleted; default none.
     """
 
-    def __init__(self, poller: TrialPoller, trial_id: str, actor: Any, store_url: str, wait_seconds: float) -> None:
+    def __init__(
+        self, poller: TrialPoller, trial_id: str, actor: Any, store_url: str, wait_seconds: float,
+        recorded: Iterable[str] = (),
+    ) -> None:
         self.trial_id = trial_id
         self.store_url = store_url
         self.wait_seconds = wait_seconds
-        self.tracker = TrialProgressTracker(trial_id)
+        self.tracker = TrialProgressTracker(trial_id, recorded=set(recorded))
         self._poller = poller
         self._current: Poll | None = None
         # Poller thread only:
@@ -347,13 +351,16 @@ _POLLERS: dict[asyncio.AbstractEventLoop, TrialPoller] = {}
 _REGISTRY_LOCK = threading.Lock()
 
 
-def watch_trial(trial_id: str, actor: Any, store_url: str, wait_seconds: float) -> TrialWatch:
+def watch_trial(
+    trial_id: str, actor: Any, store_url: str, wait_seconds: float, recorded: Iterable[str] = ()
+) -> TrialWatch:
     """Register a trial with the running event loop's poller (starting one if needed).
 
     :param trial_id: the trial.
     :param actor: its Ray actor handle.
     :param store_url: the trials store its progress goes to.
     :param wait_seconds: how long the actor may hold a poll open waiting for the trial to end.
+    :param recorded: the trial's checkpoints the store holds as not deleted; default none.
     """
     loop = asyncio.get_running_loop()
     with _REGISTRY_LOCK:
@@ -361,7 +368,7 @@ def watch_trial(trial_id: str, actor: Any, store_url: str, wait_seconds: float) 
         if poller is None or poller._stopped:
             poller = _POLLERS[loop] = TrialPoller(loop)
             poller.start()
-        watch = TrialWatch(poller, trial_id, actor, store_url, wait_seconds)
+        watch = TrialWatch(poller, trial_id, actor, store_url, wait_seconds, recorded)
         # Under the lock: a poller that has a command queued never retires.
         poller.command(poller._add, watch)
         return watch

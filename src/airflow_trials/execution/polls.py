@@ -8,6 +8,7 @@ import asyncio
 import contextvars
 import logging
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,8 +42,16 @@ class TrialProgressTracker:
     """What of one trial's progress the store has: results seen, checkpoints recorded, placed;
     and how far its output was read (not stored: the trigger logs it).
 
+    The store's checkpoints are the ones a retry resumes from, so the actor deletes a checkpoint
+    it dropped only once the store no longer names it: each poll hands the actor
+    ``recorded_version``, the version of the last kept set the store holds (its checkpoints added,
+    the dropped ones marked deleted, in one transaction).
+
     :param trial_id: the trial.
     :param seen: results recorded so far (the actor's ``poll(since=...)``); default 0.
+    :param recorded: paths of the trial's checkpoints the store holds as not deleted; default
+        none. A watch that takes over a trial another watch recorded starts from the store's, so
+        that what the actor dropped meanwhile is marked deleted too.
     """
 
     trial_id: str
@@ -50,10 +59,12 @@ class TrialProgressTracker:
     recorded: set[str] = field(default_factory=set)
     placed: bool = False
     output_offsets: dict[str, int] = field(default_factory=dict)
+    recorded_version: int | None = None
+    _polled_version: int | None = field(default=None, repr=False)
 
-    def poll_args(self, wait_seconds: float) -> tuple[int, float, dict[str, int]]:
+    def poll_args(self, wait_seconds: float) -> tuple[int, float, dict[str, int], int | None]:
         """The arguments of the actor's next ``poll``."""
-        return self.seen, wait_seconds, dict(self.output_offsets)
+        return self.seen, wait_seconds, dict(self.output_offsets), self.recorded_version
 
     def read_output(self, snapshot: Snapshot) -> None:
         """The next poll asks for the output after what ``snapshot`` brought."""
@@ -62,6 +73,7 @@ class TrialProgressTracker:
 
     def progress(self, snapshot: Snapshot) -> TrialProgress | None:
         """What ``snapshot`` adds to the store, or None when it adds nothing."""
+        self._polled_version = snapshot.get("checkpoints_version")
         kept = {c["path"]: c for c in snapshot["checkpoints"]}
         item = TrialProgress(
             self.trial_id,
@@ -75,8 +87,10 @@ class TrialProgressTracker:
         return item
 
     def written(self, item: TrialProgress | None) -> None:
-        """The store committed ``item``."""
+        """The store committed ``item``, the progress of the last snapshot: it holds that
+        snapshot's kept checkpoints now."""
         self.placed = True
+        self.recorded_version = self._polled_version
         if item is None:
             return
         self.seen += len(item.results)
@@ -168,12 +182,15 @@ class DirectTrialWatch:
     :param actor: its Ray actor handle.
     :param store: the trials store its progress goes to.
     :param wait_seconds: how long the actor may hold a poll open waiting for the trial to end.
+    :param recorded: the trial's checkpoints the store holds as not deleted; default none.
     """
 
-    def __init__(self, trial_id: str, actor: Any, store: TrialStore, wait_seconds: float) -> None:
+    def __init__(
+        self, trial_id: str, actor: Any, store: TrialStore, wait_seconds: float, recorded: Iterable[str] = ()
+    ) -> None:
         self.trial_id = trial_id
         self.wait_seconds = wait_seconds
-        self.tracker = TrialProgressTracker(trial_id)
+        self.tracker = TrialProgressTracker(trial_id, recorded=set(recorded))
         self._actor = actor
         self._store = store
         self._current: Poll | None = None

@@ -29,6 +29,7 @@ from airflow_trials.exceptions import (
 from airflow_trials.execution.executor import RayTrialExecutor
 from airflow_trials.execution.experiment_state import save_experiment_state, trials_to_resume
 from airflow_trials.execution.exploit import apply_exploit, check_scheduler_can_run
+from airflow_trials.execution.releaser import CheckpointReleaser
 from airflow_trials.execution.runner_views import (
     RunnerViews,
     TrialIdAndResultList,
@@ -63,7 +64,8 @@ class TrialRunner(RunnerViews):
     :param time_budget_s: wall-clock budget; when spent, unfinished trials become TERMINATED and the run ends.
     :param reuse_actors: reuse actors between trials (only with the default executor).
     :param queue_trials: see :class:`RayTrialExecutor` (only with the default executor).
-    :param checkpoint_period_s: how often experiment state is saved during ``run()``; default 10.
+    :param checkpoint_period_s: how often experiment state is saved during ``run()``; a checkpoint the
+        keep policy dropped is deleted after the next save (the state saved before may name it). Default 10.
     :param resume: load the experiment's saved state and continue it; default False.
     :param run_errored_only: with ``resume``, re-run trials that ended in ERROR (from their latest
         checkpoint); TERMINATED trials are kept as they are. Default False.
@@ -136,8 +138,11 @@ class TrialRunner(RunnerViews):
         self._failed_fast = False
         self._stop_all = False
         self._last_checkpoint = time.monotonic()
+        self._releaser = CheckpointReleaser(self.trial_executor.storage, checkpoint_period_s != float("inf"))
         if resume:
-            self._resume(run_errored_only)
+            storage = self.trial_executor.storage
+            for trial in trials_to_resume(storage, self.experiment_name, stop, run_errored_only):
+                self.add_trial(trial)
 
     # -- trials ------------------------------------------------------------------------------------
     def add_trial(self, trial: Trial) -> None:
@@ -229,6 +234,7 @@ class TrialRunner(RunnerViews):
             executor.trim_cache(self._wanted_shapes())
         for callback in self.callbacks:
             callback.on_step_end(self._trials)
+        self._releaser.release(self.callbacks)
 
     def _wanted_shapes(self) -> list[Any]:
         """The resources a waiting trial or the searcher's next trial needs, each once; the scan
@@ -269,6 +275,7 @@ class TrialRunner(RunnerViews):
             self.cleanup()
         for callback in self.callbacks:
             callback.on_experiment_end(self._trials)
+        self._releaser.release(self.callbacks, self._trials)  # every record is final now
         return self._trials
 
     def cleanup(self) -> None:
@@ -422,6 +429,7 @@ class TrialRunner(RunnerViews):
         self._notify_newest_checkpoint(trial)
 
     def _notify_newest_checkpoint(self, trial: Trial) -> None:
+        self._releaser.note(trial)
         newest = trial.checkpoint
         if newest is not None:
             for callback in self.callbacks:
@@ -490,10 +498,6 @@ class TrialRunner(RunnerViews):
     def checkpoint(self) -> str:
         """Save every trial's state to ``<experiment_dir>/experiment_state.json``; returns the path."""
         path = save_experiment_state(self.trial_executor.storage, self.experiment_name, self._trials)
+        self._releaser.state_saved(self._trials)
         self._last_checkpoint = time.monotonic()
         return path
-
-    def _resume(self, run_errored_only: bool) -> None:
-        storage = self.trial_executor.storage
-        for trial in trials_to_resume(storage, self.experiment_name, self.stop_criterion, run_errored_only):
-            self.add_trial(trial)

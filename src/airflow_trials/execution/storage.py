@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from airflow_trials.core.trial import validate_name
-from airflow_trials.exceptions import CheckpointError
+from airflow_trials.exceptions import CheckpointError, CheckpointNotFoundError
 
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
@@ -129,6 +129,12 @@ class TrialStorage:
 
     def exists(self, path: str) -> bool:
         return os.path.exists(path) if self.is_local else bool(self.fs.exists(path))
+
+    def has_checkpoint(self, path: str) -> bool:
+        """Is a checkpoint this storage persisted complete at ``path``? Its metadata file is
+        written last, so a checkpoint whose persist was cut short has none."""
+        meta = os.path.join(path, _META_FILE) if self.is_local else f"{path.rstrip('/')}/{_META_FILE}"
+        return self.exists(meta)
 
     # -- checkpoints --------------------------------------------------------------------------------
     def scratch_dir(self, experiment_name: str, trial_id: str) -> str:
@@ -258,19 +264,22 @@ def load_checkpoint(path: str) -> Any:
 
 def read_checkpoint(path: str) -> tuple[Any, dict[str, Any]]:
     """``(payload, meta)`` of a checkpoint: see :func:`load_checkpoint`; ``meta`` holds its iteration."""
+    missing = CheckpointNotFoundError(
+        f"Could not load checkpoint {path}: no such directory. Take the path from a trial's "
+        f"best_checkpoint or latest_checkpoint (leaderboard, select_best's XCom), on a "
+        f"machine that sees the experiment's storage_path."
+    )
     try:
         if _is_url(path):
             fs, fs_path = _url_to_fs(path)
+            if not fs.exists(fs_path):  # fs.get of a missing prefix copies nothing and raises nothing
+                raise missing
             local_dir = tempfile.mkdtemp(prefix="airflow_trials_restore_")
             fs.get(fs_path.rstrip("/") + "/", local_dir + "/", recursive=True)
         else:
             local_dir = os.path.abspath(os.path.expanduser(path.removeprefix("file://")))
             if not os.path.isdir(local_dir):
-                raise CheckpointError(
-                    f"Could not load checkpoint {path}: no such directory. Take the path from a trial's "
-                    f"best_checkpoint or latest_checkpoint (leaderboard, select_best's XCom), on a "
-                    f"machine that sees the experiment's storage_path."
-                )
+                raise missing
         meta_file = os.path.join(local_dir, _META_FILE)
         if os.path.exists(meta_file):
             with open(meta_file, encoding="utf-8") as f:

@@ -24,6 +24,8 @@ from ray.actor import ActorHandle
 from airflow_trials.core.searcher import ended_trial_values
 from airflow_trials.core.sweep import SweepProgress, SweepSnapshot
 from airflow_trials.core.trial import Trial
+from airflow_trials.execution.resume import resume_checkpoint
+from airflow_trials.execution.storage import TrialStorage
 from airflow_trials.execution.suggest import SearchDriver
 from airflow_trials.store.store import TrialStore
 
@@ -101,11 +103,12 @@ class Resumable:
     asked: int = 0
 
 
-def resumable_trials(spec: SweepSpec, store: TrialStore) -> Resumable:
+def resumable_trials(spec: SweepSpec, store: TrialStore, storage: TrialStorage) -> Resumable:
     """The run's trials still to run, and what had ended.
 
     A trial that ended (TERMINATED or ERROR) in the trials DB is not run again. One that started
-    and did not end continues from its latest recorded checkpoint (from scratch without one); its
+    and did not end continues from its latest recorded checkpoint that is on ``storage``
+    (:func:`~airflow_trials.execution.resume.resume_checkpoint`; from scratch without one); its
     results already stored are kept (the store takes each iteration once). With a ``search_alg``,
     a trial given without a config is the searcher's to suggest: one whose config is stored
     continues with it, the others are asked for (``to_ask``).
@@ -124,10 +127,11 @@ def resumable_trials(spec: SweepSpec, store: TrialStore) -> Resumable:
         if searched and not config:
             resumable.to_ask.append(trial_id)
             continue
-        latest = store.latest_checkpoint(trial_id) if record is not None else None
-        restore = latest.path if latest is not None else origin.get("restore_path")
+        latest = resume_checkpoint(store, storage, trial_id) if record is not None else None
         trial = Trial(spec.trainable, config, trial_id=trial_id, experiment_name=spec.experiment_name,
-                      restore_path=restore, **spec.trial_kwargs)
+                      restore_path=origin.get("restore_path"), **spec.trial_kwargs)
+        if latest is not None:  # kept as its own: the runner may drop it once newer ones are recorded
+            trial.checkpoint_manager.on_checkpoint(latest)
         if record is None and origin.get("warm_start"):  # registered now: the store says where it came from
             store.upsert_trial(trial_id, trainable=spec.trainable, config=trial.config, resources=trial.resources,
                                max_failures=trial.max_failures, experiment_run_id=spec.experiment_run_id,
@@ -244,7 +248,7 @@ class SweepDriver:
         store = TrialStore(spec.db_url)
         recorder = None
         try:
-            resumable = resumable_trials(spec, store)
+            resumable = resumable_trials(spec, store, TrialStorage(spec.storage_path))
             if resumable.done:
                 log.info("Sweep %s resumes: %d of %d trials had ended.", spec.name, resumable.done, len(spec.trials))
             progress = SweepProgress(len(spec.trials), spec.metric, spec.mode, done_before=resumable.done,

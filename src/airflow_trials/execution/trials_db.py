@@ -91,6 +91,8 @@ class TrialsDbCallback(Callback):
         self.experiment_name: str | None = None
         self.experiment_run_id: int | None = None
         self._trackers: dict[str, TrialProgressTracker] = {}
+        # trial id -> the version of its kept checkpoints the trials DB holds (set once committed)
+        self._recorded_versions: dict[str, int] = {}
         self._pending: dict[str, list[Result]] = {}
         self._dirty: dict[str, Trial] = {}
         self.flush_interval_s = flush_interval_s
@@ -124,6 +126,7 @@ class TrialsDbCallback(Callback):
             self.store.upsert_trial, trial.trial_id, trainable=trial.trainable, config=dict(trial.config),
             resources=trial.resources, max_failures=trial.max_failures, experiment_run_id=run_id,
         )
+        self._recorded_versions.setdefault(trial.trial_id, 0)  # names its checkpoints from now on
         tracker = self._trackers.setdefault(trial.trial_id, TrialProgressTracker(trial.trial_id))
         tracker.placed = False  # (again) RUNNING: a recovered trial was recorded PENDING
         self._dirty[trial.trial_id] = trial
@@ -137,6 +140,16 @@ class TrialsDbCallback(Callback):
 
     def on_checkpoint(self, trial: Trial, checkpoint: Any) -> None:
         self._dirty[trial.trial_id] = trial
+
+    def checkpoints_recorded(self, trial: Trial) -> int | None:
+        """The version of the trial's kept checkpoints the trials DB holds (committed, behind the
+        writes queued); None for a trial this callback never recorded."""
+        version = self._recorded_versions.get(trial.trial_id)
+        if version is None:
+            return None
+        if trial.status.is_terminal() and version >= trial.checkpoint_manager.version:
+            del self._recorded_versions[trial.trial_id]  # final: keeps a 100,000-trial sweep's memory flat
+        return version
 
     def on_trial_exploit(self, trial: Trial, exploit: Exploit, old_config: dict[str, Any]) -> None:
         """Recorded at once (``TrialStore.record_exploit``), with the trial's new config."""
@@ -227,6 +240,9 @@ class TrialsDbCallback(Callback):
             self._write(self.store.record_progress, [item for _, item in batch])
         for trial, item in batch:
             self._trackers[trial.trial_id].written(item)
+        versions = {t.trial_id: t.checkpoint_manager.version for t in trials if t.trial_id in self._trackers}
+        if versions:  # applied after the writes above, and only if they were
+            self._write(self._recorded_versions.update, versions)
         for trial in trials:
             self._pending.pop(trial.trial_id, None)
             self._dirty.pop(trial.trial_id, None)

@@ -24,6 +24,7 @@ from airflow_trials.core.resources import Resources
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.trial import Trial, validate_name
 from airflow_trials.exceptions import StoreError, TrialError
+from airflow_trials.execution.resume import resume_checkpoint
 from airflow_trials.hooks.trials import DEFAULT_RAY_CONN_ID, DEFAULT_TRIALS_CONN_ID, TrialsHook
 from airflow_trials.operators.attach import finished_in_store, first_try_after_a_clear, live_actor
 from airflow_trials.operators.tuning import (
@@ -322,9 +323,10 @@ class RunTrialOperator(BaseOperator):
     def _launch(self, store: Any, executor: Any, trial: Trial) -> tuple[Trial, bool]:
         """Start the trial on Ray from its latest stored checkpoint, with its scheduler's holds;
         the trial as launched, and whether Ray placed it already."""
-        latest = store.latest_checkpoint(trial.trial_id)
+        latest = resume_checkpoint(store, executor.storage, trial.trial_id)
         if latest is not None:
-            trial = self._trial(trial.experiment_name, trial.trial_id, latest.path)
+            # Kept as its own: the actor may drop it once newer ones are recorded.
+            trial.checkpoint_manager.on_checkpoint(latest)
             self.log.info("Trial %s resumes from checkpoint %s", trial.trial_id, latest.path)
         rungs, bracket = self._rungs(trial.trial_id)
         holds = rungs.hold_spec(bracket) if rungs else None

@@ -275,6 +275,22 @@ class IngestStore(StoreBase):
             )
         checkpoint.deleted = True
 
+    def live_checkpoints(self, trial_id: str) -> list[CheckpointRecordRow]:
+        """The trial's not-deleted checkpoints, newest (highest iteration) first."""
+        operation = f"read the checkpoints of trial {trial_id}"
+
+        def work(session: Session) -> list[CheckpointRecordRow]:
+            self._find_or_raise(session, trial_id, operation)
+            rows = session.execute(
+                select(CheckpointRow)
+                .where(CheckpointRow.trial_id == trial_id, CheckpointRow.deleted.is_(False))
+                .order_by(CheckpointRow.iteration.desc(), CheckpointRow.id.desc())
+            ).scalars()
+            return [CheckpointRecordRow(path=r.path, iteration=r.iteration, score=r.score, deleted=r.deleted)
+                    for r in rows]
+
+        return self._transaction(operation, work, write=False)
+
     def latest_checkpoint(self, trial_id: str) -> CheckpointRecordRow | None:
         """The not-deleted checkpoint with the highest iteration, or None when there is none."""
         operation = f"read the latest checkpoint of trial {trial_id}"

@@ -129,10 +129,13 @@ class TrialWatch:
 
         ensure_lag_probe()
         wait_s = trigger.poll_interval_seconds
+        # What the store names now: what the actor dropped while nobody recorded is marked deleted
+        # with the first write (a watch before this one may have died in between).
+        recorded = [c.path for c in await asyncio.to_thread(self.store.live_checkpoints, trigger.trial_id)]
         if os.environ.get(BATCHED_POLLS_ENV, "1") == "0":
-            self.polls = DirectTrialWatch(trigger.trial_id, self.actor, self.store, wait_s)
+            self.polls = DirectTrialWatch(trigger.trial_id, self.actor, self.store, wait_s, recorded)
         else:
-            self.polls = watch_trial(trigger.trial_id, self.actor, self.store.url, wait_s)
+            self.polls = watch_trial(trigger.trial_id, self.actor, self.store.url, wait_s, recorded)
 
     async def _cluster_replaced(self) -> bool:
         """Is this process now connected to another Ray cluster than the trial was launched on?"""
@@ -287,6 +290,18 @@ class TrialWatch:
             self.trigger.log.warning("Trial %s: could not give its actor the verdict on result %d (%s: %s).",
                                      self.trigger.trial_id, verdict.iteration, type(e).__name__, e)
 
+    async def _release_checkpoints(self) -> None:
+        """Let the ended trial's actor delete what it dropped since the last poll, now that the
+        store holds its last kept set; a failure only leaves those checkpoints on the storage."""
+        version = self.polls.tracker.recorded_version if self.polls is not None else None
+        if version is None:
+            return
+        try:
+            await asyncio.wait_for(self.actor.release_checkpoints.remote(version), POLL_GRACE_SECONDS)
+        except Exception as e:  # noqa: BLE001 - Ray's errors for a dead or unreachable actor vary
+            self.trigger.log.warning("Trial %s: its dropped checkpoints were not deleted (%s: %s); they stay on "
+                                     "the storage.", self.trigger.trial_id, type(e).__name__, e)
+
     def _finished_in_store(self) -> dict[str, Any] | None:
         record = self.store.get_trial(self.trigger.trial_id)
         if record.status is not TrialStatus.TERMINATED:
@@ -304,6 +319,7 @@ class TrialWatch:
         # Free the trial's resources now rather than when a worker runs execute_complete, so a
         # trial queued behind it starts at once; the event carries all execute_complete needs.
         self.echo.ended(snapshot)
+        await self._release_checkpoints()
         await self.release()
         end = TrialEnd.from_snapshot(self.trigger.experiment_name, snapshot, released=True)
         if end.finished and self.judge is not None:
