@@ -133,40 +133,41 @@ class StoredCheckpointsExist(Callback):
 
     def __init__(self, db_url: str) -> None:
         self.store = TrialStore(db_url)
-        self.checked = 0
+        self.named: set[int] = set()  # the iterations of the checkpoints the trials DB named
 
     def on_step_end(self, trials: list[Trial]) -> None:
         for trial in trials:
             try:
-                paths = [c.path for c in self.store.live_checkpoints(trial.trial_id)]
+                named = self.store.live_checkpoints(trial.trial_id)
             except TrialNotFoundError:
                 continue
-            missing = [p for p in paths if not os.path.isdir(p)]
+            missing = [c.path for c in named if not os.path.isdir(c.path)]
             assert not missing, f"the trials DB names deleted checkpoints of {trial.trial_id}: {missing}"
-            self.checked += len(paths)
+            self.named.update(c.iteration for c in named)
 
 
 @WRITE_BEHIND
 def test_a_runner_deletes_a_dropped_checkpoint_only_once_the_trials_db_no_longer_names_it(
     ray_cluster, storage, db_url, write_behind
 ):
-    # Written only every hour (and at a trial's end): the trials DB lags far behind the actor's
-    # checkpoints, as a sweep driver's write-behind does under load.
+    # Written every 0.5 s (and at a trial's end): the trials DB names a checkpoint that the trial
+    # drops a few results later, long before the next write, as a sweep driver's does.
     recorder = TrialsDbCallback(metric="score", mode="max", db_url=db_url, run_key="kept-1",
-                                write_behind=write_behind, flush_interval_s=3600.0)
+                                write_behind=write_behind, flush_interval_s=0.5)
     probe = StoredCheckpointsExist(db_url)
     runner = TrialRunner("kept-exp", storage_path=storage, callbacks=[recorder, probe], wait_timeout_s=10.0)
     for i in range(2):
-        runner.add_trial(Trial("tests.trainables:counting", {"sleep": 0.02}, trial_id=f"kept-{i}",
+        runner.add_trial(Trial("tests.trainables:counting", {"sleep": 0.05}, trial_id=f"kept-{i}",
                                experiment_name="kept-exp", resources={"cpu": 0.5}, keep_checkpoints_num=1,
-                               stopping_criterion={"training_iteration": 8}))
+                               stopping_criterion={"training_iteration": 40}))
     try:
         runner.run()
-        assert probe.checked > 0
+        # A write named a checkpoint mid-run (the trials take 2 s at least): the case was reached.
+        assert probe.named - {40}, probe.named
         for i in range(2):
             trial_dir = Path(storage) / "kept-exp" / f"kept-{i}"
-            assert sorted(p.name for p in trial_dir.glob("checkpoint_*")) == ["checkpoint_000008"]
-            assert [c.iteration for c in probe.store.live_checkpoints(f"kept-{i}")] == [8]
-            assert [r["training_iteration"] for r in probe.store.get_results(f"kept-{i}")] == list(range(1, 9))
+            assert sorted(p.name for p in trial_dir.glob("checkpoint_*")) == ["checkpoint_000040"]
+            assert [c.iteration for c in probe.store.live_checkpoints(f"kept-{i}")] == [40]
+            assert [r["training_iteration"] for r in probe.store.get_results(f"kept-{i}")] == list(range(1, 41))
     finally:
         probe.store.dispose()
