@@ -154,9 +154,9 @@ class CheckpointManager:
         return dropped
 
     def clear(self) -> list[CheckpointRecord]:
-        """Forget every checkpoint (after they were deleted); returns what was kept and retired."""
-        kept, self._kept = self._kept + self.retired, []
-        self._retired = []
+        """Forget every kept checkpoint (the caller deletes them, or registers some again); returns
+        them. The retired ones stay retired until :meth:`release`."""
+        kept, self._kept = self._kept, []
         self._version += 1
         return kept
 
