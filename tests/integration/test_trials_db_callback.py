@@ -14,9 +14,9 @@ from airflow_trials import (
     PopulationBasedTraining,
     ResultGrid,
     Trial,
+    TrialNotFoundError,
     TrialRunner,
     TrialsDbCallback,
-    TrialNotFoundError,
     TrialStatus,
 )
 from airflow_trials.store import ExperimentRunStatus, TrialStore
