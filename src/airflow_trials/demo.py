@@ -92,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--experiment", default="regression-demo")
     parser.add_argument("--num-cpus", type=int, default=None, help="CPUs of the local Ray (default: all)")
     parser.add_argument("--db-url", default=None,
-                        help="trials DB to record the run in (default: AIRFLOW_TRIALS_DB_URL, else the default file)")
+                        help="trials DB to record the run in (default: as the DAGs find it: the trials_default "
+                             "connection, else AIRFLOW_TRIALS_DB_URL, else the default file)")
     args = parser.parse_args(argv)
 
     import ray

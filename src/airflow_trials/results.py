@@ -100,10 +100,10 @@ class ResultGrid(Sequence[TrialResult]):
         :raises ExperimentNotFoundError: no such experiment or run.
         """
         if store is None:
-            from airflow_trials.hooks.trials import resolve_trials_db_url
             from airflow_trials.store import TrialStore
+            from airflow_trials.trials_db_url import trials_db_url
 
-            store = TrialStore(db_url or resolve_trials_db_url(trials_conn_id, create_dir=False)[0])
+            store = TrialStore(db_url or trials_db_url(trials_conn_id, create_dir=False)[0])
         record = store.resolve_run(experiment_name, run)
         experiment = next(e for e in store.list_experiments() if e.name == experiment_name)
         metric, mode = experiment.metric, experiment.mode

@@ -813,7 +813,7 @@ def test_cli_upgrade_with_url_prints_one_line_and_is_repeatable(tmp_path):
             capture_output=True, text=True, check=True,
         )
         assert done.stdout.splitlines() == [
-            f"Trial store at {url} is at the latest schema (revision {HEAD_REVISION})."
+            f"Trial store at {url} (from --url) is at the latest schema (revision {HEAD_REVISION})."
         ]
     TrialStore(url).ensure_experiment("works")
 

@@ -49,8 +49,10 @@ class TrialsDbCallback(Callback):
     :param metric: the metric the experiment's leaderboard ranks by; default none (then pass
         ``metric`` to the readers).
     :param mode: ``"min"`` or ``"max"``; default none.
-    :param db_url: the trials DB; default ``AIRFLOW_TRIALS_DB_URL``, else the default SQLite file.
-        Its schema is created or upgraded on first use.
+    :param db_url: the trials DB; default: found as the DAGs find it (the ``trials_default``
+        connection, else ``AIRFLOW_TRIALS_DB_URL``, else the default SQLite file:
+        :func:`airflow_trials.trials_db_url.trials_db_url`). Its schema is created or upgraded on
+        first use.
     :param run_key: names this run among the experiment's runs; default ``runner__<UTC time>``.
         Give the same key when resuming a runner (``TrialRunner(resume=True)``) so the resumed
         trials continue their rows.
@@ -114,9 +116,9 @@ class TrialsDbCallback(Callback):
     @property
     def store(self) -> TrialStore:
         if self._store is None:
-            from airflow_trials.store.engine import configured_store_url
+            from airflow_trials.trials_db_url import trials_db_url
 
-            self._store = TrialStore(self._db_url or configured_store_url(), create=True)
+            self._store = TrialStore(self._db_url or trials_db_url()[0], create=True)
         return self._store
 
     # -- the runner's events -----------------------------------------------------------------

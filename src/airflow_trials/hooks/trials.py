@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
+import sys
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -16,6 +18,8 @@ from airflow_trials.exceptions import RayUnavailableError
 if TYPE_CHECKING:
     from airflow_trials.execution.executor import RayTrialExecutor
     from airflow_trials.store import TrialStore
+
+log = logging.getLogger(__name__)
 
 DEFAULT_RAY_CONN_ID = "ray_default"
 # Many triggers in one triggerer connect at once, each from a worker thread; ray.init is not
@@ -219,36 +223,82 @@ def resolve_trials_db_url(
 ) -> tuple[str, str]:
     """The trials DB URL, and where it came from, as every reader and writer of the trials DB finds it.
 
-    Tasks, triggers, the dashboard (through :meth:`TrialsDbHook.get_url`) and the
-    ``airflow-trials`` command all call this: the ``trials_conn_id`` connection, else
-    ``AIRFLOW_TRIALS_DB_URL``, else the default SQLite file. Outside a task, Airflow looks the
-    connection up in ``AIRFLOW_CONN_<ID>`` and the configured secrets backends; when it finds none
-    (Airflow's metadata DB need not exist) the fallbacks apply.
+    Tasks, triggers, the dashboard (through :meth:`TrialsDbHook.get_url`), the ``airflow-trials``
+    command, ``python -m airflow_trials.store``, :class:`~airflow_trials.results.ResultGrid` and
+    :class:`~airflow_trials.TrialsDbCallback` all call this (the last three through
+    :func:`airflow_trials.trials_db_url.trials_db_url`), in this order:
+
+    1. the ``trials_conn_id`` connection, as Airflow finds it for the calling process (in a task, through
+       the execution API; elsewhere ``AIRFLOW_CONN_<ID>`` and the configured secrets backends);
+    2. outside a task and a trigger (a command, a notebook), a connection made with ``airflow
+       connections add``, from Airflow's metadata DB, as Airflow's own CLI reads it (Airflow 3 forbids
+       only task and trigger code to read that DB);
+    3. ``AIRFLOW_TRIALS_DB_URL``;
+    4. the default SQLite file, said once per process in a warning, since a database other than the
+       one meant is otherwise found out only by its missing rows.
 
     :param trials_conn_id: the connection id; default ``trials_default``.
     :param create_dir: create the default SQLite file's directory when that is the answer; default
         True (readers that must create nothing pass False).
-    :return: ``(url, source)``; the source reads "connection trials_default",
-        "AIRFLOW_TRIALS_DB_URL" or "the default SQLite file".
+    :return: ``(url, source)``; the source reads "connection trials_default", "connection
+        trials_default (Airflow's metadata DB)", "AIRFLOW_TRIALS_DB_URL" or "the default SQLite file".
     """
-    from airflow_trials.store import default_store_url
-    from airflow_trials.store.engine import STORE_URL_ENV
+    from airflow_trials.trials_db_url import env_or_default_url
 
     try:
-        conn = BaseHook.get_connection(trials_conn_id)
+        return _connection_url(BaseHook.get_connection(trials_conn_id)), f"connection {trials_conn_id}"
     except AirflowNotFoundException:
-        if os.environ.get(STORE_URL_ENV):
-            return os.environ[STORE_URL_ENV], STORE_URL_ENV
-        return default_store_url(create_dir=create_dir), "the default SQLite file"
-    return _connection_url(conn), f"connection {trials_conn_id}"
+        pass
+    conn = _from_airflow_metadata_db(trials_conn_id)
+    if conn is not None:
+        return _connection_url(conn), f"connection {trials_conn_id} (Airflow's metadata DB)"
+    return env_or_default_url(create_dir=create_dir, looked_for=f"no connection {trials_conn_id}")
+
+
+def _in_task_or_trigger() -> bool:
+    """Is this a task's or the triggerer's process, which may not read Airflow's metadata DB?"""
+    runner = sys.modules.get("airflow.sdk.execution_time.task_runner")
+    return getattr(runner, "SUPERVISOR_COMMS", None) is not None or os.environ.get(
+        "_AIRFLOW_PROCESS_CONTEXT") == "client"
+
+
+def _from_airflow_metadata_db(conn_id: str) -> Any:
+    """The connection from Airflow's metadata DB, outside a task and a trigger; None when there is no
+    such connection, or no such DB (a SQLite metadata DB file that does not exist is not created)."""
+    if _in_task_or_trigger():
+        return None
+    try:
+        from airflow.configuration import conf
+        from sqlalchemy.engine import make_url
+
+        metadata = make_url(conf.get("database", "sql_alchemy_conn"))
+        if metadata.get_backend_name() == "sqlite" and not os.path.isfile(metadata.database or ""):
+            return None
+        from airflow.models.connection import Connection
+
+        return Connection.get_connection_from_secrets(conn_id)
+    except AirflowNotFoundException:
+        return None
+    except Exception as e:  # noqa: BLE001 - an unreachable or never-migrated metadata DB: no connection there
+        log.debug("Could not read connection %s from Airflow's metadata DB: %s", conn_id, e)
+        return None
 
 
 def _connection_url(conn: Any) -> str:
+    """The SQLAlchemy URL of a trials DB connection: its ``url`` extra; a SQLite connection's file
+    (in ``host``, as the connection form writes it, or in ``schema``, as Airflow parses
+    ``sqlite:////abs/path.db``); else PostgreSQL from host, login, password, port and schema."""
     extra = _extra(conn)
     if extra.get("url"):
         return str(extra["url"])
-    if conn.conn_type == "sqlite" or (conn.host or "").endswith(".db"):
-        return f"sqlite:///{conn.host}"
+    path = conn.host or conn.schema or ""
+    if conn.conn_type == "sqlite" or path.endswith(".db"):
+        if not path:
+            raise ValueError(
+                f"Connection {conn.conn_id} is a SQLite connection without a file; give it one, e.g. "
+                "AIRFLOW_CONN_TRIALS_DEFAULT=sqlite:////abs/path/trials.db or --conn-host /abs/path/trials.db."
+            )
+        return f"sqlite:///{path}"
     from sqlalchemy.engine import URL
 
     # URL.create escapes what a password may hold ("@", ":", "/") that a formatted string would not.

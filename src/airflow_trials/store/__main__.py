@@ -9,7 +9,6 @@ from collections.abc import Sequence
 from airflow_trials.exceptions import StoreError
 from airflow_trials.store.engine import (
     STORE_URL_ENV,
-    configured_store_url,
     create_store_engine,
     safe_url,
 )
@@ -25,10 +24,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     upgrade.add_argument(
         "--url",
         default=None,
-        help=f"SQLAlchemy URL of the store; default ${STORE_URL_ENV}, else the default SQLite file",
+        help=f"SQLAlchemy URL of the store; default: as the DAGs find it (the trials_default "
+        f"connection, else ${STORE_URL_ENV}, else the default SQLite file)",
     )
     args = parser.parse_args(argv)
-    url = args.url or configured_store_url()
+    source = "--url"
+    if args.url:
+        url = args.url
+    else:
+        from airflow_trials.trials_db_url import trials_db_url
+
+        url, source = trials_db_url()
     try:
         migrate(url)
     except StoreError as e:
@@ -39,7 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         revision = current_revision(engine)
     finally:
         engine.dispose()
-    print(f"Trial store at {safe_url(url)} is at the latest schema (revision {revision}).")
+    print(f"Trial store at {safe_url(url)} (from {source}) is at the latest schema (revision {revision}).")
     return 0
 
 

@@ -34,11 +34,6 @@ def default_store_url(create_dir: bool = True) -> str:
     return f"sqlite:///{os.path.join(home, 'trials.db')}"
 
 
-def configured_store_url() -> str:
-    """``$AIRFLOW_TRIALS_DB_URL`` when set, else :func:`default_store_url`."""
-    return os.environ.get(STORE_URL_ENV) or default_store_url()
-
-
 def is_memory_sqlite(url: str) -> bool:
     parsed = make_url(url)
     return parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:")
