@@ -66,7 +66,9 @@ class RunSweepOperator(BaseOperator):
     :param ray_conn_id: default ``ray_default``. :param trials_conn_id: default ``trials_default``.
     :param poll_interval_seconds: how often the trigger asks the driver; default 2.
     :param progress_interval_seconds: the most time between two progress lines; default 30.
-    :param deferrable: defer while the sweep runs; default ``[operators] default_deferrable``.
+    :param deferrable: defer while the sweep runs, watched by the triggerer, holding no worker slot;
+        default ``[operators] default_deferrable`` (False in stock Airflow: the task then watches the
+        sweep from the worker, holding a slot for the whole run). ``tuning_experiment`` passes True.
     """
 
     template_fields: Sequence[str] = ("trainable", "trials", "experiment_name")

@@ -93,7 +93,11 @@ class RunTrialOperator(BaseOperator):
     :param slots_per_gpu: pool slots per GPU; default 4.
     :param ray_conn_id: default ``ray_default``. :param trials_conn_id: default ``trials_default``.
     :param poll_interval_seconds: how often the trigger polls the trial; default 2.
-    :param deferrable: defer while the trial trains; default ``[operators] default_deferrable``.
+    :param deferrable: defer while the trial trains, watched by the triggerer, holding no worker slot;
+        default ``[operators] default_deferrable``, as Airflow's providers do. That is False in stock
+        Airflow: the task then watches its trial from the worker, holding a worker slot for the whole
+        run, and the triggerer's guarantees of ``docs/reliability.md`` do not apply. ``tuning_experiment``
+        passes True.
         When False, the task polls in the worker (holding its slot).
     :param scheduler: an ``ASHAScheduler`` or a ``MedianStoppingRule`` (or their settings'
         ``to_dict()``): the trial waits at each of its rungs (ASHA) or at each result from

@@ -24,7 +24,8 @@ class TrialSensor(BaseSensorOperator):
     :param run_key: or an experiment run to wait for. Templated.
     :param fail_on_error: fail when a waited-for trial is in ERROR; default True.
     :param trials_conn_id: default ``trials_default``.
-    :param deferrable: wait in the triggerer; default ``[operators] default_deferrable``.
+    :param deferrable: wait in the triggerer, holding no worker slot; default ``[operators]
+        default_deferrable`` (False in stock Airflow: the sensor then waits in a worker slot).
     """
 
     template_fields: Sequence[str] = ("experiment_name", "trial_id", "run_key")
