@@ -32,11 +32,13 @@ def experiment_dag_source(
     dag_id: str, journal_dir: Path, *, trials: int = 3, iterations: int = ITERATIONS,
     sleep_s: float = SLEEP_S, hold_at: int = HOLD_AT, max_failures: int = 1, scheduler: str = "None",
     sweep: bool = False, warm_start: str = "None", search_alg: str = "None",
+    keep_checkpoints_num: int | None = None,
 ) -> str:
     """A DAG file: one ``tuning_experiment`` of ``trials`` trials of the journaled trainable
     (``scheduler``: its argument, as code, e.g. ``"ASHAScheduler(max_t=12)"``; ``sweep``: all of
     them in one sweep task; ``warm_start``: its argument, as code; ``search_alg``: its argument,
-    as code, e.g. ``"OptunaSearch(seed=0)"``, which then chooses ``x`` in [1, trials])."""
+    as code, e.g. ``"OptunaSearch(seed=0)"``, which then chooses ``x`` in [1, trials];
+    ``keep_checkpoints_num``: its argument, default None, all kept)."""
     x = f"grid_search({list(range(1, trials + 1))!r})" if search_alg == "None" else f"uniform(1.0, {float(trials)})"
     return textwrap.dedent(f'''\
         """Written by tests/faults: the fault tests' experiment."""
@@ -66,6 +68,7 @@ def experiment_dag_source(
                 warm_start={warm_start},
                 search_alg={search_alg},
                 num_samples={1 if search_alg == "None" else trials},
+                keep_checkpoints_num={keep_checkpoints_num!r},
             )
         ''')
 
@@ -388,17 +391,20 @@ def on_ray(name: str) -> set[str]:
 
 @pytest.fixture
 def experiment(stack) -> Iterator[Any]:
-    """``experiment(dag_id, trials=..., hold_at=..., max_failures=..., ...)`` writes the DAG and returns
-    its :class:`ExperimentRun`, ready to trigger (``hold_at=0``: the trials never hold)."""
+    """``experiment(dag_id, trials=..., hold_at=..., max_failures=..., keep_checkpoints_num=..., ...)``
+    writes the DAG and returns its :class:`ExperimentRun`, ready to trigger (``hold_at=0``: the
+    trials never hold)."""
 
     def make(dag_id: str, *, trials: int = 3, iterations: int = ITERATIONS, hold_at: int = HOLD_AT,
              max_failures: int = 1, scheduler: str = "None", sweep: bool = False,
-             warm_start: str = "None", search_alg: str = "None") -> ExperimentRun:
+             warm_start: str = "None", search_alg: str = "None",
+             keep_checkpoints_num: int | None = None) -> ExperimentRun:
         journal = stack.home / "journal" / dag_id
         journal.mkdir(parents=True, exist_ok=True)  # a second run of one experiment shares its journal
         stack.write_dag(f"{dag_id}.py", experiment_dag_source(
             dag_id, journal, trials=trials, iterations=iterations, hold_at=hold_at, max_failures=max_failures,
-            scheduler=scheduler, sweep=sweep, warm_start=warm_start, search_alg=search_alg))
+            scheduler=scheduler, sweep=sweep, warm_start=warm_start, search_alg=search_alg,
+            keep_checkpoints_num=keep_checkpoints_num))
         return ExperimentRun(stack, dag_id, journal, trials, iterations, sweep=sweep)
 
     yield make
