@@ -16,6 +16,7 @@ One API for both paths: a DAG run's trials and an engine-only run recorded with
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -151,26 +152,44 @@ class ResultGrid(Sequence[TrialResult]):
 
     # -- the best trial ------------------------------------------------------------------------
     def get_best_result(self, metric: str | None = None, mode: str | None = None,
-                        scope: Literal["last", "all"] = "last", filter_nan_and_inf: bool = True) -> TrialResult:
+                        scope: Literal["last", "all"] = "last", filter_nan_and_inf: bool = True,
+                        terminated_only: bool = False) -> TrialResult:
         """The trial with the best value of ``metric``, as Ray Tune's ``ResultGrid.get_best_result``.
+
+        Like Ray Tune's, it ranks every trial that reported the metric, whatever its status: one
+        that ended in ERROR, or has not ended yet, can be the best. ``select_best`` ranks the
+        TERMINATED trials only; ``scope="all", terminated_only=True`` gives its trial.
 
         :param metric: default: the experiment's metric.
         :param mode: ``"min"`` or ``"max"``; default: the experiment's mode.
         :param scope: ``"last"`` (default, as Ray Tune) compares each trial's last reported value;
             ``"all"`` compares each trial's best value over all its results (the leaderboard's order).
         :param filter_nan_and_inf: skip NaN and infinite values; default True.
-        :raises ValueError: no metric given or recorded, a bad mode or scope, or no trial reported
-            the metric (the message lists the metrics they did report).
+        :param terminated_only: rank only the trials that ended TERMINATED, as ``select_best``
+            does; default False (every trial, as Ray Tune).
+        :raises ValueError: no metric given or recorded, a bad mode or scope, no trial reported the
+            metric (the message lists the metrics they did report), or, with ``terminated_only``,
+            none of those that did ended TERMINATED (the message counts their statuses).
         """
         metric, mode = self._metric_and_mode(metric, mode)
         if scope not in ("last", "all"):
             raise ValueError(f"scope must be 'last' or 'all', got {scope!r}.")
         values = self._values(metric, mode, scope)
-        candidates = [
+        scored = [
             (value, result) for result in self._results
             if (value := values.get(result.trial_id)) is not None
             and not (filter_nan_and_inf and not math.isfinite(value))
         ]
+        candidates = [(value, result) for value, result in scored
+                      if not terminated_only or result.status is TrialStatus.TERMINATED]
+        if scored and not candidates:
+            counts = Counter(result.status.value for _, result in scored)
+            statuses = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+            raise ValueError(
+                f"No trial of experiment {self.experiment_name} run {self.run_key} that reported metric "
+                f"{metric!r} ended TERMINATED ({statuses}); pass terminated_only=False to rank them "
+                "anyway, or resume the run."
+            )
         if not candidates:
             raise ValueError(
                 f"No trial of experiment {self.experiment_name} run {self.run_key} reported metric "

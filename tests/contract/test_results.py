@@ -109,6 +109,32 @@ class ResultGridContract:
         with pytest.raises(ValueError, match="no metric and mode recorded|pass metric= and mode="):
             grid.get_best_result("aux")
 
+    def test_an_errored_or_unended_trial_can_be_ray_tunes_best_but_terminated_only_is_select_bests(self, store, run):
+        # e scored best, then failed for good; f scored better still and has not ended.
+        _trial(store, run, "e", {"lr": 0.5, "net": {"width": 8}}, [20.0], checkpoints=[1])
+        _end(store, "e", TrialStatus.ERROR, "Trial e failed: boom")
+        _trial(store, run, "f", {"lr": 0.6, "net": {"width": 8}}, [30.0], checkpoints=[1])
+        grid = ResultGrid.from_db(EXPERIMENT, store=store)
+        assert grid.get_best_result(scope="all").trial_id == "f"  # as Ray Tune: any status
+        best = grid.get_best_result(scope="all", terminated_only=True)
+        # select_best's rule (experiment_tasks.py): the leaderboard's first TERMINATED row with a value.
+        board = store.leaderboard(run, "score", "max")
+        top = next(r for r in board if r.status is TrialStatus.TERMINATED and r.best_value is not None)
+        assert (best.trial_id, best.best_checkpoint) == (top.trial_id, top.best_checkpoint) == ("a", "/ckpt/a/2")
+        assert grid.get_best_result(terminated_only=True).trial_id == "b"  # last values: a 2, b 5
+
+    def test_terminated_only_names_the_statuses_when_no_trial_that_reported_ended_terminated(self, store):
+        store.ensure_experiment(EXPERIMENT, metric="score", mode="max")
+        run = store.create_experiment_run(EXPERIMENT, "night-3")
+        _trial(store, run, "x", {"lr": 0.1}, [1.0])
+        _end(store, "x", TrialStatus.ERROR, "Trial x failed: boom")
+        _trial(store, run, "y", {"lr": 0.2}, [2.0])
+        grid = ResultGrid.from_db(EXPERIMENT, store=store)
+        assert grid.get_best_result().trial_id == "y"
+        with pytest.raises(ValueError, match=r"metric 'score' ended TERMINATED \(1 ERROR, 1 PENDING\); pass "
+                                             r"terminated_only=False"):
+            grid.get_best_result(terminated_only=True)
+
     def test_unknown_experiment_or_run_is_a_clear_error(self, store, run):
         with pytest.raises(ExperimentNotFoundError, match=r"'nope' has no runs .*experiments: grid-exp"):
             ResultGrid.from_db("nope", store=store)
