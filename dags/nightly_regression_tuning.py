@@ -10,8 +10,8 @@ trials that ended before it, and ASHA stops the worse trials early at its rungs.
 starts from the previous night's best three trials: they run first, from their best checkpoints,
 and TPE learns their results before its first suggestion (the first night starts cold, with a
 warning in its log).
-``max_failures`` becomes each trial task's ``retries``, and a retry resumes the trial from its
-latest checkpoint. The best trial is published on an Asset; ``nightly_regression_publish``
+Each trial task gets ``max_failures`` + 3 ``retries`` (the 3 for losses of infrastructure, which
+spend no ``max_failures``), and a retry resumes the trial from its latest checkpoint. The best trial is published on an Asset; ``nightly_regression_publish``
 (below) is scheduled on that Asset and runs after every successful search.
 """
 

@@ -29,7 +29,7 @@ from airflow_trials.experiment import tuning_experiment
 
 EXPERIMENT = "ui_regression_tuning"
 GPU_CHOICES = [0, 0.25, 0.5, 1]
-MAX_FAILURES = 3  # the trial tasks' retries; the form's max_failures may ask for fewer
+MAX_FAILURES = 3  # sets the trial tasks' retries (3 + 3 for infrastructure losses); the form may ask for fewer
 # JSON Schema's range keywords all let NaN through (every comparison with NaN is false), and a
 # Python client sends float("nan") as the bare token NaN. No number is both >= 1 and <= 0, but
 # NaN passes both tests: so this refuses NaN, and only NaN, when the run is triggered.

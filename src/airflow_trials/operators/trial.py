@@ -69,8 +69,9 @@ class RunTrialOperator(BaseOperator):
     live actor (a previous try's worker died), or starts it, restoring the latest checkpoint in
     the store when this is a retry. It then defers to :class:`TrialTrigger`, which records results
     as they come. ``execute_complete`` pushes the trial's state to XCom and returns it when the
-    trial TERMINATED; it raises :class:`TrialError` (and Airflow retries, up to ``max_failures``)
-    when it failed.
+    trial TERMINATED; it raises :class:`TrialError` when it failed, and Airflow retries it while
+    ``max_failures`` allows (the task's ``retries`` are ``max_failures`` + 3: a trial lost to
+    infrastructure is retried without spending one of its ``max_failures``).
 
     :param trainable: import path of the trainable, ``"package.module:name"``. Templated.
     :param config: the trial's hyperparameters (JSON). Templated.
