@@ -222,6 +222,8 @@ class TrialPoller:
     def _replace_actor(self, watch: TrialWatch, actor: Any) -> None:
         same = watch._actor._actor_id == actor._actor_id
         watch._actor = actor
+        if not same:  # another actor's checkpoint versions: it acknowledges nothing to this one
+            watch.tracker.recorded_version = None
         if same or watch._ref is None:
             return
         self._in_flight.pop(watch._ref, None)

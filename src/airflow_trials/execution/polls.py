@@ -205,6 +205,8 @@ class DirectTrialWatch:
     def set_actor(self, actor: Any) -> None:
         same = self._actor._actor_id == actor._actor_id
         self._actor = actor
+        if not same:  # another actor's checkpoint versions: it acknowledges nothing to this one
+            self.tracker.recorded_version = None
         if not same and self._current is not None and not self._current.answered.done():
             if self._task is not None:
                 self._task.cancel()
