@@ -110,7 +110,7 @@ class SweepResumeContract:
         resumable = resumable_trials(spec(store_url, run_pk), store, storage)
 
         trial = next(t for t in resumable.trials if t.trial_id == IDS[0])
-        assert trial.restore_source() == kept and trial.checkpoint.iteration == 2
+        assert trial.restore_source() == kept and [c.iteration for c in trial.checkpoint_manager.kept] == [2]
         assert [c.path for c in store.live_checkpoints(IDS[0])] == [kept]
         assert store.latest_checkpoint(IDS[0]).path == kept
         assert store.get_trial(IDS[0]).num_failures == 0

@@ -19,7 +19,7 @@ from airflow_trials.core.fate import Outcome, after_failure
 from airflow_trials.core.trial import Trial
 from airflow_trials.execution.actor import TrialActor
 from airflow_trials.execution.polls import TrialProgressTracker
-from airflow_trials.execution.resume import resume_checkpoint
+from airflow_trials.execution.resume import adopt_recorded_checkpoints
 from airflow_trials.execution.storage import TrialStorage
 from airflow_trials.store import TrialStore
 
@@ -35,9 +35,9 @@ def store(tmp_path):
     trials_db.dispose()
 
 
-def _trial(trial_id: str, *, keep: int, until: int) -> Trial:
+def _trial(trial_id: str, *, keep: int, until: int, score_attr: str | None = None) -> Trial:
     return Trial(TRAINABLE, {}, trial_id=trial_id, experiment_name="unit", keep_checkpoints_num=keep,
-                 stopping_criterion={"training_iteration": until})
+                 checkpoint_score_attr=score_attr, stopping_criterion={"training_iteration": until})
 
 
 def _start(storage: str, store: TrialStore, trial: Trial, config: dict, restore_from: str | None = None) -> TrialActor:
@@ -129,12 +129,9 @@ def test_a_resumed_trial_drops_the_checkpoint_it_resumed_from_only_once_the_stor
         pass
     _watch_once(actor, tracker, store)  # acknowledges the end's write, as the trigger does at the end
     assert _on_disk(storage, "t3") == ["checkpoint_000004"]
-    storage_ = TrialStorage(storage)
-    newest = resume_checkpoint(store, storage_, "t3")
-    assert newest is not None and newest.iteration == 4
-
     trial = _trial("t3", keep=1, until=7)
-    trial.checkpoint_manager.on_checkpoint(newest)  # as the operator adopts it
+    newest = adopt_recorded_checkpoints(trial, store, TrialStorage(storage))  # as the operator does
+    assert newest is not None and newest.iteration == 4 and trial.restore_source() == newest.path
     actor = _start(storage, store, trial, {}, restore_from=trial.restore_source())
     tracker = TrialProgressTracker("t3", recorded={c.path for c in store.live_checkpoints("t3")})
     while (snapshot := _watch_once(actor, tracker, store))["status"] == "RUNNING":
@@ -162,3 +159,32 @@ def test_a_failing_trainable_is_still_a_failure_of_the_trial(storage, store, tmp
     actor = _start(storage, store, _trial("t5", keep=1, until=5), config)
     ended = _until(actor, lambda s: s["status"] != "RUNNING")
     assert ended["status"] == "ERROR" and ended["infrastructure"] is False
+
+
+def test_a_resumed_trial_keeps_its_best_scoring_checkpoint_and_drops_what_the_dead_one_left(storage, store):
+    """keep_checkpoints_num=2 by the lowest score: the trials DB names the best (iteration 1), the
+    newest (5) and one the lost incarnation dropped without the DB hearing of it (3). The resumed
+    trial keeps 1 and 5 as its own, drops 3 at once, and deletes it once the DB recorded that."""
+    actor = _start(storage, store, _trial("t6", keep=2, until=5, score_attr="min-score"), {})
+    tracker = TrialProgressTracker("t6")
+    while _watch_once(actor, tracker, store)["status"] == "RUNNING":
+        pass
+    _watch_once(actor, tracker, store)
+    assert [c.iteration for c in store.live_checkpoints("t6")] == [5, 1]
+    storage_ = TrialStorage(storage)
+    stale = storage_.persist_checkpoint("unit", "t6", 3, {"i": 3}, {})
+    store.add_checkpoint("t6", stale, 3, score=3.0)
+
+    trial = _trial("t6", keep=2, until=8, score_attr="min-score")
+    newest = adopt_recorded_checkpoints(trial, store, storage_)
+    assert newest.iteration == 5 and [c.iteration for c in trial.checkpoint_manager.kept] == [1, 5]
+    assert [c.iteration for c in trial.checkpoint_manager.retired] == [3]
+    actor = _start(storage, store, trial, {}, restore_from=trial.restore_source())
+    tracker = TrialProgressTracker("t6", recorded={c.path for c in store.live_checkpoints("t6")})
+    while (snapshot := _watch_once(actor, tracker, store))["status"] == "RUNNING":
+        assert _live_paths_exist(store, "t6")
+    _watch_once(actor, tracker, store)
+    assert snapshot["status"] == "TERMINATED"
+    assert [c.iteration for c in store.live_checkpoints("t6")] == [8, 1]  # the best scoring is still named
+    assert _on_disk(storage, "t6") == ["checkpoint_000001", "checkpoint_000008"]
+    assert [r["training_iteration"] for r in store.get_results("t6")] == list(range(1, 9))

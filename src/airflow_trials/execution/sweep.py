@@ -24,7 +24,7 @@ from ray.actor import ActorHandle
 from airflow_trials.core.searcher import ended_trial_values
 from airflow_trials.core.sweep import SweepProgress, SweepSnapshot
 from airflow_trials.core.trial import Trial
-from airflow_trials.execution.resume import resume_checkpoint
+from airflow_trials.execution.resume import adopt_recorded_checkpoints
 from airflow_trials.execution.storage import TrialStorage
 from airflow_trials.execution.suggest import SearchDriver
 from airflow_trials.store.store import TrialStore
@@ -108,7 +108,7 @@ def resumable_trials(spec: SweepSpec, store: TrialStore, storage: TrialStorage) 
 
     A trial that ended (TERMINATED or ERROR) in the trials DB is not run again. One that started
     and did not end continues from its latest recorded checkpoint that is on ``storage``
-    (:func:`~airflow_trials.execution.resume.resume_checkpoint`; from scratch without one); its
+    (:func:`~airflow_trials.execution.resume.adopt_recorded_checkpoints`; from scratch without one); its
     results already stored are kept (the store takes each iteration once). With a ``search_alg``,
     a trial given without a config is the searcher's to suggest: one whose config is stored
     continues with it, the others are asked for (``to_ask``).
@@ -127,11 +127,10 @@ def resumable_trials(spec: SweepSpec, store: TrialStore, storage: TrialStorage) 
         if searched and not config:
             resumable.to_ask.append(trial_id)
             continue
-        latest = resume_checkpoint(store, storage, trial_id) if record is not None else None
         trial = Trial(spec.trainable, config, trial_id=trial_id, experiment_name=spec.experiment_name,
                       restore_path=origin.get("restore_path"), **spec.trial_kwargs)
-        if latest is not None:  # kept as its own: the runner may drop it once newer ones are recorded
-            trial.checkpoint_manager.on_checkpoint(latest)
+        if record is not None:  # its recorded checkpoints are its own again; it restores the newest
+            adopt_recorded_checkpoints(trial, store, storage)
         if record is None and origin.get("warm_start"):  # registered now: the store says where it came from
             store.upsert_trial(trial_id, trainable=spec.trainable, config=trial.config, resources=trial.resources,
                                max_failures=trial.max_failures, experiment_run_id=spec.experiment_run_id,

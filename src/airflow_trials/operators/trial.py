@@ -24,7 +24,7 @@ from airflow_trials.core.resources import Resources
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.trial import Trial, validate_name
 from airflow_trials.exceptions import StoreError, TrialError
-from airflow_trials.execution.resume import resume_checkpoint
+from airflow_trials.execution.resume import adopt_recorded_checkpoints
 from airflow_trials.hooks.trials import DEFAULT_RAY_CONN_ID, DEFAULT_TRIALS_CONN_ID, TrialsHook
 from airflow_trials.operators.attach import finished_in_store, first_try_after_a_clear, live_actor
 from airflow_trials.operators.tuning import (
@@ -328,10 +328,10 @@ class RunTrialOperator(BaseOperator):
     def _launch(self, store: Any, executor: Any, trial: Trial) -> tuple[Trial, bool]:
         """Start the trial on Ray from its latest stored checkpoint, with its scheduler's holds;
         the trial as launched, and whether Ray placed it already."""
-        latest = resume_checkpoint(store, executor.storage, trial.trial_id)
+        # Its recorded checkpoints become its kept set again: the actor drops them, in turn, as
+        # the keep policy says, once newer ones are recorded.
+        latest = adopt_recorded_checkpoints(trial, store, executor.storage)
         if latest is not None:
-            # Kept as its own: the actor may drop it once newer ones are recorded.
-            trial.checkpoint_manager.on_checkpoint(latest)
             self.log.info("Trial %s resumes from checkpoint %s", trial.trial_id, latest.path)
         rungs, bracket = self._rungs(trial.trial_id)
         holds = rungs.hold_spec(bracket) if rungs else None
