@@ -190,9 +190,9 @@ def assert_checkpoints_consistent(run: ExperimentRun, keep: int) -> None:
 
     The bound: the ``keep`` checkpoints the trial keeps at its end; what the lost incarnation left
     at iterations up to HOLD_AT, which nobody writes again (HOLD_AT - 1 at most: the resumed
-    incarnation owns the one it resumed from and deletes it in its turn, but not the others the
-    trials DB named, nor those dropped before the hold whose deletion waited for an
-    acknowledgement the dead watcher never sent); and one dropped at the last result, whose
+    incarnation takes back the ones the trials DB names and deletes them in their turn, but not
+    those dropped before the hold that the DB had marked deleted while their deletion waited for
+    an acknowledgement the dead watcher never sent); and one dropped at the last result, whose
     deletion at the trial's end is best effort. The lost incarnation's checkpoints past HOLD_AT are
     written again by the resumed one and deleted in its turn. A trial that deleted nothing would
     hold ``ITERATIONS``.
