@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
+import sqlite3
 import subprocess
 import sys
+from contextlib import closing
 import uuid
 from pathlib import Path
 
@@ -98,7 +99,12 @@ def test_a_postgresql_uri_in_the_environment(tmp_path):
 def test_a_connection_made_with_airflow_connections_add(airflow_home, tmp_path):
     home = tmp_path / "airflow_home"
     home.mkdir()
-    shutil.copy(Path(airflow_home) / "airflow.db", home / "airflow.db")
+    # Through SQLite's backup API, never a plain file copy: opening and closing the live file in
+    # this process would drop the POSIX locks SQLite holds on it here, and a process that then
+    # writes it (a trigger test's, say) would corrupt it ("file is not a database").
+    with closing(sqlite3.connect(Path(airflow_home) / "airflow.db")) as live, \
+            closing(sqlite3.connect(home / "airflow.db")) as copy:
+        live.backup(copy)
     env = _env(tmp_path, AIRFLOW_HOME=str(home),
                AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{home / 'airflow.db'}")
     path = tmp_path / "added.db"
