@@ -14,8 +14,8 @@ import os
 import sqlite3
 import subprocess
 import sys
-from contextlib import closing
 import uuid
+from contextlib import closing
 from pathlib import Path
 
 import pytest
