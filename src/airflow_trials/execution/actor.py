@@ -318,8 +318,6 @@ class TrialActor:
             while not self._stop_requested:
                 result = self.train()
                 duplicate = bool(result.pop(R.DUPLICATE, False))
-                if result.get(R.CHECKPOINT):
-                    self._keep(CheckpointRecord(result[R.CHECKPOINT], result[R.TRAINING_ITERATION], result))
                 decision = after_result(
                     trial, result, duplicate=duplicate,
                     scheduler=self._verdict if self._holds is not None else None,
@@ -327,6 +325,10 @@ class TrialActor:
                 )
                 if decision.fresh and self._published != result[R.TRAINING_ITERATION]:
                     self._publish(result)
+                # After the result it came with: a poll never sees a checkpoint whose result it
+                # does not see too, so a resume from the newest recorded one leaves no gap.
+                if result.get(R.CHECKPOINT):
+                    self._keep(CheckpointRecord(result[R.CHECKPOINT], result[R.TRAINING_ITERATION], result))
                 if decision.save_checkpoint:
                     self._save_and_keep()
                 if decision.action is not Action.CONTINUE:
