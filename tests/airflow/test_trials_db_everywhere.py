@@ -14,7 +14,6 @@ import os
 import sqlite3
 import subprocess
 import sys
-import uuid
 from contextlib import closing
 from pathlib import Path
 
@@ -76,24 +75,16 @@ def test_a_sqlite_uri_in_the_environment_names_its_file(tmp_path):
 
 @pytest.mark.postgres
 def test_a_postgresql_uri_in_the_environment(tmp_path):
-    from sqlalchemy import create_engine, make_url, text
+    from sqlalchemy import make_url
 
-    from tests.contract.conftest import postgres_url
+    from tests.contract.conftest import new_postgres_database
 
-    base = make_url(postgres_url())
-    name = f"at_resolver_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(base, isolation_level="AUTOCOMMIT")
-    with admin.connect() as connection:
-        connection.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        uri = base.set(drivername="postgresql", database=name).render_as_string(hide_password=False)
-        env = _env(tmp_path, AIRFLOW_CONN_TRIALS_DEFAULT=uri)
-        expected = base.set(drivername="postgresql+psycopg", database=name).render_as_string(hide_password=False)
-        _every_entry_point_uses(expected, env, tmp_path)
-    finally:
-        with admin.connect() as connection:
-            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+    with new_postgres_database("at_resolver") as database:
+        url = make_url(database.url)
+        env = _env(tmp_path, AIRFLOW_CONN_TRIALS_DEFAULT=url.set(drivername="postgresql").render_as_string(
+            hide_password=False))
+        _every_entry_point_uses(url.set(drivername="postgresql+psycopg").render_as_string(hide_password=False),
+                                env, tmp_path)
 
 
 def test_a_connection_made_with_airflow_connections_add(airflow_home, tmp_path):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pytest
@@ -100,11 +101,12 @@ class PostgresDatabase:
             connection.execute(text(f'ALTER DATABASE "{self.name}" ALLOW_CONNECTIONS {str(allowed).lower()}'))
 
 
-@pytest.fixture
-def postgres_database() -> Iterator[PostgresDatabase]:
-    """A fresh PostgreSQL database ``at_drop_<hex>``, dropped (with its connections) afterwards."""
+@contextmanager
+def new_postgres_database(prefix: str) -> Iterator[PostgresDatabase]:
+    """A new PostgreSQL database ``<prefix>_<hex>`` on the test server (skips, with the reason,
+    when AIRFLOW_TRIALS_TEST_POSTGRES_URL is unset), dropped with its connections afterwards."""
     base = postgres_url()
-    name = f"at_drop_{uuid.uuid4().hex[:12]}"
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
     admin = create_engine(base, isolation_level="AUTOCOMMIT")
     with admin.connect() as connection:
         connection.execute(text(f'CREATE DATABASE "{name}"'))
@@ -115,6 +117,13 @@ def postgres_database() -> Iterator[PostgresDatabase]:
         with admin.connect() as connection:
             connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
+
+
+@pytest.fixture
+def postgres_database() -> Iterator[PostgresDatabase]:
+    """A fresh PostgreSQL database ``at_drop_<hex>``, dropped (with its connections) afterwards."""
+    with new_postgres_database("at_drop") as database:
+        yield database
 
 
 @pytest.fixture

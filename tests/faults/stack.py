@@ -99,6 +99,19 @@ def _kill_all(processes: Iterable[psutil.Process], timeout_s: float = 30) -> Non
     psutil.wait_procs(processes, timeout=timeout_s)
 
 
+def actor_dead(actor: Any) -> bool:
+    """Whether Ray reports the actor dead (a kill lands a moment after it is sent)."""
+    import ray
+
+    try:
+        ray.get(actor.__ray_ready__.remote(), timeout=10)
+    except ray.exceptions.RayActorError:
+        return True
+    except ray.exceptions.GetTimeoutError:
+        return False
+    return False
+
+
 def log_tail(path: Path, lines: int = 40) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])

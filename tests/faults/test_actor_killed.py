@@ -11,7 +11,7 @@ import time
 import pytest
 
 from tests.faults.conftest import HOLD_AT
-from tests.faults.stack import NAMESPACE
+from tests.faults.stack import NAMESPACE, actor_dead
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -27,7 +27,7 @@ def test_killed_trial_actor_is_retried_from_its_latest_checkpoint(stack, experim
     ray.kill(actor, no_restart=True)
     # The kill lands a moment after ray.kill returns: the bound on the killed incarnation's last
     # heartbeat is when Ray reports the actor dead, not when the kill was sent.
-    stack.wait_for(lambda: _dead(actor), 120, f"the actor of trial {target} to be dead")
+    stack.wait_for(lambda: actor_dead(actor), 120, f"the actor of trial {target} to be dead")
     dead_at = time.time()
     run.wait_for_trial_ti(0, "deferred", 2)
     run.open_gate()
@@ -49,13 +49,4 @@ def test_killed_trial_actor_is_retried_from_its_latest_checkpoint(stack, experim
     assert f"Trial {target} resumes from checkpoint" in run.log(run.trial_ti(0), try_number=2)
 
 
-def _dead(actor) -> bool:
-    import ray
-
-    try:
-        ray.get(actor.__ray_ready__.remote(), timeout=10)
-    except ray.exceptions.RayActorError:
-        return True
-    except ray.exceptions.GetTimeoutError:
-        return False
     return False

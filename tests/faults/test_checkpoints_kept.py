@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import os
 import signal
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -32,7 +31,7 @@ import pytest
 
 from airflow_trials import mainjob
 from tests.faults.conftest import HOLD_AT, ExperimentRun, SharedStack, _sqlite_trials_db
-from tests.faults.stack import AIRFLOW_COMPONENTS, NAMESPACE, FaultStack
+from tests.faults.stack import AIRFLOW_COMPONENTS, NAMESPACE, FaultStack, actor_dead
 from tests.faults.trainables import read_journal
 
 pytestmark = pytest.mark.timeout(900)
@@ -49,24 +48,12 @@ def trials_db_url(request, tmp_path_factory) -> Iterator[str]:
     if request.param == "sqlite":
         yield _sqlite_trials_db(tmp_path_factory)
         return
-    from sqlalchemy import create_engine, make_url, text
-
     from airflow_trials.store import migrate
-    from tests.contract.conftest import postgres_url
+    from tests.contract.conftest import new_postgres_database
 
-    base = postgres_url()  # skips, with the reason, when unset
-    name = f"at_faults_kept_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(base, isolation_level="AUTOCOMMIT")
-    with admin.connect() as connection:
-        connection.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        url = make_url(base).set(database=name).render_as_string(hide_password=False)
-        migrate(url)
-        yield url
-    finally:
-        with admin.connect() as connection:
-            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+    with new_postgres_database("at_faults_kept") as database:  # skips, with the reason, when unset
+        migrate(database.url)
+        yield database.url
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -232,16 +219,6 @@ def actor_processes(run: ExperimentRun, stack: FaultStack) -> dict[str, int]:
     return pids
 
 
-def dead(actor: Any) -> bool:
-    """Whether Ray reports the actor dead (a kill lands a moment after it is sent)."""
-    import ray
-
-    try:
-        ray.get(actor.__ray_ready__.remote(), timeout=10)
-    except ray.exceptions.RayActorError:
-        return True
-    except ray.exceptions.GetTimeoutError:
-        return False
     return False
 
 
@@ -293,7 +270,7 @@ def test_trials_resume_after_their_actors_died_while_no_triggerer_ran(stack, exp
     else:
         for actor in actors.values():
             ray.kill(actor, no_restart=True)
-    stack.wait_for(lambda: all(dead(actor) for actor in actors.values()), 120, "every trial's actor to be dead")
+    stack.wait_for(lambda: all(actor_dead(actor) for actor in actors.values()), 120, "every trial's actor to be dead")
     stack.start("triggerer")
     assert_run_succeeds(run)
 

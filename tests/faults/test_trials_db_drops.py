@@ -12,12 +12,11 @@ which runs on a SQLite file and on PostgreSQL; it is not repeated here.
 from __future__ import annotations
 
 import threading
-import uuid
 from collections.abc import Iterator
 
 import pytest
 
-from tests.contract.conftest import postgres_url
+from tests.contract.conftest import new_postgres_database, postgres_url
 from tests.faults.trainables import read_journal
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(900)]
@@ -28,23 +27,11 @@ KILL_EVERY_S = 0.4
 @pytest.fixture(scope="module")
 def trials_db_url() -> Iterator[str]:
     """A new, migrated PostgreSQL database for the module's trials DB, dropped afterwards."""
-    from sqlalchemy import create_engine, make_url, text
-
     from airflow_trials.store import migrate
 
-    base = postgres_url()
-    name = f"at_faults_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(base, isolation_level="AUTOCOMMIT")
-    with admin.connect() as connection:
-        connection.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        url = make_url(base).set(database=name).render_as_string(hide_password=False)
-        migrate(url)
-        yield url
-    finally:
-        with admin.connect() as connection:
-            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+    with new_postgres_database("at_faults") as database:
+        migrate(database.url)
+        yield database.url
 
 
 @pytest.fixture(scope="module")
