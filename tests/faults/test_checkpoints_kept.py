@@ -231,9 +231,10 @@ def test_trials_resume_after_the_stack_and_ray_stopped_while_they_trained_unwatc
                      keep_checkpoints_num=keep)
     run.trigger()
     recorded = hold_with_checkpoint_recorded(run)
-    exit_codes = stack.stop()
+    # As the main job stops Airflow: SIGTERM, then SIGKILL for what has not exited after 30 s
+    # (whether each exits on SIGTERM alone is test_stack_restart.py's subject, not this one's).
+    exit_codes = stack.stop(timeout_s=30)
     assert set(exit_codes) == set(AIRFLOW_COMPONENTS)
-    assert None not in exit_codes.values(), f"a component did not stop on SIGTERM: {exit_codes}"
     train_on_unwatched(run, keep, recorded)
     stop_ray_as_the_main_job_does(stack)
     stack.ray.start()
