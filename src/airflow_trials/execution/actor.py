@@ -17,7 +17,7 @@ from airflow_trials.core.checkpoint import CheckpointRecord
 from airflow_trials.core.fate import Action, after_result
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.trial import Trial
-from airflow_trials.exceptions import CheckpointError, CheckpointNotFoundError, TrialError
+from airflow_trials.exceptions import CheckpointNotFoundError, TrialError
 from airflow_trials.execution.holds import Holds, HoldSpec
 from airflow_trials.execution.output import LogCapture, read_new_output
 from airflow_trials.execution.parameters import parameters_key, resolve_parameters
@@ -419,15 +419,7 @@ class TrialActor:
             return []
         with self._lock:
             released = trial.checkpoint_manager.release(recorded_version)
-        deleted = []
-        for record in released:
-            try:
-                self._storage.delete(record.path)
-            except CheckpointError as e:
-                log.warning("Trial %s: %s; it stays on the storage.", self.trial_id, e)
-                continue
-            deleted.append(record.path)
-        return deleted
+        return self._storage.delete_released(self.trial_id, (record.path for record in released))
 
     def poll(
         self, since: int = 0, wait_s: float = 0.0, output_from: dict[str, int] | None = None,

@@ -12,15 +12,11 @@ checkpoints up to the lowest of those versions are deleted
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable, Sequence
 
 from airflow_trials.core.callback import Callback
 from airflow_trials.core.trial import Trial
-from airflow_trials.exceptions import CheckpointError
 from airflow_trials.execution.storage import TrialStorage
-
-log = logging.getLogger(__name__)
 
 
 class CheckpointReleaser:
@@ -54,13 +50,8 @@ class CheckpointReleaser:
             self.note(trial)
         deleted: list[str] = []
         for trial_id, trial in list(self._retiring.items()):
-            for record in trial.checkpoint_manager.release(self._recorded_version(trial, callbacks)):
-                try:
-                    self.storage.delete(record.path)
-                except CheckpointError as e:
-                    log.warning("Trial %s: %s; it stays on the storage.", trial_id, e)
-                    continue
-                deleted.append(record.path)
+            released = trial.checkpoint_manager.release(self._recorded_version(trial, callbacks))
+            deleted += self.storage.delete_released(trial_id, (record.path for record in released))
             if not trial.checkpoint_manager.retired:
                 del self._retiring[trial_id]
         return deleted

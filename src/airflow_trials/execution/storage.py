@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import pickle
 import shutil
 import tempfile
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from airflow_trials.core.trial import validate_name
@@ -16,6 +17,8 @@ from airflow_trials.exceptions import CheckpointError, CheckpointNotFoundError
 
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
+
+log = logging.getLogger(__name__)
 
 DEFAULT_STORAGE_ENV = "AIRFLOW_TRIALS_STORAGE"
 _META_FILE = ".airflow_trials_checkpoint.json"
@@ -219,6 +222,19 @@ class TrialStorage:
                 self.fs.rm(path, recursive=True)
         except OSError as e:
             raise CheckpointError(f"Could not delete checkpoint {path}: {e}") from e
+
+    def delete_released(self, trial_id: str, paths: Iterable[str]) -> list[str]:
+        """Delete checkpoints that no record names any more; returns those deleted. One that cannot
+        be deleted is logged and only stays on the storage."""
+        deleted = []
+        for path in paths:
+            try:
+                self.delete(path)
+            except CheckpointError as e:
+                log.warning("Trial %s: %s; it stays on the storage.", trial_id, e)
+                continue
+            deleted.append(path)
+        return deleted
 
     def copy_checkpoint(self, source: str, experiment_name: str, trial_id: str, iteration: int) -> str:
         """Copy the checkpoint at ``source`` into ``trial_id``'s directory; returns the new path."""
