@@ -3,7 +3,7 @@
 ``--part engine`` (default): on one local Ray (``--cpus`` CPUs, 0.5 CPU per trial), side by side:
 
 - 10,000 trials x 1 result x 0 s, and 2,000 trials x 5 results x 0.05 s;
-- ours: exactly what a sweep's driver runs (``execution/sweep.py`` ``SweepDriver``: the
+- ours: exactly what a sweep's driver runs (``execution/driver/sweep_driver.py`` ``SweepDriver``: the
   TrialRunner with actor reuse, every trial recorded in a SQLite trials DB by TrialsDbCallback, the
   progress counters), here in this process so that its memory can be read;
 - Ray Tune: ``Tuner.fit()`` with ``reuse_actors=True`` on the same trainable.
@@ -72,7 +72,7 @@ def sweep_spec(name: str, trials: int, iterations: int, sleep_s: float, db_url: 
     over uniform(0, 1), the trials given as ``{}``, as ``suggest_configs`` gives them."""
     from airflow_trials import OptunaSearch
     from airflow_trials.core.search import uniform
-    from airflow_trials.execution.sweep import SweepSpec
+    from airflow_trials.execution.driver.sweep_driver import SweepSpec
     from airflow_trials.store import TrialStore
 
     store = TrialStore(db_url, create=True)
@@ -93,7 +93,7 @@ def sweep_spec(name: str, trials: int, iterations: int, sleep_s: float, db_url: 
 def run_ours(trials: int, iterations: int, sleep_s: float, storage: str, search: bool = False) -> tuple[float, int]:
     """The sweep driver's work in this process: wall seconds and this process's peak memory in
     bytes (a driver actor's process holds the same: Ray, SQLAlchemy, the runner and its trials)."""
-    from airflow_trials.execution.sweep import SweepDriver
+    from airflow_trials.execution.driver.sweep_driver import SweepDriver
 
     name = f"{EXPERIMENT}-{trials}x{iterations}{'-search' if search else ''}"
     db_url = f"sqlite:///{storage}/{name}.db"
@@ -220,7 +220,7 @@ def airflow(args: argparse.Namespace) -> None:
     import ray
 
     from airflow_trials import mainjob
-    from airflow_trials.execution.sweep import SweepDriver
+    from airflow_trials.execution.driver.sweep_driver import SweepDriver
     from bench.airflow_vs_runner import _parse
 
     trials, iterations, sleep_s = (int(args.sizes[0][0]), int(args.sizes[0][1]), float(args.sizes[0][2]))

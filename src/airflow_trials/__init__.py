@@ -39,23 +39,28 @@ from airflow_trials.exceptions import (
     TrialNotFoundError,
 )
 from airflow_trials.execution.storage import load_checkpoint
-from airflow_trials.execution.trainable import Trainable, get_checkpoint, get_trial_id, report
+from airflow_trials.execution.worker.trainable import (
+    Trainable,
+    get_checkpoint,
+    get_trial_id,
+    report,
+)
 
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from airflow_trials.execution.executor import RayTrialExecutor
+    from airflow_trials.execution.driver.executor import RayTrialExecutor
+    from airflow_trials.execution.driver.runner import TrialRunner
+    from airflow_trials.execution.driver.trials_db_callback import TrialsDbCallback
     from airflow_trials.execution.handles import find_trial_actor
-    from airflow_trials.execution.runner import TrialRunner
-    from airflow_trials.execution.trials_db import TrialsDbCallback
     from airflow_trials.results import ResultGrid, TrialResult
     from airflow_trials.searchers.optuna_search import OptunaSearch
 
 _LAZY = {
-    "RayTrialExecutor": "airflow_trials.execution.executor",
+    "RayTrialExecutor": "airflow_trials.execution.driver.executor",
     "find_trial_actor": "airflow_trials.execution.handles",
-    "TrialRunner": "airflow_trials.execution.runner",
-    "TrialsDbCallback": "airflow_trials.execution.trials_db",
+    "TrialRunner": "airflow_trials.execution.driver.runner",
+    "TrialsDbCallback": "airflow_trials.execution.driver.trials_db_callback",
     "ResultGrid": "airflow_trials.results",
     "TrialResult": "airflow_trials.results",
     "OptunaSearch": "airflow_trials.searchers.optuna_search",

@@ -325,7 +325,7 @@ def _terminate_trial_actors(stack: Stack, experiment_name: str = EXAMPLE_DAG_ID)
     """On a cluster we did not start, remove only what this job's trials left behind."""
     import ray
 
-    from airflow_trials.execution.executor import RayTrialExecutor
+    from airflow_trials.execution.driver.executor import RayTrialExecutor
 
     ray.init(address=stack.ray_address, log_to_driver=False)
     try:

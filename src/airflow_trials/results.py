@@ -1,7 +1,7 @@
 """ResultGrid: an experiment run's trials read back from the trials DB, in Ray Tune's Result API shape.
 
 One API for both paths: a DAG run's trials and an engine-only run recorded with
-:class:`~airflow_trials.execution.trials_db.TrialsDbCallback` are read the same way::
+:class:`~airflow_trials.execution.driver.trials_db_callback.TrialsDbCallback` are read the same way::
 
     from airflow_trials import ResultGrid, load_checkpoint
 

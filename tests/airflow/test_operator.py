@@ -63,7 +63,7 @@ def test_execute_defers_and_a_second_try_reattaches_without_a_second_copy(trials
 
 def test_a_trial_queued_for_resources_defers_at_once_and_starts_when_placed(trials_env, fake_context):
     """More trials than the cluster holds: the extra ones wait deferred, not in a worker."""
-    from airflow_trials.execution.executor import RayTrialExecutor, find_trial_actor
+    from airflow_trials.execution.driver.executor import RayTrialExecutor, find_trial_actor
 
     ops, deferred = {}, {}
     for trial_id in ("q1", "q2"):  # each needs the whole cluster

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from airflow_trials.execution import poller as poller_module
+from airflow_trials.execution.triggerer import poller as poller_module
 from airflow_trials.triggers.trial import BATCHED_POLLS_ENV, TrialTrigger
 from tests.conftest import LoopTicker, live_trial_actors
 

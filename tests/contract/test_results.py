@@ -117,7 +117,7 @@ class ResultGridContract:
         grid = ResultGrid.from_db(EXPERIMENT, store=store)
         assert grid.get_best_result(scope="all").trial_id == "f"  # as Ray Tune: any status
         best = grid.get_best_result(scope="all", terminated_only=True)
-        # select_best's rule (experiment_tasks.py): the leaderboard's first TERMINATED row with a value.
+        # select_best's rule (experiment/plan.py): the leaderboard's first TERMINATED row with a value.
         board = store.leaderboard(run, "score", "max")
         top = next(r for r in board if r.status is TrialStatus.TERMINATED and r.best_value is not None)
         assert (best.trial_id, best.best_checkpoint) == (top.trial_id, top.best_checkpoint) == ("a", "/ckpt/a/2")

@@ -11,8 +11,8 @@ from airflow_trials.core.end import TrialEnd
 from airflow_trials.core.fate import after_failure
 from airflow_trials.core.search import uniform
 from airflow_trials.core.status import TrialStatus
+from airflow_trials.execution.driver.sweep_driver import SweepSpec, resumable_trials, sweep_search
 from airflow_trials.execution.storage import TrialStorage
-from airflow_trials.execution.sweep import SweepSpec, resumable_trials, sweep_search
 from tests.contract.conftest import MEMORY, POSTGRESQL, SQLITE_FILE
 
 TRAINABLE = "tests.trainables:quadratic"

@@ -8,8 +8,8 @@ import threading
 import pytest
 
 from airflow_trials import InvalidTransitionError, RayTrialExecutor, Trial
-from airflow_trials.execution import poller as poller_module
-from airflow_trials.execution.poller import poller_of, watch_trial
+from airflow_trials.execution.triggerer import poller as poller_module
+from airflow_trials.execution.triggerer.poller import poller_of, watch_trial
 from airflow_trials.store import TrialStore
 
 COUNTING = "tests.trainables:counting"

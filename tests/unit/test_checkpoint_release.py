@@ -17,10 +17,10 @@ import pytest
 from airflow_trials.core.end import TrialEnd
 from airflow_trials.core.fate import Outcome, after_failure
 from airflow_trials.core.trial import Trial
-from airflow_trials.execution.actor import TrialActor
 from airflow_trials.execution.polls import TrialProgressTracker
 from airflow_trials.execution.resume import adopt_recorded_checkpoints
 from airflow_trials.execution.storage import TrialStorage
+from airflow_trials.execution.worker.actor import TrialActor
 from airflow_trials.store import TrialStore
 
 # A failsafe only: each wait returns as soon as what it waits for happened.

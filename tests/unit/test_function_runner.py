@@ -8,8 +8,8 @@ import pytest
 
 import airflow_trials
 from airflow_trials import TrainableNotFoundError, TrialError
-from airflow_trials.execution.actor import TrialActor
-from airflow_trials.execution.trainable import load_trainable
+from airflow_trials.execution.worker.actor import TrialActor
+from airflow_trials.execution.worker.trainable import load_trainable
 
 
 def actor(storage, trainable, config=None, trial_id="t1"):
@@ -157,7 +157,7 @@ def test_metrics_as_a_dict_and_as_keywords_is_an_error_that_names_the_fix(storag
     ],
 )
 def test_report_refuses_what_it_cannot_take(args, kwargs, message):
-    from airflow_trials.execution import trainable
+    from airflow_trials.execution.worker import trainable
 
     with pytest.raises(TypeError, match=message):
         trainable._metrics_of(args[0], {})
@@ -165,7 +165,7 @@ def test_report_refuses_what_it_cannot_take(args, kwargs, message):
 
 
 def test_report_takes_a_path_like_or_a_checkpoint_object_as_the_checkpoint(tmp_path):
-    from airflow_trials.execution import trainable
+    from airflow_trials.execution.worker import trainable
 
     class RayCheckpoint:  # the shape of ray.train.Checkpoint.from_directory(...)
         path = str(tmp_path)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 
 from airflow_trials.core.trial import Trial
-from airflow_trials.execution.actor import TrialActor
-from airflow_trials.execution.holds import Holds
+from airflow_trials.execution.worker.actor import TrialActor
+from airflow_trials.execution.worker.holds import Holds
 
 # A failsafe only: each wait returns as soon as what it waits for happened.
 WAIT_S = 60.0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_trials.execution.exploit import check_can_exploit
+from airflow_trials.execution.driver.exploit import check_can_exploit
 
 
 @pytest.mark.parametrize("trainable", ["tests.trainables:counting", "tests.trainables:FakeTrainable",

@@ -1,5 +1,5 @@
 """Run-ahead: where the runner knows a trial continues, its actor trains the next iteration without
-waiting to be asked (core/fate.py ``run_ahead_below``; execution/actor.py ``train``)."""
+waiting to be asked (core/fate.py ``run_ahead_below``; execution/worker/actor.py ``train``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from airflow_trials import Trial
 from airflow_trials.core.fate import NO_RUN_AHEAD, after_result, run_ahead_below
 from airflow_trials.core.stopping import Stopper
-from airflow_trials.execution.actor import TrialActor
+from airflow_trials.execution.worker.actor import TrialActor
 
 
 def make_trial(**kwargs):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_trials.core.sweep import SweepProgress, format_duration, progress_line
+from airflow_trials.core.sweep_progress import SweepProgress, format_duration, progress_line
 from airflow_trials.core.trial import Trial
 
 

@@ -1,4 +1,4 @@
-"""WriteBehind (execution/write_behind.py): a sweep driver's store writes, off the runner's thread."""
+"""WriteBehind (execution/driver/write_behind.py): a sweep driver's store writes, off the runner's thread."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from airflow_trials.execution.write_behind import WriteBehind
+from airflow_trials.execution.driver.write_behind import WriteBehind
 
 
 def test_writes_are_applied_in_order_off_the_caller_s_thread_and_drain_waits_for_them():

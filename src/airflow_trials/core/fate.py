@@ -3,8 +3,8 @@
 Every path that drives a trial calls these two functions and acts on what they return; none keeps
 its own copy of the rules:
 
-- the TrialRunner (``execution/runner.py``), after each result it fetches and each failure;
-- the self-driving trial actor (``execution/actor.py``), after each result it trains;
+- the TrialRunner (``execution/driver/runner.py``), after each result it fetches and each failure;
+- the self-driving trial actor (``execution/worker/actor.py``), after each result it trains;
 - the Airflow operator (``operators/trial.py``), when the trigger reports the trial's end.
 
 ``after_result`` covers the stopping criterion (and the experiment's time budget, a stopper the

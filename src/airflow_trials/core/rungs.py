@@ -343,7 +343,7 @@ class AshaRungs:
 
     def hold_points(self, bracket: int) -> list[float]:
         """Where a trial of ``bracket`` waits for its verdict: its milestones, and ``max_t`` when
-        trials stop there (see :mod:`airflow_trials.execution.holds`)."""
+        trials stop there (see :mod:`airflow_trials.execution.worker.holds`)."""
         points = set(self.milestones(bracket))
         if self.stop_last_trials:
             points.add(float(self.max_t))

@@ -70,7 +70,7 @@ class TrialScheduler:
     def take_exploit(self, trial_id: str) -> Exploit | None:
         """For a trial this scheduler paused: the state it takes over before it runs again
         (PopulationBasedTraining's exploit), once; None by default. The runner pauses such a
-        trial without saving, then applies it (``execution/exploit.py``)."""
+        trial without saving, then applies it (``execution/driver/exploit.py``)."""
         return None
 
     def decision_reason(self, trial_id: str) -> str | None:

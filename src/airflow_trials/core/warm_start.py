@@ -2,7 +2,7 @@
 
 :class:`WarmStart` says where from; :func:`seed_configs` turns the source run's ranked trials into
 this run's first configs, checked against this run's search space. The store lookup and Airflow's
-Asset events live with the experiment's tasks (``experiment_warm_start.py``); this module is pure.
+Asset events live with the experiment's tasks (``experiment/warm_start_source.py``); this module is pure.
 """
 
 from __future__ import annotations

@@ -11,10 +11,10 @@ from ray.util.placement_group import PlacementGroup
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from airflow_trials.core.trial import Trial
-from airflow_trials.execution.actor import TrialActor, TrialSpec
-from airflow_trials.execution.parameters import parameter_refs
+from airflow_trials.execution.parameter_refs import parameter_refs
 from airflow_trials.execution.ray_state import actor_info
 from airflow_trials.execution.storage import TrialStorage
+from airflow_trials.execution.worker.actor import TrialActor, TrialSpec
 
 DEFAULT_NAMESPACE = "airflow_trials"
 _RemoteTrialActor = ray.remote(TrialActor)

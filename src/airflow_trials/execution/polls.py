@@ -1,6 +1,6 @@
 """What a trial watch is made of, on either path: the poll futures, the progress tracker, the
 write counter and event-loop lag probe, and :class:`DirectTrialWatch`, the unbatched path that
-``execution/poller.py``'s shared poller is measured against."""
+``execution/triggerer/poller.py``'s shared poller is measured against."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 from airflow_trials.exceptions import RayUnavailableError
 
 if TYPE_CHECKING:
-    from airflow_trials.execution.executor import RayTrialExecutor
+    from airflow_trials.execution.driver.executor import RayTrialExecutor
     from airflow_trials.store import TrialStore
 
 log = logging.getLogger(__name__)
@@ -334,7 +334,7 @@ class TrialsHook(BaseHook):
         :param verify: make sure now that the connection is to the cluster at Ray's address (see
             :meth:`RayHook.get_conn`); default False.
         """
-        from airflow_trials.execution.executor import RayTrialExecutor
+        from airflow_trials.execution.driver.executor import RayTrialExecutor
 
         settings = self.ray_hook.get_conn(verify)
         return RayTrialExecutor(

@@ -12,7 +12,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow_trials.core.parameters import refuse_in_airflow
 from airflow_trials.core.resources import Resources
 from airflow_trials.core.scheduler import experiment_metric_and_mode
-from airflow_trials.core.sweep import end_line, sweep_summary
+from airflow_trials.core.sweep_progress import end_line, sweep_summary
 from airflow_trials.exceptions import AirflowTrialsError
 from airflow_trials.hooks.trials import DEFAULT_RAY_CONN_ID, DEFAULT_TRIALS_CONN_ID, TrialsHook
 from airflow_trials.operators.trial import MAX_INFRASTRUCTURE_RESTARTS
@@ -163,8 +163,8 @@ class RunSweepOperator(BaseOperator):
         }
 
     def execute(self, context: Context) -> Any:
-        from airflow_trials.execution.sweep import SweepSpec, start_or_attach_driver
-        from airflow_trials.execution.trainable import load_trainable
+        from airflow_trials.execution.driver.sweep_driver import SweepSpec, start_or_attach_driver
+        from airflow_trials.execution.worker.trainable import load_trainable
 
         ti = context["ti"]
         experiment, run_pk, trials = self._run_ids(context)

@@ -233,7 +233,7 @@ class RunTrialOperator(BaseOperator):
 
     # -- execution ----------------------------------------------------------------------------------
     def execute(self, context: Context) -> Any:
-        from airflow_trials.execution.trainable import load_trainable
+        from airflow_trials.execution.worker.trainable import load_trainable
 
         experiment, trial_id = self._ids(context)
         self._trial_ids = (experiment, trial_id)  # for on_kill

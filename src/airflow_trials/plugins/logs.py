@@ -14,8 +14,8 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from airflow_trials.execution.output import STREAMS, OutputChunk, read_tail
 from airflow_trials.execution.storage import default_storage_path
+from airflow_trials.execution.trial_output import STREAMS, OutputChunk, read_tail
 from airflow_trials.store import CheckpointRecordRow, ExperimentRunRecord, TrialRecord
 
 TAIL_LINES = 200

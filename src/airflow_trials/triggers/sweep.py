@@ -9,7 +9,7 @@ from typing import Any
 
 from airflow.triggers.base import TaskSuccessEvent, TriggerEvent
 
-from airflow_trials.core.sweep import end_line, progress_line, sweep_summary
+from airflow_trials.core.sweep_progress import end_line, progress_line, sweep_summary
 from airflow_trials.hooks.trials import DEFAULT_RAY_CONN_ID, DEFAULT_TRIALS_CONN_ID, TrialsHook
 from airflow_trials.triggers.base import TrialsTrigger
 from airflow_trials.triggers.trial import POLL_GRACE_SECONDS, RAY_OUTAGE_TIMEOUT_SECONDS
@@ -24,7 +24,7 @@ WAIT_GRACE_SECONDS = 5.0
 
 
 class SweepTrigger(TrialsTrigger):
-    """Watches an experiment run's sweep driver (:mod:`~airflow_trials.execution.sweep`) and yields
+    """Watches an experiment run's sweep driver (:mod:`~airflow_trials.execution.driver.sweep_driver`) and yields
     one event when the run ends or the driver is gone.
 
     Every ``poll_interval_seconds`` it asks the driver for its progress (in a thread, bounded) and,
@@ -110,7 +110,7 @@ class SweepTrigger(TrialsTrigger):
         """The user cleared or marked the deferred task: the driver stops the run's trials and ends
         after ``CLEAR_GRACE_SECONDS`` unless a newer try claims it first (a cleared task's next
         try re-attaches to the live run; a task marked failed or success has none)."""
-        from airflow_trials.execution.sweep import stop_driver
+        from airflow_trials.execution.driver.sweep_driver import stop_driver
 
         hook = TrialsHook(self.ray_conn_id, self.trials_conn_id)
         try:
@@ -172,7 +172,7 @@ class SweepWatch:
 
     async def _find(self) -> Any:
         """The live driver, or None once Ray answers that there is none."""
-        from airflow_trials.execution.sweep import find_driver
+        from airflow_trials.execution.driver.sweep_driver import find_driver
 
         trigger = self.trigger
         while True:

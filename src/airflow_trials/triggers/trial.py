@@ -34,7 +34,7 @@ class TrialTrigger(TrialsTrigger):
     and yields one event when the trial ends (or its actor is gone).
 
     The watch itself is a :class:`~airflow_trials.triggers.watch.TrialWatch`. Its polls go through
-    the triggerer's shared :mod:`~airflow_trials.execution.poller`: one
+    the triggerer's shared :mod:`~airflow_trials.execution.triggerer.poller`: one
     thread makes every trigger's Ray calls and writes their progress in one transaction per tick,
     so the event loop never waits on Ray or the database. The trigger's other Ray and database
     calls (attach, release, reads) run in threads. Results are written idempotently, so a trigger

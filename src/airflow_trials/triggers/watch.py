@@ -125,7 +125,11 @@ class TrialWatch:
 
         info = await asyncio.to_thread(actor_info, self.actor)
         self.placement_group_id = info.placement_group_id or self.placement_group_id
-        from airflow_trials.execution.poller import DirectTrialWatch, ensure_lag_probe, watch_trial
+        from airflow_trials.execution.triggerer.poller import (
+            DirectTrialWatch,
+            ensure_lag_probe,
+            watch_trial,
+        )
 
         ensure_lag_probe()
         wait_s = trigger.poll_interval_seconds
@@ -160,7 +164,7 @@ class TrialWatch:
         """The next poll that Ray answered, and its snapshot."""
         from ray.exceptions import ActorUnavailableError, RayActorError
 
-        from airflow_trials.execution.poller import RayNotAnswering
+        from airflow_trials.execution.triggerer.poller import RayNotAnswering
 
         wait_s = self.trigger.poll_interval_seconds
         while True:

@@ -13,20 +13,20 @@ from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.trial import Trial
 from airflow_trials.exceptions import TrialError
 from airflow_trials.execution import handles
-from airflow_trials.execution.cluster import ResourceLedger
-from airflow_trials.execution.errors import trial_error
+from airflow_trials.execution.driver.cluster import ResourceLedger
+from airflow_trials.execution.driver.errors import trial_error
+from airflow_trials.execution.driver.slots import SlotPool
 from airflow_trials.execution.handles import DEFAULT_NAMESPACE, actor_name, find_trial_actor
-from airflow_trials.execution.holds import HoldSpec
-from airflow_trials.execution.parameters import check_accepts_parameters, parameter_refs
+from airflow_trials.execution.parameter_refs import check_accepts_parameters, parameter_refs
 from airflow_trials.execution.ray_state import (
     actor_info,
     kill_actor,
     remove_placement_group_by_id,
     remove_placement_groups_named,
 )
-from airflow_trials.execution.slots import SlotPool
 from airflow_trials.execution.storage import TrialStorage
-from airflow_trials.execution.trainable import load_trainable
+from airflow_trials.execution.worker.holds import HoldSpec
+from airflow_trials.execution.worker.trainable import load_trainable
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +126,7 @@ class TrialLauncher:
         once the trial runs, or raises TrialError, removing the actor, if Ray could not place it
         in time. Raises TrainableNotFoundError or InsufficientResourcesError before any Ray work.
         With ``holds`` the trial waits for its scheduler's verdict at each hold point
-        (:mod:`~airflow_trials.execution.holds`).
+        (:mod:`~airflow_trials.execution.worker.holds`).
         """
         self._check_trainable(trial)
         self.check_fits_cluster(trial)

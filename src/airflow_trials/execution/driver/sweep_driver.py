@@ -3,7 +3,7 @@
 One driver per experiment run, found by its Ray name (:func:`driver_name`): whoever asks for it
 with :func:`start_or_attach_driver` gets the live one, and Ray creates it only when none lives
 (``get_if_exists``), so two tasks or two tries never start two drivers. The driver records every
-trial in the trials DB as it goes (:class:`~airflow_trials.execution.trials_db.TrialsDbCallback`)
+trial in the trials DB as it goes (:class:`~airflow_trials.execution.driver.trials_db_callback.TrialsDbCallback`)
 and owns its trials' actors: when it dies, they die with it, and the next driver resumes the run
 from the trials DB (:func:`resumable_trials`): finished trials are kept, the others continue from
 their latest recorded checkpoint.
@@ -22,11 +22,11 @@ import ray
 from ray.actor import ActorHandle
 
 from airflow_trials.core.searcher import ended_trial_values
-from airflow_trials.core.sweep import SweepProgress, SweepSnapshot
+from airflow_trials.core.sweep_progress import SweepProgress, SweepSnapshot
 from airflow_trials.core.trial import Trial
+from airflow_trials.execution.driver.suggest import SearchDriver
 from airflow_trials.execution.resume import adopt_recorded_checkpoints
 from airflow_trials.execution.storage import TrialStorage
-from airflow_trials.execution.suggest import SearchDriver
 from airflow_trials.store.store import TrialStore
 
 log = logging.getLogger(__name__)
@@ -239,9 +239,9 @@ class SweepDriver:
             ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
 
     def _drive(self) -> None:
-        from airflow_trials.execution.executor import RayTrialExecutor
-        from airflow_trials.execution.runner import TrialRunner
-        from airflow_trials.execution.trials_db import TrialsDbCallback
+        from airflow_trials.execution.driver.executor import RayTrialExecutor
+        from airflow_trials.execution.driver.runner import TrialRunner
+        from airflow_trials.execution.driver.trials_db_callback import TrialsDbCallback
 
         spec = self.spec
         store = TrialStore(spec.db_url)

@@ -18,13 +18,13 @@ from airflow_trials.core.scheduler import experiment_metric_and_mode
 from airflow_trials.core.search import generate_configs
 from airflow_trials.core.trial import Trial
 from airflow_trials.core.warm_start import WarmStart, WarmStartError
-from airflow_trials.experiment_settings import (
+from airflow_trials.experiment.settings import (
     PARAM_SETTINGS,
     ExperimentSettings,
     run_seed,
     trial_ids,
 )
-from airflow_trials.experiment_warm_start import WarmSeeds, warm_seeds
+from airflow_trials.experiment.warm_start_source import WarmSeeds, warm_seeds
 from airflow_trials.hooks.trials import TrialsHook
 from airflow_trials.operators.trial import RunTrialOperator, task_retries
 from airflow_trials.operators.tuning import airflow_searcher
@@ -39,7 +39,7 @@ class TuningPlan:
     for each field), and what its tasks do with it at run time.
 
     **Settings from the DAG run's params.** ``from_params(params)`` returns, for each run, values
-    that replace any of :data:`~airflow_trials.experiment_settings.PARAM_SETTINGS`. The trainable
+    that replace any of :data:`~airflow_trials.experiment.settings.PARAM_SETTINGS`. The trainable
     is never among them: params choose values, not code. :meth:`settings_for_run` validates them
     before anything starts or is written, and fails the run, naming the setting, if one is out of
     range. Airflow fixes ``retries`` and pool slots when it creates a task instance, so the DAG
@@ -159,7 +159,7 @@ class TuningPlan:
     def suggest(self, context: Mapping[str, Any]) -> list[dict[str, Any]]:
         """Generate the run's configs (its warm start's first), check them and the cluster, register
         the experiment run; one mapped-argument dict per trial."""
-        from airflow_trials.execution.trainable import load_trainable
+        from airflow_trials.execution.worker.trainable import load_trainable
 
         ti = context["ti"]
         run = self.settings_for_run(context)

@@ -10,7 +10,7 @@ from airflow_trials.core.trial import Trial
 
 if TYPE_CHECKING:
     from airflow_trials.core.scheduler import TrialScheduler
-    from airflow_trials.execution.executor import RayTrialExecutor
+    from airflow_trials.execution.driver.executor import RayTrialExecutor
 
 TrialStatusMap = dict[str, tuple[Trial, TrialStatus]]
 """Trial id -> (trial, its status), as returned by fetch_status_results."""
@@ -26,7 +26,7 @@ def check_concurrency_cap(max_concurrent_trials: int | None) -> None:
 
 
 class RunnerViews:
-    """Read-only views of :class:`~airflow_trials.execution.runner.TrialRunner`'s state."""
+    """Read-only views of :class:`~airflow_trials.execution.driver.runner.TrialRunner`'s state."""
 
     experiment_name: str
     trial_executor: RayTrialExecutor

@@ -11,7 +11,7 @@ from typing import Any
 
 from airflow_trials.core.trial import Trial
 from airflow_trials.exceptions import TrainableNotFoundError
-from airflow_trials.execution.trainable import Trainable
+from airflow_trials.execution.worker.trainable import Trainable
 
 
 def parameter_refs(trial: Trial) -> dict[str, Any]:

@@ -28,8 +28,8 @@ from airflow_trials.core.pbt import Exploit
 from airflow_trials.core.result import CHECKPOINT, DUPLICATE, Result
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.trial import Trial
+from airflow_trials.execution.driver.write_behind import WriteBehind
 from airflow_trials.execution.polls import TrialProgressTracker
-from airflow_trials.execution.write_behind import WriteBehind
 from airflow_trials.store.store import TrialProgress, TrialStore
 
 if TYPE_CHECKING:
@@ -62,7 +62,7 @@ class TrialsDbCallback(Callback):
         at once, after its last results. A sweep of short trials uses it (a step per result would
         make as many commits). Default 0: after every step.
     :param write_behind: apply the writes on a thread of its own
-        (:class:`~airflow_trials.execution.write_behind.WriteBehind`), in the same order, so that
+        (:class:`~airflow_trials.execution.driver.write_behind.WriteBehind`), in the same order, so that
         the runner's loop never waits for the DB; a sweep's driver uses it. A failed write still
         stops the runner, at its next event. Default False.
     """

@@ -1,9 +1,9 @@
 """RayTrialExecutor: the TrialRunner's executor, which starts, steps, pauses, saves and stops trials as Ray actors.
 
 The parts it is built from: :mod:`~airflow_trials.execution.handles` (actor names, lookup,
-creation), :mod:`~airflow_trials.execution.slots` (placement groups and the actors in them),
-:mod:`~airflow_trials.execution.cluster` (resource accounting) and
-:mod:`~airflow_trials.execution.launcher` (autonomous trials, the Airflow path).
+creation), :mod:`~airflow_trials.execution.driver.slots` (placement groups and the actors in them),
+:mod:`~airflow_trials.execution.driver.cluster` (resource accounting) and
+:mod:`~airflow_trials.execution.driver.launcher` (autonomous trials, the Airflow path).
 """
 
 from __future__ import annotations
@@ -21,15 +21,15 @@ from airflow_trials.core.result import Result
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.trial import Trial
 from airflow_trials.exceptions import CheckpointError, TrainableNotFoundError
-from airflow_trials.execution.errors import trial_error
+from airflow_trials.execution.driver.errors import trial_error
+from airflow_trials.execution.driver.launcher import TrialLauncher
+from airflow_trials.execution.driver.slots import Slot, SlotPool
 from airflow_trials.execution.handles import (
     DEFAULT_NAMESPACE,
     actor_name,
     find_trial_actor,
     trial_spec,
 )
-from airflow_trials.execution.launcher import TrialLauncher
-from airflow_trials.execution.slots import Slot, SlotPool
 
 __all__ = ["DEFAULT_NAMESPACE", "RayTrialExecutor", "actor_name", "find_trial_actor"]
 
@@ -206,7 +206,7 @@ class RayTrialExecutor(TrialLauncher):
 
     def pause_trial(self, trial: Trial, save: bool = True) -> None:
         """Checkpoint the RUNNING trial (unless not ``save``: it takes over another state, see
-        execution/exploit.py), release its actor and GPUs, and mark it PAUSED."""
+        execution/driver/exploit.py), release its actor and GPUs, and mark it PAUSED."""
         if trial.status != TrialStatus.RUNNING:
             raise ValueError(f"Cannot pause trial {trial.trial_id}: it is {trial.status}, not RUNNING.")
         if trial.trial_id in self._future_of:
@@ -322,7 +322,7 @@ class RayTrialExecutor(TrialLauncher):
 
     def register_checkpoint(self, trial: Trial, record: CheckpointRecord) -> None:
         """Add a persisted checkpoint to the trial. Those it pushes out are retired, not deleted:
-        the runner deletes them once no record names them (``execution/releaser.py``)."""
+        the runner deletes them once no record names them (``execution/driver/releaser.py``)."""
         trial.checkpoint_manager.on_checkpoint(record)
 
     def restore(self, trial: Trial, checkpoint_path: str | None = None) -> None:

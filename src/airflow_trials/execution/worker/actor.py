@@ -18,11 +18,11 @@ from airflow_trials.core.fate import Action, after_result
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.trial import Trial
 from airflow_trials.exceptions import CheckpointNotFoundError, TrialError
-from airflow_trials.execution.holds import Holds, HoldSpec
-from airflow_trials.execution.output import LogCapture, read_new_output
-from airflow_trials.execution.parameters import parameters_key, resolve_parameters
+from airflow_trials.execution.parameter_refs import parameters_key, resolve_parameters
 from airflow_trials.execution.storage import TrialStorage
-from airflow_trials.execution.trainable import (
+from airflow_trials.execution.trial_output import LogCapture, read_new_output
+from airflow_trials.execution.worker.holds import Holds, HoldSpec
+from airflow_trials.execution.worker.trainable import (
     ClassDriver,
     TrainableDriver,
     load_trainable,
@@ -294,7 +294,7 @@ class TrialActor:
         ``trial_state`` is ``Trial.to_json_state()``: its stopping criterion, checkpoint_freq,
         checkpoint_at_end and keep_checkpoints_num apply here as in the TrialRunner. Failures end
         the loop in ERROR; retrying is the caller's decision (Airflow's retries). With ``holds``
-        (see :mod:`~airflow_trials.execution.holds`), the trial waits at each hold point for its
+        (see :mod:`~airflow_trials.execution.worker.holds`), the trial waits at each hold point for its
         scheduler's verdict, which :meth:`decide` gives.
         """
         if self._loop is not None:

@@ -11,7 +11,8 @@ from airflow.sdk import Asset, TaskGroup, task
 from airflow_trials.core.parameters import refuse_in_airflow
 from airflow_trials.core.trial import validate_name
 from airflow_trials.core.warm_start import ASSET, WarmStart
-from airflow_trials.experiment_settings import (
+from airflow_trials.experiment.plan import TuningPlan, reconcile_trial_ends
+from airflow_trials.experiment.settings import (
     PARAM_SETTINGS,
     ExperimentSettings,
     best_trial_asset,
@@ -20,7 +21,6 @@ from airflow_trials.experiment_settings import (
     trial_gpu_classes,
     trial_ids,
 )
-from airflow_trials.experiment_tasks import TuningPlan, reconcile_trial_ends
 from airflow_trials.hooks.trials import DEFAULT_RAY_CONN_ID, DEFAULT_TRIALS_CONN_ID
 from airflow_trials.pools import DEFAULT_SLOTS_PER_GPU
 

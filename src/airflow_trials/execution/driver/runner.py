@@ -26,16 +26,16 @@ from airflow_trials.exceptions import (
     SearcherError,
     TrialError,
 )
-from airflow_trials.execution.executor import RayTrialExecutor
-from airflow_trials.execution.experiment_state import save_experiment_state, trials_to_resume
-from airflow_trials.execution.exploit import apply_exploit, check_scheduler_can_run
-from airflow_trials.execution.releaser import CheckpointReleaser
-from airflow_trials.execution.runner_views import (
+from airflow_trials.execution.driver.executor import RayTrialExecutor
+from airflow_trials.execution.driver.experiment_state import save_experiment_state, trials_to_resume
+from airflow_trials.execution.driver.exploit import apply_exploit, check_scheduler_can_run
+from airflow_trials.execution.driver.releaser import CheckpointReleaser
+from airflow_trials.execution.driver.runner_views import (
     RunnerViews,
     TrialIdAndResultList,
     check_concurrency_cap,
 )
-from airflow_trials.execution.suggest import SearchDriver, build_search_driver
+from airflow_trials.execution.driver.suggest import SearchDriver, build_search_driver
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """CheckpointReleaser: deletes the checkpoints a runner's trials dropped once no record names them.
 
 A runner's trials are resumed from records written after the fact: its experiment state (saved
-every ``checkpoint_period_s``) and the trials DB (:class:`~airflow_trials.execution.trials_db.
+every ``checkpoint_period_s``) and the trials DB (:class:`~airflow_trials.execution.driver.trials_db_callback.
 TrialsDbCallback`, which may write behind). A checkpoint the keep policy dropped may be the one
 such a record still names, so it is deleted only once every record was rewritten without it:
 each recorder says which version of a trial's kept set it holds
