@@ -83,13 +83,13 @@ def run_backend(name: str, url: str, args: argparse.Namespace) -> None:
     from fastapi.testclient import TestClient
 
     from airflow_trials.plugins.app import create_app
-    from airflow_trials.plugins.queries import DashboardStore
+    from airflow_trials.store import TrialReader
 
     begin = time.perf_counter()
     run = _fill(url, args.trials, args.iterations)
     print(f"[{name}] fixture: {args.trials:,} trials x {args.iterations} results loaded in "
           f"{time.perf_counter() - begin:.1f} s", flush=True)
-    store = DashboardStore(url)
+    store = TrialReader(url)
     root = FastAPI()
     init_auth_manager(root)
     root.mount("/trials", create_app(lambda: store))

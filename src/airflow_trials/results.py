@@ -27,7 +27,7 @@ from airflow_trials.core.status import TrialStatus
 if TYPE_CHECKING:
     import pandas as pd
 
-    from airflow_trials.store import ExperimentRunRecord, TrialStore
+    from airflow_trials.store import ExperimentRunRecord, TrialReader, TrialStore
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ class TrialResult:
     latest_checkpoint: str | None
     error: str | None
     num_failures: int
-    _store: TrialStore = field(repr=False, compare=False)
+    _store: TrialReader = field(repr=False, compare=False)
 
     @property
     def metrics_dataframe(self) -> pd.DataFrame:
@@ -70,15 +70,15 @@ class ResultGrid(Sequence[TrialResult]):
     Open it with :meth:`from_db`. It is a snapshot taken when opened; open it again to see a run
     that is still going.
 
-    :param store: the trials DB.
+    :param store: the trials DB, read-only.
     :param run: the experiment run.
     :param metric: the experiment's metric (the default of the readers); None when not recorded.
     :param mode: its mode, ``"min"`` or ``"max"``; None when not recorded.
     :param results: the trials, ordered by trial id.
     """
 
-    def __init__(self, store: TrialStore, run: ExperimentRunRecord, metric: str | None, mode: str | None,
-                 results: list[TrialResult]) -> None:
+    def __init__(self, store: TrialReader, run: ExperimentRunRecord, metric: str | None,
+                 mode: str | None, results: list[TrialResult]) -> None:
         self._store = store
         self.run = run
         self.experiment_name = run.experiment_name
@@ -89,7 +89,8 @@ class ResultGrid(Sequence[TrialResult]):
 
     @classmethod
     def from_db(cls, experiment_name: str, run: str | int = "latest", *, db_url: str | None = None,
-                trials_conn_id: str = "trials_default", store: TrialStore | None = None) -> ResultGrid:
+                trials_conn_id: str = "trials_default",
+                store: TrialReader | TrialStore | None = None) -> ResultGrid:
         """The run's trials as the trials DB holds them.
 
         :param experiment_name: the experiment (the DAG's ``experiment_name``, or the runner's).
@@ -97,14 +98,17 @@ class ResultGrid(Sequence[TrialResult]):
         :param db_url: the trials DB; default: found as the DAGs find it (the ``trials_conn_id``
             connection, else ``AIRFLOW_TRIALS_DB_URL``, else the default SQLite file).
         :param trials_conn_id: the connection; default ``trials_default``.
-        :param store: an open store to read instead of ``db_url``.
+        :param store: an open store (or its reader) to read instead of ``db_url``.
         :raises ExperimentNotFoundError: no such experiment or run.
         """
+        from airflow_trials.store import TrialReader, TrialStore
+
         if store is None:
-            from airflow_trials.store import TrialStore
             from airflow_trials.trials_db_url import trials_db_url
 
-            store = TrialStore(db_url or trials_db_url(trials_conn_id, create_dir=False)[0])
+            store = TrialReader(db_url or trials_db_url(trials_conn_id, create_dir=False)[0])
+        elif isinstance(store, TrialStore):
+            store = store.reader
         record = store.resolve_run(experiment_name, run)
         experiment = next(e for e in store.list_experiments() if e.name == experiment_name)
         metric, mode = experiment.metric, experiment.mode
@@ -248,7 +252,7 @@ class ResultGrid(Sequence[TrialResult]):
                        if k not in AUTO_FIELDS and isinstance(v, (int, float)) and not isinstance(v, bool)})
 
 
-def _with_checkpoints(store: TrialStore, results: list[TrialResult]) -> list[TrialResult]:
+def _with_checkpoints(store: TrialReader, results: list[TrialResult]) -> list[TrialResult]:
     """Without a metric there is no best by score: best and latest are the newest kept checkpoint."""
     from dataclasses import replace
 

@@ -15,6 +15,9 @@ import yaml
 from typer.testing import CliRunner
 
 from airflow_trials.cli import app
+from airflow_trials.core.end import TrialEnd
+from airflow_trials.core.fate import Transition
+from airflow_trials.core.status import TrialStatus
 from tests.contract.conftest import postgres_schema_url  # noqa: F401  (a fixture)
 
 runner = CliRunner()
@@ -41,11 +44,11 @@ def seed(url: str, experiment: str = EXPERIMENT) -> None:
             store.upsert_trial(trial_id, trainable="pkg.train:fn", config={"lr": 0.1 / (i + 1)},
                                resources={"cpu": 1}, max_failures=0, experiment_run_id=run,
                                dag_id="pipes", run_id=RUN_KEY, task_id="trial", map_index=i)
-            store.update_trial(trial_id, status="RUNNING")
+            store.record_transition(trial_id, Transition.PLACED)
             store.add_results(trial_id, [{"training_iteration": it, "loss": 1.0 / it + i} for it in (1, 2, 3)])
             for it in (2, 3):
                 store.add_checkpoint(trial_id, _checkpoint(trial_id, it), it, score=1.0 / it + i)
-            store.update_trial(trial_id, status="TERMINATED")
+            store.record_end(TrialEnd(trial_id, experiment, TrialStatus.TERMINATED))
     finally:
         store.dispose()
 

@@ -9,6 +9,9 @@ import ray
 from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 
 from airflow_trials import InsufficientResourcesError, TrainableNotFoundError, TrialError
+from airflow_trials.core.end import TrialEnd
+from airflow_trials.core.fate import Transition
+from airflow_trials.core.status import TrialStatus
 from airflow_trials.operators.trial import MAX_INFRASTRUCTURE_RESTARTS, RunTrialOperator
 from airflow_trials.triggers.trial import TrialTrigger
 from tests.conftest import live_placement_groups, live_trial_actors
@@ -100,7 +103,7 @@ def test_a_trial_queued_for_resources_defers_at_once_and_starts_when_placed(tria
 def test_execute_complete_for_every_status(trials_env, fake_context, status):
     op = operator(trial_id=f"ec-{status.lower()}", max_failures=1)
     trials_env.store.upsert_trial(op.trial_id, trainable=op.trainable, config={}, resources={}, max_failures=1)
-    trials_env.store.update_trial(op.trial_id, status="RUNNING")
+    trials_env.store.record_transition(op.trial_id, Transition.PLACED)
     event = {"trial_id": op.trial_id, "experiment_name": "ops", "status": status,
              "error": "Traceback ...\nValueError: boom" if status == "ERROR" else None,
              "last_result": {"training_iteration": 2}, "best_checkpoint": None, "num_results": 2}
@@ -259,12 +262,74 @@ def test_a_trial_lost_to_infrastructure_is_retried_without_counting_a_failure(tr
     assert state["status"] == "TERMINATED" and state["num_failures"] == 0
     assert [r["training_iteration"] for r in store.get_results("infra")] == [1, 2, 3, 4, 5, 6]
     # With no retry left, such a loss fails the task like any other failure.
-    store.update_trial("infra", status="PENDING")
+    store.record_transition("infra", Transition.QUEUED)
     last = fake_context(task_id="infra", try_number=MAX_INFRASTRUCTURE_RESTARTS + 1, max_tries=MAX_INFRASTRUCTURE_RESTARTS)
     with pytest.raises(TrialError, match="failure 1, no retries left"):
         op.execute_complete(last, lost)
     assert store.get_trial("infra").num_failures == 1
     assert live_trial_actors() == [] and live_placement_groups() == []
+
+
+def test_a_try_never_reattaches_to_the_actor_its_cleared_previous_try_stops(
+    trials_env, fake_context, tmp_path
+):
+    """The previous try's on_kill recorded its stop before this try registered, and has not killed
+    the actor yet: this try kills it and starts the trial again, with a fresh failure budget."""
+    from airflow_trials.hooks.trials import TrialsHook
+
+    config = {"sleep": 0.1, "hold_at": 2, "gate": str(tmp_path / "gate")}
+    first = operator(trial_id="stopping", config=config)
+    with pytest.raises(TaskDeferred):
+        first.execute(fake_context(try_number=1))
+    actor = ray.get_actor("trial.ops.stopping", namespace="airflow_trials")
+    pid = ray.get(actor.poll.remote(0))["pid"]
+    store = trials_env.store
+    assert TrialsHook.record_stop_from_airflow(store, "stopping", 1)
+    assert store.get_trial("stopping").stopped_from_airflow
+    assert live_trial_actors() == ["trial.ops.stopping"]  # the trigger releases it after recording
+
+    again = operator(trial_id="stopping", config=config)
+    with pytest.raises(TaskDeferred) as deferred:
+        again.execute(fake_context(try_number=2, max_tries=1 + again.retries))  # the clear's try
+    assert live_trial_actors() == ["trial.ops.stopping"]
+    new = ray.get_actor("trial.ops.stopping", namespace="airflow_trials")
+    assert ray.get(new.poll.remote(0))["pid"] != pid
+    record = store.get_trial("stopping")
+    assert not record.stopped_from_airflow and record.try_number == 2
+    assert record.status.value in ("PENDING", "RUNNING")
+    (tmp_path / "gate").touch()
+    event = asyncio.run(first_event(deferred.value.trigger))
+    state = again.execute_complete(fake_context(try_number=2), event)
+    assert state["status"] == "TERMINATED" and state["num_failures"] == 0
+    assert live_trial_actors() == [] and live_placement_groups() == []
+
+
+def test_on_kill_in_the_worker_records_the_stop_fenced_by_its_try_and_stops_the_trial(
+    trials_env, fake_context
+):
+    from airflow_trials.hooks.trials import STOPPED_FROM_AIRFLOW
+
+    store = trials_env.store
+    long_run = {"trial_id": "killed", "config": {"sleep": 0.2},
+                "stopping_criterion": {"training_iteration": 100}}
+    first = operator(**long_run)
+    with pytest.raises(TaskDeferred):
+        first.execute(fake_context(try_number=1))
+    first.on_kill()
+    assert live_trial_actors() == [] and live_placement_groups() == []
+    record = store.get_trial("killed")
+    assert (record.status.value, record.stopped_from_airflow, record.error_msg) == (
+        "TERMINATED", True, STOPPED_FROM_AIRFLOW)
+    # Its retry starts it again; a late on_kill of try 1 then leaves it to try 2.
+    second = operator(**long_run)
+    with pytest.raises(TaskDeferred):
+        second.execute(fake_context(try_number=2))
+    first.on_kill()
+    assert live_trial_actors() == ["trial.ops.killed"]
+    assert store.get_trial("killed").status.value != "TERMINATED"
+    second.on_kill()
+    assert live_trial_actors() == [] and live_placement_groups() == []
+    assert store.get_trial("killed").stopped_from_airflow
 
 
 def test_select_best_reconciles_trials_whose_tasks_ended_without_their_end(trials_env):
@@ -279,9 +344,9 @@ def test_select_best_reconciles_trials_whose_tasks_ended_without_their_end(trial
     for trial_id in ("done", "stuck"):
         store.upsert_trial(trial_id, trainable="tests.trainables:counting", config={}, resources={"cpu": 0.5},
                            max_failures=0, experiment_run_id=run)
-    store.update_trial("done", status="RUNNING")
-    store.update_trial("done", status="TERMINATED")
-    store.update_trial("stuck", status="RUNNING")
+    store.record_transition("done", Transition.PLACED)
+    store.record_end(TrialEnd("done", "recon", TrialStatus.TERMINATED))
+    store.record_transition("stuck", Transition.PLACED)
     RayTrialExecutor(trials_env.storage).launch(
         Trial("tests.trainables:counting", {"sleep": 0.5}, trial_id="stuck", experiment_name="recon",
               resources={"cpu": 0.5}))

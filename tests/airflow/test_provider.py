@@ -8,6 +8,9 @@ import pytest
 from airflow.sdk.exceptions import TaskDeferred
 
 from airflow_trials import TrialError
+from airflow_trials.core.end import TrialEnd
+from airflow_trials.core.fate import Transition, after_failure
+from airflow_trials.core.status import TrialStatus
 from airflow_trials.sensors.trial import TrialSensor
 from airflow_trials.triggers.trial import TrialStatusTrigger
 
@@ -89,8 +92,8 @@ def test_sensor_defers_until_the_trial_ends_then_returns_statuses(trials_env):
     with pytest.raises(TaskDeferred) as deferred:
         sensor.execute({})
     assert isinstance(deferred.value.trigger, TrialStatusTrigger)
-    store.update_trial("s1", status="RUNNING")
-    store.update_trial("s1", status="TERMINATED")
+    store.record_transition("s1", Transition.PLACED)
+    store.record_end(TrialEnd("s1", "exp", TrialStatus.TERMINATED))
     import asyncio
 
     async def first_event(trigger):
@@ -108,11 +111,12 @@ def test_sensor_waits_for_a_whole_experiment_run_and_fails_on_errors(trials_env)
     store = trials_env.store
     store.ensure_experiment("exp2", metric="loss", mode="min")
     run_pk = store.create_experiment_run("exp2", "manual__1")
-    for trial_id, status in (("a", "TERMINATED"), ("b", "ERROR")):
+    for trial_id, status in (("a", TrialStatus.TERMINATED), ("b", TrialStatus.ERROR)):
         store.upsert_trial(trial_id, trainable="m:f", config={}, resources={}, max_failures=0,
                            experiment_run_id=run_pk)
-        store.update_trial(trial_id, status="RUNNING")
-        store.update_trial(trial_id, status=status)
+        store.record_transition(trial_id, Transition.PLACED)
+        fate = None if status is TrialStatus.TERMINATED else after_failure(trial_id, 0, 0)
+        store.record_end(TrialEnd(trial_id, "exp2", status), fate)
     sensor = TrialSensor(task_id="w", experiment_name="exp2", run_key="manual__1", deferrable=False)
     with pytest.raises(TrialError, match="trials b ended in ERROR"):
         sensor.poke({})

@@ -105,6 +105,34 @@ def first_event(trigger):
     return first_trigger_event(trigger).payload
 
 
+@pytest.mark.parametrize("status", ["finished", "error", "lost"])
+def test_execute_complete_reads_each_sweep_end(status, fake_context):
+    """A finished run returns and pushes its summary; a failed or lost driver raises for
+    Airflow's retry, naming the run."""
+    from airflow_trials.core.end import SweepEnd, SweepStatus
+    from airflow_trials.operators.sweep import SweepLostError
+
+    progress = {"total": 2, "terminated": 2, "errored": 0, "best_value": 6.0, "best_trial_id": "t2",
+                "metric": "score", "mode": "max", "elapsed_seconds": 3.0, "finished": True}
+    ends = {
+        "finished": SweepEnd("run8", SweepStatus.FINISHED, progress),
+        "error": SweepEnd("run8", SweepStatus.ERROR, progress, "ValueError: boom"),
+        "lost": SweepEnd.lost("sweep_op", "run8", "is gone with 1 of 2 trials unfinished."),
+    }
+    operator, context = sweep_operator(trials=[]), fake_context(run_id="run8")
+    event = ends[status].to_event()
+    if status == "finished":
+        summary = operator.execute_complete(context, event)
+        assert (summary["total"], summary["best_value"], summary["run_key"]) == (2, 6.0, "run8")
+        assert context["ti"].xcom["sweep"] == summary
+        return
+    match = ("driver of run run8 failed.*\n.*ValueError: boom" if status == "error"
+             else "run run8 of experiment sweep_op is gone with 1 of 2")
+    with pytest.raises(SweepLostError, match=match):
+        operator.execute_complete(context, event)
+    assert context["ti"].xcom == {}
+
+
 def wait_for(condition, what, timeout_s=120.0):
     deadline = time.monotonic() + timeout_s
     while not condition():
@@ -235,9 +263,9 @@ def test_under_a_triggerer_a_finished_sweep_ends_its_task_from_the_trigger(trial
     from airflow.triggers.base import TaskSuccessEvent
 
     from airflow_trials.experiment import trial_ids
-    from airflow_trials.triggers import base
+    from airflow_trials.triggers import trial as trial_trigger
 
-    monkeypatch.setattr(base, "MIN_DEFERRAL_SECONDS", 0.0)
+    monkeypatch.setattr(trial_trigger, "MIN_DEFERRAL_SECONDS", 0.0)
     pushed = {}
 
     def record(key, value, **where):

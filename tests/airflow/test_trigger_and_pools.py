@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from airflow_trials.core.fate import Transition
 from airflow_trials.pools import gpu_pool_slots
 from airflow_trials.triggers.trial import TrialStatusTrigger, TrialTrigger
 from tests.conftest import LoopTicker
@@ -147,7 +148,7 @@ async def test_an_actor_gone_with_its_cluster_is_an_infrastructure_loss(trials_e
     from airflow_trials.execution.ray_state import current_cluster_id
 
     executor = _launch(trials_env, f"gone-{launched_on}", {"sleep": 0.1}, stop=1000)
-    trials_env.store.update_trial(f"gone-{launched_on}", status="RUNNING")
+    trials_env.store.record_transition(f"gone-{launched_on}", Transition.PLACED)
     executor.terminate("trig", f"gone-{launched_on}")
     cluster = current_cluster_id() if launched_on == "this" else "0" * 56
     event = await TrialTrigger("trig", f"gone-{launched_on}", poll_interval_seconds=0.05,

@@ -30,7 +30,7 @@ def launch(trials_env, trial_id, stop=5, sleep=0.05):
 
 @pytest.fixture
 def watches(monkeypatch):
-    """Every TrialWatch the triggers register with a poller."""
+    """Every BatchedTrialPolls the triggers register with a poller."""
     made = []
     original = poller_module.watch_trial
 

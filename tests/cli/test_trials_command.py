@@ -10,8 +10,11 @@ import yaml
 from typer.testing import CliRunner
 
 from airflow_trials.cli import app
+from airflow_trials.core.end import TrialEnd
+from airflow_trials.core.fate import Transition
 from airflow_trials.core.rungs import RungVerdict
 from airflow_trials.core.scheduler import Decision
+from airflow_trials.core.status import TrialStatus
 
 runner = CliRunner()
 ASHA_STOP = "stopped by ASHA at training_iteration=2 (rung 1 of 2): loss 1.5 above the rung's cutoff 1"
@@ -35,7 +38,7 @@ def seeded(tmp_path_factory) -> str:
         for i, trial_id in enumerate(("best", "clone", "cut")):
             store.upsert_trial(trial_id, trainable="pkg.train:fn", config={"lr": 0.1 * (i + 1), "opt": {"m": 0.9}},
                                resources={"cpu": 1}, max_failures=0, experiment_run_id=run)
-            store.update_trial(trial_id, status="RUNNING")
+            store.record_transition(trial_id, Transition.PLACED)
             store.add_results(trial_id, [{"training_iteration": it, "loss": 1.0 / it + i} for it in (1, 2)])
         store.record_rung(run, "best", bracket=0, milestone=2, value=0.5, iteration=2, decide=verdict(Decision.CONTINUE))
         store.record_rung(run, "cut", bracket=0, milestone=2, value=2.5, iteration=2,
@@ -46,7 +49,7 @@ def seeded(tmp_path_factory) -> str:
                              old_config={"lr": 0.2, "opt": {"m": 0.9}}, new_config={"lr": 0.12, "opt": {"m": 0.9}},
                              operations={"lr": "0.1 * 1.2"})
         for trial_id, reason in (("best", AT_MAX_T), ("cut", ASHA_STOP), ("clone", "its trainable finished")):
-            store.update_trial(trial_id, status="TERMINATED", stop_reason=reason)
+            store.record_end(TrialEnd(trial_id, "tune", TrialStatus.TERMINATED, stop_reason=reason))
     finally:
         store.dispose()
     return url

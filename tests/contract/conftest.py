@@ -63,8 +63,16 @@ def fail_setting_last_result(store: TrialStore, backend: str) -> None:
 @pytest.fixture
 def postgres_schema_url() -> Iterator[str]:
     """A URL on a fresh, empty PostgreSQL schema, dropped after the test."""
+    with new_postgres_schema() as url:
+        yield url
+
+
+@contextmanager
+def new_postgres_schema(prefix: str = "at_test") -> Iterator[str]:
+    """A URL on a new, empty PostgreSQL schema ``<prefix>_<hex>`` of the test server (skips when
+    AIRFLOW_TRIALS_TEST_POSTGRES_URL is unset), dropped afterwards."""
     base = postgres_url()
-    schema = f"at_test_{uuid.uuid4().hex[:12]}"
+    schema = f"{prefix}_{uuid.uuid4().hex[:12]}"
     admin = create_engine(base)
     with admin.begin() as connection:
         connection.execute(text(f'CREATE SCHEMA "{schema}"'))

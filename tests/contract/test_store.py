@@ -28,7 +28,13 @@ from airflow_trials import InvalidTransitionError, StoreError, TrialNotFoundErro
 from airflow_trials.core.end import TrialEnd
 from airflow_trials.core.fate import Transition, after_failure
 from airflow_trials.experiment import run_seed
-from airflow_trials.store import TrialStore, default_store_url, migrate
+from airflow_trials.store import (
+    RestartFromScratch,
+    StopForTry,
+    TrialStore,
+    default_store_url,
+    migrate,
+)
 from airflow_trials.store.__main__ import main as store_cli
 from airflow_trials.store.engine import WRITE_OPTION, create_store_engine
 from airflow_trials.store.leaderboard import metric_index_name
@@ -42,7 +48,7 @@ from airflow_trials.store.migration import (
 from airflow_trials.store.models import Base, CheckpointRow, ResultRow, TrialRow
 from tests.contract.conftest import MEMORY, POSTGRESQL, SQLITE_FILE, fail_setting_last_result
 
-HEAD_REVISION = "0008"
+HEAD_REVISION = "0009"
 
 
 def register(store: TrialStore, trial_id: str, run: int | None = None, **kwargs: Any) -> None:
@@ -103,7 +109,8 @@ def random_run_id(rng: random.Random) -> str:
 def retry_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [
         r.getMessage() for r in caplog.records
-        if r.name == "airflow_trials.store.base" and r.levelno == logging.WARNING and "retrying in" in r.getMessage()
+        if r.name == "airflow_trials.store.database" and r.levelno == logging.WARNING
+        and "retrying in" in r.getMessage()
     ]
 
 
@@ -330,11 +337,12 @@ class StoreContract:
     def test_upsert_trial_registers_then_only_refreshes_airflow_ids(self, store):
         run = store.create_experiment_run("mnist", "r1")
         register(store, "t1", run, dag_id="tune", run_id="r1", task_id="trial", map_index=3, try_number=1)
-        store.update_trial("t1", status="RUNNING", num_failures=1, error_msg="Traceback ...")
+        store.record_transition("t1", Transition.PLACED)
+        store.update_trial("t1", num_failures=1, error_msg="Traceback ...")
         store.add_results("t1", results([1, 2]))
         before = store.get_trial("t1")
 
-        register(store, "t1", None, config={"x": 99}, max_failures=0, status="PENDING", try_number=2)
+        register(store, "t1", None, config={"x": 99}, max_failures=0, try_number=2)
         after = store.get_trial("t1")
         assert after.try_number == 2
         assert (after.dag_id, after.run_id, after.task_id, after.map_index) == ("tune", "r1", "trial", 3)
@@ -366,37 +374,42 @@ class StoreContract:
 
     def test_status_changes_set_start_and_end_times(self, store):
         register(store, "t1")
-        store.update_trial("t1", status="RUNNING")
+        store.record_transition("t1", Transition.PLACED)
         started = store.get_trial("t1").started_at
         assert started is not None
-        store.update_trial("t1", status="PAUSED")
-        store.update_trial("t1", status="RUNNING")
+        store.record_transition("t1", Transition.QUEUED)  # waiting again, as a paused trial waits
+        store.record_transition("t1", Transition.PLACED)
         assert store.get_trial("t1").started_at == started
-        store.update_trial("t1", status="ERROR", num_failures=3, error_msg="Traceback (most recent call last): ...")
+        traceback = "Traceback (most recent call last): ..."
+        store.record_transition("t1", Transition.ABANDONED, why=traceback)
+        store.update_trial("t1", num_failures=3)
         errored = store.get_trial("t1")
         assert errored.ended_at is not None and errored.num_failures == 3
         assert errored.error_msg.startswith("Traceback")
-        store.update_trial("t1", status="PENDING")
+        store.record_transition("t1", Transition.QUEUED)
         assert store.get_trial("t1").ended_at is None
 
     def test_a_trial_that_finishes_after_a_retry_no_longer_shows_the_old_failure(self, store):
         register(store, "t1")
-        store.update_trial("t1", status="RUNNING")
-        store.update_trial("t1", status="PENDING", num_failures=1, error_msg="Traceback ...: boom")
-        store.update_trial("t1", status="RUNNING")
+        store.record_transition("t1", Transition.PLACED)
+        store.record_transition("t1", Transition.QUEUED)
+        store.update_trial("t1", num_failures=1, error_msg="Traceback ...: boom")
+        store.record_transition("t1", Transition.PLACED)
         assert store.get_trial("t1").error_msg == "Traceback ...: boom"  # still retrying: kept
-        store.update_trial("t1", status="TERMINATED")
+        store.record_end(TrialEnd("t1", "exp", TrialStatus.TERMINATED))
         finished = store.get_trial("t1")
         assert finished.error_msg is None and finished.num_failures == 1
         # An end that gives its own reason keeps it (a trial stopped because its task was cleared).
-        store.update_trial("t1", status="PENDING")
-        store.update_trial("t1", status="TERMINATED", error_msg="Stopped from Airflow.")
+        store.record_transition("t1", Transition.QUEUED)
+        store.record_transition("t1", Transition.STOPPED, why="Stopped from Airflow.")
         assert store.get_trial("t1").error_msg == "Stopped from Airflow."
 
     def test_record_end_writes_what_the_fate_decided_in_one_call(self, store):
         register(store, "t1", try_number=1)
-        assert store.record_transition("t1", Transition.QUEUED, try_number=1) is TrialStatus.PENDING
-        assert store.record_transition("t1", Transition.PLACED, try_number=1) is TrialStatus.RUNNING
+        queued = store.record_transition("t1", Transition.QUEUED, try_number=1)
+        assert queued.status is TrialStatus.PENDING
+        placed = store.record_transition("t1", Transition.PLACED, try_number=1)
+        assert placed.status is TrialStatus.RUNNING
         lost = TrialEnd.lost("t1", "exp", "its Ray actor died (boom)")
         retry = after_failure("t1", 0, 2)
         assert store.record_end(lost, retry) is TrialStatus.PENDING
@@ -422,7 +435,7 @@ class StoreContract:
         fail = after_failure("t1", 2, 2)
         assert store.record_end(TrialEnd.lost("t1", "exp", "boom"), fail) is TrialStatus.ERROR
         assert store.get_trial("t1").num_failures == 3
-        assert store.record_transition("t1", Transition.RESET) is TrialStatus.PENDING
+        assert store.record_transition("t1", Transition.RESET).status is TrialStatus.PENDING
         assert store.get_trial("t1").num_failures == 0
         store.record_transition("t1", Transition.PLACED)
         store.record_transition("t1", Transition.ABANDONED, why="its task ended without recording it")
@@ -431,14 +444,18 @@ class StoreContract:
 
     def test_a_stop_by_an_old_try_is_fenced_by_the_try_that_registered_the_trial(self, store):
         register(store, "t1", try_number=1)
-        store.update_trial("t1", status="RUNNING")
+        store.record_transition("t1", Transition.PLACED)
         register(store, "t1", try_number=2)  # the cleared task's next try registered first
-        assert store.stop_trial_for_try("t1", 1, "stopped by try 1") is False
+        assert store.record_transition("t1", StopForTry("stopped by try 1", 1)).applied is False
         assert store.get_trial("t1").status is TrialStatus.RUNNING
-        assert store.stop_trial_for_try("t1", 2, "stopped by try 2") is True
+        assert store.record_transition("t1", StopForTry("stopped by try 2", 2)).applied is True
         stopped = store.get_trial("t1")
         assert (stopped.status, stopped.error_msg) == (TrialStatus.TERMINATED, "stopped by try 2")
-        assert store.stop_trial_for_try("t1", None, "again") is True  # no try: unconditional, idempotent
+        # No try: unconditional, and idempotent.
+        again = store.record_transition("t1", StopForTry("again", None))
+        assert again.applied is True and again.status is TrialStatus.TERMINATED
+        with pytest.raises(ValueError, match="StopForTry of trial t1 with why= .*carries its own"):
+            store.record_transition("t1", StopForTry("late", 3), why="twice")
         assert store.get_trial("t1").error_msg == "stopped by try 2"
 
     def test_restart_trial_starts_a_finished_trial_over_and_refuses_a_live_one(self, store):
@@ -446,17 +463,20 @@ class StoreContract:
         run = store.create_experiment_run("exp", "r1")
         register(store, "t1", run=run, try_number=1)
         register(store, "t2", run=run)
-        store.update_trial("t1", status="RUNNING")
+        store.record_transition("t1", Transition.PLACED)
         store.add_results("t1", results(range(1, 4)))
         store.add_checkpoint("t1", "/ckpt/t1/checkpoint_000002", 2)
         store.add_checkpoint("t1", "/ckpt/t1/checkpoint_000003", 3)
-        store.update_trial("t1", status="ERROR", num_failures=2, error_msg="boom")
-        store.update_trial("t1", status="TERMINATED")
+        store.record_transition("t1", Transition.ABANDONED, why="boom")
+        store.update_trial("t1", num_failures=2)
+        store.record_transition("t1", Transition.STOPPED)
         store.add_results("t2", results(range(1, 3)))
 
-        dropped = store.restart_trial("t1", try_number=2)
+        restarted = store.record_transition("t1", RestartFromScratch(try_number=2))
 
-        assert sorted(dropped) == ["/ckpt/t1/checkpoint_000002", "/ckpt/t1/checkpoint_000003"]
+        assert restarted.status is TrialStatus.PENDING
+        assert sorted(restarted.dropped_checkpoints) == [
+            "/ckpt/t1/checkpoint_000002", "/ckpt/t1/checkpoint_000003"]
         again = store.get_trial("t1")
         assert (again.status, again.num_failures, again.error_msg, again.last_result) == (
             TrialStatus.PENDING, 0, None, None)
@@ -467,18 +487,24 @@ class StoreContract:
         # It runs again as new: iteration 1 is new again.
         assert store.add_results("t1", results([1])) == 1
         with pytest.raises(InvalidTransitionError, match="restart trial t2 from scratch: it is PENDING"):
-            store.restart_trial("t2")
+            store.record_transition("t2", RestartFromScratch())
         assert len(store.get_results("t2")) == 2
 
     def test_invalid_transition_raises_and_writes_nothing(self, store):
         register(store, "t1")
-        store.update_trial("t1", status="TERMINATED")
+        store.record_transition("t1", Transition.STOPPED)
         before = store.get_trial("t1")
         with pytest.raises(InvalidTransitionError, match="t1 cannot go from TERMINATED to RUNNING"):
-            store.update_trial("t1", status="RUNNING", num_failures=5, error_msg="boom", try_number=9)
+            store.record_transition("t1", Transition.PLACED, why="boom", try_number=9)
         assert store.get_trial("t1") == before
-        with pytest.raises(ValueError, match="not one of PENDING, RUNNING, PAUSED, TERMINATED, ERROR"):
-            store.update_trial("t1", status="DONE")
+        allowed = "QUEUED, PLACED, RESET, STOPPED, ABANDONED"
+        with pytest.raises(ValueError, match=f"not one of {allowed}"):
+            store.record_transition("t1", "DONE")
+        with pytest.raises(TypeError, match="a Transition, a StopForTry or a RestartFromScratch"):
+            store.record_transition("t1", 42)  # type: ignore[arg-type]
+        with pytest.raises(TypeError):  # a status changes only by a transition or an end
+            store.update_trial("t1", status="RUNNING")  # type: ignore[call-arg]
+        assert store.get_trial("t1") == before
 
     def test_list_trials_orders_and_filters(self, store):
         run_a = store.create_experiment_run("mnist", "a")
@@ -592,7 +618,7 @@ class StoreContract:
         store.add_checkpoint("a", "/ckpt/a/2", 2)
         store.add_checkpoint("a", "/ckpt/a/3", 3)
         store.mark_checkpoint_deleted("a", "/ckpt/a/3")
-        store.update_trial("b", status="RUNNING")
+        store.record_transition("b", Transition.PLACED)
         return run
 
     def test_leaderboard_max_ranks_best_first_and_missing_metric_last(self, store):
@@ -680,15 +706,16 @@ class StoreContract:
         "call",
         [
             lambda s: s.get_trial("ghost"),
-            lambda s: s.update_trial("ghost", status="RUNNING"),
+            lambda s: s.record_transition("ghost", Transition.PLACED),
+            lambda s: s.update_trial("ghost", num_failures=1),
             lambda s: s.add_results("ghost", results([1])),
             lambda s: s.get_results("ghost"),
             lambda s: s.add_checkpoint("ghost", "/ckpt", 1),
             lambda s: s.mark_checkpoint_deleted("ghost", "/ckpt"),
             lambda s: s.latest_checkpoint("ghost"),
         ],
-        ids=["get_trial", "update_trial", "add_results", "get_results", "add_checkpoint",
-             "mark_checkpoint_deleted", "latest_checkpoint"],
+        ids=["get_trial", "record_transition", "update_trial", "add_results", "get_results",
+             "add_checkpoint", "mark_checkpoint_deleted", "latest_checkpoint"],
     )
     def test_unknown_trial_raises_trial_not_found(self, store, call):
         with pytest.raises(TrialNotFoundError, match="ghost .*register it with upsert_trial first") as raised:

@@ -18,7 +18,7 @@ from airflow_trials.core.fate import Transition
 from airflow_trials.core.judged import MedianRule
 from airflow_trials.core.median_stopping import MeanList
 from airflow_trials.core.status import TrialStatus
-from airflow_trials.store import TrialStore
+from airflow_trials.store import RestartFromScratch, TrialStore
 from airflow_trials.store.median import AT_END_REASON
 from airflow_trials.store.migration import alembic_config
 from airflow_trials.store.models import TrialMedianPointRow
@@ -231,7 +231,7 @@ class MedianContract:
         assert store.record_median_point(run, "b", iteration=1, time=1, value=0.9,
                                          decide=decide(0.9, 1, rule)).decision is Decision.STOP
         store.record_transition("b", Transition.STOPPED, why="stopped by the median stopping rule")
-        store.restart_trial("b")
+        store.record_transition("b", RestartFromScratch())
         assert store.trial_median_points("b") == [] and len(store.trial_median_points("a")) == 1
         assert store.record_median_point(run, "b", iteration=1, time=1, value=0.05, decide=decide(0.05, 1, rule)).fresh
         with store._engine.begin() as connection:

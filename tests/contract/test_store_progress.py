@@ -7,6 +7,7 @@ import pytest
 from sqlalchemy import event
 
 from airflow_trials import InvalidTransitionError, StoreError, TrialNotFoundError
+from airflow_trials.core.fate import Transition
 from airflow_trials.store import TrialStore
 from airflow_trials.store.models import CheckpointRow, ResultRow
 from airflow_trials.store.store import TrialProgress
@@ -63,7 +64,7 @@ class ProgressContract:
     def test_one_bad_trial_writes_nothing_of_the_batch(self, store):
         register(store, "good")
         register(store, "ended")
-        store.update_trial("ended", status="TERMINATED")
+        store.record_transition("ended", Transition.STOPPED)
         with pytest.raises(InvalidTransitionError, match="ended"):
             store.record_progress([
                 TrialProgress("good", results=results([1]), running=True),

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 from sqlalchemy import event, text
 
-from airflow_trials import StoreError, TrialStatus
+from airflow_trials import StoreError
+from airflow_trials.core.fate import Transition
 from airflow_trials.store import TrialStore
 from airflow_trials.store.models import CheckpointRow, ResultRow
 from airflow_trials.store.retry import RetryPolicy
@@ -42,7 +43,7 @@ class RetryLog(logging.Handler):
 @pytest.fixture
 def retry_log() -> Any:
     handler = RetryLog()
-    logger = logging.getLogger("airflow_trials.store.base")
+    logger = logging.getLogger("airflow_trials.store.database")
     logger.addHandler(handler)
     yield handler
     logger.removeHandler(handler)
@@ -215,8 +216,9 @@ def test_writes_survive_every_backend_being_killed_again_and_again(postgres_data
         try:
             for start in range(1, iterations + 1, batch_size):
                 store.add_results("t1", results(range(start, min(start + batch_size, iterations + 1))))
-                status = TrialStatus.RUNNING if start % 2 else TrialStatus.PAUSED
-                store.update_trial("t1", status=status.value, num_failures=start // 30)
+                # Placed, then waiting again (as a paused trial waits), and so on.
+                store.record_transition("t1", Transition.PLACED if start % 2 else Transition.QUEUED)
+                store.update_trial("t1", num_failures=start // 30)
                 if start % 30 == 1:
                     store.add_checkpoint("t1", f"/ckpt/t1/{start}", start, score=float(start))
                 done.wait(0.005)  # spread the writes over a few kill rounds
@@ -279,7 +281,8 @@ def test_32_sqlite_writers_of_their_own_trials_all_finish(tmp_path, caplog):
             barrier.wait()
             for start in range(1, per_writer + 1, batch_size):
                 store.add_results(f"t{w}", results(range(start, start + batch_size)))
-                store.update_trial(f"t{w}", status="RUNNING", num_failures=start)
+                store.record_transition(f"t{w}", Transition.PLACED)
+                store.update_trial(f"t{w}", num_failures=start)
         finally:
             store.dispose()
 

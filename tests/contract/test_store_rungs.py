@@ -24,10 +24,9 @@ from airflow_trials.core.rungs import (
     rung_cutoff,
     rung_percent,
 )
-from airflow_trials.store import TrialStore
+from airflow_trials.store import RestartFromScratch, TrialStore
 from airflow_trials.store.migration import alembic_config
 from airflow_trials.store.models import TrialRungRow
-from airflow_trials.store.queries import QueryStore
 from airflow_trials.triggers.judge import RungJudge
 from tests.contract.conftest import MEMORY, POSTGRESQL, SQLITE_FILE
 from tests.contract.test_store import count, register, run_in_threads
@@ -136,12 +135,11 @@ def replay_stream(store: TrialStore, seed: int) -> int:
 
 
 def _assert_same_rungs(store: TrialStore, memory: AsyncHyperBandScheduler, ours: StoreAsha) -> None:
-    """Every value the in-memory brackets hold is stored, at the same rung, and nothing else."""
+    """Every value the in-memory rungs hold is stored, at the same rung, and nothing else."""
     expected = {
-        (trial_id, index, rung.milestone): value
-        for index, bracket in enumerate(memory._brackets)
-        for rung in bracket.rungs
-        for trial_id, value in rung.recorded.items()
+        (trial_id, bracket, milestone): value
+        for (bracket, milestone), recorded in memory.state._values.items()
+        for trial_id, value in recorded.items()
     }
     stored = {
         (r.trial_id, r.bracket, r.milestone): r.value
@@ -190,7 +188,7 @@ class RungsContract:
         assert store.trial_rungs("idle") == []
 
     def test_a_run_s_rungs_read_at_once_are_each_trial_s_rungs(self, store_url):
-        store = QueryStore(store_url, create=True)
+        store = TrialStore(store_url, create=True)
         try:
             run = new_run(store, "r1", ["a", "b", "idle"])
             other = new_run(store, "r2", ["x"])
@@ -306,7 +304,7 @@ class RungsContract:
         assert store.record_rung(run, "b", bracket=0, milestone=1, value=0.9, iteration=1,
                                  decide=rungs.decide(0, 1, 1, 0.9)).decision is Decision.STOP
         store.record_transition("b", Transition.STOPPED, why="stopped by ASHA")
-        store.restart_trial("b")
+        store.record_transition("b", RestartFromScratch())
         assert store.trial_rungs("b") == [] and len(store.trial_rungs("a")) == 1
         again = store.record_rung(run, "b", bracket=0, milestone=1, value=0.05, iteration=1,
                                   decide=rungs.decide(0, 1, 1, 0.05))

@@ -11,10 +11,9 @@ from airflow_trials import Trial, TrialsDbCallback
 from airflow_trials.core.end import TrialEnd
 from airflow_trials.core.fate import Transition, after_failure
 from airflow_trials.core.status import TrialStatus
-from airflow_trials.store import TrialStore
+from airflow_trials.store import RestartFromScratch, TrialStore
 from airflow_trials.store.engine import WRITE_OPTION, create_store_engine
 from airflow_trials.store.migration import alembic_config, current_revision, upgrade_engine
-from airflow_trials.store.queries import QueryStore
 from tests.contract.conftest import MEMORY, POSTGRESQL, SQLITE_FILE
 from tests.contract.test_store import HEAD_REVISION, register, results, schema_differences
 
@@ -63,7 +62,7 @@ class StopReasonContract:
         ended(store, "t1")
         ended_at = store.get_trial("t1").ended_at
         assert ended_at is not None
-        assert store.record_transition("t1", transition) is TrialStatus.PENDING
+        assert store.record_transition("t1", transition).status is TrialStatus.PENDING
         pending = store.get_trial("t1")
         assert (pending.stop_reason, pending.ended_at) == (None, None)
         store.record_transition("t1", Transition.PLACED)
@@ -74,51 +73,50 @@ class StopReasonContract:
     def test_restart_from_scratch_clears_the_stop_reason(self, store):
         ended(store, "t1")
         store.add_results("t1", results([1, 2, 3]))
-        store.restart_trial("t1", try_number=2)
+        store.record_transition("t1", RestartFromScratch(try_number=2))
         again = store.get_trial("t1")
         assert (again.status, again.stop_reason, again.last_result) == (TrialStatus.PENDING, None, None)
 
     def test_only_a_terminated_trial_takes_a_stop_reason(self, store):
         register(store, "t1")
-        store.update_trial("t1", status="RUNNING")
+        store.record_transition("t1", Transition.PLACED)
         before = store.get_trial("t1")
         with pytest.raises(ValueError, match="t1 would be RUNNING: only a TERMINATED trial has a stop reason"):
             store.update_trial("t1", stop_reason=ASHA_STOP)
-        with pytest.raises(ValueError, match="t1 would be PENDING"):
-            store.update_trial("t1", status="PENDING", num_failures=1, stop_reason=ASHA_STOP)
         assert store.get_trial("t1") == before
-        store.update_trial("t1", status="TERMINATED", stop_reason=CRITERION)
+        store.record_transition("t1", Transition.QUEUED)
+        before = store.get_trial("t1")
+        with pytest.raises(ValueError, match="t1 would be PENDING"):
+            store.update_trial("t1", num_failures=1, stop_reason=ASHA_STOP)
+        assert store.get_trial("t1") == before
+        store.record_transition("t1", Transition.PLACED)
+        store.record_end(finished("t1", CRITERION))
         assert store.get_trial("t1").stop_reason == CRITERION
 
-    def test_a_page_reads_the_stop_reasons_of_its_trials_only(self, store_url):
-        reader = QueryStore(store_url, create=True)
-        try:
-            ended(reader, "stopped")
-            ended(reader, "criterion", CRITERION)
-            ended(reader, "silent", None)
-            register(reader, "pending")
-            assert reader.stop_reasons_of(["stopped", "criterion", "silent", "pending", "unknown"]) == {
-                "stopped": ASHA_STOP, "criterion": CRITERION}
-            assert reader.stop_reasons_of([]) == {}
-        finally:
-            reader.dispose()
+    def test_a_page_reads_the_stop_reasons_of_its_trials_only(self, store):
+        ended(store, "stopped")
+        ended(store, "criterion", CRITERION)
+        ended(store, "silent", None)
+        register(store, "pending")
+        reader = store.reader
+        assert reader.stop_reasons_of(["stopped", "criterion", "silent", "pending", "unknown"]) == {
+            "stopped": ASHA_STOP, "criterion": CRITERION}
+        assert reader.stop_reasons_of([]) == {}
 
-    def test_a_run_s_early_stopped_trials_are_those_its_scheduler_stopped(self, store_url):
-        reader = QueryStore(store_url, create=True)
-        try:
-            run = reader.create_experiment_run("exp", "r1")
-            other = reader.create_experiment_run("exp", "r2")
-            for trial_id, reason, run_pk in (("asha", ASHA_STOP, run), ("criterion", CRITERION, run),
-                                             ("at-max-t", "stopped by ASHA at training_iteration=9: it reached max_t=9", run),
-                                             ("elsewhere", ASHA_STOP, other)):
-                register(reader, trial_id, run_pk)
-                reader.record_transition(trial_id, Transition.PLACED)
-                reader.record_end(finished(trial_id, reason))
-            register(reader, "running", run)
-            assert reader.early_stopped_trials(run) == {"asha"}
-            assert reader.early_stopped_trials(other) == {"elsewhere"}
-        finally:
-            reader.dispose()
+    def test_a_run_s_early_stopped_trials_are_those_its_scheduler_stopped(self, store):
+        run = store.create_experiment_run("exp", "r1")
+        other = store.create_experiment_run("exp", "r2")
+        at_max_t = "stopped by ASHA at training_iteration=9: it reached max_t=9"
+        for trial_id, reason, run_pk in (
+            ("asha", ASHA_STOP, run), ("criterion", CRITERION, run), ("at-max-t", at_max_t, run),
+            ("elsewhere", ASHA_STOP, other),
+        ):
+            register(store, trial_id, run_pk)
+            store.record_transition(trial_id, Transition.PLACED)
+            store.record_end(finished(trial_id, reason))
+        register(store, "running", run)
+        assert store.reader.early_stopped_trials(run) == {"asha"}
+        assert store.reader.early_stopped_trials(other) == {"elsewhere"}
 
     def test_the_runner_path_records_the_trial_s_stop_reason(self, store):
         recorder = TrialsDbCallback(store=store, run_key="engine-1")

@@ -8,7 +8,7 @@ import pytest
 
 from airflow_trials import OptunaSearch
 from airflow_trials.core.end import TrialEnd
-from airflow_trials.core.fate import after_failure
+from airflow_trials.core.fate import Transition, after_failure
 from airflow_trials.core.search import uniform
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.execution.driver.sweep_driver import SweepSpec, resumable_trials, sweep_search
@@ -35,7 +35,8 @@ def searcher() -> OptunaSearch:
 
 def started(store, run_pk: int, trial_id: str, config: dict) -> None:
     store.upsert_trial(trial_id, trainable=TRAINABLE, config=config, resources={"cpu": 1}, max_failures=0,
-                       experiment_run_id=run_pk, status=TrialStatus.RUNNING.value)
+                       experiment_run_id=run_pk)
+    store.record_transition(trial_id, Transition.PLACED)
 
 
 def ended(store, run_pk: int, trial_id: str, config: dict, loss: float | None) -> None:

@@ -184,9 +184,9 @@ def assert_checkpoints_consistent(run: ExperimentRun, keep: int) -> None:
     written again by the resumed one and deleted in its turn. A trial that deleted nothing would
     hold ``ITERATIONS``.
     """
-    from airflow_trials.store.queries import QueryStore
+    from airflow_trials.store import TrialReader
 
-    store = QueryStore(run.stack.trials_db_url)
+    store = TrialReader(run.stack.trials_db_url)
     try:
         rows = store.checkpoints_of(run.trial_ids)
     finally:

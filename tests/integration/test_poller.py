@@ -8,6 +8,7 @@ import threading
 import pytest
 
 from airflow_trials import InvalidTransitionError, RayTrialExecutor, Trial
+from airflow_trials.core.fate import Transition
 from airflow_trials.execution.triggerer import poller as poller_module
 from airflow_trials.execution.triggerer.poller import poller_of, watch_trial
 from airflow_trials.store import TrialStore
@@ -45,7 +46,7 @@ async def test_one_trial_refused_by_the_store_fails_only_its_own_poll(ray_cluste
     store = TrialStore(store_url)
     good = watch_trial("good", launch(storage, store_url, "good"), store_url, 0.5)
     ended = watch_trial("ended", launch(storage, store_url, "ended"), store_url, 0.5)
-    store.update_trial("ended", status="TERMINATED")  # e.g. a user stopped it meanwhile
+    store.record_transition("ended", Transition.STOPPED)  # e.g. a user stopped it meanwhile
     polls = {"good": good.poll(), "ended": ended.poll()}
     await asyncio.gather(*(p.answered for p in polls.values()))
     with pytest.raises(InvalidTransitionError, match="ended"):

@@ -8,6 +8,10 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from airflow_trials.core.end import TrialEnd
+from airflow_trials.core.fate import Transition
+from airflow_trials.core.status import TrialStatus
+
 HOSTILE = "<script>alert(1)</script>"
 TRACEBACK = 'Traceback (most recent call last):\n  File "train.py", line 3, in train\nRuntimeError: CUDA <oom> & "boom"'
 # 2026-11-21 03:12:45 UTC: the seeded results' timestamps count from it.
@@ -51,16 +55,17 @@ def seed_store(store, num_trials: int = 12, iterations: int = 10) -> Seeded:
         store.upsert_trial(trial_id, trainable="pkg.train:fn", config={"lr": 0.1 / (i + 1), "layers": i % 3},
                            resources={"cpu": 1}, max_failures=1, experiment_run_id=run, dag_id="tune_mnist",
                            run_id="manual__2026-11-21", task_id="mnist.trial", map_index=i, try_number=1)
-        store.update_trial(trial_id, status="RUNNING")
+        store.record_transition(trial_id, Transition.PLACED)
         if i == num_trials - 1:
             continue  # still running, no results yet: ranks last
         store.add_results(trial_id, [_result(i, it) for it in range(1, iterations + 1)])
         store.add_checkpoint(trial_id, f"/ckpt/{trial_id}/5", 5, score=_loss(i, 5))
         store.add_checkpoint(trial_id, f"/ckpt/{trial_id}/{iterations}", iterations, score=_loss(i, iterations))
-        store.update_trial(trial_id, status="TERMINATED")
+        store.record_end(TrialEnd(trial_id, "mnist", TrialStatus.TERMINATED))
     failed = trials[3]
-    store.update_trial(failed, status="PENDING", num_failures=1, error_msg=TRACEBACK)
-    store.update_trial(failed, status="ERROR")
+    store.record_transition(failed, Transition.QUEUED)
+    store.update_trial(failed, num_failures=1, error_msg=TRACEBACK)
+    store.record_transition(failed, Transition.ABANDONED)
 
     store.ensure_experiment("secret", metric="loss", mode="min")
     other_run = store.create_experiment_run("secret", "r1", dag_id="other_dag", run_id="r1")
@@ -76,17 +81,18 @@ def seed_store(store, num_trials: int = 12, iterations: int = 10) -> Seeded:
                        resources={"cpu": 1}, max_failures=0, experiment_run_id=hostile_run,
                        dag_id="tune_mnist", run_id="h1", task_id="hostile.trial", map_index=0)
     store.add_results("hostile-0", [{"training_iteration": 1, "loss": 0.5, HOSTILE: 1.0}])
-    store.update_trial("hostile-0", status="RUNNING")
-    store.update_trial("hostile-0", status="ERROR", error_msg=f"ValueError: {HOSTILE}")
+    store.record_transition("hostile-0", Transition.PLACED)
+    store.record_transition("hostile-0", Transition.ABANDONED, why=f"ValueError: {HOSTILE}")
     return Seeded(run=run, other_run=other_run, hostile_run=hostile_run, best_trial="mnist-00",
                   failed_trial=failed, hostile_trial="hostile-0", trials=trials)
 
 
 @pytest.fixture
 def trials_store(tmp_path):
-    from airflow_trials.plugins.queries import DashboardStore
+    from airflow_trials.store import TrialStore
 
-    store = DashboardStore(f"sqlite:///{tmp_path / 'trials.db'}", create=True)
+    # Written through the store, as the operator and trigger write; the dashboard gets its reader.
+    store = TrialStore(f"sqlite:///{tmp_path / 'trials.db'}", create=True)
     yield store
     store.dispose()
 
@@ -138,10 +144,12 @@ def make_dashboard(airflow_home, auth_config):
     clients = []
 
     def make(store, seeded: Seeded | None = None) -> Dashboard:
+        """``store``: a TrialReader, or a TrialStore whose reader the dashboard gets."""
+        reader = getattr(store, "reader", store)
         purge_cached_app()
         root = FastAPI()
         init_auth_manager(root)
-        root.mount("/trials", create_app(lambda: store))
+        root.mount("/trials", create_app(lambda: reader))
         client = TestClient(root, follow_redirects=False)
         clients.append(client)
         tokens = {}

@@ -234,9 +234,9 @@ def test_an_unmigrated_store_is_a_503_that_says_how_to_fix_it(dashboard, tmp_pat
     from fastapi.testclient import TestClient
 
     from airflow_trials.plugins.app import create_app
-    from airflow_trials.plugins.queries import DashboardStore
+    from airflow_trials.store import TrialReader
 
-    empty = DashboardStore(f"sqlite:///{tmp_path / 'empty.db'}")
+    empty = TrialReader(f"sqlite:///{tmp_path / 'empty.db'}")
     dashboard.client.app.mount("/empty", create_app(lambda: empty))
     response = TestClient(dashboard.client.app).get(
         "/empty/api/experiments", headers={"Authorization": f"Bearer {dashboard.tokens['admin']}"})

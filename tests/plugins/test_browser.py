@@ -68,10 +68,10 @@ def _stop(proc: subprocess.Popen) -> None:
 def api_server(airflow_home, tmp_path):
     """``airflow api-server`` on a free port, reading a seeded trials DB through the
     ``trials_default`` connection; yields (base URL, token, what was seeded)."""
-    from airflow_trials.plugins.queries import DashboardStore
+    from airflow_trials.store import TrialStore
 
     url = f"sqlite:///{tmp_path / 'trials.db'}"
-    store = DashboardStore(url, create=True)
+    store = TrialStore(url, create=True)
     seeded = seed_store(store)
     store.dispose()
     port = _free_port()

@@ -7,6 +7,9 @@ import os
 
 import pytest
 
+from airflow_trials.core.end import TrialEnd
+from airflow_trials.core.fate import Transition, after_failure
+from airflow_trials.core.status import TrialStatus
 from tests.plugins.conftest import HOSTILE
 
 
@@ -16,12 +19,13 @@ def add_trial(store, trial_id, checkpoint=None, status="TERMINATED"):
     run = runs[0].id if runs else store.create_experiment_run("logged", "r1", dag_id="tune_mnist", run_id="r1")
     store.upsert_trial(trial_id, trainable="pkg.train:fn", config={}, resources={"cpu": 1}, max_failures=0,
                        experiment_run_id=run, dag_id="tune_mnist", run_id="r1", task_id="logged.trial", map_index=0)
-    store.update_trial(trial_id, status="RUNNING")
+    store.record_transition(trial_id, Transition.PLACED)
     store.add_results(trial_id, [{"training_iteration": 1, "loss": 0.5}])
     if checkpoint:
         store.add_checkpoint(trial_id, checkpoint, 1, score=0.5)
     if status != "RUNNING":
-        store.update_trial(trial_id, status=status)
+        fate = None if status == "TERMINATED" else after_failure(trial_id, 0, 0)
+        store.record_end(TrialEnd(trial_id, "logged", TrialStatus(status)), fate)
 
 
 def write(path, text):

@@ -13,6 +13,7 @@ from airflow_trials.plugins.queries import (
     best_point,
     config_changes,
     early_stopped,
+    get_experiment_run,
     leaderboard_page,
     lineage_steps,
     rung_verdict,
@@ -56,8 +57,9 @@ def test_ranking_is_the_store_leaderboard_without_the_configs(trials_store, seed
 
 
 def test_a_page_reads_configs_for_its_rows_only_and_shows_the_search_space_keys(trials_store, seeded):
-    run = trials_store.get_experiment_run(seeded.run)
-    page = leaderboard_page(trials_store, run, "loss", "min", page=2, page_size=1)
+    reader = trials_store.reader
+    run = get_experiment_run(reader, seeded.run)
+    page = leaderboard_page(reader, run, "loss", "min", page=2, page_size=1)
     assert [(r.rank, r.trial.trial_id, r.config) for r in page.rows] == [(2, "mnist-01", {"lr": 0.05, "layers": 1})]
     assert page.config_keys == ["layers", "lr"]  # lr from the search space, layers from the row
 
@@ -77,28 +79,31 @@ def test_only_a_scheduler_s_stop_is_an_early_stop(stop_reason, marked):
 
 
 def test_a_page_shows_why_its_trials_stopped(trials_store, seeded):
+    reader = trials_store.reader
     trials_store.update_trial("mnist-01", stop_reason=ASHA_STOP)
     trials_store.update_trial("mnist-02", stop_reason="it met its stopping criterion")
-    run = trials_store.get_experiment_run(seeded.run)
-    page = leaderboard_page(trials_store, run, "loss", "min", page_size=4)
+    run = get_experiment_run(reader, seeded.run)
+    page = leaderboard_page(reader, run, "loss", "min", page_size=4)
     assert [(r.trial.trial_id, r.stop_reason, r.early_stopped) for r in page.rows] == [
         ("mnist-00", None, False), ("mnist-01", ASHA_STOP, True),
         ("mnist-02", "it met its stopping criterion", False), ("mnist-03", None, False)]
 
 
 def test_page_past_the_end_is_empty_but_keeps_the_totals(trials_store, seeded):
-    run = trials_store.get_experiment_run(seeded.run)
-    page = leaderboard_page(trials_store, run, "loss", "min", page=9, page_size=5)
+    reader = trials_store.reader
+    run = get_experiment_run(reader, seeded.run)
+    page = leaderboard_page(reader, run, "loss", "min", page=9, page_size=5)
     assert (page.rows, page.total, page.pages) == ([], 12, 3)
     assert page.leaders[:2] == ["mnist-00", "mnist-01"] and "mnist-11" not in page.leaders
 
 
 def test_page_arguments_are_checked(trials_store, seeded):
-    run = trials_store.get_experiment_run(seeded.run)
+    reader = trials_store.reader
+    run = get_experiment_run(reader, seeded.run)
     with pytest.raises(ValueError, match="Cannot sort the leaderboard by 'x'"):
-        leaderboard_page(trials_store, run, "loss", "min", sort="x")
+        leaderboard_page(reader, run, "loss", "min", sort="x")
     with pytest.raises(ValueError, match="page_size 1 to 500"):
-        leaderboard_page(trials_store, run, "loss", "min", page_size=0)
+        leaderboard_page(reader, run, "loss", "min", page_size=0)
 
 
 MAX_T_STOP = "stopped by ASHA at training_iteration=10: it reached max_t=10"
@@ -112,16 +117,17 @@ def _stop_some(trials_store):
 
 
 def test_the_stopped_filter_keeps_the_ranks_of_the_full_ranking(trials_store, seeded):
+    reader = trials_store.reader
     _stop_some(trials_store)
-    run = trials_store.get_experiment_run(seeded.run)
-    early = leaderboard_page(trials_store, run, "loss", "min", stopped="early")
+    run = get_experiment_run(reader, seeded.run)
+    early = leaderboard_page(reader, run, "loss", "min", stopped="early")
     assert [(r.rank, r.trial.trial_id, r.early_stopped) for r in early.rows] == [
         (2, "mnist-01", True), (5, "mnist-04", True)]
     assert (early.total, early.pages, early.num_trials, early.stopped) == (2, 1, 12, "early")
-    others = leaderboard_page(trials_store, run, "loss", "min", stopped="not_early", page_size=5)
+    others = leaderboard_page(reader, run, "loss", "min", stopped="not_early", page_size=5)
     assert [r.rank for r in others.rows] == [1, 3, 4, 6, 7] and "mnist-02" in [r.trial.trial_id for r in others.rows]
     assert (others.total, others.pages, others.num_trials) == (10, 2, 12)
-    everyone = leaderboard_page(trials_store, run, "loss", "min", page_size=50)
+    everyone = leaderboard_page(reader, run, "loss", "min", page_size=50)
     assert (everyone.total, everyone.num_trials, everyone.stopped) == (12, 12, "all")
     # The run's summary, its best trial and its leaders are the whole run's, whatever the filter.
     assert early.status_counts == everyone.status_counts and sum(early.status_counts.values()) == 12
@@ -129,23 +135,25 @@ def test_the_stopped_filter_keeps_the_ranks_of_the_full_ranking(trials_store, se
 
 
 def test_the_stopped_filter_sorts_and_pages_within_the_kept_trials(trials_store, seeded):
+    reader = trials_store.reader
     _stop_some(trials_store)
-    run = trials_store.get_experiment_run(seeded.run)
-    reverse = leaderboard_page(trials_store, run, "loss", "min", stopped="early", descending=True)
+    run = get_experiment_run(reader, seeded.run)
+    reverse = leaderboard_page(reader, run, "loss", "min", stopped="early", descending=True)
     assert [(r.rank, r.trial.trial_id) for r in reverse.rows] == [(5, "mnist-04"), (2, "mnist-01")]
-    by_id = leaderboard_page(trials_store, run, "loss", "min", stopped="not_early", sort="trial_id",
+    by_id = leaderboard_page(reader, run, "loss", "min", stopped="not_early", sort="trial_id",
                              descending=True, page=2, page_size=4)
     assert [r.trial.trial_id for r in by_id.rows] == ["mnist-07", "mnist-06", "mnist-05", "mnist-03"]
-    past = leaderboard_page(trials_store, run, "loss", "min", stopped="early", page=2, page_size=2)
+    past = leaderboard_page(reader, run, "loss", "min", stopped="early", page=2, page_size=2)
     assert (past.rows, past.total, past.pages) == ([], 2, 1)
 
 
 def test_a_run_without_early_stops_has_an_empty_early_page(trials_store, seeded):
-    run = trials_store.get_experiment_run(seeded.run)
-    page = leaderboard_page(trials_store, run, "loss", "min", stopped="early")
+    reader = trials_store.reader
+    run = get_experiment_run(reader, seeded.run)
+    page = leaderboard_page(reader, run, "loss", "min", stopped="early")
     assert (page.rows, page.total, page.pages, page.num_trials) == ([], 0, 1, 12)
     with pytest.raises(ValueError, match="stopped='yes'; use one of all, early, not_early"):
-        leaderboard_page(trials_store, run, "loss", "min", stopped="yes")
+        leaderboard_page(reader, run, "loss", "min", stopped="yes")
 
 
 def test_a_trial_s_rungs_say_their_verdict_and_the_one_recorded_at_the_end(trials_store, seeded):

@@ -13,12 +13,12 @@ from tests.airflow.test_experiment_dag import experiment_dag
 @pytest.mark.timeout(600)
 def test_a_real_run_is_on_the_dashboard_and_reachable_from_its_task_instances(trials_env, make_dashboard):  # noqa: F811
     from airflow_trials.core.search import grid_search
-    from airflow_trials.plugins.queries import DashboardStore
+    from airflow_trials.store import TrialReader
 
     dag = experiment_dag("dashboard_real", search_space={"start": grid_search([0, 10])})
     run = dag.test()
     assert run.state == "success"
-    store = DashboardStore(trials_env.url)
+    store = TrialReader(trials_env.url)
     dashboard = make_dashboard(store)
     try:
         (exp_run,) = store.list_experiment_runs("dashboard_real")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import pytest
 
 from airflow_trials import Trial
@@ -9,13 +12,20 @@ from airflow_trials.core.end import TrialEnd
 from airflow_trials.core.fate import (
     TRANSITION_STATUS,
     Action,
+    ActorState,
     Outcome,
+    Start,
     Transition,
     after_failure,
     after_result,
+    ended_for_good,
+    first_try_after_a_clear,
+    on_start,
+    retries_left,
     status_after_end,
 )
 from airflow_trials.core.status import TrialStatus
+from airflow_trials.core.trial import check_max_failures
 
 
 def make_trial(**kwargs):
@@ -180,3 +190,147 @@ def test_the_status_after_an_end_follows_the_failure_decision(end, decision, sta
 
 def test_every_transition_names_its_status():
     assert set(TRANSITION_STATUS) == set(Transition)
+
+
+# -- the start of a try -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Stored:
+    """A trial's record as on_start reads it (the fields of the store's TrialRecord it needs)."""
+
+    status: TrialStatus
+    last_result: dict[str, Any] | None = None
+    stop_reason: str | None = None
+    stopped_from_airflow: bool = False
+    trial_id: str = "t-1"
+
+
+ASHA_STOP = "stopped by ASHA at training_iteration=1 (rung 1 of 3): loss 0.9 above the cutoff 0.5"
+# What each kind of stored trial is (make_trial's criterion is training_iteration 3).
+STORED = {
+    "pending": Stored(TrialStatus.PENDING),
+    "running": Stored(TrialStatus.RUNNING, {"training_iteration": 2}),
+    "paused": Stored(TrialStatus.PAUSED, {"training_iteration": 2}),
+    "error": Stored(TrialStatus.ERROR, {"training_iteration": 2}),
+    "error-at-criterion": Stored(TrialStatus.ERROR, {"training_iteration": 3}),
+    "finished": Stored(TrialStatus.TERMINATED, {"training_iteration": 3},
+                       "it met its stopping criterion"),
+    "stopped-by-scheduler": Stored(TrialStatus.TERMINATED, {"training_iteration": 1}, ASHA_STOP),
+    # Its criterion was raised since it ended.
+    "ended-short": Stored(TrialStatus.TERMINATED, {"training_iteration": 2}),
+    "ended-without-results": Stored(TrialStatus.TERMINATED),
+    "stopped-from-airflow": Stored(TrialStatus.TERMINATED, {"training_iteration": 2}, None, True),
+    "stopped-from-airflow-at-criterion": Stored(TrialStatus.TERMINATED, {"training_iteration": 3},
+                                                None, True),
+}
+
+# (start, stop the actor found first, placed, transition before the launch)
+REPORT = (Start.REPORT_END, False, False, None)
+RESTART = (Start.RESTART, False, False, Transition.RESET)
+RESET = (Start.RESET, False, False, Transition.RESET)
+RESUME = (Start.RESUME, False, False, None)
+RESUME_QUEUED = (Start.RESUME, False, False, Transition.QUEUED)
+KILL_RESET = (Start.RESET, True, False, Transition.RESET)
+KILL_RESUME = (Start.RESUME, True, False, None)
+KILL_RESUME_QUEUED = (Start.RESUME, True, False, Transition.QUEUED)
+ATTACH = (Start.REATTACH, False, True, None)
+ATTACH_QUEUED = (Start.REATTACH, False, False, None)
+
+A = ActorState
+# stored trial, actor: (action on a retry, action on the first try after a clear)
+START_TABLE = {
+    **{(kind, actor): expected
+       for kind in ("pending", "running", "paused")
+       for actor, expected in ((A.GONE, (RESUME, RESET)),
+                               (A.QUEUED, (ATTACH_QUEUED, ATTACH_QUEUED)),
+                               (A.RUNNING, (ATTACH, ATTACH)), (A.TERMINATED, (ATTACH, ATTACH)),
+                               (A.STALE, (KILL_RESUME, KILL_RESET)))},
+    **{(kind, actor): expected
+       for kind in ("error", "error-at-criterion", "ended-short", "ended-without-results")
+       for actor, expected in ((A.GONE, (RESUME_QUEUED, RESET)),
+                               (A.QUEUED, (ATTACH_QUEUED, ATTACH_QUEUED)),
+                               (A.RUNNING, (ATTACH, ATTACH)), (A.TERMINATED, (ATTACH, ATTACH)),
+                               (A.STALE, (KILL_RESUME_QUEUED, KILL_RESET)))},
+    **{(kind, actor): expected
+       for kind in ("finished", "stopped-by-scheduler")
+       for actor, expected in ((A.GONE, (REPORT, RESTART)),
+                               (A.QUEUED, (ATTACH_QUEUED, ATTACH_QUEUED)),
+                               (A.RUNNING, (ATTACH, ATTACH)), (A.TERMINATED, (ATTACH, ATTACH)),
+                               (A.STALE, (KILL_RESUME_QUEUED, KILL_RESET)))},
+    # Its previous try stops the actor found: never re-attach to it.
+    **{("stopped-from-airflow", actor): (KILL_RESUME_QUEUED, KILL_RESET)
+       for actor in (A.QUEUED, A.RUNNING, A.TERMINATED, A.STALE)},
+    ("stopped-from-airflow", A.GONE): (RESUME_QUEUED, RESET),
+    **{("stopped-from-airflow-at-criterion", actor): (KILL_RESUME_QUEUED, KILL_RESET)
+       for actor in (A.QUEUED, A.RUNNING, A.TERMINATED, A.STALE)},
+    ("stopped-from-airflow-at-criterion", A.GONE): (REPORT, RESTART),
+}
+
+
+def test_the_start_table_covers_every_stored_trial_and_actor_state():
+    assert set(START_TABLE) == {(kind, actor) for kind in STORED for actor in ActorState}
+
+
+@pytest.mark.parametrize("cleared", [False, True], ids=["retry", "cleared"])
+@pytest.mark.parametrize(("kind", "actor"), sorted(START_TABLE), ids=lambda v: str(v))
+def test_on_start_decides_every_stored_trial_actor_state_and_clear(kind, actor, cleared):
+    action = on_start(STORED[kind], actor, trial=make_trial(), try_number=2, cleared=cleared)
+    decided = (action.start, action.stop_actor, action.placed, action.transition)
+    assert decided == START_TABLE[kind, actor][cleared]
+    assert action.launches is (action.start in (Start.RESTART, Start.RESET, Start.RESUME))
+    assert "t-1" in action.reason
+
+
+def test_on_start_says_why_in_the_words_the_task_log_is_searched_for():
+    def reason(kind, actor):
+        return on_start(STORED[kind], actor, trial=make_trial(), try_number=2, cleared=False).reason
+
+    assert reason("running", A.RUNNING) == "Trial t-1 is RUNNING on Ray already; re-attaching to it."
+    assert reason("pending", A.QUEUED) == "Trial t-1 is QUEUED on Ray already; re-attaching to it."
+    assert "being stopped by its cleared previous try" in reason("stopped-from-airflow", A.RUNNING)
+    assert reason("finished", A.GONE) == "Trial t-1 already finished; reporting its stored state."
+
+
+def test_a_raised_criterion_makes_a_finished_trial_continue_and_a_missing_metric_is_not_an_end():
+    finished = STORED["finished"]
+    assert ended_for_good(make_trial(), finished)
+    assert not ended_for_good(make_trial(stopping_criterion={"training_iteration": 6}), finished)
+    # A criterion on a metric the stored result lacks (KeyError) is not met.
+    assert not ended_for_good(make_trial(stopping_criterion={"accuracy": 0.9}), finished)
+    raised = make_trial(stopping_criterion={"training_iteration": 6})
+    assert ended_for_good(raised, STORED["stopped-by-scheduler"])
+    action = on_start(finished, ActorState.GONE, trial=raised, try_number=2, cleared=True)
+    assert action.start is Start.RESET  # resumed from its checkpoint at 3, not from scratch
+
+
+@pytest.mark.parametrize(
+    ("try_number", "max_tries", "retries", "cleared"),
+    [
+        (1, 3, 3, False),  # the first try ever
+        (2, 3, 3, False),  # a retry after a failure
+        (2, 4, 3, True),  # cleared after try 1: max_tries = 1 + retries
+        (3, 4, 3, False),  # a retry after that
+        (5, 7, 3, True),  # cleared again after try 4
+    ],
+)
+def test_the_first_try_after_a_clear_is_max_tries_minus_retries_plus_one(
+    try_number, max_tries, retries, cleared
+):
+    assert first_try_after_a_clear(try_number, max_tries, retries) is cleared
+
+
+def test_retries_are_left_while_the_try_number_is_within_them():
+    assert retries_left(1, 1) and not retries_left(2, 1) and not retries_left(1, 0)
+
+
+@pytest.mark.parametrize("value", [-1, 0, 3])
+def test_max_failures_is_minus_one_or_a_count(value):
+    assert check_max_failures(value) == value
+
+
+@pytest.mark.parametrize("value", [-2, 1.0, True, "2", None])
+def test_max_failures_that_is_no_count_is_refused_naming_it(value):
+    message = rf"max_failures must be -1 \(unlimited\) or an integer >= 0, got {value!r}"
+    with pytest.raises(ValueError, match=message):
+        check_max_failures(value)

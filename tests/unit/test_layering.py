@@ -1,4 +1,5 @@
-"""The layering of HOUSE_STYLE.md: core/ imports neither ray nor airflow; execution/ never airflow."""
+"""The layering of HOUSE_STYLE.md: core/ imports neither ray nor airflow; execution/ never airflow;
+no import runs back up the layers, and no modules import each other (lazily included)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import ast
 import pathlib
 import subprocess
 import sys
+from collections.abc import Mapping
 
 import pytest
 
@@ -50,3 +52,169 @@ def test_importing_the_package_loads_neither_ray_nor_airflow():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False", "False"]
+
+
+# -- the package's own imports: no arrow back up the layers, no circles -------------------------
+#
+# The layers, bottom to top (a module may import its own layer and those below it), as
+# docs/architecture.md draws them:
+#
+# 0. ``exceptions``, ``core/``: the pure domain;
+# 1. ``store/``, ``results`` (ResultGrid, a read model of the trials DB), ``trials_db_url`` (which
+#    trials DB), ``searchers/``;
+# 2. ``execution/``: Ray;
+# 3. ``plotting``, ``pools``, ``examples/``: what users call around a run;
+# 4. ``hooks/``: the Airflow connections;
+# 5. ``triggers/``, ``operators/``, ``sensors/``: the Airflow tasks;
+# 6. ``experiment/``: the task group a DAG declares;
+# 7. ``plugins/``, ``cli/``, ``mainjob``, ``demo``: the entry points.
+#
+# Imports inside functions and under ``if TYPE_CHECKING`` count: a lazy import is still a
+# dependency. The package's root ``__init__`` is the public facade, re-exporting from every layer;
+# ``examples/`` and ``demo`` import from it as users do.
+
+LAYERS: Mapping[str, int] = {
+    "exceptions": 0, "core": 0,
+    "store": 1, "searchers": 1, "trials_db_url": 1, "results": 1,
+    "execution": 2,
+    "plotting": 3, "pools": 3, "examples": 3,
+    "hooks": 4,
+    "triggers": 5, "operators": 5, "sensors": 5,
+    "experiment": 6,
+    "plugins": 7, "cli": 7, "mainjob": 7, "demo": 7,
+}
+
+
+def _module_name(path: pathlib.Path, package: pathlib.Path) -> str:
+    parts = list(path.relative_to(package.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def import_graph(package: pathlib.Path = PKG) -> dict[str, set[str]]:
+    """Each module of ``package`` (migrations aside) -> the package's modules it imports anywhere
+    in its body: at the top, inside functions, or under ``if TYPE_CHECKING``."""
+    paths = {
+        _module_name(p, package): p
+        for p in package.rglob("*.py")
+        if "migrations" not in p.relative_to(package).parts
+    }
+    root = package.name
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        imported: set[str] = set()
+        base = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                imported.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    parent = base[: len(base) - (node.level - 1)]
+                    module = ".".join(parent + ([node.module] if node.module else []))
+                else:
+                    module = node.module or ""
+                for alias in node.names:
+                    submodule = f"{module}.{alias.name}"
+                    imported.add(submodule if submodule in paths else module)
+        graph[name] = {
+            m for m in imported if m in paths and m != name and m.split(".")[0] == root
+        }
+    return graph
+
+
+def cycles(graph: Mapping[str, set[str]]) -> list[list[str]]:
+    """The import circles: strongly connected groups of two or more modules (Tarjan's)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(found)
+
+
+def _layer(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
+
+
+def arrows_up(graph: Mapping[str, set[str]]) -> list[str]:
+    """``a -> b`` for each import of a module in a higher layer than the importer's."""
+    up = []
+    for module, imported in sorted(graph.items()):
+        layer = _layer(module)
+        if layer is None:
+            continue
+        for target in sorted(imported):
+            target_layer = _layer(target)
+            if target_layer is not None and LAYERS[target_layer] > LAYERS[layer]:
+                up.append(f"{module} -> {target}")
+    return up
+
+
+def test_every_room_has_a_layer():
+    rooms = {_layer(m) for m in import_graph()} - {None}
+    assert rooms - set(LAYERS) == set(), "add the new top-level module or package to LAYERS"
+
+
+def test_no_arrow_runs_back_up():
+    graph = import_graph()
+    assert len(graph) > 100 and sum(map(len, graph.values())) > 300, "the scan found the package"
+    assert arrows_up(graph) == []
+
+
+def test_no_import_circles():
+    assert cycles(import_graph()) == []
+
+
+@pytest.mark.parametrize(
+    ("files", "expected_cycles", "expected_up"),
+    [
+        pytest.param(
+            {"core/a.py": "from pkg.core import b\n", "core/b.py": "def f():\n    from pkg.core.a import x\n"},
+            [["pkg.core.a", "pkg.core.b"]], [], id="lazy-import-closes-a-circle",
+        ),
+        pytest.param(
+            {"core/a.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.store.s import S\n",
+             "store/s.py": "from .t import T\n", "store/t.py": "T = 1\n"},
+            [], ["pkg.core.a -> pkg.store.s"], id="type-only-import-runs-up",
+        ),
+        pytest.param(
+            {"store/s.py": "from pkg.core.a import x\n", "core/a.py": "x = 1\n"}, [], [], id="clean",
+        ),
+    ],
+)
+def test_the_checks_see_what_they_are_for(tmp_path, files, expected_cycles, expected_up):
+    package = tmp_path / "pkg"
+    for relative, text in {"__init__.py": "", "core/__init__.py": "", "store/__init__.py": "",
+                           **files}.items():
+        (package / relative).parent.mkdir(parents=True, exist_ok=True)
+        (package / relative).write_text(text)
+    graph = import_graph(package)
+    assert cycles(graph) == expected_cycles
+    assert arrows_up(graph) == expected_up

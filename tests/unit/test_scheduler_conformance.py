@@ -1,9 +1,11 @@
-"""Our ASHA and median stopping rule decide as Ray Tune 2.60's, result by result.
+"""Our ASHA and median stopping rule decide as Ray Tune 2.60's, result by result, over each state.
 
 Each stream of events (trials added, results reported at different rates, trials paused, resumed,
 completed early, removed, failed) is replayed through Ray Tune's scheduler and through ours; every
 decision must be the same. Ray's schedulers run on stub trials and never touch a cluster: no Ray
-is started here.
+is started here. Ours keep their state (ASHA's rungs, the median rule's running means) in each
+place the rule runs from, with the same test code: in memory (the runner's), and in a trials DB
+(the Airflow path's: SQLite, and PostgreSQL when AIRFLOW_TRIALS_TEST_POSTGRES_URL is set).
 """
 
 from __future__ import annotations
@@ -27,8 +29,80 @@ from airflow_trials import (
     TrialStatus,
 )
 from airflow_trials.core.asha import nan_percentile
+from airflow_trials.core.median_stopping import MemoryMeans
+from airflow_trials.core.rungs import MemoryRungs
+from airflow_trials.store import TrialStore
+from airflow_trials.store.median import StoredMeans
+from airflow_trials.store.rungs import StoredRungs
+from tests.contract.conftest import new_postgres_schema
+from tests.contract.test_store import register
 
 SEEDS = 400
+# A decision in a trials DB is a transaction: the random streams run over fewer seeds there.
+DB_SEEDS = 60
+IN_MEMORY, SQLITE, POSTGRESQL = "memory", "sqlite", "postgresql"
+
+
+class State:
+    """Where our schedulers keep their state: in memory, or in a trials DB (one run per replay,
+    whose trials are registered as the replay adds them; ids are made unique per run)."""
+
+    def __init__(self, kind: str, store: TrialStore | None = None):
+        self.kind, self.store = kind, store
+        self.run: int | None = None
+        self.replays = 0
+
+    def start(self) -> None:
+        self.replays += 1
+        if self.store is not None:
+            name = f"{self.kind}-{self.replays}"
+            self.run = self.store.create_experiment_run("conformance", name)
+
+    def trial_id(self, name: str) -> str:
+        return name if self.store is None else f"r{self.run}-{name}"
+
+    def register(self, trial_id: str) -> None:
+        if self.store is not None:
+            register(self.store, trial_id, self.run)
+
+    def rungs(self):
+        return MemoryRungs() if self.store is None else StoredRungs(self.store, self.run)
+
+    def means(self):
+        return MemoryMeans() if self.store is None else StoredMeans(self.store, self.run)
+
+
+def pytest_generate_tests(metafunc):
+    """Every test that takes ``state`` runs over each state; the random streams (``seed``) run
+    over SEEDS seeds in memory and DB_SEEDS in a trials DB."""
+    if "state" not in metafunc.fixturenames:
+        return
+    kinds = [IN_MEMORY, SQLITE, POSTGRESQL]
+    if "seed" not in metafunc.fixturenames:
+        metafunc.parametrize("state", kinds, indirect=True, scope="module")
+        return
+    pairs = [
+        (kind, seed) for kind in kinds for seed in range(SEEDS if kind == IN_MEMORY else DB_SEEDS)
+    ]
+    metafunc.parametrize(("state", "seed"), pairs, indirect=["state"], scope="module",
+                         ids=[f"{kind}-{seed}" for kind, seed in pairs])
+
+
+@pytest.fixture(scope="module")
+def state(request, tmp_path_factory):
+    if request.param == IN_MEMORY:
+        yield State(IN_MEMORY)
+        return
+    if request.param == SQLITE:
+        url = f"sqlite:///{tmp_path_factory.mktemp('conformance') / 'trials.db'}"
+        store = TrialStore(url, create=True)
+        yield State(SQLITE, store)
+        store.dispose()
+        return
+    with new_postgres_schema("at_conformance") as url:
+        store = TrialStore(url, create=True)
+        yield State(POSTGRESQL, store)
+        store.dispose()
 
 
 class FakeController:
@@ -44,15 +118,17 @@ class FakeController:
 class Replay:
     """Drives Ray Tune's scheduler and ours with the same events and compares every decision."""
 
-    def __init__(self, ray_scheduler, ours):
-        self.ray, self.ours = ray_scheduler, ours
+    def __init__(self, ray_scheduler, ours, state: State):
+        self.ray, self.ours, self.state = ray_scheduler, ours, state
         self.controller = FakeController()
         self.ray_trials: dict[str, RayTrial] = {}
         self.trials: dict[str, Trial] = {}
         self.last: dict[str, dict] = {}
         self.decisions: list[tuple[str, str]] = []
 
-    def add(self, trial_id):
+    def add(self, name):
+        trial_id = self.state.trial_id(name)  # the streams name trials t0, t1...: unique per DB run
+        self.state.register(trial_id)
         ray_trial = RayTrial("__fake", stub=True, trial_id=trial_id)
         trial = Trial("tests.trainables:counting", trial_id=trial_id)
         self.ray_trials[trial_id], self.trials[trial_id] = ray_trial, trial
@@ -61,11 +137,16 @@ class Replay:
         self.ours.on_trial_add(trial)
         self.last[trial_id] = {}
 
-    def set_status(self, trial_id, status: TrialStatus):
+    def reason(self, name) -> str | None:
+        return self.ours.decision_reason(self.state.trial_id(name))
+
+    def set_status(self, name, status: TrialStatus):
+        trial_id = self.state.trial_id(name)
         self.ray_trials[trial_id].set_status(status.value)
         self.trials[trial_id].status = status
 
-    def result(self, trial_id, result) -> str:
+    def result(self, name, result) -> str:
+        trial_id = self.state.trial_id(name)
         self.last[trial_id] = result
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # numpy on an all-NaN rung
@@ -81,29 +162,32 @@ class Replay:
         self.decisions.append((trial_id, got.value))
         return got.value
 
-    def complete(self, trial_id):
+    def complete(self, name):
         """The controller ends a RUNNING trial: the scheduler hears its last result."""
+        trial_id = self.state.trial_id(name)
         result = self.last[trial_id]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             self.ray.on_trial_complete(self.controller, self.ray_trials[trial_id], dict(result))
         self.ours.on_trial_complete(self.trials[trial_id], dict(result))
-        self._end(trial_id, TrialStatus.TERMINATED)
+        self._end(name, TrialStatus.TERMINATED)
 
-    def remove(self, trial_id):
+    def remove(self, name):
         """The controller ends a PENDING or PAUSED trial."""
+        trial_id = self.state.trial_id(name)
         self.ray.on_trial_remove(self.controller, self.ray_trials[trial_id])
         self.ours.on_trial_remove(self.trials[trial_id])
-        self._end(trial_id, TrialStatus.TERMINATED)
+        self._end(name, TrialStatus.TERMINATED)
 
-    def error(self, trial_id):
+    def error(self, name):
+        trial_id = self.state.trial_id(name)
         self.ray.on_trial_error(self.controller, self.ray_trials[trial_id])
         self.ours.on_trial_error(self.trials[trial_id])
-        self._end(trial_id, TrialStatus.ERROR)
+        self._end(name, TrialStatus.ERROR)
 
-    def _end(self, trial_id, status):
-        self.set_status(trial_id, status)
-        del self.controller.live[trial_id]
+    def _end(self, name, status):
+        self.set_status(name, status)
+        del self.controller.live[self.state.trial_id(name)]
 
 
 def _value(rng: random.Random, level: float, step: int) -> float:
@@ -173,32 +257,44 @@ def _asha_settings(rng: random.Random) -> dict:
     }
 
 
-def play_asha(seed: int) -> Replay:
+def play_asha(seed: int, state: State) -> Replay:
     rng = random.Random(seed)
     settings = _asha_settings(rng)
     np.random.seed(seed)  # Ray draws brackets from NumPy's global state; ours from the same sequence
+    state.start()
     replay = Replay(
         RayASHA(metric="score", **settings),
-        ASHAScheduler(metric="score", rng=np.random.RandomState(seed), **settings),
+        ASHAScheduler(
+            metric="score", rng=np.random.RandomState(seed), state=state.rungs(), **settings
+        ),
+        state,
     )
     play(replay, rng, settings["time_attr"], concurrency=rng.randint(1, 4))
     return replay
 
 
-def play_median(seed: int) -> Replay:
+def play_median(seed: int, state: State) -> Replay:
     rng = random.Random(10_000 + seed)
     settings = _median_settings(rng)
-    replay = Replay(RayMedian(metric="score", **settings), MedianStoppingRule(metric="score", **settings))
+    state.start()
+    replay = Replay(
+        RayMedian(metric="score", **settings),
+        MedianStoppingRule(metric="score", state=state.means(), **settings),
+        state,
+    )
     play(replay, rng, settings["time_attr"], concurrency=rng.randint(1, 4))
     return replay
 
 
-@pytest.mark.parametrize("seed", range(SEEDS))
-def test_asha_decides_as_ray_tune(seed):
-    replay = play_asha(seed)
+def test_asha_decides_as_ray_tune(seed, state):
+    replay = play_asha(seed, state)
     ray_brackets = {tid: replay.ray._brackets.index(b) for tid, b in replay.ray._trial_info.items()}
     assert ray_brackets == replay.ours._trial_bracket
     assert len(replay.decisions) > 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # numpy on an all-NaN rung
+        expected = replay.ray.debug_string()
+    assert replay.ours.debug_string() == expected  # every rung's cutoff, read from the state
 
 
 def _median_settings(rng: random.Random) -> dict:
@@ -212,16 +308,15 @@ def _median_settings(rng: random.Random) -> dict:
     }
 
 
-@pytest.mark.parametrize("seed", range(SEEDS))
-def test_median_stopping_rule_decides_as_ray_tune(seed):
-    replay = play_median(seed)
+def test_median_stopping_rule_decides_as_ray_tune(seed, state):
+    replay = play_median(seed, state)
     assert len(replay.decisions) > 0
 
 
-def test_the_streams_reach_every_decision():
+def test_the_streams_reach_every_decision(state):
     """The random streams are not all CONTINUE: ASHA stops, the median rule stops and pauses."""
-    asha_seen = {d for seed in range(30) for _, d in play_asha(seed).decisions}
-    median_seen = {d for seed in range(30) for _, d in play_median(seed).decisions}
+    asha_seen = {d for seed in range(30) for _, d in play_asha(seed, state).decisions}
+    median_seen = {d for seed in range(30) for _, d in play_median(seed, state).decisions}
     assert asha_seen == {"CONTINUE", "STOP"}
     assert median_seen == {"CONTINUE", "PAUSE", "STOP"}
 
@@ -229,55 +324,56 @@ def test_the_streams_reach_every_decision():
 # -- hand-written cases -----------------------------------------------------------------------------
 
 
-def asha(**kwargs):
+def asha(state: State, **kwargs):
     kwargs.setdefault("metric", "score")
     kwargs.setdefault("mode", "max")
-    return Replay(RayASHA(**kwargs), ASHAScheduler(**kwargs))
+    state.start()
+    return Replay(RayASHA(**kwargs), ASHAScheduler(state=state.rungs(), **kwargs), state)
 
 
 def it(iteration, score):
     return {"training_iteration": iteration, "score": score}
 
 
-def test_asha_rays_bracket_example():
+def test_asha_rays_bracket_example(state):
     # Ray's _Bracket docstring: grace 1, max_t 10, reduction factor 2.
-    replay = asha(max_t=10, grace_period=1, reduction_factor=2)
+    replay = asha(state, max_t=10, grace_period=1, reduction_factor=2)
     for trial_id in ("t1", "t2", "t3"):
         replay.add(trial_id)
     assert replay.result("t1", it(1, 2)) == "CONTINUE"  # first at the rung: no cutoff yet
     assert replay.result("t2", it(1, 4)) == "CONTINUE"
     assert replay.result("t3", it(1, 1)) == "STOP"  # below the median 3.0
-    assert replay.ours.decision_reason("t3") == (
+    assert replay.reason("t3") == (
         "stopped by ASHA at training_iteration=1 (rung 1 of 4): score 1 below the rung's cutoff 3"
     )
-    assert replay.ours.decision_reason("t1") is None
+    assert replay.reason("t1") is None
 
 
-def test_asha_a_tie_with_the_cutoff_continues_and_min_mode_reads_the_other_way():
-    replay = asha(max_t=9, grace_period=1, reduction_factor=3, mode="min")
+def test_asha_a_tie_with_the_cutoff_continues_and_min_mode_reads_the_other_way(state):
+    replay = asha(state, max_t=9, grace_period=1, reduction_factor=3, mode="min")
     for trial_id in ("a", "b", "c", "d"):
         replay.add(trial_id)
     assert replay.result("a", it(1, 0.5)) == "CONTINUE"
     assert replay.result("b", it(1, 0.5)) == "CONTINUE"  # equal to the cutoff: not below it
     assert replay.result("c", it(1, 0.9)) == "STOP"
     assert replay.result("d", it(1, 0.1)) == "CONTINUE"
-    assert replay.ours.decision_reason("c") == (
+    assert replay.reason("c") == (
         "stopped by ASHA at training_iteration=1 (rung 1 of 3): score 0.9 above the rung's cutoff 0.5"
     )
 
 
-def test_asha_judges_a_trial_that_skipped_rungs_at_the_highest_it_reached():
-    replay = asha(max_t=16, grace_period=1, reduction_factor=2)
+def test_asha_judges_a_trial_that_skipped_rungs_at_the_highest_it_reached(state):
+    replay = asha(state, max_t=16, grace_period=1, reduction_factor=2)
     for trial_id in ("fast", "slow"):
         replay.add(trial_id)
     for i in range(1, 6):
         assert replay.result("fast", it(i, 10.0)) == "CONTINUE"
     assert replay.result("slow", it(5, 1.0)) == "STOP"  # judged at rung 4, never at 1 or 2
-    assert "(rung 3 of 5, milestone 4)" in replay.ours.decision_reason("slow")
+    assert "(rung 3 of 5, milestone 4)" in replay.reason("slow")
 
 
-def test_asha_nan_scores_are_recorded_but_left_out_of_cutoffs():
-    replay = asha(max_t=4, grace_period=1, reduction_factor=2)
+def test_asha_nan_scores_are_recorded_but_left_out_of_cutoffs(state):
+    replay = asha(state, max_t=4, grace_period=1, reduction_factor=2)
     for trial_id in ("a", "b", "c"):
         replay.add(trial_id)
     assert replay.result("a", it(1, math.nan)) == "CONTINUE"
@@ -287,24 +383,26 @@ def test_asha_nan_scores_are_recorded_but_left_out_of_cutoffs():
     assert replay.result("c", it(2, 1.0)) == "STOP"
 
 
-def test_asha_stops_at_max_t_unless_stop_last_trials_is_false():
-    replay = asha(max_t=2, grace_period=1, reduction_factor=2)
+def test_asha_stops_at_max_t_unless_stop_last_trials_is_false(state):
+    replay = asha(state, max_t=2, grace_period=1, reduction_factor=2)
     replay.add("a")
     assert replay.result("a", it(1, 1.0)) == "CONTINUE"
     assert replay.result("a", it(2, 1.0)) == "STOP"
-    assert replay.ours.decision_reason("a") == "stopped by ASHA at training_iteration=2: it reached max_t=2"
+    assert replay.reason("a") == "stopped by ASHA at training_iteration=2: it reached max_t=2"
     replay.complete("a")
-    keep = asha(max_t=2, grace_period=1, reduction_factor=2, stop_last_trials=False)
+    keep = asha(state, max_t=2, grace_period=1, reduction_factor=2, stop_last_trials=False)
     keep.add("a")
     assert [keep.result("a", it(i, 1.0)) for i in range(1, 6)] == ["CONTINUE"] * 5
 
 
-def test_asha_multiple_brackets_follow_rays_draws():
+def test_asha_multiple_brackets_follow_rays_draws(state):
     np.random.seed(7)
+    state.start()
     replay = Replay(
         RayASHA(metric="score", mode="max", max_t=27, reduction_factor=3, brackets=3),
         AsyncHyperBandScheduler(metric="score", mode="max", max_t=27, reduction_factor=3, brackets=3,
-                                rng=np.random.RandomState(7)),
+                                rng=np.random.RandomState(7), state=state.rungs()),
+        state,
     )
     for i in range(40):
         replay.add(f"t{i}")
@@ -313,11 +411,12 @@ def test_asha_multiple_brackets_follow_rays_draws():
     assert set(ray_brackets.values()) == {0, 1, 2}
 
 
-def median(**kwargs):
+def median(state: State, **kwargs):
     kwargs.setdefault("metric", "score")
     kwargs.setdefault("mode", "max")
     kwargs.setdefault("time_attr", "training_iteration")
-    return Replay(RayMedian(**kwargs), MedianStoppingRule(**kwargs))
+    state.start()
+    return Replay(RayMedian(**kwargs), MedianStoppingRule(state=state.means(), **kwargs), state)
 
 
 def three_finished(replay, scores=(1.0, 2.0, 3.0), steps=4):
@@ -330,8 +429,8 @@ def three_finished(replay, scores=(1.0, 2.0, 3.0), steps=4):
         replay.complete(trial_id)
 
 
-def test_median_stops_a_trial_below_the_median_of_running_means():
-    replay = median(grace_period=1, min_samples_required=3)
+def test_median_stops_a_trial_below_the_median_of_running_means(state):
+    replay = median(state, grace_period=1, min_samples_required=3)
     three_finished(replay)
     replay.add("x")
     replay.set_status("x", TrialStatus.RUNNING)
@@ -340,25 +439,25 @@ def test_median_stops_a_trial_below_the_median_of_running_means():
     replay.add("y")
     replay.set_status("y", TrialStatus.RUNNING)
     assert replay.result("y", it(1, 1.9)) == "STOP"
-    assert replay.ours.decision_reason("y") == (
+    assert replay.reason("y") == (
         "stopped by the median stopping rule at training_iteration=1: best score 1.9 below the "
         "median 2 of 4 other trials' running means"
     )
 
 
-def test_median_pauses_instead_when_hard_stop_is_false_then_lets_the_trial_run():
-    replay = median(grace_period=1, min_samples_required=3, hard_stop=False, mode="min")
+def test_median_pauses_instead_when_hard_stop_is_false_then_lets_the_trial_run(state):
+    replay = median(state, grace_period=1, min_samples_required=3, hard_stop=False, mode="min")
     three_finished(replay)
     replay.add("x")
     replay.set_status("x", TrialStatus.RUNNING)
     assert replay.result("x", it(1, 2.5)) == "PAUSE"
-    assert replay.ours.decision_reason("x").startswith("paused by the median stopping rule")
+    assert replay.reason("x").startswith("paused by the median stopping rule")
     replay.set_status("x", TrialStatus.RUNNING)
     assert replay.result("x", it(2, 9.0)) == "CONTINUE"  # after its pause the rule lets it run
 
 
-def test_median_without_enough_samples_yields_to_waiting_trials_once_per_time_slice():
-    replay = median(grace_period=0, min_samples_required=3, min_time_slice=2)
+def test_median_without_enough_samples_yields_to_waiting_trials_once_per_time_slice(state):
+    replay = median(state, grace_period=0, min_samples_required=3, min_time_slice=2)
     replay.add("a")
     replay.add("b")  # PENDING: it waits for a's resources
     replay.set_status("a", TrialStatus.RUNNING)
@@ -369,8 +468,8 @@ def test_median_without_enough_samples_yields_to_waiting_trials_once_per_time_sl
     assert replay.result("a", it(7, 1.0)) == "CONTINUE"  # nobody waits
 
 
-def test_median_a_nan_best_counts_as_worse_and_non_finite_means_are_left_out():
-    replay = median(grace_period=1, min_samples_required=2)
+def test_median_a_nan_best_counts_as_worse_and_non_finite_means_are_left_out(state):
+    replay = median(state, grace_period=1, min_samples_required=2)
     three_finished(replay, scores=(1.0, math.nan, 3.0))  # done1's running mean is NaN
     replay.add("x")
     replay.set_status("x", TrialStatus.RUNNING)

@@ -87,9 +87,9 @@ def _watch(stack: Any, dag_id: str, run_id: str, timeout_s: float) -> str:
     from rich.live import Live
 
     from airflow_trials import mainjob
-    from airflow_trials.store import TrialStore
+    from airflow_trials.store import TrialReader
 
-    store = TrialStore(stack.trials_db_url)
+    store = TrialReader(stack.trials_db_url)
     deadline = time.monotonic() + timeout_s
     state = None
     with Live(Table(title="waiting for the first trials"), console=out, refresh_per_second=2) as live:
@@ -122,9 +122,9 @@ def _progress_table(store: Any, experiment: str, run_id: str, state: str | None)
 
 def _report(stack: Any, experiment: str, run_id: str, state: str, plot_path: str) -> int:
     from airflow_trials.plotting import curves_from_results, plot_learning_curves
-    from airflow_trials.store import TrialStore
+    from airflow_trials.store import TrialReader
 
-    store = TrialStore(stack.trials_db_url)
+    store = TrialReader(stack.trials_db_url)
     exp_run = resolve_run(store, experiment, run_id)
     metric, mode = metric_and_mode(store, experiment, None, None)
     board = store.leaderboard(exp_run.id, metric, mode)

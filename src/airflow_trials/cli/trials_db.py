@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any
+from typing import TYPE_CHECKING
 
 import typer
 
 from airflow_trials.cli.common import CliError
+
+if TYPE_CHECKING:
+    from airflow_trials.store import TrialReader
 
 UPGRADE_HINT = "run 'airflow-trials db upgrade' to create it there, or pass --db-url with the trials DB's URL"
 
@@ -42,8 +45,9 @@ def checked_url(url: str, source: str) -> str:
     return url
 
 
-def open_for_reading(ctx: typer.Context, db_url: str | None) -> Any:
-    """The trials store (a QueryStore: TrialStore with batch reads), once it is known to exist and to have this version's schema.
+def open_for_reading(ctx: typer.Context, db_url: str | None) -> TrialReader:
+    """The trials store, read-only (a TrialReader), once it is known to exist and to have this
+    version's schema.
 
     Creates nothing: a missing SQLite file, or a database never migrated, is a CliError that says
     to run ``airflow-trials db upgrade``; a database that does not answer is one that says why.
@@ -51,9 +55,9 @@ def open_for_reading(ctx: typer.Context, db_url: str | None) -> Any:
     from sqlalchemy.engine import make_url
 
     from airflow_trials.exceptions import StoreError
+    from airflow_trials.store import TrialReader
     from airflow_trials.store.engine import is_memory_sqlite, safe_url
     from airflow_trials.store.migration import head_revision, schema_revision
-    from airflow_trials.store.queries import QueryStore
 
     url, source = resolve_db_url(ctx, db_url)
     parsed = make_url(checked_url(url, source))
@@ -75,4 +79,4 @@ def open_for_reading(ctx: typer.Context, db_url: str | None) -> Any:
             f"{head_revision()}; run 'airflow-trials db upgrade' (or upgrade airflow_trials if a newer "
             "one migrated it)."
         )
-    return QueryStore(url)
+    return TrialReader(url)

@@ -1,83 +1,32 @@
-"""Asynchronous successive halving (ASHA), deciding exactly as Ray Tune 2.60's AsyncHyperBandScheduler."""
+"""Asynchronous successive halving (ASHA), deciding as Ray Tune 2.60's AsyncHyperBandScheduler."""
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from airflow_trials.core.result import Result
 from airflow_trials.core.rungs import (
-    RungStop,
-    ValueList,
-    asha_rung_decision,
+    AshaRungs,
+    MemoryRungs,
+    RungState,
     check_asha_settings,
     draw_bracket,
-    max_t_stop_reason,
     nan_percentile,
     rung_cutoff,
     rung_milestones,
-    rung_stop_reason,
-    rung_to_judge,
 )
-from airflow_trials.core.scheduler import Decision, MetricScheduler
+from airflow_trials.core.scheduler import Decision, MetricScheduler, experiment_metric_and_mode
 from airflow_trials.core.trial import Trial
 
 __all__ = ["ASHAScheduler", "AsyncHyperBandScheduler", "RandomSource", "nan_percentile"]
 
 
 class RandomSource(Protocol):
-    """Anything with ``random() -> float`` in [0, 1): ``random.Random``, ``numpy.random.RandomState``."""
+    """Anything with ``random() -> float`` in [0, 1): ``random.Random``,
+    ``numpy.random.RandomState``."""
 
     def random(self) -> float: ...
-
-
-@dataclass
-class _Rung:
-    milestone: float
-    recorded: dict[str, float] = field(default_factory=dict)  # trial id -> its value here
-
-
-class _Bracket:
-    """One bracket: its rungs, highest milestone first (as Ray keeps them), and the values recorded.
-
-    Which rung a result reaches and what it decides there are :mod:`~airflow_trials.core.rungs`'
-    pure functions, the same the Airflow path judges with from the trials store.
-
-    :param grace_period: the lowest milestone of bracket 0.
-    :param max_t: the highest time any rung may have.
-    :param reduction_factor: milestones grow by this factor; a rung keeps its top ``1/reduction_factor``.
-    :param s: the bracket's index; bracket ``s`` starts at ``grace_period * reduction_factor**s``.
-    :param stop_last_trials: as in :class:`AsyncHyperBandScheduler`.
-    """
-
-    def __init__(
-        self, grace_period: float, max_t: float, reduction_factor: float, s: int, stop_last_trials: bool
-    ) -> None:
-        self.rungs = [_Rung(m) for m in rung_milestones(grace_period, max_t, reduction_factor, s)]
-        self.reduction_factor = reduction_factor
-        self.stop_last_trials = stop_last_trials
-
-    def on_result(self, trial_id: str, time: float, value: float, mode: str) -> RungStop | None:
-        """Judge ``value`` at the highest rung ``time`` reached that has no value of the trial yet,
-        and record it there; returns where it fell below that rung's cutoff."""
-        judged = {rung.milestone for rung in self.rungs if trial_id in rung.recorded}
-        milestone = rung_to_judge([rung.milestone for rung in self.rungs], time, judged, self.stop_last_trials)
-        if milestone is None:
-            return None
-        index = next(i for i, rung in enumerate(self.rungs) if rung.milestone == milestone)
-        rung = self.rungs[index]
-        verdict = asha_rung_decision(rung.recorded.values(), value, self.reduction_factor, mode)
-        rung.recorded[trial_id] = value
-        if verdict.decision is not Decision.STOP or verdict.cutoff is None:
-            return None
-        return RungStop(len(self.rungs) - index, len(self.rungs), milestone, verdict.cutoff)
-
-    def debug_str(self, mode: str) -> str:
-        def cutoff(rung: _Rung) -> float | None:
-            return rung_cutoff(ValueList(rung.recorded.values()), self.reduction_factor, mode)
-
-        return "Bracket: " + " | ".join(f"Iter {rung.milestone:.3f}: {cutoff(rung)}" for rung in self.rungs)
 
 
 class AsyncHyperBandScheduler(MetricScheduler):
@@ -90,12 +39,17 @@ class AsyncHyperBandScheduler(MetricScheduler):
     skipped rungs is judged at the highest one it reached. With ``stop_last_trials`` a trial is
     stopped once ``time_attr >= max_t``. :meth:`decision_reason` tells why a trial was stopped.
 
+    The rule is :class:`~airflow_trials.core.rungs.AshaRungs`' ``judge``, the one a trial's
+    trigger judges with on the Airflow path; this class adds the hooks and the bracket draws, and
+    keeps the rungs in ``state`` (in memory by default), as Ray's keeps them in its ``_Bracket``.
+
     Every result must carry ``metric`` and ``time_attr`` (a ValueError names the missing key;
     Ray Tune's controller raises for a missing metric too, its scheduler silently continues).
 
     Example::
 
-        scheduler = ASHAScheduler(metric="score", mode="max", max_t=81, grace_period=1, reduction_factor=3)
+        scheduler = ASHAScheduler(metric="score", mode="max", max_t=81, grace_period=1,
+                                  reduction_factor=3)
         runner = TrialRunner("mnist", storage_path="/shared/results", scheduler=scheduler)
 
     :param time_attr: the result key measuring progress, which must not decrease within a trial;
@@ -104,8 +58,8 @@ class AsyncHyperBandScheduler(MetricScheduler):
     :param mode: ``"min"`` or ``"max"``; default None (likewise).
     :param max_t: the most ``time_attr`` a trial runs for; default 100.
     :param grace_period: no trial is stopped before this much ``time_attr``; default 1.
-    :param reduction_factor: the rungs' spacing and how many continue (the top ``1/reduction_factor``);
-        default 4.
+    :param reduction_factor: the rungs' spacing and how many continue (the top
+        ``1/reduction_factor``); default 4.
     :param brackets: number of brackets; a trial joins bracket ``i`` with probability proportional
         to ``e**len(rungs_i)``, drawn from ``rng`` as ``numpy.random.choice`` draws. Default 1.
     :param stop_last_trials: stop trials at ``max_t``; default True.
@@ -113,6 +67,9 @@ class AsyncHyperBandScheduler(MetricScheduler):
         draws one from NumPy's global state): ``numpy.random.RandomState(seed)`` with the seed
         given to ``numpy.random.seed`` puts trials in the brackets Ray Tune would. Default an
         unseeded ``random.Random()``.
+    :param state: where the rungs live; default a new
+        :class:`~airflow_trials.core.rungs.MemoryRungs`. The trials DB's
+        (``store.rungs.StoredRungs``) decides the same.
     """
 
     def __init__(
@@ -127,6 +84,7 @@ class AsyncHyperBandScheduler(MetricScheduler):
         stop_last_trials: bool = True,
         *,
         rng: RandomSource | None = None,
+        state: RungState | None = None,
     ) -> None:
         super().__init__(metric, mode)
         check_asha_settings(type(self).__name__, max_t, grace_period, reduction_factor, brackets)
@@ -137,47 +95,65 @@ class AsyncHyperBandScheduler(MetricScheduler):
         self.brackets = brackets
         self.stop_last_trials = stop_last_trials
         self.rng: RandomSource = rng if rng is not None else random.Random()
-        self._brackets = [
-            _Bracket(grace_period, max_t, reduction_factor, s, stop_last_trials) for s in range(brackets)
+        self.state: RungState = state if state is not None else MemoryRungs()
+        self._rung_counts = [
+            len(rung_milestones(grace_period, max_t, reduction_factor, s)) for s in range(brackets)
         ]
+        self._rule: AshaRungs | None = None  # made once metric and mode are known
         self._trial_bracket: dict[str, int] = {}
+        self._results_seen: dict[str, int] = {}  # orders a trial's results for the rule
         self._num_stopped = 0
+
+    def rule(self, metric: str | None = None, mode: str | None = None) -> AshaRungs:
+        """The rule this scheduler judges by: its settings, with its metric and mode or, where it
+        has none, the experiment's ``metric`` and ``mode`` (ValueError where they disagree)."""
+        chosen_metric, chosen_mode = experiment_metric_and_mode(self, metric, mode, "ASHAScheduler")
+        return AshaRungs(
+            metric=chosen_metric, mode=chosen_mode, time_attr=self.time_attr, max_t=self.max_t,
+            grace_period=self.grace_period, reduction_factor=self.reduction_factor,
+            brackets=self.brackets, stop_last_trials=self.stop_last_trials,
+        )
 
     def on_trial_add(self, trial: Trial) -> None:
         self._check_ready(trial)
+        if self._rule is None:
+            self._rule = self.rule()
         self._trial_bracket[trial.trial_id] = self._draw_bracket()
 
     def _draw_bracket(self) -> int:
-        return draw_bracket([len(bracket.rungs) for bracket in self._brackets], self.rng.random())
+        return draw_bracket(self._rung_counts, self.rng.random())
 
     def on_trial_result(self, trial: Trial, result: Result) -> Decision:
         index = self._bracket_index(trial)
         time = self._number(trial, result, self.time_attr, "time_attr")
         value = self._number(trial, result, str(self.metric), "metric")
-        if time >= self.max_t and self.stop_last_trials:
-            self._stop(trial, max_t_stop_reason(self.time_attr, time, self.max_t))
-            return Decision.STOP
-        stop = self._brackets[index].on_result(trial.trial_id, time, value, str(self.mode))
-        if stop is None:
-            return Decision.CONTINUE
-        stop = replace(stop, bracket=index, brackets=self.brackets)
-        reason = rung_stop_reason(
-            stop, time_attr=self.time_attr, time=time, metric=str(self.metric), mode=str(self.mode), value=value
-        )
-        self._stop(trial, reason)
-        return Decision.STOP
+        iteration = self._results_seen.get(trial.trial_id, 0) + 1
+        self._results_seen[trial.trial_id] = iteration
+        decision, reason = self._judge(trial.trial_id, index, time, value, iteration, at_end=False)
+        if decision is Decision.STOP:
+            self._num_stopped += 1
+            self._reasons[trial.trial_id] = str(reason)
+        return decision
 
-    def _stop(self, trial: Trial, reason: str) -> None:
-        self._num_stopped += 1
-        self._reasons[trial.trial_id] = reason
+    def _judge(
+        self, trial_id: str, bracket: int, time: float, value: float, iteration: int, *,
+        at_end: bool,
+    ) -> tuple[Decision, str | None]:
+        if self._rule is None:  # on_trial_add made it; _bracket_index raised otherwise
+            raise RuntimeError(f"{type(self).__name__} judged trial {trial_id} before adding it.")
+        return self._rule.judge(
+            self.state, trial_id, bracket, time=time, value=value, iteration=iteration,
+            at_end=at_end,
+        )
 
     def _bracket_index(self, trial: Trial) -> int:
         try:
             return self._trial_bracket[trial.trial_id]
         except KeyError as e:
             raise ValueError(
-                f"{type(self).__name__} got a result of trial {trial.trial_id}, which it was never given or "
-                f"which already ended; call on_trial_add(trial) first (TrialRunner.add_trial does)."
+                f"{type(self).__name__} got a result of trial {trial.trial_id}, which it was never "
+                f"given or which already ended; call on_trial_add(trial) first "
+                f"(TrialRunner.add_trial does)."
             ) from e
 
     def on_trial_complete(self, trial: Trial, result: Result) -> None:
@@ -186,15 +162,30 @@ class AsyncHyperBandScheduler(MetricScheduler):
         value = self._optional_number(result, str(self.metric))
         if time is None or value is None or trial.trial_id not in self._trial_bracket:
             return
-        bracket = self._brackets[self._trial_bracket.pop(trial.trial_id)]
-        bracket.on_result(trial.trial_id, time, value, str(self.mode))
+        bracket = self._trial_bracket.pop(trial.trial_id)
+        iteration = self._results_seen.pop(trial.trial_id, 0)
+        self._judge(trial.trial_id, bracket, time, value, iteration, at_end=True)
 
     def on_trial_remove(self, trial: Trial) -> None:
         self._trial_bracket.pop(trial.trial_id, None)
+        self._results_seen.pop(trial.trial_id, None)
 
     def debug_string(self) -> str:
         lines = [f"Using AsyncHyperBand: num_stopped={self._num_stopped}"]
-        return "\n".join(lines + [bracket.debug_str(str(self.mode)) for bracket in self._brackets])
+        for bracket in range(self.brackets):
+            milestones = rung_milestones(
+                self.grace_period, self.max_t, self.reduction_factor, bracket
+            )
+            cutoffs = [
+                f"Iter {milestone:.3f}: {self._cutoff(bracket, milestone)}"
+                for milestone in milestones
+            ]
+            lines.append("Bracket: " + " | ".join(cutoffs))
+        return "\n".join(lines)
+
+    def _cutoff(self, bracket: int, milestone: float) -> float | None:
+        values = self.state.rung_values(bracket, milestone)
+        return rung_cutoff(values, self.reduction_factor, str(self.mode))
 
 
 ASHAScheduler = AsyncHyperBandScheduler

@@ -1,6 +1,6 @@
-"""TrialEnd: the one end event of a trial watched from Airflow, built here and nowhere else.
+"""TrialEnd and SweepEnd: the one end event of a trial, and of a sweep, watched from Airflow.
 
-The trigger yields it (as plain values) when the trial it watches ends or is lost, and the
+The trigger yields a TrialEnd (as plain values) when the trial it watches ends or is lost, and the
 operator's ``execute_complete`` reads it back; an end the store already holds (a trigger that ran
 again after its actor was freed, a retry of a task whose trial had finished) is the same type.
 What the store then records is decided by :func:`airflow_trials.core.fate.status_after_end`.
@@ -10,12 +10,16 @@ Example::
     end = TrialEnd.lost("t-1", "mnist", "its Ray actor is gone", infrastructure=True)
     payload = end.to_event()                # what TriggerEvent carries
     assert TrialEnd.from_event(payload) == end
+
+A sweep's trigger yields a :class:`SweepEnd` the same way, and ``RunSweepOperator.execute_complete``
+reads it back.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from airflow_trials.core.status import TrialStatus
@@ -65,7 +69,8 @@ class TrialEnd:
         return self.status is TrialStatus.TERMINATED
 
     @classmethod
-    def from_snapshot(cls, experiment_name: str, snapshot: Mapping[str, Any], *, released: bool) -> TrialEnd:
+    def from_snapshot(cls, experiment_name: str, snapshot: Mapping[str, Any], *,
+                      released: bool) -> TrialEnd:
         """The end a trial actor's final poll reports (``TrialActor.poll``)."""
         return cls(
             trial_id=snapshot["trial_id"],
@@ -82,7 +87,8 @@ class TrialEnd:
 
     @classmethod
     def lost(
-        cls, trial_id: str, experiment_name: str, why: str, *, infrastructure: bool = False, released: bool = False
+        cls, trial_id: str, experiment_name: str, why: str, *, infrastructure: bool = False,
+        released: bool = False,
     ) -> TrialEnd:
         """The ERROR end of a trial whose actor is gone, or that its watcher had to stop."""
         return cls(
@@ -146,3 +152,65 @@ def _path(checkpoint: Any) -> str | None:
     if isinstance(checkpoint, Mapping):
         return str(checkpoint["path"])
     return None if checkpoint is None else str(checkpoint)
+
+
+class SweepStatus(StrEnum):
+    """How a sweep's watch ended: the run ended (``finished``), its driver failed (``error``), or
+    the driver is gone with the run unfinished (``lost``: its Ray head restarted, its node died,
+    or it was killed)."""
+
+    FINISHED = "finished"
+    ERROR = "error"
+    LOST = "lost"
+
+
+@dataclass(frozen=True)
+class SweepEnd:
+    """How a sweep's watch ended.
+
+    :param run_key: the experiment run's key (its Airflow run id).
+    :param status: FINISHED, ERROR or LOST.
+    :param progress: the driver's last progress snapshot
+        (:meth:`~airflow_trials.core.sweep_progress.SweepProgress.snapshot`); default None (not
+        read: the driver was gone).
+    :param error: what went wrong, for ERROR and LOST; default None.
+    """
+
+    run_key: str
+    status: SweepStatus
+    progress: dict[str, Any] | None = field(default=None, hash=False)
+    error: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", SweepStatus(self.status))
+
+    @property
+    def finished(self) -> bool:
+        """The run ended (its driver did not fail)."""
+        return self.status is SweepStatus.FINISHED
+
+    @classmethod
+    def from_snapshot(cls, run_key: str, snapshot: Mapping[str, Any]) -> SweepEnd:
+        """The end a driver's final progress reports (``finished``, with ``error`` if it failed)."""
+        error = snapshot.get("error")
+        status = SweepStatus.ERROR if error else SweepStatus.FINISHED
+        return cls(run_key, status, dict(snapshot), error)
+
+    @classmethod
+    def lost(cls, experiment_name: str, run_key: str, why: str) -> SweepEnd:
+        """The LOST end of a run whose driver is gone or could not be reached: ``why`` completes
+        "The sweep driver of run ... of experiment ...", and says what the next try does."""
+        return cls(run_key, SweepStatus.LOST,
+                   error=f"The sweep driver of run {run_key} of experiment {experiment_name} {why}")
+
+    def to_event(self) -> dict[str, Any]:
+        """Plain values for a TriggerEvent (it is serialized into Airflow's DB)."""
+        return {"status": self.status.value, "run_key": self.run_key, "progress": self.progress,
+                "error": self.error}
+
+    @classmethod
+    def from_event(cls, payload: Mapping[str, Any]) -> SweepEnd:
+        """The end a TriggerEvent carried."""
+        progress = payload.get("progress")
+        return cls(payload["run_key"], SweepStatus(payload["status"]),
+                   dict(progress) if progress is not None else None, payload.get("error"))

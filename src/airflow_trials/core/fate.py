@@ -1,17 +1,21 @@
-"""Who decides a trial's fate: what happens after each result, and after a failure.
+"""Who decides a trial's fate: how a try starts, what happens after each result and a failure.
 
-Every path that drives a trial calls these two functions and acts on what they return; none keeps
+Every path that drives a trial calls these functions and acts on what they return; none keeps
 its own copy of the rules:
 
 - the TrialRunner (``execution/driver/runner.py``), after each result it fetches and each failure;
 - the self-driving trial actor (``execution/worker/actor.py``), after each result it trains;
-- the Airflow operator (``operators/trial.py``), when the trigger reports the trial's end.
+- the Airflow operator (``operators/trial.py``), when a try starts and when the trigger reports
+  the trial's end.
 
 ``after_result`` covers the stopping criterion (and the experiment's time budget, a stopper the
 runner gives every trial), the experiment stopper, checkpoint-due, duplicate results and the
 scheduler's CONTINUE/PAUSE/STOP. ``after_failure`` covers infrastructure losses (not counted),
 retry-or-fail against ``max_failures``, a caller's retry budget (Airflow's ``retries``) and
-``fail_fast``. Both are pure: they read the trial and return a decision, and the caller does it.
+``fail_fast``. ``on_start`` covers how a try of a trial's Airflow task starts: re-attach to the
+live actor, report the stored end, restart from scratch, reset or resume (the operator gathers its
+inputs: the stored trial, the actor's :class:`ActorState`, the try and whether it was cleared).
+All are pure: they read the trial and return a decision, and the caller does it.
 
 On the Airflow path the trials store records the outcome: ``TrialStore.record_end`` writes a
 :class:`~airflow_trials.core.end.TrialEnd` with the status :func:`status_after_end` gives, and
@@ -34,10 +38,10 @@ from __future__ import annotations
 import functools
 import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from airflow_trials.core.end import TrialEnd
 from airflow_trials.core.result import CHECKPOINT, DONE, TRAINING_ITERATION, Result
@@ -84,7 +88,8 @@ CRITERION_MET = "it met its stopping criterion"
 
 def stopped_by_scheduler(stop_reason: str | None) -> bool:
     """Was a trial that ended with ``stop_reason`` stopped by its scheduler (ASHA at a rung, say),
-    rather than by its own criterion? Such a trial is done: a retry of its task does not resume it."""
+    rather than by its own criterion? Such a trial is done: a retry of its task does not resume
+    it."""
     return bool(stop_reason) and stop_reason not in (TRAINABLE_FINISHED, CRITERION_MET)
 
 
@@ -119,15 +124,17 @@ def after_result(
     has_checkpoint = bool(result.get(CHECKPOINT))
     if trial.should_stop(result):
         why = TRAINABLE_FINISHED if result.get(DONE) else CRITERION_MET
-        return ResultDecision(fresh, Action.STOP, trial.checkpoint_at_end and not has_checkpoint, why)
+        at_end = trial.checkpoint_at_end and not has_checkpoint
+        return ResultDecision(fresh, Action.STOP, at_end, why)
     if experiment_done is not None and experiment_done():
-        return ResultDecision(fresh, Action.STOP_EXPERIMENT, False, "the experiment's stopper ended it")
+        return ResultDecision(fresh, Action.STOP_EXPERIMENT, False,
+                              "the experiment's stopper ended it")
     decision = scheduler(trial, result) if scheduler is not None and fresh else Action.CONTINUE
     if decision in (Action.STOP, Action.PAUSE):
         said = scheduler_reason(trial.trial_id) if scheduler_reason is not None else None
         if decision == Action.STOP:
-            return ResultDecision(fresh, Action.STOP, trial.checkpoint_at_end and not has_checkpoint,
-                                  said or "the scheduler stopped it")
+            at_end = trial.checkpoint_at_end and not has_checkpoint
+            return ResultDecision(fresh, Action.STOP, at_end, said or "the scheduler stopped it")
         return ResultDecision(fresh, Action.PAUSE, False, said or "the scheduler paused it")
     return ResultDecision(fresh, Action.CONTINUE, trial.should_checkpoint() and not has_checkpoint,
                           "it continues")
@@ -152,7 +159,8 @@ def run_ahead_below(trial: Trial, *, results_judged: bool) -> int:
     bound = sys.maxsize
     stopper = trial.stopper
     if stopper is not None:
-        if not isinstance(stopper, ThresholdStopper) or set(stopper.thresholds) != {TRAINING_ITERATION}:
+        if (not isinstance(stopper, ThresholdStopper)
+                or set(stopper.thresholds) != {TRAINING_ITERATION}):
             return NO_RUN_AHEAD  # it reads metrics, or is code: known only once the result is seen
         bound = math.ceil(stopper.thresholds[TRAINING_ITERATION])
     if trial.checkpoint_freq > 0:
@@ -161,10 +169,14 @@ def run_ahead_below(trial: Trial, *, results_judged: bool) -> int:
     return bound
 
 
-def run_ahead_rule(scheduler: TrialScheduler, experiment_stopper: Stopper | None) -> Callable[[Trial], int]:
+def run_ahead_rule(
+    scheduler: TrialScheduler, experiment_stopper: Stopper | None
+) -> Callable[[Trial], int]:
     """:func:`run_ahead_below` for a runner's trials: nowhere when its scheduler
-    (``judges_results()``) or its experiment-wide stopper (``judges_experiment()``) judges results."""
-    judged = scheduler.judges_results() or (experiment_stopper is not None and experiment_stopper.judges_experiment())
+    (``judges_results()``) or its experiment-wide stopper (``judges_experiment()``) judges
+    results."""
+    judged = scheduler.judges_results() or (
+        experiment_stopper is not None and experiment_stopper.judges_experiment())
     return functools.partial(run_ahead_below, results_judged=judged)
 
 
@@ -214,13 +226,15 @@ def after_failure(
     :param retries_left: the caller can run it again (Airflow: the task has a retry left).
     :param fail_fast: a trial failing for good ends the experiment.
     """
-    can_restart = max_infrastructure_restarts is None or infrastructure_restarts < max_infrastructure_restarts
+    can_restart = (max_infrastructure_restarts is None
+                   or infrastructure_restarts < max_infrastructure_restarts)
     if infrastructure and can_restart and retries_left:
         limit = "" if max_infrastructure_restarts is None else f" of {max_infrastructure_restarts}"
         return FailureDecision(
             Outcome.RESUME, num_failures, False,
-            f"This is not a failure of trial {trial_id}: resuming it from its latest checkpoint without "
-            f"counting it against max_failures (infrastructure restart {infrastructure_restarts + 1}{limit}).",
+            f"This is not a failure of trial {trial_id}: resuming it from its latest checkpoint "
+            "without counting it against max_failures (infrastructure restart "
+            f"{infrastructure_restarts + 1}{limit}).",
         )
     failures = num_failures + 1
     budget = "unlimited" if max_failures < 0 else str(max_failures)
@@ -228,12 +242,14 @@ def after_failure(
     if within and retries_left:
         return FailureDecision(
             Outcome.RETRY, failures, False,
-            f"Trial {trial_id} failed (failure {failures} of at most {budget}); retrying from its latest checkpoint.",
+            f"Trial {trial_id} failed (failure {failures} of at most {budget}); retrying from its "
+            "latest checkpoint.",
         )
     why = (f"it reached its max_failures ({budget})" if not within
            else "its task has no retries left")
     return FailureDecision(
-        Outcome.FAIL, failures, fail_fast, f"Trial {trial_id} failed for good (failure {failures}): {why}."
+        Outcome.FAIL, failures, fail_fast,
+        f"Trial {trial_id} failed for good (failure {failures}): {why}.",
     )
 
 
@@ -268,3 +284,146 @@ def status_after_end(end: TrialEnd, decision: FailureDecision | None) -> TrialSt
             "before recording its end."
         )
     return TrialStatus.ERROR if decision.outcome is Outcome.FAIL else TrialStatus.PENDING
+
+
+# -- the start of a try ---------------------------------------------------------------------------
+
+
+def first_try_after_a_clear(try_number: int, max_tries: int, retries: int) -> bool:
+    """Is this the first try of a task instance that was cleared after an earlier try ran?
+
+    Clearing gives a task instance a fresh retry budget (``max_tries = try_number + retries``),
+    so its first try after the clear is ``max_tries - retries + 1``, as Airflow's own
+    ``get_first_reschedule_date`` counts; a retry after a failure comes later than that.
+    """
+    return try_number > 1 and try_number == max_tries - retries + 1
+
+
+def retries_left(try_number: int, retries: int) -> bool:
+    """Does Airflow run the task again if this try fails (``try_number`` <= its ``retries``)?"""
+    return try_number <= retries
+
+
+class ActorState(StrEnum):
+    """A trial's Ray actor, as the task starting a try finds it.
+
+    ``execution/ray_state.py`` (:func:`~airflow_trials.execution.ray_state.trial_actor_state`)
+    is the one reader of Ray that gives it.
+    """
+
+    GONE = "GONE"  # no actor, or it died as the task looked
+    QUEUED = "QUEUED"  # Ray has not placed it: it waits for resources, and starts its trial then
+    RUNNING = "RUNNING"  # placed, training its trial
+    TERMINATED = "TERMINATED"  # its trial finished there; the actor waits to be released
+    STALE = "STALE"  # alive, but its trial failed or never started: left by a try that died
+
+
+class StoredTrial(Protocol):
+    """What :func:`on_start` reads of a trial's record in the trials DB (a ``TrialRecord``)."""
+
+    @property
+    def trial_id(self) -> str: ...
+    @property
+    def status(self) -> TrialStatus: ...
+    @property
+    def last_result(self) -> Mapping[str, Any] | None: ...
+    @property
+    def stop_reason(self) -> str | None: ...
+    @property
+    def stopped_from_airflow(self) -> bool: ...
+
+
+class Start(StrEnum):
+    """How a try of a trial's task starts."""
+
+    REATTACH = "REATTACH"  # its actor lives: watch it again
+    REPORT_END = "REPORT_END"  # it ended for good and the task was not cleared: report that end
+    RESTART = "RESTART"  # it ended for good and the task was cleared: run it again from scratch
+    RESET = "RESET"  # the task was cleared: from its latest checkpoint, fresh failure budget
+    RESUME = "RESUME"  # a retry: from its latest checkpoint
+
+
+@dataclass(frozen=True)
+class StartAction:
+    """What :func:`on_start` decided; the operator does it.
+
+    :param start: how the try starts.
+    :param stop_actor: kill the actor found first (stale, or being stopped by an earlier try);
+        only when the trial is launched.
+    :param placed: REATTACH: Ray placed the actor already (else it is queued for resources).
+    :param transition: recorded before the launch: RESET (fresh budget) or QUEUED (from an end);
+        None records nothing then.
+    :param reason: why, for the task's log.
+    """
+
+    start: Start
+    stop_actor: bool
+    placed: bool
+    transition: Transition | None
+    reason: str
+
+    @property
+    def launches(self) -> bool:
+        """Does the try start the trial on Ray (RESTART, RESET or RESUME)?"""
+        return self.start in (Start.RESTART, Start.RESET, Start.RESUME)
+
+
+def ended_for_good(trial: Trial, stored: StoredTrial) -> bool:
+    """Did the stored trial end TERMINATED having met ``trial``'s stopping criterion, or stopped
+    by its scheduler (its stop reason says why)? Such a trial has nothing left to run."""
+    if stored.status is not TrialStatus.TERMINATED or not stored.last_result:
+        return False
+    if stopped_by_scheduler(stored.stop_reason):
+        return True
+    try:
+        return trial.should_stop(dict(stored.last_result))
+    except KeyError:  # the criterion names a metric the stored result lacks
+        return False
+
+
+def on_start(
+    stored: StoredTrial, actor: ActorState, *, trial: Trial, try_number: int, cleared: bool
+) -> StartAction:
+    """Decide how a try of a trial's task starts, from what it finds.
+
+    :param stored: the trial's record, as this try registered it.
+    :param actor: its Ray actor's state.
+    :param trial: the trial as this try defines it (its stopping criterion says whether the stored
+        end is final: a cleared task may have raised it).
+    :param try_number: this try's number, for the reason.
+    :param cleared: this is the first try after the task was cleared
+        (:func:`first_try_after_a_clear`): Airflow re-runs it with fresh retries.
+    """
+    trial_id = stored.trial_id
+    being_stopped = actor is not ActorState.GONE and stored.stopped_from_airflow
+    if actor is ActorState.GONE and ended_for_good(trial, stored):
+        if not cleared:
+            # A retry after the trial ended (Airflow lost the try that finished it), or a reused
+            # trial id: nothing to run.
+            return StartAction(Start.REPORT_END, False, False, None,
+                               f"Trial {trial_id} already finished; reporting its stored state.")
+        return StartAction(
+            Start.RESTART, False, False, Transition.RESET,
+            f"Trial {trial_id} had finished (last result {stored.last_result}) and its task was "
+            f"cleared: try {try_number} runs it again from scratch.",
+        )
+    live = actor in (ActorState.QUEUED, ActorState.RUNNING, ActorState.TERMINATED)
+    if live and not being_stopped:
+        return StartAction(Start.REATTACH, False, actor is not ActorState.QUEUED, None,
+                           f"Trial {trial_id} is {actor.value} on Ray already; re-attaching to it.")
+    stop_actor = actor is not ActorState.GONE
+    if being_stopped:
+        # The previous try recorded that it stops this actor (its task was cleared) before this
+        # try registered: never re-attach to an actor being killed.
+        why = f"Trial {trial_id} is being stopped by its cleared previous try; starting it again"
+    elif stop_actor:
+        why = (f"Trial {trial_id}'s actor lives but its trial is not running (left by a try "
+               "that died): stopping it and starting the trial again")
+    else:
+        why = f"Trial {trial_id} has no actor on Ray; starting it"
+    if cleared:
+        return StartAction(Start.RESET, stop_actor, False, Transition.RESET,
+                           f"{why} with a fresh budget of failures (its task was cleared).")
+    return StartAction(Start.RESUME, stop_actor, False,
+                       Transition.QUEUED if stored.status.is_terminal() else None,
+                       f"{why} from its latest checkpoint (try {try_number}).")

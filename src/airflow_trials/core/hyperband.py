@@ -207,7 +207,9 @@ class HyperBandScheduler(MetricScheduler):
             band = self._rounds[-1]
             s = len(band)
             first_milestone = int(self.max_t * self.reduction_factor ** (-s))
-            max_trials = int(math.ceil(self._brackets_per_round / (s + 1) * self.reduction_factor**s))
+            max_trials = int(
+                math.ceil(self._brackets_per_round / (s + 1) * self.reduction_factor**s)
+            )
             bracket = None
             if first_milestone > 0:
                 bracket = _Bracket(len(self._rounds), s, max_trials, first_milestone, self.max_t,
@@ -263,9 +265,9 @@ class HyperBandScheduler(MetricScheduler):
         bracket = self._bracket_of.get(trial.trial_id)
         if bracket is None or trial.trial_id not in bracket.live:
             raise ValueError(
-                f"{type(self).__name__} got a result of trial {trial.trial_id}, which it was never given "
-                f"or which already left its bracket; call on_trial_add(trial) first (TrialRunner.add_trial "
-                f"does), and send no results after a trial is stopped."
+                f"{type(self).__name__} got a result of trial {trial.trial_id}, which it was never "
+                f"given or which already left its bracket; call on_trial_add(trial) first "
+                f"(TrialRunner.add_trial does), and send no results after a trial is stopped."
             )
         return bracket
 
@@ -309,7 +311,9 @@ class HyperBandScheduler(MetricScheduler):
                 self._say_ahead(bracket, trial_id, milestone)
         return decision
 
-    def _stop(self, bracket: _Bracket, trial_id: str, current: str | None, reason: str) -> Decision | None:
+    def _stop(
+        self, bracket: _Bracket, trial_id: str, current: str | None, reason: str
+    ) -> Decision | None:
         """Stop a trial of a halving: STOP when it is ``current``, else queue its stop (None)."""
         if trial_id == current:
             self._reasons[trial_id] = reason
@@ -331,32 +335,38 @@ class HyperBandScheduler(MetricScheduler):
     def _say_waiting(self, bracket: _Bracket, trial_id: str) -> None:
         behind = sum(1 for entry in bracket.live.values() if entry.time < bracket.milestone)
         self._reasons[trial_id] = (
-            f"paused by HyperBand {self._at(bracket, trial_id)}: it reached its bracket's milestone "
-            f"{bracket.milestone} ({bracket}) and waits for {behind} other trial(s) to reach it"
+            f"paused by HyperBand {self._at(bracket, trial_id)}: it reached its bracket's "
+            f"milestone {bracket.milestone} ({bracket}) and waits for {behind} other trial(s) to "
+            f"reach it"
         )
 
     def _say_ahead(self, bracket: _Bracket, trial_id: str, milestone: int) -> None:
         self._reasons[trial_id] = (
-            f"paused by HyperBand {self._at(bracket, trial_id)}: it passed the halving at milestone "
-            f"{milestone} ({bracket}) and is already at the next one, {bracket.milestone}; it waits "
-            f"for the bracket's other trials"
+            f"paused by HyperBand {self._at(bracket, trial_id)}: it passed the halving at "
+            f"milestone {milestone} ({bracket}) and is already at the next one, "
+            f"{bracket.milestone}; it waits for the bracket's other trials"
         )
 
-    def _said_cut(self, bracket: _Bracket, trial_id: str, milestone: int, rank: int, count: int) -> str:
+    def _said_cut(
+        self, bracket: _Bracket, trial_id: str, milestone: int, rank: int, count: int
+    ) -> str:
         value = format_number(self._sign * bracket.live[trial_id].score)
         return (
-            f"stopped by HyperBand {self._at(bracket, trial_id)} ({bracket}, milestone {milestone}): "
-            f"{self.metric} {value} ranked {rank} of {count}, and only the best {bracket.max_trials} go on"
+            f"stopped by HyperBand {self._at(bracket, trial_id)} ({bracket}, milestone "
+            f"{milestone}): {self.metric} {value} ranked {rank} of {count}, and only the best "
+            f"{bracket.max_trials} go on"
         )
 
     def _said_finished(self, bracket: _Bracket, trial_id: str) -> str:
         return (
-            f"stopped by HyperBand {self._at(bracket, trial_id)}: its bracket ({bracket}) reached its "
-            f"last milestone, {bracket.milestone}"
+            f"stopped by HyperBand {self._at(bracket, trial_id)}: its bracket ({bracket}) reached "
+            f"its last milestone, {bracket.milestone}"
         )
 
     # -- what runs next ---------------------------------------------------------------------------
-    def choose_trial_to_run(self, trials: Sequence[Trial], has_resources: HasResources) -> Trial | None:
+    def choose_trial_to_run(
+        self, trials: Sequence[Trial], has_resources: HasResources
+    ) -> Trial | None:
         """Ray's choice: in the oldest round first, the least complete bracket first, the first of
         its live trials that is PENDING or PAUSED and let go on by a halving. ``trials`` is not
         read: the brackets know their trials. The chosen trial is returned only if it fits now;
@@ -386,14 +396,16 @@ class HyperBandScheduler(MetricScheduler):
 
 def _check_settings(name: str, max_t: Any, reduction_factor: Any) -> None:
     if not max_t > 0:
-        raise ValueError(f"{name} got max_t={max_t}: it must be > 0, the most time_attr a trial runs for.")
+        raise ValueError(
+            f"{name} got max_t={max_t}: it must be > 0, the most time_attr a trial runs for."
+        )
     if max_t < 1:
         raise ValueError(
-            f"{name} got max_t={max_t}: the first bracket runs its trials to int(max_t), which would be "
-            f"0; use max_t >= 1 (in units of time_attr)."
+            f"{name} got max_t={max_t}: the first bracket runs its trials to int(max_t), which "
+            f"would be 0; use max_t >= 1 (in units of time_attr)."
         )
     if not reduction_factor > 1:
         raise ValueError(
-            f"{name} got reduction_factor={reduction_factor}: it must be > 1 (each halving keeps the "
-            f"top 1/reduction_factor of a bracket's trials); 2 to 4 is usual."
+            f"{name} got reduction_factor={reduction_factor}: it must be > 1 (each halving keeps "
+            f"the top 1/reduction_factor of a bracket's trials); 2 to 4 is usual."
         )

@@ -20,53 +20,53 @@ from airflow_trials.core.pbt_explore import (
     show_value,
 )
 from airflow_trials.core.result import TRAINING_ITERATION, Result
-from airflow_trials.core.scheduler import Decision, HasResources, MetricScheduler, format_number
+from airflow_trials.core.scheduler import (
+    Decision,
+    Exploit,  # noqa: F401 - re-exported: PopulationBasedTraining hands these out
+    HasResources,
+    MetricScheduler,
+    format_number,
+)
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.trial import Trial
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Exploit:
-    """A bottom-quantile trial is to continue from a top trial's checkpoint with a perturbed config.
-
-    :param trial_id: the trial that was paused and takes over the donor's state.
-    :param donor_trial_id: the top trial it clones.
-    :param donor_checkpoint: the donor's checkpoint to copy into the trial and resume from.
-    :param new_config: the trial's config from now on: the donor's, explored.
-    :param operations: dotted key -> what explore did, e.g. ``{"lr": "0.01 * 1.2"}``.
-    :param time: the trial's ``time_attr`` when it was exploited.
-    """
-
-    trial_id: str
-    donor_trial_id: str
-    donor_checkpoint: CheckpointRecord
-    new_config: dict[str, Any]
-    operations: dict[str, str]
-    time: float
-
-
 def _check_settings(time_attr: Any, metric: Any, mutations: Any, explore_fn: Any, interval: Any,
                     quantile: Any, resample_probability: Any, factors: Any) -> None:
     name = "PopulationBasedTraining"
     if not isinstance(time_attr, str) or not time_attr:
-        raise ValueError(f"{name} got time_attr={time_attr!r}: name the result key measuring progress.")
+        raise ValueError(
+            f"{name} got time_attr={time_attr!r}: name the result key measuring progress."
+        )
     if metric is not None and (not isinstance(metric, str) or not metric):
-        raise ValueError(f"{name} got metric={metric!r}: name the result key to judge, e.g. metric='loss'.")
+        raise ValueError(
+            f"{name} got metric={metric!r}: name the result key to judge, e.g. metric='loss'."
+        )
     if not mutations and explore_fn is None:
-        raise ValueError(f"{name} got neither hyperparam_mutations nor custom_explore_fn, so it cannot "
-                         f"explore a cloned config; give hyperparam_mutations (e.g. {{'lr': "
-                         f"loguniform(1e-4, 1e-1)}}), a custom_explore_fn(config) -> config, or both.")
+        raise ValueError(
+            f"{name} got neither hyperparam_mutations nor custom_explore_fn, so it cannot "
+            f"explore a cloned config; give hyperparam_mutations (e.g. {{'lr': "
+            f"loguniform(1e-4, 1e-1)}}), a custom_explore_fn(config) -> config, or both."
+        )
     if not 0 <= quantile <= 0.5:
-        raise ValueError(f"{name} got quantile_fraction={quantile}: it must be between 0 and 0.5 (the "
-                         f"bottom fraction clones the top one; they cannot overlap); 0.25 is usual.")
+        raise ValueError(
+            f"{name} got quantile_fraction={quantile}: it must be between 0 and 0.5 (the "
+            f"bottom fraction clones the top one; they cannot overlap); 0.25 is usual."
+        )
     if not interval > 0:
-        raise ValueError(f"{name} got perturbation_interval={interval}: it must be > 0 (in time_attr units).")
+        raise ValueError(
+            f"{name} got perturbation_interval={interval}: it must be > 0 (in time_attr units)."
+        )
     if not 0 <= resample_probability <= 1:
-        raise ValueError(f"{name} got resample_probability={resample_probability}: use a value in [0, 1].")
+        raise ValueError(
+            f"{name} got resample_probability={resample_probability}: use a value in [0, 1]."
+        )
     if not factors:
-        raise ValueError(f"{name} got perturbation_factors={factors!r}: give at least one, e.g. (1.2, 0.8).")
+        raise ValueError(
+            f"{name} got perturbation_factors={factors!r}: give at least one, e.g. (1.2, 0.8)."
+        )
     if mutations:
         check_mutations(mutations)
 
@@ -122,18 +122,22 @@ class PopulationBasedTraining(MetricScheduler):
             hyperparam_mutations={"lr": loguniform(1e-4, 1e-1), "batch_size": [16, 32, 64]},
         )
 
-    :param time_attr: the result key measuring progress, never decreasing; default ``"time_total_s"``.
+    :param time_attr: the result key measuring progress, never decreasing; default
+        ``"time_total_s"``.
     :param metric: the result key judged; default None (then set_search_properties must set it).
     :param mode: ``"min"`` or ``"max"``; default None (likewise).
     :param perturbation_interval: ``time_attr`` between a trial's perturbations; default 60.
     :param burn_in_period: no perturbation before this much ``time_attr``; default 0.
-    :param hyperparam_mutations: key -> a list (shifted to a neighbour, or resampled), a domain such
-        as ``uniform(0, 1)`` or ``choice([...])`` (multiplied by a perturbation factor, or resampled;
-        a one-key dict named after a domain is a domain), a function of no arguments (likewise) or
-        a nested dict of these. Keys a trial's config lacks are sampled when it is added. Default None.
-    :param quantile_fraction: the bottom fraction clones the top fraction, in [0, 0.5]; default 0.25.
+    :param hyperparam_mutations: key -> a list (shifted to a neighbour, or resampled), a domain
+        such as ``uniform(0, 1)`` or ``choice([...])`` (multiplied by a perturbation factor, or
+        resampled; a one-key dict named after a domain is a domain), a function of no arguments
+        (likewise) or a nested dict of these. Keys a trial's config lacks are sampled when it is
+        added. Default None.
+    :param quantile_fraction: the bottom fraction clones the top fraction, in [0, 0.5]; default
+        0.25.
     :param resample_probability: chance of resampling instead of perturbing a key; default 0.25.
-    :param perturbation_factors: a perturbed number is multiplied by one of these; default (1.2, 0.8).
+    :param perturbation_factors: a perturbed number is multiplied by one of these; default
+        (1.2, 0.8).
     :param custom_explore_fn: ``config -> config``, applied after the mutations; default None.
         hyperparam_mutations, custom_explore_fn or both are required.
     :param log_config: keep each trial's :meth:`lineage` (Ray writes policy files); default True.
@@ -165,8 +169,10 @@ class PopulationBasedTraining(MetricScheduler):
         rng: random.Random | None = None,
     ) -> None:
         super().__init__(metric, mode)
-        _check_settings(time_attr, metric, hyperparam_mutations, custom_explore_fn, perturbation_interval,
-                        quantile_fraction, resample_probability, perturbation_factors)
+        _check_settings(
+            time_attr, metric, hyperparam_mutations, custom_explore_fn, perturbation_interval,
+            quantile_fraction, resample_probability, perturbation_factors,
+        )
         self.time_attr = time_attr
         self.perturbation_interval = perturbation_interval
         self.burn_in_period = burn_in_period
@@ -188,8 +194,10 @@ class PopulationBasedTraining(MetricScheduler):
     def on_trial_add(self, trial: Trial) -> None:
         self._check_ready(trial)
         if trial.keep_checkpoints_num is not None and trial.keep_checkpoints_num <= 2:
-            log.warning("Trial %s keeps %s checkpoints: with PBT a donor's checkpoint may be deleted "
-                        "before it is cloned; keep more.", trial.trial_id, trial.keep_checkpoints_num)
+            log.warning(
+                "Trial %s keeps %s checkpoints: with PBT a donor's checkpoint may be deleted "
+                "before it is cloned; keep more.", trial.trial_id, trial.keep_checkpoints_num,
+            )
         self._states[trial.trial_id] = _State(trial)
         fill_missing(trial.config, self.hyperparam_mutations, self.rng)
 
@@ -201,19 +209,25 @@ class PopulationBasedTraining(MetricScheduler):
             return Decision.CONTINUE
         time = self._number(trial, result, self.time_attr, "time_attr")
         score = self._sign * self._number(trial, result, str(self.metric), "metric")
-        if time < self.burn_in_period or time - state.last_perturbation_time < self.perturbation_interval:
+        too_soon = time - state.last_perturbation_time < self.perturbation_interval
+        if time < self.burn_in_period or too_soon:
             return Decision.CONTINUE
         state.last_score, state.last_train_time, state.last_result = score, time, result
         if self.synch:
             return self._synch_step(state, time)
         state.last_perturbation_time = time
         lower, upper = self._quantiles()
-        waiting = any(s.trial.status in (TrialStatus.PENDING, TrialStatus.PAUSED) for s in self._states.values())
+        waiting = any(
+            s.trial.status in (TrialStatus.PENDING, TrialStatus.PAUSED)
+            for s in self._states.values()
+        )
         note = self._checkpoint_or_exploit(state, time, lower, upper)
         if note is None:
             return Decision.PAUSE  # exploited
         if waiting:
-            self._reasons[trial.trial_id] = f"paused by PBT {self._at(time)} so that waiting trials get a turn{note}"
+            self._reasons[trial.trial_id] = (
+                f"paused by PBT {self._at(time)} so that waiting trials get a turn{note}"
+            )
             return Decision.PAUSE
         return Decision.CONTINUE
 
@@ -232,18 +246,24 @@ class PopulationBasedTraining(MetricScheduler):
             other.last_perturbation_time = time
             self._checkpoint_or_exploit(other, time, lower, upper, pausing=state)
         latest = max(s.last_train_time for s in self._states.values())
-        self._next_perturbation_sync = max(self._next_perturbation_sync + self.perturbation_interval, latest)
+        self._next_perturbation_sync = max(
+            self._next_perturbation_sync + self.perturbation_interval, latest
+        )
         if state.trial.trial_id not in self._pending:
             self._reasons[state.trial.trial_id] = (
-                f"paused by PBT {self._at(time)}: the population was perturbed; it waits for the next "
-                f"round at {self.time_attr}={format_number(self._next_perturbation_sync)} (synch=True)"
+                f"paused by PBT {self._at(time)}: the population was perturbed; it waits for the "
+                f"next round at {self.time_attr}={format_number(self._next_perturbation_sync)} "
+                f"(synch=True)"
             )
         return Decision.PAUSE
 
-    def _checkpoint_or_exploit(self, state: _State, time: float, lower: list[_State], upper: list[_State],
-                               pausing: _State | None = None) -> str | None:
-        """Mark a top trial as a donor, or make a bottom one clone a donor: None, else a note on why not.
-        ``pausing`` is paused after this result, so it will have a checkpoint of it (Ray saves it)."""
+    def _checkpoint_or_exploit(
+        self, state: _State, time: float, lower: list[_State], upper: list[_State],
+        pausing: _State | None = None,
+    ) -> str | None:
+        """Mark a top trial as a donor, or make a bottom one clone a donor: None, else a note on
+        why not. ``pausing`` is paused after this result, so it will have a checkpoint of it (Ray
+        saves it)."""
         percent = f"{format_number(self.quantile_fraction * 100)}%"
         state.clone_from_iteration = None
         if state in upper:
@@ -253,10 +273,14 @@ class PopulationBasedTraining(MetricScheduler):
             return f" (it is not in the bottom {percent})"
         donor = self.rng.choice(upper)
         if donor is not pausing and _checkpoint_since(donor) is None:
-            log.info("PBT: trial %s has no checkpoint since its last perturbation; trial %s is not exploited.",
-                     donor.trial.trial_id, state.trial.trial_id)
-            return (f" (it is in the bottom {percent}, but {donor.trial.trial_id}, drawn to be cloned, has "
-                    f"no checkpoint since its last perturbation, so it keeps its own state)")
+            log.info(
+                "PBT: trial %s has no checkpoint since its last perturbation; trial %s is not "
+                "exploited.", donor.trial.trial_id, state.trial.trial_id,
+            )
+            return (
+                f" (it is in the bottom {percent}, but {donor.trial.trial_id}, drawn to be cloned, "
+                f"has no checkpoint since its last perturbation, so it keeps its own state)"
+            )
         self._exploit(state, donor, time, percent)
         return None
 
@@ -265,18 +289,21 @@ class PopulationBasedTraining(MetricScheduler):
         # A donor's pending exploit has not reached trial.config yet (Ray sets the config at once).
         pending = self._pending.get(donor_id)
         donor_config = pending.new_config if pending is not None else donor.trial.config
-        new_config, operations = explore(donor_config, self.hyperparam_mutations, self.resample_probability,
-                                         self.perturbation_factors, self.custom_explore_fn, self.rng)
+        new_config, operations = explore(
+            donor_config, self.hyperparam_mutations, self.resample_probability,
+            self.perturbation_factors, self.custom_explore_fn, self.rng,
+        )
         changes = describe_changes(donor_config, new_config, operations)
         since = donor.clone_from_iteration or 0
-        self._pending[trial_id] = _Plan(donor, since, new_config, {path: what for path, _, what in changes}, time)
+        done = {path: what for path, _, what in changes}
+        self._pending[trial_id] = _Plan(donor, since, new_config, done, time)
         state.last_perturbation_time = donor.last_perturbation_time
         state.last_train_time = donor.last_train_time
         self._num_perturbations += 1
         said = ", ".join(f"{path}={show_value(value)} ({what})" for path, value, what in changes)
         self._reasons[trial_id] = (
-            f"paused by PBT {self._at(time)}: in the bottom {percent}, it continues from {donor_id}'s "
-            f"checkpoint with {said or 'the config custom_explore_fn made'}"
+            f"paused by PBT {self._at(time)}: in the bottom {percent}, it continues from "
+            f"{donor_id}'s checkpoint with {said or 'the config custom_explore_fn made'}"
         )
         log.info("PBT: trial %s clones trial %s with %s", trial_id, donor_id, said or new_config)
 
@@ -292,11 +319,19 @@ class PopulationBasedTraining(MetricScheduler):
             count = math.floor(len(scored) / 2)
         return scored[:count], scored[len(scored) - count:]
 
-    def choose_trial_to_run(self, trials: Sequence[Trial], has_resources: HasResources) -> Trial | None:
-        """The waiting trial that trained least (by ``time_attr``) and fits, so all progress evenly."""
-        trained = {t.trial_id: s.last_train_time for t in trials if (s := self._states.get(t.trial_id))}
-        candidates = [t for t in trials if t.status in (TrialStatus.PENDING, TrialStatus.PAUSED)
-                      and (not self.synch or trained.get(t.trial_id, 0.0) < self._next_perturbation_sync)]
+    def choose_trial_to_run(
+        self, trials: Sequence[Trial], has_resources: HasResources
+    ) -> Trial | None:
+        """The waiting trial that trained least (by ``time_attr``) and fits, so all progress
+        evenly."""
+        trained = {
+            t.trial_id: s.last_train_time for t in trials if (s := self._states.get(t.trial_id))
+        }
+        candidates = [
+            t for t in trials
+            if t.status in (TrialStatus.PENDING, TrialStatus.PAUSED)
+            and (not self.synch or trained.get(t.trial_id, 0.0) < self._next_perturbation_sync)
+        ]
         candidates.sort(key=lambda t: trained.get(t.trial_id, 0.0))
         return next((t for t in candidates if has_resources(t.resources)), None)
 
@@ -315,35 +350,48 @@ class PopulationBasedTraining(MetricScheduler):
         donor_id = plan.donor.trial.trial_id
         checkpoint = _checkpoint_since(plan.donor, plan.since)
         if checkpoint is None:
-            log.warning("PBT: trial %s was to clone trial %s, which has no checkpoint since iteration %s "
-                        "(none saved, or deleted: keep more checkpoints); it keeps its own state.",
-                        trial_id, donor_id, plan.since)
+            log.warning(
+                "PBT: trial %s was to clone trial %s, which has no checkpoint since iteration %s "
+                "(none saved, or deleted: keep more checkpoints); it keeps its own state.",
+                trial_id, donor_id, plan.since,
+            )
             return None
-        exploit = Exploit(trial_id, donor_id, checkpoint, plan.new_config, plan.operations, plan.time)
+        exploit = Exploit(
+            trial_id, donor_id, checkpoint, plan.new_config, plan.operations, plan.time
+        )
         if self.log_config:
             self._lineage[trial_id] = [*self._lineage.get(donor_id, []), exploit]
         return exploit
 
     def lineage(self, trial_id: str) -> list[Exploit]:
-        """The exploits that made the trial's state, oldest first: its donors' lineage, then its own."""
+        """The exploits that made the trial's state, oldest first: its donors' lineage, then its
+        own."""
         return list(self._lineage.get(trial_id, []))
 
     def _state(self, trial: Trial) -> _State:
         try:
             return self._states[trial.trial_id]
         except KeyError as e:
-            raise ValueError(f"PopulationBasedTraining got a result of trial {trial.trial_id}, which it was "
-                             f"never given; call on_trial_add(trial) first (TrialRunner.add_trial does).") from e
+            raise ValueError(
+                f"PopulationBasedTraining got a result of trial {trial.trial_id}, which it was "
+                f"never given; call on_trial_add(trial) first (TrialRunner.add_trial does)."
+            ) from e
 
     def _at(self, time: float) -> str:
         return f"at {self.time_attr}={format_number(time)}"
 
     def debug_string(self) -> str:
-        return f"PopulationBasedTraining: {self._num_checkpoints} checkpoints, {self._num_perturbations} perturbs"
+        return (
+            f"PopulationBasedTraining: {self._num_checkpoints} checkpoints, "
+            f"{self._num_perturbations} perturbs"
+        )
 
 
 def _checkpoint_since(donor: _State, start: int | None = None) -> CheckpointRecord | None:
     """The donor's first kept checkpoint since its last perturbation (Ray saves one right then)."""
     start = donor.clone_from_iteration if start is None else start
-    kept = [c for c in donor.trial.checkpoint_manager.kept if start is not None and c.iteration >= start]
+    kept = [
+        c for c in donor.trial.checkpoint_manager.kept
+        if start is not None and c.iteration >= start
+    ]
     return min(kept, key=lambda c: c.iteration, default=None)

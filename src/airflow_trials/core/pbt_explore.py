@@ -18,7 +18,8 @@ Operations = dict[str, Any]
 
 
 def _domain_kind(value: Any) -> str | None:
-    """The domain's name when ``value`` is one of ours (a one-key dict such as ``{"uniform": [0, 1]}``)."""
+    """The domain's name when ``value`` is one of ours (a one-key dict such as
+    ``{"uniform": [0, 1]}``)."""
     if isinstance(value, Mapping) and len(value) == 1:
         kind = next(iter(value))
         if kind in domains.DOMAINS:
@@ -44,24 +45,31 @@ def explore(config: Mapping[str, Any], mutations: Mutations, resample_probabilit
         elif isinstance(mutation, list | tuple):
             new_config[key], operations[key] = _explore_list(config[key], mutation, p, rng)
         else:
-            new_config[key], operations[key] = _explore_number(config[key], mutation, p, factors, rng)
+            new_config[key], operations[key] = _explore_number(
+                config[key], mutation, p, factors, rng
+            )
     if custom_explore_fn is None:
         return new_config, operations
     explored = custom_explore_fn(new_config)
     if explored is None:
-        raise ValueError("PopulationBasedTraining's custom_explore_fn returned None; it must return the "
-                         "config it was given, changed as needed.")
+        raise ValueError(
+            "PopulationBasedTraining's custom_explore_fn returned None; it must return the config "
+            "it was given, changed as needed."
+        )
     return explored, operations
 
 
-def _explore_list(value: Any, values: Sequence[Any], p: float, rng: random.Random) -> tuple[Any, str]:
+def _explore_list(
+    value: Any, values: Sequence[Any], p: float, rng: random.Random
+) -> tuple[Any, str]:
     # The draw comes first even when the value is not in the list: Ray's `or` evaluates it first.
     if rng.random() < p or value not in values:
         return rng.choice(values), "resample"
     shift = rng.choice([-1, 1])
     old = values.index(value)
     new = min(max(old + shift, 0), len(values) - 1)
-    return values[new], f"shift {'left' if shift == -1 else 'right'}{' (noop)' if old == new else ''}"
+    side = "left" if shift == -1 else "right"
+    return values[new], f"shift {side}{' (noop)' if old == new else ''}"
 
 
 def _explore_number(value: Any, mutation: Any, p: float, factors: Sequence[float],
@@ -89,7 +97,8 @@ def _resample(mutation: Any, rng: random.Random) -> Any:
 
 
 def fill_missing(config: dict[str, Any], mutations: Mutations, rng: random.Random) -> None:
-    """Sample the keys ``config`` lacks from their mutations, as Ray Tune does on a trial's start."""
+    """Sample the keys ``config`` lacks from their mutations, as Ray Tune does on a trial's
+    start."""
     for key, mutation in mutations.items():
         if isinstance(mutation, Mapping) and _domain_kind(mutation) is None:
             fill_missing(config.setdefault(key, {}), mutation, rng)
@@ -98,17 +107,22 @@ def fill_missing(config: dict[str, Any], mutations: Mutations, rng: random.Rando
 
 
 def check_mutations(mutations: Any, path: str = "") -> None:
-    """Raise a TypeError or ValueError naming the first hyperparam_mutations entry PBT cannot use."""
+    """Raise a TypeError or ValueError naming the first hyperparam_mutations entry PBT cannot
+    use."""
     name = "PopulationBasedTraining"
     use = "a list, a domain (e.g. uniform(0, 1)), a function of no arguments or a nested dict"
     if not isinstance(mutations, Mapping):
-        raise TypeError(f"{name} got hyperparam_mutations{path} = {mutations!r}; give a dict of key -> {use}.")
+        raise TypeError(
+            f"{name} got hyperparam_mutations{path} = {mutations!r}; give a dict of key -> {use}."
+        )
     for key, mutation in mutations.items():
         where = f"{name} got hyperparam_mutations{path}[{key!r}] = {mutation!r}"
         kind = _domain_kind(mutation)
         if kind in (domains.SAMPLE_FROM, "grid_search"):
-            raise ValueError(f"{where}: {kind} cannot be resampled or perturbed (Ray Tune refuses it too); "
-                             f"use a list of values or a domain such as uniform.")
+            raise ValueError(
+                f"{where}: {kind} cannot be resampled or perturbed (Ray Tune refuses it too); "
+                f"use a list of values or a domain such as uniform."
+            )
         if kind == "choice" and not (isinstance(mutation[kind], list) and mutation[kind]):
             raise ValueError(f"{where}: choice needs a non-empty list of values.")
         if kind in domains.NUMERIC_DOMAINS:
@@ -116,8 +130,10 @@ def check_mutations(mutations: Any, path: str = "") -> None:
         elif kind is None and isinstance(mutation, Mapping):
             check_mutations(mutation, f"{path}[{key!r}]")
         elif isinstance(mutation, list | tuple) and not mutation:
-            raise ValueError(f"{where}: an empty list has no value to resample or shift to; list the "
-                             f"values the key may take, or leave the key out.")
+            raise ValueError(
+                f"{where}: an empty list has no value to resample or shift to; list the values "
+                f"the key may take, or leave the key out."
+            )
         elif kind is None and not isinstance(mutation, list | tuple) and not callable(mutation):
             raise TypeError(f"{where}, of type {type(mutation).__name__}; use {use}.")
 
@@ -128,9 +144,12 @@ def describe_changes(old: Mapping[str, Any], new: Mapping[str, Any], operations:
     changes: list[tuple[str, Any, str]] = []
     for key, operation in operations.items():
         if isinstance(operation, dict):
-            changes += describe_changes(old.get(key, {}), new.get(key, {}), operation, f"{prefix}{key}.")
+            changes += describe_changes(
+                old.get(key, {}), new.get(key, {}), operation, f"{prefix}{key}."
+            )
         elif operation.startswith("* "):
-            changes.append((f"{prefix}{key}", new.get(key), f"{show_value(old.get(key))} {operation}"))
+            shown = f"{show_value(old.get(key))} {operation}"
+            changes.append((f"{prefix}{key}", new.get(key), shown))
         else:
             changes.append((f"{prefix}{key}", new.get(key), operation))
     return changes

@@ -1,22 +1,22 @@
-"""ASHA's rungs as pure functions: milestones, the rung a result reaches, a rung's cutoff and verdict.
+"""ASHA's rule, written once (:class:`AshaRungs`), over its rungs behind :class:`RungState`."""
 
-Both of ASHA's homes judge with these and nothing else. :class:`~airflow_trials.core.asha.
-AsyncHyperBandScheduler` keeps every rung's values in memory (the runner path); on the Airflow path
-each trial is watched by its own trigger, so the values live in the trials store (one row per
-trial and rung, ``TrialStore.record_rung``) and :class:`AshaRungs` says what to record there.
-Values are kept in the metric's own units; ``mode`` turns them into scores (higher is better) only
-to judge, which is exact (a negation), so both homes compare the very same numbers.
-"""
+# The rule reads and writes its rungs only through RungState, as Ray Tune's scheduler goes
+# through its _Bracket: MemoryRungs holds them for the runner's AsyncHyperBandScheduler, the
+# trials store holds them for the Airflow path (store/rungs.py StoredRungs, one row per trial and
+# rung), where each trial's trigger judges its own results. Values are kept in the metric's own
+# units; ``mode`` turns them into scores (higher is better) only to judge, which is exact (a
+# negation), so both states compare the very same numbers.
 
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
-from airflow_trials.core.scheduler import Decision, experiment_metric_and_mode, format_number
+from airflow_trials.core.scheduler import Decision, RecordedVerdict, format_number
 
 
 def nan_percentile(values: Iterable[float], percent: float) -> float:
@@ -89,7 +89,8 @@ class ValueList:
 
 def rung_cutoff(values: RungValues, reduction_factor: float, mode: str) -> float | None:
     """A rung's cutoff score (``sign * value``, higher is better): the ``(1 - 1/reduction_factor)``
-    percentile of the scores before, as :func:`nan_percentile` gives it; None when there were none."""
+    percentile of the scores before, as :func:`nan_percentile` gives it; None when there were
+    none."""
     if values.total == 0:
         return None
     if values.numeric == 0:
@@ -105,7 +106,8 @@ def rung_milestones(
     grace_period: float, max_t: float, reduction_factor: float, bracket: int = 0
 ) -> tuple[float, ...]:
     """The milestones of bracket ``bracket``'s rungs, highest first (as Ray Tune keeps them):
-    ``grace_period * reduction_factor**k`` for ``k`` from ``bracket`` up to the last below ``max_t``."""
+    ``grace_period * reduction_factor**k`` for ``k`` from ``bracket`` up to the last below
+    ``max_t``."""
     # math.log gives the same rung count as Ray's np.log (checked over 176,924 settings).
     count = int(math.log(max_t / grace_period) / math.log(reduction_factor) - bracket + 1)
     return tuple(grace_period * reduction_factor ** (k + bracket) for k in reversed(range(count)))
@@ -171,7 +173,11 @@ def asha_rung_decision(
     ``nanpercentile``: NaNs are left out); a score strictly below it stops the trial. A tie goes on.
     """
     sign = mode_sign(mode)
-    values = values_before if isinstance(values_before, RungValues) else ValueList(values_before)
+    # Asked at every rung a result reaches: an attribute test, not a runtime Protocol check.
+    values = (
+        cast(RungValues, values_before) if hasattr(values_before, "ranked")
+        else ValueList(cast(Iterable[float], values_before))
+    )
     cutoff = rung_cutoff(values, reduction_factor, mode)
     if cutoff is None:
         return RungVerdict(Decision.CONTINUE, None)
@@ -207,8 +213,11 @@ class RungStop:
     brackets: int = 1
 
 
-def rung_stop_reason(stop: RungStop, *, time_attr: str, time: float, metric: str, mode: str, value: float) -> str:
-    """``stopped by ASHA at training_iteration=3 (rung 1 of 4): score 0.41 below the rung's cutoff 0.55``."""
+def rung_stop_reason(
+    stop: RungStop, *, time_attr: str, time: float, metric: str, mode: str, value: float
+) -> str:
+    """``stopped by ASHA at training_iteration=3 (rung 1 of 4): score 0.41 below the rung's
+    cutoff 0.55``."""
     where = f"rung {stop.rung_number} of {stop.rung_count}"
     if stop.milestone != time:
         where += f", milestone {format_number(stop.milestone)}"
@@ -216,26 +225,38 @@ def rung_stop_reason(stop: RungStop, *, time_attr: str, time: float, metric: str
         where = f"bracket {stop.bracket + 1} of {stop.brackets}, {where}"
     side = "below" if mode == "max" else "above"
     return (
-        f"stopped by ASHA at {time_attr}={format_number(time)} ({where}): {metric} {format_number(value)} "
-        f"{side} the rung's cutoff {format_number(stop.cutoff)}"
+        f"stopped by ASHA at {time_attr}={format_number(time)} ({where}): {metric} "
+        f"{format_number(value)} {side} the rung's cutoff {format_number(stop.cutoff)}"
     )
 
 
-#: What ASHA's reason for stopping a trial at ``max_t`` says: it ran its whole budget, not stopped early.
+#: The reason stored with a trial's last value, recorded when it ended (not a verdict).
+AT_END_REASON = "recorded when the trial ended, as ASHA records a trial's last value"
+
+#: What ASHA's reason for stopping a trial at ``max_t`` says: it ran its whole budget, not
+#: stopped early.
 REACHED_MAX_T = ": it reached max_t="
 
 
 def max_t_stop_reason(time_attr: str, time: float, max_t: float) -> str:
-    return f"stopped by ASHA at {time_attr}={format_number(time)}{REACHED_MAX_T}{format_number(max_t)}"
+    return (
+        f"stopped by ASHA at {time_attr}={format_number(time)}{REACHED_MAX_T}"
+        f"{format_number(max_t)}"
+    )
 
 
-def check_asha_settings(name: str, max_t: Any, grace_period: Any, reduction_factor: Any, brackets: Any) -> None:
+def check_asha_settings(
+    name: str, max_t: Any, grace_period: Any, reduction_factor: Any, brackets: Any
+) -> None:
     """ValueErrors, naming ``name`` and the fix, for settings ASHA cannot work with."""
     if not max_t > 0:
-        raise ValueError(f"{name} got max_t={max_t}: it must be > 0, the most time_attr a trial runs for.")
+        raise ValueError(
+            f"{name} got max_t={max_t}: it must be > 0, the most time_attr a trial runs for."
+        )
     if not grace_period > 0:
         raise ValueError(
-            f"{name} got grace_period={grace_period}: it must be > 0 (the first rung is at grace_period)."
+            f"{name} got grace_period={grace_period}: it must be > 0 (the first rung is at "
+            f"grace_period)."
         )
     if grace_period > max_t:
         raise ValueError(
@@ -244,15 +265,15 @@ def check_asha_settings(name: str, max_t: Any, grace_period: Any, reduction_fact
         )
     if not reduction_factor > 1:
         raise ValueError(
-            f"{name} got reduction_factor={reduction_factor}: it must be > 1 (each rung keeps the top "
-            f"1/reduction_factor of its trials); 2 to 4 is usual."
+            f"{name} got reduction_factor={reduction_factor}: it must be > 1 (each rung keeps the "
+            f"top 1/reduction_factor of its trials); 2 to 4 is usual."
         )
     if not brackets > 0:
         raise ValueError(f"{name} got brackets={brackets}: use 1 or more.")
 
 
 class RecordedRung(Protocol):
-    """A trial's stored rung, as far as choosing its next one goes (the store's RungDecision)."""
+    """A trial's recorded rung, as far as choosing its next one goes (the store's RungDecision)."""
 
     @property
     def milestone(self) -> float: ...
@@ -264,32 +285,96 @@ class RecordedRung(Protocol):
     def at_end(self) -> bool: ...
 
 
+class RungState(Protocol):
+    """Where ASHA's rungs live: what every trial recorded at each rung, one verdict per trial and
+    rung.
+
+    :class:`AshaRungs` reads and writes them through these three methods only, so the rule is the
+    same in memory (:class:`MemoryRungs`, the runner's) and in the trials DB
+    (``store/rungs.py`` ``StoredRungs``, the Airflow path's).
+    """
+
+    def trial_rungs(self, trial_id: str) -> Iterable[RecordedRung]:
+        """The rungs ``trial_id`` recorded a value at, in any order."""
+
+    def record(
+        self, trial_id: str, *, bracket: int, milestone: float, value: float, iteration: int,
+        at_end: bool, decide: RungDecide,
+    ) -> RecordedVerdict:
+        """Record ``value`` at the rung and return ``decide``'s verdict on it, judged once: when
+        the trial has a value at ``milestone`` already, its stored verdict, and ``decide`` is not
+        called. ``decide`` gets the values recorded at (``bracket``, ``milestone``) before."""
+
+    def rung_values(self, bracket: int, milestone: float) -> RungValues:
+        """The values recorded at a rung (for ``debug_string``)."""
+
+
+@dataclass(frozen=True)
+class MemoryRung:
+    """A trial's record at one rung, held by :class:`MemoryRungs`."""
+
+    bracket: int
+    milestone: float
+    iteration: int | None
+    at_end: bool
+    decision: Decision
+    reason: str | None
+
+
+class MemoryRungs:
+    """:class:`RungState` in memory: the rungs of the runner's ASHA, like Ray's ``_Bracket``."""
+
+    def __init__(self) -> None:
+        self._values: dict[tuple[int, float], dict[str, float]] = {}
+        self._trials: dict[str, list[MemoryRung]] = {}
+
+    def trial_rungs(self, trial_id: str) -> list[MemoryRung]:
+        return self._trials.get(trial_id, [])
+
+    def record(
+        self, trial_id: str, *, bracket: int, milestone: float, value: float, iteration: int,
+        at_end: bool, decide: RungDecide,
+    ) -> MemoryRung:
+        recorded = self._trials.setdefault(trial_id, [])
+        for rung in recorded:
+            if rung.milestone == milestone:
+                return rung
+        values = self._values.setdefault((bracket, milestone), {})
+        verdict = decide(ValueList(values.values()))
+        values[trial_id] = value
+        rung = MemoryRung(bracket, milestone, iteration, at_end, verdict.decision, verdict.reason)
+        recorded.append(rung)
+        return rung
+
+    def rung_values(self, bracket: int, milestone: float) -> ValueList:
+        return ValueList(self._values.get((bracket, milestone), {}).values())
+
+
 @dataclass(frozen=True)
 class AshaRungs:
-    """ASHA judged from rungs kept elsewhere (the trials store): what a trial's trigger asks.
+    """ASHA's rule (Ray Tune 2.60's AsyncHyperBandScheduler), over rungs in a :class:`RungState`.
 
-    Decides exactly as :class:`~airflow_trials.core.asha.AsyncHyperBandScheduler` with the same
-    settings and the same history of values per rung. For each fresh result of a trial at
-    ``time`` (its ``time_attr``) with ``value`` (its ``metric``, NaN when not a number):
+    :meth:`judge` is the whole rule for one result of a trial at ``time`` (its ``time_attr``) with
+    ``value`` (its ``metric``, NaN when not a number):
 
     1. :meth:`stop_at_max_t` gives a reason: the trial stops (no rung is judged).
-    2. Otherwise ``milestone = rungs.milestone_for(bracket, time, iteration, store.trial_rungs(trial_id))``;
-       None: it continues.
-    3. Otherwise ``store.record_rung(run, trial_id, bracket=..., milestone=milestone, value=value,
-       iteration=iteration, decide=rungs.decide(bracket, time, milestone, value))`` records the
-       value and returns the verdict.
+    2. Otherwise :meth:`milestone_for` picks the rung from the trial's recorded ones; None: it
+       continues.
+    3. Otherwise ``state.record(...)`` records the value there, judged once by :meth:`decide`,
+       and returns the verdict.
 
     When the trial ends (for any reason, after its last result), steps 2 and 3 run once more with
-    that result and ``at_end=True`` (to both calls and to ``record_rung``): ASHA records a
-    trial's last value as Ray Tune's ``on_trial_complete`` does, and that verdict is not acted on.
-    Processing a result again (a triggerer restart, a retry) gives the same milestone and so the
-    stored verdict: never a second one.
+    that result and ``at_end=True``: ASHA records a trial's last value as Ray Tune's
+    ``on_trial_complete`` does, and that verdict is not acted on. Processing a result again (a
+    triggerer restart, a retry) gives the same milestone and so the stored verdict: never a
+    second one. The runner's :class:`~airflow_trials.core.asha.AsyncHyperBandScheduler` judges
+    with it over :class:`MemoryRungs`, a trial's trigger over the trials store.
 
     Example::
 
         rungs = AshaRungs(metric="loss", mode="min", max_t=81, grace_period=1, reduction_factor=3)
         rungs.milestones(0)  # (81, 27, 9, 3, 1)
-        rungs.rung_to_judge(0, time=3, judged={1})  # 3
+        rungs.judge(MemoryRungs(), "t1", 0, time=1, value=0.5, iteration=1)  # (CONTINUE, None)
 
     :param metric: the result key judged.
     :param mode: ``"min"`` or ``"max"``.
@@ -309,36 +394,30 @@ class AshaRungs:
 
     def __post_init__(self) -> None:
         mode_sign(self.mode)
-        check_asha_settings(type(self).__name__, self.max_t, self.grace_period, self.reduction_factor, self.brackets)
+        check_asha_settings(
+            type(self).__name__, self.max_t, self.grace_period, self.reduction_factor, self.brackets
+        )
 
     def milestones(self, bracket: int) -> tuple[float, ...]:
         """Bracket ``bracket``'s milestones, highest first."""
         if not 0 <= bracket < self.brackets:
-            raise ValueError(f"Bracket {bracket} is not one of ASHA's {self.brackets} (0 to {self.brackets - 1}).")
-        return rung_milestones(self.grace_period, self.max_t, self.reduction_factor, bracket)
-
-    @classmethod
-    def from_scheduler(cls, scheduler: Any, metric: str | None = None, mode: str | None = None) -> AshaRungs:
-        """The rungs of an ``ASHAScheduler`` for the Airflow path; its metric and mode, or the
-        experiment's where it has none (as Ray Tune's Tuner fills them from TuneConfig)."""
-        from airflow_trials.core.asha import AsyncHyperBandScheduler
-
-        if not isinstance(scheduler, AsyncHyperBandScheduler):
             raise ValueError(
-                f"tuning_experiment takes scheduler=ASHAScheduler(...) or MedianStoppingRule(...) only, got "
-                f"{type(scheduler).__name__}: each trial task is judged by its own trigger against the state "
-                "those two keep in the trials DB. HyperBandScheduler and PopulationBasedTraining pause or clone "
-                "trials together: run them on the TrialRunner (docs/engine.md), e.g. from one task."
+                f"Bracket {bracket} is not one of ASHA's {self.brackets} "
+                f"(0 to {self.brackets - 1})."
             )
-        chosen_metric, chosen_mode = experiment_metric_and_mode(scheduler, metric, mode, "ASHAScheduler")
-        return cls(
-            metric=chosen_metric, mode=chosen_mode, time_attr=scheduler.time_attr, max_t=scheduler.max_t,
-            grace_period=scheduler.grace_period, reduction_factor=scheduler.reduction_factor,
-            brackets=scheduler.brackets, stop_last_trials=scheduler.stop_last_trials,
+        return self._milestones[bracket]
+
+    @functools.cached_property
+    def _milestones(self) -> tuple[tuple[float, ...], ...]:
+        # Asked at every result: computed once (a frozen dataclass still has a __dict__).
+        return tuple(
+            rung_milestones(self.grace_period, self.max_t, self.reduction_factor, bracket)
+            for bracket in range(self.brackets)
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain values (an operator's argument, a trigger's serialized field); ``AshaRungs(**d)`` reads them."""
+        """Plain values (an operator's argument, a trigger's serialized field);
+        ``AshaRungs(**d)`` reads them."""
         return asdict(self)
 
     def hold_points(self, bracket: int) -> list[float]:
@@ -354,11 +433,13 @@ class AshaRungs:
         return {"time_attr": self.time_attr, "points": self.hold_points(bracket)}
 
     def draw_bracket(self, uniform: float) -> int:
-        """The bracket of a new trial for one uniform draw in [0, 1); draw it once per trial and keep it."""
+        """The bracket of a new trial for one uniform draw in [0, 1); draw it once per trial and
+        keep it."""
         return draw_bracket([len(self.milestones(b)) for b in range(self.brackets)], uniform)
 
     def stop_at_max_t(self, time: float) -> str | None:
-        """The reason to stop a trial whose result reached ``max_t`` (with ``stop_last_trials``), else None."""
+        """The reason to stop a trial whose result reached ``max_t`` (with
+        ``stop_last_trials``), else None."""
         if self.stop_last_trials and time >= self.max_t:
             return max_t_stop_reason(self.time_attr, time, self.max_t)
         return None
@@ -368,7 +449,8 @@ class AshaRungs:
         return rung_to_judge(self.milestones(bracket), time, judged, self.stop_last_trials)
 
     def milestone_for(
-        self, bracket: int, time: float, iteration: int, recorded: Iterable[RecordedRung], *, at_end: bool = False
+        self, bracket: int, time: float, iteration: int, recorded: Iterable[RecordedRung], *,
+        at_end: bool = False,
     ) -> float | None:
         """The milestone result ``iteration`` (at ``time``) is recorded at, or None: it continues.
 
@@ -380,25 +462,58 @@ class AshaRungs:
         """
         judged = {
             r.milestone for r in recorded
-            if not r.at_end and (r.iteration is None or r.iteration < iteration or (at_end and r.iteration == iteration))
+            if not r.at_end
+            and (
+                r.iteration is None or r.iteration < iteration
+                or (at_end and r.iteration == iteration)
+            )
         }
         return self.rung_to_judge(bracket, time, judged)
 
-    def decide(self, bracket: int, time: float, milestone: float, value: float, *, at_end: bool = False) -> RungDecide:
-        """The ``decide`` of ``TrialStore.record_rung`` for ``value`` reaching ``milestone`` at ``time``."""
+    def decide(
+        self, bracket: int, time: float, milestone: float, value: float, *, at_end: bool = False
+    ) -> RungDecide:
+        """The ``decide`` of ``RungState.record`` for ``value`` reaching ``milestone`` at
+        ``time``."""
         milestones = self.milestones(bracket)
         rung_number = len(milestones) - milestones.index(milestone)
 
         def judge(values_before: RungValues) -> RungVerdict:
             verdict = asha_rung_decision(values_before, value, self.reduction_factor, self.mode)
             if at_end:
-                return replace(verdict, reason="recorded when the trial ended, as ASHA records a trial's last value")
+                return replace(verdict, reason=AT_END_REASON)
             if verdict.decision is not Decision.STOP or verdict.cutoff is None:
                 return verdict
-            stop = RungStop(rung_number, len(milestones), milestone, verdict.cutoff, bracket, self.brackets)
+            stop = RungStop(
+                rung_number, len(milestones), milestone, verdict.cutoff, bracket, self.brackets
+            )
             reason = rung_stop_reason(
-                stop, time_attr=self.time_attr, time=time, metric=self.metric, mode=self.mode, value=value
+                stop, time_attr=self.time_attr, time=time, metric=self.metric, mode=self.mode,
+                value=value,
             )
             return replace(verdict, reason=reason)
 
         return judge
+
+    def judge(
+        self, state: RungState, trial_id: str, bracket: int, *, time: float, value: float,
+        iteration: int, at_end: bool = False,
+    ) -> tuple[Decision, str | None]:
+        """The rule on one result of ``trial_id`` (of ``bracket``): CONTINUE or STOP, and why it
+        stops. ``iteration`` orders a trial's results (training_iteration); with ``at_end`` the
+        trial ended and this is its last result, recorded and not acted on (CONTINUE)."""
+        if not at_end:
+            reason = self.stop_at_max_t(time)
+            if reason is not None:
+                return Decision.STOP, reason
+        recorded = state.trial_rungs(trial_id)
+        milestone = self.milestone_for(bracket, time, iteration, recorded, at_end=at_end)
+        if milestone is None:
+            return Decision.CONTINUE, None
+        verdict = state.record(
+            trial_id, bracket=bracket, milestone=milestone, value=value, iteration=iteration,
+            at_end=at_end, decide=self.decide(bracket, time, milestone, value, at_end=at_end),
+        )
+        if at_end or verdict.decision is not Decision.STOP:
+            return Decision.CONTINUE, None
+        return Decision.STOP, verdict.reason

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from airflow_trials.core.checkpoint import CheckpointRecord
 from airflow_trials.core.resources import Resources
 from airflow_trials.core.result import Result
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.trial import Trial
-
-if TYPE_CHECKING:
-    from airflow_trials.core.pbt import Exploit
 
 
 class Decision(StrEnum):
@@ -25,6 +24,37 @@ class Decision(StrEnum):
 
 
 HasResources = Callable[[Resources], bool]
+
+
+class RecordedVerdict(Protocol):
+    """A verdict a rule stored on a result (ASHA at a rung, the median rule on a running mean):
+    the first one, however often the result is judged again."""
+
+    @property
+    def decision(self) -> Decision: ...
+
+    @property
+    def reason(self) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class Exploit:
+    """A bottom-quantile trial is to continue from a top trial's checkpoint with a perturbed config.
+
+    :param trial_id: the trial that was paused and takes over the donor's state.
+    :param donor_trial_id: the top trial it clones.
+    :param donor_checkpoint: the donor's checkpoint to copy into the trial and resume from.
+    :param new_config: the trial's config from now on: the donor's, explored.
+    :param operations: dotted key -> what explore did, e.g. ``{"lr": "0.01 * 1.2"}``.
+    :param time: the trial's ``time_attr`` when it was exploited.
+    """
+
+    trial_id: str
+    donor_trial_id: str
+    donor_checkpoint: CheckpointRecord
+    new_config: dict[str, Any]
+    operations: dict[str, str]
+    time: float
 
 
 class TrialScheduler:
@@ -58,7 +88,9 @@ class TrialScheduler:
     def on_trial_remove(self, trial: Trial) -> None:
         pass
 
-    def choose_trial_to_run(self, trials: Sequence[Trial], has_resources: HasResources) -> Trial | None:
+    def choose_trial_to_run(
+        self, trials: Sequence[Trial], has_resources: HasResources
+    ) -> Trial | None:
         raise NotImplementedError
 
     def take_pending_actions(self) -> list[tuple[str, Decision]]:
@@ -74,7 +106,8 @@ class TrialScheduler:
         return None
 
     def decision_reason(self, trial_id: str) -> str | None:
-        """Why this scheduler last paused or stopped the trial, as a sentence; None if it never did."""
+        """Why this scheduler last paused or stopped the trial, as a sentence; None if it never
+        did."""
         return None
 
     def debug_string(self) -> str:
@@ -84,7 +117,9 @@ class TrialScheduler:
 class FIFOScheduler(TrialScheduler):
     """Runs trials in the order they were added; PAUSED trials only when no PENDING one fits."""
 
-    def choose_trial_to_run(self, trials: Sequence[Trial], has_resources: HasResources) -> Trial | None:
+    def choose_trial_to_run(
+        self, trials: Sequence[Trial], has_resources: HasResources
+    ) -> Trial | None:
         # Trials of one shape share the answer: asking once per shape keeps a step cheap when
         # hundreds of trials wait.
         answers: dict[Resources, bool] = {}
@@ -127,12 +162,13 @@ class MetricScheduler(FIFOScheduler):
     def _check_mode(self, mode: str | None) -> None:
         if mode is not None and mode not in MODES:
             raise ValueError(
-                f"{type(self).__name__} got mode={mode!r}, which is not a mode: use mode='min' when a lower "
-                f"metric is better or mode='max' when a higher one is."
+                f"{type(self).__name__} got mode={mode!r}, which is not a mode: use mode='min' "
+                f"when a lower metric is better or mode='max' when a higher one is."
             )
 
     def set_search_properties(self, metric: str | None, mode: str | None, **spec: Any) -> bool:
-        """Set ``metric`` and ``mode`` unless already set (Ray Tune's rule; the caller warns on False).
+        """Set ``metric`` and ``mode`` unless already set (Ray Tune's rule; the caller warns on
+        False).
 
         Unlike Ray Tune, a mode without a metric does not fall back to an anonymous ``_metric``:
         the engine reports no such key.
@@ -154,21 +190,22 @@ class MetricScheduler(FIFOScheduler):
             return
         name = type(self).__name__
         raise ValueError(
-            f"{name} cannot take trial {trial.trial_id}: it has no metric or no mode to judge trials by "
-            f"(metric={self.metric!r}, mode={self.mode!r}); create it with both, e.g. "
+            f"{name} cannot take trial {trial.trial_id}: it has no metric or no mode to judge "
+            f"trials by (metric={self.metric!r}, mode={self.mode!r}); create it with both, e.g. "
             f"{name}(metric='score', mode='max'), or call set_search_properties(metric, mode) "
             f"before adding trials."
         )
 
     def _number(self, trial: Trial, result: Mapping[str, Any], key: str, role: str) -> float:
-        """``result[key]`` as a float; ValueError naming the key and the trial when it is missing."""
+        """``result[key]`` as a float; ValueError naming the key and the trial when it is
+        missing."""
         name = type(self).__name__
         if key not in result:
             reported = ", ".join(sorted(str(k) for k in result)) or "nothing"
             raise ValueError(
-                f"Trial {trial.trial_id} reported a result without {key!r}, the {role} {name} decides "
-                f"by (the result has: {reported}); report {key!r} in every result, or create {name} "
-                f"with a {role} the trainable reports."
+                f"Trial {trial.trial_id} reported a result without {key!r}, the {role} {name} "
+                f"decides by (the result has: {reported}); report {key!r} in every result, or "
+                f"create {name} with a {role} the trainable reports."
             )
         return self._as_number(trial, key, result[key])
 
@@ -177,8 +214,8 @@ class MetricScheduler(FIFOScheduler):
             return float(value)
         except (TypeError, ValueError) as e:
             raise ValueError(
-                f"Trial {trial.trial_id} reported {key}={value!r}, but {type(self).__name__} needs a "
-                f"number there; report {key} as an int or a float."
+                f"Trial {trial.trial_id} reported {key}={value!r}, but {type(self).__name__} needs "
+                f"a number there; report {key} as an int or a float."
             ) from e
 
     def _optional_number(self, result: Mapping[str, Any], key: str) -> float | None:
@@ -200,16 +237,21 @@ def format_number(value: float) -> str:
     return f"{value:.4g}"
 
 
-def experiment_metric_and_mode(scheduler: Any, metric: str | None, mode: str | None, name: str) -> tuple[str, str]:
+def experiment_metric_and_mode(
+    scheduler: Any, metric: str | None, mode: str | None, name: str
+) -> tuple[str, str]:
     """The metric and mode a scheduler judges by on the Airflow path: its own, or the experiment's
     where it has none (as Ray Tune's Tuner fills them from TuneConfig). ValueError, naming the fix,
     when the two disagree or neither gives one."""
-    clash = [f"{key} {theirs!r} vs {ours!r}" for key, theirs, ours in
-             (("metric", scheduler.metric, metric), ("mode", scheduler.mode, mode)) if theirs and ours and theirs != ours]
+    pairs = (("metric", scheduler.metric, metric), ("mode", scheduler.mode, mode))
+    clash = [
+        f"{key} {theirs!r} vs {ours!r}"
+        for key, theirs, ours in pairs if theirs and ours and theirs != ours
+    ]
     if clash:
         raise ValueError(
-            f"The scheduler and the experiment disagree on {', '.join(clash)} (scheduler vs experiment): "
-            "give the scheduler the experiment's metric and mode, or none."
+            f"The scheduler and the experiment disagree on {', '.join(clash)} (scheduler vs "
+            "experiment): give the scheduler the experiment's metric and mode, or none."
         )
     chosen_metric, chosen_mode = scheduler.metric or metric, scheduler.mode or mode
     if not chosen_metric or not chosen_mode:

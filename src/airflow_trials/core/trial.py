@@ -90,10 +90,7 @@ class Trial:
         self.stopper = build_stopper(stopping_criterion)
         if checkpoint_freq < 0:
             raise ValueError(f"Trial {self.trial_id}: checkpoint_freq must be >= 0, got {checkpoint_freq}.")
-        if max_failures < -1:
-            raise ValueError(
-                f"Trial {self.trial_id}: max_failures must be -1 (unlimited) or >= 0, got {max_failures}."
-            )
+        check_max_failures(max_failures, trial_id=self.trial_id)
         self.checkpoint_freq = checkpoint_freq
         self.checkpoint_at_end = checkpoint_at_end
         self.max_failures = max_failures
@@ -278,3 +275,20 @@ def _jsonable_result(result: Mapping[str, Any]) -> dict[str, Any]:
             value = repr(value)
         out[key] = value
     return out
+
+
+def check_max_failures(max_failures: Any, *, trial_id: str | None = None) -> int:
+    """``max_failures`` once checked: -1 (unlimited) or an integer >= 0; else ValueError.
+
+    The one check of ``max_failures``, for a :class:`Trial`, a trial task and an experiment's
+    settings. A JSON number such as ``1.0`` (a run's conf) and a bool are refused: neither is a
+    count.
+
+    :param trial_id: the trial it is for, named in the error; default None (not named).
+    """
+    if isinstance(max_failures, bool) or not isinstance(max_failures, int) or max_failures < -1:
+        whose = f"Trial {trial_id}: " if trial_id is not None else ""
+        raise ValueError(
+            f"{whose}max_failures must be -1 (unlimited) or an integer >= 0, got {max_failures!r}."
+        )
+    return max_failures

@@ -1,6 +1,7 @@
-"""What a trial watch is made of, on either path: the poll futures, the progress tracker, the
-write counter and event-loop lag probe, and :class:`DirectTrialWatch`, the unbatched path that
-``execution/triggerer/poller.py``'s shared poller is measured against."""
+"""What a trial watch polls through, on either path: the :class:`TrialPolls` interface, the poll
+futures, the progress tracker, the write counter and event-loop lag probe, and
+:class:`DirectTrialPolls`, the unbatched path that the shared poller's
+:class:`~airflow_trials.execution.triggerer.poller.BatchedTrialPolls` is measured against."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import logging
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from airflow_trials.store.store import TrialProgress, TrialStore
 
@@ -35,6 +36,25 @@ class Poll:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.answered: asyncio.Future[Snapshot] = loop.create_future()
         self.recorded: asyncio.Future[None] = loop.create_future()
+
+
+class TrialPolls(Protocol):
+    """How a trial's watch polls its actor, on either path: one poll at a time, the actor
+    replaced after a re-attach, and the progress the store holds (:attr:`tracker`)."""
+
+    tracker: TrialProgressTracker
+
+    def poll(self) -> Poll:
+        """The poll in flight, or a new one."""
+        ...
+
+    def set_actor(self, actor: Any) -> None:
+        """Send later polls to ``actor`` (the trial's actor found again)."""
+        ...
+
+    def close(self) -> None:
+        """Stop polling (a poll in flight is dropped)."""
+        ...
 
 
 @dataclass
@@ -78,7 +98,8 @@ class TrialProgressTracker:
         item = TrialProgress(
             self.trial_id,
             results=snapshot["results"],
-            new_checkpoints=[(p, c["iteration"], c["score"]) for p, c in kept.items() if p not in self.recorded],
+            new_checkpoints=[(p, c["iteration"], c["score"]) for p, c in kept.items()
+                             if p not in self.recorded],
             deleted_checkpoints=sorted(self.recorded - kept.keys()),
             running=not self.placed,
         )
@@ -105,7 +126,8 @@ def _drop(poll: Poll | None) -> None:
         poll.recorded.cancel()
 
 
-def _settle(future: asyncio.Future[Any], value: Any = None, error: BaseException | None = None) -> None:
+def _settle(future: asyncio.Future[Any], value: Any = None,
+            error: BaseException | None = None) -> None:
     """Resolve ``future`` unless its watch was closed meanwhile; on the future's loop."""
     if future.done():
         return
@@ -167,16 +189,17 @@ async def _probe_lag(loop: asyncio.AbstractEventLoop) -> None:
         longest = max(longest, now - expected)
         if now - since >= STATS_INTERVAL_SECONDS:
             transactions, rows = WRITES.take()
-            log.info("Trigger event loop: longest lag %.1f ms over %.0f s; trial store writes: %d "
-                     "transactions, %d new results", 1000 * longest, now - since, transactions, rows)
+            log.info("Trigger event loop: longest lag %.1f ms over %.0f s; trial store writes: "
+                     "%d transactions, %d new results", 1000 * longest, now - since, transactions,
+                     rows)
             longest, since = 0.0, now
 
 
-class DirectTrialWatch:
+class DirectTrialPolls:
     """The unbatched path, kept to measure the poller against (``bench/triggerer_load.py``): the
     trigger sends its own polls and awaits their ObjectRefs on the event loop, and writes each
-    poll's progress in a thread of its own, one transaction per trial and poll. Same interface
-    as :class:`TrialWatch`; TrialTrigger uses it only when batched polls are switched off.
+    poll's progress in a thread of its own, one transaction per trial and poll. A
+    :class:`TrialPolls`; a trial's watch uses it only when batched polls are switched off.
 
     :param trial_id: the trial.
     :param actor: its Ray actor handle.
@@ -186,7 +209,8 @@ class DirectTrialWatch:
     """
 
     def __init__(
-        self, trial_id: str, actor: Any, store: TrialStore, wait_seconds: float, recorded: Iterable[str] = ()
+        self, trial_id: str, actor: Any, store: TrialStore, wait_seconds: float,
+        recorded: Iterable[str] = (),
     ) -> None:
         self.trial_id = trial_id
         self.wait_seconds = wait_seconds

@@ -1,4 +1,6 @@
-"""Trial actors as Ray's GCS sees them, read without Ray's GlobalStateAccessor.
+"""Trial actors as Ray's GCS sees them, read without Ray's GlobalStateAccessor; the one reader of
+Ray's actor states (the rest of the package reads :class:`ActorInfo` and
+:class:`~airflow_trials.core.fate.ActorState`, never Ray's state names).
 
 Ray's ``ray._private.state`` (behind ``placement_group_table``, ``ray.nodes`` and friends) aborts
 the whole process with a C++ check failure once the GCS it talks to has restarted
@@ -18,13 +20,17 @@ import asyncio
 import concurrent.futures
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import ray
 from ray import ActorID, PlacementGroupID
 from ray.actor import ActorHandle
+from ray.exceptions import RayActorError
 from ray.util.client import ray as ray_client
 from ray.util.placement_group import PlacementGroup, placement_group_table, remove_placement_group
+
+from airflow_trials.core.fate import ActorState
+from airflow_trials.core.status import TrialStatus
 
 # GCS actor states of an actor that waits for resources (its constructor has not run yet).
 WAITING_STATES = frozenset({"DEPENDENCIES_UNREADY", "PENDING_CREATION"})
@@ -32,6 +38,13 @@ WAITING_STATES = frozenset({"DEPENDENCIES_UNREADY", "PENDING_CREATION"})
 # killed with ray.kill, or whose worker process crashed, failed as far as the trial is concerned.)
 INFRASTRUCTURE_DEATHS = frozenset({"NODE_DIED"})
 GCS_TIMEOUT_SECONDS = 10.0
+# How long a task starting a try waits for a live trial's actor to say its status before it fails.
+ATTACH_TIMEOUT_SECONDS = 60.0
+# What a placed trial actor's own status (its poll) means to a try that starts.
+_ACTOR_STATES = {
+    TrialStatus.RUNNING: ActorState.RUNNING,
+    TrialStatus.TERMINATED: ActorState.TERMINATED,
+}
 
 
 @dataclass(frozen=True)
@@ -56,9 +69,13 @@ class ActorInfo:
         return self.state in WAITING_STATES
 
     @property
+    def dead(self) -> bool:
+        return self.state == "DEAD"
+
+    @property
     def lost_to_infrastructure(self) -> bool:
         """Did it die because its node did, rather than because of the trial or a user?"""
-        return self.state == "DEAD" and self.death_reason in INFRASTRUCTURE_DEATHS
+        return self.dead and self.death_reason in INFRASTRUCTURE_DEATHS
 
 
 def _info_from_table_data(data: Any) -> ActorInfo:
@@ -86,7 +103,8 @@ async def async_actor_info(actor_id: str, timeout_s: float = GCS_TIMEOUT_SECONDS
     Raises Ray's RpcError when the GCS does not answer within ``timeout_s``.
     """
     gcs = ray._private.worker.global_worker.gcs_client  # type: ignore[attr-defined]
-    table = await gcs.async_get_all_actor_info(actor_id=ActorID(bytes.fromhex(actor_id)), timeout=timeout_s)
+    table = await gcs.async_get_all_actor_info(
+        actor_id=ActorID(bytes.fromhex(actor_id)), timeout=timeout_s)
     if not table:
         return ActorInfo("DEAD", None, "NODE_DIED", "The Ray cluster no longer knows this actor.")
     return _info_from_table_data(next(iter(table.values())))
@@ -123,6 +141,26 @@ def actor_state(actor: ActorHandle) -> str:
     """GCS's state of an actor: ``PENDING_CREATION`` while it waits for resources, ``ALIVE``,
     ``RESTARTING`` or ``DEAD``. Read from the GCS, so it works without Ray's dashboard."""
     return actor_info(actor).state
+
+
+def trial_actor_state(
+    actor: ActorHandle | None, timeout_s: float = ATTACH_TIMEOUT_SECONDS
+) -> ActorState:
+    """What a try that starts finds of its trial's actor (``None``: the executor found none).
+
+    QUEUED while Ray has not placed it; once placed, what the actor says of its trial (asked
+    with a poll, which raises GetTimeoutError past ``timeout_s``); GONE when it died as we asked
+    (the previous try's trigger, cancelled because the task was cleared, stopped it).
+    """
+    if actor is None:
+        return ActorState.GONE
+    if actor_info(actor).waiting:
+        return ActorState.QUEUED  # it starts its trial when Ray places it
+    try:
+        snapshot = cast(dict[str, Any], ray.get(actor.poll.remote(10**9), timeout=timeout_s))
+    except RayActorError:
+        return ActorState.GONE
+    return _ACTOR_STATES.get(TrialStatus(snapshot["status"]), ActorState.STALE)
 
 
 def kill_actor(actor: ActorHandle, settle_s: float = 3.0) -> ActorInfo:

@@ -11,6 +11,7 @@ from airflow.sdk import Asset
 
 from airflow_trials.core.resources import Resources
 from airflow_trials.core.search import validate_search_space
+from airflow_trials.core.trial import check_max_failures
 
 
 def run_seed(experiment_name: str, dag_id: str, run_id: str) -> int:
@@ -29,7 +30,8 @@ def best_trial_asset(experiment_name: str) -> Asset:
 
 
 #: The settings a ``from_params`` function may return for one DAG run.
-PARAM_SETTINGS = ("search_space", "num_samples", "metric", "mode", "stop", "resources_per_trial", "max_failures")
+PARAM_SETTINGS = ("search_space", "num_samples", "metric", "mode", "stop", "resources_per_trial",
+                  "max_failures")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,7 +82,8 @@ class ExperimentSettings:
         if not isinstance(metric, str) or not metric:
             raise ValueError(f"metric must be the name of a reported metric, got {metric!r}.")
         if not cls._is_int(num_samples) or num_samples < 1:
-            raise ValueError(f"num_samples must be an integer >= 1 such as 4 (not 4.0), got {num_samples!r}.")
+            raise ValueError(
+                f"num_samples must be an integer >= 1 such as 4 (not 4.0), got {num_samples!r}.")
         if not sweep:
             cls._check_trial_count(search_space, num_samples)
         if stop is not None and (
@@ -88,8 +91,7 @@ class ExperimentSettings:
             or not all(isinstance(k, str) and cls._is_finite(v) for k, v in stop.items())
         ):
             raise ValueError(f"stop must map metric names to finite numbers, got {stop!r}.")
-        if not cls._is_int(max_failures) or max_failures < -1:
-            raise ValueError(f"max_failures must be -1 (unlimited) or an integer >= 0, got {max_failures!r}.")
+        max_failures = check_max_failures(max_failures)
         return cls(dict(search_space), num_samples, metric, mode, dict(stop) if stop else None,
                    cls._checked_resources(resources_per_trial), max_failures)
 
@@ -102,7 +104,8 @@ class ExperimentSettings:
     def _is_finite(value: Any) -> bool:
         import math
 
-        return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        return number and math.isfinite(value)
 
     @staticmethod
     def _check_trial_count(search_space: Mapping[str, Any], num_samples: int) -> None:
@@ -116,11 +119,14 @@ class ExperimentSettings:
         total = count_configs(search_space, num_samples)
         if total > limit:
             grids = total // num_samples
-            made = f"num_samples {num_samples}" + (f" x {grids} grid combinations" if grids > 1 else "")
-            fewer = f"ask for at most {limit // grids} samples" if grids <= limit else "use fewer grid_search values"
+            made = f"num_samples {num_samples}" + (
+                f" x {grids} grid combinations" if grids > 1 else "")
+            fewer = (f"ask for at most {limit // grids} samples" if grids <= limit
+                     else "use fewer grid_search values")
             raise ValueError(
                 f"{made} is {total} trials, more than {limit}, the most one mapped task may have "
-                f"(Airflow's [core] max_map_length); pass sweep=True to run them all in one sweep task, "
+                "(Airflow's [core] max_map_length); pass sweep=True to run them all in one sweep "
+                "task, "
                 f"raise [core] max_map_length to at least {total}, or {fewer}."
             )
 
@@ -129,15 +135,18 @@ class ExperimentSettings:
         try:
             resources = Resources.from_dict(spec)
         except OverflowError as e:  # an infinite amount, when Resources converts it to Ray's units
-            raise ValueError(f"resources_per_trial must hold finite amounts >= 0, got {spec!r}.") from e
+            raise ValueError(
+                f"resources_per_trial must hold finite amounts >= 0, got {spec!r}.") from e
         except ValueError as e:  # NaN fails the same conversion with a ValueError
-            raise ValueError(f"resources_per_trial must hold finite amounts >= 0, got {spec!r} ({e}).") from e
+            raise ValueError(
+                f"resources_per_trial must hold finite amounts >= 0, got {spec!r} ({e}).") from e
         if not resources.is_nonnegative():
             raise ValueError(f"resources_per_trial must hold finite amounts >= 0, got {spec!r}.")
         return resources
 
     def as_kwargs(self) -> dict[str, Any]:
-        return {"search_space": self.search_space, "num_samples": self.num_samples, "metric": self.metric,
+        return {"search_space": self.search_space, "num_samples": self.num_samples,
+                "metric": self.metric,
                 "mode": self.mode, "stop": self.stop, "resources_per_trial": self.resources,
                 "max_failures": self.max_failures}
 
@@ -159,10 +168,12 @@ def trial_gpu_classes(
         return [gpu]
     where = f"Experiment {experiment_name}: gpus_per_trial_choices"
     if not gpu_pool:
-        raise ValueError(f"{where} only matter with a gpu_pool (they set pool slots); pass gpu_pool= or drop them.")
+        raise ValueError(f"{where} only matter with a gpu_pool (they set pool slots); pass "
+                         "gpu_pool= or drop them.")
     classes = sorted({float(c) for c in choices})
     if not classes or any(c < 0 for c in classes):
         raise ValueError(f"{where} must be non-empty and >= 0, got {list(choices)!r}.")
     if gpu not in classes:
-        raise ValueError(f"{where} {classes} must include resources_per_trial's gpu ({gpu:g}), the default.")
+        raise ValueError(f"{where} {classes} must include resources_per_trial's gpu ({gpu:g}), "
+                         "the default.")
     return classes

@@ -1,11 +1,10 @@
-"""Hooks: the Ray connection, the trials-DB connection, and TrialsHook that builds the executor and store."""
+"""Hooks: the Ray connection, the trials-DB connection, and TrialsHook (executor, store, stops)."""
 
 from __future__ import annotations
 
 import json
 import logging
 import os
-import sys
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -13,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
-from airflow_trials.exceptions import RayUnavailableError
+from airflow_trials.exceptions import RayUnavailableError, StoreError
+from airflow_trials.trials_db_url import resolve_trials_db_url
 
 if TYPE_CHECKING:
     from airflow_trials.execution.driver.executor import RayTrialExecutor
@@ -26,6 +26,11 @@ DEFAULT_RAY_CONN_ID = "ray_default"
 # safe to race, so connecting is serialised per process.
 _RAY_INIT_LOCK = threading.Lock()
 DEFAULT_TRIALS_CONN_ID = "trials_default"
+# What a trial stopped from Airflow keeps as its error message (its record says so in
+# ``stopped_from_airflow``, which is what the next try reads; no code decides on this text).
+STOPPED_FROM_AIRFLOW = (
+    "Stopped from Airflow: its task was cleared or marked, or its process killed."
+)
 # When this process last made sure its Ray connection is to the cluster now at that address.
 _verified_at = float("-inf")
 _VERIFY_PERIOD_SECONDS = 10.0
@@ -39,7 +44,8 @@ def _extra(conn: Any) -> dict[str, Any]:
 class RayHook(BaseHook):
     """Connects to Ray as a ``ray`` connection says.
 
-    Connection fields: *host* is the Ray address (``ray://head:10001``, ``auto``, ``127.0.0.1:6379``);
+    Connection fields: *host* is the Ray address (``ray://head:10001``, ``auto``,
+    ``127.0.0.1:6379``);
     extras ``namespace`` (default ``airflow_trials``), ``runtime_env`` (JSON object) and
     ``storage_path`` (where checkpoints go; a path every Ray node reaches, or an fsspec URL).
     Without the connection, the address comes from ``RAY_ADDRESS``, else a local Ray is used
@@ -60,7 +66,8 @@ class RayHook(BaseHook):
             "relabeling": {"host": "Ray address"},
             "placeholders": {
                 "host": "ray://ray-head:10001 (empty: RAY_ADDRESS, else a local Ray)",
-                "extra": '{"namespace": "airflow_trials", "storage_path": "s3://bucket/trials", "runtime_env": {}}',
+                "extra": '{"namespace": "airflow_trials", "storage_path": "s3://bucket/trials", '
+                         '"runtime_env": {}}',
             },
         }
 
@@ -83,7 +90,8 @@ class RayHook(BaseHook):
         if isinstance(runtime_env, str):
             runtime_env = json.loads(runtime_env)
         return {
-            "address": (conn.host if conn is not None and conn.host else None) or os.environ.get("RAY_ADDRESS"),
+            "address": ((conn.host if conn is not None and conn.host else None)
+                        or os.environ.get("RAY_ADDRESS")),
             "namespace": extra.get("namespace") or "airflow_trials",
             "runtime_env": runtime_env,
             "storage_path": extra.get("storage_path") or None,
@@ -155,8 +163,9 @@ class RayHook(BaseHook):
                 ray.init(**kwargs)
             except (ConnectionError, TimeoutError, RuntimeError) as e:
                 raise RayUnavailableError(
-                    f"Could not connect to Ray at {kwargs.get('address')} ({type(e).__name__}: {e}). The "
-                    f"Ray head is down, restarting or elsewhere; check connection {self.ray_conn_id!r} "
+                    f"Could not connect to Ray at {kwargs.get('address')} "
+                    f"({type(e).__name__}: {e}). The Ray head is down, restarting or elsewhere; "
+                    f"check connection {self.ray_conn_id!r} "
                     "or RAY_ADDRESS and the head's health. Airflow retries the task."
                 ) from e
 
@@ -209,104 +218,14 @@ class TrialsDbHook(BaseHook):
         self.trials_conn_id = trials_conn_id
 
     def get_url(self) -> str:
-        """The trials DB URL: the connection, else ``AIRFLOW_TRIALS_DB_URL``, else the default file."""
+        """The trials DB URL: the connection, else ``AIRFLOW_TRIALS_DB_URL``, else the default
+        file."""
         return resolve_trials_db_url(self.trials_conn_id)[0]
 
     def get_conn(self) -> TrialStore:
         from airflow_trials.store import TrialStore
 
         return TrialStore(self.get_url())
-
-
-def resolve_trials_db_url(
-    trials_conn_id: str = DEFAULT_TRIALS_CONN_ID, *, create_dir: bool = True
-) -> tuple[str, str]:
-    """The trials DB URL, and where it came from, as every reader and writer of the trials DB finds it.
-
-    Tasks, triggers, the dashboard (through :meth:`TrialsDbHook.get_url`), the ``airflow-trials``
-    command, ``python -m airflow_trials.store``, :class:`~airflow_trials.results.ResultGrid` and
-    :class:`~airflow_trials.TrialsDbCallback` all call this (the last three through
-    :func:`airflow_trials.trials_db_url.trials_db_url`), in this order:
-
-    1. the ``trials_conn_id`` connection, as Airflow finds it for the calling process (in a task, through
-       the execution API; elsewhere ``AIRFLOW_CONN_<ID>`` and the configured secrets backends);
-    2. outside a task and a trigger (a command, a notebook), a connection made with ``airflow
-       connections add``, from Airflow's metadata DB, as Airflow's own CLI reads it (Airflow 3 forbids
-       only task and trigger code to read that DB);
-    3. ``AIRFLOW_TRIALS_DB_URL``;
-    4. the default SQLite file, said once per process in a warning, since a database other than the
-       one meant is otherwise found out only by its missing rows.
-
-    :param trials_conn_id: the connection id; default ``trials_default``.
-    :param create_dir: create the default SQLite file's directory when that is the answer; default
-        True (readers that must create nothing pass False).
-    :return: ``(url, source)``; the source reads "connection trials_default", "connection
-        trials_default (Airflow's metadata DB)", "AIRFLOW_TRIALS_DB_URL" or "the default SQLite file".
-    """
-    from airflow_trials.trials_db_url import env_or_default_url
-
-    try:
-        return _connection_url(BaseHook.get_connection(trials_conn_id)), f"connection {trials_conn_id}"
-    except AirflowNotFoundException:
-        pass
-    conn = _from_airflow_metadata_db(trials_conn_id)
-    if conn is not None:
-        return _connection_url(conn), f"connection {trials_conn_id} (Airflow's metadata DB)"
-    return env_or_default_url(create_dir=create_dir, looked_for=f"no connection {trials_conn_id}")
-
-
-def _in_task_or_trigger() -> bool:
-    """Is this a task's or the triggerer's process, which may not read Airflow's metadata DB?"""
-    runner = sys.modules.get("airflow.sdk.execution_time.task_runner")
-    return getattr(runner, "SUPERVISOR_COMMS", None) is not None or os.environ.get(
-        "_AIRFLOW_PROCESS_CONTEXT") == "client"
-
-
-def _from_airflow_metadata_db(conn_id: str) -> Any:
-    """The connection from Airflow's metadata DB, outside a task and a trigger; None when there is no
-    such connection, or no such DB (a SQLite metadata DB file that does not exist is not created)."""
-    if _in_task_or_trigger():
-        return None
-    try:
-        from airflow.configuration import conf
-        from sqlalchemy.engine import make_url
-
-        metadata = make_url(conf.get("database", "sql_alchemy_conn"))
-        if metadata.get_backend_name() == "sqlite" and not os.path.isfile(metadata.database or ""):
-            return None
-        from airflow.models.connection import Connection
-
-        return Connection.get_connection_from_secrets(conn_id)
-    except AirflowNotFoundException:
-        return None
-    except Exception as e:  # noqa: BLE001 - an unreachable or never-migrated metadata DB: no connection there
-        log.debug("Could not read connection %s from Airflow's metadata DB: %s", conn_id, e)
-        return None
-
-
-def _connection_url(conn: Any) -> str:
-    """The SQLAlchemy URL of a trials DB connection: its ``url`` extra; a SQLite connection's file
-    (in ``host``, as the connection form writes it, or in ``schema``, as Airflow parses
-    ``sqlite:////abs/path.db``); else PostgreSQL from host, login, password, port and schema."""
-    extra = _extra(conn)
-    if extra.get("url"):
-        return str(extra["url"])
-    path = conn.host or conn.schema or ""
-    if conn.conn_type == "sqlite" or path.endswith(".db"):
-        if not path:
-            raise ValueError(
-                f"Connection {conn.conn_id} is a SQLite connection without a file; give it one, e.g. "
-                "AIRFLOW_CONN_TRIALS_DEFAULT=sqlite:////abs/path/trials.db or --conn-host /abs/path/trials.db."
-            )
-        return f"sqlite:///{path}"
-    from sqlalchemy.engine import URL
-
-    # URL.create escapes what a password may hold ("@", ":", "/") that a formatted string would not.
-    url = URL.create(
-        "postgresql+psycopg", username=conn.login or None, password=conn.password or None,
-        host=conn.host or None, port=conn.port or None, database=conn.schema or None,
-    )
-    return url.render_as_string(hide_password=False)
 
 
 class TrialsHook(BaseHook):
@@ -346,3 +265,38 @@ class TrialsHook(BaseHook):
 
     def get_conn(self) -> tuple[RayTrialExecutor, TrialStore]:
         return self.get_executor(), self.get_store()
+
+    @staticmethod
+    def record_stop_from_airflow(store: TrialStore, trial_id: str, try_number: int | None) -> bool:
+        """Record that Airflow stopped the trial (its task was cleared, marked or killed):
+        TERMINATED, ``stopped_from_airflow``; whether it did. The one writer of that stop.
+
+        Fenced by ``try_number``: Airflow may start the task's next try before the old try's
+        ``on_kill`` runs, and a stop sent by try N never ends the trial that try N+1 took over
+        (False; the caller leaves the actor alone). None stops it whatever try registered it.
+        """
+        from airflow_trials.store.transitions import StopForTry
+
+        stop = StopForTry(STOPPED_FROM_AIRFLOW, try_number)
+        return store.record_transition(trial_id, stop).applied
+
+    def stop_from_airflow(
+        self, experiment_name: str, trial_id: str, try_number: int | None
+    ) -> bool:
+        """From a task's process: record the stop (:meth:`record_stop_from_airflow`), then kill the
+        trial's actor and remove its placement groups; whether it did. (The triggerer records it
+        the same way but releases only the actor it watched, with calls that survive a GCS
+        restart.)"""
+        store = self.get_store()
+        try:
+            stopped = self.record_stop_from_airflow(store, trial_id, try_number)
+        except StoreError:
+            # The user asked for the stop: a trials DB that cannot record it does not keep the
+            # trial running on Ray (the next try finds no actor and reads the stored trial).
+            self.get_executor().terminate(experiment_name, trial_id)
+            raise
+        finally:
+            store.dispose()
+        if stopped:
+            self.get_executor().terminate(experiment_name, trial_id)
+        return stopped

@@ -9,6 +9,7 @@ from typing import Any
 from airflow.sdk import BaseOperator, Context, conf
 from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_trials.core.end import SweepEnd, SweepStatus
 from airflow_trials.core.parameters import refuse_in_airflow
 from airflow_trials.core.resources import Resources
 from airflow_trials.core.scheduler import experiment_metric_and_mode
@@ -18,7 +19,7 @@ from airflow_trials.hooks.trials import DEFAULT_RAY_CONN_ID, DEFAULT_TRIALS_CONN
 from airflow_trials.operators.trial import MAX_INFRASTRUCTURE_RESTARTS
 from airflow_trials.operators.tuning import airflow_searcher
 from airflow_trials.pools import DEFAULT_SLOTS_PER_GPU, gpu_pool_slots
-from airflow_trials.triggers.sweep import ERROR, FINISHED, SweepTrigger
+from airflow_trials.triggers.sweep import SweepTrigger
 
 # What a run's params may set per run (TuningPlan._per_trial_settings), carried by each suggested trial.
 _PER_RUN = ("resources_per_trial", "stopping_criterion", "max_failures", "checkpoint_score_attr")
@@ -207,13 +208,13 @@ class RunSweepOperator(BaseOperator):
         """The run ended: push and return its counts and best trial. A lost or failed driver
         raises, and Airflow's retry resumes the run. (Under a triggerer, a run that finished ends
         the task from there, with the same XComs, and this is not called.)"""
-        status = event["status"]
-        if status not in (FINISHED, ERROR):
-            raise SweepLostError(event["error"])
-        if status == ERROR:
-            raise SweepLostError(f"The sweep driver of run {event['run_key']} failed; the task's next try "
-                                 f"resumes the run's unfinished trials.\n{event['error']}")
-        summary = sweep_summary(event["run_key"], event.get("progress"), self._warm_started())
+        end = SweepEnd.from_event(event)
+        if end.status is SweepStatus.LOST:
+            raise SweepLostError(end.error)
+        if end.status is SweepStatus.ERROR:
+            raise SweepLostError(f"The sweep driver of run {end.run_key} failed; the task's next "
+                                 f"try resumes the run's unfinished trials.\n{end.error}")
+        summary = sweep_summary(end.run_key, end.progress, self._warm_started())
         self.log.info("%s", end_line(summary))
         context["ti"].xcom_push(key="sweep", value=summary)
         return summary

@@ -6,7 +6,7 @@ import asyncio
 import hashlib
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from airflow.sdk import BaseOperator, Context, conf
 from airflow.sdk.exceptions import AirflowFailException
@@ -15,18 +15,21 @@ from airflow_trials.core.end import TrialEnd
 from airflow_trials.core.fate import (
     FailureDecision,
     Outcome,
+    Start,
+    StartAction,
     Transition,
     after_failure,
+    first_try_after_a_clear,
+    on_start,
+    retries_left,
 )
 from airflow_trials.core.judged import JudgedScheduler
 from airflow_trials.core.parameters import refuse_in_airflow
 from airflow_trials.core.resources import Resources
-from airflow_trials.core.status import TrialStatus
-from airflow_trials.core.trial import Trial, validate_name
+from airflow_trials.core.trial import Trial, check_max_failures, validate_name
 from airflow_trials.exceptions import StoreError, TrialError
 from airflow_trials.execution.resume import adopt_recorded_checkpoints
 from airflow_trials.hooks.trials import DEFAULT_RAY_CONN_ID, DEFAULT_TRIALS_CONN_ID, TrialsHook
-from airflow_trials.operators.attach import finished_in_store, first_try_after_a_clear, live_actor
 from airflow_trials.operators.tuning import (
     judged_rule,
     needs_run,
@@ -34,7 +37,10 @@ from airflow_trials.operators.tuning import (
     suggested_config,
 )
 from airflow_trials.pools import DEFAULT_SLOTS_PER_GPU, gpu_pool_slots
-from airflow_trials.triggers.trial import STOPPED_BY_USER, TrialTrigger, stored_end_event
+from airflow_trials.triggers.trial import TrialTrigger, stored_end_event
+
+if TYPE_CHECKING:
+    from airflow_trials.store.records import TrialRecord
 
 # Airflow has no unlimited retries; max_failures=-1 maps to this many.
 UNLIMITED_RETRIES = 10_000
@@ -94,11 +100,11 @@ class RunTrialOperator(BaseOperator):
     :param slots_per_gpu: pool slots per GPU; default 4.
     :param ray_conn_id: default ``ray_default``. :param trials_conn_id: default ``trials_default``.
     :param poll_interval_seconds: how often the trigger polls the trial; default 2.
-    :param deferrable: defer while the trial trains, watched by the triggerer, holding no worker slot;
-        default ``[operators] default_deferrable``, as Airflow's providers do. That is False in stock
-        Airflow: the task then watches its trial from the worker, holding a worker slot for the whole
-        run, and the triggerer's guarantees of ``docs/reliability.md`` do not apply. ``tuning_experiment``
-        passes True.
+    :param deferrable: defer while the trial trains, watched by the triggerer, holding no worker
+        slot; default ``[operators] default_deferrable``, as Airflow's providers do. That is False
+        in stock Airflow: the task then watches its trial from the worker, holding a worker slot
+        for the whole run, and the triggerer's guarantees of ``docs/reliability.md`` do not apply.
+        ``tuning_experiment`` passes True.
         When False, the task polls in the worker (holding its slot).
     :param scheduler: an ``ASHAScheduler`` or a ``MedianStoppingRule`` (or their settings'
         ``to_dict()``): the trial waits at each of its rungs (ASHA) or at each result from
@@ -109,9 +115,9 @@ class RunTrialOperator(BaseOperator):
     :param search_alg: an ``OptunaSearch`` (space, metric and mode set): the trial's first try asks
         it for the config, after the run's ended trials (``operators/search.py``), and ``config``
         is ignored. Needs ``experiment_run_id``. Default None: ``config`` is the config.
-    :param warm_start: where this warm-started trial came from (``run_key``, ``trial_id``, ...; set by
-        ``tuning_experiment(warm_start=...)``): ``config`` is that trial's, never asked of ``search_alg``,
-        and the store and XCom say so. Default None.
+    :param warm_start: where this warm-started trial came from (``run_key``, ``trial_id``, ...;
+        set by ``tuning_experiment(warm_start=...)``): ``config`` is that trial's, never asked of
+        ``search_alg``, and the store and XCom say so. Default None.
     :param warm_points: ``[config, value]`` of a warm start's seeds, learnt by ``search_alg`` before
         the run's own ended trials; default none.
     """
@@ -151,9 +157,9 @@ class RunTrialOperator(BaseOperator):
         refuse_in_airflow(trainable, f"RunTrialOperator {kwargs.get('task_id')!r}")
         if max_failures is None:
             retries = kwargs.get("retries")
-            max_failures = 0 if retries is None else -1 if retries >= UNLIMITED_RETRIES else int(retries)
-        if max_failures < -1:
-            raise ValueError(f"max_failures must be -1 (unlimited) or >= 0, got {max_failures}.")
+            max_failures = (0 if retries is None else -1 if retries >= UNLIMITED_RETRIES
+                            else int(retries))
+        max_failures = check_max_failures(max_failures)
         kwargs.setdefault("retries", task_retries(max_failures))
         gpu = Resources.from_dict(resources_per_trial).gpu
         if gpu_pool and gpu > 0 and "pool" not in kwargs:
@@ -179,13 +185,15 @@ class RunTrialOperator(BaseOperator):
         self.deferrable = deferrable
         self.scheduler = scheduler_settings(scheduler)
         self.search_alg = search_alg
-        self.warm_start, self.warm_points = dict(warm_start) if warm_start else None, [list(p) for p in warm_points or ()]
+        self.warm_start = dict(warm_start) if warm_start else None
+        self.warm_points = [list(p) for p in warm_points or ()]
 
-    # -- helpers ------------------------------------------------------------------------------------
+    # -- helpers --------------------------------------------------------------------------------
     def _ids(self, context: Context) -> tuple[str, str]:
         ti = context["ti"]
         experiment = self.experiment_name or experiment_name_for(ti.dag_id)
-        trial_id = self.trial_id or default_trial_id(ti.dag_id, ti.run_id, ti.task_id, -1 if ti.map_index is None else ti.map_index)
+        map_index = -1 if ti.map_index is None else ti.map_index
+        trial_id = self.trial_id or default_trial_id(ti.dag_id, ti.run_id, ti.task_id, map_index)
         return experiment, trial_id
 
     def _trial(self, experiment: str, trial_id: str, restore_path: str | None) -> Trial:
@@ -210,19 +218,22 @@ class RunTrialOperator(BaseOperator):
 
     def _ask(self, context: Context, trial_id: str) -> dict[str, Any]:
         """The trial's config from ``search_alg`` (asked once, on its first try)."""
-        run_id = needs_run(self.experiment_run_id, "search_alg= learns from", self.task_id, trial_id)
+        run_id = needs_run(self.experiment_run_id, "search_alg= learns from", self.task_id,
+                           trial_id)
         map_index = context["ti"].map_index
         store = self._hook().get_store()
         try:
-            return suggested_config(store, self.search_alg, run_id, trial_id, max(map_index or 0, 0), self.log,
+            return suggested_config(store, self.search_alg, run_id, trial_id,
+                                    max(map_index or 0, 0), self.log,
                                     warm_points=self.warm_points)
         except StoreError:
             raise  # the trials DB: Airflow retries the task
         except Exception as e:  # the searcher's own error: asking again would raise it again
             raise AirflowFailException(
-                f"Trial {trial_id}: {type(self.search_alg).__name__} raised {type(e).__name__} when asked for "
-                f"its config: {e}. The trial did not start and nothing was written for it; the run's other "
-                "trials and their results are kept. Fix the searcher or its search space, then clear this task."
+                f"Trial {trial_id}: {type(self.search_alg).__name__} raised {type(e).__name__} "
+                f"when asked for its config: {e}. The trial did not start and nothing was written "
+                "for it; the run's other trials and their results are kept. Fix the searcher or "
+                "its search space, then clear this task."
             ) from e
         finally:
             store.dispose()
@@ -231,12 +242,12 @@ class RunTrialOperator(BaseOperator):
         """The scheduler's settings and the trial's ASHA bracket (the same on every try)."""
         return judged_rule(self.scheduler, self.task_id, self.experiment_run_id, trial_id)
 
-    # -- execution ----------------------------------------------------------------------------------
+    # -- execution ------------------------------------------------------------------------------
     def execute(self, context: Context) -> Any:
         from airflow_trials.execution.worker.trainable import load_trainable
 
         experiment, trial_id = self._ids(context)
-        self._trial_ids = (experiment, trial_id)  # for on_kill
+        self._started = (experiment, trial_id, context["ti"].try_number)  # for on_kill
         self._rungs(trial_id)  # a scheduler without a run fails here
         if self.search_alg is not None and self.warm_start is None:
             self.config = self._ask(context, trial_id)
@@ -245,7 +256,8 @@ class RunTrialOperator(BaseOperator):
         return self._start_or_attach(context)
 
     def _start_or_attach(self, context: Context) -> Any:
-        """Re-attach to the trial's live actor, or start it (from its latest checkpoint), then defer."""
+        """Re-attach to the trial's live actor, or start it (from its latest checkpoint), then
+        defer."""
         experiment, trial_id = self._ids(context)
         hook = self._hook()
         store = hook.get_store()
@@ -274,7 +286,11 @@ class RunTrialOperator(BaseOperator):
     def _launch_unless_running(
         self, context: Context, hook: TrialsHook, store: Any, experiment: str, trial_id: str
     ) -> dict[str, Any] | None:
-        """Register the trial and make sure it runs on Ray; its stored end when it already finished."""
+        """Register the trial and make sure it runs on Ray, as
+        :func:`~airflow_trials.core.fate.on_start` decides; its stored end when it already
+        finished."""
+        from airflow_trials.execution.ray_state import trial_actor_state
+
         ti = context["ti"]
         trial = self._trial(experiment, trial_id, self.restore_path)
         executor = hook.get_executor()
@@ -293,37 +309,44 @@ class RunTrialOperator(BaseOperator):
             try_number=ti.try_number,
             warm_start=self.warm_start,
         )
-        actor, status = live_actor(executor, experiment, trial_id)
-        record = store.get_trial(trial_id)
-        if actor is not None and record.status is TrialStatus.TERMINATED and record.error_msg == STOPPED_BY_USER:
-            # The previous try's trigger recorded that it stops this actor (its task was cleared)
-            # before this try registered: do not re-attach to an actor being killed; start the
-            # trial again from its latest checkpoint.
-            self.log.info("Trial %s is being stopped by its cleared previous try; starting it again.", trial_id)
-            status = None
-        if actor is None and finished_in_store(trial, record):
-            if not first_try_after_a_clear(ti, self.retries or 0):
-                # A retry after the trial ended (Airflow lost the try that finished it), or a
-                # reused trial id: nothing to run, report what the store holds.
-                self.log.info("Trial %s already finished; reporting its stored state.", trial_id)
-                return stored_end_event(store, experiment, record)
-            record = self._rerun_from_scratch(store, executor, record, ti.try_number)
-        if status in ("QUEUED", "RUNNING", "TERMINATED"):
-            self.log.info("Trial %s is %s on Ray already; re-attaching to it.", trial_id, status)
-            placed = status != "QUEUED"
-        else:
-            if actor is not None:  # an ERROR left by a try whose worker died before cleanup
+        actor = trial_actor_state(executor.attach(experiment, trial_id))
+        record: TrialRecord = store.get_trial(trial_id)
+        # A first try is never after a clear (max_tries is read only for a later one).
+        cleared = ti.try_number > 1 and first_try_after_a_clear(
+            ti.try_number, ti.max_tries, self.retries or 0)
+        action = on_start(record, actor, trial=trial, try_number=ti.try_number, cleared=cleared)
+        self.log.info("%s", action.reason)
+        if action.start is Start.REPORT_END:
+            return stored_end_event(store, experiment, record)
+        placed = action.placed
+        if action.launches:
+            if action.stop_actor:
                 executor.terminate(experiment, trial_id)
-            if first_try_after_a_clear(ti, self.retries or 0):
-                # Cleared: a fresh budget of failures, as Airflow gives it fresh retries.
-                store.record_transition(trial_id, Transition.RESET)
-            elif record.status.is_terminal():
-                store.record_transition(trial_id, Transition.QUEUED)
+            self._record_start(store, executor, action, trial_id, ti.try_number)
             trial, placed = self._launch(store, executor, trial)
         if not placed:
             self.log.info("Trial %s waits for Ray resources (%s).", trial_id, trial.resources)
-        store.record_transition(trial_id, Transition.PLACED if placed else Transition.QUEUED, try_number=ti.try_number)
+        transition = Transition.PLACED if placed else Transition.QUEUED
+        store.record_transition(trial_id, transition, try_number=ti.try_number)
         return None
+
+    def _record_start(
+        self, store: Any, executor: Any, action: StartAction, trial_id: str, try_number: int
+    ) -> None:
+        """Record the start ``action`` asks for before the launch: a restart from scratch (its
+        dropped checkpoints' files deleted), then its transition."""
+        if action.start is Start.RESTART:
+            from airflow_trials.store.transitions import RestartFromScratch
+
+            # As Airflow replaces a cleared task's XComs, the new results replace the old.
+            dropped = store.record_transition(
+                trial_id, RestartFromScratch(try_number=try_number)).dropped_checkpoints
+            for path in dropped:
+                executor.storage.delete(path)
+            self.log.info("Trial %s: its stored results and %d checkpoints are replaced.",
+                          trial_id, len(dropped))
+        if action.transition is not None:
+            store.record_transition(trial_id, action.transition)
 
     def _launch(self, store: Any, executor: Any, trial: Trial) -> tuple[Trial, bool]:
         """Start the trial on Ray from its latest stored checkpoint, with its scheduler's holds;
@@ -338,21 +361,9 @@ class RunTrialOperator(BaseOperator):
         # Do not wait for Ray to place it: a trial queued for resources waits deferred, holding
         # no worker slot, and starts when Ray places it.
         placed = executor.is_placed(executor.launch(trial, start_timeout_s=None, holds=holds))
-        self.log.info("Started trial %s of experiment %s on Ray.", trial.trial_id, trial.experiment_name)
+        self.log.info("Started trial %s of experiment %s on Ray.", trial.trial_id,
+                      trial.experiment_name)
         return trial, placed
-
-    def _rerun_from_scratch(self, store: Any, executor: Any, record: Any, try_number: int) -> Any:
-        """The finished task was cleared: Airflow re-runs it, so the trial runs again from scratch,
-        its new results replacing the old as a cleared task's XComs are replaced; its new record."""
-        dropped = store.restart_trial(record.trial_id, try_number=try_number)
-        for path in dropped:
-            executor.storage.delete(path)
-        self.log.info(
-            "Trial %s had finished (last result %s) and its task was cleared: running it again "
-            "from scratch; its stored results and %d checkpoints are replaced.",
-            record.trial_id, record.last_result, len(dropped),
-        )
-        return store.get_trial(record.trial_id)
 
     def execute_complete(
         self, context: Context, event: dict[str, Any], infrastructure_restarts: int = 0
@@ -360,7 +371,8 @@ class RunTrialOperator(BaseOperator):
         """Record the trial's end and push its state to XCom; raise so that Airflow retries it, or
         fails it, as :func:`~airflow_trials.core.fate.after_failure` decides.
 
-        ``infrastructure_restarts`` is accepted and ignored: tasks deferred before an upgrade pass it.
+        ``infrastructure_restarts`` is accepted and ignored: tasks deferred before an upgrade
+        pass it.
         """
         ti = context["ti"]
         end = TrialEnd.from_event(event)
@@ -374,13 +386,13 @@ class RunTrialOperator(BaseOperator):
                 hook.get_executor().terminate(end.experiment_name, end.trial_id)
             record = store.get_trial(end.trial_id)
             decision = None
+            can_retry = retries_left(ti.try_number, self.retries or 0)
             if not end.finished:
                 # The trial's own max_failures can be below the task's retries (a run's params
                 # chose it; retries are fixed when the task instance is created): it stops first.
                 decision = after_failure(
                     end.trial_id, record.num_failures, self.max_failures,
-                    infrastructure=end.infrastructure,
-                    retries_left=ti.try_number <= (self.retries or 0),
+                    infrastructure=end.infrastructure, retries_left=can_retry,
                 )
             status = store.record_end(end, decision)
             latest = store.latest_checkpoint(end.trial_id)
@@ -399,14 +411,14 @@ class RunTrialOperator(BaseOperator):
         }
         ti.xcom_push(key="trial", value=state)
         if decision is not None:
-            self._raise_failure(ti, end, decision)
+            self._raise_failure(end, decision, can_retry)
         self.log.info("Trial %s finished%s: %s", end.trial_id,
                       f" ({end.stop_reason})" if end.stop_reason else "", state["last_result"])
         return state
 
-    def _raise_failure(self, ti: Any, end: TrialEnd, decision: FailureDecision) -> NoReturn:
+    def _raise_failure(self, end: TrialEnd, decision: FailureDecision, can_retry: bool) -> NoReturn:
         """Fail this try: Airflow retries it on RESUME and RETRY, and not at all when the trial
-        failed for good.
+        failed for good (``can_retry``: the task has retries left, which the trial may not).
 
         A trial lost to infrastructure is resumed by a retry rather than by deferring again in
         this try: a task that defers twice in one try reuses its executor key, and the scheduler
@@ -427,13 +439,15 @@ class RunTrialOperator(BaseOperator):
         error = TrialError(
             f"Trial {trial_id} of experiment {end.experiment_name} failed "
             f"(failure {decision.num_failures}, "
-            f"{'will retry from its latest checkpoint' if will_retry else 'no retries left'}). {first_line}",
+            f"{'will retry from its latest checkpoint' if will_retry else 'no retries left'}). "
+            f"{first_line}",
             trial_id=trial_id,
             traceback_text=end.error,
         )
-        if not will_retry and ti.try_number <= (self.retries or 0):
+        if not will_retry and can_retry:
             raise AirflowFailException(
-                f"{error} It reached its max_failures ({self.max_failures}) before the task's retries ({self.retries})."
+                f"{error} It reached its max_failures ({self.max_failures}) before the task's "
+                f"retries ({self.retries})."
             ) from error
         raise error
 
@@ -442,20 +456,15 @@ class RunTrialOperator(BaseOperator):
 
         (A deferred task is not in a worker; its trigger stops the trial when cancelled.)
         """
-        ids = getattr(self, "_trial_ids", None)
-        if ids is None:
+        started = getattr(self, "_started", None)
+        if started is None:
             return
-        experiment, trial_id = ids
-        hook = self._hook()
-        hook.get_executor().terminate(experiment, trial_id)
-        store = hook.get_store()
-        try:
-            store.record_transition(trial_id, Transition.STOPPED, why="Killed from Airflow.")
-        finally:
-            store.dispose()
+        experiment, trial_id, try_number = started
+        self._hook().stop_from_airflow(experiment, trial_id, try_number)
 
 
 async def _first_event(trigger: TrialTrigger) -> dict[str, Any]:
     async for event in trigger.run():
         return dict(event.payload)
-    raise TrialError(f"Trigger for trial {trigger.trial_id} ended without an event.", trigger.trial_id)
+    raise TrialError(f"Trigger for trial {trigger.trial_id} ended without an event.",
+                     trigger.trial_id)

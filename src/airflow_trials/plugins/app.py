@@ -25,8 +25,9 @@ from fastapi.staticfiles import StaticFiles
 from airflow_trials.exceptions import StoreError
 from airflow_trials.plugins.api import api
 from airflow_trials.plugins.pages import pages
-from airflow_trials.plugins.queries import DashboardStore, NotFoundError
+from airflow_trials.plugins.queries import NotFoundError
 from airflow_trials.plugins.render import THEME_SCRIPT_HASH, render_page
+from airflow_trials.store import TrialReader
 
 log = logging.getLogger(__name__)
 
@@ -53,10 +54,10 @@ class StoreProvider:
 
     def __init__(self, url: str | None = None) -> None:
         self._url = url
-        self._store: DashboardStore | None = None
+        self._store: TrialReader | None = None
         self._lock = threading.Lock()
 
-    def __call__(self) -> DashboardStore:
+    def __call__(self) -> TrialReader:
         if self._store is None:
             with self._lock:
                 if self._store is None:
@@ -65,7 +66,7 @@ class StoreProvider:
                         from airflow_trials.hooks.trials import TrialsDbHook
 
                         url = TrialsDbHook().get_url()
-                    self._store = DashboardStore(url)
+                    self._store = TrialReader(url)
                     log.info("Trials dashboard reads %r", self._store)
         return self._store
 
@@ -93,10 +94,10 @@ def _error(request: Request, status_code: int, detail: Any, headers: dict[str, s
                        code=status_code, message=message, login_url=login_url)
 
 
-def create_app(store: str | Callable[[], DashboardStore] | None = None) -> FastAPI:
+def create_app(store: str | Callable[[], TrialReader] | None = None) -> FastAPI:
     """The dashboard app, to be mounted under :data:`URL_PREFIX` by Airflow's api-server.
 
-    :param store: the trials DB URL, or a callable returning the :class:`DashboardStore`;
+    :param store: the trials DB URL, or a callable returning the :class:`TrialReader`;
         default: resolved on the first request through ``TrialsDbHook`` (connection
         ``trials_default``, else ``AIRFLOW_TRIALS_DB_URL``, else the default SQLite file).
     """

@@ -13,8 +13,8 @@ from airflow_trials.plugins.queries import (
     MAX_PAGE_SIZE,
     SORT_KEYS,
     STOPPED_FILTERS,
-    DashboardStore,
 )
+from airflow_trials.store import TrialReader
 
 # Experiment names and trial ids follow core.trial.validate_name; the handlers also run it.
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
@@ -27,12 +27,12 @@ MAP_INDEX_PATTERN = r"^(-1|[0-9]{1,9}|\{MAP_INDEX\})$"
 METRIC_PATTERN = r'^[^"\x00-\x1f]{1,250}$'
 
 
-def _store(request: Request) -> DashboardStore:
-    provider: Callable[[], DashboardStore] = request.app.state.store_provider
+def _store(request: Request) -> TrialReader:
+    provider: Callable[[], TrialReader] = request.app.state.store_provider
     return provider()
 
 
-StoreDep = Annotated[DashboardStore, Depends(_store)]
+StoreDep = Annotated[TrialReader, Depends(_store)]
 RunPk = Annotated[int, Path(ge=1, le=2**31 - 1, description="The experiment run's id.")]
 ExperimentName = Annotated[str, Path(pattern=NAME_PATTERN, description="The experiment's name.")]
 TrialId = Annotated[str, Path(pattern=NAME_PATTERN, description="The trial's id.")]

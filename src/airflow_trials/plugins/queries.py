@@ -2,9 +2,9 @@
 a trial's ASHA rungs and PBT lineage.
 
 Imports the store only (no Airflow), so it is tested and benchmarked without a web server.
-:class:`DashboardStore` is the store's :class:`~airflow_trials.store.queries.QueryStore` (one
-query for a page's checkpoints or curves instead of one per trial); :func:`leaderboard_page` turns
-the store's full ranking into one sorted page.
+The dashboard reads through a :class:`~airflow_trials.store.TrialReader`, which cannot write (its
+batch reads give a page's checkpoints or curves in one query instead of one per trial);
+:func:`leaderboard_page` turns the store's full ranking into one sorted page.
 """
 
 from __future__ import annotations
@@ -22,10 +22,11 @@ from airflow_trials.store import (
     ExperimentRunRecord,
     ExperimentRunStatus,
     ExploitRecord,
+    RankedTrial,
     RungDecision,
+    TrialReader,
 )
 from airflow_trials.store.leaderboard import check_metric, check_mode
-from airflow_trials.store.queries import QueryStore, RankedTrial
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 500
@@ -107,17 +108,15 @@ class BoardPage:
         return max(1, math.ceil(self.total / self.page_size))
 
 
-class DashboardStore(QueryStore):
-    """The store as the dashboard reads it: a run it cannot find is a 404 (:class:`NotFoundError`)."""
-
-    def get_experiment_run(self, run_pk: int) -> ExperimentRunRecord:
-        """The run with this id; raises :class:`NotFoundError` naming it when there is none."""
-        run = self.find_experiment_run(run_pk)
-        if run is None:
-            raise NotFoundError(
-                f"Experiment run {run_pk} is not in the trials store; pick a run from the experiments list."
-            )
-        return run
+def get_experiment_run(store: TrialReader, run_pk: int) -> ExperimentRunRecord:
+    """The run with this id; raises :class:`NotFoundError` (a 404) naming it when there is none."""
+    run = store.find_experiment_run(run_pk)
+    if run is None:
+        raise NotFoundError(
+            f"Experiment run {run_pk} is not in the trials store; pick a run from the experiments "
+            "list."
+        )
+    return run
 
 
 def early_stopped(stop_reason: str | None) -> bool:
@@ -127,7 +126,7 @@ def early_stopped(stop_reason: str | None) -> bool:
 
 def best_checkpoint(checkpoints: Sequence[CheckpointRecordRow], best_path: str | None) -> CheckpointRecordRow | None:
     """The record of a trial's best checkpoint, whose path the store chose
-    (:meth:`DashboardStore.best_checkpoint_paths`: the kept checkpoint whose iteration scored best
+    (:meth:`TrialReader.best_checkpoint_paths`: the kept checkpoint whose iteration scored best
     on the metric, as on the leaderboard and in ``select_best``'s XCom); None when none is kept."""
     return next((c for c in checkpoints if c.path == best_path and not c.deleted), None)
 
@@ -150,7 +149,7 @@ def _sort_key(sort: str, descending: bool) -> Any:
 
 
 def leaderboard_page(
-    store: DashboardStore,
+    store: TrialReader,
     run: ExperimentRunRecord,
     metric: str,
     mode: str,
@@ -163,7 +162,7 @@ def leaderboard_page(
 ) -> BoardPage:
     """One page of the run's leaderboard, ranked over all its trials.
 
-    The store ranks every trial (:meth:`DashboardStore.ranking`); the ranking is then filtered,
+    The store ranks every trial (:meth:`TrialReader.ranking`); the ranking is then filtered,
     sorted and sliced here, so ranks stay those of the full ranking whatever the filter and sort,
     and only the page's rows have their configs, checkpoints and stop reasons read. The status
     counts, the best trial and the leaders are the whole run's.
@@ -208,7 +207,7 @@ def _check_page(metric: str, mode: str, sort: str, page: int, page_size: int, st
                          f"{', '.join(STOPPED_FILTERS)}.")
 
 
-def _filtered(store: DashboardStore, run_pk: int, ranked: list[tuple[int, RankedTrial]],
+def _filtered(store: TrialReader, run_pk: int, ranked: list[tuple[int, RankedTrial]],
               stopped: str) -> list[tuple[int, RankedTrial]]:
     """The (rank, trial) pairs the ``stopped`` filter keeps, ranks unchanged."""
     if stopped == "all":
@@ -219,7 +218,7 @@ def _filtered(store: DashboardStore, run_pk: int, ranked: list[tuple[int, Ranked
 
 
 def _board_rows(
-    store: DashboardStore, window: list[tuple[int, RankedTrial]], metric: str, mode: str
+    store: TrialReader, window: list[tuple[int, RankedTrial]], metric: str, mode: str
 ) -> list[BoardRow]:
     """The page's rows, with the configs, best checkpoints and stop reasons of its trials only."""
     ids = [trial.trial_id for _, trial in window]

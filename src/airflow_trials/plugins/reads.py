@@ -11,17 +11,23 @@ from airflow_trials.plugins.auth import RUN_ACCESS, TRIAL_ACCESS, may_read, requ
 from airflow_trials.plugins.params import checked_name
 from airflow_trials.plugins.queries import (
     BoardPage,
-    DashboardStore,
     LineageStep,
     NotFoundError,
     best_checkpoint,
     best_point,
+    get_experiment_run,
     leaderboard_page,
     lineage_steps,
 )
 from airflow_trials.plugins.render import Links
 from airflow_trials.plugins.schemas import ExperimentOut, RunOut
-from airflow_trials.store import CheckpointRecordRow, ExperimentRunRecord, RungDecision, TrialRecord
+from airflow_trials.store import (
+    CheckpointRecordRow,
+    ExperimentRunRecord,
+    RungDecision,
+    TrialReader,
+    TrialRecord,
+)
 
 # A run's learning curves: the run, metric, mode, best trial id (None while no trial has a value)
 # and (iteration, value) points per trial.
@@ -39,7 +45,7 @@ def readable_runs(user: Any, runs: list[ExperimentRunRecord]) -> list[Experiment
     return [run for run in runs if allowed[run.dag_id]]
 
 
-def experiments(store: DashboardStore, user: Any, links: Links) -> list[ExperimentOut]:
+def experiments(store: TrialReader, user: Any, links: Links) -> list[ExperimentOut]:
     """Every experiment with a run the user may read, with those runs."""
     runs = readable_runs(user, store.list_experiment_runs())
     counts = store.trial_counts()
@@ -56,7 +62,7 @@ def experiments(store: DashboardStore, user: Any, links: Links) -> list[Experime
     ]
 
 
-def experiment(store: DashboardStore, user: Any, links: Links, name: str) -> ExperimentOut:
+def experiment(store: TrialReader, user: Any, links: Links, name: str) -> ExperimentOut:
     checked_name("Experiment name", name)
     found = [e for e in experiments(store, user, links) if e.name == name]
     if not found:
@@ -68,13 +74,15 @@ def experiment(store: DashboardStore, user: Any, links: Links, name: str) -> Exp
     return found[0]
 
 
-def experiment_run(store: DashboardStore, user: Any, run_pk: int) -> ExperimentRunRecord:
-    run = store.get_experiment_run(run_pk)
+def experiment_run(store: TrialReader, user: Any, run_pk: int) -> ExperimentRunRecord:
+    run = get_experiment_run(store, run_pk)
     require_read(user, run.dag_id, RUN_ACCESS, f"experiment run {run_pk} of experiment {run.experiment_name}")
     return run
 
 
-def goal(store: DashboardStore, run: ExperimentRunRecord, metric: str | None, mode: str | None) -> tuple[str, str]:
+def goal(
+    store: TrialReader, run: ExperimentRunRecord, metric: str | None, mode: str | None
+) -> tuple[str, str]:
     """The metric and mode to rank by: those asked for, else the experiment's (mode default min)."""
     experiment = next((e for e in store.list_experiments() if e.name == run.experiment_name), None)
     metric = metric or (experiment.metric if experiment else None)
@@ -86,7 +94,7 @@ def goal(store: DashboardStore, run: ExperimentRunRecord, metric: str | None, mo
     return metric, mode or (experiment.mode if experiment else None) or "min"
 
 
-def board(store: DashboardStore, user: Any, run_pk: int, metric: str | None, mode: str | None,
+def board(store: TrialReader, user: Any, run_pk: int, metric: str | None, mode: str | None,
           sort: str, order: str, page: int, page_size: int, stopped: str = "all") -> BoardPage:
     run = experiment_run(store, user, run_pk)
     metric, mode = goal(store, run, metric, mode)
@@ -94,7 +102,7 @@ def board(store: DashboardStore, user: Any, run_pk: int, metric: str | None, mod
                             page=page, page_size=page_size, stopped=stopped)
 
 
-def curves(store: DashboardStore, user: Any, run_pk: int, metric: str | None, top: int) -> Curves:
+def curves(store: TrialReader, user: Any, run_pk: int, metric: str | None, top: int) -> Curves:
     """The learning curves of the run's ``top`` best trials."""
     run = experiment_run(store, user, run_pk)
     metric, mode = goal(store, run, metric, None)
@@ -103,20 +111,25 @@ def curves(store: DashboardStore, user: Any, run_pk: int, metric: str | None, to
     return run, metric, mode, best, store.metric_curves([row.trial_id for row in ranking], metric)
 
 
-def trial(store: DashboardStore, user: Any, trial_id: str) -> tuple[TrialRecord, ExperimentRunRecord | None]:
+def trial(
+    store: TrialReader, user: Any, trial_id: str
+) -> tuple[TrialRecord, ExperimentRunRecord | None]:
     """The trial and its experiment run (None when it ran outside one)."""
     checked_name("Trial id", trial_id)
     try:
         found = store.get_trial(trial_id)
     except TrialNotFoundError as e:
         raise NotFoundError(f"Trial {trial_id} is not in the trials store; pick one from a leaderboard.") from e
-    run = store.get_experiment_run(found.experiment_run_id) if found.experiment_run_id is not None else None
+    run_pk = found.experiment_run_id
+    run = get_experiment_run(store, run_pk) if run_pk is not None else None
     dag_id = found.dag_id or (run.dag_id if run else None)
     require_read(user, dag_id, TRIAL_ACCESS, f"trial {trial_id}")
     return found, run
 
 
-def trial_curve(store: DashboardStore, trial: TrialRecord, run: ExperimentRunRecord | None) -> TrialCurve:
+def trial_curve(
+    store: TrialReader, trial: TrialRecord, run: ExperimentRunRecord | None
+) -> TrialCurve:
     """The trial's metric, mode, curve of that metric, and the iteration of its best value."""
     if run is None:
         return None, None, [], None
@@ -126,7 +139,7 @@ def trial_curve(store: DashboardStore, trial: TrialRecord, run: ExperimentRunRec
     return metric, mode, curve, best[0] if best else None
 
 
-def trial_checkpoints(store: DashboardStore, trial: TrialRecord, metric: str | None, mode: str | None,
+def trial_checkpoints(store: TrialReader, trial: TrialRecord, metric: str | None, mode: str | None,
                       ) -> tuple[list[CheckpointRecordRow], CheckpointRecordRow | None]:
     """Every recorded checkpoint of the trial, and its best one (by its run's metric; without a
     metric, the newest kept)."""
@@ -138,7 +151,9 @@ def trial_checkpoints(store: DashboardStore, trial: TrialRecord, metric: str | N
     return checkpoints, best_checkpoint(checkpoints, best_path)
 
 
-def trial_decisions(store: DashboardStore, trial: TrialRecord) -> tuple[list[RungDecision], list[LineageStep]]:
+def trial_decisions(
+    store: TrialReader, trial: TrialRecord
+) -> tuple[list[RungDecision], list[LineageStep]]:
     """What the schedulers decided for the trial: its ASHA rungs, lowest milestone first, and its
     PBT lineage, oldest exploit first (both empty for a trial no such scheduler judged)."""
     return store.trial_rungs(trial.trial_id), lineage_steps(store.lineage(trial.trial_id))

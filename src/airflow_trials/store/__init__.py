@@ -2,12 +2,14 @@
 
 Imports SQLAlchemy and Alembic, never Ray or Airflow. Its database is its own, never Airflow's.
 Create or upgrade the schema with :func:`migrate` or ``python -m airflow_trials.store upgrade``.
+:class:`TrialStore` reads and writes; :class:`TrialReader` (``TrialStore.reader``) only reads.
 """
 
 from __future__ import annotations
 
 from airflow_trials.store.engine import default_store_url
 from airflow_trials.store.migration import migrate
+from airflow_trials.store.reader import TrialReader
 from airflow_trials.store.records import (
     CheckpointRecordRow,
     ExperimentRecord,
@@ -15,10 +17,12 @@ from airflow_trials.store.records import (
     ExperimentRunStatus,
     ExploitRecord,
     LeaderboardRow,
+    RankedTrial,
     RungDecision,
     TrialRecord,
 )
 from airflow_trials.store.store import TrialStore
+from airflow_trials.store.transitions import Recorded, RestartFromScratch, StopForTry
 
 __all__ = [
     "CheckpointRecordRow",
@@ -27,7 +31,12 @@ __all__ = [
     "ExperimentRunStatus",
     "ExploitRecord",
     "LeaderboardRow",
+    "RankedTrial",
+    "Recorded",
+    "RestartFromScratch",
     "RungDecision",
+    "StopForTry",
+    "TrialReader",
     "TrialRecord",
     "TrialStore",
     "default_store_url",

@@ -1,234 +1,69 @@
-"""StoreBase: the trials store's engines, transactions with retries, and errors."""
+"""StoreBase: one component of the trials store (its experiments, trials, results, rungs...), over
+the :class:`~airflow_trials.store.database.Database` that all components share."""
 
 from __future__ import annotations
 
-import logging
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
-from sqlalchemy import Engine, Table, func, select
-from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy import Table
 from sqlalchemy.orm import Session
 
-from airflow_trials.exceptions import StoreError, TrialNotFoundError
-from airflow_trials.store.engine import (
-    WRITE_OPTION,
-    create_store_engine,
-    default_store_url,
-    safe_url,
-)
-from airflow_trials.store.migration import upgrade_engine
-from airflow_trials.store.models import (
-    ID_LENGTH,
-    ExperimentRunRow,
-    TrialRow,
-)
-from airflow_trials.store.retry import RetryPolicy, is_transient
-
-log = logging.getLogger(__name__)
+from airflow_trials.store.database import Database, check_id, parse_enum
+from airflow_trials.store.models import ExperimentRunRow, TrialRow
 
 _T = TypeVar("_T")
 
+# The helpers' old names, for the components written against them.
+_check_id = check_id
+_parse_enum = parse_enum
+
 
 class StoreBase:
-    """Engines, sessions, retries and errors that every part of :class:`~airflow_trials.store.TrialStore` uses;
-    its constructor takes TrialStore's parameters."""
+    """A component: it holds the shared database, never another component.
 
-    def __init__(
-        self,
-        url: str | None = None,
-        *,
-        create: bool = False,
-        retry_max_attempts: int = RetryPolicy.max_attempts,
-        retry_timeout_seconds: float = RetryPolicy.timeout_seconds,
-        retry_initial_backoff_seconds: float = RetryPolicy.initial_backoff_seconds,
-        retry_max_backoff_seconds: float = RetryPolicy.max_backoff_seconds,
-    ) -> None:
-        self._url = url if url is not None else default_store_url()
-        self._retry_policy = RetryPolicy(
-            max_attempts=retry_max_attempts,
-            timeout_seconds=retry_timeout_seconds,
-            initial_backoff_seconds=retry_initial_backoff_seconds,
-            max_backoff_seconds=retry_max_backoff_seconds,
-        )
-        self._engine: Engine = create_store_engine(self._url)
-        # Same pool; on SQLite its transactions start with BEGIN IMMEDIATE (see engine.py).
-        self._write_engine: Engine = self._engine.execution_options(**{WRITE_OPTION: True})
-        self._dialect = self._engine.dialect.name
-        self._indexed_metrics: set[str] = set()
-        if create:
-            # On the store's own engine: a second engine on sqlite:// would be another database.
-            upgrade_engine(self._engine)
+    :class:`~airflow_trials.store.TrialStore` builds one of each over its database and wires
+    their public methods; :class:`~airflow_trials.store.TrialReader` holds none of the writers.
+    The ``_``-prefixed helpers below are the database's, shortened for the components' bodies.
+
+    :param db: the database; a write method needs one that is not read-only.
+    """
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
 
     @property
-    def url(self) -> str:
-        return self._url
+    def _dialect(self) -> str:
+        return self._db.dialect
 
-    def dispose(self) -> None:
-        """Close every pooled connection; the store opens new ones if used again."""
-        self._engine.dispose()
+    @property
+    def _url(self) -> str:
+        return self._db.url
 
-    def __repr__(self) -> str:
-        return f"TrialStore({safe_url(self._url)!r})"
+    def _transaction(
+        self, operation: str, work: Callable[[Session], _T], *, write: bool = True
+    ) -> _T:
+        return self._db.transaction(operation, work, write=write)
 
-
-    # -- plumbing --------------------------------------------------------------------------
-
-    def _transaction(self, operation: str, work: Callable[[Session], _T], *, write: bool = True) -> _T:
-        """``work(session)`` in one transaction that commits; all of it runs again after a
-        transient error (see :func:`~airflow_trials.store.retry.is_transient`), within the retry
-        policy. Every public method goes through here, so every one must be safe to run twice.
-
-        A database error that is not transient, or outlasts the policy, rolls back and becomes
-        StoreError; any other exception (TrialNotFoundError, ValueError, ...) passes unchanged.
-        """
-        started = time.monotonic()
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                with self._session(write) as session, session.begin():
-                    return work(session)
-            except SQLAlchemyError as e:
-                elapsed = time.monotonic() - started
-                delay = self._retry_policy.delay_seconds(attempt, elapsed) if is_transient(e) else None
-                if delay is None:
-                    raise self._store_error(operation, e, attempt, elapsed, write=write) from e
-                log.warning(
-                    "Trial store could not %s at attempt %d of %d (%s: %s); retrying in %.2f s",
-                    operation, attempt, self._retry_policy.max_attempts, type(e).__name__,
-                    _cause(e), delay,
-                )
-                time.sleep(delay)
-
-    @contextmanager
-    def _session_scope(self, operation: str, *, write: bool = True) -> Iterator[Session]:
-        """One attempt of a transaction, for subclasses' reads; public methods use _transaction."""
-        try:
-            with self._session(write) as session, session.begin():
-                yield session
-        except SQLAlchemyError as e:
-            raise self._store_error(operation, e, 1, 0.0, write=write) from e
-
-    def _session(self, write: bool) -> Session:
-        return Session(bind=self._write_engine if write else self._engine, expire_on_commit=False)
-
-    def _store_error(
-        self, operation: str, error: SQLAlchemyError, attempts: int, elapsed_seconds: float,
-        *, write: bool = True,
-    ) -> StoreError:
-        """The error to raise; one line, so that a command that prints only the first line (the
-        ``airflow-trials`` CLI) still shows what to do."""
-        where = safe_url(self._url)
-        if is_transient(error):
-            return StoreError(
-                f"Trial store could not {operation}: {type(error).__name__}: {_cause(error)}. The "
-                f"database at {where} failed transiently (connection lost or refused, server "
-                f"restarting, lock contention) at every attempt: {_attempts(attempts)} over "
-                f"{elapsed_seconds:.1f} s. Check that the database is up and reachable, or give the "
-                f"TrialStore a larger retry_timeout_seconds / retry_max_attempts; then repeat the "
-                f"call, which is safe: every write is idempotent."
-            )
-        if not write:
-            return StoreError(
-                f"Trial store could not {operation}: {type(error).__name__}: {_cause(error)}. Check "
-                f"that {where} is reachable and migrated (airflow-trials db upgrade --db-url URL, or "
-                f"python -m airflow_trials.store upgrade --url URL), then retry."
-            )
-        return StoreError(
-            f"Trial store could not {operation}: {type(error).__name__}: {_cause(error)}. Nothing of "
-            f"it was written. Check that {where} is reachable and migrated "
-            f"(python -m airflow_trials.store upgrade --url URL) and that the ids exist, then retry."
-        )
+    def _session_scope(
+        self, operation: str, *, write: bool = True
+    ) -> AbstractContextManager[Session]:
+        return self._db.session_scope(operation, write=write)
 
     def _find_or_raise(
         self, session: Session, trial_id: str, operation: str, *, lock: bool = False
     ) -> TrialRow:
-        """The trial's row; with ``lock``, held until commit so writers of one trial take turns."""
-        query = select(TrialRow).where(TrialRow.trial_id == trial_id)
-        if lock:
-            # FOR NO KEY UPDATE on PostgreSQL: still lets other transactions insert rows that
-            # reference the trial. SQLite has no row locks; BEGIN IMMEDIATE serialises writers.
-            query = query.with_for_update(key_share=True)
-        row = session.execute(query).scalar_one_or_none()
-        if row is None:
-            raise TrialNotFoundError(
-                f"Cannot {operation}: trial {trial_id} is not in the trial store at "
-                f"{safe_url(self._url)}; register it with upsert_trial first.",
-                trial_id=trial_id,
-            )
-        return row
+        return self._db.find_trial(session, trial_id, operation, lock=lock)
 
-    def _find_run_or_raise(self, session: Session, run_id_pk: int, operation: str) -> ExperimentRunRow:
-        row = session.get(ExperimentRunRow, run_id_pk)
-        if row is None:
-            raise StoreError(
-                f"Cannot {operation}: experiment run {run_id_pk} is not in the trial store at "
-                f"{safe_url(self._url)}; create it with create_experiment_run first."
-            )
-        return row
+    def _find_run_or_raise(self, session: Session, run_pk: int, operation: str) -> ExperimentRunRow:
+        return self._db.find_run(session, run_pk, operation)
 
     def _trial_of_run_locking(
         self, session: Session, experiment_run_id: int, trial_id: str, lock_key: int, operation: str
     ) -> None:
-        """Check the trial belongs to the run and, on PostgreSQL, take the run's transaction lock
-        ``lock_key`` (a two-key advisory lock: a key space apart from the store's one-key locks; a
-        collision only makes two writers take turns), in one statement. SQLite needs none: a write
-        transaction begins IMMEDIATE and holds the only write lock."""
-        trials = TrialRow.__table__
-        query = select(trials.c.experiment_run_id).where(trials.c.trial_id == trial_id)
-        if self._dialect == "postgresql":
-            query = query.add_columns(func.pg_advisory_xact_lock(experiment_run_id, lock_key))
-        row = session.connection().execute(query).first()
-        if row is None:
-            self._find_or_raise(session, trial_id, operation)  # raises TrialNotFoundError
-        elif row[0] != experiment_run_id:
-            self._find_run_or_raise(session, experiment_run_id, operation)
-            raise ValueError(
-                f"Cannot {operation}: the trial belongs to experiment run {row[0]}; "
-                "pass the run it was registered with (upsert_trial's experiment_run_id)."
-            )
+        self._db.trial_of_run_locking(session, experiment_run_id, trial_id, lock_key, operation)
 
     def _insert(self, table: Table) -> Any:
-        """INSERT with ON CONFLICT support for this store's dialect."""
-        if self._dialect == "postgresql":
-            return postgresql.insert(table)
-        if self._dialect == "sqlite":
-            return sqlite.insert(table)
-        raise StoreError(
-            f"The trial store supports SQLite and PostgreSQL, not {self._dialect} "
-            f"({safe_url(self._url)}); use a sqlite:/// or postgresql+psycopg:// URL."
-        )
-
-
-def _check_id(kind: str, value: str, max_length: int = ID_LENGTH) -> None:
-    if not isinstance(value, str) or not value or len(value) > max_length:
-        raise ValueError(
-            f"{kind} must be a non-empty string of at most {max_length} characters, got {value!r}."
-        )
-
-
-def _attempts(attempts: int) -> str:
-    """``"3 attempts (2 retries)"``, ``"1 attempt (no retry)"``."""
-    if attempts == 1:
-        return "1 attempt (no retry)"
-    return f"{attempts} attempts ({attempts - 1} {'retry' if attempts == 2 else 'retries'})"
-
-
-def _cause(error: SQLAlchemyError) -> str:
-    """The driver's own error when there is one (its message is the one that says why), on one
-    line: libpq's "Is the server running on that host...?" comes on a line of its own."""
-    return " ".join(str(getattr(error, "orig", None) or error).split())
-
-
-def _parse_enum(enum: Any, value: str, owner: str) -> Any:
-    try:
-        return enum(value)
-    except ValueError as e:
-        allowed = ", ".join(member.value for member in enum)
-        raise ValueError(f"Status {value!r} of {owner} is not one of {allowed}.") from e
-
+        return self._db.insert(table)
 

@@ -1,4 +1,4 @@
-"""IngestStore: the trials store's results, checkpoints and batched progress of many trials."""
+"""IngestWriter: the trials store's results, checkpoints and batched progress of many trials."""
 
 from __future__ import annotations
 
@@ -32,18 +32,15 @@ from airflow_trials.store.models import (
     TrialRow,
     utcnow,
 )
-from airflow_trials.store.records import (
-    CheckpointRecordRow,
-)
-from airflow_trials.store.trials import _change_trial
+from airflow_trials.store.trial_writes import change_status
 
 
 @dataclass(frozen=True)
 class TrialProgress:
-    """What one trial did since it was last polled, for :meth:`TrialStore.record_progress`.
+    """What one trial did since it was last polled, for :meth:`IngestWriter.record_progress`.
 
     :param trial_id: the trial.
-    :param results: its new result dicts (as for :meth:`TrialStore.add_results`); default none.
+    :param results: its new result dicts (as for :meth:`IngestWriter.add_results`); default none.
     :param new_checkpoints: ``(path, iteration, score)`` of checkpoints it kept; default none.
     :param deleted_checkpoints: paths of recorded checkpoints it dropped; default none.
     :param running: set it RUNNING (it was placed and answers); default False.
@@ -56,10 +53,8 @@ class TrialProgress:
     running: bool = False
 
 
-class IngestStore(StoreBase):
+class IngestWriter(StoreBase):
     """Results and checkpoints as trials report them, one trial or many trials at once."""
-
-    # -- results ---------------------------------------------------------------------------
 
     def add_results(self, trial_id: str, results: Sequence[Mapping[str, Any]]) -> int:
         """Store a batch of a trial's results once per iteration; returns how many were new.
@@ -142,22 +137,6 @@ class IngestStore(StoreBase):
 
         return self._transaction(operation, work)
 
-    def get_results(self, trial_id: str) -> list[dict[str, Any]]:
-        """The trial's stored result dicts, ordered by iteration."""
-        operation = f"read the results of trial {trial_id}"
-
-        def work(session: Session) -> list[dict[str, Any]]:
-            self._find_or_raise(session, trial_id, operation)
-            return list(
-                session.execute(
-                    select(ResultRow.metrics)
-                    .where(ResultRow.trial_id == trial_id)
-                    .order_by(ResultRow.iteration)
-                ).scalars()
-            )
-
-        return self._transaction(operation, work, write=False)
-
     # -- progress of many trials at once ---------------------------------------------------
 
     def record_progress(self, batch: Sequence[TrialProgress]) -> int:
@@ -197,7 +176,7 @@ class IngestStore(StoreBase):
                         trial = session.get(TrialRow, item.trial_id)
                     trial = trial or self._find_or_raise(session, item.trial_id, operation, lock=True)
                     if item.running:
-                        _change_trial(trial, TrialStatus.RUNNING, {})
+                        change_status(trial, TrialStatus.RUNNING, {})
                     for path, iteration, score in item.new_checkpoints:
                         self._add_checkpoint(session, item.trial_id, path, iteration, score)
                     for path in item.deleted_checkpoints:
@@ -275,42 +254,6 @@ class IngestStore(StoreBase):
             )
         checkpoint.deleted = True
 
-    def live_checkpoints(self, trial_id: str) -> list[CheckpointRecordRow]:
-        """The trial's not-deleted checkpoints, newest (highest iteration) first."""
-        operation = f"read the checkpoints of trial {trial_id}"
-
-        def work(session: Session) -> list[CheckpointRecordRow]:
-            self._find_or_raise(session, trial_id, operation)
-            rows = session.execute(
-                select(CheckpointRow)
-                .where(CheckpointRow.trial_id == trial_id, CheckpointRow.deleted.is_(False))
-                .order_by(CheckpointRow.iteration.desc(), CheckpointRow.id.desc())
-            ).scalars()
-            return [CheckpointRecordRow(path=r.path, iteration=r.iteration, score=r.score, deleted=r.deleted)
-                    for r in rows]
-
-        return self._transaction(operation, work, write=False)
-
-    def latest_checkpoint(self, trial_id: str) -> CheckpointRecordRow | None:
-        """The not-deleted checkpoint with the highest iteration, or None when there is none."""
-        operation = f"read the latest checkpoint of trial {trial_id}"
-
-        def work(session: Session) -> CheckpointRecordRow | None:
-            self._find_or_raise(session, trial_id, operation)
-            row = session.execute(
-                select(CheckpointRow)
-                .where(CheckpointRow.trial_id == trial_id, CheckpointRow.deleted.is_(False))
-                .order_by(CheckpointRow.iteration.desc(), CheckpointRow.id.desc())
-                .limit(1)
-            ).scalar_one_or_none()
-            if row is None:
-                return None
-            return CheckpointRecordRow(
-                path=row.path, iteration=row.iteration, score=row.score, deleted=row.deleted
-            )
-
-        return self._transaction(operation, work, write=False)
-
 
 def update_best(
     session: Session, trial: TrialRow, new_rows: list[dict[str, Any]], had_results: bool,
@@ -351,8 +294,8 @@ def update_best(
 
 
 def refold_results(session: Session, trial: TrialRow) -> None:
-    """Set the locked trial's ``last_result`` and maintained best to what :meth:`IngestStore.add_results`
-    leaves when only the results now stored were ingested (``record_exploit`` took some away)."""
+    """Set the locked trial's ``last_result`` and maintained best to what
+    :meth:`IngestWriter.add_results` leaves when only the results now stored were ingested (``record_exploit`` took some away)."""
     rows = [
         {"iteration": iteration, "metrics": metrics}
         for iteration, metrics in session.execute(

@@ -37,9 +37,17 @@ from sqlalchemy import (
     select,
     true,
 )
+from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import Grouping
 
-from airflow_trials.store.models import CheckpointRow, ResultRow, TrialRow, json_type
+from airflow_trials.store.models import (
+    CheckpointRow,
+    ExperimentRow,
+    ExperimentRunRow,
+    ResultRow,
+    TrialRow,
+    json_type,
+)
 
 METRIC_INDEX_PREFIX = "ix_at_results_metric_"
 MODES = ("min", "max")
@@ -288,3 +296,23 @@ def best_leaderboard_query(
     if limit is not None:
         query = query.limit(limit)
     return query
+
+
+def best_is_current(session: Session, run: ExperimentRunRow, metric: str, mode: str) -> bool:
+    """Whether every trial of the run with results has its best maintained for ``metric`` and
+    ``mode`` (the experiment's), so the leaderboard may read ``at_trials.best_value``."""
+    experiment = session.get(ExperimentRow, run.experiment_id)
+    if experiment is None or (experiment.metric, experiment.mode) != (metric, mode):
+        return False
+    trials = TrialRow.__table__
+    stale = session.execute(
+        select(func.count())
+        .select_from(trials)
+        .where(
+            trials.c.experiment_run_id == run.id,
+            trials.c.last_result.is_not(None),
+            trials.c.best_metric.is_distinct_from(metric)
+            | trials.c.best_mode.is_distinct_from(mode),
+        )
+    ).scalar_one()
+    return stale == 0

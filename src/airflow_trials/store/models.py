@@ -143,6 +143,10 @@ class TrialRow(Base):
     error_msg: Mapped[str | None] = mapped_column(Text, nullable=True)
     # Why it ended TERMINATED (migration 0005); NULL while it has not, or when nobody said.
     stop_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # Stopped from Airflow (its task cleared, marked or killed), and not started since (0009).
+    stopped_from_airflow: Mapped[bool] = mapped_column(
+        Boolean, default=False, server_default=false()
+    )
     last_result: Mapped[Any] = mapped_column(json_type(nullable=True), nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)

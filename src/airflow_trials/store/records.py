@@ -100,6 +100,8 @@ class TrialRecord:
     :param try_number: Airflow try number; None outside Airflow.
     :param warm_start: where a warm-started trial came from (``run_key``, ``experiment_run_id``,
         ``trial_id``, ``value``, ``checkpoint``); None for any other trial.
+    :param stopped_from_airflow: Airflow stopped it (its task was cleared, marked or killed:
+        ``TrialsHook.record_stop_from_airflow``) and it has not started since; default False.
     """
 
     trial_id: str
@@ -123,6 +125,7 @@ class TrialRecord:
     map_index: int
     try_number: int | None
     warm_start: dict[str, Any] | None = None
+    stopped_from_airflow: bool = False
 
 
 @dataclass(frozen=True)
@@ -165,6 +168,24 @@ class LeaderboardRow:
     best_iteration: int | None
     best_checkpoint: str | None
     latest_checkpoint: str | None
+
+
+@dataclass(frozen=True)
+class RankedTrial:
+    """A trial's place in a ranking, without its config (read only for the rows a page shows).
+
+    :param trial_id: the trial.
+    :param status: its current status.
+    :param num_failures: failures so far.
+    :param best_value: its best value of the metric; None when it never reported it.
+    :param best_iteration: the first iteration that reached ``best_value``; None with it.
+    """
+
+    trial_id: str
+    status: TrialStatus
+    num_failures: int
+    best_value: float | None
+    best_iteration: int | None
 
 
 @dataclass(frozen=True)

@@ -1,45 +1,34 @@
 """TrialStore: the metadata store of experiments, runs, trials, results, checkpoints, ASHA's rungs,
-the median rule's running means and PBT's exploits."""
+the median rule's running means and PBT's exploits, composed of a read side and write components."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
-
-from sqlalchemy import func, select, text
-from sqlalchemy.orm import Session
-
-from airflow_trials.core.status import TrialStatus
-from airflow_trials.store.exploits import ExploitsStore
+from airflow_trials.store.database import Database
+from airflow_trials.store.experiments import ExperimentWriter
+from airflow_trials.store.exploits import ExploitWriter
 from airflow_trials.store.ingest import (
-    IngestStore,
+    IngestWriter,
     TrialProgress,  # noqa: F401 - re-exported
 )
-from airflow_trials.store.leaderboard import (
-    best_checkpoint_path,
-    best_leaderboard_query,
-    check_metric,
-    check_mode,
-    leaderboard_query,
-)
 from airflow_trials.store.median import MedianStore
-from airflow_trials.store.models import (
-    ExperimentRow,
-    ExperimentRunRow,
-    TrialRow,
-)
-from airflow_trials.store.records import (
-    LeaderboardRow,
-)
+from airflow_trials.store.reader import TrialReader
+from airflow_trials.store.retry import RetryPolicy
 from airflow_trials.store.rungs import RungsStore
-from airflow_trials.store.runs import RunsStore
-from airflow_trials.store.trials import TrialsStore
+from airflow_trials.store.trial_writes import TrialWriter
 
-_STATUSES = {status.value: status for status in TrialStatus}
+#: The components that write, each over the store's database; a TrialReader holds none of them.
+WRITERS = (ExperimentWriter, TrialWriter, IngestWriter, ExploitWriter, RungsStore, MedianStore)
 
 
-class TrialStore(RunsStore, TrialsStore, IngestStore, RungsStore, MedianStore, ExploitsStore):
+class TrialStore:
     """The metadata store: one database (never Airflow's) shared by every task, trigger and UI.
+
+    It is composed, not inherited: :attr:`reader`, a :class:`~airflow_trials.store.TrialReader`
+    that cannot write, answers every read, and one component per concern writes (see
+    :data:`WRITERS`); the store hands out their methods as its own. A trial's status changes in
+    three ways only, each through one guarded setter
+    (:func:`~airflow_trials.store.trial_writes.change_status`): :meth:`record_transition`,
+    :meth:`record_end` and :meth:`record_progress`. Give :attr:`reader` to code that only reads.
 
     Every public method runs in its own transaction: it commits, or rolls back entirely and
     raises :class:`~airflow_trials.exceptions.StoreError` (chained to the database error). A
@@ -51,11 +40,13 @@ class TrialStore(RunsStore, TrialsStore, IngestStore, RungsStore, MedianStore, E
 
     Example::
 
+        from airflow_trials.core.fate import Transition
+
         store = TrialStore("sqlite:////tmp/trials.db", create=True)
         run = store.create_experiment_run("mnist", "manual-1")
         store.upsert_trial("t-1", trainable="pkg.train:fn", config={"lr": 0.1},
                            resources={"cpu": 1}, max_failures=0, experiment_run_id=run)
-        store.update_trial("t-1", status="RUNNING")
+        store.record_transition("t-1", Transition.PLACED)
         store.add_results("t-1", [{"training_iteration": 1, "loss": 0.5}])
         store.leaderboard(run, "loss", "min")
 
@@ -72,93 +63,83 @@ class TrialStore(RunsStore, TrialsStore, IngestStore, RungsStore, MedianStore, E
     :param retry_max_backoff_seconds: the longest wait between two attempts; default 5.
     """
 
-    # -- leaderboard -----------------------------------------------------------------------
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        create: bool = False,
+        retry_max_attempts: int = RetryPolicy.max_attempts,
+        retry_timeout_seconds: float = RetryPolicy.timeout_seconds,
+        retry_initial_backoff_seconds: float = RetryPolicy.initial_backoff_seconds,
+        retry_max_backoff_seconds: float = RetryPolicy.max_backoff_seconds,
+    ) -> None:
+        db = self._db = Database(
+            url, create=create, retry_max_attempts=retry_max_attempts,
+            retry_timeout_seconds=retry_timeout_seconds,
+            retry_initial_backoff_seconds=retry_initial_backoff_seconds,
+            retry_max_backoff_seconds=retry_max_backoff_seconds,
+        )
+        # The engines, for tools and tests that inspect the database under the store.
+        self._engine, self._write_engine = db.engine, db.write_engine
+        reader = self.reader = TrialReader(db)
+        #: Close every pooled connection; the store opens new ones if used again.
+        self.dispose = db.dispose
+        # The read side.
+        self.list_experiments = reader.list_experiments
+        self.list_experiment_runs = reader.list_experiment_runs
+        self.resolve_run = reader.resolve_run
+        self.get_trial = reader.get_trial
+        self.list_trials = reader.list_trials
+        self.get_results = reader.get_results
+        self.live_checkpoints = reader.live_checkpoints
+        self.latest_checkpoint = reader.latest_checkpoint
+        self.leaderboard = reader.leaderboard
+        self.best_checkpoint_paths = reader.best_checkpoint_paths
+        self.trial_rungs = reader.trial_rungs
+        self.trial_median_points = reader.trial_median_points
+        self.trial_exploits = reader.trial_exploits
+        self.lineage = reader.lineage
+        self.find_experiment_run = reader.find_experiment_run
+        self.trial_counts = reader.trial_counts
+        self.ranking = reader.ranking
+        self.configs_of = reader.configs_of
+        self.stop_reasons_of = reader.stop_reasons_of
+        self.early_stopped_trials = reader.early_stopped_trials
+        self.rungs_of_run = reader.rungs_of_run
+        self.lineages_of_run = reader.lineages_of_run
+        self.checkpoints_of = reader.checkpoints_of
+        self.metric_curves = reader.metric_curves
+        self.runs_of_dag_run = reader.runs_of_dag_run
+        self.trial_of_task = reader.trial_of_task
+        # Experiments and their runs.
+        experiments = ExperimentWriter(db)
+        self.ensure_experiment = experiments.ensure_experiment
+        self.ensure_metric_index = experiments.ensure_metric_index
+        self.create_experiment_run = experiments.create_experiment_run
+        self.finish_experiment_run = experiments.finish_experiment_run
+        # Trials: registration, fields, and two of the three ways their status changes.
+        trials = TrialWriter(db)
+        self.upsert_trial = trials.upsert_trial
+        self.update_trial = trials.update_trial
+        self.record_transition = trials.record_transition
+        self.record_end = trials.record_end
+        # Results and checkpoints; record_progress is the third way a status changes (RUNNING).
+        ingest = IngestWriter(db)
+        self.add_results = ingest.add_results
+        self.recompute_best = ingest.recompute_best
+        self.record_progress = ingest.record_progress
+        self.add_checkpoint = ingest.add_checkpoint
+        self.mark_checkpoint_deleted = ingest.mark_checkpoint_deleted
+        # What the schedulers decide: PBT's exploits, ASHA's rungs, the median rule's means.
+        self.record_exploit = ExploitWriter(db).record_exploit
+        rungs = RungsStore(db)
+        self.record_rung = rungs.record_rung
+        self.rung_values = rungs.rung_values
+        self.record_median_point = MedianStore(db).record_median_point
 
-    def leaderboard(
-        self, experiment_run_id: int, metric: str, mode: str = "min", limit: int | None = None
-    ) -> list[LeaderboardRow]:
-        """Trials of a run ranked by their best value of ``metric``, computed in SQL.
+    @property
+    def url(self) -> str:
+        return self._db.url
 
-        One row per trial: best value (lowest for ``"min"``, highest for ``"max"``) over its
-        results, the first iteration that reached it, its best checkpoint (the kept one whose
-        iteration scored best on ``metric``) and its latest kept checkpoint. Trials that
-        never reported the metric as a number come last, then ties by trial_id. Fast with the
-        metric's index (:meth:`ensure_metric_index`, made by ``ensure_experiment(metric=...)``).
-
-        :param experiment_run_id: the run.
-        :param metric: key of the metric in the results.
-        :param mode: ``"min"`` (default) or ``"max"``.
-        :param limit: at most this many rows; default all.
-        """
-        check_mode(mode)
-        check_metric(metric)
-        if limit is not None and limit < 1:
-            raise ValueError(f"limit must be at least 1 or None, got {limit}.")
-        operation = f"rank the trials of experiment run {experiment_run_id} by {mode} {metric}"
-
-        def work(session: Session) -> list[LeaderboardRow]:
-            run = self._find_run_or_raise(session, experiment_run_id, operation)
-            connection = session.connection()
-            if self._best_is_current(session, run, metric, mode):
-                # Every trial's best is maintained for this metric and mode: one row per trial.
-                query = best_leaderboard_query(self._dialect, experiment_run_id, metric, mode, limit)
-            else:
-                query = leaderboard_query(self._dialect, experiment_run_id, metric, mode, limit)
-            if self._dialect == "postgresql":
-                # The per-trial probes inflate the cost estimate past jit_above_cost, and
-                # compiling the plan then takes longer than running it.
-                connection.execute(text("SET LOCAL jit = off"))
-            return [
-                LeaderboardRow(
-                    trial_id=trial_id,
-                    status=_STATUSES[status],
-                    num_failures=num_failures,
-                    config=json.loads(config),
-                    best_value=best_value,
-                    best_iteration=best_iteration,
-                    best_checkpoint=best_checkpoint,
-                    latest_checkpoint=latest_checkpoint,
-                )
-                # Core rows, not ORM: the ORM's per-row work would cost more than the query.
-                for (trial_id, status, num_failures, config, best_value, best_iteration, best_checkpoint,
-                     latest_checkpoint) in connection.execute(query)
-            ]
-
-        return self._transaction(operation, work, write=False)
-
-
-    def best_checkpoint_paths(self, trial_ids: Sequence[str], metric: str, mode: str) -> dict[str, str]:
-        """The path of each trial's best checkpoint, as :meth:`leaderboard` gives it
-        (:func:`~airflow_trials.store.leaderboard.best_checkpoint_path`); trials with none left out."""
-        check_mode(mode)
-        check_metric(metric)
-        if not trial_ids:
-            return {}
-        trials = TrialRow.__table__
-        operation = f"read the best checkpoints of {len(trial_ids)} trials"
-
-        def work(session: Session) -> dict[str, str]:
-            rows = session.execute(
-                select(trials.c.trial_id, best_checkpoint_path(self._dialect, metric, mode))
-                .where(trials.c.trial_id.in_(list(trial_ids)))
-            )
-            return {trial_id: path for trial_id, path in rows if path is not None}
-
-        return self._transaction(operation, work, write=False)
-
-    @staticmethod
-    def _best_is_current(session: Session, run: ExperimentRunRow, metric: str, mode: str) -> bool:
-        experiment = session.get(ExperimentRow, run.experiment_id)
-        if experiment is None or (experiment.metric, experiment.mode) != (metric, mode):
-            return False
-        trials = TrialRow.__table__
-        stale = session.execute(
-            select(func.count())
-            .select_from(trials)
-            .where(
-                trials.c.experiment_run_id == run.id,
-                trials.c.last_result.is_not(None),
-                (trials.c.best_metric.is_distinct_from(metric)) | (trials.c.best_mode.is_distinct_from(mode)),
-            )
-        ).scalar_one()
-        return stale == 0
+    def __repr__(self) -> str:
+        return repr(self._db)

@@ -1,39 +1,31 @@
-"""Judges: ASHA and the median rule on the Airflow path, as a trial's trigger asks them about each
-of the trial's results (:func:`judge_for` picks one for the trigger's ``scheduler`` settings).
+"""Judges: a trial's trigger walks its results through ASHA's or the median rule's one rule."""
 
-Each trial task is watched by its own trigger, so ASHA's rungs live in the trials store
-(``TrialStore.record_rung``: one row per trial and rung, judged once) and the rules are
-:class:`~airflow_trials.core.rungs.AshaRungs`'. The judge only walks a trial's results through
-them, in order, and remembers the verdicts for the trigger's life. It is synchronous (its store
-calls block): the trigger runs it in a thread.
-
-A result processed again (a triggerer restart re-reads the trial's results) reaches the row its
-first processing recorded and so the same verdict: a decision is never taken twice, nor lost.
-
-:class:`MedianJudge` does the same for the median stopping rule, over each trial's running means
-(``TrialStore.record_median_point``: one row per trial and result from grace_period).
-
-Example::
-
-    judge = RungJudge(AshaRungs(metric="loss", mode="min", max_t=16), bracket=0, store=store,
-                      experiment_run_id=run_pk, trial_id="t1")
-    verdict = judge.judge(snapshot["results"])   # the first STOP among them, or None
-"""
+# Each trial task is watched by its own trigger, so the rule's state lives in the trials store
+# (store/rungs.py StoredRungs, store/median.py StoredMeans); the rule is the one the runner's
+# schedulers judge with (core/rungs.py AshaRungs.judge, core/median_stopping.py MedianRule.judge).
+# A judge only walks a trial's results through it, in order, and remembers the verdicts for the
+# trigger's life. It is synchronous (its store calls block): the trigger runs it in a thread. A
+# result processed again (a triggerer restart re-reads the trial's results) reaches the row its
+# first processing recorded and so the same verdict: a decision is never taken twice, nor lost.
+#
+#     judge = judge_for(AshaRungs(metric="loss", mode="min", max_t=16).to_dict(), bracket=0,
+#                       store=store, experiment_run_id=run_pk, trial_id="t1")
+#     verdict = judge.judge(snapshot["results"])   # the first STOP among them, or None
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from airflow_trials.core import result as R
-from airflow_trials.core.judged import MedianRule, judged_from_dict
-from airflow_trials.core.median_stopping import better_of
+from airflow_trials.core.judged import judged_from_dict
+from airflow_trials.core.median_stopping import MedianRule, better_of
 from airflow_trials.core.rungs import AshaRungs
 from airflow_trials.core.scheduler import Decision
-from airflow_trials.store.records import RungDecision
+from airflow_trials.store.median import StoredMeans
+from airflow_trials.store.rungs import StoredRungs
 
 
 @dataclass(frozen=True)
@@ -67,7 +59,8 @@ class _Judge:
         self.verdicts: dict[int, Verdict] = {}
 
     def judge(self, results: Iterable[Mapping[str, Any]]) -> Verdict | None:
-        """Judge each new result in order (recording what the scheduler keeps); the first STOP, or None."""
+        """Judge each new result in order (recording what the scheduler keeps); the first STOP,
+        or None."""
         stop = None
         for result in results:
             verdict = self._judge_one(result)
@@ -77,7 +70,8 @@ class _Judge:
         return stop
 
     def verdict_for(self, iteration: int) -> Verdict:
-        """The verdict given on result ``iteration`` in this judge's life (CONTINUE if none was needed)."""
+        """The verdict given on result ``iteration`` in this judge's life (CONTINUE if none was
+        needed)."""
         return self.verdicts.get(iteration) or Verdict(iteration, Decision.CONTINUE)
 
     def at_end(self, last_result: Mapping[str, Any] | None) -> None:
@@ -87,8 +81,8 @@ class _Judge:
         raise NotImplementedError
 
     def _judged(self, result: Mapping[str, Any] | None) -> bool:
-        """Does ``result`` carry what the scheduler judges by? (A trial that ended before it reported
-        anything has nothing to record, Ray Tune alike.)"""
+        """Does ``result`` carry what the scheduler judges by? (A trial that ended before it
+        reported anything has nothing to record, Ray Tune alike.)"""
         return bool(result) and self.metric in result and self.time_attr in result  # type: ignore[operator]
 
     def _read(self, result: Mapping[str, Any]) -> tuple[int, float, float]:
@@ -96,18 +90,21 @@ class _Judge:
         iteration = result.get(R.TRAINING_ITERATION)
         missing = [key for key in (self.time_attr, self.metric) if key not in result]
         if missing or not isinstance(iteration, int):
+            lacks = " and no ".join(map(repr, missing or ["training_iteration"]))
             raise MissingSchedulerKey(
-                f"result {iteration} of trial {self.trial_id} has no {' and no '.join(map(repr, missing or ['training_iteration']))}, "
-                f"which {self.name} judges by (metric={self.metric!r}, time_attr={self.time_attr!r}); "
-                f"make the trainable report it in every result, or give the scheduler a metric it reports"
+                f"result {iteration} of trial {self.trial_id} has no {lacks}, which {self.name} "
+                f"judges by (metric={self.metric!r}, time_attr={self.time_attr!r}); make the "
+                f"trainable report it in every result, or give the scheduler a metric it reports"
             )
         return iteration, _number(result[self.time_attr]), _number(result[self.metric])
 
 
 class RungJudge(_Judge):
-    """One trial's ASHA verdicts, from its results and the rungs stored for its run.
+    """One trial's ASHA verdicts:
+    :meth:`AshaRungs.judge <airflow_trials.core.rungs.AshaRungs.judge>` over the run's rungs in
+    the trials store (:class:`~airflow_trials.store.rungs.StoredRungs`).
 
-    :param rungs: ASHA's settings.
+    :param rungs: ASHA's rule.
     :param bracket: the trial's bracket, drawn once per trial.
     :param store: the trials store (``record_rung``, ``trial_rungs``).
     :param experiment_run_id: the run whose trials share the rungs.
@@ -116,7 +113,9 @@ class RungJudge(_Judge):
 
     name = "ASHAScheduler"
 
-    def __init__(self, rungs: AshaRungs, bracket: int, store: Any, experiment_run_id: int, trial_id: str) -> None:
+    def __init__(
+        self, rungs: AshaRungs, bracket: int, store: Any, experiment_run_id: int, trial_id: str
+    ) -> None:
         super().__init__()
         self.rungs = rungs
         self.metric, self.time_attr = rungs.metric, rungs.time_attr
@@ -124,56 +123,33 @@ class RungJudge(_Judge):
         self.store = store
         self.experiment_run_id = experiment_run_id
         self.trial_id = trial_id
-        self._recorded: list[RungDecision] | None = None
+        self.state = StoredRungs(store, experiment_run_id)
 
     def at_end(self, last_result: Mapping[str, Any] | None) -> None:
         """The trial ended TERMINATED: record its last value as ASHA does (not acted on)."""
         if last_result is None or not self._judged(last_result):
             return
         iteration, time, value = self._read(last_result)
-        milestone = self.rungs.milestone_for(self.bracket, time, iteration, self._rungs(), at_end=True)
-        if milestone is not None:
-            self._record(milestone, iteration, time, value, at_end=True)
+        self.rungs.judge(self.state, self.trial_id, self.bracket, time=time, value=value,
+                         iteration=iteration, at_end=True)
 
     def _judge_one(self, result: Mapping[str, Any]) -> Verdict:
         iteration, time, value = self._read(result)
-        reason = self.rungs.stop_at_max_t(time)
-        if reason is not None:
-            return Verdict(iteration, Decision.STOP, reason)
-        milestone = self.rungs.milestone_for(self.bracket, time, iteration, self._rungs())
-        if milestone is None:
-            return Verdict(iteration, Decision.CONTINUE)
-        recorded = self._record(milestone, iteration, time, value, at_end=False)
-        if recorded.decision is Decision.STOP:
-            return Verdict(iteration, Decision.STOP, recorded.reason)
-        return Verdict(iteration, Decision.CONTINUE)
-
-    def _record(self, milestone: float, iteration: int, time: float, value: float, *, at_end: bool) -> RungDecision:
-        recorded = self.store.record_rung(
-            self.experiment_run_id, self.trial_id, bracket=self.bracket, milestone=milestone, value=value,
-            iteration=iteration, at_end=at_end,
-            decide=self.rungs.decide(self.bracket, time, milestone, value, at_end=at_end),
+        decision, reason = self.rungs.judge(
+            self.state, self.trial_id, self.bracket, time=time, value=value, iteration=iteration
         )
-        if recorded.fresh:
-            self._rungs().append(recorded)
-        return recorded
-
-    def _rungs(self) -> list[RungDecision]:
-        if self._recorded is None:
-            self._recorded = list(self.store.trial_rungs(self.trial_id))
-        return self._recorded
-
+        return Verdict(iteration, decision, reason)
 
 
 class MedianJudge(_Judge):
-    """One trial's median-rule verdicts, from its results and the running means stored for its run.
+    """One trial's median-rule verdicts: :meth:`MedianRule.judge
+    <airflow_trials.core.median_stopping.MedianRule.judge>` over the run's running means in the
+    trials store (:class:`~airflow_trials.store.median.StoredMeans`).
 
-    At each result from ``grace_period`` it adds the result to the trial's running mean in the
-    store and takes the rule's verdict there (``TrialStore.record_median_point``), comparing the
-    trial's best so far (over all its results, kept here and read once from its stored results
-    when this judge starts) with the median of the other trials' running means.
+    The trial's best so far (over all its results) is kept here, read once from its stored
+    results when this judge starts (after a triggerer restart, say).
 
-    :param rule: the rule's settings.
+    :param rule: the rule.
     :param store: the trials store (``record_median_point``, ``get_results``).
     :param experiment_run_id: the run whose trials the rule compares.
     :param trial_id: the trial.
@@ -188,38 +164,38 @@ class MedianJudge(_Judge):
         self.store = store
         self.experiment_run_id = experiment_run_id
         self.trial_id = trial_id
+        self.state = StoredMeans(store, experiment_run_id)
         self._best: float | None = None  # the best value of the results judged so far
 
     def at_end(self, last_result: Mapping[str, Any] | None) -> None:
-        """The trial ended TERMINATED: add its last result again, as Ray Tune's rule does (not acted on)."""
+        """The trial ended TERMINATED: add its last result again, as Ray Tune's rule does (not
+        acted on)."""
         if last_result is None or not self._judged(last_result):
             return
         iteration, time, value = self._read(last_result)
-        if time < self.rule.grace_period:
-            return
         try:
-            self.store.record_median_point(self.experiment_run_id, self.trial_id, iteration=iteration, time=time,
-                                           value=value, at_end=True)
+            self.rule.at_end(self.state, self.trial_id, iteration=iteration, time=time, value=value)
         except ValueError:
-            return  # a replayed last result, before the trial's latest time: the rule adds nothing (Ray alike)
+            # A replayed last result, before the trial's latest time: the rule adds nothing
+            # (Ray alike).
+            return
 
     def _judge_one(self, result: Mapping[str, Any]) -> Verdict:
         iteration, time, value = self._read(result)
         best = self._best_after(iteration, value)
-        if time < self.rule.grace_period:
-            return Verdict(iteration, Decision.CONTINUE)
         try:
-            point = self.store.record_median_point(
-                self.experiment_run_id, self.trial_id, iteration=iteration, time=time, value=value,
-                decide=functools.partial(self.rule.verdict, best, time),
-            )
+            verdict = self.rule.judge(self.state, self.trial_id, iteration=iteration, time=time,
+                                      value=value, best=best)
         except ValueError as e:  # its time went back: the rule cannot judge it
             raise MissingSchedulerKey(f"trial {self.trial_id}: {e}") from e
-        return Verdict(iteration, point.decision, point.reason if point.decision is Decision.STOP else None)
+        return Verdict(iteration, verdict.decision, verdict.reason)
 
     def _best_after(self, iteration: int, value: float) -> float:
         if self._best is None:
-            earlier = [r for r in self.store.get_results(self.trial_id) if r.get(R.TRAINING_ITERATION, 0) < iteration]
+            earlier = [
+                r for r in self.store.get_results(self.trial_id)
+                if r.get(R.TRAINING_ITERATION, 0) < iteration
+            ]
             best = math.nan
             for index, previous in enumerate(earlier):
                 number = _number(previous.get(self.metric))
@@ -233,7 +209,8 @@ class MedianJudge(_Judge):
 def judge_for(
     settings: Mapping[str, Any], bracket: int, store: Any, experiment_run_id: int, trial_id: str
 ) -> RungJudge | MedianJudge:
-    """The judge of a trigger's ``scheduler`` settings (``AshaRungs`` or ``MedianRule``, as dicts)."""
+    """The judge of a trigger's ``scheduler`` settings (``AshaRungs`` or ``MedianRule``, as
+    dicts)."""
     scheduler = judged_from_dict(dict(settings))
     if isinstance(scheduler, MedianRule):
         return MedianJudge(scheduler, store, experiment_run_id, trial_id)

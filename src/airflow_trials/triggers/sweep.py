@@ -1,22 +1,29 @@
-"""SweepTrigger: watches a sweep's driver on Ray from the triggerer and logs its progress, without blocking."""
+"""SweepTrigger: watches a sweep's driver on Ray from the triggerer, logging its progress."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import TaskSuccessEvent, TriggerEvent
 
+from airflow_trials.core.end import SweepEnd, SweepStatus
 from airflow_trials.core.sweep_progress import end_line, progress_line, sweep_summary
+from airflow_trials.execution.triggerer.outage import (
+    POLL_GRACE_SECONDS,
+    RAY_OUTAGE_TIMEOUT_SECONDS,
+    RayOutage,
+    RayOutageTimeout,
+)
 from airflow_trials.hooks.trials import DEFAULT_RAY_CONN_ID, DEFAULT_TRIALS_CONN_ID, TrialsHook
-from airflow_trials.triggers.base import TrialsTrigger
-from airflow_trials.triggers.trial import POLL_GRACE_SECONDS, RAY_OUTAGE_TIMEOUT_SECONDS
+from airflow_trials.triggers.trial import TrialsTrigger
 
-#: The event statuses: the run ended (``finished``), the driver failed (``error``), or it is gone
-#: with the run unfinished (``lost``: its Ray head restarted, its node died, or it was killed).
-FINISHED, ERROR, LOST = "finished", "error", "lost"
+if TYPE_CHECKING:
+    from airflow_trials.store import TrialStore
+
 #: How long a sweep whose task was cleared or marked runs on, waiting for a new try to re-attach.
 CLEAR_GRACE_SECONDS = 60.0
 #: How much longer than its poll interval the trigger waits for the driver's answer to a long poll.
@@ -24,8 +31,10 @@ WAIT_GRACE_SECONDS = 5.0
 
 
 class SweepTrigger(TrialsTrigger):
-    """Watches an experiment run's sweep driver (:mod:`~airflow_trials.execution.driver.sweep_driver`) and yields
-    one event when the run ends or the driver is gone.
+    """Watches an experiment run's sweep driver
+    (:mod:`~airflow_trials.execution.driver.sweep_driver`) and yields one event of plain values
+    when the run ends or the driver is gone: a :class:`~airflow_trials.core.end.SweepEnd`, which
+    the operator's ``execute_complete`` reads.
 
     Every ``poll_interval_seconds`` it asks the driver for its progress (in a thread, bounded) and,
     at most every ``progress_interval_seconds`` and whenever a trial ends, logs one line to the task
@@ -39,7 +48,8 @@ class SweepTrigger(TrialsTrigger):
     marks the task, :meth:`on_kill` asks the driver to stop the run's trials after a grace period
     in which a newer try may claim it (fenced by try number).
 
-    :param experiment_name: the experiment. :param run_key: the experiment run's key (the Airflow run id).
+    :param experiment_name: the experiment.
+    :param run_key: the experiment run's key (the Airflow run id).
     :param experiment_run_id: the run's id in the trials DB.
     :param trial_ids: the run's trial ids (how the trials DB tells that the run ended).
     :param try_number: the try that deferred; a stop from an older try never ends a newer try's run.
@@ -57,16 +67,17 @@ class SweepTrigger(TrialsTrigger):
 
     serialized_fields = (
         "experiment_name", "run_key", "experiment_run_id", "trial_ids", "try_number", "ray_conn_id",
-        "trials_conn_id", "poll_interval_seconds", "progress_interval_seconds", "ray_outage_timeout_seconds",
-        "warm_started_trials", "push_return_value", "end_in_trigger",
+        "trials_conn_id", "poll_interval_seconds", "progress_interval_seconds",
+        "ray_outage_timeout_seconds", "warm_started_trials", "push_return_value", "end_in_trigger",
     )
 
     def __init__(
         self, experiment_name: str, run_key: str, experiment_run_id: int, trial_ids: list[str],
-        try_number: int = 1, ray_conn_id: str = DEFAULT_RAY_CONN_ID, trials_conn_id: str = DEFAULT_TRIALS_CONN_ID,
-        poll_interval_seconds: float = 2.0, progress_interval_seconds: float = 30.0,
-        ray_outage_timeout_seconds: float = RAY_OUTAGE_TIMEOUT_SECONDS, warm_started_trials: int = 0,
-        push_return_value: bool = True, end_in_trigger: bool = True,
+        try_number: int = 1, ray_conn_id: str = DEFAULT_RAY_CONN_ID,
+        trials_conn_id: str = DEFAULT_TRIALS_CONN_ID, poll_interval_seconds: float = 2.0,
+        progress_interval_seconds: float = 30.0,
+        ray_outage_timeout_seconds: float = RAY_OUTAGE_TIMEOUT_SECONDS,
+        warm_started_trials: int = 0, push_return_value: bool = True, end_in_trigger: bool = True,
     ) -> None:
         super().__init__(trials_conn_id, poll_interval_seconds)
         self.experiment_name = experiment_name
@@ -82,14 +93,21 @@ class SweepTrigger(TrialsTrigger):
         self.end_in_trigger = end_in_trigger
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        event = await self.watch_fenced(SweepWatch(self).until_end)
-        if event["status"] != FINISHED or self.task_instance is None or not self.end_in_trigger:
+        watch = SweepWatch(
+            self.experiment_name, self.run_key, self.experiment_run_id, list(self.trial_ids),
+            hook=TrialsHook(self.ray_conn_id, self.trials_conn_id), open_store=self.connect,
+            log=self.log, poll_interval_seconds=self.poll_interval_seconds,
+            progress_interval_seconds=self.progress_interval_seconds,
+            ray_outage_timeout_seconds=self.ray_outage_timeout_seconds,
+        )
+        end = await self.watch_fenced(watch.until_end)
+        if not end.finished or self.task_instance is None or not self.end_in_trigger:
             # A lost or failed driver resumes the task, which raises for Airflow's retry; every
             # event outside a triggerer (dag.test, deferrable=False) and a task with outlets end
             # in the task too.
-            yield TriggerEvent(event)
+            yield TriggerEvent(end.to_event())
             return
-        summary = sweep_summary(self.run_key, event.get("progress"), self.warm_started_trials)
+        summary = sweep_summary(self.run_key, end.progress, self.warm_started_trials)
         await asyncio.to_thread(self._push, summary)
         self.log.info("%s", end_line(summary))
         yield TaskSuccessEvent()
@@ -104,7 +122,8 @@ class SweepTrigger(TrialsTrigger):
         assert ti is not None  # run() pushes only under a triggerer
         keys = {"sweep": summary, **({"return_value": summary} if self.push_return_value else {})}
         for key, value in keys.items():
-            XCom.set(key, value, dag_id=ti.dag_id, task_id=ti.task_id, run_id=ti.run_id, map_index=ti.map_index)
+            XCom.set(key, value, dag_id=ti.dag_id, task_id=ti.task_id, run_id=ti.run_id,
+                     map_index=ti.map_index)
 
     async def on_kill(self) -> None:
         """The user cleared or marked the deferred task: the driver stops the run's trials and ends
@@ -116,34 +135,59 @@ class SweepTrigger(TrialsTrigger):
         try:
             namespace = await asyncio.to_thread(connected_namespace, hook)
             stopped = await asyncio.to_thread(
-                stop_driver, self.experiment_name, self.run_key, namespace, self.try_number, CLEAR_GRACE_SECONDS)
+                stop_driver, self.experiment_name, self.run_key, namespace, self.try_number,
+                CLEAR_GRACE_SECONDS)
         except Exception as e:  # noqa: BLE001 - Ray down: the driver went with it
             self.log.warning("Could not stop the sweep of run %s on Ray: %s", self.run_key, e)
             return
-        self.log.info("Sweep %s: %s.", self.run_key, f"its trials stop in {CLEAR_GRACE_SECONDS:.0f} s unless a newer "
-                      "try re-attaches first" if stopped else "left to the newer try that watches it")
+        self.log.info("Sweep %s: %s.", self.run_key,
+                      f"its trials stop in {CLEAR_GRACE_SECONDS:.0f} s unless a newer try "
+                      "re-attaches first" if stopped else "left to the newer try that watches it")
 
 
+@dataclass
 class SweepWatch:
-    """One SweepTrigger run's hold on the driver, until the run ends or the driver is gone."""
+    """One SweepTrigger run's hold on the driver, until the run ends or the driver is gone. It
+    knows the run through its fields, never through the trigger.
 
-    def __init__(self, trigger: SweepTrigger) -> None:
-        self.trigger = trigger
-        self.hook = TrialsHook(trigger.ray_conn_id, trigger.trials_conn_id)
-        self.actor: Any = None
-        self.unanswered_since: float | None = None
-        self.last_line: tuple[float, tuple[Any, ...]] | None = None
+    :param experiment_name: the experiment. :param run_key: the experiment run's key.
+    :param experiment_run_id: the run's id in the trials DB.
+    :param trial_ids: the run's trial ids (how the trials DB tells that the run ended).
+    :param hook: the trigger's Ray and trials connections.
+    :param open_store: opens the trials store (the trigger's, once); called only when the driver
+        is gone.
+    :param log: the trigger's logger (the task's log).
+    :param poll_interval_seconds: time between polls.
+    :param progress_interval_seconds: the most time between two progress lines.
+    :param ray_outage_timeout_seconds: how long Ray may not answer before the driver counts as lost.
+    """
 
-    async def until_end(self) -> dict[str, Any]:
+    experiment_name: str
+    run_key: str
+    experiment_run_id: int
+    trial_ids: list[str]
+    hook: TrialsHook
+    open_store: Callable[[], Awaitable[TrialStore]]
+    log: Any
+    poll_interval_seconds: float
+    progress_interval_seconds: float
+    ray_outage_timeout_seconds: float
+    actor: Any = field(default=None, init=False)
+    last_line: tuple[float, tuple[Any, ...]] | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self.outage = RayOutage(f"Sweep {self.run_key}", self.ray_outage_timeout_seconds,
+                                self.poll_interval_seconds, self.log)
+
+    async def until_end(self) -> SweepEnd:
         try:
             return await self._watch()
-        except _Lost as e:
-            return {"status": LOST, "run_key": self.trigger.run_key, "progress": None, "error": (
-                f"The sweep driver of run {self.trigger.run_key} of experiment {self.trigger.experiment_name} "
-                f"could not be reached: {e}. The task's next try resumes the run's unfinished trials from "
-                "their latest checkpoints.")}
+        except RayOutageTimeout as e:
+            return SweepEnd.lost(self.experiment_name, self.run_key, (
+                f"could not be reached: {e}. The task's next try resumes the run's unfinished "
+                "trials from their latest checkpoints."))
 
-    async def _watch(self) -> dict[str, Any]:
+    async def _watch(self) -> SweepEnd:
         self.actor = await self._find()
         if self.actor is None:
             return await self._absent()
@@ -154,15 +198,14 @@ class SweepWatch:
             self._log(snapshot)
             if snapshot.get("finished"):
                 await asyncio.to_thread(self._kill)
-                return {"status": ERROR if snapshot.get("error") else FINISHED, "run_key": self.trigger.run_key,
-                        "progress": snapshot, "error": snapshot.get("error")}
+                return SweepEnd.from_snapshot(self.run_key, snapshot)
             await self._wait_for_end()
 
     async def _wait_for_end(self) -> None:
         """Wait up to one poll interval for the run to end, on the driver (bounded). The answer is
         awaited as a future that Ray completes: no thread of the triggerer's shared pool is held
         for the poll's length. A driver that does not answer is left to the next progress poll."""
-        poll = self.trigger.poll_interval_seconds
+        poll = self.poll_interval_seconds
         started = time.monotonic()
         try:
             answer = asyncio.wrap_future(self.actor.wait.remote(poll).future())
@@ -174,15 +217,15 @@ class SweepWatch:
         """The live driver, or None once Ray answers that there is none."""
         from airflow_trials.execution.driver.sweep_driver import find_driver
 
-        trigger = self.trigger
         while True:
             try:
                 namespace = await asyncio.to_thread(connected_namespace, self.hook, verify=True)
-                actor = await asyncio.to_thread(find_driver, trigger.experiment_name, trigger.run_key, namespace)
-                self.unanswered_since = None
+                actor = await asyncio.to_thread(
+                    find_driver, self.experiment_name, self.run_key, namespace)
+                self.outage.answered()
                 return actor
-            except Exception as e:  # noqa: BLE001 - Ray down, or answering with errors while it restarts
-                await self._not_answering(e)
+            except Exception as e:  # noqa: BLE001 - Ray down, or answering errors as it restarts
+                await self.outage.wait(e)
 
     async def _progress(self) -> dict[str, Any] | None:
         """The driver's progress; None when it is gone."""
@@ -193,40 +236,30 @@ class SweepWatch:
             try:
                 snapshot: dict[str, Any] = await asyncio.to_thread(
                     ray.get, self.actor.progress.remote(), timeout=POLL_GRACE_SECONDS)
-                self.unanswered_since = None
+                self.outage.answered()
                 return snapshot
             except RayActorError:
                 return None
             except Exception as e:  # noqa: BLE001 - a timeout, or Ray restarting under us
-                await self._not_answering(e)
+                await self.outage.wait(e)
                 self.actor = await self._find()
                 if self.actor is None:
                     return None
 
-    async def _not_answering(self, error: BaseException) -> None:
-        now = time.monotonic()
-        self.unanswered_since = self.unanswered_since or now
-        silent_s = now - self.unanswered_since
-        trigger = self.trigger
-        if silent_s > trigger.ray_outage_timeout_seconds:
-            raise _Lost(f"Ray did not answer for {silent_s:.0f} s ({type(error).__name__}: {error})")
-        trigger.log.warning("Sweep %s: Ray does not answer (%s: %s); trying again (%.0f of %.0f s).",
-                            trigger.run_key, type(error).__name__, error, silent_s, trigger.ray_outage_timeout_seconds)
-        await asyncio.sleep(min(5.0, max(0.5, trigger.poll_interval_seconds)))
-
-    async def _absent(self) -> dict[str, Any]:
-        """No driver: the run ended (a trigger that ran again after killing it) or the driver was lost."""
-        trigger = self.trigger
-        store = await trigger.connect()
-        records = await asyncio.to_thread(store.list_trials, experiment_run_id=trigger.experiment_run_id)
+    async def _absent(self) -> SweepEnd:
+        """No driver: the run ended (a trigger that ran again after killing it) or the driver was
+        lost."""
+        store = await self.open_store()
+        records = await asyncio.to_thread(store.list_trials,
+                                          experiment_run_id=self.experiment_run_id)
         ended = {r.trial_id for r in records if r.status.is_terminal()}
-        left = [t for t in trigger.trial_ids if t not in ended]
+        left = [t for t in self.trial_ids if t not in ended]
         if not left:
-            return {"status": FINISHED, "run_key": trigger.run_key, "progress": None, "error": None}
-        return {"status": LOST, "run_key": trigger.run_key, "progress": None, "error": (
-            f"The sweep driver of run {trigger.run_key} of experiment {trigger.experiment_name} is gone (its "
-            f"Ray head restarted, its node died, or it was killed) with {len(left)} of {len(trigger.trial_ids)} "
-            "trials unfinished; the task's next try resumes them from their latest checkpoints.")}
+            return SweepEnd(self.run_key, SweepStatus.FINISHED)
+        return SweepEnd.lost(self.experiment_name, self.run_key, (
+            f"is gone (its Ray head restarted, its node died, or it was killed) with {len(left)} "
+            f"of {len(self.trial_ids)} trials unfinished; the task's next try resumes them from "
+            "their latest checkpoints."))
 
     def _log(self, snapshot: dict[str, Any]) -> None:
         if snapshot.get("starting"):
@@ -234,13 +267,13 @@ class SweepWatch:
         key = (snapshot["terminated"], snapshot["errored"], snapshot.get("finished"))
         now = time.monotonic()
         if self.last_line is not None and key == self.last_line[1] and (
-                now - self.last_line[0] < self.trigger.progress_interval_seconds):
+                now - self.last_line[0] < self.progress_interval_seconds):
             return
-        if self.last_line is not None and key != self.last_line[1] and not snapshot.get("finished") and (
-                now - self.last_line[0] < min(5.0, self.trigger.progress_interval_seconds)):
+        if self.last_line is not None and key != self.last_line[1] and not snapshot.get(
+                "finished") and now - self.last_line[0] < min(5.0, self.progress_interval_seconds):
             return  # trials end often in a big sweep: a line every few seconds at most
         self.last_line = (now, key)
-        self.trigger.log.info("Sweep %s: %s", self.trigger.run_key, progress_line(snapshot))
+        self.log.info("Sweep %s: %s", self.run_key, progress_line(snapshot))
 
     def _kill(self) -> None:
         import ray
@@ -248,11 +281,7 @@ class SweepWatch:
         try:
             ray.kill(self.actor, no_restart=True)
         except Exception as e:  # noqa: BLE001 - already gone
-            self.trigger.log.debug("Sweep driver of %s already gone: %s", self.trigger.run_key, e)
-
-
-class _Lost(Exception):
-    pass
+            self.log.debug("Sweep driver of %s already gone: %s", self.run_key, e)
 
 
 def connected_namespace(hook: TrialsHook, verify: bool = False) -> str:

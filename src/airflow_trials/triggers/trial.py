@@ -1,45 +1,139 @@
-"""TrialTrigger: watches a trial on Ray from the triggerer, recording its results, without blocking."""
+"""TrialTrigger: watches a trial on Ray from the triggerer, yielding its end; and TrialsTrigger."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from typing import Any
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from airflow.triggers.base import TriggerEvent
+from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_trials.core.status import TrialStatus
-from airflow_trials.hooks.trials import DEFAULT_RAY_CONN_ID, DEFAULT_TRIALS_CONN_ID, TrialsHook
-from airflow_trials.triggers.base import MIN_DEFERRAL_SECONDS, TrialsTrigger
+from airflow_trials.hooks.trials import (
+    DEFAULT_RAY_CONN_ID,
+    DEFAULT_TRIALS_CONN_ID,
+    TrialsDbHook,
+    TrialsHook,
+)
 from airflow_trials.triggers.watch import (
     BATCHED_POLLS_ENV,
     POLL_GRACE_SECONDS,
+    RAY_OUTAGE_TIMEOUT_SECONDS,
     TrialWatch,
+    TrialWatchSpec,
     stored_end_event,
 )
 
+if TYPE_CHECKING:
+    from airflow_trials.store import TrialStore
+
 __all__ = [
     "BATCHED_POLLS_ENV", "MIN_DEFERRAL_SECONDS", "POLL_GRACE_SECONDS", "RAY_OUTAGE_TIMEOUT_SECONDS",
-    "STOPPED_BY_USER", "TrialStatusTrigger", "TrialTrigger", "stored_end_event", "trials_status",
+    "TrialStatusTrigger", "TrialTrigger", "TrialWatchSpec", "TrialsTrigger",
+    "stored_end_event", "trials_status",
 ]
 
-# How long a trigger keeps trying while Ray does not answer (its head restarting, say) before it
-# gives the trial up as lost to infrastructure; the task then resumes it from its latest checkpoint.
-RAY_OUTAGE_TIMEOUT_SECONDS = 120.0
-STOPPED_BY_USER = "Stopped because its Airflow task was cleared or marked while deferred."
+T = TypeVar("T")
+
+# The least time a trigger under a triggerer runs before it fires (see TrialsTrigger.watch_fenced).
+MIN_DEFERRAL_SECONDS = 15.0
+
+
+class TrialsTrigger(BaseTrigger):
+    """Base of :class:`TrialTrigger`, :class:`TrialStatusTrigger` and
+    :class:`~airflow_trials.triggers.sweep.SweepTrigger`.
+
+    It connects to the trials store, polls it, and releases it, always off the event loop: opening
+    and closing pooled connections can block on the network. Following ``BaseTrigger``'s contract,
+    :meth:`cleanup` (run on every exit: fired, cancelled, or the triggerer stopping) frees only
+    what this process holds; it never touches a trial.
+
+    A subclass lists its constructor's arguments in ``serialized_fields``: :meth:`serialize`
+    returns them under the subclass's own import path, which deferred tasks keep in Airflow's DB.
+
+    :param trials_conn_id: trials DB connection; default ``trials_default``.
+    :param poll_interval_seconds: time between polls.
+    """
+
+    serialized_fields: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, trials_conn_id: str = DEFAULT_TRIALS_CONN_ID,
+                 poll_interval_seconds: float = 2.0) -> None:
+        super().__init__()
+        self.trials_conn_id = trials_conn_id
+        self.poll_interval_seconds = poll_interval_seconds
+        self._store: TrialStore | None = None
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return self.classpath(), {name: getattr(self, name) for name in self.serialized_fields}
+
+    @classmethod
+    def classpath(cls) -> str:
+        """The import path Airflow keeps for a deferred task's trigger."""
+        return f"{cls.__module__}.{cls.__qualname__}"
+
+    async def connect(self) -> TrialStore:
+        """The trials store, opened once per trigger (in a thread)."""
+        if self._store is None:
+            self._store = await asyncio.to_thread(TrialsDbHook(self.trials_conn_id).get_conn)
+        return self._store
+
+    async def disconnect(self) -> None:
+        """Close the store's pooled connections (in a thread); safe to call more than once."""
+        store, self._store = self._store, None
+        if store is not None:
+            await asyncio.to_thread(store.dispose)
+
+    async def poll_store(self, read: Callable[[TrialStore], T | None]) -> T:
+        """Call ``read(store)`` in a thread every ``poll_interval_seconds`` until it returns a
+        value."""
+        store = await self.connect()
+        while True:
+            value = await asyncio.to_thread(read, store)
+            if value is not None:
+                return value
+            await asyncio.sleep(self.poll_interval_seconds)
+
+    async def watch_fenced(self, watch: Callable[[], Awaitable[T]]) -> T:
+        """The end ``watch()`` returns, no sooner than MIN_DEFERRAL_SECONDS after this started
+        when under a triggerer; :meth:`cleanup` runs however it ends.
+
+        The scheduler can fail a task whose trigger fires before it has processed the executor's
+        "success" for the worker that deferred (both share one executor key), as the fault tests
+        saw with trials that ended a few seconds after deferring. Cancelled or not, what the
+        trigger watches is not stopped here: a triggerer restart cancels the trigger too, and the
+        next one re-attaches; ``on_kill`` stops it when a user acts.
+        """
+        started = time.monotonic()
+        try:
+            end = await watch()
+            if self.task_instance is not None:
+                await asyncio.sleep(max(0.0, started + MIN_DEFERRAL_SECONDS - time.monotonic()))
+        finally:
+            await self.cleanup()
+        return end
+
+    async def cleanup(self) -> None:
+        """Free what this trigger holds locally (never the trial it watches)."""
+        await self.disconnect()
 
 
 class TrialTrigger(TrialsTrigger):
     """Watches a trial's Ray actor, writes its new results and checkpoints to the trials store,
-    and yields one event when the trial ends (or its actor is gone).
+    and yields one event of plain values when the trial ends (or its actor is gone): a
+    :class:`~airflow_trials.core.end.TrialEnd`, which the operator's ``execute_complete`` reads.
 
-    The watch itself is a :class:`~airflow_trials.triggers.watch.TrialWatch`. Its polls go through
-    the triggerer's shared :mod:`~airflow_trials.execution.triggerer.poller`: one
-    thread makes every trigger's Ray calls and writes their progress in one transaction per tick,
-    so the event loop never waits on Ray or the database. The trigger's other Ray and database
-    calls (attach, release, reads) run in threads. Results are written idempotently, so a trigger
-    that runs again after a triggerer restart re-sends them harmlessly. ``AIRFLOW_TRIALS_BATCHED_POLLS=0``
-    in the triggerer's environment selects the per-trial path instead, to measure against.
+    Its arguments are a :class:`~airflow_trials.triggers.watch.TrialWatchSpec`, which
+    ``serialize()`` returns; the watch itself is a
+    :class:`~airflow_trials.triggers.watch.TrialWatch` made from that spec, which never reads the
+    trigger. Its polls go through the triggerer's shared
+    :mod:`~airflow_trials.execution.triggerer.poller`: one thread makes every trigger's Ray calls
+    and writes their progress in one transaction per tick, so the event loop never waits on Ray or
+    the database. The trigger's other Ray and database calls (attach, release, reads) run in
+    threads. Results are written idempotently, so a trigger that runs again after a triggerer
+    restart re-sends them harmlessly. ``AIRFLOW_TRIALS_BATCHED_POLLS=0`` in the triggerer's
+    environment selects the per-trial path instead, to measure against.
 
     When a user clears or marks the deferred task, :meth:`on_kill` stops the trial on Ray; a
     triggerer restart (which also cancels the trigger) leaves it running for the next trigger.
@@ -54,18 +148,15 @@ class TrialTrigger(TrialsTrigger):
     :param ray_cluster_id: hex id of the Ray cluster the trial was launched on; when the cluster
         at Ray's address is another one and the actor is gone, the trial was lost with the old
         cluster (infrastructure), not through its own code. Default None: not checked.
-    :param scheduler: the scheduler's settings (``AshaRungs.to_dict()`` or ``MedianRule.to_dict()``):
-        the trigger judges each result against the run's state in the trials store (ASHA's rungs,
-        the median rule's running means) and gives the actor its verdict
-        (:mod:`~airflow_trials.triggers.judge`). Default None: the trial runs to its criterion.
+    :param scheduler: the scheduler's settings (``AshaRungs.to_dict()`` or
+        ``MedianRule.to_dict()``): the trigger judges each result against the run's state in the
+        trials store (ASHA's rungs, the median rule's running means) and gives the actor its
+        verdict (:mod:`~airflow_trials.triggers.judge`). Default None: the trial runs to its
+        criterion.
     :param bracket: the trial's ASHA bracket; default 0.
-    :param experiment_run_id: the run whose trials the scheduler compares; required with ``scheduler``.
+    :param experiment_run_id: the run whose trials the scheduler compares; required with
+        ``scheduler``.
     """
-
-    serialized_fields = (
-        "experiment_name", "trial_id", "ray_conn_id", "trials_conn_id", "poll_interval_seconds",
-        "ray_outage_timeout_seconds", "ray_cluster_id", "scheduler", "bracket", "experiment_run_id",
-    )
 
     def __init__(
         self,
@@ -81,27 +172,28 @@ class TrialTrigger(TrialsTrigger):
         experiment_run_id: int | None = None,
     ) -> None:
         super().__init__(trials_conn_id, poll_interval_seconds)
-        if scheduler is not None and experiment_run_id is None:
-            raise ValueError(
-                f"TrialTrigger for trial {trial_id}: a scheduler judges a trial against the other trials of "
-                "its experiment run, so it needs experiment_run_id."
-            )
-        self.experiment_name = experiment_name
-        self.trial_id = trial_id
-        self.ray_conn_id = ray_conn_id
-        self.ray_outage_timeout_seconds = ray_outage_timeout_seconds
-        self.ray_cluster_id = ray_cluster_id
-        self.scheduler = scheduler
-        self.bracket = bracket
-        self.experiment_run_id = experiment_run_id
+        self.spec = TrialWatchSpec(
+            experiment_name, trial_id, ray_conn_id, trials_conn_id, poll_interval_seconds,
+            ray_outage_timeout_seconds, ray_cluster_id, scheduler, bracket, experiment_run_id,
+        )
         self._watch: TrialWatch | None = None
+
+    @property
+    def trial_id(self) -> str:
+        return self.spec.trial_id
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return self.classpath(), self.spec.to_kwargs()
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         yield TriggerEvent(await self.watch_fenced(self._until_end))
 
+    def _new_watch(self, store: TrialStore) -> TrialWatch:
+        hook = TrialsHook(self.spec.ray_conn_id, self.spec.trials_conn_id)
+        return TrialWatch(self.spec, hook, store, self.log)
+
     async def _until_end(self) -> dict[str, Any]:
-        hook = TrialsHook(self.ray_conn_id, self.trials_conn_id)
-        watch = self._watch = TrialWatch(self, hook, await self.connect())
+        watch = self._watch = self._new_watch(await self.connect())
         return await watch.until_end()
 
     async def on_kill(self) -> None:
@@ -114,15 +206,15 @@ class TrialTrigger(TrialsTrigger):
         # Fenced by the try number: Airflow may start the task's next try before this runs, and
         # a stop sent by try N must never end the trial that try N+1 took over.
         try_number = getattr(self.task_instance, "try_number", None)
-        stopped = await asyncio.to_thread(store.stop_trial_for_try, self.trial_id, try_number, STOPPED_BY_USER)
+        stopped = await asyncio.to_thread(
+            TrialsHook.record_stop_from_airflow, store, self.trial_id, try_number)
         if not stopped:
-            self.log.info("Task of trial %s was cleared; a later try took the trial over, leaving it running.",
-                          self.trial_id)
+            self.log.info("Task of trial %s was cleared; a later try took the trial over, leaving "
+                          "it running.", self.trial_id)
             return
-        self.log.info("Task of trial %s was cleared or marked while deferred; stopping the trial on Ray.",
-                      self.trial_id)
-        hook = TrialsHook(self.ray_conn_id, self.trials_conn_id)
-        watch = self._watch or TrialWatch(self, hook, store)
+        self.log.info("Task of trial %s was cleared or marked while deferred; stopping the trial "
+                      "on Ray.", self.trial_id)
+        watch = self._watch or self._new_watch(store)
         await watch.release()  # the actor it watched, never one a later try started
 
     async def cleanup(self) -> None:
@@ -132,7 +224,8 @@ class TrialTrigger(TrialsTrigger):
         await super().cleanup()
 
 
-def trials_status(store: Any, experiment_name: str, trial_id: str | None, run_key: str | None) -> dict[str, Any]:
+def trials_status(store: Any, experiment_name: str, trial_id: str | None,
+                  run_key: str | None) -> dict[str, Any]:
     """What a TrialSensor waits on, read from the trials store: done or not, and the statuses."""
     if trial_id is not None:
         trials = [store.get_trial(trial_id)]
@@ -157,7 +250,9 @@ class TrialStatusTrigger(TrialsTrigger):
     :param poll_interval_seconds: default 30.
     """
 
-    serialized_fields = ("experiment_name", "trial_id", "run_key", "trials_conn_id", "poll_interval_seconds")
+    serialized_fields = (
+        "experiment_name", "trial_id", "run_key", "trials_conn_id", "poll_interval_seconds",
+    )
 
     def __init__(
         self,

@@ -1,16 +1,24 @@
-"""TrialWatch: one TrialTrigger run's hold on its trial's Ray actor, until the trial ends."""
+"""TrialWatch: a trial trigger's hold on its trial's Ray actor, from a TrialWatchSpec to one end."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import time
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from airflow_trials.core.end import TrialEnd
+from airflow_trials.core.progress import format_progress
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.exceptions import StoreError
-from airflow_trials.triggers.echo import TaskLogEcho
+from airflow_trials.execution.triggerer.outage import (
+    POLL_GRACE_SECONDS,
+    RAY_OUTAGE_TIMEOUT_SECONDS,
+    RayOutage,
+    RayOutageTimeout,
+)
+from airflow_trials.hooks.trials import DEFAULT_RAY_CONN_ID, DEFAULT_TRIALS_CONN_ID
 from airflow_trials.triggers.judge import (
     MedianJudge,
     MissingSchedulerKey,
@@ -20,21 +28,109 @@ from airflow_trials.triggers.judge import (
 )
 
 if TYPE_CHECKING:
+    from airflow_trials.execution.polls import TrialPolls
     from airflow_trials.hooks.trials import TrialsHook
     from airflow_trials.store import TrialStore
-    from airflow_trials.triggers.trial import TrialTrigger
 
-# Slack over a poll's own wait before an unanswered poll counts as Ray not answering.
-POLL_GRACE_SECONDS = 30.0
 # The least time between two polls after a verdict released a held actor (a poll answers at once
 # while the actor still holds, until its thread takes the verdict).
 RELEASED_PACE_SECONDS = 0.02
 # "0" in the triggerer's environment: each trigger polls its own actor from the event loop and
 # writes its own progress (the path before the shared poller), to measure the poller against.
 BATCHED_POLLS_ENV = "AIRFLOW_TRIALS_BATCHED_POLLS"
+# Per poll: a trigger that starts again (a triggerer restart) gets every earlier result back.
+MAX_PROGRESS_LINES_PER_POLL = 20
 
 
-class Ended(Exception):
+@dataclass(frozen=True)
+class TrialWatchSpec:
+    """What a trial's watch watches, in plain values: its trigger's ``serialize()`` kwargs, which
+    a deferred task keeps in Airflow's DB. The parameters are
+    :class:`~airflow_trials.triggers.trial.TrialTrigger`'s, with its defaults.
+    """
+
+    experiment_name: str
+    trial_id: str
+    ray_conn_id: str = DEFAULT_RAY_CONN_ID
+    trials_conn_id: str = DEFAULT_TRIALS_CONN_ID
+    poll_interval_seconds: float = 2.0
+    ray_outage_timeout_seconds: float = RAY_OUTAGE_TIMEOUT_SECONDS
+    ray_cluster_id: str | None = None
+    scheduler: dict[str, Any] | None = field(default=None, hash=False)
+    bracket: int = 0
+    experiment_run_id: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.scheduler is not None and self.experiment_run_id is None:
+            raise ValueError(
+                f"TrialTrigger for trial {self.trial_id}: a scheduler judges a trial against the "
+                "other trials of its experiment run, so it needs experiment_run_id."
+            )
+
+    def to_kwargs(self) -> dict[str, Any]:
+        """The trigger's ``serialize()`` kwargs."""
+        return asdict(self)
+
+
+class TaskLogEcho:
+    """Logs a trial's new output lines (``[trial stdout] ...``) and one progress line per new
+    result, each once, from the snapshots of its polls, to the trigger's log: Airflow shows it as
+    the deferred task's log for that try.
+
+    :param log: the trigger's logger (its lines land in the task instance's log).
+    :param trial_id: the trial.
+    """
+
+    def __init__(self, log: Any, trial_id: str) -> None:
+        self.log = log
+        self.trial_id = trial_id
+        self.results_logged = 0  # the index of the first result not logged yet
+
+    def report(self, snapshot: dict[str, Any]) -> None:
+        """Log what ``snapshot`` brought that was not logged yet: output first (it was printed
+        before the results it led to), then the results."""
+        for stream, chunk in (snapshot.get("output") or {}).items():
+            self._output(stream, chunk)
+        self._results(snapshot)
+
+    def ended(self, snapshot: dict[str, Any]) -> None:
+        """Say where the trial's log files were saved, or why they were not."""
+        files = snapshot.get("log_files") or {}
+        if files:
+            self.log.info("Trial %s: its full stdout and stderr are saved at %s.",
+                          self.trial_id, ", ".join(files[s] for s in sorted(files)))
+        if snapshot.get("log_error"):
+            self.log.warning("%s", snapshot["log_error"])
+
+    def _output(self, stream: str, chunk: dict[str, Any]) -> None:
+        skipped_bytes = chunk.get("skipped_bytes", 0)
+        skipped_lines = chunk.get("skipped_lines", 0)
+        if skipped_bytes or skipped_lines:
+            left_out = " and ".join(filter(None, (
+                f"{skipped_bytes} bytes" if skipped_bytes else "",
+                f"{skipped_lines} lines" if skipped_lines else "",
+            )))
+            self.log.info("[trial %s] ... %s of output left out here (more than one poll shows); "
+                          "the whole file is %s on the trial's node, and in the trial's logs/ "
+                          "directory once it ends.", stream, left_out, chunk.get("path"))
+        for line in chunk.get("lines", ()):
+            self.log.info("[trial %s] %s", stream, line)
+
+    def _results(self, snapshot: dict[str, Any]) -> None:
+        results = snapshot.get("results") or []
+        total = int(snapshot.get("num_results", len(results)))
+        first = total - len(results)  # the index of results[0] among all the trial's results
+        new = results[max(0, self.results_logged - first):]
+        if len(new) > MAX_PROGRESS_LINES_PER_POLL:
+            self.log.info("Trial %s: %d new results; the newest %d follow (all of them are in the "
+                          "trials DB).", self.trial_id, len(new), MAX_PROGRESS_LINES_PER_POLL)
+            new = new[-MAX_PROGRESS_LINES_PER_POLL:]
+        for result in new:
+            self.log.info("%s", format_progress(self.trial_id, result))
+        self.results_logged = max(self.results_logged, total)
+
+
+class Ended(Exception):  # noqa: N818 - raised with the event that ends a watch
     """Raised inside a watch with the event that ends it."""
 
     def __init__(self, event: dict[str, Any]) -> None:
@@ -44,34 +140,41 @@ class Ended(Exception):
 
 class TrialWatch:
     """One trigger run's hold on its trial: the actor, its registration with the poller, and how
-    to free it.
+    to free it. It knows its trial through a :class:`TrialWatchSpec`, never through the trigger.
 
     Every Ray call runs on the poller's thread or in a thread of its own, is awaited with a bound,
     and reads the GCS only in ways that survive a GCS restart, so neither a hung Ray nor a
     restarted one stalls or kills the triggerer: an actor that stops answering is re-attached
     (reconnecting to a restarted cluster); one that is gone ends the watch with an ERROR event.
+
+    :param spec: the trial, and how to watch it.
+    :param hook: the trigger's Ray and trials connections.
+    :param store: the trials store, opened by the trigger.
+    :param log: the trigger's logger: the trial's output and progress land in the task's log.
     """
 
-    def __init__(self, trigger: TrialTrigger, hook: TrialsHook, store: TrialStore) -> None:
-        self.trigger = trigger
+    def __init__(self, spec: TrialWatchSpec, hook: TrialsHook, store: TrialStore,
+                 log: Any) -> None:
+        self.spec = spec
         self.hook = hook
         self.store = store
+        self.log = log
         self.executor: Any = None
         self.actor: Any = None
         self.placement_group_id: str | None = None
         self.placed = False
-        self.polls: Any = None  # TrialWatch (the shared poller) or DirectTrialWatch
-        self.unanswered_since: float | None = None
-        # The trial's output and progress go to the trigger's log: the task instance's log.
-        self.echo = TaskLogEcho(trigger.log, trigger.trial_id)
+        self.polls: TrialPolls | None = None
+        self.outage = RayOutage(f"Trial {spec.trial_id}", spec.ray_outage_timeout_seconds,
+                                spec.poll_interval_seconds, log)
+        self.echo = TaskLogEcho(log, spec.trial_id)
         self.judge: RungJudge | MedianJudge | None = None
-        if trigger.scheduler is not None:
-            assert trigger.experiment_run_id is not None  # TrialTrigger checks it
-            self.judge = judge_for(trigger.scheduler, trigger.bracket, store, trigger.experiment_run_id, trigger.trial_id)
+        # TrialWatchSpec refuses a scheduler without experiment_run_id.
+        if spec.scheduler is not None and spec.experiment_run_id is not None:
+            self.judge = judge_for(spec.scheduler, spec.bracket, store, spec.experiment_run_id,
+                                   spec.trial_id)
 
     async def until_end(self) -> dict[str, Any]:
         """Record the trial's results until it ends; the end event (TERMINATED, or ERROR)."""
-        trigger = self.trigger
         try:
             await self._attach()
             while True:
@@ -84,7 +187,7 @@ class TrialWatch:
                     return await self._ended(snapshot)
                 # The actor waits for us; if it answered early (it is not running its loop), pace.
                 # Not after a verdict released it from a hold: its next result may be held already.
-                pace = RELEASED_PACE_SECONDS if released else trigger.poll_interval_seconds
+                pace = RELEASED_PACE_SECONDS if released else self.spec.poll_interval_seconds
                 await asyncio.sleep(max(0.0, pace - (time.monotonic() - asked)))
         except Ended as end:
             return end.event
@@ -97,17 +200,18 @@ class TrialWatch:
 
     async def release(self) -> None:
         """Kill the trial's actor and remove its placement group (best effort)."""
+        spec = self.spec
         try:
             executor = self.executor or await asyncio.to_thread(self.hook.get_executor)
             await asyncio.to_thread(
-                executor.release, self.trigger.experiment_name, self.trigger.trial_id, self.placement_group_id,
+                executor.release, spec.experiment_name, spec.trial_id, self.placement_group_id,
                 self.actor,
             )
         except Exception as e:  # Ray down: its restart frees the trial's resources anyway
-            self.trigger.log.warning("Could not stop trial %s on Ray: %s", self.trigger.trial_id, e)
+            self.log.warning("Could not stop trial %s on Ray: %s", spec.trial_id, e)
 
     async def _attach(self) -> None:
-        trigger = self.trigger
+        spec = self.spec
         self.actor = await self._find_actor()
         if self.actor is None:
             finished = await asyncio.to_thread(self._finished_in_store)
@@ -117,46 +221,46 @@ class TrialWatch:
                 raise Ended(finished)
             if await self._cluster_replaced():
                 raise Ended(self._lost(
-                    "the Ray cluster it was launched on is gone (a new cluster answers at Ray's address); "
-                    "its task resumes it from its latest checkpoint", infrastructure=True, released=True,
+                    "the Ray cluster it was launched on is gone (a new cluster answers at Ray's "
+                    "address); its task resumes it from its latest checkpoint",
+                    infrastructure=True, released=True,
                 ))
             raise Ended(self._lost("its Ray actor is gone (node lost or killed)"))
         from airflow_trials.execution.ray_state import actor_info
 
         info = await asyncio.to_thread(actor_info, self.actor)
         self.placement_group_id = info.placement_group_id or self.placement_group_id
-        from airflow_trials.execution.triggerer.poller import (
-            DirectTrialWatch,
-            ensure_lag_probe,
-            watch_trial,
-        )
+        from airflow_trials.execution.polls import DirectTrialPolls, ensure_lag_probe
+        from airflow_trials.execution.triggerer.poller import watch_trial
 
         ensure_lag_probe()
-        wait_s = trigger.poll_interval_seconds
+        wait_s = spec.poll_interval_seconds
         # What the store names now: what the actor dropped while nobody recorded is marked deleted
         # with the first write (a watch before this one may have died in between).
-        recorded = [c.path for c in await asyncio.to_thread(self.store.live_checkpoints, trigger.trial_id)]
+        recorded = [c.path for c in
+                    await asyncio.to_thread(self.store.live_checkpoints, spec.trial_id)]
         if os.environ.get(BATCHED_POLLS_ENV, "1") == "0":
-            self.polls = DirectTrialWatch(trigger.trial_id, self.actor, self.store, wait_s, recorded)
+            self.polls = DirectTrialPolls(spec.trial_id, self.actor, self.store, wait_s, recorded)
         else:
-            self.polls = watch_trial(trigger.trial_id, self.actor, self.store.url, wait_s, recorded)
+            self.polls = watch_trial(spec.trial_id, self.actor, self.store.url, wait_s, recorded)
 
     async def _cluster_replaced(self) -> bool:
         """Is this process now connected to another Ray cluster than the trial was launched on?"""
         from airflow_trials.execution.ray_state import current_cluster_id
 
-        launched_on = self.trigger.ray_cluster_id
+        launched_on = self.spec.ray_cluster_id
         now = await asyncio.to_thread(current_cluster_id)
         return launched_on is not None and now is not None and now != launched_on
 
     async def _find_actor(self) -> Any:
         """The trial's actor, or None when it is gone, once Ray answers (reconnecting this process
         if the cluster at Ray's address restarted)."""
-        trigger = self.trigger
+        spec = self.spec
         while True:
             try:
                 self.executor = await asyncio.to_thread(self.hook.get_executor, verify=True)
-                return await asyncio.to_thread(self.executor.attach, trigger.experiment_name, trigger.trial_id)
+                return await asyncio.to_thread(
+                    self.executor.attach, spec.experiment_name, spec.trial_id)
             except Exception as e:  # Ray down, or answering with errors while it restarts
                 await self._ray_not_answering(e)
 
@@ -164,9 +268,11 @@ class TrialWatch:
         """The next poll that Ray answered, and its snapshot."""
         from ray.exceptions import ActorUnavailableError, RayActorError
 
-        from airflow_trials.execution.triggerer.poller import RayNotAnswering
+        from airflow_trials.execution.polls import RayNotAnswering
 
-        wait_s = self.trigger.poll_interval_seconds
+        if self.polls is None:
+            raise RuntimeError(f"The watch of trial {self.spec.trial_id} polls before it attached.")
+        wait_s = self.spec.poll_interval_seconds
         while True:
             # Answered once Ray has placed the actor (a queued trial waits here, deferred), then
             # after poll_interval_seconds or as soon as the trial ends. A poll that times out is
@@ -175,7 +281,8 @@ class TrialWatch:
             answered, _ = await asyncio.wait({poll.answered}, timeout=wait_s + POLL_GRACE_SECONDS)
             try:
                 if not answered:
-                    raise TimeoutError(f"no answer to a poll within {wait_s + POLL_GRACE_SECONDS:.0f} s")
+                    raise TimeoutError(
+                        f"no answer to a poll within {wait_s + POLL_GRACE_SECONDS:.0f} s")
                 snapshot: dict[str, Any] = poll.answered.result()
             except TimeoutError as e:
                 if self.placed:  # a queued trial is not expected to answer: only check Ray is there
@@ -188,27 +295,20 @@ class TrialWatch:
                 continue
             except RayActorError as e:  # the actor died under us
                 raise Ended(await self._died(e)) from e
-            self.unanswered_since = None
+            self.outage.answered()
             return poll, snapshot
 
     async def _ray_not_answering(self, error: BaseException) -> None:
-        """Wait a little, or end the watch once Ray has not answered for too long."""
-        trigger = self.trigger
-        now = time.monotonic()
-        self.unanswered_since = self.unanswered_since or now
-        silent_s = now - self.unanswered_since
-        if silent_s > trigger.ray_outage_timeout_seconds:
+        """Wait a little, or stop the trial and end the watch once Ray has not answered for too
+        long."""
+        try:
+            await self.outage.wait(error)
+        except RayOutageTimeout as e:
             await self.release()
             raise Ended(self._lost(
-                f"Ray did not answer for {silent_s:.0f} s ({type(error).__name__}: {error}); its task "
-                "resumes the trial from its latest checkpoint once Ray is back",
+                f"{e}; its task resumes the trial from its latest checkpoint once Ray is back",
                 infrastructure=True, released=True,
-            ))
-        trigger.log.warning(
-            "Trial %s: Ray does not answer (%s: %s); trying again (%.0f of %.0f s).",
-            trigger.trial_id, type(error).__name__, error, silent_s, trigger.ray_outage_timeout_seconds,
-        )
-        await asyncio.sleep(min(5.0, max(0.5, trigger.poll_interval_seconds)))
+            )) from e
 
     async def _reattach(self) -> None:
         """Find the trial's actor again after Ray stopped answering; end the watch if it is gone."""
@@ -216,10 +316,12 @@ class TrialWatch:
         if actor is None:
             await self.release()
             raise Ended(self._lost(
-                "its Ray actor is gone: the Ray cluster restarted or the trial's node was lost; its "
-                "task resumes it from its latest checkpoint", infrastructure=True, released=True,
+                "its Ray actor is gone: the Ray cluster restarted or the trial's node was lost; "
+                "its task resumes it from its latest checkpoint",
+                infrastructure=True, released=True,
             ))
-        self.polls.set_actor(actor)
+        if self.polls is not None:
+            self.polls.set_actor(actor)
         self.actor = actor
 
     async def _died(self, error: BaseException) -> dict[str, Any]:
@@ -252,8 +354,8 @@ class TrialWatch:
         that its task's retry resumes it from its latest recorded checkpoint."""
         await self.release()
         raise Ended(self._lost(
-            f"{what} ({error}); the trial was stopped on Ray so that its task's retry resumes it from "
-            "its latest recorded checkpoint", released=True,
+            f"{what} ({error}); the trial was stopped on Ray so that its task's retry resumes it "
+            "from its latest recorded checkpoint", released=True,
         )) from error
 
     async def _judge(self, snapshot: dict[str, Any]) -> bool:
@@ -269,16 +371,18 @@ class TrialWatch:
             await self.release()
             raise Ended(self._lost(str(e), released=True)) from e
         except StoreError as e:
-            await self._store_failed("its scheduler's rungs could not be read or written in the trials DB", e)
+            await self._store_failed(
+                "its scheduler's rungs could not be read or written in the trials DB", e)
         if TrialStatus(snapshot["status"]).is_terminal():
-            return False  # it ended on its own (its criterion): nothing to tell it (its end records the rest)
+            # It ended on its own (its criterion): nothing to tell it (its end records the rest).
+            return False
         held = snapshot.get("held")
         verdicts = [stop] if stop is not None else []
         if held is not None and (stop is None or stop.iteration != held):
             verdicts.append(judge.verdict_for(held))
         for verdict in verdicts:
             if verdict.reason:
-                self.trigger.log.info("Trial %s: %s.", self.trigger.trial_id, verdict.reason)
+                self.log.info("Trial %s: %s.", self.spec.trial_id, verdict.reason)
             await asyncio.to_thread(self._tell, verdict)
         return held is not None
 
@@ -288,11 +392,12 @@ class TrialWatch:
         import ray
 
         try:
-            ray.get(self.actor.decide.remote(verdict.iteration, verdict.decision.value, verdict.reason),
-                    timeout=POLL_GRACE_SECONDS)
+            ray.get(self.actor.decide.remote(verdict.iteration, verdict.decision.value,
+                                             verdict.reason), timeout=POLL_GRACE_SECONDS)
         except Exception as e:  # noqa: BLE001 - Ray's errors for a dead or unreachable actor vary
-            self.trigger.log.warning("Trial %s: could not give its actor the verdict on result %d (%s: %s).",
-                                     self.trigger.trial_id, verdict.iteration, type(e).__name__, e)
+            self.log.warning("Trial %s: could not give its actor the verdict on result %d "
+                             "(%s: %s).", self.spec.trial_id, verdict.iteration,
+                             type(e).__name__, e)
 
     async def _release_checkpoints(self) -> None:
         """Let the ended trial's actor delete what it dropped since the last poll, now that the
@@ -301,22 +406,25 @@ class TrialWatch:
         if version is None:
             return
         try:
-            await asyncio.wait_for(self.actor.release_checkpoints.remote(version), POLL_GRACE_SECONDS)
+            await asyncio.wait_for(self.actor.release_checkpoints.remote(version),
+                                   POLL_GRACE_SECONDS)
         except Exception as e:  # noqa: BLE001 - Ray's errors for a dead or unreachable actor vary
-            self.trigger.log.warning("Trial %s: its dropped checkpoints were not deleted (%s: %s); they stay on "
-                                     "the storage.", self.trigger.trial_id, type(e).__name__, e)
+            self.log.warning("Trial %s: its dropped checkpoints were not deleted (%s: %s); they "
+                             "stay on the storage.", self.spec.trial_id, type(e).__name__, e)
 
     def _finished_in_store(self) -> dict[str, Any] | None:
-        record = self.store.get_trial(self.trigger.trial_id)
+        record = self.store.get_trial(self.spec.trial_id)
         if record.status is not TrialStatus.TERMINATED:
             return None
-        return stored_end_event(self.store, self.trigger.experiment_name, record)
+        return stored_end_event(self.store, self.spec.experiment_name, record)
 
-    def _lost(self, why: str, *, infrastructure: bool = False, released: bool = False) -> dict[str, Any]:
+    def _lost(self, why: str, *, infrastructure: bool = False, released: bool = False
+              ) -> dict[str, Any]:
         """The ERROR event of a trial whose actor is gone (``infrastructure``: with its node or its
         cluster, not because of the trial) or that this watch had to stop."""
         return TrialEnd.lost(
-            self.trigger.trial_id, self.trigger.experiment_name, why, infrastructure=infrastructure, released=released
+            self.spec.trial_id, self.spec.experiment_name, why, infrastructure=infrastructure,
+            released=released,
         ).to_event()
 
     async def _ended(self, snapshot: dict[str, Any]) -> dict[str, Any]:
@@ -325,15 +433,16 @@ class TrialWatch:
         self.echo.ended(snapshot)
         await self._release_checkpoints()
         await self.release()
-        end = TrialEnd.from_snapshot(self.trigger.experiment_name, snapshot, released=True)
+        end = TrialEnd.from_snapshot(self.spec.experiment_name, snapshot, released=True)
         if end.finished and self.judge is not None:
             # Before the end is recorded: a trigger that runs again finds the end stored and
             # judges nothing more. ASHA and the median rule record a finished trial's last
             # value (Ray Tune's on_trial_complete); a failed trial's, never.
             try:
                 await asyncio.to_thread(self.judge.at_end, end.last_result)
-            except StoreError as e:  # its results and end are kept; only a later trial's cutoff misses it
-                self.trigger.log.warning("Trial %s: its scheduler could not record its last value (%s).", end.trial_id, e)
+            except StoreError as e:  # its results and end are kept; a later cutoff misses it only
+                self.log.warning("Trial %s: its scheduler could not record its last value (%s).",
+                                 end.trial_id, e)
         if end.finished:
             # Shown as finished at once; execute_complete records the same end again, harmlessly.
             await asyncio.to_thread(self.store.record_end, end)

@@ -188,7 +188,7 @@ class TrialLauncher:
         info = actor_info(actor)
         if info.waiting:
             return actor
-        if info.state == "DEAD":
+        if info.dead:
             return None
         try:
             ray.get(actor.ping.remote(), timeout=timeout_s)

@@ -30,7 +30,8 @@ from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.trial import Trial
 from airflow_trials.execution.driver.write_behind import WriteBehind
 from airflow_trials.execution.polls import TrialProgressTracker
-from airflow_trials.store.store import TrialProgress, TrialStore
+from airflow_trials.store.ingest import TrialProgress
+from airflow_trials.store.store import TrialStore
 
 if TYPE_CHECKING:
     from airflow_trials.results import ResultGrid

@@ -9,7 +9,7 @@ poller keyed by the triggerer's event loop, which the trigger-runner process has
 
 Lifecycle, from a trigger's ``run()`` on the event loop::
 
-    watch = watch_trial(trial_id, actor, store_url, wait_seconds=2.0)  # registers; starts the poller
+    watch = watch_trial(trial_id, actor, store_url, wait_seconds=2.0)  # registers; starts a poller
     poll = watch.poll()                  # the poll in flight, or a new one
     snapshot = await poll.answered       # the actor's TrialSnapshot, or the Ray error it raised
     await poll.recorded                  # its progress is in the store, or StoreError
@@ -31,7 +31,8 @@ with that StoreError; a batch refused for one trial's sake (an invalid transitio
 trial) is written again trial by trial, so only that trial's trigger gets the error.
 
 The poller logs its poll and write counts every ``STATS_INTERVAL_SECONDS``, and
-:func:`ensure_lag_probe` the event loop's longest lag (a 20 ms sleep that woke late) as often.
+:func:`~airflow_trials.execution.polls.ensure_lag_probe` the event loop's longest lag (a 20 ms
+sleep that woke late) as often.
 """
 
 from __future__ import annotations
@@ -49,21 +50,18 @@ from airflow_trials.exceptions import StoreError
 from airflow_trials.execution.polls import (
     STATS_INTERVAL_SECONDS,
     WRITES,
-    DirectTrialWatch,
     Poll,
     RayNotAnswering,
     Snapshot,
     TrialProgressTracker,
     _deliver,
     _drop,
-    ensure_lag_probe,
 )
 from airflow_trials.store.retry import is_transient
 from airflow_trials.store.store import TrialProgress, TrialStore
 
 __all__ = [
-    "DirectTrialWatch", "Poll", "RayNotAnswering", "TrialPoller", "TrialWatch", "ensure_lag_probe",
-    "poller_of", "watch_trial",
+    "BatchedTrialPolls", "Poll", "RayNotAnswering", "TrialPoller", "poller_of", "watch_trial",
 ]
 
 log = logging.getLogger(__name__)
@@ -75,9 +73,11 @@ IDLE_EXIT_SECONDS = 30.0
 # ray.get of answers ray.wait reported ready: they are local, so this only bounds a sick Ray.
 GET_TIMEOUT_SECONDS = 10.0
 
-class TrialWatch:
-    """One trigger's registration with a :class:`TrialPoller`. Call its methods from the event
-    loop's thread; the poller's thread reads and writes the ``_``-prefixed state.
+
+class BatchedTrialPolls:
+    """One trial watch's registration with a :class:`TrialPoller`: the batched
+    :class:`~airflow_trials.execution.polls.TrialPolls`. Call its methods from the event loop's
+    thread; the poller's thread reads and writes the ``_``-prefixed state.
 
     :param poller: the poller.
     :param trial_id: the trial.
@@ -111,7 +111,8 @@ class TrialWatch:
         return self._current
 
     def set_actor(self, actor: Any) -> None:
-        """Send later polls to ``actor`` (the trial's actor found again after Ray stopped answering)."""
+        """Send later polls to ``actor`` (the trial's actor found again after Ray stopped
+        answering)."""
         self._poller.command(self._poller._replace_actor, self, actor)
 
     def close(self) -> None:
@@ -143,8 +144,8 @@ class TrialPoller:
         self._stores: dict[str, TrialStore] = {}
         self._commands: deque[tuple[Callable[..., None], tuple[Any, ...]]] = deque()
         self._wakeup = threading.Event()
-        self._watches: set[TrialWatch] = set()
-        self._in_flight: dict[Any, TrialWatch] = {}
+        self._watches: set[BatchedTrialPolls] = set()
+        self._in_flight: dict[Any, BatchedTrialPolls] = {}
         self._stopped = False
         self.stats = PollerStats()
         self._thread = threading.Thread(target=self._run, name="airflow-trials-poller", daemon=True)
@@ -199,17 +200,17 @@ class TrialPoller:
             fn, args = self._commands.popleft()
             fn(*args)
 
-    def _add(self, watch: TrialWatch) -> None:
+    def _add(self, watch: BatchedTrialPolls) -> None:
         self._watches.add(watch)
 
-    def _ask(self, watch: TrialWatch, poll: Poll) -> None:
+    def _ask(self, watch: BatchedTrialPolls, poll: Poll) -> None:
         if watch not in self._watches:
             return  # closed already
         watch._asked = poll
         if watch._ref is None:
             self._send(watch)
 
-    def _send(self, watch: TrialWatch) -> None:
+    def _send(self, watch: BatchedTrialPolls) -> None:
         assert watch._asked is not None
         try:
             watch._ref = watch._actor.poll.remote(*watch.tracker.poll_args(watch.wait_seconds))
@@ -219,7 +220,7 @@ class TrialPoller:
         self._in_flight[watch._ref] = watch
         self.stats.polls_sent += 1
 
-    def _replace_actor(self, watch: TrialWatch, actor: Any) -> None:
+    def _replace_actor(self, watch: BatchedTrialPolls, actor: Any) -> None:
         same = watch._actor._actor_id == actor._actor_id
         watch._actor = actor
         if not same:  # another actor's checkpoint versions: it acknowledges nothing to this one
@@ -231,7 +232,7 @@ class TrialPoller:
         if watch._asked is not None:
             self._send(watch)
 
-    def _forget(self, watch: TrialWatch) -> None:
+    def _forget(self, watch: BatchedTrialPolls) -> None:
         self._watches.discard(watch)
         if watch._ref is not None:
             self._in_flight.pop(watch._ref, None)
@@ -243,13 +244,15 @@ class TrialPoller:
 
         refs = list(self._in_flight)
         try:
-            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.tick_seconds, fetch_local=True)
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.tick_seconds,
+                                fetch_local=True)
         except Exception as e:  # Ray itself failed (shut down to reconnect, say): every poll did
             for ref in refs:
-                self._answer_error(self._in_flight[ref], RayNotAnswering(f"{type(e).__name__}: {e}"))
+                self._answer_error(self._in_flight[ref],
+                                   RayNotAnswering(f"{type(e).__name__}: {e}"))
             time.sleep(self.tick_seconds)
             return
-        answered: list[tuple[TrialWatch, Poll, Snapshot]] = []
+        answered: list[tuple[BatchedTrialPolls, Poll, Snapshot]] = []
         for ref, value in zip(ready, _get_each(ready), strict=True):
             watch = self._in_flight[ref]
             if isinstance(value, BaseException):
@@ -264,7 +267,7 @@ class TrialPoller:
                 answered.append((watch, poll, value))
         self._record(answered)
 
-    def _answer_error(self, watch: TrialWatch, error: BaseException) -> None:
+    def _answer_error(self, watch: BatchedTrialPolls, error: BaseException) -> None:
         if watch._ref is not None:
             self._in_flight.pop(watch._ref, None)
             watch._ref = None
@@ -272,11 +275,12 @@ class TrialPoller:
         if poll is not None:
             _deliver(self.loop, poll.answered, error=error)
 
-    def _record(self, answered: list[tuple[TrialWatch, Poll, Snapshot]]) -> None:
+    def _record(self, answered: list[tuple[BatchedTrialPolls, Poll, Snapshot]]) -> None:
         """Write the answers' progress, one transaction per store; then tell each trigger."""
-        batches: dict[str, list[tuple[TrialWatch, Poll, TrialProgress | None]]] = {}
+        batches: dict[str, list[tuple[BatchedTrialPolls, Poll, TrialProgress | None]]] = {}
         for watch, poll, snapshot in answered:
-            batches.setdefault(watch.store_url, []).append((watch, poll, watch.tracker.progress(snapshot)))
+            item = watch.tracker.progress(snapshot)
+            batches.setdefault(watch.store_url, []).append((watch, poll, item))
         for url, batch in batches.items():
             items = [item for _, _, item in batch if item is not None]
             errors = self._write(url, items) if items else {}
@@ -294,8 +298,11 @@ class TrialPoller:
         try:
             new = store.record_progress(items)
         except Exception as e:
-            if len(items) == 1 or (isinstance(e, StoreError) and e.__cause__ is not None and is_transient(e.__cause__)):
-                log.warning("Could not record the progress of trials %s: %s", [i.trial_id for i in items], e)
+            transient = (isinstance(e, StoreError) and e.__cause__ is not None
+                         and is_transient(e.__cause__))
+            if len(items) == 1 or transient:
+                log.warning("Could not record the progress of trials %s: %s",
+                            [i.trial_id for i in items], e)
                 return {item.trial_id: e for item in items}
         else:
             self.stats.rows += new
@@ -323,7 +330,8 @@ class PollerStats:
         if elapsed < STATS_INTERVAL_SECONDS:
             return
         log.info(
-            "Trial poller: %d trials watched; over %.0f s: %d polls, %d store transactions, %d new results",
+            "Trial poller: %d trials watched; over %.0f s: %d polls, %d store transactions, "
+            "%d new results",
             watched, elapsed, self.polls_sent, self.transactions, self.rows,
         )
         self.polls_sent = self.transactions = self.rows = 0
@@ -355,7 +363,7 @@ _REGISTRY_LOCK = threading.Lock()
 
 def watch_trial(
     trial_id: str, actor: Any, store_url: str, wait_seconds: float, recorded: Iterable[str] = ()
-) -> TrialWatch:
+) -> BatchedTrialPolls:
     """Register a trial with the running event loop's poller (starting one if needed).
 
     :param trial_id: the trial.
@@ -370,7 +378,7 @@ def watch_trial(
         if poller is None or poller._stopped:
             poller = _POLLERS[loop] = TrialPoller(loop)
             poller.start()
-        watch = TrialWatch(poller, trial_id, actor, store_url, wait_seconds, recorded)
+        watch = BatchedTrialPolls(poller, trial_id, actor, store_url, wait_seconds, recorded)
         # Under the lock: a poller that has a command queued never retires.
         poller.command(poller._add, watch)
         return watch

@@ -1,4 +1,4 @@
-"""RunsStore: the trials store's experiments and experiment runs."""
+"""ExperimentWriter: the trials store's experiments and runs, as they are created and finished."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
-from airflow_trials.exceptions import ExperimentNotFoundError
-from airflow_trials.store.base import StoreBase, _check_id, _parse_enum
+from airflow_trials.store.base import StoreBase
+from airflow_trials.store.database import check_id, parse_enum
 from airflow_trials.store.jsonsafe import json_safe
 from airflow_trials.store.leaderboard import (
     check_metric,
@@ -23,11 +23,7 @@ from airflow_trials.store.models import (
     ExperimentRunRow,
     utcnow,
 )
-from airflow_trials.store.records import (
-    ExperimentRecord,
-    ExperimentRunRecord,
-    ExperimentRunStatus,
-)
+from airflow_trials.store.records import ExperimentRunStatus
 
 log = logging.getLogger(__name__)
 
@@ -38,13 +34,15 @@ SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1
 _METRIC_INDEX_LOCK_KEY = 0x61745F6D6978  # "at_mix"
 
 
-class RunsStore(StoreBase):
-    """Experiments and their runs (one run per Airflow DAG run or main job)."""
+class ExperimentWriter(StoreBase):
+    """Experiments and their runs (one run per Airflow DAG run or main job); the leaderboard's
+    metric indexes."""
 
-    # -- experiments -----------------------------------------------------------------------
-
-    def ensure_experiment(self, name: str, metric: str | None = None, mode: str | None = None) -> int:
-        """The experiment's id, creating it if needed; ``metric`` and ``mode`` are updated when given.
+    def ensure_experiment(
+        self, name: str, metric: str | None = None, mode: str | None = None
+    ) -> int:
+        """The experiment's id, creating it if needed; ``metric`` and ``mode`` are updated when
+        given.
 
         Giving a metric also creates its leaderboard index (see :meth:`ensure_metric_index`).
 
@@ -52,7 +50,7 @@ class RunsStore(StoreBase):
         :param metric: metric its leaderboard ranks by; default: leave as is.
         :param mode: ``"min"`` or ``"max"``; default: leave as is.
         """
-        _check_id("Experiment name", name)
+        check_id("Experiment name", name)
         if mode is not None:
             check_mode(mode)
         if metric is not None:
@@ -81,7 +79,8 @@ class RunsStore(StoreBase):
             .values(name=name, created_at=utcnow())
             .on_conflict_do_nothing(index_elements=[table.c.name])
         )
-        return session.execute(select(ExperimentRow.id).where(ExperimentRow.name == name)).scalar_one()
+        query = select(ExperimentRow.id).where(ExperimentRow.name == name)
+        return session.execute(query).scalar_one()
 
     def ensure_metric_index(self, metric: str) -> None:
         """Create the index that makes :meth:`leaderboard` fast for ``metric``, if it is missing.
@@ -89,7 +88,7 @@ class RunsStore(StoreBase):
         :meth:`leaderboard` works without it, only slower (it then reads every result of the run).
         """
         check_metric(metric)
-        if metric in self._indexed_metrics:
+        if metric in self._db.indexed_metrics:
             return
         index = metric_index(metric, self._dialect)
 
@@ -106,14 +105,15 @@ class RunsStore(StoreBase):
                 exists_query = text("SELECT to_regclass(:name) IS NOT NULL")
             else:
                 exists_query = text(
-                    "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = :name)"
+                    "SELECT EXISTS (SELECT 1 FROM sqlite_master"
+                    " WHERE type = 'index' AND name = :name)"
                 )
             if not connection.execute(exists_query, {"name": index.name}).scalar_one():
                 log.info("Creating leaderboard index %s of metric %r", index.name, metric)
                 index.create(connection)
 
         self._transaction(f"create the leaderboard index of metric {metric!r}", work)
-        self._indexed_metrics.add(metric)
+        self._db.indexed_metrics.add(metric)
 
     def create_experiment_run(
         self,
@@ -140,8 +140,8 @@ class RunsStore(StoreBase):
             ``experiment.run_seed``, which is below 2**32, fits); default None.
         :param num_samples: number of trials asked for; default None.
         """
-        _check_id("Experiment name", experiment_name)
-        _check_id("run_key", run_key, max_length=250)
+        check_id("Experiment name", experiment_name)
+        check_id("run_key", run_key, max_length=250)
         seed = _check_seed(seed, f"run {run_key} of experiment {experiment_name}")
         table = ExperimentRunRow.__table__
         values = {
@@ -179,7 +179,7 @@ class RunsStore(StoreBase):
         :param run_id_pk: the run's id, as returned by :meth:`create_experiment_run`.
         :param status: RUNNING, SUCCESS or FAILED.
         """
-        new = _parse_enum(ExperimentRunStatus, status, f"experiment run {run_id_pk}")
+        new = parse_enum(ExperimentRunStatus, status, f"experiment run {run_id_pk}")
 
         def work(session: Session) -> None:
             run = self._find_run_or_raise(session, run_id_pk, f"finish experiment run {run_id_pk}")
@@ -191,84 +191,9 @@ class RunsStore(StoreBase):
 
         self._transaction(f"set experiment run {run_id_pk} to {new.value}", work)
 
-    def list_experiments(self) -> list[ExperimentRecord]:
-        """Every experiment, oldest first."""
-
-        def work(session: Session) -> list[ExperimentRecord]:
-            rows = session.execute(
-                select(ExperimentRow).order_by(ExperimentRow.created_at, ExperimentRow.id)
-            ).scalars()
-            return [
-                ExperimentRecord(
-                    id=row.id, name=row.name, metric=row.metric, mode=row.mode, created_at=row.created_at
-                )
-                for row in rows
-            ]
-
-        return self._transaction("list experiments", work, write=False)
-
-    def list_experiment_runs(self, experiment_name: str | None = None) -> list[ExperimentRunRecord]:
-        """Runs of one experiment, or of all, oldest first.
-
-        :param experiment_name: only this experiment's runs; default all.
-        """
-        query = (
-            select(ExperimentRunRow, ExperimentRow.name)
-            .join(ExperimentRow, ExperimentRow.id == ExperimentRunRow.experiment_id)
-            .order_by(ExperimentRunRow.created_at, ExperimentRunRow.id)
-        )
-        if experiment_name is not None:
-            query = query.where(ExperimentRow.name == experiment_name)
-
-        def work(session: Session) -> list[ExperimentRunRecord]:
-            return [
-                ExperimentRunRecord(
-                    id=run.id,
-                    experiment_id=run.experiment_id,
-                    experiment_name=name,
-                    run_key=run.run_key,
-                    dag_id=run.dag_id,
-                    run_id=run.run_id,
-                    search_space=run.search_space,
-                    seed=run.seed,
-                    num_samples=run.num_samples,
-                    status=ExperimentRunStatus(run.status),
-                    created_at=run.created_at,
-                    ended_at=run.ended_at,
-                )
-                for run, name in session.execute(query)
-            ]
-
-        return self._transaction("list experiment runs", work, write=False)
-
-    def resolve_run(self, experiment_name: str, run: str | int = "latest") -> ExperimentRunRecord:
-        """One run of an experiment, as a user names it.
-
-        :param experiment_name: the experiment.
-        :param run: ``"latest"`` (the newest run; default), the run's id, or its run key (the
-            Airflow run_id of a DAG run).
-        :raises ExperimentNotFoundError: the experiment has no runs, or none of that name.
-        """
-        runs = self.list_experiment_runs(experiment_name)
-        if not runs:
-            known = ", ".join(e.name for e in self.list_experiments()) or "none yet"
-            raise ExperimentNotFoundError(
-                f"Experiment {experiment_name!r} has no runs in {self!r} (experiments: {known}); check "
-                "the name, or the trials DB URL (--db-url, AIRFLOW_TRIALS_DB_URL, trials_default)."
-            )
-        if run == "latest":
-            return max(runs, key=lambda r: (r.created_at, r.id))
-        for candidate in runs:
-            if str(run) in (str(candidate.id), candidate.run_key):
-                return candidate
-        raise ExperimentNotFoundError(
-            f"Experiment {experiment_name!r} has no run {run!r}; name a run (--run) by an id or run key "
-            f"that 'airflow-trials runs {experiment_name}' lists, or 'latest'."
-        )
-
 
 def _check_seed(seed: Any, owner: str) -> int | None:
-    """The seed as a Python int, refused (ValueError) unless it is an integer that fits in 64 bits."""
+    """The seed as a Python int; ValueError unless it is an integer that fits in 64 bits."""
     if seed is None:
         return None
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
