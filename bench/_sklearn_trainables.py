@@ -1,4 +1,5 @@
-"""The tuning-quality benchmark's trainable: an MLP on scikit-learn's digits, one epoch per report, in both APIs."""
+"""The tuning-quality benchmark's trainable: an MLP on scikit-learn's digits, one epoch per report,
+in both APIs."""
 
 from __future__ import annotations
 
@@ -64,7 +65,9 @@ def train_epochs(config: Mapping[str, Any], report: Report) -> None:
         report({"val_acc": val_acc, "val_loss": _loss(log_loss, y_val, proba, classes)})
 
 
-def _loss(log_loss: Callable[..., float], y_val: np.ndarray, proba: np.ndarray, classes: np.ndarray) -> float:
+def _loss(
+    log_loss: Callable[..., float], y_val: np.ndarray, proba: np.ndarray, classes: np.ndarray
+) -> float:
     """The validation cross-entropy, or infinity when the network diverged to NaN."""
     if not np.all(np.isfinite(proba)):
         return math.inf

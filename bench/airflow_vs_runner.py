@@ -1,11 +1,13 @@
-"""Benchmark: one 16-trial experiment through the real Airflow stack, and through TrialRunner directly.
+"""Benchmark: one 16-trial experiment through the real Airflow stack, and through TrialRunner
+directly.
 
 Both run on the same local Ray head (``--num-cpus`` logical CPUs, default 2) with the same trials:
 ``--trials`` configs of a sleep-bound trainable, ``--iterations`` results of ``--sleep`` seconds
 each, ``--cpus-per-trial`` CPU each (default 0.5: 4 trials at a time, so 16 trials run in 4 waves
 and most of them wait, queued on Ray, while their Airflow tasks are deferred).
 
-- TrialRunner: ``runner.run()`` wall time (no actor reuse, as the Airflow path: one actor per trial).
+- TrialRunner: ``runner.run()`` wall time (no actor reuse, as the Airflow path: one actor per
+  trial).
 - Airflow: ``airflow standalone`` (scheduler, dag-processor, triggerer, api-server, LocalExecutor,
   SQLite) runs a ``tuning_experiment`` DAG of the same trials; the time is the DAG run's
   ``end_date - queued_at`` from Airflow's DB, that is suggest_configs, 16 deferred trial tasks
@@ -16,7 +18,8 @@ script prints both times, the theoretical minimum, and the ratio Airflow / Trial
 <= 1.25).
 
     .venv/bin/python -m bench.airflow_vs_runner                 # about 4 minutes
-    .venv/bin/python -m bench.airflow_vs_runner --sleep 0.5     # shorter trials: overhead weighs more
+    .venv/bin/python -m bench.airflow_vs_runner --sleep 0.5     # shorter trials: overhead weighs
+    more
 """
 
 from __future__ import annotations
@@ -43,7 +46,8 @@ with DAG({name!r}, schedule=None, start_date=datetime.datetime(2026, 1, 1), catc
     tuning_experiment(
         experiment_name={name!r},
         trainable="bench._sleep_trainables:ours",
-        search_space={{"x": grid_search(list(range({trials}))), "iterations": {iterations}, "sleep_s": {sleep}}},
+        search_space={{"x": grid_search(list(range({trials}))), "iterations": {iterations},
+                      "sleep_s": {sleep}}},
         metric="loss",
         mode="min",
         resources_per_trial={{"cpu": {cpus}}},
@@ -62,13 +66,15 @@ def run_runner(address: str, storage: str, args: argparse.Namespace) -> float:
     try:
         runner = TrialRunner(f"{EXPERIMENT}_runner", storage_path=storage, reuse_actors=False)
         for i in range(args.trials):
-            runner.add_trial(Trial(
-                "bench._sleep_trainables:ours",
-                {"x": i, "iterations": args.iterations, "sleep_s": args.sleep},
-                experiment_name=f"{EXPERIMENT}_runner",
-                resources={"cpu": args.cpus_per_trial},
-                checkpoint_at_end=False,
-            ))
+            runner.add_trial(
+                Trial(
+                    "bench._sleep_trainables:ours",
+                    {"x": i, "iterations": args.iterations, "sleep_s": args.sleep},
+                    experiment_name=f"{EXPERIMENT}_runner",
+                    resources={"cpu": args.cpus_per_trial},
+                    checkpoint_at_end=False,
+                )
+            )
         start = time.perf_counter()
         trials = runner.run()
         elapsed = time.perf_counter() - start
@@ -85,54 +91,83 @@ def _parse(value: str) -> dt.datetime:
 
 
 def run_airflow(stack: object, args: argparse.Namespace) -> tuple[float, float]:
-    """The DAG run's time (queued -> end) and the trials' span (first start -> last end) in seconds."""
+    """The DAG run's time (queued -> end) and the trials' span (first start -> last end) in
+    seconds."""
     from airflow_trials import mainjob
     from airflow_trials.store import TrialStore
 
     mainjob.start_airflow(stack)
     run_id = mainjob.trigger(stack, EXPERIMENT)
     state = mainjob.wait_for(
-        lambda: (s := mainjob.dag_run_state(stack, EXPERIMENT, run_id)) in mainjob.TERMINAL_RUN_STATES and s,
-        args.timeout_s, f"the DAG run {run_id}", stack,
+        lambda: (
+            (s := mainjob.dag_run_state(stack, EXPERIMENT, run_id)) in mainjob.TERMINAL_RUN_STATES
+            and s
+        ),
+        args.timeout_s,
+        f"the DAG run {run_id}",
+        stack,
     )
     if state != "success":
         raise SystemExit(f"The benchmark DAG run {run_id} ended {state}; see {stack.log_path}.")
-    (queued, ended), = mainjob._airflow_db(
-        stack, "SELECT queued_at, end_date FROM dag_run WHERE dag_id = ? AND run_id = ?", EXPERIMENT, run_id
+    ((queued, ended),) = mainjob._airflow_db(
+        stack,
+        "SELECT queued_at, end_date FROM dag_run WHERE dag_id = ? AND run_id = ?",
+        EXPERIMENT,
+        run_id,
     )
     store = TrialStore(stack.trials_db_url)
     try:
         trials = store.list_trials(experiment_name=EXPERIMENT)
         if len(trials) != args.trials or any(t.status.value != "TERMINATED" for t in trials):
-            raise SystemExit(f"Airflow finished {len(trials)} trials, not {args.trials} TERMINATED ones.")
+            raise SystemExit(
+                f"Airflow finished {len(trials)} trials, not {args.trials} TERMINATED ones."
+            )
         # When the trainables really ran, from their results (the first one's timestamp less its
         # duration); the store's started_at is when the trigger first saw the trial.
         results = [store.get_results(t.trial_id) for t in trials]
     finally:
         store.dispose()
     first_start = dt.datetime.fromtimestamp(
-        min(r[0]["timestamp"] - r[0]["time_this_iter_s"] for r in results), dt.UTC)
+        min(r[0]["timestamp"] - r[0]["time_this_iter_s"] for r in results), dt.UTC
+    )
     last_end = dt.datetime.fromtimestamp(max(r[-1]["timestamp"] for r in results), dt.UTC)
     _print_timeline(stack, run_id, _parse(queued), first_start, last_end, _parse(ended))
-    return (_parse(ended) - _parse(queued)).total_seconds(), (last_end - first_start).total_seconds()
+    return (_parse(ended) - _parse(queued)).total_seconds(), (
+        last_end - first_start
+    ).total_seconds()
 
 
-def _print_timeline(stack: object, run_id: str, queued: dt.datetime, first_start: dt.datetime,
-                    last_end: dt.datetime, ended: dt.datetime) -> None:
+def _print_timeline(
+    stack: object,
+    run_id: str,
+    queued: dt.datetime,
+    first_start: dt.datetime,
+    last_end: dt.datetime,
+    ended: dt.datetime,
+) -> None:
     """Where the DAG run's time went, in seconds after it was queued."""
     from airflow_trials import mainjob
 
     rows = mainjob._airflow_db(
-        stack, "SELECT task_id, MIN(start_date), MAX(end_date) FROM task_instance "
-        "WHERE dag_id = ? AND run_id = ? GROUP BY task_id", EXPERIMENT, run_id,
+        stack,
+        "SELECT task_id, MIN(start_date), MAX(end_date) FROM task_instance "
+        "WHERE dag_id = ? AND run_id = ? GROUP BY task_id",
+        EXPERIMENT,
+        run_id,
     )
+
     def at(when: dt.datetime) -> float:
-        return (when.replace(tzinfo=dt.UTC) if when.tzinfo is None else when).timestamp() - queued.timestamp()
+        return (
+            when.replace(tzinfo=dt.UTC) if when.tzinfo is None else when
+        ).timestamp() - queued.timestamp()
 
     print("timeline (s after the DAG run was queued):")
     for task_id, start, end in sorted(rows, key=lambda r: r[1] or ""):
         print(f"  {task_id:<48} {at(_parse(start)):6.1f} -> {at(_parse(end)):6.1f}")
-    print(f"  {'trainables running (first start -> last result)':<48} {at(first_start):6.1f} -> {at(last_end):6.1f}")
+    print(
+        f"  {'trainables running (first start -> last result)':<48} {at(first_start):6.1f} -> "
+        f"{at(last_end):6.1f}"
+    )
     print(f"  {'DAG run ended':<48} {at(ended):6.1f}")
 
 
@@ -143,21 +178,32 @@ def main() -> None:
     parser.add_argument("--sleep", type=float, default=1.0, help="seconds per iteration")
     parser.add_argument("--cpus-per-trial", type=float, default=0.5)
     parser.add_argument("--num-cpus", type=int, default=2, help="logical CPUs of the Ray head")
-    parser.add_argument("--parallelism", type=int, default=None,
-                        help="Airflow's [core] parallelism; default the main job's, two per core")
+    parser.add_argument(
+        "--parallelism",
+        type=int,
+        default=None,
+        help="Airflow's [core] parallelism; default the main job's, two per core",
+    )
     parser.add_argument("--timeout-s", type=float, default=900)
     args = parser.parse_args()
 
     from airflow_trials import mainjob
 
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(REPO), os.environ.get("PYTHONPATH")])
+    )
     with tempfile.TemporaryDirectory(prefix="bench_airflow_") as tmp:
         dags = Path(tmp) / "dags"
         dags.mkdir()
-        (dags / f"{EXPERIMENT}.py").write_text(DAG_TEMPLATE.format(
-            name=EXPERIMENT, trials=args.trials, iterations=args.iterations, sleep=args.sleep,
-            cpus=args.cpus_per_trial,
-        ))
+        (dags / f"{EXPERIMENT}.py").write_text(
+            DAG_TEMPLATE.format(
+                name=EXPERIMENT,
+                trials=args.trials,
+                iterations=args.iterations,
+                sleep=args.sleep,
+                cpus=args.cpus_per_trial,
+            )
+        )
         stack = mainjob.Stack(home=Path(tmp) / "state", dags_folder=dags)
         try:
             mainjob.prepare(stack, parallelism=args.parallelism, api_port=mainjob._free_port())
@@ -170,13 +216,21 @@ def main() -> None:
     concurrent = int(args.num_cpus / args.cpus_per_trial)
     waves = -(-args.trials // concurrent)
     minimum = waves * args.iterations * args.sleep
-    print(f"{args.trials} trials x {args.iterations} iterations x {args.sleep:g} s, {args.cpus_per_trial:g} CPU "
-          f"each on {args.num_cpus} CPUs ({concurrent} at a time): minimum {minimum:.1f} s")
+    print(
+        f"{args.trials} trials x {args.iterations} iterations x {args.sleep:g} s, "
+        f"{args.cpus_per_trial:g} CPU "
+        f"each on {args.num_cpus} CPUs ({concurrent} at a time): minimum {minimum:.1f} s"
+    )
     print(f"TrialRunner directly          {runner_s:7.1f} s   {runner_s / minimum:5.2f}x minimum")
-    print(f"Airflow scheduler + triggerer {airflow_s:7.1f} s   {airflow_s / minimum:5.2f}x minimum "
-          f"(first trial start -> last trial end: {span_s:.1f} s)")
+    print(
+        f"Airflow scheduler + triggerer {airflow_s:7.1f} s   {airflow_s / minimum:5.2f}x minimum "
+        f"(first trial start -> last trial end: {span_s:.1f} s)"
+    )
     ratio = airflow_s / runner_s
-    print(f"ratio Airflow / TrialRunner: {ratio:.2f} (target <= 1.25: {'met' if ratio <= 1.25 else 'missed'})")
+    print(
+        f"ratio Airflow / TrialRunner: {ratio:.2f} (target <= 1.25: "
+        f"{'met' if ratio <= 1.25 else 'missed'})"
+    )
     sys.stdout.flush()
 
 

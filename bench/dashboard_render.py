@@ -34,16 +34,25 @@ def _prepare_airflow_home(home: Path) -> None:
     passwords = home / "passwords.json"
     home.mkdir(parents=True, exist_ok=True)
     passwords.write_text(json.dumps({"admin": "bench"}))
-    os.environ.update({
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__AUTH_MANAGER": "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:viewer",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
-        "AIRFLOW__API_AUTH__JWT_SECRET": "bench-" + "s" * 64,
-    })
-    subprocess.run([str(Path(sys.executable).with_name("airflow")), "db", "migrate"], check=True,
-                   capture_output=True, env=os.environ.copy(), timeout=600)
+    os.environ.update(
+        {
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__AUTH_MANAGER": (
+                "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
+            ),
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:viewer",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
+            "AIRFLOW__API_AUTH__JWT_SECRET": "bench-" + "s" * 64,
+        }
+    )
+    subprocess.run(
+        [str(Path(sys.executable).with_name("airflow")), "db", "migrate"],
+        check=True,
+        capture_output=True,
+        env=os.environ.copy(),
+        timeout=600,
+    )
 
 
 def _fill(url: str, num_trials: int, iterations: int) -> int:
@@ -53,7 +62,9 @@ def _fill(url: str, num_trials: int, iterations: int) -> int:
     store = TrialStore(url, create=True)
     try:
         store.ensure_experiment("bench-dashboard", metric="loss", mode="min")
-        run = store.create_experiment_run("bench-dashboard", "bench-run", dag_id="bench_dag", run_id="bench-run")
+        run = store.create_experiment_run(
+            "bench-dashboard", "bench-run", dag_id="bench_dag", run_id="bench-run"
+        )
         trial_ids = [f"lb-{i:05d}" for i in range(num_trials)]
         _register_trials(store, run, trial_ids)
         bulk_load_results(store, trial_ids, iterations)
@@ -65,7 +76,9 @@ def _fill(url: str, num_trials: int, iterations: int) -> int:
         store.dispose()
 
 
-def _median_ms(client, path: str, headers: dict[str, str], repeats: int, must_contain: str) -> float:
+def _median_ms(
+    client, path: str, headers: dict[str, str], repeats: int, must_contain: str
+) -> float:
     response = client.get(path, headers=headers)  # warm-up, and a sanity check
     if response.status_code != 200 or must_contain not in response.text:
         raise SystemExit(f"GET {path} answered {response.status_code}: {response.text[:300]}")
@@ -87,29 +100,45 @@ def run_backend(name: str, url: str, args: argparse.Namespace) -> None:
 
     begin = time.perf_counter()
     run = _fill(url, args.trials, args.iterations)
-    print(f"[{name}] fixture: {args.trials:,} trials x {args.iterations} results loaded in "
-          f"{time.perf_counter() - begin:.1f} s", flush=True)
+    print(
+        f"[{name}] fixture: {args.trials:,} trials x {args.iterations} results loaded in "
+        f"{time.perf_counter() - begin:.1f} s",
+        flush=True,
+    )
     store = TrialReader(url)
     root = FastAPI()
     init_auth_manager(root)
     root.mount("/trials", create_app(lambda: store))
     last = -(-args.trials // 50)
     cases = [
-        ("run page (leaderboard page 1 of 50 rows + chart of the best 20)", f"/trials/runs/{run}", 'class="trial-row'),
+        (
+            "run page (leaderboard page 1 of 50 rows + chart of the best 20)",
+            f"/trials/runs/{run}",
+            'class="trial-row',
+        ),
         (f"run page, last page ({last})", f"/trials/runs/{run}?page={last}", 'class="trial-row'),
-        ("run page sorted by trial id, descending", f"/trials/runs/{run}?sort=trial_id&order=desc", 'class="trial-row'),
+        (
+            "run page sorted by trial id, descending",
+            f"/trials/runs/{run}?sort=trial_id&order=desc",
+            'class="trial-row',
+        ),
         ("run page, 200 rows per page", f"/trials/runs/{run}?page_size=200", 'class="trial-row'),
         ("JSON leaderboard, page 1", f"/trials/api/runs/{run}/leaderboard", '"rows"'),
         ("learning-curves page (best 20)", f"/trials/runs/{run}/curves", "<polyline"),
     ]
     try:
         with TestClient(root) as client:
-            token = client.post("/auth/token", json={"username": "admin", "password": "bench"}).json()["access_token"]
+            token = client.post(
+                "/auth/token", json={"username": "admin", "password": "bench"}
+            ).json()["access_token"]
             headers = {"Authorization": f"Bearer {token}"}
             for label, path, needle in cases:
                 ms = _median_ms(client, path, headers, args.repeats, needle)
-                print(f"[{name}] {label}: median {ms:.1f} ms over {args.repeats} requests  "
-                      f"(target < {TARGET_MS:.0f} ms, ratio {ms / TARGET_MS:.2f} of target)", flush=True)
+                print(
+                    f"[{name}] {label}: median {ms:.1f} ms over {args.repeats} requests  "
+                    f"(target < {TARGET_MS:.0f} ms, ratio {ms / TARGET_MS:.2f} of target)",
+                    flush=True,
+                )
     finally:
         store.dispose()
 
@@ -132,6 +161,7 @@ def main() -> None:
 
             with fresh_postgres_schema(args.postgres_url) as url:
                 run_backend("postgresql", url, args)
+
 
 if __name__ == "__main__":
     main()

@@ -1,4 +1,5 @@
-"""Benchmark: the same sleep-bound experiment through our TrialRunner and through Ray Tune's Tuner.fit().
+"""Benchmark: the same sleep-bound experiment through our TrialRunner and through Ray Tune's
+Tuner.fit().
 
 200 trials x 5 iterations of 0.05 s at 0.5 CPU each on 2 CPUs: 4 trials at a time, so the
 theoretical minimum is 200 * 5 * 0.05 / 4 = 12.5 s. Each engine runs with and without actor reuse,
@@ -36,7 +37,11 @@ def run_ours(num_trials: int, iterations: int, sleep_s: float, reuse: bool, stor
     start = time.perf_counter()
     trials = runner.run()
     elapsed = time.perf_counter() - start
-    bad = [t for t in trials if t.status.value != "TERMINATED" or t.last_result.get("training_iteration") != iterations]
+    bad = [
+        t
+        for t in trials
+        if t.status.value != "TERMINATED" or t.last_result.get("training_iteration") != iterations
+    ]
     if bad:
         raise SystemExit(f"our runner left {len(bad)} trials unfinished: {bad[:3]}")
     return elapsed
@@ -49,7 +54,11 @@ def run_tune(num_trials: int, iterations: int, sleep_s: float, reuse: bool, stor
 
     tuner = tune.Tuner(
         tune.with_resources(ray_tune, {"cpu": 0.5}),
-        param_space={"x": tune.grid_search(list(range(num_trials))), "iterations": iterations, "sleep_s": sleep_s},
+        param_space={
+            "x": tune.grid_search(list(range(num_trials))),
+            "iterations": iterations,
+            "sleep_s": sleep_s,
+        },
         tune_config=tune.TuneConfig(reuse_actors=reuse),
         run_config=tune.RunConfig(
             name=f"bench-tune-{'reuse' if reuse else 'noreuse'}", storage_path=storage, verbose=0
@@ -64,14 +73,20 @@ def run_tune(num_trials: int, iterations: int, sleep_s: float, reuse: bool, stor
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--trials", type=int, default=200)
     parser.add_argument("--iterations", type=int, default=5)
     parser.add_argument("--sleep-s", type=float, default=0.05)
     parser.add_argument("--cpus", type=int, default=2)
     parser.add_argument("--skip-tune", action="store_true", help="only run our engine")
-    parser.add_argument("--skip-tune-no-reuse", action="store_true", help="skip Ray Tune without reuse (slowest)")
-    parser.add_argument("--no-reuse-runs", action="store_true", help="skip both runs without actor reuse")
+    parser.add_argument(
+        "--skip-tune-no-reuse", action="store_true", help="skip Ray Tune without reuse (slowest)"
+    )
+    parser.add_argument(
+        "--no-reuse-runs", action="store_true", help="skip both runs without actor reuse"
+    )
     args = parser.parse_args(argv)
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -95,16 +110,25 @@ def main(argv: list[str] | None = None) -> int:
     ray.shutdown()
 
     print()
-    print(f"{args.trials} trials x {args.iterations} iterations x {args.sleep_s} s at 0.5 CPU on {args.cpus} CPUs")
+    print(
+        f"{args.trials} trials x {args.iterations} iterations x {args.sleep_s} s at 0.5 CPU on "
+        f"{args.cpus} CPUs"
+    )
     print(f"theoretical minimum: {minimum:.2f} s")
     for name, seconds in times.items():
         print(f"  {name:<16} {seconds:7.1f} s   {seconds / minimum:5.2f}x minimum")
     print("ratios (target):")
     print(f"  ours reuse / minimum          {times['ours, reuse'] / minimum:5.2f}   (<= 1.05)")
     if "tune, reuse" in times:
-        print(f"  ours reuse / tune reuse       {times['ours, reuse'] / times['tune, reuse']:5.2f}   (<= 0.80)")
+        print(
+            f"  ours reuse / tune reuse       {times['ours, reuse'] / times['tune, reuse']:5.2f}   "
+            "(<= 0.80)"
+        )
     if "tune, no reuse" in times:
-        print(f"  ours no reuse / tune no reuse {times['ours, no reuse'] / times['tune, no reuse']:5.2f}   (<= 0.50)")
+        print(
+            "  ours no reuse / tune no reuse "
+            f"{times['ours, no reuse'] / times['tune, no reuse']:5.2f}   (<= 0.50)"
+        )
     return 0
 
 

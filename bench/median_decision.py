@@ -7,7 +7,8 @@ trial's metric. The fixture bulk-loads them; then ``record_median_point`` is tim
 at time 1 and at time R, where every one of the N trials has a running mean (the median of N means
 is the most a decision ever reads: one index probe per other trial, never their results).
 
-The anchor, on the same work in the same run and backend: Optuna 5's ``MedianPruner(n_startup_trials=0,
+The anchor, on the same work in the same run and backend: Optuna 5's
+``MedianPruner(n_startup_trials=0,
 n_warmup_steps=0)`` on an ``RDBStorage`` study holding the same N trials with R intermediate values
 each; one decision is ``trial.report(value, step); trial.should_prune()`` for a new trial. Optuna
 reads every trial's intermediate values per decision. Loading its fixture through
@@ -41,7 +42,13 @@ from airflow_trials.store.models import TrialMedianPointRow, utcnow
 from bench.store_ingest import _register_trials, fresh_postgres_schema
 
 TARGET_MS = 5.0
-RULE = MedianRule(metric="loss", mode="min", time_attr="training_iteration", grace_period=1, min_samples_required=3)
+RULE = MedianRule(
+    metric="loss",
+    mode="min",
+    time_attr="training_iteration",
+    grace_period=1,
+    min_samples_required=3,
+)
 
 
 def curve(trial: int, results: int) -> list[float]:
@@ -60,16 +67,32 @@ def load_fixture(store: TrialStore, num_trials: int, results: int, decisions: in
         total = 0.0
         for step, value in enumerate(curve(i, results if i < num_trials else results - 1), start=1):
             total += value
-            rows.append({"experiment_run_id": run, "trial_id": f"t{i}", "seq": step, "time": float(step),
-                         "prev_time": float(step - 1) if step > 1 else None, "gap": False,
-                         "iteration": step, "at_end": False, "total": total, "mean": total / step,
-                         "superseded": False, "decision": "CONTINUE", "reason": None, "created_at": now})
+            rows.append(
+                {
+                    "experiment_run_id": run,
+                    "trial_id": f"t{i}",
+                    "seq": step,
+                    "time": float(step),
+                    "prev_time": float(step - 1) if step > 1 else None,
+                    "gap": False,
+                    "iteration": step,
+                    "at_end": False,
+                    "total": total,
+                    "mean": total / step,
+                    "superseded": False,
+                    "decision": "CONTINUE",
+                    "reason": None,
+                    "created_at": now,
+                }
+            )
     with store._engine.begin() as connection:
         for start in range(0, len(rows), 10_000):
             connection.execute(insert(TrialMedianPointRow), rows[start : start + 10_000])
     if store._dialect == "postgresql":
         with store._engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
-            connection.exec_driver_sql("VACUUM ANALYZE at_trial_median_points")  # as autovacuum would
+            connection.exec_driver_sql(
+                "VACUUM ANALYZE at_trial_median_points"
+            )  # as autovacuum would
     return run
 
 
@@ -85,17 +108,28 @@ def time_ours(url: str, num_trials: int, results: int, decisions: int) -> dict[i
     try:
         begin = time.perf_counter()
         run = load_fixture(store, num_trials, results, decisions)
-        print(f"  fixture: {num_trials:,} trials x {results} results = {num_trials * results:,} rows, "
-              f"loaded in {time.perf_counter() - begin:.1f} s", flush=True)
+        print(
+            f"  fixture: {num_trials:,} trials x {results} results = {num_trials * results:,} "
+            "rows, "
+            f"loaded in {time.perf_counter() - begin:.1f} s",
+            flush=True,
+        )
         medians, samples = {}, []
         for step, first in ((results, num_trials), (1, num_trials + decisions)):
             timings = []
             for trial_id in (f"t{i}" for i in range(first, first + decisions)):
                 begin = time.perf_counter()
-                store.record_median_point(run, trial_id, iteration=step, time=step, value=1.0,
-                                          decide=functools.partial(_counted, samples, float(step)))
+                store.record_median_point(
+                    run,
+                    trial_id,
+                    iteration=step,
+                    time=step,
+                    value=1.0,
+                    decide=functools.partial(_counted, samples, float(step)),
+                )
                 timings.append((time.perf_counter() - begin) * 1000)
-            # Every decision compared with the means of all N trials (and of the new ones before it at time 1).
+            # Every decision compared with the means of all N trials (and of the new ones before it
+            # at time 1).
             assert min(samples) >= num_trials, (step, min(samples))
             samples.clear()
             medians[step] = statistics.median(timings)
@@ -107,17 +141,29 @@ def time_ours(url: str, num_trials: int, results: int, decisions: int) -> dict[i
 def time_optuna(url: str, num_trials: int, results: int, decisions: int) -> dict[int, float]:
     storage = optuna.storages.RDBStorage(url)
     try:
-        study = optuna.create_study(storage=storage, direction="minimize",
-                                    pruner=optuna.pruners.MedianPruner(n_startup_trials=0, n_warmup_steps=0))
+        study = optuna.create_study(
+            storage=storage,
+            direction="minimize",
+            pruner=optuna.pruners.MedianPruner(n_startup_trials=0, n_warmup_steps=0),
+        )
         dist = {"x": optuna.distributions.FloatDistribution(0, 1)}
         begin = time.perf_counter()
-        study.add_trials([
-            optuna.trial.create_trial(params={"x": 0.5}, distributions=dist, value=values[-1],
-                                      intermediate_values=dict(enumerate(values, start=1)))
-            for values in (curve(i, results) for i in range(num_trials))
-        ])
-        print(f"  optuna fixture: {num_trials:,} trials x {results} values, loaded in "
-              f"{time.perf_counter() - begin:.1f} s", flush=True)
+        study.add_trials(
+            [
+                optuna.trial.create_trial(
+                    params={"x": 0.5},
+                    distributions=dist,
+                    value=values[-1],
+                    intermediate_values=dict(enumerate(values, start=1)),
+                )
+                for values in (curve(i, results) for i in range(num_trials))
+            ]
+        )
+        print(
+            f"  optuna fixture: {num_trials:,} trials x {results} values, loaded in "
+            f"{time.perf_counter() - begin:.1f} s",
+            flush=True,
+        )
         medians = {}
         for step in (results, 1):
             timings = []
@@ -148,11 +194,17 @@ def backend_url(name: str, postgres_url: str | None, file_name: str) -> Iterator
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--postgres-url", default=os.environ.get("AIRFLOW_TRIALS_TEST_POSTGRES_URL"))
+    parser.add_argument(
+        "--postgres-url", default=os.environ.get("AIRFLOW_TRIALS_TEST_POSTGRES_URL")
+    )
     parser.add_argument("--trials", type=int, default=10_000, help="N, the trials of the run")
     parser.add_argument("--results", type=int, default=100, help="R, results per trial")
-    parser.add_argument("--decisions", type=int, default=50, help="timed decisions at each of the two times")
-    parser.add_argument("--optuna-trials", type=int, default=1_000, help="N for the side-by-side run with Optuna")
+    parser.add_argument(
+        "--decisions", type=int, default=50, help="timed decisions at each of the two times"
+    )
+    parser.add_argument(
+        "--optuna-trials", type=int, default=1_000, help="N for the side-by-side run with Optuna"
+    )
     parser.add_argument("--no-optuna", action="store_true")
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -162,8 +214,11 @@ def main() -> None:
         with backend_url(name, args.postgres_url, "ours.db") as url:
             ours = time_ours(url, args.trials, args.results, args.decisions)
         for step, median in ours.items():
-            print(f"[{name}] record_median_point at time {step}: median {median:.2f} ms per decision "
-                  f"(target <= {TARGET_MS:.0f} ms, ratio {median / TARGET_MS:.2f})", flush=True)
+            print(
+                f"[{name}] record_median_point at time {step}: median {median:.2f} ms per decision "
+                f"(target <= {TARGET_MS:.0f} ms, ratio {median / TARGET_MS:.2f})",
+                flush=True,
+            )
         if args.no_optuna:
             continue
         n = args.optuna_trials
@@ -173,8 +228,12 @@ def main() -> None:
         with backend_url(name, args.postgres_url, "optuna.db") as url:
             theirs = time_optuna(url, n, args.results, args.decisions)
         for step in small:
-            print(f"[{name}] time {step}: ours {small[step]:.2f} ms, optuna MedianPruner {theirs[step]:.2f} ms, "
-                  f"ours / optuna = {small[step] / theirs[step]:.3f}", flush=True)
+            print(
+                f"[{name}] time {step}: ours {small[step]:.2f} ms, optuna MedianPruner "
+                f"{theirs[step]:.2f} ms, "
+                f"ours / optuna = {small[step] / theirs[step]:.3f}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -22,7 +22,8 @@ and each backend prints ``ours / optuna``, median over median. ``--no-optuna`` s
 its fixture (one transaction per trial through ``study.add_trials``) takes a while at N = 10,000.
 
     .venv/bin/python -m bench.scheduler_decision --postgres-url postgresql+psycopg://postgres@127.0.0.1:5432/test
-    .venv/bin/python -m bench.scheduler_decision --trials 500      # a quick look; N=10,000 and R=100 by default
+    .venv/bin/python -m bench.scheduler_decision --trials 500      # a quick look; N=10,000 and
+    R=100 by default
 
 Without --postgres-url (or AIRFLOW_TRIALS_TEST_POSTGRES_URL) only SQLite runs. A fresh decision
 commits a write, so the disk's flush time is part of every figure.
@@ -53,10 +54,15 @@ REDUCTION_FACTOR = 4
 
 
 def fixture_values(num_trials: int, milestones: tuple[float, ...]) -> list[dict[float, float]]:
-    """Per trial, its value at each milestone it reached; trial i reaches rung k when i % 4**k == 0."""
+    """Per trial, its value at each milestone it reached; trial i reaches rung k when i % 4**k ==
+    0."""
     rng = random.Random(0)
     return [
-        {float(m): rng.gauss(0, 1) for k, m in enumerate(sorted(milestones)) if i % REDUCTION_FACTOR**k == 0}
+        {
+            float(m): rng.gauss(0, 1)
+            for k, m in enumerate(sorted(milestones))
+            if i % REDUCTION_FACTOR**k == 0
+        }
         for i in range(num_trials)
     ]
 
@@ -69,17 +75,33 @@ def summary(timings: list[float]) -> tuple[float, float]:
 def rung_rows(num_trials: int, milestones: tuple[float, ...]) -> int:
     """Rows a run of ``num_trials`` leaves: trial i reaches rung k when i % 4**k == 0."""
     lowest_first = sorted(milestones)
-    return sum(1 for i in range(num_trials) for k in range(len(lowest_first)) if i % REDUCTION_FACTOR**k == 0)
+    return sum(
+        1
+        for i in range(num_trials)
+        for k in range(len(lowest_first))
+        if i % REDUCTION_FACTOR**k == 0
+    )
 
 
-def load_fixture(store: TrialStore, num_trials: int, milestones: tuple[float, ...], extra: int) -> int:
+def load_fixture(
+    store: TrialStore, num_trials: int, milestones: tuple[float, ...], extra: int
+) -> int:
     run = store.create_experiment_run("bench-asha", f"n{num_trials}")
     ids = [f"t{i}" for i in range(num_trials + extra)]
     _register_trials(store, run, ids)
     now = utcnow()
     rows = [
-        {"experiment_run_id": run, "trial_id": f"t{i}", "bracket": 0, "milestone": milestone, "iteration": int(milestone),
-         "value": value, "decision": "CONTINUE", "reason": None, "created_at": now}
+        {
+            "experiment_run_id": run,
+            "trial_id": f"t{i}",
+            "bracket": 0,
+            "milestone": milestone,
+            "iteration": int(milestone),
+            "value": value,
+            "decision": "CONTINUE",
+            "reason": None,
+            "created_at": now,
+        }
         for i, values in enumerate(fixture_values(num_trials, milestones))
         for milestone, value in values.items()
     ]
@@ -94,7 +116,9 @@ def load_fixture(store: TrialStore, num_trials: int, milestones: tuple[float, ..
     return run
 
 
-def time_decisions(store: TrialStore, run: int, rungs: AshaRungs, trial_ids: list[str], milestone: float) -> list[float]:
+def time_decisions(
+    store: TrialStore, run: int, rungs: AshaRungs, trial_ids: list[str], milestone: float
+) -> list[float]:
     rng, timings = random.Random(1), []
     for trial_id in trial_ids:
         value = rng.gauss(0, 1)
@@ -106,17 +130,27 @@ def time_decisions(store: TrialStore, run: int, rungs: AshaRungs, trial_ids: lis
 
 
 def run_backend(name: str, url: str, args: argparse.Namespace) -> dict[float, float]:
-    """Time ``record_rung``; returns the median milliseconds per decision at each timed milestone."""
-    rungs = AshaRungs(metric="loss", mode="min", max_t=args.results, grace_period=1, reduction_factor=REDUCTION_FACTOR)
+    """Time ``record_rung``; returns the median milliseconds per decision at each timed
+    milestone."""
+    rungs = AshaRungs(
+        metric="loss",
+        mode="min",
+        max_t=args.results,
+        grace_period=1,
+        reduction_factor=REDUCTION_FACTOR,
+    )
     milestones = rungs.milestones(0)
     store = TrialStore(url, create=True)
     try:
         begin = time.perf_counter()
         run = load_fixture(store, args.trials, milestones, args.decisions)
-        print(f"[{name}] fixture: {args.trials:,} trials x {args.results} results -> "
-              f"{rung_rows(args.trials, milestones):,} rung rows at milestones "
-              f"{sorted(milestones)} (at most {args.trials * len(milestones):,}), loaded in "
-              f"{time.perf_counter() - begin:.1f} s", flush=True)
+        print(
+            f"[{name}] fixture: {args.trials:,} trials x {args.results} results -> "
+            f"{rung_rows(args.trials, milestones):,} rung rows at milestones "
+            f"{sorted(milestones)} (at most {args.trials * len(milestones):,}), loaded in "
+            f"{time.perf_counter() - begin:.1f} s",
+            flush=True,
+        )
         extra = [f"t{i}" for i in range(args.trials, args.trials + args.decisions)]
         half = len(extra) // 2
         medians = {}
@@ -124,38 +158,52 @@ def run_backend(name: str, url: str, args: argparse.Namespace) -> dict[float, fl
             timings = time_decisions(store, run, rungs, ids, milestone)
             median, p95 = summary(timings)
             medians[milestone] = median
-            print(f"[{name}] record_rung at milestone {milestone:g}: median {median:.2f} ms, p95 {p95:.2f} ms "
-                  f"per decision over {len(ids)}  (target <= {TARGET_MS:.0f} ms, ratio {median / TARGET_MS:.2f})",
-                  flush=True)
+            print(
+                f"[{name}] record_rung at milestone {milestone:g}: median {median:.2f} ms, p95 "
+                f"{p95:.2f} ms "
+                f"per decision over {len(ids)}  (target <= {TARGET_MS:.0f} ms, ratio "
+                f"{median / TARGET_MS:.2f})",
+                flush=True,
+            )
         begin = time.perf_counter()
         for trial_id in extra[:half]:
-            store.record_rung(run, trial_id, bracket=0, milestone=min(milestones), value=0.0, decide=_never)
-        print(f"[{name}] a repeat (stored verdict returned): "
-              f"{(time.perf_counter() - begin) * 1000 / max(half, 1):.2f} ms per call", flush=True)
+            store.record_rung(
+                run, trial_id, bracket=0, milestone=min(milestones), value=0.0, decide=_never
+            )
+        print(
+            f"[{name}] a repeat (stored verdict returned): "
+            f"{(time.perf_counter() - begin) * 1000 / max(half, 1):.2f} ms per call",
+            flush=True,
+        )
         return medians
     finally:
         store.dispose()
 
 
 def load_optuna_fixture(study: optuna.Study, num_trials: int, milestones: tuple[float, ...]) -> int:
-    """Add the fixture's history as finished trials; returns how many intermediate values it holds."""
+    """Add the fixture's history as finished trials; returns how many intermediate values it
+    holds."""
     history = fixture_values(num_trials, milestones)
     for start in range(0, num_trials, 1_000):
-        study.add_trials([
-            optuna.trial.create_trial(
-                state=optuna.trial.TrialState.COMPLETE,
-                value=list(values.values())[-1],
-                intermediate_values={int(m): v for m, v in values.items()},
-                # What SuccessiveHalvingPruner records for each rung a trial reached and compares against.
-                system_attrs={f"completed_rung_{k}": v for k, v in enumerate(values.values())},
-            )
-            for values in history[start : start + 1_000]
-        ])
+        study.add_trials(
+            [
+                optuna.trial.create_trial(
+                    state=optuna.trial.TrialState.COMPLETE,
+                    value=list(values.values())[-1],
+                    intermediate_values={int(m): v for m, v in values.items()},
+                    # What SuccessiveHalvingPruner records for each rung a trial reached and
+                    # compares against.
+                    system_attrs={f"completed_rung_{k}": v for k, v in enumerate(values.values())},
+                )
+                for values in history[start : start + 1_000]
+            ]
+        )
     return sum(len(values) for values in history)
 
 
-def time_optuna_decisions(study: optuna.Study, milestones: tuple[float, ...], milestone: float,
-                          count: int) -> list[float]:
+def time_optuna_decisions(
+    study: optuna.Study, milestones: tuple[float, ...], milestone: float, count: int
+) -> list[float]:
     rng, timings = random.Random(1), []
     lower = [m for m in sorted(milestones) if m < milestone]
     for _ in range(count):
@@ -175,26 +223,43 @@ def time_optuna_decisions(study: optuna.Study, milestones: tuple[float, ...], mi
 
 def run_optuna(name: str, url: str, args: argparse.Namespace, ours: dict[float, float]) -> None:
     """Time Optuna's RDB pruning on the same history, and print ``ours / optuna`` per milestone."""
-    milestones = AshaRungs(metric="loss", mode="min", max_t=args.results, grace_period=1,
-                           reduction_factor=REDUCTION_FACTOR).milestones(0)
+    milestones = AshaRungs(
+        metric="loss",
+        mode="min",
+        max_t=args.results,
+        grace_period=1,
+        reduction_factor=REDUCTION_FACTOR,
+    ).milestones(0)
     storage = optuna.storages.RDBStorage(url)
     try:
         study = optuna.create_study(
-            storage=storage, study_name=f"bench-asha-n{args.trials}", direction="minimize",
+            storage=storage,
+            study_name=f"bench-asha-n{args.trials}",
+            direction="minimize",
             sampler=optuna.samplers.RandomSampler(seed=0),
-            pruner=optuna.pruners.SuccessiveHalvingPruner(min_resource=1, reduction_factor=REDUCTION_FACTOR),
+            pruner=optuna.pruners.SuccessiveHalvingPruner(
+                min_resource=1, reduction_factor=REDUCTION_FACTOR
+            ),
         )
         begin = time.perf_counter()
         values = load_optuna_fixture(study, args.trials, milestones)
-        print(f"[{name}] optuna fixture: {args.trials:,} finished trials with {values:,} intermediate values "
-              f"at milestones {sorted(milestones)} (study.add_trials), loaded in "
-              f"{time.perf_counter() - begin:.1f} s", flush=True)
+        print(
+            f"[{name}] optuna fixture: {args.trials:,} finished trials with {values:,} "
+            "intermediate values "
+            f"at milestones {sorted(milestones)} (study.add_trials), loaded in "
+            f"{time.perf_counter() - begin:.1f} s",
+            flush=True,
+        )
         count = args.decisions // 2
         for milestone in (min(milestones), max(milestones)):
             median, p95 = summary(time_optuna_decisions(study, milestones, milestone, count))
-            print(f"[{name}] optuna RDB SuccessiveHalvingPruner at milestone {milestone:g}: median {median:.2f} ms, "
-                  f"p95 {p95:.2f} ms per decision over {count}  (ours / optuna = {ours[milestone] / median:.3f})",
-                  flush=True)
+            print(
+                f"[{name}] optuna RDB SuccessiveHalvingPruner at milestone {milestone:g}: median "
+                f"{median:.2f} ms, "
+                f"p95 {p95:.2f} ms per decision over {count}  (ours / optuna = "
+                f"{ours[milestone] / median:.3f})",
+                flush=True,
+            )
     finally:
         # Before the caller drops the schema: a pooled connection must not hold its tables.
         storage.remove_session()
@@ -202,17 +267,25 @@ def run_optuna(name: str, url: str, args: argparse.Namespace, ours: dict[float, 
 
 
 def _never(values: object) -> object:
-    raise AssertionError("a repeated record_rung must return the stored verdict without deciding again")
+    raise AssertionError(
+        "a repeated record_rung must return the stored verdict without deciding again"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--postgres-url", default=os.environ.get("AIRFLOW_TRIALS_TEST_POSTGRES_URL"))
+    parser.add_argument(
+        "--postgres-url", default=os.environ.get("AIRFLOW_TRIALS_TEST_POSTGRES_URL")
+    )
     parser.add_argument("--trials", type=int, default=10_000, help="N, the trials of the run")
     parser.add_argument("--results", type=int, default=100, help="R, results per trial (max_t)")
-    parser.add_argument("--decisions", type=int, default=400, help="timed decisions, half at each end")
+    parser.add_argument(
+        "--decisions", type=int, default=400, help="timed decisions, half at each end"
+    )
     parser.add_argument("--skip-sqlite", action="store_true")
-    parser.add_argument("--no-optuna", action="store_true", help="skip the anchor, Optuna's RDB pruning")
+    parser.add_argument(
+        "--no-optuna", action="store_true", help="skip the anchor, Optuna's RDB pruning"
+    )
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # it logs every study it creates otherwise
     if not args.skip_sqlite:

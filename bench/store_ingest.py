@@ -1,4 +1,5 @@
-"""Benchmark: result ingest rate and leaderboard latency of the metadata store, SQLite and PostgreSQL.
+"""Benchmark: result ingest rate and leaderboard latency of the metadata store, SQLite and
+PostgreSQL.
 
 1. Ingest: 100,000 results through ``TrialStore.add_results`` in batches of 500 (20 trials x
    5,000 iterations, the experiment's metric index in place). Target: >= 5,000 results/s.
@@ -82,13 +83,23 @@ def bench_ingest(url: str, num_results: int, batch_size: int, num_trials: int) -
         trial_ids = [f"ingest-{uuid.uuid4().hex[:8]}-{i}" for i in range(num_trials)]
         for trial_id in trial_ids:
             store.upsert_trial(
-                trial_id, trainable="bench:trainable", config={}, resources={"cpu": 1},
-                max_failures=0, experiment_run_id=run_id,
+                trial_id,
+                trainable="bench:trainable",
+                config={},
+                resources={"cpu": 1},
+                max_failures=0,
+                experiment_run_id=run_id,
             )
         rng = random.Random(0)
         per_trial = num_results // num_trials
         batches = [
-            (trial_id, [_result(t, it, rng) for it in range(start + 1, min(start + batch_size, per_trial) + 1)])
+            (
+                trial_id,
+                [
+                    _result(t, it, rng)
+                    for it in range(start + 1, min(start + batch_size, per_trial) + 1)
+                ],
+            )
             for start in range(0, per_trial, batch_size)
             for t, trial_id in enumerate(trial_ids)
         ]
@@ -128,7 +139,8 @@ def bulk_load_results(store: TrialStore, trial_ids: list[str], iterations: int) 
         else:
             cursor.execute("BEGIN IMMEDIATE")
             cursor.executemany(
-                "INSERT INTO at_results (trial_id, iteration, timestamp, metrics) VALUES (?, ?, ?, ?)",
+                "INSERT INTO at_results (trial_id, iteration, timestamp, metrics) VALUES (?, ?, ?, "
+                "?)",
                 _result_rows(trial_ids, iterations),
             )
             cursor.execute("COMMIT")
@@ -158,7 +170,11 @@ def bench_leaderboard(url: str, num_trials: int, iterations: int, repeats: int) 
         figures = {"load_s": load_s, "recompute_s": recompute_s}
         for mode in ("min", "max"):
             rows = store.leaderboard(run_id, "loss", mode)  # warm-up, and a sanity check
-            if len(rows) != num_trials or rows[-1].best_value is not None or rows[0].best_value is None:
+            if (
+                len(rows) != num_trials
+                or rows[-1].best_value is not None
+                or rows[0].best_value is None
+            ):
                 raise SystemExit(f"leaderboard returned an unexpected ranking ({len(rows)} rows)")
             timings = []
             for _ in range(repeats):
@@ -198,24 +214,38 @@ def fresh_postgres_schema(url: str) -> Iterator[str]:
 
 def run_backend(name: str, url: str, args: argparse.Namespace) -> None:
     rate = bench_ingest(url, args.results, args.batch_size, args.ingest_trials)
-    print(f"[{name}] ingest: {rate:,.0f} results/s  (target >= {INGEST_TARGET_PER_S:,.0f}/s, "
-          f"ratio {rate / INGEST_TARGET_PER_S:.2f}x)", flush=True)
+    print(
+        f"[{name}] ingest: {rate:,.0f} results/s  (target >= {INGEST_TARGET_PER_S:,.0f}/s, "
+        f"ratio {rate / INGEST_TARGET_PER_S:.2f}x)",
+        flush=True,
+    )
     lb = bench_leaderboard(url, args.trials, args.iterations, args.repeats)
-    print(f"[{name}] leaderboard fixture: {args.trials:,} trials x {args.iterations} results "
-          f"loaded in {lb['load_s']:.1f} s", flush=True)
+    print(
+        f"[{name}] leaderboard fixture: {args.trials:,} trials x {args.iterations} results "
+        f"loaded in {lb['load_s']:.1f} s",
+        flush=True,
+    )
     print(f"[{name}] recompute_best over the fixture: {lb['recompute_s']:.1f} s", flush=True)
-    for mode, how in (("min", "the experiment's metric and mode: maintained bests"),
-                      ("max", "another mode: scans the results through the metric index")):
+    for mode, how in (
+        ("min", "the experiment's metric and mode: maintained bests"),
+        ("max", "another mode: scans the results through the metric index"),
+    ):
         ms = lb[f"{mode}_ms"]
-        print(f"[{name}] leaderboard mode={mode} ({how}): median {ms:.1f} ms over {args.repeats} runs  "
-              f"(target < {LEADERBOARD_TARGET_MS:.0f} ms, ratio {ms / LEADERBOARD_TARGET_MS:.2f} of target)",
-              flush=True)
+        print(
+            f"[{name}] leaderboard mode={mode} ({how}): median {ms:.1f} ms over {args.repeats} "
+            "runs  "
+            f"(target < {LEADERBOARD_TARGET_MS:.0f} ms, ratio {ms / LEADERBOARD_TARGET_MS:.2f} of "
+            "target)",
+            flush=True,
+        )
     print(f"[{name}] leaderboard limit=10: {lb['top10_ms']:.1f} ms", flush=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--postgres-url", default=os.environ.get("AIRFLOW_TRIALS_TEST_POSTGRES_URL"))
+    parser.add_argument(
+        "--postgres-url", default=os.environ.get("AIRFLOW_TRIALS_TEST_POSTGRES_URL")
+    )
     parser.add_argument("--results", type=int, default=100_000)
     parser.add_argument("--batch-size", type=int, default=500)
     parser.add_argument("--ingest-trials", type=int, default=20)

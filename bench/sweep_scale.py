@@ -3,7 +3,8 @@
 ``--part engine`` (default): on one local Ray (``--cpus`` CPUs, 0.5 CPU per trial), side by side:
 
 - 10,000 trials x 1 result x 0 s, and 2,000 trials x 5 results x 0.05 s;
-- ours: exactly what a sweep's driver runs (``execution/driver/sweep_driver.py`` ``SweepDriver``: the
+- ours: exactly what a sweep's driver runs (``execution/driver/sweep_driver.py`` ``SweepDriver``:
+  the
   TrialRunner with actor reuse, every trial recorded in a SQLite trials DB by TrialsDbCallback, the
   progress counters), here in this process so that its memory can be read;
 - Ray Tune: ``Tuner.fit()`` with ``reuse_actors=True`` on the same trainable.
@@ -23,7 +24,8 @@ first run instead.
     .venv/bin/python -m bench.sweep_scale                       # about 15 minutes
     .venv/bin/python -m bench.sweep_scale --sizes 2000x5x0.05   # one size
     .venv/bin/python -m bench.sweep_scale --part airflow        # about 6 minutes
-    .venv/bin/python -m bench.sweep_scale --search --sizes 1000x1x0 1000x5x0.05   # with OptunaSearch
+    .venv/bin/python -m bench.sweep_scale --search --sizes 1000x1x0 1000x5x0.05   # with
+    OptunaSearch
 """
 
 from __future__ import annotations
@@ -66,9 +68,17 @@ class PeakMemory:
         self._thread.join()
 
 
-def sweep_spec(name: str, trials: int, iterations: int, sleep_s: float, db_url: str, storage: str,
-               search: bool = False) -> object:
-    """The driver's spec: ``x`` = 0, 1, ... (a grid), or with ``search`` asked of OptunaSearch (seed 0)
+def sweep_spec(
+    name: str,
+    trials: int,
+    iterations: int,
+    sleep_s: float,
+    db_url: str,
+    storage: str,
+    search: bool = False,
+) -> object:
+    """The driver's spec: ``x`` = 0, 1, ... (a grid), or with ``search`` asked of OptunaSearch (seed
+    0)
     over uniform(0, 1), the trials given as ``{}``, as ``suggest_configs`` gives them."""
     from airflow_trials import OptunaSearch
     from airflow_trials.core.search import uniform
@@ -83,14 +93,30 @@ def sweep_spec(name: str, trials: int, iterations: int, sleep_s: float, db_url: 
         store.dispose()
     fixed = {"iterations": iterations, "sleep_s": sleep_s}
     configs = [(f"{name}-{i:05d}", {} if search else {"x": i, **fixed}) for i in range(trials)]
-    searcher = OptunaSearch({"x": uniform(0.0, 1.0), **fixed}, metric="loss", mode="min", seed=0) if search else None
-    return SweepSpec(experiment_name=name, run_key="bench", experiment_run_id=run_pk,
-                     trainable="bench._sleep_trainables:ours", trials=configs, metric="loss", mode="min",
-                     db_url=db_url, storage_path=storage, namespace="bench",
-                     trial_kwargs={"resources": {"cpu": 0.5}, "checkpoint_at_end": False}, search_alg=searcher)
+    searcher = (
+        OptunaSearch({"x": uniform(0.0, 1.0), **fixed}, metric="loss", mode="min", seed=0)
+        if search
+        else None
+    )
+    return SweepSpec(
+        experiment_name=name,
+        run_key="bench",
+        experiment_run_id=run_pk,
+        trainable="bench._sleep_trainables:ours",
+        trials=configs,
+        metric="loss",
+        mode="min",
+        db_url=db_url,
+        storage_path=storage,
+        namespace="bench",
+        trial_kwargs={"resources": {"cpu": 0.5}, "checkpoint_at_end": False},
+        search_alg=searcher,
+    )
 
 
-def run_ours(trials: int, iterations: int, sleep_s: float, storage: str, search: bool = False) -> tuple[float, int]:
+def run_ours(
+    trials: int, iterations: int, sleep_s: float, storage: str, search: bool = False
+) -> tuple[float, int]:
     """The sweep driver's work in this process: wall seconds and this process's peak memory in
     bytes (a driver actor's process holds the same: Ray, SQLAlchemy, the runner and its trials)."""
     from airflow_trials.execution.driver.sweep_driver import SweepDriver
@@ -106,11 +132,16 @@ def run_ours(trials: int, iterations: int, sleep_s: float, storage: str, search:
     progress = driver.progress()
     if progress.get("error") or progress["terminated"] != trials:
         raise SystemExit(f"our sweep ended with {progress}")
-    print(f"  (peak {memory.peak / 2**20:.0f} MiB, {(memory.peak - memory.before) / 2**20:.0f} MiB more than before)")
+    print(
+        f"  (peak {memory.peak / 2**20:.0f} MiB, {(memory.peak - memory.before) / 2**20:.0f} MiB "
+        "more than before)"
+    )
     return elapsed, memory.peak
 
 
-def run_tune(trials: int, iterations: int, sleep_s: float, storage: str, search: bool = False) -> float:
+def run_tune(
+    trials: int, iterations: int, sleep_s: float, storage: str, search: bool = False
+) -> float:
     """``Tuner.fit()`` on the same work; with ``search``, Ray Tune's OptunaSearch (seed 0) over the
     same space, ``num_samples`` trials."""
     from ray import tune
@@ -119,13 +150,30 @@ def run_tune(trials: int, iterations: int, sleep_s: float, storage: str, search:
     from bench._sleep_trainables import ray_tune
 
     fixed = {"iterations": iterations, "sleep_s": sleep_s}
-    space = {"x": tune.uniform(0.0, 1.0) if search else tune.grid_search(list(range(trials))), **fixed}
-    config = (tune.TuneConfig(reuse_actors=True, num_samples=trials, metric="loss", mode="min",
-                              search_alg=OptunaSearch(seed=0)) if search else tune.TuneConfig(reuse_actors=True))
+    space = {
+        "x": tune.uniform(0.0, 1.0) if search else tune.grid_search(list(range(trials))),
+        **fixed,
+    }
+    config = (
+        tune.TuneConfig(
+            reuse_actors=True,
+            num_samples=trials,
+            metric="loss",
+            mode="min",
+            search_alg=OptunaSearch(seed=0),
+        )
+        if search
+        else tune.TuneConfig(reuse_actors=True)
+    )
     tuner = tune.Tuner(
-        tune.with_resources(ray_tune, {"cpu": 0.5}), param_space=space, tune_config=config,
-        run_config=tune.RunConfig(name=f"bench-tune-{trials}x{iterations}{'-search' if search else ''}", storage_path=storage,
-                                  verbose=0),
+        tune.with_resources(ray_tune, {"cpu": 0.5}),
+        param_space=space,
+        tune_config=config,
+        run_config=tune.RunConfig(
+            name=f"bench-tune-{trials}x{iterations}{'-search' if search else ''}",
+            storage_path=storage,
+            verbose=0,
+        ),
     )
     start = time.perf_counter()
     results = tuner.fit()
@@ -138,30 +186,49 @@ def run_tune(trials: int, iterations: int, sleep_s: float, storage: str, search:
 def engine(args: argparse.Namespace) -> None:
     import ray
 
-    ray.init(address="local", num_cpus=args.cpus, include_dashboard=False, log_to_driver=False, namespace="bench")
+    ray.init(
+        address="local",
+        num_cpus=args.cpus,
+        include_dashboard=False,
+        log_to_driver=False,
+        namespace="bench",
+    )
     storage = tempfile.mkdtemp(prefix="airflow_trials_bench_sweep_")
     rows = []
     for size in args.sizes:
         trials, iterations, sleep_s = int(size[0]), int(size[1]), float(size[2])
         ours_s, grown = run_ours(trials, iterations, sleep_s, storage, args.search)
-        print(f"ours  {trials} x {iterations} x {sleep_s:g} s: {ours_s:.1f} s, driver peak memory {grown / 2**20:.0f} MiB",
-              flush=True)
-        tune_s = None if args.skip_tune else run_tune(trials, iterations, sleep_s, storage, args.search)
+        print(
+            f"ours  {trials} x {iterations} x {sleep_s:g} s: {ours_s:.1f} s, driver peak memory "
+            f"{grown / 2**20:.0f} MiB",
+            flush=True,
+        )
+        tune_s = (
+            None if args.skip_tune else run_tune(trials, iterations, sleep_s, storage, args.search)
+        )
         if tune_s is not None:
             print(f"tune  {trials} x {iterations} x {sleep_s:g} s: {tune_s:.1f} s", flush=True)
         rows.append((trials, iterations, sleep_s, ours_s, tune_s, grown))
     ray.shutdown()
     slots = args.cpus / 0.5
     print()
-    print(f"{'trials x results x sleep':<26} {'ours':>8} {'Ray Tune':>9} {'ours/Tune':>10} {'ours/min':>9} "
-          f"{'driver peak':>14}")
+    print(
+        f"{'trials x results x sleep':<26} {'ours':>8} {'Ray Tune':>9} {'ours/Tune':>10} "
+        f"{'ours/min':>9} "
+        f"{'driver peak':>14}"
+    )
     for trials, iterations, sleep_s, ours_s, tune_s, grown in rows:
         minimum = trials * iterations * sleep_s / slots
         ratio = f"{ours_s / tune_s:10.2f}" if tune_s else f"{'-':>10}"
         over = f"{ours_s / minimum:9.2f}" if minimum else f"{'-':>9}"
-        print(f"{f'{trials} x {iterations} x {sleep_s:g} s':<26} {ours_s:7.1f}s "
-              f"{(f'{tune_s:8.1f}s' if tune_s else '-'):>9} {ratio} {over} {grown / 2**20:11.0f} MiB")
-    print("targets: ours/Tune <= 0.80 for both; ours/min <= 1.10 for 2000 x 5 x 0.05 s; driver memory < 1024 MiB")
+        print(
+            f"{f'{trials} x {iterations} x {sleep_s:g} s':<26} {ours_s:7.1f}s "
+            f"{(f'{tune_s:8.1f}s' if tune_s else '-'):>9} {ratio} {over} {grown / 2**20:11.0f} MiB"
+        )
+    print(
+        "targets: ours/Tune <= 0.80 for both; ours/min <= 1.10 for 2000 x 5 x 0.05 s; driver "
+        "memory < 1024 MiB"
+    )
 
 
 SWEEP_DAG = """
@@ -174,7 +241,8 @@ with DAG({name!r}, schedule=None, start_date=datetime.datetime(2026, 1, 1), catc
     tuning_experiment(
         experiment_name={name!r},
         trainable="bench._sleep_trainables:ours",
-        search_space={{"x": grid_search(list(range({trials}))), "iterations": {iterations}, "sleep_s": {sleep}}},
+        search_space={{"x": grid_search(list(range({trials}))), "iterations": {iterations},
+                      "sleep_s": {sleep}}},
         metric="loss",
         mode="min",
         resources_per_trial={{"cpu": 0.5}},
@@ -186,16 +254,24 @@ with DAG({name!r}, schedule=None, start_date=datetime.datetime(2026, 1, 1), catc
 
 
 def print_breakdown(stack: object, dag_id: str, run_id: str, queued: object) -> None:
-    """Where the DAG run's time went: each task's queued, start and end, in seconds from the run's queued_at."""
+    """Where the DAG run's time went: each task's queued, start and end, in seconds from the run's
+    queued_at."""
     from airflow_trials import mainjob
     from bench.airflow_vs_runner import _parse
 
     rows = mainjob._airflow_db(
-        stack, "SELECT task_id, queued_dttm, start_date, end_date, try_number FROM task_instance "
-        "WHERE dag_id = ? AND run_id = ? ORDER BY start_date", dag_id, run_id)
+        stack,
+        "SELECT task_id, queued_dttm, start_date, end_date, try_number FROM task_instance "
+        "WHERE dag_id = ? AND run_id = ? ORDER BY start_date",
+        dag_id,
+        run_id,
+    )
     print("task (try): queued / started / ended, seconds after the run was queued")
     for task_id, queued_at, started, ended, try_number in rows:
-        times = [f"{(_parse(t) - queued).total_seconds():7.1f}" if t else "      -" for t in (queued_at, started, ended)]
+        times = [
+            f"{(_parse(t) - queued).total_seconds():7.1f}" if t else "      -"
+            for t in (queued_at, started, ended)
+        ]
         print(f"  {task_id:<40} ({try_number}) {' / '.join(times)}")
 
 
@@ -207,12 +283,21 @@ def run_dag(stack: Any, dag_id: str, timeout_s: float) -> tuple[str, float]:
 
     run_id = mainjob.trigger(stack, dag_id)
     state = mainjob.wait_for(
-        lambda: (s := mainjob.dag_run_state(stack, dag_id, run_id)) in mainjob.TERMINAL_RUN_STATES and s,
-        timeout_s, f"the DAG run {run_id}", stack)
+        lambda: (
+            (s := mainjob.dag_run_state(stack, dag_id, run_id)) in mainjob.TERMINAL_RUN_STATES and s
+        ),
+        timeout_s,
+        f"the DAG run {run_id}",
+        stack,
+    )
     if state != "success":
         raise SystemExit(f"The sweep DAG run {run_id} ended {state}; see {stack.log_path}.")
-    (queued, ended), = mainjob._airflow_db(
-        stack, "SELECT queued_at, end_date FROM dag_run WHERE dag_id = ? AND run_id = ?", dag_id, run_id)
+    ((queued, ended),) = mainjob._airflow_db(
+        stack,
+        "SELECT queued_at, end_date FROM dag_run WHERE dag_id = ? AND run_id = ?",
+        dag_id,
+        run_id,
+    )
     return run_id, (_parse(ended) - _parse(queued)).total_seconds()
 
 
@@ -223,60 +308,96 @@ def airflow(args: argparse.Namespace) -> None:
     from airflow_trials.execution.driver.sweep_driver import SweepDriver
     from bench.airflow_vs_runner import _parse
 
-    trials, iterations, sleep_s = (int(args.sizes[0][0]), int(args.sizes[0][1]), float(args.sizes[0][2]))
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    trials, iterations, sleep_s = (
+        int(args.sizes[0][0]),
+        int(args.sizes[0][1]),
+        float(args.sizes[0][2]),
+    )
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(REPO), os.environ.get("PYTHONPATH")])
+    )
     name, warmup = f"{EXPERIMENT}_airflow", f"{EXPERIMENT}_airflow_warmup"
     with tempfile.TemporaryDirectory(prefix="bench_sweep_airflow_") as tmp:
         dags = Path(tmp) / "dags"
         dags.mkdir()
         for dag_id, size in ((name, (trials, iterations, sleep_s)), (warmup, (8, 1, 0.0))):
-            (dags / f"{dag_id}.py").write_text(SWEEP_DAG.format(name=dag_id, trials=size[0], iterations=size[1],
-                                                                sleep=size[2]))
+            (dags / f"{dag_id}.py").write_text(
+                SWEEP_DAG.format(name=dag_id, trials=size[0], iterations=size[1], sleep=size[2])
+            )
         stack = mainjob.Stack(home=Path(tmp) / "state", dags_folder=dags)
         try:
             mainjob.prepare(stack, api_port=mainjob._free_port())
             address = mainjob.start_ray(stack, args.cpus)
             ray.init(address=address, log_to_driver=False, namespace="bench")
-            spec = sweep_spec(f"{name}_direct", trials, iterations, sleep_s, stack.trials_db_url, str(stack.storage))
+            spec = sweep_spec(
+                f"{name}_direct",
+                trials,
+                iterations,
+                sleep_s,
+                stack.trials_db_url,
+                str(stack.storage),
+            )
             start = time.perf_counter()
             driver = SweepDriver(spec)
             driver.wait(24 * 3600)
             direct_s = time.perf_counter() - start
             ray.shutdown()
             mainjob.start_airflow(stack)
-            if not args.cold:  # a deployment's workers and triggerer have run a task and a trigger before
+            if (
+                not args.cold
+            ):  # a deployment's workers and triggerer have run a task and a trigger before
                 print(f"warm-up run of {warmup}: {run_dag(stack, warmup, args.timeout_s)[1]:.1f} s")
             run_id, airflow_s = run_dag(stack, name, args.timeout_s)
-            (queued,), = mainjob._airflow_db(
-                stack, "SELECT queued_at FROM dag_run WHERE dag_id = ? AND run_id = ?", name, run_id)
+            ((queued,),) = mainjob._airflow_db(
+                stack, "SELECT queued_at FROM dag_run WHERE dag_id = ? AND run_id = ?", name, run_id
+            )
             print_breakdown(stack, name, run_id, _parse(queued))
         finally:
             mainjob.stop(stack)
-    print(f"{trials} trials x {iterations} x {sleep_s:g} s, 0.5 CPU each on {args.cpus} CPUs, "
-          f"{'a fresh Airflow stack' if args.cold else 'after a warm-up run'}")
+    print(
+        f"{trials} trials x {iterations} x {sleep_s:g} s, 0.5 CPU each on {args.cpus} CPUs, "
+        f"{'a fresh Airflow stack' if args.cold else 'after a warm-up run'}"
+    )
     print(f"sweep driver directly               {direct_s:7.1f} s")
     print(f"Airflow DAG run (sweep=True), queued -> end {airflow_s:7.1f} s")
     ratio = airflow_s / direct_s
-    print(f"ratio Airflow / direct: {ratio:.3f} (target <= 1.05: {'met' if ratio <= 1.05 else 'missed'})")
+    print(
+        f"ratio Airflow / direct: {ratio:.3f} (target <= 1.05: "
+        f"{'met' if ratio <= 1.05 else 'missed'})"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--part", choices=("engine", "airflow"), default="engine")
-    parser.add_argument("--sizes", nargs="+", default=None,
-                        help="trials x results x sleep seconds, e.g. 10000x1x0 2000x5x0.05")
+    parser.add_argument(
+        "--sizes",
+        nargs="+",
+        default=None,
+        help="trials x results x sleep seconds, e.g. 10000x1x0 2000x5x0.05",
+    )
     parser.add_argument("--cpus", type=int, default=2)
     parser.add_argument("--skip-tune", action="store_true", help="only run ours")
-    parser.add_argument("--search", action="store_true",
-                        help="engine part: configs asked of OptunaSearch (ours and Ray Tune's), not a grid")
-    parser.add_argument("--cold", action="store_true",
-                        help="airflow part: measure the first DAG run of a fresh stack (no warm-up run)")
+    parser.add_argument(
+        "--search",
+        action="store_true",
+        help="engine part: configs asked of OptunaSearch (ours and Ray Tune's), not a grid",
+    )
+    parser.add_argument(
+        "--cold",
+        action="store_true",
+        help="airflow part: measure the first DAG run of a fresh stack (no warm-up run)",
+    )
     parser.add_argument("--timeout-s", type=float, default=3600)
     args = parser.parse_args(argv)
     default = ["10000x1x0", "2000x5x0.05"] if args.part == "engine" else ["2000x5x0.05"]
     args.sizes = [size.split("x") for size in (args.sizes or default)]
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(REPO), os.environ.get("PYTHONPATH")])
+    )
     sys.path.insert(0, str(REPO))
     (engine if args.part == "engine" else airflow)(args)
     return 0

@@ -70,7 +70,10 @@ MIN_AVAILABLE_GIB = 2.0
 WATCHDOG_SLEEP_S = 0.1
 WATCHDOG_THRESHOLD_S = 0.15
 BLOCKED = re.compile(r"async thread was blocked for ([0-9.]+) seconds")
-LAG = re.compile(r"Trigger event loop: longest lag ([0-9.]+) ms over ([0-9.]+) s; trial store writes: (\d+) transactions")
+LAG = re.compile(
+    r"Trigger event loop: longest lag ([0-9.]+) ms over ([0-9.]+) s; trial store writes: (\d+) "
+    r"transactions"
+)
 
 DAG_TEMPLATE = """
 import datetime
@@ -83,7 +86,8 @@ with DAG({name!r}, schedule=None, start_date=datetime.datetime(2026, 1, 1), catc
     tuning_experiment(
         experiment_name={name!r},
         trainable="bench._sleep_trainables:ours",
-        search_space={{"x": grid_search(list(range({trials}))), "iterations": 1000000, "sleep_s": {sleep}}},
+        search_space={{"x": grid_search(list(range({trials}))), "iterations": 1000000,
+                      "sleep_s": {sleep}}},
         metric="loss",
         mode="min",
         resources_per_trial={{"cpu": 0.01}},
@@ -143,21 +147,31 @@ class Probe:
         from airflow_trials.store.models import TrialRow
 
         with self.engine.connect() as c:
-            return int(c.execute(select(func.count()).select_from(TrialRow).where(TrialRow.status == "RUNNING")).scalar_one())
+            return int(
+                c.execute(
+                    select(func.count()).select_from(TrialRow).where(TrialRow.status == "RUNNING")
+                ).scalar_one()
+            )
 
     def errors(self) -> list[str]:
         """The first words of each ERROR trial's message."""
         from airflow_trials.store.models import TrialRow
 
         with self.engine.connect() as c:
-            rows = c.execute(select(TrialRow.trial_id, TrialRow.error_msg).where(TrialRow.status == "ERROR"))
+            rows = c.execute(
+                select(TrialRow.trial_id, TrialRow.error_msg).where(TrialRow.status == "ERROR")
+            )
             return [f"{trial_id}: {(message or '')[:300]}" for trial_id, message in rows]
 
     def newest_iterations(self) -> dict[str, int]:
         from airflow_trials.store.models import ResultRow
 
         with self.engine.connect() as c:
-            rows = c.execute(select(ResultRow.trial_id, func.max(ResultRow.iteration)).group_by(ResultRow.trial_id))
+            rows = c.execute(
+                select(ResultRow.trial_id, func.max(ResultRow.iteration)).group_by(
+                    ResultRow.trial_id
+                )
+            )
             return {trial_id: int(newest) for trial_id, newest in rows}
 
     def result_rows(self) -> int:
@@ -170,8 +184,12 @@ class Probe:
         if self.admin is None:
             return None
         with self.admin.connect() as c:
-            return int(c.execute(text("SELECT xact_commit FROM pg_stat_database WHERE datname = :n"),
-                                 {"n": self.db_name}).scalar_one())
+            return int(
+                c.execute(
+                    text("SELECT xact_commit FROM pg_stat_database WHERE datname = :n"),
+                    {"n": self.db_name},
+                ).scalar_one()
+            )
 
     def close(self) -> None:
         self.engine.dispose()
@@ -196,7 +214,8 @@ def cpu_seconds(processes: list[psutil.Process]) -> dict[int, float]:
 
 
 def actor_memory_mb() -> tuple[int, float, float]:
-    """How many trial actor processes run, and their mean unique (USS) and resident (RSS) memory in MB."""
+    """How many trial actor processes run, and their mean unique (USS) and resident (RSS) memory in
+    MB."""
     uss, rss = [], []
     for proc in psutil.process_iter(["cmdline"]):
         if any("TrialActor" in part for part in proc.info["cmdline"] or ()):
@@ -219,17 +238,26 @@ def _logged_at(line: str) -> float | None:
 
 def log_lines(stack: FaultStack, start: float, end: float) -> list[str]:
     path = stack.log_path("triggerer")
-    return [line for line in path.read_text(errors="replace").splitlines()
-            if (at := _logged_at(line)) is not None and start <= at <= end]
+    return [
+        line
+        for line in path.read_text(errors="replace").splitlines()
+        if (at := _logged_at(line)) is not None and start <= at <= end
+    ]
 
 
-def wait_until_watched(stack: FaultStack, probe: Probe, since: dict[str, int], timeout_s: float) -> None:
-    """Until every running trial has a result newer than ``since`` in the store: every trigger watches."""
+def wait_until_watched(
+    stack: FaultStack, probe: Probe, since: dict[str, int], timeout_s: float
+) -> None:
+    """Until every running trial has a result newer than ``since`` in the store: every trigger
+    watches."""
+
     def all_fresh() -> bool:
         newest = probe.newest_iterations()
         fresh = sum(1 for trial_id, it in newest.items() if it > since.get(trial_id, 0))
         running = probe.running()
-        print(f"  {fresh}/{running} running trials recorded by this triggerer", end="\r", flush=True)
+        print(
+            f"  {fresh}/{running} running trials recorded by this triggerer", end="\r", flush=True
+        )
         return fresh >= running
 
     stack.wait_for(all_fresh, timeout_s, "every trial to be watched by the triggerer", interval_s=5)
@@ -238,25 +266,48 @@ def wait_until_watched(stack: FaultStack, probe: Probe, since: dict[str, int], t
 
 def measure(stack: FaultStack, probe: Probe, mode: str, window_s: float) -> Figures:
     processes = triggerer_processes(stack)
-    before_cpu, before_rows, before_commits = cpu_seconds(processes), probe.result_rows(), probe.commits()
+    before_cpu, before_rows, before_commits = (
+        cpu_seconds(processes),
+        probe.result_rows(),
+        probe.commits(),
+    )
     start_wall, start = time.time(), time.monotonic()
     time.sleep(window_s)
-    after_cpu, after_rows, after_commits = cpu_seconds(processes), probe.result_rows(), probe.commits()
+    after_cpu, after_rows, after_commits = (
+        cpu_seconds(processes),
+        probe.result_rows(),
+        probe.commits(),
+    )
     elapsed, end_wall = time.monotonic() - start, time.time()
     stack.check_alive()
     cpu = sum(after_cpu[pid] - before_cpu[pid] for pid in after_cpu if pid in before_cpu)
     lines = log_lines(stack, start_wall, end_wall + 5)
     blocks = [float(m.group(1)) - WATCHDOG_SLEEP_S for line in lines if (m := BLOCKED.search(line))]
     # The probe's lines each cover the 60 s before them: --settle keeps them inside steady time.
-    probe_lines = [(float(m.group(1)), float(m.group(2)), int(m.group(3))) for line in lines if (m := LAG.search(line))]
-    commits = None if before_commits is None or after_commits is None else (after_commits - before_commits) / elapsed
+    probe_lines = [
+        (float(m.group(1)), float(m.group(2)), int(m.group(3)))
+        for line in lines
+        if (m := LAG.search(line))
+    ]
+    commits = (
+        None
+        if before_commits is None or after_commits is None
+        else (after_commits - before_commits) / elapsed
+    )
     return Figures(
-        mode=mode, window_s=elapsed, cpu_share=cpu / elapsed, blocks=blocks,
+        mode=mode,
+        window_s=elapsed,
+        cpu_share=cpu / elapsed,
+        blocks=blocks,
         deadlocked=sum("appears deadlocked" in line for line in lines),
         probe_lag_ms=max(lag for lag, _, _ in probe_lines) if probe_lines else None,
-        rows_per_s=(after_rows - before_rows) / elapsed, commits_per_s=commits,
-        transactions_per_s=(sum(tx for _, _, tx in probe_lines) / sum(s for _, s, _ in probe_lines)
-                            if probe_lines else None),
+        rows_per_s=(after_rows - before_rows) / elapsed,
+        commits_per_s=commits,
+        transactions_per_s=(
+            sum(tx for _, _, tx in probe_lines) / sum(s for _, s, _ in probe_lines)
+            if probe_lines
+            else None
+        ),
     )
 
 
@@ -275,7 +326,10 @@ def report(figures: list[Figures], trials: int, memory: tuple[int, float, float]
         ("'appears deadlocked'", [str(f.deadlocked) for f in figures]),
         ("longest loop lag (ms, 20 ms probe)", [_fmt(f.probe_lag_ms, ".1f") for f in figures]),
         ("result rows written / s", [f"{f.rows_per_s:.0f}" for f in figures]),
-        ("store transactions / s (triggerer)", [_fmt(f.transactions_per_s, ".1f") for f in figures]),
+        (
+            "store transactions / s (triggerer)",
+            [_fmt(f.transactions_per_s, ".1f") for f in figures],
+        ),
         ("DB commits / s (pg_stat_database)", [_fmt(f.commits_per_s, ".1f") for f in figures]),
     ]
     for label, values in rows:
@@ -286,21 +340,37 @@ def report(figures: list[Figures], trials: int, memory: tuple[int, float, float]
         print("ratios per-trial / batched:")
         print(f"  triggerer CPU            {old.cpu_share / max(new.cpu_share, 1e-9):.2f}")
         if old.transactions_per_s and new.transactions_per_s:
-            print(f"  store transactions / s   {old.transactions_per_s / new.transactions_per_s:.2f}")
+            print(
+                f"  store transactions / s   {old.transactions_per_s / new.transactions_per_s:.2f}"
+            )
         if old.commits_per_s and new.commits_per_s:
             print(f"  DB commits per second    {old.commits_per_s / new.commits_per_s:.2f}")
-        print(f"  longest block            {old.longest_block_ms:.0f} ms vs {new.longest_block_ms:.0f} ms")
-        print(f"  result rows per second   {old.rows_per_s / max(new.rows_per_s, 1e-9):.2f} (1.00: both keep up)")
+        print(
+            f"  longest block            {old.longest_block_ms:.0f} ms vs "
+            f"{new.longest_block_ms:.0f} ms"
+        )
+        print(
+            f"  result rows per second   {old.rows_per_s / max(new.rows_per_s, 1e-9):.2f} (1.00: "
+            "both keep up)"
+        )
     for f in figures:
         cpu_ok = f.cpu_share < 0.10
         block_ok = f.longest_block_ms <= 50 and f.deadlocked == 0
-        print(f"targets, {f.mode}: CPU < 10% of one core {'met' if cpu_ok else 'missed'} "
-              f"({f.cpu_share / 0.10:.2f} of target); no block > 50 ms {'met' if block_ok else 'missed'}")
+        print(
+            f"targets, {f.mode}: CPU < 10% of one core {'met' if cpu_ok else 'missed'} "
+            f"({f.cpu_share / 0.10:.2f} of target); no block > 50 ms "
+            f"{'met' if block_ok else 'missed'}"
+        )
     count, uss_mb, rss_mb = memory
-    print(f"trial actors: {count} processes, {uss_mb:.0f} MB unique memory each (USS; {rss_mb:.0f} MB "
-          f"resident), {count * uss_mb / 1024:.1f} GiB unique in all; machine: {psutil.cpu_count()} cores, "
-          f"{psutil.virtual_memory().total / 2**30:.0f} GiB, {psutil.virtual_memory().available / 2**30:.1f} GiB "
-          f"available now")
+    print(
+        f"trial actors: {count} processes, {uss_mb:.0f} MB unique memory each (USS; {rss_mb:.0f} "
+        "MB "
+        f"resident), {count * uss_mb / 1024:.1f} GiB unique in all; machine: {psutil.cpu_count()} "
+        "cores, "
+        f"{psutil.virtual_memory().total / 2**30:.0f} GiB, "
+        f"{psutil.virtual_memory().available / 2**30:.1f} GiB "
+        f"available now"
+    )
 
 
 def pin(processes: list[psutil.Process], cores: list[int]) -> None:
@@ -324,23 +394,40 @@ def stack_processes(stack: FaultStack) -> list[psutil.Process]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=200)
-    parser.add_argument("--sleep", type=float, default=0.5, help="seconds between a trial's results")
+    parser.add_argument(
+        "--sleep", type=float, default=0.5, help="seconds between a trial's results"
+    )
     parser.add_argument("--window", type=float, default=90, help="seconds measured per mode")
-    parser.add_argument("--settle", type=float, default=65,
-                        help="seconds after every trigger attached before measuring (>= the 60 s log period)")
-    parser.add_argument("--modes", default="batched,per-trial",
-                        help="the first also sets the trials up (the cheaper batched path by default)")
+    parser.add_argument(
+        "--settle",
+        type=float,
+        default=65,
+        help="seconds after every trigger attached before measuring (>= the 60 s log period)",
+    )
+    parser.add_argument(
+        "--modes",
+        default="batched,per-trial",
+        help="the first also sets the trials up (the cheaper batched path by default)",
+    )
     parser.add_argument("--parallelism", type=int, default=8, help="Airflow's [core] parallelism")
-    parser.add_argument("--postgres-url", default=None, help="trials DB server; default a SQLite file")
+    parser.add_argument(
+        "--postgres-url", default=None, help="trials DB server; default a SQLite file"
+    )
     parser.add_argument("--setup-timeout-s", type=float, default=2400)
-    parser.add_argument("--no-pin", dest="pin", action="store_false",
-                        help="let Ray's actors share every core with Airflow (default: Ray on the "
-                             "last core, Airflow on the others, as a triggerer on its own machine)")
+    parser.add_argument(
+        "--no-pin",
+        dest="pin",
+        action="store_false",
+        help="let Ray's actors share every core with Airflow (default: Ray on the "
+        "last core, Airflow on the others, as a triggerer on its own machine)",
+    )
     args = parser.parse_args()
     modes = args.modes.split(",")
 
-    with tempfile.TemporaryDirectory(prefix="bench_p5_") as tmp, \
-            trials_database(args.postgres_url, Path(tmp)) as (url, db_name):
+    with (
+        tempfile.TemporaryDirectory(prefix="bench_p5_") as tmp,
+        trials_database(args.postgres_url, Path(tmp)) as (url, db_name),
+    ):
         home = Path(tmp)
         ray = RayHead(base_env(), num_cpus=4)
         stack: FaultStack | None = None
@@ -349,29 +436,55 @@ def main() -> None:
             ray.start()
             ray.disconnect()  # the benchmark reads the store and psutil only
             cores = list(range(psutil.cpu_count()))
-            airflow_cores, ray_cores = (cores[:-1], cores[-1:]) if args.pin and len(cores) > 1 else (cores, cores)
+            airflow_cores, ray_cores = (
+                (cores[:-1], cores[-1:]) if args.pin and len(cores) > 1 else (cores, cores)
+            )
             pin(ray.processes(), ray_cores)  # the workers the raylet starts inherit it
-            stack = FaultStack(home / "stack", ray, url, parallelism=args.parallelism, settings={
-                "AIRFLOW_TRIALS_BATCHED_POLLS": MODES[modes[0]],
-                "AIRFLOW__TRIGGERER__BLOCKED_MAIN_THREAD_WARNING_THRESHOLD": str(WATCHDOG_THRESHOLD_S),
-            })
-            stack.write_dag(f"{EXPERIMENT}.py", DAG_TEMPLATE.format(
-                name=EXPERIMENT, trials=args.trials, sleep=args.sleep, max_active=args.trials + 16))
+            stack = FaultStack(
+                home / "stack",
+                ray,
+                url,
+                parallelism=args.parallelism,
+                settings={
+                    "AIRFLOW_TRIALS_BATCHED_POLLS": MODES[modes[0]],
+                    "AIRFLOW__TRIGGERER__BLOCKED_MAIN_THREAD_WARNING_THRESHOLD": str(
+                        WATCHDOG_THRESHOLD_S
+                    ),
+                },
+            )
+            stack.write_dag(
+                f"{EXPERIMENT}.py",
+                DAG_TEMPLATE.format(
+                    name=EXPERIMENT,
+                    trials=args.trials,
+                    sleep=args.sleep,
+                    max_active=args.trials + 16,
+                ),
+            )
             stack.start()
             pin(stack_processes(stack), airflow_cores)
             started = time.monotonic()
             run_id = stack.trigger(EXPERIMENT)
             print(f"triggered {run_id}; waiting for {args.trials} trials to run, deferred")
+
             def all_running() -> bool:
                 running = probe.running()
                 available = psutil.virtual_memory().available / 2**30
-                print(f"  {running}/{args.trials} trials running, {available:.1f} GiB available", end="\r", flush=True)
+                print(
+                    f"  {running}/{args.trials} trials running, {available:.1f} GiB available",
+                    end="\r",
+                    flush=True,
+                )
                 if available < MIN_AVAILABLE_GIB:
-                    raise SystemExit(f"Memory ran low ({available:.1f} GiB available) with {running} of "
-                                     f"{args.trials} trials running: run with fewer --trials.")
+                    raise SystemExit(
+                        f"Memory ran low ({available:.1f} GiB available) with {running} of "
+                        f"{args.trials} trials running: run with fewer --trials."
+                    )
                 return running >= args.trials
 
-            stack.wait_for(all_running, args.setup_timeout_s, f"{args.trials} RUNNING trials", interval_s=5)
+            stack.wait_for(
+                all_running, args.setup_timeout_s, f"{args.trials} RUNNING trials", interval_s=5
+            )
             print()
             print(f"all {args.trials} trials running after {time.monotonic() - started:.0f} s")
             figures = []

@@ -9,7 +9,8 @@ choice([32, 64, 128]), batch_size choice([32, 64, 128]).
 For every seed, ``--num-samples`` trials of 1 CPU each through each arm:
 
 1. ours FIFO + random: ``generate_configs(space, num_samples, seed)`` added to a ``TrialRunner``;
-2. ours ASHA + random: the same configs, ``ASHAScheduler(max_t, grace_period=1, reduction_factor=3)``;
+2. ours ASHA + random: the same configs, ``ASHAScheduler(max_t, grace_period=1,
+   reduction_factor=3)``;
 3. ours ASHA + TPE: ``OptunaSearch(seed=seed)`` behind ``ConcurrencyLimiter(num_cpus)``, same ASHA;
 4. Ray Tune ASHA + TPE: ``Tuner.fit()`` with Ray's ASHAScheduler, OptunaSearch(seed=seed) and
    ConcurrencyLimiter, same settings (Ray's random search if its OptunaSearch fails, said so).
@@ -21,7 +22,8 @@ over seeds) and three ratios against their targets: (a) ASHA's trial-iterations 
 FIFO's total (<= 0.35), (b) ours ASHA + TPE best vs Ray Tune's (within one std), (c) ours ASHA +
 TPE wall time / Ray Tune's (<= 0.8).
 
-Needs scikit-learn, a dev dependency (``./scripts/test.sh`` or ``scripts/bootstrap.sh`` installs it).
+Needs scikit-learn, a dev dependency (``./scripts/test.sh`` or ``scripts/bootstrap.sh`` installs
+it).
 
     .venv/bin/python -m bench.tuning_quality --quick   # smoke run: 2 seeds x 8 trials x 9 epochs
     .venv/bin/python -m bench.tuning_quality           # full run: 5 seeds x 32 trials x 27 epochs
@@ -46,7 +48,12 @@ from typing import Any
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAINABLE = "bench._sklearn_trainables:ours"
 METRIC, MODE = "val_acc", "max"
-FIFO, ASHA, ASHA_TPE, TUNE = "ours FIFO + random", "ours ASHA + random", "ours ASHA + TPE", "Ray Tune ASHA + TPE"
+FIFO, ASHA, ASHA_TPE, TUNE = (
+    "ours FIFO + random",
+    "ours ASHA + random",
+    "ours ASHA + TPE",
+    "Ray Tune ASHA + TPE",
+)
 GRACE_PERIOD, REDUCTION_FACTOR = 1, 3
 
 
@@ -78,7 +85,10 @@ class RunRecord:
 
     def __post_init__(self) -> None:
         if not self.curve:
-            raise SystemExit(f"{self.arm}, seed {self.seed}: the run recorded no {METRIC} results; nothing to compare.")
+            raise SystemExit(
+                f"{self.arm}, seed {self.seed}: the run recorded no {METRIC} results; nothing to "
+                "compare."
+            )
 
     @property
     def best(self) -> float:
@@ -129,7 +139,11 @@ def _our_asha(max_t: int) -> Any:
     from airflow_trials import ASHAScheduler
 
     return ASHAScheduler(
-        metric=METRIC, mode=MODE, max_t=max_t, grace_period=GRACE_PERIOD, reduction_factor=REDUCTION_FACTOR
+        metric=METRIC,
+        mode=MODE,
+        max_t=max_t,
+        grace_period=GRACE_PERIOD,
+        reduction_factor=REDUCTION_FACTOR,
     )
 
 
@@ -145,7 +159,9 @@ def run_ours_random(settings: Settings, seed: int, asha: bool) -> RunRecord:
         scheduler=_our_asha(settings.max_t) if asha else None,
         reuse_actors=settings.reuse_actors,
     )
-    for config in generate_configs(our_space(settings.max_t, seed), settings.num_samples, seed=seed):
+    for config in generate_configs(
+        our_space(settings.max_t, seed), settings.num_samples, seed=seed
+    ):
         runner.add_trial(Trial(TRAINABLE, config, experiment_name=name, resources={"cpu": 1}))
     return _run_ours(runner, ASHA if asha else FIFO, seed)
 
@@ -187,14 +203,17 @@ def _run_ours(runner: Any, arm: str, seed: int) -> RunRecord:
 
 # -- Ray Tune --------------------------------------------------------------------------------------
 def _tune_recorder() -> Any:
-    """A Ray Tune callback that keeps the metric of every result in the order Tune processed them."""
+    """A Ray Tune callback that keeps the metric of every result in the order Tune processed
+    them."""
     from ray import tune
 
     class ResultOrder(tune.Callback):
         def __init__(self) -> None:
             self.curve: list[float] = []
 
-        def on_trial_result(self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any], **info: Any) -> None:
+        def on_trial_result(
+            self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any], **info: Any
+        ) -> None:
             self.curve.append(float(result[METRIC]))
 
     return ResultOrder()
@@ -227,21 +246,32 @@ def run_tune(settings: Settings, seed: int) -> RunRecord:
     search_alg, label = tune_searcher(settings, seed)
     recorder = _tune_recorder()
     name = f"tune-asha-tpe-seed{seed}"
-    scheduler = ASHAScheduler(max_t=settings.max_t, grace_period=GRACE_PERIOD, reduction_factor=REDUCTION_FACTOR)
+    scheduler = ASHAScheduler(
+        max_t=settings.max_t, grace_period=GRACE_PERIOD, reduction_factor=REDUCTION_FACTOR
+    )
     tuner = tune.Tuner(
         tune.with_resources(ray_tune, {"cpu": 1}),
         param_space=ray_space(settings.max_t, seed),
         tune_config=tune.TuneConfig(
-            metric=METRIC, mode=MODE, scheduler=scheduler, search_alg=search_alg,
-            num_samples=settings.num_samples, reuse_actors=settings.reuse_actors,
+            metric=METRIC,
+            mode=MODE,
+            scheduler=scheduler,
+            search_alg=search_alg,
+            num_samples=settings.num_samples,
+            reuse_actors=settings.reuse_actors,
         ),
-        run_config=tune.RunConfig(name=name, storage_path=settings.storage(name), verbose=0, callbacks=[recorder]),
+        run_config=tune.RunConfig(
+            name=name, storage_path=settings.storage(name), verbose=0, callbacks=[recorder]
+        ),
     )
     start = time.perf_counter()
     results = tuner.fit()
     wall_s = time.perf_counter() - start
     if results.num_errors or len(results) != settings.num_samples:
-        raise SystemExit(f"{label}, seed {seed}: {results.num_errors} errors in {len(results)} trials: {results.errors[:1]}")
+        raise SystemExit(
+            f"{label}, seed {seed}: {results.num_errors} errors in {len(results)} trials: "
+            f"{results.errors[:1]}"
+        )
     return RunRecord(TUNE, seed, wall_s, recorder.curve, note="" if label == TUNE else label)
 
 
@@ -259,7 +289,10 @@ def _fmt(values: Sequence[float], digits: int) -> str:
 
 def print_table(records: Records, tolerance: float) -> None:
     fifo = records[FIFO]
-    print(f"{'arm':<22} {'best val_acc':>17} {'trial-iterations':>17} {'wall s':>13}   to FIFO's best (seeds)")
+    print(
+        f"{'arm':<22} {'best val_acc':>17} {'trial-iterations':>17} {'wall s':>13}   to FIFO's "
+        "best (seeds)"
+    )
     for arm, runs in records.items():
         reached = [r.iterations_to_reach(fifo[s].best - tolerance) for s, r in runs.items()]
         hits = [float(n) for n in reached if n is not None]
@@ -294,7 +327,10 @@ def print_ratios(records: Records, tolerance: float) -> None:
     print(f"ratios (target), FIFO's best less {tolerance * 100:g} percentage points:")
     for arm in (ASHA, ASHA_TPE, TUNE):
         if arm in records:
-            print(f"  (a) {arm} trial-iterations to FIFO's best / FIFO's total: {reach_ratio(records, arm, tolerance)}")
+            print(
+                f"  (a) {arm} trial-iterations to FIFO's best / FIFO's total: "
+                f"{reach_ratio(records, arm, tolerance)}"
+            )
     if TUNE not in records:
         print("  (b), (c): Ray Tune skipped")
         return
@@ -308,24 +344,49 @@ def print_ratios(records: Records, tolerance: float) -> None:
     ours_wall, _ = mean_std([r.wall_s for r in records[ASHA_TPE].values()])
     tune_wall, _ = mean_std([r.wall_s for r in records[TUNE].values()])
     ratio = ours_wall / tune_wall
-    print(f"  (c) ours ASHA + TPE wall / Ray Tune wall: {ratio:5.2f} (<= 0.80: {'met' if ratio <= 0.8 else 'missed'})")
+    print(
+        f"  (c) ours ASHA + TPE wall / Ray Tune wall: {ratio:5.2f} (<= 0.80: "
+        f"{'met' if ratio <= 0.8 else 'missed'})"
+    )
 
 
 # -- main ------------------------------------------------------------------------------------------
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 per arm (default 5; --quick 2)")
-    parser.add_argument("--num-samples", type=int, default=None, help="trials per run (default 32; --quick 8)")
-    parser.add_argument("--max-t", type=int, default=None, help="epochs per trial at most (default 27; --quick 9)")
-    parser.add_argument("--quick", action="store_true", help="smoke run: 2 seeds, 8 trials, 9 epochs")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--seeds", type=int, default=None, help="seeds 0..N-1 per arm (default 5; --quick 2)"
+    )
+    parser.add_argument(
+        "--num-samples", type=int, default=None, help="trials per run (default 32; --quick 8)"
+    )
+    parser.add_argument(
+        "--max-t", type=int, default=None, help="epochs per trial at most (default 27; --quick 9)"
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="smoke run: 2 seeds, 8 trials, 9 epochs"
+    )
     parser.add_argument("--num-cpus", type=int, default=2, help="Ray's logical CPUs (default 2)")
-    parser.add_argument("--tolerance-pp", type=float, default=0.5,
-                        help="reaching FIFO's best means within this many percentage points (default 0.5)")
-    parser.add_argument("--no-reuse-actors", action="store_true", help="a fresh actor per trial, in both engines")
+    parser.add_argument(
+        "--tolerance-pp",
+        type=float,
+        default=0.5,
+        help="reaching FIFO's best means within this many percentage points (default 0.5)",
+    )
+    parser.add_argument(
+        "--no-reuse-actors", action="store_true", help="a fresh actor per trial, in both engines"
+    )
     parser.add_argument("--skip-tune", action="store_true", help="only run our engine's three arms")
-    parser.add_argument("--keep-storage", action="store_true", help="keep the runs' storage directory")
+    parser.add_argument(
+        "--keep-storage", action="store_true", help="keep the runs' storage directory"
+    )
     args = parser.parse_args(argv)
-    quick = {"seeds": 2, "num_samples": 8, "max_t": 9} if args.quick else {"seeds": 5, "num_samples": 32, "max_t": 27}
+    quick = (
+        {"seeds": 2, "num_samples": 8, "max_t": 9}
+        if args.quick
+        else {"seeds": 5, "num_samples": 32, "max_t": 27}
+    )
     for key, value in quick.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -335,9 +396,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def prepare_environment() -> None:
-    """Set what Ray's workers inherit, before Ray starts: the repo on their path, one BLAS thread each."""
+    """Set what Ray's workers inherit, before Ray starts: the repo on their path, one BLAS thread
+    each."""
     if importlib.util.find_spec("sklearn") is None:
-        raise SystemExit("This benchmark trains on scikit-learn's digits; install it: .venv/bin/pip install scikit-learn")
+        raise SystemExit(
+            "This benchmark trains on scikit-learn's digits; install it: .venv/bin/pip install "
+            "scikit-learn"
+        )
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")]))
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -361,8 +426,12 @@ def run_all(settings: Settings, seeds: int, skip_tune: bool, tolerance: float) -
             run = job()
             records[run.arm][seed] = run
             reached = run.iterations_to_reach(records[FIFO][seed].best - tolerance)
-            print(f"seed {seed} {run.arm:<22} best {run.best:.4f}  {run.trial_iterations:5d} trial-iterations  "
-                  f"{run.wall_s:6.1f} s  FIFO's best reached after {reached or 'never'}", flush=True)
+            print(
+                f"seed {seed} {run.arm:<22} best {run.best:.4f}  {run.trial_iterations:5d} "
+                "trial-iterations  "
+                f"{run.wall_s:6.1f} s  FIFO's best reached after {reached or 'never'}",
+                flush=True,
+            )
     return records
 
 
@@ -372,9 +441,13 @@ def main(argv: list[str] | None = None) -> int:
     import optuna
     import ray
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)  # both OptunaSearches log every trial otherwise
+    optuna.logging.set_verbosity(
+        optuna.logging.WARNING
+    )  # both OptunaSearches log every trial otherwise
     storage_root = tempfile.mkdtemp(prefix="airflow_trials_tuning_quality_")
-    settings = Settings(args.num_samples, args.max_t, args.num_cpus, not args.no_reuse_actors, storage_root)
+    settings = Settings(
+        args.num_samples, args.max_t, args.num_cpus, not args.no_reuse_actors, storage_root
+    )
     ray.init(address="local", num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=False)
     try:
         records = run_all(settings, args.seeds, args.skip_tune, args.tolerance_pp / 100)
@@ -384,10 +457,15 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(storage_root, ignore_errors=True)
 
     print()
-    print(f"{args.seeds} seeds x {args.num_samples} trials x at most {args.max_t} epochs (budget "
-          f"{args.num_samples * args.max_t} trial-iterations per run), 1 CPU per trial on {args.num_cpus} CPUs, "
-          f"actor reuse {'on' if settings.reuse_actors else 'off'}")
-    for note in sorted({run.note for runs in records.values() for run in runs.values() if run.note}):
+    print(
+        f"{args.seeds} seeds x {args.num_samples} trials x at most {args.max_t} epochs (budget "
+        f"{args.num_samples * args.max_t} trial-iterations per run), 1 CPU per trial on "
+        f"{args.num_cpus} CPUs, "
+        f"actor reuse {'on' if settings.reuse_actors else 'off'}"
+    )
+    for note in sorted(
+        {run.note for runs in records.values() for run in runs.values() if run.note}
+    ):
         print(f"NOTE: the Ray Tune arm ran as {note}")
     if args.keep_storage:
         print(f"storage: {storage_root}")

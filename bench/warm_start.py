@@ -1,4 +1,5 @@
-"""Benchmark: does a warm-started night reach last night's best sooner? Side by side with a cold night
+"""Benchmark: does a warm-started night reach last night's best sooner? Side by side with a cold
+night
 and with Optuna's own warm start, on the tuning-quality task (bench/tuning_quality.py).
 
 The task: scikit-learn's digits, an MLP trained epoch by epoch (``bench/_sklearn_trainables.py``),
@@ -45,7 +46,8 @@ with DAG({name!r}, schedule=None, start_date=datetime.datetime(2026, 1, 1), catc
     tuning_experiment(
         experiment_name={name!r},
         trainable="bench._sklearn_trainables:ours",
-        search_space={{"learning_rate_init": loguniform(1e-4, 1e-1), "alpha": loguniform(1e-6, 1e-2),
+        search_space={{"learning_rate_init": loguniform(1e-4, 1e-1),
+                       "alpha": loguniform(1e-6, 1e-2),
                        "hidden_units": choice([32, 64, 128]), "batch_size": choice([32, 64, 128]),
                        "max_t": {max_t}, "seed": 0}},
         num_samples={num_samples},
@@ -59,15 +61,24 @@ with DAG({name!r}, schedule=None, start_date=datetime.datetime(2026, 1, 1), catc
 
 
 def prepare(tmp: Path) -> None:
-    os.environ.update({
-        "AIRFLOW_HOME": str(tmp / "airflow_home"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__DAGS_FOLDER": str(tmp / "dags"), "AIRFLOW_TRIALS_DB_URL": f"sqlite:///{tmp}/trials.db",
-        "AIRFLOW_TRIALS_STORAGE": str(tmp / "storage"), "RAY_AUTH_MODE": "disabled",
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-    })
+    os.environ.update(
+        {
+            "AIRFLOW_HOME": str(tmp / "airflow_home"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__DAGS_FOLDER": str(tmp / "dags"),
+            "AIRFLOW_TRIALS_DB_URL": f"sqlite:///{tmp}/trials.db",
+            "AIRFLOW_TRIALS_STORAGE": str(tmp / "storage"),
+            "RAY_AUTH_MODE": "disabled",
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+        }
+    )
     (tmp / "dags").mkdir()
     (tmp / "storage").mkdir()
-    subprocess.run([str(Path(sys.executable).parent / "airflow"), "db", "migrate"], check=True, capture_output=True)
+    subprocess.run(
+        [str(Path(sys.executable).parent / "airflow"), "db", "migrate"],
+        check=True,
+        capture_output=True,
+    )
     sys.path.insert(0, str(REPO))
     from airflow_trials.store import migrate
 
@@ -76,8 +87,14 @@ def prepare(tmp: Path) -> None:
 
 def load_dag(tmp: Path, name: str, args: argparse.Namespace, warm: bool) -> Any:
     path = tmp / "dags" / f"{name}.py"
-    path.write_text(DAG.format(name=name, max_t=args.max_t, num_samples=args.num_samples,
-                               warm="WarmStart(top_k=3)" if warm else "None"))
+    path.write_text(
+        DAG.format(
+            name=name,
+            max_t=args.max_t,
+            num_samples=args.num_samples,
+            warm="WarmStart(top_k=3)" if warm else "None",
+        )
+    )
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(module)  # type: ignore[union-attr]
@@ -94,7 +111,11 @@ def night(dag: Any, name: str) -> list[float]:
     store = TrialStore(os.environ["AIRFLOW_TRIALS_DB_URL"])
     try:
         (exp_run,) = [r for r in store.list_experiment_runs(name) if r.run_key == run.run_id]
-        results = [r for t in store.list_trials(experiment_run_id=exp_run.id) for r in store.get_results(t.trial_id)]
+        results = [
+            r
+            for t in store.list_trials(experiment_run_id=exp_run.id)
+            for r in store.get_results(t.trial_id)
+        ]
     finally:
         store.dispose()
     return [float(r[METRIC]) for r in sorted(results, key=lambda r: r["timestamp"])]
@@ -110,8 +131,11 @@ def reach(values: list[float], target: float) -> int | None:
     return None
 
 
-def optuna_night2(night1: list[tuple[dict[str, Any], float]], args: argparse.Namespace) -> list[float]:
-    """Optuna's warm start of night 2: night 1's trials added, its top 3 enqueued; TPE, in process."""
+def optuna_night2(
+    night1: list[tuple[dict[str, Any], float]], args: argparse.Namespace
+) -> list[float]:
+    """Optuna's warm start of night 2: night 1's trials added, its top 3 enqueued; TPE, in
+    process."""
     import optuna
 
     from bench._sklearn_trainables import train_epochs
@@ -124,8 +148,14 @@ def optuna_night2(night1: list[tuple[dict[str, Any], float]], args: argparse.Nam
         "batch_size": optuna.distributions.CategoricalDistribution([32, 64, 128]),
     }
     study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=2))
-    study.add_trials([optuna.trial.create_trial(params={k: c[k] for k in distributions}, distributions=distributions,
-                                                value=value) for c, value in night1])
+    study.add_trials(
+        [
+            optuna.trial.create_trial(
+                params={k: c[k] for k in distributions}, distributions=distributions, value=value
+            )
+            for c, value in night1
+        ]
+    )
     for config, _ in sorted(night1, key=lambda cv: -cv[1])[:3]:
         study.enqueue_trial({k: config[k] for k in distributions})
     values: list[float] = []
@@ -140,7 +170,9 @@ def optuna_night2(night1: list[tuple[dict[str, Any], float]], args: argparse.Nam
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--num-samples", type=int, default=16)
     parser.add_argument("--max-t", type=int, default=9)
     parser.add_argument("--tolerance-pp", type=float, default=0.5)
@@ -150,31 +182,50 @@ def main(argv: list[str] | None = None) -> int:
         prepare(tmp)
         from airflow_trials.store import TrialStore
 
-        warm_dag, cold_dag = load_dag(tmp, "bench_warm", args, True), load_dag(tmp, "bench_cold", args, False)
+        warm_dag, cold_dag = (
+            load_dag(tmp, "bench_warm", args, True),
+            load_dag(tmp, "bench_cold", args, False),
+        )
         night1 = night(warm_dag, "bench_warm")  # the first night: nothing to warm-start from
         store = TrialStore(os.environ["AIRFLOW_TRIALS_DB_URL"])
         try:
             (run1,) = store.list_experiment_runs("bench_warm")
-            configs = [(t.config, float(t.last_result[METRIC])) for t in store.list_trials(experiment_run_id=run1.id)]
+            configs = [
+                (t.config, float(t.last_result[METRIC]))
+                for t in store.list_trials(experiment_run_id=run1.id)
+            ]
         finally:
             store.dispose()
         warm2 = night(warm_dag, "bench_warm")
-        night(cold_dag, "bench_cold")  # the twin's night 1, so that its night 2 is a second night too
+        night(
+            cold_dag, "bench_cold"
+        )  # the twin's night 1, so that its night 2 is a second night too
         cold2 = night(cold_dag, "bench_cold")
         optuna2 = optuna_night2(configs, args)
     target = max(night1) - args.tolerance_pp / 100
     total = len(night1)
-    print(f"{args.num_samples} trials x {args.max_t} epochs a night; night 1's best {METRIC} {max(night1):.4f} "
-          f"after {total} trial-iterations; target {target:.4f} (less {args.tolerance_pp} pp)")
+    print(
+        f"{args.num_samples} trials x {args.max_t} epochs a night; night 1's best {METRIC} "
+        f"{max(night1):.4f} "
+        f"after {total} trial-iterations; target {target:.4f} (less {args.tolerance_pp} pp)"
+    )
     print(f"{'night 2':<34} {'best':>7} {'to reach night 1':>17} {'/ night 1':>10}")
-    for label, values in (("ours, warm start (top 3)", warm2), ("ours, cold (twin experiment)", cold2),
-                          ("Optuna TPE, add_trials + enqueue", optuna2)):
+    for label, values in (
+        ("ours, warm start (top 3)", warm2),
+        ("ours, cold (twin experiment)", cold2),
+        ("Optuna TPE, add_trials + enqueue", optuna2),
+    ):
         hit = reach(values, target)
-        print(f"{label:<34} {max(values):7.4f} {hit if hit is not None else 'never':>17} "
-              f"{(f'{hit / total:10.2f}' if hit is not None else f'{chr(8212):>10}')}")
+        print(
+            f"{label:<34} {max(values):7.4f} {hit if hit is not None else 'never':>17} "
+            f"{(f'{hit / total:10.2f}' if hit is not None else f'{chr(8212):>10}')}"
+        )
     hit = reach(warm2, target)
     met = hit is not None and hit / total <= 0.30
-    print(f"target: ours warm reaches night 1's best within 0.30 of night 1's trial-iterations: {'met' if met else 'missed'}")
+    print(
+        "target: ours warm reaches night 1's best within 0.30 of night 1's trial-iterations: "
+        f"{'met' if met else 'missed'}"
+    )
     return 0
 
 

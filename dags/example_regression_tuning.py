@@ -22,8 +22,12 @@ with DAG(
     tuning_experiment(
         experiment_name="example_regression_tuning",
         trainable="airflow_trials.examples.regression:train",
-        search_space={"lr": grid_search([1.0, 0.3, 0.1, 0.03]), "l2": grid_search([0.0, 0.01]),
-                      "batch_size": 128, "num_samples": 20_000},
+        search_space={
+            "lr": grid_search([1.0, 0.3, 0.1, 0.03]),
+            "l2": grid_search([0.0, 0.01]),
+            "batch_size": 128,
+            "num_samples": 20_000,
+        },
         metric="val_loss",
         mode="min",
         stop={"training_iteration": 10},

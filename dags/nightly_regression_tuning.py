@@ -11,7 +11,8 @@ starts from the previous night's best three trials: they run first, from their b
 and TPE learns their results before its first suggestion (the first night starts cold, with a
 warning in its log).
 Each trial task gets ``max_failures`` + 3 ``retries`` (the 3 for losses of infrastructure, which
-spend no ``max_failures``), and a retry resumes the trial from its latest checkpoint. The best trial is published on an Asset; ``nightly_regression_publish``
+spend no ``max_failures``), and a retry resumes the trial from its latest checkpoint. The best trial
+is published on an Asset; ``nightly_regression_publish``
 (below) is scheduled on that Asset and runs after every successful search.
 """
 
@@ -38,12 +39,17 @@ with DAG(
     tuning_experiment(
         experiment_name=EXPERIMENT,
         trainable="airflow_trials.examples.regression:train",
-        search_space={"lr": loguniform(0.01, 1.0), "l2": choice([0.0, 0.001, 0.01]), "batch_size": 128},
+        search_space={
+            "lr": loguniform(0.01, 1.0),
+            "l2": choice([0.0, 0.001, 0.01]),
+            "batch_size": 128,
+        },
         num_samples=8,
         metric="val_loss",
         mode="min",
         stop={"training_iteration": 20},
-        # Each trial task asks TPE for its config when a GPU slot frees, after the trials that ended;
+        # Each trial task asks TPE for its config when a GPU slot frees, after the trials that
+        # ended;
         # ASHA stops the worse trials at iterations 2 and 6 (and 18), so they spend fewer GPU hours.
         search_alg=OptunaSearch(),
         scheduler=ASHAScheduler(max_t=20, grace_period=2, reduction_factor=3),
@@ -70,8 +76,10 @@ with DAG(
         """Read the best trial the search published (its checkpoint is what you would deploy)."""
         events = context["triggering_asset_events"][BEST]
         best = events[-1].extra
-        print(f"Best trial {best['trial_id']}: {best['metric']} = {best['value']} "
-              f"(config {best['config']}), best checkpoint {best['best_checkpoint']}")
+        print(
+            f"Best trial {best['trial_id']}: {best['metric']} = {best['value']} "
+            f"(config {best['config']}), best checkpoint {best['best_checkpoint']}"
+        )
         return best
 
     publish()

@@ -29,11 +29,15 @@ from airflow_trials.experiment import tuning_experiment
 
 EXPERIMENT = "ui_regression_tuning"
 GPU_CHOICES = [0, 0.25, 0.5, 1]
-MAX_FAILURES = 3  # sets the trial tasks' retries (3 + 3 for infrastructure losses); the form may ask for fewer
+MAX_FAILURES = (
+    3  # sets the trial tasks' retries (3 + 3 for infrastructure losses); the form may ask for fewer
+)
 # JSON Schema's range keywords all let NaN through (every comparison with NaN is false), and a
 # Python client sends float("nan") as the bare token NaN. No number is both >= 1 and <= 0, but
 # NaN passes both tests: so this refuses NaN, and only NaN, when the run is triggered.
-NOT_NAN = {"not": {"$comment": "NaN is not a number: send a finite number", "minimum": 1, "maximum": 0}}
+NOT_NAN = {
+    "not": {"$comment": "NaN is not a number: send a finite number", "minimum": 1, "maximum": 0}
+}
 
 
 def settings_from_params(params: Mapping[str, Any]) -> dict[str, Any]:
@@ -45,8 +49,12 @@ def settings_from_params(params: Mapping[str, Any]) -> dict[str, Any]:
         )
     l2 = uniform(0.0, params["l2_max"]) if params["l2_max"] > 0 else 0.0
     return {
-        "search_space": {"lr": loguniform(params["lr_min"], params["lr_max"]), "l2": l2,
-                         "batch_size": 128, "num_samples": 20_000},  # the data set's size, not the trials
+        "search_space": {
+            "lr": loguniform(params["lr_min"], params["lr_max"]),
+            "l2": l2,
+            "batch_size": 128,
+            "num_samples": 20_000,
+        },  # the data set's size, not the trials
         "num_samples": params["num_samples"],
         "stop": {"training_iteration": params["epochs"]},
         "metric": params["metric"],
@@ -63,24 +71,70 @@ with DAG(
     catchup=False,
     tags=["airflow_trials", "example"],
     params={
-        "num_samples": Param(4, type="integer", minimum=1, maximum=32, title="Trials",
-                             description="How many configs to sample (1 to 32)."),
-        "lr_min": Param(0.01, type="number", exclusiveMinimum=0, maximum=10, title="Learning rate: lower bound",
-                        description="Sampled log-uniformly between the bounds; must be > 0 and below the upper bound.",
-                        **NOT_NAN),
-        "lr_max": Param(1.0, type="number", exclusiveMinimum=0, maximum=10, title="Learning rate: upper bound",
-                        **NOT_NAN),
-        "l2_max": Param(0.01, type="number", minimum=0, maximum=1, title="Weight decay: upper bound",
-                        description="Sampled uniformly from 0; 0 turns weight decay off.", **NOT_NAN),
+        "num_samples": Param(
+            4,
+            type="integer",
+            minimum=1,
+            maximum=32,
+            title="Trials",
+            description="How many configs to sample (1 to 32).",
+        ),
+        "lr_min": Param(
+            0.01,
+            type="number",
+            exclusiveMinimum=0,
+            maximum=10,
+            title="Learning rate: lower bound",
+            description="Sampled log-uniformly between the bounds; must be > 0 and below the upper "
+            "bound.",
+            **NOT_NAN,
+        ),
+        "lr_max": Param(
+            1.0,
+            type="number",
+            exclusiveMinimum=0,
+            maximum=10,
+            title="Learning rate: upper bound",
+            **NOT_NAN,
+        ),
+        "l2_max": Param(
+            0.01,
+            type="number",
+            minimum=0,
+            maximum=1,
+            title="Weight decay: upper bound",
+            description="Sampled uniformly from 0; 0 turns weight decay off.",
+            **NOT_NAN,
+        ),
         "epochs": Param(10, type="integer", minimum=1, maximum=100, title="Epochs per trial"),
-        "metric": Param("val_loss", type="string", enum=["val_loss", "val_accuracy", "train_loss"],
-                        title="Metric to rank trials by"),
-        "mode": Param("min", type="string", enum=["min", "max"], title="Mode",
-                      description="min for losses, max for accuracy."),
-        "gpus_per_trial": Param(0, type="number", enum=GPU_CHOICES, title="GPUs per trial",
-                                description="Fractions share a GPU; the gpu pool admits as many trials as fit."),
-        "max_failures": Param(1, type="integer", minimum=0, maximum=MAX_FAILURES, title="max_failures",
-                              description="Retries of a failed trial, each from its latest checkpoint."),
+        "metric": Param(
+            "val_loss",
+            type="string",
+            enum=["val_loss", "val_accuracy", "train_loss"],
+            title="Metric to rank trials by",
+        ),
+        "mode": Param(
+            "min",
+            type="string",
+            enum=["min", "max"],
+            title="Mode",
+            description="min for losses, max for accuracy.",
+        ),
+        "gpus_per_trial": Param(
+            0,
+            type="number",
+            enum=GPU_CHOICES,
+            title="GPUs per trial",
+            description="Fractions share a GPU; the gpu pool admits as many trials as fit.",
+        ),
+        "max_failures": Param(
+            1,
+            type="integer",
+            minimum=0,
+            maximum=MAX_FAILURES,
+            title="max_failures",
+            description="Retries of a failed trial, each from its latest checkpoint.",
+        ),
     },
 ) as dag:
     tuning_experiment(

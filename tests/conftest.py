@@ -79,7 +79,8 @@ def live_placement_groups() -> list[str]:
 
 
 def remove_leftovers() -> None:
-    """Kill trial actors, sweep drivers and placement groups a failed test may have left, so the next
+    """Kill trial actors, sweep drivers and placement groups a failed test may have left, so the
+    next
     test starts clean."""
     import ray
     from ray.util.placement_group import PlacementGroup, remove_placement_group
@@ -100,7 +101,8 @@ def storage(tmp_path) -> str:
 
 @pytest.fixture
 def ray_cluster(request) -> Iterator[None]:
-    """Parametrise with ``@pytest.mark.parametrize("ray_cluster", [dict(num_cpus=..)], indirect=True)``
+    """Parametrise with ``@pytest.mark.parametrize("ray_cluster", [dict(num_cpus=..)],
+    indirect=True)``
     or use as is for 2 CPUs and 2 logical GPUs."""
     shape = getattr(request, "param", None) or {"num_cpus": 2, "num_gpus": 2}
     start_ray(**shape)
@@ -114,7 +116,10 @@ def airflow_home() -> str:
     os.makedirs(os.environ["AIRFLOW__CORE__DAGS_FOLDER"], exist_ok=True)
     subprocess.run(
         [os.path.join(os.path.dirname(sys.executable), "airflow"), "db", "migrate"],
-        check=True, capture_output=True, env=os.environ.copy(), timeout=300,
+        check=True,
+        capture_output=True,
+        env=os.environ.copy(),
+        timeout=300,
     )
     return os.environ["AIRFLOW_HOME"]
 
@@ -148,10 +153,14 @@ FAULT_TESTS_ENV = "AIRFLOW_TRIALS_FAULT_TESTS"
 
 def pytest_collection_modifyitems(config, items):
     """tests/faults/ kill real processes on a whole Airflow stack (about 12 minutes): they run when
-    AIRFLOW_TRIALS_FAULT_TESTS=1 (CI sets it), and are reported as skipped, with that reason, otherwise."""
+    AIRFLOW_TRIALS_FAULT_TESTS=1 (CI sets it), and are reported as skipped, with that reason,
+    otherwise."""
     if os.environ.get(FAULT_TESTS_ENV) == "1":
         return
-    skip = pytest.mark.skip(reason=f"fault-injection suite: set {FAULT_TESTS_ENV}=1 to run it (about 12 minutes; CI does)")
+    skip = pytest.mark.skip(
+        reason=f"fault-injection suite: set {FAULT_TESTS_ENV}=1 to run it (about 12 minutes; CI "
+        "does)"
+    )
     for item in items:
         if "tests/faults/" in str(item.fspath).replace(os.sep, "/"):
             item.add_marker(skip)

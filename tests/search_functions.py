@@ -4,7 +4,8 @@ from __future__ import annotations
 
 
 def double_layers(config):
-    """Depends on an earlier value of the config, as Ray Tune's ``sample_from(lambda spec: ...)``."""
+    """Depends on an earlier value of the config, as Ray Tune's ``sample_from(lambda spec:
+    ...)``."""
     return config["layers"] * 2
 
 

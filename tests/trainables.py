@@ -68,7 +68,8 @@ class DirCheckpointTrainable(FakeTrainable):
 
 
 def counting(config):
-    """Reports ``score = i * scale`` forever (a stopping criterion ends it), checkpointing a dict each step;
+    """Reports ``score = i * scale`` forever (a stopping criterion ends it), checkpointing a dict
+    each step;
     with ``hold_at``, it waits before that iteration until the file ``gate`` exists."""
     start = 0
     ckpt = airflow_trials.get_checkpoint()
@@ -93,7 +94,8 @@ def sleepy(config):
 
 
 def quadratic(config):
-    """Reports ``loss = (x - 0.3) ** 2`` three times: a search's objective with its optimum at x = 0.3."""
+    """Reports ``loss = (x - 0.3) ** 2`` three times: a search's objective with its optimum at x =
+    0.3."""
     for _ in range(3):
         airflow_trials.report(loss=(config["x"] - 0.3) ** 2)
 
@@ -162,8 +164,11 @@ def with_array(config, data):
     """Takes a with_parameters NumPy array: reports what it received, and whether it was the
     object store's read-only, zero-copy view rather than a copy made for this trial."""
     airflow_trials.report(
-        total=float(data.sum()), length=int(data.shape[0]), dtype=str(data.dtype),
-        read_only=not data.flags.writeable, scale=config["scale"] * float(data[1]),
+        total=float(data.sum()),
+        length=int(data.shape[0]),
+        dtype=str(data.dtype),
+        read_only=not data.flags.writeable,
+        scale=config["scale"] * float(data[1]),
     )
 
 

@@ -83,7 +83,10 @@ def get_provider_info() -> dict[str, Any]:
         "versions": [__version__],
         "connection-types": [
             {"connection-type": "ray", "hook-class-name": "airflow_trials.hooks.trials.RayHook"},
-            {"connection-type": "trials_db", "hook-class-name": "airflow_trials.hooks.trials.TrialsDbHook"},
+            {
+                "connection-type": "trials_db",
+                "hook-class-name": "airflow_trials.hooks.trials.TrialsDbHook",
+            },
         ],
         "hooks": [
             {

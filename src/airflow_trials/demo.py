@@ -53,11 +53,18 @@ def _best(trial: Trial) -> float:
 
 def leaderboard(trials: list[Trial]) -> str:
     """The trials ranked by their best validation loss, as a text table."""
-    header = f"{'rank':>4}  {'trial':<12} {'lr':>6} {'l2':>7}  {'status':<10} {'epochs':>6}  {'best val_loss':>13}  {'val_acc':>7}  best checkpoint"
+    header = (
+        f"{'rank':>4}  {'trial':<12} {'lr':>6} {'l2':>7}  {'status':<10} {'epochs':>6}  "
+        f"{'best val_loss':>13}  {'val_acc':>7}  best checkpoint"
+    )
     lines = [header, "-" * len(header)]
     for rank, trial in enumerate(sorted(trials, key=_best), start=1):
         best_ckpt = trial.checkpoint_manager.best()
-        acc = trial.metric_analysis["val_accuracy"].max if "val_accuracy" in trial.metric_analysis else math.nan
+        acc = (
+            trial.metric_analysis["val_accuracy"].max
+            if "val_accuracy" in trial.metric_analysis
+            else math.nan
+        )
         lines.append(
             f"{rank:>4}  {trial.trial_id:<12} {trial.config['lr']:>6g} {trial.config['l2']:>7g}  "
             f"{trial.status.value:<10} {trial.last_result.get('training_iteration', 0):>6}  "
@@ -77,23 +84,39 @@ def _init_ray(num_cpus: int | None) -> None:
         # A cluster is there (RAY_ADDRESS, or one started with `ray start` on this machine): join
         # it as it is; its size is its own, so --num-cpus does not apply.
         if num_cpus is not None:
-            print(f"--num-cpus {num_cpus} ignored: joining the running Ray cluster, which has its own size.")
+            print(
+                f"--num-cpus {num_cpus} ignored: joining the running Ray cluster, which has its "
+                "own size."
+            )
         ray.init(address=address or "auto", log_to_driver=False)
     else:
         # No cluster, or RAY_ADDRESS=local (as Ray reads it): a new local Ray of this job's own.
-        ray.init(address="local", num_cpus=num_cpus or os.cpu_count(), include_dashboard=False,
-                 log_to_driver=False)
+        ray.init(
+            address="local",
+            num_cpus=num_cpus or os.cpu_count(),
+            include_dashboard=False,
+            log_to_driver=False,
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--epochs", type=int, default=15, help="epochs per trial (default 15)")
-    parser.add_argument("--storage", default=None, help="where checkpoints go (default: a temporary directory)")
+    parser.add_argument(
+        "--storage", default=None, help="where checkpoints go (default: a temporary directory)"
+    )
     parser.add_argument("--experiment", default="regression-demo")
-    parser.add_argument("--num-cpus", type=int, default=None, help="CPUs of the local Ray (default: all)")
-    parser.add_argument("--db-url", default=None,
-                        help="trials DB to record the run in (default: as the DAGs find it: the trials_default "
-                             "connection, else AIRFLOW_TRIALS_DB_URL, else the default file)")
+    parser.add_argument(
+        "--num-cpus", type=int, default=None, help="CPUs of the local Ray (default: all)"
+    )
+    parser.add_argument(
+        "--db-url",
+        default=None,
+        help="trials DB to record the run in (default: as the DAGs find it: the trials_default "
+        "connection, else AIRFLOW_TRIALS_DB_URL, else the default file)",
+    )
     args = parser.parse_args(argv)
 
     import ray
@@ -102,10 +125,15 @@ def main(argv: list[str] | None = None) -> int:
 
     _init_ray(args.num_cpus)
     storage = args.storage or tempfile.mkdtemp(prefix="airflow_trials_demo_")
-    recorder = TrialsDbCallback(metric=METRIC, mode="min", db_url=args.db_url,
-                                run_key=f"demo__{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime())}")
-    runner = TrialRunner(args.experiment, storage_path=storage, callbacks=[_Progress(), recorder],
-                         reuse_actors=True)
+    recorder = TrialsDbCallback(
+        metric=METRIC,
+        mode="min",
+        db_url=args.db_url,
+        run_key=f"demo__{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime())}",
+    )
+    runner = TrialRunner(
+        args.experiment, storage_path=storage, callbacks=[_Progress(), recorder], reuse_actors=True
+    )
     grid = itertools.product([1.0, 0.3, 0.1, 0.03], [0.0, 0.01])
     for lr, l2 in grid:
         runner.add_trial(
@@ -120,7 +148,10 @@ def main(argv: list[str] | None = None) -> int:
                 max_failures=1,
             )
         )
-    print(f"Running {len(runner.get_trials())} trials of {TRAINABLE} on Ray; storage: {storage}", flush=True)
+    print(
+        f"Running {len(runner.get_trials())} trials of {TRAINABLE} on Ray; storage: {storage}",
+        flush=True,
+    )
     try:
         trials = runner.run()
     finally:
@@ -128,15 +159,21 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(leaderboard(trials))
     finished = [t for t in trials if t.status == TrialStatus.TERMINATED]
-    print(f"\n{len(finished)} of {len(trials)} trials finished; experiment state: "
-          f"{runner.experiment_dir}/experiment_state.json")
+    print(
+        f"\n{len(finished)} of {len(trials)} trials finished; experiment state: "
+        f"{runner.experiment_dir}/experiment_state.json"
+    )
     if finished:
         best = recorder.result_grid().get_best_result(scope="all")
-        print(f"Best trial {best.trial_id} ({best.config}): load its model with "
-              f"airflow_trials.load_checkpoint({best.best_checkpoint!r}).")
+        print(
+            f"Best trial {best.trial_id} ({best.config}): load its model with "
+            f"airflow_trials.load_checkpoint({best.best_checkpoint!r})."
+        )
     db_option = f" --db-url {args.db_url}" if args.db_url else ""
-    print(f"Recorded as run {recorder.run_key} in {recorder.store!r}: "
-          f"airflow-trials leaderboard {args.experiment}{db_option}")
+    print(
+        f"Recorded as run {recorder.run_key} in {recorder.store!r}: "
+        f"airflow-trials leaderboard {args.experiment}{db_option}"
+    )
     return 0 if finished else 1
 
 

@@ -28,7 +28,8 @@ TERMINAL_RUN_STATES = ("success", "failed")
 class Stack:
     """Where the embedded deployment lives and what the main job started (so it can stop it).
 
-    :param home: state directory; ``airflow/`` (Airflow home, SQLite DB), ``trials.db``, ``storage/``.
+    :param home: state directory; ``airflow/`` (Airflow home, SQLite DB), ``trials.db``,
+        ``storage/``.
     :param dags_folder: the DAGs Airflow runs (this repository's ``dags/``).
     """
 
@@ -93,7 +94,8 @@ class Interrupts:
 
     @staticmethod
     def ignore() -> None:
-        """Ignore both from now on: the job is stopping what it started, which must not be cut short."""
+        """Ignore both from now on: the job is stopping what it started, which must not be cut
+        short."""
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
@@ -146,8 +148,19 @@ def prepare(stack: Stack, *, parallelism: int | None = None, api_port: int = 808
     from airflow_trials.store import migrate
 
     migrate(stack.trials_db_url)
-    _run([_bin("airflow"), "pools", "set", "gpu", str(_gpus()), "GPUs for airflow_trials (4 slots per GPU)",
-          "--include-deferred"], env, "create the GPU pool")
+    _run(
+        [
+            _bin("airflow"),
+            "pools",
+            "set",
+            "gpu",
+            str(_gpus()),
+            "GPUs for airflow_trials (4 slots per GPU)",
+            "--include-deferred",
+        ],
+        env,
+        "create the GPU pool",
+    )
 
 
 def _gpus() -> int:
@@ -162,11 +175,15 @@ def _run(cmd: list[str], env: dict[str, str], what: str) -> str:
     done = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
-        raise RuntimeError(f"Could not {what} ({' '.join(cmd[:3])} exited {done.returncode}): {' | '.join(tail)}")
+        raise RuntimeError(
+            f"Could not {what} ({' '.join(cmd[:3])} exited {done.returncode}): {' | '.join(tail)}"
+        )
     return done.stdout
 
 
-def start_ray(stack: Stack, num_cpus: int | None = None, timeout_s: float = 120, attempts: int = 3) -> str:
+def start_ray(
+    stack: Stack, num_cpus: int | None = None, timeout_s: float = 120, attempts: int = 3
+) -> str:
     """Use RAY_ADDRESS when set, else start a local Ray head of our own (stopped at the end).
 
     The head runs with ``--block`` in its own process group, so stopping it ends exactly its
@@ -184,7 +201,9 @@ def start_ray(stack: Stack, num_cpus: int | None = None, timeout_s: float = 120,
             if head.poll() is not None or time.monotonic() > deadline:
                 _stop_group(head)  # its GCS and raylet, whatever of them started
                 if attempt == attempts or time.monotonic() > deadline:
-                    raise RuntimeError(f"The local Ray head did not start; see {stack.home / 'ray.log'}.")
+                    raise RuntimeError(
+                        f"The local Ray head did not start; see {stack.home / 'ray.log'}."
+                    )
                 break
             time.sleep(0.5)
         else:
@@ -198,17 +217,32 @@ def start_ray(stack: Stack, num_cpus: int | None = None, timeout_s: float = 120,
 def _start_ray_head(stack: Stack, num_cpus: int | None) -> tuple[subprocess.Popen[bytes], int]:
     """Start ``ray start --head`` on free ports; the process and its GCS port."""
     port = _free_port()
-    cmd = [_bin("ray"), "start", "--head", "--block", "--port", str(port), "--node-ip-address",
-           "127.0.0.1", "--include-dashboard=false", "--disable-usage-stats",
-           # Ports that default to fixed numbers would collide with other clusters on the machine.
-           "--ray-client-server-port", str(_free_port()), "--dashboard-agent-listen-port", str(_free_port())]
+    cmd = [
+        _bin("ray"),
+        "start",
+        "--head",
+        "--block",
+        "--port",
+        str(port),
+        "--node-ip-address",
+        "127.0.0.1",
+        "--include-dashboard=false",
+        "--disable-usage-stats",
+        # Ports that default to fixed numbers would collide with other clusters on the machine.
+        "--ray-client-server-port",
+        str(_free_port()),
+        "--dashboard-agent-listen-port",
+        str(_free_port()),
+    ]
     if num_cpus:
         cmd += ["--num-cpus", str(num_cpus)]
     log = open(stack.home / "ray.log", "ab")  # noqa: SIM115 - kept open for the child's lifetime
     # On SIGTERM a Ray node drains for 30 s before it stops, for Ray Serve's proxies. This private
     # head serves none, and trials cut short resume from their checkpoints on the next start.
     env = {"RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0", **stack.env}
-    head = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    head = subprocess.Popen(
+        cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
     stack.ray, stack.started_ray = head, True
     return head, port
 
@@ -220,12 +254,17 @@ def _port_open(port: int) -> bool:
 
 
 def start_airflow(stack: Stack) -> None:
-    """``airflow standalone``: api-server, scheduler, dag-processor and triggerer, in one process group."""
+    """``airflow standalone``: api-server, scheduler, dag-processor and triggerer, in one process
+    group."""
     stack.log_path = stack.home / "airflow.log"
     log = open(stack.log_path, "ab")  # noqa: SIM115 - kept open for the child's lifetime
     stack.airflow = subprocess.Popen(
-        [_bin("airflow"), "standalone"], env=stack.env, stdout=log, stderr=subprocess.STDOUT,
-        start_new_session=True, cwd=str(stack.home),
+        [_bin("airflow"), "standalone"],
+        env=stack.env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        cwd=str(stack.home),
     )
 
 
@@ -238,7 +277,9 @@ def wait_for(predicate: Callable[[], Any], timeout_s: float, what: str, stack: S
         if value:
             return value
         time.sleep(1.0)
-    raise TimeoutError(f"Timed out after {timeout_s:.0f} s waiting for {what}; see {stack.log_path}.")
+    raise TimeoutError(
+        f"Timed out after {timeout_s:.0f} s waiting for {what}; see {stack.log_path}."
+    )
 
 
 def _airflow_db(stack: Stack, sql: str, *args: Any) -> list[tuple[Any, ...]]:
@@ -248,7 +289,10 @@ def _airflow_db(stack: Stack, sql: str, *args: Any) -> list[tuple[Any, ...]]:
     path = stack.airflow_home / "airflow.db"
     if not path.exists():
         return []
-    with INTERRUPTS.deferred(), sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30) as connection:
+    with (
+        INTERRUPTS.deferred(),
+        sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30) as connection,
+    ):
         try:
             return connection.execute(sql, args).fetchall()
         except sqlite3.OperationalError:
@@ -257,11 +301,19 @@ def _airflow_db(stack: Stack, sql: str, *args: Any) -> list[tuple[Any, ...]]:
 
 def trigger(stack: Stack, dag_id: str) -> str:
     """Unpause and trigger ``dag_id`` once the dag-processor has parsed it; returns the run_id."""
-    wait_for(lambda: _airflow_db(stack, "SELECT 1 FROM dag WHERE dag_id = ?", dag_id), 300,
-             f"the DAG {dag_id} to be parsed", stack)
+    wait_for(
+        lambda: _airflow_db(stack, "SELECT 1 FROM dag WHERE dag_id = ?", dag_id),
+        300,
+        f"the DAG {dag_id} to be parsed",
+        stack,
+    )
     run_id = f"main_job__{time.strftime('%Y-%m-%dT%H-%M-%S')}"
     _run([_bin("airflow"), "dags", "unpause", dag_id], stack.env, f"unpause {dag_id}")
-    _run([_bin("airflow"), "dags", "trigger", dag_id, "--run-id", run_id], stack.env, f"trigger {dag_id}")
+    _run(
+        [_bin("airflow"), "dags", "trigger", dag_id, "--run-id", run_id],
+        stack.env,
+        f"trigger {dag_id}",
+    )
     return run_id
 
 
@@ -278,7 +330,9 @@ def interrupted_run(stack: Stack, dag_id: str) -> str | None:
 
 
 def dag_run_state(stack: Stack, dag_id: str, run_id: str) -> str | None:
-    rows = _airflow_db(stack, "SELECT state FROM dag_run WHERE dag_id = ? AND run_id = ?", dag_id, run_id)
+    rows = _airflow_db(
+        stack, "SELECT state FROM dag_run WHERE dag_id = ? AND run_id = ?", dag_id, run_id
+    )
     return str(rows[0][0]) if rows else None
 
 
@@ -294,7 +348,8 @@ def stop(stack: Stack) -> None:
 
 
 def _forget_ray_head(address: str | None) -> None:
-    """Remove Ray's pointer to the head we stopped, so a later ``ray.init()`` does not look for it."""
+    """Remove Ray's pointer to the head we stopped, so a later ``ray.init()`` does not look for
+    it."""
     import tempfile
 
     pointer = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
@@ -333,7 +388,7 @@ def _terminate_trial_actors(stack: Stack, experiment_name: str = EXAMPLE_DAG_ID)
         prefix = f"trial.{experiment_name}."
         for entry in ray.util.list_named_actors(all_namespaces=True):
             if entry["name"].startswith(prefix):
-                executor.terminate(experiment_name, entry["name"][len(prefix):])
+                executor.terminate(experiment_name, entry["name"][len(prefix) :])
     finally:
         ray.shutdown()
 

@@ -13,7 +13,8 @@ def plot_learning_curves(
     best_trial_id: str | None = None,
     title: str | None = None,
 ) -> str:
-    """Write a PNG of ``curves`` (trial id -> [(iteration, value)]) to ``path``; returns ``path``."""
+    """Write a PNG of ``curves`` (trial id -> [(iteration, value)]) to ``path``; returns
+    ``path``."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display: render to a file
@@ -29,7 +30,8 @@ def plot_learning_curves(
             xs, ys = zip(*points, strict=True)
             best = trial_id == best_trial_id
             axes.plot(
-                xs, ys,
+                xs,
+                ys,
                 linewidth=2.6 if best else 1.0,
                 alpha=1.0 if best else 0.55,
                 color="tab:red" if best else None,
@@ -49,7 +51,9 @@ def plot_learning_curves(
     return path
 
 
-def curves_from_results(results: dict[str, list[dict[str, Any]]], metric: str) -> dict[str, list[tuple[int, float]]]:
+def curves_from_results(
+    results: dict[str, list[dict[str, Any]]], metric: str
+) -> dict[str, list[tuple[int, float]]]:
     """(iteration, value) pairs of ``metric`` per trial, skipping results without a number."""
     curves: dict[str, list[tuple[int, float]]] = {}
     for trial_id, rows in results.items():

@@ -1,4 +1,5 @@
-"""GPU pools: how many Airflow pool slots a trial takes, and creating the pool so deferred trials hold them."""
+"""GPU pools: how many Airflow pool slots a trial takes, and creating the pool so deferred trials
+hold them."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ DEFAULT_SLOTS_PER_GPU = 4
 
 
 class AirflowDbNotReadyError(AirflowTrialsError):
-    """Airflow's metadata DB does not exist or was never migrated, so no pool can be written to it."""
+    """Airflow's metadata DB does not exist or was never migrated, so no pool can be written to
+    it."""
 
 
 def gpu_pool_slots(gpu: float, slots_per_gpu: int = DEFAULT_SLOTS_PER_GPU) -> int:
@@ -34,9 +36,11 @@ def ensure_gpu_pool(
     name: str = DEFAULT_GPU_POOL,
     slots_per_gpu: int = DEFAULT_SLOTS_PER_GPU,
 ) -> tuple[str, int]:
-    """Create or update the GPU pool with ``num_gpus * slots_per_gpu`` slots and ``include_deferred``.
+    """Create or update the GPU pool with ``num_gpus * slots_per_gpu`` slots and
+    ``include_deferred``.
 
-    ``include_deferred=True`` matters: a trial task spends its life deferred (its trigger watches the
+    ``include_deferred=True`` matters: a trial task spends its life deferred (its trigger watches
+    the
     trial on Ray), and without it a deferred task gives its slots back, so the pool would admit
     every trial at once and oversubscribe the GPUs. Call this from a setup script or the CLI (it
     writes Airflow's metadata DB, which task code may not do). Returns ``(name, slots)``.
@@ -70,9 +74,14 @@ def require_migrated_airflow_db(operation: str) -> None:
 
     from airflow import settings
 
-    fix = "run `airflow db migrate` (with this AIRFLOW_HOME / AIRFLOW__DATABASE__SQL_ALCHEMY_CONN), then retry"
+    fix = (
+        "run `airflow db migrate` (with this AIRFLOW_HOME / "
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN), then retry"
+    )
     if not settings.SQL_ALCHEMY_CONN:
-        raise AirflowDbNotReadyError(f"Could not {operation}: Airflow has no metadata DB configured; {fix}.")
+        raise AirflowDbNotReadyError(
+            f"Could not {operation}: Airflow has no metadata DB configured; {fix}."
+        )
     url = make_url(settings.SQL_ALCHEMY_CONN)
     where = url.render_as_string(hide_password=True)
     if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
@@ -92,5 +101,6 @@ def require_migrated_airflow_db(operation: str) -> None:
         ) from e
     if not migrated:
         raise AirflowDbNotReadyError(
-            f"Could not {operation}: Airflow's metadata DB {where} has no tables (never migrated); {fix}."
+            f"Could not {operation}: Airflow's metadata DB {where} has no tables (never migrated); "
+            f"{fix}."
         )

@@ -1,7 +1,9 @@
-"""ResultGrid: an experiment run's trials read back from the trials DB, in Ray Tune's Result API shape.
+"""ResultGrid: an experiment run's trials read back from the trials DB, in Ray Tune's Result API
+shape.
 
 One API for both paths: a DAG run's trials and an engine-only run recorded with
-:class:`~airflow_trials.execution.driver.trials_db_callback.TrialsDbCallback` are read the same way::
+:class:`~airflow_trials.execution.driver.trials_db_callback.TrialsDbCallback` are read the same
+way::
 
     from airflow_trials import ResultGrid, load_checkpoint
 
@@ -37,7 +39,8 @@ class TrialResult:
     :param trial_id: the trial.
     :param status: TERMINATED, ERROR, or not ended yet.
     :param config: its hyperparameters.
-    :param metrics: its last reported result (Ray Tune's ``Result.metrics``); empty before the first.
+    :param metrics: its last reported result (Ray Tune's ``Result.metrics``); empty before the
+        first.
     :param best_checkpoint: path of the kept checkpoint that scored best on the experiment's
         metric (the model to publish); None when none is kept. Load it with
         :func:`~airflow_trials.load_checkpoint`.
@@ -58,14 +61,16 @@ class TrialResult:
 
     @property
     def metrics_dataframe(self) -> pd.DataFrame:
-        """Every result the trial reported, one row per ``training_iteration``, read on each access."""
+        """Every result the trial reported, one row per ``training_iteration``, read on each
+        access."""
         import pandas as pd
 
         return pd.DataFrame(self._store.get_results(self.trial_id))
 
 
 class ResultGrid(Sequence[TrialResult]):
-    """The trials of one experiment run (Ray Tune's ``ResultGrid``); a sequence of :class:`TrialResult`.
+    """The trials of one experiment run (Ray Tune's ``ResultGrid``); a sequence of
+    :class:`TrialResult`.
 
     Open it with :meth:`from_db`. It is a snapshot taken when opened; open it again to see a run
     that is still going.
@@ -77,8 +82,14 @@ class ResultGrid(Sequence[TrialResult]):
     :param results: the trials, ordered by trial id.
     """
 
-    def __init__(self, store: TrialReader, run: ExperimentRunRecord, metric: str | None,
-                 mode: str | None, results: list[TrialResult]) -> None:
+    def __init__(
+        self,
+        store: TrialReader,
+        run: ExperimentRunRecord,
+        metric: str | None,
+        mode: str | None,
+        results: list[TrialResult],
+    ) -> None:
         self._store = store
         self.run = run
         self.experiment_name = run.experiment_name
@@ -88,9 +99,15 @@ class ResultGrid(Sequence[TrialResult]):
         self._results = results
 
     @classmethod
-    def from_db(cls, experiment_name: str, run: str | int = "latest", *, db_url: str | None = None,
-                trials_conn_id: str = "trials_default",
-                store: TrialReader | TrialStore | None = None) -> ResultGrid:
+    def from_db(
+        cls,
+        experiment_name: str,
+        run: str | int = "latest",
+        *,
+        db_url: str | None = None,
+        trials_conn_id: str = "trials_default",
+        store: TrialReader | TrialStore | None = None,
+    ) -> ResultGrid:
         """The run's trials as the trials DB holds them.
 
         :param experiment_name: the experiment (the DAG's ``experiment_name``, or the runner's).
@@ -113,13 +130,24 @@ class ResultGrid(Sequence[TrialResult]):
         experiment = next(e for e in store.list_experiments() if e.name == experiment_name)
         metric, mode = experiment.metric, experiment.mode
         trials = store.list_trials(experiment_run_id=record.id)
-        board = {r.trial_id: r for r in store.leaderboard(record.id, metric, mode or "min")} if metric else {}
+        board = (
+            {r.trial_id: r for r in store.leaderboard(record.id, metric, mode or "min")}
+            if metric
+            else {}
+        )
         results = [
             TrialResult(
-                trial_id=t.trial_id, status=t.status, config=t.config, metrics=dict(t.last_result or {}),
+                trial_id=t.trial_id,
+                status=t.status,
+                config=t.config,
+                metrics=dict(t.last_result or {}),
                 best_checkpoint=board[t.trial_id].best_checkpoint if t.trial_id in board else None,
-                latest_checkpoint=board[t.trial_id].latest_checkpoint if t.trial_id in board else None,
-                error=t.error_msg, num_failures=t.num_failures, _store=store,
+                latest_checkpoint=board[t.trial_id].latest_checkpoint
+                if t.trial_id in board
+                else None,
+                error=t.error_msg,
+                num_failures=t.num_failures,
+                _store=store,
             )
             for t in sorted(trials, key=lambda t: t.trial_id)
         ]
@@ -138,8 +166,10 @@ class ResultGrid(Sequence[TrialResult]):
         return iter(self._results)
 
     def __repr__(self) -> str:
-        return (f"ResultGrid({self.experiment_name!r}, run={self.run_key!r}, trials={len(self)}, "
-                f"terminated={self.num_terminated}, errors={self.num_errors})")
+        return (
+            f"ResultGrid({self.experiment_name!r}, run={self.run_key!r}, trials={len(self)}, "
+            f"terminated={self.num_terminated}, errors={self.num_errors})"
+        )
 
     @property
     def errors(self) -> list[str]:
@@ -155,10 +185,16 @@ class ResultGrid(Sequence[TrialResult]):
         return sum(r.status is TrialStatus.TERMINATED for r in self._results)
 
     # -- the best trial ------------------------------------------------------------------------
-    def get_best_result(self, metric: str | None = None, mode: str | None = None,
-                        scope: Literal["last", "all"] = "last", filter_nan_and_inf: bool = True,
-                        terminated_only: bool = False) -> TrialResult:
-        """The trial with the best value of ``metric``, as Ray Tune's ``ResultGrid.get_best_result``.
+    def get_best_result(
+        self,
+        metric: str | None = None,
+        mode: str | None = None,
+        scope: Literal["last", "all"] = "last",
+        filter_nan_and_inf: bool = True,
+        terminated_only: bool = False,
+    ) -> TrialResult:
+        """The trial with the best value of ``metric``, as Ray Tune's
+        ``ResultGrid.get_best_result``.
 
         Like Ray Tune's, it ranks every trial that reported the metric, whatever its status: one
         that ended in ERROR, or has not ended yet, can be the best. ``select_best`` ranks the
@@ -167,7 +203,8 @@ class ResultGrid(Sequence[TrialResult]):
         :param metric: default: the experiment's metric.
         :param mode: ``"min"`` or ``"max"``; default: the experiment's mode.
         :param scope: ``"last"`` (default, as Ray Tune) compares each trial's last reported value;
-            ``"all"`` compares each trial's best value over all its results (the leaderboard's order).
+            ``"all"`` compares each trial's best value over all its results (the leaderboard's
+            order).
         :param filter_nan_and_inf: skip NaN and infinite values; default True.
         :param terminated_only: rank only the trials that ended TERMINATED, as ``select_best``
             does; default False (every trial, as Ray Tune).
@@ -180,30 +217,40 @@ class ResultGrid(Sequence[TrialResult]):
             raise ValueError(f"scope must be 'last' or 'all', got {scope!r}.")
         values = self._values(metric, mode, scope)
         scored = [
-            (value, result) for result in self._results
+            (value, result)
+            for result in self._results
             if (value := values.get(result.trial_id)) is not None
             and not (filter_nan_and_inf and not math.isfinite(value))
         ]
-        candidates = [(value, result) for value, result in scored
-                      if not terminated_only or result.status is TrialStatus.TERMINATED]
+        candidates = [
+            (value, result)
+            for value, result in scored
+            if not terminated_only or result.status is TrialStatus.TERMINATED
+        ]
         if scored and not candidates:
             counts = Counter(result.status.value for _, result in scored)
             statuses = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
             raise ValueError(
-                f"No trial of experiment {self.experiment_name} run {self.run_key} that reported metric "
-                f"{metric!r} ended TERMINATED ({statuses}); pass terminated_only=False to rank them "
+                f"No trial of experiment {self.experiment_name} run {self.run_key} that reported "
+                "metric "
+                f"{metric!r} ended TERMINATED ({statuses}); pass terminated_only=False to rank "
+                "them "
                 "anyway, or resume the run."
             )
         if not candidates:
             raise ValueError(
                 f"No trial of experiment {self.experiment_name} run {self.run_key} reported metric "
-                f"{metric!r}{' as a finite number' if filter_nan_and_inf else ''}; its trials report "
-                f"{', '.join(self._reported_metrics()) or 'no metric yet'}. Pass metric= with one of them."
+                f"{metric!r}{' as a finite number' if filter_nan_and_inf else ''}; its trials "
+                "report "
+                f"{', '.join(self._reported_metrics()) or 'no metric yet'}. Pass metric= with one "
+                "of them."
             )
         sign = 1.0 if mode == "min" else -1.0
         return min(candidates, key=lambda pair: (sign * pair[0], pair[1].trial_id))[1]
 
-    def get_dataframe(self, filter_metric: str | None = None, filter_mode: str | None = None) -> pd.DataFrame:
+    def get_dataframe(
+        self, filter_metric: str | None = None, filter_mode: str | None = None
+    ) -> pd.DataFrame:
         """One row per trial: its metrics, its config as ``config/<key>`` columns, trial_id, status
         and checkpoints, as Ray Tune's ``ResultGrid.get_dataframe``.
 
@@ -214,18 +261,27 @@ class ResultGrid(Sequence[TrialResult]):
         import pandas as pd
 
         if (filter_metric is None) != (filter_mode is None):
-            raise ValueError("get_dataframe takes filter_metric and filter_mode together, or neither.")
+            raise ValueError(
+                "get_dataframe takes filter_metric and filter_mode together, or neither."
+            )
         rows = []
         for result in self._results:
             metrics = result.metrics
             if filter_metric is not None:
-                metrics = _best_row(self._store.get_results(result.trial_id), filter_metric, filter_mode) or {}
-            rows.append({
-                **metrics,
-                **{f"config/{k}": v for k, v in _flatten(result.config).items()},
-                "trial_id": result.trial_id, "status": result.status.value,
-                "best_checkpoint": result.best_checkpoint, "latest_checkpoint": result.latest_checkpoint,
-            })
+                metrics = (
+                    _best_row(self._store.get_results(result.trial_id), filter_metric, filter_mode)
+                    or {}
+                )
+            rows.append(
+                {
+                    **metrics,
+                    **{f"config/{k}": v for k, v in _flatten(result.config).items()},
+                    "trial_id": result.trial_id,
+                    "status": result.status.value,
+                    "best_checkpoint": result.best_checkpoint,
+                    "latest_checkpoint": result.latest_checkpoint,
+                }
+            )
         return pd.DataFrame(rows)
 
     # -- internals ---------------------------------------------------------------------------
@@ -234,7 +290,8 @@ class ResultGrid(Sequence[TrialResult]):
         mode = mode or (self.mode if metric == self.metric else None)
         if not metric or mode is None:
             raise ValueError(
-                f"Experiment {self.experiment_name} has no metric and mode recorded; pass metric= and mode=."
+                f"Experiment {self.experiment_name} has no metric and mode recorded; pass metric= "
+                "and mode=."
             )
         if mode not in ("min", "max"):
             raise ValueError(f"mode must be 'min' or 'max', got {mode!r}.")
@@ -244,28 +301,46 @@ class ResultGrid(Sequence[TrialResult]):
         if scope == "all":
             board = self._store.leaderboard(self.run.id, metric, mode)
             return {r.trial_id: r.best_value for r in board if r.best_value is not None}
-        return {r.trial_id: float(v) for r in self._results
-                if isinstance(v := r.metrics.get(metric), (int, float)) and not isinstance(v, bool)}
+        return {
+            r.trial_id: float(v)
+            for r in self._results
+            if isinstance(v := r.metrics.get(metric), (int, float)) and not isinstance(v, bool)
+        }
 
     def _reported_metrics(self) -> list[str]:
-        return sorted({k for r in self._results for k, v in r.metrics.items()
-                       if k not in AUTO_FIELDS and isinstance(v, (int, float)) and not isinstance(v, bool)})
+        return sorted(
+            {
+                k
+                for r in self._results
+                for k, v in r.metrics.items()
+                if k not in AUTO_FIELDS and isinstance(v, (int, float)) and not isinstance(v, bool)
+            }
+        )
 
 
 def _with_checkpoints(store: TrialReader, results: list[TrialResult]) -> list[TrialResult]:
-    """Without a metric there is no best by score: best and latest are the newest kept checkpoint."""
+    """Without a metric there is no best by score: best and latest are the newest kept
+    checkpoint."""
     from dataclasses import replace
 
     paths = store.best_checkpoint_paths([r.trial_id for r in results], "training_iteration", "max")
-    return [replace(r, best_checkpoint=paths.get(r.trial_id), latest_checkpoint=paths.get(r.trial_id))
-            for r in results]
+    return [
+        replace(r, best_checkpoint=paths.get(r.trial_id), latest_checkpoint=paths.get(r.trial_id))
+        for r in results
+    ]
 
 
-def _best_row(history: list[dict[str, Any]], metric: str, mode: str | None) -> dict[str, Any] | None:
+def _best_row(
+    history: list[dict[str, Any]], metric: str, mode: str | None
+) -> dict[str, Any] | None:
     sign = 1.0 if mode == "min" else -1.0
-    scored = [(float(r[metric]), r) for r in history
-              if isinstance(r.get(metric), (int, float)) and not isinstance(r.get(metric), bool)
-              and math.isfinite(r[metric])]
+    scored = [
+        (float(r[metric]), r)
+        for r in history
+        if isinstance(r.get(metric), (int, float))
+        and not isinstance(r.get(metric), bool)
+        and math.isfinite(r[metric])
+    ]
     return min(scored, key=lambda pair: sign * pair[0])[1] if scored else None
 
 

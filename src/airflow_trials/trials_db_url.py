@@ -2,7 +2,8 @@
 
 With Airflow installed, :func:`resolve_trials_db_url` answers (the ``trials_default`` connection
 first; :mod:`airflow_trials.hooks.trials` uses it too, and re-exports it). It imports Airflow only
-when called, so this module sits below the hooks, beside the store. Without it (the engine alone), ``AIRFLOW_TRIALS_DB_URL``,
+when called, so this module sits below the hooks, beside the store. Without it (the engine alone),
+``AIRFLOW_TRIALS_DB_URL``,
 else the default SQLite file. Falling back to the default file is said once per process, in a
 warning that names the file: a run written to another database than the one meant is otherwise
 found out only by its missing rows.
@@ -27,11 +28,14 @@ log = logging.getLogger(__name__)
 _said_default = False
 
 
-def trials_db_url(trials_conn_id: str = "trials_default", *, create_dir: bool = True) -> tuple[str, str]:
+def trials_db_url(
+    trials_conn_id: str = "trials_default", *, create_dir: bool = True
+) -> tuple[str, str]:
     """``(url, source)`` of the trials DB, found as the DAGs find it (see the module's docstring).
 
     :param trials_conn_id: the Airflow connection to look for first; default ``trials_default``.
-    :param create_dir: create the default SQLite file's directory when that is the answer; default True.
+    :param create_dir: create the default SQLite file's directory when that is the answer; default
+        True.
     """
     if importlib.util.find_spec("airflow") is not None:
         return resolve_trials_db_url(trials_conn_id, create_dir=create_dir)
@@ -50,9 +54,11 @@ def env_or_default_url(*, create_dir: bool = True, looked_for: str = "") -> tupl
         # JSON output goes; a task's and a trigger's stderr lands in the task log.
         print(
             f"airflow_trials: no trials DB is configured ({looked_for or 'no connection'}, and "
-            f"{STORE_URL_ENV} is not set): using {DEFAULT_SOURCE}, {url}. Set {STORE_URL_ENV} or create "
+            f"{STORE_URL_ENV} is not set): using {DEFAULT_SOURCE}, {url}. Set {STORE_URL_ENV} or "
+            "create "
             "the trials_default connection to use another database.",
-            file=sys.stderr, flush=True,
+            file=sys.stderr,
+            flush=True,
         )
     return url, DEFAULT_SOURCE
 
@@ -63,7 +69,8 @@ def resolve_trials_db_url(
     """The trials DB URL, and where it came from, as every reader and writer of the trials DB
     finds it.
 
-    Tasks, triggers, the dashboard (through :meth:`~airflow_trials.hooks.trials.TrialsDbHook.get_url`), the ``airflow-trials``
+    Tasks, triggers, the dashboard (through
+    :meth:`~airflow_trials.hooks.trials.TrialsDbHook.get_url`), the ``airflow-trials``
     command, ``python -m airflow_trials.store``, :class:`~airflow_trials.results.ResultGrid` and
     :class:`~airflow_trials.TrialsDbCallback` all call this (the last three through
     :func:`trials_db_url`), in this order:
@@ -102,8 +109,10 @@ def resolve_trials_db_url(
 def _in_task_or_trigger() -> bool:
     """Is this a task's or the triggerer's process, which may not read Airflow's metadata DB?"""
     runner = sys.modules.get("airflow.sdk.execution_time.task_runner")
-    return getattr(runner, "SUPERVISOR_COMMS", None) is not None or os.environ.get(
-        "_AIRFLOW_PROCESS_CONTEXT") == "client"
+    return (
+        getattr(runner, "SUPERVISOR_COMMS", None) is not None
+        or os.environ.get("_AIRFLOW_PROCESS_CONTEXT") == "client"
+    )
 
 
 def _from_airflow_metadata_db(conn_id: str) -> Any:
@@ -151,7 +160,11 @@ def _connection_url(conn: Any) -> str:
 
     # URL.create escapes what a password may hold ("@", ":", "/") that a formatted string would not.
     url = URL.create(
-        "postgresql+psycopg", username=conn.login or None, password=conn.password or None,
-        host=conn.host or None, port=conn.port or None, database=conn.schema or None,
+        "postgresql+psycopg",
+        username=conn.login or None,
+        password=conn.password or None,
+        host=conn.host or None,
+        port=conn.port or None,
+        database=conn.schema or None,
     )
     return url.render_as_string(hide_password=False)

@@ -32,7 +32,9 @@ class FakeTI:
     restart is simulated by calling it again with the next try_number; a try after a clear by
     giving ``max_tries``, which Airflow sets to ``try_number + retries`` when it clears)."""
 
-    def __init__(self, dag_id="dag", run_id="run1", task_id="trial", map_index=-1, try_number=1, max_tries=0):
+    def __init__(
+        self, dag_id="dag", run_id="run1", task_id="trial", map_index=-1, try_number=1, max_tries=0
+    ):
         self.dag_id, self.run_id, self.task_id = dag_id, run_id, task_id
         self.map_index, self.try_number, self.max_tries = map_index, try_number, max_tries
         self.xcom = {}

@@ -59,11 +59,21 @@ def test_leaderboard_json_and_table(experiment):
     assert result.exit_code == 0, result.output
     board = json.loads(result.stdout)
     assert board["metric"] == "score" and board["mode"] == "max"
-    assert [(r["config"]["scale"], r["best_value"]) for r in board["rows"]] == [(2.0, 6.0), (1.0, 3.0)]
+    assert [(r["config"]["scale"], r["best_value"]) for r in board["rows"]] == [
+        (2.0, 6.0),
+        (1.0, 3.0),
+    ]
     assert all(r["status"] == "TERMINATED" and r["best_checkpoint"] for r in board["rows"])
-    table = runner.invoke(app, ["leaderboard", "cli_exp", "--db-url", experiment["url"], "--run",
-                                experiment["run_id"]], env={"COLUMNS": "250"})
-    assert table.exit_code == 0 and "max score" in table.stdout and board["rows"][0]["trial_id"] in table.stdout
+    table = runner.invoke(
+        app,
+        ["leaderboard", "cli_exp", "--db-url", experiment["url"], "--run", experiment["run_id"]],
+        env={"COLUMNS": "250"},
+    )
+    assert (
+        table.exit_code == 0
+        and "max score" in table.stdout
+        and board["rows"][0]["trial_id"] in table.stdout
+    )
 
 
 def test_trials_shows_status_failures_best_and_checkpoint(experiment):
@@ -71,17 +81,37 @@ def test_trials_shows_status_failures_best_and_checkpoint(experiment):
     assert result.exit_code == 0, result.output
     trials = json.loads(result.stdout)["trials"]
     assert sorted(t["best_score"] for t in trials) == [3.0, 6.0]
-    assert all(t["num_failures"] == 0 and t["iterations"] == 3 and t["best_checkpoint"] and t["latest_checkpoint"] for t in trials)
+    assert all(
+        t["num_failures"] == 0
+        and t["iterations"] == 3
+        and t["best_checkpoint"]
+        and t["latest_checkpoint"]
+        for t in trials
+    )
 
 
 @pytest.mark.parametrize("command", ["leaderboard", "plot"])
 def test_a_metric_no_trial_reported_is_an_error_that_lists_the_reported_ones(experiment, command):
     out = experiment["tmp"] / "never.png"
-    result = invoke(command, "cli_exp", "--db-url", experiment["url"], "--metric", "acurracy", "--out", str(out)
-                    ) if command == "plot" else invoke(command, "cli_exp", "--db-url", experiment["url"],
-                                                       "--metric", "acurracy")
+    result = (
+        invoke(
+            command,
+            "cli_exp",
+            "--db-url",
+            experiment["url"],
+            "--metric",
+            "acurracy",
+            "--out",
+            str(out),
+        )
+        if command == "plot"
+        else invoke(command, "cli_exp", "--db-url", experiment["url"], "--metric", "acurracy")
+    )
     assert result.exit_code == 1
-    assert "reported metric 'acurracy'; its trials report score. Pass --metric with one of them." in result.output
+    assert (
+        "reported metric 'acurracy'; its trials report score. Pass --metric with one of them."
+        in result.output
+    )
     assert not out.exists()
 
 
@@ -101,14 +131,21 @@ def test_piped_tables_keep_full_trial_ids_run_keys_and_paths(experiment):
     env = {**os.environ, "COLUMNS": "40"}  # a narrow terminal's setting must not cut a pipe's lines
     shown = {}
     for command in ("leaderboard", "runs", "trials"):
-        done = subprocess.run([cli, command, "cli_exp", "--db-url", experiment["url"]], env=env,
-                              capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [cli, command, "cli_exp", "--db-url", experiment["url"]],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert done.returncode == 0, done.stderr
         shown[command] = done.stdout
     assert experiment["run_id"] in shown["runs"]
     for row in board:
         assert row.trial_id in shown["leaderboard"] and row.trial_id in shown["trials"]
-        assert row.best_checkpoint in shown["leaderboard"] and row.latest_checkpoint in shown["trials"]
+        assert (
+            row.best_checkpoint in shown["leaderboard"] and row.latest_checkpoint in shown["trials"]
+        )
     assert "…" not in shown["leaderboard"] + shown["runs"] + shown["trials"]
 
 
@@ -140,7 +177,9 @@ def test_usage_errors_exit_2():
     assert runner.invoke(app, ["leaderboard"]).exit_code == 2
 
 
-def test_db_url_goes_before_or_after_the_command_and_the_command_s_own_wins(experiment, tmp_path, monkeypatch):
+def test_db_url_goes_before_or_after_the_command_and_the_command_s_own_wins(
+    experiment, tmp_path, monkeypatch
+):
     from airflow_trials.store import TrialStore
 
     empty = f"sqlite:///{tmp_path / 'empty.db'}"

@@ -29,7 +29,9 @@ REFUSED = "postgresql+psycopg://postgres@127.0.0.1:1/x"  # nothing listens on po
 
 
 def _checkpoint(trial_id: str, iteration: int) -> str:
-    return f"/mnt/shared/airflow_trials/checkpoints/{EXPERIMENT}/{trial_id}/checkpoint_{iteration:06d}"
+    return (
+        f"/mnt/shared/airflow_trials/checkpoints/{EXPERIMENT}/{trial_id}/checkpoint_{iteration:06d}"
+    )
 
 
 def seed(url: str, experiment: str = EXPERIMENT) -> None:
@@ -40,12 +42,25 @@ def seed(url: str, experiment: str = EXPERIMENT) -> None:
     try:
         store.ensure_experiment(experiment, metric="loss", mode="min")
         run = store.create_experiment_run(experiment, RUN_KEY, dag_id="pipes", run_id=RUN_KEY)
-        for i, trial_id in enumerate(TRIAL_IDS if experiment == EXPERIMENT else [f"{experiment}-0"]):
-            store.upsert_trial(trial_id, trainable="pkg.train:fn", config={"lr": 0.1 / (i + 1)},
-                               resources={"cpu": 1}, max_failures=0, experiment_run_id=run,
-                               dag_id="pipes", run_id=RUN_KEY, task_id="trial", map_index=i)
+        for i, trial_id in enumerate(
+            TRIAL_IDS if experiment == EXPERIMENT else [f"{experiment}-0"]
+        ):
+            store.upsert_trial(
+                trial_id,
+                trainable="pkg.train:fn",
+                config={"lr": 0.1 / (i + 1)},
+                resources={"cpu": 1},
+                max_failures=0,
+                experiment_run_id=run,
+                dag_id="pipes",
+                run_id=RUN_KEY,
+                task_id="trial",
+                map_index=i,
+            )
             store.record_transition(trial_id, Transition.PLACED)
-            store.add_results(trial_id, [{"training_iteration": it, "loss": 1.0 / it + i} for it in (1, 2, 3)])
+            store.add_results(
+                trial_id, [{"training_iteration": it, "loss": 1.0 / it + i} for it in (1, 2, 3)]
+            )
             for it in (2, 3):
                 store.add_checkpoint(trial_id, _checkpoint(trial_id, it), it, score=1.0 / it + i)
             store.record_end(TrialEnd(trial_id, experiment, TrialStatus.TERMINATED))
@@ -77,8 +92,11 @@ def one_error_line(result_or_done) -> str:
     """The single stderr line of a failed command (exit code 1), without a traceback (besides the
     notice naming the default trials DB file, when no other is configured)."""
     code = getattr(result_or_done, "exit_code", getattr(result_or_done, "returncode", None))
-    lines = [line for line in result_or_done.stderr.strip().splitlines()
-             if not line.startswith("airflow_trials: no trials DB is configured")]
+    lines = [
+        line
+        for line in result_or_done.stderr.strip().splitlines()
+        if not line.startswith("airflow_trials: no trials DB is configured")
+    ]
     assert code == 1, (code, result_or_done.stdout, result_or_done.stderr)
     assert len(lines) == 1 and lines[0].startswith("Error: "), result_or_done.stderr
     assert "Traceback" not in result_or_done.stderr + result_or_done.stdout
@@ -86,9 +104,12 @@ def one_error_line(result_or_done) -> str:
 
 
 def run_cli(*args, env=None, timeout=120):
-    """The installed console script, stdout a pipe (not a TTY); ``env`` entries of None are unset."""
+    """The installed console script, stdout a pipe (not a TTY); ``env`` entries of None are
+    unset."""
     merged = {k: v for k, v in {**os.environ, **(env or {})}.items() if v is not None}
-    return subprocess.run([CLI, *map(str, args)], env=merged, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [CLI, *map(str, args)], env=merged, capture_output=True, text=True, timeout=timeout
+    )
 
 
 # -- --output ------------------------------------------------------------------------------------
@@ -102,7 +123,10 @@ def test_piped_plain_and_table_keep_full_trial_ids_run_keys_and_paths(seeded, fm
     assert RUN_KEY in shown["runs"] and EXPERIMENT in shown["runs"]
     for trial_id in TRIAL_IDS:
         assert trial_id in shown["leaderboard"] and trial_id in shown["trials"]
-        assert _checkpoint(trial_id, 3) in shown["leaderboard"] and _checkpoint(trial_id, 3) in shown["trials"]
+        assert (
+            _checkpoint(trial_id, 3) in shown["leaderboard"]
+            and _checkpoint(trial_id, 3) in shown["trials"]
+        )
     everything = "".join(shown.values())
     assert "…" not in everything and "Context impl" not in everything  # no ellipsis, no Alembic log
     if fmt == "plain":
@@ -117,13 +141,23 @@ def test_plain_is_a_header_line_then_tab_separated_rows_in_rank_order(seeded):
     result = invoke("leaderboard", EXPERIMENT, "--db-url", seeded, "--output", "plain")
     assert result.exit_code == 0, result.output
     header, *rows = result.stdout.splitlines()
-    assert header.split("\t") == ["rank", "trial", "lr", "status", "failures", "min loss", "iteration",
-                                  "best checkpoint"]
+    assert header.split("\t") == [
+        "rank",
+        "trial",
+        "lr",
+        "status",
+        "failures",
+        "min loss",
+        "iteration",
+        "best checkpoint",
+    ]
     assert [row.split("\t")[1] for row in rows] == TRIAL_IDS  # trial i's loss is 1/3 + i
     assert rows[0].split("\t")[5:] == ["0.333333", "3", _checkpoint(TRIAL_IDS[0], 3)]
 
 
-ASHA_STOP = "stopped by ASHA at training_iteration=3 (rung 1 of 4): loss 0.41 above the rung's cutoff 0.35"
+ASHA_STOP = (
+    "stopped by ASHA at training_iteration=3 (rung 1 of 4): loss 0.41 above the rung's cutoff 0.35"
+)
 
 
 def test_trials_say_why_each_trial_stopped_in_every_format(tmp_path):
@@ -138,7 +172,11 @@ def test_trials_say_why_each_trial_stopped_in_every_format(tmp_path):
         store.dispose()
     result = invoke("trials", EXPERIMENT, "--db-url", url, "--json")
     assert result.exit_code == 0, result.output
-    assert [row["stop_reason"] for row in json.loads(result.stdout)["trials"]] == [None, ASHA_STOP, None]
+    assert [row["stop_reason"] for row in json.loads(result.stdout)["trials"]] == [
+        None,
+        ASHA_STOP,
+        None,
+    ]
     header, *rows = invoke("trials", EXPERIMENT, "--db-url", url, "-o", "plain").stdout.splitlines()
     assert header.split("\t")[-1] == "stop reason"
     assert [row.split("\t")[-1] for row in rows] == ["-", ASHA_STOP, "-"]
@@ -146,14 +184,22 @@ def test_trials_say_why_each_trial_stopped_in_every_format(tmp_path):
 
 @pytest.mark.parametrize(
     "command",
-    [["experiments"], ["runs"], ["runs", EXPERIMENT], ["trials", EXPERIMENT], ["leaderboard", EXPERIMENT]],
+    [
+        ["experiments"],
+        ["runs"],
+        ["runs", EXPERIMENT],
+        ["trials", EXPERIMENT],
+        ["leaderboard", EXPERIMENT],
+    ],
     ids=lambda c: "-".join(c)[:20],
 )
 def test_yaml_and_json_parse_back_to_the_same_rows(seeded, command):
     as_json = invoke(*command, "--db-url", seeded, "-o", "json")
     as_yaml = invoke(*command, "--db-url", seeded, "-o", "yaml")
     alias = invoke(*command, "--db-url", seeded, "--json")
-    assert as_json.exit_code == as_yaml.exit_code == alias.exit_code == 0, as_json.output + as_yaml.output
+    assert as_json.exit_code == as_yaml.exit_code == alias.exit_code == 0, (
+        as_json.output + as_yaml.output
+    )
     document = json.loads(as_json.stdout)
     assert document and yaml.safe_load(as_yaml.stdout) == document
     assert alias.stdout == as_json.stdout
@@ -163,9 +209,16 @@ def test_plot_output_formats(seeded, tmp_path):
     path = tmp_path / "curves.png"
     result = invoke("plot", EXPERIMENT, "--db-url", seeded, "--out", path, "-o", "yaml")
     assert result.exit_code == 0, result.output
-    assert yaml.safe_load(result.stdout) == {"path": str(path), "trials": 3, "best_trial_id": TRIAL_IDS[0]}
+    assert yaml.safe_load(result.stdout) == {
+        "path": str(path),
+        "trials": 3,
+        "best_trial_id": TRIAL_IDS[0],
+    }
     result = invoke("plot", EXPERIMENT, "--db-url", seeded, "--out", path, "-o", "plain")
-    assert result.stdout.splitlines() == ["path\ttrials\tbest_trial_id", f"{path}\t3\t{TRIAL_IDS[0]}"]
+    assert result.stdout.splitlines() == [
+        "path\ttrials\tbest_trial_id",
+        f"{path}\t3\t{TRIAL_IDS[0]}",
+    ]
 
 
 def test_json_and_another_output_disagree(seeded):
@@ -187,7 +240,9 @@ def test_an_unknown_output_is_a_usage_error(seeded):
         ("postgresql+pg8000://u@h/db", "use sqlite:/// or postgresql+psycopg://"),
     ],
 )
-@pytest.mark.parametrize("command", [["experiments"], ["leaderboard", "x"], ["db", "upgrade"]], ids=" ".join)
+@pytest.mark.parametrize(
+    "command", [["experiments"], ["leaderboard", "x"], ["db", "upgrade"]], ids=" ".join
+)
 def test_a_bad_db_url_is_one_line_that_says_the_fix(url, fix, command, tmp_path, monkeypatch):
     if "pg8000" in url and importlib.util.find_spec("pg8000") is not None:
         pytest.skip("pg8000 is installed here; the case needs a driver that is not")
@@ -200,7 +255,10 @@ def test_a_bad_db_url_is_one_line_that_says_the_fix(url, fix, command, tmp_path,
 def test_a_refused_postgresql_connection_is_one_line_that_keeps_the_hint():
     line = one_error_line(run_cli("--db-url", REFUSED, "runs", timeout=60))
     assert "Connection refused" in line
-    assert line.endswith("Check that the database server is up and that the URL (host, port, user, database) is right.")
+    assert line.endswith(
+        "Check that the database server is up and that the URL (host, port, user, database) is "
+        "right."
+    )
 
 
 def test_a_store_error_keeps_its_hint_on_the_first_line():
@@ -215,7 +273,11 @@ def test_a_store_error_keeps_its_hint_on_the_first_line():
     finally:
         store.dispose()
     message = str(raised.value)
-    assert "\n" not in message and "Connection refused" in message and "Check that the database is up" in message
+    assert (
+        "\n" not in message
+        and "Connection refused" in message
+        and "Check that the database is up" in message
+    )
 
 
 @pytest.mark.parametrize("target", ["directory", "missing folder"])
@@ -240,7 +302,13 @@ def test_pool_set_on_a_never_migrated_airflow_home_creates_nothing(tmp_path):
 
 
 # -- reads create nothing ------------------------------------------------------------------------
-READS = [["experiments"], ["runs"], ["trials", "x"], ["leaderboard", "x"], ["plot", "x", "--out", "{tmp}/c.png"]]
+READS = [
+    ["experiments"],
+    ["runs"],
+    ["trials", "x"],
+    ["leaderboard", "x"],
+    ["plot", "x", "--out", "{tmp}/c.png"],
+]
 
 
 @pytest.mark.parametrize("command", READS, ids=lambda c: c[0])
@@ -285,7 +353,10 @@ def test_an_empty_migrated_db_says_there_are_no_experiments_yet(migrated_empty):
     assert result.stdout.startswith("No experiments yet in the trials DB at ")
     assert "Nothing of it was written" not in result.output
     assert json.loads(invoke("experiments", "--db-url", migrated_empty, "-o", "json").stdout) == []
-    assert invoke("runs", "--db-url", migrated_empty, "-o", "plain").stdout == "id\texperiment\trun key\tstatus\ttrials\tcreated\n"
+    assert (
+        invoke("runs", "--db-url", migrated_empty, "-o", "plain").stdout
+        == "id\texperiment\trun key\tstatus\ttrials\tcreated\n"
+    )
 
 
 @pytest.mark.postgres
@@ -306,7 +377,10 @@ def test_a_refused_postgresql_connection_names_the_test_server_s_user_and_databa
 
     refused = make_url(postgres_url()).set(port=1).render_as_string(hide_password=False)
     line = one_error_line(invoke("experiments", "--db-url", refused))
-    assert "port 1 failed: Connection refused" in line and "Check that the database server is up" in line
+    assert (
+        "port 1 failed: Connection refused" in line
+        and "Check that the database server is up" in line
+    )
 
 
 # -- which trials DB -----------------------------------------------------------------------------
@@ -329,21 +403,30 @@ def _names(*args) -> list[str]:
     return [e["name"] for e in json.loads(result.stdout)]
 
 
-def test_db_resolution_is_the_dags_flag_then_connection_then_env_then_default(three_dbs, monkeypatch):
+def test_db_resolution_is_the_dags_flag_then_connection_then_env_then_default(
+    three_dbs, monkeypatch
+):
     from airflow_trials.hooks.trials import TrialsDbHook
 
-    connection = json.dumps({"conn_type": "trials_db", "extra": {"url": three_dbs["from_connection"]}})
+    connection = json.dumps(
+        {"conn_type": "trials_db", "extra": {"url": three_dbs["from_connection"]}}
+    )
     monkeypatch.setenv("AIRFLOW_TRIALS_DB_URL", three_dbs["from_env"])
     assert _names("experiments") == ["from_env"]
     monkeypatch.setenv("AIRFLOW_CONN_TRIALS_DEFAULT", connection)
-    assert _names("experiments") == ["from_connection"] and TrialsDbHook().get_url() == three_dbs["from_connection"]
+    assert (
+        _names("experiments") == ["from_connection"]
+        and TrialsDbHook().get_url() == three_dbs["from_connection"]
+    )
     assert _names("experiments", "--db-url", three_dbs["from_flag"]) == ["from_flag"]
     assert _names("--db-url", three_dbs["from_flag"], "experiments") == ["from_flag"]
     monkeypatch.delenv("AIRFLOW_TRIALS_DB_URL")
     assert _names("experiments") == ["from_connection"]
     monkeypatch.delenv("AIRFLOW_CONN_TRIALS_DEFAULT")
     line = one_error_line(invoke("experiments"))
-    assert "(from the default SQLite file)" in line and TrialsDbHook().get_url().endswith("/trials.db")
+    assert "(from the default SQLite file)" in line and TrialsDbHook().get_url().endswith(
+        "/trials.db"
+    )
 
 
 def test_the_connection_is_found_without_an_airflow_metadata_db(three_dbs, tmp_path):
@@ -351,9 +434,14 @@ def test_the_connection_is_found_without_an_airflow_metadata_db(three_dbs, tmp_p
     and nothing is created in Airflow's home."""
     home = tmp_path / "airflow_home"
     home.mkdir()
-    connection = json.dumps({"conn_type": "trials_db", "extra": {"url": three_dbs["from_connection"]}})
-    env = {"AIRFLOW_HOME": str(home), "AIRFLOW_CONN_TRIALS_DEFAULT": connection,
-           "AIRFLOW_TRIALS_DB_URL": three_dbs["from_env"]}
+    connection = json.dumps(
+        {"conn_type": "trials_db", "extra": {"url": three_dbs["from_connection"]}}
+    )
+    env = {
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW_CONN_TRIALS_DEFAULT": connection,
+        "AIRFLOW_TRIALS_DB_URL": three_dbs["from_env"],
+    }
     done = run_cli("experiments", "-o", "json", env=env)
     assert done.returncode == 0, done.stderr
     assert [e["name"] for e in json.loads(done.stdout)] == ["from_connection"]

@@ -15,7 +15,9 @@ from tests.conftest import REPO
 def doc_blocks(name: str) -> list[str]:
     """The python blocks of ``docs/<name>`` that a test runs."""
     text = Path(REPO, "docs", name).read_text(encoding="utf-8")
-    return re.findall(r"<!-- runs: tests/airflow/test_doc_examples.py -->\n```python\n(.*?)```", text, re.S)
+    return re.findall(
+        r"<!-- runs: tests/airflow/test_doc_examples.py -->\n```python\n(.*?)```", text, re.S
+    )
 
 
 def test_airflow_md_s_experiment_dag_parses_with_the_retries_it_promises(trials_env):
@@ -24,7 +26,11 @@ def test_airflow_md_s_experiment_dag_parses_with_the_retries_it_promises(trials_
     exec(compile(block, "docs/airflow.md", "exec"), namespace)  # noqa: S102 - the doc's own code
     dag = namespace["dag"]
     assert dag.dag_id == "mnist_tuning"
-    assert sorted(dag.task_dict) == ["mnist_tuning.select_best", "mnist_tuning.suggest_configs", "mnist_tuning.trial"]
+    assert sorted(dag.task_dict) == [
+        "mnist_tuning.select_best",
+        "mnist_tuning.suggest_configs",
+        "mnist_tuning.trial",
+    ]
     trial = dag.task_dict["mnist_tuning.trial"]
     assert trial.retries == 2 + 3  # the block's comment: max_failures=2 gives 2 + 3 retries
     assert trial.pool == "gpu"

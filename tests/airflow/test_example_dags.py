@@ -16,7 +16,8 @@ EXAMPLES = os.path.join(REPO, "dags")
 
 
 def load(name):
-    """Copy the example into the test's DAGs folder (dag.test() serializes from there) and import it."""
+    """Copy the example into the test's DAGs folder (dag.test() serializes from there) and import
+    it."""
     target = os.path.join(dags_folder(), name)
     shutil.copy(os.path.join(EXAMPLES, name), target)
     spec = importlib.util.spec_from_file_location(f"example_{name[:-3]}", target)
@@ -54,4 +55,6 @@ def test_nightly_search_runs_and_publishes_its_best_trial(trials_env):
     # OptunaSearch chose the configs; ASHA judged every trial at its first rung (iteration 2).
     trials = trials_env.store.list_trials(experiment_run_id=exp_run.id)
     assert len({(t.config["lr"], t.config["l2"]) for t in trials}) == 8
-    assert all(2.0 in {r.milestone for r in trials_env.store.trial_rungs(t.trial_id)} for t in trials)
+    assert all(
+        2.0 in {r.milestone for r in trials_env.store.trial_rungs(t.trial_id)} for t in trials
+    )

@@ -23,8 +23,13 @@ def xcom(run, task_id, key="return_value", map_index=-1):
 
     with create_session() as session:
         row = session.scalars(
-            XComModel.get_many(run_id=run.run_id, dag_ids=run.dag_id, task_ids=task_id, key=key,
-                               map_indexes=map_index)
+            XComModel.get_many(
+                run_id=run.run_id,
+                dag_ids=run.dag_id,
+                task_ids=task_id,
+                key=key,
+                map_indexes=map_index,
+            )
         ).first()
         return None if row is None else XComModel.deserialize_value(row)
 
@@ -46,8 +51,10 @@ def experiment_dag(dag_id, **kwargs):
         "import datetime\n"
         "from airflow.sdk import DAG\n"
         "from airflow_trials.experiment import tuning_experiment\n\n"
-        f"with DAG({dag_id!r}, schedule=None, start_date=datetime.datetime(2026, 1, 1), catchup=False) as dag:\n"
-        f"    tuning_experiment(\n        experiment_name={dag_id!r},\n        group_id='tune',\n{arguments}    )\n"
+        f"with DAG({dag_id!r}, schedule=None, start_date=datetime.datetime(2026, 1, 1), "
+        "catchup=False) as dag:\n"
+        f"    tuning_experiment(\n        experiment_name={dag_id!r},\n        "
+        f"group_id='tune',\n{arguments}    )\n"
     )
     path = os.path.join(dags_folder(), f"{dag_id}.py")
     with open(path, "w") as f:
@@ -59,8 +66,10 @@ def experiment_dag(dag_id, **kwargs):
 
 
 def test_experiment_reaches_its_leaderboard(trials_env):
-    dag = experiment_dag("e2e", search_space={"scale": grid_search([1.0, 3.0, 2.0]), "sleep": 0.0,
-                                              "noise": uniform(0, 1)})
+    dag = experiment_dag(
+        "e2e",
+        search_space={"scale": grid_search([1.0, 3.0, 2.0]), "sleep": 0.0, "noise": uniform(0, 1)},
+    )
     run = dag.test()
     assert run.state == "success", task_states(run)
     best = xcom(run, "tune.select_best")
@@ -76,15 +85,21 @@ def test_experiment_reaches_its_leaderboard(trials_env):
     trial_state = xcom(run, "tune.trial", key="trial", map_index=0)
     assert trial_state["status"] == "TERMINATED" and trial_state["num_failures"] == 0
     assert trial_state["best_checkpoint"]
-    assert [r.trial_id for r in store.leaderboard(exp_run.id, "score", "max")][0] == best["trial_id"]
+    assert [r.trial_id for r in store.leaderboard(exp_run.id, "score", "max")][0] == best[
+        "trial_id"
+    ]
     assert live_trial_actors() == [] and live_placement_groups() == []
 
 
 def test_select_best_hands_over_the_best_checkpoint_not_the_latest(trials_env):
     from airflow_trials import load_checkpoint
 
-    dag = experiment_dag("peak", trainable="tests.trainables:peaked", search_space={"x": 1},
-                         stop={"training_iteration": 4})
+    dag = experiment_dag(
+        "peak",
+        trainable="tests.trainables:peaked",
+        search_space={"x": 1},
+        stop={"training_iteration": 4},
+    )
     run = dag.test()
     assert run.state == "success", task_states(run)
     best = xcom(run, "tune.select_best")
@@ -105,8 +120,11 @@ def test_same_run_suggests_the_same_configs():
 
 def test_a_crash_at_iteration_3_retries_from_its_checkpoint(trials_env, tmp_path):
     dag = experiment_dag(
-        "retry", search_space={"crash_at": 3, "marker": str(tmp_path / "crashed")},
-        stop={"training_iteration": 5}, max_failures=1, retry_delay=dt.timedelta(0),
+        "retry",
+        search_space={"crash_at": 3, "marker": str(tmp_path / "crashed")},
+        stop={"training_iteration": 5},
+        max_failures=1,
+        retry_delay=dt.timedelta(0),
     )
     run = dag.test()
     assert run.state == "success", task_states(run)
@@ -114,15 +132,22 @@ def test_a_crash_at_iteration_3_retries_from_its_checkpoint(trials_env, tmp_path
     (trial,) = store.list_trials(experiment_name="retry")
     assert trial.status.value == "TERMINATED" and trial.num_failures == 1 and trial.try_number == 2
     results = store.get_results(trial.trial_id)
-    assert [r["training_iteration"] for r in results] == [1, 2, 3, 4, 5]  # continuous, no duplicates
+    assert [r["training_iteration"] for r in results] == [
+        1,
+        2,
+        3,
+        4,
+        5,
+    ]  # continuous, no duplicates
     assert [r["score"] for r in results] == [1.0, 2.0, 3.0, 4.0, 5.0]
     # The retry restored checkpoint 2: its first result is one iteration after the restore.
     assert results[2]["iterations_since_restore"] == 1
 
 
 def test_exceeding_max_failures_fails_the_task_with_the_traceback(trials_env, capfd):
-    dag = experiment_dag("fails", trainable="tests.trainables:failing", search_space={},
-                         max_failures=0)
+    dag = experiment_dag(
+        "fails", trainable="tests.trainables:failing", search_space={}, max_failures=0
+    )
     run = dag.test()
     assert run.state == "failed"
     assert task_states(run)[("tune.trial", 0)] == "failed"
@@ -131,15 +156,22 @@ def test_exceeding_max_failures_fails_the_task_with_the_traceback(trials_env, ca
     assert "Traceback (most recent call last)" in trial.error_msg
     assert "broken trainable: key 'missing'" in trial.error_msg
     task_log = capfd.readouterr().out  # dag.test() writes the task logs to stdout
-    assert "Trial " + trial.trial_id + " of experiment fails failed (failure 1, no retries left)" in task_log
+    assert (
+        "Trial " + trial.trial_id + " of experiment fails failed (failure 1, no retries left)"
+        in task_log
+    )
     assert "broken trainable: key 'missing'" in task_log
     assert live_trial_actors() == []
 
 
 def test_gpu_pool_slots_on_the_mapped_trials():
     for gpu, slots in ((0.25, 1), (0.5, 2), (1, 4), (2, 8)):
-        dag = experiment_dag(f"pool{slots}", search_space={}, resources_per_trial={"cpu": 1, "gpu": gpu},
-                             gpu_pool="gpu")
+        dag = experiment_dag(
+            f"pool{slots}",
+            search_space={},
+            resources_per_trial={"cpu": 1, "gpu": gpu},
+            gpu_pool="gpu",
+        )
         trial_task = dag.get_task("tune.trial")
         assert trial_task.partial_kwargs["pool"] == "gpu"
         assert trial_task.partial_kwargs["pool_slots"] == slots
@@ -157,8 +189,12 @@ def test_malformed_experiments_are_refused_when_the_dag_is_parsed(kwargs, messag
     name = kwargs.pop("experiment_name", "bad")
     with pytest.raises(ValueError, match=message):
         with DAG("bad", schedule=None, start_date=START):
-            tuning_experiment(experiment_name=name, trainable="tests.trainables:counting",
-                              metric="score", **kwargs)
+            tuning_experiment(
+                experiment_name=name,
+                trainable="tests.trainables:counting",
+                metric="score",
+                **kwargs,
+            )
 
 
 def test_with_parameters_is_refused_when_the_dag_is_parsed_and_names_the_fix():
@@ -167,10 +203,17 @@ def test_with_parameters_is_refused_when_the_dag_is_parsed_and_names_the_fix():
 
     bundle = with_parameters("tests.trainables:with_array", data=[1.0, 2.0])
     with DAG("bad", schedule=None, start_date=START):
-        with pytest.raises(TypeError, match=r"Experiment bad: with_parameters\('tests.trainables:with_array', data\) "
-                           r"works only with TrialRunner .* each trial is its own task"):
-            tuning_experiment(experiment_name="bad", trainable=bundle, search_space={}, metric="score")
-        with pytest.raises(TypeError, match=r"RunTrialOperator 'trial': .* load the data inside the trainable"):
+        with pytest.raises(
+            TypeError,
+            match=r"Experiment bad: with_parameters\('tests.trainables:with_array', data\) "
+            r"works only with TrialRunner .* each trial is its own task",
+        ):
+            tuning_experiment(
+                experiment_name="bad", trainable=bundle, search_space={}, metric="score"
+            )
+        with pytest.raises(
+            TypeError, match=r"RunTrialOperator 'trial': .* load the data inside the trainable"
+        ):
             RunTrialOperator(task_id="trial", trainable=bundle)
 
 
@@ -178,18 +221,27 @@ def test_parsing_does_not_import_sample_from_functions():
     from airflow_trials.core.search import sample_from
 
     with DAG("lazy", schedule=None, start_date=START):
-        tuning_experiment(experiment_name="lazy", trainable="tests.trainables:counting", metric="score",
-                          search_space={"x": sample_from("tests.not_importable_at_parse:f")})
+        tuning_experiment(
+            experiment_name="lazy",
+            trainable="tests.trainables:counting",
+            metric="score",
+            search_space={"x": sample_from("tests.not_importable_at_parse:f")},
+        )
 
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
         ({"trainable": "tests.trainables:nope"}, "has no attribute 'nope'"),
-        ({"resources_per_trial": {"cpu": 1, "gpu": 8}}, "needs 1 CPU, 8 GPU but the Ray cluster has"),
+        (
+            {"resources_per_trial": {"cpu": 1, "gpu": 8}},
+            "needs 1 CPU, 8 GPU but the Ray cluster has",
+        ),
     ],
 )
-def test_bad_trainable_or_resources_fail_the_suggest_task_with_nothing_written(trials_env, kwargs, message, capfd):
+def test_bad_trainable_or_resources_fail_the_suggest_task_with_nothing_written(
+    trials_env, kwargs, message, capfd
+):
     kwargs.setdefault("search_space", {"x": 1})
     run = experiment_dag("badrun", **kwargs).test()
     assert run.state == "failed"

@@ -1,4 +1,5 @@
-"""RunTrialOperator called directly: deferral, re-attaching after a worker death, completion, bad input."""
+"""RunTrialOperator called directly: deferral, re-attaching after a worker death, completion, bad
+input."""
 
 from __future__ import annotations
 
@@ -32,7 +33,9 @@ async def first_event(trigger):
         return event.payload
 
 
-def test_execute_defers_and_a_second_try_reattaches_without_a_second_copy(trials_env, fake_context, tmp_path):
+def test_execute_defers_and_a_second_try_reattaches_without_a_second_copy(
+    trials_env, fake_context, tmp_path
+):
     # The trial holds at iteration 3 until the second try has re-attached, however slow the machine.
     config = {"sleep": 0.2, "hold_at": 3, "gate": str(tmp_path / "gate")}
     op = operator(trial_id="tw", config=config)
@@ -48,7 +51,10 @@ def test_execute_defers_and_a_second_try_reattaches_without_a_second_copy(trials
     with pytest.raises(TaskDeferred):
         again.execute(fake_context(try_number=2))
     assert live_trial_actors() == ["trial.ops.tw"]
-    assert ray.get(ray.get_actor("trial.ops.tw", namespace="airflow_trials").poll.remote(0))["pid"] == pid
+    assert (
+        ray.get(ray.get_actor("trial.ops.tw", namespace="airflow_trials").poll.remote(0))["pid"]
+        == pid
+    )
     (tmp_path / "gate").touch()
 
     event = asyncio.run(first_event(trigger))
@@ -64,15 +70,21 @@ def test_execute_defers_and_a_second_try_reattaches_without_a_second_copy(trials
     assert live_trial_actors() == [] and live_placement_groups() == []
 
 
-def test_a_trial_queued_for_resources_defers_at_once_and_starts_when_placed(trials_env, fake_context):
+def test_a_trial_queued_for_resources_defers_at_once_and_starts_when_placed(
+    trials_env, fake_context
+):
     """More trials than the cluster holds: the extra ones wait deferred, not in a worker."""
     from airflow_trials.execution.driver.executor import RayTrialExecutor, find_trial_actor
 
     ops, deferred = {}, {}
     for trial_id in ("q1", "q2"):  # each needs the whole cluster
-        ops[trial_id] = operator(trial_id=trial_id, config={"sleep": 0.1}, resources_per_trial={"cpu": 2})
+        ops[trial_id] = operator(
+            trial_id=trial_id, config={"sleep": 0.1}, resources_per_trial={"cpu": 2}
+        )
         with pytest.raises(TaskDeferred) as raised:
-            ops[trial_id].execute(fake_context(task_id=trial_id))  # returns without waiting for CPUs
+            ops[trial_id].execute(
+                fake_context(task_id=trial_id)
+            )  # returns without waiting for CPUs
         deferred[trial_id] = raised.value.trigger
     # Ray places one of them (which one is Ray's choice); the other waits for its CPUs.
     polls = {find_trial_actor("ops", t).poll.remote(0): t for t in ops}
@@ -86,7 +98,8 @@ def test_a_trial_queued_for_resources_defers_at_once_and_starts_when_placed(tria
     # A retry while it is still queued re-attaches to it instead of starting a second copy.
     with pytest.raises(TaskDeferred):
         operator(trial_id=queued, config={"sleep": 0.1}, resources_per_trial={"cpu": 2}).execute(
-            fake_context(task_id=queued, try_number=2))
+            fake_context(task_id=queued, try_number=2)
+        )
     assert sorted(live_trial_actors()) == ["trial.ops.q1", "trial.ops.q2"]
 
     event = asyncio.run(first_event(deferred[running]))  # the trigger frees its CPUs at the end...
@@ -94,19 +107,31 @@ def test_a_trial_queued_for_resources_defers_at_once_and_starts_when_placed(tria
     event = asyncio.run(first_event(deferred[queued]))  # ...so Ray places the queued trial
     assert event["status"] == "TERMINATED" and event["last_result"]["training_iteration"] == 4
     record = store.get_trial(queued)
-    assert record.status.value == "TERMINATED" and record.started_at is not None  # the trigger marked both
-    assert ops[queued].execute_complete(fake_context(task_id=queued), event)["status"] == "TERMINATED"
+    assert (
+        record.status.value == "TERMINATED" and record.started_at is not None
+    )  # the trigger marked both
+    assert (
+        ops[queued].execute_complete(fake_context(task_id=queued), event)["status"] == "TERMINATED"
+    )
     assert live_trial_actors() == [] and live_placement_groups() == []
 
 
 @pytest.mark.parametrize("status", ["TERMINATED", "ERROR"])
 def test_execute_complete_for_every_status(trials_env, fake_context, status):
     op = operator(trial_id=f"ec-{status.lower()}", max_failures=1)
-    trials_env.store.upsert_trial(op.trial_id, trainable=op.trainable, config={}, resources={}, max_failures=1)
+    trials_env.store.upsert_trial(
+        op.trial_id, trainable=op.trainable, config={}, resources={}, max_failures=1
+    )
     trials_env.store.record_transition(op.trial_id, Transition.PLACED)
-    event = {"trial_id": op.trial_id, "experiment_name": "ops", "status": status,
-             "error": "Traceback ...\nValueError: boom" if status == "ERROR" else None,
-             "last_result": {"training_iteration": 2}, "best_checkpoint": None, "num_results": 2}
+    event = {
+        "trial_id": op.trial_id,
+        "experiment_name": "ops",
+        "status": status,
+        "error": "Traceback ...\nValueError: boom" if status == "ERROR" else None,
+        "last_result": {"training_iteration": 2},
+        "best_checkpoint": None,
+        "num_results": 2,
+    }
     context = fake_context(try_number=1)
     if status == "TERMINATED":
         assert op.execute_complete(context, event)["status"] == "TERMINATED"
@@ -116,7 +141,9 @@ def test_execute_complete_for_every_status(trials_env, fake_context, status):
         assert context["ti"].xcom["trial"]["status"] == "PENDING"
         record = trials_env.store.get_trial(op.trial_id)
         assert record.num_failures == 1 and "ValueError: boom" in record.error_msg
-        with pytest.raises(AirflowFailException, match=r"failure 2, no retries left.*max_failures \(1\)"):
+        with pytest.raises(
+            AirflowFailException, match=r"failure 2, no retries left.*max_failures \(1\)"
+        ):
             op.execute_complete(fake_context(try_number=2), event)
         assert trials_env.store.get_trial(op.trial_id).status.value == "ERROR"
 
@@ -124,21 +151,35 @@ def test_execute_complete_for_every_status(trials_env, fake_context, status):
 def test_max_failures_below_retries_stops_retrying(trials_env, fake_context):
     """A run's params can give a trial fewer failures than the task's (fixed) retries."""
     op = operator(trial_id="budget", max_failures=0, retries=3)
-    trials_env.store.upsert_trial(op.trial_id, trainable=op.trainable, config={}, resources={}, max_failures=0)
-    event = {"trial_id": op.trial_id, "experiment_name": "ops", "status": "ERROR",
-             "error": "Traceback ...\nValueError: boom", "last_result": None, "best_checkpoint": None,
-             "num_results": 0}
-    with pytest.raises(AirflowFailException, match=r"no retries left.*max_failures \(0\) before the task's retries \(3\)"):
+    trials_env.store.upsert_trial(
+        op.trial_id, trainable=op.trainable, config={}, resources={}, max_failures=0
+    )
+    event = {
+        "trial_id": op.trial_id,
+        "experiment_name": "ops",
+        "status": "ERROR",
+        "error": "Traceback ...\nValueError: boom",
+        "last_result": None,
+        "best_checkpoint": None,
+        "num_results": 0,
+    }
+    with pytest.raises(
+        AirflowFailException,
+        match=r"no retries left.*max_failures \(0\) before the task's retries \(3\)",
+    ):
         op.execute_complete(fake_context(try_number=1), event)
     assert trials_env.store.get_trial(op.trial_id).status.value == "ERROR"
 
 
-def test_a_cleared_task_of_a_trial_that_failed_for_good_gets_a_fresh_failure_budget(trials_env, fake_context):
+def test_a_cleared_task_of_a_trial_that_failed_for_good_gets_a_fresh_failure_budget(
+    trials_env, fake_context
+):
     broken = operator(trial_id="flaky", deferrable=False, trainable="tests.trainables:failing")
     with pytest.raises(AirflowFailException, match="failure 1, no retries left"):
         broken.execute(fake_context())
     assert trials_env.store.get_trial("flaky").status.value == "ERROR"
-    # Cleared after the trainable was fixed: Airflow gives it fresh retries, the trial fresh failures.
+    # Cleared after the trainable was fixed: Airflow gives it fresh retries, the trial fresh
+    # failures.
     fixed = operator(trial_id="flaky", deferrable=False, trainable="tests.trainables:counting")
     state = fixed.execute(fake_context(try_number=2, max_tries=1 + fixed.retries))
     assert state["status"] == "TERMINATED" and state["num_failures"] == 0
@@ -163,13 +204,19 @@ def test_retries_default_to_max_failures():
     ("kwargs", "error", "message"),
     [
         ({"trainable": "tests.trainables:nope"}, TrainableNotFoundError, "has no attribute 'nope'"),
-        ({"resources_per_trial": {"cpu": 1, "gpu": 8}}, InsufficientResourcesError, "needs 1 CPU, 8 GPU"),
+        (
+            {"resources_per_trial": {"cpu": 1, "gpu": 8}},
+            InsufficientResourcesError,
+            "needs 1 CPU, 8 GPU",
+        ),
         ({"config": {"f": object()}}, ValueError, "config is not JSON-serialisable"),
         ({"trial_id": "../../etc"}, ValueError, "Trial id '../../etc' is not a valid name"),
         ({"experiment_name": "a/b"}, ValueError, "Experiment name 'a/b' is not a valid name"),
     ],
 )
-def test_bad_input_fails_before_any_ray_work_and_writes_nothing(trials_env, fake_context, kwargs, error, message):
+def test_bad_input_fails_before_any_ray_work_and_writes_nothing(
+    trials_env, fake_context, kwargs, error, message
+):
     kwargs.setdefault("trial_id", "bad")
     with pytest.raises(error, match=message):
         operator(**kwargs).execute(fake_context())
@@ -182,7 +229,8 @@ def test_clearing_a_finished_task_runs_the_trial_again_from_scratch(trials_env, 
     assert first["status"] == "TERMINATED"
     old_checkpoint = first["best_checkpoint"]
     before = trials_env.store.get_trial("again")
-    # Cleared: Airflow gives the task a fresh budget (max_tries = try_number + retries) and runs try 2.
+    # Cleared: Airflow gives the task a fresh budget (max_tries = try_number + retries) and runs try
+    # 2.
     rerun = operator(trial_id="again", deferrable=False)
     state = rerun.execute(fake_context(try_number=2, max_tries=1 + rerun.retries))
     assert state["status"] == "TERMINATED" and state["last_result"]["training_iteration"] == 4
@@ -196,29 +244,46 @@ def test_clearing_a_finished_task_runs_the_trial_again_from_scratch(trials_env, 
     assert live_trial_actors() == []
 
 
-def test_clearing_a_finished_task_after_raising_its_stopping_criterion_continues_the_trial(trials_env, fake_context):
+def test_clearing_a_finished_task_after_raising_its_stopping_criterion_continues_the_trial(
+    trials_env, fake_context
+):
     first = operator(trial_id="more", deferrable=False).execute(fake_context())
     assert first["status"] == "TERMINATED"
-    second = operator(trial_id="more", deferrable=False, stopping_criterion={"training_iteration": 6})
+    second = operator(
+        trial_id="more", deferrable=False, stopping_criterion={"training_iteration": 6}
+    )
     state = second.execute(fake_context(try_number=2, max_tries=1 + second.retries))
     assert state["status"] == "TERMINATED" and state["last_result"]["training_iteration"] == 6
     # It resumed from the checkpoint at iteration 4, so the stored history stays continuous.
-    assert [r["training_iteration"] for r in trials_env.store.get_results("more")] == [1, 2, 3, 4, 5, 6]
+    assert [r["training_iteration"] for r in trials_env.store.get_results("more")] == [
+        1,
+        2,
+        3,
+        4,
+        5,
+        6,
+    ]
 
 
-def test_a_retry_after_the_trial_finished_reports_the_stored_state_without_running_again(trials_env, fake_context):
+def test_a_retry_after_the_trial_finished_reports_the_stored_state_without_running_again(
+    trials_env, fake_context
+):
     first = operator(trial_id="done", deferrable=False, max_failures=1).execute(fake_context())
     assert first["status"] == "TERMINATED"
     # Airflow lost that success and retries the task (max_tries stays at its retries).
     context = fake_context(try_number=2, max_tries=1 + MAX_INFRASTRUCTURE_RESTARTS)
-    again = operator(trial_id="done", deferrable=True, max_failures=1).execute(context)  # no TaskDeferred
+    again = operator(trial_id="done", deferrable=True, max_failures=1).execute(
+        context
+    )  # no TaskDeferred
     assert again["status"] == "TERMINATED" and again["last_result"]["training_iteration"] == 4
     assert context["ti"].xcom["trial"] == again
     assert [r["training_iteration"] for r in trials_env.store.get_results("done")] == [1, 2, 3, 4]
     assert live_trial_actors() == []
 
 
-def test_a_placement_group_orphaned_by_a_killed_worker_does_not_block_the_next_try(trials_env, fake_context):
+def test_a_placement_group_orphaned_by_a_killed_worker_does_not_block_the_next_try(
+    trials_env, fake_context
+):
     """A worker killed between creating the trial's placement group and its actor leaves the group
     behind; the next try removes it and starts the trial instead of failing on its name."""
     from ray.util.placement_group import placement_group
@@ -230,26 +295,46 @@ def test_a_placement_group_orphaned_by_a_killed_worker_does_not_block_the_next_t
         op.execute(fake_context(task_id="orphan", try_number=2))
     assert live_trial_actors() == ["trial.ops.orphan"]
     event = asyncio.run(first_event(deferred.value.trigger))
-    assert op.execute_complete(fake_context(task_id="orphan", try_number=2), event)["status"] == "TERMINATED"
+    assert (
+        op.execute_complete(fake_context(task_id="orphan", try_number=2), event)["status"]
+        == "TERMINATED"
+    )
     assert [r["training_iteration"] for r in trials_env.store.get_results("orphan")] == [1, 2, 3, 4]
     assert live_trial_actors() == [] and live_placement_groups() == []
 
 
-def test_a_trial_lost_to_infrastructure_is_retried_without_counting_a_failure(trials_env, fake_context):
+def test_a_trial_lost_to_infrastructure_is_retried_without_counting_a_failure(
+    trials_env, fake_context
+):
     """Its node or Ray head went away (not its own code): the try fails so that Airflow retries
     it (a second deferral in one try can be failed by Airflow's scheduler), num_failures stays 0,
     and the retry resumes the trial from its latest checkpoint, so max_failures=0 still finishes."""
-    op = operator(trial_id="infra", config={"sleep": 0.05}, max_failures=0,
-                  stopping_criterion={"training_iteration": 6})
+    op = operator(
+        trial_id="infra",
+        config={"sleep": 0.05},
+        max_failures=0,
+        stopping_criterion={"training_iteration": 6},
+    )
     assert op.retries == MAX_INFRASTRUCTURE_RESTARTS
     store = trials_env.store
     first = fake_context(task_id="infra")
     with pytest.raises(TaskDeferred):
         op.execute(first)
-    lost = {"trial_id": "infra", "experiment_name": "ops", "status": "ERROR", "infrastructure": True,
-            "error": "Trial infra of experiment ops failed: its Ray actor is gone: the Ray cluster restarted.",
-            "last_result": None, "best_checkpoint": None, "num_results": 0, "released": False}
-    with pytest.raises(TrialError, match="Ray cluster restarted.*Not a failure of the trial: Airflow retries") as raised:
+    lost = {
+        "trial_id": "infra",
+        "experiment_name": "ops",
+        "status": "ERROR",
+        "infrastructure": True,
+        "error": "Trial infra of experiment ops failed: its Ray actor is gone: the Ray cluster "
+        "restarted.",
+        "last_result": None,
+        "best_checkpoint": None,
+        "num_results": 0,
+        "released": False,
+    }
+    with pytest.raises(
+        TrialError, match="Ray cluster restarted.*Not a failure of the trial: Airflow retries"
+    ) as raised:
         op.execute_complete(first, lost)
     assert raised.value.infrastructure
     record = store.get_trial("infra")
@@ -263,7 +348,11 @@ def test_a_trial_lost_to_infrastructure_is_retried_without_counting_a_failure(tr
     assert [r["training_iteration"] for r in store.get_results("infra")] == [1, 2, 3, 4, 5, 6]
     # With no retry left, such a loss fails the task like any other failure.
     store.record_transition("infra", Transition.QUEUED)
-    last = fake_context(task_id="infra", try_number=MAX_INFRASTRUCTURE_RESTARTS + 1, max_tries=MAX_INFRASTRUCTURE_RESTARTS)
+    last = fake_context(
+        task_id="infra",
+        try_number=MAX_INFRASTRUCTURE_RESTARTS + 1,
+        max_tries=MAX_INFRASTRUCTURE_RESTARTS,
+    )
     with pytest.raises(TrialError, match="failure 1, no retries left"):
         op.execute_complete(last, lost)
     assert store.get_trial("infra").num_failures == 1
@@ -310,8 +399,11 @@ def test_on_kill_in_the_worker_records_the_stop_fenced_by_its_try_and_stops_the_
     from airflow_trials.hooks.trials import STOPPED_FROM_AIRFLOW
 
     store = trials_env.store
-    long_run = {"trial_id": "killed", "config": {"sleep": 0.2},
-                "stopping_criterion": {"training_iteration": 100}}
+    long_run = {
+        "trial_id": "killed",
+        "config": {"sleep": 0.2},
+        "stopping_criterion": {"training_iteration": 100},
+    }
     first = operator(**long_run)
     with pytest.raises(TaskDeferred):
         first.execute(fake_context(try_number=1))
@@ -319,7 +411,10 @@ def test_on_kill_in_the_worker_records_the_stop_fenced_by_its_try_and_stops_the_
     assert live_trial_actors() == [] and live_placement_groups() == []
     record = store.get_trial("killed")
     assert (record.status.value, record.stopped_from_airflow, record.error_msg) == (
-        "TERMINATED", True, STOPPED_FROM_AIRFLOW)
+        "TERMINATED",
+        True,
+        STOPPED_FROM_AIRFLOW,
+    )
     # Its retry starts it again; a late on_kill of try 1 then leaves it to try 2.
     second = operator(**long_run)
     with pytest.raises(TaskDeferred):
@@ -342,18 +437,33 @@ def test_select_best_reconciles_trials_whose_tasks_ended_without_their_end(trial
     store = trials_env.store
     run = store.create_experiment_run("recon", "run-1")
     for trial_id in ("done", "stuck"):
-        store.upsert_trial(trial_id, trainable="tests.trainables:counting", config={}, resources={"cpu": 0.5},
-                           max_failures=0, experiment_run_id=run)
+        store.upsert_trial(
+            trial_id,
+            trainable="tests.trainables:counting",
+            config={},
+            resources={"cpu": 0.5},
+            max_failures=0,
+            experiment_run_id=run,
+        )
     store.record_transition("done", Transition.PLACED)
     store.record_end(TrialEnd("done", "recon", TrialStatus.TERMINATED))
     store.record_transition("stuck", Transition.PLACED)
     RayTrialExecutor(trials_env.storage).launch(
-        Trial("tests.trainables:counting", {"sleep": 0.5}, trial_id="stuck", experiment_name="recon",
-              resources={"cpu": 0.5}))
+        Trial(
+            "tests.trainables:counting",
+            {"sleep": 0.5},
+            trial_id="stuck",
+            experiment_name="recon",
+            resources={"cpu": 0.5},
+        )
+    )
     assert live_trial_actors() == ["trial.recon.stuck"]
 
     counts = reconcile_trial_ends(TrialsHook(), store, "recon", run, ["done", "stuck", "never"])
     assert counts == {"finished": 1, "failed": 1, "never_ran": 1}
     stuck = store.get_trial("stuck")
-    assert stuck.status.value == "ERROR" and "failed without recording the trial's end" in stuck.error_msg
+    assert (
+        stuck.status.value == "ERROR"
+        and "failed without recording the trial's end" in stuck.error_msg
+    )
     assert live_trial_actors() == [] and live_placement_groups() == []

@@ -18,12 +18,18 @@ from airflow_trials.triggers.trial import TrialStatusTrigger
 def test_provider_info_is_registered_on_the_entry_point():
     from importlib.metadata import entry_points
 
-    (entry,) = [e for e in entry_points(group="apache_airflow_provider") if e.value.startswith("airflow_trials")]
+    (entry,) = [
+        e
+        for e in entry_points(group="apache_airflow_provider")
+        if e.value.startswith("airflow_trials")
+    ]
     info = entry.load()()
     assert info["package-name"] == "airflow-trials"
     types = {c["connection-type"]: c["hook-class-name"] for c in info["connection-types"]}
-    assert types == {"ray": "airflow_trials.hooks.trials.RayHook",
-                     "trials_db": "airflow_trials.hooks.trials.TrialsDbHook"}
+    assert types == {
+        "ray": "airflow_trials.hooks.trials.RayHook",
+        "trials_db": "airflow_trials.hooks.trials.TrialsDbHook",
+    }
 
 
 def test_airflow_providers_manager_sees_the_connection_types(airflow_home):
@@ -39,7 +45,9 @@ def test_airflow_providers_manager_sees_the_connection_types(airflow_home):
 def _conn(monkeypatch, conn_id, **fields):
     from airflow.sdk import Connection
 
-    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", Connection(conn_id=conn_id, **fields).as_json())
+    monkeypatch.setenv(
+        f"AIRFLOW_CONN_{conn_id.upper()}", Connection(conn_id=conn_id, **fields).as_json()
+    )
 
 
 def test_trials_db_url_from_connection_env_or_default(airflow_home, monkeypatch, tmp_path):
@@ -49,11 +57,33 @@ def test_trials_db_url_from_connection_env_or_default(airflow_home, monkeypatch,
     assert TrialsDbHook("missing").get_url().endswith("/trials.db")
     monkeypatch.setenv("AIRFLOW_TRIALS_DB_URL", "sqlite:///x.db")
     assert TrialsDbHook("missing").get_url() == "sqlite:///x.db"
-    _conn(monkeypatch, "db_extra", conn_type="trials_db", extra=json.dumps({"url": "postgresql+psycopg://a@h/t"}))
+    _conn(
+        monkeypatch,
+        "db_extra",
+        conn_type="trials_db",
+        extra=json.dumps({"url": "postgresql+psycopg://a@h/t"}),
+    )
     assert TrialsDbHook("db_extra").get_url() == "postgresql+psycopg://a@h/t"
-    _conn(monkeypatch, "db_pg", conn_type="postgres", host="pg", login="u", password="p", port=5433, schema="trials")
+    _conn(
+        monkeypatch,
+        "db_pg",
+        conn_type="postgres",
+        host="pg",
+        login="u",
+        password="p",
+        port=5433,
+        schema="trials",
+    )
     assert TrialsDbHook("db_pg").get_url() == "postgresql+psycopg://u:p@pg:5433/trials"
-    _conn(monkeypatch, "db_odd", conn_type="postgres", host="pg", login="u", password="p@ss:w/rd%", schema="trials")
+    _conn(
+        monkeypatch,
+        "db_odd",
+        conn_type="postgres",
+        host="pg",
+        login="u",
+        password="p@ss:w/rd%",
+        schema="trials",
+    )
     from sqlalchemy.engine import make_url
 
     parsed = make_url(TrialsDbHook("db_odd").get_url())
@@ -65,12 +95,25 @@ def test_ray_settings_from_connection_then_ray_address(airflow_home, monkeypatch
 
     monkeypatch.setenv("RAY_ADDRESS", "ray://from-env:10001")
     assert RayHook("missing").settings() == {
-        "address": "ray://from-env:10001", "namespace": "airflow_trials", "runtime_env": None, "storage_path": None
+        "address": "ray://from-env:10001",
+        "namespace": "airflow_trials",
+        "runtime_env": None,
+        "storage_path": None,
     }
-    _conn(monkeypatch, "my_ray", conn_type="ray", host="ray://head:10001",
-          extra=json.dumps({"namespace": "tuning", "storage_path": "s3://b/t", "runtime_env": {"pip": ["x"]}}))
+    _conn(
+        monkeypatch,
+        "my_ray",
+        conn_type="ray",
+        host="ray://head:10001",
+        extra=json.dumps(
+            {"namespace": "tuning", "storage_path": "s3://b/t", "runtime_env": {"pip": ["x"]}}
+        ),
+    )
     assert RayHook("my_ray").settings() == {
-        "address": "ray://head:10001", "namespace": "tuning", "runtime_env": {"pip": ["x"]}, "storage_path": "s3://b/t"
+        "address": "ray://head:10001",
+        "namespace": "tuning",
+        "runtime_env": {"pip": ["x"]},
+        "storage_path": "s3://b/t",
     }
 
 
@@ -88,7 +131,9 @@ def test_ensure_gpu_pool_sets_slots_and_include_deferred(airflow_home):
 def test_sensor_defers_until_the_trial_ends_then_returns_statuses(trials_env):
     store = trials_env.store
     store.upsert_trial("s1", trainable="m:f", config={}, resources={}, max_failures=0)
-    sensor = TrialSensor(task_id="wait", experiment_name="exp", trial_id="s1", deferrable=True, poke_interval=0.05)
+    sensor = TrialSensor(
+        task_id="wait", experiment_name="exp", trial_id="s1", deferrable=True, poke_interval=0.05
+    )
     with pytest.raises(TaskDeferred) as deferred:
         sensor.execute({})
     assert isinstance(deferred.value.trigger, TrialStatusTrigger)
@@ -104,7 +149,11 @@ def test_sensor_defers_until_the_trial_ends_then_returns_statuses(trials_env):
             await events.aclose()  # as the triggerer does: its cleanup runs inside the loop
 
     event = asyncio.run(first_event(deferred.value.trigger))
-    assert sensor.execute_complete({}, event.payload) == {"done": True, "statuses": {"s1": "TERMINATED"}, "failed": []}
+    assert sensor.execute_complete({}, event.payload) == {
+        "done": True,
+        "statuses": {"s1": "TERMINATED"},
+        "failed": [],
+    }
 
 
 def test_sensor_waits_for_a_whole_experiment_run_and_fails_on_errors(trials_env):
@@ -112,15 +161,23 @@ def test_sensor_waits_for_a_whole_experiment_run_and_fails_on_errors(trials_env)
     store.ensure_experiment("exp2", metric="loss", mode="min")
     run_pk = store.create_experiment_run("exp2", "manual__1")
     for trial_id, status in (("a", TrialStatus.TERMINATED), ("b", TrialStatus.ERROR)):
-        store.upsert_trial(trial_id, trainable="m:f", config={}, resources={}, max_failures=0,
-                           experiment_run_id=run_pk)
+        store.upsert_trial(
+            trial_id,
+            trainable="m:f",
+            config={},
+            resources={},
+            max_failures=0,
+            experiment_run_id=run_pk,
+        )
         store.record_transition(trial_id, Transition.PLACED)
         fate = None if status is TrialStatus.TERMINATED else after_failure(trial_id, 0, 0)
         store.record_end(TrialEnd(trial_id, "exp2", status), fate)
     sensor = TrialSensor(task_id="w", experiment_name="exp2", run_key="manual__1", deferrable=False)
     with pytest.raises(TrialError, match="trials b ended in ERROR"):
         sensor.poke({})
-    relaxed = TrialSensor(task_id="w2", experiment_name="exp2", run_key="manual__1", fail_on_error=False)
+    relaxed = TrialSensor(
+        task_id="w2", experiment_name="exp2", run_key="manual__1", fail_on_error=False
+    )
     assert relaxed.poke({}).xcom_value["statuses"] == {"a": "TERMINATED", "b": "ERROR"}
     unknown = TrialSensor(task_id="w3", experiment_name="exp2", run_key="manual__9")
     assert unknown.poke({}).is_done is False

@@ -21,15 +21,23 @@ def readme_dag_source() -> str:
     return readme_dag_blocks()[0]
 
 
-def test_the_readme_sweep_dag_parses_into_one_sweep_task_for_more_trials_than_a_mapped_task_may_have(trials_env):
+def test_the_readme_sweep_dag_is_one_task_for_more_trials_than_a_mapped_task_may_have(
+    trials_env,
+):
     from airflow_trials.operators.sweep import RunSweepOperator
 
     first, sweep = readme_dag_blocks()
-    imports = "\n".join(line for line in first.splitlines() if line.startswith(("import ", "from ")))
+    imports = "\n".join(
+        line for line in first.splitlines() if line.startswith(("import ", "from "))
+    )
     namespace: dict = {}
     exec(compile(f"{imports}\n{sweep}", "README.md", "exec"), namespace)  # noqa: S102 - the README's own code
     dag = namespace["sweep_dag"]
-    assert sorted(dag.task_dict) == ["big_sweep.select_best", "big_sweep.suggest_configs", "big_sweep.sweep"]
+    assert sorted(dag.task_dict) == [
+        "big_sweep.select_best",
+        "big_sweep.suggest_configs",
+        "big_sweep.sweep",
+    ]
     assert isinstance(dag.task_dict["big_sweep.sweep"], RunSweepOperator)
 
 
@@ -56,7 +64,11 @@ def test_the_readme_dag_runs_to_its_leaderboard(trials_env):
     for t in trials:
         iterations = [r["training_iteration"] for r in store.get_results(t.trial_id)]
         assert 2.0 in {r.milestone for r in store.trial_rungs(t.trial_id)}
-        if t.stop_reason and t.stop_reason.startswith("stopped by ASHA at training_iteration=") and "max_t" not in t.stop_reason:
+        if (
+            t.stop_reason
+            and t.stop_reason.startswith("stopped by ASHA at training_iteration=")
+            and "max_t" not in t.stop_reason
+        ):
             milestone = int(t.stop_reason.split("=")[1].split(" ")[0])
             assert iterations == list(range(1, milestone + 1)), (t.stop_reason, iterations)
         else:

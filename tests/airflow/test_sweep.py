@@ -21,23 +21,40 @@ NAMESPACE = "airflow_trials"
 def live_drivers() -> list[str]:
     import ray
 
-    return [e["name"] for e in ray.util.list_named_actors(all_namespaces=True) if e["name"].startswith("sweep.")]
+    return [
+        e["name"]
+        for e in ray.util.list_named_actors(all_namespaces=True)
+        if e["name"].startswith("sweep.")
+    ]
 
 
 def nothing_left_on_ray() -> None:
-    """No driver, trial actor or placement group is left: killed actors leave Ray's list soon after."""
-    wait_for(lambda: live_drivers() == [] and live_trial_actors() == [] and live_placement_groups() == [],
-             "the sweep's driver, actors and placement groups to be gone", timeout_s=60)
+    """No driver, trial actor or placement group is left: killed actors leave Ray's list soon
+    after."""
+    wait_for(
+        lambda: (
+            live_drivers() == [] and live_trial_actors() == [] and live_placement_groups() == []
+        ),
+        "the sweep's driver, actors and placement groups to be gone",
+        timeout_s=60,
+    )
 
 
 def test_a_sweep_dag_runs_every_trial_in_one_task(trials_env):
-    dag = experiment_dag("sweep_e2e", search_space={"scale": grid_search([1.0, 3.0, 2.0, 0.5, 4.0, 1.5])},
-                         sweep=True, max_concurrent_trials=2)
+    dag = experiment_dag(
+        "sweep_e2e",
+        search_space={"scale": grid_search([1.0, 3.0, 2.0, 0.5, 4.0, 1.5])},
+        sweep=True,
+        max_concurrent_trials=2,
+    )
     run = dag.test()
     states = task_states(run)
     assert run.state == "success", states
-    assert states == {("tune.suggest_configs", -1): "success", ("tune.sweep", -1): "success",
-                      ("tune.select_best", -1): "success"}
+    assert states == {
+        ("tune.suggest_configs", -1): "success",
+        ("tune.sweep", -1): "success",
+        ("tune.select_best", -1): "success",
+    }
     store = trials_env.store
     (exp_run,) = store.list_experiment_runs("sweep_e2e")
     trials = store.list_trials(experiment_run_id=exp_run.id)
@@ -55,10 +72,18 @@ def test_a_sweep_dag_runs_every_trial_in_one_task(trials_env):
 def test_a_sweep_runs_its_scheduler_in_the_driver(trials_env):
     """ASHA decides in the driver (the runner's scheduler). With two trials at a time, best first,
     the worst trial starts after four others recorded rung 1, all above it: it stops there."""
-    asha = Code("__import__('airflow_trials').ASHAScheduler(max_t=9, grace_period=1, reduction_factor=3)")
+    asha = Code(
+        "__import__('airflow_trials').ASHAScheduler(max_t=9, grace_period=1, reduction_factor=3)"
+    )
     scales = [6.0, 5.0, 4.0, 3.0, 2.0, 1.0]
-    dag = experiment_dag("sweep_asha", search_space={"scale": grid_search(scales)}, stop={"training_iteration": 9},
-                         sweep=True, max_concurrent_trials=2, scheduler=asha)
+    dag = experiment_dag(
+        "sweep_asha",
+        search_space={"scale": grid_search(scales)},
+        stop={"training_iteration": 9},
+        sweep=True,
+        max_concurrent_trials=2,
+        scheduler=asha,
+    )
     run = dag.test()
     assert run.state == "success", task_states(run)
     store = trials_env.store
@@ -67,21 +92,40 @@ def test_a_sweep_runs_its_scheduler_in_the_driver(trials_env):
     assert {t.status.value for t in by_scale.values()} == {"TERMINATED"}
     assert by_scale[6.0].last_result["training_iteration"] == 9
     worst = by_scale[1.0]
-    assert worst.last_result["training_iteration"] == 1 and worst.stop_reason.startswith("stopped by ASHA")
+    assert worst.last_result["training_iteration"] == 1 and worst.stop_reason.startswith(
+        "stopped by ASHA"
+    )
     assert xcom(run, "tune.select_best")["config"]["scale"] == 6.0
 
 
 def test_a_gpu_pool_sweep_needs_max_concurrent_trials(trials_env):
-    with pytest.raises(ValueError, match="sweep=True with gpu_pool 'gpus' needs max_concurrent_trials"):
-        experiment_dag("sweep_gpu", search_space={"scale": grid_search([1.0])}, sweep=True, gpu_pool="gpus",
-                       resources_per_trial={"cpu": 0.5, "gpu": 1})
+    with pytest.raises(
+        ValueError, match="sweep=True with gpu_pool 'gpus' needs max_concurrent_trials"
+    ):
+        experiment_dag(
+            "sweep_gpu",
+            search_space={"scale": grid_search([1.0])},
+            sweep=True,
+            gpu_pool="gpus",
+            resources_per_trial={"cpu": 0.5, "gpu": 1},
+        )
 
 
 def test_a_gpu_pool_sweep_holds_its_concurrent_trials_slots(trials_env):
-    dag = experiment_dag("sweep_pool", search_space={"scale": grid_search([1.0, 2.0])}, sweep=True, gpu_pool="gpus",
-                         resources_per_trial={"cpu": 0.5, "gpu": 0.5}, max_concurrent_trials=3)
+    dag = experiment_dag(
+        "sweep_pool",
+        search_space={"scale": grid_search([1.0, 2.0])},
+        sweep=True,
+        gpu_pool="gpus",
+        resources_per_trial={"cpu": 0.5, "gpu": 0.5},
+        max_concurrent_trials=3,
+    )
     sweep = dag.get_task("tune.sweep")
-    assert (sweep.pool, sweep.pool_slots, sweep.max_concurrent_trials) == ("gpus", 2 * 3, 3)  # 0.5 GPU = 2 slots
+    assert (sweep.pool, sweep.pool_slots, sweep.max_concurrent_trials) == (
+        "gpus",
+        2 * 3,
+        3,
+    )  # 0.5 GPU = 2 slots
 
 
 def sweep_operator(**kwargs):
@@ -89,15 +133,23 @@ def sweep_operator(**kwargs):
 
     kwargs.setdefault("trainable", "tests.trainables:counting")
     kwargs.setdefault("deferrable", True)
-    return RunSweepOperator(task_id="sweep", metric="score", mode="max", experiment_name="sweep_op",
-                            stopping_criterion={"training_iteration": 3}, resources_per_trial={"cpu": 0.5},
-                            poll_interval_seconds=0.05, **kwargs)
+    return RunSweepOperator(
+        task_id="sweep",
+        metric="score",
+        mode="max",
+        experiment_name="sweep_op",
+        stopping_criterion={"training_iteration": 3},
+        resources_per_trial={"cpu": 0.5},
+        poll_interval_seconds=0.05,
+        **kwargs,
+    )
 
 
 def first_trigger_event(trigger):
     async def first():
         async for event in trigger.run():
             return event
+
     return asyncio.run(first())
 
 
@@ -112,8 +164,17 @@ def test_execute_complete_reads_each_sweep_end(status, fake_context):
     from airflow_trials.core.end import SweepEnd, SweepStatus
     from airflow_trials.operators.sweep import SweepLostError
 
-    progress = {"total": 2, "terminated": 2, "errored": 0, "best_value": 6.0, "best_trial_id": "t2",
-                "metric": "score", "mode": "max", "elapsed_seconds": 3.0, "finished": True}
+    progress = {
+        "total": 2,
+        "terminated": 2,
+        "errored": 0,
+        "best_value": 6.0,
+        "best_trial_id": "t2",
+        "metric": "score",
+        "mode": "max",
+        "elapsed_seconds": 3.0,
+        "finished": True,
+    }
     ends = {
         "finished": SweepEnd("run8", SweepStatus.FINISHED, progress),
         "error": SweepEnd("run8", SweepStatus.ERROR, progress, "ValueError: boom"),
@@ -126,8 +187,11 @@ def test_execute_complete_reads_each_sweep_end(status, fake_context):
         assert (summary["total"], summary["best_value"], summary["run_key"]) == (2, 6.0, "run8")
         assert context["ti"].xcom["sweep"] == summary
         return
-    match = ("driver of run run8 failed.*\n.*ValueError: boom" if status == "error"
-             else "run run8 of experiment sweep_op is gone with 1 of 2")
+    match = (
+        "driver of run run8 failed.*\n.*ValueError: boom"
+        if status == "error"
+        else "run run8 of experiment sweep_op is gone with 1 of 2"
+    )
     with pytest.raises(SweepLostError, match=match):
         operator.execute_complete(context, event)
     assert context["ti"].xcom == {}
@@ -140,7 +204,9 @@ def wait_for(condition, what, timeout_s=120.0):
         time.sleep(0.05)
 
 
-def test_a_sweep_reattaches_to_its_driver_and_resumes_after_losing_it(trials_env, fake_context, tmp_path):
+def test_a_sweep_reattaches_to_its_driver_and_resumes_after_losing_it(
+    trials_env, fake_context, tmp_path
+):
     """Try 1 starts the driver; try 2 (its worker died) re-attaches to it, never starting another.
     The driver is then killed with two trials finished and two mid-run: the trigger reports it
     lost, and try 3's new driver runs only the unfinished two, from their checkpoints."""
@@ -154,9 +220,16 @@ def test_a_sweep_reattaches_to_its_driver_and_resumes_after_losing_it(trials_env
     run_pk = store.create_experiment_run("sweep_op", "run1")
     gate = tmp_path / "gate"
     ids = trial_ids("sweep_op", "dag", "run1", 4)
-    configs = [{"scale": 1.0}, {"scale": 2.0}, {"scale": 3.0, "hold_at": 2, "gate": str(gate)},
-               {"scale": 4.0, "hold_at": 2, "gate": str(gate)}]
-    trials = [{"trial_id": i, "config": c, "experiment_run_id": run_pk} for i, c in zip(ids, configs, strict=True)]
+    configs = [
+        {"scale": 1.0},
+        {"scale": 2.0},
+        {"scale": 3.0, "hold_at": 2, "gate": str(gate)},
+        {"scale": 4.0, "hold_at": 2, "gate": str(gate)},
+    ]
+    trials = [
+        {"trial_id": i, "config": c, "experiment_run_id": run_pk}
+        for i, c in zip(ids, configs, strict=True)
+    ]
     operator = sweep_operator(trials=trials)
 
     with pytest.raises(TaskDeferred) as first:
@@ -170,9 +243,11 @@ def test_a_sweep_reattaches_to_its_driver_and_resumes_after_losing_it(trials_env
 
     def progressed() -> bool:
         records = {r.trial_id: r for r in store.list_trials(experiment_run_id=run_pk)}
-        return (all(ids[i] in records and records[ids[i]].status.value == "TERMINATED" for i in (0, 1))
-                and all(len(store.get_results(ids[i])) == 1 for i in (2, 3) if ids[i] in records)
-                and all(ids[i] in records for i in (2, 3)))
+        return (
+            all(ids[i] in records and records[ids[i]].status.value == "TERMINATED" for i in (0, 1))
+            and all(len(store.get_results(ids[i])) == 1 for i in (2, 3) if ids[i] in records)
+            and all(ids[i] in records for i in (2, 3))
+        )
 
     wait_for(progressed, "two trials to finish and two to hold at iteration 2")
     finished_before = {i: store.get_results(ids[i]) for i in (0, 1)}
@@ -199,7 +274,9 @@ def test_a_sweep_reattaches_to_its_driver_and_resumes_after_losing_it(trials_env
     nothing_left_on_ray()
 
 
-def test_a_stop_from_an_older_try_never_ends_the_sweep_a_newer_try_took_over(trials_env, fake_context, tmp_path):
+def test_a_stop_from_an_older_try_never_ends_the_sweep_a_newer_try_took_over(
+    trials_env, fake_context, tmp_path
+):
     """on_kill of try 1 (the task was cleared, say) may run after try 2 re-attached: it leaves the
     driver alone. A cleared task's stop waits for its next try to claim the driver, and is dropped
     when one does. A stop from the try that watches it stops the trials, keeping their results,
@@ -214,21 +291,34 @@ def test_a_stop_from_an_older_try_never_ends_the_sweep_a_newer_try_took_over(tri
     run_pk = store.create_experiment_run("sweep_op", "run2")
     ids = trial_ids("sweep_op", "dag", "run2", 2)
     held = {"scale": 1.0, "hold_at": 2, "gate": str(tmp_path / "never")}
-    operator = sweep_operator(trials=[{"trial_id": i, "config": held, "experiment_run_id": run_pk} for i in ids])
+    operator = sweep_operator(
+        trials=[{"trial_id": i, "config": held, "experiment_run_id": run_pk} for i in ids]
+    )
     for try_number in (1, 2):
         with pytest.raises(TaskDeferred):
             operator.execute(fake_context(run_id="run2", try_number=try_number))
-    wait_for(lambda: len(store.list_trials(experiment_run_id=run_pk)) == 2 and all(
-        t.status.value == "RUNNING" and store.get_results(t.trial_id)
-        for t in store.list_trials(experiment_run_id=run_pk)), "both trials to hold at iteration 2")
+    wait_for(
+        lambda: (
+            len(store.list_trials(experiment_run_id=run_pk)) == 2
+            and all(
+                t.status.value == "RUNNING" and store.get_results(t.trial_id)
+                for t in store.list_trials(experiment_run_id=run_pk)
+            )
+        ),
+        "both trials to hold at iteration 2",
+    )
 
     assert stop_driver("sweep_op", "run2", NAMESPACE, try_number=1) is False
     driver = ray.get_actor("sweep.sweep_op.run2", namespace=NAMESPACE)
-    assert ray.get(driver.request_stop.remote(2, 600.0)) is True  # try 2's task cleared: a stop pending
+    assert (
+        ray.get(driver.request_stop.remote(2, 600.0)) is True
+    )  # try 2's task cleared: a stop pending
     assert ray.get(driver.progress.remote())["stop_pending"] is True
     assert ray.get(driver.claim.remote(3)) == 3  # try 3 re-attached: the pending stop is dropped
     snapshot = ray.get(driver.progress.remote())
-    assert snapshot["stop_pending"] is False and snapshot["running"] == 2 and not snapshot["finished"]
+    assert (
+        snapshot["stop_pending"] is False and snapshot["running"] == 2 and not snapshot["finished"]
+    )
 
     assert stop_driver("sweep_op", "run2", NAMESPACE, try_number=3) is True
     nothing_left_on_ray()
@@ -237,22 +327,30 @@ def test_a_stop_from_an_older_try_never_ends_the_sweep_a_newer_try_took_over(tri
         assert [r["training_iteration"] for r in store.get_results(trial_id)] == [1]
 
 
-def test_a_sweep_that_is_not_deferrable_watches_its_driver_from_the_worker(trials_env, fake_context):
+def test_a_sweep_that_is_not_deferrable_watches_its_driver_from_the_worker(
+    trials_env, fake_context
+):
     from airflow_trials.experiment import trial_ids
 
     store = trials_env.store
     store.ensure_experiment("sweep_op", metric="score", mode="max")
     run_pk = store.create_experiment_run("sweep_op", "run3")
-    trials = [{"trial_id": i, "config": {"scale": float(n)}, "experiment_run_id": run_pk}
-              for n, i in enumerate(trial_ids("sweep_op", "dag", "run3", 2), start=1)]
+    trials = [
+        {"trial_id": i, "config": {"scale": float(n)}, "experiment_run_id": run_pk}
+        for n, i in enumerate(trial_ids("sweep_op", "dag", "run3", 2), start=1)
+    ]
     context = fake_context(run_id="run3")
-    summary = sweep_operator(trials=trials, deferrable=False).execute(context)  # no TaskDeferred: it blocks
+    summary = sweep_operator(trials=trials, deferrable=False).execute(
+        context
+    )  # no TaskDeferred: it blocks
     assert (summary["total"], summary["terminated"], summary["best_value"]) == (2, 2, 6.0)
     assert context["ti"].xcom["sweep"] == summary
     nothing_left_on_ray()
 
 
-def test_under_a_triggerer_a_finished_sweep_ends_its_task_from_the_trigger(trials_env, fake_context, monkeypatch):
+def test_under_a_triggerer_a_finished_sweep_ends_its_task_from_the_trigger(
+    trials_env, fake_context, monkeypatch
+):
     """Under a triggerer (its task instance set) a finished run pushes the task's XComs through
     the SDK, as a worker does, and yields TaskSuccessEvent, so no worker starts again only to push
     them; the summary is the one execute_complete returns. (The fault tests show it on the real
@@ -271,24 +369,34 @@ def test_under_a_triggerer_a_finished_sweep_ends_its_task_from_the_trigger(trial
     def record(key, value, **where):
         pushed[key] = (value, where)
 
-    monkeypatch.setattr(xcom.XCom, "set", record)  # the triggerer's supervisor is not in this process
+    monkeypatch.setattr(
+        xcom.XCom, "set", record
+    )  # the triggerer's supervisor is not in this process
     store = trials_env.store
     store.ensure_experiment("sweep_op", metric="score", mode="max")
     run_pk = store.create_experiment_run("sweep_op", "run6")
-    trials = [{"trial_id": i, "config": {"scale": float(n)}, "experiment_run_id": run_pk}
-              for n, i in enumerate(trial_ids("sweep_op", "dag", "run6", 2), start=1)]
+    trials = [
+        {"trial_id": i, "config": {"scale": float(n)}, "experiment_run_id": run_pk}
+        for n, i in enumerate(trial_ids("sweep_op", "dag", "run6", 2), start=1)
+    ]
     trials[1]["warm_start"] = {"run_key": "run5", "trial_id": "earlier"}
     with pytest.raises(TaskDeferred) as deferred:
         sweep_operator(trials=trials).execute(fake_context(run_id="run6"))
     trigger = deferred.value.trigger
-    trigger.task_instance = SimpleNamespace(dag_id="dag", task_id="sweep", run_id="run6", map_index=-1,
-                                            try_number=1, task=None)
+    trigger.task_instance = SimpleNamespace(
+        dag_id="dag", task_id="sweep", run_id="run6", map_index=-1, try_number=1, task=None
+    )
     event = first_trigger_event(trigger)
     assert isinstance(event, TaskSuccessEvent) and not event.xcoms, event
     summary, where = pushed["sweep"]
     assert pushed["return_value"] == (summary, where)
     assert where == {"dag_id": "dag", "task_id": "sweep", "run_id": "run6", "map_index": -1}
-    assert (summary["total"], summary["terminated"], summary["errored"], summary["best_value"]) == (2, 2, 0, 6.0)
+    assert (summary["total"], summary["terminated"], summary["errored"], summary["best_value"]) == (
+        2,
+        2,
+        0,
+        6.0,
+    )
     assert summary["run_key"] == "run6" and summary["warm_started_trials"] == 1
     nothing_left_on_ray()
 
@@ -296,19 +404,29 @@ def test_under_a_triggerer_a_finished_sweep_ends_its_task_from_the_trigger(trial
     from airflow.sdk import Asset
 
     run_pk = store.create_experiment_run("sweep_op", "run7")
-    trials = [{"trial_id": trial_ids("sweep_op", "dag", "run7", 1)[0], "config": {"scale": 1.0},
-               "experiment_run_id": run_pk}]
+    trials = [
+        {
+            "trial_id": trial_ids("sweep_op", "dag", "run7", 1)[0],
+            "config": {"scale": 1.0},
+            "experiment_run_id": run_pk,
+        }
+    ]
     with pytest.raises(TaskDeferred) as deferred:
-        sweep_operator(trials=trials, outlets=[Asset("sweep_op_best")]).execute(fake_context(run_id="run7"))
+        sweep_operator(trials=trials, outlets=[Asset("sweep_op_best")]).execute(
+            fake_context(run_id="run7")
+        )
     trigger = deferred.value.trigger
-    trigger.task_instance = SimpleNamespace(dag_id="dag", task_id="sweep", run_id="run7", map_index=-1,
-                                            try_number=1, task=None)
+    trigger.task_instance = SimpleNamespace(
+        dag_id="dag", task_id="sweep", run_id="run7", map_index=-1, try_number=1, task=None
+    )
     event = first_trigger_event(trigger)
     assert type(event).__name__ == "TriggerEvent" and event.payload["status"] == "finished", event
     nothing_left_on_ray()
 
 
-def test_clearing_a_deferred_sweep_leaves_its_run_to_the_next_try(trials_env, fake_context, tmp_path):
+def test_clearing_a_deferred_sweep_leaves_its_run_to_the_next_try(
+    trials_env, fake_context, tmp_path
+):
     """The trigger's on_kill (a user cleared the task) asks for a stop that waits for a newer try;
     the next try's execute claims the driver, re-attaching to the live run."""
     import ray
@@ -320,8 +438,12 @@ def test_clearing_a_deferred_sweep_leaves_its_run_to_the_next_try(trials_env, fa
     store.ensure_experiment("sweep_op", metric="score", mode="max")
     run_pk = store.create_experiment_run("sweep_op", "run4")
     held = {"scale": 1.0, "hold_at": 2, "gate": str(tmp_path / "never")}
-    operator = sweep_operator(trials=[{"trial_id": i, "config": held, "experiment_run_id": run_pk}
-                                      for i in trial_ids("sweep_op", "dag", "run4", 1)])
+    operator = sweep_operator(
+        trials=[
+            {"trial_id": i, "config": held, "experiment_run_id": run_pk}
+            for i in trial_ids("sweep_op", "dag", "run4", 1)
+        ]
+    )
     with pytest.raises(TaskDeferred) as deferred:
         operator.execute(fake_context(run_id="run4", try_number=1))
     driver = ray.get_actor("sweep.sweep_op.run4", namespace=NAMESPACE)
@@ -329,14 +451,19 @@ def test_clearing_a_deferred_sweep_leaves_its_run_to_the_next_try(trials_env, fa
     assert ray.get(driver.progress.remote())["stop_pending"] is True
     with pytest.raises(TaskDeferred):
         operator.execute(fake_context(run_id="run4", try_number=2))  # the cleared task's next try
-    assert ray.get(driver.progress.remote())["stop_pending"] is False and live_drivers() == ["sweep.sweep_op.run4"]
+    assert ray.get(driver.progress.remote())["stop_pending"] is False and live_drivers() == [
+        "sweep.sweep_op.run4"
+    ]
     assert stop_driver("sweep_op", "run4", NAMESPACE, try_number=2) is True
     nothing_left_on_ray()
 
 
-# TPE models the history from its second trial on (n_startup_trials=1): what it learnt shows in each config.
-SEEDED_SEARCH = Code("__import__('airflow_trials').OptunaSearch(points_to_evaluate=[{'x': 0.9}], "
-                     "sampler=__import__('optuna').samplers.TPESampler(n_startup_trials=1, seed=5))")
+# TPE models the history from its second trial on (n_startup_trials=1): what it learnt shows in each
+# config.
+SEEDED_SEARCH = Code(
+    "__import__('airflow_trials').OptunaSearch(points_to_evaluate=[{'x': 0.9}], "
+    "sampler=__import__('optuna').samplers.TPESampler(n_startup_trials=1, seed=5))"
+)
 
 
 def seeded_search():
@@ -345,7 +472,10 @@ def seeded_search():
 
     from airflow_trials import OptunaSearch
 
-    return OptunaSearch(points_to_evaluate=[{"x": 0.9}], sampler=optuna.samplers.TPESampler(n_startup_trials=1, seed=5))
+    return OptunaSearch(
+        points_to_evaluate=[{"x": 0.9}],
+        sampler=optuna.samplers.TPESampler(n_startup_trials=1, seed=5),
+    )
 
 
 def test_a_sweep_runs_its_searcher_in_the_driver_learning_from_each_ended_trial(trials_env):
@@ -356,9 +486,18 @@ def test_a_sweep_runs_its_searcher_in_the_driver_learning_from_each_ended_trial(
     from airflow_trials.operators.tuning import airflow_searcher
     from tests.airflow.test_early_stopping import UNIFORM
 
-    dag = experiment_dag("sweep_optuna", trainable="tests.trainables:quadratic", metric="loss", mode="min",
-                         search_space={"x": UNIFORM}, num_samples=5, stop=None, search_alg=SEEDED_SEARCH,
-                         sweep=True, max_concurrent_trials=1)
+    dag = experiment_dag(
+        "sweep_optuna",
+        trainable="tests.trainables:quadratic",
+        metric="loss",
+        mode="min",
+        search_space={"x": UNIFORM},
+        num_samples=5,
+        stop=None,
+        search_alg=SEEDED_SEARCH,
+        sweep=True,
+        max_concurrent_trials=1,
+    )
     run = dag.test()
     assert run.state == "success", task_states(run)
     store = trials_env.store
@@ -375,11 +514,15 @@ def test_a_sweep_runs_its_searcher_in_the_driver_learning_from_each_ended_trial(
         replay.on_trial_complete(trial.trial_id, trial.last_result)
     assert trials[suggested[0]["trial_id"]].config == {"x": 0.9}
     best = xcom(run, "tune.select_best")
-    assert best["value"] == min(t.last_result["loss"] for t in trials.values()) and best["trials"] == 5
+    assert (
+        best["value"] == min(t.last_result["loss"] for t in trials.values()) and best["trials"] == 5
+    )
     nothing_left_on_ray()
 
 
-def test_a_sweep_with_a_searcher_resumes_its_search_after_losing_its_driver(trials_env, fake_context, tmp_path):
+def test_a_sweep_with_a_searcher_resumes_its_search_after_losing_its_driver(
+    trials_env, fake_context, tmp_path
+):
     """The driver is killed with the searcher's first two trials finished and the next two held
     mid-run. Try 3's driver keeps every asked config: the held two continue from their checkpoints
     with theirs, and the searcher (told the two ended trials) is asked for the last two, past its
@@ -396,20 +539,33 @@ def test_a_sweep_with_a_searcher_resumes_its_search_after_losing_its_driver(tria
     run_pk = store.create_experiment_run("sweep_op", "run5")
     gate = tmp_path / "gate"
     ids = trial_ids("sweep_op", "dag", "run5", 6)
-    points = [{"scale": 1.0, "hold_at": 99}, {"scale": 2.0, "hold_at": 99},  # 99: never held (3 iterations)
-              {"scale": 3.0, "hold_at": 2}, {"scale": 3.5, "hold_at": 2}]
-    search = OptunaSearch({"scale": uniform(0.5, 4.0), "hold_at": choice([2, 99]), "gate": str(gate)},
-                          metric="score", mode="max", points_to_evaluate=points, seed=1)
-    operator = sweep_operator(trials=[{"trial_id": i, "config": {}, "experiment_run_id": run_pk} for i in ids],
-                              search_alg=search, max_concurrent_trials=2)
+    points = [
+        {"scale": 1.0, "hold_at": 99},
+        {"scale": 2.0, "hold_at": 99},  # 99: never held (3 iterations)
+        {"scale": 3.0, "hold_at": 2},
+        {"scale": 3.5, "hold_at": 2},
+    ]
+    search = OptunaSearch(
+        {"scale": uniform(0.5, 4.0), "hold_at": choice([2, 99]), "gate": str(gate)},
+        metric="score",
+        mode="max",
+        points_to_evaluate=points,
+        seed=1,
+    )
+    operator = sweep_operator(
+        trials=[{"trial_id": i, "config": {}, "experiment_run_id": run_pk} for i in ids],
+        search_alg=search,
+        max_concurrent_trials=2,
+    )
     with pytest.raises(TaskDeferred) as first:
         operator.execute(fake_context(run_id="run5", try_number=1))
     driver = ray.get_actor("sweep.sweep_op.run5", namespace=NAMESPACE)
 
     def progressed() -> bool:
         records = {r.trial_id: r for r in store.list_trials(experiment_run_id=run_pk)}
-        return (all(ids[i] in records and records[ids[i]].status.value == "TERMINATED" for i in (0, 1))
-                and all(ids[i] in records and len(store.get_results(ids[i])) == 1 for i in (2, 3)))
+        return all(
+            ids[i] in records and records[ids[i]].status.value == "TERMINATED" for i in (0, 1)
+        ) and all(ids[i] in records and len(store.get_results(ids[i])) == 1 for i in (2, 3))
 
     wait_for(progressed, "two trials to finish and two to hold at iteration 2")
     before = {t.trial_id: t.config for t in store.list_trials(experiment_run_id=run_pk)}
@@ -425,7 +581,9 @@ def test_a_sweep_with_a_searcher_resumes_its_search_after_losing_its_driver(tria
     gate.touch()
     with pytest.raises(TaskDeferred) as third:
         operator.execute(fake_context(run_id="run5", try_number=3))
-    summary = operator.execute_complete(fake_context(run_id="run5", try_number=3), first_event(third.value.trigger))
+    summary = operator.execute_complete(
+        fake_context(run_id="run5", try_number=3), first_event(third.value.trigger)
+    )
     assert (summary["total"], summary["terminated"], summary["errored"]) == (6, 6, 0)
     after = {t.trial_id: t for t in store.list_trials(experiment_run_id=run_pk)}
     assert sorted(after) == sorted(ids)  # the run's ids: no trial added, none lost
@@ -443,11 +601,17 @@ def test_a_sweep_operators_searcher_needs_its_own_space_and_the_experiments_metr
     from airflow_trials import OptunaSearch
     from airflow_trials.core.search import uniform
 
-    with pytest.raises(ValueError, match=r"RunSweepOperator 'sweep': OptunaSearch: the search space has no domain.*"
-                                         r"pass the space to the searcher"):
+    with pytest.raises(
+        ValueError,
+        match=r"RunSweepOperator 'sweep': OptunaSearch: the search space has no domain.*"
+        r"pass the space to the searcher",
+    ):
         sweep_operator(trials=[], search_alg=OptunaSearch())
     with pytest.raises(ValueError, match=r"disagree on metric 'loss' vs 'score'"):
         sweep_operator(trials=[], search_alg=OptunaSearch({"x": uniform(0, 1)}, metric="loss"))
     given = OptunaSearch({"x": uniform(0, 1)})
     operator = sweep_operator(trials=[], search_alg=given)
-    assert operator.search_alg is not given and (operator.search_alg.metric, operator.search_alg.mode) == ("score", "max")
+    assert operator.search_alg is not given and (
+        operator.search_alg.metric,
+        operator.search_alg.mode,
+    ) == ("score", "max")

@@ -21,7 +21,9 @@ CHATTY = "tests.trainables:chatty"
 def launch(trials_env, trial_id):
     from airflow_trials import RayTrialExecutor, Trial
 
-    trials_env.store.upsert_trial(trial_id, trainable=CHATTY, config={}, resources={"cpu": 0.1}, max_failures=0)
+    trials_env.store.upsert_trial(
+        trial_id, trainable=CHATTY, config={}, resources={"cpu": 0.1}, max_failures=0
+    )
     trial = Trial(CHATTY, {}, trial_id=trial_id, experiment_name="logs", resources={"cpu": 0.1})
     RayTrialExecutor(trials_env.storage).launch(trial)
 
@@ -54,8 +56,10 @@ async def test_the_task_log_shows_output_and_progress_and_the_files_outlive_the_
     logs_dir = os.path.join(trials_env.storage, "logs", trial_id, "logs")
     assert f"hello from trial {trial_id}\n" in read(os.path.join(logs_dir, "stdout.log"))
     assert "a warning on stderr\n" in read(os.path.join(logs_dir, "stderr.log"))
-    assert any(m.startswith(f"Trial {trial_id}: its full stdout and stderr are saved at") and logs_dir in m
-               for m in messages), messages
+    assert any(
+        m.startswith(f"Trial {trial_id}: its full stdout and stderr are saved at") and logs_dir in m
+        for m in messages
+    ), messages
 
 
 async def test_logs_that_cannot_be_copied_never_fail_the_trial(trials_env):

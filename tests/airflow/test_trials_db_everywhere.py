@@ -33,7 +33,8 @@ recorder = TrialsDbCallback(metric="loss", mode="min", run_key="resolver-run")
 recorder.on_trial_start(Trial("tests.trainables:quadratic", {"x": 1}, trial_id="resolver-t1",
                               experiment_name="resolver_exp"))
 grid = ResultGrid.from_db("resolver_exp")
-print(json.dumps({"callback": recorder.store.url, "grid": [r.trial_id for r in grid], "run": grid.run_key}))
+print(json.dumps({"callback": recorder.store.url, "grid": [r.trial_id for r in grid],
+                  "run": grid.run_key}))
 """
 
 
@@ -54,7 +55,9 @@ def _run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[st
 def _every_entry_point_uses(url: str, env: dict[str, str], tmp_path: Path) -> None:
     upgraded = _run([str(BIN / "python"), "-m", "airflow_trials.store", "upgrade"], env)
     assert "from connection trials_default" in upgraded.stdout, upgraded.stdout
-    written = json.loads(_run([str(BIN / "python"), "-c", WRITE_AND_READ], env).stdout.strip().splitlines()[-1])
+    written = json.loads(
+        _run([str(BIN / "python"), "-c", WRITE_AND_READ], env).stdout.strip().splitlines()[-1]
+    )
     assert written == {"callback": url, "grid": ["resolver-t1"], "run": "resolver-run"}
     listed = _run([str(BIN / "airflow-trials"), "experiments", "--json"], env)
     assert [e["name"] for e in json.loads(listed.stdout)] == ["resolver_exp"]
@@ -63,7 +66,9 @@ def _every_entry_point_uses(url: str, env: dict[str, str], tmp_path: Path) -> No
         assert [t.trial_id for t in store.list_trials()] == ["resolver-t1"]
     finally:
         store.dispose()
-    assert not (tmp_path / "default_home").exists(), "something fell back to the default SQLite file"
+    assert not (tmp_path / "default_home").exists(), (
+        "something fell back to the default SQLite file"
+    )
 
 
 def test_a_sqlite_uri_in_the_environment_names_its_file(tmp_path):
@@ -81,10 +86,17 @@ def test_a_postgresql_uri_in_the_environment(tmp_path):
 
     with new_postgres_database("at_resolver") as database:
         url = make_url(database.url)
-        env = _env(tmp_path, AIRFLOW_CONN_TRIALS_DEFAULT=url.set(drivername="postgresql").render_as_string(
-            hide_password=False))
-        _every_entry_point_uses(url.set(drivername="postgresql+psycopg").render_as_string(hide_password=False),
-                                env, tmp_path)
+        env = _env(
+            tmp_path,
+            AIRFLOW_CONN_TRIALS_DEFAULT=url.set(drivername="postgresql").render_as_string(
+                hide_password=False
+            ),
+        )
+        _every_entry_point_uses(
+            url.set(drivername="postgresql+psycopg").render_as_string(hide_password=False),
+            env,
+            tmp_path,
+        )
 
 
 def test_a_connection_made_with_airflow_connections_add(airflow_home, tmp_path):
@@ -93,22 +105,44 @@ def test_a_connection_made_with_airflow_connections_add(airflow_home, tmp_path):
     # Through SQLite's backup API, never a plain file copy: opening and closing the live file in
     # this process would drop the POSIX locks SQLite holds on it here, and a process that then
     # writes it (a trigger test's, say) would corrupt it ("file is not a database").
-    with closing(sqlite3.connect(Path(airflow_home) / "airflow.db")) as live, \
-            closing(sqlite3.connect(home / "airflow.db")) as copy:
+    with (
+        closing(sqlite3.connect(Path(airflow_home) / "airflow.db")) as live,
+        closing(sqlite3.connect(home / "airflow.db")) as copy,
+    ):
         live.backup(copy)
-    env = _env(tmp_path, AIRFLOW_HOME=str(home),
-               AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{home / 'airflow.db'}")
+    env = _env(
+        tmp_path,
+        AIRFLOW_HOME=str(home),
+        AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{home / 'airflow.db'}",
+    )
     path = tmp_path / "added.db"
-    _run([str(BIN / "airflow"), "connections", "add", "trials_default", "--conn-type", "sqlite",
-          "--conn-host", str(path)], env)
+    _run(
+        [
+            str(BIN / "airflow"),
+            "connections",
+            "add",
+            "trials_default",
+            "--conn-type",
+            "sqlite",
+            "--conn-host",
+            str(path),
+        ],
+        env,
+    )
     _every_entry_point_uses(f"sqlite:///{path}", env, tmp_path)
 
 
 def test_with_nothing_configured_the_default_file_is_named_once(tmp_path):
     env = _env(tmp_path)
-    done = _run([str(BIN / "python"), "-c",
-                 "from airflow_trials.trials_db_url import trials_db_url\n"
-                 "print(trials_db_url()); print(trials_db_url())"], env)
+    done = _run(
+        [
+            str(BIN / "python"),
+            "-c",
+            "from airflow_trials.trials_db_url import trials_db_url\n"
+            "print(trials_db_url()); print(trials_db_url())",
+        ],
+        env,
+    )
     default = tmp_path / "default_home" / "trials.db"
     assert done.stdout.splitlines() == [f"('sqlite:///{default}', 'the default SQLite file')"] * 2
     said = done.stderr  # not stdout, where a command's JSON goes

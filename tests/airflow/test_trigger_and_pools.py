@@ -29,17 +29,36 @@ def test_trial_trigger_serializes_its_init_arguments():
     trigger = TrialTrigger("exp", "t1", "my_ray", "my_db", 0.5)
     assert trigger.serialize() == (
         "airflow_trials.triggers.trial.TrialTrigger",
-        {"experiment_name": "exp", "trial_id": "t1", "ray_conn_id": "my_ray", "trials_conn_id": "my_db",
-         "poll_interval_seconds": 0.5, "ray_outage_timeout_seconds": 120.0,
-         "ray_cluster_id": None, "scheduler": None, "bracket": 0, "experiment_run_id": None},
+        {
+            "experiment_name": "exp",
+            "trial_id": "t1",
+            "ray_conn_id": "my_ray",
+            "trials_conn_id": "my_db",
+            "poll_interval_seconds": 0.5,
+            "ray_outage_timeout_seconds": 120.0,
+            "ray_cluster_id": None,
+            "scheduler": None,
+            "bracket": 0,
+            "experiment_run_id": None,
+        },
     )
     classpath, kwargs = trigger.serialize()
     assert TrialTrigger(**kwargs).serialize() == (classpath, kwargs)
     # A trigger deferred before schedulers existed (its kwargs lack the new fields) still loads.
-    old = {k: v for k, v in kwargs.items() if k not in ("scheduler", "bracket", "experiment_run_id")}
+    old = {
+        k: v for k, v in kwargs.items() if k not in ("scheduler", "bracket", "experiment_run_id")
+    }
     assert TrialTrigger(**old).serialize() == (classpath, kwargs)
-    asha = {"metric": "loss", "mode": "min", "time_attr": "training_iteration", "max_t": 9, "grace_period": 1,
-            "reduction_factor": 3, "brackets": 1, "stop_last_trials": True}
+    asha = {
+        "metric": "loss",
+        "mode": "min",
+        "time_attr": "training_iteration",
+        "max_t": 9,
+        "grace_period": 1,
+        "reduction_factor": 3,
+        "brackets": 1,
+        "stop_last_trials": True,
+    }
     with_asha = TrialTrigger("exp", "t1", scheduler=asha, bracket=0, experiment_run_id=7)
     assert TrialTrigger(**with_asha.serialize()[1]).serialize() == with_asha.serialize()
     with pytest.raises(ValueError, match="needs experiment_run_id"):
@@ -47,23 +66,37 @@ def test_trial_trigger_serializes_its_init_arguments():
 
 
 def test_status_trigger_serializes_its_init_arguments():
-    trigger = TrialStatusTrigger("exp", run_key="manual__1", trials_conn_id="db", poll_interval_seconds=5)
+    trigger = TrialStatusTrigger(
+        "exp", run_key="manual__1", trials_conn_id="db", poll_interval_seconds=5
+    )
     assert trigger.serialize() == (
         "airflow_trials.triggers.trial.TrialStatusTrigger",
-        {"experiment_name": "exp", "trial_id": None, "run_key": "manual__1", "trials_conn_id": "db",
-         "poll_interval_seconds": 5},
+        {
+            "experiment_name": "exp",
+            "trial_id": None,
+            "run_key": "manual__1",
+            "trials_conn_id": "db",
+            "poll_interval_seconds": 5,
+        },
     )
 
 
 def _launch(trials_env, trial_id, config, stop=5):
     from airflow_trials import RayTrialExecutor, Trial
 
-    trials_env.store.upsert_trial(trial_id, trainable="tests.trainables:counting", config=config,
-                                  resources={}, max_failures=0)
+    trials_env.store.upsert_trial(
+        trial_id, trainable="tests.trainables:counting", config=config, resources={}, max_failures=0
+    )
     executor = RayTrialExecutor(trials_env.storage)
-    trial = Trial("tests.trainables:counting", config, trial_id=trial_id, experiment_name="trig",
-                  stopping_criterion={"training_iteration": stop}, keep_checkpoints_num=2,
-                  checkpoint_score_attr="score")
+    trial = Trial(
+        "tests.trainables:counting",
+        config,
+        trial_id=trial_id,
+        experiment_name="trig",
+        stopping_criterion={"training_iteration": stop},
+        keep_checkpoints_num=2,
+        checkpoint_score_attr="score",
+    )
     executor.launch(trial)
     return executor
 
@@ -78,7 +111,10 @@ async def test_run_never_blocks_the_event_loop_and_records_results(trials_env):
     # The loop kept ticking while the trial trained (5 iterations of 0.1 s): a run() that blocked
     # it until the end would let it tick once at most. (No rate is asserted: load slows ticks.)
     assert ticker.ticks >= 3, (ticker.ticks, elapsed)
-    assert event.payload["status"] == "TERMINATED" and event.payload["last_result"]["training_iteration"] == 5
+    assert (
+        event.payload["status"] == "TERMINATED"
+        and event.payload["last_result"]["training_iteration"] == 5
+    )
     assert [r["training_iteration"] for r in trials_env.store.get_results("nb")] == [1, 2, 3, 4, 5]
     kept = trials_env.store.latest_checkpoint("nb")
     assert kept.iteration == 5 and kept.score == 5.0
@@ -151,8 +187,13 @@ async def test_an_actor_gone_with_its_cluster_is_an_infrastructure_loss(trials_e
     trials_env.store.record_transition(f"gone-{launched_on}", Transition.PLACED)
     executor.terminate("trig", f"gone-{launched_on}")
     cluster = current_cluster_id() if launched_on == "this" else "0" * 56
-    event = await TrialTrigger("trig", f"gone-{launched_on}", poll_interval_seconds=0.05,
-                               ray_cluster_id=cluster).run().asend(None)
+    event = (
+        await TrialTrigger(
+            "trig", f"gone-{launched_on}", poll_interval_seconds=0.05, ray_cluster_id=cluster
+        )
+        .run()
+        .asend(None)
+    )
     assert event.payload["status"] == "ERROR"
     assert event.payload["infrastructure"] is (launched_on == "another"), event.payload
     if launched_on == "another":

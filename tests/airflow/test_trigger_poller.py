@@ -19,12 +19,20 @@ def launch(trials_env, trial_id, stop=5, sleep=0.05):
     from airflow_trials import RayTrialExecutor, Trial
 
     config = {"sleep": sleep}
-    trials_env.store.upsert_trial(trial_id, trainable=COUNTING, config=config, resources={"cpu": 0.1},
-                                  max_failures=0)
+    trials_env.store.upsert_trial(
+        trial_id, trainable=COUNTING, config=config, resources={"cpu": 0.1}, max_failures=0
+    )
     executor = RayTrialExecutor(trials_env.storage)
-    trial = Trial(COUNTING, config, trial_id=trial_id, experiment_name="pol", resources={"cpu": 0.1},
-                  stopping_criterion={"training_iteration": stop}, keep_checkpoints_num=2,
-                  checkpoint_score_attr="score")
+    trial = Trial(
+        COUNTING,
+        config,
+        trial_id=trial_id,
+        experiment_name="pol",
+        resources={"cpu": 0.1},
+        stopping_criterion={"training_iteration": stop},
+        keep_checkpoints_num=2,
+        checkpoint_score_attr="score",
+    )
     return executor.launch(trial)
 
 
@@ -47,13 +55,23 @@ async def test_many_triggers_share_one_poller_and_batch_their_writes(trials_env,
     for trial_id in ids:
         launch(trials_env, trial_id, stop=6)
     async with LoopTicker() as ticker:
-        events = await asyncio.gather(*(
-            TrialTrigger("pol", trial_id, poll_interval_seconds=0.1).run().asend(None) for trial_id in ids
-        ))
+        events = await asyncio.gather(
+            *(
+                TrialTrigger("pol", trial_id, poll_interval_seconds=0.1).run().asend(None)
+                for trial_id in ids
+            )
+        )
     assert ticker.ticks > 0
     assert [e.payload["status"] for e in events] == ["TERMINATED"] * 8
     for trial_id in ids:
-        assert [r["training_iteration"] for r in trials_env.store.get_results(trial_id)] == [1, 2, 3, 4, 5, 6]
+        assert [r["training_iteration"] for r in trials_env.store.get_results(trial_id)] == [
+            1,
+            2,
+            3,
+            4,
+            5,
+            6,
+        ]
         assert trials_env.store.latest_checkpoint(trial_id).iteration == 6
         assert trials_env.store.get_trial(trial_id).started_at is not None
     poller = poller_module.poller_of(asyncio.get_running_loop())
@@ -73,9 +91,12 @@ async def test_a_store_error_reaches_every_trigger_of_the_batch(trials_env):
         launch(trials_env, trial_id, stop=1000)
     # A database the results cannot go to (an error no retry fixes).
     ResultRow.__table__.drop(trials_env.store._engine)
-    events = await asyncio.gather(*(
-        TrialTrigger("pol", trial_id, poll_interval_seconds=0.1).run().asend(None) for trial_id in ids
-    ))
+    events = await asyncio.gather(
+        *(
+            TrialTrigger("pol", trial_id, poll_interval_seconds=0.1).run().asend(None)
+            for trial_id in ids
+        )
+    )
     for event in events:
         assert event.payload["status"] == "ERROR" and event.payload["released"] is True
         assert "could not be written to the trials DB" in event.payload["error"], event.payload
@@ -91,7 +112,9 @@ async def test_a_killed_actor_ends_only_its_own_trials_watch(trials_env):
     for trial_id in ("k1", "k2"):
         launch(trials_env, trial_id, stop=30)
     runs = {
-        trial_id: asyncio.ensure_future(TrialTrigger("pol", trial_id, poll_interval_seconds=0.1).run().asend(None))
+        trial_id: asyncio.ensure_future(
+            TrialTrigger("pol", trial_id, poll_interval_seconds=0.1).run().asend(None)
+        )
         for trial_id in ("victim", "k1", "k2")
     }
     while not await asyncio.to_thread(trials_env.store.get_results, "victim"):
@@ -112,5 +135,11 @@ async def test_unbatched_polls_record_the_same(trials_env, monkeypatch, watches)
     launch(trials_env, "direct", stop=5)
     event = await TrialTrigger("pol", "direct", poll_interval_seconds=0.05).run().asend(None)
     assert event.payload["status"] == "TERMINATED" and watches == []
-    assert [r["training_iteration"] for r in trials_env.store.get_results("direct")] == [1, 2, 3, 4, 5]
+    assert [r["training_iteration"] for r in trials_env.store.get_results("direct")] == [
+        1,
+        2,
+        3,
+        4,
+        5,
+    ]
     assert trials_env.store.latest_checkpoint("direct").iteration == 5

@@ -28,7 +28,8 @@ def test_one_trial_task_per_gpu_choice_with_exact_pool_slots(ui_module):
         assert kwargs["retries"] == ui_module.MAX_FAILURES + MAX_INFRASTRUCTURE_RESTARTS
         assert kwargs["trainable"] == "airflow_trials.examples.regression:train"
         slots[gpu] = (task.pool, task.pool_slots)
-    # 4 slots per GPU: 0.25 GPU takes 1 slot, 0.5 takes 2, 1 takes 4; CPU-only trials take no GPU slot.
+    # 4 slots per GPU: 0.25 GPU takes 1 slot, 0.5 takes 2, 1 takes 4; CPU-only trials take no GPU
+    # slot.
     assert slots == {0: ("default_pool", 1), 0.25: ("gpu", 1), 0.5: ("gpu", 2), 1: ("gpu", 4)}
     assert dag.get_task(f"{GROUP}.route_trials").downstream_task_ids == {
         f"{GROUP}.trial_gpu_{k}" for k in ("0", "0_25", "0_5", "1")
@@ -60,7 +61,9 @@ def test_one_trial_task_per_gpu_choice_with_exact_pool_slots(ui_module):
         ({"metric": "../../../tmp/evil"}, "metric"),
     ],
 )
-def test_out_of_range_params_are_refused_when_the_run_is_triggered(ui_module, trials_env, conf, field):
+def test_out_of_range_params_are_refused_when_the_run_is_triggered(
+    ui_module, trials_env, conf, field
+):
     from airflow.sdk.exceptions import ParamValidationError
 
     with pytest.raises(ParamValidationError, match=field):
@@ -86,14 +89,20 @@ def test_the_nan_clause_refuses_only_nan(ui_module):
         {"lr_min": 0.1, "lr_max": 0.1},
         {"num_samples": 4.0},  # JSON Schema counts 4.0 as an integer
         {"epochs": 3.0},
-        {"trainable": "os:system", "search_space": {"lr": {"uniform": [0, 1]}}, "experiment_name": "../../x"},
+        {
+            "trainable": "os:system",
+            "search_space": {"lr": {"uniform": [0, 1]}},
+            "experiment_name": "../../x",
+        },
     ],
 )
 def test_params_the_schema_lets_through_fail_before_any_trial(ui_module, trials_env, conf):
     run = ui_module.dag.test(run_conf=conf)
     states = task_states(run)
     assert states[(f"{GROUP}.suggest_configs", -1)] == "failed"
-    assert all(state != "success" for (task_id, _), state in states.items() if ".trial_gpu_" in task_id)
+    assert all(
+        state != "success" for (task_id, _), state in states.items() if ".trial_gpu_" in task_id
+    )
     assert trials_env.store.list_experiment_runs() == [] and trials_env.store.list_trials() == []
     assert live_trial_actors() == []
 
@@ -115,17 +124,30 @@ def test_refusal_names_the_run_the_field_and_the_fix(ui_module, trials_env, fake
 @pytest.mark.parametrize(
     ("params", "conf", "expected"),
     [
-        ({"num_samples": 4.0}, None, "param num_samples is 4.0, a float, but it must be an integer; send 4"),
+        (
+            {"num_samples": 4.0},
+            None,
+            "param num_samples is 4.0, a float, but it must be an integer; send 4",
+        ),
         ({"epochs": 3.0}, None, "param epochs is 3.0, a float, but it must be an integer; send 3"),
         # NaN cannot reach a task through Airflow's API (it arrives as null), but a param of a
         # schema without NOT_NAN, or a run made in Python, could still carry it.
-        ({"l2_max": float("nan")}, None, "param l2_max is nan, not a finite number; set it to a finite number"),
-        ({"trainable": "os:system", "experiment_name": "../../../tmp/evil"},
-         {"trainable": "os:system", "experiment_name": "../../../tmp/evil"},
-         "conf keys ['experiment_name', 'trainable'] are not params of this DAG and would be ignored (the "
-         "trainable, the search space and the experiment name are fixed in the DAG file); the trigger form "
-         "accepts only ['epochs', 'gpus_per_trial', 'l2_max', 'lr_max', 'lr_min', 'max_failures', 'metric', "
-         "'mode', 'num_samples'], so leave out ['experiment_name', 'trainable']"),
+        (
+            {"l2_max": float("nan")},
+            None,
+            "param l2_max is nan, not a finite number; set it to a finite number",
+        ),
+        (
+            {"trainable": "os:system", "experiment_name": "../../../tmp/evil"},
+            {"trainable": "os:system", "experiment_name": "../../../tmp/evil"},
+            "conf keys ['experiment_name', 'trainable'] are not params of this DAG and would be "
+            "ignored (the "
+            "trainable, the search space and the experiment name are fixed in the DAG file); the "
+            "trigger form "
+            "accepts only ['epochs', 'gpus_per_trial', 'l2_max', 'lr_max', 'lr_min', "
+            "'max_failures', 'metric', "
+            "'mode', 'num_samples'], so leave out ['experiment_name', 'trainable']",
+        ),
     ],
 )
 def test_refusal_of_what_the_schema_lets_through_names_the_param_the_value_and_the_fix(
@@ -136,12 +158,19 @@ def test_refusal_of_what_the_schema_lets_through_names_the_param_the_value_and_t
     from airflow.sdk.exceptions import AirflowFailException
 
     suggest = ui_module.dag.get_task(f"{GROUP}.suggest_configs")
-    merged = dict(ui_module.dag.params.dump(), **params)  # as Airflow merges a run's conf into its params
+    merged = dict(
+        ui_module.dag.params.dump(), **params
+    )  # as Airflow merges a run's conf into its params
     with pytest.raises(AirflowFailException) as raised:
-        suggest.python_callable(ti=fake_context(run_id="manual__2")["ti"], params=merged, dag=ui_module.dag,
-                                dag_run=SimpleNamespace(conf=conf or params))
+        suggest.python_callable(
+            ti=fake_context(run_id="manual__2")["ti"],
+            params=merged,
+            dag=ui_module.dag,
+            dag_run=SimpleNamespace(conf=conf or params),
+        )
     assert str(raised.value) == (
-        f"Experiment ui_regression_tuning, DAG run manual__2: the run's params are refused: {expected}. "
+        "Experiment ui_regression_tuning, DAG run manual__2: the run's params are refused: "
+        f"{expected}. "
         "No trial was started and nothing was written; trigger the DAG again with corrected params."
     )
     assert trials_env.store.list_experiment_runs() == []
@@ -150,27 +179,56 @@ def test_refusal_of_what_the_schema_lets_through_names_the_param_the_value_and_t
 @pytest.mark.parametrize(
     ("override", "expected"),
     [
-        ({"search_space": {"lr": {"loguniform": [0.01, float("inf")]}}}, "needs finite bounds (not NaN or infinity)"),
+        (
+            {"search_space": {"lr": {"loguniform": [0.01, float("inf")]}}},
+            "needs finite bounds (not NaN or infinity)",
+        ),
         ({"search_space": {"lr": {"uniform": [float("nan"), 1.0]}}}, "needs finite bounds"),
-        ({"num_samples": 2000}, "num_samples 2000 is 2000 trials, more than 1024, the most one mapped task may have "
-                                "(Airflow's [core] max_map_length); pass sweep=True to run them all in one sweep task, "
-                                "raise [core] max_map_length to at least 2000, or ask for at most 1024 samples"),
-        ({"num_samples": 1, "search_space": {"a": {"grid_search": list(range(40))}, "b": {"grid_search": list(range(40))}}},
-         "num_samples 1 x 1600 grid combinations is 1600 trials, more than 1024, the most one mapped task may have "
-         "(Airflow's [core] max_map_length); pass sweep=True to run them all in one sweep task, "
-         "raise [core] max_map_length to at least 1600, or use fewer grid_search values"),
-        ({"num_samples": 100, "search_space": {"a": {"grid_search": list(range(20))}}},
-         "num_samples 100 x 20 grid combinations is 2000 trials, more than 1024, the most one mapped task may have "
-         "(Airflow's [core] max_map_length); pass sweep=True to run them all in one sweep task, "
-         "raise [core] max_map_length to at least 2000, or ask for at most 51 samples"),
-        ({"stop": {"training_iteration": float("nan")}}, "stop must map metric names to finite numbers"),
-        ({"resources_per_trial": {"cpu": float("nan")}}, "resources_per_trial must hold finite amounts >= 0"),
-        ({"resources_per_trial": {"cpu": float("inf")}}, "resources_per_trial must hold finite amounts >= 0"),
+        (
+            {"num_samples": 2000},
+            "num_samples 2000 is 2000 trials, more than 1024, the most one mapped task may have "
+            "(Airflow's [core] max_map_length); pass sweep=True to run them all in one sweep task, "
+            "raise [core] max_map_length to at least 2000, or ask for at most 1024 samples",
+        ),
+        (
+            {
+                "num_samples": 1,
+                "search_space": {
+                    "a": {"grid_search": list(range(40))},
+                    "b": {"grid_search": list(range(40))},
+                },
+            },
+            "num_samples 1 x 1600 grid combinations is 1600 trials, more than 1024, the most one "
+            "mapped task may have "
+            "(Airflow's [core] max_map_length); pass sweep=True to run them all in one sweep task, "
+            "raise [core] max_map_length to at least 1600, or use fewer grid_search values",
+        ),
+        (
+            {"num_samples": 100, "search_space": {"a": {"grid_search": list(range(20))}}},
+            "num_samples 100 x 20 grid combinations is 2000 trials, more than 1024, the most one "
+            "mapped task may have "
+            "(Airflow's [core] max_map_length); pass sweep=True to run them all in one sweep task, "
+            "raise [core] max_map_length to at least 2000, or ask for at most 51 samples",
+        ),
+        (
+            {"stop": {"training_iteration": float("nan")}},
+            "stop must map metric names to finite numbers",
+        ),
+        (
+            {"resources_per_trial": {"cpu": float("nan")}},
+            "resources_per_trial must hold finite amounts >= 0",
+        ),
+        (
+            {"resources_per_trial": {"cpu": float("inf")}},
+            "resources_per_trial must hold finite amounts >= 0",
+        ),
         ({"resources_per_trial": {"cpu": -1}}, "resources_per_trial must hold finite amounts >= 0"),
         ({"max_failures": 1.0}, "max_failures must be -1 (unlimited) or an integer >= 0, got 1.0"),
     ],
 )
-def test_settings_a_from_params_function_returns_are_refused_when_unusable(ui_module, override, expected):
+def test_settings_a_from_params_function_returns_are_refused_when_unusable(
+    ui_module, override, expected
+):
     from airflow_trials.experiment import ExperimentSettings
 
     settings = {**ui_module.settings_from_params(ui_module.dag.params.dump()), **override}
@@ -190,7 +248,10 @@ def test_as_many_trials_as_one_mapped_task_may_have_are_accepted(ui_module):
 def test_a_sweep_takes_more_trials_than_one_mapped_task_may_have(ui_module):
     from airflow_trials.experiment import ExperimentSettings
 
-    settings = {**ui_module.settings_from_params(ui_module.dag.params.dump()), "num_samples": 10_000}
+    settings = {
+        **ui_module.settings_from_params(ui_module.dag.params.dump()),
+        "num_samples": 10_000,
+    }
     assert ExperimentSettings.validated(**settings, sweep=True).num_samples == 10_000
 
 
@@ -207,8 +268,17 @@ def test_gpus_beyond_the_cluster_are_refused_before_any_trial(ui_module, trials_
 
 
 def test_a_run_uses_the_settings_of_its_params(ui_module, trials_env):
-    conf = {"num_samples": 3, "epochs": 2, "lr_min": 0.05, "lr_max": 0.5, "l2_max": 0, "metric": "val_accuracy",
-            "mode": "max", "gpus_per_trial": 0.5, "max_failures": 1}
+    conf = {
+        "num_samples": 3,
+        "epochs": 2,
+        "lr_min": 0.05,
+        "lr_max": 0.5,
+        "l2_max": 0,
+        "metric": "val_accuracy",
+        "mode": "max",
+        "gpus_per_trial": 0.5,
+        "max_failures": 1,
+    }
     run = ui_module.dag.test(run_conf=conf)
     states = task_states(run)
     assert run.state == "success", states
@@ -216,7 +286,9 @@ def test_a_run_uses_the_settings_of_its_params(ui_module, trials_env):
     ran = sorted(k for k, s in states.items() if k[0] == f"{GROUP}.trial_gpu_0_5")
     assert [s for k, s in states.items() if k in ran] == ["success"] * 3
     for other in ("0", "0_25", "1"):
-        assert {s for (t, _), s in states.items() if t == f"{GROUP}.trial_gpu_{other}"} == {"skipped"}
+        assert {s for (t, _), s in states.items() if t == f"{GROUP}.trial_gpu_{other}"} == {
+            "skipped"
+        }
     store = trials_env.store
     (exp_run,) = store.list_experiment_runs(GROUP)
     trials = store.list_trials(experiment_run_id=exp_run.id)
@@ -227,5 +299,7 @@ def test_a_run_uses_the_settings_of_its_params(ui_module, trials_env):
         assert [r["training_iteration"] for r in store.get_results(t.trial_id)] == [1, 2]
     best = xcom(run, f"{GROUP}.select_best")
     assert (best["metric"], best["mode"], best["trials"]) == ("val_accuracy", "max", 3)
-    assert best["value"] == max(max(r["val_accuracy"] for r in store.get_results(t.trial_id)) for t in trials)
+    assert best["value"] == max(
+        max(r["val_accuracy"] for r in store.get_results(t.trial_id)) for t in trials
+    )
     assert live_trial_actors() == [] and live_placement_groups() == []

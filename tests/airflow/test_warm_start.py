@@ -25,8 +25,13 @@ def runs_trials(store, experiment, run_key):
 @pytest.mark.parametrize("sweep", [False, True], ids=["mapped", "sweep"])
 def test_a_second_run_starts_from_the_first_runs_best_trials_and_checkpoints(trials_env, sweep):
     name = f"warm_{'sweep' if sweep else 'mapped'}"
-    dag = experiment_dag(name, search_space={"scale": uniform(0.5, 5.0)}, num_samples=4, sweep=sweep,
-                         warm_start=warm(top_k=2, from_checkpoints=True))
+    dag = experiment_dag(
+        name,
+        search_space={"scale": uniform(0.5, 5.0)},
+        num_samples=4,
+        sweep=sweep,
+        warm_start=warm(top_k=2, from_checkpoints=True),
+    )
     first = dag.test()  # the experiment's first run: nothing to warm-start from, a cold start
     assert first.state == "success", task_states(first)
     store = trials_env.store
@@ -43,38 +48,61 @@ def test_a_second_run_starts_from_the_first_runs_best_trials_and_checkpoints(tri
     assert len(night2) == 4 and len(seeded) == 2
     for trial, source in zip(sorted(seeded, key=lambda t: t.trial_id), top, strict=True):
         assert trial.config == source.config
-        assert trial.warm_start == {"run_key": first.run_id, "experiment_run_id": night1[0].experiment_run_id,
-                                    "trial_id": source.trial_id, "value": source.best_value,
-                                    "checkpoint": source.best_checkpoint}
+        assert trial.warm_start == {
+            "run_key": first.run_id,
+            "experiment_run_id": night1[0].experiment_run_id,
+            "trial_id": source.trial_id,
+            "value": source.best_value,
+            "checkpoint": source.best_checkpoint,
+        }
         # It went on from its source's checkpoint at iteration 3, so its first result here is 4.
         assert [r["training_iteration"] for r in store.get_results(trial.trial_id)] == [4]
     if not sweep:
         state = xcom(second, "tune.trial", key="trial", map_index=0)
-        assert state["warm_start"]["run_key"] == first.run_id and by_id[state["trial_id"]].warm_start
+        assert (
+            state["warm_start"]["run_key"] == first.run_id and by_id[state["trial_id"]].warm_start
+        )
     else:
         assert xcom(second, "tune.sweep", key="sweep")["warm_started_trials"] == 2
     best = xcom(second, "tune.select_best")
     assert best["value"] >= top[0].best_value and run2.status.value == "SUCCESS"
 
 
-def test_a_source_that_cannot_be_used_is_refused_before_anything_is_written(trials_env, fake_context):
-    dag = experiment_dag("warm_refused", search_space={"scale": uniform(0.5, 5.0)}, num_samples=2,
-                         warm_start=warm(source="manual__nope"))
+def test_a_source_that_cannot_be_used_is_refused_before_anything_is_written(
+    trials_env, fake_context
+):
+    dag = experiment_dag(
+        "warm_refused",
+        search_space={"scale": uniform(0.5, 5.0)},
+        num_samples=2,
+        warm_start=warm(source="manual__nope"),
+    )
     suggest = dag.get_task("tune.suggest_configs")
     with pytest.raises(AirflowFailException) as raised:
         suggest.python_callable(ti=fake_context(run_id="manual__2")["ti"])
     assert str(raised.value) == (
-        "Experiment warm_refused, DAG run manual__2: the warm start is refused: experiment warm_refused has no run "
-        "'manual__nope' to warm-start from (latest runs: none); name one of its runs, 'previous' or 'asset'. No "
+        "Experiment warm_refused, DAG run manual__2: the warm start is refused: experiment "
+        "warm_refused has no run "
+        "'manual__nope' to warm-start from (latest runs: none); name one of its runs, 'previous' "
+        "or 'asset'. No "
         "trial was started and nothing was written."
     )
     assert trials_env.store.list_experiment_runs() == []
 
-    strict = experiment_dag("warm_strict", search_space={"scale": uniform(0.5, 5.0)}, num_samples=2,
-                            warm_start=warm(if_missing="error"))
-    with pytest.raises(AirflowFailException, match="experiment warm_strict has no earlier successful run to "
-                                                   r"warm-start from \(WarmStart\(if_missing='error'\)\)"):
-        strict.get_task("tune.suggest_configs").python_callable(ti=fake_context(run_id="manual__3")["ti"])
+    strict = experiment_dag(
+        "warm_strict",
+        search_space={"scale": uniform(0.5, 5.0)},
+        num_samples=2,
+        warm_start=warm(if_missing="error"),
+    )
+    with pytest.raises(
+        AirflowFailException,
+        match="experiment warm_strict has no earlier successful run to "
+        r"warm-start from \(WarmStart\(if_missing='error'\)\)",
+    ):
+        strict.get_task("tune.suggest_configs").python_callable(
+            ti=fake_context(run_id="manual__3")["ti"]
+        )
     assert trials_env.store.list_experiment_runs() == []
 
 
@@ -87,9 +115,19 @@ def test_a_warm_started_sweeps_searcher_learns_the_seeds_before_its_first_sugges
     from tests.airflow.test_sweep import SEEDED_SEARCH, seeded_search
 
     name = "warm_sweep_optuna"
-    dag = experiment_dag(name, trainable="tests.trainables:quadratic", metric="loss", mode="min",
-                         search_space={"x": UNIFORM}, num_samples=5, stop=None, search_alg=SEEDED_SEARCH,
-                         sweep=True, max_concurrent_trials=1, warm_start=warm(top_k=2))
+    dag = experiment_dag(
+        name,
+        trainable="tests.trainables:quadratic",
+        metric="loss",
+        mode="min",
+        search_space={"x": UNIFORM},
+        num_samples=5,
+        stop=None,
+        search_alg=SEEDED_SEARCH,
+        sweep=True,
+        max_concurrent_trials=1,
+        warm_start=warm(top_k=2),
+    )
     assert dag.test().state == "success"
     second = dag.test()
     assert second.state == "success", task_states(second)
@@ -98,8 +136,16 @@ def test_a_warm_started_sweeps_searcher_learns_the_seeds_before_its_first_sugges
     by_id = {t.trial_id: t for t in night2}
     suggested = xcom(second, "tune.suggest_configs")
     seeds, asked = suggested[:2], suggested[2:]
-    assert all(entry["warm_start"] for entry in seeds) and all(entry["config"] == {} for entry in asked)
-    assert [bool(entry.get("warm_points")) for entry in suggested] == [True, False, False, False, False]
+    assert all(entry["warm_start"] for entry in seeds) and all(
+        entry["config"] == {} for entry in asked
+    )
+    assert [bool(entry.get("warm_points")) for entry in suggested] == [
+        True,
+        False,
+        False,
+        False,
+        False,
+    ]
 
     replay = airflow_searcher(seeded_search(), {"x": uniform(0.0, 1.0)}, "loss", "min")
     for config, value in seeds[0]["warm_points"]:  # night 1's best two, as the driver learnt them

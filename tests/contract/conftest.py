@@ -30,7 +30,9 @@ POSTGRESQL = "postgresql"
 def postgres_url() -> str:
     url = os.environ.get(POSTGRES_URL_ENV)
     if not url:
-        pytest.skip(f"PostgreSQL tests need {POSTGRES_URL_ENV}, e.g. postgresql+psycopg://postgres@127.0.0.1:5432/test")
+        pytest.skip(
+            f"PostgreSQL tests need {POSTGRES_URL_ENV}, e.g. postgresql+psycopg://postgres@127.0.0.1:5432/test"
+        )
     return url
 
 
@@ -106,7 +108,9 @@ class PostgresDatabase:
 
     def allow_connections(self, allowed: bool) -> None:
         with self.admin.connect() as connection:
-            connection.execute(text(f'ALTER DATABASE "{self.name}" ALLOW_CONNECTIONS {str(allowed).lower()}'))
+            connection.execute(
+                text(f'ALTER DATABASE "{self.name}" ALLOW_CONNECTIONS {str(allowed).lower()}')
+            )
 
 
 @contextmanager

@@ -1,4 +1,5 @@
-"""ResultGrid read from the trials DB, unchanged on in-memory SQLite, a SQLite file and PostgreSQL."""
+"""ResultGrid read from the trials DB, unchanged on in-memory SQLite, a SQLite file and
+PostgreSQL."""
 
 from __future__ import annotations
 
@@ -15,11 +16,23 @@ EXPERIMENT = "grid-exp"
 
 
 def _trial(store, run, trial_id, config, scores, checkpoints=(), deleted=()):
-    """A trial that reported ``scores`` (iterations 1..n) and kept checkpoints at ``checkpoints``."""
-    store.upsert_trial(trial_id, trainable="pkg.mod:fn", config=config, resources={"cpu": 1},
-                       max_failures=0, experiment_run_id=run)
-    store.add_results(trial_id, [{"training_iteration": i, "score": s, "aux": 10 * i}
-                                 for i, s in enumerate(scores, start=1)])
+    """A trial that reported ``scores`` (iterations 1..n) and kept checkpoints at
+    ``checkpoints``."""
+    store.upsert_trial(
+        trial_id,
+        trainable="pkg.mod:fn",
+        config=config,
+        resources={"cpu": 1},
+        max_failures=0,
+        experiment_run_id=run,
+    )
+    store.add_results(
+        trial_id,
+        [
+            {"training_iteration": i, "score": s, "aux": 10 * i}
+            for i, s in enumerate(scores, start=1)
+        ],
+    )
     for iteration in checkpoints:
         store.add_checkpoint(trial_id, f"/ckpt/{trial_id}/{iteration}", iteration)
     for iteration in deleted:
@@ -40,8 +53,23 @@ def run(store):
     old = store.create_experiment_run(EXPERIMENT, "night-1")
     _trial(store, old, "old-a", {"lr": 0.5}, [100.0])
     run = store.create_experiment_run(EXPERIMENT, "night-2")
-    _trial(store, run, "a", {"lr": 0.1, "net": {"width": 8}}, [1.0, 9.0, 4.0, 2.0], checkpoints=[1, 2, 4])
-    _trial(store, run, "b", {"lr": 0.2, "net": {"width": 16}}, [3.0, 4.0, 5.0], checkpoints=[1, 3], deleted=[1])
+    _trial(
+        store,
+        run,
+        "a",
+        {"lr": 0.1, "net": {"width": 8}},
+        [1.0, 9.0, 4.0, 2.0],
+        checkpoints=[1, 2, 4],
+    )
+    _trial(
+        store,
+        run,
+        "b",
+        {"lr": 0.2, "net": {"width": 16}},
+        [3.0, 4.0, 5.0],
+        checkpoints=[1, 3],
+        deleted=[1],
+    )
     _trial(store, run, "c", {"lr": 0.3, "net": {"width": 32}}, [float("nan")])
     _trial(store, run, "d", {"lr": 0.4, "net": {"width": 64}}, [])
     for trial_id in ("a", "b", "old-a"):
@@ -53,13 +81,21 @@ def run(store):
 class ResultGridContract:
     def test_opens_the_latest_run_by_default_and_any_run_by_key_or_id(self, store, run):
         grid = ResultGrid.from_db(EXPERIMENT, store=store)
-        assert (grid.run_key, len(grid), [r.trial_id for r in grid]) == ("night-2", 4, ["a", "b", "c", "d"])
+        assert (grid.run_key, len(grid), [r.trial_id for r in grid]) == (
+            "night-2",
+            4,
+            ["a", "b", "c", "d"],
+        )
         assert (grid.metric, grid.mode) == ("score", "max")
-        assert [r.trial_id for r in ResultGrid.from_db(EXPERIMENT, "night-1", store=store)] == ["old-a"]
+        assert [r.trial_id for r in ResultGrid.from_db(EXPERIMENT, "night-1", store=store)] == [
+            "old-a"
+        ]
         assert ResultGrid.from_db(EXPERIMENT, run, store=store).run_key == "night-2"
         assert ResultGrid.from_db(EXPERIMENT, str(run), store=store).run_key == "night-2"
 
-    def test_best_result_by_last_value_as_ray_tune_and_by_best_value_with_scope_all(self, store, run):
+    def test_best_result_by_last_value_as_ray_tune_and_by_best_value_with_scope_all(
+        self, store, run
+    ):
         grid = ResultGrid.from_db(EXPERIMENT, store=store)
         assert grid.get_best_result().trial_id == "b"  # last values: a 2, b 5
         best_all = grid.get_best_result(scope="all")
@@ -69,10 +105,18 @@ class ResultGridContract:
         assert grid.get_best_result("score", "min").trial_id == "a"
         assert grid.get_best_result("aux", "max").trial_id == "a"  # another metric, its own mode
 
-    def test_best_and_latest_checkpoints_differ_where_the_best_model_is_not_the_newest(self, store, run):
+    def test_best_and_latest_checkpoints_differ_where_the_best_model_is_not_the_newest(
+        self, store, run
+    ):
         by_id = {r.trial_id: r for r in ResultGrid.from_db(EXPERIMENT, store=store)}
-        assert (by_id["a"].best_checkpoint, by_id["a"].latest_checkpoint) == ("/ckpt/a/2", "/ckpt/a/4")
-        assert (by_id["b"].best_checkpoint, by_id["b"].latest_checkpoint) == ("/ckpt/b/3", "/ckpt/b/3")
+        assert (by_id["a"].best_checkpoint, by_id["a"].latest_checkpoint) == (
+            "/ckpt/a/2",
+            "/ckpt/a/4",
+        )
+        assert (by_id["b"].best_checkpoint, by_id["b"].latest_checkpoint) == (
+            "/ckpt/b/3",
+            "/ckpt/b/3",
+        )
         assert (by_id["d"].best_checkpoint, by_id["d"].latest_checkpoint) == (None, None)
 
     def test_errors_and_counts(self, store, run):
@@ -109,7 +153,9 @@ class ResultGridContract:
         with pytest.raises(ValueError, match="no metric and mode recorded|pass metric= and mode="):
             grid.get_best_result("aux")
 
-    def test_an_errored_or_unended_trial_can_be_ray_tunes_best_but_terminated_only_is_select_bests(self, store, run):
+    def test_an_errored_or_unended_trial_can_be_ray_tunes_best_but_terminated_only_is_select_bests(
+        self, store, run
+    ):
         # e scored best, then failed for good; f scored better still and has not ended.
         _trial(store, run, "e", {"lr": 0.5, "net": {"width": 8}}, [20.0], checkpoints=[1])
         _end(store, "e", TrialStatus.ERROR, "Trial e failed: boom")
@@ -117,13 +163,22 @@ class ResultGridContract:
         grid = ResultGrid.from_db(EXPERIMENT, store=store)
         assert grid.get_best_result(scope="all").trial_id == "f"  # as Ray Tune: any status
         best = grid.get_best_result(scope="all", terminated_only=True)
-        # select_best's rule (experiment/plan.py): the leaderboard's first TERMINATED row with a value.
+        # select_best's rule (experiment/plan.py): the leaderboard's first TERMINATED row with a
+        # value.
         board = store.leaderboard(run, "score", "max")
-        top = next(r for r in board if r.status is TrialStatus.TERMINATED and r.best_value is not None)
-        assert (best.trial_id, best.best_checkpoint) == (top.trial_id, top.best_checkpoint) == ("a", "/ckpt/a/2")
+        top = next(
+            r for r in board if r.status is TrialStatus.TERMINATED and r.best_value is not None
+        )
+        assert (
+            (best.trial_id, best.best_checkpoint)
+            == (top.trial_id, top.best_checkpoint)
+            == ("a", "/ckpt/a/2")
+        )
         assert grid.get_best_result(terminated_only=True).trial_id == "b"  # last values: a 2, b 5
 
-    def test_terminated_only_names_the_statuses_when_no_trial_that_reported_ended_terminated(self, store):
+    def test_terminated_only_names_the_statuses_when_no_trial_that_reported_ended_terminated(
+        self, store
+    ):
         store.ensure_experiment(EXPERIMENT, metric="score", mode="max")
         run = store.create_experiment_run(EXPERIMENT, "night-3")
         _trial(store, run, "x", {"lr": 0.1}, [1.0])
@@ -131,14 +186,21 @@ class ResultGridContract:
         _trial(store, run, "y", {"lr": 0.2}, [2.0])
         grid = ResultGrid.from_db(EXPERIMENT, store=store)
         assert grid.get_best_result().trial_id == "y"
-        with pytest.raises(ValueError, match=r"metric 'score' ended TERMINATED \(1 ERROR, 1 PENDING\); pass "
-                                             r"terminated_only=False"):
+        with pytest.raises(
+            ValueError,
+            match=r"metric 'score' ended TERMINATED \(1 ERROR, 1 PENDING\); pass "
+            r"terminated_only=False",
+        ):
             grid.get_best_result(terminated_only=True)
 
     def test_unknown_experiment_or_run_is_a_clear_error(self, store, run):
-        with pytest.raises(ExperimentNotFoundError, match=r"'nope' has no runs .*experiments: grid-exp"):
+        with pytest.raises(
+            ExperimentNotFoundError, match=r"'nope' has no runs .*experiments: grid-exp"
+        ):
             ResultGrid.from_db("nope", store=store)
-        with pytest.raises(ExperimentNotFoundError, match=r"no run 'night-9'.*airflow-trials runs grid-exp"):
+        with pytest.raises(
+            ExperimentNotFoundError, match=r"no run 'night-9'.*airflow-trials runs grid-exp"
+        ):
             ResultGrid.from_db(EXPERIMENT, "night-9", store=store)
 
 

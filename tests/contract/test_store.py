@@ -78,7 +78,9 @@ def count(store: TrialStore, model: Any, **where: Any) -> int:
         return connection.execute(query).scalar_one()
 
 
-def run_in_threads(targets: list[Callable[[], None]], timeout_seconds: float = 240) -> list[BaseException]:
+def run_in_threads(
+    targets: list[Callable[[], None]], timeout_seconds: float = 240
+) -> list[BaseException]:
     """Run each target in a thread of its own, all at once; returns what they raised."""
     errors: list[BaseException] = []
 
@@ -103,13 +105,16 @@ def random_run_id(rng: random.Random) -> str:
         return "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 80)))
     kind = rng.choice(["manual", "scheduled", "backfill", "asset_triggered"])
     stamp = f"{rng.randint(2020, 2030)}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
-    return f"{kind}__{stamp}T{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:00+00:00_{rng.getrandbits(32):x}"
+    clock = f"{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:00+00:00"
+    return f"{kind}__{stamp}T{clock}_{rng.getrandbits(32):x}"
 
 
 def retry_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [
-        r.getMessage() for r in caplog.records
-        if r.name == "airflow_trials.store.database" and r.levelno == logging.WARNING
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "airflow_trials.store.database"
+        and r.levelno == logging.WARNING
         and "retrying in" in r.getMessage()
     ]
 
@@ -117,7 +122,9 @@ def retry_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
 def schema_differences(store: TrialStore) -> list[Any]:
     with store._engine.connect() as connection, warnings.catch_warnings():
         # SQLAlchemy cannot reflect SQLite's expression indexes (the metric indexes) and says so.
-        warnings.filterwarnings("ignore", "Skipped unsupported reflection of expression-based index")
+        warnings.filterwarnings(
+            "ignore", "Skipped unsupported reflection of expression-based index"
+        )
         context = MigrationContext.configure(
             connection,
             opts={
@@ -156,7 +163,8 @@ class StoreContract:
         with store._engine.connect() as connection:
             if self.backend == POSTGRESQL:
                 exists = connection.execute(
-                    text("SELECT to_regclass(:name) IS NOT NULL"), {"name": metric_index_name("val/loss")}
+                    text("SELECT to_regclass(:name) IS NOT NULL"),
+                    {"name": metric_index_name("val/loss")},
                 ).scalar_one()
             else:
                 exists = connection.execute(
@@ -188,17 +196,23 @@ class StoreContract:
             if self.backend == POSTGRESQL:
                 # Few rows: without this PostgreSQL would rightly prefer a sequential scan.
                 connection.exec_driver_sql("SET enable_seqscan = off")
-                plan = connection.exec_driver_sql("EXPLAIN " + statement, parameters).scalars().all()
+                plan = (
+                    connection.exec_driver_sql("EXPLAIN " + statement, parameters).scalars().all()
+                )
             else:
                 plan = [
                     row[-1]
-                    for row in connection.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, parameters)
+                    for row in connection.exec_driver_sql(
+                        "EXPLAIN QUERY PLAN " + statement, parameters
+                    )
                 ]
         assert any(metric_index_name("acc") in line for line in plan), plan
         if self.backend != POSTGRESQL:
             # The probe's ORDER BY is the index order: the only sorts are the final ranking and,
             # per trial, the pick among its kept checkpoints (each one probe of at_results' key).
-            result_probe = plan.index(next(line for line in plan if metric_index_name("acc") in line))
+            result_probe = plan.index(
+                next(line for line in plan if metric_index_name("acc") in line)
+            )
             assert "TEMP B-TREE" not in plan[result_probe + 1], plan
             assert sum("TEMP B-TREE" in line for line in plan) == 2, plan
 
@@ -210,18 +224,28 @@ class StoreContract:
             with engine.execution_options(**{WRITE_OPTION: True}).begin() as connection:
                 command.upgrade(alembic_config(connection), "0002")
             with engine.begin() as connection:
-                connection.execute(text(
-                    "INSERT INTO at_experiments (id, name, created_at) VALUES (1, 'old', CURRENT_TIMESTAMP)"
-                ))
-                connection.execute(text(
-                    "INSERT INTO at_experiment_runs (id, experiment_id, run_key, seed, status, created_at) "
-                    "VALUES (7, 1, 'before-0003', 2147483647, 'RUNNING', CURRENT_TIMESTAMP)"
-                ))
-                connection.execute(text(
-                    "INSERT INTO at_trials (trial_id, experiment_run_id, trainable, config, resources, "
-                    "status, max_failures, created_at, updated_at) VALUES ('t-old', 7, 'm:f', '{}', '{}', "
-                    "'PENDING', 0, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP)"
-                ))
+                connection.execute(
+                    text(
+                        "INSERT INTO at_experiments (id, name, created_at) VALUES (1, 'old', "
+                        "CURRENT_TIMESTAMP)"
+                    )
+                )
+                connection.execute(
+                    text(
+                        "INSERT INTO at_experiment_runs (id, experiment_id, run_key, seed, status, "
+                        "created_at) "
+                        "VALUES (7, 1, 'before-0003', 2147483647, 'RUNNING', CURRENT_TIMESTAMP)"
+                    )
+                )
+                connection.execute(
+                    text(
+                        "INSERT INTO at_trials (trial_id, experiment_run_id, trainable, config, "
+                        "resources, "
+                        "status, max_failures, created_at, updated_at) VALUES ('t-old', 7, 'm:f', "
+                        "'{}', '{}', "
+                        "'PENDING', 0, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP)"
+                    )
+                )
             if self.backend == POSTGRESQL:
                 # The defect this revision fixes: at 0002 PostgreSQL refuses such a seed.
                 with pytest.raises(DataError, match="out of range"), engine.begin() as connection:
@@ -237,7 +261,8 @@ class StoreContract:
             assert store.get_trial("t-old").experiment_run_id == 7
             new = store.create_experiment_run("old", "after-0003", seed=2**32 - 1)
             assert {r.run_key: r.seed for r in store.list_experiment_runs("old")} == {
-                "before-0003": 2**31 - 1, "after-0003": 2**32 - 1,
+                "before-0003": 2**31 - 1,
+                "after-0003": 2**32 - 1,
             }
             assert new != 7
             assert schema_differences(store) == []
@@ -269,10 +294,17 @@ class StoreContract:
 
     def test_experiment_runs_are_idempotent_per_experiment_and_run_key(self, store):
         run = store.create_experiment_run(
-            "mnist", "manual__2026", dag_id="tune", run_id="manual__2026",
-            search_space={"lr": {"loguniform": [1e-4, 1e-1]}}, seed=7, num_samples=16,
+            "mnist",
+            "manual__2026",
+            dag_id="tune",
+            run_id="manual__2026",
+            search_space={"lr": {"loguniform": [1e-4, 1e-1]}},
+            seed=7,
+            num_samples=16,
         )
-        again = store.create_experiment_run("mnist", "manual__2026", seed=99, search_space={"other": 1})
+        again = store.create_experiment_run(
+            "mnist", "manual__2026", seed=99, search_space={"other": 1}
+        )
         other_key = store.create_experiment_run("mnist", "manual__2027")
         other_experiment = store.create_experiment_run("cifar", "manual__2026")
         assert again == run
@@ -280,7 +312,12 @@ class StoreContract:
         records = store.list_experiment_runs("mnist")
         assert [r.run_key for r in records] == ["manual__2026", "manual__2027"]
         first = records[0]
-        assert (first.dag_id, first.run_id, first.seed, first.num_samples) == ("tune", "manual__2026", 7, 16)
+        assert (first.dag_id, first.run_id, first.seed, first.num_samples) == (
+            "tune",
+            "manual__2026",
+            7,
+            16,
+        )
         assert first.search_space == {"lr": {"loguniform": [1e-4, 1e-1]}}
         assert first.status == "RUNNING" and first.ended_at is None
         assert len(store.list_experiment_runs()) == 3
@@ -294,7 +331,10 @@ class StoreContract:
         assert max(expected.values()) >= 2**31, "the hashed seeds should reach past int32"
         edges = [0, 1, -1, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**40, 2**63 - 1, -(2**63)]
         expected |= {f"edge {seed}": seed for seed in edges}
-        ids = {run_key: store.create_experiment_run("mnist", run_key, seed=seed) for run_key, seed in expected.items()}
+        ids = {
+            run_key: store.create_experiment_run("mnist", run_key, seed=seed)
+            for run_key, seed in expected.items()
+        }
         assert len(set(ids.values())) == len(expected)
         stored = {r.run_key: r.seed for r in store.list_experiment_runs("mnist")}
         assert stored == expected
@@ -302,7 +342,9 @@ class StoreContract:
 
     @pytest.mark.parametrize("seed", [2**63, -(2**63) - 1, 2**64, True, 1.5, "7"])
     def test_seed_that_is_no_64_bit_integer_is_refused_naming_the_run(self, store, seed):
-        with pytest.raises(ValueError, match=r"Seed .* of run r-big of experiment mnist .*nothing was written"):
+        with pytest.raises(
+            ValueError, match=r"Seed .* of run r-big of experiment mnist .*nothing was written"
+        ):
             store.create_experiment_run("mnist", "r-big", seed=seed)
         assert store.list_experiment_runs() == []
 
@@ -336,7 +378,9 @@ class StoreContract:
 
     def test_upsert_trial_registers_then_only_refreshes_airflow_ids(self, store):
         run = store.create_experiment_run("mnist", "r1")
-        register(store, "t1", run, dag_id="tune", run_id="r1", task_id="trial", map_index=3, try_number=1)
+        register(
+            store, "t1", run, dag_id="tune", run_id="r1", task_id="trial", map_index=3, try_number=1
+        )
         store.record_transition("t1", Transition.PLACED)
         store.update_trial("t1", num_failures=1, error_msg="Traceback ...")
         store.add_results("t1", results([1, 2]))
@@ -345,7 +389,12 @@ class StoreContract:
         register(store, "t1", None, config={"x": 99}, max_failures=0, try_number=2)
         after = store.get_trial("t1")
         assert after.try_number == 2
-        assert (after.dag_id, after.run_id, after.task_id, after.map_index) == ("tune", "r1", "trial", 3)
+        assert (after.dag_id, after.run_id, after.task_id, after.map_index) == (
+            "tune",
+            "r1",
+            "trial",
+            3,
+        )
         assert after.status is TrialStatus.RUNNING
         assert (after.num_failures, after.error_msg) == (1, "Traceback ...")
         assert after.last_result == before.last_result
@@ -358,17 +407,30 @@ class StoreContract:
 
     def test_trial_record_has_every_column(self, store):
         run = store.create_experiment_run("mnist", "r1")
-        register(store, "t1", run, config={"lr": 0.1, "layers": [1, 2]}, dag_id="d", run_id="r", task_id="t")
+        register(
+            store,
+            "t1",
+            run,
+            config={"lr": 0.1, "layers": [1, 2]},
+            dag_id="d",
+            run_id="r",
+            task_id="t",
+        )
         record = store.get_trial("t1")
         assert record.status is TrialStatus.PENDING
         assert (record.trainable, record.config, record.resources) == (
-            "tests.trainables:quadratic", {"lr": 0.1, "layers": [1, 2]}, {"cpu": 1},
+            "tests.trainables:quadratic",
+            {"lr": 0.1, "layers": [1, 2]},
+            {"cpu": 1},
         )
         assert (record.num_failures, record.max_failures, record.map_index) == (0, 2, -1)
         assert record.experiment_run_id == run
         assert record.started_at is None and record.ended_at is None and record.last_result is None
         assert record.stop_reason is None
-        assert record.created_at.tzinfo is not None and record.created_at.utcoffset() == UTC.utcoffset(None)
+        assert (
+            record.created_at.tzinfo is not None
+            and record.created_at.utcoffset() == UTC.utcoffset(None)
+        )
         with pytest.raises(dataclasses.FrozenInstanceError):
             record.status = TrialStatus.ERROR  # type: ignore[misc]
 
@@ -417,19 +479,31 @@ class StoreContract:
         assert (record.num_failures, record.error_msg) == (1, lost.error)
         store.record_transition("t1", Transition.PLACED)
         finished = TrialEnd.from_snapshot(
-            "exp", {"trial_id": "t1", "status": "TERMINATED", "last_result": {"training_iteration": 3},
-                    "best_checkpoint": {"path": "/c/3", "iteration": 3}, "num_results": 3},
+            "exp",
+            {
+                "trial_id": "t1",
+                "status": "TERMINATED",
+                "last_result": {"training_iteration": 3},
+                "best_checkpoint": {"path": "/c/3", "iteration": 3},
+                "num_results": 3,
+            },
             released=True,
         )
         assert store.record_end(finished) is TrialStatus.TERMINATED
         record = store.get_trial("t1")
-        assert (record.status, record.num_failures, record.error_msg) == (TrialStatus.TERMINATED, 1, None)
+        assert (record.status, record.num_failures, record.error_msg) == (
+            TrialStatus.TERMINATED,
+            1,
+            None,
+        )
         assert record.last_result == {"training_iteration": 3} and record.ended_at is not None
         with pytest.raises(ValueError, match="after_failure"):
             store.record_end(lost)  # an ERROR end needs its fate decided first
         assert store.get_trial("t1").status is TrialStatus.TERMINATED
 
-    def test_record_end_of_a_trial_failed_for_good_is_error_and_reset_gives_a_fresh_budget(self, store):
+    def test_record_end_of_a_trial_failed_for_good_is_error_and_reset_gives_a_fresh_budget(
+        self, store
+    ):
         register(store, "t1")
         store.record_transition("t1", Transition.PLACED)
         fail = after_failure("t1", 2, 2)
@@ -438,9 +512,14 @@ class StoreContract:
         assert store.record_transition("t1", Transition.RESET).status is TrialStatus.PENDING
         assert store.get_trial("t1").num_failures == 0
         store.record_transition("t1", Transition.PLACED)
-        store.record_transition("t1", Transition.ABANDONED, why="its task ended without recording it")
+        store.record_transition(
+            "t1", Transition.ABANDONED, why="its task ended without recording it"
+        )
         abandoned = store.get_trial("t1")
-        assert (abandoned.status, abandoned.error_msg) == (TrialStatus.ERROR, "its task ended without recording it")
+        assert (abandoned.status, abandoned.error_msg) == (
+            TrialStatus.ERROR,
+            "its task ended without recording it",
+        )
 
     def test_a_stop_by_an_old_try_is_fenced_by_the_try_that_registered_the_trial(self, store):
         register(store, "t1", try_number=1)
@@ -476,17 +555,28 @@ class StoreContract:
 
         assert restarted.status is TrialStatus.PENDING
         assert sorted(restarted.dropped_checkpoints) == [
-            "/ckpt/t1/checkpoint_000002", "/ckpt/t1/checkpoint_000003"]
+            "/ckpt/t1/checkpoint_000002",
+            "/ckpt/t1/checkpoint_000003",
+        ]
         again = store.get_trial("t1")
         assert (again.status, again.num_failures, again.error_msg, again.last_result) == (
-            TrialStatus.PENDING, 0, None, None)
+            TrialStatus.PENDING,
+            0,
+            None,
+            None,
+        )
         assert (again.started_at, again.ended_at, again.try_number) == (None, None, 2)
         assert store.get_results("t1") == [] and store.latest_checkpoint("t1") is None
-        assert [row.trial_id for row in store.leaderboard(run, "loss")] == ["t2", "t1"]  # t1 has no best now
+        assert [row.trial_id for row in store.leaderboard(run, "loss")] == [
+            "t2",
+            "t1",
+        ]  # t1 has no best now
         assert len(store.get_results("t2")) == 2  # other trials keep theirs
         # It runs again as new: iteration 1 is new again.
         assert store.add_results("t1", results([1])) == 1
-        with pytest.raises(InvalidTransitionError, match="restart trial t2 from scratch: it is PENDING"):
+        with pytest.raises(
+            InvalidTransitionError, match="restart trial t2 from scratch: it is PENDING"
+        ):
             store.record_transition("t2", RestartFromScratch())
         assert len(store.get_results("t2")) == 2
 
@@ -542,7 +632,10 @@ class StoreContract:
     def test_result_without_training_iteration_rejects_the_whole_batch(self, store):
         register(store, "t1")
         batch = results([1, 2]) + [{"loss": 0.3}] + results([4])
-        with pytest.raises(ValueError, match=r"Result 2 of the batch for trial t1 has no integer training_iteration"):
+        with pytest.raises(
+            ValueError,
+            match=r"Result 2 of the batch for trial t1 has no integer training_iteration",
+        ):
             store.add_results("t1", batch)
         with pytest.raises(ValueError, match="Result 0 of the batch for trial t1"):
             store.add_results("t1", [{"training_iteration": 1.5}])
@@ -587,7 +680,12 @@ class StoreContract:
         store.add_checkpoint("t1", "/ckpt/t1/2", 2)
         assert count(store, CheckpointRow, trial_id="t1") == 3
         latest = store.latest_checkpoint("t1")
-        assert (latest.path, latest.iteration, latest.score, latest.deleted) == ("/ckpt/t1/3", 3, None, False)
+        assert (latest.path, latest.iteration, latest.score, latest.deleted) == (
+            "/ckpt/t1/3",
+            3,
+            None,
+            False,
+        )
         store.mark_checkpoint_deleted("t1", "/ckpt/t1/3")
         store.mark_checkpoint_deleted("t1", "/ckpt/t1/3")
         assert store.latest_checkpoint("t1").path == "/ckpt/t1/2"
@@ -609,11 +707,19 @@ class StoreContract:
         register(store, "e", run)
         other = store.create_experiment_run("mnist", "r2")
         register(store, "other", other)
-        store.add_results("a", [{"training_iteration": i, "acc": v} for i, v in [(1, 0.5), (2, 0.9), (3, 0.7)]])
-        store.add_results("b", [{"training_iteration": i, "acc": v} for i, v in [(1, 0.2), (2, 0.95), (3, 0.95)]])
+        store.add_results(
+            "a", [{"training_iteration": i, "acc": v} for i, v in [(1, 0.5), (2, 0.9), (3, 0.7)]]
+        )
+        store.add_results(
+            "b", [{"training_iteration": i, "acc": v} for i, v in [(1, 0.2), (2, 0.95), (3, 0.95)]]
+        )
         store.add_results("c", [{"training_iteration": 1, "loss": 1.0}])  # never reports acc
-        store.add_results("d", [{"training_iteration": 1, "acc": "n/a"}, {"training_iteration": 2, "acc": None}])
-        store.add_results("e", [{"training_iteration": 1, "acc": 0.1}, {"training_iteration": 2, "acc": math.nan}])
+        store.add_results(
+            "d", [{"training_iteration": 1, "acc": "n/a"}, {"training_iteration": 2, "acc": None}]
+        )
+        store.add_results(
+            "e", [{"training_iteration": 1, "acc": 0.1}, {"training_iteration": 2, "acc": math.nan}]
+        )
         store.add_results("other", [{"training_iteration": 1, "acc": 0.99}])
         store.add_checkpoint("a", "/ckpt/a/2", 2)
         store.add_checkpoint("a", "/ckpt/a/3", 3)
@@ -646,8 +752,11 @@ class StoreContract:
             store.add_checkpoint("t", f"/ckpt/t/{i}", i)
         maintained = store.leaderboard(run, "loss", "min")[0]  # the experiment's metric: kept bests
         scanned = store.leaderboard(run, "loss", "max")[0]  # any other goal: scanned results
-        assert (maintained.best_iteration, maintained.best_checkpoint, maintained.latest_checkpoint) == (
-            3, "/ckpt/t/3", "/ckpt/t/5")
+        assert (
+            maintained.best_iteration,
+            maintained.best_checkpoint,
+            maintained.latest_checkpoint,
+        ) == (3, "/ckpt/t/3", "/ckpt/t/5")
         assert (scanned.best_checkpoint, scanned.latest_checkpoint) == ("/ckpt/t/1", "/ckpt/t/5")
         assert store.best_checkpoint_paths(["t", "nope"], "loss", "min") == {"t": "/ckpt/t/3"}
         # Dropped by the keep policy: the best of the kept ones, not the newest one before it.
@@ -667,15 +776,25 @@ class StoreContract:
             ("d", None, None),
         ]
         assert [r.trial_id for r in store.leaderboard(run, "acc", "min", limit=2)] == ["e", "b"]
-        assert [r.best_value for r in store.leaderboard(run, "loss")] == [1.0, None, None, None, None]
+        assert [r.best_value for r in store.leaderboard(run, "loss")] == [
+            1.0,
+            None,
+            None,
+            None,
+            None,
+        ]
 
     def test_best_value_is_maintained_on_write_and_matches_a_full_scan(self, store):
         run = self._leaderboard_run(store)
-        maintained = store.leaderboard(run, "acc", "max")  # the experiment's metric: maintained bests
+        maintained = store.leaderboard(
+            run, "acc", "max"
+        )  # the experiment's metric: maintained bests
         b = next(r for r in maintained if r.trial_id == "b")
         assert (b.best_value, b.best_iteration) == (0.95, 2)  # a tie keeps the earliest iteration
         # Out-of-order and repeated batches keep the best; a full recompute agrees.
-        store.add_results("a", [{"training_iteration": 5, "acc": 0.96}, {"training_iteration": 4, "acc": 0.96}])
+        store.add_results(
+            "a", [{"training_iteration": 5, "acc": 0.96}, {"training_iteration": 4, "acc": 0.96}]
+        )
         store.add_results("a", [{"training_iteration": 5, "acc": 0.96}])
         top = store.leaderboard(run, "acc", "max")[0]
         assert (top.trial_id, top.best_value, top.best_iteration) == ("a", 0.96, 4)
@@ -714,11 +833,21 @@ class StoreContract:
             lambda s: s.mark_checkpoint_deleted("ghost", "/ckpt"),
             lambda s: s.latest_checkpoint("ghost"),
         ],
-        ids=["get_trial", "record_transition", "update_trial", "add_results", "get_results",
-             "add_checkpoint", "mark_checkpoint_deleted", "latest_checkpoint"],
+        ids=[
+            "get_trial",
+            "record_transition",
+            "update_trial",
+            "add_results",
+            "get_results",
+            "add_checkpoint",
+            "mark_checkpoint_deleted",
+            "latest_checkpoint",
+        ],
     )
     def test_unknown_trial_raises_trial_not_found(self, store, call):
-        with pytest.raises(TrialNotFoundError, match="ghost .*register it with upsert_trial first") as raised:
+        with pytest.raises(
+            TrialNotFoundError, match="ghost .*register it with upsert_trial first"
+        ) as raised:
             call(store)
         assert isinstance(raised.value, KeyError) and raised.value.trial_id == "ghost"
         assert count(store, ResultRow) == 0 and count(store, CheckpointRow) == 0
@@ -730,11 +859,17 @@ class StoreContract:
         assert "IntegrityError" in type(raised.value.__cause__).__name__
         assert count(store, TrialRow) == 0
 
-    @pytest.mark.parametrize("unmigrated", [False, True], ids=["foreign-key-violation", "missing-table"])
-    def test_non_transient_error_fails_at_once_without_retrying(self, store_url, caplog, unmigrated):
+    @pytest.mark.parametrize(
+        "unmigrated", [False, True], ids=["foreign-key-violation", "missing-table"]
+    )
+    def test_non_transient_error_fails_at_once_without_retrying(
+        self, store_url, caplog, unmigrated
+    ):
         # An integrity error, and a missing table (ProgrammingError on PostgreSQL, an
         # OperationalError that is no lock on SQLite): neither can succeed on a second attempt.
-        trial_store = TrialStore(store_url, create=not unmigrated, retry_initial_backoff_seconds=0.001)
+        trial_store = TrialStore(
+            store_url, create=not unmigrated, retry_initial_backoff_seconds=0.001
+        )
         inserts: list[str] = []
 
         def capture(conn, cursor, statement, parameters, context, executemany):
@@ -744,7 +879,9 @@ class StoreContract:
         event.listen(trial_store._engine, "before_cursor_execute", capture)
         caplog.set_level(logging.WARNING, logger="airflow_trials.store")
         try:
-            with pytest.raises(StoreError, match="register trial t1 in experiment run 4242") as raised:
+            with pytest.raises(
+                StoreError, match="register trial t1 in experiment run 4242"
+            ) as raised:
                 register(trial_store, "t1", 4242)
         finally:
             event.remove(trial_store._engine, "before_cursor_execute", capture)
@@ -767,10 +904,17 @@ class StoreContract:
 
     # -- concurrency -------------------------------------------------------------------
 
-    @pytest.mark.parametrize("shared_store", [True, False], ids=["one-shared-store", "store-per-thread"])
-    def test_32_concurrent_writers_lose_nothing_and_duplicate_nothing(self, store, store_url, shared_store):
+    @pytest.mark.parametrize(
+        "shared_store", [True, False], ids=["one-shared-store", "store-per-thread"]
+    )
+    def test_32_concurrent_writers_lose_nothing_and_duplicate_nothing(
+        self, store, store_url, shared_store
+    ):
         if not self.concurrent_writers:
-            pytest.skip("in-memory SQLite shares one connection; concurrency runs on the file and PostgreSQL")
+            pytest.skip(
+                "in-memory SQLite shares one connection; concurrency runs on the file and "
+                "PostgreSQL"
+            )
         writers, per_writer, batch_size = 32, 200, 50
         register(store, "shared")
         for w in range(writers):
@@ -790,7 +934,12 @@ class StoreContract:
                 if not shared_store:
                     writer_store.dispose()
 
-        assert run_in_threads([functools.partial(write, w) for w in range(writers)], timeout_seconds=120) == []
+        assert (
+            run_in_threads(
+                [functools.partial(write, w) for w in range(writers)], timeout_seconds=120
+            )
+            == []
+        )
         for w in range(writers):
             assert count(store, ResultRow, trial_id=f"own-{w}") == per_writer
             assert store.get_trial(f"own-{w}").last_result["training_iteration"] == per_writer
@@ -837,7 +986,9 @@ def test_cli_upgrade_with_url_prints_one_line_and_is_repeatable(tmp_path):
     for _ in range(2):
         done = subprocess.run(
             [sys.executable, "-m", "airflow_trials.store", "upgrade", "--url", url],
-            capture_output=True, text=True, check=True,
+            capture_output=True,
+            text=True,
+            check=True,
         )
         assert done.stdout.splitlines() == [
             f"Trial store at {url} (from --url) is at the latest schema (revision {HEAD_REVISION})."
@@ -845,7 +996,9 @@ def test_cli_upgrade_with_url_prints_one_line_and_is_repeatable(tmp_path):
     TrialStore(url).ensure_experiment("works")
 
 
-def test_cli_upgrade_reads_the_url_from_the_environment_then_the_default(tmp_path, monkeypatch, capsys):
+def test_cli_upgrade_reads_the_url_from_the_environment_then_the_default(
+    tmp_path, monkeypatch, capsys
+):
     from_env = f"sqlite:///{tmp_path / 'env.db'}"
     monkeypatch.setenv("AIRFLOW_TRIALS_DB_URL", from_env)
     assert store_cli(["upgrade"]) == 0

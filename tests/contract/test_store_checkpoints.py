@@ -24,14 +24,22 @@ def row(store: TrialStore, trial_id: str, path: str) -> tuple[Any, ...]:
     """The checkpoint's stored row: id, iteration, score, deleted, created_at."""
     table = CheckpointRow.__table__
     with store._engine.connect() as connection:
-        return tuple(connection.execute(
-            select(table.c.id, table.c.iteration, table.c.score, table.c.deleted, table.c.created_at)
-            .where(table.c.trial_id == trial_id, table.c.path == path)
-        ).one())
+        return tuple(
+            connection.execute(
+                select(
+                    table.c.id,
+                    table.c.iteration,
+                    table.c.score,
+                    table.c.deleted,
+                    table.c.created_at,
+                ).where(table.c.trial_id == trial_id, table.c.path == path)
+            ).one()
+        )
 
 
 def ranked_run(store: TrialStore) -> int:
-    """A run ranked by min loss with trial t: results LOSSES, checkpoint a at 1 marked deleted, b at 3."""
+    """A run ranked by min loss with trial t: results LOSSES, checkpoint a at 1 marked deleted, b at
+    3."""
     store.ensure_experiment("ck", metric="loss", mode="min")
     run = store.create_experiment_run("ck", "r1")
     register(store, "t", run)
@@ -49,7 +57,12 @@ def assert_revived(store: TrialStore, run: int, before: tuple[Any, ...]) -> None
     assert after[4] >= before[4]
     assert count(store, CheckpointRow, trial_id="t") == 2
     latest = store.latest_checkpoint("t")
-    assert (latest.path, latest.iteration, latest.score, latest.deleted) == ("/ck/t/a", 4, 0.5, False)
+    assert (latest.path, latest.iteration, latest.score, latest.deleted) == (
+        "/ck/t/a",
+        4,
+        0.5,
+        False,
+    )
     # Ranked by the result at its new iteration: loss 0.5 beats b's 0.6 (and loses for max).
     maintained = store.leaderboard(run, "loss", "min")[0]
     assert (maintained.best_checkpoint, maintained.latest_checkpoint) == ("/ck/t/a", "/ck/t/a")
@@ -97,19 +110,38 @@ class CheckpointContract:
         for trial_id in ("a", "b"):
             register(store, trial_id, run)
         paths = {i: f"/ckpt/b/checkpoint_{i:06d}" for i in (4, 5, 6)}
-        store.record_progress([TrialProgress("b", results=results(range(1, 7)),
-                                             new_checkpoints=[(paths[i], i, 10.0 - i) for i in (4, 5, 6)])])
+        store.record_progress(
+            [
+                TrialProgress(
+                    "b",
+                    results=results(range(1, 7)),
+                    new_checkpoints=[(paths[i], i, 10.0 - i) for i in (4, 5, 6)],
+                )
+            ]
+        )
         exploit(store, "b", "a", 4, {"lr": 0.2})
         store.record_progress([TrialProgress("b", deleted_checkpoints=[paths[5], paths[6]])])
         assert store.latest_checkpoint("b").path == paths[4]
-        store.record_progress([TrialProgress(
-            "b", results=[{"training_iteration": i, "loss": loss} for i, loss in [(5, 3.0), (6, 1.0)]],
-            new_checkpoints=[(paths[5], 5, 3.0), (paths[6], 6, 1.0)])])
+        store.record_progress(
+            [
+                TrialProgress(
+                    "b",
+                    results=[
+                        {"training_iteration": i, "loss": loss} for i, loss in [(5, 3.0), (6, 1.0)]
+                    ],
+                    new_checkpoints=[(paths[5], 5, 3.0), (paths[6], 6, 1.0)],
+                )
+            ]
+        )
         latest = store.latest_checkpoint("b")
         assert (latest.path, latest.iteration, latest.score) == (paths[6], 6, 1.0)
         board = store.leaderboard(run, "loss", "min")[0]
-        assert (board.trial_id, board.best_value, board.best_checkpoint, board.latest_checkpoint) == (
-            "b", 1.0, paths[6], paths[6])
+        assert (
+            board.trial_id,
+            board.best_value,
+            board.best_checkpoint,
+            board.latest_checkpoint,
+        ) == ("b", 1.0, paths[6], paths[6])
         assert count(store, CheckpointRow, trial_id="b") == 3
         assert count(store, CheckpointRow, trial_id="b", deleted=True) == 0
 

@@ -28,7 +28,13 @@ from tests.contract.test_store import count, run_in_threads
 from tests.contract.test_store_rungs import new_run
 
 STREAMS = {MEMORY: 100, SQLITE_FILE: 60, POSTGRESQL: 60}
-RULE = MedianRule(metric="loss", mode="min", time_attr="training_iteration", grace_period=1, min_samples_required=2)
+RULE = MedianRule(
+    metric="loss",
+    mode="min",
+    time_attr="training_iteration",
+    grace_period=1,
+    min_samples_required=2,
+)
 
 
 def never(means):
@@ -66,9 +72,11 @@ def replay_stream(store: TrialStore, seed: int) -> tuple[int, int]:
     Returns how many results it judged and how many stops."""
     rng = random.Random(seed)
     settings = {
-        "metric": "score", "mode": rng.choice(["min", "max"]),
+        "metric": "score",
+        "mode": rng.choice(["min", "max"]),
         "time_attr": rng.choice(["training_iteration", "time_total_s"]),
-        "grace_period": rng.choice([1, 2, 3]), "min_samples_required": rng.choice([1, 2, 3]),
+        "grace_period": rng.choice([1, 2, 3]),
+        "min_samples_required": rng.choice([1, 2, 3]),
     }
     memory, rule = MedianStoppingRule(**settings), MedianRule(**settings)
     ids = [f"s{seed}-t{i}" for i in range(rng.randint(2, 7))]
@@ -80,7 +88,9 @@ def replay_stream(store: TrialStore, seed: int) -> tuple[int, int]:
     for trial_id in ids:
         trials[trial_id] = Trial("tests.trainables:counting", trial_id=trial_id)
         memory.on_trial_add(trials[trial_id])
-        trials[trial_id].set_status(TrialStatus.RUNNING)  # none waits to run: too few means continue
+        trials[trial_id].set_status(
+            TrialStatus.RUNNING
+        )  # none waits to run: too few means continue
         judges[trial_id] = MedianJudge(rule, store, run, trial_id)
     step, clock = dict.fromkeys(ids, 0), dict.fromkeys(ids, 0.0)
     level, limit = {t: rng.uniform(-1, 1) for t in ids}, {t: rng.randint(2, 14) for t in ids}
@@ -89,9 +99,14 @@ def replay_stream(store: TrialStore, seed: int) -> tuple[int, int]:
         trial_id = rng.choice(live)
         step[trial_id] += rng.choice([1, 1, 2])
         clock[trial_id] += rng.choice([0.5, 1.0, 1.5, 3.0])
-        result = {"training_iteration": step[trial_id], "time_total_s": clock[trial_id],
-                  "score": _value(rng, level[trial_id], step[trial_id], infinities=not restarts)}
-        store.add_results(trial_id, [result])  # the poller records results before the trigger judges
+        result = {
+            "training_iteration": step[trial_id],
+            "time_total_s": clock[trial_id],
+            "score": _value(rng, level[trial_id], step[trial_id], infinities=not restarts),
+        }
+        store.add_results(
+            trial_id, [result]
+        )  # the poller records results before the trigger judges
         expected = memory.on_trial_result(trials[trial_id], dict(result))
         if restarts and rng.random() < 0.2:
             judges[trial_id] = MedianJudge(rule, store, run, trial_id)
@@ -99,7 +114,11 @@ def replay_stream(store: TrialStore, seed: int) -> tuple[int, int]:
         verdict = judges[trial_id].verdict_for(step[trial_id])
         again = MedianJudge(rule, store, run, trial_id)
         again.judge([result])
-        assert (verdict.decision, again.verdict_for(step[trial_id])) == (expected, verdict), (seed, trial_id, result)
+        assert (verdict.decision, again.verdict_for(step[trial_id])) == (expected, verdict), (
+            seed,
+            trial_id,
+            result,
+        )
         judged += 1
         if expected is Decision.STOP or step[trial_id] >= limit[trial_id]:
             if expected is Decision.STOP:
@@ -119,26 +138,49 @@ class MedianContract:
         run = new_run(store, "r1", ["a", "b", "c"])
         for trial_id, values in (("a", [0.2, 0.4]), ("b", [0.3, 0.3])):
             for iteration, value in enumerate(values, start=1):
-                store.record_median_point(run, trial_id, iteration=iteration, time=iteration, value=value,
-                                          decide=decide(value, iteration))
-        worse = store.record_median_point(run, "c", iteration=2, time=2, value=0.9, decide=decide(0.9, 2))
+                store.record_median_point(
+                    run,
+                    trial_id,
+                    iteration=iteration,
+                    time=iteration,
+                    value=value,
+                    decide=decide(value, iteration),
+                )
+        worse = store.record_median_point(
+            run, "c", iteration=2, time=2, value=0.9, decide=decide(0.9, 2)
+        )
         assert (worse.decision, worse.fresh, worse.seq, worse.mean) == (Decision.STOP, True, 1, 0.9)
         assert worse.reason == (
-            "stopped by the median stopping rule at training_iteration=2: best loss 0.9 above the median 0.3 "
+            "stopped by the median stopping rule at training_iteration=2: best loss 0.9 above the "
+            "median 0.3 "
             "of 2 other trials' running means"
         )
         # A triggerer restart processes the same result again: the same verdict, decide not asked.
         again = store.record_median_point(run, "c", iteration=2, time=2, value=0.0, decide=never)
-        assert (again.decision, again.reason, again.fresh, again.mean) == (Decision.STOP, worse.reason, False, 0.9)
+        assert (again.decision, again.reason, again.fresh, again.mean) == (
+            Decision.STOP,
+            worse.reason,
+            False,
+            0.9,
+        )
         assert count(store, TrialMedianPointRow) == 5
-        assert [(p.iteration, p.seq, p.mean) for p in store.trial_median_points("a")] == [(1, 1, 0.2), (2, 2, 0.30000000000000004)]
+        assert [(p.iteration, p.seq, p.mean) for p in store.trial_median_points("a")] == [
+            (1, 1, 0.2),
+            (2, 2, 0.30000000000000004),
+        ]
 
     def test_the_median_is_over_other_trials_at_or_past_the_time_each_up_to_it(self, store):
         run = new_run(store, "r1", ["a", "b", "short", "me"])
         for trial_id, values in (("a", [1.0, 3.0, 5.0]), ("b", [2.0, 2.0, 2.0]), ("short", [0.0])):
             for iteration, value in enumerate(values, start=1):
-                store.record_median_point(run, trial_id, iteration=iteration, time=iteration, value=value,
-                                          decide=lambda means: (Decision.CONTINUE, None))
+                store.record_median_point(
+                    run,
+                    trial_id,
+                    iteration=iteration,
+                    time=iteration,
+                    value=value,
+                    decide=lambda means: (Decision.CONTINUE, None),
+                )
         seen: list[tuple[int, float | None]] = []
 
         def capture(means):
@@ -146,14 +188,28 @@ class MedianContract:
             return Decision.CONTINUE, None
 
         store.record_median_point(run, "me", iteration=2, time=2.0, value=9.0, decide=capture)
-        # "short" ended before time 2; a's mean up to 2 is 2.0, b's 2.0 (not a's mean over all of it).
+        # "short" ended before time 2; a's mean up to 2 is 2.0, b's 2.0 (not a's mean over all of
+        # it).
         assert seen == [expected([2.0, 2.0])]
-        store.record_median_point(run, "b", iteration=4, time=4, value=math.nan, decide=lambda m: (Decision.CONTINUE, None))
+        store.record_median_point(
+            run,
+            "b",
+            iteration=4,
+            time=4,
+            value=math.nan,
+            decide=lambda m: (Decision.CONTINUE, None),
+        )
         store.record_median_point(run, "me", iteration=3, time=3.0, value=9.0, decide=capture)
-        assert seen[-1] == expected([2.0, 3.0])  # b's NaN comes after time 3: its mean up to 3 is finite
+        assert seen[-1] == expected(
+            [2.0, 3.0]
+        )  # b's NaN comes after time 3: its mean up to 3 is finite
         store.record_median_point(run, "me", iteration=4, time=4.0, value=9.0, decide=capture)
-        assert seen[-1] == expected([math.nan]) == (0, None)  # b's mean is NaN now: left out, as Ray leaves it out
-        assert RULE.verdict(9.0, 4.0, [3.0, math.nan])[0] is Decision.CONTINUE  # one finite mean < min_samples_required
+        assert (
+            seen[-1] == expected([math.nan]) == (0, None)
+        )  # b's mean is NaN now: left out, as Ray leaves it out
+        assert (
+            RULE.verdict(9.0, 4.0, [3.0, math.nan])[0] is Decision.CONTINUE
+        )  # one finite mean < min_samples_required
 
     @pytest.mark.parametrize("skipping", [3, 70], ids=["few-skip-the-time", "many-skip-the-time"])
     def test_means_at_an_integer_time_count_every_trial_past_it_whether_or_not_it_has_a_point_there(
@@ -163,25 +219,53 @@ class MedianContract:
         # and 5), one with non-integer times, and one that stopped before 3: at time 3 the means
         # are those of every trial but the last, however many skipped it (a few are probed one
         # by one; past 64, every trial is).
-        ids = [f"every{i}" for i in range(5)] + [f"skip{i}" for i in range(skipping)] + ["float", "short", "me"]
+        ids = (
+            [f"every{i}" for i in range(5)]
+            + [f"skip{i}" for i in range(skipping)]
+            + ["float", "short", "me"]
+        )
         run = new_run(store, "r1", ids)
         means = []
         for i in range(5):
             for step in range(1, 6):
-                store.record_median_point(run, f"every{i}", iteration=step, time=step, value=float(i + step),
-                                          decide=lambda means: (Decision.CONTINUE, None))
+                store.record_median_point(
+                    run,
+                    f"every{i}",
+                    iteration=step,
+                    time=step,
+                    value=float(i + step),
+                    decide=lambda means: (Decision.CONTINUE, None),
+                )
             means.append(sum(i + step for step in (1, 2, 3)) / 3)
         for i in range(skipping):
             for step, value in ((2, 10.0 + i), (5, 0.0)):
-                store.record_median_point(run, f"skip{i}", iteration=step, time=step, value=value,
-                                          decide=lambda means: (Decision.CONTINUE, None))
+                store.record_median_point(
+                    run,
+                    f"skip{i}",
+                    iteration=step,
+                    time=step,
+                    value=value,
+                    decide=lambda means: (Decision.CONTINUE, None),
+                )
             means.append(10.0 + i)
         for step, time in ((1, 0.5), (2, 2.5), (3, 3.5)):
-            store.record_median_point(run, "float", iteration=step, time=time, value=4.0,
-                                      decide=lambda means: (Decision.CONTINUE, None))
+            store.record_median_point(
+                run,
+                "float",
+                iteration=step,
+                time=time,
+                value=4.0,
+                decide=lambda means: (Decision.CONTINUE, None),
+            )
         means.append(4.0)
-        store.record_median_point(run, "short", iteration=1, time=2, value=1.0,
-                                  decide=lambda means: (Decision.CONTINUE, None))
+        store.record_median_point(
+            run,
+            "short",
+            iteration=1,
+            time=2,
+            value=1.0,
+            decide=lambda means: (Decision.CONTINUE, None),
+        )
         seen: list[tuple[int, float | None]] = []
 
         def capture(means):
@@ -196,64 +280,114 @@ class MedianContract:
         store.record_median_point(run, "a", iteration=1, time=1, value=1.0, decide=decide(1.0, 1))
         store.record_median_point(run, "a", iteration=2, time=2, value=4.0, decide=decide(1.0, 2))
         end = store.record_median_point(run, "a", iteration=2, time=2, value=4.0, at_end=True)
-        assert (end.seq, end.mean, end.decision, end.reason, end.at_end) == (3, 3.0, Decision.CONTINUE, AT_END_REASON, True)
-        assert store.record_median_point(run, "a", iteration=2, time=2, value=4.0, at_end=True).fresh is False
+        assert (end.seq, end.mean, end.decision, end.reason, end.at_end) == (
+            3,
+            3.0,
+            Decision.CONTINUE,
+            AT_END_REASON,
+            True,
+        )
+        assert (
+            store.record_median_point(run, "a", iteration=2, time=2, value=4.0, at_end=True).fresh
+            is False
+        )
 
     def test_a_time_that_goes_back_is_refused_and_nothing_is_written(self, store):
         run = new_run(store, "r1", ["a"])
         store.record_median_point(run, "a", iteration=2, time=5.0, value=1.0, decide=decide(1.0, 5))
-        with pytest.raises(ValueError, match=r"its time 4.0 is before the trial's last recorded 5.0; the median "
-                                             r"stopping rule needs a time_attr that never decreases"):
+        with pytest.raises(
+            ValueError,
+            match=r"its time 4.0 is before the trial's last recorded 5.0; the median "
+            r"stopping rule needs a time_attr that never decreases",
+        ):
             store.record_median_point(run, "a", iteration=3, time=4.0, value=1.0, decide=never)
         assert count(store, TrialMedianPointRow) == 1
 
-    def test_bad_arguments_unknown_trials_and_wrong_runs_are_refused_and_nothing_is_written(self, store):
+    def test_bad_arguments_unknown_trials_and_wrong_runs_are_refused_and_nothing_is_written(
+        self, store
+    ):
         run = new_run(store, "r1", ["a"])
         other = new_run(store, "r2", ["x"])
         with pytest.raises(TrialNotFoundError, match="trial ghost is not in the trial store"):
             store.record_median_point(run, "ghost", iteration=1, time=1, value=1.0, decide=never)
         with pytest.raises(ValueError, match="the trial belongs to experiment run"):
             store.record_median_point(other, "a", iteration=1, time=1, value=1.0, decide=never)
-        with pytest.raises(ValueError, match="iteration of trial a's median point must be an integer >= 0"):
+        with pytest.raises(
+            ValueError, match="iteration of trial a's median point must be an integer >= 0"
+        ):
             store.record_median_point(run, "a", iteration=-1, time=1, value=1.0, decide=never)
         with pytest.raises(ValueError, match="time of trial a's median point must be finite"):
             store.record_median_point(run, "a", iteration=1, time=math.inf, value=1.0, decide=never)
         with pytest.raises(ValueError, match="pass decide="):
             store.record_median_point(run, "a", iteration=1, time=1, value=1.0)
         with pytest.raises(ValueError, match="not CONTINUE or STOP"):
-            store.record_median_point(run, "a", iteration=1, time=1, value=1.0, decide=lambda m: (Decision.PAUSE, None))
+            store.record_median_point(
+                run, "a", iteration=1, time=1, value=1.0, decide=lambda m: (Decision.PAUSE, None)
+            )
         assert count(store, TrialMedianPointRow) == 0
 
     def test_a_trial_restarted_from_scratch_is_judged_afresh_and_its_points_go_with_it(self, store):
         run = new_run(store, "r1", ["a", "b"])
         store.record_median_point(run, "a", iteration=1, time=1, value=0.1, decide=decide(0.1, 1))
-        rule = MedianRule(metric="loss", mode="min", time_attr="training_iteration", grace_period=1, min_samples_required=1)
-        assert store.record_median_point(run, "b", iteration=1, time=1, value=0.9,
-                                         decide=decide(0.9, 1, rule)).decision is Decision.STOP
+        rule = MedianRule(
+            metric="loss",
+            mode="min",
+            time_attr="training_iteration",
+            grace_period=1,
+            min_samples_required=1,
+        )
+        assert (
+            store.record_median_point(
+                run, "b", iteration=1, time=1, value=0.9, decide=decide(0.9, 1, rule)
+            ).decision
+            is Decision.STOP
+        )
         store.record_transition("b", Transition.STOPPED, why="stopped by the median stopping rule")
         store.record_transition("b", RestartFromScratch())
         assert store.trial_median_points("b") == [] and len(store.trial_median_points("a")) == 1
-        assert store.record_median_point(run, "b", iteration=1, time=1, value=0.05, decide=decide(0.05, 1, rule)).fresh
+        assert store.record_median_point(
+            run, "b", iteration=1, time=1, value=0.05, decide=decide(0.05, 1, rule)
+        ).fresh
         with store._engine.begin() as connection:
             connection.exec_driver_sql("DELETE FROM at_trials WHERE trial_id = 'a'")
         assert [p.trial_id for p in store.trial_median_points("b")] == ["b"]
         assert count(store, TrialMedianPointRow) == 1
 
-    def test_a_judge_reads_the_trial_s_earlier_results_for_its_best_and_refuses_a_result_without_the_metric(self, store):
+    def test_a_judge_reads_earlier_results_for_the_best_and_refuses_a_result_without_the_metric(
+        self, store
+    ):
         run = new_run(store, "r1", ["a", "b"])
-        rule = MedianRule(metric="loss", mode="min", time_attr="training_iteration", grace_period=3, min_samples_required=1)
+        rule = MedianRule(
+            metric="loss",
+            mode="min",
+            time_attr="training_iteration",
+            grace_period=3,
+            min_samples_required=1,
+        )
         for iteration, loss in ((1, 0.5), (2, 0.6), (3, 0.5), (4, 0.5)):
             store.add_results("a", [{"training_iteration": iteration, "loss": loss}])
-            MedianJudge(rule, store, run, "a").judge([{"training_iteration": iteration, "loss": loss}])
+            MedianJudge(rule, store, run, "a").judge(
+                [{"training_iteration": iteration, "loss": loss}]
+            )
         # b's best so far counts its results before grace_period: 0.1 at iteration 1.
-        store.add_results("b", [{"training_iteration": i, "loss": v} for i, v in ((1, 0.1), (2, 0.9), (3, 0.9))])
+        store.add_results(
+            "b", [{"training_iteration": i, "loss": v} for i, v in ((1, 0.1), (2, 0.9), (3, 0.9))]
+        )
         judge = MedianJudge(rule, store, run, "b")  # a new trigger: it reads b's results once
         assert judge.judge([{"training_iteration": 3, "loss": 0.9}]) is None
-        with pytest.raises(MissingSchedulerKey, match=r"result 4 of trial b has no 'loss', which MedianStoppingRule judges by"):
+        with pytest.raises(
+            MissingSchedulerKey,
+            match=r"result 4 of trial b has no 'loss', which MedianStoppingRule judges by",
+        ):
             judge.judge([{"training_iteration": 4, "score": 1.0}])
 
     def test_random_streams_decide_exactly_as_the_in_memory_rule(self, store):
-        judged, stops = map(sum, zip(*(replay_stream(store, seed) for seed in range(STREAMS[self.backend])), strict=True))
+        judged, stops = map(
+            sum,
+            zip(
+                *(replay_stream(store, seed) for seed in range(STREAMS[self.backend])), strict=True
+            ),
+        )
         assert judged > 800 and stops > 40, (judged, stops)
 
     def test_a_store_error_leaves_nothing_half_written(self, store):
@@ -275,11 +409,20 @@ class MedianContract:
 
     def test_24_concurrent_trials_each_see_every_mean_committed_before_them(self, store, store_url):
         if not self.concurrent_writers:
-            pytest.skip("in-memory SQLite shares one connection; concurrency runs on the file and PostgreSQL")
+            pytest.skip(
+                "in-memory SQLite shares one connection; concurrency runs on the file and "
+                "PostgreSQL"
+            )
         writers = 24
         ids = [f"w{w}" for w in range(writers)]
         run = new_run(store, "r1", ids)
-        rule = MedianRule(metric="score", mode="max", time_attr="training_iteration", grace_period=1, min_samples_required=1)
+        rule = MedianRule(
+            metric="score",
+            mode="max",
+            time_attr="training_iteration",
+            grace_period=1,
+            min_samples_required=1,
+        )
         barrier = threading.Barrier(writers, timeout=60)
         seen: dict[tuple[str, int], tuple[int, float | None]] = {}
 
@@ -297,22 +440,37 @@ class MedianContract:
                         return rule.verdict(best, float(key[1]), means)
 
                     for _ in range(2):  # the second is a retry: the same verdict, no second row
-                        writer.record_median_point(run, f"w{w}", iteration=iteration, time=iteration,
-                                                   value=value, decide=judged)
+                        writer.record_median_point(
+                            run,
+                            f"w{w}",
+                            iteration=iteration,
+                            time=iteration,
+                            value=value,
+                            decide=judged,
+                        )
             finally:
                 writer.dispose()
 
-        assert run_in_threads([functools.partial(write, w) for w in range(writers)], timeout_seconds=120) == []
+        assert (
+            run_in_threads(
+                [functools.partial(write, w) for w in range(writers)], timeout_seconds=120
+            )
+            == []
+        )
         assert count(store, TrialMedianPointRow) == 3 * writers
         # Replayed in commit order, each decision saw exactly the means committed before it.
         with store._engine.connect() as connection:
-            rows = connection.execute(TrialMedianPointRow.__table__.select().order_by(TrialMedianPointRow.id)).all()
+            rows = connection.execute(
+                TrialMedianPointRow.__table__.select().order_by(TrialMedianPointRow.id)
+            ).all()
         committed: dict[str, list[Any]] = {}  # each trial's rows committed so far
         for row in rows:
             means = [
                 upto[-1].total / upto[-1].seq
-                for trial_id, points in committed.items() if trial_id != row.trial_id and points[-1].time >= row.time
-                for upto in ([p for p in points if p.time <= row.time],) if upto
+                for trial_id, points in committed.items()
+                if trial_id != row.trial_id and points[-1].time >= row.time
+                for upto in ([p for p in points if p.time <= row.time],)
+                if upto
             ]
             assert seen[(row.trial_id, row.iteration)] == expected(means), row
             committed.setdefault(row.trial_id, []).append(row)

@@ -32,14 +32,26 @@ class ProgressContract:
             register(store, trial_id, run)
         store.add_checkpoint("b", "/ck/b/1", 1, 9.0)
         committed = commits(store)
-        new = store.record_progress([
-            TrialProgress("c", results=results([1, 2]), running=True),
-            TrialProgress("a", results=results([1]), new_checkpoints=[("/ck/a/1", 1, 9.0)], running=True),
-            TrialProgress("b", results=results([2, 3]), new_checkpoints=[("/ck/b/3", 3, 7.0)],
-                          deleted_checkpoints=["/ck/b/1"]),
-        ])
+        new = store.record_progress(
+            [
+                TrialProgress("c", results=results([1, 2]), running=True),
+                TrialProgress(
+                    "a", results=results([1]), new_checkpoints=[("/ck/a/1", 1, 9.0)], running=True
+                ),
+                TrialProgress(
+                    "b",
+                    results=results([2, 3]),
+                    new_checkpoints=[("/ck/b/3", 3, 7.0)],
+                    deleted_checkpoints=["/ck/b/1"],
+                ),
+            ]
+        )
         assert new == 5 and len(committed) == 1
-        assert [store.get_trial(t).status.value for t in ("a", "b", "c")] == ["RUNNING", "PENDING", "RUNNING"]
+        assert [store.get_trial(t).status.value for t in ("a", "b", "c")] == [
+            "RUNNING",
+            "PENDING",
+            "RUNNING",
+        ]
         assert store.get_trial("a").started_at is not None
         assert store.get_trial("c").last_result["training_iteration"] == 2
         assert store.latest_checkpoint("a").path == "/ck/a/1"
@@ -53,11 +65,15 @@ class ProgressContract:
         register(store, "a")
         register(store, "b")
         batch = [
-            TrialProgress("a", results=results([1, 2]), new_checkpoints=[("/ck/a/2", 2, None)], running=True),
+            TrialProgress(
+                "a", results=results([1, 2]), new_checkpoints=[("/ck/a/2", 2, None)], running=True
+            ),
             TrialProgress("b", results=results([1]), running=True),
         ]
         assert store.record_progress(batch) == 3
-        assert store.record_progress(batch) == 0  # a poll answered twice (a re-run trigger) adds nothing
+        assert (
+            store.record_progress(batch) == 0
+        )  # a poll answered twice (a re-run trigger) adds nothing
         assert count(store, ResultRow, trial_id="a") == 2 and count(store, CheckpointRow) == 1
         assert store.get_trial("a").status.value == "RUNNING"
 
@@ -66,13 +82,17 @@ class ProgressContract:
         register(store, "ended")
         store.record_transition("ended", Transition.STOPPED)
         with pytest.raises(InvalidTransitionError, match="ended"):
-            store.record_progress([
-                TrialProgress("good", results=results([1]), running=True),
-                TrialProgress("ended", running=True),
-            ])
+            store.record_progress(
+                [
+                    TrialProgress("good", results=results([1]), running=True),
+                    TrialProgress("ended", running=True),
+                ]
+            )
         assert count(store, ResultRow) == 0 and store.get_trial("good").status.value == "PENDING"
         with pytest.raises(TrialNotFoundError, match="nope"):
-            store.record_progress([TrialProgress("good", results=results([1])), TrialProgress("nope")])
+            store.record_progress(
+                [TrialProgress("good", results=results([1])), TrialProgress("nope")]
+            )
         with pytest.raises(StoreError, match="no checkpoint at /missing"):
             store.record_progress([TrialProgress("good", deleted_checkpoints=["/missing"])])
         assert count(store, ResultRow) == 0

@@ -1,4 +1,5 @@
-"""TrialStore re-runs a transaction that failed transiently, and only then; against real databases."""
+"""TrialStore re-runs a transaction that failed transiently, and only then; against real
+databases."""
 
 from __future__ import annotations
 
@@ -53,7 +54,9 @@ def retry_log() -> Any:
 
 
 def test_backoff_grows_is_jittered_and_stops_at_attempts_or_timeout():
-    policy = RetryPolicy(max_attempts=8, timeout_seconds=30.0, initial_backoff_seconds=0.1, max_backoff_seconds=5.0)
+    policy = RetryPolicy(
+        max_attempts=8, timeout_seconds=30.0, initial_backoff_seconds=0.1, max_backoff_seconds=5.0
+    )
     for attempt in range(1, 8):
         ceiling = min(5.0, 0.1 * 2 ** (attempt - 1))
         delays = {policy.delay_seconds(attempt, 0.0) for _ in range(50)}
@@ -69,7 +72,10 @@ def test_backoff_grows_is_jittered_and_stops_at_attempts_or_timeout():
     [
         ({"retry_max_attempts": 0}, "retry_max_attempts must be an integer of at least 1"),
         ({"retry_timeout_seconds": -1}, "retry_timeout_seconds must be a finite number"),
-        ({"retry_max_backoff_seconds": float("inf")}, "retry_max_backoff_seconds must be a finite number"),
+        (
+            {"retry_max_backoff_seconds": float("inf")},
+            "retry_max_backoff_seconds must be a finite number",
+        ),
     ],
 )
 def test_bad_retry_settings_are_refused(kwargs, message):
@@ -84,7 +90,8 @@ def test_unreachable_server_raises_store_error_after_the_retries(caplog):
     port = closed_port()
     store = TrialStore(
         f"postgresql+psycopg://trials:s3cret@127.0.0.1:{port}/trials",
-        retry_max_attempts=3, retry_initial_backoff_seconds=0.01,
+        retry_max_attempts=3,
+        retry_initial_backoff_seconds=0.01,
     )
     caplog.set_level(logging.WARNING, logger="airflow_trials.store")
     try:
@@ -97,7 +104,10 @@ def test_unreachable_server_raises_store_error_after_the_retries(caplog):
     assert f"postgresql+psycopg://trials:***@127.0.0.1:{port}/trials" in message
     assert "s3cret" not in message
     assert "3 attempts (2 retries) over" in message
-    assert "retry_timeout_seconds" in message and "Check that the database is up and reachable" in message
+    assert (
+        "retry_timeout_seconds" in message
+        and "Check that the database is up and reachable" in message
+    )
     warnings = retry_warnings(caplog)
     assert len(warnings) == 2
     assert "add 1 results to trial t1 at attempt 1 of 3" in warnings[0]
@@ -107,12 +117,16 @@ def test_unreachable_server_raises_store_error_after_the_retries(caplog):
 def test_retry_timeout_ends_the_retries_before_the_attempts_run_out(caplog):
     store = TrialStore(
         f"postgresql+psycopg://trials@127.0.0.1:{closed_port()}/trials",
-        retry_max_attempts=1000, retry_timeout_seconds=0.2, retry_initial_backoff_seconds=0.02,
+        retry_max_attempts=1000,
+        retry_timeout_seconds=0.2,
+        retry_initial_backoff_seconds=0.02,
         retry_max_backoff_seconds=0.05,
     )
     caplog.set_level(logging.WARNING, logger="airflow_trials.store")
     try:
-        with pytest.raises(StoreError, match=r"(?s)could not list trials: .* \d+ attempts") as raised:
+        with pytest.raises(
+            StoreError, match=r"(?s)could not list trials: .* \d+ attempts"
+        ) as raised:
             store.list_trials()
     finally:
         store.dispose()
@@ -167,9 +181,17 @@ def test_connection_killed_between_ping_and_use_is_retried(postgres_database, ca
 @pytest.mark.parametrize(
     "sqlstate, transient",
     [("40001", True), ("40P01", True), ("57P01", True), ("23514", False), ("22003", False)],
-    ids=["serialization_failure", "deadlock_detected", "admin_shutdown", "check_violation", "numeric_out_of_range"],
+    ids=[
+        "serialization_failure",
+        "deadlock_detected",
+        "admin_shutdown",
+        "check_violation",
+        "numeric_out_of_range",
+    ],
 )
-def test_sqlstates_are_retried_only_when_transient(postgres_schema_url, caplog, sqlstate, transient):
+def test_sqlstates_are_retried_only_when_transient(
+    postgres_schema_url, caplog, sqlstate, transient
+):
     store = TrialStore(postgres_schema_url, create=True, retry_initial_backoff_seconds=0.001)
     register(store, "t1")
     with store._engine.begin() as connection:
@@ -193,7 +215,9 @@ def test_sqlstates_are_retried_only_when_transient(postgres_schema_url, caplog, 
             with pytest.raises(StoreError, match="add 2 results to trial t1.*forced failure"):
                 store.add_results("t1", results([1, 2]))
         with store._engine.connect() as connection:
-            attempts = connection.execute(text("SELECT last_value FROM at_test_attempts")).scalar_one()
+            attempts = connection.execute(
+                text("SELECT last_value FROM at_test_attempts")
+            ).scalar_one()
     finally:
         store.dispose()
     assert attempts == (2 if transient else 1)
@@ -215,7 +239,9 @@ def test_writes_survive_every_backend_being_killed_again_and_again(postgres_data
     def write() -> None:
         try:
             for start in range(1, iterations + 1, batch_size):
-                store.add_results("t1", results(range(start, min(start + batch_size, iterations + 1))))
+                store.add_results(
+                    "t1", results(range(start, min(start + batch_size, iterations + 1)))
+                )
                 # Placed, then waiting again (as a paused trial waits), and so on.
                 store.record_transition("t1", Transition.PLACED if start % 2 else Transition.QUEUED)
                 store.update_trial("t1", num_failures=start // 30)
@@ -239,7 +265,10 @@ def test_writes_survive_every_backend_being_killed_again_and_again(postgres_data
     assert (best.best_value, best.best_iteration) == (10.0 - iterations, iterations)
     assert count(store, CheckpointRow, trial_id="t1") == 10
     logging.getLogger(__name__).info(
-        "%d backends killed in %d rounds; %d retries", sum(kills), len(kills), len(retry_warnings(caplog))
+        "%d backends killed in %d rounds; %d retries",
+        sum(kills),
+        len(kills),
+        len(retry_warnings(caplog)),
     )
     store.dispose()
 
@@ -251,7 +280,9 @@ def test_a_call_waits_out_a_short_outage(postgres_database, retry_log):
     postgres_database.allow_connections(False)
     postgres_database.terminate_backends()
     outcome: list[Any] = []
-    writer = threading.Thread(target=lambda: outcome.append(store.add_results("t1", results([1, 2]))))
+    writer = threading.Thread(
+        target=lambda: outcome.append(store.add_results("t1", results([1, 2])))
+    )
     writer.start()
     try:
         # Let connections in again only once the store has seen the outage and is retrying.
@@ -289,7 +320,9 @@ def test_32_sqlite_writers_of_their_own_trials_all_finish(tmp_path, caplog):
     assert run_in_threads([functools.partial(write, w) for w in range(writers)]) == []
     store = TrialStore(url)
     for w in range(writers):
-        assert [r["training_iteration"] for r in store.get_results(f"t{w}")] == list(range(1, per_writer + 1))
+        assert [r["training_iteration"] for r in store.get_results(f"t{w}")] == list(
+            range(1, per_writer + 1)
+        )
     assert count(store, ResultRow) == writers * per_writer
     assert not any("database is locked" in message for message in retry_warnings(caplog))
     store.dispose()

@@ -59,14 +59,19 @@ class StoreAsha:
         """The decision on one result by the trial's trigger, then by a new trigger (as after a
         triggerer restart) processing it again: the same both times."""
         first = self._judge(self._judge_of(trial_id), result, at_end=at_end)
-        again = self._judge(RungJudge(self.rungs, self.bracket[trial_id], self.store, self.run, trial_id),
-                            result, at_end=at_end)
+        again = self._judge(
+            RungJudge(self.rungs, self.bracket[trial_id], self.store, self.run, trial_id),
+            result,
+            at_end=at_end,
+        )
         assert again is first
         return first
 
     def _judge_of(self, trial_id: str) -> RungJudge:
         if trial_id not in self._judges:
-            self._judges[trial_id] = RungJudge(self.rungs, self.bracket[trial_id], self.store, self.run, trial_id)
+            self._judges[trial_id] = RungJudge(
+                self.rungs, self.bracket[trial_id], self.store, self.run, trial_id
+            )
         return self._judges[trial_id]
 
     def _judge(self, judge: RungJudge, result: dict[str, Any], *, at_end: bool) -> Decision:
@@ -97,10 +102,14 @@ def replay_stream(store: TrialStore, seed: int) -> int:
     rng = random.Random(seed)
     max_t = rng.choice([4, 9, 10, 16, 27])
     settings = {
-        "metric": "score", "mode": rng.choice(["min", "max"]),
-        "time_attr": rng.choice(["training_iteration", "time_total_s"]), "max_t": max_t,
-        "grace_period": rng.choice([1, 2]), "reduction_factor": rng.choice([2, 3, 2.5]),
-        "brackets": rng.choice([1, 1, 2, 3]), "stop_last_trials": rng.random() < 0.6,
+        "metric": "score",
+        "mode": rng.choice(["min", "max"]),
+        "time_attr": rng.choice(["training_iteration", "time_total_s"]),
+        "max_t": max_t,
+        "grace_period": rng.choice([1, 2]),
+        "reduction_factor": rng.choice([2, 3, 2.5]),
+        "brackets": rng.choice([1, 1, 2, 3]),
+        "stop_last_trials": rng.random() < 0.6,
     }
     draws = random.Random(seed + 1)
     memory = AsyncHyperBandScheduler(rng=random.Random(seed + 1), **settings)
@@ -118,8 +127,11 @@ def replay_stream(store: TrialStore, seed: int) -> int:
         trial_id = rng.choice(live)
         step[trial_id] += rng.choice([1, 1, 2])
         clock[trial_id] += rng.choice([0.5, 1.0, 1.5, 3.0])
-        result = {"training_iteration": step[trial_id], "time_total_s": clock[trial_id],
-                  "score": _value(rng, level[trial_id], step[trial_id])}
+        result = {
+            "training_iteration": step[trial_id],
+            "time_total_s": clock[trial_id],
+            "score": _value(rng, level[trial_id], step[trial_id]),
+        }
         last[trial_id] = result
         trial = Trial("tests.trainables:counting", trial_id=trial_id)
         expected = memory.on_trial_result(trial, dict(result))
@@ -143,7 +155,8 @@ def _assert_same_rungs(store: TrialStore, memory: AsyncHyperBandScheduler, ours:
     }
     stored = {
         (r.trial_id, r.bracket, r.milestone): r.value
-        for trial_id in ours.bracket for r in store.trial_rungs(trial_id)
+        for trial_id in ours.bracket
+        for r in store.trial_rungs(trial_id)
     }
     assert stored.keys() == expected.keys()
     for key, value in expected.items():
@@ -157,17 +170,34 @@ class RungsContract:
     def test_records_once_and_returns_the_first_verdict_again(self, store):
         run = new_run(store, "r1", ["a", "b"])
         rungs = AshaRungs(metric="loss", mode="min", max_t=9, grace_period=1, reduction_factor=3)
-        first = store.record_rung(run, "a", bracket=0, milestone=1, value=0.2, iteration=1,
-                                  decide=rungs.decide(0, 1, 1, 0.2))
+        first = store.record_rung(
+            run,
+            "a",
+            bracket=0,
+            milestone=1,
+            value=0.2,
+            iteration=1,
+            decide=rungs.decide(0, 1, 1, 0.2),
+        )
         assert (first.decision, first.reason, first.fresh) == (Decision.CONTINUE, None, True)
-        worse = store.record_rung(run, "b", bracket=0, milestone=1, value=0.9, iteration=1,
-                                  decide=rungs.decide(0, 1, 1, 0.9))
+        worse = store.record_rung(
+            run,
+            "b",
+            bracket=0,
+            milestone=1,
+            value=0.9,
+            iteration=1,
+            decide=rungs.decide(0, 1, 1, 0.9),
+        )
         assert worse.decision is Decision.STOP and worse.fresh
         assert worse.reason == (
-            "stopped by ASHA at training_iteration=1 (rung 1 of 3): loss 0.9 above the rung's cutoff 0.2"
+            "stopped by ASHA at training_iteration=1 (rung 1 of 3): loss 0.9 above the rung's "
+            "cutoff 0.2"
         )
         # A triggerer restart processes the same result again: the same verdict, decide not asked.
-        again = store.record_rung(run, "b", bracket=0, milestone=1, value=0.0, iteration=1, decide=never)
+        again = store.record_rung(
+            run, "b", bracket=0, milestone=1, value=0.0, iteration=1, decide=never
+        )
         assert dataclass_fields(again, fresh=False) == dataclass_fields(worse, fresh=False)
         assert again.value == 0.9 and not again.fresh
         assert count(store, TrialRungRow) == 2
@@ -176,11 +206,19 @@ class RungsContract:
     def test_trial_rungs_are_listed_lowest_milestone_first_with_their_values(self, store):
         run = new_run(store, "r1", ["a"])
         for milestone, value in ((9, 1.5), (1, 0.5), (3, math.inf)):
-            store.record_rung(run, "a", bracket=0, milestone=milestone, value=value,
-                              decide=lambda values: RungVerdict(Decision.CONTINUE, None))
+            store.record_rung(
+                run,
+                "a",
+                bracket=0,
+                milestone=milestone,
+                value=value,
+                decide=lambda values: RungVerdict(Decision.CONTINUE, None),
+            )
         rungs = store.trial_rungs("a")
         assert [(r.milestone, r.value, r.bracket, r.iteration) for r in rungs] == [
-            (1.0, 0.5, 0, None), (3.0, math.inf, 0, None), (9.0, 1.5, 0, None)
+            (1.0, 0.5, 0, None),
+            (3.0, math.inf, 0, None),
+            (9.0, 1.5, 0, None),
         ]
         assert not any(r.at_end for r in rungs)
         assert all(r.created_at.tzinfo is not None for r in rungs)
@@ -192,13 +230,25 @@ class RungsContract:
         try:
             run = new_run(store, "r1", ["a", "b", "idle"])
             other = new_run(store, "r2", ["x"])
-            for trial_id, milestone, value in (("b", 4, 0.3), ("a", 1, 0.5), ("b", 1, 0.4), ("x", 1, 0.1)):
-                store.record_rung(run if trial_id != "x" else other, trial_id, bracket=0, milestone=milestone,
-                                  value=value, decide=lambda values: RungVerdict(Decision.CONTINUE, None))
+            for trial_id, milestone, value in (
+                ("b", 4, 0.3),
+                ("a", 1, 0.5),
+                ("b", 1, 0.4),
+                ("x", 1, 0.1),
+            ):
+                store.record_rung(
+                    run if trial_id != "x" else other,
+                    trial_id,
+                    bracket=0,
+                    milestone=milestone,
+                    value=value,
+                    decide=lambda values: RungVerdict(Decision.CONTINUE, None),
+                )
             of_run = store.rungs_of_run(run)
             assert set(of_run) == {"a", "b"}
             assert {trial_id: of_run[trial_id] for trial_id in ("a", "b")} == {
-                trial_id: store.trial_rungs(trial_id) for trial_id in ("a", "b")}
+                trial_id: store.trial_rungs(trial_id) for trial_id in ("a", "b")
+            }
             assert [r.milestone for r in of_run["b"]] == [1.0, 4.0]
         finally:
             store.dispose()
@@ -214,7 +264,9 @@ class RungsContract:
 
         store.record_rung(other, "x", bracket=0, milestone=1, value=7.0, decide=spy)
         store.record_rung(run, "a", bracket=0, milestone=1, value=1.0, decide=spy)
-        store.record_rung(run, "b", bracket=1, milestone=1, value=2.0, decide=spy)  # another bracket
+        store.record_rung(
+            run, "b", bracket=1, milestone=1, value=2.0, decide=spy
+        )  # another bracket
         store.record_rung(run, "b", bracket=1, milestone=4, value=3.0, decide=spy)
         store.record_rung(run, "c", bracket=0, milestone=4, value=4.0, decide=spy)  # another rung
         store.record_rung(run, "d", bracket=0, milestone=1, value=5.0, decide=spy)
@@ -225,8 +277,14 @@ class RungsContract:
         rungs = AshaRungs(metric="score", mode="max", max_t=4, grace_period=1, reduction_factor=2)
 
         def record(trial_id, value):
-            return store.record_rung(run, trial_id, bracket=0, milestone=1, value=value,
-                                     decide=rungs.decide(0, 1, 1, value))
+            return store.record_rung(
+                run,
+                trial_id,
+                bracket=0,
+                milestone=1,
+                value=value,
+                decide=rungs.decide(0, 1, 1, value),
+            )
 
         assert record("a", math.nan).decision is Decision.CONTINUE  # the first at the rung
         assert record("b", math.nan).decision is Decision.CONTINUE  # only NaNs before: no cutoff
@@ -245,8 +303,14 @@ class RungsContract:
         rng = random.Random(7)
         ids = [f"t{i}" for i in range(120)]
         run = new_run(store, f"big-{mode}", ids)
-        values = [rng.choice([math.nan, math.inf, -math.inf, float(rng.randint(0, 3)), rng.gauss(0, 1) / 3])
-                  if rng.random() < 0.3 else rng.gauss(0, 1) for _ in ids]
+        values = [
+            rng.choice(
+                [math.nan, math.inf, -math.inf, float(rng.randint(0, 3)), rng.gauss(0, 1) / 3]
+            )
+            if rng.random() < 0.3
+            else rng.gauss(0, 1)
+            for _ in ids
+        ]
         cutoffs: dict[float, float | None] = {}
 
         def keep(values_before):
@@ -263,14 +327,26 @@ class RungsContract:
                     continue
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", RuntimeWarning)  # numpy on inf - inf, all-NaN
-                    expected = float(np.nanpercentile([sign * v for v in values[:count_before]], rung_percent(factor)))
-                assert cutoff == expected or (math.isnan(cutoff) and math.isnan(expected)), (count_before, factor)
+                    expected = float(
+                        np.nanpercentile(
+                            [sign * v for v in values[:count_before]], rung_percent(factor)
+                        )
+                    )
+                assert cutoff == expected or (math.isnan(cutoff) and math.isnan(expected)), (
+                    count_before,
+                    factor,
+                )
 
     def test_unknown_run_trial_or_wrong_arguments_are_refused_and_write_nothing(self, store):
         run = new_run(store, "r1", ["a"])
         other = new_run(store, "r2", ["x"])
-        ok = functools.partial(store.record_rung, bracket=0, milestone=1, value=1.0,
-                               decide=lambda values: RungVerdict(Decision.CONTINUE, None))
+        ok = functools.partial(
+            store.record_rung,
+            bracket=0,
+            milestone=1,
+            value=1.0,
+            decide=lambda values: RungVerdict(Decision.CONTINUE, None),
+        )
         with pytest.raises(TrialNotFoundError, match="trial ghost is not in the trial store"):
             ok(run, "ghost")
         with pytest.raises(StoreError, match="experiment run 999 is not in the trial store"):
@@ -280,18 +356,33 @@ class RungsContract:
         with pytest.raises(TrialNotFoundError):
             store.trial_rungs("ghost")
         for kwargs, match in (
-            ({"bracket": -1}, "bracket"), ({"bracket": 1.5}, "bracket"), ({"milestone": 0}, "milestone"),
-            ({"milestone": math.inf}, "milestone"), ({"value": "0.5"}, "value"), ({"value": True}, "value"),
+            ({"bracket": -1}, "bracket"),
+            ({"bracket": 1.5}, "bracket"),
+            ({"milestone": 0}, "milestone"),
+            ({"milestone": math.inf}, "milestone"),
+            ({"value": "0.5"}, "value"),
+            ({"value": True}, "value"),
             ({"iteration": -3}, "iteration"),
         ):
             with pytest.raises(ValueError, match=match):
-                store.record_rung(run, "a", **{"bracket": 0, "milestone": 1, "value": 1.0,
-                                               "decide": never, **kwargs})
+                store.record_rung(
+                    run,
+                    "a",
+                    **{"bracket": 0, "milestone": 1, "value": 1.0, "decide": never, **kwargs},
+                )
         with pytest.raises(ValueError, match="not a RungVerdict"):
-            store.record_rung(run, "a", bracket=0, milestone=1, value=1.0, decide=lambda values: "STOP")
+            store.record_rung(
+                run, "a", bracket=0, milestone=1, value=1.0, decide=lambda values: "STOP"
+            )
         with pytest.raises(ValueError, match="not a RungVerdict"):
-            store.record_rung(run, "a", bracket=0, milestone=1, value=1.0,
-                              decide=lambda values: RungVerdict(Decision.PAUSE, None))
+            store.record_rung(
+                run,
+                "a",
+                bracket=0,
+                milestone=1,
+                value=1.0,
+                decide=lambda values: RungVerdict(Decision.PAUSE, None),
+            )
         assert count(store, TrialRungRow) == 0
         ok(run, "a")
         with pytest.raises(ValueError, match="recorded there in bracket 0"):
@@ -300,20 +391,51 @@ class RungsContract:
     def test_a_trial_restarted_from_scratch_is_judged_afresh(self, store):
         run = new_run(store, "r1", ["a", "b"])
         rungs = AshaRungs(metric="loss", mode="min", max_t=16, grace_period=1, reduction_factor=2)
-        store.record_rung(run, "a", bracket=0, milestone=1, value=0.1, iteration=1, decide=rungs.decide(0, 1, 1, 0.1))
-        assert store.record_rung(run, "b", bracket=0, milestone=1, value=0.9, iteration=1,
-                                 decide=rungs.decide(0, 1, 1, 0.9)).decision is Decision.STOP
+        store.record_rung(
+            run,
+            "a",
+            bracket=0,
+            milestone=1,
+            value=0.1,
+            iteration=1,
+            decide=rungs.decide(0, 1, 1, 0.1),
+        )
+        assert (
+            store.record_rung(
+                run,
+                "b",
+                bracket=0,
+                milestone=1,
+                value=0.9,
+                iteration=1,
+                decide=rungs.decide(0, 1, 1, 0.9),
+            ).decision
+            is Decision.STOP
+        )
         store.record_transition("b", Transition.STOPPED, why="stopped by ASHA")
         store.record_transition("b", RestartFromScratch())
         assert store.trial_rungs("b") == [] and len(store.trial_rungs("a")) == 1
-        again = store.record_rung(run, "b", bracket=0, milestone=1, value=0.05, iteration=1,
-                                  decide=rungs.decide(0, 1, 1, 0.05))
+        again = store.record_rung(
+            run,
+            "b",
+            bracket=0,
+            milestone=1,
+            value=0.05,
+            iteration=1,
+            decide=rungs.decide(0, 1, 1, 0.05),
+        )
         assert again.fresh and again.decision is Decision.CONTINUE
 
     def test_rungs_go_with_their_trial_and_run(self, store):
         run = new_run(store, "r1", ["a"])
-        store.record_rung(run, "a", bracket=0, milestone=1, value=1.0,
-                          decide=lambda values: RungVerdict(Decision.CONTINUE, None))
+        store.record_rung(
+            run,
+            "a",
+            bracket=0,
+            milestone=1,
+            value=1.0,
+            decide=lambda values: RungVerdict(Decision.CONTINUE, None),
+        )
         with store._engine.begin() as connection:
             connection.exec_driver_sql("DELETE FROM at_trials WHERE trial_id = 'a'")
         assert count(store, TrialRungRow) == 0
@@ -328,7 +450,8 @@ class RungsContract:
         rung = "FROM at_trial_rungs WHERE experiment_run_id = 1 AND bracket = 0 AND milestone = 1.0"
         statements = [
             f"SELECT count(*), count(value) {rung}",
-            f"SELECT value {rung} AND value IS NOT NULL ORDER BY value {direction} LIMIT 2 OFFSET 3",
+            f"SELECT value {rung} AND value IS NOT NULL "
+            f"ORDER BY value {direction} LIMIT 2 OFFSET 3",
         ]
         with store._engine.connect() as connection:
             for statement in statements:
@@ -336,10 +459,15 @@ class RungsContract:
                     # Few rows: without this PostgreSQL would rightly prefer a sequential scan.
                     connection.exec_driver_sql("SET enable_seqscan = off")
                     plan = " ".join(connection.exec_driver_sql("EXPLAIN " + statement).scalars())
-                    assert "Index Only Scan" in plan and "ix_at_trial_rungs_rung_values" in plan, plan
+                    assert "Index Only Scan" in plan and "ix_at_trial_rungs_rung_values" in plan, (
+                        plan
+                    )
                     assert "Sort" not in plan, plan
                 else:
-                    plan = " ".join(row[-1] for row in connection.exec_driver_sql("EXPLAIN QUERY PLAN " + statement))
+                    plan = " ".join(
+                        row[-1]
+                        for row in connection.exec_driver_sql("EXPLAIN QUERY PLAN " + statement)
+                    )
                     assert "COVERING INDEX ix_at_trial_rungs_rung_values" in plan, plan
                     assert "TEMP B-TREE" not in plan, plan
 
@@ -348,7 +476,14 @@ class RungsContract:
         run = new_run(store, "r1", ids)
         rungs = AshaRungs(metric="loss", mode="min", max_t=16, grace_period=1, reduction_factor=4)
         for i, trial_id in enumerate(ids[:-1]):
-            store.record_rung(run, trial_id, bracket=0, milestone=1, value=float(i % 7), decide=rungs.decide(0, 1, 1, 0.0))
+            store.record_rung(
+                run,
+                trial_id,
+                bracket=0,
+                milestone=1,
+                value=float(i % 7),
+                decide=rungs.decide(0, 1, 1, 0.0),
+            )
         statements: list[str] = []
 
         def capture(conn, cursor, statement, parameters, context, executemany):
@@ -356,7 +491,9 @@ class RungsContract:
 
         event.listen(store._engine, "before_cursor_execute", capture)
         try:
-            store.record_rung(run, ids[-1], bracket=0, milestone=1, value=5.5, decide=rungs.decide(0, 1, 1, 5.5))
+            store.record_rung(
+                run, ids[-1], bracket=0, milestone=1, value=5.5, decide=rungs.decide(0, 1, 1, 5.5)
+            )
         finally:
             event.remove(store._engine, "before_cursor_execute", capture)
         reads = [s for s in statements if s.startswith("SELECT at_trial_rungs.value")]
@@ -371,12 +508,17 @@ class RungsContract:
             command.upgrade(alembic_config(connection), "head")
             assert "at_trial_rungs" in inspect(connection).get_table_names()
 
-    @pytest.mark.parametrize("shared_store", [True, False], ids=["one-shared-store", "store-per-thread"])
+    @pytest.mark.parametrize(
+        "shared_store", [True, False], ids=["one-shared-store", "store-per-thread"]
+    )
     def test_32_concurrent_writers_lose_nothing_and_each_sees_every_value_before_it(
         self, store, store_url, shared_store
     ):
         if not self.concurrent_writers:
-            pytest.skip("in-memory SQLite shares one connection; concurrency runs on the file and PostgreSQL")
+            pytest.skip(
+                "in-memory SQLite shares one connection; concurrency runs on the file and "
+                "PostgreSQL"
+            )
         writers = 32
         ids = [f"w{w}" for w in range(writers)]
         run = new_run(store, "r1", ids)
@@ -392,18 +534,33 @@ class RungsContract:
                 for milestone in (1, 2, 4):
                     value = rng.choice([math.nan, float(rng.randint(0, 3)), rng.gauss(0, 1)])
                     for _ in range(2):  # the second is a retry: same verdict, no second row
-                        got = writer.record_rung(run, f"w{w}", bracket=0, milestone=milestone, value=value,
-                                                 decide=rungs.decide(0, milestone, milestone, value))
-                        assert verdicts.setdefault((f"w{w}", milestone), got.decision) is got.decision
+                        got = writer.record_rung(
+                            run,
+                            f"w{w}",
+                            bracket=0,
+                            milestone=milestone,
+                            value=value,
+                            decide=rungs.decide(0, milestone, milestone, value),
+                        )
+                        assert (
+                            verdicts.setdefault((f"w{w}", milestone), got.decision) is got.decision
+                        )
             finally:
                 if not shared_store:
                     writer.dispose()
 
-        assert run_in_threads([functools.partial(write, w) for w in range(writers)], timeout_seconds=120) == []
+        assert (
+            run_in_threads(
+                [functools.partial(write, w) for w in range(writers)], timeout_seconds=120
+            )
+            == []
+        )
         assert count(store, TrialRungRow) == 3 * writers
         # Each verdict is the one the rung's values committed before it give: a serial history.
         with store._engine.connect() as connection:
-            rows = connection.execute(TrialRungRow.__table__.select().order_by(TrialRungRow.id)).all()
+            rows = connection.execute(
+                TrialRungRow.__table__.select().order_by(TrialRungRow.id)
+            ).all()
         for milestone in (1.0, 2.0, 4.0):
             before: list[float] = []
             for row in (r for r in rows if r.milestone == milestone):

@@ -1,5 +1,6 @@
 """Contract of a trial's stop reason in the trials store (migration 0005), on every backend: the
-end records it, whatever starts the trial again clears it, and an upgrade keeps the rows it finds."""
+end records it, whatever starts the trial again clears it, and an upgrade keeps the rows it
+finds."""
 
 from __future__ import annotations
 
@@ -17,14 +18,21 @@ from airflow_trials.store.migration import alembic_config, current_revision, upg
 from tests.contract.conftest import MEMORY, POSTGRESQL, SQLITE_FILE
 from tests.contract.test_store import HEAD_REVISION, register, results, schema_differences
 
-ASHA_STOP = "stopped by ASHA at training_iteration=3 (rung 1 of 4): loss 0.41 above the rung's cutoff 0.35"
+ASHA_STOP = (
+    "stopped by ASHA at training_iteration=3 (rung 1 of 4): loss 0.41 above the rung's cutoff 0.35"
+)
 CRITERION = "it met its stopping criterion"
 
 
 def finished(trial_id: str, stop_reason: str | None) -> TrialEnd:
     """A TERMINATED end as the trigger reads it from the actor's last poll."""
-    snapshot = {"trial_id": trial_id, "status": "TERMINATED", "last_result": {"training_iteration": 3},
-                "num_results": 3, "stop_reason": stop_reason}
+    snapshot = {
+        "trial_id": trial_id,
+        "status": "TERMINATED",
+        "last_result": {"training_iteration": 3},
+        "num_results": 3,
+        "stop_reason": stop_reason,
+    }
     return TrialEnd.from_snapshot("exp", snapshot, released=True)
 
 
@@ -42,7 +50,11 @@ class StopReasonContract:
     def test_record_end_keeps_the_stop_reason_of_a_terminated_end(self, store):
         ended(store, "t1")
         record = store.get_trial("t1")
-        assert (record.status, record.stop_reason, record.error_msg) == (TrialStatus.TERMINATED, ASHA_STOP, None)
+        assert (record.status, record.stop_reason, record.error_msg) == (
+            TrialStatus.TERMINATED,
+            ASHA_STOP,
+            None,
+        )
         assert [t.stop_reason for t in store.list_trials()] == [ASHA_STOP]
         # execute_complete records the end the trigger recorded; a stored end carries no reason.
         store.record_end(TrialEnd.stored("t1", "exp", {"training_iteration": 3}, None))
@@ -75,13 +87,19 @@ class StopReasonContract:
         store.add_results("t1", results([1, 2, 3]))
         store.record_transition("t1", RestartFromScratch(try_number=2))
         again = store.get_trial("t1")
-        assert (again.status, again.stop_reason, again.last_result) == (TrialStatus.PENDING, None, None)
+        assert (again.status, again.stop_reason, again.last_result) == (
+            TrialStatus.PENDING,
+            None,
+            None,
+        )
 
     def test_only_a_terminated_trial_takes_a_stop_reason(self, store):
         register(store, "t1")
         store.record_transition("t1", Transition.PLACED)
         before = store.get_trial("t1")
-        with pytest.raises(ValueError, match="t1 would be RUNNING: only a TERMINATED trial has a stop reason"):
+        with pytest.raises(
+            ValueError, match="t1 would be RUNNING: only a TERMINATED trial has a stop reason"
+        ):
             store.update_trial("t1", stop_reason=ASHA_STOP)
         assert store.get_trial("t1") == before
         store.record_transition("t1", Transition.QUEUED)
@@ -100,7 +118,9 @@ class StopReasonContract:
         register(store, "pending")
         reader = store.reader
         assert reader.stop_reasons_of(["stopped", "criterion", "silent", "pending", "unknown"]) == {
-            "stopped": ASHA_STOP, "criterion": CRITERION}
+            "stopped": ASHA_STOP,
+            "criterion": CRITERION,
+        }
         assert reader.stop_reasons_of([]) == {}
 
     def test_a_run_s_early_stopped_trials_are_those_its_scheduler_stopped(self, store):
@@ -108,7 +128,9 @@ class StopReasonContract:
         other = store.create_experiment_run("exp", "r2")
         at_max_t = "stopped by ASHA at training_iteration=9: it reached max_t=9"
         for trial_id, reason, run_pk in (
-            ("asha", ASHA_STOP, run), ("criterion", CRITERION, run), ("at-max-t", at_max_t, run),
+            ("asha", ASHA_STOP, run),
+            ("criterion", CRITERION, run),
+            ("at-max-t", at_max_t, run),
             ("elsewhere", ASHA_STOP, other),
         ):
             register(store, trial_id, run_pk)
@@ -120,8 +142,10 @@ class StopReasonContract:
 
     def test_the_runner_path_records_the_trial_s_stop_reason(self, store):
         recorder = TrialsDbCallback(store=store, run_key="engine-1")
-        trials = [Trial("tests.trainables:quadratic", {"x": i}, trial_id=f"r{i}", experiment_name="exp")
-                  for i in range(2)]
+        trials = [
+            Trial("tests.trainables:quadratic", {"x": i}, trial_id=f"r{i}", experiment_name="exp")
+            for i in range(2)
+        ]
         for trial in trials:
             recorder.on_trial_start(trial)
             trial.record_result({"training_iteration": 1, "loss": 1.0})
@@ -133,10 +157,14 @@ class StopReasonContract:
         trials[1].num_failures = 1
         recorder.on_trial_error(trials[1])
         records = {t.trial_id: t for t in store.list_trials()}
-        assert (records["r0"].status, records["r0"].stop_reason) == (TrialStatus.TERMINATED, ASHA_STOP)
+        assert (records["r0"].status, records["r0"].stop_reason) == (
+            TrialStatus.TERMINATED,
+            ASHA_STOP,
+        )
         assert (records["r1"].status, records["r1"].stop_reason) == (TrialStatus.ERROR, None)
 
-    # -- migration 0005 ------------------------------------------------------------------------------
+    # -- migration 0005
+    # ------------------------------------------------------------------------------
 
     def test_upgrade_from_0004_keeps_the_trials_and_their_rows(self, store_url):
         if self.backend == MEMORY:
@@ -152,7 +180,11 @@ class StopReasonContract:
         store = TrialStore(store_url)
         try:
             old = store.get_trial("t-old")
-            assert (old.status, old.stop_reason, old.error_msg) == (TrialStatus.TERMINATED, None, "kept")
+            assert (old.status, old.stop_reason, old.error_msg) == (
+                TrialStatus.TERMINATED,
+                None,
+                "kept",
+            )
             assert [r["training_iteration"] for r in store.get_results("t-old")] == [1]
             store.record_end(finished("t-old", ASHA_STOP))
             assert store.get_trial("t-old").stop_reason == ASHA_STOP
@@ -168,8 +200,12 @@ class StopReasonContract:
         _migrate(engine, "0004", upgrade=False)
         with engine.connect() as connection:
             columns = {c["name"] for c in inspect(connection).get_columns("at_trials")}
-            kept = [connection.execute(text(f"SELECT count(*) FROM {table} WHERE trial_id = 't1'")).scalar_one()
-                    for table in ("at_trials", "at_results", "at_checkpoints")]
+            kept = [
+                connection.execute(
+                    text(f"SELECT count(*) FROM {table} WHERE trial_id = 't1'")
+                ).scalar_one()
+                for table in ("at_trials", "at_results", "at_checkpoints")
+            ]
         assert "stop_reason" not in columns
         assert kept == [1, 2, 1]  # no rebuild of at_trials cascaded into its children
         _migrate(engine, "head", upgrade=True)
@@ -184,15 +220,21 @@ def _migrate(engine, revision: str, *, upgrade: bool) -> None:
 def _insert_old_trial(engine) -> None:
     """A finished trial with a result, written as a store at revision 0004 wrote it."""
     with engine.begin() as connection:
-        connection.execute(text(
-            "INSERT INTO at_trials (trial_id, trainable, config, resources, status, max_failures, error_msg, "
-            "created_at, updated_at, ended_at) VALUES ('t-old', 'm:f', '{}', '{}', 'TERMINATED', 0, 'kept', "
-            "CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP)"
-        ))
-        connection.execute(text(
-            "INSERT INTO at_results (trial_id, iteration, timestamp, metrics) "
-            "VALUES ('t-old', 1, 1700000000.0, '{\"training_iteration\": 1}')"
-        ))
+        connection.execute(
+            text(
+                "INSERT INTO at_trials (trial_id, trainable, config, resources, status, "
+                "max_failures, error_msg, "
+                "created_at, updated_at, ended_at) VALUES ('t-old', 'm:f', '{}', '{}', "
+                "'TERMINATED', 0, 'kept', "
+                "CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP)"
+            )
+        )
+        connection.execute(
+            text(
+                "INSERT INTO at_results (trial_id, iteration, timestamp, metrics) "
+                "VALUES ('t-old', 1, 1700000000.0, '{\"training_iteration\": 1}')"
+            )
+        )
 
 
 class TestInMemorySQLite(StopReasonContract):

@@ -26,8 +26,13 @@ def running(store: TrialStore, trial_id: str, try_number: int = 1) -> None:
 
 
 def finished(trial_id: str) -> TrialEnd:
-    snapshot = {"trial_id": trial_id, "status": "TERMINATED", "num_results": 3,
-                "last_result": {"training_iteration": 3}, "stop_reason": None}
+    snapshot = {
+        "trial_id": trial_id,
+        "status": "TERMINATED",
+        "num_results": 3,
+        "last_result": {"training_iteration": 3},
+        "stop_reason": None,
+    }
     return TrialEnd.from_snapshot("exp", snapshot, released=True)
 
 
@@ -43,7 +48,10 @@ class StoppedFromAirflowContract:
         assert recorded.applied and recorded.status is TrialStatus.TERMINATED
         stopped = store.get_trial("t1")
         assert (stopped.status, stopped.stopped_from_airflow, stopped.error_msg) == (
-            TrialStatus.TERMINATED, True, "stopped from Airflow")
+            TrialStatus.TERMINATED,
+            True,
+            "stopped from Airflow",
+        )
         register(store, "t1", try_number=2)  # the next try registers, then reads it
         assert store.get_trial("t1").stopped_from_airflow
 
@@ -59,7 +67,10 @@ class StoppedFromAirflowContract:
         assert store.record_transition("t1", StopForTry("stopped from Airflow", 1)).applied
         record = store.get_trial("t1")
         assert (record.status, record.stopped_from_airflow, record.error_msg) == (
-            TrialStatus.TERMINATED, False, None)
+            TrialStatus.TERMINATED,
+            False,
+            None,
+        )
 
     def test_a_plain_stopped_transition_sets_it(self, store):
         running(store, "t1")
@@ -87,15 +98,21 @@ class StoppedFromAirflowContract:
         try:
             _migrate(engine, "0008", upgrade=True)
             with engine.begin() as connection:
-                for trial_id, status, error in (("cleared", "TERMINATED", OLD_STOP_MESSAGE),
-                                                ("restarted", "PENDING", OLD_STOP_MESSAGE),
-                                                ("ended", "TERMINATED", None)):
-                    connection.execute(text(
-                        "INSERT INTO at_trials (trial_id, trainable, config, resources, status, "
-                        "max_failures, error_msg, created_at, updated_at) VALUES (:trial_id, "
-                        "'m:f', '{}', '{}', :status, 0, :error, CURRENT_TIMESTAMP, "
-                        "CURRENT_TIMESTAMP)"
-                    ), {"trial_id": trial_id, "status": status, "error": error})
+                for trial_id, status, error in (
+                    ("cleared", "TERMINATED", OLD_STOP_MESSAGE),
+                    ("restarted", "PENDING", OLD_STOP_MESSAGE),
+                    ("ended", "TERMINATED", None),
+                ):
+                    connection.execute(
+                        text(
+                            "INSERT INTO at_trials (trial_id, trainable, config, resources, "
+                            "status, "
+                            "max_failures, error_msg, created_at, updated_at) VALUES (:trial_id, "
+                            "'m:f', '{}', '{}', :status, 0, :error, CURRENT_TIMESTAMP, "
+                            "CURRENT_TIMESTAMP)"
+                        ),
+                        {"trial_id": trial_id, "status": status, "error": error},
+                    )
             upgrade_engine(engine)
             assert current_revision(engine) == HEAD_REVISION
         finally:
@@ -103,7 +120,10 @@ class StoppedFromAirflowContract:
         store = TrialStore(store_url)
         try:
             assert {t.trial_id: t.stopped_from_airflow for t in store.list_trials()} == {
-                "cleared": True, "restarted": False, "ended": False}
+                "cleared": True,
+                "restarted": False,
+                "ended": False,
+            }
             assert schema_differences(store) == []
         finally:
             store.dispose()
@@ -119,8 +139,10 @@ class StoppedFromAirflowContract:
             _migrate(engine, "0008", upgrade=False)
             with engine.connect() as connection:
                 columns = {c["name"] for c in inspect(connection).get_columns("at_trials")}
-                kept = [connection.execute(text(f"SELECT count(*) FROM {table}")).scalar_one()
-                        for table in ("at_trials", "at_results")]
+                kept = [
+                    connection.execute(text(f"SELECT count(*) FROM {table}")).scalar_one()
+                    for table in ("at_trials", "at_results")
+                ]
             assert "stopped_from_airflow" not in columns
             assert kept == [1, 2]  # no rebuild of at_trials cascaded into its results
             _migrate(engine, "head", upgrade=True)

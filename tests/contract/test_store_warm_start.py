@@ -14,8 +14,13 @@ from tests.contract.conftest import MEMORY, POSTGRESQL, SQLITE_FILE
 from tests.contract.test_store import HEAD_REVISION, register, results, schema_differences
 from tests.contract.test_store_stop_reason import _insert_old_trial, _migrate
 
-ORIGIN = {"run_key": "scheduled__2026-11-23T02:00:00+00:00", "experiment_run_id": 7, "trial_id": "night1-0003",
-          "value": 0.125, "checkpoint": "/ckpt/night1-0003/checkpoint_000020"}
+ORIGIN = {
+    "run_key": "scheduled__2026-11-23T02:00:00+00:00",
+    "experiment_run_id": 7,
+    "trial_id": "night1-0003",
+    "value": 0.125,
+    "checkpoint": "/ckpt/night1-0003/checkpoint_000020",
+}
 
 
 class WarmStartContract:
@@ -24,22 +29,49 @@ class WarmStartContract:
     backend: str
 
     def test_a_warm_started_trial_keeps_where_it_came_from(self, store):
-        store.upsert_trial("w1", trainable="m:f", config={"lr": 0.1}, resources={"cpu": 1}, max_failures=0,
-                           warm_start=ORIGIN)
+        store.upsert_trial(
+            "w1",
+            trainable="m:f",
+            config={"lr": 0.1},
+            resources={"cpu": 1},
+            max_failures=0,
+            warm_start=ORIGIN,
+        )
         register(store, "cold")
         assert store.get_trial("w1").warm_start == ORIGIN
         assert store.get_trial("cold").warm_start is None
         # A later registration (the next try, TrialsDbCallback) refreshes ids only.
-        store.upsert_trial("w1", trainable="m:f", config={"lr": 0.1}, resources={"cpu": 1}, max_failures=0,
-                           try_number=2)
-        store.upsert_trial("w1", trainable="m:f", config={"lr": 0.1}, resources={"cpu": 1}, max_failures=0,
-                           warm_start={"trial_id": "other"})
+        store.upsert_trial(
+            "w1",
+            trainable="m:f",
+            config={"lr": 0.1},
+            resources={"cpu": 1},
+            max_failures=0,
+            try_number=2,
+        )
+        store.upsert_trial(
+            "w1",
+            trainable="m:f",
+            config={"lr": 0.1},
+            resources={"cpu": 1},
+            max_failures=0,
+            warm_start={"trial_id": "other"},
+        )
         assert store.get_trial("w1").warm_start == ORIGIN
-        assert {t.trial_id: t.warm_start for t in store.list_trials()} == {"w1": ORIGIN, "cold": None}
+        assert {t.trial_id: t.warm_start for t in store.list_trials()} == {
+            "w1": ORIGIN,
+            "cold": None,
+        }
 
     def test_an_origin_that_is_not_json_is_stored_as_json_safe_values(self, store):
-        store.upsert_trial("w2", trainable="m:f", config={}, resources={"cpu": 1}, max_failures=0,
-                           warm_start={**ORIGIN, "value": float("inf")})
+        store.upsert_trial(
+            "w2",
+            trainable="m:f",
+            config={},
+            resources={"cpu": 1},
+            max_failures=0,
+            warm_start={**ORIGIN, "value": float("inf")},
+        )
         assert store.get_trial("w2").warm_start["value"] is None  # strict JSON: not finite is null
 
     def test_upgrade_from_0004_keeps_the_trials_and_their_rows(self, store_url):
@@ -61,16 +93,26 @@ class WarmStartContract:
             store.dispose()
 
     def test_downgrade_to_0007_drops_the_column_and_keeps_every_trial_s_rows(self, store):
-        store.upsert_trial("w1", trainable="m:f", config={"lr": 0.1}, resources={"cpu": 1}, max_failures=0,
-                           warm_start=ORIGIN)
+        store.upsert_trial(
+            "w1",
+            trainable="m:f",
+            config={"lr": 0.1},
+            resources={"cpu": 1},
+            max_failures=0,
+            warm_start=ORIGIN,
+        )
         store.add_results("w1", results([1, 2]))
         store.add_checkpoint("w1", "/ckpt/w1/2", 2)
         engine = store._write_engine
         _migrate(engine, "0007", upgrade=False)
         with engine.connect() as connection:
             columns = {c["name"] for c in inspect(connection).get_columns("at_trials")}
-            kept = [connection.execute(text(f"SELECT count(*) FROM {table} WHERE trial_id = 'w1'")).scalar_one()
-                    for table in ("at_trials", "at_results", "at_checkpoints")]
+            kept = [
+                connection.execute(
+                    text(f"SELECT count(*) FROM {table} WHERE trial_id = 'w1'")
+                ).scalar_one()
+                for table in ("at_trials", "at_results", "at_checkpoints")
+            ]
         assert "warm_start" not in columns
         assert kept == [1, 2, 1]  # no rebuild of at_trials cascaded into its children
         _migrate(engine, "head", upgrade=True)

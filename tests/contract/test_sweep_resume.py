@@ -22,32 +22,60 @@ IDS = [f"run1-{i:04d}" for i in range(6)]
 def spec(store_url: str, run_pk: int, search_alg=None, warm_points=()) -> SweepSpec:
     """Six trials: a warm seed first (its config given), the others the searcher's ({})."""
     return SweepSpec(
-        experiment_name="exp", run_key="run1", experiment_run_id=run_pk, trainable=TRAINABLE,
-        trials=[(IDS[0], {"x": 0.35})] + [(i, {}) for i in IDS[1:]], metric="loss", mode="min", db_url=store_url,
-        storage_path=None, namespace="ns", search_alg=search_alg, warm_points=warm_points,
+        experiment_name="exp",
+        run_key="run1",
+        experiment_run_id=run_pk,
+        trainable=TRAINABLE,
+        trials=[(IDS[0], {"x": 0.35})] + [(i, {}) for i in IDS[1:]],
+        metric="loss",
+        mode="min",
+        db_url=store_url,
+        storage_path=None,
+        namespace="ns",
+        search_alg=search_alg,
+        warm_points=warm_points,
     )
 
 
 def searcher() -> OptunaSearch:
-    return OptunaSearch({"x": uniform(0, 1)}, metric="loss", mode="min", seed=3,
-                        points_to_evaluate=[{"x": 0.1}, {"x": 0.2}, {"x": 0.7}])
+    return OptunaSearch(
+        {"x": uniform(0, 1)},
+        metric="loss",
+        mode="min",
+        seed=3,
+        points_to_evaluate=[{"x": 0.1}, {"x": 0.2}, {"x": 0.7}],
+    )
 
 
 def started(store, run_pk: int, trial_id: str, config: dict) -> None:
-    store.upsert_trial(trial_id, trainable=TRAINABLE, config=config, resources={"cpu": 1}, max_failures=0,
-                       experiment_run_id=run_pk)
+    store.upsert_trial(
+        trial_id,
+        trainable=TRAINABLE,
+        config=config,
+        resources={"cpu": 1},
+        max_failures=0,
+        experiment_run_id=run_pk,
+    )
     store.record_transition(trial_id, Transition.PLACED)
 
 
 def ended(store, run_pk: int, trial_id: str, config: dict, loss: float | None) -> None:
     started(store, run_pk, trial_id, config)
-    store.add_results(trial_id, [{"loss": loss if loss is not None else 1.0, "training_iteration": 1}])
+    store.add_results(
+        trial_id, [{"loss": loss if loss is not None else 1.0, "training_iteration": 1}]
+    )
     if loss is None:  # failed for good: its only try (max_failures=0)
         end = TrialEnd(trial_id, "exp", TrialStatus.ERROR, error="boom")
         store.record_end(end, after_failure(trial_id, 0, 0))
     else:
-        store.record_end(TrialEnd(trial_id, "exp", TrialStatus.TERMINATED,
-                                  last_result={"loss": loss, "training_iteration": 1}))
+        store.record_end(
+            TrialEnd(
+                trial_id,
+                "exp",
+                TrialStatus.TERMINATED,
+                last_result={"loss": loss, "training_iteration": 1},
+            )
+        )
 
 
 def checkpointed(store, storage: TrialStorage, trial_id: str, iteration: int) -> str:
@@ -65,7 +93,9 @@ def storage(tmp_path) -> TrialStorage:
 class SweepResumeContract:
     backend: str
 
-    def test_a_resumed_run_keeps_its_asked_configs_and_asks_only_for_the_rest(self, store, store_url, storage):
+    def test_a_resumed_run_keeps_its_asked_configs_and_asks_only_for_the_rest(
+        self, store, store_url, storage
+    ):
         """Before the driver died: the seed and the searcher's first two trials ended (one failed),
         its third was running with a checkpoint. The next driver resumes the third with its stored
         config from its checkpoint and asks for the last two; its searcher knows the warm start's
@@ -81,20 +111,33 @@ class SweepResumeContract:
 
         resumable = resumable_trials(the_spec, store, storage)
 
-        assert [(t.trial_id, t.config, t.restore_source()) for t in resumable.trials] == [(IDS[3], {"x": 0.7}, path)]
+        assert [(t.trial_id, t.config, t.restore_source()) for t in resumable.trials] == [
+            (IDS[3], {"x": 0.7}, path)
+        ]
         assert resumable.to_ask == IDS[4:] and resumable.asked == 3 and resumable.done == 3
         assert resumable.best == (0.0025, IDS[0])
-        assert resumable.ended == [(IDS[0], {"x": 0.35}, 0.0025), (IDS[1], {"x": 0.1}, 0.04), (IDS[2], {"x": 0.2}, None)]
+        assert resumable.ended == [
+            (IDS[0], {"x": 0.35}, 0.0025),
+            (IDS[1], {"x": 0.1}, 0.04),
+            (IDS[2], {"x": 0.2}, None),
+        ]
 
         search = sweep_search(the_spec, resumable)
         study = search.searcher.study
         assert [(t.params, t.value, t.state.name) for t in study.trials] == [
-            ({"x": 0.3}, 0.001, "COMPLETE"), ({"x": 0.35}, 0.0025, "COMPLETE"), ({"x": 0.1}, 0.04, "COMPLETE"),
-            ({"x": 0.2}, None, "FAIL")]
+            ({"x": 0.3}, 0.001, "COMPLETE"),
+            ({"x": 0.35}, 0.0025, "COMPLETE"),
+            ({"x": 0.1}, 0.04, "COMPLETE"),
+            ({"x": 0.2}, None, "FAIL"),
+        ]
         assert search.num_samples == 2
         new = search.next_trial([], lambda resources: True)
         assert new.trial_id == IDS[4]  # the run's id, not a new one
-        assert new.config["x"] not in (0.1, 0.2, 0.7)  # the three points were handed out before the resume
+        assert new.config["x"] not in (
+            0.1,
+            0.2,
+            0.7,
+        )  # the three points were handed out before the resume
 
     def test_a_trial_resumes_from_its_newest_recorded_checkpoint_that_is_on_the_storage(
         self, store, store_url, storage
@@ -111,12 +154,16 @@ class SweepResumeContract:
         resumable = resumable_trials(spec(store_url, run_pk), store, storage)
 
         trial = next(t for t in resumable.trials if t.trial_id == IDS[0])
-        assert trial.restore_source() == kept and [c.iteration for c in trial.checkpoint_manager.kept] == [2]
+        assert trial.restore_source() == kept and [
+            c.iteration for c in trial.checkpoint_manager.kept
+        ] == [2]
         assert [c.path for c in store.live_checkpoints(IDS[0])] == [kept]
         assert store.latest_checkpoint(IDS[0]).path == kept
         assert store.get_trial(IDS[0]).num_failures == 0
 
-    def test_a_trial_whose_every_checkpoint_is_gone_starts_from_scratch(self, store, store_url, storage):
+    def test_a_trial_whose_every_checkpoint_is_gone_starts_from_scratch(
+        self, store, store_url, storage
+    ):
         store.ensure_experiment("exp", metric="loss", mode="min")
         run_pk = store.create_experiment_run("exp", "run1")
         started(store, run_pk, IDS[0], {"x": 0.35})
@@ -127,7 +174,9 @@ class SweepResumeContract:
         trial = next(t for t in resumable.trials if t.trial_id == IDS[0])
         assert trial.restore_source() is None and store.latest_checkpoint(IDS[0]) is None
 
-    def test_a_run_that_asked_nothing_yet_starts_the_search_from_the_top(self, store, store_url, storage):
+    def test_a_run_that_asked_nothing_yet_starts_the_search_from_the_top(
+        self, store, store_url, storage
+    ):
         store.ensure_experiment("exp", metric="loss", mode="min")
         run_pk = store.create_experiment_run("exp", "run1")
         the_spec = spec(store_url, run_pk, searcher())
@@ -135,11 +184,19 @@ class SweepResumeContract:
         resumable = resumable_trials(the_spec, store, storage)
 
         assert [t.trial_id for t in resumable.trials] == [IDS[0]]  # the seed: its config is fixed
-        assert resumable.to_ask == IDS[1:] and (resumable.asked, resumable.done, resumable.ended) == (0, 0, [])
+        assert resumable.to_ask == IDS[1:] and (
+            resumable.asked,
+            resumable.done,
+            resumable.ended,
+        ) == (0, 0, [])
         search = sweep_search(the_spec, resumable)
-        assert search.next_trial([], lambda resources: True).config == {"x": 0.1}  # points_to_evaluate[0]
+        assert search.next_trial([], lambda resources: True).config == {
+            "x": 0.1
+        }  # points_to_evaluate[0]
 
-    def test_without_a_searcher_every_trial_runs_with_its_given_config(self, store, store_url, storage):
+    def test_without_a_searcher_every_trial_runs_with_its_given_config(
+        self, store, store_url, storage
+    ):
         store.ensure_experiment("exp", metric="loss", mode="min")
         run_pk = store.create_experiment_run("exp", "run1")
         ended(store, run_pk, IDS[0], {"x": 0.35}, 0.0025)

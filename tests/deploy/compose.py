@@ -1,4 +1,5 @@
-"""Reading docker-compose.yml as Compose would: merge keys resolved, ${VAR:-default} interpolated."""
+"""Reading docker-compose.yml as Compose would: merge keys resolved, ${VAR:-default}
+interpolated."""
 
 from __future__ import annotations
 
@@ -21,7 +22,9 @@ AIRFLOW_COMPONENTS = {
 }
 
 # $$ is a literal $; ${NAME}, ${NAME:-default}, ${NAME-default}, ${NAME:?error}, ${NAME?error}.
-_VARIABLE = re.compile(r"\$\$|\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-?])(?P<arg>[^}]*))?\}")
+_VARIABLE = re.compile(
+    r"\$\$|\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-?])(?P<arg>[^}]*))?\}"
+)
 
 
 def interpolate(value: Any) -> Any:
@@ -95,7 +98,9 @@ def ray_services(c: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def airflow_services(c: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The services that run Airflow code: those given the Ray connection."""
-    return {name: s for name, s in c["services"].items() if "AIRFLOW_CONN_RAY_DEFAULT" in environment(s)}
+    return {
+        name: s for name, s in c["services"].items() if "AIRFLOW_CONN_RAY_DEFAULT" in environment(s)
+    }
 
 
 def option(args: list[str], name: str) -> str | None:

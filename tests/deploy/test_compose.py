@@ -113,8 +113,14 @@ def base_images(c: Compose) -> dict[str, str]:
             images[name] = service["image"]
             continue
         dockerfile = os.path.join(REPO, build["context"], build.get("dockerfile", "Dockerfile"))
-        stages = parse_dockerfile(dockerfile, {k: str(v) for k, v in (build.get("args") or {}).items()})
-        images[name] = stages[build["target"]]["from"] if "target" in build else list(stages.values())[-1]["from"]
+        stages = parse_dockerfile(
+            dockerfile, {k: str(v) for k, v in (build.get("args") or {}).items()}
+        )
+        images[name] = (
+            stages[build["target"]]["from"]
+            if "target" in build
+            else list(stages.values())[-1]["from"]
+        )
     return images
 
 
@@ -134,13 +140,22 @@ def dependency_problems(c: Compose) -> list[str]:
             elif condition not in CONDITIONS:
                 problems.append(f"{name} depends on {target} with condition {condition!r}")
             elif condition == "service_healthy" and "healthcheck" not in services[target]:
-                problems.append(f"{name} waits for {target} to be healthy, but {target} has no healthcheck")
-            elif condition == "service_completed_successfully" and not is_init_job(services[target]):
-                problems.append(f"{name} waits for {target} to complete, but {target} is not the init job")
+                problems.append(
+                    f"{name} waits for {target} to be healthy, but {target} has no healthcheck"
+                )
+            elif condition == "service_completed_successfully" and not is_init_job(
+                services[target]
+            ):
+                problems.append(
+                    f"{name} waits for {target} to complete, but {target} is not the init job"
+                )
     for name in AIRFLOW_COMPONENTS:
         depends_on = services.get(name, {}).get("depends_on") or {}
-        if not any(is_init_job(services.get(t, {})) and (s or {}).get("condition") == "service_completed_successfully"
-                   for t, s in depends_on.items()):
+        if not any(
+            is_init_job(services.get(t, {}))
+            and (s or {}).get("condition") == "service_completed_successfully"
+            for t, s in depends_on.items()
+        ):
             problems.append(f"{name} does not wait for the init job to complete successfully")
     return problems
 
@@ -150,7 +165,9 @@ def healthcheck_problems(c: Compose) -> list[str]:
     for name, service in c["services"].items():
         if is_init_job(service):
             if service.get("restart") in ("always", "unless-stopped"):
-                problems.append(f"{name} is the one-shot init job but restarts ({service['restart']})")
+                problems.append(
+                    f"{name} is the one-shot init job but restarts ({service['restart']})"
+                )
             continue
         check = service.get("healthcheck") or {}
         if not check.get("test") or check.get("disable"):
@@ -186,16 +203,22 @@ def build_problems(c: Compose) -> list[str]:
         if not os.path.isfile(dockerfile):
             problems.append(f"{name} builds from {dockerfile}, which does not exist")
             continue
-        stages = parse_dockerfile(dockerfile, {k: str(v) for k, v in (build.get("args") or {}).items()})
+        stages = parse_dockerfile(
+            dockerfile, {k: str(v) for k, v in (build.get("args") or {}).items()}
+        )
         if "target" in build and build["target"] not in stages:
-            problems.append(f"{name} builds stage {build['target']}, which {dockerfile} does not have")
+            problems.append(
+                f"{name} builds stage {build['target']}, which {dockerfile} does not have"
+            )
             continue
         stage = stages[build["target"]] if "target" in build else list(stages.values())[-1]
         for source in stage["copies"]:
             if not os.path.exists(os.path.join(context, source)):
                 problems.append(f"{name}: COPY {source}, which is not in the build context")
             elif not dockerignore_allows(f"{dockerfile}.dockerignore", source):
-                problems.append(f"{name}: COPY {source}, which {dockerfile}.dockerignore leaves out")
+                problems.append(
+                    f"{name}: COPY {source}, which {dockerfile}.dockerignore leaves out"
+                )
     return problems
 
 
@@ -213,7 +236,9 @@ def version_problems(c: Compose) -> list[str]:
             if image != expected:
                 problems.append(f"{name} is built from {image}, not {expected} (constraints.txt)")
             if not service.get("image", "").endswith(expected.split(":", 1)[1]):
-                problems.append(f"{name} tags its image {service.get('image')}, not with {expected}")
+                problems.append(
+                    f"{name} tags its image {service.get('image')}, not with {expected}"
+                )
     return problems
 
 
@@ -228,27 +253,48 @@ def connection_problems(c: Compose) -> list[str]:
         address = urlsplit(ray_conn.get("host") or "")
         head = services.get(address.hostname or "")
         if ray_conn.get("conn_type") != "ray" or address.scheme != "ray":
-            problems.append(f"{name}: ray_default is not a ray connection to a ray:// address: {ray_conn}")
+            problems.append(
+                f"{name}: ray_default is not a ray connection to a ray:// address: {ray_conn}"
+            )
         elif head is None:
-            problems.append(f"{name}: ray_default points at {address.hostname}, which is no service")
-        elif "--head" not in command_args(head) or option(command_args(head), "--ray-client-server-port") != str(address.port):
-            problems.append(f"{name}: ray_default points at {address.hostname}:{address.port}, "
-                            "which runs no Ray head with that Ray Client port")
+            problems.append(
+                f"{name}: ray_default points at {address.hostname}, which is no service"
+            )
+        elif "--head" not in command_args(head) or option(
+            command_args(head), "--ray-client-server-port"
+        ) != str(address.port):
+            problems.append(
+                f"{name}: ray_default points at {address.hostname}:{address.port}, "
+                "which runs no Ray head with that Ray Client port"
+            )
         trials = connection(service, "trials_default")
         db_service = services.get(trials.get("host") or "", {})
         db_env = environment(db_service)
-        if trials.get("conn_type") != "trials_db" or not str(db_service.get("image", "")).startswith("postgres:"):
-            problems.append(f"{name}: trials_default is not a trials_db connection to the postgres service")
+        if trials.get("conn_type") != "trials_db" or not str(
+            db_service.get("image", "")
+        ).startswith("postgres:"):
+            problems.append(
+                f"{name}: trials_default is not a trials_db connection to the postgres service"
+            )
             continue
-        if trials.get("schema") != db_env.get("TRIALS_DB_NAME") or trials.get("login") != db_env.get("TRIALS_DB_USER") \
-                or trials.get("password") != db_env.get("TRIALS_DB_PASSWORD"):
-            problems.append(f"{name}: trials_default ({trials.get('login')}@{trials.get('schema')}) is not the "
-                            f"database and owner that {trials['host']}'s init script creates")
+        if (
+            trials.get("schema") != db_env.get("TRIALS_DB_NAME")
+            or trials.get("login") != db_env.get("TRIALS_DB_USER")
+            or trials.get("password") != db_env.get("TRIALS_DB_PASSWORD")
+        ):
+            problems.append(
+                f"{name}: trials_default ({trials.get('login')}@{trials.get('schema')}) is not the "
+                f"database and owner that {trials['host']}'s init script creates"
+            )
         initdb = [s for s, t in volume_mounts(db_service).items() if t.startswith(POSTGRES_INITDB)]
         if not initdb:
-            problems.append(f"{trials['host']} mounts no script in {POSTGRES_INITDB} to create the trials DB")
+            problems.append(
+                f"{trials['host']} mounts no script in {POSTGRES_INITDB} to create the trials DB"
+            )
         airflow_db = urlsplit(environment(service).get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", ""))
-        if airflow_db.hostname != trials["host"] or airflow_db.path.lstrip("/") != db_env.get("POSTGRES_DB"):
+        if airflow_db.hostname != trials["host"] or airflow_db.path.lstrip("/") != db_env.get(
+            "POSTGRES_DB"
+        ):
             problems.append(f"{name}: Airflow's DB is not the postgres service's POSTGRES_DB")
         elif airflow_db.path.lstrip("/") == trials.get("schema"):
             problems.append(f"{name}: Airflow's DB and the trials DB are the same database")
@@ -259,20 +305,28 @@ def gpu_problems(c: Compose) -> list[str]:
     problems = []
     reserved = 0
     for name, service in ray_services(c).items():
-        devices = (((service.get("deploy") or {}).get("resources") or {}).get("reservations") or {}).get("devices") or []
+        devices = (
+            ((service.get("deploy") or {}).get("resources") or {}).get("reservations") or {}
+        ).get("devices") or []
         for device in devices:
             if device.get("driver") != "nvidia" or "gpu" not in (device.get("capabilities") or []):
                 problems.append(f"{name} reserves a device that is not an nvidia gpu: {device}")
             elif option(command_args(service), "--num-gpus") != str(device.get("count")):
-                problems.append(f"{name} reserves {device.get('count')} GPUs but gives Ray "
-                                f"--num-gpus={option(command_args(service), '--num-gpus')}")
+                problems.append(
+                    f"{name} reserves {device.get('count')} GPUs but gives Ray "
+                    f"--num-gpus={option(command_args(service), '--num-gpus')}"
+                )
             else:
                 reserved += int(device["count"])
     if not reserved:
         problems.append("no Ray worker reserves an NVIDIA GPU")
-    pool_gpus = [environment(s).get("TRIALS_GPU_POOL_GPUS") for s in c["services"].values() if is_init_job(s)]
+    pool_gpus = [
+        environment(s).get("TRIALS_GPU_POOL_GPUS") for s in c["services"].values() if is_init_job(s)
+    ]
     if pool_gpus != [str(reserved)]:
-        problems.append(f"the GPU pool stands for {pool_gpus} GPUs, but the Ray workers reserve {reserved}")
+        problems.append(
+            f"the GPU pool stands for {pool_gpus} GPUs, but the Ray workers reserve {reserved}"
+        )
     return problems
 
 
@@ -281,13 +335,22 @@ def command_problems(c: Compose) -> list[str]:
     problems = []
     for name, command in AIRFLOW_COMPONENTS.items():
         if command_args(services.get(name, {})) != [command]:
-            problems.append(f"{name} should run `airflow {command}`, runs {services.get(name, {}).get('command')}")
+            problems.append(
+                f"{name} should run `airflow {command}`, runs "
+                f"{services.get(name, {}).get('command')}"
+            )
     api_server = next((n for n, cmd in AIRFLOW_COMPONENTS.items() if cmd == "api-server"), "")
     for name, service in airflow_services(c).items():
         url = urlsplit(environment(service).get("AIRFLOW__CORE__EXECUTION_API_SERVER_URL", ""))
         if url.hostname != api_server or url.path != "/execution/":
-            problems.append(f"{name}: the execution API URL is not http://{api_server}:<port>/execution/")
-    for key in ("AIRFLOW__API_AUTH__JWT_SECRET", "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "AIRFLOW__CORE__EXECUTOR"):
+            problems.append(
+                f"{name}: the execution API URL is not http://{api_server}:<port>/execution/"
+            )
+    for key in (
+        "AIRFLOW__API_AUTH__JWT_SECRET",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN",
+        "AIRFLOW__CORE__EXECUTOR",
+    ):
         values = {environment(s).get(key) for s in airflow_services(c).values()}
         if len(values) != 1 or None in values:
             problems.append(f"the Airflow services do not share one {key}: {values}")
@@ -304,20 +367,35 @@ def checkpoint_problems(c: Compose) -> list[str]:
         paths[name] = volume_mounts(service).get(CHECKPOINT_VOLUME)
         env_path = environment(service).get("AIRFLOW_TRIALS_STORAGE")
         if env_path != paths[name]:
-            problems.append(f"{name}: AIRFLOW_TRIALS_STORAGE={env_path} but {CHECKPOINT_VOLUME} is at {paths[name]}")
+            problems.append(
+                f"{name}: AIRFLOW_TRIALS_STORAGE={env_path} but {CHECKPOINT_VOLUME} is at "
+                f"{paths[name]}"
+            )
     for name, service in airflow_services(c).items():
         storage_path = connection(service, "ray_default").get("extra", {}).get("storage_path")
         if storage_path != paths[name]:
-            problems.append(f"{name}: ray_default's storage_path {storage_path} is not where "
-                            f"{CHECKPOINT_VOLUME} is mounted ({paths[name]})")
+            problems.append(
+                f"{name}: ray_default's storage_path {storage_path} is not where "
+                f"{CHECKPOINT_VOLUME} is mounted ({paths[name]})"
+            )
     if len(set(paths.values())) != 1 or None in paths.values():
-        problems.append(f"{CHECKPOINT_VOLUME} is not mounted at one path in every Ray and Airflow service: {paths}")
+        problems.append(
+            f"{CHECKPOINT_VOLUME} is not mounted at one path in every Ray and Airflow service: "
+            f"{paths}"
+        )
     return problems
 
 
 CHECKS: list[Callable[[Compose], list[str]]] = [
-    dependency_problems, healthcheck_problems, declaration_problems, build_problems,
-    version_problems, connection_problems, gpu_problems, command_problems, checkpoint_problems,
+    dependency_problems,
+    healthcheck_problems,
+    declaration_problems,
+    build_problems,
+    version_problems,
+    connection_problems,
+    gpu_problems,
+    command_problems,
+    checkpoint_problems,
 ]
 
 
@@ -326,10 +404,12 @@ def test_the_compose_file_has_no_problems(check):
     assert check(compose()) == []
 
 
-# -- each check finds the defect it is for -----------------------------------------------------------
+# -- each check finds the defect it is for
+# -----------------------------------------------------------
 def _set_env(service: str, key: str, value: str) -> Callable[[Compose], None]:
     def mutate(c: Compose) -> None:
         c["services"][service]["environment"][key] = value
+
     return mutate
 
 
@@ -344,6 +424,7 @@ def _edit_conn(service: str, conn_id: str, **changes: Any) -> Callable[[Compose]
             else:
                 conn[field] = value
         env[key] = json.dumps(conn)
+
     return mutate
 
 
@@ -354,81 +435,191 @@ def _remove_gpu_reservation(c: Compose) -> None:
 
 def _mount_checkpoints_elsewhere(c: Compose) -> None:
     volumes = c["services"]["ray-worker"]["volumes"]
-    volumes[volumes.index(f"{CHECKPOINT_VOLUME}:/shared/trials")] = f"{CHECKPOINT_VOLUME}:/checkpoints"
+    volumes[volumes.index(f"{CHECKPOINT_VOLUME}:/shared/trials")] = (
+        f"{CHECKPOINT_VOLUME}:/checkpoints"
+    )
 
 
 DEFECTS = [
-    ("unknown dependency", dependency_problems,
-     lambda c: c["services"]["airflow-triggerer"]["depends_on"].update({"redis": {"condition": "service_healthy"}}),
-     "airflow-triggerer depends on redis, which is no service"),
-    ("healthy without healthcheck", dependency_problems,
-     lambda c: c["services"]["postgres"].pop("healthcheck"),
-     "waits for postgres to be healthy, but postgres has no healthcheck"),
-    ("completed on a server", dependency_problems,
-     lambda c: c["services"]["airflow-triggerer"]["depends_on"].update(
-         {"postgres": {"condition": "service_completed_successfully"}}),
-     "waits for postgres to complete, but postgres is not the init job"),
-    ("no init wait", dependency_problems,
-     lambda c: c["services"]["airflow-scheduler"]["depends_on"].pop("airflow-init"),
-     "airflow-scheduler does not wait for the init job"),
-    ("no healthcheck", healthcheck_problems,
-     lambda c: c["services"]["ray-gpu-worker"].pop("healthcheck"),
-     "ray-gpu-worker runs for good but has no healthcheck"),
-    ("undeclared volume", declaration_problems,
-     lambda c: c["volumes"].pop(CHECKPOINT_VOLUME),
-     f"mounts volume {CHECKPOINT_VOLUME}, which is not declared"),
-    ("undeclared network", declaration_problems,
-     lambda c: c["services"]["ray-head"].update({"networks": ["ray"]}),
-     "ray-head uses network ray, which is not declared"),
-    ("missing bind source", declaration_problems,
-     lambda c: c["services"]["postgres"]["volumes"].append("./deploy/postgres/nope.sql:/docker-entrypoint-initdb.d/x.sql"),
-     "mounts ./deploy/postgres/nope.sql, which does not exist"),
-    ("missing Dockerfile", build_problems,
-     lambda c: c["services"]["ray-head"]["build"].update({"dockerfile": "deploy/Dockerfile.ray"}),
-     "ray-head builds from"),
-    ("missing stage", build_problems,
-     lambda c: c["services"]["ray-head"]["build"].update({"target": "raylet"}),
-     "ray-head builds stage raylet"),
-    ("Airflow version", version_problems,
-     lambda c: c["services"]["airflow-triggerer"]["build"].update({"args": {"AIRFLOW_IMAGE": "apache/airflow:3.3.1-python3.11"}}),
-     "airflow-triggerer is built from apache/airflow:3.3.1-python3.11"),
-    ("Ray GPU image", version_problems,
-     lambda c: c["services"]["ray-gpu-worker"]["build"].update({"args": {}}),
-     "ray-gpu-worker is built from rayproject/ray:"),
-    ("Ray Python", version_problems,
-     lambda c: c["services"]["ray-worker"]["build"].update({"args": {"RAY_IMAGE": "rayproject/ray:2.60.0-py312"}}),
-     "ray-worker is built from rayproject/ray:2.60.0-py312"),
-    ("ray host", connection_problems, _edit_conn("airflow-triggerer", "ray_default", host="ray://ray-hed:10001"),
-     "airflow-triggerer: ray_default points at ray-hed, which is no service"),
-    ("ray client port", connection_problems, _edit_conn("airflow-scheduler", "ray_default", host="ray://ray-head:6379"),
-     "ray_default points at ray-head:6379, which runs no Ray head with that Ray Client port"),
-    ("trials database", connection_problems, _edit_conn("airflow-scheduler", "trials_default", schema="airflow"),
-     "is not the database and owner"),
-    ("trials host", connection_problems, _edit_conn("airflow-triggerer", "trials_default", host="ray-head"),
-     "airflow-triggerer: trials_default is not a trials_db connection to the postgres service"),
-    ("shared database", connection_problems,
-     _set_env("airflow-triggerer", "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "postgresql+psycopg://airflow:airflow@postgres:5432/trials"),
-     "Airflow's DB is not the postgres service's POSTGRES_DB"),
+    (
+        "unknown dependency",
+        dependency_problems,
+        lambda c: c["services"]["airflow-triggerer"]["depends_on"].update(
+            {"redis": {"condition": "service_healthy"}}
+        ),
+        "airflow-triggerer depends on redis, which is no service",
+    ),
+    (
+        "healthy without healthcheck",
+        dependency_problems,
+        lambda c: c["services"]["postgres"].pop("healthcheck"),
+        "waits for postgres to be healthy, but postgres has no healthcheck",
+    ),
+    (
+        "completed on a server",
+        dependency_problems,
+        lambda c: c["services"]["airflow-triggerer"]["depends_on"].update(
+            {"postgres": {"condition": "service_completed_successfully"}}
+        ),
+        "waits for postgres to complete, but postgres is not the init job",
+    ),
+    (
+        "no init wait",
+        dependency_problems,
+        lambda c: c["services"]["airflow-scheduler"]["depends_on"].pop("airflow-init"),
+        "airflow-scheduler does not wait for the init job",
+    ),
+    (
+        "no healthcheck",
+        healthcheck_problems,
+        lambda c: c["services"]["ray-gpu-worker"].pop("healthcheck"),
+        "ray-gpu-worker runs for good but has no healthcheck",
+    ),
+    (
+        "undeclared volume",
+        declaration_problems,
+        lambda c: c["volumes"].pop(CHECKPOINT_VOLUME),
+        f"mounts volume {CHECKPOINT_VOLUME}, which is not declared",
+    ),
+    (
+        "undeclared network",
+        declaration_problems,
+        lambda c: c["services"]["ray-head"].update({"networks": ["ray"]}),
+        "ray-head uses network ray, which is not declared",
+    ),
+    (
+        "missing bind source",
+        declaration_problems,
+        lambda c: c["services"]["postgres"]["volumes"].append(
+            "./deploy/postgres/nope.sql:/docker-entrypoint-initdb.d/x.sql"
+        ),
+        "mounts ./deploy/postgres/nope.sql, which does not exist",
+    ),
+    (
+        "missing Dockerfile",
+        build_problems,
+        lambda c: c["services"]["ray-head"]["build"].update(
+            {"dockerfile": "deploy/Dockerfile.ray"}
+        ),
+        "ray-head builds from",
+    ),
+    (
+        "missing stage",
+        build_problems,
+        lambda c: c["services"]["ray-head"]["build"].update({"target": "raylet"}),
+        "ray-head builds stage raylet",
+    ),
+    (
+        "Airflow version",
+        version_problems,
+        lambda c: c["services"]["airflow-triggerer"]["build"].update(
+            {"args": {"AIRFLOW_IMAGE": "apache/airflow:3.3.1-python3.11"}}
+        ),
+        "airflow-triggerer is built from apache/airflow:3.3.1-python3.11",
+    ),
+    (
+        "Ray GPU image",
+        version_problems,
+        lambda c: c["services"]["ray-gpu-worker"]["build"].update({"args": {}}),
+        "ray-gpu-worker is built from rayproject/ray:",
+    ),
+    (
+        "Ray Python",
+        version_problems,
+        lambda c: c["services"]["ray-worker"]["build"].update(
+            {"args": {"RAY_IMAGE": "rayproject/ray:2.60.0-py312"}}
+        ),
+        "ray-worker is built from rayproject/ray:2.60.0-py312",
+    ),
+    (
+        "ray host",
+        connection_problems,
+        _edit_conn("airflow-triggerer", "ray_default", host="ray://ray-hed:10001"),
+        "airflow-triggerer: ray_default points at ray-hed, which is no service",
+    ),
+    (
+        "ray client port",
+        connection_problems,
+        _edit_conn("airflow-scheduler", "ray_default", host="ray://ray-head:6379"),
+        "ray_default points at ray-head:6379, which runs no Ray head with that Ray Client port",
+    ),
+    (
+        "trials database",
+        connection_problems,
+        _edit_conn("airflow-scheduler", "trials_default", schema="airflow"),
+        "is not the database and owner",
+    ),
+    (
+        "trials host",
+        connection_problems,
+        _edit_conn("airflow-triggerer", "trials_default", host="ray-head"),
+        "airflow-triggerer: trials_default is not a trials_db connection to the postgres service",
+    ),
+    (
+        "shared database",
+        connection_problems,
+        _set_env(
+            "airflow-triggerer",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN",
+            "postgresql+psycopg://airflow:airflow@postgres:5432/trials",
+        ),
+        "Airflow's DB is not the postgres service's POSTGRES_DB",
+    ),
     ("no GPU", gpu_problems, _remove_gpu_reservation, "no Ray worker reserves an NVIDIA GPU"),
-    ("AMD", gpu_problems,
-     lambda c: c["services"]["ray-gpu-worker"]["deploy"]["resources"]["reservations"]["devices"][0].update({"driver": "amd"}),
-     "is not an nvidia gpu"),
-    ("pool size", gpu_problems, _set_env("airflow-init", "TRIALS_GPU_POOL_GPUS", "4"),
-     "the GPU pool stands for ['4'] GPUs, but the Ray workers reserve 1"),
-    ("wrong command", command_problems, lambda c: c["services"]["airflow-triggerer"].update({"command": "scheduler"}),
-     "airflow-triggerer should run `airflow triggerer`"),
-    ("execution API", command_problems,
-     _set_env("airflow-scheduler", "AIRFLOW__CORE__EXECUTION_API_SERVER_URL", "http://localhost:8080/execution/"),
-     "airflow-scheduler: the execution API URL is not http://airflow-api-server"),
-    ("JWT secret", command_problems, _set_env("airflow-triggerer", "AIRFLOW__API_AUTH__JWT_SECRET", "other"),
-     "do not share one AIRFLOW__API_AUTH__JWT_SECRET"),
-    ("mount path", checkpoint_problems, _mount_checkpoints_elsewhere, f"{CHECKPOINT_VOLUME} is at /checkpoints"),
-    ("storage_path", checkpoint_problems, _edit_conn("airflow-triggerer", "ray_default", storage_path="s3://b/t"),
-     "ray_default's storage_path s3://b/t is not where"),
+    (
+        "AMD",
+        gpu_problems,
+        lambda c: c["services"]["ray-gpu-worker"]["deploy"]["resources"]["reservations"]["devices"][
+            0
+        ].update({"driver": "amd"}),
+        "is not an nvidia gpu",
+    ),
+    (
+        "pool size",
+        gpu_problems,
+        _set_env("airflow-init", "TRIALS_GPU_POOL_GPUS", "4"),
+        "the GPU pool stands for ['4'] GPUs, but the Ray workers reserve 1",
+    ),
+    (
+        "wrong command",
+        command_problems,
+        lambda c: c["services"]["airflow-triggerer"].update({"command": "scheduler"}),
+        "airflow-triggerer should run `airflow triggerer`",
+    ),
+    (
+        "execution API",
+        command_problems,
+        _set_env(
+            "airflow-scheduler",
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL",
+            "http://localhost:8080/execution/",
+        ),
+        "airflow-scheduler: the execution API URL is not http://airflow-api-server",
+    ),
+    (
+        "JWT secret",
+        command_problems,
+        _set_env("airflow-triggerer", "AIRFLOW__API_AUTH__JWT_SECRET", "other"),
+        "do not share one AIRFLOW__API_AUTH__JWT_SECRET",
+    ),
+    (
+        "mount path",
+        checkpoint_problems,
+        _mount_checkpoints_elsewhere,
+        f"{CHECKPOINT_VOLUME} is at /checkpoints",
+    ),
+    (
+        "storage_path",
+        checkpoint_problems,
+        _edit_conn("airflow-triggerer", "ray_default", storage_path="s3://b/t"),
+        "ray_default's storage_path s3://b/t is not where",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("check", "mutate", "problem"), [d[1:] for d in DEFECTS], ids=[d[0] for d in DEFECTS])
+@pytest.mark.parametrize(
+    ("check", "mutate", "problem"), [d[1:] for d in DEFECTS], ids=[d[0] for d in DEFECTS]
+)
 def test_each_check_names_the_defect_it_is_for(check, mutate, problem):
     broken = copy.deepcopy(compose())
     mutate(broken)
@@ -447,12 +638,18 @@ def test_the_hooks_read_the_compose_connections_as_the_stack_needs(monkeypatch):
     assert settings["address"] == "ray://ray-head:10001"
     assert settings["storage_path"] == env["AIRFLOW_TRIALS_STORAGE"] == "/shared/trials"
     # The URL the init job migrates (from the connection) is the one the airflow-trials CLI reads.
-    assert TrialsDbHook().get_url() == env["AIRFLOW_TRIALS_DB_URL"] == "postgresql+psycopg://trials:trials@postgres:5432/trials"
+    assert (
+        TrialsDbHook().get_url()
+        == env["AIRFLOW_TRIALS_DB_URL"]
+        == "postgresql+psycopg://trials:trials@postgres:5432/trials"
+    )
 
 
 def test_the_scripts_are_executable_and_the_init_job_runs_the_copied_script():
     for script in ("deploy/airflow-init.sh", "deploy/postgres/create-trials-db.sh"):
-        assert os.stat(os.path.join(REPO, script)).st_mode & stat.S_IXUSR, f"{script} is not executable"
+        assert os.stat(os.path.join(REPO, script)).st_mode & stat.S_IXUSR, (
+            f"{script} is not executable"
+        )
     init = compose()["services"]["airflow-init"]
     stage = parse_dockerfile(os.path.join(REPO, "deploy", "Dockerfile"), {})["airflow"]
     with open(os.path.join(REPO, "deploy", "Dockerfile")) as f:
@@ -475,7 +672,8 @@ def test_postgres_creates_the_trials_database_from_its_environment():
 
 @pytest.mark.postgres
 def test_the_postgres_init_script_creates_a_database_its_owner_can_migrate(tmp_path):
-    """Runs deploy/postgres/create-trials-db.sh against a real PostgreSQL, then migrates as the owner."""
+    """Runs deploy/postgres/create-trials-db.sh against a real PostgreSQL, then migrates as the
+    owner."""
     from sqlalchemy.engine import make_url
 
     server = os.environ.get("AIRFLOW_TRIALS_TEST_POSTGRES_URL")
@@ -485,29 +683,57 @@ def test_the_postgres_init_script_creates_a_database_its_owner_can_migrate(tmp_p
         pytest.skip("psql is not installed")
     admin = make_url(server)
     name = f"trials_deploy_{os.getpid()}"
-    env = {**os.environ, "PGHOST": admin.host or "127.0.0.1", "PGPORT": str(admin.port or 5432),
-           "PGPASSWORD": admin.password or "", "POSTGRES_USER": admin.username or "postgres",
-           "POSTGRES_DB": admin.database or "postgres", "TRIALS_DB_NAME": name, "TRIALS_DB_USER": name,
-           "TRIALS_DB_PASSWORD": "it's secret"}
+    env = {
+        **os.environ,
+        "PGHOST": admin.host or "127.0.0.1",
+        "PGPORT": str(admin.port or 5432),
+        "PGPASSWORD": admin.password or "",
+        "POSTGRES_USER": admin.username or "postgres",
+        "POSTGRES_DB": admin.database or "postgres",
+        "TRIALS_DB_NAME": name,
+        "TRIALS_DB_USER": name,
+        "TRIALS_DB_PASSWORD": "it's secret",
+    }
     script = os.path.join(REPO, "deploy", "postgres", "create-trials-db.sh")
-    drop = ["psql", "--no-psqlrc", "-U", env["POSTGRES_USER"], "-d", env["POSTGRES_DB"],
-            "-c", f'DROP DATABASE IF EXISTS "{name}"', "-c", f'DROP ROLE IF EXISTS "{name}"']
+    drop = [
+        "psql",
+        "--no-psqlrc",
+        "-U",
+        env["POSTGRES_USER"],
+        "-d",
+        env["POSTGRES_DB"],
+        "-c",
+        f'DROP DATABASE IF EXISTS "{name}"',
+        "-c",
+        f'DROP ROLE IF EXISTS "{name}"',
+    ]
     try:
         done = subprocess.run(["bash", script], env=env, capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stderr
-        url = admin.set(username=name, password="it's secret", database=name).render_as_string(hide_password=False)
+        url = admin.set(username=name, password="it's secret", database=name).render_as_string(
+            hide_password=False
+        )
         cli = os.path.join(os.path.dirname(sys.executable), "airflow-trials")
-        migrated = subprocess.run([cli, "db", "upgrade", "--db-url", url], capture_output=True, text=True, timeout=120)
+        migrated = subprocess.run(
+            [cli, "db", "upgrade", "--db-url", url], capture_output=True, text=True, timeout=120
+        )
         assert migrated.returncode == 0, migrated.stderr
-        again = subprocess.run(["bash", script], env=env, capture_output=True, text=True, timeout=60)
-        assert again.returncode != 0 and "already exists" in again.stderr  # it never runs twice quietly
+        again = subprocess.run(
+            ["bash", script], env=env, capture_output=True, text=True, timeout=60
+        )
+        assert (
+            again.returncode != 0 and "already exists" in again.stderr
+        )  # it never runs twice quietly
     finally:
         subprocess.run(drop, env=env, capture_output=True, timeout=60)
 
 
 def _compose_cli() -> list[str] | None:
     docker = shutil.which("docker")
-    if docker and subprocess.run([docker, "compose", "version"], capture_output=True).returncode == 0:
+    if (
+        docker
+        and subprocess.run([docker, "compose", "version"], capture_output=True).returncode == 0
+    ):
         return [docker, "compose"]
     standalone = shutil.which("docker-compose")
     return [standalone] if standalone else None
@@ -517,6 +743,11 @@ def test_docker_compose_accepts_the_file():
     cli = _compose_cli()
     if cli is None:
         pytest.skip("the Docker Compose plugin (docker compose) is not installed here")
-    done = subprocess.run([*cli, "-f", COMPOSE_FILE, "config", "--quiet"], capture_output=True, text=True,
-                          timeout=60, cwd=REPO)
+    done = subprocess.run(
+        [*cli, "-f", COMPOSE_FILE, "config", "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
     assert done.returncode == 0, done.stderr

@@ -38,14 +38,19 @@ class RestStack:
         """``POST /api/v2/dags/{dag_id}/dagRuns``, the body encoded as Python's ``json.dumps``
         encodes it: a float NaN or infinity goes out as the bare ``NaN``/``Infinity`` token."""
         body = {"dag_run_id": run_id, "logical_date": None, "conf": dict(conf)}
-        return self.client.post(f"/api/v2/dags/{dag_id}/dagRuns", content=json.dumps(body),
-                                headers={"Content-Type": "application/json"})
+        return self.client.post(
+            f"/api/v2/dags/{dag_id}/dagRuns",
+            content=json.dumps(body),
+            headers={"Content-Type": "application/json"},
+        )
 
     def run_state(self, dag_id: str, run_id: str) -> str | None:
         response = self.client.get(f"/api/v2/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}")
         return response.json()["state"] if response.status_code == 200 else None
 
-    def wait_for_runs(self, dag_id: str, run_ids: Iterable[str], timeout_s: float) -> dict[str, str]:
+    def wait_for_runs(
+        self, dag_id: str, run_ids: Iterable[str], timeout_s: float
+    ) -> dict[str, str]:
         """Poll until every run has ended; returns each run's final state."""
         pending = set(run_ids)
         states: dict[str, str] = {}
@@ -66,16 +71,24 @@ class RestStack:
         return mainjob.wait_for(predicate, timeout_s, what, self.stack)
 
     def task_states(self, dag_id: str, run_id: str) -> dict[str, str | None]:
-        response = self.client.get(f"/api/v2/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}/taskInstances")
+        response = self.client.get(
+            f"/api/v2/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}/taskInstances"
+        )
         response.raise_for_status()
-        return {ti["task_id"]: ti["state"] for ti in response.json()["task_instances"] if ti["map_index"] == -1}
+        return {
+            ti["task_id"]: ti["state"]
+            for ti in response.json()["task_instances"]
+            if ti["map_index"] == -1
+        }
 
     def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1) -> str:
         """The task's log as text, read through
         ``/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}``."""
         response = self.client.get(
-            f"/api/v2/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}/taskInstances/{task_id}/logs/{try_number}",
-            params={"full_content": "true"}, headers={"Accept": "application/json"},
+            f"/api/v2/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}"
+            f"/taskInstances/{task_id}/logs/{try_number}",
+            params={"full_content": "true"},
+            headers={"Accept": "application/json"},
         )
         response.raise_for_status()
         content = response.json()["content"]
@@ -84,10 +97,17 @@ class RestStack:
         return "\n".join(_log_line(line) for line in content)
 
     def set_connection(self, conn_id: str, conn_type: str, extra: Mapping[str, Any]) -> None:
-        """Create or replace a connection in Airflow's metadata DB (tasks read it through the API)."""
+        """Create or replace a connection in Airflow's metadata DB (tasks read it through the
+        API)."""
         self.client.delete(f"/api/v2/connections/{conn_id}")
-        response = self.client.post("/api/v2/connections", json={
-            "connection_id": conn_id, "conn_type": conn_type, "extra": json.dumps(dict(extra))})
+        response = self.client.post(
+            "/api/v2/connections",
+            json={
+                "connection_id": conn_id,
+                "conn_type": conn_type,
+                "extra": json.dumps(dict(extra)),
+            },
+        )
         assert response.status_code == 201, response.text
 
     def stop(self) -> None:
@@ -95,9 +115,12 @@ class RestStack:
         mainjob.stop(self.stack)
 
 
-def start_stack(home: Path, dag_files: Iterable[Path], ray_address: str, timeout_s: float = 300) -> RestStack:
+def start_stack(
+    home: Path, dag_files: Iterable[Path], ray_address: str, timeout_s: float = 300
+) -> RestStack:
     """Prepare and start the main job's stack in ``home`` with only ``dag_files`` to parse, the
-    admin's password known, and Ray at ``ray_address``; returns once the DAGs are parsed and unpaused."""
+    admin's password known, and Ray at ``ray_address``; returns once the DAGs are parsed and
+    unpaused."""
     dags = home / "dags"
     dags.mkdir(parents=True)
     dag_ids = []
@@ -109,22 +132,32 @@ def start_stack(home: Path, dag_files: Iterable[Path], ray_address: str, timeout
     mainjob.prepare(stack, api_port=port)
     passwords = home / "passwords.json"
     passwords.write_text(json.dumps({"admin": PASSWORD}))
-    stack.env.update({
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
-        "AIRFLOW__API_AUTH__JWT_SECRET": "fault-tests-" + "s" * 64,
-        "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
-        "RAY_ADDRESS": ray_address,
-    })
+    stack.env.update(
+        {
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
+            "AIRFLOW__API_AUTH__JWT_SECRET": "fault-tests-" + "s" * 64,
+            "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
+            "RAY_ADDRESS": ray_address,
+        }
+    )
     mainjob.start_airflow(stack)
     base = f"http://127.0.0.1:{port}"
     try:
-        token = mainjob.wait_for(lambda: _token(base), timeout_s, "the api-server to issue a token", stack)
-        client = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+        token = mainjob.wait_for(
+            lambda: _token(base), timeout_s, "the api-server to issue a token", stack
+        )
+        client = httpx.Client(
+            base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=30
+        )
         rest = RestStack(stack=stack, client=client)
         for dag_id in dag_ids:
-            mainjob.wait_for(lambda d=dag_id: client.get(f"/api/v2/dags/{d}").status_code == 200, timeout_s,
-                             f"the DAG {dag_id} to be parsed", stack)
+            mainjob.wait_for(
+                lambda d=dag_id: client.get(f"/api/v2/dags/{d}").status_code == 200,
+                timeout_s,
+                f"the DAG {dag_id} to be parsed",
+                stack,
+            )
             client.patch(f"/api/v2/dags/{dag_id}", json={"is_paused": False}).raise_for_status()
     except BaseException:
         mainjob.stop(stack)
@@ -142,8 +175,9 @@ def _log_line(line: Any) -> str:
 
 def _token(base: str) -> str | None:
     try:
-        response = httpx.post(f"{base}/auth/token", json={"username": "admin", "password": PASSWORD}, timeout=5)
+        response = httpx.post(
+            f"{base}/auth/token", json={"username": "admin", "password": PASSWORD}, timeout=5
+        )
     except httpx.HTTPError:
         return None
     return response.json()["access_token"] if response.status_code == 201 else None
-

@@ -29,9 +29,18 @@ RUN_TIMEOUT_S = 600
 
 
 def experiment_dag_source(
-    dag_id: str, journal_dir: Path, *, trials: int = 3, iterations: int = ITERATIONS,
-    sleep_s: float = SLEEP_S, hold_at: int = HOLD_AT, max_failures: int = 1, scheduler: str = "None",
-    sweep: bool = False, warm_start: str = "None", search_alg: str = "None",
+    dag_id: str,
+    journal_dir: Path,
+    *,
+    trials: int = 3,
+    iterations: int = ITERATIONS,
+    sleep_s: float = SLEEP_S,
+    hold_at: int = HOLD_AT,
+    max_failures: int = 1,
+    scheduler: str = "None",
+    sweep: bool = False,
+    warm_start: str = "None",
+    search_alg: str = "None",
     keep_checkpoints_num: int | None = None,
 ) -> str:
     """A DAG file: one ``tuning_experiment`` of ``trials`` trials of the journaled trainable
@@ -39,23 +48,29 @@ def experiment_dag_source(
     them in one sweep task; ``warm_start``: its argument, as code; ``search_alg``: its argument,
     as code, e.g. ``"OptunaSearch(seed=0)"``, which then chooses ``x`` in [1, trials];
     ``keep_checkpoints_num``: its argument, default None, all kept)."""
-    x = f"grid_search({list(range(1, trials + 1))!r})" if search_alg == "None" else f"uniform(1.0, {float(trials)})"
+    x = (
+        f"grid_search({list(range(1, trials + 1))!r})"
+        if search_alg == "None"
+        else f"uniform(1.0, {float(trials)})"
+    )
     return textwrap.dedent(f'''\
         """Written by tests/faults: the fault tests' experiment."""
         import datetime
 
         from airflow.sdk import DAG
 
-        from airflow_trials import ASHAScheduler, OptunaSearch, WarmStart  # noqa: F401 - for the arguments as code
+        # The names the arguments below may use, written as code.
+        from airflow_trials import ASHAScheduler, OptunaSearch, WarmStart  # noqa: F401
         from airflow_trials.core.search import grid_search, uniform  # noqa: F401
         from airflow_trials.experiment import tuning_experiment
 
-        with DAG({dag_id!r}, schedule=None, start_date=datetime.datetime(2026, 1, 1), catchup=False):
+        with DAG({dag_id!r}, schedule=None, start_date=datetime.datetime(2026, 1, 1),
+                 catchup=False):
             tuning_experiment(
                 experiment_name={dag_id!r},
                 trainable="tests.faults.trainables:journaled",
-                search_space={{"x": {x}, "iterations": {iterations},
-                              "sleep_s": {sleep_s}, "hold_at": {hold_at}, "journal_dir": {str(journal_dir)!r}}},
+                search_space={{"x": {x}, "iterations": {iterations}, "sleep_s": {sleep_s},
+                              "hold_at": {hold_at}, "journal_dir": {str(journal_dir)!r}}},
                 metric="score",
                 mode="max",
                 stop={{"training_iteration": {iterations}}},
@@ -81,7 +96,8 @@ def airflow_db_template(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def trials_db_url(tmp_path_factory) -> str:
-    """A migrated SQLite trials DB for a module's own stack (a module overrides this for PostgreSQL)."""
+    """A migrated SQLite trials DB for a module's own stack (a module overrides this for
+    PostgreSQL)."""
     return _sqlite_trials_db(tmp_path_factory)
 
 
@@ -100,8 +116,9 @@ def stack_settings() -> dict[str, str]:
 
 
 @contextmanager
-def _running_stack(home: Path, airflow_db: Path, trials_db_url: str,
-                   settings: dict[str, str] | None = None) -> Iterator[FaultStack]:
+def _running_stack(
+    home: Path, airflow_db: Path, trials_db_url: str, settings: dict[str, str] | None = None
+) -> Iterator[FaultStack]:
     """A Ray head and the four Airflow components, stopped on exit."""
     from tests.conftest import shutdown_ray
 
@@ -120,11 +137,14 @@ def _running_stack(home: Path, airflow_db: Path, trials_db_url: str,
 
 
 @pytest.fixture(scope="module")
-def own_stack(tmp_path_factory, airflow_db_template, trials_db_url, stack_settings) -> Iterator[FaultStack]:
+def own_stack(
+    tmp_path_factory, airflow_db_template, trials_db_url, stack_settings
+) -> Iterator[FaultStack]:
     """A stack of the module's own, on its ``trials_db_url`` and ``stack_settings``; a module that
     needs one overrides ``stack`` with it (see test_trials_db_drops.py)."""
-    with _running_stack(tmp_path_factory.mktemp("stack"), airflow_db_template, trials_db_url,
-                        stack_settings) as fault_stack:
+    with _running_stack(
+        tmp_path_factory.mktemp("stack"), airflow_db_template, trials_db_url, stack_settings
+    ) as fault_stack:
         yield fault_stack
 
 
@@ -246,21 +266,28 @@ class ExperimentRun:
         return f"trial.{self.dag_id}.{trial_id}"
 
     def trial_tis(self) -> list[dict[str, Any]]:
-        return sorted(self.stack.task_instances(self.dag_id, self.run_id, self.trial_task),
-                      key=lambda ti: ti["map_index"])
+        return sorted(
+            self.stack.task_instances(self.dag_id, self.run_id, self.trial_task),
+            key=lambda ti: ti["map_index"],
+        )
 
     def trial_ti(self, map_index: int) -> dict[str, Any] | None:
         return next((ti for ti in self.trial_tis() if ti["map_index"] == map_index), None)
 
-    def wait_for_trial_ti(self, map_index: int, state: str, try_number: int, timeout_s: float = 300) -> dict[str, Any]:
+    def wait_for_trial_ti(
+        self, map_index: int, state: str, try_number: int, timeout_s: float = 300
+    ) -> dict[str, Any]:
         """The trial task instance once it is in ``state`` on try ``try_number``."""
 
         def reached() -> dict[str, Any] | None:
             ti = self.trial_ti(map_index)
             return ti if ti and (ti["state"], ti["try_number"]) == (state, try_number) else None
 
-        return self.stack.wait_for(reached, timeout_s, f"trial task {map_index} of {self.run_id} to be "
-                                                       f"{state} on try {try_number}")
+        return self.stack.wait_for(
+            reached,
+            timeout_s,
+            f"trial task {map_index} of {self.run_id} to be {state} on try {try_number}",
+        )
 
     def progress(self) -> dict[str, int]:
         """How many results the store holds per trial (0 before it is registered)."""
@@ -286,25 +313,35 @@ class ExperimentRun:
         """Make the next run's trials hold again (a second run of the same experiment)."""
         gate(self.journal_dir).unlink(missing_ok=True)
 
-    def wait_until_trials_deferred(self, min_results: int = HOLD_AT, timeout_s: float = 300) -> None:
+    def wait_until_trials_deferred(
+        self, min_results: int = HOLD_AT, timeout_s: float = 300
+    ) -> None:
         """Every trial task deferred and every trial with at least ``min_results`` stored results
         (so its trigger is watching it)."""
 
         def ready() -> bool:
             tis = self.trial_tis()
-            return (len(tis) == (1 if self.sweep else self.trials) and all(ti["state"] == "deferred" for ti in tis)
-                    and min(self.progress().values()) >= min_results)
+            return (
+                len(tis) == (1 if self.sweep else self.trials)
+                and all(ti["state"] == "deferred" for ti in tis)
+                and min(self.progress().values()) >= min_results
+            )
 
-        self.stack.wait_for(ready, timeout_s, f"the {self.trials} trials of {self.run_id} to run deferred")
+        self.stack.wait_for(
+            ready, timeout_s, f"the {self.trials} trials of {self.run_id} to run deferred"
+        )
 
     def finish(self, timeout_s: float = RUN_TIMEOUT_S) -> str:
         return self.stack.wait_for_run(self.dag_id, self.run_id, timeout_s)
 
     def log(self, ti: dict[str, Any], try_number: int | None = None) -> str:
-        return self.stack.task_log(self.dag_id, self.run_id, ti["task_id"], try_number or ti["try_number"],
-                                   ti["map_index"])
+        return self.stack.task_log(
+            self.dag_id, self.run_id, ti["task_id"], try_number or ti["try_number"], ti["map_index"]
+        )
 
-    def log_once_it_says(self, map_index: int, try_number: int, last_line: str, timeout_s: float = 60) -> str:
+    def log_once_it_says(
+        self, map_index: int, try_number: int, last_line: str, timeout_s: float = 60
+    ) -> str:
         """A finished try's log once it holds ``last_line``: Airflow may record the try's state
         before its supervisor has written the task's last lines to the log."""
         ti = self.trial_ti(map_index)
@@ -314,9 +351,12 @@ class ExperimentRun:
             text = self.log(ti, try_number=try_number)
             return text if last_line in text else None
 
-        return self.stack.wait_for(logged, timeout_s, f"{last_line!r} in the log of try {try_number}")
+        return self.stack.wait_for(
+            logged, timeout_s, f"{last_line!r} in the log of try {try_number}"
+        )
 
-    # -- the three proofs ----------------------------------------------------------------------------
+    # -- the three proofs
+    # ----------------------------------------------------------------------------
     def assert_no_lost_results(self) -> None:
         """(a) Every trial's stored results are iterations 1..N: no gap, no repeat."""
         store = self.store()
@@ -328,7 +368,8 @@ class ExperimentRun:
             store.dispose()
 
     def assert_no_duplicate_trial(self) -> dict[str, list[Incarnation]]:
-        """(b) No two incarnations of a trial ever ran at once; returns each trial's incarnations."""
+        """(b) No two incarnations of a trial ever ran at once; returns each trial's
+        incarnations."""
         journals = {}
         for trial_id in self.trial_ids:
             incarnations = read_journal(self.journal_dir, trial_id)
@@ -336,8 +377,11 @@ class ExperimentRun:
             for earlier, later in zip(incarnations, incarnations[1:], strict=False):
                 assert later.started >= earlier.last_seen, (
                     f"trial {trial_id}: pid {later.pid} started at {later.started:.2f} while pid "
-                    f"{earlier.pid} still ran (last seen {earlier.last_seen:.2f})", incarnations)
-            # Each incarnation resumed where a checkpoint left it: none re-trained what one reported.
+                    f"{earlier.pid} still ran (last seen {earlier.last_seen:.2f})",
+                    incarnations,
+                )
+            # Each incarnation resumed where a checkpoint left it: none re-trained what one
+            # reported.
             done = [it for inc in incarnations for it in inc.iterations]
             assert done[-1] == self.iterations, (trial_id, incarnations)
             journals[trial_id] = incarnations
@@ -350,7 +394,9 @@ class ExperimentRun:
             records = {trial_id: store.get_trial(trial_id) for trial_id in self.trial_ids}
         finally:
             store.dispose()
-        assert {t: r.status.value for t, r in records.items()} == dict.fromkeys(self.trial_ids, status)
+        assert {t: r.status.value for t, r in records.items()} == dict.fromkeys(
+            self.trial_ids, status
+        )
         return records
 
     def assert_tasks_end(self, tries: dict[int, list[str]] | None = None) -> None:
@@ -364,13 +410,17 @@ class ExperimentRun:
         }
         for i in indexes:
             expected = (tries or {}).get(i, ["success"])
-            got = [t["state"] for t in self.stack.tries(self.dag_id, self.run_id, self.trial_task, i)]
+            got = [
+                t["state"] for t in self.stack.tries(self.dag_id, self.run_id, self.trial_task, i)
+            ]
             assert got == expected, (i, got)
 
     def assert_experiment_run(self, status: str = "SUCCESS") -> None:
         store = self.store()
         try:
-            (run,) = [r for r in store.list_experiment_runs(self.dag_id) if r.run_key == self.run_id]
+            (run,) = [
+                r for r in store.list_experiment_runs(self.dag_id) if r.run_key == self.run_id
+            ]
         finally:
             store.dispose()
         assert run.status.value == status
@@ -381,8 +431,10 @@ def on_ray(name: str) -> set[str]:
     import ray
 
     held = set()
-    if any(info["name"] == name and info["state"] != "REMOVED"
-           for info in ray.util.placement_group_table().values()):
+    if any(
+        info["name"] == name and info["state"] != "REMOVED"
+        for info in ray.util.placement_group_table().values()
+    ):
         held.add("placement_group")
     if any(entry["name"] == name for entry in ray.util.list_named_actors(all_namespaces=True)):
         held.add("actor")
@@ -391,20 +443,44 @@ def on_ray(name: str) -> set[str]:
 
 @pytest.fixture
 def experiment(stack) -> Iterator[Any]:
-    """``experiment(dag_id, trials=..., hold_at=..., max_failures=..., keep_checkpoints_num=..., ...)``
+    """``experiment(dag_id, trials=..., hold_at=..., max_failures=..., keep_checkpoints_num=...,
+    ...)``
     writes the DAG and returns its :class:`ExperimentRun`, ready to trigger (``hold_at=0``: the
     trials never hold)."""
 
-    def make(dag_id: str, *, trials: int = 3, iterations: int = ITERATIONS, hold_at: int = HOLD_AT,
-             max_failures: int = 1, scheduler: str = "None", sweep: bool = False,
-             warm_start: str = "None", search_alg: str = "None",
-             keep_checkpoints_num: int | None = None) -> ExperimentRun:
+    def make(
+        dag_id: str,
+        *,
+        trials: int = 3,
+        iterations: int = ITERATIONS,
+        hold_at: int = HOLD_AT,
+        max_failures: int = 1,
+        scheduler: str = "None",
+        sweep: bool = False,
+        warm_start: str = "None",
+        search_alg: str = "None",
+        keep_checkpoints_num: int | None = None,
+    ) -> ExperimentRun:
         journal = stack.home / "journal" / dag_id
-        journal.mkdir(parents=True, exist_ok=True)  # a second run of one experiment shares its journal
-        stack.write_dag(f"{dag_id}.py", experiment_dag_source(
-            dag_id, journal, trials=trials, iterations=iterations, hold_at=hold_at, max_failures=max_failures,
-            scheduler=scheduler, sweep=sweep, warm_start=warm_start, search_alg=search_alg,
-            keep_checkpoints_num=keep_checkpoints_num))
+        journal.mkdir(
+            parents=True, exist_ok=True
+        )  # a second run of one experiment shares its journal
+        stack.write_dag(
+            f"{dag_id}.py",
+            experiment_dag_source(
+                dag_id,
+                journal,
+                trials=trials,
+                iterations=iterations,
+                hold_at=hold_at,
+                max_failures=max_failures,
+                scheduler=scheduler,
+                sweep=sweep,
+                warm_start=warm_start,
+                search_alg=search_alg,
+                keep_checkpoints_num=keep_checkpoints_num,
+            ),
+        )
         return ExperimentRun(stack, dag_id, journal, trials, iterations, sweep=sweep)
 
     yield make

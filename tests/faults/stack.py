@@ -81,12 +81,21 @@ def wait_for(
         time.sleep(interval_s)
 
 
-def _spawn(argv: list[str], env: Mapping[str, str], log_path: Path, cwd: Path) -> subprocess.Popen[bytes]:
-    """Start ``argv`` in a process group of its own, so it and its children can be signalled alone."""
+def _spawn(
+    argv: list[str], env: Mapping[str, str], log_path: Path, cwd: Path
+) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in a process group of its own, so it and its children can be signalled
+    alone."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
-        return subprocess.Popen(argv, env=dict(env), stdout=log, stderr=subprocess.STDOUT, cwd=str(cwd),
-                                start_new_session=True)
+        return subprocess.Popen(
+            argv,
+            env=dict(env),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=str(cwd),
+            start_new_session=True,
+        )
 
 
 def _kill_all(processes: Iterable[psutil.Process], timeout_s: float = 30) -> None:
@@ -129,7 +138,8 @@ class RayHead:
     (:meth:`connect`) to read Ray's state, and disconnects before the head is killed, since a
     driver whose GCS vanishes is aborted by Ray.
 
-    :param env: environment of the head (its workers inherit it: PYTHONPATH must reach the trainables).
+    :param env: environment of the head (its workers inherit it: PYTHONPATH must reach the
+        trainables).
     :param num_cpus: logical CPUs of the head; default 4.
     """
 
@@ -153,21 +163,42 @@ class RayHead:
     def start(self, timeout_s: float = 180) -> None:
         self.starts += 1
         argv = [
-            _bin("ray"), "start", "--head", "--block", "--port", str(self.port),
-            "--node-ip-address", "127.0.0.1", "--num-cpus", str(self.num_cpus),
-            "--include-dashboard=false", "--disable-usage-stats", "--temp-dir", str(self.temp_dir),
+            _bin("ray"),
+            "start",
+            "--head",
+            "--block",
+            "--port",
+            str(self.port),
+            "--node-ip-address",
+            "127.0.0.1",
+            "--num-cpus",
+            str(self.num_cpus),
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+            "--temp-dir",
+            str(self.temp_dir),
             # Ports that default to fixed numbers would collide with other clusters on the machine.
-            "--ray-client-server-port", str(free_port()), "--dashboard-port", str(free_port()),
-            "--dashboard-agent-listen-port", str(free_port()),
+            "--ray-client-server-port",
+            str(free_port()),
+            "--dashboard-port",
+            str(free_port()),
+            "--dashboard-agent-listen-port",
+            str(free_port()),
         ]
         self.proc = _spawn(argv, self.env, self.log_path, self.temp_dir)
-        wait_for(lambda: port_open(self.port), timeout_s, f"the Ray head on port {self.port}",
-                 guard=self.check_alive)
+        wait_for(
+            lambda: port_open(self.port),
+            timeout_s,
+            f"the Ray head on port {self.port}",
+            guard=self.check_alive,
+        )
         self.connect()
 
     def check_alive(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
-            raise AssertionError(f"The Ray head on port {self.port} is not running:\n{log_tail(self.log_path)}")
+            raise AssertionError(
+                f"The Ray head on port {self.port} is not running:\n{log_tail(self.log_path)}"
+            )
 
     def connect(self) -> None:
         """Connect the test process to this head (waits until its node is up)."""
@@ -230,7 +261,8 @@ class FaultStack:
     :param trials_db_url: the trials DB (its schema must exist).
     :param airflow_db: a migrated Airflow metadata DB to copy; default None (migrate a new one).
     :param parallelism: ``[core] parallelism``; default 4.
-    :param settings: more environment settings (``AIRFLOW__SECTION__KEY`` and the like); default none.
+    :param settings: more environment settings (``AIRFLOW__SECTION__KEY`` and the like); default
+        none.
     """
 
     def __init__(
@@ -278,7 +310,10 @@ class FaultStack:
             "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
             "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "15",
             "AIRFLOW_CONN_RAY_DEFAULT": json.dumps(
-                {"conn_type": "ray", "extra": {"namespace": NAMESPACE, "storage_path": str(self.storage)}}
+                {
+                    "conn_type": "ray",
+                    "extra": {"namespace": NAMESPACE, "storage_path": str(self.storage)},
+                }
             ),
             "AIRFLOW_TRIALS_DB_URL": trials_db_url,
             "RAY_ADDRESS": ray.address,
@@ -290,7 +325,8 @@ class FaultStack:
             migrate_airflow_db(self.airflow_home)
         self._client: httpx.Client | None = None
 
-    # -- layout -------------------------------------------------------------------------------------
+    # -- layout
+    # -------------------------------------------------------------------------------------
     @property
     def airflow_home(self) -> Path:
         return self.home / "airflow"
@@ -311,7 +347,8 @@ class FaultStack:
         path.write_text(source)
         return path
 
-    # -- processes ----------------------------------------------------------------------------------
+    # -- processes
+    # ----------------------------------------------------------------------------------
     def start(self, *names: str) -> None:
         """Start components (all four by default); each gets a new log file."""
         for name in names or AIRFLOW_COMPONENTS:
@@ -332,7 +369,8 @@ class FaultStack:
         return proc is not None and proc.poll() is None
 
     def signal(self, name: str, sig: signal.Signals) -> None:
-        """Send ``sig`` to the component's whole process group (its workers and task processes too)."""
+        """Send ``sig`` to the component's whole process group (its workers and task processes
+        too)."""
         try:
             os.killpg(self.pid(name), sig)
         except ProcessLookupError:
@@ -371,7 +409,8 @@ class FaultStack:
             proc = self.procs[name]
             if proc.poll() is not None:
                 raise AssertionError(
-                    f"Airflow's {name} (pid {proc.pid}) exited with {proc.returncode} while it should "
+                    f"Airflow's {name} (pid {proc.pid}) exited with {proc.returncode} while it "
+                    "should "
                     f"run; its log ends:\n{log_tail(self.log_path(name))}"
                 )
         self.ray.check_alive()
@@ -382,18 +421,23 @@ class FaultStack:
         and every deferred task of the deployment waits meanwhile."""
         stalls = []
         for start in range(1, self.starts["triggerer"] + 1):
-            for line in (self.logs / f"triggerer-{start}.log").read_text(errors="replace").splitlines():
+            for line in (
+                (self.logs / f"triggerer-{start}.log").read_text(errors="replace").splitlines()
+            ):
                 if "appears deadlocked" in line and _logged_at(line) >= since:
                     stalls.append(line)
         assert not stalls, "The triggerer's event loop stalled:\n" + "\n".join(stalls)
 
-    def wait_for(self, predicate: Callable[[], T], timeout_s: float, what: str, interval_s: float = 0.5) -> T:
+    def wait_for(
+        self, predicate: Callable[[], T], timeout_s: float, what: str, interval_s: float = 0.5
+    ) -> T:
         """:func:`wait_for` that fails at once when a component or the Ray head died."""
         return wait_for(predicate, timeout_s, what, guard=self.check_alive, interval_s=interval_s)
 
     def close(self) -> None:
         """SIGKILL every component's process group: a test's stack has nothing to save, and a
-        graceful stop costs seconds per component (the cases that stop them gracefully test that)."""
+        graceful stop costs seconds per component (the cases that stop them gracefully test
+        that)."""
         if self._client is not None:
             self._client.close()
         for name in list(self.procs):
@@ -401,11 +445,15 @@ class FaultStack:
             self.signal(name, signal.SIGKILL)
             self.procs[name].wait(timeout=60)
 
-    # -- the REST API --------------------------------------------------------------------------------
+    # -- the REST API
+    # --------------------------------------------------------------------------------
     def _token(self) -> str | None:
         try:
-            response = httpx.post(f"{self.base_url}/auth/token",
-                                  json={"username": "admin", "password": ADMIN_PASSWORD}, timeout=10)
+            response = httpx.post(
+                f"{self.base_url}/auth/token",
+                json={"username": "admin", "password": ADMIN_PASSWORD},
+                timeout=10,
+            )
         except httpx.HTTPError:
             return None
         return response.json()["access_token"] if response.status_code == 201 else None
@@ -415,15 +463,18 @@ class FaultStack:
         """A client of the api-server with the admin's JWT from ``/auth/token``."""
         if self._client is None:
             token = self.wait_for(self._token, 300, "the api-server to issue a token")
-            self._client = httpx.Client(base_url=self.base_url, timeout=60,
-                                        headers={"Authorization": f"Bearer {token}"})
+            self._client = httpx.Client(
+                base_url=self.base_url, timeout=60, headers={"Authorization": f"Bearer {token}"}
+            )
         return self._client
 
     def api(self, method: str, path: str, **kwargs: Any) -> Any:
         """Call ``/api/v2{path}``; returns the JSON body, raising on an error status."""
         response = self.client.request(method, f"/api/v2{path}", **kwargs)
         if response.status_code >= 400:
-            raise AssertionError(f"{method} /api/v2{path} answered {response.status_code}: {response.text}")
+            raise AssertionError(
+                f"{method} /api/v2{path} answered {response.status_code}: {response.text}"
+            )
         return response.json()
 
     def _get_or_none(self, path: str) -> Any:
@@ -434,7 +485,9 @@ class FaultStack:
         return response.json() if response.status_code == 200 else None
 
     def wait_for_dag(self, dag_id: str, timeout_s: float = 300) -> None:
-        self.wait_for(lambda: self._get_or_none(f"/dags/{dag_id}"), timeout_s, f"DAG {dag_id} to be parsed")
+        self.wait_for(
+            lambda: self._get_or_none(f"/dags/{dag_id}"), timeout_s, f"DAG {dag_id} to be parsed"
+        )
 
     def trigger(self, dag_id: str, run_id: str | None = None) -> str:
         """Trigger a run of ``dag_id`` once it is parsed; returns its run id."""
@@ -455,51 +508,92 @@ class FaultStack:
 
         return self.wait_for(ended, timeout_s, f"run {run_id} of {dag_id} to end")
 
-    def task_instances(self, dag_id: str, run_id: str, task_id: str | None = None) -> list[dict[str, Any]]:
+    def task_instances(
+        self, dag_id: str, run_id: str, task_id: str | None = None
+    ) -> list[dict[str, Any]]:
         """The run's task instances (mapped ones one per map index), optionally of one task."""
-        body = self.api("GET", f"/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}/taskInstances",
-                        params={"limit": 100})
+        body = self.api(
+            "GET",
+            f"/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}/taskInstances",
+            params={"limit": 100},
+        )
         tis = body["task_instances"]
         return [ti for ti in tis if task_id is None or ti["task_id"] == task_id]
 
-    def tries(self, dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> list[dict[str, Any]]:
-        """Every try of a task instance, oldest first (each with its ``try_number`` and ``state``)."""
-        body = self.api("GET", f"/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}/taskInstances/"
-                               f"{task_id}/{map_index}/tries")
+    def tries(
+        self, dag_id: str, run_id: str, task_id: str, map_index: int = -1
+    ) -> list[dict[str, Any]]:
+        """Every try of a task instance, oldest first (each with its ``try_number`` and
+        ``state``)."""
+        body = self.api(
+            "GET",
+            f"/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}/taskInstances/"
+            f"{task_id}/{map_index}/tries",
+        )
         return sorted(body["task_instances"], key=lambda t: t["try_number"])
 
     def clear(self, dag_id: str, run_id: str, task_id: str, map_index: int) -> list[dict[str, Any]]:
         """Clear one task instance, whatever its state, as the UI's Clear button does."""
-        body = {"dry_run": False, "dag_run_id": run_id, "task_ids": [[task_id, map_index]],
-                "only_failed": False, "reset_dag_runs": True}
-        return list(self.api("POST", f"/dags/{dag_id}/clearTaskInstances", json=body)["task_instances"])
+        body = {
+            "dry_run": False,
+            "dag_run_id": run_id,
+            "task_ids": [[task_id, map_index]],
+            "only_failed": False,
+            "reset_dag_runs": True,
+        }
+        return list(
+            self.api("POST", f"/dags/{dag_id}/clearTaskInstances", json=body)["task_instances"]
+        )
 
     def xcom(self, dag_id: str, run_id: str, task_id: str, key: str, map_index: int = -1) -> Any:
-        """A task instance's XCom value under ``key``, as Airflow's DB holds it (through the REST API)."""
-        body = self.api("GET", f"/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}/taskInstances/{task_id}/"
-                               f"xcomEntries/{key}", params={"map_index": map_index})
+        """A task instance's XCom value under ``key``, as Airflow's DB holds it (through the REST
+        API)."""
+        body = self.api(
+            "GET",
+            f"/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}/taskInstances/{task_id}/"
+            f"xcomEntries/{key}",
+            params={"map_index": map_index},
+        )
         return body["value"]
 
-    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int, map_index: int = -1) -> str:
+    def task_log(
+        self, dag_id: str, run_id: str, task_id: str, try_number: int, map_index: int = -1
+    ) -> str:
         """One try's log as plain text (the task process's lines and the trigger's), through the
         REST API; a try that Airflow dropped from the task's history (the API answers 404) is read
         from its log files, which stay on disk."""
         response = self.client.get(
-            f"/api/v2/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}/taskInstances/{task_id}/logs/{try_number}",
-            params={"full_content": "true", "map_index": map_index}, headers={"Accept": "application/json"})
+            f"/api/v2/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}"
+            f"/taskInstances/{task_id}/logs/{try_number}",
+            params={"full_content": "true", "map_index": map_index},
+            headers={"Accept": "application/json"},
+        )
         if response.status_code == 404:
-            folder = (self.airflow_home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}" / f"task_id={task_id}"
-                      / (f"map_index={map_index}" if map_index >= 0 else ""))
-            return "\n".join(path.read_text() for path in sorted(folder.glob(f"attempt={try_number}.log*")))
+            folder = (
+                self.airflow_home
+                / "logs"
+                / f"dag_id={dag_id}"
+                / f"run_id={run_id}"
+                / f"task_id={task_id}"
+                / (f"map_index={map_index}" if map_index >= 0 else "")
+            )
+            return "\n".join(
+                path.read_text() for path in sorted(folder.glob(f"attempt={try_number}.log*"))
+            )
         if response.status_code >= 400:
-            raise AssertionError(f"Reading the log of {task_id} try {try_number} answered "
-                                 f"{response.status_code}: {response.text}")
+            raise AssertionError(
+                f"Reading the log of {task_id} try {try_number} answered "
+                f"{response.status_code}: {response.text}"
+            )
         content = response.json()["content"]
         if isinstance(content, str):
             return content
-        return "\n".join(json.dumps(line) if isinstance(line, dict) else str(line) for line in content)
+        return "\n".join(
+            json.dumps(line) if isinstance(line, dict) else str(line) for line in content
+        )
 
-    # -- task processes ------------------------------------------------------------------------------
+    # -- task processes
+    # ------------------------------------------------------------------------------
     def task_processes(self, ti_id: str) -> list[psutil.Process]:
         """The processes running a task instance under the LocalExecutor: its task process
         (``airflow worker -- <ti id>``), whose parent is the worker supervising it."""
@@ -515,7 +609,9 @@ def _logged_at(line: str) -> float:
     """The time of a component's log line (``2026-11-23T11:00:29.248367Z [error ] ...``); a line
     without one counts as the latest."""
     try:
-        return datetime.datetime.fromisoformat(line.split(" ", 1)[0].replace("Z", "+00:00")).timestamp()
+        return datetime.datetime.fromisoformat(
+            line.split(" ", 1)[0].replace("Z", "+00:00")
+        ).timestamp()
     except ValueError:
         return float("inf")
 
@@ -523,8 +619,11 @@ def _logged_at(line: str) -> float:
 def migrate_airflow_db(airflow_home: Path) -> Path:
     """Create a SQLite Airflow metadata DB in ``airflow_home``; returns its path."""
     env = {**base_env(), "AIRFLOW_HOME": str(airflow_home), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
-    done = subprocess.run([_bin("airflow"), "db", "migrate"], env=env, capture_output=True, text=True,
-                          timeout=600)
+    done = subprocess.run(
+        [_bin("airflow"), "db", "migrate"], env=env, capture_output=True, text=True, timeout=600
+    )
     if done.returncode != 0:
-        raise AssertionError(f"airflow db migrate failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+        raise AssertionError(
+            f"airflow db migrate failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+        )
     return airflow_home / "airflow.db"

@@ -44,9 +44,11 @@ def test_killed_trial_actor_is_retried_from_its_latest_checkpoint(stack, experim
     run.assert_experiment_run("SUCCESS")
     stack.assert_triggerer_responsive(since=run.triggered_at)
     failed_log = run.log(run.trial_ti(0), try_number=1)
-    assert f"Trial {target} of experiment {run.dag_id} failed: its Ray actor died while it ran" in failed_log, failed_log
+    assert (
+        f"Trial {target} of experiment {run.dag_id} failed: its Ray actor died while it ran"
+        in failed_log
+    ), failed_log
     assert "will retry from its latest checkpoint" in failed_log, failed_log
     assert f"Trial {target} resumes from checkpoint" in run.log(run.trial_ti(0), try_number=2)
-
 
     return False

@@ -53,38 +53,83 @@ class Case:
 
 
 CASES = {
-    "path_traversal_in_run_id": Case({}, "api", ("run_id '../../../tmp/evil' must not contain '..'",),
-                                     run_id="../../../tmp/evil"),
-    "slash_in_run_id": Case({}, "api", ("The run_id provided 'tmp/evil' does not match regex pattern",),
-                            run_id="tmp/evil"),
-    "path_traversal_in_metric": Case({"metric": "../../../tmp/evil"}, "api",
-                                     ("param metric", "'../../../tmp/evil' is not one of")),
-    "huge_number_of_trials": Case({"num_samples": 100_000}, "api",
-                                  ("param num_samples", "100000 is greater than the maximum of 32")),
-    "nan_token": Case({"lr_min": NAN}, "api",
-                      ("param lr_min", "nan should not be valid", "NaN is not a number: send a finite number")),
-    "nan_token_weight_decay": Case({"l2_max": NAN}, "api", ("param l2_max", "nan should not be valid")),
+    "path_traversal_in_run_id": Case(
+        {}, "api", ("run_id '../../../tmp/evil' must not contain '..'",), run_id="../../../tmp/evil"
+    ),
+    "slash_in_run_id": Case(
+        {},
+        "api",
+        ("The run_id provided 'tmp/evil' does not match regex pattern",),
+        run_id="tmp/evil",
+    ),
+    "path_traversal_in_metric": Case(
+        {"metric": "../../../tmp/evil"},
+        "api",
+        ("param metric", "'../../../tmp/evil' is not one of"),
+    ),
+    "huge_number_of_trials": Case(
+        {"num_samples": 100_000},
+        "api",
+        ("param num_samples", "100000 is greater than the maximum of 32"),
+    ),
+    "nan_token": Case(
+        {"lr_min": NAN},
+        "api",
+        ("param lr_min", "nan should not be valid", "NaN is not a number: send a finite number"),
+    ),
+    "nan_token_weight_decay": Case(
+        {"l2_max": NAN}, "api", ("param l2_max", "nan should not be valid")
+    ),
     "nan_string": Case({"lr_max": "NaN"}, "api", ("param lr_max", "'NaN' is not of type 'number'")),
-    "infinity": Case({"lr_max": INF}, "api", ("param lr_max", "inf is greater than the maximum of 10")),
-    "negative_bound": Case({"lr_min": -0.1}, "api",
-                           ("param lr_min", "-0.1 is less than or equal to the minimum of 0")),
-    "zero_bound": Case({"lr_max": 0}, "api", ("param lr_max", "0 is less than or equal to the minimum of 0")),
-    "string_for_number": Case({"lr_min": "0.1"}, "api", ("param lr_min", "'0.1' is not of type 'number'")),
-    "bool_for_number": Case({"l2_max": True}, "api", ("param l2_max", "True is not of type 'number'")),
-    "fraction_for_count": Case({"num_samples": 2.5}, "api", ("param num_samples", "2.5 is not of type 'integer'")),
-    "float_for_count": Case({"num_samples": 4.0}, "run",
-                            ("param num_samples is 4.0, a float, but it must be an integer; send 4",)),
-    "float_for_epochs": Case({"epochs": 3.0}, "run", ("param epochs is 3.0, a float, but it must be an integer; send 3",)),
-    "bounds_in_wrong_order": Case({"lr_min": 0.5, "lr_max": 0.1}, "run",
-                                  ("lr_min (0.5) must be below lr_max (0.1); lower lr_min or raise lr_max",)),
-    "equal_bounds": Case({"lr_min": 0.1, "lr_max": 0.1}, "run", ("lr_min (0.1) must be below lr_max (0.1)",)),
-    "extra_keys_choose_the_trainable": Case(
-        {"trainable": "os:system", "search_space": {"lr": {"uniform": [0, 1]}},
-         "experiment_name": "../../../tmp/evil"},
+    "infinity": Case(
+        {"lr_max": INF}, "api", ("param lr_max", "inf is greater than the maximum of 10")
+    ),
+    "negative_bound": Case(
+        {"lr_min": -0.1}, "api", ("param lr_min", "-0.1 is less than or equal to the minimum of 0")
+    ),
+    "zero_bound": Case(
+        {"lr_max": 0}, "api", ("param lr_max", "0 is less than or equal to the minimum of 0")
+    ),
+    "string_for_number": Case(
+        {"lr_min": "0.1"}, "api", ("param lr_min", "'0.1' is not of type 'number'")
+    ),
+    "bool_for_number": Case(
+        {"l2_max": True}, "api", ("param l2_max", "True is not of type 'number'")
+    ),
+    "fraction_for_count": Case(
+        {"num_samples": 2.5}, "api", ("param num_samples", "2.5 is not of type 'integer'")
+    ),
+    "float_for_count": Case(
+        {"num_samples": 4.0},
         "run",
-        ("conf keys ['experiment_name', 'search_space', 'trainable'] are not params of this DAG and would be "
-         "ignored", "the trigger form accepts only ['epochs', 'gpus_per_trial', 'l2_max', 'lr_max', 'lr_min', "
-         "'max_failures', 'metric', 'mode', 'num_samples'], so leave out"),
+        ("param num_samples is 4.0, a float, but it must be an integer; send 4",),
+    ),
+    "float_for_epochs": Case(
+        {"epochs": 3.0}, "run", ("param epochs is 3.0, a float, but it must be an integer; send 3",)
+    ),
+    "bounds_in_wrong_order": Case(
+        {"lr_min": 0.5, "lr_max": 0.1},
+        "run",
+        ("lr_min (0.5) must be below lr_max (0.1); lower lr_min or raise lr_max",),
+    ),
+    "equal_bounds": Case(
+        {"lr_min": 0.1, "lr_max": 0.1}, "run", ("lr_min (0.1) must be below lr_max (0.1)",)
+    ),
+    "extra_keys_choose_the_trainable": Case(
+        {
+            "trainable": "os:system",
+            "search_space": {"lr": {"uniform": [0, 1]}},
+            "experiment_name": "../../../tmp/evil",
+        },
+        "run",
+        (
+            "conf keys ['experiment_name', 'search_space', 'trainable'] are not params of this DAG "
+            "and would be "
+            "ignored",
+            "the trigger form accepts only ['epochs', 'gpus_per_trial', 'l2_max', 'lr_max', "
+            "'lr_min', "
+            "'max_failures', 'metric', 'mode', 'num_samples'], so leave out",
+        ),
     ),
 }
 
@@ -110,7 +155,9 @@ def ray_address() -> str:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory, ray_address) -> Iterator[RestStack]:
-    rest = start_stack(tmp_path_factory.mktemp("faults_stack"), [Path(REPO, "dags", f"{DAG_ID}.py")], ray_address)
+    rest = start_stack(
+        tmp_path_factory.mktemp("faults_stack"), [Path(REPO, "dags", f"{DAG_ID}.py")], ray_address
+    )
     yield rest
     rest.stop()
     remove_leftovers()
@@ -152,12 +199,18 @@ def batch(stack, trials_db) -> Iterator[Batch]:
     backend, url = trials_db
     run_ids = {name: case.run_id or f"{backend}__{name}" for name, case in CASES.items()}
     run_ids["valid"] = f"{backend}__valid"
-    responses = {name: stack.trigger(DAG_ID, CASES[name].conf if name in CASES else VALID, run_id)
-                 for name, run_id in run_ids.items()}
-    accepted = [run_ids[name] for name, response in responses.items() if response.status_code == 200]
+    responses = {
+        name: stack.trigger(DAG_ID, CASES[name].conf if name in CASES else VALID, run_id)
+        for name, run_id in run_ids.items()
+    }
+    accepted = [
+        run_ids[name] for name, response in responses.items() if response.status_code == 200
+    ]
     store = TrialStore(url)
     try:
-        yield Batch(backend, store, run_ids, responses, stack.wait_for_runs(DAG_ID, accepted, timeout_s=600))
+        yield Batch(
+            backend, store, run_ids, responses, stack.wait_for_runs(DAG_ID, accepted, timeout_s=600)
+        )
     finally:
         store.dispose()
 
@@ -200,7 +253,9 @@ def test_bad_params_are_refused_before_any_trial_or_write(batch, stack, case):
         assert batch.states[run_id] == "failed"
         tasks = stack.task_states(DAG_ID, run_id)
         assert tasks[SUGGEST] == "failed"
-        assert {state for task, state in tasks.items() if ".trial_gpu_" in task} == {"upstream_failed"}
+        assert {state for task, state in tasks.items() if ".trial_gpu_" in task} == {
+            "upstream_failed"
+        }
         log = suggest_log(stack, run_id, FIX)
         assert REFUSED.format(run_id=run_id) in log
         for text in bad.expect:
@@ -209,7 +264,8 @@ def test_bad_params_are_refused_before_any_trial_or_write(batch, stack, case):
 
 
 def test_a_valid_run_in_the_same_batch_is_recorded(batch, stack, ray_address):
-    """The control: the checks above look at the store, the Ray cluster and the logs the stack uses."""
+    """The control: the checks above look at the store, the Ray cluster and the logs the stack
+    uses."""
     run_id = batch.run_ids["valid"]
     assert batch.responses["valid"].status_code == 200
     assert batch.states[run_id] == "success", stack.task_states(DAG_ID, run_id)

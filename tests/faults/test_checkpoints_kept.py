@@ -42,9 +42,12 @@ ITERATIONS = 40
 TRIALS = 2
 
 
-@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+@pytest.fixture(
+    scope="module", params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
+)
 def trials_db_url(request, tmp_path_factory) -> Iterator[str]:
-    """The module's trials DB: a migrated SQLite file, or a new PostgreSQL database (dropped afterwards)."""
+    """The module's trials DB: a migrated SQLite file, or a new PostgreSQL database (dropped
+    afterwards)."""
     if request.param == "sqlite":
         yield _sqlite_trials_db(tmp_path_factory)
         return
@@ -96,7 +99,9 @@ def trained_to(run: ExperimentRun) -> dict[str, int]:
     trained = {}
     for trial_id in run.trial_ids:
         incarnations = read_journal(run.journal_dir, trial_id)
-        trained[trial_id] = incarnations[-1].iterations[-1] if incarnations and incarnations[-1].iterations else 0
+        trained[trial_id] = (
+            incarnations[-1].iterations[-1] if incarnations and incarnations[-1].iterations else 0
+        )
     return trained
 
 
@@ -111,7 +116,9 @@ def hold_with_checkpoint_recorded(run: ExperimentRun) -> dict[str, str]:
             return {t: c.path for t, c in latest.items()}
         return {}
 
-    return run.stack.wait_for(recorded, 120, f"the checkpoint at iteration {HOLD_AT} of every trial to be recorded")
+    return run.stack.wait_for(
+        recorded, 120, f"the checkpoint at iteration {HOLD_AT} of every trial to be recorded"
+    )
 
 
 def train_on_unwatched(run: ExperimentRun, keep: int, recorded: dict[str, str]) -> None:
@@ -125,17 +132,23 @@ def train_on_unwatched(run: ExperimentRun, keep: int, recorded: dict[str, str]) 
     """
     run.open_gate()
     past = HOLD_AT + keep + 1
-    run.stack.wait_for(lambda: min(trained_to(run).values()) >= past, 120,
-                       f"every trial to train to iteration {past} unwatched")
+    run.stack.wait_for(
+        lambda: min(trained_to(run).values()) >= past,
+        120,
+        f"every trial to train to iteration {past} unwatched",
+    )
     # The situation of the issue: the DB's latest checkpoint is one the actor dropped.
     latest, trained = latest_recorded(run), trained_to(run)
     for trial_id in run.trial_ids:
         assert latest[trial_id].path == recorded[trial_id], (trial_id, latest[trial_id])
         assert trained[trial_id] > latest[trial_id].iteration + keep, (trial_id, trained[trial_id])
-    assert run.progress() == dict.fromkeys(run.trial_ids, HOLD_AT), "something recorded the unwatched results"
+    assert run.progress() == dict.fromkeys(run.trial_ids, HOLD_AT), (
+        "something recorded the unwatched results"
+    )
 
 
-# -- the proofs --------------------------------------------------------------------------------------
+# -- the proofs
+# --------------------------------------------------------------------------------------
 def assert_run_succeeds(run: ExperimentRun) -> None:
     """The DAG run ends in success; else the failure says how each trial ended."""
     state = run.finish()
@@ -143,16 +156,22 @@ def assert_run_succeeds(run: ExperimentRun) -> None:
         return
     store = run.store()
     try:
-        ends = {t: (r.status.value, r.num_failures, (r.error_msg or "").splitlines()[:1])
-                for t in run.trial_ids for r in [store.get_trial(t)]}
+        ends = {
+            t: (r.status.value, r.num_failures, (r.error_msg or "").splitlines()[:1])
+            for t in run.trial_ids
+            for r in [store.get_trial(t)]
+        }
     finally:
         store.dispose()
-    raise AssertionError(f"Run {run.run_id} of {run.dag_id} ended {state}; its trials (status, failures, "
-                         f"error): {ends}")
+    raise AssertionError(
+        f"Run {run.run_id} of {run.dag_id} ended {state}; its trials (status, failures, "
+        f"error): {ends}"
+    )
 
 
-def assert_resumed_from_the_recorded_checkpoint(run: ExperimentRun, recorded: dict[str, str],
-                                                num_failures: int) -> None:
+def assert_resumed_from_the_recorded_checkpoint(
+    run: ExperimentRun, recorded: dict[str, str], num_failures: int
+) -> None:
     """Every trial finished, resumed once from the recorded checkpoint, with ``num_failures``
     failures counted (the fault's own, never one for a missing checkpoint)."""
     run.assert_no_lost_results()
@@ -161,7 +180,8 @@ def assert_resumed_from_the_recorded_checkpoint(run: ExperimentRun, recorded: di
         assert incarnations[-1].resumed_from == HOLD_AT, (trial_id, incarnations)
     records = run.assert_trials_end("TERMINATED")
     assert {t: (r.num_failures, r.error_msg) for t, r in records.items()} == dict.fromkeys(
-        run.trial_ids, (num_failures, None))
+        run.trial_ids, (num_failures, None)
+    )
     run.assert_experiment_run("SUCCESS")
     run.stack.assert_triggerer_responsive(since=run.triggered_at)
     for ti in run.trial_tis():
@@ -195,11 +215,14 @@ def assert_checkpoints_consistent(run: ExperimentRun, keep: int) -> None:
         live = [r for r in rows[trial_id] if not r.deleted]
         assert [r.path for r in live if not os.path.isdir(r.path)] == [], (trial_id, rows[trial_id])
         assert max(r.iteration for r in live) == run.iterations, (trial_id, live)
-        on_disk = sorted(p.name for p in (run.stack.storage / run.dag_id / trial_id).glob("checkpoint_*"))
+        on_disk = sorted(
+            p.name for p in (run.stack.storage / run.dag_id / trial_id).glob("checkpoint_*")
+        )
         assert 1 <= len(on_disk) <= keep + HOLD_AT, (trial_id, on_disk)
 
 
-# -- faults ------------------------------------------------------------------------------------------
+# -- faults
+# ------------------------------------------------------------------------------------------
 def stop_ray_as_the_main_job_does(stack: FaultStack) -> None:
     """SIGTERM the Ray head's process group (SIGKILL what is left of it after 30 s), as
     ``airflow-trials run`` stops the head it started; then SIGKILL the head's workers, which sit
@@ -218,17 +241,24 @@ def actor_processes(run: ExperimentRun, stack: FaultStack) -> dict[str, int]:
     assert set(pids.values()) <= ours, (pids, sorted(ours))
     return pids
 
-
     return False
 
 
-# -- the cases -----------------------------------------------------------------------------------------
-def test_trials_resume_after_the_stack_and_ray_stopped_while_they_trained_unwatched(stack, experiment):
+# -- the cases
+# -----------------------------------------------------------------------------------------
+def test_trials_resume_after_the_stack_and_ray_stopped_while_they_trained_unwatched(
+    stack, experiment
+):
     """Ctrl-C of the main job: Airflow stopped (SIGTERM) while the trials train on unwatched, then
     the Ray head stopped; both started again."""
     keep = 2
-    run = experiment("ckpt_kept_stack_stopped", trials=TRIALS, iterations=ITERATIONS, max_failures=1,
-                     keep_checkpoints_num=keep)
+    run = experiment(
+        "ckpt_kept_stack_stopped",
+        trials=TRIALS,
+        iterations=ITERATIONS,
+        max_failures=1,
+        keep_checkpoints_num=keep,
+    )
     run.trigger()
     recorded = hold_with_checkpoint_recorded(run)
     # As the main job stops Airflow: SIGTERM, then SIGKILL for what has not exited after 30 s
@@ -249,17 +279,27 @@ def test_trials_resume_after_the_stack_and_ray_stopped_while_they_trained_unwatc
     assert_checkpoints_consistent(run, keep)
 
 
-@pytest.mark.parametrize(("keep", "kill"), [
-    pytest.param(2, "sigkill", id="keep2-actor_processes_sigkilled"),
-    pytest.param(1, "ray_kill", id="keep1-actors_ray_killed"),
-])
-def test_trials_resume_after_their_actors_died_while_no_triggerer_ran(stack, experiment, keep, kill):
+@pytest.mark.parametrize(
+    ("keep", "kill"),
+    [
+        pytest.param(2, "sigkill", id="keep2-actor_processes_sigkilled"),
+        pytest.param(1, "ray_kill", id="keep1-actors_ray_killed"),
+    ],
+)
+def test_trials_resume_after_their_actors_died_while_no_triggerer_ran(
+    stack, experiment, keep, kill
+):
     """The triggerer SIGKILLed, the trials train on unwatched, their actors are killed (the
     processes SIGKILLed, or ``ray.kill``), and then a new triggerer starts."""
     import ray
 
-    run = experiment(f"ckpt_kept_actors_killed_keep{keep}", trials=TRIALS, iterations=ITERATIONS,
-                     max_failures=1, keep_checkpoints_num=keep)
+    run = experiment(
+        f"ckpt_kept_actors_killed_keep{keep}",
+        trials=TRIALS,
+        iterations=ITERATIONS,
+        max_failures=1,
+        keep_checkpoints_num=keep,
+    )
     run.trigger()
     recorded = hold_with_checkpoint_recorded(run)
     stack.kill("triggerer")
@@ -271,7 +311,11 @@ def test_trials_resume_after_their_actors_died_while_no_triggerer_ran(stack, exp
     else:
         for actor in actors.values():
             ray.kill(actor, no_restart=True)
-    stack.wait_for(lambda: all(actor_dead(actor) for actor in actors.values()), 120, "every trial's actor to be dead")
+    stack.wait_for(
+        lambda: all(actor_dead(actor) for actor in actors.values()),
+        120,
+        "every trial's actor to be dead",
+    )
     stack.start("triggerer")
     assert_run_succeeds(run)
 

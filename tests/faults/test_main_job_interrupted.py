@@ -1,4 +1,5 @@
-"""Case 7: the main job (``airflow-trials run --keep-running``) is stopped with Ctrl-C mid-run, which
+"""Case 7: the main job (``airflow-trials run --keep-running``) is stopped with Ctrl-C mid-run,
+which
 stops Airflow and the Ray head it started, and then started again on the same state directory.
 
 The second job resumes the interrupted DAG run instead of starting over: the deferred trial tasks'
@@ -35,10 +36,29 @@ def _job(state: Path, dags: Path, log: Path, *extra: str) -> subprocess.Popen[by
     env.pop("RAY_ADDRESS", None)
     env.pop("AIRFLOW_TRIALS_DB_URL", None)
     return subprocess.Popen(
-        [cli, "run", "--dag-id", DAG_ID, "--dags-folder", str(dags), "--state-dir", str(state),
-         "--num-cpus", "4", "--api-port", str(free_port()), "--plot", str(state.parent / "curves.png"),
-         "--timeout-s", "900", *extra],
-        cwd=REPO, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+        [
+            cli,
+            "run",
+            "--dag-id",
+            DAG_ID,
+            "--dags-folder",
+            str(dags),
+            "--state-dir",
+            str(state),
+            "--num-cpus",
+            "4",
+            "--api-port",
+            str(free_port()),
+            "--plot",
+            str(state.parent / "curves.png"),
+            "--timeout-s",
+            "900",
+            *extra,
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
     )
 
 
@@ -48,10 +68,13 @@ def test_interrupted_main_job_resumes_its_run_and_loses_nothing(tmp_path):
     state, dags, journal = tmp_path / "state", tmp_path / "dags", tmp_path / "journal"
     for folder in (dags, journal):
         folder.mkdir()
-    (dags / f"{DAG_ID}.py").write_text(experiment_dag_source(DAG_ID, journal, trials=TRIALS, max_failures=0))
+    (dags / f"{DAG_ID}.py").write_text(
+        experiment_dag_source(DAG_ID, journal, trials=TRIALS, max_failures=0)
+    )
 
     first = _job(state, dags, tmp_path / "first.log", "--keep-running")
     try:
+
         def all_held_and_recorded() -> bool:
             # Held mid-run, and their triggers have recorded the checkpoint they hold after.
             if not (state / "trials.db").exists():
@@ -64,16 +87,24 @@ def test_interrupted_main_job_resumes_its_run_and_loses_nothing(tmp_path):
                 return False
             finally:
                 store.dispose()
-            return len(trials) == TRIALS and all(c is not None and c.iteration == HOLD_AT for c in latest)
+            return len(trials) == TRIALS and all(
+                c is not None and c.iteration == HOLD_AT for c in latest
+            )
 
-        wait_for(all_held_and_recorded, 600, "every trial to run and hold mid-run, its checkpoint recorded",
-                 guard=lambda: _alive(first, tmp_path / "first.log"))
+        wait_for(
+            all_held_and_recorded,
+            600,
+            "every trial to run and hold mid-run, its checkpoint recorded",
+            guard=lambda: _alive(first, tmp_path / "first.log"),
+        )
         first.send_signal(signal.SIGINT)  # Ctrl-C
         assert first.wait(timeout=180) == 130, (tmp_path / "first.log").read_text()[-3000:]
     finally:
         if first.poll() is None:
             first.kill()
-    assert "Interrupted: stopping everything this job started." in (tmp_path / "first.log").read_text()
+    assert (
+        "Interrupted: stopping everything this job started." in (tmp_path / "first.log").read_text()
+    )
     gate(journal).touch()  # the resumed trials run through
 
     second = _job(state, dags, tmp_path / "second.log")
@@ -95,11 +126,17 @@ def test_interrupted_main_job_resumes_its_run_and_loses_nothing(tmp_path):
         for trial_id in ids:
             record = store.get_trial(trial_id)
             # Lost with the Ray head the first job stopped: not a failure of the trial.
-            assert (record.status.value, record.num_failures, record.error_msg) == ("TERMINATED", 0, None)
+            assert (record.status.value, record.num_failures, record.error_msg) == (
+                "TERMINATED",
+                0,
+                None,
+            )
             iterations = [r["training_iteration"] for r in store.get_results(trial_id)]
             assert iterations == list(range(1, ITERATIONS + 1)), (trial_id, iterations)
             incarnations = read_journal(journal, trial_id)
-            assert len(incarnations) == 2, incarnations  # the first, and the one resumed on the new head
+            assert len(incarnations) == 2, (
+                incarnations
+            )  # the first, and the one resumed on the new head
             old, new = sorted(incarnations, key=lambda i: i.started)
             assert old.last_seen < new.started, (old, new)  # never two copies at once
             assert new.resumed_from == HOLD_AT  # from its latest checkpoint, not from scratch
@@ -109,4 +146,6 @@ def test_interrupted_main_job_resumes_its_run_and_loses_nothing(tmp_path):
 
 def _alive(proc: subprocess.Popen[bytes], log: Path) -> None:
     if proc.poll() is not None:
-        raise AssertionError(f"the main job exited early ({proc.returncode}):\n{log.read_text()[-3000:]}")
+        raise AssertionError(
+            f"the main job exited early ({proc.returncode}):\n{log.read_text()[-3000:]}"
+        )

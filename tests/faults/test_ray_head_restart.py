@@ -25,7 +25,9 @@ CLUSTER_LOST = re.compile(
 
 
 @pytest.mark.parametrize("outage_s", [15, 45])
-def test_trials_resume_on_a_restarted_ray_head_from_their_latest_checkpoint(stack, experiment, outage_s):
+def test_trials_resume_on_a_restarted_ray_head_from_their_latest_checkpoint(
+    stack, experiment, outage_s
+):
     run = experiment(f"faults_ray_restart_{outage_s}", trials=2, max_failures=0)
     run.trigger()
     run.wait_until_trials_deferred()
@@ -33,7 +35,9 @@ def test_trials_resume_on_a_restarted_ray_head_from_their_latest_checkpoint(stac
     stack.ray.kill()
     killed_at = time.time()
     time.sleep(outage_s)
-    assert stack.is_running("triggerer") and stack.pid("triggerer") == triggerer, "the triggerer died with Ray"
+    assert stack.is_running("triggerer") and stack.pid("triggerer") == triggerer, (
+        "the triggerer died with Ray"
+    )
     stack.ray.start()
     run.open_gate()
     assert run.finish() == "success"
@@ -42,7 +46,10 @@ def test_trials_resume_on_a_restarted_ray_head_from_their_latest_checkpoint(stac
     run.assert_no_lost_results()
     for trial_id, (lost, resumed) in run.assert_no_duplicate_trial().items():
         assert not lost.ended and lost.last_seen <= killed_at, (trial_id, lost)
-        assert resumed.resumed_from == HOLD_AT, (trial_id, resumed)  # from the checkpoint on storage
+        assert resumed.resumed_from == HOLD_AT, (
+            trial_id,
+            resumed,
+        )  # from the checkpoint on storage
     records = run.assert_trials_end("TERMINATED")
     assert {t: r.num_failures for t, r in records.items()} == dict.fromkeys(run.trial_ids, 0)
     run.assert_experiment_run("SUCCESS")

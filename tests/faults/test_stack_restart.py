@@ -28,9 +28,18 @@ def test_stack_stopped_mid_run_and_started_again_loses_nothing(stack, experiment
     assert None not in exit_codes.values(), f"a component did not stop on SIGTERM: {exit_codes}"
     run.open_gate()
     # The trials train on with Airflow down.
-    stack.wait_for(lambda: all(
-        any(t > stopped_at for inc in read_journal(run.journal_dir, trial_id) for t in inc.beat_times)
-        for trial_id in run.trial_ids), 120, "every trial to train on while Airflow is down")
+    stack.wait_for(
+        lambda: all(
+            any(
+                t > stopped_at
+                for inc in read_journal(run.journal_dir, trial_id)
+                for t in inc.beat_times
+            )
+            for trial_id in run.trial_ids
+        ),
+        120,
+        "every trial to train on while Airflow is down",
+    )
     stack.start()
     assert run.finish() == "success"
 

@@ -29,8 +29,12 @@ def test_task_process_killed_mid_execute_is_retried_without_a_second_copy(stack,
     (proc,) = stack.wait_for(task_process, 300, f"the task process of trial {target}")
     # Freeze it the moment its execute has asked Ray for the trial's placement group: between
     # that and the actor's creation is where a dead task used to leave an orphan behind.
-    stack.wait_for(lambda: "placement_group" in on_ray(run.actor_name(target)), 300,
-                   f"the placement group of trial {target}", interval_s=0.02)
+    stack.wait_for(
+        lambda: "placement_group" in on_ray(run.actor_name(target)),
+        300,
+        f"the placement group of trial {target}",
+        interval_s=0.02,
+    )
     proc.send_signal(signal.SIGSTOP)
     proc.kill()
     proc.wait(timeout=60)
@@ -51,9 +55,12 @@ def test_task_process_killed_mid_execute_is_retried_without_a_second_copy(stack,
     retry_log = run.log_once_it_says(0, 2, f"Trial {target} finished")
     if "actor" in left_behind:
         assert f"Trial {target} is RUNNING on Ray already; re-attaching to it." in retry_log or (
-            f"Trial {target} is QUEUED on Ray already; re-attaching to it." in retry_log), retry_log
+            f"Trial {target} is QUEUED on Ray already; re-attaching to it." in retry_log
+        ), retry_log
     else:  # only the placement group: the retry removes it and starts the trial
-        assert "left by a process that died before it started the trial's actor" in retry_log, retry_log
+        assert "left by a process that died before it started the trial's actor" in retry_log, (
+            retry_log
+        )
         assert f"Started trial {target}" in retry_log, retry_log
     assert f"Trial {target} finished" in retry_log, retry_log
 
@@ -77,7 +84,9 @@ def test_cleared_trial_tasks_stop_their_trial_and_run_it_again(stack, experiment
     trigger_log = run.log(run.trial_ti(0), try_number=1)  # with its trigger's lines
     if len(incarnations) == 1:  # the new try took the live trial over
         assert "a later try took the trial over, leaving it running" in trigger_log, trigger_log
-        assert f"Trial {deferred} is RUNNING on Ray already; re-attaching to it." in retry_log, retry_log
+        assert f"Trial {deferred} is RUNNING on Ray already; re-attaching to it." in retry_log, (
+            retry_log
+        )
     else:
         first, second = incarnations
         assert not first.ended and first.last_seen < second.started, (first, second)

@@ -5,7 +5,8 @@ on every backend of that database from the trigger until every trial has trained
 With ``max_failures=0`` no task may fail and no result may be lost.
 
 SQLite's side of the issue (32 concurrent writers lose and duplicate nothing) is the store's
-contract test ``tests/contract/test_store.py::test_32_concurrent_writers_lose_nothing_and_duplicate_nothing``,
+contract test
+``tests/contract/test_store.py::test_32_concurrent_writers_lose_nothing_and_duplicate_nothing``,
 which runs on a SQLite file and on PostgreSQL; it is not repeated here.
 """
 
@@ -58,12 +59,16 @@ class BackendKiller:
     def _run(self) -> None:
         from sqlalchemy import text
 
-        terminate = text("SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
-                         "WHERE datname = :db AND pid <> pg_backend_pid()")
+        terminate = text(
+            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = :db AND pid <> pg_backend_pid()"
+        )
         try:
             with self.engine.connect() as connection:
                 while not self._stop.wait(KILL_EVERY_S):
-                    self.terminated += connection.execute(terminate, {"db": self.database}).scalar_one()
+                    self.terminated += connection.execute(
+                        terminate, {"db": self.database}
+                    ).scalar_one()
         except BaseException as e:  # noqa: BLE001 - raised again by __exit__ in the test's thread
             self.error = e
 
@@ -84,7 +89,10 @@ def run_ended(stack, run) -> bool:
 
     from tests.faults.stack import TERMINAL_RUN_STATES
 
-    return stack.api("GET", f"/dags/{run.dag_id}/dagRuns/{quote(run.run_id, safe='')}")["state"] in TERMINAL_RUN_STATES
+    return (
+        stack.api("GET", f"/dags/{run.dag_id}/dagRuns/{quote(run.run_id, safe='')}")["state"]
+        in TERMINAL_RUN_STATES
+    )
 
 
 def test_dropped_trials_db_connections_lose_no_result_and_fail_no_task(stack, experiment):
@@ -92,17 +100,34 @@ def test_dropped_trials_db_connections_lose_no_result_and_fail_no_task(stack, ex
     with BackendKiller(stack.trials_db_url) as killer:
         run.trigger()
         # Under fire, the test reads Airflow's REST API and the journals, not the trials DB.
-        stack.wait_for(lambda: len(tis := run.trial_tis()) == run.trials and all(
-            ti["state"] == "deferred" for ti in tis), 300, "the trial tasks to defer")
+        stack.wait_for(
+            lambda: (
+                len(tis := run.trial_tis()) == run.trials
+                and all(ti["state"] == "deferred" for ti in tis)
+            ),
+            300,
+            "the trial tasks to defer",
+        )
         run.open_gate()
-        stack.wait_for(lambda: all(
-            any(inc.iterations[-1:] == [run.iterations] for inc in read_journal(run.journal_dir, t))
-            for t in run.trial_ids), 300, "every trial to train to its end")
+        stack.wait_for(
+            lambda: all(
+                any(
+                    inc.iterations[-1:] == [run.iterations]
+                    for inc in read_journal(run.journal_dir, t)
+                )
+                for t in run.trial_ids
+            ),
+            300,
+            "every trial to train to its end",
+        )
         # The run's connections can all fall between two volleys while the trials train (they are
         # short): keep firing through the tasks' ends and select_best until one was dropped, never
         # past the run's end, rather than racing the trials.
-        stack.wait_for(lambda: killer.terminated > 0 or run_ended(stack, run), 300,
-                       "a trials DB connection of the run to be dropped, or the run to end")
+        stack.wait_for(
+            lambda: killer.terminated > 0 or run_ended(stack, run),
+            300,
+            "a trials DB connection of the run to be dropped, or the run to end",
+        )
     assert killer.terminated > 0, "no connection was dropped: the test proved nothing"
     assert run.finish() == "success"
 

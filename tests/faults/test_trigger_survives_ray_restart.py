@@ -41,15 +41,17 @@ def launch(restore_path=None):
     store = hook.get_store()
     store.upsert_trial("t1", trainable="tests.trainables:counting", config={"sleep": 0.3},
                        resources={"cpu": 1}, max_failures=0)
-    trial = Trial("tests.trainables:counting", {"sleep": 0.3}, trial_id="t1", experiment_name="restart",
-                  resources={"cpu": 1}, stopping_criterion={"training_iteration": ITERATIONS},
+    trial = Trial("tests.trainables:counting", {"sleep": 0.3}, trial_id="t1",
+                  experiment_name="restart", resources={"cpu": 1},
+                  stopping_criterion={"training_iteration": ITERATIONS},
                   restore_path=restore_path)
     hook.get_executor(verify=True).launch(trial, start_timeout_s=120)
     store.dispose()
 
 
 async def watch():
-    trigger = TrialTrigger("restart", "t1", poll_interval_seconds=0.5, ray_outage_timeout_seconds=150)
+    trigger = TrialTrigger("restart", "t1", poll_interval_seconds=0.5,
+                           ray_outage_timeout_seconds=150)
     async for event in trigger.run():
         return dict(event.payload)
 
@@ -85,26 +87,45 @@ def test_a_process_running_triggers_survives_a_ray_head_restart(tmp_path: Path):
     head = RayHead(base_env(), num_cpus=2)
     head.start()
     head.disconnect()  # this test process must not be a driver of a head it kills
-    env = {**base_env(), "RAY_ADDRESS": head.address, "AIRFLOW_TRIALS_DB_URL": url,
-           "AIRFLOW_TRIALS_STORAGE": str(tmp_path / "storage")}
+    env = {
+        **base_env(),
+        "RAY_ADDRESS": head.address,
+        "AIRFLOW_TRIALS_DB_URL": url,
+        "AIRFLOW_TRIALS_STORAGE": str(tmp_path / "storage"),
+    }
     script = tmp_path / "triggerer.py"
     script.write_text(TRIGGERER)
-    proc = subprocess.Popen([sys.executable, str(script), str(ITERATIONS)], env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=open(tmp_path / "triggerer.err", "w"))
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(ITERATIONS)],
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=open(tmp_path / "triggerer.err", "w"),
+    )
     said: list[dict] = []
     reader = threading.Thread(target=_lines, args=(proc, said), daemon=True)
     reader.start()
     store = TrialStore(url)
     try:
-        wait_for(lambda: len(store.get_results("t1")) >= 5 if any(s["phase"] == "launched" for s in said) else False,
-                 240, "the trial's first results")
+        wait_for(
+            lambda: (
+                len(store.get_results("t1")) >= 5
+                if any(s["phase"] == "launched" for s in said)
+                else False
+            ),
+            240,
+            "the trial's first results",
+        )
         head.kill()
         time.sleep(15)  # the outage: a new head at the same address about 15 s later
         assert proc.poll() is None, "the process running the trigger died with the Ray head"
         head.start()
         head.disconnect()
-        wait_for(lambda: any(s["phase"] == "second_end" for s in said) or proc.poll() is not None, 420,
-                 "the trial to finish on the new head")
+        wait_for(
+            lambda: any(s["phase"] == "second_end" for s in said) or proc.poll() is not None,
+            420,
+            "the trial to finish on the new head",
+        )
         err = (tmp_path / "triggerer.err").read_text()
         assert proc.wait(timeout=60) == 0, f"the trigger process failed:\n{err[-3000:]}"
     finally:
@@ -115,7 +136,9 @@ def test_a_process_running_triggers_survives_a_ray_head_restart(tmp_path: Path):
 
     first = next(s for s in said if s["phase"] == "first_end")["event"]
     assert first["status"] == "ERROR" and first["infrastructure"] is True, first
-    assert "Ray cluster restarted" in first["error"] or "Ray did not answer" in first["error"], first
+    assert "Ray cluster restarted" in first["error"] or "Ray did not answer" in first["error"], (
+        first
+    )
     resumed = next(s for s in said if s["phase"] == "resumed")
     assert resumed["checkpoint_iteration"] >= 5
     second = next(s for s in said if s["phase"] == "second_end")

@@ -25,9 +25,18 @@ def test_killed_triggerer_is_replaced_and_no_trial_is_lost_or_duplicated(stack, 
     killed_at = time.time()
     run.open_gate()
     # The trials train on with no triggerer: every one reports again before a new one starts.
-    stack.wait_for(lambda: all(any(t > killed_at for inc in read_journal(run.journal_dir, trial_id)
-                                   for t in inc.beat_times) for trial_id in run.trial_ids),
-                   120, "every trial to train on with no triggerer")
+    stack.wait_for(
+        lambda: all(
+            any(
+                t > killed_at
+                for inc in read_journal(run.journal_dir, trial_id)
+                for t in inc.beat_times
+            )
+            for trial_id in run.trial_ids
+        ),
+        120,
+        "every trial to train on with no triggerer",
+    )
     restarted_at = time.time()
     stack.start("triggerer")
 

@@ -1,4 +1,5 @@
-"""The fault tests' trainable, and the journal through which it proves how many copies of a trial ran.
+"""The fault tests' trainable, and the journal through which it proves how many copies of a trial
+ran.
 
 A test injects its fault while the trials are surely mid-run, whatever the machine's load: each
 trial holds before iteration ``hold_at + 1`` until the test opens the gate (the file ``open`` in
@@ -44,7 +45,9 @@ def journaled(config: dict[str, Any]) -> None:
                     _append(journal, "held", incarnation)  # alive while held, for the overlap check
             time.sleep(float(config["sleep_s"]))
             _append(journal, "beat", incarnation, iteration=iteration)
-            airflow_trials.report(score=iteration * float(config["x"]), checkpoint={"iteration": iteration})
+            airflow_trials.report(
+                score=iteration * float(config["x"]), checkpoint={"iteration": iteration}
+            )
     finally:
         _append(journal, "end", incarnation)
 
@@ -55,7 +58,9 @@ def gate(journal_dir: str | Path) -> Path:
 
 
 def _append(path: Path, event: str, incarnation: str, **fields: Any) -> None:
-    line = json.dumps({"event": event, "incarnation": incarnation, "pid": os.getpid(), "t": time.time(), **fields})
+    line = json.dumps(
+        {"event": event, "incarnation": incarnation, "pid": os.getpid(), "t": time.time(), **fields}
+    )
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, (line + "\n").encode())
@@ -93,7 +98,9 @@ def read_journal(journal_dir: str | Path, trial_id: str) -> list[Incarnation]:
         entry = json.loads(line)
         key = entry["incarnation"]
         if entry["event"] == "start":
-            by_id[key] = Incarnation(key, entry["pid"], entry["iteration"], entry["t"], entry["t"], [], [], False)
+            by_id[key] = Incarnation(
+                key, entry["pid"], entry["iteration"], entry["t"], entry["t"], [], [], False
+            )
             continue
         inc = by_id[key]
         inc.last_seen = max(inc.last_seen, entry["t"])

@@ -30,8 +30,14 @@ def wait_done(actor, timeout_s=60):
 
 def test_launch_runs_to_the_stopping_criterion_with_checkpoints(ray_cluster, storage):
     executor = RayTrialExecutor(storage)
-    trial = Trial("tests.trainables:FakeTrainable", experiment_name="auto", trial_id="a1",
-                  stopping_criterion={"training_iteration": 4}, checkpoint_freq=2, keep_checkpoints_num=1)
+    trial = Trial(
+        "tests.trainables:FakeTrainable",
+        experiment_name="auto",
+        trial_id="a1",
+        stopping_criterion={"training_iteration": 4},
+        checkpoint_freq=2,
+        keep_checkpoints_num=1,
+    )
     actor = executor.launch(trial)
     snap = wait_done(actor)
     assert snap["status"] == "TERMINATED" and snap["error"] is None
@@ -45,8 +51,13 @@ def test_launch_runs_to_the_stopping_criterion_with_checkpoints(ray_cluster, sto
 def test_launch_restores_and_reports_errors_with_tracebacks(ray_cluster, storage, tmp_path):
     executor = RayTrialExecutor(storage)
     config = {"crash_at": 3, "marker": str(tmp_path / "m")}
-    trial = Trial("tests.trainables:counting", config, experiment_name="auto", trial_id="a2",
-                  stopping_criterion={"training_iteration": 5})
+    trial = Trial(
+        "tests.trainables:counting",
+        config,
+        experiment_name="auto",
+        trial_id="a2",
+        stopping_criterion={"training_iteration": 5},
+    )
     snap = wait_done(executor.launch(trial))
     assert snap["status"] == "ERROR"
     assert "crash at iteration 3" in snap["error"] and "Traceback" in snap["error"]
@@ -54,8 +65,14 @@ def test_launch_restores_and_reports_errors_with_tracebacks(ray_cluster, storage
     assert newest["iteration"] == 2
     executor.terminate("auto", "a2")
 
-    again = Trial("tests.trainables:counting", config, experiment_name="auto", trial_id="a2",
-                  stopping_criterion={"training_iteration": 5}, restore_path=newest["path"])
+    again = Trial(
+        "tests.trainables:counting",
+        config,
+        experiment_name="auto",
+        trial_id="a2",
+        stopping_criterion={"training_iteration": 5},
+        restore_path=newest["path"],
+    )
     actor = executor.launch(again)
     snap = wait_done(actor)
     assert snap["status"] == "TERMINATED"
@@ -70,7 +87,9 @@ def test_launch_refuses_bad_input_before_any_ray_work(ray_cluster, storage):
     with pytest.raises(TrainableNotFoundError, match="no_such_mod"):
         executor.launch(Trial("no_such_mod:train", experiment_name="auto"))
     with pytest.raises(InsufficientResourcesError, match="needs 1 CPU, 4 GPU"):
-        executor.launch(Trial("tests.trainables:counting", experiment_name="auto", resources={"gpu": 4}))
+        executor.launch(
+            Trial("tests.trainables:counting", experiment_name="auto", resources={"gpu": 4})
+        )
     assert live_trial_actors() == [] and live_placement_groups() == []
 
 
@@ -91,13 +110,29 @@ print("placed" if executor.is_placed(actor) else "queued", flush=True)
 def test_a_queued_trial_starts_when_placed_after_its_launcher_exited(ray_cluster, storage):
     namespace = ray.get_runtime_context().namespace
     executor = RayTrialExecutor(storage, namespace=namespace, detached=True)
-    blocker = Trial("tests.trainables:counting", {"sleep": 0.1}, experiment_name="auto", trial_id="blocker",
-                    resources={"cpu": 2}, stopping_criterion={"training_iteration": 5})
+    blocker = Trial(
+        "tests.trainables:counting",
+        {"sleep": 0.1},
+        experiment_name="auto",
+        trial_id="blocker",
+        resources={"cpu": 2},
+        stopping_criterion={"training_iteration": 5},
+    )
     blocker_actor = executor.launch(blocker)  # holds every CPU of the cluster
     assert executor.is_placed(blocker_actor)
     done = subprocess.run(
-        [sys.executable, "-c", LAUNCH_AND_EXIT, ray.get_runtime_context().gcs_address, namespace, storage],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-c",
+            LAUNCH_AND_EXIT,
+            ray.get_runtime_context().gcs_address,
+            namespace,
+            storage,
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "queued"
@@ -117,8 +152,13 @@ def test_a_queued_trial_starts_when_placed_after_its_launcher_exited(ray_cluster
 
 def test_poll_with_wait_returns_as_soon_as_the_trial_ends(ray_cluster, storage):
     executor = RayTrialExecutor(storage)
-    trial = Trial("tests.trainables:counting", {"sleep": 0.2}, experiment_name="auto", trial_id="w1",
-                  stopping_criterion={"training_iteration": 3})
+    trial = Trial(
+        "tests.trainables:counting",
+        {"sleep": 0.2},
+        experiment_name="auto",
+        trial_id="w1",
+        stopping_criterion={"training_iteration": 3},
+    )
     actor = executor.launch(trial)
     started = time.monotonic()
     snap = ray.get(actor.poll.remote(0, 60.0))  # waits for the end, not for the 60 s

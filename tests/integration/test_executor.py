@@ -1,4 +1,5 @@
-"""RayTrialExecutor on a real local Ray: actors, placement groups, reuse, logs, checkpoints, lookup."""
+"""RayTrialExecutor on a real local Ray: actors, placement groups, reuse, logs, checkpoints,
+lookup."""
 
 from __future__ import annotations
 
@@ -69,7 +70,9 @@ def test_detached_named_actor_is_found_from_another_process(ray_cluster, storage
         "a = find_trial_actor('exp', 'findme', namespace='lookup-test');"
         "print(ray.get(a.ping.remote()))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120
+    )
     assert out.stdout.strip().splitlines()[-1:] == ["findme"], out.stderr
     executor.cleanup()
     assert find_trial_actor("exp", "findme", namespace="lookup-test") is None
@@ -84,7 +87,9 @@ def test_reuse_actors_goes_through_reset_config(ray_cluster, storage):
     executor.start_trial(second)
     result = next_result(executor, second)
     assert result["pid"] == pid and result["trial_id"] == "b" and result["training_iteration"] == 1
-    resets = ray.get(executor.get_actor(second).execute.remote(lambda t: (t.resets, t.config, t.trial_id)))
+    resets = ray.get(
+        executor.get_actor(second).execute.remote(lambda t: (t.resets, t.config, t.trial_id))
+    )
     assert resets == (1, {"x": 1}, "b")
     # The actor now hosts "b": no Ray name says it is "a"'s (a name is fixed at creation).
     assert find_trial_actor("exp", "a") is None
@@ -137,7 +142,10 @@ def test_a_trainable_exception_arrives_as_trial_error_with_traceback(ray_cluster
     assert "broken trainable: key 'missing'" in str(info.value)
     executor.stop_trial(t, error=True, error_msg=str(info.value))
     assert t.status == TrialStatus.ERROR
-    assert "broken trainable" in json.load(open(os.path.join(storage, "exp", "boom", "trial.json")))["error_msg"]
+    assert (
+        "broken trainable"
+        in json.load(open(os.path.join(storage, "exp", "boom", "trial.json")))["error_msg"]
+    )
     executor.cleanup()
 
 
@@ -195,11 +203,17 @@ def test_delete_checkpoints_on_stop(ray_cluster, storage):
 
 def test_keep_checkpoints_num_deletes_the_pushed_out_ones(ray_cluster, storage):
     runner = TrialRunner("exp", storage_path=storage, wait_timeout_s=10)
-    t = trial(trial_id="keep", stopping_criterion={"training_iteration": 5}, keep_checkpoints_num=2,
-              checkpoint_score_attr="score")
+    t = trial(
+        trial_id="keep",
+        stopping_criterion={"training_iteration": 5},
+        keep_checkpoints_num=2,
+        checkpoint_score_attr="score",
+    )
     runner.add_trial(t)
     runner.run()
-    kept = sorted(p for p in os.listdir(os.path.join(storage, "exp", "keep")) if p.startswith("checkpoint_"))
+    kept = sorted(
+        p for p in os.listdir(os.path.join(storage, "exp", "keep")) if p.startswith("checkpoint_")
+    )
     assert kept == ["checkpoint_000004", "checkpoint_000005"]
     assert [r.iteration for r in t.checkpoint_manager.kept] == [4, 5]
 

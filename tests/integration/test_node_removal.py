@@ -1,4 +1,5 @@
-"""A Ray node that disappears mid-trial: the trial goes back to PENDING without counting a failure."""
+"""A Ray node that disappears mid-trial: the trial goes back to PENDING without counting a
+failure."""
 
 from __future__ import annotations
 

@@ -24,10 +24,17 @@ def store_url(tmp_path):
 
 
 def launch(storage, store_url, trial_id, stop=1000):
-    TrialStore(store_url).upsert_trial(trial_id, trainable=COUNTING, config={"sleep": 0.05},
-                                       resources={"cpu": 0.1}, max_failures=0)
-    trial = Trial(COUNTING, {"sleep": 0.05}, trial_id=trial_id, experiment_name="poller",
-                  resources={"cpu": 0.1}, stopping_criterion={"training_iteration": stop})
+    TrialStore(store_url).upsert_trial(
+        trial_id, trainable=COUNTING, config={"sleep": 0.05}, resources={"cpu": 0.1}, max_failures=0
+    )
+    trial = Trial(
+        COUNTING,
+        {"sleep": 0.05},
+        trial_id=trial_id,
+        experiment_name="poller",
+        resources={"cpu": 0.1},
+        stopping_criterion={"training_iteration": stop},
+    )
     return RayTrialExecutor(storage).launch(trial)
 
 
@@ -42,7 +49,9 @@ class ThreadRecordingActor:
         return self.actor.poll.remote(*args)
 
 
-async def test_one_trial_refused_by_the_store_fails_only_its_own_poll(ray_cluster, storage, store_url):
+async def test_one_trial_refused_by_the_store_fails_only_its_own_poll(
+    ray_cluster, storage, store_url
+):
     store = TrialStore(store_url)
     good = watch_trial("good", launch(storage, store_url, "good"), store_url, 0.5)
     ended = watch_trial("ended", launch(storage, store_url, "ended"), store_url, 0.5)
@@ -72,7 +81,9 @@ async def test_polls_run_on_the_pollers_thread_and_an_idle_poller_retires(
         snapshot = await poll.answered
         await poll.recorded
     assert snapshot["status"] == "RUNNING" and watch.tracker.seen >= 1
-    assert recording.threads and set(recording.threads) == {"airflow-trials-poller"}  # never the event loop's thread
+    assert recording.threads and set(recording.threads) == {
+        "airflow-trials-poller"
+    }  # never the event loop's thread
     assert TrialStore(store_url).get_trial("t1").status.value == "RUNNING"
     watch.close()
     while poller_of(loop) is poller:  # nothing left to watch: its thread stops

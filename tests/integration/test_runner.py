@@ -25,7 +25,9 @@ from tests.conftest import live_placement_groups, live_trial_actors
 FAKE = "tests.trainables:FakeTrainable"
 COUNTING = "tests.trainables:counting"
 
-gpu_cluster = pytest.mark.parametrize("ray_cluster", [{"num_cpus": 4, "num_gpus": 2}], indirect=True)
+gpu_cluster = pytest.mark.parametrize(
+    "ray_cluster", [{"num_cpus": 4, "num_gpus": 2}], indirect=True
+)
 one_gpu = pytest.mark.parametrize("ray_cluster", [{"num_cpus": 1, "num_gpus": 1}], indirect=True)
 
 
@@ -55,13 +57,18 @@ class StatusSnapshot(Callback):
         self.max_running = 0
 
     def on_step_end(self, trials):
-        self.max_running = max(self.max_running, sum(t.status == TrialStatus.RUNNING for t in trials))
+        self.max_running = max(
+            self.max_running, sum(t.status == TrialStatus.RUNNING for t in trials)
+        )
 
 
 @gpu_cluster
 def test_stop_running_and_pending_trials_then_next_starts(ray_cluster, storage):
     runner = runner_for(storage)
-    trials = [fake(stopping_criterion={"training_iteration": 5}, resources={"cpu": 1, "gpu": 1}) for _ in range(4)]
+    trials = [
+        fake(stopping_criterion={"training_iteration": 5}, resources={"cpu": 1, "gpu": 1})
+        for _ in range(4)
+    ]
     for t in trials:
         runner.add_trial(t)
     runner.step()
@@ -76,7 +83,10 @@ def test_stop_running_and_pending_trials_then_next_starts(ray_cluster, storage):
     assert trials[-1].status == TrialStatus.TERMINATED
     runner.step()
     assert [t.status for t in trials] == [
-        TrialStatus.TERMINATED, TrialStatus.RUNNING, TrialStatus.RUNNING, TrialStatus.TERMINATED
+        TrialStatus.TERMINATED,
+        TrialStatus.RUNNING,
+        TrialStatus.RUNNING,
+        TrialStatus.TERMINATED,
     ]
     runner.run()
     assert live_trial_actors() == [] and live_placement_groups() == []
@@ -100,7 +110,9 @@ def test_one_gpu_runs_one_trial_at_a_time(ray_cluster, storage):
     snapshot = StatusSnapshot()
     runner = runner_for(storage, callbacks=[snapshot])
     for _ in range(2):
-        runner.add_trial(fake(stopping_criterion={"training_iteration": 1}, resources={"cpu": 1, "gpu": 1}))
+        runner.add_trial(
+            fake(stopping_criterion={"training_iteration": 1}, resources={"cpu": 1, "gpu": 1})
+        )
     runner.run()
     assert snapshot.max_running == 1
     assert all(t.status == TrialStatus.TERMINATED for t in runner.get_trials())
@@ -111,7 +123,13 @@ def test_custom_resources(storage):
 
     start_ray(num_cpus=4, num_gpus=2, resources={"a": 2})
     runner = runner_for(storage)
-    trials = [fake(stopping_criterion={"training_iteration": 1}, resources={"cpu": 1, "custom_resources": {"a": 2}}) for _ in range(2)]
+    trials = [
+        fake(
+            stopping_criterion={"training_iteration": 1},
+            resources={"cpu": 1, "custom_resources": {"a": 2}},
+        )
+        for _ in range(2)
+    ]
     for t in trials:
         runner.add_trial(t)
     runner.step()
@@ -125,7 +143,11 @@ def test_custom_resources(storage):
 @one_gpu
 def test_checkpoint_at_end(ray_cluster, storage):
     runner = runner_for(storage)
-    trial = fake(stopping_criterion={"training_iteration": 2}, checkpoint_at_end=True, resources={"cpu": 1, "gpu": 1})
+    trial = fake(
+        stopping_criterion={"training_iteration": 2},
+        checkpoint_at_end=True,
+        resources={"cpu": 1, "gpu": 1},
+    )
     runner.add_trial(trial)
     runner.step()  # start
     assert trial.status == TrialStatus.RUNNING
@@ -169,14 +191,25 @@ def test_pause_then_resume_keeps_the_trainables_state(ray_cluster, storage):
 @one_gpu
 def test_restore_metrics_after_checkpointing(ray_cluster, storage):
     runner = runner_for(storage)
-    first = fake(stopping_criterion={"training_iteration": 2}, checkpoint_freq=1, resources={"cpu": 1, "gpu": 1})
+    first = fake(
+        stopping_criterion={"training_iteration": 2},
+        checkpoint_freq=1,
+        resources={"cpu": 1, "gpu": 1},
+    )
     runner.add_trial(first)
     runner.run()
     assert first.status == TrialStatus.TERMINATED and first.checkpoint.iteration == 1
 
-    runner2 = TrialRunner("exp2", storage_path=storage, wait_timeout_s=120)  # each step awaits its result
-    second = Trial(FAKE, experiment_name="exp2", restore_path=first.checkpoint.path,
-                   stopping_criterion={"training_iteration": 3}, resources={"cpu": 1, "gpu": 1})
+    runner2 = TrialRunner(
+        "exp2", storage_path=storage, wait_timeout_s=120
+    )  # each step awaits its result
+    second = Trial(
+        FAKE,
+        experiment_name="exp2",
+        restore_path=first.checkpoint.path,
+        stopping_criterion={"training_iteration": 3},
+        resources={"cpu": 1, "gpu": 1},
+    )
     runner2.add_trial(second)
     runner2.step()  # start, restore
     runner2.step()
@@ -192,8 +225,13 @@ def test_restore_metrics_after_checkpointing(ray_cluster, storage):
 
 
 def _erroring(**extra):
-    return fake(resources={"cpu": 1, "gpu": 1}, checkpoint_freq=1, max_failures=0,
-                config={"mock_error": True, "persistent_error": True}, **extra)
+    return fake(
+        resources={"cpu": 1, "gpu": 1},
+        checkpoint_freq=1,
+        max_failures=0,
+        config={"mock_error": True, "persistent_error": True},
+        **extra,
+    )
 
 
 @one_gpu
@@ -231,7 +269,12 @@ def test_failure_recovery_disabled(ray_cluster, storage):
             errored.append(trial.trial_id)
 
     runner = runner_for(storage, scheduler=Errors())
-    trial = fake(resources={"cpu": 1, "gpu": 1}, checkpoint_freq=1, max_failures=0, config={"mock_error": True})
+    trial = fake(
+        resources={"cpu": 1, "gpu": 1},
+        checkpoint_freq=1,
+        max_failures=0,
+        config={"mock_error": True},
+    )
     runner.add_trial(trial)
     runner.run()
     assert trial.status == TrialStatus.ERROR
@@ -249,8 +292,14 @@ def test_failure_recovery_resumes_from_the_latest_checkpoint(ray_cluster, storag
             recovered.append(trial.num_failures)
 
     runner = runner_for(storage, callbacks=[Recoveries()])
-    trial = Trial(COUNTING, {"crash_at": 3, "marker": str(tmp_path / "crashed")}, experiment_name="exp",
-                  stopping_criterion={"training_iteration": 5}, max_failures=1, resources={"cpu": 1})
+    trial = Trial(
+        COUNTING,
+        {"crash_at": 3, "marker": str(tmp_path / "crashed")},
+        experiment_name="exp",
+        stopping_criterion={"training_iteration": 5},
+        max_failures=1,
+        resources={"cpu": 1},
+    )
     runner.add_trial(trial)
     runner.run()
     assert trial.status == TrialStatus.TERMINATED
@@ -265,8 +314,12 @@ def test_failure_recovery_resumes_from_the_latest_checkpoint(ray_cluster, storag
 @one_gpu
 def test_unknown_trainable_errors_and_the_next_trial_runs(ray_cluster, storage):
     runner = runner_for(storage)
-    trials = [Trial("tests.trainables:does_not_exist", experiment_name="exp", resources={"cpu": 1, "gpu": 1}),
-              fake(stopping_criterion={"training_iteration": 1}, resources={"cpu": 1, "gpu": 1})]
+    trials = [
+        Trial(
+            "tests.trainables:does_not_exist", experiment_name="exp", resources={"cpu": 1, "gpu": 1}
+        ),
+        fake(stopping_criterion={"training_iteration": 1}, resources={"cpu": 1, "gpu": 1}),
+    ]
     for t in trials:
         runner.add_trial(t)
     runner.step()
@@ -331,7 +384,10 @@ def test_a_trial_that_can_never_fit_fails_fast_naming_both_sides(ray_cluster, st
     with pytest.raises(InsufficientResourcesError) as info:
         runner.add_trial(trial)
     message = str(info.value)
-    assert "Trial t-3 of experiment exp needs 1 CPU, 2 GPU but the Ray cluster has 2 CPU, 0 GPU" in message
+    assert (
+        "Trial t-3 of experiment exp needs 1 CPU, 2 GPU but the Ray cluster has 2 CPU, 0 GPU"
+        in message
+    )
     assert "queue_trials=True" in message
     assert runner.get_trials() == []
     assert live_placement_groups() == []
@@ -353,9 +409,15 @@ def test_queue_trials_lets_one_oversized_trial_wait(ray_cluster, storage):
 @pytest.mark.parametrize("ray_cluster", [{"num_cpus": 2, "num_gpus": 0}], indirect=True)
 def test_stopping_criteria_dict_callable_and_missing_metric(ray_cluster, storage):
     runner = runner_for(storage)
-    by_dict = Trial(COUNTING, {"scale": 1.0}, experiment_name="exp", stopping_criterion={"score": 3})
-    by_fn = Trial(COUNTING, {"scale": 2.0}, experiment_name="exp",
-                  stopping_criterion=lambda trial_id, result: result["score"] >= 8)
+    by_dict = Trial(
+        COUNTING, {"scale": 1.0}, experiment_name="exp", stopping_criterion={"score": 3}
+    )
+    by_fn = Trial(
+        COUNTING,
+        {"scale": 2.0},
+        experiment_name="exp",
+        stopping_criterion=lambda trial_id, result: result["score"] >= 8,
+    )
     missing = Trial(COUNTING, {}, experiment_name="exp", stopping_criterion={"accuracy": 1})
     for t in (by_dict, by_fn, missing):
         runner.add_trial(t)
@@ -363,7 +425,9 @@ def test_stopping_criteria_dict_callable_and_missing_metric(ray_cluster, storage
     assert by_dict.last_result["score"] == 3.0 and by_dict.status == TrialStatus.TERMINATED
     assert by_fn.last_result["score"] == 8.0 and by_fn.status == TrialStatus.TERMINATED
     assert missing.status == TrialStatus.ERROR
-    assert "has stopping criterion 'accuracy' but its result has no such metric" in missing.error_msg
+    assert (
+        "has stopping criterion 'accuracy' but its result has no such metric" in missing.error_msg
+    )
 
 
 @pytest.mark.parametrize("ray_cluster", [{"num_cpus": 2, "num_gpus": 0}], indirect=True)
@@ -384,8 +448,15 @@ def test_global_time_budget_ends_the_experiment(ray_cluster, storage):
 @pytest.mark.parametrize("ray_cluster", [{"num_cpus": 2, "num_gpus": 0}], indirect=True)
 def test_incremental_results_sorted_by_time(ray_cluster, storage):
     runner = runner_for(storage)
-    trials = [Trial(COUNTING, {"sleep": 0.01}, experiment_name="exp", stopping_criterion={"training_iteration": 3})
-              for _ in range(2)]
+    trials = [
+        Trial(
+            COUNTING,
+            {"sleep": 0.01},
+            experiment_name="exp",
+            stopping_criterion={"training_iteration": 3},
+        )
+        for _ in range(2)
+    ]
     for t in trials:
         runner.add_trial(t)
     seen = []
@@ -403,21 +474,32 @@ def test_incremental_results_sorted_by_time(ray_cluster, storage):
 @pytest.mark.parametrize("ray_cluster", [{"num_cpus": 3, "num_gpus": 0}], indirect=True)
 def test_resume_errored_only(ray_cluster, storage):
     runner = runner_for(storage)
-    trials = [fake(config={"mock_error": True, "persistent_error": True},
-                   stopping_criterion={"training_iteration": 4}, trial_id="bad"),
-              fake(stopping_criterion={"training_iteration": 4}, trial_id="good1"),
-              fake(stopping_criterion={"training_iteration": 4}, trial_id="good2")]
+    trials = [
+        fake(
+            config={"mock_error": True, "persistent_error": True},
+            stopping_criterion={"training_iteration": 4},
+            trial_id="bad",
+        ),
+        fake(stopping_criterion={"training_iteration": 4}, trial_id="good1"),
+        fake(stopping_criterion={"training_iteration": 4}, trial_id="good2"),
+    ]
     for t in trials:
         runner.add_trial(t)
     runner.run()
-    assert [t.status for t in trials] == [TrialStatus.ERROR, TrialStatus.TERMINATED, TrialStatus.TERMINATED]
+    assert [t.status for t in trials] == [
+        TrialStatus.ERROR,
+        TrialStatus.TERMINATED,
+        TrialStatus.TERMINATED,
+    ]
     state = json.load(open(os.path.join(storage, "exp", "experiment_state.json")))
     assert [t["status"] for t in state["trials"]] == ["ERROR", "TERMINATED", "TERMINATED"]
 
     # Without run_errored_only the errored trial stays errored.
     assert TrialRunner("exp", storage_path=storage, resume=True).is_finished()
 
-    resumed = TrialRunner("exp", storage_path=storage, resume=True, run_errored_only=True, wait_timeout_s=10)
+    resumed = TrialRunner(
+        "exp", storage_path=storage, resume=True, run_errored_only=True, wait_timeout_s=10
+    )
     assert len(resumed.get_trials()) == 3
     assert TrialStatus.ERROR not in {t.status for t in resumed.get_trials()}
     bad = resumed.get_trial("bad")
@@ -433,7 +515,13 @@ def test_resume_errored_only(ray_cluster, storage):
 @pytest.mark.parametrize("ray_cluster", [{"num_cpus": 2, "num_gpus": 0}], indirect=True)
 def test_interrupted_experiment_resumes_running_trials_from_checkpoints(ray_cluster, storage):
     runner = runner_for(storage)
-    trial = Trial(COUNTING, {}, experiment_name="exp", trial_id="long", stopping_criterion={"training_iteration": 6})
+    trial = Trial(
+        COUNTING,
+        {},
+        experiment_name="exp",
+        trial_id="long",
+        stopping_criterion={"training_iteration": 6},
+    )
     runner.add_trial(trial)
     step_until(runner, lambda: trial.last_result.get("training_iteration") == 3)
     runner.cleanup()  # what run() does on Ctrl-C: state saved, actors killed
@@ -450,7 +538,9 @@ def test_interrupted_experiment_resumes_running_trials_from_checkpoints(ray_clus
 def test_resume_without_state_is_a_clear_error(storage):
     from airflow_trials import ExperimentStateError
 
-    with pytest.raises(ExperimentStateError, match="Cannot resume experiment never-ran: no saved state"):
+    with pytest.raises(
+        ExperimentStateError, match="Cannot resume experiment never-ran: no saved state"
+    ):
         TrialRunner("never-ran", storage_path=storage, resume=True)
 
 
@@ -468,7 +558,10 @@ def test_with_parameters_hands_each_trial_the_array_by_reference(ray_cluster, st
     data = np.arange(200_000, dtype=np.float64)  # 1.6 MB: kept in Ray's shared object store
     trainable = with_parameters("tests.trainables:with_array", data=data)
     runner = runner_for(storage)
-    trials = [Trial(trainable, {"scale": s}, experiment_name="exp", resources={"cpu": 1}) for s in (1.0, 3.0)]
+    trials = [
+        Trial(trainable, {"scale": s}, experiment_name="exp", resources={"cpu": 1})
+        for s in (1.0, 3.0)
+    ]
     for t in trials:
         runner.add_trial(t)
     runner.run()
@@ -493,11 +586,20 @@ def test_with_parameters_hands_each_trial_the_array_by_reference(ray_cluster, st
 @pytest.mark.parametrize("ray_cluster", [{"num_cpus": 2, "num_gpus": 0}], indirect=True)
 def test_reused_actors_of_one_shape_give_way_to_waiting_trials_of_another(ray_cluster, storage):
     """With actor reuse, a finished trial's cached actor is kept only while a waiting trial (of any
-    position in the queue) has its shape; otherwise it is dropped, so the other shape's trials fit."""
+    position in the queue) has its shape; otherwise it is dropped, so the other shape's trials
+    fit."""
     runner = runner_for(storage, reuse_actors=True, stop={"training_iteration": 2})
     shapes = [2, 2, 1, 1, 1, 2]
-    trials = [Trial("tests.trainables:counting", {"scale": float(i)}, experiment_name="exp", trial_id=f"s{i}",
-                    resources={"cpu": cpu}) for i, cpu in enumerate(shapes)]
+    trials = [
+        Trial(
+            "tests.trainables:counting",
+            {"scale": float(i)},
+            experiment_name="exp",
+            trial_id=f"s{i}",
+            resources={"cpu": cpu},
+        )
+        for i, cpu in enumerate(shapes)
+    ]
     for trial in trials:
         runner.add_trial(trial)
     runner.run()

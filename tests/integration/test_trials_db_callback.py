@@ -31,34 +31,74 @@ def db_url(request, tmp_path) -> str:
 
 
 # write_behind: as a sweep's driver records (its writes on a thread of their own, in order).
-WRITE_BEHIND = pytest.mark.parametrize("write_behind", [False, True], ids=["direct", "write-behind"])
+WRITE_BEHIND = pytest.mark.parametrize(
+    "write_behind", [False, True], ids=["direct", "write-behind"]
+)
 
 
 @WRITE_BEHIND
-def test_a_runner_run_reads_back_like_a_dag_run(ray_cluster, storage, tmp_path, db_url, write_behind):
-    recorder = TrialsDbCallback(metric="score", mode="max", db_url=db_url, run_key="engine-1",
-                                write_behind=write_behind)
-    runner = TrialRunner("engine-exp", storage_path=storage, callbacks=[recorder], wait_timeout_s=10.0)
-    runner.add_trial(Trial("tests.trainables:peaked", {"x": 1}, trial_id="peaked", experiment_name="engine-exp",
-                           resources={"cpu": 0.5}, keep_checkpoints_num=2, checkpoint_score_attr="score"))
-    runner.add_trial(Trial("tests.trainables:counting", {"crash_at": 2, "marker": str(tmp_path / "crashed")},
-                           trial_id="retried", experiment_name="engine-exp", resources={"cpu": 0.5},
-                           stopping_criterion={"training_iteration": 3}, max_failures=1))
-    runner.add_trial(Trial("tests.trainables:failing", trial_id="broken", experiment_name="engine-exp",
-                           resources={"cpu": 0.5}))
+def test_a_runner_run_reads_back_like_a_dag_run(
+    ray_cluster, storage, tmp_path, db_url, write_behind
+):
+    recorder = TrialsDbCallback(
+        metric="score", mode="max", db_url=db_url, run_key="engine-1", write_behind=write_behind
+    )
+    runner = TrialRunner(
+        "engine-exp", storage_path=storage, callbacks=[recorder], wait_timeout_s=10.0
+    )
+    runner.add_trial(
+        Trial(
+            "tests.trainables:peaked",
+            {"x": 1},
+            trial_id="peaked",
+            experiment_name="engine-exp",
+            resources={"cpu": 0.5},
+            keep_checkpoints_num=2,
+            checkpoint_score_attr="score",
+        )
+    )
+    runner.add_trial(
+        Trial(
+            "tests.trainables:counting",
+            {"crash_at": 2, "marker": str(tmp_path / "crashed")},
+            trial_id="retried",
+            experiment_name="engine-exp",
+            resources={"cpu": 0.5},
+            stopping_criterion={"training_iteration": 3},
+            max_failures=1,
+        )
+    )
+    runner.add_trial(
+        Trial(
+            "tests.trainables:failing",
+            trial_id="broken",
+            experiment_name="engine-exp",
+            resources={"cpu": 0.5},
+        )
+    )
     runner.run()
 
     grid = recorder.result_grid()
-    assert (grid.experiment_name, grid.run_key, grid.metric, grid.mode) == ("engine-exp", "engine-1", "score", "max")
+    assert (grid.experiment_name, grid.run_key, grid.metric, grid.mode) == (
+        "engine-exp",
+        "engine-1",
+        "score",
+        "max",
+    )
     by_id = {r.trial_id: r for r in grid}
     assert {t: r.status for t, r in by_id.items()} == {
-        "peaked": TrialStatus.TERMINATED, "retried": TrialStatus.TERMINATED, "broken": TrialStatus.ERROR}
+        "peaked": TrialStatus.TERMINATED,
+        "retried": TrialStatus.TERMINATED,
+        "broken": TrialStatus.ERROR,
+    }
     # Scores 1, 5, 2, 3: the kept best (iteration 2) is not the latest (iteration 4).
     peaked = by_id["peaked"]
     assert peaked.best_checkpoint.endswith("checkpoint_000002")
     assert peaked.latest_checkpoint.endswith("checkpoint_000004")
     assert list(peaked.metrics_dataframe["score"]) == [1.0, 5.0, 2.0, 3.0]
-    assert grid.get_best_result(scope="all").trial_id == "peaked"  # its 5 beats the retried trial's 3
+    assert (
+        grid.get_best_result(scope="all").trial_id == "peaked"
+    )  # its 5 beats the retried trial's 3
     # The retried trial resumed from its checkpoint: each iteration recorded once.
     retried = by_id["retried"]
     assert retried.num_failures == 1
@@ -77,30 +117,64 @@ def test_a_runner_run_reads_back_like_a_dag_run(ray_cluster, storage, tmp_path, 
 
 
 @WRITE_BEHIND
-def test_pbt_exploits_are_recorded_with_the_trial_s_config_and_lineage(ray_cluster, storage, db_url, write_behind):
+def test_pbt_exploits_are_recorded_with_the_trial_s_config_and_lineage(
+    ray_cluster, storage, db_url, write_behind
+):
     # As tests/integration/test_schedulers.py's PBT run: "d" (scale 0.1) is always at the bottom,
     # so it clones a top trial at every second iteration; each exploit must reach the trials DB.
     scheduler = PopulationBasedTraining(
-        time_attr="training_iteration", metric="score", mode="max", perturbation_interval=2,
-        hyperparam_mutations={"scale": [0.1, 0.5, 1.0, 2.0, 4.0]}, quantile_fraction=0.5,
-        resample_probability=0.0, rng=random.Random(0),
+        time_attr="training_iteration",
+        metric="score",
+        mode="max",
+        perturbation_interval=2,
+        hyperparam_mutations={"scale": [0.1, 0.5, 1.0, 2.0, 4.0]},
+        quantile_fraction=0.5,
+        resample_probability=0.0,
+        rng=random.Random(0),
     )
-    recorder = TrialsDbCallback(metric="score", mode="max", db_url=db_url, run_key="pbt-1", write_behind=write_behind)
-    runner = TrialRunner("pbt-exp", storage_path=storage, scheduler=scheduler, callbacks=[recorder],
-                         stop={"training_iteration": 6}, wait_timeout_s=10.0)
+    recorder = TrialsDbCallback(
+        metric="score", mode="max", db_url=db_url, run_key="pbt-1", write_behind=write_behind
+    )
+    runner = TrialRunner(
+        "pbt-exp",
+        storage_path=storage,
+        scheduler=scheduler,
+        callbacks=[recorder],
+        stop={"training_iteration": 6},
+        wait_timeout_s=10.0,
+    )
     for trial_id, scale in {"a": 2.0, "b": 1.0, "c": 0.5, "d": 0.1}.items():
-        runner.add_trial(Trial("tests.trainables:counting", {"scale": scale}, trial_id=trial_id,
-                               experiment_name="pbt-exp", resources={"cpu": 1}))
+        runner.add_trial(
+            Trial(
+                "tests.trainables:counting",
+                {"scale": scale},
+                trial_id=trial_id,
+                experiment_name="pbt-exp",
+                resources={"cpu": 1},
+            )
+        )
 
     trials = {trial.trial_id: trial for trial in runner.run()}
 
     def applied(exploit):
-        return (exploit.trial_id, exploit.donor_trial_id, exploit.donor_checkpoint.iteration,
-                exploit.donor_checkpoint.path, exploit.new_config, exploit.operations)
+        return (
+            exploit.trial_id,
+            exploit.donor_trial_id,
+            exploit.donor_checkpoint.iteration,
+            exploit.donor_checkpoint.path,
+            exploit.new_config,
+            exploit.operations,
+        )
 
     def recorded(record):
-        return (record.trial_id, record.donor_trial_id, record.iteration, record.donor_checkpoint,
-                record.new_config, record.operations)
+        return (
+            record.trial_id,
+            record.donor_trial_id,
+            record.iteration,
+            record.donor_checkpoint,
+            record.new_config,
+            record.operations,
+        )
 
     store = TrialStore(db_url)
     try:
@@ -108,7 +182,9 @@ def test_pbt_exploits_are_recorded_with_the_trial_s_config_and_lineage(ray_clust
         for trial_id, trial in trials.items():
             # The config each trial ended with, which the leaderboard shows, and its lineage.
             assert store.get_trial(trial_id).config == trial.config, trial_id
-            assert [recorded(r) for r in store.lineage(trial_id)] == [applied(e) for e in scheduler.lineage(trial_id)]
+            assert [recorded(r) for r in store.lineage(trial_id)] == [
+                applied(e) for e in scheduler.lineage(trial_id)
+            ]
         exploits = store.trial_exploits("d")
         assert exploits, "the bottom trial was never exploited"
         assert exploits[0].old_config == {"scale": 0.1}
@@ -119,10 +195,16 @@ def test_pbt_exploits_are_recorded_with_the_trial_s_config_and_lineage(ray_clust
         for trial_id, trial in trials.items():
             # Every iteration once, the exploited trial's from its current state: the results of
             # the state it gave up are kept in its exploit rows, not lost, not mixed in.
-            assert [r["training_iteration"] for r in store.get_results(trial_id)] == list(range(1, 7)), trial_id
-            assert store.get_trial(trial_id).last_result["score"] == trial.last_result["score"], trial_id
+            assert [r["training_iteration"] for r in store.get_results(trial_id)] == list(
+                range(1, 7)
+            ), trial_id
+            assert store.get_trial(trial_id).last_result["score"] == trial.last_result["score"], (
+                trial_id
+            )
         for exploit in exploits:
-            assert all(r["training_iteration"] > exploit.iteration for r in exploit.replaced_results)
+            assert all(
+                r["training_iteration"] > exploit.iteration for r in exploit.replaced_results
+            )
     finally:
         store.dispose()
 
@@ -142,7 +224,9 @@ class StoredCheckpointsExist(Callback):
             except TrialNotFoundError:
                 continue
             missing = [c.path for c in named if not os.path.isdir(c.path)]
-            assert not missing, f"the trials DB names deleted checkpoints of {trial.trial_id}: {missing}"
+            assert not missing, (
+                f"the trials DB names deleted checkpoints of {trial.trial_id}: {missing}"
+            )
             self.named.update(c.iteration for c in named)
 
 
@@ -152,14 +236,30 @@ def test_a_runner_deletes_a_dropped_checkpoint_only_once_the_trials_db_no_longer
 ):
     # Written every 0.5 s (and at a trial's end): the trials DB names a checkpoint that the trial
     # drops a few results later, long before the next write, as a sweep driver's does.
-    recorder = TrialsDbCallback(metric="score", mode="max", db_url=db_url, run_key="kept-1",
-                                write_behind=write_behind, flush_interval_s=0.5)
+    recorder = TrialsDbCallback(
+        metric="score",
+        mode="max",
+        db_url=db_url,
+        run_key="kept-1",
+        write_behind=write_behind,
+        flush_interval_s=0.5,
+    )
     probe = StoredCheckpointsExist(db_url)
-    runner = TrialRunner("kept-exp", storage_path=storage, callbacks=[recorder, probe], wait_timeout_s=10.0)
+    runner = TrialRunner(
+        "kept-exp", storage_path=storage, callbacks=[recorder, probe], wait_timeout_s=10.0
+    )
     for i in range(2):
-        runner.add_trial(Trial("tests.trainables:counting", {"sleep": 0.05}, trial_id=f"kept-{i}",
-                               experiment_name="kept-exp", resources={"cpu": 0.5}, keep_checkpoints_num=1,
-                               stopping_criterion={"training_iteration": 40}))
+        runner.add_trial(
+            Trial(
+                "tests.trainables:counting",
+                {"sleep": 0.05},
+                trial_id=f"kept-{i}",
+                experiment_name="kept-exp",
+                resources={"cpu": 0.5},
+                keep_checkpoints_num=1,
+                stopping_criterion={"training_iteration": 40},
+            )
+        )
     try:
         runner.run()
         # A write named a checkpoint mid-run (the trials take 2 s at least): the case was reached.
@@ -168,6 +268,8 @@ def test_a_runner_deletes_a_dropped_checkpoint_only_once_the_trials_db_no_longer
             trial_dir = Path(storage) / "kept-exp" / f"kept-{i}"
             assert sorted(p.name for p in trial_dir.glob("checkpoint_*")) == ["checkpoint_000040"]
             assert [c.iteration for c in probe.store.live_checkpoints(f"kept-{i}")] == [40]
-            assert [r["training_iteration"] for r in probe.store.get_results(f"kept-{i}")] == list(range(1, 41))
+            assert [r["training_iteration"] for r in probe.store.get_results(f"kept-{i}")] == list(
+                range(1, 41)
+            )
     finally:
         probe.store.dispose()

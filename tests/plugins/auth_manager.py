@@ -18,4 +18,6 @@ class DagScopedAuthManager(SimpleAuthManager):
         grants = DAG_GRANTS.get(user.get_name())
         if grants is not None and (details is None or details.id not in grants):
             return False
-        return super().is_authorized_dag(method=method, user=user, access_entity=access_entity, details=details)
+        return super().is_authorized_dag(
+            method=method, user=user, access_entity=access_entity, details=details
+        )

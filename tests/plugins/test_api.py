@@ -10,7 +10,9 @@ from tests.plugins.conftest import TRACEBACK, _loss
 def _ranking(dashboard, run, **params):
     rows, page = [], 1
     while True:
-        body = dashboard.get(f"/api/runs/{run}/leaderboard", params={**params, "page": page, "page_size": 5}).json()
+        body = dashboard.get(
+            f"/api/runs/{run}/leaderboard", params={**params, "page": page, "page_size": 5}
+        ).json()
         rows += body["rows"]
         if page >= body["pages"]:
             return body, rows
@@ -48,12 +50,17 @@ def test_leaderboard_sorts_on_the_server_and_keeps_the_ranks(dashboard):
     _, by_metric = _ranking(dashboard, dashboard.seeded.run)
     rank = {r["trial_id"]: r["rank"] for r in by_metric}
     _, reverse = _ranking(dashboard, dashboard.seeded.run, order="desc")
-    assert [r["trial_id"] for r in reverse] == [r["trial_id"] for r in by_metric[:-1]][::-1] + ["mnist-11"]
+    assert [r["trial_id"] for r in reverse] == [r["trial_id"] for r in by_metric[:-1]][::-1] + [
+        "mnist-11"
+    ]
     _, by_id = _ranking(dashboard, dashboard.seeded.run, sort="trial_id", order="desc")
     assert [r["trial_id"] for r in by_id] == sorted(rank, reverse=True)
     assert all(r["rank"] == rank[r["trial_id"]] for r in by_id)
     _, by_failures = _ranking(dashboard, dashboard.seeded.run, sort="failures", order="desc")
-    assert by_failures[0]["trial_id"] == dashboard.seeded.failed_trial and by_failures[0]["num_failures"] == 1
+    assert (
+        by_failures[0]["trial_id"] == dashboard.seeded.failed_trial
+        and by_failures[0]["num_failures"] == 1
+    )
 
 
 def test_leaderboard_ranks_by_another_metric_and_mode(dashboard):
@@ -75,23 +82,37 @@ def test_trial_shows_failures_checkpoints_and_its_task_instance(dashboard):
     body = dashboard.get(f"/api/trials/{dashboard.seeded.failed_trial}").json()
     trial = body["trial"]
     assert (trial["status"], trial["num_failures"], trial["error_msg"]) == ("ERROR", 1, TRACEBACK)
-    assert (trial["config"], trial["task_id"], trial["map_index"]) == ({"lr": 0.025, "layers": 0}, "mnist.trial", 3)
+    assert (trial["config"], trial["task_id"], trial["map_index"]) == (
+        {"lr": 0.025, "layers": 0},
+        "mnist.trial",
+        3,
+    )
     assert [c["path"] for c in body["checkpoints"]] == ["/ckpt/mnist-03/5", "/ckpt/mnist-03/10"]
     assert body["best_checkpoint"]["iteration"] == body["best_iteration"] == 10
-    assert body["task_instance_url"] == "/dags/tune_mnist/runs/manual__2026-11-21/tasks/mnist.trial/mapped/3?try_number=1"
+    assert (
+        body["task_instance_url"]
+        == "/dags/tune_mnist/runs/manual__2026-11-21/tasks/mnist.trial/mapped/3?try_number=1"
+    )
     results = dashboard.get("/api/trials/mnist-03/results").json()["results"]
     assert [r["training_iteration"] for r in results] == list(range(1, 11))
 
 
-ASHA_STOP = "stopped by ASHA at training_iteration=3 (rung 1 of 4): loss 0.41 above the rung's cutoff 0.35"
+ASHA_STOP = (
+    "stopped by ASHA at training_iteration=3 (rung 1 of 4): loss 0.41 above the rung's cutoff 0.35"
+)
 
 
 def test_leaderboard_rows_and_a_trial_say_why_it_stopped(dashboard, trials_store):
     trials_store.update_trial("mnist-01", stop_reason=ASHA_STOP)
     trials_store.update_trial("mnist-02", stop_reason="it met its stopping criterion")
-    body = dashboard.get(f"/api/runs/{dashboard.seeded.run}/leaderboard", params={"page_size": 3}).json()
+    body = dashboard.get(
+        f"/api/runs/{dashboard.seeded.run}/leaderboard", params={"page_size": 3}
+    ).json()
     assert [(r["trial_id"], r["stop_reason"], r["early_stopped"]) for r in body["rows"]] == [
-        ("mnist-00", None, False), ("mnist-01", ASHA_STOP, True), ("mnist-02", "it met its stopping criterion", False)]
+        ("mnist-00", None, False),
+        ("mnist-01", ASHA_STOP, True),
+        ("mnist-02", "it met its stopping criterion", False),
+    ]
     stopped = dashboard.get("/api/trials/mnist-01").json()
     assert (stopped["trial"]["stop_reason"], stopped["early_stopped"]) == (ASHA_STOP, True)
     running = dashboard.get("/api/trials/mnist-11").json()
@@ -101,15 +122,24 @@ def test_leaderboard_rows_and_a_trial_say_why_it_stopped(dashboard, trials_store
 MAX_T_STOP = "stopped by ASHA at training_iteration=10: it reached max_t=10"
 
 
-def test_leaderboard_filters_the_trials_stopped_early_and_keeps_their_ranks(dashboard, trials_store):
+def test_leaderboard_filters_the_trials_stopped_early_and_keeps_their_ranks(
+    dashboard, trials_store
+):
     for trial_id in ("mnist-01", "mnist-04"):
         trials_store.update_trial(trial_id, stop_reason=ASHA_STOP)
     trials_store.update_trial("mnist-02", stop_reason=MAX_T_STOP)  # its whole budget: not early
     run = dashboard.seeded.run
     early, rows = _ranking(dashboard, run, stopped="early")
     assert [(r["rank"], r["trial_id"], r["early_stopped"]) for r in rows] == [
-        (2, "mnist-01", True), (5, "mnist-04", True)]
-    assert (early["stopped"], early["total"], early["pages"], early["run"]["num_trials"]) == ("early", 2, 1, 12)
+        (2, "mnist-01", True),
+        (5, "mnist-04", True),
+    ]
+    assert (early["stopped"], early["total"], early["pages"], early["run"]["num_trials"]) == (
+        "early",
+        2,
+        1,
+        12,
+    )
     assert early["status_counts"] == {"TERMINATED": 10, "ERROR": 1, "RUNNING": 1}  # the whole run's
     others, rows = _ranking(dashboard, run, stopped="not_early")
     assert (others["total"], others["pages"]) == (10, 2)
@@ -126,35 +156,63 @@ def _record_decisions(trials_store, run):
     from airflow_trials.core.rungs import RungVerdict
     from airflow_trials.core.scheduler import Decision
 
-    for milestone, value, decision, at_end in ((1, 0.3, Decision.CONTINUE, False), (4, 0.2, Decision.STOP, False),
-                                               (16, 0.1, Decision.CONTINUE, True)):
+    for milestone, value, decision, at_end in (
+        (1, 0.3, Decision.CONTINUE, False),
+        (4, 0.2, Decision.STOP, False),
+        (16, 0.1, Decision.CONTINUE, True),
+    ):
         reason = ASHA_STOP if decision is Decision.STOP else None
-        trials_store.record_rung(run, "mnist-05", bracket=0, milestone=milestone, value=value, iteration=milestone,
-                                 at_end=at_end, decide=lambda values, d=decision, r=reason: RungVerdict(
-                                     decision=d, cutoff=None, reason=r))
-    for trial_id, donor, iteration, lr in (("mnist-05", "mnist-00", 4, 0.12), ("mnist-06", "mnist-05", 8, 0.144)):
-        trials_store.record_exploit(trial_id, iteration=iteration, donor_trial_id=donor,
-                                    donor_checkpoint=f"/ckpt/{donor}/{iteration}",
-                                    old_config=trials_store.get_trial(trial_id).config,
-                                    new_config={"lr": lr, "layers": 0}, operations={"lr": f"x 1.2 = {lr}"})
+        trials_store.record_rung(
+            run,
+            "mnist-05",
+            bracket=0,
+            milestone=milestone,
+            value=value,
+            iteration=milestone,
+            at_end=at_end,
+            decide=lambda values, d=decision, r=reason: RungVerdict(
+                decision=d, cutoff=None, reason=r
+            ),
+        )
+    for trial_id, donor, iteration, lr in (
+        ("mnist-05", "mnist-00", 4, 0.12),
+        ("mnist-06", "mnist-05", 8, 0.144),
+    ):
+        trials_store.record_exploit(
+            trial_id,
+            iteration=iteration,
+            donor_trial_id=donor,
+            donor_checkpoint=f"/ckpt/{donor}/{iteration}",
+            old_config=trials_store.get_trial(trial_id).config,
+            new_config={"lr": lr, "layers": 0},
+            operations={"lr": f"x 1.2 = {lr}"},
+        )
 
 
 def test_a_trial_gives_its_asha_rungs_and_its_pbt_lineage(dashboard, trials_store):
     _record_decisions(trials_store, dashboard.seeded.run)
     asha = dashboard.get("/api/trials/mnist-05").json()
-    assert [(r["milestone"], r["iteration"], r["value"], r["decision"], r["verdict"], r["at_end"])
-            for r in asha["rungs"]] == [
-        (1.0, 1, 0.3, "CONTINUE", "CONTINUE", False), (4.0, 4, 0.2, "STOP", "STOP", False),
-        (16.0, 16, 0.1, "CONTINUE", "recorded at end", True)]
+    assert [
+        (r["milestone"], r["iteration"], r["value"], r["decision"], r["verdict"], r["at_end"])
+        for r in asha["rungs"]
+    ] == [
+        (1.0, 1, 0.3, "CONTINUE", "CONTINUE", False),
+        (4.0, 4, 0.2, "STOP", "STOP", False),
+        (16.0, 16, 0.1, "CONTINUE", "recorded at end", True),
+    ]
     assert asha["rungs"][1]["reason"] == ASHA_STOP
     pbt = dashboard.get("/api/trials/mnist-06").json()
     assert pbt["rungs"] == []
-    assert [(e["trial_id"], e["donor_trial_id"], e["iteration"], e["donor_checkpoint"], e["donor_url"])
-            for e in pbt["lineage"]] == [
+    assert [
+        (e["trial_id"], e["donor_trial_id"], e["iteration"], e["donor_checkpoint"], e["donor_url"])
+        for e in pbt["lineage"]
+    ] == [
         ("mnist-05", "mnist-00", 4, "/ckpt/mnist-00/4", "/trials/trials/mnist-00"),
-        ("mnist-06", "mnist-05", 8, "/ckpt/mnist-05/8", "/trials/trials/mnist-05")]
+        ("mnist-06", "mnist-05", 8, "/ckpt/mnist-05/8", "/trials/trials/mnist-05"),
+    ]
     assert pbt["lineage"][1]["changes"] == [
-        {"key": "lr", "old": pytest.approx(0.1 / 7), "new": 0.144, "operation": "x 1.2 = 0.144"}]
+        {"key": "lr", "old": pytest.approx(0.1 / 7), "new": 0.144, "operation": "x 1.2 = 0.144"}
+    ]
     assert pbt["trial"]["config"] == {"lr": 0.144, "layers": 0}  # the config the exploit gave it
     plain = dashboard.get("/api/trials/mnist-00").json()
     assert (plain["rungs"], plain["lineage"]) == ([], [])
@@ -162,21 +220,40 @@ def test_a_trial_gives_its_asha_rungs_and_its_pbt_lineage(dashboard, trials_stor
 
 def test_openapi_schema_lists_the_endpoints(dashboard):
     schema = dashboard.client.get("/trials/openapi.json").json()
-    assert {"/api/experiments", "/api/experiments/{experiment}", "/api/runs/{run_pk}/leaderboard",
-            "/api/runs/{run_pk}/curves", "/api/trials/{trial_id}", "/api/trials/{trial_id}/results"} <= set(schema["paths"])
-    assert {"LeaderboardOut", "TrialOut", "TrialRecord", "CurvesOut", "ExperimentOut"} <= set(schema["components"]["schemas"])
+    assert {
+        "/api/experiments",
+        "/api/experiments/{experiment}",
+        "/api/runs/{run_pk}/leaderboard",
+        "/api/runs/{run_pk}/curves",
+        "/api/trials/{trial_id}",
+        "/api/trials/{trial_id}/results",
+    } <= set(schema["paths"])
+    assert {"LeaderboardOut", "TrialOut", "TrialRecord", "CurvesOut", "ExperimentOut"} <= set(
+        schema["components"]["schemas"]
+    )
     models = schema["components"]["schemas"]
     assert {"stop_reason", "early_stopped"} <= set(models["LeaderboardRowOut"]["properties"])
-    assert "stop_reason" in models["TrialRecord"]["properties"] and "early_stopped" in models["TrialOut"]["properties"]
+    assert (
+        "stop_reason" in models["TrialRecord"]["properties"]
+        and "early_stopped" in models["TrialOut"]["properties"]
+    )
     assert {"rungs", "lineage"} <= set(models["TrialOut"]["properties"])
-    assert {"milestone", "iteration", "value", "decision", "verdict", "reason"} <= set(models["RungOut"]["properties"])
+    assert {"milestone", "iteration", "value", "decision", "verdict", "reason"} <= set(
+        models["RungOut"]["properties"]
+    )
     assert {"donor_trial_id", "donor_url", "iteration", "donor_checkpoint", "changes"} <= set(
-        models["ExploitOut"]["properties"])
+        models["ExploitOut"]["properties"]
+    )
     assert "stopped" in models["LeaderboardOut"]["properties"]
     leaderboard = schema["paths"]["/api/runs/{run_pk}/leaderboard"]["get"]
     [stopped] = [p for p in leaderboard["parameters"] if p["name"] == "stopped"]
-    assert stopped["schema"]["pattern"] == "^(all|early|not_early)$" and stopped["schema"]["default"] == "all"
-    assert not any(path.startswith("/runs") for path in schema["paths"])  # pages stay out of the API
+    assert (
+        stopped["schema"]["pattern"] == "^(all|early|not_early)$"
+        and stopped["schema"]["default"] == "all"
+    )
+    assert not any(
+        path.startswith("/runs") for path in schema["paths"]
+    )  # pages stay out of the API
 
 
 @pytest.mark.parametrize(
@@ -210,14 +287,32 @@ def test_a_page_shows_a_bad_id_as_an_html_error(dashboard):
 
 def test_airflow_ui_links_land_on_the_run_and_the_trial(dashboard):
     seeded = dashboard.seeded
-    response = dashboard.get("/dag-run", params={"dag_id": "tune_mnist", "run_id": "manual__2026-11-21"})
-    assert response.status_code == 303 and response.headers["location"] == f"/trials/runs/{seeded.run}"
-    response = dashboard.get("/task-instance", params={"dag_id": "tune_mnist", "run_id": "manual__2026-11-21",
-                                                       "task_id": "mnist.trial", "map_index": "3"})
+    response = dashboard.get(
+        "/dag-run", params={"dag_id": "tune_mnist", "run_id": "manual__2026-11-21"}
+    )
+    assert (
+        response.status_code == 303 and response.headers["location"] == f"/trials/runs/{seeded.run}"
+    )
+    response = dashboard.get(
+        "/task-instance",
+        params={
+            "dag_id": "tune_mnist",
+            "run_id": "manual__2026-11-21",
+            "task_id": "mnist.trial",
+            "map_index": "3",
+        },
+    )
     assert response.status_code == 303 and response.headers["location"] == "/trials/trials/mnist-03"
     # An unmapped task: the UI leaves the placeholder in; it ran no trial.
-    response = dashboard.get("/task-instance", params={"dag_id": "tune_mnist", "run_id": "manual__2026-11-21",
-                                                       "task_id": "mnist.select_best", "map_index": "{MAP_INDEX}"})
+    response = dashboard.get(
+        "/task-instance",
+        params={
+            "dag_id": "tune_mnist",
+            "run_id": "manual__2026-11-21",
+            "task_id": "mnist.select_best",
+            "map_index": "{MAP_INDEX}",
+        },
+    )
     assert response.status_code == 404 and "ran no trial" in response.text
     response = dashboard.get("/dag-run", params={"dag_id": "tune_mnist", "run_id": "other"})
     assert response.status_code == 404 and "started no experiment run" in response.text
@@ -227,7 +322,10 @@ def test_an_experiment_without_a_metric_asks_for_one(dashboard, trials_store):
     run = trials_store.create_experiment_run("unranked", "r1", dag_id="tune_mnist", run_id="r1")
     response = dashboard.get(f"/api/runs/{run}/leaderboard")
     assert response.status_code == 422 and "records no metric" in response.json()["detail"]
-    assert dashboard.get(f"/api/runs/{run}/leaderboard", params={"metric": "loss"}).json()["total"] == 0
+    assert (
+        dashboard.get(f"/api/runs/{run}/leaderboard", params={"metric": "loss"}).json()["total"]
+        == 0
+    )
 
 
 def test_an_unmigrated_store_is_a_503_that_says_how_to_fix_it(dashboard, tmp_path):
@@ -239,26 +337,31 @@ def test_an_unmigrated_store_is_a_503_that_says_how_to_fix_it(dashboard, tmp_pat
     empty = TrialReader(f"sqlite:///{tmp_path / 'empty.db'}")
     dashboard.client.app.mount("/empty", create_app(lambda: empty))
     response = TestClient(dashboard.client.app).get(
-        "/empty/api/experiments", headers={"Authorization": f"Bearer {dashboard.tokens['admin']}"})
+        "/empty/api/experiments", headers={"Authorization": f"Bearer {dashboard.tokens['admin']}"}
+    )
     assert response.status_code == 503
     assert "python -m airflow_trials.store upgrade" in response.json()["detail"]
     empty.dispose()
 
 
-def test_a_trial_page_lists_its_newest_results_and_links_to_all(dashboard, trials_store, monkeypatch):
+def test_a_trial_page_lists_its_newest_results_and_links_to_all(
+    dashboard, trials_store, monkeypatch
+):
     from airflow_trials.plugins import pages as app
 
     monkeypatch.setattr(app, "RESULTS_SHOWN", 3)
     page = dashboard.get("/trials/mnist-00").text
     assert "The newest 3 of 10" in page and 'href="/trials/api/trials/mnist-00/results"' in page
-    assert page.count("<tr><td class=\"num\">") == 3
+    assert page.count('<tr><td class="num">') == 3
 
 
 def test_pages_of_a_live_run_refresh_and_those_of_a_finished_one_do_not(dashboard, trials_store):
     refresh = '<meta http-equiv="refresh" content="10">'
     seeded = dashboard.seeded
     assert refresh in dashboard.get(f"/runs/{seeded.hostile_run}").text
-    trials_store.finish_experiment_run(seeded.hostile_run, "FAILED")  # its one trial is in ERROR: all ended
+    trials_store.finish_experiment_run(
+        seeded.hostile_run, "FAILED"
+    )  # its one trial is in ERROR: all ended
     assert refresh not in dashboard.get(f"/runs/{seeded.hostile_run}").text
     assert refresh not in dashboard.get(f"/trials/{seeded.hostile_trial}").text
     trials_store.finish_experiment_run(seeded.run, "SUCCESS")  # mnist-11 is still RUNNING
@@ -268,8 +371,14 @@ def test_pages_of_a_live_run_refresh_and_those_of_a_finished_one_do_not(dashboar
 
 def test_the_metric_heading_toggles_the_order_and_keeps_the_page_size(dashboard):
     page = dashboard.get(f"/runs/{dashboard.seeded.run}", params={"page_size": 5}).text
-    assert f'href="/trials/runs/{dashboard.seeded.run}?sort=metric&amp;order=desc&amp;page_size=5"' in page
-    assert f'href="/trials/runs/{dashboard.seeded.run}?sort=metric&amp;order=asc&amp;page_size=5&amp;page=2" rel="next"' in page
+    assert (
+        f'href="/trials/runs/{dashboard.seeded.run}?sort=metric&amp;order=desc&amp;page_size=5"'
+        in page
+    )
+    assert (
+        f'href="/trials/runs/{dashboard.seeded.run}'
+        '?sort=metric&amp;order=asc&amp;page_size=5&amp;page=2" rel="next"' in page
+    )
 
 
 def test_a_trial_page_shows_its_best_value_and_where(dashboard):

@@ -5,11 +5,19 @@ from __future__ import annotations
 import pytest
 
 PATHS = [
-    "/", "/experiments/mnist", "/runs/1", "/runs/1/curves", "/trials/mnist-00",
+    "/",
+    "/experiments/mnist",
+    "/runs/1",
+    "/runs/1/curves",
+    "/trials/mnist-00",
     "/dag-run?dag_id=tune_mnist&run_id=manual__2026-11-21",
     "/task-instance?dag_id=tune_mnist&run_id=manual__2026-11-21&task_id=mnist.trial&map_index=0",
-    "/api/experiments", "/api/experiments/mnist", "/api/runs/1/leaderboard", "/api/runs/1/curves",
-    "/api/trials/mnist-00", "/api/trials/mnist-00/results",
+    "/api/experiments",
+    "/api/experiments/mnist",
+    "/api/runs/1/leaderboard",
+    "/api/runs/1/curves",
+    "/api/trials/mnist-00",
+    "/api/trials/mnist-00/results",
 ]
 
 
@@ -44,8 +52,15 @@ def test_the_ui_cookie_authenticates_like_the_header(dashboard):
 
 @pytest.mark.parametrize(
     "path",
-    ["/runs/1", "/runs/1/curves", "/trials/mnist-00", "/api/runs/1/leaderboard", "/api/runs/1/curves",
-     "/api/trials/mnist-00", "/api/trials/mnist-00/results"],
+    [
+        "/runs/1",
+        "/runs/1/curves",
+        "/trials/mnist-00",
+        "/api/runs/1/leaderboard",
+        "/api/runs/1/curves",
+        "/api/trials/mnist-00",
+        "/api/trials/mnist-00/results",
+    ],
 )
 def test_a_user_not_allowed_on_the_dag_is_refused(dashboard, path):
     response = dashboard.get(path, user="bob")
@@ -59,12 +74,23 @@ def test_lists_show_only_the_dags_the_user_may_read(dashboard):
     page = dashboard.get("/", user="bob").text
     assert "secret" in page and "mnist" not in page
     assert dashboard.get(f"/runs/{dashboard.seeded.other_run}", user="bob").status_code == 200
-    assert dashboard.get("/dag-run?dag_id=tune_mnist&run_id=manual__2026-11-21", user="bob").status_code == 404
-    assert [e["name"] for e in dashboard.get("/api/experiments", user="alice").json()] == ["mnist", "secret", "hostile"]
+    assert (
+        dashboard.get(
+            "/dag-run?dag_id=tune_mnist&run_id=manual__2026-11-21", user="bob"
+        ).status_code
+        == 404
+    )
+    assert [e["name"] for e in dashboard.get("/api/experiments", user="alice").json()] == [
+        "mnist",
+        "secret",
+        "hostile",
+    ]
 
 
 def test_a_run_outside_airflow_needs_access_to_all_dags(dashboard, trials_store):
-    run = trials_store.create_experiment_run("mnist", "local-run")  # no dag_id: started outside Airflow
+    run = trials_store.create_experiment_run(
+        "mnist", "local-run"
+    )  # no dag_id: started outside Airflow
     assert dashboard.get(f"/api/runs/{run}/leaderboard", user="alice").status_code == 200
     response = dashboard.get(f"/api/runs/{run}/leaderboard", user="bob")
     assert response.status_code == 403 and "all DAGs" in response.json()["detail"]

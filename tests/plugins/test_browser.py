@@ -30,7 +30,8 @@ from tests.plugins.conftest import HOSTILE, TRACEBACK, seed_store
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None,
-    reason="Debian's chromium package is not installed: apt-get install -y chromium (.ci/run installs it).",
+    reason="Debian's chromium package is not installed: apt-get install -y chromium (.ci/run "
+    "installs it).",
 )
 
 
@@ -40,8 +41,13 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _wait(predicate: Any, timeout_s: float, what: str, proc: subprocess.Popen | None = None,
-          log: Path | None = None) -> Any:
+def _wait(
+    predicate: Any,
+    timeout_s: float,
+    what: str,
+    proc: subprocess.Popen | None = None,
+    log: Path | None = None,
+) -> Any:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
@@ -80,9 +86,13 @@ def api_server(airflow_home, tmp_path):
     env = {
         **os.environ,
         # The trials_default connection wins over AIRFLOW_TRIALS_DB_URL, which points nowhere here.
-        "AIRFLOW_CONN_TRIALS_DEFAULT": json.dumps({"conn_type": "trials_db", "extra": {"url": url}}),
+        "AIRFLOW_CONN_TRIALS_DEFAULT": json.dumps(
+            {"conn_type": "trials_db", "extra": {"url": url}}
+        ),
         "AIRFLOW_TRIALS_DB_URL": f"sqlite:///{tmp_path / 'not-this.db'}",
-        "AIRFLOW__CORE__AUTH_MANAGER": "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
+        "AIRFLOW__CORE__AUTH_MANAGER": (
+            "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
+        ),
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
@@ -92,12 +102,26 @@ def api_server(airflow_home, tmp_path):
     log = tmp_path / "api-server.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [str(Path(sys.executable).with_name("airflow")), "api-server", "--host", "127.0.0.1", "--port", str(port),
-             "--workers", "1", "--apps", "core"],
-            env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                str(Path(sys.executable).with_name("airflow")),
+                "api-server",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--workers",
+                "1",
+                "--apps",
+                "core",
+            ],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     base = f"http://127.0.0.1:{port}"
     try:
+
         def healthy() -> bool:
             try:
                 return httpx.get(f"{base}/api/v2/monitor/health", timeout=2).status_code == 200
@@ -105,7 +129,9 @@ def api_server(airflow_home, tmp_path):
                 return False
 
         _wait(healthy, 240, "the api-server to answer", proc, log)
-        response = httpx.post(f"{base}/auth/token", json={"username": "admin", "password": "admin-pw"}, timeout=10)
+        response = httpx.post(
+            f"{base}/auth/token", json={"username": "admin", "password": "admin-pw"}, timeout=10
+        )
         assert response.status_code == 201, response.text
         yield base, response.json()["access_token"], seeded
     finally:
@@ -152,7 +178,9 @@ class Browser:
     def save(self, directory: Path, name: str) -> Path:
         """The page's DOM as <name>.html and a full-page screenshot as <name>.png."""
         (directory / f"{name}.html").write_text(self.eval("document.documentElement.outerHTML"))
-        png = base64.b64decode(self.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)["data"])
+        png = base64.b64decode(
+            self.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)["data"]
+        )
         path = directory / f"{name}.png"
         path.write_bytes(png)
         return path
@@ -160,22 +188,48 @@ class Browser:
 
 @pytest.fixture
 def browser(tmp_path):
-    pytest.importorskip("websockets", reason="websockets (an Airflow dependency) drives Chromium's DevTools")
+    pytest.importorskip(
+        "websockets", reason="websockets (an Airflow dependency) drives Chromium's DevTools"
+    )
     from websockets.sync.client import connect
 
     profile = tmp_path / "chromium-profile"
     profile.mkdir()
     proc = subprocess.Popen(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-         "--remote-debugging-port=0", f"--user-data-dir={profile}", "--window-size=1400,1800", "about:blank"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--no-first-run",
+            "--remote-debugging-port=0",
+            f"--user-data-dir={profile}",
+            "--window-size=1400,1800",
+            "about:blank",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     try:
         port_file = profile / "DevToolsActivePort"
-        port = _wait(lambda: port_file.exists() and port_file.read_text().split("\n")[0], 60,
-                     "Chromium's DevTools port", proc)
-        pages = _wait(lambda: [t for t in httpx.get(f"http://127.0.0.1:{port}/json/list", timeout=5).json()
-                               if t["type"] == "page"], 30, "a Chromium page", proc)
+        port = _wait(
+            lambda: port_file.exists() and port_file.read_text().split("\n")[0],
+            60,
+            "Chromium's DevTools port",
+            proc,
+        )
+        pages = _wait(
+            lambda: [
+                t
+                for t in httpx.get(f"http://127.0.0.1:{port}/json/list", timeout=5).json()
+                if t["type"] == "page"
+            ],
+            30,
+            "a Chromium page",
+            proc,
+        )
         with connect(pages[0]["webSocketDebuggerUrl"], max_size=None) as ws:
             yield Browser(ws)
     finally:
@@ -195,24 +249,48 @@ def test_chromium_renders_the_leaderboard_chart_and_trial_pages(api_server, brow
     browser.open(run_url)
     shot = browser.save(tmp_path, "leaderboard")
     assert browser.eval("document.querySelectorAll('table.leaderboard tr.trial-row').length") == 12
-    assert browser.eval("[...document.querySelectorAll('tr.trial-row td:nth-child(2)')].map(td => td.innerText)")[:3] == [
-        "mnist-00", "mnist-01", "mnist-02"]
+    assert browser.eval(
+        "[...document.querySelectorAll('tr.trial-row td:nth-child(2)')].map(td => td.innerText)"
+    )[:3] == ["mnist-00", "mnist-01", "mnist-02"]
     assert browser.eval("document.querySelectorAll('svg.curves polyline').length") == 11
-    assert browser.eval("document.querySelector('svg.curves polyline.best').dataset.trial") == "mnist-00"
-    box = browser.eval("(() => { const r = document.querySelector('svg.curves').getBoundingClientRect();"
-                       " return [r.width, r.height]; })()")
+    assert (
+        browser.eval("document.querySelector('svg.curves polyline.best').dataset.trial")
+        == "mnist-00"
+    )
+    box = browser.eval(
+        "(() => { const r = document.querySelector('svg.curves').getBoundingClientRect();"
+        " return [r.width, r.height]; })()"
+    )
     assert box[0] > 400 and box[1] > 150  # laid out, not just present in the DOM
-    assert browser.eval("getComputedStyle(document.querySelector('th')).fontWeight") in ("600", "700")  # CSS served
+    assert browser.eval("getComputedStyle(document.querySelector('th')).fontWeight") in (
+        "600",
+        "700",
+    )  # CSS served
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
-    assert browser.eval("document.documentElement.scrollWidth <= document.documentElement.clientWidth")
+    assert browser.eval(
+        "document.documentElement.scrollWidth <= document.documentElement.clientWidth"
+    )
     # Squeezed into a narrow frame, config values that are numbers, and trial ids, stay on one line.
-    browser.call("Emulation.setDeviceMetricsOverride", width=480, height=900, deviceScaleFactor=1, mobile=False)
+    browser.call(
+        "Emulation.setDeviceMetricsOverride",
+        width=480,
+        height=900,
+        deviceScaleFactor=1,
+        mobile=False,
+    )
     try:
-        # The lines a cell's text takes: its boxes' distinct tops (the cell's own height is its row's).
-        count_lines = ("(td => { const r = document.createRange(); r.selectNodeContents(td);"
-                       " return new Set([...r.getClientRects()].map(b => Math.round(b.top))).size; })")
-        lines = browser.eval(f"[...document.querySelectorAll('td.config.num, td.id')].map({count_lines})")
-        wrapped = browser.eval(f"[...document.querySelectorAll('td.path')].some(td => {count_lines}(td) > 1)")
+        # The lines a cell's text takes: its boxes' distinct tops (the cell's own height is its
+        # row's).
+        count_lines = (
+            "(td => { const r = document.createRange(); r.selectNodeContents(td);"
+            " return new Set([...r.getClientRects()].map(b => Math.round(b.top))).size; })"
+        )
+        lines = browser.eval(
+            f"[...document.querySelectorAll('td.config.num, td.id')].map({count_lines})"
+        )
+        wrapped = browser.eval(
+            f"[...document.querySelectorAll('td.path')].some(td => {count_lines}(td) > 1)"
+        )
         browser.save(tmp_path, "leaderboard-narrow")
     finally:
         browser.call("Emulation.clearDeviceMetricsOverride")
@@ -222,9 +300,14 @@ def test_chromium_renders_the_leaderboard_chart_and_trial_pages(api_server, brow
     browser.open(f"{base}/trials/trials/{seeded.failed_trial}")
     browser.save(tmp_path, "trial")
     assert browser.eval("document.querySelector('pre.traceback').innerText") == TRACEBACK
-    assert browser.eval("document.querySelector('td[data-key=timestamp]').innerText") == "2026-11-21 03:13:15"
+    assert (
+        browser.eval("document.querySelector('td[data-key=timestamp]').innerText")
+        == "2026-11-21 03:13:15"
+    )
     link = browser.eval("document.querySelector('a[target=_top]').getAttribute('href')")
-    assert link == "/dags/tune_mnist/runs/manual__2026-11-21/tasks/mnist.trial/mapped/3?try_number=1"
+    assert (
+        link == "/dags/tune_mnist/runs/manual__2026-11-21/tasks/mnist.trial/mapped/3?try_number=1"
+    )
 
     browser.open(f"{base}/trials/runs/{seeded.hostile_run}")
     browser.save(tmp_path, "hostile")
@@ -238,10 +321,12 @@ LIGHT_BG, DARK_BG = "rgb(255, 255, 255)", "rgb(22, 29, 45)"  # dashboard.css: --
 
 def _theme(browser: Browser) -> list[Any]:
     """<html data-theme>, the page's background and text colors, and a chart label's fill."""
-    return browser.eval("(() => { const body = getComputedStyle(document.body);"
-                        " const label = document.querySelector('svg.curves .ticks text');"
-                        " return [document.documentElement.dataset.theme || null, body.backgroundColor, body.color,"
-                        " label ? getComputedStyle(label).fill : null]; })()")
+    return browser.eval(
+        "(() => { const body = getComputedStyle(document.body);"
+        " const label = document.querySelector('svg.curves .ticks text');"
+        " return [document.documentElement.dataset.theme || null, body.backgroundColor, body.color,"
+        " label ? getComputedStyle(label).fill : null]; })()"
+    )
 
 
 @pytest.mark.timeout(600)
@@ -250,8 +335,11 @@ def test_the_pages_follow_the_airflow_ui_color_mode(api_server, browser, tmp_pat
     browser.call("Network.setCookie", name="_token", value=token, url=base + "/")
     system = "prefers-color-scheme"
     browser.call("Emulation.setEmulatedMedia", features=[{"name": system, "value": "light"}])
-    pages = {"experiments": f"{base}/trials/", "run": f"{base}/trials/runs/{seeded.run}",
-             "trial": f"{base}/trials/trials/{seeded.failed_trial}"}
+    pages = {
+        "experiments": f"{base}/trials/",
+        "run": f"{base}/trials/runs/{seeded.run}",
+        "trial": f"{base}/trials/trials/{seeded.failed_trial}",
+    }
 
     browser.open(pages["run"])  # no choice in the Airflow UI yet: the system's (light)
     theme, background, color, label = _theme(browser)
@@ -266,11 +354,17 @@ def test_the_pages_follow_the_airflow_ui_color_mode(api_server, browser, tmp_pat
         assert color == "rgb(227, 232, 240)", name  # light text on the dark background
         if label is not None:
             assert label == color, name  # the chart's labels in the page's text color: legible
-    assert browser.eval("document.querySelector('td[data-key=timestamp]').innerText") == "2026-11-21 03:13:15"
+    assert (
+        browser.eval("document.querySelector('td[data-key=timestamp]').innerText")
+        == "2026-11-21 03:13:15"
+    )
 
-    # Switched in the Airflow UI while the page is open (another window's write fires "storage" here).
-    browser.eval("localStorage.setItem('theme', 'light');"
-                 " window.dispatchEvent(new StorageEvent('storage', {key: 'theme'}))")
+    # Switched in the Airflow UI while the page is open (another window's write fires "storage"
+    # here).
+    browser.eval(
+        "localStorage.setItem('theme', 'light');"
+        " window.dispatchEvent(new StorageEvent('storage', {key: 'theme'}))"
+    )
     assert _theme(browser)[:2] == ["light", LIGHT_BG]
 
     browser.call("Emulation.setEmulatedMedia", features=[{"name": system, "value": "dark"}])
@@ -288,9 +382,11 @@ def test_the_airflow_ui_shows_the_dashboard_in_its_experiments_entry(api_server,
     browser.open(f"{base}/plugin/experiments")  # the React UI; it frames the plugin's href
 
     def framed_rows() -> Any:
-        found = browser.eval("(() => { const f = document.querySelector('iframe');"
-                             " return f && f.contentDocument ? [f.getAttribute('src'),"
-                             " f.contentDocument.querySelectorAll('tr.experiment-row').length] : null; })()")
+        found = browser.eval(
+            "(() => { const f = document.querySelector('iframe');"
+            " return f && f.contentDocument ? [f.getAttribute('src'),"
+            " f.contentDocument.querySelectorAll('tr.experiment-row').length] : null; })()"
+        )
         return found if found and found[1] else None
 
     src, rows = _wait(framed_rows, 60, "the Experiments frame in the Airflow UI")
@@ -299,28 +395,47 @@ def test_the_airflow_ui_shows_the_dashboard_in_its_experiments_entry(api_server,
 
     # The frame follows the UI's color mode, and its switch while the frame is open.
     def framed_theme() -> Any:
-        return browser.eval("(() => { const d = document.querySelector('iframe').contentDocument;"
-                            " return d && d.body ? [d.documentElement.dataset.theme || null,"
-                            " getComputedStyle(d.body).backgroundColor] : null; })()")
+        return browser.eval(
+            "(() => { const d = document.querySelector('iframe').contentDocument;"
+            " return d && d.body ? [d.documentElement.dataset.theme || null,"
+            " getComputedStyle(d.body).backgroundColor] : null; })()"
+        )
 
     browser.eval("localStorage.setItem('theme', 'dark')")
     browser.open(f"{base}/plugin/experiments")
     _wait(framed_rows, 60, "the Experiments frame in the dark Airflow UI")
-    assert browser.eval("document.documentElement.classList.contains('dark')")  # the UI itself is dark
+    assert browser.eval(
+        "document.documentElement.classList.contains('dark')"
+    )  # the UI itself is dark
     assert framed_theme() == ["dark", DARK_BG]
     browser.save(tmp_path, "airflow-ui-dark")
-    browser.eval("localStorage.setItem('theme', 'light')")  # as the UI's toggle does, in the top window
-    _wait(lambda: framed_theme() == ["light", LIGHT_BG], 30, "the frame to follow the switch to light")
+    browser.eval(
+        "localStorage.setItem('theme', 'light')"
+    )  # as the UI's toggle does, in the top window
+    _wait(
+        lambda: framed_theme() == ["light", LIGHT_BG], 30, "the frame to follow the switch to light"
+    )
 
 
 def test_the_api_server_lists_the_plugin_with_its_ui_links(api_server):
     base, token, _ = api_server
-    plugins = httpx.get(f"{base}/api/v2/plugins", headers={"Authorization": f"Bearer {token}"}, timeout=30).json()
+    plugins = httpx.get(
+        f"{base}/api/v2/plugins", headers={"Authorization": f"Bearer {token}"}, timeout=30
+    ).json()
     [plugin] = [p for p in plugins["plugins"] if p["name"] == "airflow_trials_dashboard"]
-    assert {v["destination"] for v in plugin["external_views"]} == {"nav", "dag_run", "task_instance"}
-    errors = httpx.get(f"{base}/api/v2/plugins/importErrors", headers={"Authorization": f"Bearer {token}"},
-                       timeout=30).json()
+    assert {v["destination"] for v in plugin["external_views"]} == {
+        "nav",
+        "dag_run",
+        "task_instance",
+    }
+    errors = httpx.get(
+        f"{base}/api/v2/plugins/importErrors",
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=30,
+    ).json()
     assert not [e for e in errors["import_errors"] if "airflow_trials" in json.dumps(e)], errors
-    response = httpx.get(f"{base}/trials/api/experiments", headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    response = httpx.get(
+        f"{base}/trials/api/experiments", headers={"Authorization": f"Bearer {token}"}, timeout=30
+    )
     assert [e["name"] for e in response.json()] == ["mnist", "secret", "hostile"]
     assert httpx.get(f"{base}/trials/api/experiments", timeout=30).status_code == 401

@@ -16,9 +16,23 @@ from tests.plugins.conftest import HOSTILE
 def add_trial(store, trial_id, checkpoint=None, status="TERMINATED"):
     store.ensure_experiment("logged", metric="loss", mode="min")
     runs = [r for r in store.list_experiment_runs("logged") if r.run_key == "r1"]
-    run = runs[0].id if runs else store.create_experiment_run("logged", "r1", dag_id="tune_mnist", run_id="r1")
-    store.upsert_trial(trial_id, trainable="pkg.train:fn", config={}, resources={"cpu": 1}, max_failures=0,
-                       experiment_run_id=run, dag_id="tune_mnist", run_id="r1", task_id="logged.trial", map_index=0)
+    run = (
+        runs[0].id
+        if runs
+        else store.create_experiment_run("logged", "r1", dag_id="tune_mnist", run_id="r1")
+    )
+    store.upsert_trial(
+        trial_id,
+        trainable="pkg.train:fn",
+        config={},
+        resources={"cpu": 1},
+        max_failures=0,
+        experiment_run_id=run,
+        dag_id="tune_mnist",
+        run_id="r1",
+        task_id="logged.trial",
+        map_index=0,
+    )
     store.record_transition(trial_id, Transition.PLACED)
     store.add_results(trial_id, [{"training_iteration": 1, "loss": 0.5}])
     if checkpoint:
@@ -61,17 +75,25 @@ def test_a_finished_trials_page_shows_its_saved_logs_tail_and_serves_the_files(
     assert download.status_code == 200 and download.text == stdout  # the whole file
     assert download.headers["content-type"].startswith("text/plain")
     assert 'attachment; filename="t1-stdout.log"' == download.headers["content-disposition"]
-    assert dashboard.get("/trials/t1/logs/stdout", user="bob").status_code == 403  # bob may not read tune_mnist
+    assert (
+        dashboard.get("/trials/t1/logs/stdout", user="bob").status_code == 403
+    )  # bob may not read tune_mnist
     assert dashboard.get("/trials/t1/logs/passwd").status_code == 422
 
 
-def test_a_running_trials_page_shows_the_file_its_node_writes(make_dashboard, trials_store, storage):
-    add_trial(trials_store, "t2", status="RUNNING")  # no checkpoint yet: found from the storage root
+def test_a_running_trials_page_shows_the_file_its_node_writes(
+    make_dashboard, trials_store, storage
+):
+    add_trial(
+        trials_store, "t2", status="RUNNING"
+    )  # no checkpoint yet: found from the storage root
     write(str(storage / "logged" / "t2" / "stdout.log"), "step 1\nstep 2\n")
     write(str(storage / "logged" / "t2" / "logs" / "stdout.log"), "an earlier try\n")
     html = make_dashboard(trials_store).get("/trials/t2").text
     assert "step 2" in html and "an earlier try" not in html
-    assert "It is on the trial's Ray node while it runs, and is copied at its end to" in html  # no stderr.log
+    assert (
+        "It is on the trial's Ray node while it runs, and is copied at its end to" in html
+    )  # no stderr.log
 
 
 def test_logs_the_dashboard_cannot_read_are_named_not_served(make_dashboard, trials_store, storage):
@@ -81,4 +103,7 @@ def test_logs_the_dashboard_cannot_read_are_named_not_served(make_dashboard, tri
     assert "Not readable from the dashboard's machine. It is kept at" in html
     assert "s3://bucket/trials/logged/t3/logs/stdout.log" in html
     missing = dashboard.get("/trials/t3/logs/stderr")
-    assert missing.status_code == 404 and "s3://bucket/trials/logged/t3/logs/stderr.log" in missing.text
+    assert (
+        missing.status_code == 404
+        and "s3://bucket/trials/logged/t3/logs/stderr.log" in missing.text
+    )

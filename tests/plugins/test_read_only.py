@@ -33,7 +33,9 @@ def _reachable(root: Any) -> list[Any]:
             todo.extend(obj)
         elif type(obj).__module__.startswith("airflow_trials") and hasattr(obj, "__dict__"):
             todo.extend(vars(obj).values())
-        elif hasattr(obj, "__self__") and type(obj.__self__).__module__.startswith("airflow_trials"):
+        elif hasattr(obj, "__self__") and type(obj.__self__).__module__.startswith(
+            "airflow_trials"
+        ):
             todo.append(obj.__self__)  # a bound method: its object
     return list(seen.values())
 
@@ -73,8 +75,14 @@ def test_nothing_reachable_from_the_dashboard_s_store_writes(dashboard_store):
 def test_the_dashboard_still_reads_everything_a_store_wrote(dashboard_store):
     store = TrialStore(dashboard_store.url)
     run = store.create_experiment_run("mnist", "r1")
-    store.upsert_trial("t1", trainable="pkg.train:fn", config={"lr": 0.1}, resources={"cpu": 1},
-                       max_failures=0, experiment_run_id=run)
+    store.upsert_trial(
+        "t1",
+        trainable="pkg.train:fn",
+        config={"lr": 0.1},
+        resources={"cpu": 1},
+        max_failures=0,
+        experiment_run_id=run,
+    )
     store.add_results("t1", [{"training_iteration": 1, "loss": 0.5}])
     store.dispose()
     assert dashboard_store.get_trial("t1").config == {"lr": 0.1}

@@ -11,7 +11,10 @@ from tests.airflow.test_experiment_dag import experiment_dag
 
 
 @pytest.mark.timeout(600)
-def test_a_real_run_is_on_the_dashboard_and_reachable_from_its_task_instances(trials_env, make_dashboard):  # noqa: F811
+def test_a_real_run_is_on_the_dashboard_and_reachable_from_its_task_instances(
+    trials_env,  # noqa: F811
+    make_dashboard,
+):
     from airflow_trials.core.search import grid_search
     from airflow_trials.store import TrialReader
 
@@ -38,16 +41,33 @@ def test_a_real_run_is_on_the_dashboard_and_reachable_from_its_task_instances(tr
         trial_tis = [ti for ti in run.get_task_instances() if ti.task_id == "tune.trial"]
         assert len(trial_tis) == 2
         for ti in trial_tis:
-            response = dashboard.get("/task-instance", params={"dag_id": ti.dag_id, "run_id": ti.run_id,
-                                                               "task_id": ti.task_id, "map_index": ti.map_index})
+            response = dashboard.get(
+                "/task-instance",
+                params={
+                    "dag_id": ti.dag_id,
+                    "run_id": ti.run_id,
+                    "task_id": ti.task_id,
+                    "map_index": ti.map_index,
+                },
+            )
             assert response.status_code == 303
-            trial = dashboard.get(response.headers["location"].removeprefix("/trials").replace(
-                "/trials/", "/api/trials/", 1)).json()
-            assert (trial["trial"]["task_id"], trial["trial"]["map_index"]) == (ti.task_id, ti.map_index)
+            trial = dashboard.get(
+                response.headers["location"]
+                .removeprefix("/trials")
+                .replace("/trials/", "/api/trials/", 1)
+            ).json()
+            assert (trial["trial"]["task_id"], trial["trial"]["map_index"]) == (
+                ti.task_id,
+                ti.map_index,
+            )
             assert trial["task_instance_url"] == (
-                f"/dags/{dag.dag_id}/runs/{quote(run.run_id, safe='')}/tasks/tune.trial/mapped/{ti.map_index}"
-                f"?try_number={ti.try_number}")
+                f"/dags/{dag.dag_id}/runs/{quote(run.run_id, safe='')}"
+                f"/tasks/tune.trial/mapped/{ti.map_index}"
+                f"?try_number={ti.try_number}"
+            )
             page = dashboard.get(f"/trials/{trial['trial']['trial_id']}")
-            assert page.status_code == 200 and "TERMINATED" in page.text and "<polyline" in page.text
+            assert (
+                page.status_code == 200 and "TERMINATED" in page.text and "<polyline" in page.text
+            )
     finally:
         store.dispose()

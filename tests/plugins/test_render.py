@@ -1,5 +1,6 @@
 """How the pages show values: result timestamps as UTC date-times, durations and numbers that never
-wrap, the theme script that follows the Airflow UI's color mode, and a chart legible in both modes."""
+wrap, the theme script that follows the Airflow UI's color mode, and a chart legible in both
+modes."""
 
 from __future__ import annotations
 
@@ -48,12 +49,20 @@ def test_result_fields_are_shown_by_what_they_hold(value, key, shown):
 
 def test_utc_shows_aware_and_naive_datetimes_and_epoch_seconds_in_utc():
     moment = datetime(2026, 11, 21, 3, 12, 45, tzinfo=UTC)
-    assert utc(moment) == utc(moment.astimezone(timezone(timedelta(hours=-7)))) == "2026-11-21 03:12:45"
-    assert utc(moment.replace(tzinfo=None)) == "2026-11-21 03:12:45"  # the store's naive values are UTC
+    assert (
+        utc(moment)
+        == utc(moment.astimezone(timezone(timedelta(hours=-7))))
+        == "2026-11-21 03:12:45"
+    )
+    assert (
+        utc(moment.replace(tzinfo=None)) == "2026-11-21 03:12:45"
+    )  # the store's naive values are UTC
     assert utc(moment.timestamp()) == "2026-11-21 03:12:45"
 
 
-@pytest.mark.parametrize(("value", "numeric"), [(1, True), (0.5, True), (True, False), ("1", False), (None, False)])
+@pytest.mark.parametrize(
+    ("value", "numeric"), [(1, True), (0.5, True), (True, False), ("1", False), (None, False)]
+)
 def test_booleans_are_not_numbers(value, numeric):
     assert is_number(value) is numeric
 
@@ -67,13 +76,27 @@ def test_a_trial_page_shows_timestamps_as_utc_dates_and_durations_as_seconds(das
     assert '<td class="num" data-key="time_total_s">302.500</td>' in page
     assert "e+09" not in page
     headings = re.findall(r'<th class="num">([^<]*)</th>', page.split('<table class="results">')[1])
-    # The trainable's metrics first, then the engine's fields; training_iteration is the first column.
-    assert headings == ["iteration", "acc", "loss", "pid", "time_this_iter_s", "time_total_s", "timestamp (UTC)"]
+    # The trainable's metrics first, then the engine's fields; training_iteration is the first
+    # column.
+    assert headings == [
+        "iteration",
+        "acc",
+        "loss",
+        "pid",
+        "time_this_iter_s",
+        "time_total_s",
+        "timestamp (UTC)",
+    ]
 
 
 def test_a_result_value_that_is_not_a_date_is_shown_escaped(dashboard, trials_store):
-    trials_store.add_results("mnist-11", [{"training_iteration": 1, "timestamp": 1795230765.0},
-                                          {"training_iteration": 2, "loss": 0.4}])
+    trials_store.add_results(
+        "mnist-11",
+        [
+            {"training_iteration": 1, "timestamp": 1795230765.0},
+            {"training_iteration": 2, "loss": 0.4},
+        ],
+    )
     # A trainable may report a field of the engine's name holding anything: the store keeps it.
     trials_store.add_results("mnist-11", [{"training_iteration": 3, "timestamp": HOSTILE}])
     page = dashboard.get("/trials/mnist-11").text
@@ -92,14 +115,22 @@ def test_numeric_config_values_are_numeric_cells_and_strings_are_not(dashboard):
 
 
 def test_an_early_stopped_trial_is_marked_with_its_reason_escaped(dashboard, trials_store):
-    reason = f"stopped by ASHA at training_iteration=3 (rung 1 of 4): {HOSTILE} 0.41 above the rung's cutoff 0.35"
+    reason = (
+        f"stopped by ASHA at training_iteration=3 (rung 1 of 4): {HOSTILE} 0.41 above the "
+        "rung's cutoff 0.35"
+    )
     trials_store.update_trial("mnist-01", stop_reason=reason)
     trials_store.update_trial("mnist-02", stop_reason="it met its stopping criterion")
     board = dashboard.get(f"/runs/{dashboard.seeded.run}").text
-    rows = dict(re.findall(r'<tr class="trial-row[^"]*" data-trial="([^"]+)">(.*?)</tr>', board, flags=re.S))
+    rows = dict(
+        re.findall(r'<tr class="trial-row[^"]*" data-trial="([^"]+)">(.*?)</tr>', board, flags=re.S)
+    )
     marker = f'<span class="early-stopped" title="{escape(reason)}">early-stopped</span>'
     assert marker in rows["mnist-01"]
-    assert "early-stopped" not in rows["mnist-02"] and 'title="it met its stopping criterion"' in rows["mnist-02"]
+    assert (
+        "early-stopped" not in rows["mnist-02"]
+        and 'title="it met its stopping criterion"' in rows["mnist-02"]
+    )
     assert "early-stopped" not in rows["mnist-00"] and "title=" not in rows["mnist-00"]
     trial = dashboard.get("/trials/mnist-01").text
     assert marker in trial and f'<td class="stop-reason">{escape(reason)}</td>' in trial
@@ -107,20 +138,37 @@ def test_an_early_stopped_trial_is_marked_with_its_reason_escaped(dashboard, tri
     assert board.count("<script") == trial.count("<script") == 1  # the theme script only
 
 
-def test_the_run_page_filters_early_stopped_trials_and_its_links_keep_the_filter(dashboard, trials_store):
+def test_the_run_page_filters_early_stopped_trials_and_its_links_keep_the_filter(
+    dashboard, trials_store
+):
     for trial_id in ("mnist-01", "mnist-04"):
-        trials_store.update_trial(trial_id, stop_reason=f"stopped by ASHA at training_iteration=3: {HOSTILE}")
+        trials_store.update_trial(
+            trial_id, stop_reason=f"stopped by ASHA at training_iteration=3: {HOSTILE}"
+        )
     run = dashboard.seeded.run
     page = dashboard.get(f"/runs/{run}", params={"stopped": "early", "page_size": 1}).text
-    rows = re.findall(r'<tr class="trial-row[^"]*" data-trial="([^"]+)">\s*<td class="num">(\d+)</td>', page)
+    rows = re.findall(
+        r'<tr class="trial-row[^"]*" data-trial="([^"]+)">\s*<td class="num">(\d+)</td>', page
+    )
     assert rows == [("mnist-01", "2")]  # its rank among all the run's trials
     assert "<span>12 trials</span>" in page and "2 of 12 trials" in page
-    assert (f'<a href="/trials/runs/{run}?sort=metric&amp;order=asc&amp;page_size=1&amp;stopped=early" '
-            'data-stopped="early" class="current" aria-current="page">stopped early</a>') in page
-    assert f'href="/trials/runs/{run}?sort=metric&amp;order=asc&amp;page_size=1" data-stopped="all"' in page
+    assert (
+        f'<a href="/trials/runs/{run}?sort=metric&amp;order=asc&amp;page_size=1&amp;stopped=early" '
+        'data-stopped="early" class="current" aria-current="page">stopped early</a>'
+    ) in page
+    assert (
+        f'href="/trials/runs/{run}?sort=metric&amp;order=asc&amp;page_size=1" data-stopped="all"'
+        in page
+    )
     # Sorting and paging stay within the filter; the metric form keeps it too.
-    assert f'href="/trials/runs/{run}?sort=metric&amp;order=asc&amp;page_size=1&amp;stopped=early&amp;page=2" rel="next"' in page
-    assert f'href="/trials/runs/{run}?sort=trial_id&amp;order=asc&amp;page_size=1&amp;stopped=early"' in page
+    assert (
+        f'href="/trials/runs/{run}?sort=metric&amp;order=asc&amp;page_size=1&amp;stopped=early'
+        '&amp;page=2" rel="next"' in page
+    )
+    assert (
+        f'href="/trials/runs/{run}?sort=trial_id&amp;order=asc&amp;page_size=1&amp;stopped=early"'
+        in page
+    )
     assert '<input type="hidden" name="stopped" value="early">' in page
     others = dashboard.get(f"/runs/{run}", params={"stopped": "not_early", "page_size": 50}).text
     kept = re.findall(r'data-trial="(mnist-\d+)">', others.split('<table class="leaderboard"')[1])
@@ -130,19 +178,42 @@ def test_the_run_page_filters_early_stopped_trials_and_its_links_keep_the_filter
 
 def test_a_trial_page_shows_its_asha_rungs_and_pbt_lineage(dashboard, trials_store):
     _record_decisions(trials_store, dashboard.seeded.run)
-    trials_store.record_exploit("mnist-07", iteration=2, donor_trial_id="mnist-00", donor_checkpoint=f"/ckpt/{HOSTILE}",
-                                old_config={"lr": 0.1}, new_config={"lr": 0.1, HOSTILE: HOSTILE}, operations={})
+    trials_store.record_exploit(
+        "mnist-07",
+        iteration=2,
+        donor_trial_id="mnist-00",
+        donor_checkpoint=f"/ckpt/{HOSTILE}",
+        old_config={"lr": 0.1},
+        new_config={"lr": 0.1, HOSTILE: HOSTILE},
+        operations={},
+    )
     asha = dashboard.get("/trials/mnist-05").text
     cells = r'\s*<td class="num">([^<]*)</td>'
-    rungs = re.findall(r'<tr class="verdict-[^"]*">' + cells * 3 + r"\s*<td>([^<]*)</td>",
-                       asha.split("<h2>ASHA rungs</h2>")[1])
-    assert rungs == [("1", "1", "0.3", "CONTINUE"), ("4", "4", "0.2", "STOP"), ("16", "16", "0.1", "recorded at end")]
+    rungs = re.findall(
+        r'<tr class="verdict-[^"]*">' + cells * 3 + r"\s*<td>([^<]*)</td>",
+        asha.split("<h2>ASHA rungs</h2>")[1],
+    )
+    assert rungs == [
+        ("1", "1", "0.3", "CONTINUE"),
+        ("4", "4", "0.2", "STOP"),
+        ("16", "16", "0.1", "recorded at end"),
+    ]
     assert f'<td class="reason">{escape(ASHA_STOP)}</td>' in asha
-    lineage = dashboard.get("/trials/mnist-06").text.split("<h2>PBT lineage</h2>")[1].split("</table>")[0]
-    assert '<td class="id"><a href="/trials/trials/mnist-05">mnist-05</a></td>' in lineage  # a donor's own exploit
+    lineage = (
+        dashboard.get("/trials/mnist-06").text.split("<h2>PBT lineage</h2>")[1].split("</table>")[0]
+    )
+    assert (
+        '<td class="id"><a href="/trials/trials/mnist-05">mnist-05</a></td>' in lineage
+    )  # a donor's own exploit
     assert '<td class="id"><a href="/trials/trials/mnist-00">mnist-00</a></td>' in lineage
-    assert '<td class="id">mnist-06</td>' in lineage and '<td class="path">/ckpt/mnist-05/8</td>' in lineage
-    assert '<span class="k">lr</span>: 0.01429 → 0.144 <span class="muted">(x 1.2 = 0.144)</span>' in lineage
+    assert (
+        '<td class="id">mnist-06</td>' in lineage
+        and '<td class="path">/ckpt/mnist-05/8</td>' in lineage
+    )
+    assert (
+        '<span class="k">lr</span>: 0.01429 → 0.144 <span class="muted">(x 1.2 = 0.144)</span>'
+        in lineage
+    )
     hostile = dashboard.get("/trials/mnist-07").text
     assert f'<span class="k">{escape(HOSTILE)}</span>: - → {escape(HOSTILE)}' in hostile
     assert hostile.count("<script") == 1  # the theme script only
@@ -152,15 +223,32 @@ def test_a_trial_page_shows_its_asha_rungs_and_pbt_lineage(dashboard, trials_sto
 
 def test_a_warm_started_trial_links_to_the_run_and_trial_it_came_from(dashboard, trials_store):
     run = dashboard.seeded.run
-    trials_store.upsert_trial("mnist-warm", trainable="pkg.train:fn", config={"lr": 0.1, "layers": 0},
-                              resources={"cpu": 1}, max_failures=0, experiment_run_id=run,
-                              warm_start={"run_key": "manual__2026-11-21", "experiment_run_id": run,
-                                          "trial_id": "mnist-00", "value": 0.25, "checkpoint": "/ckpt/mnist-00/10"})
+    trials_store.upsert_trial(
+        "mnist-warm",
+        trainable="pkg.train:fn",
+        config={"lr": 0.1, "layers": 0},
+        resources={"cpu": 1},
+        max_failures=0,
+        experiment_run_id=run,
+        warm_start={
+            "run_key": "manual__2026-11-21",
+            "experiment_run_id": run,
+            "trial_id": "mnist-00",
+            "value": 0.25,
+            "checkpoint": "/ckpt/mnist-00/10",
+        },
+    )
     page = dashboard.get("/trials/mnist-warm").text
-    assert ('<td class="warm-start">trial <a href="/trials/trials/mnist-00">mnist-00</a> of run '
-            f'<a href="/trials/runs/{run}">manual__2026-11-21</a> (best loss 0.25), from its checkpoint '
-            '<code>/ckpt/mnist-00/10</code></td>') in page
-    assert dashboard.get("/api/trials/mnist-warm").json()["trial"]["warm_start"]["trial_id"] == "mnist-00"
+    assert (
+        '<td class="warm-start">trial <a href="/trials/trials/mnist-00">mnist-00</a> of run '
+        f'<a href="/trials/runs/{run}">manual__2026-11-21</a> (best loss 0.25), from its '
+        "checkpoint "
+        "<code>/ckpt/mnist-00/10</code></td>"
+    ) in page
+    assert (
+        dashboard.get("/api/trials/mnist-warm").json()["trial"]["warm_start"]["trial_id"]
+        == "mnist-00"
+    )
     assert "warm-started from" not in dashboard.get("/trials/mnist-00").text
 
 
@@ -180,7 +268,9 @@ def test_the_theme_script_is_the_only_one_and_the_policy_admits_it_by_its_hash(d
     response = dashboard.get(f"/runs/{dashboard.seeded.run}")
     scripts = re.findall(r"<script>(.*?)</script>", response.text, flags=re.S)
     assert scripts == [THEME_SCRIPT]
-    served_hash = "sha256-" + base64.b64encode(hashlib.sha256(scripts[0].encode()).digest()).decode()
+    served_hash = (
+        "sha256-" + base64.b64encode(hashlib.sha256(scripts[0].encode()).digest()).decode()
+    )
     assert served_hash == THEME_SCRIPT_HASH
     policy = response.headers["content-security-policy"]
     assert f"script-src '{THEME_SCRIPT_HASH}';" in policy and "unsafe" not in policy
@@ -193,8 +283,12 @@ def test_the_error_page_carries_the_theme_script_too(dashboard):
 
 
 def test_the_chart_draws_text_and_axes_in_the_pages_text_color():
-    svg = learning_curves_svg({"a": [(1, 0.5), (2, 0.4)], "b": [(1, 0.6)]}, metric="loss", best_trial_id="a")
+    svg = learning_curves_svg(
+        {"a": [(1, 0.5), (2, 0.4)], "b": [(1, 0.6)]}, metric="loss", best_trial_id="a"
+    )
     assert 'fill="currentColor"' in svg.split(">", 1)[0]  # the <svg>: every text inherits it
     assert '<g class="axes" stroke="currentColor"' in svg
     assert 'class="grid" stroke="currentColor"' in svg
-    assert not re.search(r'(fill|stroke)="#(444|888|eee)"', svg)  # no fixed grey that vanishes in one mode
+    assert not re.search(
+        r'(fill|stroke)="#(444|888|eee)"', svg
+    )  # no fixed grey that vanishes in one mode

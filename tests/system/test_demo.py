@@ -15,9 +15,23 @@ def test_demo_runs_a_real_experiment_and_prints_the_leaderboard(tmp_path):
     shutdown_ray()  # the demo starts its own local Ray
     db_url = f"sqlite:///{tmp_path / 'trials.db'}"
     out = subprocess.run(
-        [sys.executable, "-m", "airflow_trials.demo", "--epochs", "3", "--num-cpus", "2",
-         "--storage", str(tmp_path), "--db-url", db_url],
-        capture_output=True, text=True, cwd=REPO, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "airflow_trials.demo",
+            "--epochs",
+            "3",
+            "--num-cpus",
+            "2",
+            "--storage",
+            str(tmp_path),
+            "--db-url",
+            db_url,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
         # A Ray of its own, even when another cluster runs on this machine (another test run's).
         env={**os.environ, "RAY_ADDRESS": "local"},
     )
@@ -53,10 +67,23 @@ def test_demo_joins_a_ray_cluster_started_with_ray_start(tmp_path):
     head.disconnect()  # the demo is the only driver
     try:
         out = subprocess.run(
-            [sys.executable, "-m", "airflow_trials.demo", "--epochs", "2", "--num-cpus", "2",
-             "--storage", str(tmp_path)],
-            capture_output=True, text=True, cwd=REPO, timeout=300,
-            # No RAY_ADDRESS: the demo must find the running cluster itself, as `ray start` users expect.
+            [
+                sys.executable,
+                "-m",
+                "airflow_trials.demo",
+                "--epochs",
+                "2",
+                "--num-cpus",
+                "2",
+                "--storage",
+                str(tmp_path),
+            ],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=300,
+            # No RAY_ADDRESS: the demo must find the running cluster itself, as `ray start` users
+            # expect.
             env={key: value for key, value in base_env().items() if key != "RAY_ADDRESS"},
         )
     finally:

@@ -1,4 +1,5 @@
-"""The README's main job with the real scheduler, dag-processor, triggerer and api-server on SQLite."""
+"""The README's main job with the real scheduler, dag-processor, triggerer and api-server on
+SQLite."""
 
 from __future__ import annotations
 
@@ -22,8 +23,11 @@ def _free_port() -> int:
 def _live_processes_mentioning(*needles: str) -> list[str]:
     out = subprocess.run(["ps", "-eo", "stat=,args="], capture_output=True, text=True).stdout
     return [
-        line for line in out.splitlines()
-        if not line.lstrip().startswith("Z") and any(n in line for n in needles) and "ps -eo" not in line
+        line
+        for line in out.splitlines()
+        if not line.lstrip().startswith("Z")
+        and any(n in line for n in needles)
+        and "ps -eo" not in line
     ]
 
 
@@ -32,9 +36,26 @@ def test_main_job_runs_trials_concurrently_records_them_and_stops_everything(tmp
     plot = tmp_path / "curves.png"
     cli = os.path.join(os.path.dirname(sys.executable), "airflow-trials")
     done = subprocess.run(
-        [cli, "run", "--state-dir", str(state), "--num-cpus", "2", "--plot", str(plot),
-         "--dags-folder", os.path.join(REPO, "dags"), "--timeout-s", "900", "--api-port", str(_free_port())],
-        capture_output=True, text=True, cwd=REPO, timeout=1200,
+        [
+            cli,
+            "run",
+            "--state-dir",
+            str(state),
+            "--num-cpus",
+            "2",
+            "--plot",
+            str(plot),
+            "--dags-folder",
+            os.path.join(REPO, "dags"),
+            "--timeout-s",
+            "900",
+            "--api-port",
+            str(_free_port()),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=1200,
         env={**os.environ, "COLUMNS": "200"},
     )
     assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
@@ -47,7 +68,9 @@ def test_main_job_runs_trials_concurrently_records_them_and_stops_everything(tmp
     trials = store.list_trials(experiment_name="example_regression_tuning")
     assert len(trials) == 8 and {t.status.value for t in trials} == {"TERMINATED"}
     for t in trials:
-        assert [r["training_iteration"] for r in store.get_results(t.trial_id)][:10] == list(range(1, 11))
+        assert [r["training_iteration"] for r in store.get_results(t.trial_id)][:10] == list(
+            range(1, 11)
+        )
     # Concurrency: the most trials live at one moment, each from its task registering it to its
     # recorded end. (Not the spans of its results: the example's trials report for a fraction of a
     # second, so whether two of those overlap is a race; each trial's life on Ray, from a fresh

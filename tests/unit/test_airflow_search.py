@@ -23,22 +23,30 @@ def _finished(n):
     for i in range(n):
         x = (i * 0.37) % 1.0
         act = ["relu", "gelu", "tanh"][i % 3]
-        out.append(({"x": x, "act": act, "fixed": 7}, (x - 0.3) ** 2 + (0.0 if act == "gelu" else 0.5)))
+        out.append(
+            ({"x": x, "act": act, "fixed": 7}, (x - 0.3) ** 2 + (0.0 if act == "gelu" else 0.5))
+        )
     return out
 
 
 def test_a_suggestion_is_optunas_own_ask_on_a_study_holding_the_ended_trials():
     search = airflow_searcher(OptunaSearch(), SPACE, "loss", "min")
-    finished = _finished(14) + [({"x": 0.9, "act": "relu", "fixed": 7}, None)]  # the last one failed
+    finished = _finished(14) + [
+        ({"x": 0.9, "act": "relu", "fixed": 7}, None)
+    ]  # the last one failed
     ours = search.suggest_after("t15", finished, index=15, seed=123)
 
     study = optuna.create_study(direction="minimize", sampler=optuna.samplers.TPESampler(seed=123))
-    dists = {"x": optuna.distributions.FloatDistribution(0.0, 1.0),
-             "act": optuna.distributions.CategoricalDistribution([0, 1, 2])}
+    dists = {
+        "x": optuna.distributions.FloatDistribution(0.0, 1.0),
+        "act": optuna.distributions.CategoricalDistribution([0, 1, 2]),
+    }
     for config, value in finished:
         params = {"x": config["x"], "act": ["relu", "gelu", "tanh"].index(config["act"])}
         state = optuna.trial.TrialState.FAIL if value is None else optuna.trial.TrialState.COMPLETE
-        study.add_trial(optuna.trial.create_trial(params=params, distributions=dists, value=value, state=state))
+        study.add_trial(
+            optuna.trial.create_trial(params=params, distributions=dists, value=value, state=state)
+        )
     params = study.ask(fixed_distributions=dists).params
     assert ours == {"x": params["x"], "act": ["relu", "gelu", "tanh"][params["act"]], "fixed": 7}
     assert search._study is None  # the searcher's own study is never touched
@@ -49,21 +57,33 @@ def test_trials_asking_at_once_get_different_points_and_the_same_trial_the_same_
     finished = _finished(12)
     points = {search.suggest_after(f"t{i}", finished, index=i, seed=i)["x"] for i in range(12, 16)}
     assert len(points) == 4
-    assert search.suggest_after("t12", finished, 12, seed=12) == search.suggest_after("t12", finished, 12, seed=12)
+    assert search.suggest_after("t12", finished, 12, seed=12) == search.suggest_after(
+        "t12", finished, 12, seed=12
+    )
 
 
 def test_the_searchers_own_seed_is_mixed_into_each_ask():
     finished = _finished(12)
-    asks = {seed: airflow_searcher(OptunaSearch(seed=seed), SPACE, "loss", "min").suggest_after("t12", finished, 12, 5)
-            for seed in (None, 0, 1)}
+    asks = {
+        seed: airflow_searcher(OptunaSearch(seed=seed), SPACE, "loss", "min").suggest_after(
+            "t12", finished, 12, 5
+        )
+        for seed in (None, 0, 1)
+    }
     assert len({a["x"] for a in asks.values()}) == 3
-    again = airflow_searcher(OptunaSearch(seed=1), SPACE, "loss", "min").suggest_after("t12", finished, 12, 5)
+    again = airflow_searcher(OptunaSearch(seed=1), SPACE, "loss", "min").suggest_after(
+        "t12", finished, 12, 5
+    )
     assert again == asks[1]
 
 
 def test_points_to_evaluate_go_to_the_trials_in_their_order():
-    search = airflow_searcher(OptunaSearch(points_to_evaluate=[{"x": 0.25}, {"x": 0.5, "act": "tanh"}]),
-                              SPACE, "loss", "min")
+    search = airflow_searcher(
+        OptunaSearch(points_to_evaluate=[{"x": 0.25}, {"x": 0.5, "act": "tanh"}]),
+        SPACE,
+        "loss",
+        "min",
+    )
     assert search.suggest_after("t0", [], 0, seed=1)["x"] == 0.25
     second = search.suggest_after("t1", _finished(1), 1, seed=2)
     assert (second["x"], second["act"]) == (0.5, "tanh")
@@ -75,7 +95,9 @@ def test_a_given_sampler_is_copied_and_reseeded_so_concurrent_asks_differ():
     search = airflow_searcher(OptunaSearch(sampler=sampler), SPACE, "loss", "min")
     first, second = (search.suggest_after(f"t{i}", [], i, seed=0)["x"] for i in range(2))
     assert first != second
-    assert optuna.samplers.RandomSampler(seed=0)._rng.rng.random() == sampler._rng.rng.random()  # untouched
+    assert (
+        optuna.samplers.RandomSampler(seed=0)._rng.rng.random() == sampler._rng.rng.random()
+    )  # untouched
 
 
 def test_ended_trials_are_what_the_searcher_learns_from():
@@ -83,7 +105,9 @@ def test_ended_trials_are_what_the_searcher_learns_from():
         return SimpleNamespace(trial_id=trial_id, status=status, config=config, last_result=last)
 
     trials = [
-        record("a", TrialStatus.TERMINATED, {"x": 0.1}, {"loss": 0.4}),  # finished, or stopped by ASHA
+        record(
+            "a", TrialStatus.TERMINATED, {"x": 0.1}, {"loss": 0.4}
+        ),  # finished, or stopped by ASHA
         record("b", TrialStatus.ERROR, {"x": 0.2}, {"loss": 0.1}),  # failed for good
         record("c", TrialStatus.RUNNING, {"x": 0.3}, {"loss": 0.2}),  # not ended
         record("d", TrialStatus.TERMINATED, {"x": 0.4}, None),  # stopped before it reported
@@ -97,8 +121,16 @@ def test_ended_trials_are_what_the_searcher_learns_from():
     ("search_alg", "space", "message"),
     [
         (object(), SPACE, r"takes search_alg=OptunaSearch\(\.\.\.\) only, got object"),
-        (OptunaSearch(metric="acc"), SPACE, r"disagree on metric 'acc' vs 'loss' \(search_alg vs experiment\)"),
-        (OptunaSearch(SPACE), SPACE, r"has a search space of its own and the experiment has one too"),
+        (
+            OptunaSearch(metric="acc"),
+            SPACE,
+            r"disagree on metric 'acc' vs 'loss' \(search_alg vs experiment\)",
+        ),
+        (
+            OptunaSearch(SPACE),
+            SPACE,
+            r"has a search space of its own and the experiment has one too",
+        ),
         (OptunaSearch(), {"x": grid_search([1, 2])}, r"'x'.*Optuna picks every value itself"),
     ],
 )
@@ -113,8 +145,16 @@ def test_a_searcher_with_its_own_space_takes_the_experiments_metric():
 
 
 def test_the_bracket_is_drawn_from_the_ids_the_same_on_every_try():
-    settings = {"metric": "loss", "mode": "min", "max_t": 81, "grace_period": 1, "reduction_factor": 3,
-                "brackets": 3, "time_attr": "training_iteration", "stop_last_trials": True}
+    settings = {
+        "metric": "loss",
+        "mode": "min",
+        "max_t": 81,
+        "grace_period": 1,
+        "reduction_factor": 3,
+        "brackets": 3,
+        "time_attr": "training_iteration",
+        "stop_last_trials": True,
+    }
     draws = [judged_rule(settings, "trial", 7, f"t{i}")[1] for i in range(200)]
     assert draws == [judged_rule(settings, "trial", 7, f"t{i}")[1] for i in range(200)]
     assert set(draws) == {0, 1, 2}

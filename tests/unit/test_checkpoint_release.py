@@ -36,13 +36,29 @@ def store(tmp_path):
 
 
 def _trial(trial_id: str, *, keep: int, until: int, score_attr: str | None = None) -> Trial:
-    return Trial(TRAINABLE, {}, trial_id=trial_id, experiment_name="unit", keep_checkpoints_num=keep,
-                 checkpoint_score_attr=score_attr, stopping_criterion={"training_iteration": until})
+    return Trial(
+        TRAINABLE,
+        {},
+        trial_id=trial_id,
+        experiment_name="unit",
+        keep_checkpoints_num=keep,
+        checkpoint_score_attr=score_attr,
+        stopping_criterion={"training_iteration": until},
+    )
 
 
-def _start(storage: str, store: TrialStore, trial: Trial, config: dict, restore_from: str | None = None) -> TrialActor:
-    store.upsert_trial(trial.trial_id, trainable=TRAINABLE, config=config, resources={"cpu": 1}, max_failures=0)
-    spec = {"trial_id": trial.trial_id, "experiment_name": "unit", "trainable": TRAINABLE, "config": config}
+def _start(
+    storage: str, store: TrialStore, trial: Trial, config: dict, restore_from: str | None = None
+) -> TrialActor:
+    store.upsert_trial(
+        trial.trial_id, trainable=TRAINABLE, config=config, resources={"cpu": 1}, max_failures=0
+    )
+    spec = {
+        "trial_id": trial.trial_id,
+        "experiment_name": "unit",
+        "trainable": TRAINABLE,
+        "config": config,
+    }
     actor = TrialActor(spec, storage, storage, capture_output=False)
     actor.run(trial.to_json_state(), restore_from)
     return actor
@@ -76,13 +92,17 @@ def _live_paths_exist(store: TrialStore, trial_id: str) -> bool:
     return all(os.path.isdir(c.path) for c in store.live_checkpoints(trial_id))
 
 
-def test_checkpoints_the_store_names_survive_while_the_trial_trains_on_unwatched(storage, store, tmp_path):
+def test_checkpoints_the_store_names_survive_while_the_trial_trains_on_unwatched(
+    storage, store, tmp_path
+):
     gate = tmp_path / "gate"
     config = {"hold_at": 4, "gate": str(gate)}
     actor = _start(storage, store, _trial("t1", keep=1, until=12), config)
     tracker = TrialProgressTracker("t1")
     _watch_once(actor, tracker, store)  # the trigger's first poll: RUNNING
-    _until(actor, lambda s: s["checkpoints"] and s["checkpoints"][-1]["iteration"] == 3)  # held before 4
+    _until(
+        actor, lambda s: s["checkpoints"] and s["checkpoints"][-1]["iteration"] == 3
+    )  # held before 4
     _watch_once(actor, tracker, store)
     _watch_once(actor, tracker, store)  # acknowledges that write: what it marked deleted goes
     recorded = store.latest_checkpoint("t1")
@@ -101,7 +121,9 @@ def test_checkpoints_the_store_names_survive_while_the_trial_trains_on_unwatched
     _watch_once(actor, tracker, store)
     assert store.latest_checkpoint("t1").iteration == 12
     assert [c.iteration for c in store.live_checkpoints("t1")] == [12]
-    assert _on_disk(storage, "t1") == [f"checkpoint_{i:06d}" for i in range(3, 13)]  # not yet acknowledged
+    assert _on_disk(storage, "t1") == [
+        f"checkpoint_{i:06d}" for i in range(3, 13)
+    ]  # not yet acknowledged
     deleted = actor.release_checkpoints(tracker.recorded_version)
     assert len(deleted) == 9 and _on_disk(storage, "t1") == ["checkpoint_000012"]
     assert _live_paths_exist(store, "t1")
@@ -122,12 +144,16 @@ def test_a_watched_trial_never_leaves_the_store_naming_a_deleted_checkpoint(stor
     assert _on_disk(storage, "t2") == ["checkpoint_000014", "checkpoint_000015"]
 
 
-def test_a_resumed_trial_drops_the_checkpoint_it_resumed_from_only_once_the_store_moved_on(storage, store):
+def test_a_resumed_trial_drops_the_checkpoint_it_resumed_from_only_once_the_store_moved_on(
+    storage, store
+):
     actor = _start(storage, store, _trial("t3", keep=1, until=4), {})
     tracker = TrialProgressTracker("t3")
     while _watch_once(actor, tracker, store)["status"] == "RUNNING":
         pass
-    _watch_once(actor, tracker, store)  # acknowledges the end's write, as the trigger does at the end
+    _watch_once(
+        actor, tracker, store
+    )  # acknowledges the end's write, as the trigger does at the end
     assert _on_disk(storage, "t3") == ["checkpoint_000004"]
     trial = _trial("t3", keep=1, until=7)
     newest = adopt_recorded_checkpoints(trial, store, TrialStorage(storage))  # as the operator does
@@ -161,7 +187,9 @@ def test_a_failing_trainable_is_still_a_failure_of_the_trial(storage, store, tmp
     assert ended["status"] == "ERROR" and ended["infrastructure"] is False
 
 
-def test_a_resumed_trial_keeps_its_best_scoring_checkpoint_and_drops_what_the_dead_one_left(storage, store):
+def test_a_resumed_trial_keeps_its_best_scoring_checkpoint_and_drops_what_the_dead_one_left(
+    storage, store
+):
     """keep_checkpoints_num=2 by the lowest score: the trials DB names the best (iteration 1), the
     newest (5) and one the lost incarnation dropped without the DB hearing of it (3). The resumed
     trial keeps 1 and 5 as its own, drops 3 at once, and deletes it once the DB recorded that."""
@@ -185,6 +213,9 @@ def test_a_resumed_trial_keeps_its_best_scoring_checkpoint_and_drops_what_the_de
         assert _live_paths_exist(store, "t6")
     _watch_once(actor, tracker, store)
     assert snapshot["status"] == "TERMINATED"
-    assert [c.iteration for c in store.live_checkpoints("t6")] == [8, 1]  # the best scoring is still named
+    assert [c.iteration for c in store.live_checkpoints("t6")] == [
+        8,
+        1,
+    ]  # the best scoring is still named
     assert _on_disk(storage, "t6") == ["checkpoint_000001", "checkpoint_000008"]
     assert [r["training_iteration"] for r in store.get_results("t6")] == list(range(1, 9))

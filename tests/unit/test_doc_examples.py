@@ -18,7 +18,11 @@ MARKER = re.compile(r"<!-- (runs|fragment): (\S+) -->")
 def python_blocks(doc: Path) -> list[tuple[int, str]]:
     """``(line number, the line before the fence)`` of each python block."""
     lines = doc.read_text(encoding="utf-8").splitlines()
-    return [(n + 1, lines[n - 1] if n else "") for n, line in enumerate(lines) if line.strip() == "```python"]
+    return [
+        (n + 1, lines[n - 1] if n else "")
+        for n, line in enumerate(lines)
+        if line.strip() == "```python"
+    ]
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda d: d.name)
@@ -27,7 +31,10 @@ def test_every_python_block_is_run_or_marked_as_a_fragment_of_a_tested_file(doc)
     for line, before in python_blocks(doc):
         marker = MARKER.fullmatch(before.strip())
         if marker is None:
-            problems.append(f"{doc.name}:{line}: no '<!-- runs: TEST -->' or '<!-- fragment: FILE -->' before it")
+            problems.append(
+                f"{doc.name}:{line}: no '<!-- runs: TEST -->' or '<!-- fragment: FILE -->' before "
+                "it"
+            )
             continue
         kind, path = marker.groups()
         target = REPO / path
@@ -40,6 +47,8 @@ def test_every_python_block_is_run_or_marked_as_a_fragment_of_a_tested_file(doc)
 
 def test_the_check_sees_a_block_without_a_marker(tmp_path):
     doc = tmp_path / "x.md"
-    doc.write_text("text\n\n```python\nprint(1)\n```\n<!-- runs: tests -->\n```python\nprint(2)\n```\n")
+    doc.write_text(
+        "text\n\n```python\nprint(1)\n```\n<!-- runs: tests -->\n```python\nprint(2)\n```\n"
+    )
     assert python_blocks(doc) == [(3, ""), (7, "<!-- runs: tests -->")]
     assert MARKER.fullmatch(python_blocks(doc)[0][1]) is None

@@ -41,7 +41,11 @@ def result(iteration, **extra):
 def test_a_result_below_the_criterion_continues_and_is_recorded():
     trial = make_trial()
     decision = after_result(trial, result(1))
-    assert (decision.fresh, decision.action, decision.save_checkpoint) == (True, Action.CONTINUE, False)
+    assert (decision.fresh, decision.action, decision.save_checkpoint) == (
+        True,
+        Action.CONTINUE,
+        False,
+    )
     assert trial.last_result["training_iteration"] == 1
 
 
@@ -60,7 +64,9 @@ def test_a_checkpoint_is_due_every_checkpoint_freq_iterations():
     trial = make_trial(checkpoint_freq=2, stopping_criterion={"training_iteration": 10})
     due = [after_result(trial, result(i)).save_checkpoint for i in range(1, 6)]
     assert due == [False, True, False, True, False]
-    assert not after_result(trial, result(6, checkpoint="/c/6")).save_checkpoint  # it brought its own
+    assert not after_result(
+        trial, result(6, checkpoint="/c/6")
+    ).save_checkpoint  # it brought its own
 
 
 def test_a_replayed_or_duplicate_result_is_not_recorded_again_and_the_scheduler_is_not_asked():
@@ -73,8 +79,10 @@ def test_a_replayed_or_duplicate_result_is_not_recorded_again_and_the_scheduler_
     assert not duplicate.fresh and trial.last_recorded_iteration == 2
 
 
-@pytest.mark.parametrize(("said", "action"), [("CONTINUE", Action.CONTINUE), ("PAUSE", Action.PAUSE),
-                                               ("STOP", Action.STOP)])
+@pytest.mark.parametrize(
+    ("said", "action"),
+    [("CONTINUE", Action.CONTINUE), ("PAUSE", Action.PAUSE), ("STOP", Action.STOP)],
+)
 def test_the_scheduler_decides_for_trials_the_criterion_does_not_end(said, action):
     trial = make_trial(checkpoint_at_end=True, stopping_criterion={"training_iteration": 10})
     decision = after_result(trial, result(1), scheduler=lambda t, r: said)
@@ -86,17 +94,27 @@ def test_the_scheduler_decides_for_trials_the_criterion_does_not_end(said, actio
 
 def test_a_stop_or_pause_carries_the_schedulers_reason_and_a_finished_trainable_says_so():
     trial = make_trial(stopping_criterion={"training_iteration": 10})
-    why = {"t-1": "stopped by ASHA at training_iteration=1 (rung 1 of 2): score 1 below the rung's cutoff 2"}
-    stopped = after_result(trial, result(1), scheduler=lambda t, r: "STOP", scheduler_reason=why.get)
+    why = {
+        "t-1": "stopped by ASHA at training_iteration=1 (rung 1 of 2): score 1 below the rung's "
+        "cutoff 2"
+    }
+    stopped = after_result(
+        trial, result(1), scheduler=lambda t, r: "STOP", scheduler_reason=why.get
+    )
     assert (stopped.action, stopped.reason) == (Action.STOP, why["t-1"])
-    paused = after_result(trial, result(2), scheduler=lambda t, r: "PAUSE", scheduler_reason=lambda _: None)
+    paused = after_result(
+        trial, result(2), scheduler=lambda t, r: "PAUSE", scheduler_reason=lambda _: None
+    )
     assert (paused.action, paused.reason) == (Action.PAUSE, "the scheduler paused it")
     assert after_result(trial, result(3, done=True)).reason == "its trainable finished"
 
 
 def test_the_experiment_stopper_ends_the_experiment_after_the_trials_own_criterion():
     trial = make_trial()
-    assert after_result(trial, result(1), experiment_done=lambda: True).action is Action.STOP_EXPERIMENT
+    assert (
+        after_result(trial, result(1), experiment_done=lambda: True).action
+        is Action.STOP_EXPERIMENT
+    )
     assert after_result(trial, result(3), experiment_done=lambda: True).action is Action.STOP
 
 
@@ -120,7 +138,11 @@ def test_failures_retry_within_max_failures_then_fail():
 
 def test_no_retry_left_with_the_caller_fails_within_budget():
     decision = after_failure("t", 0, 3, retries_left=False)
-    assert (decision.outcome, decision.num_failures, decision.fail_experiment) == (Outcome.FAIL, 1, False)
+    assert (decision.outcome, decision.num_failures, decision.fail_experiment) == (
+        Outcome.FAIL,
+        1,
+        False,
+    )
     assert "no retries left" in decision.reason
 
 
@@ -128,9 +150,13 @@ def test_infrastructure_losses_resume_without_counting_up_to_a_limit():
     lost = after_failure("t", 1, 1, infrastructure=True)
     assert (lost.outcome, lost.num_failures) == (Outcome.RESUME, 1)
     assert "without counting it against max_failures" in lost.reason
-    capped = after_failure("t", 1, 1, infrastructure=True, infrastructure_restarts=2, max_infrastructure_restarts=3)
+    capped = after_failure(
+        "t", 1, 1, infrastructure=True, infrastructure_restarts=2, max_infrastructure_restarts=3
+    )
     assert capped.outcome is Outcome.RESUME and "restart 3 of 3" in capped.reason
-    past = after_failure("t", 1, 1, infrastructure=True, infrastructure_restarts=3, max_infrastructure_restarts=3)
+    past = after_failure(
+        "t", 1, 1, infrastructure=True, infrastructure_restarts=3, max_infrastructure_restarts=3
+    )
     assert (past.outcome, past.num_failures) == (Outcome.FAIL, 2)
 
 
@@ -140,31 +166,57 @@ def test_the_end_event_round_trips_through_plain_values_and_reads_older_payloads
     assert payload["status"] == "ERROR" and isinstance(payload["status"], str)
     assert TrialEnd.from_event(payload) == end
     assert end.error == "Trial t-1 of experiment exp failed: its Ray actor is gone."
-    old = {"trial_id": "t-1", "experiment_name": "exp", "status": "TERMINATED", "error": None,
-           "last_result": {"training_iteration": 3}, "best_checkpoint": {"path": "/c/3"}, "num_results": 3}
+    old = {
+        "trial_id": "t-1",
+        "experiment_name": "exp",
+        "status": "TERMINATED",
+        "error": None,
+        "last_result": {"training_iteration": 3},
+        "best_checkpoint": {"path": "/c/3"},
+        "num_results": 3,
+    }
     read = TrialEnd.from_event(old)
-    assert (read.finished, read.best_checkpoint, read.released, read.infrastructure) == (True, "/c/3", False, False)
+    assert (read.finished, read.best_checkpoint, read.released, read.infrastructure) == (
+        True,
+        "/c/3",
+        False,
+        False,
+    )
     assert read.stop_reason is None  # events from before stop reasons were carried
 
 
-ASHA_STOP = "stopped by ASHA at training_iteration=3 (rung 1 of 4): loss 0.41 above the rung's cutoff 0.35"
+ASHA_STOP = (
+    "stopped by ASHA at training_iteration=3 (rung 1 of 4): loss 0.41 above the rung's cutoff 0.35"
+)
 
 
 def test_the_stop_reason_travels_from_the_actor_s_last_poll_through_the_event():
-    snapshot = {"trial_id": "t-1", "status": "TERMINATED", "last_result": {"training_iteration": 3},
-                "best_checkpoint": {"path": "/c/3", "iteration": 3}, "num_results": 3, "stop_reason": ASHA_STOP}
+    snapshot = {
+        "trial_id": "t-1",
+        "status": "TERMINATED",
+        "last_result": {"training_iteration": 3},
+        "best_checkpoint": {"path": "/c/3", "iteration": 3},
+        "num_results": 3,
+        "stop_reason": ASHA_STOP,
+    }
     end = TrialEnd.from_snapshot("exp", snapshot, released=True)
     assert (end.finished, end.stop_reason) == (True, ASHA_STOP)
     payload = end.to_event()
     assert payload["stop_reason"] == ASHA_STOP
     assert TrialEnd.from_event(payload) == end
-    failed = TrialEnd.from_snapshot("exp", {"trial_id": "t-1", "status": "ERROR", "error": "boom"}, released=False)
+    failed = TrialEnd.from_snapshot(
+        "exp", {"trial_id": "t-1", "status": "ERROR", "error": "boom"}, released=False
+    )
     assert failed.stop_reason is None
 
 
 def test_a_stored_end_carries_the_stop_reason_the_store_holds():
     stored = TrialEnd.stored("t-1", "exp", {"training_iteration": 3}, "/c/3", stop_reason=ASHA_STOP)
-    assert (stored.status, stored.released, stored.stop_reason) == (TrialStatus.TERMINATED, True, ASHA_STOP)
+    assert (stored.status, stored.released, stored.stop_reason) == (
+        TrialStatus.TERMINATED,
+        True,
+        ASHA_STOP,
+    )
     assert TrialEnd.from_event(stored.to_event()) == stored
     assert TrialEnd.stored("t-1", "exp", None, None).stop_reason is None
 
@@ -177,11 +229,18 @@ def test_an_end_event_must_be_an_end():
 @pytest.mark.parametrize(
     ("end", "decision", "status"),
     [
-        (TrialEnd.stored("t-1", "exp", {"training_iteration": 3}, None), None, TrialStatus.TERMINATED),
+        (
+            TrialEnd.stored("t-1", "exp", {"training_iteration": 3}, None),
+            None,
+            TrialStatus.TERMINATED,
+        ),
         (TrialEnd.lost("t-1", "exp", "boom"), after_failure("t-1", 0, 1), TrialStatus.PENDING),
         (TrialEnd.lost("t-1", "exp", "boom"), after_failure("t-1", 1, 1), TrialStatus.ERROR),
-        (TrialEnd.lost("t-1", "exp", "gone", infrastructure=True),
-         after_failure("t-1", 1, 1, infrastructure=True), TrialStatus.PENDING),
+        (
+            TrialEnd.lost("t-1", "exp", "gone", infrastructure=True),
+            after_failure("t-1", 1, 1, infrastructure=True),
+            TrialStatus.PENDING,
+        ),
     ],
 )
 def test_the_status_after_an_end_follows_the_failure_decision(end, decision, status):
@@ -214,15 +273,17 @@ STORED = {
     "paused": Stored(TrialStatus.PAUSED, {"training_iteration": 2}),
     "error": Stored(TrialStatus.ERROR, {"training_iteration": 2}),
     "error-at-criterion": Stored(TrialStatus.ERROR, {"training_iteration": 3}),
-    "finished": Stored(TrialStatus.TERMINATED, {"training_iteration": 3},
-                       "it met its stopping criterion"),
+    "finished": Stored(
+        TrialStatus.TERMINATED, {"training_iteration": 3}, "it met its stopping criterion"
+    ),
     "stopped-by-scheduler": Stored(TrialStatus.TERMINATED, {"training_iteration": 1}, ASHA_STOP),
     # Its criterion was raised since it ended.
     "ended-short": Stored(TrialStatus.TERMINATED, {"training_iteration": 2}),
     "ended-without-results": Stored(TrialStatus.TERMINATED),
     "stopped-from-airflow": Stored(TrialStatus.TERMINATED, {"training_iteration": 2}, None, True),
-    "stopped-from-airflow-at-criterion": Stored(TrialStatus.TERMINATED, {"training_iteration": 3},
-                                                None, True),
+    "stopped-from-airflow-at-criterion": Stored(
+        TrialStatus.TERMINATED, {"training_iteration": 3}, None, True
+    ),
 }
 
 # (start, stop the actor found first, placed, transition before the launch)
@@ -240,30 +301,49 @@ ATTACH_QUEUED = (Start.REATTACH, False, False, None)
 A = ActorState
 # stored trial, actor: (action on a retry, action on the first try after a clear)
 START_TABLE = {
-    **{(kind, actor): expected
-       for kind in ("pending", "running", "paused")
-       for actor, expected in ((A.GONE, (RESUME, RESET)),
-                               (A.QUEUED, (ATTACH_QUEUED, ATTACH_QUEUED)),
-                               (A.RUNNING, (ATTACH, ATTACH)), (A.TERMINATED, (ATTACH, ATTACH)),
-                               (A.STALE, (KILL_RESUME, KILL_RESET)))},
-    **{(kind, actor): expected
-       for kind in ("error", "error-at-criterion", "ended-short", "ended-without-results")
-       for actor, expected in ((A.GONE, (RESUME_QUEUED, RESET)),
-                               (A.QUEUED, (ATTACH_QUEUED, ATTACH_QUEUED)),
-                               (A.RUNNING, (ATTACH, ATTACH)), (A.TERMINATED, (ATTACH, ATTACH)),
-                               (A.STALE, (KILL_RESUME_QUEUED, KILL_RESET)))},
-    **{(kind, actor): expected
-       for kind in ("finished", "stopped-by-scheduler")
-       for actor, expected in ((A.GONE, (REPORT, RESTART)),
-                               (A.QUEUED, (ATTACH_QUEUED, ATTACH_QUEUED)),
-                               (A.RUNNING, (ATTACH, ATTACH)), (A.TERMINATED, (ATTACH, ATTACH)),
-                               (A.STALE, (KILL_RESUME_QUEUED, KILL_RESET)))},
+    **{
+        (kind, actor): expected
+        for kind in ("pending", "running", "paused")
+        for actor, expected in (
+            (A.GONE, (RESUME, RESET)),
+            (A.QUEUED, (ATTACH_QUEUED, ATTACH_QUEUED)),
+            (A.RUNNING, (ATTACH, ATTACH)),
+            (A.TERMINATED, (ATTACH, ATTACH)),
+            (A.STALE, (KILL_RESUME, KILL_RESET)),
+        )
+    },
+    **{
+        (kind, actor): expected
+        for kind in ("error", "error-at-criterion", "ended-short", "ended-without-results")
+        for actor, expected in (
+            (A.GONE, (RESUME_QUEUED, RESET)),
+            (A.QUEUED, (ATTACH_QUEUED, ATTACH_QUEUED)),
+            (A.RUNNING, (ATTACH, ATTACH)),
+            (A.TERMINATED, (ATTACH, ATTACH)),
+            (A.STALE, (KILL_RESUME_QUEUED, KILL_RESET)),
+        )
+    },
+    **{
+        (kind, actor): expected
+        for kind in ("finished", "stopped-by-scheduler")
+        for actor, expected in (
+            (A.GONE, (REPORT, RESTART)),
+            (A.QUEUED, (ATTACH_QUEUED, ATTACH_QUEUED)),
+            (A.RUNNING, (ATTACH, ATTACH)),
+            (A.TERMINATED, (ATTACH, ATTACH)),
+            (A.STALE, (KILL_RESUME_QUEUED, KILL_RESET)),
+        )
+    },
     # Its previous try stops the actor found: never re-attach to it.
-    **{("stopped-from-airflow", actor): (KILL_RESUME_QUEUED, KILL_RESET)
-       for actor in (A.QUEUED, A.RUNNING, A.TERMINATED, A.STALE)},
+    **{
+        ("stopped-from-airflow", actor): (KILL_RESUME_QUEUED, KILL_RESET)
+        for actor in (A.QUEUED, A.RUNNING, A.TERMINATED, A.STALE)
+    },
     ("stopped-from-airflow", A.GONE): (RESUME_QUEUED, RESET),
-    **{("stopped-from-airflow-at-criterion", actor): (KILL_RESUME_QUEUED, KILL_RESET)
-       for actor in (A.QUEUED, A.RUNNING, A.TERMINATED, A.STALE)},
+    **{
+        ("stopped-from-airflow-at-criterion", actor): (KILL_RESUME_QUEUED, KILL_RESET)
+        for actor in (A.QUEUED, A.RUNNING, A.TERMINATED, A.STALE)
+    },
     ("stopped-from-airflow-at-criterion", A.GONE): (REPORT, RESTART),
 }
 
@@ -286,7 +366,9 @@ def test_on_start_says_why_in_the_words_the_task_log_is_searched_for():
     def reason(kind, actor):
         return on_start(STORED[kind], actor, trial=make_trial(), try_number=2, cleared=False).reason
 
-    assert reason("running", A.RUNNING) == "Trial t-1 is RUNNING on Ray already; re-attaching to it."
+    assert (
+        reason("running", A.RUNNING) == "Trial t-1 is RUNNING on Ray already; re-attaching to it."
+    )
     assert reason("pending", A.QUEUED) == "Trial t-1 is QUEUED on Ray already; re-attaching to it."
     assert "being stopped by its cleared previous try" in reason("stopped-from-airflow", A.RUNNING)
     assert reason("finished", A.GONE) == "Trial t-1 already finished; reporting its stored state."

@@ -13,7 +13,12 @@ from airflow_trials.execution.worker.trainable import load_trainable
 
 
 def actor(storage, trainable, config=None, trial_id="t1"):
-    spec = {"trial_id": trial_id, "experiment_name": "unit", "trainable": trainable, "config": config or {}}
+    spec = {
+        "trial_id": trial_id,
+        "experiment_name": "unit",
+        "trainable": trainable,
+        "config": config or {},
+    }
     return TrialActor(spec, storage, storage, capture_output=False)
 
 
@@ -29,7 +34,9 @@ def test_error_inside_the_trainable_carries_the_full_traceback(storage):
 
 def test_return_without_reporting_is_a_clear_error(storage):
     a = actor(storage, "tests.trainables:silent")
-    with pytest.raises(TrialError, match=r"returned without reporting any result; call airflow_trials.report"):
+    with pytest.raises(
+        TrialError, match=r"returned without reporting any result; call airflow_trials.report"
+    ):
         a.train()
 
 
@@ -76,12 +83,16 @@ def test_dict_checkpoint_is_persisted_and_restored(storage):
 def test_directory_checkpoint_is_copied_into_storage_and_restored(storage, tmp_path):
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    a = actor(storage, "tests.trainables:dir_checkpoint", {"scratch": str(scratch), "iterations": 5})
+    a = actor(
+        storage, "tests.trainables:dir_checkpoint", {"scratch": str(scratch), "iterations": 5}
+    )
     path = [a.train() for _ in range(2)][-1]["checkpoint"]
     assert open(os.path.join(path, "step.txt")).read() == "2"
     assert (scratch / "ckpt-2").is_dir()  # the user's own directory is copied, not moved
     a.stop()
-    b = actor(storage, "tests.trainables:dir_checkpoint", {"scratch": str(scratch), "iterations": 5}, "t3")
+    b = actor(
+        storage, "tests.trainables:dir_checkpoint", {"scratch": str(scratch), "iterations": 5}, "t3"
+    )
     b.restore(path)
     assert b.train()["step"] == 3
     b.stop()
@@ -91,7 +102,9 @@ def test_class_trainable_directory_checkpoint(storage):
     a = actor(storage, "tests.trainables:DirCheckpointTrainable")
     a.train(), a.train()
     record = a.save()
-    assert record["iteration"] == 2 and open(os.path.join(record["path"], "state.txt")).read() == "2"
+    assert (
+        record["iteration"] == 2 and open(os.path.join(record["path"], "state.txt")).read() == "2"
+    )
     b = actor(storage, "tests.trainables:DirCheckpointTrainable", trial_id="t4")
     b.restore(record["path"])
     assert b.train()["episode_reward_mean"] == 3.0
@@ -144,16 +157,27 @@ def test_a_positional_dict_is_the_metrics_as_in_ray_tune(storage):
 
 def test_metrics_as_a_dict_and_as_keywords_is_an_error_that_names_the_fix(storage):
     a = actor(storage, "tests.trainables:ambiguous_report")
-    with pytest.raises(TrialError, match=r"both as a dict and as keywords \(loss\).*checkpoint=state"):
+    with pytest.raises(
+        TrialError, match=r"both as a dict and as keywords \(loss\).*checkpoint=state"
+    ):
         a.train()
 
 
 @pytest.mark.parametrize(
     ("args", "kwargs", "message"),
     [
-        (("/some/dir",), {}, r"metrics dict as its positional argument, got str.*report\(metrics, checkpoint=\.\.\.\)"),
+        (
+            ("/some/dir",),
+            {},
+            r"metrics dict as its positional argument, got str.*report\(metrics, "
+            r"checkpoint=\.\.\.\)",
+        ),
         (({1: 0.5},), {}, r"metric names must be strings"),
-        (({"loss": 1.0},), {"checkpoint": 3}, r"takes a dict, a directory path or an object with a \.path"),
+        (
+            ({"loss": 1.0},),
+            {"checkpoint": 3},
+            r"takes a dict, a directory path or an object with a \.path",
+        ),
     ],
 )
 def test_report_refuses_what_it_cannot_take(args, kwargs, message):

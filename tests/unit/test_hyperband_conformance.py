@@ -22,7 +22,8 @@ WAITING = (TrialStatus.PENDING, TrialStatus.PAUSED)
 
 
 class FakeController:
-    """What Ray's HyperBand asks of its TuneController: stop a trial, as TuneController.stop_trial does."""
+    """What Ray's HyperBand asks of its TuneController: stop a trial, as TuneController.stop_trial
+    does."""
 
     def __init__(self, scheduler: RayHyperBand):
         self.scheduler = scheduler
@@ -71,7 +72,9 @@ class Replay:
     def choose(self, free_slots: int) -> str | None:
         """Both choose; ours returns its choice only when it fits (one slot per trial)."""
         expected = self.ray.choose_trial_to_run(self.controller)
-        got = self.ours.choose_trial_to_run(list(self.trials.values()), lambda resources: free_slots > 0)
+        got = self.ours.choose_trial_to_run(
+            list(self.trials.values()), lambda resources: free_slots > 0
+        )
         if free_slots > 0:
             assert (got and got.trial_id) == (expected and expected.trial_id)
         else:
@@ -84,7 +87,9 @@ class Replay:
         self.set_status(trial_id, TrialStatus.RUNNING)
 
     def result(self, trial_id, result) -> str:
-        expected = self.ray.on_trial_result(self.controller, self.ray_trials[trial_id], dict(result))
+        expected = self.ray.on_trial_result(
+            self.controller, self.ray_trials[trial_id], dict(result)
+        )
         got = self.ours.on_trial_result(self.trials[trial_id], dict(result))
         assert isinstance(got, Decision)
         assert got == expected, (
@@ -98,7 +103,8 @@ class Replay:
         return got.value
 
     def complete(self, trial_id):
-        """A RUNNING trial ends (its own criterion, the scheduler's STOP, or stopped from outside)."""
+        """A RUNNING trial ends (its own criterion, the scheduler's STOP, or stopped from
+        outside)."""
         self._end("on_trial_complete", trial_id, TrialStatus.TERMINATED, {})
 
     def remove(self, trial_id):
@@ -115,7 +121,8 @@ class Replay:
         self._check()
 
     def _check(self):
-        """Ray's controller stopped the same other trials as our pending actions ask; carry them out."""
+        """Ray's controller stopped the same other trials as our pending actions ask; carry them
+        out."""
         pending = self.ours.take_pending_actions()
         assert pending == [(trial_id, Decision.STOP) for trial_id in self.controller.stopped]
         self.controller.stopped.clear()
@@ -222,7 +229,9 @@ class Stream:
         score = _value(rng, self.level[trial_id], step)
         result = {"training_iteration": step, "time_total_s": clock, "score": score}
         if step >= self.limit[trial_id]:
-            return replay.complete(trial_id)  # its own criterion ends it: the scheduler is not asked
+            return replay.complete(
+                trial_id
+            )  # its own criterion ends it: the scheduler is not asked
         decision = replay.result(trial_id, result)
         if decision == "STOP":
             replay.complete(trial_id)
@@ -245,7 +254,8 @@ def test_the_streams_reach_every_decision_and_stop_and_resume_other_trials():
     assert sum(len(replay.resumed) for replay in replays) > 20
 
 
-# -- hand-written cases -----------------------------------------------------------------------------
+# -- hand-written cases
+# -----------------------------------------------------------------------------
 
 
 def it(iteration, score):
@@ -253,7 +263,8 @@ def it(iteration, score):
 
 
 def small(**settings):
-    """max_t=3: bracket 1 runs a, b to 3; bracket 2 runs c, d, e to 1, then the best of them to 3."""
+    """max_t=3: bracket 1 runs a, b to 3; bracket 2 runs c, d, e to 1, then the best of them to
+    3."""
     settings = {"mode": "max", "max_t": 3, "reduction_factor": 3, **settings}
     replay = Replay(**settings)
     for trial_id in ("a", "b", "c", "d", "e"):
@@ -282,7 +293,8 @@ def test_a_bracket_waits_for_its_trials_then_keeps_the_best_and_stops_the_others
     assert replay.result("e", it(2, 0.9)) == "CONTINUE"
     assert replay.result("e", it(3, 0.9)) == "STOP"
     assert replay.ours.decision_reason("e") == (
-        "stopped by HyperBand at training_iteration=3: its bracket (round 1, bracket 2) reached its "
+        "stopped by HyperBand at training_iteration=3: its bracket (round 1, bracket 2) reached "
+        "its "
         "last milestone, 3"
     )
 
@@ -339,7 +351,8 @@ def test_a_terminated_trial_of_a_resumed_experiment_takes_no_place_in_a_bracket(
         scheduler.on_trial_result(done, it(1, 1.0))
 
 
-# -- errors --------------------------------------------------------------------------------------------
+# -- errors
+# --------------------------------------------------------------------------------------------
 
 
 def counting(trial_id="t-1"):

@@ -26,7 +26,11 @@ def _imported_roots(path: pathlib.Path) -> set[str]:
 
 @pytest.mark.parametrize(
     ("layer", "forbidden"),
-    [("core", {"ray", "airflow", "optuna"}), ("execution", {"airflow"}), ("searchers", {"ray", "airflow"})],
+    [
+        ("core", {"ray", "airflow", "optuna"}),
+        ("execution", {"airflow"}),
+        ("searchers", {"ray", "airflow"}),
+    ],
 )
 def test_layer_does_not_import(layer, forbidden):
     files = sorted((PKG / layer).rglob("*.py"))
@@ -74,14 +78,25 @@ def test_importing_the_package_loads_neither_ray_nor_airflow():
 # ``examples/`` and ``demo`` import from it as users do.
 
 LAYERS: Mapping[str, int] = {
-    "exceptions": 0, "core": 0,
-    "store": 1, "searchers": 1, "trials_db_url": 1, "results": 1,
+    "exceptions": 0,
+    "core": 0,
+    "store": 1,
+    "searchers": 1,
+    "trials_db_url": 1,
+    "results": 1,
     "execution": 2,
-    "plotting": 3, "pools": 3, "examples": 3,
+    "plotting": 3,
+    "pools": 3,
+    "examples": 3,
     "hooks": 4,
-    "triggers": 5, "operators": 5, "sensors": 5,
+    "triggers": 5,
+    "operators": 5,
+    "sensors": 5,
     "experiment": 6,
-    "plugins": 7, "cli": 7, "mainjob": 7, "demo": 7,
+    "plugins": 7,
+    "cli": 7,
+    "mainjob": 7,
+    "demo": 7,
 }
 
 
@@ -117,9 +132,7 @@ def import_graph(package: pathlib.Path = PKG) -> dict[str, set[str]]:
                 for alias in node.names:
                     submodule = f"{module}.{alias.name}"
                     imported.add(submodule if submodule in paths else module)
-        graph[name] = {
-            m for m in imported if m in paths and m != name and m.split(".")[0] == root
-        }
+        graph[name] = {m for m in imported if m in paths and m != name and m.split(".")[0] == root}
     return graph
 
 
@@ -196,23 +209,41 @@ def test_no_import_circles():
     ("files", "expected_cycles", "expected_up"),
     [
         pytest.param(
-            {"core/a.py": "from pkg.core import b\n", "core/b.py": "def f():\n    from pkg.core.a import x\n"},
-            [["pkg.core.a", "pkg.core.b"]], [], id="lazy-import-closes-a-circle",
+            {
+                "core/a.py": "from pkg.core import b\n",
+                "core/b.py": "def f():\n    from pkg.core.a import x\n",
+            },
+            [["pkg.core.a", "pkg.core.b"]],
+            [],
+            id="lazy-import-closes-a-circle",
         ),
         pytest.param(
-            {"core/a.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.store.s import S\n",
-             "store/s.py": "from .t import T\n", "store/t.py": "T = 1\n"},
-            [], ["pkg.core.a -> pkg.store.s"], id="type-only-import-runs-up",
+            {
+                "core/a.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from "
+                "pkg.store.s import S\n",
+                "store/s.py": "from .t import T\n",
+                "store/t.py": "T = 1\n",
+            },
+            [],
+            ["pkg.core.a -> pkg.store.s"],
+            id="type-only-import-runs-up",
         ),
         pytest.param(
-            {"store/s.py": "from pkg.core.a import x\n", "core/a.py": "x = 1\n"}, [], [], id="clean",
+            {"store/s.py": "from pkg.core.a import x\n", "core/a.py": "x = 1\n"},
+            [],
+            [],
+            id="clean",
         ),
     ],
 )
 def test_the_checks_see_what_they_are_for(tmp_path, files, expected_cycles, expected_up):
     package = tmp_path / "pkg"
-    for relative, text in {"__init__.py": "", "core/__init__.py": "", "store/__init__.py": "",
-                           **files}.items():
+    for relative, text in {
+        "__init__.py": "",
+        "core/__init__.py": "",
+        "store/__init__.py": "",
+        **files,
+    }.items():
         (package / relative).parent.mkdir(parents=True, exist_ok=True)
         (package / relative).write_text(text)
     graph = import_graph(package)

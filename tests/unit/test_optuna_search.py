@@ -43,14 +43,21 @@ CONVERSIONS = [
 ]
 
 
-@pytest.mark.parametrize(("domain", "expected"), CONVERSIONS, ids=lambda v: next(iter(v)) if isinstance(v, dict) else "")
+@pytest.mark.parametrize(
+    ("domain", "expected"), CONVERSIONS, ids=lambda v: next(iter(v)) if isinstance(v, dict) else ""
+)
 def test_each_domain_becomes_the_optuna_distribution_of_the_same_values(domain, expected):
     assert convert_search_space({"p": domain}) == {"p": expected}
 
 
-@pytest.mark.parametrize(("domain", "expected"), CONVERSIONS[2:], ids=lambda v: next(iter(v)) if isinstance(v, dict) else "")
+@pytest.mark.parametrize(
+    ("domain", "expected"),
+    CONVERSIONS[2:],
+    ids=lambda v: next(iter(v)) if isinstance(v, dict) else "",
+)
 def test_every_value_our_sampler_draws_lies_in_the_distribution(domain, expected):
-    # The distribution is not narrower than the domain: Optuna can suggest what generate_configs can.
+    # The distribution is not narrower than the domain: Optuna can suggest what generate_configs
+    # can.
     (kind, arg), rng = next(iter(domain.items())), random.Random(0)
     values = [sample(kind, arg, rng) for _ in range(500)]
     assert all(expected._contains(expected.to_internal_repr(v)) for v in values)
@@ -62,7 +69,10 @@ def test_every_value_our_sampler_draws_lies_in_the_distribution(domain, expected
         (grid_search([1, 2]), "use choice(values)"),
         (randn(0.0, 1.0), "use uniform(mean - 3 * sd, mean + 3 * sd)"),
         (qrandn(0.0, 1.0, 0.5), "Optuna has no normal distribution"),
-        (sample_from("tests.search_functions:double_layers"), "compute that value in the trainable"),
+        (
+            sample_from("tests.search_functions:double_layers"),
+            "compute that value in the trainable",
+        ),
         (qloguniform(1e-3, 1.0, 1e-3), "use loguniform(lower, upper) (no step)"),
         (qlograndint(2, 64, 2), "use lograndint(lower, upper) or qrandint(lower, upper, q)"),
     ],
@@ -101,7 +111,9 @@ def _run(search: OptunaSearch, n: int, objective, offset: int = 0) -> list[float
 
 
 def test_seeded_tpe_learns_a_quadratic_and_keeps_fixed_values():
-    search = OptunaSearch({"x": uniform(-5, 5), "fixed": {"a": 7}}, metric="loss", mode="min", seed=0)
+    search = OptunaSearch(
+        {"x": uniform(-5, 5), "fixed": {"a": 7}}, metric="loss", mode="min", seed=0
+    )
     configs = []
 
     def objective(config):
@@ -128,7 +140,11 @@ def test_the_same_seed_suggests_the_same_configs_and_mode_max_maximises():
 
 
 def test_points_to_evaluate_come_first_in_order_and_a_partial_point_is_completed():
-    space = {"x": uniform(0, 1), "opt": choice([{"name": "adam"}, {"name": "sgd"}]), "n": {"k": randint(1, 5)}}
+    space = {
+        "x": uniform(0, 1),
+        "opt": choice([{"name": "adam"}, {"name": "sgd"}]),
+        "n": {"k": randint(1, 5)},
+    }
     points = [
         {"x": 0.25, "opt": {"name": "sgd"}, "n": {"k": 4}},
         {"x": 0.75, "opt": {"name": "adam"}, "n": {"k": 1}},
@@ -146,14 +162,19 @@ def test_points_to_evaluate_come_first_in_order_and_a_partial_point_is_completed
 
 def test_evaluated_rewards_are_finished_trials_not_suggestions():
     search = OptunaSearch(
-        {"x": uniform(0, 1)}, metric="loss", mode="min", seed=0,
-        points_to_evaluate=[{"x": 0.1}, {"x": 0.9}], evaluated_rewards=[0.5, 0.2],
+        {"x": uniform(0, 1)},
+        metric="loss",
+        mode="min",
+        seed=0,
+        points_to_evaluate=[{"x": 0.1}, {"x": 0.9}],
+        evaluated_rewards=[0.5, 0.2],
     )
     config = search.suggest("t0")
 
     done = search.study.trials[:2]
     assert [(t.params, t.value, t.state) for t in done] == [
-        ({"x": 0.1}, 0.5, TrialState.COMPLETE), ({"x": 0.9}, 0.2, TrialState.COMPLETE)
+        ({"x": 0.1}, 0.5, TrialState.COMPLETE),
+        ({"x": 0.9}, 0.2, TrialState.COMPLETE),
     ]
     assert config["x"] not in (0.1, 0.9)
     assert search.study.best_params == {"x": 0.9}
@@ -162,18 +183,29 @@ def test_evaluated_rewards_are_finished_trials_not_suggestions():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"points_to_evaluate": [{"x": 2.0}]}, "points_to_evaluate[0] key 'x': 2.0 is outside its domain"),
-        ({"points_to_evaluate": [{"y": 0.5}]}, "points_to_evaluate[0] key 'y' is not in the search space"),
+        (
+            {"points_to_evaluate": [{"x": 2.0}]},
+            "points_to_evaluate[0] key 'x': 2.0 is outside its domain",
+        ),
+        (
+            {"points_to_evaluate": [{"y": 0.5}]},
+            "points_to_evaluate[0] key 'y' is not in the search space",
+        ),
         ({"points_to_evaluate": [{"x": 0.5}], "evaluated_rewards": [1, 2]}, "one reward per point"),
         ({"points_to_evaluate": [{"x": 0.5}], "evaluated_rewards": [1]}, "no value for ['z']"),
-        ({"sampler": optuna.samplers.RandomSampler(seed=1), "seed": 1}, "pass the seed to your sampler"),
+        (
+            {"sampler": optuna.samplers.RandomSampler(seed=1), "seed": 1},
+            "pass the seed to your sampler",
+        ),
         ({"metric": ["a", "b"]}, "optimises one metric"),
         ({"mode": "minimize"}, "mode must be 'min' or 'max'"),
     ],
 )
 def test_bad_arguments_are_refused_with_the_fix(kwargs, message):
     with pytest.raises(ValueError) as e:
-        OptunaSearch({"x": uniform(0, 1), "z": randint(0, 3)}, **{"metric": "loss", "mode": "min", **kwargs})
+        OptunaSearch(
+            {"x": uniform(0, 1), "z": randint(0, 3)}, **{"metric": "loss", "mode": "min", **kwargs}
+        )
     assert message in str(e.value)
 
 
@@ -191,7 +223,11 @@ def test_results_are_intermediate_values_and_the_end_tells_the_last_result_or_a_
     search.on_trial_complete("ok", {"loss": 0.0})  # a second end is ignored
 
     ok, failed, pruned = search.study.trials
-    assert (ok.state, ok.value, ok.intermediate_values) == (TrialState.COMPLETE, 0.6, {1: 0.9, 2: 0.4, 3: 0.6})
+    assert (ok.state, ok.value, ok.intermediate_values) == (
+        TrialState.COMPLETE,
+        0.6,
+        {1: 0.9, 2: 0.4, 3: 0.6},
+    )
     assert (failed.state, failed.value) == (TrialState.FAIL, None)
     assert pruned.state == TrialState.PRUNED
 
@@ -199,7 +235,10 @@ def test_results_are_intermediate_values_and_the_end_tells_the_last_result_or_a_
 def test_a_result_without_the_metric_is_an_error_naming_it():
     search = OptunaSearch({"x": uniform(0, 1)}, metric="loss", mode="min")
     search.suggest("t1")
-    with pytest.raises(ValueError, match=r"Trial t1 reported a result without 'loss'.*\['acc', 'training_iteration'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"Trial t1 reported a result without 'loss'.*\['acc', 'training_iteration'\]",
+    ):
         search.on_trial_result("t1", {"acc": 0.5, "training_iteration": 1})
     with pytest.raises(ValueError, match="did not suggest trial t2"):
         search.on_trial_complete("t2", {"loss": 0.5})
@@ -220,14 +259,19 @@ def test_set_search_properties_gives_a_searcher_its_space_once():
 
 def test_without_metric_or_mode_it_says_what_to_pass():
     search = OptunaSearch({"x": uniform(0, 1)}, metric="loss")
-    with pytest.raises(ValueError, match=r"needs a metric and a mode, got metric='loss', mode=None"):
+    with pytest.raises(
+        ValueError, match=r"needs a metric and a mode, got metric='loss', mode=None"
+    ):
         search.suggest("t0")
 
 
 def test_any_optuna_sampler_and_distribution_can_be_given():
     sampler = optuna.samplers.RandomSampler(seed=1)
     search = OptunaSearch(
-        {"x": FloatDistribution(0.0, 1.0), "y": uniform(2, 3)}, metric="loss", mode="min", sampler=sampler
+        {"x": FloatDistribution(0.0, 1.0), "y": uniform(2, 3)},
+        metric="loss",
+        mode="min",
+        sampler=sampler,
     )
     config = search.suggest("t0")
     assert search.study.sampler is sampler
@@ -235,17 +279,33 @@ def test_any_optuna_sampler_and_distribution_can_be_given():
 
 
 def test_an_evaluated_point_is_a_finished_trial_of_its_state():
-    search = OptunaSearch({"x": uniform(0, 1), "opt": choice(["adam", "sgd"]), "fixed": 3}, metric="loss",
-                          mode="min", seed=0)
-    search.add_evaluated_point({"x": 0.2, "opt": "sgd", "fixed": 3}, 0.5, intermediate_values=[0.9, 0.5])
+    search = OptunaSearch(
+        {"x": uniform(0, 1), "opt": choice(["adam", "sgd"]), "fixed": 3},
+        metric="loss",
+        mode="min",
+        seed=0,
+    )
+    search.add_evaluated_point(
+        {"x": 0.2, "opt": "sgd", "fixed": 3}, 0.5, intermediate_values=[0.9, 0.5]
+    )
     search.add_evaluated_point({"x": 0.4, "opt": "adam"}, None, error=True)
     search.add_evaluated_point({"x": 0.6, "opt": "adam"}, None, pruned=True)
-    search.add_evaluated_point({"x": 0.8, "opt": "adam"}, None)  # no value and not pruned: it failed
+    search.add_evaluated_point(
+        {"x": 0.8, "opt": "adam"}, None
+    )  # no value and not pruned: it failed
 
     done, failed, pruned, no_value = search.study.trials
     assert (done.params, done.value, done.state, done.intermediate_values) == (
-        {"x": 0.2, "opt": "sgd"}, 0.5, TrialState.COMPLETE, {0: 0.9, 1: 0.5})
-    assert (failed.state, pruned.state, no_value.state) == (TrialState.FAIL, TrialState.PRUNED, TrialState.FAIL)
+        {"x": 0.2, "opt": "sgd"},
+        0.5,
+        TrialState.COMPLETE,
+        {0: 0.9, 1: 0.5},
+    )
+    assert (failed.state, pruned.state, no_value.state) == (
+        TrialState.FAIL,
+        TrialState.PRUNED,
+        TrialState.FAIL,
+    )
     assert search.study.best_params == {"x": 0.2, "opt": "sgd"}
     config = search.suggest("t0")  # a new trial: asked, not one of those
     assert config["fixed"] == 3 and config["x"] not in (0.2, 0.4, 0.6, 0.8)
@@ -253,7 +313,9 @@ def test_an_evaluated_point_is_a_finished_trial_of_its_state():
 
 def test_an_evaluated_point_outside_the_space_is_refused_naming_the_key():
     search = OptunaSearch({"x": uniform(0, 1)}, metric="loss", mode="min")
-    with pytest.raises(ValueError, match=r"add_evaluated_point parameters key 'x': 2.0 is outside its domain"):
+    with pytest.raises(
+        ValueError, match=r"add_evaluated_point parameters key 'x': 2.0 is outside its domain"
+    ):
         search.add_evaluated_point({"x": 2.0}, 0.1)
     with pytest.raises(ValueError, match=r"key 'y' is not in the search space"):
         search.add_evaluated_point({"y": 0.5}, 0.1)
@@ -267,7 +329,9 @@ def test_a_resume_skips_the_points_to_evaluate_handed_out_and_draws_new_points()
     points = [{"x": 0.1}, {"x": 0.2}, {"x": 0.3}]
 
     def searcher():
-        return OptunaSearch({"x": uniform(0, 1)}, metric="loss", mode="min", points_to_evaluate=points, seed=7)
+        return OptunaSearch(
+            {"x": uniform(0, 1)}, metric="loss", mode="min", points_to_evaluate=points, seed=7
+        )
 
     first = searcher()
     before = [first.suggest(f"t{i}")["x"] for i in range(6)]

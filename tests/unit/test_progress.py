@@ -9,14 +9,28 @@ from airflow_trials.execution.trial_output import read_new_output, read_tail
 
 
 def engine_fields(iteration):
-    return {"training_iteration": iteration, "time_this_iter_s": 0.51234, "time_total_s": 3.2, "timestamp": 1.7e9,
-            "trial_id": "t-3", "hostname": "node-1", "pid": 4242, "node_ip": "10.0.0.1", "done": False,
-            "iterations_since_restore": iteration, "time_since_restore": 3.2}
+    return {
+        "training_iteration": iteration,
+        "time_this_iter_s": 0.51234,
+        "time_total_s": 3.2,
+        "timestamp": 1.7e9,
+        "trial_id": "t-3",
+        "hostname": "node-1",
+        "pid": 4242,
+        "node_ip": "10.0.0.1",
+        "done": False,
+        "iterations_since_restore": iteration,
+        "time_since_restore": 3.2,
+    }
 
 
 def test_progress_line_shows_the_trainables_metrics_in_report_order_and_the_checkpoint():
-    result = {"val_loss": 0.41234567, "val_accuracy": 0.81, **engine_fields(3),
-              "checkpoint": "/storage/exp/t-3/checkpoint_000003"}
+    result = {
+        "val_loss": 0.41234567,
+        "val_accuracy": 0.81,
+        **engine_fields(3),
+        "checkpoint": "/storage/exp/t-3/checkpoint_000003",
+    }
     assert format_progress("t-3", result) == (
         "Trial t-3 iteration 3: val_loss=0.4123 val_accuracy=0.81 (checkpoint checkpoint_000003)"
     )
@@ -29,9 +43,18 @@ def test_progress_line_without_metrics_or_checkpoint():
 
 @pytest.mark.parametrize(
     ("value", "text"),
-    [(0.000012345, "1.234e-05"), (123456.789, "1.235e+05"), (7, "7"), (True, "True"), (None, "None"),
-     (float("nan"), "nan"), (float("-inf"), "-inf"), ("relu", "relu"), ("x" * 50, "x" * 29 + "..."),
-     ({"b": 1, "a": [1, 2]}, '{"a": [1, 2], "b": 1}')],
+    [
+        (0.000012345, "1.234e-05"),
+        (123456.789, "1.235e+05"),
+        (7, "7"),
+        (True, "True"),
+        (None, "None"),
+        (float("nan"), "nan"),
+        (float("-inf"), "-inf"),
+        ("relu", "relu"),
+        ("x" * 50, "x" * 29 + "..."),
+        ({"b": 1, "a": [1, 2]}, '{"a": [1, 2], "b": 1}'),
+    ],
 )
 def test_values_are_compact(value, text):
     assert format_value(value) == text
@@ -63,7 +86,9 @@ def test_new_output_is_read_from_the_offset_in_whole_lines(tmp_path):
     assert read_new_output(path, second.offset).lines == []
     write(path, "unfinished")
     assert read_new_output(path, second.offset).lines == []
-    assert read_new_output(path, second.offset, final=True).lines == ["unfinished"]  # the writer is done
+    assert read_new_output(path, second.offset, final=True).lines == [
+        "unfinished"
+    ]  # the writer is done
 
 
 def test_a_poll_reads_at_most_its_bounds_and_says_what_it_skipped(tmp_path):

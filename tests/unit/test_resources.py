@@ -38,17 +38,33 @@ def test_fits_in_and_shortfall():
     cluster = Resources(cpu=4, gpu=1, custom_resources={"a": 2})
     assert Resources(cpu=1, gpu=0.5).fits_in(cluster)
     assert not Resources(cpu=1, gpu=2).fits_in(cluster)
-    assert Resources(cpu=1, gpu=2, custom_resources={"b": 1}).shortfall(cluster) == {"gpu": 1.0, "b": 1.0}
+    assert Resources(cpu=1, gpu=2, custom_resources={"b": 1}).shortfall(cluster) == {
+        "gpu": 1.0,
+        "b": 1.0,
+    }
 
 
 def test_from_ray_drops_bookkeeping_keys():
-    ray_view = {"CPU": 2.0, "GPU": 2.0, "memory": 100.0, "object_store_memory": 5.0,
-                "node:10.0.0.1": 1.0, "node:__internal_head__": 1.0, "CPU_group_abc": 1.0, "a": 3.0}
-    assert Resources.from_ray(ray_view) == Resources(cpu=2, gpu=2, memory=100, custom_resources={"a": 3})
+    ray_view = {
+        "CPU": 2.0,
+        "GPU": 2.0,
+        "memory": 100.0,
+        "object_store_memory": 5.0,
+        "node:10.0.0.1": 1.0,
+        "node:__internal_head__": 1.0,
+        "CPU_group_abc": 1.0,
+        "a": 3.0,
+    }
+    assert Resources.from_ray(ray_view) == Resources(
+        cpu=2, gpu=2, memory=100, custom_resources={"a": 3}
+    )
 
 
 def test_ray_bundle_leaves_out_zeros():
-    assert Resources(cpu=1, gpu=0, custom_resources={"a": 0.5}).to_ray_bundle() == {"CPU": 1.0, "a": 0.5}
+    assert Resources(cpu=1, gpu=0, custom_resources={"a": 0.5}).to_ray_bundle() == {
+        "CPU": 1.0,
+        "a": 0.5,
+    }
 
 
 @pytest.mark.parametrize("bad", [{"cpu": "two"}, {"cpu": True}, {"custom_resources": {"CPU": 1}}])

@@ -32,21 +32,32 @@ class CountingStopper(Stopper):
         ({}, False, None),  # nothing can end it before its trainable returns
         ({"stopping_criterion": {"training_iteration": 5}}, False, 5),
         ({"stopping_criterion": {"training_iteration": 4.5}}, False, 5),  # stops at 5 >= 4.5
-        ({"stopping_criterion": {"training_iteration": 5, "score": 0.9}}, False, NO_RUN_AHEAD),  # reads a metric
-        ({"stopping_criterion": lambda trial_id, result: False}, False, NO_RUN_AHEAD),  # code: only it knows
+        (
+            {"stopping_criterion": {"training_iteration": 5, "score": 0.9}},
+            False,
+            NO_RUN_AHEAD,
+        ),  # reads a metric
+        (
+            {"stopping_criterion": lambda trial_id, result: False},
+            False,
+            NO_RUN_AHEAD,
+        ),  # code: only it knows
         ({"stopping_criterion": CountingStopper()}, False, NO_RUN_AHEAD),
         ({"checkpoint_freq": 3}, False, 3),
         ({"stopping_criterion": {"training_iteration": 2}, "checkpoint_freq": 3}, False, 2),
         ({}, True, NO_RUN_AHEAD),  # a scheduler (or an experiment stopper) judges every result
     ],
 )
-def test_run_ahead_stops_below_the_first_result_that_could_change_what_happens(kwargs, judged, expected):
+def test_run_ahead_stops_below_the_first_result_that_could_change_what_happens(
+    kwargs, judged, expected
+):
     bound = run_ahead_below(make_trial(**kwargs), results_judged=judged)
     assert bound == expected if expected is not None else bound > 10**9
 
 
 def test_the_bound_agrees_with_after_result_at_every_iteration():
-    """Below the bound, after_result says CONTINUE without a checkpoint; at the bound it does not."""
+    """Below the bound, after_result says CONTINUE without a checkpoint; at the bound it does
+    not."""
     trial = make_trial(stopping_criterion={"training_iteration": 7}, checkpoint_freq=3)
     for iteration in range(1, 8):
         bound = run_ahead_below(trial, results_judged=False)
@@ -57,8 +68,12 @@ def test_the_bound_agrees_with_after_result_at_every_iteration():
 
 def actor(storage, tmp_path, **config):
     log = tmp_path / "iterations.log"
-    spec = {"trial_id": "t1", "experiment_name": "unit", "trainable": "tests.trainables:logged",
-            "config": {"log": str(log), **config}}
+    spec = {
+        "trial_id": "t1",
+        "experiment_name": "unit",
+        "trainable": "tests.trainables:logged",
+        "config": {"log": str(log), **config},
+    }
     return TrialActor(spec, storage, storage, capture_output=False), log
 
 
@@ -91,7 +106,9 @@ def test_below_the_bound_the_trainable_trains_its_next_result_before_it_is_asked
     a.stop()
 
 
-def test_at_the_bound_the_trainable_waits_and_a_stop_ends_it_without_another_iteration(storage, tmp_path):
+def test_at_the_bound_the_trainable_waits_and_a_stop_ends_it_without_another_iteration(
+    storage, tmp_path
+):
     a, log = actor(storage, tmp_path)
     assert [a.train(run_ahead_below=2)["training_iteration"] for _ in range(2)] == [1, 2]
     thread = a._driver._thread
@@ -139,13 +156,19 @@ def test_the_runner_s_rule_turns_run_ahead_off_where_a_scheduler_or_an_experimen
     assert run_ahead_rule(FIFOScheduler(), None)(trial) == 5
     assert run_ahead_rule(FIFOScheduler(), ThresholdStopper({"training_iteration": 5}))(trial) == 5
     assert run_ahead_rule(ASHAScheduler(metric="score", mode="max"), None)(trial) == NO_RUN_AHEAD
-    assert run_ahead_rule(MedianStoppingRule(metric="score", mode="max"), None)(trial) == NO_RUN_AHEAD
+    assert (
+        run_ahead_rule(MedianStoppingRule(metric="score", mode="max"), None)(trial) == NO_RUN_AHEAD
+    )
     assert run_ahead_rule(FIFOScheduler(), EndsTheExperiment())(trial) == NO_RUN_AHEAD
 
 
 def test_a_class_trainable_never_trains_ahead_and_is_timed_from_the_call(storage):
-    spec = {"trial_id": "t1", "experiment_name": "unit", "trainable": "tests.trainables:FakeTrainable",
-            "config": {"sleep": 0.05}}
+    spec = {
+        "trial_id": "t1",
+        "experiment_name": "unit",
+        "trainable": "tests.trainables:FakeTrainable",
+        "config": {"sleep": 0.05},
+    }
     a = TrialActor(spec, storage, storage, capture_output=False)
     a.train(run_ahead_below=10)
     time.sleep(0.3)  # the runner is slow to ask: a class trainable waits for the call

@@ -1,4 +1,5 @@
-"""ASHA's pure rung rules (core/rungs.py): what both the in-memory scheduler and the store path judge with."""
+"""ASHA's pure rung rules (core/rungs.py): what both the in-memory scheduler and the store path
+judge with."""
 
 from __future__ import annotations
 
@@ -43,8 +44,10 @@ def test_a_result_is_judged_at_the_highest_rung_it_reached_without_a_value():
 def test_rung_cutoff_is_numpys_nanpercentile_of_the_scores_to_the_last_bit():
     rng = random.Random(3)
     for _ in range(500):
-        values = [rng.choice([math.nan, math.inf, -math.inf, float(rng.randint(0, 3)), rng.gauss(0, 1)])
-                  for _ in range(rng.randint(1, 30))]
+        values = [
+            rng.choice([math.nan, math.inf, -math.inf, float(rng.randint(0, 3)), rng.gauss(0, 1)])
+            for _ in range(rng.randint(1, 30))
+        ]
         factor, mode = rng.choice([2, 2.5, 3, 4, 7]), rng.choice(["min", "max"])
         sign = 1.0 if mode == "max" else -1.0
         with warnings.catch_warnings():
@@ -52,7 +55,9 @@ def test_rung_cutoff_is_numpys_nanpercentile_of_the_scores_to_the_last_bit():
             expected = float(np.nanpercentile([sign * v for v in values], rung_percent(factor)))
         got = rung_cutoff(ValueList(values), factor, mode)
         assert got == expected or (math.isnan(got) and math.isnan(expected)), (values, factor, mode)
-        assert nan_percentile([sign * v for v in values], rung_percent(factor)) == got or math.isnan(got)
+        assert nan_percentile(
+            [sign * v for v in values], rung_percent(factor)
+        ) == got or math.isnan(got)
 
 
 def test_verdicts_ties_go_on_nans_stop_nothing_and_min_reads_the_other_way():
@@ -69,17 +74,22 @@ def test_verdicts_ties_go_on_nans_stop_nothing_and_min_reads_the_other_way():
 
 
 def test_asha_rungs_say_why_and_refuse_what_asha_refuses():
-    rungs = AshaRungs(metric="loss", mode="min", max_t=9, grace_period=1, reduction_factor=3, brackets=2)
+    rungs = AshaRungs(
+        metric="loss", mode="min", max_t=9, grace_period=1, reduction_factor=3, brackets=2
+    )
     assert rungs.milestones(1) == (9, 3)
     assert rungs.stop_at_max_t(9) == "stopped by ASHA at training_iteration=9: it reached max_t=9"
     assert rungs.stop_at_max_t(8.5) is None
     verdict = rungs.decide(1, 4, 3, 0.9)(ValueList([0.1, 0.5]))
     assert verdict.reason == (
-        "stopped by ASHA at training_iteration=4 (bracket 2 of 2, rung 1 of 2, milestone 3): loss 0.9 above "
+        "stopped by ASHA at training_iteration=4 (bracket 2 of 2, rung 1 of 2, milestone 3): loss "
+        "0.9 above "
         "the rung's cutoff 0.2333"
     )
     at_end = rungs.decide(1, 4, 3, 0.9, at_end=True)(ValueList([0.1, 0.5]))
-    assert at_end.decision is Decision.STOP and at_end.reason.startswith("recorded when the trial ended")
+    assert at_end.decision is Decision.STOP and at_end.reason.startswith(
+        "recorded when the trial ended"
+    )
     assert rungs.decide(1, 4, 3, 0.0)(ValueList([0.1, 0.5])).reason is None
     with pytest.raises(ValueError, match="Bracket 2 is not one of ASHA's 2"):
         rungs.milestones(2)

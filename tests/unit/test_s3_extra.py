@@ -1,4 +1,5 @@
-"""The s3 extra: s3:// checkpoint storage installs from the pins and in both images (docs/deploy.md)."""
+"""The s3 extra: s3:// checkpoint storage installs from the pins and in both images
+(docs/deploy.md)."""
 
 from __future__ import annotations
 
@@ -37,7 +38,9 @@ def test_the_s3_extra_is_s3fs_and_the_default_install_and_dev_go_without_it():
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     extras = project["optional-dependencies"]
     assert [re.split(r"[<>=\[]", r)[0] for r in extras["s3"]] == ["s3fs"]
-    installed_by_default = [re.split(r"[<>=\[]", r)[0] for r in project["dependencies"] + extras["dev"]]
+    installed_by_default = [
+        re.split(r"[<>=\[]", r)[0] for r in project["dependencies"] + extras["dev"]
+    ]
     assert "s3fs" not in installed_by_default
 
 
@@ -47,7 +50,8 @@ def test_s3fs_is_pinned_at_the_pinned_fsspec_version_with_what_it_brings():
     assert pins["s3fs"] == pins["fsspec"]
     for dependency in ("aiobotocore", "botocore", "aioitertools", "jmespath"):
         assert dependency in pins, f"{dependency} (needed by s3fs) is not pinned in constraints.txt"
-    # Every botocore requires python-dateutil < 3: a pin of 3 or later makes the extra uninstallable.
+    # Every botocore requires python-dateutil < 3: a pin of 3 or later makes the extra
+    # uninstallable.
     assert int(pins["python-dateutil"].split(".")[0]) < 3
 
 
@@ -59,7 +63,9 @@ def test_both_images_install_the_s3_extra_with_the_constraints():
         (install,) = installs
         assert "-c " in install and "constraints.txt" in install, install
         extras = re.search(r"airflow-trials\[([^\]]*)\]", install)
-        assert extras and "s3" in extras.group(1).split(","), f"the {stage} image does not install the s3 extra: {install}"
+        assert extras and "s3" in extras.group(1).split(","), (
+            f"the {stage} image does not install the s3 extra: {install}"
+        )
 
 
 def test_an_s3_storage_opens_without_reaching_the_bucket():
@@ -71,4 +77,7 @@ def test_an_s3_storage_opens_without_reaching_the_bucket():
     storage = TrialStorage("s3://no-such-bucket/trials")
     assert type(storage.fs).__name__ == "S3FileSystem"
     assert storage.fs._s3 is None  # s3fs makes its client on the first request
-    assert storage.checkpoint_dir("exp", "t1", 3) == "s3://no-such-bucket/trials/exp/t1/checkpoint_000003"
+    assert (
+        storage.checkpoint_dir("exp", "t1", 3)
+        == "s3://no-such-bucket/trials/exp/t1/checkpoint_000003"
+    )

@@ -84,8 +84,13 @@ def pytest_generate_tests(metafunc):
     pairs = [
         (kind, seed) for kind in kinds for seed in range(SEEDS if kind == IN_MEMORY else DB_SEEDS)
     ]
-    metafunc.parametrize(("state", "seed"), pairs, indirect=["state"], scope="module",
-                         ids=[f"{kind}-{seed}" for kind, seed in pairs])
+    metafunc.parametrize(
+        ("state", "seed"),
+        pairs,
+        indirect=["state"],
+        scope="module",
+        ids=[f"{kind}-{seed}" for kind, seed in pairs],
+    )
 
 
 @pytest.fixture(scope="module")
@@ -150,7 +155,9 @@ class Replay:
         self.last[trial_id] = result
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # numpy on an all-NaN rung
-            expected = self.ray.on_trial_result(self.controller, self.ray_trials[trial_id], dict(result))
+            expected = self.ray.on_trial_result(
+                self.controller, self.ray_trials[trial_id], dict(result)
+            )
         got = self.ours.on_trial_result(self.trials[trial_id], dict(result))
         assert isinstance(got, Decision)
         assert got == expected, (
@@ -231,8 +238,11 @@ def play(replay: Replay, rng: random.Random, time_attr: str, concurrency: int) -
         step[trial_id] += rate[trial_id]
         clock[trial_id] += rng.choice([0.5, 1.0, 1.5, 2.0]) * rate[trial_id]
         progress = step[trial_id] if time_attr == "training_iteration" else clock[trial_id]
-        result = {"training_iteration": step[trial_id], "time_total_s": clock[trial_id],
-                  "score": _value(rng, level[trial_id], step[trial_id])}
+        result = {
+            "training_iteration": step[trial_id],
+            "time_total_s": clock[trial_id],
+            "score": _value(rng, level[trial_id], step[trial_id]),
+        }
         result[time_attr] = progress
         decision = replay.result(trial_id, result)
         if decision == "STOP" or step[trial_id] >= limit[trial_id]:
@@ -260,7 +270,9 @@ def _asha_settings(rng: random.Random) -> dict:
 def play_asha(seed: int, state: State) -> Replay:
     rng = random.Random(seed)
     settings = _asha_settings(rng)
-    np.random.seed(seed)  # Ray draws brackets from NumPy's global state; ours from the same sequence
+    np.random.seed(
+        seed
+    )  # Ray draws brackets from NumPy's global state; ours from the same sequence
     state.start()
     replay = Replay(
         RayASHA(metric="score", **settings),
@@ -321,7 +333,8 @@ def test_the_streams_reach_every_decision(state):
     assert median_seen == {"CONTINUE", "PAUSE", "STOP"}
 
 
-# -- hand-written cases -----------------------------------------------------------------------------
+# -- hand-written cases
+# -----------------------------------------------------------------------------
 
 
 def asha(state: State, **kwargs):
@@ -358,7 +371,8 @@ def test_asha_a_tie_with_the_cutoff_continues_and_min_mode_reads_the_other_way(s
     assert replay.result("c", it(1, 0.9)) == "STOP"
     assert replay.result("d", it(1, 0.1)) == "CONTINUE"
     assert replay.reason("c") == (
-        "stopped by ASHA at training_iteration=1 (rung 1 of 3): score 0.9 above the rung's cutoff 0.5"
+        "stopped by ASHA at training_iteration=1 (rung 1 of 3): score 0.9 above the rung's cutoff "
+        "0.5"
     )
 
 
@@ -400,8 +414,15 @@ def test_asha_multiple_brackets_follow_rays_draws(state):
     state.start()
     replay = Replay(
         RayASHA(metric="score", mode="max", max_t=27, reduction_factor=3, brackets=3),
-        AsyncHyperBandScheduler(metric="score", mode="max", max_t=27, reduction_factor=3, brackets=3,
-                                rng=np.random.RandomState(7), state=state.rungs()),
+        AsyncHyperBandScheduler(
+            metric="score",
+            mode="max",
+            max_t=27,
+            reduction_factor=3,
+            brackets=3,
+            rng=np.random.RandomState(7),
+            state=state.rungs(),
+        ),
         state,
     )
     for i in range(40):
@@ -482,8 +503,10 @@ def test_median_a_nan_best_counts_as_worse_and_non_finite_means_are_left_out(sta
 def test_nan_percentile_is_numpys_to_the_last_bit():
     rng = random.Random(0)
     for _ in range(3000):
-        values = [rng.choice([rng.gauss(0, 1), float(rng.randint(0, 3)), math.nan, math.inf, -math.inf])
-                  for _ in range(rng.randint(1, 9))]
+        values = [
+            rng.choice([rng.gauss(0, 1), float(rng.randint(0, 3)), math.nan, math.inf, -math.inf])
+            for _ in range(rng.randint(1, 9))
+        ]
         percent = (1 - 1 / rng.choice([2, 3, 4, 2.5, 1.5, 7])) * 100
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
@@ -492,7 +515,8 @@ def test_nan_percentile_is_numpys_to_the_last_bit():
         assert got == expected or (math.isnan(got) and math.isnan(expected)), (values, percent)
 
 
-# -- errors --------------------------------------------------------------------------------------------
+# -- errors
+# --------------------------------------------------------------------------------------------
 
 
 def counting(trial_id="t-1"):
@@ -541,7 +565,9 @@ def test_a_result_without_the_metric_or_time_attr_names_the_missing_key(schedule
     chosen.on_trial_add(trial)
     result = {"training_iteration": 1, "score": 1.0, "loss": 2.0}
     del result[missing]
-    with pytest.raises(ValueError, match=rf"Trial t-1 reported a result without '{missing}'.*has: "):
+    with pytest.raises(
+        ValueError, match=rf"Trial t-1 reported a result without '{missing}'.*has: "
+    ):
         chosen.on_trial_result(trial, result)
     chosen.on_trial_complete(trial, {})  # a trial that ends before reporting is no error
 

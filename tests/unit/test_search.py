@@ -15,8 +15,13 @@ from airflow_trials.core.search import (
 
 
 def test_grid_times_samples_with_random_domains_in_bounds():
-    space = {"lr": loguniform(1e-4, 1e-1), "layers": grid_search([1, 2]), "opt": {"name": choice(["sgd", "adam"]),
-             "momentum": uniform(0.5, 0.9)}, "batch": randint(16, 64), "fixed": 3}
+    space = {
+        "lr": loguniform(1e-4, 1e-1),
+        "layers": grid_search([1, 2]),
+        "opt": {"name": choice(["sgd", "adam"]), "momentum": uniform(0.5, 0.9)},
+        "batch": randint(16, 64),
+        "fixed": 3,
+    }
     configs = generate_configs(space, num_samples=3, seed=7)
     assert len(configs) == 6
     assert [c["layers"] for c in configs] == [1, 2] * 3
@@ -60,7 +65,8 @@ def test_num_samples_must_be_positive():
         generate_configs({"x": 1}, 0)
 
 
-# -- the domains Ray Tune 2.60 has beyond the first five --------------------------------------------
+# -- the domains Ray Tune 2.60 has beyond the first five
+# --------------------------------------------
 
 from airflow_trials.core.search import (  # noqa: E402
     lograndint,
@@ -91,7 +97,9 @@ def test_constructors_write_plain_json():
     assert qlograndint(1, 100, 10) == {"qlograndint": [1, 100, 10]}
     assert randn() == {"randn": [0.0, 1.0]}
     assert qrandn(0, 2, 0.5) == {"qrandn": [0, 2, 0.5]}
-    assert sample_from("tests.search_functions:double_layers") == {"sample_from": "tests.search_functions:double_layers"}
+    assert sample_from("tests.search_functions:double_layers") == {
+        "sample_from": "tests.search_functions:double_layers"
+    }
 
 
 @pytest.mark.parametrize(
@@ -100,7 +108,8 @@ def test_constructors_write_plain_json():
         # Quantization rounds to the nearest multiple, so the upper bound is inclusive.
         (quniform(0, 1, 0.25), {0.0, 0.25, 0.5, 0.75, 1.0}),
         (qloguniform(0.5, 2.0, 0.5), {0.5, 1.0, 1.5, 2.0}),
-        # Integer quantization: multiples of q between the bounds rounded inwards, upper inclusive...
+        # Integer quantization: multiples of q between the bounds rounded inwards, upper
+        # inclusive...
         (qrandint(1, 10, 3), {3, 6, 9}),
         (qlograndint(1, 100, 10), {10, 20, 30, 40, 50, 60, 70, 80, 90, 100}),
         # ...except for q == 1, where it is randint / lograndint (upper exclusive).
@@ -123,8 +132,10 @@ def test_lograndint_stays_in_bounds_with_the_upper_bound_exclusive():
 
 
 def test_quantized_floats_are_multiples_of_q_within_the_bounds():
-    for domain, (lower, upper, q) in [(quniform(-1.5, 3.0, 0.5), (-1.5, 3.0, 0.5)),
-                                      (qloguniform(1e-4, 1e-1, 5e-5), (1e-4, 1e-1, 5e-5))]:
+    for domain, (lower, upper, q) in [
+        (quniform(-1.5, 3.0, 0.5), (-1.5, 3.0, 0.5)),
+        (qloguniform(1e-4, 1e-1, 5e-5), (1e-4, 1e-1, 5e-5)),
+    ]:
         values = _values(domain)
         assert all(lower - 1e-12 <= v <= upper + 1e-12 and _is_multiple(v, q) for v in values)
 
@@ -139,8 +150,15 @@ def test_randn_and_qrandn():
 
 @pytest.mark.parametrize(
     "domain",
-    [quniform(0, 10, 0.5), qloguniform(1, 64, 1), lograndint(1, 50), qrandint(0, 100, 7),
-     qlograndint(2, 200, 2), randn(), qrandn(1.0, 2.0, 0.1)],
+    [
+        quniform(0, 10, 0.5),
+        qloguniform(1, 64, 1),
+        lograndint(1, 50),
+        qrandint(0, 100, 7),
+        qlograndint(2, 200, 2),
+        randn(),
+        qrandn(1.0, 2.0, 0.1),
+    ],
 )
 def test_every_new_domain_is_reproducible_per_seed(domain):
     assert _values(domain, 20, seed=3) == _values(domain, 20, seed=3)
@@ -149,8 +167,13 @@ def test_every_new_domain_is_reproducible_per_seed(domain):
 
 def test_a_seed_still_gives_the_configs_it_gave_before_the_new_domains():
     # Stored experiment runs record their seed: the same seed must keep giving the same configs.
-    old = {"lr": loguniform(1e-4, 1e-1), "n": randint(1, 9), "m": uniform(0, 1), "c": choice(list("abc")),
-           "g": grid_search([1, 2])}
+    old = {
+        "lr": loguniform(1e-4, 1e-1),
+        "n": randint(1, 9),
+        "m": uniform(0, 1),
+        "c": choice(list("abc")),
+        "g": grid_search([1, 2]),
+    }
     assert generate_configs(old, 2, seed=11) == [
         {"lr": 0.0022758239345465406, "n": 8, "m": 0.45183232059956535, "c": "c", "g": 1},
         {"lr": 0.0003712838800106654, "n": 8, "m": 0.6298827202168019, "c": "a", "g": 2},
@@ -158,8 +181,11 @@ def test_a_seed_still_gives_the_configs_it_gave_before_the_new_domains():
         {"lr": 0.026849339294740086, "n": 1, "m": 0.5954365058406696, "c": "b", "g": 2},
     ]
     # sample_from functions draw from a stream of their own: adding one changes no other value.
-    with_function = generate_configs({**old, "z": sample_from("tests.search_functions:units_for_depth"),
-                                      "model": {"depth": 1}}, 2, seed=11)
+    with_function = generate_configs(
+        {**old, "z": sample_from("tests.search_functions:units_for_depth"), "model": {"depth": 1}},
+        2,
+        seed=11,
+    )
     assert [{k: c[k] for k in old} for c in with_function] == generate_configs(old, 2, seed=11)
 
 
@@ -169,7 +195,10 @@ def test_a_seed_still_gives_the_configs_it_gave_before_the_new_domains():
         ({"x": {"quniform": [0, 1]}}, r"key 'x' \(quniform\) needs \[lower, upper, q\] numbers"),
         ({"x": {"quniform": [0, 1, 0]}}, "needs a quantization step q > 0, got 0"),
         ({"x": {"qrandn": [0, 1, -0.5]}}, "needs a quantization step q > 0, got -0.5"),
-        ({"x": {"quniform": [0.1, 1, 0.25]}}, r"bounds that are multiples of q=0.25 \(as Ray Tune\), but lower is 0.1"),
+        (
+            {"x": {"quniform": [0.1, 1, 0.25]}},
+            r"bounds that are multiples of q=0.25 \(as Ray Tune\), but lower is 0.1",
+        ),
         ({"x": {"qloguniform": [0, 1, 0.5]}}, "needs lower > 0"),
         ({"x": {"qloguniform": [1, 1, 0.5]}}, "needs lower < upper"),
         ({"x": {"lograndint": [0, 10]}}, "needs lower > 0"),
@@ -193,36 +222,58 @@ def test_malformed_new_domains_name_the_key_and_the_rule(space, message):
 
 
 def test_sample_from_sees_the_sampled_config_and_its_seeded_rng():
-    space = {"layers": grid_search([1, 2]), "model": {"depth": randint(1, 4),
-             "units": sample_from("tests.search_functions:units_for_depth")},
-             "width": sample_from("tests.search_functions:double_layers"), "fixed": "a"}
+    space = {
+        "layers": grid_search([1, 2]),
+        "model": {
+            "depth": randint(1, 4),
+            "units": sample_from("tests.search_functions:units_for_depth"),
+        },
+        "width": sample_from("tests.search_functions:double_layers"),
+        "fixed": "a",
+    }
     configs = generate_configs(space, 4, seed=5)
     assert configs == generate_configs(space, 4, seed=5)
     for c in configs:
         assert c["width"] == 2 * c["layers"]
         assert c["model"]["units"] in {d * c["model"]["depth"] for d in (16, 32, 64)}
-        assert list(c) == ["layers", "model", "width", "fixed"] and list(c["model"]) == ["depth", "units"]
+        assert list(c) == ["layers", "model", "width", "fixed"] and list(c["model"]) == [
+            "depth",
+            "units",
+        ]
     assert len({c["model"]["units"] for c in generate_configs(space, 30, seed=5)}) > 1
 
 
 def test_a_sample_from_function_sees_only_the_sample_from_keys_before_it():
-    space = {"a": sample_from("tests.search_functions:seen_keys"), "b": 1,
-             "c": sample_from("tests.search_functions:seen_keys"), "d": uniform(0, 1)}
+    space = {
+        "a": sample_from("tests.search_functions:seen_keys"),
+        "b": 1,
+        "c": sample_from("tests.search_functions:seen_keys"),
+        "d": uniform(0, 1),
+    }
     config = generate_configs(space, 1, seed=0)[0]
     assert config["a"] == ["b", "d"] and config["c"] == ["a", "b", "d"]
 
 
 def test_a_sample_from_function_may_take_no_argument_as_in_ray_tune():
-    assert generate_configs({"x": sample_from("tests.search_functions:no_args")}, 2) == [{"x": "constant"}] * 2
+    assert (
+        generate_configs({"x": sample_from("tests.search_functions:no_args")}, 2)
+        == [{"x": "constant"}] * 2
+    )
 
 
 @pytest.mark.parametrize(
     ("path", "message"),
     [
-        ("tests.no_such_module:f", r"key 'x' \(sample_from\): Cannot import module 'tests.no_such_module'"),
+        (
+            "tests.no_such_module:f",
+            r"key 'x' \(sample_from\): Cannot import module 'tests.no_such_module'",
+        ),
         ("tests.search_functions:nope", "has no attribute 'nope'"),
         ("tests.search_functions:NOT_CALLABLE", "is int 3, not a function of the config"),
-        ("tests.search_functions:two_positional", r"must take the config as its one positional argument"),
+        (
+            "tests.search_functions:two_positional",
+            r"must take the config as its one positional argument",
+        ),
         ("nocolon", "is not of the form 'package.module:name'"),
         (["tests.search_functions:no_args"], "path must be a non-empty string"),
     ],
@@ -241,8 +292,11 @@ def test_parsing_a_dag_checks_the_path_form_without_importing_it():
 @pytest.mark.parametrize(
     ("path", "message"),
     [
-        ("tests.search_functions:raises", r"key 'x' \(sample_from 'tests.search_functions:raises'\): "
-                                          r"the function raised KeyError: 'missing'"),
+        (
+            "tests.search_functions:raises",
+            r"key 'x' \(sample_from 'tests.search_functions:raises'\): "
+            r"the function raised KeyError: 'missing'",
+        ),
         ("tests.search_functions:not_json", "returned set {1, 2}, which is not JSON"),
     ],
 )

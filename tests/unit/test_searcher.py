@@ -1,4 +1,5 @@
-"""Searchers on the runner path without Ray: ConcurrencyLimiter, SearchDriver and the runner's search loop."""
+"""Searchers on the runner path without Ray: ConcurrencyLimiter, SearchDriver and the runner's
+search loop."""
 
 from __future__ import annotations
 
@@ -32,7 +33,11 @@ class ListSearcher(Searcher):
         self.calls: list[tuple] = []
 
     def _maybe_raise(self, hook):
-        if self.raise_on and self.raise_on[0] == hook and sum(c[0] == hook for c in self.calls) == self.raise_on[1]:
+        if (
+            self.raise_on
+            and self.raise_on[0] == hook
+            and sum(c[0] == hook for c in self.calls) == self.raise_on[1]
+        ):
             raise RuntimeError(f"{hook} broke")
 
     def suggest(self, trial_id):
@@ -52,9 +57,16 @@ class ListSearcher(Searcher):
 
 class LocalExecutor:
     """The runner's executor for tests without Ray: each trial reports ``loss = objective(config)``
-    ``iterations`` times, one result per fetch, the running trials taking turns; ``slots`` at once."""
+    ``iterations`` times, one result per fetch, the running trials taking turns; ``slots`` at
+    once."""
 
-    def __init__(self, storage_path: str, objective: Callable[[dict], float], iterations: int = 3, slots: int = 2):
+    def __init__(
+        self,
+        storage_path: str,
+        objective: Callable[[dict], float],
+        iterations: int = 3,
+        slots: int = 2,
+    ):
         self.storage = TrialStorage(storage_path)
         self.objective = objective
         self.iterations = iterations
@@ -89,7 +101,11 @@ class LocalExecutor:
     def fetch_result(self, trial):
         self._iteration[trial.trial_id] += 1
         i = self._iteration[trial.trial_id]
-        return {"loss": self.objective(trial.config), TRAINING_ITERATION: i, "done": i == self.iterations}
+        return {
+            "loss": self.objective(trial.config),
+            TRAINING_ITERATION: i,
+            "done": i == self.iterations,
+        }
 
     def continue_training(self, trial, run_ahead_below=0):
         pass
@@ -112,8 +128,12 @@ class LocalExecutor:
 def _runner(tmp_path, search_alg, num_samples, objective=lambda c: (c["x"] - 0.3) ** 2, **kwargs):
     executor = LocalExecutor(str(tmp_path), objective, slots=kwargs.pop("slots", 2))
     runner = TrialRunner(
-        "exp", executor=executor, search_alg=search_alg, num_samples=num_samples,
-        trainable="tests.trainables:quadratic", **kwargs,
+        "exp",
+        executor=executor,
+        search_alg=search_alg,
+        num_samples=num_samples,
+        trainable="tests.trainables:quadratic",
+        **kwargs,
     )
     return runner, executor
 
@@ -175,7 +195,8 @@ def test_a_searcher_that_raises_mid_run_stops_the_trials_and_keeps_the_results(t
         runner.run()
 
     assert str(e.value).startswith(
-        "Search algorithm ListSearcher of experiment exp raised RuntimeError in on_trial_result() for trial "
+        "Search algorithm ListSearcher of experiment exp raised RuntimeError in on_trial_result() "
+        "for trial "
     )
     assert isinstance(e.value.__cause__, RuntimeError) and str(e.value.__cause__) == "result broke"
     trials = runner.get_trials()
@@ -187,7 +208,10 @@ def test_a_searcher_that_raises_mid_run_stops_the_trials_and_keeps_the_results(t
 
 def test_a_searcher_that_has_nothing_while_nothing_runs_is_an_error(tmp_path):
     runner, _ = _runner(tmp_path, ListSearcher([0.1], finish=False), 5)
-    with pytest.raises(SearcherError, match=r"returned None for trial \w+_00002 while no trial .* return Searcher.FINISHED"):
+    with pytest.raises(
+        SearcherError,
+        match=r"returned None for trial \w+_00002 while no trial .* return Searcher.FINISHED",
+    ):
         runner.run()
     assert [t.status for t in runner.get_trials()] == [TrialStatus.TERMINATED]
 
@@ -198,7 +222,9 @@ def test_a_suggestion_that_is_not_a_config_is_an_error_naming_the_searcher(tmp_p
             return ["x", 0.1]
 
     runner, _ = _runner(tmp_path, Bad([]), 2)
-    with pytest.raises(SearcherError, match=r"Search algorithm Bad of experiment exp suggested list \['x', 0.1\]"):
+    with pytest.raises(
+        SearcherError, match=r"Search algorithm Bad of experiment exp suggested list \['x', 0.1\]"
+    ):
         runner.run()
 
 
@@ -214,7 +240,11 @@ def test_a_suggestion_that_is_not_a_config_is_an_error_naming_the_searcher(tmp_p
     ],
 )
 def test_search_arguments_that_clash_are_refused(tmp_path, kwargs, message):
-    settings = {"search_alg": ListSearcher([0.1]), "num_samples": 2, "trainable": "tests.trainables:quadratic"}
+    settings = {
+        "search_alg": ListSearcher([0.1]),
+        "num_samples": 2,
+        "trainable": "tests.trainables:quadratic",
+    }
     with pytest.raises(ValueError) as e:
         TrialRunner("exp", executor=LocalExecutor(str(tmp_path), abs), **{**settings, **kwargs})
     assert message in str(e.value)
@@ -262,7 +292,11 @@ def test_a_scheduler_and_a_searcher_on_different_metrics_are_refused_before_any_
     from airflow_trials import ASHAScheduler
     from airflow_trials.core.searcher import agree_on_metric
 
-    with pytest.raises(ValueError, match=r"AsyncHyperBandScheduler and the searcher ListSearcher disagree on metric 'acc' vs 'loss'"):
+    with pytest.raises(
+        ValueError,
+        match=r"AsyncHyperBandScheduler and the searcher ListSearcher disagree on metric 'acc' vs "
+        r"'loss'",
+    ):
         agree_on_metric(ASHAScheduler(metric="acc", mode="min"), ListSearcher([]))
     with pytest.raises(ValueError, match=r"disagree on mode 'max' vs 'min'.*same metric and mode"):
         agree_on_metric(ASHAScheduler(metric="loss", mode="max"), ListSearcher([]))
@@ -281,22 +315,32 @@ def test_a_scheduler_without_a_metric_takes_the_searchers():
 class LearningSearcher(ListSearcher):
     """A ListSearcher that also records what it is told of trials it did not suggest."""
 
-    def add_evaluated_point(self, parameters, value, error=False, pruned=False, intermediate_values=None):
+    def add_evaluated_point(
+        self, parameters, value, error=False, pruned=False, intermediate_values=None
+    ):
         self.calls.append(("evaluated", dict(parameters), value, error))
 
     def resume_after(self, asked):
         self.calls.append(("resume_after", asked))
 
 
-def test_a_resumed_search_learns_the_ended_trials_and_the_adopted_ones_and_names_its_trials(tmp_path):
+def test_a_resumed_search_learns_the_ended_trials_and_the_adopted_ones_and_names_its_trials(
+    tmp_path,
+):
     """What the sweep driver does on a resume: the ids are the run's, the searcher is told the
     trials that ended before (first, after it learnt how many it had handed out), and how each
     trial it did not suggest now (one resumed with its stored config) ends; a trial that ended
     before it reported the metric teaches nothing."""
     searcher = LearningSearcher([0.5, 0.6])
-    driver = SearchDriver(searcher, 2, "tests.trainables:quadratic", {}, "exp", trial_ids=["run_0003", "run_0004"])
-    adopted = Trial("tests.trainables:quadratic", {"x": 0.2}, trial_id="run_0002", experiment_name="exp")
-    driver.resume([("run_0000", {"x": 0.1}, 0.04), ("run_0001", {"x": 0.9}, None)], [adopted], asked=2)
+    driver = SearchDriver(
+        searcher, 2, "tests.trainables:quadratic", {}, "exp", trial_ids=["run_0003", "run_0004"]
+    )
+    adopted = Trial(
+        "tests.trainables:quadratic", {"x": 0.2}, trial_id="run_0002", experiment_name="exp"
+    )
+    driver.resume(
+        [("run_0000", {"x": 0.1}, 0.04), ("run_0001", {"x": 0.9}, None)], [adopted], asked=2
+    )
     executor = LocalExecutor(str(tmp_path), lambda c: (c["x"] - 0.3) ** 2, slots=1)
     runner = TrialRunner("exp", executor=executor, search_alg=driver)
     runner.add_trial(adopted)
@@ -305,20 +349,39 @@ def test_a_resumed_search_learns_the_ended_trials_and_the_adopted_ones_and_names
 
     assert [t.trial_id for t in trials] == ["run_0002", "run_0003", "run_0004"]
     assert [t.config for t in trials] == [{"x": 0.2}, {"x": 0.5}, {"x": 0.6}]
-    assert searcher.calls[:3] == [("resume_after", 2), ("evaluated", {"x": 0.1}, 0.04, False),
-                                  ("evaluated", {"x": 0.9}, None, True)]
+    assert searcher.calls[:3] == [
+        ("resume_after", 2),
+        ("evaluated", {"x": 0.1}, 0.04, False),
+        ("evaluated", {"x": 0.9}, None, True),
+    ]
     evaluated = [c for c in searcher.calls if c[0] == "evaluated"]
-    assert evaluated[2] == ("evaluated", {"x": 0.2}, pytest.approx(0.01), False)  # the adopted trial's end
-    assert searcher.calls.index(("suggest", "run_0003")) > searcher.calls.index(evaluated[2])  # one slot
+    assert evaluated[2] == (
+        "evaluated",
+        {"x": 0.2},
+        pytest.approx(0.01),
+        False,
+    )  # the adopted trial's end
+    assert searcher.calls.index(("suggest", "run_0003")) > searcher.calls.index(
+        evaluated[2]
+    )  # one slot
     assert [c[1] for c in searcher.calls if c[0] == "complete"] == ["run_0003", "run_0004"]
 
 
 def test_a_search_driver_with_trial_ids_needs_one_per_sample_and_a_searcher_that_can_learn():
     with pytest.raises(ValueError, match="trial_ids has 1 ids for num_samples=2"):
-        SearchDriver(ListSearcher([0.5]), 2, "tests.trainables:quadratic", {}, "exp", trial_ids=["a"])
-    driver = SearchDriver(ListSearcher([0.5]), 1, "tests.trainables:quadratic", {}, "exp", trial_ids=["a"])
-    with pytest.raises(SearcherError, match=r"raised NotImplementedError in add_evaluated_point\(\) for trial b"
-                                            r".*cannot learn from trials it did not suggest"):
+        SearchDriver(
+            ListSearcher([0.5]), 2, "tests.trainables:quadratic", {}, "exp", trial_ids=["a"]
+        )
+    driver = SearchDriver(
+        ListSearcher([0.5]), 1, "tests.trainables:quadratic", {}, "exp", trial_ids=["a"]
+    )
+    with pytest.raises(
+        SearcherError,
+        match=r"raised NotImplementedError in add_evaluated_point\(\) for trial b"
+        r".*cannot learn from trials it did not suggest",
+    ):
         driver.resume([("b", {"x": 0.1}, 0.2)], [], asked=1)
     with pytest.raises(ValueError, match="A SearchDriver carries its own trainable"):
-        TrialRunner("exp", executor=LocalExecutor("/tmp", lambda c: 0.0), search_alg=driver, num_samples=3)
+        TrialRunner(
+            "exp", executor=LocalExecutor("/tmp", lambda c: 0.0), search_alg=driver, num_samples=3
+        )

@@ -45,7 +45,9 @@ def test_json_files(store):
 
 
 def test_bad_payload_is_refused(store):
-    with pytest.raises(CheckpointError, match="Trial t1: a checkpoint must be a dict or an existing directory"):
+    with pytest.raises(
+        CheckpointError, match="Trial t1: a checkpoint must be a dict or an existing directory"
+    ):
         store.persist_checkpoint("exp", "t1", 1, "/does/not/exist", {})
 
 
@@ -57,11 +59,16 @@ def test_names_are_validated(store):
 def test_public_load_checkpoint_gives_what_the_trainable_saved(store, tmp_path):
     from airflow_trials import load_checkpoint
 
-    assert load_checkpoint(store.persist_checkpoint("exp", "t1", 3, {"w": [1, 2]}, {})) == {"w": [1, 2]}
+    assert load_checkpoint(store.persist_checkpoint("exp", "t1", 3, {"w": [1, 2]}, {})) == {
+        "w": [1, 2]
+    }
     src = tmp_path / "mine"
     src.mkdir()
     (src / "model.txt").write_text("weights")
     local_dir = load_checkpoint(store.persist_checkpoint("exp", "t1", 4, str(src), {}))
     assert open(os.path.join(local_dir, "model.txt")).read() == "weights"
-    with pytest.raises(CheckpointError, match=r"no_such: no such directory\. Take the path from a trial's best_checkpoint"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"no_such: no such directory\. Take the path from a trial's best_checkpoint",
+    ):
         load_checkpoint(str(tmp_path / "no_such"))

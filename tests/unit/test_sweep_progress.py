@@ -1,4 +1,5 @@
-"""SweepProgress: a sweep's counts, best value and ETA from the runner's events, and its log line."""
+"""SweepProgress: a sweep's counts, best value and ETA from the runner's events, and its log
+line."""
 
 from __future__ import annotations
 
@@ -42,13 +43,20 @@ def test_counts_best_and_eta_follow_the_runners_events():
     assert (snap["terminated"], snap["errored"], snap["running"], snap["pending"]) == (1, 1, 0, 3)
     assert (snap["best_value"], snap["best_trial_id"]) == (0.25, "c")
     assert snap["eta_seconds"] == pytest.approx(3 * 10 / 2)
-    assert progress_line(snap) == "5 trials: 2 done (1 errored), 0 running, 3 pending; best loss=0.25 (trial c); ETA 15s"
+    assert (
+        progress_line(snap)
+        == "5 trials: 2 done (1 errored), 0 running, 3 pending; best loss=0.25 (trial c); ETA 15s"
+    )
 
 
 def test_a_resumed_sweep_counts_what_ended_before_and_paces_on_its_own_trials():
     clock = Clock()
-    progress = SweepProgress(10, "score", "max", done_before=4, best_before=(9.0, "old"), clock=clock)
-    assert progress.eta_seconds() is None  # the earlier driver's trials say nothing of this one's pace
+    progress = SweepProgress(
+        10, "score", "max", done_before=4, best_before=(9.0, "old"), clock=clock
+    )
+    assert (
+        progress.eta_seconds() is None
+    )  # the earlier driver's trials say nothing of this one's pace
     t = trial("t")
     progress.on_trial_start(t)
     progress.on_trial_result(t, {"score": 3.0})  # below the earlier best
@@ -58,7 +66,10 @@ def test_a_resumed_sweep_counts_what_ended_before_and_paces_on_its_own_trials():
     assert (snap["terminated"], snap["best_value"], snap["best_trial_id"]) == (5, 9.0, "old")
     assert snap["eta_seconds"] == pytest.approx(5 * 60)
     progress.finished = True
-    assert progress_line(progress.snapshot()) == "10 trials: 5 done, 0 running, 5 pending; best score=9 (trial old)"
+    assert (
+        progress_line(progress.snapshot())
+        == "10 trials: 5 done, 0 running, 5 pending; best score=9 (trial old)"
+    )
 
 
 def test_mode_is_checked_and_durations_read_well():

@@ -30,7 +30,9 @@ def test_statuses_are_str_enum_with_is_terminal():
     ],
 )
 def test_forbidden_transitions_raise_with_trial_id(current, new):
-    with pytest.raises(InvalidTransitionError, match=f"Trial t-9 cannot go from {current.value} to {new.value}"):
+    with pytest.raises(
+        InvalidTransitionError, match=f"Trial t-9 cannot go from {current.value} to {new.value}"
+    ):
         check_transition("t-9", current, new)
 
 

@@ -28,7 +28,9 @@ def test_each_constant_is_put_once_however_many_trials_share_it():
 
 def test_a_trial_keeps_the_path_and_the_names_never_the_values():
     big = list(range(100_000))
-    trial = Trial(with_parameters("tests.trainables:with_array", data=big), {"scale": 2.0}, trial_id="t1")
+    trial = Trial(
+        with_parameters("tests.trainables:with_array", data=big), {"scale": 2.0}, trial_id="t1"
+    )
     assert trial.trainable == "tests.trainables:with_array" and trial.config == {"scale": 2.0}
     state = trial.to_json_state()
     assert state["trainable_parameters"] == ["data"] and len(json.dumps(state)) < 2_000
@@ -37,10 +39,15 @@ def test_a_trial_keeps_the_path_and_the_names_never_the_values():
 
 
 def test_a_resumed_trial_without_its_constants_names_the_fix():
-    trial = Trial(with_parameters("tests.trainables:with_array", data=[1]), trial_id="t1", experiment_name="e")
+    trial = Trial(
+        with_parameters("tests.trainables:with_array", data=[1]), trial_id="t1", experiment_name="e"
+    )
     resumed = Trial.from_json_state(trial.to_json_state())
-    with pytest.raises(TrainableNotFoundError, match=r"Trial t1 of experiment e: .* took with_parameters "
-                       r"constants \(data\), .* not saved .* Re-create it with Trial\(with_parameters\("):
+    with pytest.raises(
+        TrainableNotFoundError,
+        match=r"Trial t1 of experiment e: .* took with_parameters "
+        r"constants \(data\), .* not saved .* Re-create it with Trial\(with_parameters\(",
+    ):
         parameter_refs(resumed)
 
 
@@ -60,12 +67,22 @@ def test_with_parameters_refuses_what_cannot_reach_the_trainable(args, kwargs, e
 @pytest.mark.parametrize(
     ("path", "names", "message"),
     [
-        ("tests.trainables:counting", ("data",), r"'tests.trainables:counting' does not take the with_parameters "
-                                                  r"constants data .* define it as \(config, data\)"),
-        ("tests.trainables:WithArray", ("data", "nope"), r"define its setup as \(self, config, data, nope\)"),
+        (
+            "tests.trainables:counting",
+            ("data",),
+            r"'tests.trainables:counting' does not take the with_parameters "
+            r"constants data .* define it as \(config, data\)",
+        ),
+        (
+            "tests.trainables:WithArray",
+            ("data", "nope"),
+            r"define its setup as \(self, config, data, nope\)",
+        ),
     ],
 )
-def test_a_trainable_that_cannot_take_the_constants_is_refused_before_it_starts(path, names, message):
+def test_a_trainable_that_cannot_take_the_constants_is_refused_before_it_starts(
+    path, names, message
+):
     with pytest.raises(TrainableNotFoundError, match=message):
         check_accepts_parameters(load_trainable(path), path, names)
     check_accepts_parameters(load_trainable("tests.trainables:WithArray"), path, ("data", "offset"))
@@ -75,13 +92,20 @@ def test_an_airflow_task_refuses_a_bundle_and_says_why_and_what_to_do():
     refuse_in_airflow("pkg.train:fn", "Experiment e")
     with pytest.raises(TypeError) as info:
         refuse_in_airflow(with_parameters("pkg.train:fn", data=1), "Experiment e")
-    assert str(info.value).startswith("Experiment e: with_parameters('pkg.train:fn', data) works only with TrialRunner")
-    assert "Pass the import path 'pkg.train:fn' and load the data inside the trainable" in str(info.value)
+    assert str(info.value).startswith(
+        "Experiment e: with_parameters('pkg.train:fn', data) works only with TrialRunner"
+    )
+    assert "Pass the import path 'pkg.train:fn' and load the data inside the trainable" in str(
+        info.value
+    )
 
 
 @pytest.mark.parametrize(
     ("trainable", "expected"),
-    [("tests.trainables:with_array", {"total": 6.0, "length": 3}), ("tests.trainables:WithArray", {"total": 16.0})],
+    [
+        ("tests.trainables:with_array", {"total": 6.0, "length": 3}),
+        ("tests.trainables:WithArray", {"total": 16.0}),
+    ],
 )
 def test_the_actor_passes_the_constants_as_keywords(storage, trainable, expected):
     import numpy as np
@@ -89,8 +113,13 @@ def test_the_actor_passes_the_constants_as_keywords(storage, trainable, expected
     parameters = {"data": np.array([1.0, 2.0, 3.0])}
     if trainable.endswith("WithArray"):
         parameters["offset"] = 10.0
-    spec = {"trial_id": "t1", "experiment_name": "unit", "trainable": trainable, "config": {"scale": 1.0},
-            "parameters": parameters}
+    spec = {
+        "trial_id": "t1",
+        "experiment_name": "unit",
+        "trainable": trainable,
+        "config": {"scale": 1.0},
+        "parameters": parameters,
+    }
     actor = TrialActor(spec, storage, storage, capture_output=False)
     try:
         result = actor.train()

@@ -1,4 +1,5 @@
-"""WriteBehind (execution/driver/write_behind.py): a sweep driver's store writes, off the runner's thread."""
+"""WriteBehind (execution/driver/write_behind.py): a sweep driver's store writes, off the runner's
+thread."""
 
 from __future__ import annotations
 
@@ -39,8 +40,11 @@ def test_a_failed_write_stops_every_later_one_and_is_raised_to_the_caller():
     writer.submit(applied.append, 1)
     writer.submit(fail)
     writer.submit(applied.append, 3)  # would build on the missing row: never applied
-    with pytest.raises(RuntimeError, match=r"sweep e/run_1: a write to the trials DB failed, so none after it "
-                                           r"was applied: ValueError: no such trial row") as info:
+    with pytest.raises(
+        RuntimeError,
+        match=r"sweep e/run_1: a write to the trials DB failed, so none after it "
+        r"was applied: ValueError: no such trial row",
+    ) as info:
         writer.drain()
     assert isinstance(info.value.__cause__, ValueError)
     assert applied == [1]

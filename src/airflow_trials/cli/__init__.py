@@ -18,5 +18,15 @@ def main() -> None:
     app()
 
 
-__all__ = ["PIPED_WIDTH", "CliError", "OutputFormat", "app", "db_app", "err", "main", "out", "pool_app",
-           "render_leaderboard"]
+__all__ = [
+    "PIPED_WIDTH",
+    "CliError",
+    "OutputFormat",
+    "app",
+    "db_app",
+    "err",
+    "main",
+    "out",
+    "pool_app",
+    "render_leaderboard",
+]

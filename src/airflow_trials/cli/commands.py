@@ -47,7 +47,11 @@ def db_upgrade(ctx: typer.Context, db_url: DbUrl = None) -> None:
 
         url, source = resolve_db_url(ctx, db_url, create_dir=True)
         migrate(checked_url(url, source))
-        out.print(f"Trials DB at {safe_url(url)} (from {source}) is up to date.", highlight=False, soft_wrap=True)
+        out.print(
+            f"Trials DB at {safe_url(url)} (from {source}) is up to date.",
+            highlight=False,
+            soft_wrap=True,
+        )
 
     guard(body)
 
@@ -69,18 +73,28 @@ def pool_set(
 
         pool, slots = ensure_gpu_pool(gpus, name=name, slots_per_gpu=slots_per_gpu)
         if fmt is OutputFormat.TABLE:
-            out.print(f"Pool {pool}: {slots} slots ({gpus} GPUs x {slots_per_gpu}), include_deferred=True",
-                      highlight=False)
+            out.print(
+                f"Pool {pool}: {slots} slots ({gpus} GPUs x {slots_per_gpu}), "
+                "include_deferred=True",
+                highlight=False,
+            )
             return
-        emit(out, fmt, {"pool": pool, "slots": slots, "include_deferred": True},
-             ["pool", "slots", "include_deferred"], [[pool, str(slots), "True"]])
+        emit(
+            out,
+            fmt,
+            {"pool": pool, "slots": slots, "include_deferred": True},
+            ["pool", "slots", "include_deferred"],
+            [[pool, str(slots), "True"]],
+        )
 
     guard(body)
 
 
 # -- listings ------------------------------------------------------------------------------------
 @app.command("experiments")
-def experiments(ctx: typer.Context, db_url: DbUrl = None, output: Output = None, as_json: AsJson = False) -> None:
+def experiments(
+    ctx: typer.Context, db_url: DbUrl = None, output: Output = None, as_json: AsJson = False
+) -> None:
     """List experiments."""
 
     def body() -> None:
@@ -88,11 +102,26 @@ def experiments(ctx: typer.Context, db_url: DbUrl = None, output: Output = None,
         store = open_for_reading(ctx, db_url)
         records = store.list_experiments()
         runs_per_experiment = _count_by(r.experiment_name for r in store.list_experiment_runs())
-        rows = [[e.name, e.metric or "-", e.mode or "-", str(runs_per_experiment.get(e.name, 0)),
-                 e.created_at.strftime(_TIME)] for e in records]
-        emit(out, fmt, records, ["experiment", "metric", "mode", "runs", "created"], rows,
-             empty=f"No experiments yet in the trials DB at {safe_url(store.url)}: no experiment DAG "
-             "has run against it.")
+        rows = [
+            [
+                e.name,
+                e.metric or "-",
+                e.mode or "-",
+                str(runs_per_experiment.get(e.name, 0)),
+                e.created_at.strftime(_TIME),
+            ]
+            for e in records
+        ]
+        emit(
+            out,
+            fmt,
+            records,
+            ["experiment", "metric", "mode", "runs", "created"],
+            rows,
+            empty=f"No experiments yet in the trials DB at {safe_url(store.url)}: no experiment "
+            "DAG "
+            "has run against it.",
+        )
 
     guard(body)
 
@@ -114,11 +143,27 @@ def runs(
         if experiment and not records:
             resolve_run(store, experiment, "latest")  # raises: says which experiments there are
         trials_per_run = store.trial_counts()
-        rows = [[str(r.id), r.experiment_name, r.run_key, r.status.value, str(trials_per_run.get(r.id, 0)),
-                 r.created_at.strftime(_TIME)] for r in records]
-        emit(out, fmt, records, ["id", "experiment", "run key", "status", "trials", "created"], rows,
-             empty=f"No experiment runs yet in the trials DB at {safe_url(store.url)}: no experiment "
-             "DAG has run against it.")
+        rows = [
+            [
+                str(r.id),
+                r.experiment_name,
+                r.run_key,
+                r.status.value,
+                str(trials_per_run.get(r.id, 0)),
+                r.created_at.strftime(_TIME),
+            ]
+            for r in records
+        ]
+        emit(
+            out,
+            fmt,
+            records,
+            ["id", "experiment", "run key", "status", "trials", "created"],
+            rows,
+            empty=f"No experiment runs yet in the trials DB at {safe_url(store.url)}: no "
+            "experiment "
+            "DAG has run against it.",
+        )
 
     guard(body)
 
@@ -130,8 +175,9 @@ def _count_by(keys: Any) -> dict[Any, int]:
     return counts
 
 
-def _leaderboard_rows(store: Any, experiment: str, run: str, metric: str | None, mode: str | None,
-                      limit: int | None) -> tuple[Any, str, str, list[Any]]:
+def _leaderboard_rows(
+    store: Any, experiment: str, run: str, metric: str | None, mode: str | None, limit: int | None
+) -> tuple[Any, str, str, list[Any]]:
     exp_run = resolve_run(store, experiment, run)
     metric, mode = metric_and_mode(store, experiment, metric, mode)
     board = store.leaderboard(exp_run.id, metric, mode, limit=limit)
@@ -139,7 +185,8 @@ def _leaderboard_rows(store: Any, experiment: str, run: str, metric: str | None,
         reported = _reported_metrics(store, exp_run.id)
         if reported:  # results exist, none with this metric: a typo, not a run that has not started
             raise CliError(
-                f"No trial of {experiment} run {exp_run.run_key} reported metric {metric!r}; its trials "
+                f"No trial of {experiment} run {exp_run.run_key} reported metric {metric!r}; its "
+                "trials "
                 f"report {', '.join(reported)}. Pass --metric with one of them."
             )
     return exp_run, metric, mode, board
@@ -153,16 +200,20 @@ def _reported_metrics(store: Any, experiment_run_id: int) -> list[str]:
         key
         for trial in store.list_trials(experiment_run_id=experiment_run_id)
         for key, value in (trial.last_result or {}).items()
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and key not in AUTO_FIELDS
+        if isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and key not in AUTO_FIELDS
     }
     return sorted(names)
 
 
 EarlyStopped = Annotated[
     bool,
-    typer.Option("--early-stopped",
-                 help="Only the trials their scheduler stopped early (a stop reason 'stopped by ...', "
-                      "not at its whole budget), as the dashboard marks them."),
+    typer.Option(
+        "--early-stopped",
+        help="Only the trials their scheduler stopped early (a stop reason 'stopped by ...', "
+        "not at its whole budget), as the dashboard marks them.",
+    ),
 ]
 
 
@@ -186,23 +237,54 @@ def trials(
         fmt = output_format(output, as_json)
         store = open_for_reading(ctx, db_url)
         exp_run, metric, _, board = _leaderboard_rows(store, experiment, run, None, None, None)
-        rows = _trial_rows(store, exp_run.id, metric, board, fmt in (OutputFormat.JSON, OutputFormat.YAML))
+        rows = _trial_rows(
+            store, exp_run.id, metric, board, fmt in (OutputFormat.JSON, OutputFormat.YAML)
+        )
         if early_stopped:
             rows = [row for row in rows if stopped_early(row["stop_reason"])]
-        cells = [[row["trial_id"], row["status"], str(row["num_failures"]), str(row["iterations"]),
-                  number(row[f"best_{metric}"]), row["best_checkpoint"] or "-", row["latest_checkpoint"] or "-",
-                  row["stop_reason"] or "-"]
-                 for row in rows]
-        empty = (f"No trial of run {exp_run.run_key} of {experiment} was stopped early by its scheduler."
-                 if early_stopped and board else f"Run {exp_run.run_key} of {experiment} has no trials yet.")
-        emit(out, fmt, {"experiment": experiment, "run": exp_run, "trials": rows},
-             ["trial", "status", "failures", "iterations", f"best {metric}", "best checkpoint",
-              "latest checkpoint", "stop reason"], cells, title=f"{experiment} / {exp_run.run_key}", empty=empty)
+        cells = [
+            [
+                row["trial_id"],
+                row["status"],
+                str(row["num_failures"]),
+                str(row["iterations"]),
+                number(row[f"best_{metric}"]),
+                row["best_checkpoint"] or "-",
+                row["latest_checkpoint"] or "-",
+                row["stop_reason"] or "-",
+            ]
+            for row in rows
+        ]
+        empty = (
+            f"No trial of run {exp_run.run_key} of {experiment} was stopped early by its scheduler."
+            if early_stopped and board
+            else f"Run {exp_run.run_key} of {experiment} has no trials yet."
+        )
+        emit(
+            out,
+            fmt,
+            {"experiment": experiment, "run": exp_run, "trials": rows},
+            [
+                "trial",
+                "status",
+                "failures",
+                "iterations",
+                f"best {metric}",
+                "best checkpoint",
+                "latest checkpoint",
+                "stop reason",
+            ],
+            cells,
+            title=f"{experiment} / {exp_run.run_key}",
+            empty=empty,
+        )
 
     guard(body)
 
 
-def _trial_rows(store: Any, run_pk: int, metric: str, board: list[Any], decisions: bool) -> list[dict[str, Any]]:
+def _trial_rows(
+    store: Any, run_pk: int, metric: str, board: list[Any], decisions: bool
+) -> list[dict[str, Any]]:
     """One dict per trial, by trial id; with ``decisions``, its ASHA rungs and PBT lineage too
     (two queries for the whole run)."""
     records = {t.trial_id: t for t in store.list_trials(experiment_run_id=run_pk)}
@@ -232,14 +314,28 @@ def _trial_rows(store: Any, run_pk: int, metric: str, board: list[Any], decision
 
 def _rung(rung: Any) -> dict[str, Any]:
     value = None if math.isnan(rung.value) else rung.value  # JSON has no NaN
-    return {"milestone": rung.milestone, "iteration": rung.iteration, "value": value,
-            "decision": rung.decision.value, "at_end": rung.at_end, "reason": rung.reason, "bracket": rung.bracket}
+    return {
+        "milestone": rung.milestone,
+        "iteration": rung.iteration,
+        "value": value,
+        "decision": rung.decision.value,
+        "at_end": rung.at_end,
+        "reason": rung.reason,
+        "bracket": rung.bracket,
+    }
 
 
 def _exploit(exploit: Any) -> dict[str, Any]:
-    return {"trial_id": exploit.trial_id, "donor_trial_id": exploit.donor_trial_id, "iteration": exploit.iteration,
-            "donor_checkpoint": exploit.donor_checkpoint, "old_config": exploit.old_config,
-            "new_config": exploit.new_config, "operations": exploit.operations, "created_at": exploit.created_at}
+    return {
+        "trial_id": exploit.trial_id,
+        "donor_trial_id": exploit.donor_trial_id,
+        "iteration": exploit.iteration,
+        "donor_checkpoint": exploit.donor_checkpoint,
+        "old_config": exploit.old_config,
+        "new_config": exploit.new_config,
+        "operations": exploit.operations,
+        "created_at": exploit.created_at,
+    }
 
 
 @app.command("leaderboard")
@@ -259,11 +355,25 @@ def leaderboard(
     def body() -> None:
         fmt = output_format(output, as_json)
         store = open_for_reading(ctx, db_url)
-        exp_run, metric_, mode_, board = _leaderboard_rows(store, experiment, run, metric, mode, limit)
+        exp_run, metric_, mode_, board = _leaderboard_rows(
+            store, experiment, run, metric, mode, limit
+        )
         columns, rows = leaderboard_cells(board, metric_, mode_)
-        emit(out, fmt, {"experiment": experiment, "run_key": exp_run.run_key, "metric": metric_, "mode": mode_,
-                        "rows": board}, columns, rows, title=f"{experiment} / {exp_run.run_key}",
-             empty=f"Run {exp_run.run_key} of {experiment} has no trials yet.")
+        emit(
+            out,
+            fmt,
+            {
+                "experiment": experiment,
+                "run_key": exp_run.run_key,
+                "metric": metric_,
+                "mode": mode_,
+                "rows": board,
+            },
+            columns,
+            rows,
+            title=f"{experiment} / {exp_run.run_key}",
+            empty=f"Run {exp_run.run_key} of {experiment} has no trials yet.",
+        )
 
     guard(body)
 
@@ -273,14 +383,18 @@ def _png_path(output: str) -> str:
     """The absolute path ``--out`` names, once it can be a PNG file written there."""
     path = os.path.abspath(os.path.expanduser(output))
     if os.path.isdir(path):
-        raise CliError(f"--out {output} is a directory; name a .png file in it, e.g. "
-                       f"--out {os.path.join(path, 'learning_curves.png')}.")
+        raise CliError(
+            f"--out {output} is a directory; name a .png file in it, e.g. "
+            f"--out {os.path.join(path, 'learning_curves.png')}."
+        )
     if not path.lower().endswith(".png"):
         raise CliError(f"--out must name a .png file, got {output!r}.")
     folder = os.path.dirname(path)
     if not os.path.isdir(folder):
-        raise CliError(f"--out {output}: the folder {folder} does not exist; create it (mkdir -p {folder}) "
-                       "or name a file in an existing folder.")
+        raise CliError(
+            f"--out {output}: the folder {folder} does not exist; create it (mkdir -p {folder}) "
+            "or name a file in an existing folder."
+        )
     return path
 
 
@@ -288,7 +402,9 @@ def _png_path(output: str) -> str:
 def plot(
     ctx: typer.Context,
     experiment: str,
-    out_path: Annotated[str, typer.Option("--out", help="PNG file to write.")] = "learning_curves.png",
+    out_path: Annotated[
+        str, typer.Option("--out", help="PNG file to write.")
+    ] = "learning_curves.png",
     run: RunOption = "latest",
     metric: Annotated[str | None, typer.Option(help="Default: the experiment's metric.")] = None,
     db_url: DbUrl = None,
@@ -303,21 +419,42 @@ def plot(
         fmt = output_format(output, as_json)
         target = _png_path(out_path)
         store = open_for_reading(ctx, db_url)
-        exp_run, metric_, mode_, board = _leaderboard_rows(store, experiment, run, metric, None, None)
-        results = {t.trial_id: store.get_results(t.trial_id) for t in store.list_trials(experiment_run_id=exp_run.id)}
+        exp_run, metric_, mode_, board = _leaderboard_rows(
+            store, experiment, run, metric, None, None
+        )
+        results = {
+            t.trial_id: store.get_results(t.trial_id)
+            for t in store.list_trials(experiment_run_id=exp_run.id)
+        }
         best = board[0].trial_id if board and board[0].best_value is not None else None
         try:
-            path = plot_learning_curves(curves_from_results(results, metric_), target, metric=metric_,
-                                        best_trial_id=best,
-                                        title=f"{experiment} / {exp_run.run_key}: {metric_} ({mode_})")
+            path = plot_learning_curves(
+                curves_from_results(results, metric_),
+                target,
+                metric=metric_,
+                best_trial_id=best,
+                title=f"{experiment} / {exp_run.run_key}: {metric_} ({mode_})",
+            )
         except OSError as e:
-            raise CliError(f"Could not write {target}: {e.strerror or e}; name a file in a folder you "
-                           "may write to with --out.") from e
+            raise CliError(
+                f"Could not write {target}: {e.strerror or e}; name a file in a folder you "
+                "may write to with --out."
+            ) from e
         document = {"path": path, "trials": len(results), "best_trial_id": best}
         if fmt is OutputFormat.TABLE:
-            out.print(f"Wrote {path} ({len(results)} trials, best {best}).", highlight=False, soft_wrap=True)
+            out.print(
+                f"Wrote {path} ({len(results)} trials, best {best}).",
+                highlight=False,
+                soft_wrap=True,
+            )
         elif fmt is OutputFormat.PLAIN:
-            emit(out, fmt, document, ["path", "trials", "best_trial_id"], [[path, str(len(results)), best or "-"]])
+            emit(
+                out,
+                fmt,
+                document,
+                ["path", "trials", "best_trial_id"],
+                [[path, str(len(results)), best or "-"]],
+            )
         else:
             print_document(document, fmt)
 

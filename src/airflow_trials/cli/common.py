@@ -1,4 +1,5 @@
-"""What every ``airflow-trials`` command shares: the Typer apps, consoles, options and error handling."""
+"""What every ``airflow-trials`` command shares: the Typer apps, consoles, options and error
+handling."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from airflow_trials.cli.output import OutputFormat
 
 app = typer.Typer(
     name="airflow-trials",
-    help="Inspect and manage airflow_trials experiments (the trials DB, GPU pool, leaderboards, plots).",
+    help="Inspect and manage airflow_trials experiments (the trials DB, GPU pool, leaderboards, "
+    "plots).",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
@@ -33,8 +35,11 @@ _T = TypeVar("_T")
 # (airflow_trials.hooks.trials.resolve_trials_db_url), after the trials_default connection.
 GlobalDbUrl = Annotated[
     str | None,
-    typer.Option("--db-url", help="Trials DB URL for every command (default: as the DAGs find it: the "
-                 "trials_default connection, else AIRFLOW_TRIALS_DB_URL, else the SQLite file)."),
+    typer.Option(
+        "--db-url",
+        help="Trials DB URL for every command (default: as the DAGs find it: the "
+        "trials_default connection, else AIRFLOW_TRIALS_DB_URL, else the SQLite file).",
+    ),
 ]
 DbUrl = Annotated[
     str | None,
@@ -43,12 +48,19 @@ DbUrl = Annotated[
 AsJson = Annotated[bool, typer.Option("--json", help="Same as --output json.")]
 Output = Annotated[
     OutputFormat | None,
-    typer.Option("--output", "-o", case_sensitive=False,
-                 help="table (default; piped, as wide as its content), plain (tab-separated, a header "
-                      "line), json or yaml."),
+    typer.Option(
+        "--output",
+        "-o",
+        case_sensitive=False,
+        help="table (default; piped, as wide as its content), plain (tab-separated, a header "
+        "line), json or yaml.",
+    ),
 ]
 RunOption = Annotated[
-    str, typer.Option("--run", help="Experiment run: its id, its run key (Airflow run_id), or 'latest'.")
+    str,
+    typer.Option(
+        "--run", help="Experiment run: its id, its run key (Airflow run_id), or 'latest'."
+    ),
 ]
 
 
@@ -67,7 +79,8 @@ def fail(message: str) -> NoReturn:
 
 @app.callback()
 def options(ctx: typer.Context, db_url: GlobalDbUrl = None) -> None:
-    """Inspect and manage airflow_trials experiments (the trials DB, GPU pool, leaderboards, plots)."""
+    """Inspect and manage airflow_trials experiments (the trials DB, GPU pool, leaderboards,
+    plots)."""
     ctx.obj = {"db_url": db_url}  # subcommands' contexts inherit obj
     out.width = None if out.is_terminal else PIPED_WIDTH  # type: ignore[assignment]  # None: the terminal's
 
@@ -87,16 +100,21 @@ def guard(fn: Callable[[], _T]) -> _T:
 def output_format(output: OutputFormat | None, as_json: bool) -> OutputFormat:
     """The format asked for: ``--json`` is ``--output json``; both, they must agree."""
     if as_json and output not in (None, OutputFormat.JSON):
-        raise CliError(f"--json and --output {output.value} ask for two formats; pass only one of them.")
+        raise CliError(
+            f"--json and --output {output.value} ask for two formats; pass only one of them."
+        )
     return OutputFormat.JSON if as_json else (output or OutputFormat.TABLE)
 
 
 def resolve_run(store: Any, experiment: str, run: str) -> Any:
-    """The experiment run ``run`` names: its id, its run key, or 'latest' (``TrialStore.resolve_run``)."""
+    """The experiment run ``run`` names: its id, its run key, or 'latest'
+    (``TrialStore.resolve_run``)."""
     return store.resolve_run(experiment, run)
 
 
-def metric_and_mode(store: Any, experiment: str, metric: str | None, mode: str | None) -> tuple[str, str]:
+def metric_and_mode(
+    store: Any, experiment: str, metric: str | None, mode: str | None
+) -> tuple[str, str]:
     """The metric and mode given, else the experiment's."""
     record = next((e for e in store.list_experiments() if e.name == experiment), None)
     metric = metric or (record.metric if record else None)

@@ -1,4 +1,5 @@
-"""``airflow-trials run``: the main job, which starts Airflow and Ray, runs an experiment and reports it."""
+"""``airflow-trials run``: the main job, which starts Airflow and Ray, runs an experiment and
+reports it."""
 
 from __future__ import annotations
 
@@ -16,13 +17,25 @@ from airflow_trials.cli.output import render_leaderboard
 
 @app.command("run")
 def run(
-    dag_id: Annotated[str, typer.Option(help="The experiment DAG to trigger.")] = "example_regression_tuning",
+    dag_id: Annotated[
+        str, typer.Option(help="The experiment DAG to trigger.")
+    ] = "example_regression_tuning",
     dags_folder: Annotated[str, typer.Option(help="DAGs folder (default: ./dags).")] = "dags",
-    state_dir: Annotated[str | None, typer.Option(help="Embedded deployment state (default: ./.state).")] = None,
-    num_cpus: Annotated[int | None, typer.Option(help="CPUs of the local Ray head (default: all).")] = None,
-    plot_path: Annotated[str, typer.Option("--plot", help="Learning-curve PNG to write.")] = "learning_curves.png",
-    keep_running: Annotated[bool, typer.Option(help="Keep the stack and the UI up until Ctrl-C.")] = False,
-    api_port: Annotated[int, typer.Option(help="Port of the Airflow UI and API on 127.0.0.1.")] = 8080,
+    state_dir: Annotated[
+        str | None, typer.Option(help="Embedded deployment state (default: ./.state).")
+    ] = None,
+    num_cpus: Annotated[
+        int | None, typer.Option(help="CPUs of the local Ray head (default: all).")
+    ] = None,
+    plot_path: Annotated[
+        str, typer.Option("--plot", help="Learning-curve PNG to write.")
+    ] = "learning_curves.png",
+    keep_running: Annotated[
+        bool, typer.Option(help="Keep the stack and the UI up until Ctrl-C.")
+    ] = False,
+    api_port: Annotated[
+        int, typer.Option(help="Port of the Airflow UI and API on 127.0.0.1.")
+    ] = 8080,
     timeout_s: Annotated[float, typer.Option(help="Give up after this many seconds.")] = 1800,
 ) -> None:
     """The main job: start Airflow and Ray on embedded defaults, run the example experiment, show
@@ -31,10 +44,15 @@ def run(
 
     from airflow_trials import mainjob
 
-    stack = mainjob.Stack(home=Path(state_dir) if state_dir else mainjob.default_home(),
-                          dags_folder=Path(dags_folder).resolve())
+    stack = mainjob.Stack(
+        home=Path(state_dir) if state_dir else mainjob.default_home(),
+        dags_folder=Path(dags_folder).resolve(),
+    )
     if not (stack.dags_folder / f"{dag_id}.py").exists() and not stack.dags_folder.is_dir():
-        fail(f"DAGs folder {stack.dags_folder} does not exist; run from the repository or pass --dags-folder.")
+        fail(
+            f"DAGs folder {stack.dags_folder} does not exist; run from the repository or pass "
+            "--dags-folder."
+        )
     code = 1
     # `kill` (or a service manager stopping the job) stops everything this job started, as Ctrl-C
     # does; neither interrupts a database call (mainjob.Interrupts).
@@ -52,8 +70,15 @@ def run(
     raise typer.Exit(code)
 
 
-def _run_job(stack: Any, dag_id: str, num_cpus: int | None, plot_path: str, keep_running: bool,
-             api_port: int, timeout_s: float) -> int:
+def _run_job(
+    stack: Any,
+    dag_id: str,
+    num_cpus: int | None,
+    plot_path: str,
+    keep_running: bool,
+    api_port: int,
+    timeout_s: float,
+) -> int:
     """Prepare, start, trigger (or resume), watch and report; the caller stops the stack."""
     from airflow_trials import mainjob
 
@@ -61,23 +86,31 @@ def _run_job(stack: Any, dag_id: str, num_cpus: int | None, plot_path: str, keep
     with mainjob.INTERRUPTS.deferred():
         mainjob.prepare(stack, api_port=api_port)
     address = mainjob.start_ray(stack, num_cpus)
-    out.print(f"Ray at {address}{' (started here)' if stack.started_ray else ''}; starting Airflow ...")
+    out.print(
+        f"Ray at {address}{' (started here)' if stack.started_ray else ''}; starting Airflow ..."
+    )
     resumed = mainjob.interrupted_run(stack, dag_id)
     mainjob.start_airflow(stack)
     if resumed:
         run_id = resumed
-        out.print(f"Resuming {dag_id} run {run_id}, which an earlier job left unfinished: its trials "
-                  "continue from their latest checkpoints.")
+        out.print(
+            f"Resuming {dag_id} run {run_id}, which an earlier job left unfinished: its trials "
+            "continue from their latest checkpoints."
+        )
     else:
         run_id = mainjob.trigger(stack, dag_id)
-        out.print(f"Triggered {dag_id} run {run_id}; trials run on Ray while their tasks are deferred.")
+        out.print(
+            f"Triggered {dag_id} run {run_id}; trials run on Ray while their tasks are deferred."
+        )
     state = _watch(stack, dag_id, run_id, timeout_s)
     with mainjob.INTERRUPTS.deferred():
         code = _report(stack, dag_id, run_id, state, plot_path)
     if keep_running:
-        out.print(f"Airflow UI: http://127.0.0.1:{api_port} (user admin, password in "
-                  f"{stack.airflow_home / 'simple_auth_manager_passwords.json.generated'}); its "
-                  f"Experiments entry shows this run's leaderboard and learning curves. Ctrl-C stops it.")
+        out.print(
+            f"Airflow UI: http://127.0.0.1:{api_port} (user admin, password in "
+            f"{stack.airflow_home / 'simple_auth_manager_passwords.json.generated'}); its "
+            f"Experiments entry shows this run's leaderboard and learning curves. Ctrl-C stops it."
+        )
         while stack.airflow is not None and stack.airflow.poll() is None:
             time.sleep(1)
     return code
@@ -92,7 +125,9 @@ def _watch(stack: Any, dag_id: str, run_id: str, timeout_s: float) -> str:
     store = TrialReader(stack.trials_db_url)
     deadline = time.monotonic() + timeout_s
     state = None
-    with Live(Table(title="waiting for the first trials"), console=out, refresh_per_second=2) as live:
+    with Live(
+        Table(title="waiting for the first trials"), console=out, refresh_per_second=2
+    ) as live:
         while time.monotonic() < deadline:
             state = mainjob.dag_run_state(stack, dag_id, run_id)
             with mainjob.INTERRUPTS.deferred():
@@ -102,12 +137,21 @@ def _watch(stack: Any, dag_id: str, run_id: str, timeout_s: float) -> str:
             if stack.airflow is not None and stack.airflow.poll() is not None:
                 raise RuntimeError(f"Airflow exited early; see {stack.log_path}.")
             time.sleep(2)
-    raise TimeoutError(f"DAG run {run_id} of {dag_id} did not finish within {timeout_s:.0f} s (state {state}).")
+    raise TimeoutError(
+        f"DAG run {run_id} of {dag_id} did not finish within {timeout_s:.0f} s (state {state})."
+    )
 
 
 def _progress_table(store: Any, experiment: str, run_id: str, state: str | None) -> Table:
     runs = [r for r in store.list_experiment_runs(experiment) if r.run_key == run_id]
-    table = Table("trial", "status", "iterations", "best", "failures", title=f"{experiment}: DAG run {state or '...'}")
+    table = Table(
+        "trial",
+        "status",
+        "iterations",
+        "best",
+        "failures",
+        title=f"{experiment}: DAG run {state or '...'}",
+    )
     if not runs:
         return table
     exp = next(e for e in store.list_experiments() if e.name == experiment)
@@ -115,8 +159,13 @@ def _progress_table(store: Any, experiment: str, run_id: str, state: str | None)
     records = {t.trial_id: t for t in store.list_trials(experiment_run_id=runs[0].id)}
     for row in sorted(board, key=lambda r: r.trial_id):
         last = records[row.trial_id].last_result or {}
-        table.add_row(row.trial_id, row.status.value, str(last.get("training_iteration", 0)),
-                      "-" if row.best_value is None else f"{row.best_value:.4g}", str(row.num_failures))
+        table.add_row(
+            row.trial_id,
+            row.status.value,
+            str(last.get("training_iteration", 0)),
+            "-" if row.best_value is None else f"{row.best_value:.4g}",
+            str(row.num_failures),
+        )
     return table
 
 
@@ -129,14 +178,22 @@ def _report(stack: Any, experiment: str, run_id: str, state: str, plot_path: str
     metric, mode = metric_and_mode(store, experiment, None, None)
     board = store.leaderboard(exp_run.id, metric, mode)
     out.print()  # apart from the live table's last line
-    out.print(render_leaderboard(board, metric, mode, title=f"Leaderboard: {experiment} / {run_id}"))
-    results = {t.trial_id: store.get_results(t.trial_id) for t in store.list_trials(experiment_run_id=exp_run.id)}
+    out.print(
+        render_leaderboard(board, metric, mode, title=f"Leaderboard: {experiment} / {run_id}")
+    )
+    results = {
+        t.trial_id: store.get_results(t.trial_id)
+        for t in store.list_trials(experiment_run_id=exp_run.id)
+    }
     best = board[0].trial_id if board and board[0].best_value is not None else None
     if any(results.values()):
-        path = plot_learning_curves(curves_from_results(results, metric), os.path.abspath(plot_path),
-                                    metric=metric, best_trial_id=best, title=f"{experiment}: {metric} ({mode})")
+        path = plot_learning_curves(
+            curves_from_results(results, metric),
+            os.path.abspath(plot_path),
+            metric=metric,
+            best_trial_id=best,
+            title=f"{experiment}: {metric} ({mode})",
+        )
         out.print(f"Learning curves: {path}", highlight=False)
     out.print(f"DAG run {run_id}: {state}.")
     return 0 if state == "success" else 1
-
-

@@ -1,4 +1,5 @@
-"""How ``airflow-trials`` prints rows: ``--output table|plain|json|yaml``, as Airflow's own CLI does."""
+"""How ``airflow-trials`` prints rows: ``--output table|plain|json|yaml``, as Airflow's own CLI
+does."""
 
 from __future__ import annotations
 
@@ -61,7 +62,9 @@ def _plain_cell(cell: str) -> str:
     return " ".join(str(cell).split("\n")).replace("\t", " ")
 
 
-def make_table(columns: Sequence[str], rows: Sequence[Sequence[str]], title: str | None = None) -> Table:
+def make_table(
+    columns: Sequence[str], rows: Sequence[Sequence[str]], title: str | None = None
+) -> Table:
     """A Rich table whose cells fold rather than end in an ellipsis when the terminal is narrow."""
     from rich.table import Table
 
@@ -97,14 +100,30 @@ def emit(
         console.print(make_table(columns, rows, title=title))
 
 
-def leaderboard_cells(board: Sequence[Any], metric: str, mode: str) -> tuple[list[str], list[list[str]]]:
+def leaderboard_cells(
+    board: Sequence[Any], metric: str, mode: str
+) -> tuple[list[str], list[list[str]]]:
     """Columns and rows of a leaderboard, configs flattened into columns."""
     keys = sorted({k for r in board for k in (r.config or {})})
-    columns = ["rank", "trial", *keys, "status", "failures", f"{mode} {metric}", "iteration", "best checkpoint"]
+    columns = [
+        "rank",
+        "trial",
+        *keys,
+        "status",
+        "failures",
+        f"{mode} {metric}",
+        "iteration",
+        "best checkpoint",
+    ]
     rows = [
         [
-            str(rank), r.trial_id, *(_short((r.config or {}).get(k)) for k in keys), r.status.value,
-            str(r.num_failures), number(r.best_value), "-" if r.best_iteration is None else str(r.best_iteration),
+            str(rank),
+            r.trial_id,
+            *(_short((r.config or {}).get(k)) for k in keys),
+            r.status.value,
+            str(r.num_failures),
+            number(r.best_value),
+            "-" if r.best_iteration is None else str(r.best_iteration),
             r.best_checkpoint or "-",
         ]
         for rank, r in enumerate(board, start=1)
@@ -112,7 +131,9 @@ def leaderboard_cells(board: Sequence[Any], metric: str, mode: str) -> tuple[lis
     return columns, rows
 
 
-def render_leaderboard(board: Sequence[Any], metric: str, mode: str, title: str | None = None) -> Table:
+def render_leaderboard(
+    board: Sequence[Any], metric: str, mode: str, title: str | None = None
+) -> Table:
     """A Rich table of leaderboard rows, configs flattened into columns."""
     return make_table(*leaderboard_cells(board, metric, mode), title=title)
 

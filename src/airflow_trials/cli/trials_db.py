@@ -13,10 +13,14 @@ from airflow_trials.cli.common import CliError
 if TYPE_CHECKING:
     from airflow_trials.store import TrialReader
 
-UPGRADE_HINT = "run 'airflow-trials db upgrade' to create it there, or pass --db-url with the trials DB's URL"
+UPGRADE_HINT = (
+    "run 'airflow-trials db upgrade' to create it there, or pass --db-url with the trials DB's URL"
+)
 
 
-def resolve_db_url(ctx: typer.Context, db_url: str | None, *, create_dir: bool = False) -> tuple[str, str]:
+def resolve_db_url(
+    ctx: typer.Context, db_url: str | None, *, create_dir: bool = False
+) -> tuple[str, str]:
     """``(url, source)``: the command's --db-url, else the one before the command, else as the DAGs
     find it (:func:`airflow_trials.hooks.trials.resolve_trials_db_url`: the ``trials_default``
     connection, else ``AIRFLOW_TRIALS_DB_URL``, else the default SQLite file)."""
@@ -69,14 +73,21 @@ def open_for_reading(ctx: typer.Context, db_url: str | None) -> TrialReader:
     try:
         revision = schema_revision(url)
     except StoreError as e:
-        came_from = "" if source == "--db-url" else f" The URL came from {source}; pass --db-url for another."
+        came_from = (
+            ""
+            if source == "--db-url"
+            else f" The URL came from {source}; pass --db-url for another."
+        )
         raise CliError(f"{e}{came_from}") from e
     if revision is None:
-        raise CliError(f"The trials DB at {where} has no trials schema (never migrated); {UPGRADE_HINT}.")
+        raise CliError(
+            f"The trials DB at {where} has no trials schema (never migrated); {UPGRADE_HINT}."
+        )
     if revision != head_revision():
         raise CliError(
             f"The trials DB at {where} has schema revision {revision}, not this airflow_trials' "
-            f"{head_revision()}; run 'airflow-trials db upgrade' (or upgrade airflow_trials if a newer "
+            f"{head_revision()}; run 'airflow-trials db upgrade' (or upgrade airflow_trials if a "
+            "newer "
             "one migrated it)."
         )
     return TrialReader(url)

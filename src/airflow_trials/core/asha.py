@@ -109,9 +109,14 @@ class AsyncHyperBandScheduler(MetricScheduler):
         has none, the experiment's ``metric`` and ``mode`` (ValueError where they disagree)."""
         chosen_metric, chosen_mode = experiment_metric_and_mode(self, metric, mode, "ASHAScheduler")
         return AshaRungs(
-            metric=chosen_metric, mode=chosen_mode, time_attr=self.time_attr, max_t=self.max_t,
-            grace_period=self.grace_period, reduction_factor=self.reduction_factor,
-            brackets=self.brackets, stop_last_trials=self.stop_last_trials,
+            metric=chosen_metric,
+            mode=chosen_mode,
+            time_attr=self.time_attr,
+            max_t=self.max_t,
+            grace_period=self.grace_period,
+            reduction_factor=self.reduction_factor,
+            brackets=self.brackets,
+            stop_last_trials=self.stop_last_trials,
         )
 
     def on_trial_add(self, trial: Trial) -> None:
@@ -136,13 +141,24 @@ class AsyncHyperBandScheduler(MetricScheduler):
         return decision
 
     def _judge(
-        self, trial_id: str, bracket: int, time: float, value: float, iteration: int, *,
+        self,
+        trial_id: str,
+        bracket: int,
+        time: float,
+        value: float,
+        iteration: int,
+        *,
         at_end: bool,
     ) -> tuple[Decision, str | None]:
         if self._rule is None:  # on_trial_add made it; _bracket_index raised otherwise
             raise RuntimeError(f"{type(self).__name__} judged trial {trial_id} before adding it.")
         return self._rule.judge(
-            self.state, trial_id, bracket, time=time, value=value, iteration=iteration,
+            self.state,
+            trial_id,
+            bracket,
+            time=time,
+            value=value,
+            iteration=iteration,
             at_end=at_end,
         )
 

@@ -26,19 +26,20 @@ class CheckpointRecord:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CheckpointRecord:
-        return cls(path=data["path"], iteration=int(data["iteration"]), metrics=data.get("metrics") or {})
+        return cls(
+            path=data["path"], iteration=int(data["iteration"]), metrics=data.get("metrics") or {}
+        )
 
 
 def _jsonable(metrics: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        k: v for k, v in metrics.items() if isinstance(v, (str, int, float, bool)) or v is None
-    }
+    return {k: v for k, v in metrics.items() if isinstance(v, (str, int, float, bool)) or v is None}
 
 
 class CheckpointManager:
     """Keeps a trial's checkpoints: the newest always, and at most ``keep_checkpoints_num`` in all.
 
-    When more are kept than allowed, the lowest-scoring one is dropped (by ``checkpoint_score_attr``,
+    When more are kept than allowed, the lowest-scoring one is dropped (by
+    ``checkpoint_score_attr``,
     higher is better; prefix the attribute with ``min-`` when lower is better; without an
     attribute the oldest is dropped). The newest checkpoint is never dropped, because a restore
     after a failure needs it.
@@ -135,7 +136,8 @@ class CheckpointManager:
         return sign * float(value)
 
     def on_checkpoint(self, record: CheckpointRecord) -> list[CheckpointRecord]:
-        """Register a new checkpoint; returns the ones it pushed out, retired until :meth:`release`."""
+        """Register a new checkpoint; returns the ones it pushed out, retired until
+        :meth:`release`."""
         if self._kept and self._kept[-1].path == record.path:
             self._kept[-1] = record
             return []
@@ -161,7 +163,10 @@ class CheckpointManager:
         return kept
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kept": [r.to_dict() for r in self._kept], "retired": [r.to_dict() for r in self.retired]}
+        return {
+            "kept": [r.to_dict() for r in self._kept],
+            "retired": [r.to_dict() for r in self.retired],
+        }
 
     def load(self, data: Mapping[str, Any]) -> None:
         """Take over a saved state; its retired checkpoints wait for the first record written

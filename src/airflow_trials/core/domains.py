@@ -1,4 +1,5 @@
-"""The search domains as JSON one-key dicts, each checked and sampled with Ray Tune 2.60's semantics.
+"""The search domains as JSON one-key dicts, each checked and sampled with Ray Tune 2.60's
+semantics.
 
 A domain such as ``{"qloguniform": [1e-4, 1e-1, 5e-5]}`` is plain JSON, so a search space travels
 through Airflow Params, XCom and the trials DB. Sampling uses a ``random.Random``, so the same
@@ -35,7 +36,8 @@ _INTEGER_DOMAINS = ("randint", "qrandint", "lograndint", "qlograndint")
 _LOG_DOMAINS = ("loguniform", "qloguniform", "lograndint", "qlograndint")
 
 
-# -- constructors: what a DAG file writes -----------------------------------------------------------
+# -- constructors: what a DAG file writes
+# -----------------------------------------------------------
 
 
 def grid_search(values: list[Any]) -> dict[str, list[Any]]:
@@ -54,7 +56,8 @@ def uniform(lower: float, upper: float) -> dict[str, list[float]]:
 
 
 def quniform(lower: float, upper: float, q: float) -> dict[str, list[float]]:
-    """A float in ``[lower, upper]`` rounded to a multiple of ``q``; the bounds must be multiples of ``q``."""
+    """A float in ``[lower, upper]`` rounded to a multiple of ``q``; the bounds must be multiples of
+    ``q``."""
     return {"quniform": [lower, upper, q]}
 
 
@@ -64,7 +67,8 @@ def loguniform(lower: float, upper: float) -> dict[str, list[float]]:
 
 
 def qloguniform(lower: float, upper: float, q: float) -> dict[str, list[float]]:
-    """:func:`loguniform` rounded to a multiple of ``q`` (upper bound inclusive); bounds multiples of ``q``."""
+    """:func:`loguniform` rounded to a multiple of ``q`` (upper bound inclusive); bounds multiples
+    of ``q``."""
     return {"qloguniform": [lower, upper, q]}
 
 
@@ -74,7 +78,8 @@ def randint(lower: int, upper: int) -> dict[str, list[int]]:
 
 
 def qrandint(lower: int, upper: int, q: int = 1) -> dict[str, list[int]]:
-    """A multiple of ``q`` in ``[lower, upper]``, each equally likely (``upper`` exclusive when ``q == 1``)."""
+    """A multiple of ``q`` in ``[lower, upper]``, each equally likely (``upper`` exclusive when ``q
+    == 1``)."""
     return {"qrandint": [lower, upper, q]}
 
 
@@ -84,7 +89,8 @@ def lograndint(lower: int, upper: int) -> dict[str, list[int]]:
 
 
 def qlograndint(lower: int, upper: int, q: int) -> dict[str, list[int]]:
-    """A multiple of ``q`` in ``[lower, upper]`` drawn log-uniformly (``upper`` exclusive when ``q == 1``)."""
+    """A multiple of ``q`` in ``[lower, upper]`` drawn log-uniformly (``upper`` exclusive when ``q
+    == 1``)."""
     return {"qlograndint": [lower, upper, q]}
 
 
@@ -109,14 +115,18 @@ def sample_from(function: str) -> dict[str, str]:
     """
     if not isinstance(function, str):
         raise TypeError(
-            f"sample_from() takes the import path of a function, such as 'my_pkg.search:batch_size', "
-            f"got {type(function).__name__} {function!r}; search spaces are JSON (they travel through "
-            f"Airflow Params, XCom and the trials DB), so define the function in a module and pass its path."
+            "sample_from() takes the import path of a function, such as "
+            "'my_pkg.search:batch_size', "
+            f"got {type(function).__name__} {function!r}; search spaces are JSON (they travel "
+            "through "
+            "Airflow Params, XCom and the trials DB), so define the function in a module and pass "
+            "its path."
         )
     return {SAMPLE_FROM: function}
 
 
-# -- validation -------------------------------------------------------------------------------------
+# -- validation
+# -------------------------------------------------------------------------------------
 
 
 def _is_number(value: Any) -> bool:
@@ -142,7 +152,9 @@ def check_numeric(where: str, kind: str, arg: Any) -> None:
         raise ValueError(f"{where} needs {shape} numbers, got {arg!r}.")
     if not all(math.isfinite(v) for v in arg):
         what = "bounds" if names[0] == "lower" else "values"
-        raise ValueError(f"{where} needs finite {what} (not NaN or infinity), got {shape} = {arg!r}.")
+        raise ValueError(
+            f"{where} needs finite {what} (not NaN or infinity), got {shape} = {arg!r}."
+        )
     values = dict(zip(names, arg, strict=True))
     if "q" in values and values["q"] <= 0:
         raise ValueError(f"{where} needs a quantization step q > 0, got {values['q']}.")
@@ -164,21 +176,26 @@ def _check_bounds(where: str, kind: str, lower: float, upper: float, q: float | 
         if q is None:
             return
         if not float(q).is_integer():
-            raise ValueError(f"{where} needs a whole-number q >= 1 (its values are integers), got {q}.")
+            raise ValueError(
+                f"{where} needs a whole-number q >= 1 (its values are integers), got {q}."
+            )
         if _grid_index(upper, q, math.floor) < _grid_index(lower, q, math.ceil):
             raise ValueError(
-                f"{where} has no multiple of q={q} between {lower} and {upper}; widen the bounds or lower q."
+                f"{where} has no multiple of q={q} between {lower} and {upper}; widen the bounds "
+                "or lower q."
             )
     elif q is not None:
         for name, bound in (("lower", lower), ("upper", upper)):
             if not _is_multiple(bound, q):
                 raise ValueError(
-                    f"{where} needs bounds that are multiples of q={q} (as Ray Tune), but {name} is "
+                    f"{where} needs bounds that are multiples of q={q} (as Ray Tune), but {name} "
+                    "is "
                     f"{bound}; use {round(bound / q) * q:g} or another q."
                 )
 
 
-# -- sampling ---------------------------------------------------------------------------------------
+# -- sampling
+# ---------------------------------------------------------------------------------------
 
 
 def _log_uniform(rng: random.Random, lower: float, upper: float) -> float:
@@ -194,7 +211,9 @@ def _log_randint(rng: random.Random, lower: int, upper: int) -> int:
 def quantized_int_indices(lower: float, upper: float, q: float) -> tuple[int, int]:
     """The grid indices ``[low, high)`` of a ``qrandint`` / ``qlograndint``: its values are
     ``index * q``, with the bounds rounded inwards and ``upper`` excluded only when ``q == 1``."""
-    return _grid_index(lower, q, math.ceil), _grid_index(upper, q, math.floor) + (0 if q == 1 else 1)
+    return _grid_index(lower, q, math.ceil), _grid_index(upper, q, math.floor) + (
+        0 if q == 1 else 1
+    )
 
 
 def _quantized_int(kind: str, lower: float, upper: float, q: float, rng: random.Random) -> int:
@@ -207,7 +226,8 @@ def _quantized_int(kind: str, lower: float, upper: float, q: float, rng: random.
 
 def _quantized_float(kind: str, arg: list[float], rng: random.Random) -> float:
     """Ray's quantized Float domain: sample between the bounds snapped inwards to the grid, then
-    round to the nearest multiple of ``q`` (half to even, as ``np.round``), so ``upper`` is inclusive."""
+    round to the nearest multiple of ``q`` (half to even, as ``np.round``), so ``upper`` is
+    inclusive."""
     if kind == "qrandn":
         mean, sd, q = arg
         value = rng.normalvariate(mean, sd)

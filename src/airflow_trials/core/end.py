@@ -69,8 +69,9 @@ class TrialEnd:
         return self.status is TrialStatus.TERMINATED
 
     @classmethod
-    def from_snapshot(cls, experiment_name: str, snapshot: Mapping[str, Any], *,
-                      released: bool) -> TrialEnd:
+    def from_snapshot(
+        cls, experiment_name: str, snapshot: Mapping[str, Any], *, released: bool
+    ) -> TrialEnd:
         """The end a trial actor's final poll reports (``TrialActor.poll``)."""
         return cls(
             trial_id=snapshot["trial_id"],
@@ -87,7 +88,12 @@ class TrialEnd:
 
     @classmethod
     def lost(
-        cls, trial_id: str, experiment_name: str, why: str, *, infrastructure: bool = False,
+        cls,
+        trial_id: str,
+        experiment_name: str,
+        why: str,
+        *,
+        infrastructure: bool = False,
         released: bool = False,
     ) -> TrialEnd:
         """The ERROR end of a trial whose actor is gone, or that its watcher had to stop."""
@@ -200,17 +206,28 @@ class SweepEnd:
     def lost(cls, experiment_name: str, run_key: str, why: str) -> SweepEnd:
         """The LOST end of a run whose driver is gone or could not be reached: ``why`` completes
         "The sweep driver of run ... of experiment ...", and says what the next try does."""
-        return cls(run_key, SweepStatus.LOST,
-                   error=f"The sweep driver of run {run_key} of experiment {experiment_name} {why}")
+        return cls(
+            run_key,
+            SweepStatus.LOST,
+            error=f"The sweep driver of run {run_key} of experiment {experiment_name} {why}",
+        )
 
     def to_event(self) -> dict[str, Any]:
         """Plain values for a TriggerEvent (it is serialized into Airflow's DB)."""
-        return {"status": self.status.value, "run_key": self.run_key, "progress": self.progress,
-                "error": self.error}
+        return {
+            "status": self.status.value,
+            "run_key": self.run_key,
+            "progress": self.progress,
+            "error": self.error,
+        }
 
     @classmethod
     def from_event(cls, payload: Mapping[str, Any]) -> SweepEnd:
         """The end a TriggerEvent carried."""
         progress = payload.get("progress")
-        return cls(payload["run_key"], SweepStatus(payload["status"]),
-                   dict(progress) if progress is not None else None, payload.get("error"))
+        return cls(
+            payload["run_key"],
+            SweepStatus(payload["status"]),
+            dict(progress) if progress is not None else None,
+            payload.get("error"),
+        )

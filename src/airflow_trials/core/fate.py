@@ -127,8 +127,9 @@ def after_result(
         at_end = trial.checkpoint_at_end and not has_checkpoint
         return ResultDecision(fresh, Action.STOP, at_end, why)
     if experiment_done is not None and experiment_done():
-        return ResultDecision(fresh, Action.STOP_EXPERIMENT, False,
-                              "the experiment's stopper ended it")
+        return ResultDecision(
+            fresh, Action.STOP_EXPERIMENT, False, "the experiment's stopper ended it"
+        )
     decision = scheduler(trial, result) if scheduler is not None and fresh else Action.CONTINUE
     if decision in (Action.STOP, Action.PAUSE):
         said = scheduler_reason(trial.trial_id) if scheduler_reason is not None else None
@@ -136,8 +137,9 @@ def after_result(
             at_end = trial.checkpoint_at_end and not has_checkpoint
             return ResultDecision(fresh, Action.STOP, at_end, said or "the scheduler stopped it")
         return ResultDecision(fresh, Action.PAUSE, False, said or "the scheduler paused it")
-    return ResultDecision(fresh, Action.CONTINUE, trial.should_checkpoint() and not has_checkpoint,
-                          "it continues")
+    return ResultDecision(
+        fresh, Action.CONTINUE, trial.should_checkpoint() and not has_checkpoint, "it continues"
+    )
 
 
 NO_RUN_AHEAD = 0
@@ -159,8 +161,9 @@ def run_ahead_below(trial: Trial, *, results_judged: bool) -> int:
     bound = sys.maxsize
     stopper = trial.stopper
     if stopper is not None:
-        if (not isinstance(stopper, ThresholdStopper)
-                or set(stopper.thresholds) != {TRAINING_ITERATION}):
+        if not isinstance(stopper, ThresholdStopper) or set(stopper.thresholds) != {
+            TRAINING_ITERATION
+        }:
             return NO_RUN_AHEAD  # it reads metrics, or is code: known only once the result is seen
         bound = math.ceil(stopper.thresholds[TRAINING_ITERATION])
     if trial.checkpoint_freq > 0:
@@ -176,7 +179,8 @@ def run_ahead_rule(
     (``judges_results()``) or its experiment-wide stopper (``judges_experiment()``) judges
     results."""
     judged = scheduler.judges_results() or (
-        experiment_stopper is not None and experiment_stopper.judges_experiment())
+        experiment_stopper is not None and experiment_stopper.judges_experiment()
+    )
     return functools.partial(run_ahead_below, results_judged=judged)
 
 
@@ -226,12 +230,15 @@ def after_failure(
     :param retries_left: the caller can run it again (Airflow: the task has a retry left).
     :param fail_fast: a trial failing for good ends the experiment.
     """
-    can_restart = (max_infrastructure_restarts is None
-                   or infrastructure_restarts < max_infrastructure_restarts)
+    can_restart = (
+        max_infrastructure_restarts is None or infrastructure_restarts < max_infrastructure_restarts
+    )
     if infrastructure and can_restart and retries_left:
         limit = "" if max_infrastructure_restarts is None else f" of {max_infrastructure_restarts}"
         return FailureDecision(
-            Outcome.RESUME, num_failures, False,
+            Outcome.RESUME,
+            num_failures,
+            False,
             f"This is not a failure of trial {trial_id}: resuming it from its latest checkpoint "
             "without counting it against max_failures (infrastructure restart "
             f"{infrastructure_restarts + 1}{limit}).",
@@ -241,14 +248,19 @@ def after_failure(
     within = max_failures < 0 or failures <= max_failures
     if within and retries_left:
         return FailureDecision(
-            Outcome.RETRY, failures, False,
+            Outcome.RETRY,
+            failures,
+            False,
             f"Trial {trial_id} failed (failure {failures} of at most {budget}); retrying from its "
             "latest checkpoint.",
         )
-    why = (f"it reached its max_failures ({budget})" if not within
-           else "its task has no retries left")
+    why = (
+        f"it reached its max_failures ({budget})" if not within else "its task has no retries left"
+    )
     return FailureDecision(
-        Outcome.FAIL, failures, fail_fast,
+        Outcome.FAIL,
+        failures,
+        fail_fast,
         f"Trial {trial_id} failed for good (failure {failures}): {why}.",
     )
 
@@ -400,30 +412,54 @@ def on_start(
         if not cleared:
             # A retry after the trial ended (Airflow lost the try that finished it), or a reused
             # trial id: nothing to run.
-            return StartAction(Start.REPORT_END, False, False, None,
-                               f"Trial {trial_id} already finished; reporting its stored state.")
+            return StartAction(
+                Start.REPORT_END,
+                False,
+                False,
+                None,
+                f"Trial {trial_id} already finished; reporting its stored state.",
+            )
         return StartAction(
-            Start.RESTART, False, False, Transition.RESET,
+            Start.RESTART,
+            False,
+            False,
+            Transition.RESET,
             f"Trial {trial_id} had finished (last result {stored.last_result}) and its task was "
             f"cleared: try {try_number} runs it again from scratch.",
         )
     live = actor in (ActorState.QUEUED, ActorState.RUNNING, ActorState.TERMINATED)
     if live and not being_stopped:
-        return StartAction(Start.REATTACH, False, actor is not ActorState.QUEUED, None,
-                           f"Trial {trial_id} is {actor.value} on Ray already; re-attaching to it.")
+        return StartAction(
+            Start.REATTACH,
+            False,
+            actor is not ActorState.QUEUED,
+            None,
+            f"Trial {trial_id} is {actor.value} on Ray already; re-attaching to it.",
+        )
     stop_actor = actor is not ActorState.GONE
     if being_stopped:
         # The previous try recorded that it stops this actor (its task was cleared) before this
         # try registered: never re-attach to an actor being killed.
         why = f"Trial {trial_id} is being stopped by its cleared previous try; starting it again"
     elif stop_actor:
-        why = (f"Trial {trial_id}'s actor lives but its trial is not running (left by a try "
-               "that died): stopping it and starting the trial again")
+        why = (
+            f"Trial {trial_id}'s actor lives but its trial is not running (left by a try "
+            "that died): stopping it and starting the trial again"
+        )
     else:
         why = f"Trial {trial_id} has no actor on Ray; starting it"
     if cleared:
-        return StartAction(Start.RESET, stop_actor, False, Transition.RESET,
-                           f"{why} with a fresh budget of failures (its task was cleared).")
-    return StartAction(Start.RESUME, stop_actor, False,
-                       Transition.QUEUED if stored.status.is_terminal() else None,
-                       f"{why} from its latest checkpoint (try {try_number}).")
+        return StartAction(
+            Start.RESET,
+            stop_actor,
+            False,
+            Transition.RESET,
+            f"{why} with a fresh budget of failures (its task was cleared).",
+        )
+    return StartAction(
+        Start.RESUME,
+        stop_actor,
+        False,
+        Transition.QUEUED if stored.status.is_terminal() else None,
+        f"{why} from its latest checkpoint (try {try_number}).",
+    )

@@ -37,8 +37,14 @@ class _Bracket:
     """
 
     def __init__(
-        self, round_number: int, s: int, max_trials: int, first_milestone: int, max_t: float,
-        reduction_factor: float, stop_last_trials: bool,
+        self,
+        round_number: int,
+        s: int,
+        max_trials: int,
+        first_milestone: int,
+        max_t: float,
+        reduction_factor: float,
+        stop_last_trials: bool,
     ) -> None:
         self.round_number, self.number = round_number, s + 1
         self.max_trials = max_trials
@@ -212,8 +218,15 @@ class HyperBandScheduler(MetricScheduler):
             )
             bracket = None
             if first_milestone > 0:
-                bracket = _Bracket(len(self._rounds), s, max_trials, first_milestone, self.max_t,
-                                   self.reduction_factor, self.stop_last_trials)
+                bracket = _Bracket(
+                    len(self._rounds),
+                    s,
+                    max_trials,
+                    first_milestone,
+                    self.max_t,
+                    self.reduction_factor,
+                    self.stop_last_trials,
+                )
                 self._current = bracket
             band.append(bracket)
             if bracket is not None:

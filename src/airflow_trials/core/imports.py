@@ -1,4 +1,5 @@
-"""Resolving ``"package.module:name"`` import paths, shared by trainables and ``sample_from`` domains."""
+"""Resolving ``"package.module:name"`` import paths, shared by trainables and ``sample_from``
+domains."""
 
 from __future__ import annotations
 

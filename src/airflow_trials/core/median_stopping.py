@@ -37,7 +37,13 @@ def better_of(best: float, value: float, mode: str) -> float:
 
 
 def median_stop_reason(
-    *, time_attr: str, time: float, metric: str, mode: str, best: float, median: float,
+    *,
+    time_attr: str,
+    time: float,
+    metric: str,
+    mode: str,
+    best: float,
+    median: float,
     samples: int,
     hard_stop: bool = True,
 ) -> str:
@@ -119,8 +125,14 @@ class MedianState(Protocol):
     (``store/median.py`` ``StoredMeans``, the Airflow path's)."""
 
     def record(
-        self, trial_id: str, *, iteration: int, time: float, value: float,
-        decide: MedianDecide | None = None, at_end: bool = False,
+        self,
+        trial_id: str,
+        *,
+        iteration: int,
+        time: float,
+        value: float,
+        decide: MedianDecide | None = None,
+        at_end: bool = False,
     ) -> RecordedVerdict:
         """Add result ``iteration`` (at ``time``) to the trial's running mean and return
         ``decide``'s verdict on it, given the running means at ``time`` of the other trials whose
@@ -159,8 +171,14 @@ class MemoryMeans:
         self._trials: dict[str, _Means] = {}
 
     def record(
-        self, trial_id: str, *, iteration: int, time: float, value: float,
-        decide: MedianDecide | None = None, at_end: bool = False,
+        self,
+        trial_id: str,
+        *,
+        iteration: int,
+        time: float,
+        value: float,
+        decide: MedianDecide | None = None,
+        at_end: bool = False,
     ) -> MemoryPoint:
         points = self._trials.setdefault(trial_id, _Means())
         stored = points.verdicts.get((iteration, at_end))
@@ -259,7 +277,11 @@ class MedianRule:
         return {"time_attr": self.time_attr, "points": [], "every_from": float(self.grace_period)}
 
     def verdict(
-        self, best: float, time: float, means: MeanSample | Iterable[float], *,
+        self,
+        best: float,
+        time: float,
+        means: MeanSample | Iterable[float],
+        *,
         hard_stop: bool = True,
     ) -> tuple[Decision, str | None]:
         """The verdict on a result at ``time`` of a trial whose best so far is ``best``, given the
@@ -272,13 +294,26 @@ class MedianRule:
         if verdict is None or not verdict[0]:
             return Decision.CONTINUE, None
         return Decision.STOP, median_stop_reason(
-            time_attr=self.time_attr, time=time, metric=self.metric, mode=self.mode, best=best,
-            median=verdict[1], samples=sample.count, hard_stop=hard_stop,
+            time_attr=self.time_attr,
+            time=time,
+            metric=self.metric,
+            mode=self.mode,
+            best=best,
+            median=verdict[1],
+            samples=sample.count,
+            hard_stop=hard_stop,
         )
 
     def judge(
-        self, state: MedianState, trial_id: str, *, iteration: int, time: float, value: float,
-        best: float, hard_stop: bool = True,
+        self,
+        state: MedianState,
+        trial_id: str,
+        *,
+        iteration: int,
+        time: float,
+        value: float,
+        best: float,
+        hard_stop: bool = True,
     ) -> MedianVerdict:
         """The rule on result ``iteration`` of ``trial_id`` at ``time`` with ``value``, the trial's
         best so far (this result's value included) being ``best``: it is added to the trial's
@@ -390,8 +425,11 @@ class MedianStoppingRule(MetricScheduler):
         has none, the experiment's ``metric`` and ``mode`` (ValueError where they disagree)."""
         chosen = experiment_metric_and_mode(self, metric, mode, "MedianStoppingRule")
         return MedianRule(
-            metric=chosen[0], mode=chosen[1], time_attr=self.time_attr,
-            grace_period=self.grace_period, min_samples_required=self.min_samples_required,
+            metric=chosen[0],
+            mode=chosen[1],
+            time_attr=self.time_attr,
+            grace_period=self.grace_period,
+            min_samples_required=self.min_samples_required,
         )
 
     def on_trial_add(self, trial: Trial) -> None:
@@ -408,8 +446,13 @@ class MedianStoppingRule(MetricScheduler):
         self._check_time(trial, time)
         best = self._record(trial.trial_id, time, value)
         verdict = self._judged_rule(trial).judge(
-            self.state, trial.trial_id, iteration=self._next_iteration(trial.trial_id), time=time,
-            value=value, best=best, hard_stop=self.hard_stop,
+            self.state,
+            trial.trial_id,
+            iteration=self._next_iteration(trial.trial_id),
+            time=time,
+            value=value,
+            best=best,
+            hard_stop=self.hard_stop,
         )
         if verdict.samples is not None and verdict.samples < self.min_samples_required:
             return self._on_insufficient_samples(trial, time, verdict.samples)
@@ -471,8 +514,11 @@ class MedianStoppingRule(MetricScheduler):
             return
         self._record(trial.trial_id, time, value)
         self._judged_rule(trial).at_end(
-            self.state, trial.trial_id, iteration=self._iterations.get(trial.trial_id, 0),
-            time=time, value=value,
+            self.state,
+            trial.trial_id,
+            iteration=self._iterations.get(trial.trial_id, 0),
+            time=time,
+            value=value,
         )
 
     def on_trial_remove(self, trial: Trial) -> None:

@@ -1,4 +1,5 @@
-"""``with_parameters``: large constants handed to a trainable by reference, not through its config."""
+"""``with_parameters``: large constants handed to a trainable by reference, not through its
+config."""
 
 from __future__ import annotations
 
@@ -30,7 +31,9 @@ class TrainableWithParameters:
                 f"with_parameters() takes the trainable's import path first, such as "
                 f"'my_pkg.train:train_fn', got {trainable!r}."
             )
-        bad = [n for n in parameters if not n.isidentifier() or keyword.iskeyword(n) or n in _RESERVED]
+        bad = [
+            n for n in parameters if not n.isidentifier() or keyword.iskeyword(n) or n in _RESERVED
+        ]
         if bad:
             raise ValueError(
                 f"with_parameters({trainable!r}, ...): {bad} cannot be keyword arguments of the "
@@ -55,7 +58,8 @@ class TrainableWithParameters:
 
 
 def with_parameters(trainable: str, **parameters: Any) -> TrainableWithParameters:
-    """Ray Tune's ``tune.with_parameters`` for an import path: pass the result as a Trial's trainable.
+    """Ray Tune's ``tune.with_parameters`` for an import path: pass the result as a Trial's
+    trainable.
 
     ``Trial(with_parameters("my_pkg.train:train", data=big_array), config)`` calls
     ``train(config, data=big_array)`` in the trial's actor, with ``big_array`` read from Ray's
@@ -73,6 +77,7 @@ def refuse_in_airflow(trainable: Any, where: str) -> None:
             f"{where}: {trainable!r} works only with TrialRunner / RayTrialExecutor in one driver "
             f"process. In an Airflow DAG each trial is its own task, run by another process, so "
             f"constants held in the DAG file's memory cannot reach it. Pass the import path "
-            f"{trainable.trainable!r} and load the data inside the trainable (from a path or URL in "
+            f"{trainable.trainable!r} and load the data inside the trainable (from a path or URL "
+            "in "
             f"the config, or a module-level cache)."
         )

@@ -33,8 +33,16 @@ from airflow_trials.core.trial import Trial
 log = logging.getLogger(__name__)
 
 
-def _check_settings(time_attr: Any, metric: Any, mutations: Any, explore_fn: Any, interval: Any,
-                    quantile: Any, resample_probability: Any, factors: Any) -> None:
+def _check_settings(
+    time_attr: Any,
+    metric: Any,
+    mutations: Any,
+    explore_fn: Any,
+    interval: Any,
+    quantile: Any,
+    resample_probability: Any,
+    factors: Any,
+) -> None:
     name = "PopulationBasedTraining"
     if not isinstance(time_attr, str) or not time_attr:
         raise ValueError(
@@ -170,8 +178,14 @@ class PopulationBasedTraining(MetricScheduler):
     ) -> None:
         super().__init__(metric, mode)
         _check_settings(
-            time_attr, metric, hyperparam_mutations, custom_explore_fn, perturbation_interval,
-            quantile_fraction, resample_probability, perturbation_factors,
+            time_attr,
+            metric,
+            hyperparam_mutations,
+            custom_explore_fn,
+            perturbation_interval,
+            quantile_fraction,
+            resample_probability,
+            perturbation_factors,
         )
         self.time_attr = time_attr
         self.perturbation_interval = perturbation_interval
@@ -196,7 +210,9 @@ class PopulationBasedTraining(MetricScheduler):
         if trial.keep_checkpoints_num is not None and trial.keep_checkpoints_num <= 2:
             log.warning(
                 "Trial %s keeps %s checkpoints: with PBT a donor's checkpoint may be deleted "
-                "before it is cloned; keep more.", trial.trial_id, trial.keep_checkpoints_num,
+                "before it is cloned; keep more.",
+                trial.trial_id,
+                trial.keep_checkpoints_num,
             )
         self._states[trial.trial_id] = _State(trial)
         fill_missing(trial.config, self.hyperparam_mutations, self.rng)
@@ -204,8 +220,12 @@ class PopulationBasedTraining(MetricScheduler):
     def on_trial_result(self, trial: Trial, result: Result) -> Decision:
         state = self._state(trial)
         if not self.require_attrs and not {self.time_attr, str(self.metric)} <= result.keys():
-            log.warning("Trial %s reported no %s or %s; PBT skips this result.", trial.trial_id,
-                        self.time_attr, self.metric)
+            log.warning(
+                "Trial %s reported no %s or %s; PBT skips this result.",
+                trial.trial_id,
+                self.time_attr,
+                self.metric,
+            )
             return Decision.CONTINUE
         time = self._number(trial, result, self.time_attr, "time_attr")
         score = self._sign * self._number(trial, result, str(self.metric), "metric")
@@ -258,7 +278,11 @@ class PopulationBasedTraining(MetricScheduler):
         return Decision.PAUSE
 
     def _checkpoint_or_exploit(
-        self, state: _State, time: float, lower: list[_State], upper: list[_State],
+        self,
+        state: _State,
+        time: float,
+        lower: list[_State],
+        upper: list[_State],
         pausing: _State | None = None,
     ) -> str | None:
         """Mark a top trial as a donor, or make a bottom one clone a donor: None, else a note on
@@ -275,7 +299,9 @@ class PopulationBasedTraining(MetricScheduler):
         if donor is not pausing and _checkpoint_since(donor) is None:
             log.info(
                 "PBT: trial %s has no checkpoint since its last perturbation; trial %s is not "
-                "exploited.", donor.trial.trial_id, state.trial.trial_id,
+                "exploited.",
+                donor.trial.trial_id,
+                state.trial.trial_id,
             )
             return (
                 f" (it is in the bottom {percent}, but {donor.trial.trial_id}, drawn to be cloned, "
@@ -290,8 +316,12 @@ class PopulationBasedTraining(MetricScheduler):
         pending = self._pending.get(donor_id)
         donor_config = pending.new_config if pending is not None else donor.trial.config
         new_config, operations = explore(
-            donor_config, self.hyperparam_mutations, self.resample_probability,
-            self.perturbation_factors, self.custom_explore_fn, self.rng,
+            donor_config,
+            self.hyperparam_mutations,
+            self.resample_probability,
+            self.perturbation_factors,
+            self.custom_explore_fn,
+            self.rng,
         )
         changes = describe_changes(donor_config, new_config, operations)
         since = donor.clone_from_iteration or 0
@@ -309,15 +339,20 @@ class PopulationBasedTraining(MetricScheduler):
 
     def _quantiles(self) -> tuple[list[_State], list[_State]]:
         """The bottom and top ``quantile_fraction`` of the scored unfinished trials (Ray's rule)."""
-        scored = [s for s in self._states.values() if s.last_score is not None
-                  and not math.isnan(s.last_score) and not s.trial.status.is_terminal()]
+        scored = [
+            s
+            for s in self._states.values()
+            if s.last_score is not None
+            and not math.isnan(s.last_score)
+            and not s.trial.status.is_terminal()
+        ]
         scored.sort(key=lambda s: s.last_score)  # type: ignore[arg-type,return-value]
         if len(scored) <= 1:
             return [], []
         count = math.ceil(len(scored) * self.quantile_fraction)
         if count > len(scored) / 2:
             count = math.floor(len(scored) / 2)
-        return scored[:count], scored[len(scored) - count:]
+        return scored[:count], scored[len(scored) - count :]
 
     def choose_trial_to_run(
         self, trials: Sequence[Trial], has_resources: HasResources
@@ -328,7 +363,8 @@ class PopulationBasedTraining(MetricScheduler):
             t.trial_id: s.last_train_time for t in trials if (s := self._states.get(t.trial_id))
         }
         candidates = [
-            t for t in trials
+            t
+            for t in trials
             if t.status in (TrialStatus.PENDING, TrialStatus.PAUSED)
             and (not self.synch or trained.get(t.trial_id, 0.0) < self._next_perturbation_sync)
         ]
@@ -353,7 +389,9 @@ class PopulationBasedTraining(MetricScheduler):
             log.warning(
                 "PBT: trial %s was to clone trial %s, which has no checkpoint since iteration %s "
                 "(none saved, or deleted: keep more checkpoints); it keeps its own state.",
-                trial_id, donor_id, plan.since,
+                trial_id,
+                donor_id,
+                plan.since,
             )
             return None
         exploit = Exploit(
@@ -391,7 +429,6 @@ def _checkpoint_since(donor: _State, start: int | None = None) -> CheckpointReco
     """The donor's first kept checkpoint since its last perturbation (Ray saves one right then)."""
     start = donor.clone_from_iteration if start is None else start
     kept = [
-        c for c in donor.trial.checkpoint_manager.kept
-        if start is not None and c.iteration >= start
+        c for c in donor.trial.checkpoint_manager.kept if start is not None and c.iteration >= start
     ]
     return min(kept, key=lambda c: c.iteration, default=None)

@@ -27,9 +27,14 @@ def _domain_kind(value: Any) -> str | None:
     return None
 
 
-def explore(config: Mapping[str, Any], mutations: Mutations, resample_probability: float,
-            perturbation_factors: Sequence[float], custom_explore_fn: ExploreFn | None,
-            rng: random.Random) -> tuple[dict[str, Any], Operations]:
+def explore(
+    config: Mapping[str, Any],
+    mutations: Mutations,
+    resample_probability: float,
+    perturbation_factors: Sequence[float],
+    custom_explore_fn: ExploreFn | None,
+    rng: random.Random,
+) -> tuple[dict[str, Any], Operations]:
     """A perturbed copy of ``config`` and what was done to each key, as Ray Tune's ``_explore``.
 
     ``rng`` is drawn exactly where Ray draws from the ``random`` module, in the same order, so
@@ -72,8 +77,9 @@ def _explore_list(
     return values[new], f"shift {side}{' (noop)' if old == new else ''}"
 
 
-def _explore_number(value: Any, mutation: Any, p: float, factors: Sequence[float],
-                    rng: random.Random) -> tuple[Any, str]:
+def _explore_number(
+    value: Any, mutation: Any, p: float, factors: Sequence[float], rng: random.Random
+) -> tuple[Any, str]:
     if rng.random() < p:
         new, operation = _resample(mutation, rng), "resample"
     else:
@@ -138,8 +144,9 @@ def check_mutations(mutations: Any, path: str = "") -> None:
             raise TypeError(f"{where}, of type {type(mutation).__name__}; use {use}.")
 
 
-def describe_changes(old: Mapping[str, Any], new: Mapping[str, Any], operations: Operations,
-              prefix: str = "") -> list[tuple[str, Any, str]]:
+def describe_changes(
+    old: Mapping[str, Any], new: Mapping[str, Any], operations: Operations, prefix: str = ""
+) -> list[tuple[str, Any, str]]:
     """``(dotted key, new value, what was done)`` per explored key; a factor shows the old value."""
     changes: list[tuple[str, Any, str]] = []
     for key, operation in operations.items():

@@ -27,7 +27,9 @@ def format_value(value: Any) -> str:
     return text if len(text) <= MAX_VALUE_CHARS else text[: MAX_VALUE_CHARS - 3] + "..."
 
 
-def format_progress(trial_id: str, result: Mapping[str, Any], max_chars: int = MAX_PROGRESS_CHARS) -> str:
+def format_progress(
+    trial_id: str, result: Mapping[str, Any], max_chars: int = MAX_PROGRESS_CHARS
+) -> str:
     """``Trial t-3 iteration 3: val_loss=0.412 val_accuracy=0.81 (checkpoint checkpoint_000003)``.
 
     Only the trainable's own metrics are shown (not the engine's :data:`~.result.AUTO_FIELDS`),
@@ -40,7 +42,11 @@ def format_progress(trial_id: str, result: Mapping[str, Any], max_chars: int = M
     head = f"Trial {trial_id} iteration {result.get(R.TRAINING_ITERATION, '?')}:"
     checkpoint = result.get(R.CHECKPOINT)
     tail = f" (checkpoint {_basename(str(checkpoint))})" if checkpoint else ""
-    metrics = [f"{k}={format_value(v)}" for k, v in result.items() if k not in R.AUTO_FIELDS and k != R.DUPLICATE]
+    metrics = [
+        f"{k}={format_value(v)}"
+        for k, v in result.items()
+        if k not in R.AUTO_FIELDS and k != R.DUPLICATE
+    ]
     if not metrics:
         return f"{head} no metrics{tail}"
     shown: list[str] = []

@@ -44,7 +44,8 @@ class Resources:
         # What a user writes is one trial's request: a share of one GPU, or whole GPUs.
         if isinstance(self.gpu, (int, float)) and self.gpu > 1 and float(self.gpu) != int(self.gpu):
             raise ValueError(
-                f"gpu={self.gpu:g} is invalid: a trial may share one GPU (gpu below 1) or use whole "
+                f"gpu={self.gpu:g} is invalid: a trial may share one GPU (gpu below 1) or use "
+                "whole "
                 f"GPUs, not {self.gpu:g}; use e.g. gpu=0.5, 1 or 2."
             )
         self._normalise()
@@ -95,18 +96,25 @@ class Resources:
         amount = object.__new__(cls)
         for name in _STANDARD:
             object.__setattr__(amount, name, _from_units(units.get(name, 0)))
-        object.__setattr__(amount, "custom_resources",
-                           {k: _from_units(v) for k, v in units.items() if k not in _STANDARD and v != 0})
+        object.__setattr__(
+            amount,
+            "custom_resources",
+            {k: _from_units(v) for k, v in units.items() if k not in _STANDARD and v != 0},
+        )
         amount._normalise()
         return amount
 
     def __add__(self, other: Resources) -> Resources:
         a, b = self._units(), other._units()
-        return Resources._from_unit_dict({k: a.get(k, 0) + b.get(k, 0) for k in a.keys() | b.keys()})
+        return Resources._from_unit_dict(
+            {k: a.get(k, 0) + b.get(k, 0) for k in a.keys() | b.keys()}
+        )
 
     def __sub__(self, other: Resources) -> Resources:
         a, b = self._units(), other._units()
-        return Resources._from_unit_dict({k: a.get(k, 0) - b.get(k, 0) for k in a.keys() | b.keys()})
+        return Resources._from_unit_dict(
+            {k: a.get(k, 0) - b.get(k, 0) for k in a.keys() | b.keys()}
+        )
 
     @staticmethod
     def subtract(original: Resources, to_remove: Resources) -> Resources:
@@ -178,7 +186,8 @@ class Resources:
 
     @classmethod
     def from_ray(cls, ray_resources: Mapping[str, float]) -> Resources:
-        """Build from ``ray.cluster_resources()``; Ray's bookkeeping keys (``node:...``) are dropped."""
+        """Build from ``ray.cluster_resources()``; Ray's bookkeeping keys (``node:...``) are
+        dropped."""
         custom = {
             k: v
             for k, v in ray_resources.items()

@@ -175,7 +175,8 @@ def asha_rung_decision(
     sign = mode_sign(mode)
     # Asked at every rung a result reaches: an attribute test, not a runtime Protocol check.
     values = (
-        cast(RungValues, values_before) if hasattr(values_before, "ranked")
+        cast(RungValues, values_before)
+        if hasattr(values_before, "ranked")
         else ValueList(cast(Iterable[float], values_before))
     )
     cutoff = rung_cutoff(values, reduction_factor, mode)
@@ -240,8 +241,7 @@ REACHED_MAX_T = ": it reached max_t="
 
 def max_t_stop_reason(time_attr: str, time: float, max_t: float) -> str:
     return (
-        f"stopped by ASHA at {time_attr}={format_number(time)}{REACHED_MAX_T}"
-        f"{format_number(max_t)}"
+        f"stopped by ASHA at {time_attr}={format_number(time)}{REACHED_MAX_T}{format_number(max_t)}"
     )
 
 
@@ -298,8 +298,15 @@ class RungState(Protocol):
         """The rungs ``trial_id`` recorded a value at, in any order."""
 
     def record(
-        self, trial_id: str, *, bracket: int, milestone: float, value: float, iteration: int,
-        at_end: bool, decide: RungDecide,
+        self,
+        trial_id: str,
+        *,
+        bracket: int,
+        milestone: float,
+        value: float,
+        iteration: int,
+        at_end: bool,
+        decide: RungDecide,
     ) -> RecordedVerdict:
         """Record ``value`` at the rung and return ``decide``'s verdict on it, judged once: when
         the trial has a value at ``milestone`` already, its stored verdict, and ``decide`` is not
@@ -332,8 +339,15 @@ class MemoryRungs:
         return self._trials.get(trial_id, [])
 
     def record(
-        self, trial_id: str, *, bracket: int, milestone: float, value: float, iteration: int,
-        at_end: bool, decide: RungDecide,
+        self,
+        trial_id: str,
+        *,
+        bracket: int,
+        milestone: float,
+        value: float,
+        iteration: int,
+        at_end: bool,
+        decide: RungDecide,
     ) -> MemoryRung:
         recorded = self._trials.setdefault(trial_id, [])
         for rung in recorded:
@@ -449,7 +463,12 @@ class AshaRungs:
         return rung_to_judge(self.milestones(bracket), time, judged, self.stop_last_trials)
 
     def milestone_for(
-        self, bracket: int, time: float, iteration: int, recorded: Iterable[RecordedRung], *,
+        self,
+        bracket: int,
+        time: float,
+        iteration: int,
+        recorded: Iterable[RecordedRung],
+        *,
         at_end: bool = False,
     ) -> float | None:
         """The milestone result ``iteration`` (at ``time``) is recorded at, or None: it continues.
@@ -461,10 +480,12 @@ class AshaRungs:
         Rows without an iteration count as earlier.
         """
         judged = {
-            r.milestone for r in recorded
+            r.milestone
+            for r in recorded
             if not r.at_end
             and (
-                r.iteration is None or r.iteration < iteration
+                r.iteration is None
+                or r.iteration < iteration
                 or (at_end and r.iteration == iteration)
             )
         }
@@ -488,7 +509,11 @@ class AshaRungs:
                 rung_number, len(milestones), milestone, verdict.cutoff, bracket, self.brackets
             )
             reason = rung_stop_reason(
-                stop, time_attr=self.time_attr, time=time, metric=self.metric, mode=self.mode,
+                stop,
+                time_attr=self.time_attr,
+                time=time,
+                metric=self.metric,
+                mode=self.mode,
                 value=value,
             )
             return replace(verdict, reason=reason)
@@ -496,8 +521,15 @@ class AshaRungs:
         return judge
 
     def judge(
-        self, state: RungState, trial_id: str, bracket: int, *, time: float, value: float,
-        iteration: int, at_end: bool = False,
+        self,
+        state: RungState,
+        trial_id: str,
+        bracket: int,
+        *,
+        time: float,
+        value: float,
+        iteration: int,
+        at_end: bool = False,
     ) -> tuple[Decision, str | None]:
         """The rule on one result of ``trial_id`` (of ``bracket``): CONTINUE or STOP, and why it
         stops. ``iteration`` orders a trial's results (training_iteration); with ``at_end`` the
@@ -511,8 +543,13 @@ class AshaRungs:
         if milestone is None:
             return Decision.CONTINUE, None
         verdict = state.record(
-            trial_id, bracket=bracket, milestone=milestone, value=value, iteration=iteration,
-            at_end=at_end, decide=self.decide(bracket, time, milestone, value, at_end=at_end),
+            trial_id,
+            bracket=bracket,
+            milestone=milestone,
+            value=value,
+            iteration=iteration,
+            at_end=at_end,
+            decide=self.decide(bracket, time, milestone, value, at_end=at_end),
         )
         if at_end or verdict.decision is not Decision.STOP:
             return Decision.CONTINUE, None

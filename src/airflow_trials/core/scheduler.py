@@ -246,7 +246,8 @@ def experiment_metric_and_mode(
     pairs = (("metric", scheduler.metric, metric), ("mode", scheduler.mode, mode))
     clash = [
         f"{key} {theirs!r} vs {ours!r}"
-        for key, theirs, ours in pairs if theirs and ours and theirs != ours
+        for key, theirs, ours in pairs
+        if theirs and ours and theirs != ours
     ]
     if clash:
         raise ValueError(

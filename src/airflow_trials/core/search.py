@@ -78,7 +78,9 @@ def validate_search_space(space: Any, *, import_functions: bool = True) -> None:
         import user code; ``generate_configs`` imports it before any trial exists).
     """
     if not isinstance(space, Mapping):
-        raise ValueError(f"A search space must be a dict of parameter -> value or domain, got {space!r}.")
+        raise ValueError(
+            f"A search space must be a dict of parameter -> value or domain, got {space!r}."
+        )
     for path, domain in _walk(space):
         kind, arg = next(iter(domain.items()))
         where = f"Search space key {path!r} ({kind})"
@@ -89,7 +91,9 @@ def validate_search_space(space: Any, *, import_functions: bool = True) -> None:
             if import_functions:
                 _load_function(where, arg)
             elif split_import_path(arg) is None:
-                raise ValueError(f"{where} needs an import path 'package.module:function', got {arg!r}.")
+                raise ValueError(
+                    f"{where} needs an import path 'package.module:function', got {arg!r}."
+                )
         else:
             check_numeric(where, kind, arg)
     for key in space:
@@ -98,18 +102,26 @@ def validate_search_space(space: Any, *, import_functions: bool = True) -> None:
 
 
 def _load_function(where: str, path: Any) -> _Function:
-    """The ``sample_from`` function at ``path`` and what it takes (see _Function); ValueError if unusable."""
-    hint = "where the configs are generated (the Airflow worker running suggest_configs, or your driver)"
+    """The ``sample_from`` function at ``path`` and what it takes (see _Function); ValueError if
+    unusable."""
+    hint = (
+        "where the configs are generated (the Airflow worker running suggest_configs, or your "
+        "driver)"
+    )
     try:
         fn = import_object(path, "sample_from function", ValueError, hint)
     except ValueError as e:
         raise ValueError(f"{where}: {e}") from e
     if inspect.isclass(fn) or not callable(fn):
-        raise ValueError(f"{where}: {path!r} is {type(fn).__name__} {fn!r}, not a function of the config.")
+        raise ValueError(
+            f"{where}: {path!r} is {type(fn).__name__} {fn!r}, not a function of the config."
+        )
     try:
         signature = inspect.signature(fn)
     except (TypeError, ValueError) as e:
-        raise ValueError(f"{where}: cannot read the signature of {path!r} ({e}); wrap it in a def.") from e
+        raise ValueError(
+            f"{where}: cannot read the signature of {path!r} ({e}); wrap it in a def."
+        ) from e
     if "rng" in signature.parameters and _binds(signature, {}, rng=None):
         return fn, "config, rng"
     if _binds(signature, {}):
@@ -118,7 +130,8 @@ def _load_function(where: str, path: Any) -> _Function:
         return fn, ""
     raise ValueError(
         f"{where}: {path!r} must take the config as its one positional argument, as "
-        f"def {getattr(fn, '__name__', 'fn')}(config) or (config, rng), but its signature is {signature}."
+        f"def {getattr(fn, '__name__', 'fn')}(config) or (config, rng), but its signature is "
+        f"{signature}."
     )
 
 
@@ -138,7 +151,9 @@ class _Pending:
         self.function_path = function_path
 
 
-def _resolve(space: Mapping[str, Any], grid: Mapping[str, Any], rng: random.Random, prefix: str = "") -> dict[str, Any]:
+def _resolve(
+    space: Mapping[str, Any], grid: Mapping[str, Any], rng: random.Random, prefix: str = ""
+) -> dict[str, Any]:
     config: dict[str, Any] = {}
     for key, value in space.items():
         path = f"{prefix}{key}"
@@ -174,7 +189,9 @@ def _resolved_so_far(config: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _run_functions(config: dict[str, Any], functions: Mapping[str, _Function], rng: random.Random) -> None:
+def _run_functions(
+    config: dict[str, Any], functions: Mapping[str, _Function], rng: random.Random
+) -> None:
     """Replace each pending ``sample_from`` key, in the space's order, by its function's value."""
     for parent, key, pending in list(_pending(config)):
         fn, takes = functions[pending.path]
@@ -186,27 +203,33 @@ def _run_functions(config: dict[str, Any], functions: Mapping[str, _Function], r
             value = fn(seen, rng=fn_rng) if takes == "config, rng" else fn(seen) if takes else fn()
         except Exception as e:
             raise ValueError(
-                f"{where}: the function raised {type(e).__name__}: {e}. It receives the config with "
-                f"every other domain sampled, and of the sample_from keys only those before it in the "
+                f"{where}: the function raised {type(e).__name__}: {e}. It receives the config "
+                "with "
+                "every other domain sampled, and of the sample_from keys only those before it in "
+                "the "
                 f"search space (here: {sorted(seen)})."
             ) from e
         try:
             json.dumps(value, allow_nan=True)
         except (TypeError, ValueError) as e:
             raise ValueError(
-                f"{where}: the function returned {type(value).__name__} {value!r}, which is not JSON "
+                f"{where}: the function returned {type(value).__name__} {value!r}, which is not "
+                "JSON "
                 f"({e}); configs are stored as JSON, so return numbers, strings, lists or dicts."
             ) from e
         parent[key] = value
 
 
 def count_configs(space: Mapping[str, Any], num_samples: int = 1) -> int:
-    """How many configs :func:`generate_configs` makes: every grid combination, ``num_samples`` times."""
+    """How many configs :func:`generate_configs` makes: every grid combination, ``num_samples``
+    times."""
     grids = [domain["grid_search"] for _, domain in _walk(space) if "grid_search" in domain]
     return num_samples * math.prod(len(values) for values in grids)
 
 
-def generate_configs(space: Mapping[str, Any], num_samples: int = 1, seed: int | None = None) -> list[dict[str, Any]]:
+def generate_configs(
+    space: Mapping[str, Any], num_samples: int = 1, seed: int | None = None
+) -> list[dict[str, Any]]:
     """Ray Tune's variant generation: every grid combination, ``num_samples`` times, with the random
     domains sampled for each config, then the ``sample_from`` functions run on it. The same ``seed``
     gives the same configs."""
@@ -219,9 +242,12 @@ def generate_configs(space: Mapping[str, Any], num_samples: int = 1, seed: int |
         if SAMPLE_FROM in domain
     }
     rng = random.Random(seed)
-    # The functions draw from a stream of their own, so adding one leaves every other value as it was.
+    # The functions draw from a stream of their own, so adding one leaves every other value as it
+    # was.
     functions_rng = random.Random(None if seed is None else f"sample_from:{seed}")
-    grids = [(path, domain["grid_search"]) for path, domain in _walk(space) if "grid_search" in domain]
+    grids = [
+        (path, domain["grid_search"]) for path, domain in _walk(space) if "grid_search" in domain
+    ]
     combos = list(itertools.product(*(values for _, values in grids))) or [()]
     configs = []
     for _ in range(num_samples):

@@ -71,7 +71,9 @@ class Searcher(abc.ABC):
     def mode(self) -> str | None:
         return self._mode
 
-    def set_search_properties(self, metric: str | None, mode: str | None, config: Mapping[str, Any]) -> bool:
+    def set_search_properties(
+        self, metric: str | None, mode: str | None, config: Mapping[str, Any]
+    ) -> bool:
         """Take the experiment's metric, mode and search space; False if not taken (the default)."""
         return False
 
@@ -89,30 +91,42 @@ class Searcher(abc.ABC):
         return None
 
     @abc.abstractmethod
-    def on_trial_complete(self, trial_id: str, result: Result | None = None, error: bool = False) -> None:
+    def on_trial_complete(
+        self, trial_id: str, result: Result | None = None, error: bool = False
+    ) -> None:
         """The trial ended: ``result`` is its last result, ``error`` says it failed for good."""
 
     def add_evaluated_point(
-        self, parameters: Mapping[str, Any], value: float | None, error: bool = False, pruned: bool = False,
+        self,
+        parameters: Mapping[str, Any],
+        value: float | None,
+        error: bool = False,
+        pruned: bool = False,
         intermediate_values: Sequence[float] | None = None,
     ) -> None:
         """Learn a config evaluated elsewhere (Ray Tune's name): a resumed sweep tells the searcher
         its run's ended trials with this, and the trials it did not suggest when they end. ``value``
-        is the metric it reached (None with ``error``: it failed; with ``pruned``: stopped early)."""
+        is the metric it reached (None with ``error``: it failed; with ``pruned``: stopped
+        early)."""
         raise NotImplementedError(
-            f"{type(self).__name__} cannot learn from trials it did not suggest (add_evaluated_point), so a "
+            f"{type(self).__name__} cannot learn from trials it did not suggest "
+            "(add_evaluated_point), so a "
             "sweep cannot resume it; implement add_evaluated_point, or use OptunaSearch."
         )
 
     def resume_after(self, asked: int) -> None:
         """A resumed run had asked this searcher ``asked`` times in an earlier process (those trials
         are told with :meth:`add_evaluated_point`, or continue with their configs): a searcher that
-        hands out ``points_to_evaluate`` first skips the ones already handed out. Default: nothing."""
+        hands out ``points_to_evaluate`` first skips the ones already handed out. Default:
+        nothing."""
         return None
 
 
-def ended_trials(trials: Sequence[Any], metric: str, exclude: str | None = None) -> list[tuple[dict[str, Any], float | None]]:
-    """``(config, value)`` of the ended trials a searcher learns from (:func:`ended_trial_values`)."""
+def ended_trials(
+    trials: Sequence[Any], metric: str, exclude: str | None = None
+) -> list[tuple[dict[str, Any], float | None]]:
+    """``(config, value)`` of the ended trials a searcher learns from
+    (:func:`ended_trial_values`)."""
     return [(config, value) for _, config, value in ended_trial_values(trials, metric, exclude)]
 
 
@@ -122,14 +136,18 @@ def ended_trial_values(
     """``(trial id, config, value)`` of the ended trials (records with ``trial_id``, ``config``,
     ``status``, ``last_result``) a searcher learns from: a finished trial's metric in its last
     result (as Ray Tune tells a searcher, early-stopped trials included); None for a trial that
-    failed for good. Trials stopped before they reported the metric, and ``exclude``, are left out."""
+    failed for good. Trials stopped before they reported the metric, and ``exclude``, are left
+    out."""
     ended: list[tuple[str, dict[str, Any], float | None]] = []
     for trial in trials:
         if trial.trial_id == exclude or not trial.config:
             continue
         if trial.status is TrialStatus.ERROR:
             ended.append((trial.trial_id, dict(trial.config), None))
-        elif trial.status is TrialStatus.TERMINATED and (value := metric_value(trial.last_result, metric)) is not None:
+        elif (
+            trial.status is TrialStatus.TERMINATED
+            and (value := metric_value(trial.last_result, metric)) is not None
+        ):
             ended.append((trial.trial_id, dict(trial.config), value))
     return ended
 
@@ -161,9 +179,18 @@ class ConcurrencyLimiter(Searcher):
 
     def __init__(self, searcher: Searcher, max_concurrent: int) -> None:
         if not isinstance(searcher, Searcher):
-            raise TypeError(f"ConcurrencyLimiter wraps a Searcher, got {type(searcher).__name__} {searcher!r}.")
-        if not isinstance(max_concurrent, int) or isinstance(max_concurrent, bool) or max_concurrent < 1:
-            raise ValueError(f"ConcurrencyLimiter: max_concurrent must be a whole number >= 1, got {max_concurrent!r}.")
+            raise TypeError(
+                f"ConcurrencyLimiter wraps a Searcher, got {type(searcher).__name__} {searcher!r}."
+            )
+        if (
+            not isinstance(max_concurrent, int)
+            or isinstance(max_concurrent, bool)
+            or max_concurrent < 1
+        ):
+            raise ValueError(
+                "ConcurrencyLimiter: max_concurrent must be a whole number >= 1, got "
+                f"{max_concurrent!r}."
+            )
         super().__init__()
         self.searcher = searcher
         self.max_concurrent = max_concurrent
@@ -177,7 +204,9 @@ class ConcurrencyLimiter(Searcher):
     def mode(self) -> str | None:
         return self.searcher.mode
 
-    def set_search_properties(self, metric: str | None, mode: str | None, config: Mapping[str, Any]) -> bool:
+    def set_search_properties(
+        self, metric: str | None, mode: str | None, config: Mapping[str, Any]
+    ) -> bool:
         return self.searcher.set_search_properties(metric, mode, config)
 
     def suggest(self, trial_id: str) -> Suggestion:
@@ -192,14 +221,20 @@ class ConcurrencyLimiter(Searcher):
         if trial_id in self.live_trials:
             self.searcher.on_trial_result(trial_id, result)
 
-    def on_trial_complete(self, trial_id: str, result: Result | None = None, error: bool = False) -> None:
+    def on_trial_complete(
+        self, trial_id: str, result: Result | None = None, error: bool = False
+    ) -> None:
         if trial_id not in self.live_trials:
             return
         self.live_trials.discard(trial_id)
         self.searcher.on_trial_complete(trial_id, result=result, error=error)
 
     def add_evaluated_point(
-        self, parameters: Mapping[str, Any], value: float | None, error: bool = False, pruned: bool = False,
+        self,
+        parameters: Mapping[str, Any],
+        value: float | None,
+        error: bool = False,
+        pruned: bool = False,
         intermediate_values: Sequence[float] | None = None,
     ) -> None:
         self.searcher.add_evaluated_point(parameters, value, error, pruned, intermediate_values)
@@ -214,12 +249,20 @@ def agree_on_metric(scheduler: object, searcher: Searcher) -> None:
     starts, when both have one and they differ (a scheduler stopping trials on one metric while
     the searcher learns from another tunes neither)."""
     metric, mode = getattr(scheduler, "metric", None), getattr(scheduler, "mode", None)
-    clash = [f"{name} {theirs!r} vs {ours!r}" for name, theirs, ours in
-             (("metric", metric, searcher.metric), ("mode", mode, searcher.mode)) if theirs and ours and theirs != ours]
+    clash = [
+        f"{name} {theirs!r} vs {ours!r}"
+        for name, theirs, ours in (
+            ("metric", metric, searcher.metric),
+            ("mode", mode, searcher.mode),
+        )
+        if theirs and ours and theirs != ours
+    ]
     if clash:
         raise ValueError(
-            f"The scheduler {type(scheduler).__name__} and the searcher {type(searcher).__name__} disagree "
-            f"on {', '.join(clash)} (scheduler vs searcher): give both the same metric and mode, or set "
+            f"The scheduler {type(scheduler).__name__} and the searcher {type(searcher).__name__} "
+            "disagree "
+            f"on {', '.join(clash)} (scheduler vs searcher): give both the same metric and mode, "
+            "or set "
             f"them on one of them only."
         )
     setter = getattr(scheduler, "set_search_properties", None)

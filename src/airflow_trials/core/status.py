@@ -42,7 +42,8 @@ _ALLOWED: dict[TrialStatus, frozenset[TrialStatus]] = {
 
 
 def check_transition(trial_id: str, current: TrialStatus, new: TrialStatus) -> None:
-    """Raise InvalidTransitionError unless ``current -> new`` is allowed (same status is a no-op)."""
+    """Raise InvalidTransitionError unless ``current -> new`` is allowed (same status is a
+    no-op)."""
     if current == new or new in _ALLOWED[current]:
         return
     allowed = ", ".join(sorted(s.value for s in _ALLOWED[current]))

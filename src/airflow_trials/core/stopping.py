@@ -46,7 +46,8 @@ class ThresholdStopper(Stopper):
             if key not in result:
                 raise KeyError(
                     f"Trial {trial_id} has stopping criterion {key!r} but its result has no such "
-                    f"metric (it reported {sorted(result)}); report {key!r} or change the criterion."
+                    f"metric (it reported {sorted(result)}); report {key!r} or change the "
+                    "criterion."
                 )
             if result[key] >= threshold:
                 return True

@@ -1,4 +1,5 @@
-"""SweepProgress: a whole experiment's progress in a few counters (done, running, pending, best, ETA).
+"""SweepProgress: a whole experiment's progress in a few counters (done, running, pending, best,
+ETA).
 
 A sweep's driver keeps one as a runner callback, and its task log shows :meth:`SweepProgress.line`.
 It costs the same per result at trial 10 and at trial 10,000: counters and one best value, never a
@@ -27,14 +28,21 @@ class SweepProgress(Callback):
 
     :param total: trials in the sweep, those finished before a resume included.
     :param metric: the metric that ranks trials. :param mode: ``"min"`` or ``"max"``.
-    :param done_before: trials that had ended before this driver started (a resumed sweep); default 0.
+    :param done_before: trials that had ended before this driver started (a resumed sweep); default
+        0.
     :param best_before: ``(best value, trial id)`` among those, or None; default None.
     :param clock: seconds, for the ETA; default ``time.monotonic``.
     """
 
     def __init__(
-        self, total: int, metric: str, mode: str, *, done_before: int = 0,
-        best_before: tuple[float, str] | None = None, clock: Callable[[], float] = time.monotonic,
+        self,
+        total: int,
+        metric: str,
+        mode: str,
+        *,
+        done_before: int = 0,
+        best_before: tuple[float, str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if mode not in ("min", "max"):
             raise ValueError(f"mode must be 'min' or 'max', got {mode!r}.")
@@ -59,7 +67,9 @@ class SweepProgress(Callback):
         value = result.get(self.metric)
         if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
             return
-        if self.best is None or (value > self.best[0] if self.mode == "max" else value < self.best[0]):
+        if self.best is None or (
+            value > self.best[0] if self.mode == "max" else value < self.best[0]
+        ):
             self.best = (float(value), trial.trial_id)
 
     def on_trial_recover(self, trial: Trial) -> None:
@@ -94,22 +104,36 @@ class SweepProgress(Callback):
     def snapshot(self) -> SweepSnapshot:
         running = len(self._running)
         return {
-            "total": self.total, "terminated": self.terminated, "errored": self.errored,
-            "running": running, "pending": max(0, self.total - self.done - running),
-            "best_value": self.best[0] if self.best else None, "best_trial_id": self.best[1] if self.best else None,
-            "metric": self.metric, "mode": self.mode, "eta_seconds": self.eta_seconds(),
-            "elapsed_seconds": self._clock() - self._started, "finished": self.finished, "error": self.error,
+            "total": self.total,
+            "terminated": self.terminated,
+            "errored": self.errored,
+            "running": running,
+            "pending": max(0, self.total - self.done - running),
+            "best_value": self.best[0] if self.best else None,
+            "best_trial_id": self.best[1] if self.best else None,
+            "metric": self.metric,
+            "mode": self.mode,
+            "eta_seconds": self.eta_seconds(),
+            "elapsed_seconds": self._clock() - self._started,
+            "finished": self.finished,
+            "error": self.error,
         }
 
 
 def progress_line(snapshot: Mapping[str, Any]) -> str:
-    """``2000 trials: 120 done (2 errored), 4 running, 1876 pending; best score=0.93 (trial t-7); ETA 3m20s``."""
+    """``2000 trials: 120 done (2 errored), 4 running, 1876 pending; best score=0.93 (trial t-7);
+    ETA 3m20s``."""
     done = snapshot["terminated"] + snapshot["errored"]
     errored = f" ({snapshot['errored']} errored)" if snapshot["errored"] else ""
-    line = (f"{snapshot['total']} trials: {done} done{errored}, {snapshot['running']} running, "
-            f"{snapshot['pending']} pending")
+    line = (
+        f"{snapshot['total']} trials: {done} done{errored}, {snapshot['running']} running, "
+        f"{snapshot['pending']} pending"
+    )
     if snapshot.get("best_value") is not None:
-        line += f"; best {snapshot['metric']}={format_value(snapshot['best_value'])} (trial {snapshot['best_trial_id']})"
+        line += (
+            f"; best {snapshot['metric']}={format_value(snapshot['best_value'])} (trial "
+            f"{snapshot['best_trial_id']})"
+        )
     eta = snapshot.get("eta_seconds")
     if eta is not None and not snapshot.get("finished"):
         line += f"; ETA {format_duration(eta)}"
@@ -126,13 +150,26 @@ def format_duration(seconds: float) -> str:
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
-def sweep_summary(run_key: str, progress: Mapping[str, Any] | None, warm_started_trials: int) -> dict[str, Any]:
+def sweep_summary(
+    run_key: str, progress: Mapping[str, Any] | None, warm_started_trials: int
+) -> dict[str, Any]:
     """What a finished sweep task returns and pushes (XCom ``sweep``): the run's counts and best
     trial from the driver's last progress (None values when the driver was gone and the trials
     DB told that the run had ended)."""
     progress = progress or {}
-    summary = {key: progress.get(key) for key in (
-        "total", "terminated", "errored", "best_value", "best_trial_id", "metric", "mode", "elapsed_seconds")}
+    summary = {
+        key: progress.get(key)
+        for key in (
+            "total",
+            "terminated",
+            "errored",
+            "best_value",
+            "best_trial_id",
+            "metric",
+            "mode",
+            "elapsed_seconds",
+        )
+    }
     summary["run_key"] = run_key
     summary["warm_started_trials"] = warm_started_trials
     return summary
@@ -141,6 +178,13 @@ def sweep_summary(run_key: str, progress: Mapping[str, Any] | None, warm_started
 def end_line(summary: Mapping[str, Any]) -> str:
     """``Sweep <run> ended: 2000 trials TERMINATED, 0 ERROR; best loss=0.1 (trial t-7).``"""
     if summary.get("total") is None:
-        return f"Sweep {summary['run_key']} ended: every trial of the run had ended when its driver was last seen."
-    return (f"Sweep {summary['run_key']} ended: {summary['terminated']} trials TERMINATED, {summary['errored']} ERROR; "
-            f"best {summary['metric']}={format_value(summary['best_value'])} (trial {summary['best_trial_id']}).")
+        return (
+            f"Sweep {summary['run_key']} ended: every trial of the run had ended when its "
+            "driver was last seen."
+        )
+    return (
+        f"Sweep {summary['run_key']} ended: {summary['terminated']} trials TERMINATED, "
+        f"{summary['errored']} ERROR; "
+        f"best {summary['metric']}={format_value(summary['best_value'])} (trial "
+        f"{summary['best_trial_id']})."
+    )

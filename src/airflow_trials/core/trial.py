@@ -21,7 +21,8 @@ _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
 def validate_name(kind: str, value: str) -> str:
-    """Return ``value`` if it is a safe id (letters, digits, ``.``, ``_``, ``-``), else raise ValueError."""
+    """Return ``value`` if it is a safe id (letters, digits, ``.``, ``_``, ``-``), else raise
+    ValueError."""
     if not isinstance(value, str) or not _SAFE_NAME.match(value) or ".." in value:
         raise ValueError(
             f"{kind} {value!r} is not a valid name: use 1-128 letters, digits, '.', '_' or '-', "
@@ -44,15 +45,18 @@ class Trial:
     :param config: the hyperparameters; must be JSON-serialisable. Default ``{}``.
     :param trial_id: unique id; default a random hex string.
     :param experiment_name: groups trials on storage; default ``"default"``.
-    :param resources: a :class:`Resources` or a dict such as ``{"cpu": 1, "gpu": 0.5}``; default 1 CPU.
+    :param resources: a :class:`Resources` or a dict such as ``{"cpu": 1, "gpu": 0.5}``; default 1
+        CPU.
     :param stopping_criterion: thresholds such as ``{"training_iteration": 10}``, a callable
         ``(trial_id, result) -> bool`` or a :class:`Stopper`; default: run until the trainable ends.
     :param checkpoint_freq: checkpoint every N iterations (class trainables); 0 disables. Default 0.
     :param checkpoint_at_end: checkpoint when the trial finishes. Default False.
     :param keep_checkpoints_num: keep at most this many checkpoints; default all.
-    :param checkpoint_score_attr: metric ranking checkpoints for keep_checkpoints_num (``min-`` prefix
+    :param checkpoint_score_attr: metric ranking checkpoints for keep_checkpoints_num (``min-``
+        prefix
         for lower-is-better); default recency.
-    :param max_failures: retries from the latest checkpoint after a failure; -1 means unlimited. Default 0.
+    :param max_failures: retries from the latest checkpoint after a failure; -1 means unlimited.
+        Default 0.
     :param restore_path: checkpoint to warm-start from; default none.
     """
 
@@ -85,11 +89,15 @@ class Trial:
             ) from e
         self.resources = Resources.from_dict(resources)
         if not self.resources.is_nonnegative():
-            raise ValueError(f"Trial {self.trial_id}: resources must not be negative, got {self.resources}.")
+            raise ValueError(
+                f"Trial {self.trial_id}: resources must not be negative, got {self.resources}."
+            )
         self.stopping_criterion = stopping_criterion
         self.stopper = build_stopper(stopping_criterion)
         if checkpoint_freq < 0:
-            raise ValueError(f"Trial {self.trial_id}: checkpoint_freq must be >= 0, got {checkpoint_freq}.")
+            raise ValueError(
+                f"Trial {self.trial_id}: checkpoint_freq must be >= 0, got {checkpoint_freq}."
+            )
         check_max_failures(max_failures, trial_id=self.trial_id)
         self.checkpoint_freq = checkpoint_freq
         self.checkpoint_at_end = checkpoint_at_end
@@ -169,7 +177,8 @@ class Trial:
         self.resources = Resources.from_dict(resources)
 
     def record_result(self, result: Result) -> bool:
-        """Make ``result`` the latest; returns False when it replays an already recorded iteration."""
+        """Make ``result`` the latest; returns False when it replays an already recorded
+        iteration."""
         self.last_result = result
         iteration = int(result.get(TRAINING_ITERATION, 0))
         if iteration and iteration <= self.last_recorded_iteration:
@@ -192,7 +201,8 @@ class Trial:
         return self.max_failures < 0 or self.num_failures <= self.max_failures
 
     def reset_for_rerun(self) -> None:
-        """Put an ERROR trial back to PENDING for a fresh series of retries (resume errored-only)."""
+        """Put an ERROR trial back to PENDING for a fresh series of retries (resume
+        errored-only)."""
         self.set_status(TrialStatus.PENDING)
         self.num_failures = 0
         self.error_msg = None
@@ -200,7 +210,9 @@ class Trial:
 
     # -- serialisation ----------------------------------------------------------------------------
     def to_json_state(self) -> dict[str, Any]:
-        criterion = self.stopping_criterion if isinstance(self.stopping_criterion, Mapping) else None
+        criterion = (
+            self.stopping_criterion if isinstance(self.stopping_criterion, Mapping) else None
+        )
         return {
             "trial_id": self.trial_id,
             "experiment_name": self.experiment_name,
@@ -229,7 +241,9 @@ class Trial:
 
     @classmethod
     def from_json_state(
-        cls, state: Mapping[str, Any], stopping_criterion: Mapping[str, float] | StopFn | Stopper | None = None
+        cls,
+        state: Mapping[str, Any],
+        stopping_criterion: Mapping[str, float] | StopFn | Stopper | None = None,
     ) -> Trial:
         """Rebuild a trial; pass ``stopping_criterion`` again when it was a callable (not saved)."""
         trial = cls(

@@ -2,7 +2,8 @@
 
 :class:`WarmStart` says where from; :func:`seed_configs` turns the source run's ranked trials into
 this run's first configs, checked against this run's search space. The store lookup and Airflow's
-Asset events live with the experiment's tasks (``experiment/warm_start_source.py``); this module is pure.
+Asset events live with the experiment's tasks (``experiment/warm_start_source.py``); this module is
+pure.
 """
 
 from __future__ import annotations
@@ -44,11 +45,15 @@ class WarmStart:
 
     def __post_init__(self) -> None:
         if not isinstance(self.source, str) or not self.source:
-            raise ValueError(f"WarmStart source must be 'previous', 'asset' or a run key, got {self.source!r}.")
+            raise ValueError(
+                f"WarmStart source must be 'previous', 'asset' or a run key, got {self.source!r}."
+            )
         if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 1:
             raise ValueError(f"WarmStart top_k must be a whole number >= 1, got {self.top_k!r}.")
         if self.if_missing not in ("warn", "error"):
-            raise ValueError(f"WarmStart if_missing must be 'warn' or 'error', got {self.if_missing!r}.")
+            raise ValueError(
+                f"WarmStart if_missing must be 'warn' or 'error', got {self.if_missing!r}."
+            )
 
     @classmethod
     def of(cls, value: WarmStart | str | None) -> WarmStart | None:
@@ -57,7 +62,9 @@ class WarmStart:
             return value
         if isinstance(value, str):
             return cls(source=value)
-        raise ValueError(f"warm_start must be a WarmStart, 'previous', 'asset' or a run key, got {value!r}.")
+        raise ValueError(
+            f"warm_start must be a WarmStart, 'previous', 'asset' or a run key, got {value!r}."
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,7 +82,10 @@ class SourceTrial:
 
 
 def seed_configs(
-    space: Mapping[str, Any], source_run: str, ranked: Sequence[SourceTrial], top_k: int,
+    space: Mapping[str, Any],
+    source_run: str,
+    ranked: Sequence[SourceTrial],
+    top_k: int,
 ) -> tuple[list[tuple[dict[str, Any], SourceTrial]], list[str]]:
     """This run's first configs from the source's best trials, and a note per trial skipped.
 
@@ -94,19 +104,25 @@ def seed_configs(
         missing = [path for path in tuned if not _has(trial.config, path)]
         if missing:
             raise WarmStartError(
-                f"the search space tunes {missing}, which run {source_run}'s trials never had (the space changed "
-                f"since that run, e.g. trial {trial.trial_id}); warm-start from a run of this search space, or drop "
+                f"the search space tunes {missing}, which run {source_run}'s trials never had (the "
+                "space changed "
+                f"since that run, e.g. trial {trial.trial_id}); warm-start from a run of this "
+                "search space, or drop "
                 "warm_start for this run"
             )
-        outside = [f"{path}={_get(trial.config, path)!r} is outside {domain}" for path, domain in tuned.items()
-                   if not _within(domain, _get(trial.config, path))]
+        outside = [
+            f"{path}={_get(trial.config, path)!r} is outside {domain}"
+            for path, domain in tuned.items()
+            if not _within(domain, _get(trial.config, path))
+        ]
         if outside:
             skipped.append(f"trial {trial.trial_id} of run {source_run}: {'; '.join(outside)}")
             continue
         seeds.append((_merged(space, trial.config), trial))
     if ranked and not seeds:
         raise WarmStartError(
-            f"none of run {source_run}'s best trials fits this run's search space ({'; '.join(skipped)}); widen the "
+            f"none of run {source_run}'s best trials fits this run's search space "
+            f"({'; '.join(skipped)}); widen the "
             "space or warm-start from another run"
         )
     return seeds, skipped
@@ -158,7 +174,8 @@ def _within(domain: Mapping[str, Any], value: Any) -> bool:
 
 
 def _merged(space: Mapping[str, Any], source: Mapping[str, Any]) -> dict[str, Any]:
-    """The space with each tuned domain replaced by the source's value (constants are the space's)."""
+    """The space with each tuned domain replaced by the source's value (constants are the
+    space's)."""
     from airflow_trials.core.search import _is_domain
 
     merged: dict[str, Any] = {}
@@ -166,7 +183,9 @@ def _merged(space: Mapping[str, Any], source: Mapping[str, Any]) -> dict[str, An
         if _is_domain(value):
             merged[key] = source[key]
         elif isinstance(value, Mapping):
-            merged[key] = _merged(value, source.get(key, {}) if isinstance(source.get(key), Mapping) else {})
+            merged[key] = _merged(
+                value, source.get(key, {}) if isinstance(source.get(key), Mapping) else {}
+            )
         else:
             merged[key] = value
     return merged

@@ -1,1 +1,2 @@
-"""Example trainables shipped with the package (importable on every Ray worker that has it installed)."""
+"""Example trainables shipped with the package (importable on every Ray worker that has it
+installed)."""

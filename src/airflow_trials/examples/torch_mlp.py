@@ -1,4 +1,5 @@
-"""A PyTorch trainable: a small MLP classifier that trains on the GPU Ray gives its trial, else the CPU.
+"""A PyTorch trainable: a small MLP classifier that trains on the GPU Ray gives its trial, else the
+CPU.
 
 Trainable path: ``airflow_trials.examples.torch_mlp:train``. Needs PyTorch
 (``pip install 'airflow-trials[torch]'``); nothing else of the package imports it. Config keys:
@@ -38,15 +39,20 @@ def train(config: dict[str, Any]) -> None:
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     torch.manual_seed(int(config.get("seed", 0)))
-    x_train, y_train, x_val, y_val = (t.to(device) for t in _data(
-        torch, int(config.get("n_samples", 2000)), int(config.get("seed", 0))))
+    x_train, y_train, x_val, y_val = (
+        t.to(device)
+        for t in _data(torch, int(config.get("n_samples", 2000)), int(config.get("seed", 0)))
+    )
     hidden = int(config.get("hidden", 32))
-    model = nn.Sequential(nn.Linear(2, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
-                          nn.Linear(hidden, 2)).to(device)
+    model = nn.Sequential(
+        nn.Linear(2, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 2)
+    ).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=float(config.get("lr", 0.01)))
     loss_fn = nn.CrossEntropyLoss()
     start = 0
-    checkpoint = airflow_trials.get_checkpoint()  # the dict reported below (a path only for directories)
+    checkpoint = (
+        airflow_trials.get_checkpoint()
+    )  # the dict reported below (a path only for directories)
     if isinstance(checkpoint, dict):
         model.load_state_dict(checkpoint["model"])
         optimizer.load_state_dict(checkpoint["optimizer"])
@@ -56,7 +62,7 @@ def train(config: dict[str, Any]) -> None:
         model.train()
         order = torch.randperm(len(x_train), device=device)
         for i in range(0, len(order), batch_size):
-            batch = order[i:i + batch_size]
+            batch = order[i : i + batch_size]
             optimizer.zero_grad()
             loss_fn(model(x_train[batch]), y_train[batch]).backward()
             optimizer.step()
@@ -66,11 +72,17 @@ def train(config: dict[str, Any]) -> None:
             val_loss = float(loss_fn(logits, y_val))
             val_accuracy = float((logits.argmax(dim=1) == y_val).float().mean())
         airflow_trials.report(
-            {"val_loss": val_loss, "val_accuracy": val_accuracy, "on_cuda": int(device.type == "cuda"),
-             "visible_gpus": os.environ.get("CUDA_VISIBLE_DEVICES", "")},
-            checkpoint={"epoch": epoch,
-                        "model": {k: v.cpu() for k, v in model.state_dict().items()},
-                        "optimizer": _to_cpu(optimizer.state_dict())},
+            {
+                "val_loss": val_loss,
+                "val_accuracy": val_accuracy,
+                "on_cuda": int(device.type == "cuda"),
+                "visible_gpus": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+            },
+            checkpoint={
+                "epoch": epoch,
+                "model": {k: v.cpu() for k, v in model.state_dict().items()},
+                "optimizer": _to_cpu(optimizer.state_dict()),
+            },
         )
 
 

@@ -105,6 +105,10 @@ def create_trial_actor(
             pg, placement_group_bundle_index=0, placement_group_capture_child_tasks=True
         )
     actor: ActorHandle = _RemoteTrialActor.options(**options).remote(  # type: ignore[assignment]
-        trial_spec(trial), storage.storage_path, storage.local_log_path, capture_output, autorun,
+        trial_spec(trial),
+        storage.storage_path,
+        storage.local_log_path,
+        capture_output,
+        autorun,
     )
     return actor

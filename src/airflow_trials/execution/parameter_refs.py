@@ -1,4 +1,5 @@
-"""``with_parameters`` constants on Ray: put once in the object store, read back in each trial's actor.
+"""``with_parameters`` constants on Ray: put once in the object store, read back in each trial's
+actor.
 
 Ray is imported on first use, so the in-process actor (unit tests) and package import stay light.
 """
@@ -23,10 +24,13 @@ def parameter_refs(trial: Trial) -> dict[str, Any]:
         if trial.parameter_names:
             raise TrainableNotFoundError(
                 f"Trial {trial.trial_id} of experiment {trial.experiment_name}: its trainable "
-                f"{trial.trainable!r} took with_parameters constants ({', '.join(trial.parameter_names)}), "
-                f"which live in Ray's object store and are not saved with the trial's state, so this "
+                f"{trial.trainable!r} took with_parameters constants "
+                f"({', '.join(trial.parameter_names)}), "
+                "which live in Ray's object store and are not saved with the trial's state, so "
+                "this "
                 f"resumed trial cannot get them. Re-create it with Trial(with_parameters("
-                f"{trial.trainable!r}, ...), config, trial_id={trial.trial_id!r}), or load the data "
+                f"{trial.trainable!r}, ...), config, trial_id={trial.trial_id!r}), or load the "
+                "data "
                 f"inside the trainable."
             )
         return {}
@@ -36,7 +40,8 @@ def parameter_refs(trial: Trial) -> dict[str, Any]:
 
 
 def resolve_parameters(refs: Mapping[str, Any]) -> dict[str, Any]:
-    """The constants behind ``refs`` (ObjectRefs are fetched; other values, in-process, pass as they are)."""
+    """The constants behind ``refs`` (ObjectRefs are fetched; other values, in-process, pass as they
+    are)."""
     if not refs:
         return {}
     import ray
@@ -56,7 +61,10 @@ def parameters_key(refs: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
 
     # An ObjectRef's id survives Ray's serialisation; a plain value (in-process) is itself.
     return tuple(
-        sorted((name, v.hex() if isinstance(v, ray.ObjectRef) else f"id:{id(v)}") for name, v in refs.items())
+        sorted(
+            (name, v.hex() if isinstance(v, ray.ObjectRef) else f"id:{id(v)}")
+            for name, v in refs.items()
+        )
     )
 
 

@@ -98,8 +98,9 @@ class TrialProgressTracker:
         item = TrialProgress(
             self.trial_id,
             results=snapshot["results"],
-            new_checkpoints=[(p, c["iteration"], c["score"]) for p, c in kept.items()
-                             if p not in self.recorded],
+            new_checkpoints=[
+                (p, c["iteration"], c["score"]) for p, c in kept.items() if p not in self.recorded
+            ],
             deleted_checkpoints=sorted(self.recorded - kept.keys()),
             running=not self.placed,
         )
@@ -126,8 +127,9 @@ def _drop(poll: Poll | None) -> None:
         poll.recorded.cancel()
 
 
-def _settle(future: asyncio.Future[Any], value: Any = None,
-            error: BaseException | None = None) -> None:
+def _settle(
+    future: asyncio.Future[Any], value: Any = None, error: BaseException | None = None
+) -> None:
     """Resolve ``future`` unless its watch was closed meanwhile; on the future's loop."""
     if future.done():
         return
@@ -137,8 +139,13 @@ def _settle(future: asyncio.Future[Any], value: Any = None,
         future.set_result(value)
 
 
-def _deliver(loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any], value: Any = None, *,
-             error: BaseException | None = None) -> None:
+def _deliver(
+    loop: asyncio.AbstractEventLoop,
+    future: asyncio.Future[Any],
+    value: Any = None,
+    *,
+    error: BaseException | None = None,
+) -> None:
     loop.call_soon_threadsafe(_settle, future, value, error)
 
 
@@ -189,9 +196,14 @@ async def _probe_lag(loop: asyncio.AbstractEventLoop) -> None:
         longest = max(longest, now - expected)
         if now - since >= STATS_INTERVAL_SECONDS:
             transactions, rows = WRITES.take()
-            log.info("Trigger event loop: longest lag %.1f ms over %.0f s; trial store writes: "
-                     "%d transactions, %d new results", 1000 * longest, now - since, transactions,
-                     rows)
+            log.info(
+                "Trigger event loop: longest lag %.1f ms over %.0f s; trial store writes: "
+                "%d transactions, %d new results",
+                1000 * longest,
+                now - since,
+                transactions,
+                rows,
+            )
             longest, since = 0.0, now
 
 
@@ -209,7 +221,11 @@ class DirectTrialPolls:
     """
 
     def __init__(
-        self, trial_id: str, actor: Any, store: TrialStore, wait_seconds: float,
+        self,
+        trial_id: str,
+        actor: Any,
+        store: TrialStore,
+        wait_seconds: float,
         recorded: Iterable[str] = (),
     ) -> None:
         self.trial_id = trial_id

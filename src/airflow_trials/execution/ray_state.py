@@ -104,7 +104,8 @@ async def async_actor_info(actor_id: str, timeout_s: float = GCS_TIMEOUT_SECONDS
     """
     gcs = ray._private.worker.global_worker.gcs_client  # type: ignore[attr-defined]
     table = await gcs.async_get_all_actor_info(
-        actor_id=ActorID(bytes.fromhex(actor_id)), timeout=timeout_s)
+        actor_id=ActorID(bytes.fromhex(actor_id)), timeout=timeout_s
+    )
     if not table:
         return ActorInfo("DEAD", None, "NODE_DIED", "The Ray cluster no longer knows this actor.")
     return _info_from_table_data(next(iter(table.values())))

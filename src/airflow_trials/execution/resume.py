@@ -32,7 +32,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def adopt_recorded_checkpoints(trial: Trial, store: TrialStore, storage: TrialStorage) -> CheckpointRecord | None:
+def adopt_recorded_checkpoints(
+    trial: Trial, store: TrialStore, storage: TrialStorage
+) -> CheckpointRecord | None:
     """Give ``trial`` the checkpoints the trials DB records for it (not deleted) that are complete
     on ``storage`` (their metadata file, written last, is there), as its kept set; returns the
     newest, which the trial restores from, or None when there is none. Each recorded one that is
@@ -42,9 +44,14 @@ def adopt_recorded_checkpoints(trial: Trial, store: TrialStore, storage: TrialSt
     for row in store.live_checkpoints(trial.trial_id):  # newest first
         if not storage.has_checkpoint(row.path):
             log.warning(
-                "Trial %s: its recorded checkpoint %s (iteration %d) is not on the storage; marking it "
-                "deleted and resuming from an earlier one. Check what else deletes under the experiment's "
-                "storage_path.", trial.trial_id, row.path, row.iteration,
+                "Trial %s: its recorded checkpoint %s (iteration %d) is not on the storage; "
+                "marking it "
+                "deleted and resuming from an earlier one. Check what else deletes under the "
+                "experiment's "
+                "storage_path.",
+                trial.trial_id,
+                row.path,
+                row.iteration,
             )
             store.mark_checkpoint_deleted(trial.trial_id, row.path)
             continue

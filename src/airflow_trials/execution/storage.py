@@ -27,11 +27,14 @@ _LOGS_DIR = "logs"
 
 
 def default_storage_path() -> str:
-    return os.environ.get(DEFAULT_STORAGE_ENV) or os.path.join(os.path.expanduser("~"), "airflow_trials_results")
+    return os.environ.get(DEFAULT_STORAGE_ENV) or os.path.join(
+        os.path.expanduser("~"), "airflow_trials_results"
+    )
 
 
 class TrialStorage:
-    """Layout ``<storage_path>/<experiment>/<trial_id>/checkpoint_<iteration>/`` on a local path or URL.
+    """Layout ``<storage_path>/<experiment>/<trial_id>/checkpoint_<iteration>/`` on a local path or
+    URL.
 
     A Ray cluster needs a location every node reaches: a shared filesystem path or an fsspec URL
     such as ``s3://bucket/prefix`` (with the matching fsspec backend installed).
@@ -48,14 +51,18 @@ class TrialStorage:
         # fsspec is imported only for URLs: trial actors start faster without it.
         self._fs: AbstractFileSystem | None = None
         if self.is_local:
-            self.root = os.path.abspath(os.path.expanduser(self.storage_path.removeprefix("file://")))
+            self.root = os.path.abspath(
+                os.path.expanduser(self.storage_path.removeprefix("file://"))
+            )
         else:
             # Paths stay full URLs, so a checkpoint path alone says where it lives.
             self._fs, _ = _url_to_fs(self.storage_path)
             self.root = self.storage_path.rstrip("/")
         if local_log_path is None:
-            local_log_path = self.root if self.is_local else os.path.join(
-                os.path.expanduser("~"), "airflow_trials_results"
+            local_log_path = (
+                self.root
+                if self.is_local
+                else os.path.join(os.path.expanduser("~"), "airflow_trials_results")
             )
         self.local_log_path = os.path.abspath(os.path.expanduser(local_log_path))
 
@@ -102,7 +109,9 @@ class TrialStorage:
         (a stream that wrote no file is left out). Raises what the filesystem raised."""
         target_dir = self.logs_dir(experiment_name, trial_id)
         saved: dict[str, str] = {}
-        for stream, source in zip(("stdout", "stderr"), self.log_paths(experiment_name, trial_id), strict=True):
+        for stream, source in zip(
+            ("stdout", "stderr"), self.log_paths(experiment_name, trial_id), strict=True
+        ):
             if not os.path.exists(source):
                 continue
             name = os.path.basename(source)
@@ -111,7 +120,8 @@ class TrialStorage:
             saved[stream] = target
         return saved
 
-    # -- small files --------------------------------------------------------------------------------
+    # -- small files
+    # --------------------------------------------------------------------------------
     def write_json(self, path: str, data: Any) -> None:
         """Write ``data`` as JSON to ``path``; atomically on a local filesystem."""
         text = json.dumps(data, indent=1, sort_keys=True, default=repr)
@@ -136,10 +146,13 @@ class TrialStorage:
     def has_checkpoint(self, path: str) -> bool:
         """Is a checkpoint this storage persisted complete at ``path``? Its metadata file is
         written last, so a checkpoint whose persist was cut short has none."""
-        meta = os.path.join(path, _META_FILE) if self.is_local else f"{path.rstrip('/')}/{_META_FILE}"
+        meta = (
+            os.path.join(path, _META_FILE) if self.is_local else f"{path.rstrip('/')}/{_META_FILE}"
+        )
         return self.exists(meta)
 
-    # -- checkpoints --------------------------------------------------------------------------------
+    # -- checkpoints
+    # --------------------------------------------------------------------------------
     def scratch_dir(self, experiment_name: str, trial_id: str) -> str:
         """A fresh local directory to write a checkpoint into before it is persisted."""
         if self.is_local:
@@ -149,9 +162,15 @@ class TrialStorage:
         return tempfile.mkdtemp(prefix="airflow_trials_ckpt_")
 
     def persist_checkpoint(
-        self, experiment_name: str, trial_id: str, iteration: int, payload: Any, meta: Mapping[str, Any]
+        self,
+        experiment_name: str,
+        trial_id: str,
+        iteration: int,
+        payload: Any,
+        meta: Mapping[str, Any],
     ) -> str:
-        """Store ``payload`` (a dict, or a local directory path) as the checkpoint at ``iteration``."""
+        """Store ``payload`` (a dict, or a local directory path) as the checkpoint at
+        ``iteration``."""
         target = self.checkpoint_dir(experiment_name, trial_id, iteration)
         meta = {**meta, "iteration": iteration, "trial_id": trial_id}
         try:
@@ -173,13 +192,16 @@ class TrialStorage:
                     f"Trial {trial_id}: a checkpoint must be a dict or an existing directory, "
                     f"got {payload!r}."
                 )
-            meta_path = os.path.join(target, _META_FILE) if self.is_local else f"{target}/{_META_FILE}"
+            meta_path = (
+                os.path.join(target, _META_FILE) if self.is_local else f"{target}/{_META_FILE}"
+            )
             self.write_json(meta_path, meta)
         except CheckpointError:
             raise
         except (OSError, pickle.PicklingError, TypeError, AttributeError) as e:
             raise CheckpointError(
-                f"Trial {trial_id} of experiment {experiment_name}: could not persist its checkpoint "
+                f"Trial {trial_id} of experiment {experiment_name}: could not persist its "
+                "checkpoint "
                 f"at iteration {iteration} to {target}: {e}"
             ) from e
         return target
@@ -211,7 +233,8 @@ class TrialStorage:
             self.fs.put_file(source, target)
 
     def load_checkpoint(self, path: str) -> tuple[Any, dict[str, Any]]:
-        """Returns ``(payload, meta)``: the dict, or a local directory holding the checkpoint's files."""
+        """Returns ``(payload, meta)``: the dict, or a local directory holding the checkpoint's
+        files."""
         return read_checkpoint(path)
 
     def delete(self, path: str) -> None:
@@ -236,7 +259,9 @@ class TrialStorage:
             deleted.append(path)
         return deleted
 
-    def copy_checkpoint(self, source: str, experiment_name: str, trial_id: str, iteration: int) -> str:
+    def copy_checkpoint(
+        self, source: str, experiment_name: str, trial_id: str, iteration: int
+    ) -> str:
         """Copy the checkpoint at ``source`` into ``trial_id``'s directory; returns the new path."""
         target = self.checkpoint_dir(experiment_name, trial_id, iteration)
         try:
@@ -279,7 +304,8 @@ def load_checkpoint(path: str) -> Any:
 
 
 def read_checkpoint(path: str) -> tuple[Any, dict[str, Any]]:
-    """``(payload, meta)`` of a checkpoint: see :func:`load_checkpoint`; ``meta`` holds its iteration."""
+    """``(payload, meta)`` of a checkpoint: see :func:`load_checkpoint`; ``meta`` holds its
+    iteration."""
     missing = CheckpointNotFoundError(
         f"Could not load checkpoint {path}: no such directory. Take the path from a trial's "
         f"best_checkpoint or latest_checkpoint (leaderboard, select_best's XCom), on a "
@@ -288,7 +314,9 @@ def read_checkpoint(path: str) -> tuple[Any, dict[str, Any]]:
     try:
         if _is_url(path):
             fs, fs_path = _url_to_fs(path)
-            if not fs.exists(fs_path):  # fs.get of a missing prefix copies nothing and raises nothing
+            if not fs.exists(
+                fs_path
+            ):  # fs.get of a missing prefix copies nothing and raises nothing
                 raise missing
             local_dir = tempfile.mkdtemp(prefix="airflow_trials_restore_")
             fs.get(fs_path.rstrip("/") + "/", local_dir + "/", recursive=True)

@@ -75,7 +75,7 @@ def read_new_output(
         if 0 <= newline < len(data) - 1:
             skipped_bytes += newline
             start += newline
-            data = data[newline + 1:]
+            data = data[newline + 1 :]
         else:
             data = data[1:]
     if not (final or len(data) >= max_bytes):
@@ -91,7 +91,11 @@ def read_tail(path: str, max_lines: int = 200, max_bytes: int = 64 * 1024) -> Ou
 
 
 def _cut(line: str) -> str:
-    return line if len(line) <= MAX_LINE_CHARS else f"{line[:MAX_LINE_CHARS]}... ({len(line)} characters)"
+    return (
+        line
+        if len(line) <= MAX_LINE_CHARS
+        else f"{line[:MAX_LINE_CHARS]}... ({len(line)} characters)"
+    )
 
 
 class LogCapture:
@@ -107,7 +111,9 @@ class LogCapture:
         self.stop()
         os.makedirs(os.path.dirname(stdout_path), exist_ok=True)
         self.paths = dict(zip(STREAMS, (stdout_path, stderr_path), strict=True))
-        self.start_offsets = {s: os.path.getsize(p) if os.path.exists(p) else 0 for s, p in self.paths.items()}
+        self.start_offsets = {
+            s: os.path.getsize(p) if os.path.exists(p) else 0 for s, p in self.paths.items()
+        }
         sys.stdout.flush()
         sys.stderr.flush()
         self._saved = (os.dup(1), os.dup(2))

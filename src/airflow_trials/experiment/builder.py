@@ -1,4 +1,5 @@
-"""The experiment builder: one tuning experiment as a task group (suggest -> mapped trials -> select best)."""
+"""The experiment builder: one tuning experiment as a task group (suggest -> mapped trials -> select
+best)."""
 
 from __future__ import annotations
 
@@ -50,19 +51,25 @@ def tuning_experiment(
     resources_per_trial: Mapping[str, Any] | None = None,
     max_failures: int = 0,
     retry_delay: dt.timedelta | None = None,
-    checkpoint_freq: int = 0, checkpoint_at_end: bool = True,
-    keep_checkpoints_num: int | None = None, checkpoint_score_attr: str | None = None,
+    checkpoint_freq: int = 0,
+    checkpoint_at_end: bool = True,
+    keep_checkpoints_num: int | None = None,
+    checkpoint_score_attr: str | None = None,
     gpu_pool: str | None = None,
     slots_per_gpu: int = DEFAULT_SLOTS_PER_GPU,
     gpus_per_trial_choices: Sequence[float] | None = None,
     from_params: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None,
     asset: Asset | None = None,
     group_id: str | None = None,
-    ray_conn_id: str = DEFAULT_RAY_CONN_ID, trials_conn_id: str = DEFAULT_TRIALS_CONN_ID,
+    ray_conn_id: str = DEFAULT_RAY_CONN_ID,
+    trials_conn_id: str = DEFAULT_TRIALS_CONN_ID,
     poll_interval_seconds: float = 2.0,
     deferrable: bool = True,
-    scheduler: Any = None, search_alg: Any = None, max_concurrent_trials: int | None = None,
-    sweep: bool = False, warm_start: WarmStart | str | None = None,
+    scheduler: Any = None,
+    search_alg: Any = None,
+    max_concurrent_trials: int | None = None,
+    sweep: bool = False,
+    warm_start: WarmStart | str | None = None,
 ) -> TaskGroup:
     """Declare a tuning experiment inside a ``with DAG(...)`` block; returns its task group.
 
@@ -81,26 +88,52 @@ def tuning_experiment(
     """
     validate_name("Experiment name", experiment_name)
     refuse_in_airflow(trainable, f"Experiment {experiment_name}")
-    settings = ExperimentSettings.checked(experiment_name, search_space=search_space, num_samples=num_samples,
-        metric=metric, mode=mode, stop=stop, resources_per_trial=resources_per_trial, max_failures=max_failures,
-        sweep=sweep)
+    settings = ExperimentSettings.checked(
+        experiment_name,
+        search_space=search_space,
+        num_samples=num_samples,
+        metric=metric,
+        mode=mode,
+        stop=stop,
+        resources_per_trial=resources_per_trial,
+        max_failures=max_failures,
+        sweep=sweep,
+    )
     plan = TuningPlan(
-        experiment_name=experiment_name, trainable=trainable, settings=settings,
-        gpu_classes=trial_gpu_classes(experiment_name, settings.resources.gpu, gpu_pool, gpus_per_trial_choices),
-        asset=asset or best_trial_asset(experiment_name), seed=seed, retry_delay=retry_delay,
-        checkpoint_freq=checkpoint_freq, checkpoint_at_end=checkpoint_at_end,
-        keep_checkpoints_num=keep_checkpoints_num, checkpoint_score_attr=checkpoint_score_attr,
-        gpu_pool=gpu_pool, slots_per_gpu=slots_per_gpu, from_params=from_params, ray_conn_id=ray_conn_id,
-        trials_conn_id=trials_conn_id, poll_interval_seconds=poll_interval_seconds, deferrable=deferrable,
-        scheduler=scheduler, search_alg=search_alg, max_concurrent_trials=max_concurrent_trials, sweep=sweep,
-        warm_start=WarmStart.of(warm_start))
+        experiment_name=experiment_name,
+        trainable=trainable,
+        settings=settings,
+        gpu_classes=trial_gpu_classes(
+            experiment_name, settings.resources.gpu, gpu_pool, gpus_per_trial_choices
+        ),
+        asset=asset or best_trial_asset(experiment_name),
+        seed=seed,
+        retry_delay=retry_delay,
+        checkpoint_freq=checkpoint_freq,
+        checkpoint_at_end=checkpoint_at_end,
+        keep_checkpoints_num=keep_checkpoints_num,
+        checkpoint_score_attr=checkpoint_score_attr,
+        gpu_pool=gpu_pool,
+        slots_per_gpu=slots_per_gpu,
+        from_params=from_params,
+        ray_conn_id=ray_conn_id,
+        trials_conn_id=trials_conn_id,
+        poll_interval_seconds=poll_interval_seconds,
+        deferrable=deferrable,
+        scheduler=scheduler,
+        search_alg=search_alg,
+        max_concurrent_trials=max_concurrent_trials,
+        sweep=sweep,
+        warm_start=WarmStart.of(warm_start),
+    )
     with TaskGroup(group_id or experiment_name.replace(".", "_")) as group:
         _declare_tasks(plan)
         return group
 
 
 def _declare_tasks(plan: TuningPlan) -> None:
-    """suggest_configs -> [route_trials ->] trial task(s) -> select_best, in the current task group."""
+    """suggest_configs -> [route_trials ->] trial task(s) -> select_best, in the current task
+    group."""
 
     from_asset = plan.warm_start is not None and plan.warm_start.source == ASSET
 
@@ -115,7 +148,10 @@ def _declare_tasks(plan: TuningPlan) -> None:
         trial_tasks = [plan.trial_task("trial", plan.gpu_classes[0], suggested)]
         suggested >> trial_tasks[0]
     else:
-        by_gpu = {gpu: plan.trial_task(f"trial_gpu_{gpu_task_suffix(gpu)}", gpu, suggested) for gpu in plan.gpu_classes}
+        by_gpu = {
+            gpu: plan.trial_task(f"trial_gpu_{gpu_task_suffix(gpu)}", gpu, suggested)
+            for gpu in plan.gpu_classes
+        }
         trial_tasks = list(by_gpu.values())
 
         @task.branch(task_id="route_trials")

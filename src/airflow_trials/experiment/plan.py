@@ -1,4 +1,5 @@
-"""TuningPlan: what ``tuning_experiment`` declared, and the bodies of its suggest, trial and select tasks."""
+"""TuningPlan: what ``tuning_experiment`` declared, and the bodies of its suggest, trial and select
+tasks."""
 
 from __future__ import annotations
 
@@ -35,7 +36,8 @@ log = logging.getLogger(__name__)
 
 @dataclasses.dataclass(frozen=True)
 class TuningPlan:
-    """One experiment as the DAG file declares it (see :func:`~airflow_trials.experiment.tuning_experiment`
+    """One experiment as the DAG file declares it (see
+    :func:`~airflow_trials.experiment.tuning_experiment`
     for each field), and what its tasks do with it at run time.
 
     **Settings from the DAG run's params.** ``from_params(params)`` returns, for each run, values
@@ -70,30 +72,43 @@ class TuningPlan:
     max_concurrent_trials: int | None = None
     sweep: bool = False
     warm_start: WarmStart | None = None
-    searcher: Any = dataclasses.field(default=None, init=False)  # search_alg, set up for the trial tasks
+    searcher: Any = dataclasses.field(
+        default=None, init=False
+    )  # search_alg, set up for the trial tasks
 
     def __post_init__(self) -> None:
-        try:  # a scheduler or searcher the Airflow path cannot run fails when the DAG file is parsed
+        # A scheduler or searcher the Airflow path cannot run fails when the DAG file is parsed.
+        try:
             if self.sweep:
                 self._check_sweep()
             self.scheduler_settings(self.settings)
             object.__setattr__(self, "searcher", self._searcher())  # frozen: set once, here
             if self.max_concurrent_trials is not None and not self.max_concurrent_trials >= 1:
-                raise ValueError(f"max_concurrent_trials must be 1 or more, got {self.max_concurrent_trials}")
+                raise ValueError(
+                    f"max_concurrent_trials must be 1 or more, got {self.max_concurrent_trials}"
+                )
         except ValueError as e:
             raise ValueError(f"Experiment {self.experiment_name}: {e}") from e
 
     def _check_sweep(self) -> None:
         if self.gpu_pool and self.settings.resources.gpu > 0 and self.max_concurrent_trials is None:
             raise ValueError(
-                f"sweep=True with gpu_pool {self.gpu_pool!r} needs max_concurrent_trials: the sweep task holds "
+                f"sweep=True with gpu_pool {self.gpu_pool!r} needs max_concurrent_trials: the "
+                "sweep task holds "
                 "that many trials' pool slots; pass max_concurrent_trials=N."
             )
         if len(self.gpu_classes) > 1:
-            raise ValueError("sweep=True runs one GPU class: drop gpus_per_trial_choices, or leave out sweep=True.")
+            raise ValueError(
+                "sweep=True runs one GPU class: drop gpus_per_trial_choices, or leave out "
+                "sweep=True."
+            )
         if self.scheduler is not None:
-            experiment_metric_and_mode(self.scheduler, self.settings.metric, self.settings.mode,
-                                       type(self.scheduler).__name__)
+            experiment_metric_and_mode(
+                self.scheduler,
+                self.settings.metric,
+                self.settings.mode,
+                type(self.scheduler).__name__,
+            )
 
     def _searcher(self) -> Any:
         """``search_alg`` set up for the trial tasks, which ask it (``operators/tuning.py``)."""
@@ -113,23 +128,32 @@ class TuningPlan:
             _check_params(params, context)
             overrides = self.from_params(params)
             if not isinstance(overrides, Mapping):
-                raise ValueError(f"from_params must return a dict of settings, got {type(overrides).__name__}")
+                raise ValueError(
+                    f"from_params must return a dict of settings, got {type(overrides).__name__}"
+                )
             unknown = sorted(set(overrides) - set(PARAM_SETTINGS))
             if unknown:
-                raise ValueError(f"from_params returned {unknown}; it may set only {list(PARAM_SETTINGS)}")
-            run = ExperimentSettings.validated(**{**self.settings.as_kwargs(), **overrides}, sweep=self.sweep)
+                raise ValueError(
+                    f"from_params returned {unknown}; it may set only {list(PARAM_SETTINGS)}"
+                )
+            run = ExperimentSettings.validated(
+                **{**self.settings.as_kwargs(), **overrides}, sweep=self.sweep
+            )
             self._check_fixed_at_parse_time(run)
         except (ValueError, TypeError, KeyError) as e:
             raise AirflowFailException(
-                f"Experiment {self.experiment_name}, DAG run {context['ti'].run_id}: the run's params are "
-                f"refused: {str(e).rstrip('.')}. No trial was started and nothing was written; trigger the "
+                f"Experiment {self.experiment_name}, DAG run {context['ti'].run_id}: the run's "
+                "params are "
+                f"refused: {str(e).rstrip('.')}. No trial was started and nothing was written; "
+                "trigger the "
                 "DAG again with corrected params."
             ) from e
         return run
 
     def scheduler_settings(self, settings: ExperimentSettings) -> dict[str, Any] | None:
         """The trial tasks' ``scheduler``: ASHA's rungs or the median rule, with the run's metric
-        and mode where the scheduler has none; ValueError for a scheduler the Airflow path cannot run.
+        and mode where the scheduler has none; ValueError for a scheduler the Airflow path cannot
+        run.
         None for a sweep, whose driver runs the scheduler itself."""
         if self.scheduler is None or self.sweep:
             return None
@@ -140,17 +164,23 @@ class TuningPlan:
         fixed = (self.settings.search_space, self.settings.metric, self.settings.mode)
         if self.search_alg is not None and (run.search_space, run.metric, run.mode) != fixed:
             raise ValueError(
-                "with a search_alg, the search space, metric and mode are the DAG file's (the trial tasks ask "
+                "with a search_alg, the search space, metric and mode are the DAG file's (the "
+                "trial tasks ask "
                 "the searcher the DAG file set up); leave them out of from_params"
             )
-        if self.settings.max_failures >= 0 and not 0 <= run.max_failures <= self.settings.max_failures:
+        if (
+            self.settings.max_failures >= 0
+            and not 0 <= run.max_failures <= self.settings.max_failures
+        ):
             raise ValueError(
-                f"max_failures {run.max_failures} is above {self.settings.max_failures}, the DAG file's "
+                f"max_failures {run.max_failures} is above {self.settings.max_failures}, the DAG "
+                "file's "
                 "max_failures, which sets the trial tasks' retries; ask for at most that"
             )
         if self.gpu_pool and run.resources.gpu not in self.gpu_classes:
             raise ValueError(
-                f"{run.resources.gpu:g} GPUs per trial is not one of {[f'{g:g}' for g in self.gpu_classes]}, "
+                f"{run.resources.gpu:g} GPUs per trial is not one of "
+                f"{[f'{g:g}' for g in self.gpu_classes]}, "
                 "the GPU pool's trial classes (gpus_per_trial_choices); pick one of those"
             )
 
@@ -164,7 +194,11 @@ class TuningPlan:
         ti = context["ti"]
         run = self.settings_for_run(context)
         load_trainable(self.trainable)  # unknown path: fail before any Ray or DB work
-        seed = self.seed if self.seed is not None else run_seed(self.experiment_name, ti.dag_id, ti.run_id)
+        seed = (
+            self.seed
+            if self.seed is not None
+            else run_seed(self.experiment_name, ti.dag_id, ti.run_id)
+        )
         hook = TrialsHook(self.ray_conn_id, self.trials_conn_id)
         store = hook.get_store()
         try:
@@ -172,21 +206,36 @@ class TuningPlan:
             configs = self._configs(run, seed, warm)
             ids = trial_ids(self.experiment_name, ti.dag_id, ti.run_id, len(configs))
             # Validate every trial (ids, JSON configs) and the cluster's capacity before writing.
-            trials = [Trial(self.trainable, c, trial_id=i, experiment_name=self.experiment_name,
-                            resources=run.resources, stopping_criterion=run.stop)
-                      for i, c in zip(ids, configs, strict=True)]
+            trials = [
+                Trial(
+                    self.trainable,
+                    c,
+                    trial_id=i,
+                    experiment_name=self.experiment_name,
+                    resources=run.resources,
+                    stopping_criterion=run.stop,
+                )
+                for i, c in zip(ids, configs, strict=True)
+            ]
             hook.get_executor().check_fits_cluster(trials[0])
             store.ensure_experiment(self.experiment_name, metric=run.metric, mode=run.mode)
             run_pk = store.create_experiment_run(
-                self.experiment_name, ti.run_id, dag_id=ti.dag_id, run_id=ti.run_id,
-                search_space=run.search_space, seed=seed, num_samples=run.num_samples,
+                self.experiment_name,
+                ti.run_id,
+                dag_id=ti.dag_id,
+                run_id=ti.run_id,
+                search_space=run.search_space,
+                seed=seed,
+                num_samples=run.num_samples,
             )
         finally:
             store.dispose()
         # Settings that vary by run travel with each trial (they are mapped arguments).
         per_run = self._per_trial_settings(run) if self.from_params is not None else {}
-        entries = [{"trial_id": t.trial_id, "config": t.config, "experiment_run_id": run_pk, **per_run}
-                   for t in trials]
+        entries = [
+            {"trial_id": t.trial_id, "config": t.config, "experiment_run_id": run_pk, **per_run}
+            for t in trials
+        ]
         if warm is not None:
             for i, entry in enumerate(entries):
                 entry.update(warm.entry(i) if i < len(warm.seeds) else {"warm_start": None})
@@ -196,22 +245,38 @@ class TuningPlan:
                     entry["warm_points"] = warm.points()
         return entries
 
-    def _warm_seeds(self, store: Any, run: ExperimentSettings, context: Mapping[str, Any]) -> WarmSeeds | None:
-        """This run's warm start (None: cold); a source that cannot be used fails the run, naming why."""
+    def _warm_seeds(
+        self, store: Any, run: ExperimentSettings, context: Mapping[str, Any]
+    ) -> WarmSeeds | None:
+        """This run's warm start (None: cold); a source that cannot be used fails the run, naming
+        why."""
         if self.warm_start is None:
             return None
         run_id = context["ti"].run_id
         try:
-            return warm_seeds(self.warm_start, store, self.experiment_name, run_id, run.search_space,
-                              run.metric, run.mode, context, self.asset)
+            return warm_seeds(
+                self.warm_start,
+                store,
+                self.experiment_name,
+                run_id,
+                run.search_space,
+                run.metric,
+                run.mode,
+                context,
+                self.asset,
+            )
         except WarmStartError as e:
             raise AirflowFailException(
-                f"Experiment {self.experiment_name}, DAG run {run_id}: the warm start is refused: {e}. No trial was "
+                f"Experiment {self.experiment_name}, DAG run {run_id}: the warm start is refused: "
+                f"{e}. No trial was "
                 "started and nothing was written."
             ) from e
 
-    def _configs(self, run: ExperimentSettings, seed: int, warm: WarmSeeds | None) -> list[dict[str, Any]]:
-        """The run's configs: the warm start's seeds first, then generated ones (with a searcher, {}:
+    def _configs(
+        self, run: ExperimentSettings, seed: int, warm: WarmSeeds | None
+    ) -> list[dict[str, Any]]:
+        """The run's configs: the warm start's seeds first, then generated ones (with a searcher,
+        {}:
         each trial task asks for its config when it starts), ``num_samples`` x grid in all."""
         if self.search_alg:
             configs: list[dict[str, Any]] = [{}] * run.num_samples
@@ -269,20 +334,36 @@ class TuningPlan:
         if self.retry_delay is not None:
             kwargs["retry_delay"] = self.retry_delay
         return RunSweepOperator(
-            task_id="sweep", trainable=self.trainable, trials=suggested, metric=s.metric, mode=s.mode,
-            experiment_name=self.experiment_name, resources_per_trial=s.resources.to_dict(),
-            stopping_criterion=s.stop, checkpoint_freq=self.checkpoint_freq, checkpoint_at_end=self.checkpoint_at_end,
+            task_id="sweep",
+            trainable=self.trainable,
+            trials=suggested,
+            metric=s.metric,
+            mode=s.mode,
+            experiment_name=self.experiment_name,
+            resources_per_trial=s.resources.to_dict(),
+            stopping_criterion=s.stop,
+            checkpoint_freq=self.checkpoint_freq,
+            checkpoint_at_end=self.checkpoint_at_end,
             keep_checkpoints_num=self.keep_checkpoints_num,
-            checkpoint_score_attr=self.checkpoint_score_attr or s.checkpoint_score_attr, max_failures=s.max_failures,
-            scheduler=self.scheduler, search_alg=self.searcher, max_concurrent_trials=self.max_concurrent_trials,
+            checkpoint_score_attr=self.checkpoint_score_attr or s.checkpoint_score_attr,
+            max_failures=s.max_failures,
+            scheduler=self.scheduler,
+            search_alg=self.searcher,
+            max_concurrent_trials=self.max_concurrent_trials,
             gpu_pool=self.gpu_pool,
-            slots_per_gpu=self.slots_per_gpu, ray_conn_id=self.ray_conn_id, trials_conn_id=self.trials_conn_id,
-            poll_interval_seconds=self.poll_interval_seconds, deferrable=self.deferrable, **kwargs,
+            slots_per_gpu=self.slots_per_gpu,
+            ray_conn_id=self.ray_conn_id,
+            trials_conn_id=self.trials_conn_id,
+            poll_interval_seconds=self.poll_interval_seconds,
+            deferrable=self.deferrable,
+            **kwargs,
         )
 
     # -- select_best ---------------------------------------------------------------------------
 
-    def select_best(self, suggested: Sequence[Mapping[str, Any]] | None, context: Mapping[str, Any]) -> dict[str, Any]:
+    def select_best(
+        self, suggested: Sequence[Mapping[str, Any]] | None, context: Mapping[str, Any]
+    ) -> dict[str, Any]:
         """Record the run's trial ends, finish the experiment run, and return its best trial."""
         run_id = context["ti"].run_id
         if not suggested:
@@ -295,9 +376,13 @@ class TuningPlan:
         hook = TrialsHook(self.ray_conn_id, self.trials_conn_id)
         store = hook.get_store()
         try:
-            counts = reconcile_trial_ends(hook, store, self.experiment_name, run_pk, [s["trial_id"] for s in suggested])
+            counts = reconcile_trial_ends(
+                hook, store, self.experiment_name, run_pk, [s["trial_id"] for s in suggested]
+            )
             board = store.leaderboard(run_pk, run.metric, run.mode)
-            finished = [r for r in board if r.status.value == "TERMINATED" and r.best_value is not None]
+            finished = [
+                r for r in board if r.status.value == "TERMINATED" and r.best_value is not None
+            ]
             store.finish_experiment_run(run_pk, "SUCCESS" if finished else "FAILED")
         finally:
             store.dispose()
@@ -308,14 +393,22 @@ class TuningPlan:
             )
         top = finished[0]
         return {
-            "experiment_name": self.experiment_name, "experiment_run_id": run_pk, "trial_id": top.trial_id,
-            "config": top.config, "metric": run.metric, "mode": run.mode, "value": top.best_value,
+            "experiment_name": self.experiment_name,
+            "experiment_run_id": run_pk,
+            "trial_id": top.trial_id,
+            "config": top.config,
+            "metric": run.metric,
+            "mode": run.mode,
+            "value": top.best_value,
             "iteration": top.best_iteration,
             # "checkpoint" is best_checkpoint too (its name before both were handed over).
-            "best_checkpoint": top.best_checkpoint, "checkpoint": top.best_checkpoint,
+            "best_checkpoint": top.best_checkpoint,
+            "checkpoint": top.best_checkpoint,
             "latest_checkpoint": top.latest_checkpoint,
-            "finished_trials": len(finished), "failed_trials": counts["failed"],
-            "never_ran_trials": counts["never_ran"], "trials": len(suggested),
+            "finished_trials": len(finished),
+            "failed_trials": counts["failed"],
+            "never_ran_trials": counts["never_ran"],
+            "trials": len(suggested),
         }
 
 
@@ -325,8 +418,12 @@ def _check_params(params: Mapping[str, Any], context: Mapping[str, Any]) -> None
     for key, value in sorted(params.items()):
         # No JSON Schema range keyword refuses NaN: every comparison with it is false.
         if isinstance(value, float) and not math.isfinite(value):
-            raise ValueError(f"param {key} is {value!r}, not a finite number; set it to a finite number")
-    dag = context.get("dag")  # absent only from hand-made contexts: then the values alone are checked
+            raise ValueError(
+                f"param {key} is {value!r}, not a finite number; set it to a finite number"
+            )
+    dag = context.get(
+        "dag"
+    )  # absent only from hand-made contexts: then the values alone are checked
     if dag is None:
         return
     declared = set(dag.params)
@@ -343,7 +440,8 @@ def _check_params(params: Mapping[str, Any], context: Mapping[str, Any]) -> None
         # JSON Schema counts 4.0 as an integer; a count must be sent as 4.
         if isinstance(params[key], float) and "integer" in kinds and "number" not in kinds:
             raise ValueError(
-                f"param {key} is {params[key]!r}, a float, but it must be an integer; send {round(params[key])}"
+                f"param {key} is {params[key]!r}, a float, but it must be an integer; send "
+                f"{round(params[key])}"
             )
 
 
@@ -364,15 +462,22 @@ def reconcile_trial_ends(
         for record in stuck:
             executor.terminate(experiment_name, record.trial_id)
             store.record_transition(
-                record.trial_id, Transition.ABANDONED,
+                record.trial_id,
+                Transition.ABANDONED,
                 why=(
-                    f"Trial {record.trial_id} of experiment {experiment_name} was still {record.status.value} when "
-                    f"every trial task of its run had ended: its task (try {record.try_number}) failed without "
-                    "recording the trial's end. It was stopped on Ray; see that task's log for the cause."
+                    f"Trial {record.trial_id} of experiment {experiment_name} was still "
+                    f"{record.status.value} when "
+                    f"every trial task of its run had ended: its task (try {record.try_number}) "
+                    "failed without "
+                    "recording the trial's end. It was stopped on Ray; see that task's log for the "
+                    "cause."
                 ),
             )
-        log.warning("Recorded %d trial(s) whose tasks ended without recording their end as ERROR: %s",
-                    len(stuck), ", ".join(r.trial_id for r in stuck))
+        log.warning(
+            "Recorded %d trial(s) whose tasks ended without recording their end as ERROR: %s",
+            len(stuck),
+            ", ".join(r.trial_id for r in stuck),
+        )
     statuses = [r.status.value for r in store.list_trials(experiment_run_id=run_pk)]
     counts = {
         "finished": statuses.count("TERMINATED"),
@@ -384,4 +489,7 @@ def reconcile_trial_ends(
 
 
 def _describe(counts: Mapping[str, int]) -> str:
-    return f"{counts['finished']} trial(s) finished, {counts['failed']} failed, {counts['never_ran']} never ran"
+    return (
+        f"{counts['finished']} trial(s) finished, {counts['failed']} failed, "
+        f"{counts['never_ran']} never ran"
+    )

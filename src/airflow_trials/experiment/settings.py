@@ -26,12 +26,21 @@ def trial_ids(experiment_name: str, dag_id: str, run_id: str, count: int) -> lis
 
 def best_trial_asset(experiment_name: str) -> Asset:
     """The Asset the experiment updates with its best trial (schedule downstream DAGs on it)."""
-    return Asset(name=f"{experiment_name}_best_trial", uri=f"airflow-trials://{experiment_name}/best")
+    return Asset(
+        name=f"{experiment_name}_best_trial", uri=f"airflow-trials://{experiment_name}/best"
+    )
 
 
 #: The settings a ``from_params`` function may return for one DAG run.
-PARAM_SETTINGS = ("search_space", "num_samples", "metric", "mode", "stop", "resources_per_trial",
-                  "max_failures")
+PARAM_SETTINGS = (
+    "search_space",
+    "num_samples",
+    "metric",
+    "mode",
+    "stop",
+    "resources_per_trial",
+    "max_failures",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,7 +92,8 @@ class ExperimentSettings:
             raise ValueError(f"metric must be the name of a reported metric, got {metric!r}.")
         if not cls._is_int(num_samples) or num_samples < 1:
             raise ValueError(
-                f"num_samples must be an integer >= 1 such as 4 (not 4.0), got {num_samples!r}.")
+                f"num_samples must be an integer >= 1 such as 4 (not 4.0), got {num_samples!r}."
+            )
         if not sweep:
             cls._check_trial_count(search_space, num_samples)
         if stop is not None and (
@@ -92,8 +102,15 @@ class ExperimentSettings:
         ):
             raise ValueError(f"stop must map metric names to finite numbers, got {stop!r}.")
         max_failures = check_max_failures(max_failures)
-        return cls(dict(search_space), num_samples, metric, mode, dict(stop) if stop else None,
-                   cls._checked_resources(resources_per_trial), max_failures)
+        return cls(
+            dict(search_space),
+            num_samples,
+            metric,
+            mode,
+            dict(stop) if stop else None,
+            cls._checked_resources(resources_per_trial),
+            max_failures,
+        )
 
     @staticmethod
     def _is_int(value: Any) -> bool:
@@ -120,9 +137,13 @@ class ExperimentSettings:
         if total > limit:
             grids = total // num_samples
             made = f"num_samples {num_samples}" + (
-                f" x {grids} grid combinations" if grids > 1 else "")
-            fewer = (f"ask for at most {limit // grids} samples" if grids <= limit
-                     else "use fewer grid_search values")
+                f" x {grids} grid combinations" if grids > 1 else ""
+            )
+            fewer = (
+                f"ask for at most {limit // grids} samples"
+                if grids <= limit
+                else "use fewer grid_search values"
+            )
             raise ValueError(
                 f"{made} is {total} trials, more than {limit}, the most one mapped task may have "
                 "(Airflow's [core] max_map_length); pass sweep=True to run them all in one sweep "
@@ -136,19 +157,26 @@ class ExperimentSettings:
             resources = Resources.from_dict(spec)
         except OverflowError as e:  # an infinite amount, when Resources converts it to Ray's units
             raise ValueError(
-                f"resources_per_trial must hold finite amounts >= 0, got {spec!r}.") from e
+                f"resources_per_trial must hold finite amounts >= 0, got {spec!r}."
+            ) from e
         except ValueError as e:  # NaN fails the same conversion with a ValueError
             raise ValueError(
-                f"resources_per_trial must hold finite amounts >= 0, got {spec!r} ({e}).") from e
+                f"resources_per_trial must hold finite amounts >= 0, got {spec!r} ({e})."
+            ) from e
         if not resources.is_nonnegative():
             raise ValueError(f"resources_per_trial must hold finite amounts >= 0, got {spec!r}.")
         return resources
 
     def as_kwargs(self) -> dict[str, Any]:
-        return {"search_space": self.search_space, "num_samples": self.num_samples,
-                "metric": self.metric,
-                "mode": self.mode, "stop": self.stop, "resources_per_trial": self.resources,
-                "max_failures": self.max_failures}
+        return {
+            "search_space": self.search_space,
+            "num_samples": self.num_samples,
+            "metric": self.metric,
+            "mode": self.mode,
+            "stop": self.stop,
+            "resources_per_trial": self.resources,
+            "max_failures": self.max_failures,
+        }
 
     @property
     def checkpoint_score_attr(self) -> str:
@@ -168,12 +196,15 @@ def trial_gpu_classes(
         return [gpu]
     where = f"Experiment {experiment_name}: gpus_per_trial_choices"
     if not gpu_pool:
-        raise ValueError(f"{where} only matter with a gpu_pool (they set pool slots); pass "
-                         "gpu_pool= or drop them.")
+        raise ValueError(
+            f"{where} only matter with a gpu_pool (they set pool slots); pass "
+            "gpu_pool= or drop them."
+        )
     classes = sorted({float(c) for c in choices})
     if not classes or any(c < 0 for c in classes):
         raise ValueError(f"{where} must be non-empty and >= 0, got {list(choices)!r}.")
     if gpu not in classes:
-        raise ValueError(f"{where} {classes} must include resources_per_trial's gpu ({gpu:g}), "
-                         "the default.")
+        raise ValueError(
+            f"{where} {classes} must include resources_per_trial's gpu ({gpu:g}), the default."
+        )
     return classes

@@ -1,4 +1,5 @@
-"""The warm start of one DAG run of an experiment: find the source run, rank its trials, seed this run.
+"""The warm start of one DAG run of an experiment: find the source run, rank its trials, seed this
+run.
 
 ``suggest_configs`` calls :func:`warm_seeds` before it registers the run. What applies when:
 
@@ -47,8 +48,13 @@ class WarmSeeds:
 
     def origin(self, trial: SourceTrial) -> dict[str, Any]:
         """What a seeded trial records of where it came from (its store row, its XCom)."""
-        return {"run_key": self.run_key, "experiment_run_id": self.experiment_run_id, "trial_id": trial.trial_id,
-                "value": trial.value, "checkpoint": trial.checkpoint if self.from_checkpoints else None}
+        return {
+            "run_key": self.run_key,
+            "experiment_run_id": self.experiment_run_id,
+            "trial_id": trial.trial_id,
+            "value": trial.value,
+            "checkpoint": trial.checkpoint if self.from_checkpoints else None,
+        }
 
     def points(self) -> list[list[Any]]:
         """``[config, value]`` of each seed, for a searcher's history (Optuna's ``add_trial``)."""
@@ -64,8 +70,15 @@ class WarmSeeds:
 
 
 def warm_seeds(
-    warm_start: WarmStart, store: Any, experiment_name: str, run_key: str, space: Mapping[str, Any],
-    metric: str, mode: str, context: Mapping[str, Any], asset: Any,
+    warm_start: WarmStart,
+    store: Any,
+    experiment_name: str,
+    run_key: str,
+    space: Mapping[str, Any],
+    metric: str,
+    mode: str,
+    context: Mapping[str, Any],
+    asset: Any,
 ) -> WarmSeeds | None:
     """The seeds of run ``run_key`` from its source, or None for a cold start (after a warning);
     :class:`WarmStartError` when the source cannot be used (see the module's docstring)."""
@@ -73,22 +86,37 @@ def warm_seeds(
     if source is None:
         return None
     board = store.leaderboard(source.id, metric, mode)
-    ranked = [SourceTrial(row.trial_id, dict(row.config), row.best_value, row.best_checkpoint) for row in board
-              if row.status.value == "TERMINATED" and row.best_value is not None]
+    ranked = [
+        SourceTrial(row.trial_id, dict(row.config), row.best_value, row.best_checkpoint)
+        for row in board
+        if row.status.value == "TERMINATED" and row.best_value is not None
+    ]
     if not ranked:
-        raise WarmStartError(f"run {source.run_key} of experiment {experiment_name} has no finished trial with "
-                             f"metric {metric!r} to warm-start from; warm-start from another run, or drop warm_start")
+        raise WarmStartError(
+            f"run {source.run_key} of experiment {experiment_name} has no finished trial with "
+            f"metric {metric!r} to warm-start from; warm-start from another run, or drop warm_start"
+        )
     seeds, skipped = seed_configs(space, source.run_key, ranked, warm_start.top_k)
     for note in skipped:
         log.warning("Warm start skips %s.", note)
-    log.info("Warm start from run %s of experiment %s: its best %d trial(s) %s run first%s.", source.run_key,
-             experiment_name, len(seeds), ", ".join(t.trial_id for _, t in seeds),
-             " from their best checkpoints" if warm_start.from_checkpoints else "")
+    log.info(
+        "Warm start from run %s of experiment %s: its best %d trial(s) %s run first%s.",
+        source.run_key,
+        experiment_name,
+        len(seeds),
+        ", ".join(t.trial_id for _, t in seeds),
+        " from their best checkpoints" if warm_start.from_checkpoints else "",
+    )
     return WarmSeeds(source.run_key, source.id, seeds, warm_start.from_checkpoints)
 
 
 def _source_run(
-    warm_start: WarmStart, store: Any, experiment_name: str, run_key: str, context: Mapping[str, Any], asset: Any,
+    warm_start: WarmStart,
+    store: Any,
+    experiment_name: str,
+    run_key: str,
+    context: Mapping[str, Any],
+    asset: Any,
 ) -> Any:
     runs = [r for r in store.list_experiment_runs(experiment_name) if r.run_key != run_key]
     if warm_start.source == PREVIOUS:
@@ -105,16 +133,20 @@ def _source_run(
         found = next((r for r in runs if r.id == wanted), None)
         if found is None:
             raise WarmStartError(
-                f"the last event of Asset {asset.name} names run {extra.get('run_key', wanted)!r} (id {wanted}) of "
-                f"experiment {experiment_name}, which the trials DB no longer has (deleted); warm-start from "
+                f"the last event of Asset {asset.name} names run {extra.get('run_key', wanted)!r} "
+                f"(id {wanted}) of "
+                f"experiment {experiment_name}, which the trials DB no longer has (deleted); "
+                "warm-start from "
                 "'previous' or a run key, or drop warm_start"
             )
         return found
     found = next((r for r in runs if r.run_key == warm_start.source), None)
     if found is None:
         known = ", ".join(r.run_key for r in runs[-5:]) or "none"
-        raise WarmStartError(f"experiment {experiment_name} has no run {warm_start.source!r} to warm-start from "
-                             f"(latest runs: {known}); name one of its runs, 'previous' or 'asset'")
+        raise WarmStartError(
+            f"experiment {experiment_name} has no run {warm_start.source!r} to warm-start from "
+            f"(latest runs: {known}); name one of its runs, 'previous' or 'asset'"
+        )
     return found
 
 

@@ -67,7 +67,7 @@ class RayHook(BaseHook):
             "placeholders": {
                 "host": "ray://ray-head:10001 (empty: RAY_ADDRESS, else a local Ray)",
                 "extra": '{"namespace": "airflow_trials", "storage_path": "s3://bucket/trials", '
-                         '"runtime_env": {}}',
+                '"runtime_env": {}}',
             },
         }
 
@@ -90,8 +90,10 @@ class RayHook(BaseHook):
         if isinstance(runtime_env, str):
             runtime_env = json.loads(runtime_env)
         return {
-            "address": ((conn.host if conn is not None and conn.host else None)
-                        or os.environ.get("RAY_ADDRESS")),
+            "address": (
+                (conn.host if conn is not None and conn.host else None)
+                or os.environ.get("RAY_ADDRESS")
+            ),
             "namespace": extra.get("namespace") or "airflow_trials",
             "runtime_env": runtime_env,
             "storage_path": extra.get("storage_path") or None,
@@ -138,7 +140,9 @@ class RayHook(BaseHook):
             self.log.warning(
                 "The Ray cluster at %s restarted (cluster id %s, was %s): reconnecting. Trials of "
                 "the old cluster are gone; their tasks resume them from their latest checkpoints.",
-                gcs.address, current.hex()[:12], gcs.cluster_id.hex()[:12],
+                gcs.address,
+                current.hex()[:12],
+                gcs.cluster_id.hex()[:12],
             )
             ray.shutdown()
         _verified_at = time.monotonic()

@@ -1,4 +1,5 @@
-"""RunSweepOperator: runs a whole tuning experiment as one deferrable Airflow task, its driver on Ray."""
+"""RunSweepOperator: runs a whole tuning experiment as one deferrable Airflow task, its driver on
+Ray."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from airflow_trials.operators.tuning import airflow_searcher
 from airflow_trials.pools import DEFAULT_SLOTS_PER_GPU, gpu_pool_slots
 from airflow_trials.triggers.sweep import SweepTrigger
 
-# What a run's params may set per run (TuningPlan._per_trial_settings), carried by each suggested trial.
+# What a run's params may set per run (TuningPlan._per_trial_settings), carried by each suggested
+# trial.
 _PER_RUN = ("resources_per_trial", "stopping_criterion", "max_failures", "checkpoint_score_attr")
 
 
@@ -46,7 +48,8 @@ class RunSweepOperator(BaseOperator):
     :param trainable: import path, ``"package.module:name"``. Templated.
     :param trials: the run's trials, each ``{"trial_id", "config", "experiment_run_id"}``
         (``suggest_configs``' list); one task however long it is. Templated.
-    :param metric: the metric trials are ranked by. :param mode: ``"min"`` or ``"max"``; default ``"min"``.
+    :param metric: the metric trials are ranked by. :param mode: ``"min"`` or ``"max"``; default
+        ``"min"``.
     :param experiment_name: default: the DAG id. Templated.
     :param resources_per_trial: e.g. ``{"cpu": 1, "gpu": 0.5}``; default 1 CPU.
     :param stopping_criterion: e.g. ``{"training_iteration": 10}``; default none.
@@ -68,7 +71,8 @@ class RunSweepOperator(BaseOperator):
     :param poll_interval_seconds: how often the trigger asks the driver; default 2.
     :param progress_interval_seconds: the most time between two progress lines; default 30.
     :param deferrable: defer while the sweep runs, watched by the triggerer, holding no worker slot;
-        default ``[operators] default_deferrable`` (False in stock Airflow: the task then watches the
+        default ``[operators] default_deferrable`` (False in stock Airflow: the task then watches
+        the
         sweep from the worker, holding a slot for the whole run). ``tuning_experiment`` passes True.
     """
 
@@ -76,20 +80,38 @@ class RunSweepOperator(BaseOperator):
     ui_color = "#b5d8ff"
 
     def __init__(
-        self, *, trainable: str, trials: Any, metric: str, mode: str = "min", experiment_name: str | None = None,
-        resources_per_trial: Mapping[str, Any] | None = None, stopping_criterion: Mapping[str, float] | None = None,
-        checkpoint_freq: int = 0, checkpoint_at_end: bool = True, keep_checkpoints_num: int | None = None,
-        checkpoint_score_attr: str | None = None, max_failures: int = 0, scheduler: Any = None,
-        search_alg: Any = None, max_concurrent_trials: int | None = None, gpu_pool: str | None = None,
-        slots_per_gpu: int = DEFAULT_SLOTS_PER_GPU, ray_conn_id: str = DEFAULT_RAY_CONN_ID,
-        trials_conn_id: str = DEFAULT_TRIALS_CONN_ID, poll_interval_seconds: float = 2.0,
+        self,
+        *,
+        trainable: str,
+        trials: Any,
+        metric: str,
+        mode: str = "min",
+        experiment_name: str | None = None,
+        resources_per_trial: Mapping[str, Any] | None = None,
+        stopping_criterion: Mapping[str, float] | None = None,
+        checkpoint_freq: int = 0,
+        checkpoint_at_end: bool = True,
+        keep_checkpoints_num: int | None = None,
+        checkpoint_score_attr: str | None = None,
+        max_failures: int = 0,
+        scheduler: Any = None,
+        search_alg: Any = None,
+        max_concurrent_trials: int | None = None,
+        gpu_pool: str | None = None,
+        slots_per_gpu: int = DEFAULT_SLOTS_PER_GPU,
+        ray_conn_id: str = DEFAULT_RAY_CONN_ID,
+        trials_conn_id: str = DEFAULT_TRIALS_CONN_ID,
+        poll_interval_seconds: float = 2.0,
         progress_interval_seconds: float = 30.0,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         **kwargs: Any,
     ) -> None:
         refuse_in_airflow(trainable, f"RunSweepOperator {kwargs.get('task_id')!r}")
         if mode not in ("min", "max"):
-            raise ValueError(f"RunSweepOperator {kwargs.get('task_id')!r}: mode must be 'min' or 'max', got {mode!r}.")
+            raise ValueError(
+                f"RunSweepOperator {kwargs.get('task_id')!r}: mode must be 'min' or 'max', got "
+                f"{mode!r}."
+            )
         if scheduler is not None:
             experiment_metric_and_mode(scheduler, metric, mode, type(scheduler).__name__)
         if search_alg is not None:
@@ -97,18 +119,24 @@ class RunSweepOperator(BaseOperator):
                 search_alg = airflow_searcher(search_alg, {}, metric, mode)
             except ValueError as e:
                 raise ValueError(
-                    f"RunSweepOperator {kwargs.get('task_id')!r}: {e} Used alone, the operator has no search space "
-                    "to give it: pass the space to the searcher, OptunaSearch({'lr': loguniform(1e-4, 1e-1)}, ...)."
+                    f"RunSweepOperator {kwargs.get('task_id')!r}: {e} Used alone, the operator has "
+                    "no search space "
+                    "to give it: pass the space to the searcher, OptunaSearch({'lr': "
+                    "loguniform(1e-4, 1e-1)}, ...)."
                 ) from e
         gpu = Resources.from_dict(resources_per_trial).gpu
         if gpu_pool and gpu > 0 and "pool" not in kwargs:
             if max_concurrent_trials is None:
                 raise ValueError(
-                    f"RunSweepOperator {kwargs.get('task_id')!r}: gpu_pool {gpu_pool!r} needs max_concurrent_trials, "
-                    "which sets how many trials' pool slots the sweep task holds; pass max_concurrent_trials=N."
+                    f"RunSweepOperator {kwargs.get('task_id')!r}: gpu_pool {gpu_pool!r} needs "
+                    "max_concurrent_trials, "
+                    "which sets how many trials' pool slots the sweep task holds; pass "
+                    "max_concurrent_trials=N."
                 )
             kwargs["pool"] = gpu_pool
-            kwargs.setdefault("pool_slots", gpu_pool_slots(gpu, slots_per_gpu) * max_concurrent_trials)
+            kwargs.setdefault(
+                "pool_slots", gpu_pool_slots(gpu, slots_per_gpu) * max_concurrent_trials
+            )
         kwargs.setdefault("retries", MAX_INFRASTRUCTURE_RESTARTS)
         super().__init__(**kwargs)
         self.trainable = trainable
@@ -119,7 +147,9 @@ class RunSweepOperator(BaseOperator):
         self.stopping_criterion = dict(stopping_criterion) if stopping_criterion else None
         self.checkpoint_freq, self.checkpoint_at_end = checkpoint_freq, checkpoint_at_end
         self.keep_checkpoints_num = keep_checkpoints_num
-        self.checkpoint_score_attr = checkpoint_score_attr or (metric if mode == "max" else f"min-{metric}")
+        self.checkpoint_score_attr = checkpoint_score_attr or (
+            metric if mode == "max" else f"min-{metric}"
+        )
         self.max_failures = max_failures
         self.scheduler = scheduler
         self.search_alg = search_alg
@@ -134,20 +164,29 @@ class RunSweepOperator(BaseOperator):
         return TrialsHook(self.ray_conn_id, self.trials_conn_id)
 
     def _run_ids(self, context: Context) -> tuple[str, int, list[tuple[str, dict[str, Any]]]]:
-        """The experiment, its run's id in the trials DB, and ``(trial id, config)`` of its trials."""
+        """The experiment, its run's id in the trials DB, and ``(trial id, config)`` of its
+        trials."""
         from airflow_trials.operators.trial import experiment_name_for
 
         ti = context["ti"]
         experiment = self.experiment_name or experiment_name_for(ti.dag_id)
         trials = list(self.trials or [])
         if not trials:
-            raise AirflowFailException(f"Sweep {ti.task_id} of experiment {experiment}: no trials were given "
-                                       f"for run {ti.run_id}; see the upstream task's log.")
+            raise AirflowFailException(
+                f"Sweep {ti.task_id} of experiment {experiment}: no trials were given "
+                f"for run {ti.run_id}; see the upstream task's log."
+            )
         run_ids = {t.get("experiment_run_id") for t in trials}
         if len(run_ids) != 1 or None in run_ids:
-            raise AirflowFailException(f"Sweep {ti.task_id}: its trials must all name one experiment_run_id, "
-                                       f"got {sorted(map(str, run_ids))}; pass suggest_configs' list as it is.")
-        return experiment, int(run_ids.pop()), [(t["trial_id"], dict(t.get("config") or {})) for t in trials]
+            raise AirflowFailException(
+                f"Sweep {ti.task_id}: its trials must all name one experiment_run_id, "
+                f"got {sorted(map(str, run_ids))}; pass suggest_configs' list as it is."
+            )
+        return (
+            experiment,
+            int(run_ids.pop()),
+            [(t["trial_id"], dict(t.get("config") or {})) for t in trials],
+        )
 
     def _trial_kwargs(self) -> dict[str, Any]:
         """The Trial arguments; a run's own settings (``from_params``), which every suggested trial
@@ -157,7 +196,8 @@ class RunSweepOperator(BaseOperator):
         return {
             "resources": run.get("resources_per_trial", self.resources_per_trial),
             "stopping_criterion": run.get("stopping_criterion", self.stopping_criterion),
-            "checkpoint_freq": self.checkpoint_freq, "checkpoint_at_end": self.checkpoint_at_end,
+            "checkpoint_freq": self.checkpoint_freq,
+            "checkpoint_at_end": self.checkpoint_at_end,
             "keep_checkpoints_num": self.keep_checkpoints_num,
             "checkpoint_score_attr": run.get("checkpoint_score_attr", self.checkpoint_score_attr),
             "max_failures": run.get("max_failures", self.max_failures),
@@ -174,26 +214,52 @@ class RunSweepOperator(BaseOperator):
         executor = hook.get_executor()
         settings = hook.ray_hook.settings()
         spec = SweepSpec(
-            experiment_name=experiment, run_key=ti.run_id, experiment_run_id=run_pk, trainable=self.trainable,
-            trials=trials, metric=self.metric, mode=self.mode, db_url=hook.db_hook.get_url(),
-            storage_path=executor.storage.storage_path, namespace=settings["namespace"],
-            trial_kwargs=self._trial_kwargs(), scheduler=self.scheduler,
+            experiment_name=experiment,
+            run_key=ti.run_id,
+            experiment_run_id=run_pk,
+            trainable=self.trainable,
+            trials=trials,
+            metric=self.metric,
+            mode=self.mode,
+            db_url=hook.db_hook.get_url(),
+            storage_path=executor.storage.storage_path,
+            namespace=settings["namespace"],
+            trial_kwargs=self._trial_kwargs(),
+            scheduler=self.scheduler,
             max_concurrent_trials=self.max_concurrent_trials,
-            origins={t["trial_id"]: {"warm_start": t["warm_start"], "restore_path": t.get("restore_path")}
-                     for t in self.trials if t.get("warm_start")},
-            search_alg=self.search_alg, warm_points=list(self.trials[0].get("warm_points") or ()),
+            origins={
+                t["trial_id"]: {
+                    "warm_start": t["warm_start"],
+                    "restore_path": t.get("restore_path"),
+                }
+                for t in self.trials
+                if t.get("warm_start")
+            },
+            search_alg=self.search_alg,
+            warm_points=list(self.trials[0].get("warm_points") or ()),
         )
         import ray
 
         driver, started = start_or_attach_driver(spec)
         ray.get(driver.claim.remote(ti.try_number), timeout=60)
-        self.log.info("%s the sweep driver %s of %d trials on Ray.", "Started" if started else "Re-attached to",
-                      spec.name, len(trials))
+        self.log.info(
+            "%s the sweep driver %s of %d trials on Ray.",
+            "Started" if started else "Re-attached to",
+            spec.name,
+            len(trials),
+        )
         trigger = SweepTrigger(
-            experiment, ti.run_id, run_pk, [t for t, _ in trials], try_number=ti.try_number,
-            ray_conn_id=self.ray_conn_id, trials_conn_id=self.trials_conn_id,
-            poll_interval_seconds=self.poll_interval_seconds, progress_interval_seconds=self.progress_interval_seconds,
-            warm_started_trials=self._warm_started(), push_return_value=self.do_xcom_push,
+            experiment,
+            ti.run_id,
+            run_pk,
+            [t for t, _ in trials],
+            try_number=ti.try_number,
+            ray_conn_id=self.ray_conn_id,
+            trials_conn_id=self.trials_conn_id,
+            poll_interval_seconds=self.poll_interval_seconds,
+            progress_interval_seconds=self.progress_interval_seconds,
+            warm_started_trials=self._warm_started(),
+            push_return_value=self.do_xcom_push,
             end_in_trigger=not self.outlets,
         )
         if self.deferrable:
@@ -212,8 +278,10 @@ class RunSweepOperator(BaseOperator):
         if end.status is SweepStatus.LOST:
             raise SweepLostError(end.error)
         if end.status is SweepStatus.ERROR:
-            raise SweepLostError(f"The sweep driver of run {end.run_key} failed; the task's next "
-                                 f"try resumes the run's unfinished trials.\n{end.error}")
+            raise SweepLostError(
+                f"The sweep driver of run {end.run_key} failed; the task's next "
+                f"try resumes the run's unfinished trials.\n{end.error}"
+            )
         summary = sweep_summary(end.run_key, end.progress, self._warm_started())
         self.log.info("%s", end_line(summary))
         context["ti"].xcom_push(key="sweep", value=summary)

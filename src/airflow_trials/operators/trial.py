@@ -157,8 +157,9 @@ class RunTrialOperator(BaseOperator):
         refuse_in_airflow(trainable, f"RunTrialOperator {kwargs.get('task_id')!r}")
         if max_failures is None:
             retries = kwargs.get("retries")
-            max_failures = (0 if retries is None else -1 if retries >= UNLIMITED_RETRIES
-                            else int(retries))
+            max_failures = (
+                0 if retries is None else -1 if retries >= UNLIMITED_RETRIES else int(retries)
+            )
         max_failures = check_max_failures(max_failures)
         kwargs.setdefault("retries", task_retries(max_failures))
         gpu = Resources.from_dict(resources_per_trial).gpu
@@ -218,14 +219,21 @@ class RunTrialOperator(BaseOperator):
 
     def _ask(self, context: Context, trial_id: str) -> dict[str, Any]:
         """The trial's config from ``search_alg`` (asked once, on its first try)."""
-        run_id = needs_run(self.experiment_run_id, "search_alg= learns from", self.task_id,
-                           trial_id)
+        run_id = needs_run(
+            self.experiment_run_id, "search_alg= learns from", self.task_id, trial_id
+        )
         map_index = context["ti"].map_index
         store = self._hook().get_store()
         try:
-            return suggested_config(store, self.search_alg, run_id, trial_id,
-                                    max(map_index or 0, 0), self.log,
-                                    warm_points=self.warm_points)
+            return suggested_config(
+                store,
+                self.search_alg,
+                run_id,
+                trial_id,
+                max(map_index or 0, 0),
+                self.log,
+                warm_points=self.warm_points,
+            )
         except StoreError:
             raise  # the trials DB: Airflow retries the task
         except Exception as e:  # the searcher's own error: asking again would raise it again
@@ -271,17 +279,21 @@ class RunTrialOperator(BaseOperator):
 
         _, bracket = self._rungs(trial_id)
         trigger = TrialTrigger(
-            experiment, trial_id, self.ray_conn_id, self.trials_conn_id, self.poll_interval_seconds,
-            ray_cluster_id=current_cluster_id(), scheduler=self.scheduler, bracket=bracket,
+            experiment,
+            trial_id,
+            self.ray_conn_id,
+            self.trials_conn_id,
+            self.poll_interval_seconds,
+            ray_cluster_id=current_cluster_id(),
+            scheduler=self.scheduler,
+            bracket=bracket,
             experiment_run_id=self.experiment_run_id if self.scheduler is not None else None,
         )
         if self.deferrable:
             self.defer(trigger=trigger, method_name="execute_complete")
         # Blocking fallback: the same polling, in this worker.
         self.log.info("Not deferrable: polling trial %s from the worker.", trial_id)
-        return self.execute_complete(
-            context, asyncio.run(_first_event(trigger))
-        )
+        return self.execute_complete(context, asyncio.run(_first_event(trigger)))
 
     def _launch_unless_running(
         self, context: Context, hook: TrialsHook, store: Any, experiment: str, trial_id: str
@@ -313,7 +325,8 @@ class RunTrialOperator(BaseOperator):
         record: TrialRecord = store.get_trial(trial_id)
         # A first try is never after a clear (max_tries is read only for a later one).
         cleared = ti.try_number > 1 and first_try_after_a_clear(
-            ti.try_number, ti.max_tries, self.retries or 0)
+            ti.try_number, ti.max_tries, self.retries or 0
+        )
         action = on_start(record, actor, trial=trial, try_number=ti.try_number, cleared=cleared)
         self.log.info("%s", action.reason)
         if action.start is Start.REPORT_END:
@@ -340,11 +353,15 @@ class RunTrialOperator(BaseOperator):
 
             # As Airflow replaces a cleared task's XComs, the new results replace the old.
             dropped = store.record_transition(
-                trial_id, RestartFromScratch(try_number=try_number)).dropped_checkpoints
+                trial_id, RestartFromScratch(try_number=try_number)
+            ).dropped_checkpoints
             for path in dropped:
                 executor.storage.delete(path)
-            self.log.info("Trial %s: its stored results and %d checkpoints are replaced.",
-                          trial_id, len(dropped))
+            self.log.info(
+                "Trial %s: its stored results and %d checkpoints are replaced.",
+                trial_id,
+                len(dropped),
+            )
         if action.transition is not None:
             store.record_transition(trial_id, action.transition)
 
@@ -361,8 +378,9 @@ class RunTrialOperator(BaseOperator):
         # Do not wait for Ray to place it: a trial queued for resources waits deferred, holding
         # no worker slot, and starts when Ray places it.
         placed = executor.is_placed(executor.launch(trial, start_timeout_s=None, holds=holds))
-        self.log.info("Started trial %s of experiment %s on Ray.", trial.trial_id,
-                      trial.experiment_name)
+        self.log.info(
+            "Started trial %s of experiment %s on Ray.", trial.trial_id, trial.experiment_name
+        )
         return trial, placed
 
     def execute_complete(
@@ -391,8 +409,11 @@ class RunTrialOperator(BaseOperator):
                 # The trial's own max_failures can be below the task's retries (a run's params
                 # chose it; retries are fixed when the task instance is created): it stops first.
                 decision = after_failure(
-                    end.trial_id, record.num_failures, self.max_failures,
-                    infrastructure=end.infrastructure, retries_left=can_retry,
+                    end.trial_id,
+                    record.num_failures,
+                    self.max_failures,
+                    infrastructure=end.infrastructure,
+                    retries_left=can_retry,
                 )
             status = store.record_end(end, decision)
             latest = store.latest_checkpoint(end.trial_id)
@@ -412,8 +433,12 @@ class RunTrialOperator(BaseOperator):
         ti.xcom_push(key="trial", value=state)
         if decision is not None:
             self._raise_failure(end, decision, can_retry)
-        self.log.info("Trial %s finished%s: %s", end.trial_id,
-                      f" ({end.stop_reason})" if end.stop_reason else "", state["last_result"])
+        self.log.info(
+            "Trial %s finished%s: %s",
+            end.trial_id,
+            f" ({end.stop_reason})" if end.stop_reason else "",
+            state["last_result"],
+        )
         return state
 
     def _raise_failure(self, end: TrialEnd, decision: FailureDecision, can_retry: bool) -> NoReturn:
@@ -466,5 +491,6 @@ class RunTrialOperator(BaseOperator):
 async def _first_event(trigger: TrialTrigger) -> dict[str, Any]:
     async for event in trigger.run():
         return dict(event.payload)
-    raise TrialError(f"Trigger for trial {trigger.trial_id} ended without an event.",
-                     trigger.trial_id)
+    raise TrialError(
+        f"Trigger for trial {trigger.trial_id} ended without an event.", trigger.trial_id
+    )

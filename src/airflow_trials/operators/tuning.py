@@ -40,10 +40,12 @@ def scheduler_settings(scheduler: Any) -> dict[str, Any] | None:
 
 
 def needs_run(experiment_run_id: int | None, what: str, task_id: str, trial_id: str) -> int:
-    """The experiment run a scheduler or searcher compares the trial with; ValueError without one."""
+    """The experiment run a scheduler or searcher compares the trial with; ValueError without
+    one."""
     if experiment_run_id is None:
         raise ValueError(
-            f"RunTrialOperator {task_id!r}, trial {trial_id}: {what} the other trials of its experiment run, "
+            f"RunTrialOperator {task_id!r}, trial {trial_id}: {what} the other trials of its "
+            "experiment run, "
             "so it needs experiment_run_id (tuning_experiment passes it)."
         )
     return experiment_run_id
@@ -62,7 +64,12 @@ def judged_rule(
 
 
 def suggested_config(
-    store: Any, search_alg: Any, experiment_run_id: int, trial_id: str, index: int, task_log: Any = log,
+    store: Any,
+    search_alg: Any,
+    experiment_run_id: int,
+    trial_id: str,
+    index: int,
+    task_log: Any = log,
     warm_points: Sequence[Sequence[Any]] = (),
 ) -> dict[str, Any]:
     """The config of trial ``trial_id``: the stored one when an earlier try asked already, else the
@@ -75,7 +82,8 @@ def suggested_config(
     :param index: its place in the run (its map index): ``points_to_evaluate[index]`` runs first.
     :param task_log: where to say what it suggested (the task's log); default this module's logger.
     :param warm_points: ``[config, value]`` of a warm start's seeds: learnt first (Optuna's
-        ``add_trial``), and the first ``len(warm_points)`` trials of the run are the seeds themselves,
+        ``add_trial``), and the first ``len(warm_points)`` trials of the run are the seeds
+        themselves,
         so ``points_to_evaluate`` start after them. Default none.
     """
     trials = store.list_trials(experiment_run_id=experiment_run_id)
@@ -84,11 +92,17 @@ def suggested_config(
         return dict(mine.config)  # asked on an earlier try
     history = [(dict(config), value) for config, value in warm_points]
     finished = history + ended_trials(trials, search_alg.metric, exclude=trial_id)
-    config = search_alg.suggest_after(trial_id, finished, max(0, index - len(history)),
-                                      ask_seed(experiment_run_id, trial_id))
-    task_log.info("Trial %s: %s suggests %s, having learnt from %d ended trials of the run%s.",
-                  trial_id, type(search_alg).__name__, config, len(finished) - len(history),
-                  f" and {len(history)} of its warm start" if history else "")
+    config = search_alg.suggest_after(
+        trial_id, finished, max(0, index - len(history)), ask_seed(experiment_run_id, trial_id)
+    )
+    task_log.info(
+        "Trial %s: %s suggests %s, having learnt from %d ended trials of the run%s.",
+        trial_id,
+        type(search_alg).__name__,
+        config,
+        len(finished) - len(history),
+        f" and {len(history)} of its warm start" if history else "",
+    )
     return dict(config)
 
 
@@ -97,7 +111,9 @@ def ask_seed(experiment_run_id: int, trial_id: str) -> int:
     return int(hashlib.sha1(f"{experiment_run_id}:{trial_id}".encode()).hexdigest()[:8], 16)
 
 
-def airflow_searcher(search_alg: Any, search_space: Mapping[str, Any], metric: str, mode: str) -> Any:
+def airflow_searcher(
+    search_alg: Any, search_space: Mapping[str, Any], metric: str, mode: str
+) -> Any:
     """A copy of ``search_alg`` set up for the trial tasks: the experiment's space, metric and mode
     where it has none. ValueError, naming the fix, for a searcher the Airflow path cannot ask or
     one that disagrees with the experiment."""
@@ -107,21 +123,31 @@ def airflow_searcher(search_alg: Any, search_space: Mapping[str, Any], metric: s
 
     if not isinstance(search_alg, OptunaSearch):
         raise ValueError(
-            f"tuning_experiment takes search_alg=OptunaSearch(...) only, got {type(search_alg).__name__}: each "
-            "trial task asks it once, from the run's ended trials in the trials DB. Run other searchers on "
+            "tuning_experiment takes search_alg=OptunaSearch(...) only, got "
+            f"{type(search_alg).__name__}: each "
+            "trial task asks it once, from the run's ended trials in the trials DB. Run other "
+            "searchers on "
             "the TrialRunner (docs/engine.md)."
         )
-    clash = [f"{name} {theirs!r} vs {ours!r}" for name, theirs, ours in
-             (("metric", search_alg.metric, metric), ("mode", search_alg.mode, mode)) if theirs and theirs != ours]
+    clash = [
+        f"{name} {theirs!r} vs {ours!r}"
+        for name, theirs, ours in (
+            ("metric", search_alg.metric, metric),
+            ("mode", search_alg.mode, mode),
+        )
+        if theirs and theirs != ours
+    ]
     if clash:
         raise ValueError(
-            f"The search_alg and the experiment disagree on {', '.join(clash)} (search_alg vs experiment): "
+            f"The search_alg and the experiment disagree on {', '.join(clash)} (search_alg vs "
+            "experiment): "
             "give the search_alg the experiment's metric and mode, or none."
         )
     searcher = copy.deepcopy(search_alg)
     if not searcher.set_search_properties(metric, mode, search_space) and search_space:
         raise ValueError(
-            "The search_alg has a search space of its own and the experiment has one too; give the space "
+            "The search_alg has a search space of its own and the experiment has one too; give the "
+            "space "
             "to one of them only (search_space={} with OptunaSearch(space=...), or OptunaSearch())."
         )
     searcher.take_metric(metric, mode)

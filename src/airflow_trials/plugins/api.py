@@ -29,22 +29,37 @@ api = APIRouter(prefix="/api", tags=["Trials dashboard"])
 
 
 @api.get("/experiments", response_model=list[ExperimentOut], summary="Experiments and their runs")
-def list_experiments_api(request: Request, user: UserDep, store: params.StoreDep) -> list[ExperimentOut]:
+def list_experiments_api(
+    request: Request, user: UserDep, store: params.StoreDep
+) -> list[ExperimentOut]:
     return reads.experiments(store, user, Links(request))
 
 
-@api.get("/experiments/{experiment}", response_model=ExperimentOut, summary="One experiment and its runs")
+@api.get(
+    "/experiments/{experiment}", response_model=ExperimentOut, summary="One experiment and its runs"
+)
 def experiment_api(
     request: Request, experiment: params.ExperimentName, user: UserDep, store: params.StoreDep
 ) -> ExperimentOut:
     return reads.experiment(store, user, Links(request), experiment)
 
 
-@api.get("/runs/{run_pk}/leaderboard", response_model=LeaderboardOut, summary="One page of a run's leaderboard")
+@api.get(
+    "/runs/{run_pk}/leaderboard",
+    response_model=LeaderboardOut,
+    summary="One page of a run's leaderboard",
+)
 def leaderboard_api(
-    request: Request, run_pk: params.RunPk, user: UserDep, store: params.StoreDep,
-    metric: params.Metric = None, mode: params.Mode = None, sort: params.Sort = "metric",
-    order: params.Order = "asc", page: params.Page = 1, page_size: params.PageSize = DEFAULT_PAGE_SIZE,
+    request: Request,
+    run_pk: params.RunPk,
+    user: UserDep,
+    store: params.StoreDep,
+    metric: params.Metric = None,
+    mode: params.Mode = None,
+    sort: params.Sort = "metric",
+    order: params.Order = "asc",
+    page: params.Page = 1,
+    page_size: params.PageSize = DEFAULT_PAGE_SIZE,
     stopped: params.Stopped = "all",
 ) -> LeaderboardOut:
     board = reads.board(store, user, run_pk, metric, mode, sort, order, page, page_size, stopped)
@@ -53,44 +68,82 @@ def leaderboard_api(
 
 def _board_out(board: BoardPage, links: Links) -> LeaderboardOut:
     return LeaderboardOut(
-        run=RunOut.of(board.run, board.num_trials, links.run(board.run.id)), metric=board.metric, mode=board.mode,
-        sort=board.sort, order="desc" if board.descending else "asc", stopped=board.stopped, page=board.page,
-        page_size=board.page_size, pages=board.pages, total=board.total, best_trial_id=board.best_trial_id,
-        status_counts=board.status_counts, config_keys=board.config_keys,
+        run=RunOut.of(board.run, board.num_trials, links.run(board.run.id)),
+        metric=board.metric,
+        mode=board.mode,
+        sort=board.sort,
+        order="desc" if board.descending else "asc",
+        stopped=board.stopped,
+        page=board.page,
+        page_size=board.page_size,
+        pages=board.pages,
+        total=board.total,
+        best_trial_id=board.best_trial_id,
+        status_counts=board.status_counts,
+        config_keys=board.config_keys,
         rows=[
             LeaderboardRowOut(
-                rank=r.rank, trial_id=r.trial.trial_id, status=r.trial.status.value,
-                num_failures=r.trial.num_failures, config=r.config, best_value=r.trial.best_value,
-                best_iteration=r.trial.best_iteration, best_checkpoint=r.checkpoint, stop_reason=r.stop_reason,
-                early_stopped=r.early_stopped, url=links.trial(r.trial.trial_id),
+                rank=r.rank,
+                trial_id=r.trial.trial_id,
+                status=r.trial.status.value,
+                num_failures=r.trial.num_failures,
+                config=r.config,
+                best_value=r.trial.best_value,
+                best_iteration=r.trial.best_iteration,
+                best_checkpoint=r.checkpoint,
+                stop_reason=r.stop_reason,
+                early_stopped=r.early_stopped,
+                url=links.trial(r.trial.trial_id),
             )
             for r in board.rows
         ],
     )
 
 
-@api.get("/runs/{run_pk}/curves", response_model=CurvesOut, summary="Learning curves of a run's best trials")
-def curves_api(run_pk: params.RunPk, user: UserDep, store: params.StoreDep, metric: params.Metric = None,
-               top: params.Top = DEFAULT_CURVES) -> CurvesOut:
+@api.get(
+    "/runs/{run_pk}/curves",
+    response_model=CurvesOut,
+    summary="Learning curves of a run's best trials",
+)
+def curves_api(
+    run_pk: params.RunPk,
+    user: UserDep,
+    store: params.StoreDep,
+    metric: params.Metric = None,
+    top: params.Top = DEFAULT_CURVES,
+) -> CurvesOut:
     run, metric_, mode, best, curves = reads.curves(store, user, run_pk, metric, top)
     return CurvesOut(run_id=run.id, metric=metric_, mode=mode, best_trial_id=best, curves=curves)
 
 
-@api.get("/trials/{trial_id}", response_model=TrialOut,
-         summary="A trial: status, failures, checkpoints, ASHA rungs and PBT lineage")
-def trial_api(request: Request, trial_id: params.TrialId, user: UserDep, store: params.StoreDep) -> TrialOut:
+@api.get(
+    "/trials/{trial_id}",
+    response_model=TrialOut,
+    summary="A trial: status, failures, checkpoints, ASHA rungs and PBT lineage",
+)
+def trial_api(
+    request: Request, trial_id: params.TrialId, user: UserDep, store: params.StoreDep
+) -> TrialOut:
     trial, run = reads.trial(store, user, trial_id)
     metric, mode, _, best_iteration = reads.trial_curve(store, trial, run)
     checkpoints, best = reads.trial_checkpoints(store, trial, metric, mode)
     rungs, lineage = reads.trial_decisions(store, trial)
     links = Links(request)
-    return TrialOut(trial=trial, early_stopped=early_stopped(trial.stop_reason), checkpoints=checkpoints,
-                    best_checkpoint=best, best_iteration=best_iteration,
-                    task_instance_url=Links.task_instance(trial), rungs=[RungOut.of(r) for r in rungs],
-                    lineage=[ExploitOut.of(step, links.trial(step.exploit.donor_trial_id)) for step in lineage])
+    return TrialOut(
+        trial=trial,
+        early_stopped=early_stopped(trial.stop_reason),
+        checkpoints=checkpoints,
+        best_checkpoint=best,
+        best_iteration=best_iteration,
+        task_instance_url=Links.task_instance(trial),
+        rungs=[RungOut.of(r) for r in rungs],
+        lineage=[ExploitOut.of(step, links.trial(step.exploit.donor_trial_id)) for step in lineage],
+    )
 
 
-@api.get("/trials/{trial_id}/results", response_model=ResultsOut, summary="Every result a trial reported")
+@api.get(
+    "/trials/{trial_id}/results", response_model=ResultsOut, summary="Every result a trial reported"
+)
 def results_api(trial_id: params.TrialId, user: UserDep, store: params.StoreDep) -> ResultsOut:
     reads.trial(store, user, trial_id)
     return ResultsOut(trial_id=trial_id, results=store.get_results(trial_id))

@@ -36,7 +36,8 @@ _SECURITY_HEADERS = {
     # No script may run on these pages, whatever a config value holds, but the theme script of
     # base.html, admitted by its hash.
     "Content-Security-Policy": (
-        f"default-src 'none'; script-src '{THEME_SCRIPT_HASH}'; style-src 'self'; img-src 'self' data:; "
+        f"default-src 'none'; script-src '{THEME_SCRIPT_HASH}'; style-src 'self'; img-src 'self' "
+        "data:; "
         "form-action 'self'; frame-ancestors 'self'; base-uri 'none'"
     ),
     "X-Content-Type-Options": "nosniff",
@@ -74,11 +75,13 @@ class StoreProvider:
 def _wants_json(request: Request) -> bool:
     root = str(request.scope.get("root_path", ""))
     path = str(request.scope.get("path", ""))
-    relative = path[len(root):] if root and path.startswith(root) else path
+    relative = path[len(root) :] if root and path.startswith(root) else path
     return relative.startswith("/api/") or relative.rstrip("/") == "/openapi.json"
 
 
-def _error(request: Request, status_code: int, detail: Any, headers: dict[str, str] | None = None) -> Response:
+def _error(
+    request: Request, status_code: int, detail: Any, headers: dict[str, str] | None = None
+) -> Response:
     if _wants_json(request):
         return JSONResponse({"detail": detail}, status_code=status_code, headers=headers)
     login_url = None
@@ -87,11 +90,22 @@ def _error(request: Request, status_code: int, detail: Any, headers: dict[str, s
             login_url = get_auth_manager().get_url_login()
         except Exception:  # no auth manager configured: the page still explains the 401
             log.debug("No login URL for the 401 page", exc_info=True)
-    message = detail if isinstance(detail, str) else "; ".join(
-        f"{'.'.join(str(p) for p in d.get('loc', ()))}: {d.get('msg')}" for d in detail
+    message = (
+        detail
+        if isinstance(detail, str)
+        else "; ".join(
+            f"{'.'.join(str(p) for p in d.get('loc', ()))}: {d.get('msg')}" for d in detail
+        )
     )
-    return render_page(request, "error.html", status_code=status_code, title=f"Error {status_code}",
-                       code=status_code, message=message, login_url=login_url)
+    return render_page(
+        request,
+        "error.html",
+        status_code=status_code,
+        title=f"Error {status_code}",
+        code=status_code,
+        message=message,
+        login_url=login_url,
+    )
 
 
 def create_app(store: str | Callable[[], TrialReader] | None = None) -> FastAPI:
@@ -103,18 +117,23 @@ def create_app(store: str | Callable[[], TrialReader] | None = None) -> FastAPI:
     """
     app = FastAPI(
         title="Airflow Trials dashboard",
-        description="Experiments, leaderboards and learning curves from the trials store. Every endpoint "
-                    "needs an Airflow JWT (Authorization: Bearer, or the UI's _token cookie) and read "
-                    "access to the DAG that ran the experiment.",
+        description="Experiments, leaderboards and learning curves from the trials store. Every "
+        "endpoint "
+        "needs an Airflow JWT (Authorization: Bearer, or the UI's _token cookie) and read "
+        "access to the DAG that ran the experiment.",
         version="1",
-        docs_url=None,  # Swagger UI and ReDoc load their assets from a CDN; the schema is /openapi.json
+        # Swagger UI and ReDoc load their assets from a CDN; the schema is /openapi.json.
+        docs_url=None,
         redoc_url=None,
     )
     app.state.store_provider = store if callable(store) else StoreProvider(store)
     app.include_router(api)
     app.include_router(pages)
-    app.mount("/static", StaticFiles(directory=str(resources.files("airflow_trials.plugins") / "static")),
-              name="static")
+    app.mount(
+        "/static",
+        StaticFiles(directory=str(resources.files("airflow_trials.plugins") / "static")),
+        name="static",
+    )
 
     @app.middleware("http")
     async def security_headers(request: Request, call_next: Any) -> Response:
@@ -150,4 +169,7 @@ def _handle_errors(app: FastAPI) -> None:
 
 def _plain(errors: Any) -> list[dict[str, Any]]:
     """Validation errors without the raw input echoed back (it may be hostile)."""
-    return [{"loc": list(d.get("loc", ())), "msg": str(d.get("msg", "")), "type": d.get("type")} for d in errors]
+    return [
+        {"loc": list(d.get("loc", ())), "msg": str(d.get("msg", "")), "type": d.get("type")}
+        for d in errors
+    ]

@@ -1,4 +1,5 @@
-"""Who may see what on the dashboard: Airflow's own user and per-DAG checks, fed with the store's dag_id.
+"""Who may see what on the dashboard: Airflow's own user and per-DAG checks, fed with the store's
+dag_id.
 
 Authentication is Airflow's: :func:`airflow.api_fastapi.core_api.security.get_user` reads the
 JWT from the ``Authorization: Bearer`` header or the UI's ``_token`` cookie (401 without one,
@@ -46,7 +47,9 @@ def may_read(user: BaseUser, dag_id: str | None, access_entity: DagAccessEntity)
     )
 
 
-def require_read(user: BaseUser, dag_id: str | None, access_entity: DagAccessEntity, what: str) -> None:
+def require_read(
+    user: BaseUser, dag_id: str | None, access_entity: DagAccessEntity, what: str
+) -> None:
     """Raise 403, naming ``what`` and the DAG, unless :func:`may_read` allows it."""
     if not may_read(user, dag_id, access_entity):
         dag = f"DAG {dag_id}" if dag_id else "all DAGs (it was not started by a DAG)"

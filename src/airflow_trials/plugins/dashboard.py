@@ -72,7 +72,7 @@ def external_views(base_path: str) -> list[dict[str, Any]]:
         {
             "name": "Trial",
             "href": f"{root}/task-instance?dag_id={{DAG_ID}}&run_id={{RUN_ID}}&task_id={{TASK_ID}}"
-                    f"&map_index={{MAP_INDEX}}",
+            f"&map_index={{MAP_INDEX}}",
             "destination": "task_instance",
             "url_route": "trial",
         },
@@ -86,7 +86,9 @@ class TrialsDashboardPlugin(AirflowPlugin):
     """
 
     name = "airflow_trials_dashboard"
-    fastapi_apps = [{"app": LazyDashboardApp(), "url_prefix": URL_PREFIX, "name": "Airflow Trials dashboard"}]
+    fastapi_apps = [
+        {"app": LazyDashboardApp(), "url_prefix": URL_PREFIX, "name": "Airflow Trials dashboard"}
+    ]
     external_views = external_views(_ui_base_path())
 
 

@@ -1,4 +1,5 @@
-"""Where a trial's stdout.log and stderr.log are, as the dashboard's process sees them, and their tails.
+"""Where a trial's stdout.log and stderr.log are, as the dashboard's process sees them, and their
+tails.
 
 The trials DB records no log paths: a finished trial's logs are copied to ``logs/`` in its
 directory on the experiment's storage, next to its checkpoints, so the directory is derived from
@@ -42,20 +43,30 @@ class TrialLog:
         return self.tail is not None
 
 
-def trial_dirs(trial: TrialRecord, run: ExperimentRunRecord | None,
-               checkpoints: Sequence[CheckpointRecordRow]) -> list[str]:
-    """The trial's directory on the storage: from its checkpoint paths, then from the storage root."""
-    dirs = [c.path.rstrip("/").rsplit("/", 1)[0] if _is_url(c.path) else os.path.dirname(c.path.rstrip("/"))
-            for c in checkpoints]
+def trial_dirs(
+    trial: TrialRecord, run: ExperimentRunRecord | None, checkpoints: Sequence[CheckpointRecordRow]
+) -> list[str]:
+    """The trial's directory on the storage: from its checkpoint paths, then from the storage
+    root."""
+    dirs = [
+        c.path.rstrip("/").rsplit("/", 1)[0]
+        if _is_url(c.path)
+        else os.path.dirname(c.path.rstrip("/"))
+        for c in checkpoints
+    ]
     if run is not None:
         root = default_storage_path()
-        dirs.append(f"{root.rstrip('/')}/{run.experiment_name}/{trial.trial_id}" if _is_url(root)
-                    else os.path.join(os.path.expanduser(root), run.experiment_name, trial.trial_id))
+        dirs.append(
+            f"{root.rstrip('/')}/{run.experiment_name}/{trial.trial_id}"
+            if _is_url(root)
+            else os.path.join(os.path.expanduser(root), run.experiment_name, trial.trial_id)
+        )
     return list(dict.fromkeys(dirs))
 
 
-def trial_logs(trial: TrialRecord, run: ExperimentRunRecord | None,
-               checkpoints: Sequence[CheckpointRecordRow]) -> list[TrialLog]:
+def trial_logs(
+    trial: TrialRecord, run: ExperimentRunRecord | None, checkpoints: Sequence[CheckpointRecordRow]
+) -> list[TrialLog]:
     """Each stream's file that this process can read (the saved copy, or, while the trial runs,
     the one its node writes), else where the saved copy is or will be."""
     dirs = trial_dirs(trial, run, checkpoints)
@@ -66,11 +77,22 @@ def trial_logs(trial: TrialRecord, run: ExperimentRunRecord | None,
     found = []
     for stream in STREAMS:
         name = f"{stream}.log"
-        path = next((_join(d, name) for d in candidates if not _is_url(d) and os.path.isfile(_join(d, name))), None)
+        path = next(
+            (
+                _join(d, name)
+                for d in candidates
+                if not _is_url(d) and os.path.isfile(_join(d, name))
+            ),
+            None,
+        )
         if path is None:
             found.append(TrialLog(stream, _join(saved[0], name) if saved else name))
         else:
-            found.append(TrialLog(stream, path, read_tail(path, TAIL_LINES, TAIL_BYTES), os.path.getsize(path)))
+            found.append(
+                TrialLog(
+                    stream, path, read_tail(path, TAIL_LINES, TAIL_BYTES), os.path.getsize(path)
+                )
+            )
     return found
 
 

@@ -1,4 +1,5 @@
-"""The path and query parameters of the dashboard's routes, validated by FastAPI before a handler runs."""
+"""The path and query parameters of the dashboard's routes, validated by FastAPI before a handler
+runs."""
 
 from __future__ import annotations
 
@@ -36,16 +37,28 @@ StoreDep = Annotated[TrialReader, Depends(_store)]
 RunPk = Annotated[int, Path(ge=1, le=2**31 - 1, description="The experiment run's id.")]
 ExperimentName = Annotated[str, Path(pattern=NAME_PATTERN, description="The experiment's name.")]
 TrialId = Annotated[str, Path(pattern=NAME_PATTERN, description="The trial's id.")]
-Metric = Annotated[str | None, Query(pattern=METRIC_PATTERN, description="Default: the experiment's metric.")]
-Mode = Annotated[str | None, Query(pattern="^(min|max)$", description="Default: the experiment's mode.")]
-Sort = Annotated[str, Query(pattern=f"^({'|'.join(SORT_KEYS)})$", description="Column to sort the page by.")]
+Metric = Annotated[
+    str | None, Query(pattern=METRIC_PATTERN, description="Default: the experiment's metric.")
+]
+Mode = Annotated[
+    str | None, Query(pattern="^(min|max)$", description="Default: the experiment's mode.")
+]
+Sort = Annotated[
+    str, Query(pattern=f"^({'|'.join(SORT_KEYS)})$", description="Column to sort the page by.")
+]
 Order = Annotated[str, Query(pattern="^(asc|desc)$")]
 Page = Annotated[int, Query(ge=1, le=1_000_000)]
-PageSize = Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE, description=f"Rows per page, 1 to {MAX_PAGE_SIZE}.")]
-Stopped = Annotated[str, Query(
-    pattern=f"^({'|'.join(STOPPED_FILTERS)})$",
-    description="early: only trials their scheduler stopped early; not_early: only the others; all (default).",
-)]
+PageSize = Annotated[
+    int, Query(ge=1, le=MAX_PAGE_SIZE, description=f"Rows per page, 1 to {MAX_PAGE_SIZE}.")
+]
+Stopped = Annotated[
+    str,
+    Query(
+        pattern=f"^({'|'.join(STOPPED_FILTERS)})$",
+        description="early: only trials their scheduler stopped early; not_early: only the others; "
+        "all (default).",
+    ),
+]
 Top = Annotated[int, Query(ge=1, le=MAX_CURVES, description="How many of the best trials to draw.")]
 DagId = Annotated[str, Query(pattern=AIRFLOW_KEY_PATTERN)]
 DagRunId = Annotated[str, Query(pattern=AIRFLOW_RUN_ID_PATTERN)]

@@ -124,7 +124,9 @@ def early_stopped(stop_reason: str | None) -> bool:
     return stopped_early(stop_reason)
 
 
-def best_checkpoint(checkpoints: Sequence[CheckpointRecordRow], best_path: str | None) -> CheckpointRecordRow | None:
+def best_checkpoint(
+    checkpoints: Sequence[CheckpointRecordRow], best_path: str | None
+) -> CheckpointRecordRow | None:
     """The record of a trial's best checkpoint, whose path the store chose
     (:meth:`TrialReader.best_checkpoint_paths`: the kept checkpoint whose iteration scored best
     on the metric, as on the leaderboard and in ``select_best``'s XCom); None when none is kept."""
@@ -171,14 +173,17 @@ def leaderboard_page(
         still last), ``"trial_id"``, ``"status"`` or ``"failures"``.
     :param page: 1-based; a page past the end is empty.
     :param page_size: 1 to :data:`MAX_PAGE_SIZE`.
-    :param stopped: ``"early"``: only the trials their scheduler stopped early (:func:`early_stopped`);
+    :param stopped: ``"early"``: only the trials their scheduler stopped early
+        (:func:`early_stopped`);
         ``"not_early"``: only the others; ``"all"`` (default).
     """
     _check_page(metric, mode, sort, page, page_size, stopped)
     board = store.ranking(run.id, metric, mode)
     shown = _filtered(store, run.id, list(enumerate(board, start=1)), stopped)
     start = (page - 1) * page_size
-    rows = _board_rows(store, _sorted(shown, sort, descending)[start : start + page_size], metric, mode)
+    rows = _board_rows(
+        store, _sorted(shown, sort, descending)[start : start + page_size], metric, mode
+    )
     status_counts: dict[str, int] = defaultdict(int)
     for trial in board:
         status_counts[trial.status.value] += 1
@@ -187,11 +192,23 @@ def leaderboard_page(
         config_keys.update(row.config)
     best = board[0].trial_id if board and board[0].best_value is not None else None
     return BoardPage(
-        run=run, metric=metric, mode=mode, sort=sort, descending=descending, page=page,
-        page_size=page_size, total=len(shown), rows=rows,
-        config_keys=sorted(config_keys), status_counts=dict(status_counts), best_trial_id=best,
-        leaders=[trial.trial_id for trial in board[:DEFAULT_CURVES] if trial.best_value is not None],
-        stopped=stopped, num_trials=len(board),
+        run=run,
+        metric=metric,
+        mode=mode,
+        sort=sort,
+        descending=descending,
+        page=page,
+        page_size=page_size,
+        total=len(shown),
+        rows=rows,
+        config_keys=sorted(config_keys),
+        status_counts=dict(status_counts),
+        best_trial_id=best,
+        leaders=[
+            trial.trial_id for trial in board[:DEFAULT_CURVES] if trial.best_value is not None
+        ],
+        stopped=stopped,
+        num_trials=len(board),
     )
 
 
@@ -199,16 +216,23 @@ def _check_page(metric: str, mode: str, sort: str, page: int, page_size: int, st
     check_metric(metric)
     check_mode(mode)
     if sort not in SORT_KEYS:
-        raise ValueError(f"Cannot sort the leaderboard by {sort!r}; use one of {', '.join(SORT_KEYS)}.")
+        raise ValueError(
+            f"Cannot sort the leaderboard by {sort!r}; use one of {', '.join(SORT_KEYS)}."
+        )
     if not 1 <= page_size <= MAX_PAGE_SIZE or page < 1:
-        raise ValueError(f"page must be >= 1 and page_size 1 to {MAX_PAGE_SIZE}, got {page} and {page_size}.")
+        raise ValueError(
+            f"page must be >= 1 and page_size 1 to {MAX_PAGE_SIZE}, got {page} and {page_size}."
+        )
     if stopped not in STOPPED_FILTERS:
-        raise ValueError(f"Cannot filter the leaderboard by stopped={stopped!r}; use one of "
-                         f"{', '.join(STOPPED_FILTERS)}.")
+        raise ValueError(
+            f"Cannot filter the leaderboard by stopped={stopped!r}; use one of "
+            f"{', '.join(STOPPED_FILTERS)}."
+        )
 
 
-def _filtered(store: TrialReader, run_pk: int, ranked: list[tuple[int, RankedTrial]],
-              stopped: str) -> list[tuple[int, RankedTrial]]:
+def _filtered(
+    store: TrialReader, run_pk: int, ranked: list[tuple[int, RankedTrial]], stopped: str
+) -> list[tuple[int, RankedTrial]]:
     """The (rank, trial) pairs the ``stopped`` filter keeps, ranks unchanged."""
     if stopped == "all":
         return ranked
@@ -227,14 +251,20 @@ def _board_rows(
     best_paths = store.best_checkpoint_paths(ids, metric, mode)
     stop_reasons = store.stop_reasons_of(ids)
     return [
-        BoardRow(rank, trial, configs.get(trial.trial_id, {}),
-                 best_checkpoint(checkpoints.get(trial.trial_id, []), best_paths.get(trial.trial_id)),
-                 stop_reasons.get(trial.trial_id))
+        BoardRow(
+            rank,
+            trial,
+            configs.get(trial.trial_id, {}),
+            best_checkpoint(checkpoints.get(trial.trial_id, []), best_paths.get(trial.trial_id)),
+            stop_reasons.get(trial.trial_id),
+        )
         for rank, trial in window
     ]
 
 
-def _sorted(ranked: list[tuple[int, RankedTrial]], sort: str, descending: bool) -> list[tuple[int, RankedTrial]]:
+def _sorted(
+    ranked: list[tuple[int, RankedTrial]], sort: str, descending: bool
+) -> list[tuple[int, RankedTrial]]:
     """(rank, trial) pairs in the page's order, ranking order first; ranks stay the ranking's."""
     if sort == "metric":
         if descending:
@@ -282,20 +312,28 @@ class LineageStep:
     changes: list[ConfigChange]
 
 
-def config_changes(old: dict[str, Any], new: dict[str, Any], operations: dict[str, str] | None = None,
-                   ) -> list[ConfigChange]:
+def config_changes(
+    old: dict[str, Any],
+    new: dict[str, Any],
+    operations: dict[str, str] | None = None,
+) -> list[ConfigChange]:
     """The keys whose values differ between two configs (nested dicts compared key by key, named
-    with dots, as PBT's operations name them), sorted, each with what ``operations`` says was done."""
+    with dots, as PBT's operations name them), sorted, each with what ``operations`` says was
+    done."""
     before, after = _flatten(old), _flatten(new)
     said = operations or {}
-    return [ConfigChange(key, before.get(key), after.get(key), said.get(key))
-            for key in sorted(before.keys() | after.keys())
-            if key not in before or key not in after or before[key] != after[key]]
+    return [
+        ConfigChange(key, before.get(key), after.get(key), said.get(key))
+        for key in sorted(before.keys() | after.keys())
+        if key not in before or key not in after or before[key] != after[key]
+    ]
 
 
 def lineage_steps(lineage: Sequence[ExploitRecord]) -> list[LineageStep]:
     """A lineage as the trial page lists it: each exploit with the keys it changed."""
-    return [LineageStep(e, config_changes(e.old_config, e.new_config, e.operations)) for e in lineage]
+    return [
+        LineageStep(e, config_changes(e.old_config, e.new_config, e.operations)) for e in lineage
+    ]
 
 
 def _flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:

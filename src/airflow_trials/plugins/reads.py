@@ -55,8 +55,13 @@ def experiments(store: TrialReader, user: Any, links: Links) -> list[ExperimentO
             RunOut.of(run, counts.get(run.id, 0), links.run(run.id))
         )
     return [
-        ExperimentOut(name=e.name, metric=e.metric, mode=e.mode, created_at=e.created_at,
-                      runs=by_experiment[e.name])
+        ExperimentOut(
+            name=e.name,
+            metric=e.metric,
+            mode=e.mode,
+            created_at=e.created_at,
+            runs=by_experiment[e.name],
+        )
         for e in store.list_experiments()
         if e.name in by_experiment
     ]
@@ -76,7 +81,9 @@ def experiment(store: TrialReader, user: Any, links: Links, name: str) -> Experi
 
 def experiment_run(store: TrialReader, user: Any, run_pk: int) -> ExperimentRunRecord:
     run = get_experiment_run(store, run_pk)
-    require_read(user, run.dag_id, RUN_ACCESS, f"experiment run {run_pk} of experiment {run.experiment_name}")
+    require_read(
+        user, run.dag_id, RUN_ACCESS, f"experiment run {run_pk} of experiment {run.experiment_name}"
+    )
     return run
 
 
@@ -89,17 +96,37 @@ def goal(
     if not metric:
         raise HTTPException(
             status.HTTP_422_UNPROCESSABLE_CONTENT,
-            f"Experiment {run.experiment_name} records no metric to rank run {run.id} by; add ?metric=NAME.",
+            f"Experiment {run.experiment_name} records no metric to rank run {run.id} by; add "
+            "?metric=NAME.",
         )
     return metric, mode or (experiment.mode if experiment else None) or "min"
 
 
-def board(store: TrialReader, user: Any, run_pk: int, metric: str | None, mode: str | None,
-          sort: str, order: str, page: int, page_size: int, stopped: str = "all") -> BoardPage:
+def board(
+    store: TrialReader,
+    user: Any,
+    run_pk: int,
+    metric: str | None,
+    mode: str | None,
+    sort: str,
+    order: str,
+    page: int,
+    page_size: int,
+    stopped: str = "all",
+) -> BoardPage:
     run = experiment_run(store, user, run_pk)
     metric, mode = goal(store, run, metric, mode)
-    return leaderboard_page(store, run, metric, mode, sort=sort, descending=order == "desc",
-                            page=page, page_size=page_size, stopped=stopped)
+    return leaderboard_page(
+        store,
+        run,
+        metric,
+        mode,
+        sort=sort,
+        descending=order == "desc",
+        page=page,
+        page_size=page_size,
+        stopped=stopped,
+    )
 
 
 def curves(store: TrialReader, user: Any, run_pk: int, metric: str | None, top: int) -> Curves:
@@ -119,7 +146,9 @@ def trial(
     try:
         found = store.get_trial(trial_id)
     except TrialNotFoundError as e:
-        raise NotFoundError(f"Trial {trial_id} is not in the trials store; pick one from a leaderboard.") from e
+        raise NotFoundError(
+            f"Trial {trial_id} is not in the trials store; pick one from a leaderboard."
+        ) from e
     run_pk = found.experiment_run_id
     run = get_experiment_run(store, run_pk) if run_pk is not None else None
     dag_id = found.dag_id or (run.dag_id if run else None)
@@ -139,8 +168,12 @@ def trial_curve(
     return metric, mode, curve, best[0] if best else None
 
 
-def trial_checkpoints(store: TrialReader, trial: TrialRecord, metric: str | None, mode: str | None,
-                      ) -> tuple[list[CheckpointRecordRow], CheckpointRecordRow | None]:
+def trial_checkpoints(
+    store: TrialReader,
+    trial: TrialRecord,
+    metric: str | None,
+    mode: str | None,
+) -> tuple[list[CheckpointRecordRow], CheckpointRecordRow | None]:
     """Every recorded checkpoint of the trial, and its best one (by its run's metric; without a
     metric, the newest kept)."""
     checkpoints = store.checkpoints_of([trial.trial_id]).get(trial.trial_id, [])

@@ -1,4 +1,5 @@
-"""Page rendering for the dashboard: the Jinja environment, the URLs of its pages, and HTML responses."""
+"""Page rendering for the dashboard: the Jinja environment, the URLs of its pages, and HTML
+responses."""
 
 from __future__ import annotations
 
@@ -38,7 +39,9 @@ THEME_SCRIPT = (
     "if(t==='dark'||t==='light'){root.setAttribute('data-theme',t)}else{root.removeAttribute('data-theme')}}"
     "apply();window.addEventListener('storage',function(e){if(e.key===null||e.key==='theme'){apply()}})})();"
 )
-THEME_SCRIPT_HASH = "sha256-" + base64.b64encode(hashlib.sha256(THEME_SCRIPT.encode()).digest()).decode()
+THEME_SCRIPT_HASH = (
+    "sha256-" + base64.b64encode(hashlib.sha256(THEME_SCRIPT.encode()).digest()).decode()
+)
 
 _TEMPLATES = jinja2.Environment(
     loader=jinja2.PackageLoader("airflow_trials.plugins", "templates"),
@@ -59,7 +62,8 @@ def _short(value: Any) -> str:
 
 
 def is_number(value: Any) -> bool:
-    """Whether a cell holds a number (right-aligned, never wrapped); True and False are not numbers."""
+    """Whether a cell holds a number (right-aligned, never wrapped); True and False are not
+    numbers."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
@@ -88,11 +92,14 @@ def result_value(value: Any, key: str) -> str:
 _TEMPLATES.filters["short"] = _short
 _TEMPLATES.filters["utc"] = utc
 _TEMPLATES.filters["result_value"] = result_value
-_TEMPLATES.filters["verdict"] = rung_verdict  # {{ rung | verdict }}: CONTINUE, STOP or "recorded at end"
+_TEMPLATES.filters["verdict"] = (
+    rung_verdict  # {{ rung | verdict }}: CONTINUE, STOP or "recorded at end"
+)
 _TEMPLATES.tests["numeric"] = is_number  # Jinja's "number" test counts True and False as numbers
 _TEMPLATES.tests["early_stopped"] = early_stopped  # {% if trial.stop_reason is early_stopped %}
-_TEMPLATES.globals.update(EPOCH_FIELDS=EPOCH_FIELDS, DURATION_FIELDS=DURATION_FIELDS,
-                          THEME_SCRIPT=Markup(THEME_SCRIPT))
+_TEMPLATES.globals.update(
+    EPOCH_FIELDS=EPOCH_FIELDS, DURATION_FIELDS=DURATION_FIELDS, THEME_SCRIPT=Markup(THEME_SCRIPT)
+)
 
 
 class Links:
@@ -124,8 +131,11 @@ class Links:
         """The Airflow UI page of the trial's task instance; it opens on the logs."""
         if not (trial.dag_id and trial.run_id and trial.task_id):
             return None
-        url = (f"{API_ROOT_PATH}dags/{quote(trial.dag_id, safe='')}/runs/{quote(trial.run_id, safe='')}"
-               f"/tasks/{quote(trial.task_id, safe='')}")
+        url = (
+            f"{API_ROOT_PATH}dags/{quote(trial.dag_id, safe='')}"
+            f"/runs/{quote(trial.run_id, safe='')}"
+            f"/tasks/{quote(trial.task_id, safe='')}"
+        )
         if trial.map_index >= 0:
             url += f"/mapped/{trial.map_index}"
         return url + (f"?try_number={trial.try_number}" if trial.try_number else "")
@@ -142,7 +152,9 @@ def _query(values: dict[str, Any]) -> str:
     return f"?{urlencode(kept)}" if kept else ""
 
 
-def render_page(request: Request, template: str, *, status_code: int = 200, **context: Any) -> HTMLResponse:
+def render_page(
+    request: Request, template: str, *, status_code: int = 200, **context: Any
+) -> HTMLResponse:
     """The template rendered with ``context`` (no auto-refresh and no breadcrumbs unless given)."""
     context.setdefault("refresh", None)
     context.setdefault("crumbs", [])

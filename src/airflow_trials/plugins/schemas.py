@@ -29,9 +29,18 @@ class RunOut(BaseModel):
 
     @classmethod
     def of(cls, run: ExperimentRunRecord, num_trials: int, url: str) -> RunOut:
-        return cls(id=run.id, experiment_name=run.experiment_name, run_key=run.run_key, dag_id=run.dag_id,
-                   run_id=run.run_id, status=run.status.value, num_trials=num_trials,
-                   created_at=run.created_at, ended_at=run.ended_at, url=url)
+        return cls(
+            id=run.id,
+            experiment_name=run.experiment_name,
+            run_key=run.run_key,
+            dag_id=run.dag_id,
+            run_id=run.run_id,
+            status=run.status.value,
+            num_trials=num_trials,
+            created_at=run.created_at,
+            ended_at=run.ended_at,
+            url=url,
+        )
 
 
 class ExperimentOut(BaseModel):
@@ -45,7 +54,9 @@ class ExperimentOut(BaseModel):
 
 
 class LeaderboardRowOut(BaseModel):
-    rank: int = Field(description="Place in the ranking by the metric over the whole run (1 = best).")
+    rank: int = Field(
+        description="Place in the ranking by the metric over the whole run (1 = best)."
+    )
     trial_id: str
     status: str
     num_failures: int
@@ -53,10 +64,12 @@ class LeaderboardRowOut(BaseModel):
     best_value: float | None
     best_iteration: int | None
     best_checkpoint: CheckpointRecordRow | None = Field(
-        description="Newest kept checkpoint at or before the best iteration, else the newest kept one."
+        description="Newest kept checkpoint at or before the best iteration, else the newest kept "
+        "one."
     )
     stop_reason: str | None = Field(
-        default=None, description="Why the trial ended TERMINATED; null when it has not, or nobody said."
+        default=None,
+        description="Why the trial ended TERMINATED; null when it has not, or nobody said.",
     )
     early_stopped: bool = Field(
         default=False, description="Its scheduler stopped it: stop_reason starts with 'stopped by'."
@@ -65,7 +78,9 @@ class LeaderboardRowOut(BaseModel):
 
 
 class LeaderboardOut(BaseModel):
-    run: RunOut = Field(description="The run; its num_trials counts all of them, whatever the filter.")
+    run: RunOut = Field(
+        description="The run; its num_trials counts all of them, whatever the filter."
+    )
     metric: str
     mode: str
     sort: str
@@ -98,8 +113,10 @@ class RungOut(BaseModel):
     iteration: int | None = Field(description="training_iteration of the result that reached it.")
     value: float | None = Field(description="The metric it reached the rung with; null for NaN.")
     decision: str = Field(description="CONTINUE or STOP.")
-    verdict: str = Field(description=f"The decision, or '{AT_END}' for the value recorded when the trial "
-                                     "ended (not acted on).")
+    verdict: str = Field(
+        description=f"The decision, or '{AT_END}' for the value recorded when the trial "
+        "ended (not acted on)."
+    )
     reason: str | None
     at_end: bool
     bracket: int
@@ -107,10 +124,17 @@ class RungOut(BaseModel):
 
     @classmethod
     def of(cls, rung: RungDecision) -> RungOut:
-        return cls(milestone=rung.milestone, iteration=rung.iteration,
-                   value=None if math.isnan(rung.value) else rung.value, decision=rung.decision.value,
-                   verdict=rung_verdict(rung), reason=rung.reason, at_end=rung.at_end, bracket=rung.bracket,
-                   created_at=rung.created_at)
+        return cls(
+            milestone=rung.milestone,
+            iteration=rung.iteration,
+            value=None if math.isnan(rung.value) else rung.value,
+            decision=rung.decision.value,
+            verdict=rung_verdict(rung),
+            reason=rung.reason,
+            at_end=rung.at_end,
+            bracket=rung.bracket,
+            created_at=rung.created_at,
+        )
 
 
 class ConfigChangeOut(BaseModel):
@@ -123,7 +147,9 @@ class ConfigChangeOut(BaseModel):
 class ExploitOut(BaseModel):
     """One PBT exploit of a trial's lineage: the trial continued from the donor's checkpoint."""
 
-    trial_id: str = Field(description="The trial that was exploited (the trial itself, or one of its donors).")
+    trial_id: str = Field(
+        description="The trial that was exploited (the trial itself, or one of its donors)."
+    )
     donor_trial_id: str
     donor_url: str = Field(description="The donor's dashboard page.")
     iteration: int = Field(description="training_iteration of the donor's checkpoint.")
@@ -137,11 +163,21 @@ class ExploitOut(BaseModel):
     @classmethod
     def of(cls, step: LineageStep, donor_url: str) -> ExploitOut:
         e = step.exploit
-        return cls(trial_id=e.trial_id, donor_trial_id=e.donor_trial_id, donor_url=donor_url, iteration=e.iteration,
-                   donor_checkpoint=e.donor_checkpoint, old_config=e.old_config, new_config=e.new_config,
-                   operations=e.operations, created_at=e.created_at,
-                   changes=[ConfigChangeOut(key=c.key, old=c.old, new=c.new, operation=c.operation)
-                            for c in step.changes])
+        return cls(
+            trial_id=e.trial_id,
+            donor_trial_id=e.donor_trial_id,
+            donor_url=donor_url,
+            iteration=e.iteration,
+            donor_checkpoint=e.donor_checkpoint,
+            old_config=e.old_config,
+            new_config=e.new_config,
+            operations=e.operations,
+            created_at=e.created_at,
+            changes=[
+                ConfigChangeOut(key=c.key, old=c.old, new=c.new, operation=c.operation)
+                for c in step.changes
+            ],
+        )
 
 
 class TrialOut(BaseModel):
@@ -150,18 +186,29 @@ class TrialOut(BaseModel):
 
     trial: TrialRecord
     early_stopped: bool = Field(
-        default=False, description="Its scheduler stopped it: trial.stop_reason starts with 'stopped by'."
+        default=False,
+        description="Its scheduler stopped it: trial.stop_reason starts with 'stopped by'.",
     )
-    checkpoints: list[CheckpointRecordRow] = Field(description="Every recorded checkpoint, deleted ones too.")
+    checkpoints: list[CheckpointRecordRow] = Field(
+        description="Every recorded checkpoint, deleted ones too."
+    )
     best_checkpoint: CheckpointRecordRow | None = Field(
-        description="Newest kept checkpoint at or before the best iteration, else the newest kept one."
+        description="Newest kept checkpoint at or before the best iteration, else the newest kept "
+        "one."
     )
-    best_iteration: int | None = Field(description="First iteration that reached the trial's best value.")
-    task_instance_url: str | None = Field(description="The Airflow UI page (logs) of the trial's task instance.")
-    rungs: list[RungOut] = Field(default_factory=list, description="ASHA's verdicts, lowest milestone first.")
+    best_iteration: int | None = Field(
+        description="First iteration that reached the trial's best value."
+    )
+    task_instance_url: str | None = Field(
+        description="The Airflow UI page (logs) of the trial's task instance."
+    )
+    rungs: list[RungOut] = Field(
+        default_factory=list, description="ASHA's verdicts, lowest milestone first."
+    )
     lineage: list[ExploitOut] = Field(
         default_factory=list,
-        description="The PBT exploits that made the trial's state, oldest first: its donors' lineage, then its own.",
+        description="The PBT exploits that made the trial's state, oldest first: its donors' "
+        "lineage, then its own.",
     )
 
 

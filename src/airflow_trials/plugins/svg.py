@@ -1,4 +1,5 @@
-"""Learning curves as an SVG drawn on the server: every trial's metric per iteration, the best highlighted.
+"""Learning curves as an SVG drawn on the server: every trial's metric per iteration, the best
+highlighted.
 
 No JavaScript and no charting library: the page embeds the SVG text, so it renders offline and
 under a Content-Security-Policy that forbids scripts. Text, axes and grid are drawn in
@@ -53,7 +54,8 @@ def learning_curves_svg(
     best_trial_id: str | None = None,
     title: str | None = None,
 ) -> str:
-    """An ``<svg>`` element with one polyline per trial; the best trial is drawn last, thick and red.
+    """An ``<svg>`` element with one polyline per trial; the best trial is drawn last, thick and
+    red.
 
     :param curves: trial id -> [(iteration, value)], values finite; empty curves are skipped.
     :param metric: the metric's name, the y-axis label.
@@ -64,7 +66,8 @@ def learning_curves_svg(
     points = [(x, y) for curve in curves.values() for x, y in curve if math.isfinite(y)]
     head = (
         f'<svg xmlns="http://www.w3.org/2000/svg" class="curves" role="img" width="{WIDTH}" '
-        f'height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" fill="currentColor" aria-label="{escape(title)}">'
+        f'height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" fill="currentColor" '
+        f'aria-label="{escape(title)}">'
         f"<title>{escape(title)}</title>"
     )
     if not points:
@@ -85,7 +88,8 @@ def learning_curves_svg(
             parts.extend(frame.curve(trial_id, curve, color, best=trial_id == best_trial_id))
     if best_shown is not None:
         parts.append(
-            f'<g class="legend" font-size="12"><line x1="{WIDTH - 230}" x2="{WIDTH - 205}" y1="16" y2="16" '
+            f'<g class="legend" font-size="12"><line x1="{WIDTH - 230}" x2="{WIDTH - 205}" y1="16" '
+            'y2="16" '
             f'stroke="{BEST_COLOR}" stroke-width="3"/><text x="{WIDTH - 200}" y="20">best: '
             f"{escape(best_shown)}</text></g>"
         )
@@ -124,40 +128,53 @@ class _Frame:
     def axes(self, metric: str) -> list[str]:
         """The axes, their ticks and grid lines, and their labels."""
         plot_w, plot_h = self.plot_w, self.plot_h
-        parts = [f'<g class="axes" stroke="currentColor" stroke-opacity="0.55" stroke-width="1">'
-                 f'<line x1="{_MARGIN_LEFT}" y1="{_MARGIN_TOP + plot_h}" x2="{_MARGIN_LEFT + plot_w}" '
-                 f'y2="{_MARGIN_TOP + plot_h}"/><line x1="{_MARGIN_LEFT}" y1="{_MARGIN_TOP}" '
-                 f'x2="{_MARGIN_LEFT}" y2="{_MARGIN_TOP + plot_h}"/></g>']
+        parts = [
+            f'<g class="axes" stroke="currentColor" stroke-opacity="0.55" stroke-width="1">'
+            f'<line x1="{_MARGIN_LEFT}" y1="{_MARGIN_TOP + plot_h}" x2="{_MARGIN_LEFT + plot_w}" '
+            f'y2="{_MARGIN_TOP + plot_h}"/><line x1="{_MARGIN_LEFT}" y1="{_MARGIN_TOP}" '
+            f'x2="{_MARGIN_LEFT}" y2="{_MARGIN_TOP + plot_h}"/></g>'
+        ]
         parts.append('<g class="ticks" font-size="11" fill-opacity="0.8">')
         for tick in nice_ticks(self.y_low, self.y_high):
             y = self.sy(tick)
             parts.append(
                 f'<line x1="{_MARGIN_LEFT}" x2="{_MARGIN_LEFT + plot_w}" y1="{y:.1f}" y2="{y:.1f}" '
                 f'class="grid" stroke="currentColor" stroke-opacity="0.12"/>'
-                f'<text x="{_MARGIN_LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{_label(tick)}</text>'
+                f'<text x="{_MARGIN_LEFT - 6}" y="{y + 4:.1f}" '
+                f'text-anchor="end">{_label(tick)}</text>'
             )
         for tick in nice_ticks(self.x_low, self.x_high):
             if tick != int(tick):
                 continue  # iterations are integers
             x = self.sx(tick)
-            parts.append(f'<text x="{x:.1f}" y="{_MARGIN_TOP + plot_h + 16}" text-anchor="middle">{int(tick)}</text>')
+            parts.append(
+                f'<text x="{x:.1f}" y="{_MARGIN_TOP + plot_h + 16}" '
+                f'text-anchor="middle">{int(tick)}</text>'
+            )
         parts.append(
-            f'</g><text x="{_MARGIN_LEFT + plot_w / 2}" y="{HEIGHT - 8}" text-anchor="middle" font-size="12">'
-            f'training_iteration</text><text x="14" y="{_MARGIN_TOP + plot_h / 2}" text-anchor="middle" '
-            f'font-size="12" transform="rotate(-90 14 {_MARGIN_TOP + plot_h / 2})">{escape(metric)}</text>'
+            f'</g><text x="{_MARGIN_LEFT + plot_w / 2}" y="{HEIGHT - 8}" text-anchor="middle" '
+            'font-size="12">'
+            f'training_iteration</text><text x="14" y="{_MARGIN_TOP + plot_h / 2}" '
+            'text-anchor="middle" '
+            'font-size="12" transform="rotate(-90 14 '
+            f'{_MARGIN_TOP + plot_h / 2})">{escape(metric)}</text>'
         )
         return parts
 
     def curve(self, trial_id: str, curve: Curve, color: str, *, best: bool) -> list[str]:
-        """One trial's polyline (and a dot when it has a single point: a polyline would draw nothing)."""
+        """One trial's polyline (and a dot when it has a single point: a polyline would draw
+        nothing)."""
         path = " ".join(f"{self.sx(x):.1f},{self.sy(y):.1f}" for x, y in curve)
         parts = [
             f'<polyline class="curve{" best" if best else ""}" data-trial="{escape(trial_id)}" '
             f'fill="none" stroke="{color}" stroke-width="{3 if best else 1.2}" '
             f'stroke-opacity="{1 if best else 0.6}" points="{path}"><title>{escape(trial_id)}'
-            f'{" (best)" if best else ""}</title></polyline>'
+            f"{' (best)' if best else ''}</title></polyline>"
         ]
         if len(curve) == 1:
             x, y = curve[0]
-            parts.append(f'<circle cx="{self.sx(x):.1f}" cy="{self.sy(y):.1f}" r="{4 if best else 3}" fill="{color}"/>')
+            parts.append(
+                f'<circle cx="{self.sx(x):.1f}" cy="{self.sy(y):.1f}" r="{4 if best else 3}" '
+                f'fill="{color}"/>'
+            )
         return parts

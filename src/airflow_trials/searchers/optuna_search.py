@@ -24,11 +24,13 @@ from airflow_trials.core.searcher import Searcher, Suggestion, check_mode
 
 log = logging.getLogger(__name__)
 
-#: Joins nested keys into Optuna's flat parameter names, as Ray Tune does: ``{"a": {"b": ..}}`` -> ``a/b``.
+# : Joins nested keys into Optuna's flat parameter names, as Ray Tune does: ``{"a": {"b": ..}}`` ->
+# ``a/b``.
 SEPARATOR = "/"
 
 Finished = tuple[Mapping[str, Any], "float | None"]
-"""A finished trial as :meth:`OptunaSearch.suggest_after` takes it: its config and its value (None: it failed)."""
+"""A finished trial as :meth:`OptunaSearch.suggest_after` takes it: its config and its value
+(None: it failed)."""
 
 OptunaSpace = dict[str, BaseDistribution]
 """Flat parameter name -> the Optuna distribution it is sampled from."""
@@ -61,7 +63,8 @@ _UNSUPPORTED = {
 
 
 def _is_leaf(value: Any) -> bool:
-    """A domain (``{"uniform": [0, 1]}``) or an Optuna distribution: one parameter, not a nested space."""
+    """A domain (``{"uniform": [0, 1]}``) or an Optuna distribution: one parameter, not a nested
+    space."""
     if isinstance(value, BaseDistribution):
         return True
     return isinstance(value, Mapping) and len(value) == 1 and next(iter(value)) in DOMAINS
@@ -82,7 +85,8 @@ def _leaves(space: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, A
 
 
 def _indexed_choices(value: Any) -> list[Any] | None:
-    """The values of a ``choice`` Optuna cannot hold (lists, dicts), which it then samples by index."""
+    """The values of a ``choice`` Optuna cannot hold (lists, dicts), which it then samples by
+    index."""
     if isinstance(value, Mapping) and "choice" in value:
         choices = value["choice"]
         if not all(isinstance(c, _PRIMITIVE) for c in choices):
@@ -91,7 +95,8 @@ def _indexed_choices(value: Any) -> list[Any] | None:
 
 
 def to_distribution(path: str, domain: Mapping[str, Any]) -> BaseDistribution:
-    """The Optuna distribution of one validated domain; ValueError naming ``path`` if Optuna has none."""
+    """The Optuna distribution of one validated domain; ValueError naming ``path`` if Optuna has
+    none."""
     kind, arg = next(iter(domain.items()))
     if kind in _UNSUPPORTED and not (kind == "qlograndint" and arg[2] == 1):
         raise ValueError(f"OptunaSearch cannot search key {path!r} ({kind}): {_UNSUPPORTED[kind]}.")
@@ -113,7 +118,8 @@ def convert_search_space(space: Mapping[str, Any]) -> OptunaSpace:
     """Ray Tune's ``OptunaSearch.convert_search_space`` for our JSON domains: each domain of
     ``space`` (nested keys joined with ``/``) as its Optuna distribution. An Optuna distribution
     in the space is kept as it is; fixed values are left out. Raises ValueError naming the key for
-    a malformed domain or one Optuna cannot sample (``grid_search``, ``randn``, ``sample_from``...)."""
+    a malformed domain or one Optuna cannot sample (``grid_search``, ``randn``,
+    ``sample_from``...)."""
     validate_search_space(space, import_functions=False)
     distributions: OptunaSpace = {}
     for path, value in _leaves(space):
@@ -127,14 +133,19 @@ def convert_search_space(space: Mapping[str, Any]) -> OptunaSpace:
 def _contains(distribution: BaseDistribution, value: Any) -> bool:
     if isinstance(distribution, CategoricalDistribution):
         # 1 == True in Python, but a choice of [0, 1] does not hold True.
-        return any(c == value and isinstance(c, bool) == isinstance(value, bool) for c in distribution.choices)
+        return any(
+            c == value and isinstance(c, bool) == isinstance(value, bool)
+            for c in distribution.choices
+        )
     if isinstance(distribution, FloatDistribution | IntDistribution):
         number = isinstance(value, int | float) and not isinstance(value, bool)
         return number and distribution.low <= value <= distribution.high
     return True  # another distribution class: Optuna checks the value itself
 
 
-def _flatten_like(point: Mapping[str, Any], space: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+def _flatten_like(
+    point: Mapping[str, Any], space: Mapping[str, Any], prefix: str = ""
+) -> dict[str, Any]:
     """``point``'s values by flat name, entering only the dicts that are nested spaces in ``space``
     (a ``choice`` of dicts has dict values that are values, not keys)."""
     flat: dict[str, Any] = {}
@@ -172,7 +183,8 @@ class OptunaSearch(Searcher):
         first, in this order; default none.
     :param sampler: any ``optuna.samplers.BaseSampler`` (CMA-ES, GP, NSGA-II...); default
         ``TPESampler(seed=seed)``.
-    :param seed: seeds the default TPE sampler; give a ``sampler`` its own seed instead. Default None.
+    :param seed: seeds the default TPE sampler; give a ``sampler`` its own seed instead. Default
+        None.
     :param evaluated_rewards: the metric each of ``points_to_evaluate`` already reached: those
         points are then added as finished trials rather than run. Default none.
     """
@@ -188,11 +200,14 @@ class OptunaSearch(Searcher):
         evaluated_rewards: Sequence[float] | None = None,
     ) -> None:
         if metric is not None and not isinstance(metric, str):
-            raise ValueError(f"OptunaSearch optimises one metric; pass its name as a string, got {metric!r}.")
+            raise ValueError(
+                f"OptunaSearch optimises one metric; pass its name as a string, got {metric!r}."
+            )
         super().__init__(metric, mode)
         if sampler is not None and not isinstance(sampler, optuna.samplers.BaseSampler):
             raise TypeError(
-                f"OptunaSearch: sampler must be an optuna.samplers.BaseSampler, got {type(sampler).__name__}."
+                "OptunaSearch: sampler must be an optuna.samplers.BaseSampler, got "
+                f"{type(sampler).__name__}."
             )
         if sampler is not None and seed is not None:
             raise ValueError(
@@ -201,7 +216,9 @@ class OptunaSearch(Searcher):
             )
         self._points = [dict(point) for point in points_to_evaluate or ()]
         self._evaluated_rewards = None if evaluated_rewards is None else list(evaluated_rewards)
-        if self._evaluated_rewards is not None and len(self._evaluated_rewards) != len(self._points):
+        if self._evaluated_rewards is not None and len(self._evaluated_rewards) != len(
+            self._points
+        ):
             raise ValueError(
                 f"OptunaSearch: evaluated_rewards has {len(self._evaluated_rewards)} values but "
                 f"points_to_evaluate has {len(self._points)} points; give one reward per point."
@@ -229,18 +246,24 @@ class OptunaSearch(Searcher):
             )
         self._distributions = distributions
         self._space = space
-        points = [self._flat_point(f"points_to_evaluate[{i}]", point, space) for i, point in enumerate(self._points)]
+        points = [
+            self._flat_point(f"points_to_evaluate[{i}]", point, space)
+            for i, point in enumerate(self._points)
+        ]
         if self._evaluated_rewards is not None:
             for i, flat in enumerate(points):
                 missing = sorted(set(distributions) - set(flat))
                 if missing:
                     raise ValueError(
-                        f"OptunaSearch: points_to_evaluate[{i}] has an evaluated reward but no value "
+                        f"OptunaSearch: points_to_evaluate[{i}] has an evaluated reward but no "
+                        "value "
                         f"for {missing}; an evaluated point needs a value for every domain."
                     )
         self._flat_points = points
 
-    def _flat_point(self, where: str, point: Mapping[str, Any], space: Mapping[str, Any]) -> dict[str, Any]:
+    def _flat_point(
+        self, where: str, point: Mapping[str, Any], space: Mapping[str, Any]
+    ) -> dict[str, Any]:
         """A point as Optuna's flat params, checked against the space's distributions; ``where``
         names the point in messages (``points_to_evaluate[0]``)."""
         fixed = {path for path, _ in _leaves(space)} - set(self._distributions)
@@ -250,7 +273,10 @@ class OptunaSearch(Searcher):
             distribution = self._distributions.get(path)
             if distribution is None:
                 if path not in fixed:
-                    raise ValueError(f"{here} is not in the search space (its keys: {sorted(self._distributions)}).")
+                    raise ValueError(
+                        f"{here} is not in the search space (its keys: "
+                        f"{sorted(self._distributions)})."
+                    )
                 continue
             choices = _indexed_choices(_leaf_at(space, path))
             if choices is not None:
@@ -260,8 +286,11 @@ class OptunaSearch(Searcher):
             flat[path] = value
         return flat
 
-    def set_search_properties(self, metric: str | None, mode: str | None, config: Mapping[str, Any]) -> bool:
-        """Take the space (and the metric and mode, when given); False if this searcher has a space."""
+    def set_search_properties(
+        self, metric: str | None, mode: str | None, config: Mapping[str, Any]
+    ) -> bool:
+        """Take the space (and the metric and mode, when given); False if this searcher has a
+        space."""
         if self._space is not None:
             return False
         self._set_space(config)
@@ -294,20 +323,32 @@ class OptunaSearch(Searcher):
         study = optuna.create_study(
             direction="minimize" if self.mode == "min" else "maximize",
             sampler=self._sampler or optuna.samplers.TPESampler(seed=self._sampler_seed),
-            pruner=optuna.pruners.NopPruner(),  # the runner's scheduler stops trials, as in Ray Tune
+            # The runner's scheduler stops trials, as in Ray Tune.
+            pruner=optuna.pruners.NopPruner(),
         )
         self._add_evaluated_rewards(study)
         return study
 
-    def _finished(self, flat: Mapping[str, Any], value: float | None, state: TrialState = TrialState.COMPLETE,
-                  intermediate_values: dict[int, float] | None = None) -> optuna.trial.FrozenTrial:
+    def _finished(
+        self,
+        flat: Mapping[str, Any],
+        value: float | None,
+        state: TrialState = TrialState.COMPLETE,
+        intermediate_values: dict[int, float] | None = None,
+    ) -> optuna.trial.FrozenTrial:
         """A finished Optuna trial of flat params (from :meth:`_flat_point`), for ``add_trial``."""
         dists = {path: self._distributions[path] for path in flat}
-        return optuna.trial.create_trial(params=dict(flat), distributions=dists, value=value, state=state,
-                                         intermediate_values=intermediate_values)
+        return optuna.trial.create_trial(
+            params=dict(flat),
+            distributions=dists,
+            value=value,
+            state=state,
+            intermediate_values=intermediate_values,
+        )
 
     def _add_evaluated_rewards(self, study: optuna.Study) -> None:
-        """``points_to_evaluate`` with their ``evaluated_rewards``, as finished trials (when given)."""
+        """``points_to_evaluate`` with their ``evaluated_rewards``, as finished trials (when
+        given)."""
         if self._evaluated_rewards is not None:
             for flat, reward in zip(self._flat_points, self._evaluated_rewards, strict=True):
                 study.add_trial(self._finished(flat, reward))
@@ -316,15 +357,22 @@ class OptunaSearch(Searcher):
         study = self.study
         ot_trial = self._ot_trials.get(trial_id)
         if ot_trial is None:
-            # points_to_evaluate go first, in order, one per new trial (none when they were evaluated)
+            # points_to_evaluate go first, in order, one per new trial (none when they were
+            # evaluated)
             if self._evaluated_rewards is None and self._points_asked < len(self._flat_points):
                 study.enqueue_trial(self._flat_points[self._points_asked])
             self._points_asked += 1
-            ot_trial = self._ot_trials[trial_id] = study.ask(fixed_distributions=self._distributions)
+            ot_trial = self._ot_trials[trial_id] = study.ask(
+                fixed_distributions=self._distributions
+            )
         return self._config(self._require_space(), ot_trial.params)
 
     def add_evaluated_point(
-        self, parameters: Mapping[str, Any], value: float | None, error: bool = False, pruned: bool = False,
+        self,
+        parameters: Mapping[str, Any],
+        value: float | None,
+        error: bool = False,
+        pruned: bool = False,
         intermediate_values: Sequence[float] | None = None,
     ) -> None:
         """Add a config evaluated elsewhere to the study, as Ray Tune's ``OptunaSearch`` does
@@ -338,7 +386,9 @@ class OptunaSearch(Searcher):
             state, value = TrialState.FAIL, None
         else:
             state, value = (TrialState.PRUNED, None) if pruned else (TrialState.COMPLETE, value)
-        self.study.add_trial(self._finished(flat, value, state, dict(enumerate(intermediate_values or ()))))
+        self.study.add_trial(
+            self._finished(flat, value, state, dict(enumerate(intermediate_values or ())))
+        )
 
     def resume_after(self, asked: int) -> None:
         """A resumed run had asked ``asked`` times before: skip that many of ``points_to_evaluate``,
@@ -349,13 +399,19 @@ class OptunaSearch(Searcher):
             return
         self._points_asked = max(self._points_asked, asked)
         if self._sampler is None:
-            self._sampler_seed = None if self._seed is None else zlib.crc32(f"{self._seed}:resumed:{asked}".encode())
+            self._sampler_seed = (
+                None if self._seed is None else zlib.crc32(f"{self._seed}:resumed:{asked}".encode())
+            )
         else:
             self._sampler.reseed_rng()
         if self._study is not None:
-            self._study.sampler = self._sampler or optuna.samplers.TPESampler(seed=self._sampler_seed)
+            self._study.sampler = self._sampler or optuna.samplers.TPESampler(
+                seed=self._sampler_seed
+            )
 
-    def suggest_after(self, trial_id: str, finished: Sequence[Finished], index: int, seed: int) -> Suggestion:
+    def suggest_after(
+        self, trial_id: str, finished: Sequence[Finished], index: int, seed: int
+    ) -> Suggestion:
         """One suggestion from a study that knows only ``finished`` (the Airflow path's ask: each
         trial task asks at its start, from the run's trials the trials DB holds, as Optuna's
         distributed workers ask one shared study). This searcher's own study is not touched.
@@ -375,18 +431,27 @@ class OptunaSearch(Searcher):
         else:  # this searcher's own seed=, when given, is mixed in: another seed, other points
             mixed = seed if self._seed is None else zlib.crc32(f"{self._seed}:{seed}".encode())
             sampler = optuna.samplers.TPESampler(seed=mixed)
-        study = optuna.create_study(direction="minimize" if self.mode == "min" else "maximize", sampler=sampler,
-                                    pruner=optuna.pruners.NopPruner())
+        study = optuna.create_study(
+            direction="minimize" if self.mode == "min" else "maximize",
+            sampler=sampler,
+            pruner=optuna.pruners.NopPruner(),
+        )
         for i, (config, value) in enumerate(finished):
             flat = self._flat_point(f"finished trial {i}", config, space)
-            study.add_trial(self._finished(flat, value, TrialState.FAIL if value is None else TrialState.COMPLETE))
+            study.add_trial(
+                self._finished(
+                    flat, value, TrialState.FAIL if value is None else TrialState.COMPLETE
+                )
+            )
         self._add_evaluated_rewards(study)
         if self._evaluated_rewards is None and index < len(self._flat_points):
             study.enqueue_trial(self._flat_points[index])
         log.debug("OptunaSearch: trial %s asks after %d finished trials.", trial_id, len(finished))
         return self._config(space, study.ask(fixed_distributions=self._distributions).params)
 
-    def _config(self, space: Mapping[str, Any], params: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    def _config(
+        self, space: Mapping[str, Any], params: Mapping[str, Any], prefix: str = ""
+    ) -> dict[str, Any]:
         config: dict[str, Any] = {}
         for key, value in space.items():
             path = f"{prefix}{key}"
@@ -402,20 +467,25 @@ class OptunaSearch(Searcher):
 
     def _trial(self, trial_id: str) -> optuna.trial.Trial | None:
         if trial_id in self._completed:
-            log.warning("OptunaSearch: trial %s already completed; ignoring what came after.", trial_id)
+            log.warning(
+                "OptunaSearch: trial %s already completed; ignoring what came after.", trial_id
+            )
             return None
         try:
             return self._ot_trials[trial_id]
         except KeyError as e:
             raise ValueError(
-                f"OptunaSearch did not suggest trial {trial_id}; tell it only about trials it suggested."
+                f"OptunaSearch did not suggest trial {trial_id}; tell it only about trials it "
+                "suggested."
             ) from e
 
     def _value(self, trial_id: str, result: Result) -> float:
         if self.metric not in result:
             raise ValueError(
-                f"Trial {trial_id} reported a result without {self.metric!r}, the metric OptunaSearch "
-                f"optimises (it reported {sorted(result)}); report it in every result, or set metric= "
+                f"Trial {trial_id} reported a result without {self.metric!r}, the metric "
+                "OptunaSearch "
+                f"optimises (it reported {sorted(result)}); report it in every result, or set "
+                "metric= "
                 f"to one of those keys."
             )
         return float(result[self.metric])
@@ -426,12 +496,16 @@ class OptunaSearch(Searcher):
             return
         if TRAINING_ITERATION not in result:
             raise ValueError(
-                f"Trial {trial_id}: OptunaSearch needs {TRAINING_ITERATION!r} in each result as the "
-                f"step of its intermediate value; the runner adds it, so add it when you call it yourself."
+                f"Trial {trial_id}: OptunaSearch needs {TRAINING_ITERATION!r} in each result as "
+                "the "
+                "step of its intermediate value; the runner adds it, so add it when you call it "
+                "yourself."
             )
         ot_trial.report(self._value(trial_id, result), step=int(result[TRAINING_ITERATION]))
 
-    def on_trial_complete(self, trial_id: str, result: Result | None = None, error: bool = False) -> None:
+    def on_trial_complete(
+        self, trial_id: str, result: Result | None = None, error: bool = False
+    ) -> None:
         ot_trial = self._trial(trial_id)
         if ot_trial is None:
             return

@@ -72,7 +72,10 @@ class TrialSensor(BaseSensorOperator):
             return self._check(state)
         self.defer(
             trigger=TrialStatusTrigger(
-                self.experiment_name, self.trial_id, self.run_key, self.trials_conn_id,
+                self.experiment_name,
+                self.trial_id,
+                self.run_key,
+                self.trials_conn_id,
                 self.poke_interval,
             ),
             method_name="execute_complete",

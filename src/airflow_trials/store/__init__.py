@@ -1,4 +1,5 @@
-"""The metadata store: experiments, runs, trials, results, checkpoints, rungs and exploits in SQLite or PostgreSQL.
+"""The metadata store: experiments, runs, trials, results, checkpoints, rungs and exploits in SQLite
+or PostgreSQL.
 
 Imports SQLAlchemy and Alembic, never Ray or Airflow. Its database is its own, never Airflow's.
 Create or upgrade the schema with :func:`migrate` or ``python -m airflow_trials.store upgrade``.

@@ -17,7 +17,8 @@ from airflow_trials.store.migration import current_revision, migrate
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m airflow_trials.store", description="Manage the airflow_trials metadata store."
+        prog="python -m airflow_trials.store",
+        description="Manage the airflow_trials metadata store.",
     )
     commands = parser.add_subparsers(dest="command", required=True)
     upgrade = commands.add_parser("upgrade", help="apply every migration (safe to run again)")
@@ -45,7 +46,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         revision = current_revision(engine)
     finally:
         engine.dispose()
-    print(f"Trial store at {safe_url(url)} (from {source}) is at the latest schema (revision {revision}).")
+    print(
+        f"Trial store at {safe_url(url)} (from {source}) is at the latest schema (revision "
+        f"{revision})."
+    )
     return 0
 
 

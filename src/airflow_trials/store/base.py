@@ -66,4 +66,3 @@ class StoreBase:
 
     def _insert(self, table: Table) -> Any:
         return self._db.insert(table)
-

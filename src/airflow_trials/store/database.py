@@ -128,8 +128,12 @@ class Database:
                     raise self._store_error(operation, e, attempt, elapsed, write=write) from e
                 log.warning(
                     "Trial store could not %s at attempt %d of %d (%s: %s); retrying in %.2f s",
-                    operation, attempt, self._retry_policy.max_attempts, type(e).__name__,
-                    _cause(e), delay,
+                    operation,
+                    attempt,
+                    self._retry_policy.max_attempts,
+                    type(e).__name__,
+                    _cause(e),
+                    delay,
                 )
                 time.sleep(delay)
 
@@ -153,8 +157,13 @@ class Database:
         return Session(bind=self._write_engine, expire_on_commit=False)
 
     def _store_error(
-        self, operation: str, error: SQLAlchemyError, attempts: int, elapsed_seconds: float,
-        *, write: bool = True,
+        self,
+        operation: str,
+        error: SQLAlchemyError,
+        attempts: int,
+        elapsed_seconds: float,
+        *,
+        write: bool = True,
     ) -> StoreError:
         """The error to raise; one line, so that a command that prints only the first line (the
         ``airflow-trials`` CLI) still shows what to do."""
@@ -267,5 +276,3 @@ def parse_enum(enum: Any, value: str, owner: str) -> Any:
     except ValueError as e:
         allowed = ", ".join(member.value for member in enum)
         raise ValueError(f"Status {value!r} of {owner} is not one of {allowed}.") from e
-
-

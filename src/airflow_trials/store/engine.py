@@ -49,7 +49,11 @@ def check_store_url(url: str) -> URL:
     try:
         parsed = make_url(url)
     except ArgumentError as e:
-        hint = f"sqlite:///{os.path.abspath(url)}" if ("/" in url or url.endswith(".db")) else "sqlite:////path/trials.db"
+        hint = (
+            f"sqlite:///{os.path.abspath(url)}"
+            if ("/" in url or url.endswith(".db"))
+            else "sqlite:////path/trials.db"
+        )
         raise StoreError(
             f"{url!r} is not a database URL; give a SQLAlchemy URL such as {hint} (a SQLite file) "
             "or postgresql+psycopg://user@host/db."
@@ -58,14 +62,17 @@ def check_store_url(url: str) -> URL:
         parsed.get_dialect().import_dbapi()
     except (NoSuchModuleError, ImportError) as e:
         raise StoreError(
-            f"No database driver for {parsed.drivername!r} is installed ({type(e).__name__}: {e}), so "
+            f"No database driver for {parsed.drivername!r} is installed ({type(e).__name__}: {e}), "
+            "so "
             f"{parsed.render_as_string(hide_password=True)} cannot be opened; use sqlite:/// or "
-            "postgresql+psycopg:// (pip install 'airflow-trials[postgres]'), or install that driver."
+            "postgresql+psycopg:// (pip install 'airflow-trials[postgres]'), or install that "
+            "driver."
         ) from e
     if parsed.get_backend_name() not in ("sqlite", "postgresql"):
         raise StoreError(
             f"The trial store supports SQLite and PostgreSQL, not {parsed.get_backend_name()} "
-            f"({parsed.render_as_string(hide_password=True)}); use a sqlite:/// or postgresql+psycopg:// URL."
+            f"({parsed.render_as_string(hide_password=True)}); use a sqlite:/// or "
+            "postgresql+psycopg:// URL."
         )
     return parsed
 

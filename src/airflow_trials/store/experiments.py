@@ -208,5 +208,3 @@ def _check_seed(seed: Any, owner: str) -> int | None:
             f"seed % 2**63."
         )
     return int(seed)
-
-

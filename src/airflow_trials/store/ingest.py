@@ -75,10 +75,16 @@ class IngestWriter(StoreBase):
         """
         rows = _result_rows(trial_id, results)
         operation = f"add {len(rows)} results to trial {trial_id}"
-        return self._transaction(operation, lambda session: self._add_results(session, trial_id, rows, operation))
+        return self._transaction(
+            operation, lambda session: self._add_results(session, trial_id, rows, operation)
+        )
 
     def _add_results(
-        self, session: Session, trial_id: str, rows: list[dict[str, Any]], operation: str,
+        self,
+        session: Session,
+        trial_id: str,
+        rows: list[dict[str, Any]],
+        operation: str,
         goals: dict[int, Any] | None = None,
     ) -> int:
         # Locking the trial makes concurrent batches of one trial take turns, so the
@@ -101,8 +107,13 @@ class IngestWriter(StoreBase):
             trial.last_result = next(row["metrics"] for row in rows if row["iteration"] == newest)
             trial.updated_at = utcnow()
         if new_iterations:
-            update_best(session, trial, [r for r in rows if r["iteration"] in set(new_iterations)],
-                        had_results=previous_max is not None, goals=goals)
+            update_best(
+                session,
+                trial,
+                [r for r in rows if r["iteration"] in set(new_iterations)],
+                had_results=previous_max is not None,
+                goals=goals,
+            )
         return len(new_iterations)
 
     def recompute_best(self, experiment_run_id: int) -> int:
@@ -118,10 +129,17 @@ class IngestWriter(StoreBase):
             experiment = session.get(ExperimentRow, run.experiment_id)
             if experiment is None or experiment.metric is None or experiment.mode is None:
                 return 0
-            query = leaderboard_query(self._dialect, experiment_run_id, experiment.metric, experiment.mode, None)
+            query = leaderboard_query(
+                self._dialect, experiment_run_id, experiment.metric, experiment.mode, None
+            )
             rows = [
-                {"t": r.trial_id, "m": experiment.metric, "o": experiment.mode, "v": r.best_value,
-                 "i": r.best_iteration}
+                {
+                    "t": r.trial_id,
+                    "m": experiment.metric,
+                    "o": experiment.mode,
+                    "v": r.best_value,
+                    "i": r.best_iteration,
+                }
                 for r in session.connection().execute(query)
             ]
             if rows:
@@ -129,8 +147,12 @@ class IngestWriter(StoreBase):
                 session.connection().execute(
                     table.update()
                     .where(table.c.trial_id == bindparam("t"))
-                    .values(best_metric=bindparam("m"), best_mode=bindparam("o"),
-                            best_value=bindparam("v"), best_iteration=bindparam("i")),
+                    .values(
+                        best_metric=bindparam("m"),
+                        best_mode=bindparam("o"),
+                        best_value=bindparam("v"),
+                        best_iteration=bindparam("i"),
+                    ),
                     rows,
                 )
             return len(rows)
@@ -156,12 +178,16 @@ class IngestWriter(StoreBase):
         items = sorted(batch, key=lambda item: item.trial_id)
         rows = {item.trial_id: _result_rows(item.trial_id, item.results) for item in items}
         if len(rows) != len(items):
-            twice = sorted(trial_id for trial_id, n in Counter(i.trial_id for i in items).items() if n > 1)
+            twice = sorted(
+                trial_id for trial_id, n in Counter(i.trial_id for i in items).items() if n > 1
+            )
             raise ValueError(
                 f"A progress batch names trials {twice} more than once; nothing was written. "
                 "Merge each trial's progress into one TrialProgress."
             )
-        operation = f"record the progress of {len(items)} trials ({sum(map(len, rows.values()))} results)"
+        operation = (
+            f"record the progress of {len(items)} trials ({sum(map(len, rows.values()))} results)"
+        )
 
         def work(session: Session) -> int:
             new = 0
@@ -171,10 +197,15 @@ class IngestWriter(StoreBase):
                 for item in items:
                     trial = None
                     if rows[item.trial_id]:
-                        new += self._add_results(session, item.trial_id, rows[item.trial_id], operation, goals)
-                        # Loaded and locked by _add_results: the session hands it back without a query.
+                        new += self._add_results(
+                            session, item.trial_id, rows[item.trial_id], operation, goals
+                        )
+                        # Loaded and locked by _add_results: the session hands it back without a
+                        # query.
                         trial = session.get(TrialRow, item.trial_id)
-                    trial = trial or self._find_or_raise(session, item.trial_id, operation, lock=True)
+                    trial = trial or self._find_or_raise(
+                        session, item.trial_id, operation, lock=True
+                    )
                     if item.running:
                         change_status(trial, TrialStatus.RUNNING, {})
                     for path, iteration, score in item.new_checkpoints:
@@ -228,13 +259,17 @@ class IngestWriter(StoreBase):
         session.execute(
             inserted.on_conflict_do_update(
                 index_elements=[table.c.trial_id, table.c.path],
-                set_={name: inserted.excluded[name] for name in ("iteration", "score", "deleted", "created_at")},
+                set_={
+                    name: inserted.excluded[name]
+                    for name in ("iteration", "score", "deleted", "created_at")
+                },
                 where=table.c.deleted == true(),
             )
         )
 
     def mark_checkpoint_deleted(self, trial_id: str, path: str) -> None:
-        """Mark a recorded checkpoint as deleted (idempotent); raises StoreError for an unknown path."""
+        """Mark a recorded checkpoint as deleted (idempotent); raises StoreError for an unknown
+        path."""
         operation = f"mark checkpoint {path} of trial {trial_id} deleted"
 
         def work(session: Session) -> None:
@@ -243,9 +278,13 @@ class IngestWriter(StoreBase):
 
         self._transaction(operation, work)
 
-    def _mark_checkpoint_deleted(self, session: Session, trial_id: str, path: str, operation: str) -> None:
+    def _mark_checkpoint_deleted(
+        self, session: Session, trial_id: str, path: str, operation: str
+    ) -> None:
         checkpoint = session.execute(
-            select(CheckpointRow).where(CheckpointRow.trial_id == trial_id, CheckpointRow.path == path)
+            select(CheckpointRow).where(
+                CheckpointRow.trial_id == trial_id, CheckpointRow.path == path
+            )
         ).scalar_one_or_none()
         if checkpoint is None:
             raise StoreError(
@@ -256,7 +295,10 @@ class IngestWriter(StoreBase):
 
 
 def update_best(
-    session: Session, trial: TrialRow, new_rows: list[dict[str, Any]], had_results: bool,
+    session: Session,
+    trial: TrialRow,
+    new_rows: list[dict[str, Any]],
+    had_results: bool,
     goals: dict[int, Any] | None = None,
 ) -> None:
     """Fold the new results into the trial's best value of its experiment's metric;
@@ -295,7 +337,8 @@ def update_best(
 
 def refold_results(session: Session, trial: TrialRow) -> None:
     """Set the locked trial's ``last_result`` and maintained best to what
-    :meth:`IngestWriter.add_results` leaves when only the results now stored were ingested (``record_exploit`` took some away)."""
+    :meth:`IngestWriter.add_results` leaves when only the results now stored were ingested
+    (``record_exploit`` took some away)."""
     rows = [
         {"iteration": iteration, "metrics": metrics}
         for iteration, metrics in session.execute(
@@ -315,7 +358,8 @@ def _result_rows(trial_id: str, results: Sequence[Mapping[str, Any]]) -> list[di
     """Validated, JSON-safe rows of a batch: one per iteration (first wins), sorted by iteration."""
     if isinstance(results, Mapping) or not isinstance(results, Sequence):
         raise ValueError(
-            f"Results of trial {trial_id} must be a list of result dicts, got {type(results).__name__}; "
+            f"Results of trial {trial_id} must be a list of result dicts, got "
+            f"{type(results).__name__}; "
             f"wrap a single result in a list."
         )
     rows: dict[int, dict[str, Any]] = {}
@@ -323,7 +367,8 @@ def _result_rows(trial_id: str, results: Sequence[Mapping[str, Any]]) -> list[di
     for position, result in enumerate(results):
         if not isinstance(result, Mapping):
             raise ValueError(
-                f"Result {position} of the batch for trial {trial_id} is a {type(result).__name__}, "
+                f"Result {position} of the batch for trial {trial_id} is a "
+                f"{type(result).__name__}, "
                 f"not a dict; nothing of the batch was written."
             )
         metrics = json_safe(result)
@@ -332,16 +377,24 @@ def _result_rows(trial_id: str, results: Sequence[Mapping[str, Any]]) -> list[di
             raise ValueError(
                 f"Result {position} of the batch for trial {trial_id} has no integer "
                 f"{TRAINING_ITERATION} (got {result.get(TRAINING_ITERATION)!r}); nothing of the "
-                f"batch was written. Report results through airflow_trials.report, which numbers them."
+                "batch was written. Report results through airflow_trials.report, which numbers "
+                "them."
             )
         timestamp = metrics.get(TIMESTAMP)
-        if isinstance(timestamp, bool) or not isinstance(timestamp, numbers.Real) or not math.isfinite(timestamp):
+        if (
+            isinstance(timestamp, bool)
+            or not isinstance(timestamp, numbers.Real)
+            or not math.isfinite(timestamp)
+        ):
             timestamp = now
         rows.setdefault(
             iteration,
-            {"trial_id": trial_id, "iteration": iteration, "timestamp": float(timestamp), "metrics": metrics},
+            {
+                "trial_id": trial_id,
+                "iteration": iteration,
+                "timestamp": float(timestamp),
+                "metrics": metrics,
+            },
         )
     # Sorted, so concurrent batches of one trial insert keys in the same order.
     return [rows[iteration] for iteration in sorted(rows)]
-
-

@@ -19,7 +19,8 @@ from typing import Any
 
 
 def json_safe(value: Any) -> Any:
-    """A copy of ``value`` that ``json.dumps(..., allow_nan=False)`` accepts; see module docstring."""
+    """A copy of ``value`` that ``json.dumps(..., allow_nan=False)`` accepts; see module
+    docstring."""
     if value is None or isinstance(value, bool):
         return value
     if isinstance(value, str):

@@ -55,8 +55,14 @@ class JudgedOnce(Generic[R]):
         self._store = store
 
     def record(
-        self, experiment_run_id: int, trial_id: str, judgement: Judgement[R], *, at_end: bool,
-        lock_key: int, operation: str,
+        self,
+        experiment_run_id: int,
+        trial_id: str,
+        judgement: Judgement[R],
+        *,
+        at_end: bool,
+        lock_key: int,
+        operation: str,
     ) -> R:
         """The judgement's record: the stored one, or a new one with its fresh verdict."""
 
@@ -74,7 +80,9 @@ class JudgedOnce(Generic[R]):
                     "Nothing was written."
                 )
             verdict = {
-                "decision": decision.value, "reason": reason, "at_end": bool(at_end),
+                "decision": decision.value,
+                "reason": reason,
+                "at_end": bool(at_end),
                 "created_at": utcnow(),
             }
             return judgement.write(session, verdict)

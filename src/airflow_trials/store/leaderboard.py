@@ -80,7 +80,9 @@ def check_metric(metric: str) -> str:
 
 def _literal(value: str, type_: Any = None) -> BindParameter[Any]:
     # Rendered into the SQL text at execution, so the query matches the expression index.
-    return bindparam(None, value, type_=type_ if type_ is not None else String(), literal_execute=True)
+    return bindparam(
+        None, value, type_=type_ if type_ is not None else String(), literal_execute=True
+    )
 
 
 def metric_value(metrics: Any, metric: str, dialect_name: str) -> ColumnElement[float]:
@@ -106,7 +108,8 @@ def metric_value(metrics: Any, metric: str, dialect_name: str) -> ColumnElement[
 
 
 def metric_float(metrics: Any, metric: str) -> ColumnElement[float]:
-    """The metric cast to float, unguarded: only for a row whose :func:`metric_value` is not NULL."""
+    """The metric cast to float, unguarded: only for a row whose :func:`metric_value` is not
+    NULL."""
     return metrics[_literal(metric, JSON.JSONStrIndexType())].as_float()
 
 
@@ -207,7 +210,10 @@ def _joined_leaderboard(
             trials.c.status,
             trials.c.num_failures,
             _config_text(),
-            best_first.add_columns(results.c.id).correlate(trials).scalar_subquery().label("best_id"),
+            best_first.add_columns(results.c.id)
+            .correlate(trials)
+            .scalar_subquery()
+            .label("best_id"),
             *checkpoints,
         )
         .where(trials.c.experiment_run_id == experiment_run_id)
@@ -257,11 +263,24 @@ def best_checkpoint_path(dialect_name: str, metric: str, mode: str) -> Any:
     value = metric_value(results.c.metrics, metric, dialect_name)
     scored = (
         select(checkpoints.c.path)
-        .select_from(checkpoints.join(
-            results, and_(results.c.trial_id == checkpoints.c.trial_id, results.c.iteration == checkpoints.c.iteration)
-        ))
-        .where(checkpoints.c.trial_id == trials.c.trial_id, checkpoints.c.deleted == false(), value.is_not(None))
-        .order_by(value.asc() if check_mode(mode) == "min" else value.desc(), checkpoints.c.iteration.asc())
+        .select_from(
+            checkpoints.join(
+                results,
+                and_(
+                    results.c.trial_id == checkpoints.c.trial_id,
+                    results.c.iteration == checkpoints.c.iteration,
+                ),
+            )
+        )
+        .where(
+            checkpoints.c.trial_id == trials.c.trial_id,
+            checkpoints.c.deleted == false(),
+            value.is_not(None),
+        )
+        .order_by(
+            value.asc() if check_mode(mode) == "min" else value.desc(),
+            checkpoints.c.iteration.asc(),
+        )
         .limit(1)
         .correlate(trials)
         .scalar_subquery()

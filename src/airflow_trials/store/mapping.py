@@ -53,8 +53,12 @@ def _field_names(record: type) -> tuple[str, ...]:
 
 
 def trial_record(row: TrialRow) -> TrialRecord:
-    return from_row(TrialRecord, row, status=TrialStatus(row.status),
-                    stopped_from_airflow=bool(row.stopped_from_airflow))
+    return from_row(
+        TrialRecord,
+        row,
+        status=TrialStatus(row.status),
+        stopped_from_airflow=bool(row.stopped_from_airflow),
+    )
 
 
 def experiment_record(row: ExperimentRow) -> ExperimentRecord:
@@ -62,8 +66,12 @@ def experiment_record(row: ExperimentRow) -> ExperimentRecord:
 
 
 def experiment_run_record(run: ExperimentRunRow, experiment_name: str) -> ExperimentRunRecord:
-    return from_row(ExperimentRunRecord, run, experiment_name=experiment_name,
-                    status=ExperimentRunStatus(run.status))
+    return from_row(
+        ExperimentRunRecord,
+        run,
+        experiment_name=experiment_name,
+        status=ExperimentRunStatus(run.status),
+    )
 
 
 def checkpoint_record(row: Any) -> CheckpointRecordRow:
@@ -101,13 +109,25 @@ def exploit_record(row: Any, *, fresh: bool) -> ExploitRecord:
 def rung_decision(row: Any, *, fresh: bool) -> RungDecision:
     """From a Core row's ``_mapping`` (or the dict inserted); a NULL value is NaN."""
     value = row["value"]
-    return from_row(RungDecision, row, value=math.nan if value is None else value,
-                    decision=Decision(row["decision"]), at_end=bool(row["at_end"]), fresh=fresh)
+    return from_row(
+        RungDecision,
+        row,
+        value=math.nan if value is None else value,
+        decision=Decision(row["decision"]),
+        at_end=bool(row["at_end"]),
+        fresh=fresh,
+    )
 
 
 def median_point(row: Any, *, fresh: bool) -> MedianPoint:
     """From a Core row's ``_mapping`` (or the dict inserted); the mean is NaN where the sum is
     NULL."""
     total = row["total"]
-    return from_row(MedianPoint, row, mean=math.nan if total is None else total / row["seq"],
-                    decision=Decision(row["decision"]), at_end=bool(row["at_end"]), fresh=fresh)
+    return from_row(
+        MedianPoint,
+        row,
+        mean=math.nan if total is None else total / row["seq"],
+        decision=Decision(row["decision"]),
+        at_end=bool(row["at_end"]),
+        fresh=fresh,
+    )

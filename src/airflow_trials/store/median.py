@@ -95,10 +95,15 @@ class MedianStore(StoreBase):
             f"record result {iteration} of trial {trial_id} for the median rule of experiment "
             f"run {experiment_run_id}"
         )
-        point = _Point(self, experiment_run_id, trial_id, iteration, time, value, at_end, decide,
-                       operation)
+        point = _Point(
+            self, experiment_run_id, trial_id, iteration, time, value, at_end, decide, operation
+        )
         return self._median_verdicts.record(
-            experiment_run_id, trial_id, point, at_end=at_end, lock_key=_LOCK_KEY,
+            experiment_run_id,
+            trial_id,
+            point,
+            at_end=at_end,
+            lock_key=_LOCK_KEY,
             operation=operation,
         )
 
@@ -107,8 +112,15 @@ class MeansAccess(Protocol):
     """What :class:`StoredMeans` asks of the trials store (a ``TrialStore`` has it)."""
 
     def record_median_point(
-        self, experiment_run_id: int, trial_id: str, *, iteration: int, time: float,
-        value: float, decide: MedianDecide | None = None, at_end: bool = False,
+        self,
+        experiment_run_id: int,
+        trial_id: str,
+        *,
+        iteration: int,
+        time: float,
+        value: float,
+        decide: MedianDecide | None = None,
+        at_end: bool = False,
     ) -> MedianPoint: ...
 
 
@@ -125,12 +137,23 @@ class StoredMeans:
         self.experiment_run_id = experiment_run_id
 
     def record(
-        self, trial_id: str, *, iteration: int, time: float, value: float,
-        decide: MedianDecide | None = None, at_end: bool = False,
+        self,
+        trial_id: str,
+        *,
+        iteration: int,
+        time: float,
+        value: float,
+        decide: MedianDecide | None = None,
+        at_end: bool = False,
     ) -> MedianPoint:
         return self.store.record_median_point(
-            self.experiment_run_id, trial_id, iteration=iteration, time=time, value=value,
-            decide=decide, at_end=at_end,
+            self.experiment_run_id,
+            trial_id,
+            iteration=iteration,
+            time=time,
+            value=value,
+            decide=decide,
+            at_end=at_end,
         )
 
 
@@ -139,8 +162,16 @@ class _Point:
     :class:`~airflow_trials.store.judged_once.JudgedOnce` records it."""
 
     def __init__(
-        self, store: MedianStore, experiment_run_id: int, trial_id: str, iteration: int,
-        time: float, value: float, at_end: bool, decide: MedianDecide | None, operation: str,
+        self,
+        store: MedianStore,
+        experiment_run_id: int,
+        trial_id: str,
+        iteration: int,
+        time: float,
+        value: float,
+        at_end: bool,
+        decide: MedianDecide | None,
+        operation: str,
     ) -> None:
         self._store = store
         self._run, self._trial_id, self._iteration = experiment_run_id, trial_id, iteration
@@ -171,8 +202,9 @@ class _Point:
 
     def write(self, session: Session, verdict: dict[str, Any]) -> MedianPoint:
         last = self._last
-        row = _new_row(self._run, self._trial_id, self._iteration, self._time, self._value, last,
-                       **verdict)
+        row = _new_row(
+            self._run, self._trial_id, self._iteration, self._time, self._value, last, **verdict
+        )
         # The trial's point at this time is now this one.
         if last is not None and last.time == self._time:
             session.execute(update(_POINTS).where(_POINTS.c.id == last.id).values(superseded=True))
@@ -195,13 +227,21 @@ def _means_at(
     not integers, such as ``time_total_s``), or ``probe_all`` (the deciding trial has a point at
     this time already), every trial is probed instead."""
     if float(time).is_integer() and not probe_all:
-        skipped = list(session.connection().execute(
-            select(_POINTS.c.trial_id)
-            .where(_POINTS.c.experiment_run_id == experiment_run_id, _POINTS.c.gap == true(),
-                   _POINTS.c.time > time, _POINTS.c.prev_time < time,
-                   _POINTS.c.trial_id != trial_id)
-            .limit(_MAX_PROBED + 1)
-        ).scalars())
+        skipped = list(
+            session.connection()
+            .execute(
+                select(_POINTS.c.trial_id)
+                .where(
+                    _POINTS.c.experiment_run_id == experiment_run_id,
+                    _POINTS.c.gap == true(),
+                    _POINTS.c.time > time,
+                    _POINTS.c.prev_time < time,
+                    _POINTS.c.trial_id != trial_id,
+                )
+                .limit(_MAX_PROBED + 1)
+            )
+            .scalars()
+        )
         if len(skipped) <= _MAX_PROBED:
             extra = _probed_means(session, _TRIALS.c.trial_id.in_(set(skipped)), time)
             return _MeansAtTime(session, experiment_run_id, time, extra)
@@ -217,8 +257,12 @@ class _MeansAtTime:
         self, session: Session, experiment_run_id: int, time: float, extra: list[float]
     ) -> None:
         self._connection = session.connection()
-        self._where = (_POINTS.c.experiment_run_id == experiment_run_id, _POINTS.c.time == time,
-                       _POINTS.c.superseded == false(), _POINTS.c.mean.is_not(None))
+        self._where = (
+            _POINTS.c.experiment_run_id == experiment_run_id,
+            _POINTS.c.time == time,
+            _POINTS.c.superseded == false(),
+            _POINTS.c.mean.is_not(None),
+        )
         self._extra = sorted(m for m in extra if math.isfinite(m))
         self._stored = int(
             self._connection.execute(select(func.count()).where(*self._where)).scalar_one()
@@ -231,10 +275,19 @@ class _MeansAtTime:
         # The value of rank r among stored + extra is among the stored ranks r - len(extra) to r.
         first = max(0, ranks[0] - len(self._extra))
         last = min(self._stored - 1, ranks[-1])
-        window = list(self._connection.execute(
-            select(_POINTS.c.mean).where(*self._where).order_by(_POINTS.c.mean)
-            .offset(first).limit(max(0, last - first + 1))
-        ).scalars()) if last >= first else []
+        window = (
+            list(
+                self._connection.execute(
+                    select(_POINTS.c.mean)
+                    .where(*self._where)
+                    .order_by(_POINTS.c.mean)
+                    .offset(first)
+                    .limit(max(0, last - first + 1))
+                ).scalars()
+            )
+            if last >= first
+            else []
+        )
         merged = sorted(window + self._extra)
         values = [merged[rank - first] for rank in ranks]
         return values[0] if len(values) == 1 else (values[0] + values[1]) / 2
@@ -248,11 +301,15 @@ def _trials_beyond(experiment_run_id: int, trial_id: str, time: float) -> Any:
     """The run's other trials whose latest point is at or past ``time``."""
     latest = _POINTS.alias("latest")
     last_time = (
-        select(latest.c.time).where(latest.c.trial_id == _TRIALS.c.trial_id)
-        .order_by(latest.c.time.desc(), latest.c.seq.desc()).limit(1).scalar_subquery()
+        select(latest.c.time)
+        .where(latest.c.trial_id == _TRIALS.c.trial_id)
+        .order_by(latest.c.time.desc(), latest.c.seq.desc())
+        .limit(1)
+        .scalar_subquery()
     )
     return and_(
-        _TRIALS.c.experiment_run_id == experiment_run_id, _TRIALS.c.trial_id != trial_id,
+        _TRIALS.c.experiment_run_id == experiment_run_id,
+        _TRIALS.c.trial_id != trial_id,
         last_time >= time,
     )
 
@@ -261,15 +318,23 @@ def _probed_means(session: Session, trials: Any, time: float) -> list[float]:
     """The running mean at ``time`` of each trial ``trials`` selects, one index probe each."""
     points = _POINTS.alias("p")
     mean = (
-        select(points.c.mean).where(points.c.trial_id == _TRIALS.c.trial_id, points.c.time <= time)
-        .order_by(points.c.time.desc(), points.c.seq.desc()).limit(1).scalar_subquery()
+        select(points.c.mean)
+        .where(points.c.trial_id == _TRIALS.c.trial_id, points.c.time <= time)
+        .order_by(points.c.time.desc(), points.c.seq.desc())
+        .limit(1)
+        .scalar_subquery()
     )
     rows = session.connection().execute(select(mean).where(trials)).scalars()
     return [math.nan if m is None else float(m) for m in rows]
 
 
 def _new_row(
-    experiment_run_id: int, trial_id: str, iteration: int, time: float, value: float, last: Any,
+    experiment_run_id: int,
+    trial_id: str,
+    iteration: int,
+    time: float,
+    value: float,
+    last: Any,
     **verdict: Any,
 ) -> dict[str, Any]:
     """The point row of a result after the trial's ``last`` point (None for its first)."""
@@ -277,11 +342,16 @@ def _new_row(
     seq = 1 if last is None else last.seq + 1
     finite = total is not None and math.isfinite(total)
     return {
-        "experiment_run_id": experiment_run_id, "trial_id": trial_id, "seq": seq, "time": time,
+        "experiment_run_id": experiment_run_id,
+        "trial_id": trial_id,
+        "seq": seq,
+        "time": time,
         "prev_time": None if last is None else last.time,
         "gap": last is not None and not _consecutive(last.time, time),
-        "iteration": iteration, "total": total if finite else None,
-        "mean": total / seq if finite and total is not None else None, "superseded": False,
+        "iteration": iteration,
+        "total": total if finite else None,
+        "mean": total / seq if finite and total is not None else None,
+        "superseded": False,
         **verdict,
     }
 
@@ -296,13 +366,17 @@ def _stored_and_last(
 ) -> tuple[MedianPoint | None, Any]:
     """In one statement: the trial's point for this result if it has one, and its latest point."""
     last_id = (
-        select(_POINTS.c.id).where(_POINTS.c.trial_id == trial_id)
-        .order_by(_POINTS.c.time.desc(), _POINTS.c.seq.desc()).limit(1).scalar_subquery()
+        select(_POINTS.c.id)
+        .where(_POINTS.c.trial_id == trial_id)
+        .order_by(_POINTS.c.time.desc(), _POINTS.c.seq.desc())
+        .limit(1)
+        .scalar_subquery()
     )
     this = and_(_POINTS.c.iteration == iteration, _POINTS.c.at_end == bool(at_end))
     rows = session.execute(
-        select(_POINTS, this.label("is_this"), (_POINTS.c.id == last_id).label("is_last"))
-        .where(_POINTS.c.trial_id == trial_id, or_(this, _POINTS.c.id == last_id))
+        select(_POINTS, this.label("is_this"), (_POINTS.c.id == last_id).label("is_last")).where(
+            _POINTS.c.trial_id == trial_id, or_(this, _POINTS.c.id == last_id)
+        )
     ).all()
     stored = next((median_point(row._mapping, fresh=False) for row in rows if row.is_this), None)
     return stored, next((row for row in rows if row.is_last), None)

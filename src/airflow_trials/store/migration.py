@@ -1,4 +1,5 @@
-"""Applies the store's Alembic revisions, configured in code: ``migrate(url)`` needs no alembic.ini."""
+"""Applies the store's Alembic revisions, configured in code: ``migrate(url)`` needs no
+alembic.ini."""
 
 from __future__ import annotations
 
@@ -33,22 +34,29 @@ def alembic_config(connection: Connection | None = None) -> Config:
     return config
 
 
-def include_object(obj: Any, name: str | None, type_: str, reflected: bool, compare_to: Any) -> bool:
+def include_object(
+    obj: Any, name: str | None, type_: str, reflected: bool, compare_to: Any
+) -> bool:
     """Leave the per-metric leaderboard indexes out of autogenerate: they are made at run time."""
     return not (type_ == "index" and reflected and (name or "").startswith(METRIC_INDEX_PREFIX))
 
 
 def upgrade_engine(engine: Engine) -> None:
-    """Apply every revision not yet applied to the database behind ``engine``, in one transaction."""
+    """Apply every revision not yet applied to the database behind ``engine``, in one
+    transaction."""
     try:
         with engine.execution_options(**{WRITE_OPTION: True}).begin() as connection:
             if connection.dialect.name == "postgresql":
-                connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK_KEY})
+                connection.execute(
+                    text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK_KEY}
+                )
             command.upgrade(alembic_config(connection), HEAD)
     except (SQLAlchemyError, CommandError) as e:
         raise StoreError(
-            f"Could not migrate the trial store at {safe_url(str(engine.url))} to the latest schema: "
-            f"{type(e).__name__}: {_one_line(e)}. Nothing was changed; check that the database is reachable, "
+            f"Could not migrate the trial store at {safe_url(str(engine.url))} to the latest "
+            "schema: "
+            f"{type(e).__name__}: {_one_line(e)}. Nothing was changed; check that the database is "
+            "reachable, "
             f"that its user may create tables, and that it was not migrated by a newer "
             f"airflow_trials."
         ) from e
@@ -79,7 +87,9 @@ def head_revision() -> str:
 
     head = ScriptDirectory.from_config(alembic_config()).get_current_head()
     if head is None:  # only a broken install ships no revisions
-        raise StoreError(f"No Alembic revisions found in {MIGRATIONS_DIR}; reinstall airflow_trials.")
+        raise StoreError(
+            f"No Alembic revisions found in {MIGRATIONS_DIR}; reinstall airflow_trials."
+        )
     return head
 
 
@@ -98,13 +108,18 @@ def schema_revision(url: str, connect_timeout_seconds: int = 10) -> str | None:
     from sqlalchemy.engine import make_url
     from sqlalchemy.pool import NullPool
 
-    connect_args = {"connect_timeout": connect_timeout_seconds} if make_url(url).get_backend_name() == "postgresql" else {}
+    connect_args = (
+        {"connect_timeout": connect_timeout_seconds}
+        if make_url(url).get_backend_name() == "postgresql"
+        else {}
+    )
     engine = create_engine(url, poolclass=NullPool, connect_args=connect_args)
     try:
         return current_revision(engine)
     except SQLAlchemyError as e:
         raise StoreError(
-            f"Could not read the trials DB at {safe_url(url)} ({type(e).__name__}: {_one_line(e)}). Check "
+            f"Could not read the trials DB at {safe_url(url)} ({type(e).__name__}: "
+            f"{_one_line(e)}). Check "
             "that the database server is up and that the URL (host, port, user, database) is right."
         ) from e
     finally:

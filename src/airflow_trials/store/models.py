@@ -66,7 +66,8 @@ def utcnow() -> datetime:
 
 
 class UTCDateTime(TypeDecorator[datetime]):
-    """A timezone-aware UTC datetime on every backend (SQLite keeps no offset, so it is UTC there)."""
+    """A timezone-aware UTC datetime on every backend (SQLite keeps no offset, so it is UTC
+    there)."""
 
     impl = DateTime(timezone=True)
     cache_ok = True
@@ -217,11 +218,15 @@ class TrialRungRow(Base):
     __tablename__ = "at_trial_rungs"
     __table_args__ = (
         UniqueConstraint("trial_id", "milestone"),
-        Index("ix_at_trial_rungs_rung_values", "experiment_run_id", "bracket", "milestone", "value"),
+        Index(
+            "ix_at_trial_rungs_rung_values", "experiment_run_id", "bracket", "milestone", "value"
+        ),
     )
 
     id: Mapped[int] = mapped_column(big_int_type(), primary_key=True)
-    experiment_run_id: Mapped[int] = mapped_column(ForeignKey("at_experiment_runs.id", ondelete="CASCADE"))
+    experiment_run_id: Mapped[int] = mapped_column(
+        ForeignKey("at_experiment_runs.id", ondelete="CASCADE")
+    )
     trial_id: Mapped[str] = mapped_column(ForeignKey("at_trials.trial_id", ondelete="CASCADE"))
     bracket: Mapped[int] = mapped_column(Integer)
     milestone: Mapped[float] = mapped_column(Float)
@@ -250,12 +255,22 @@ class TrialMedianPointRow(Base):
     __table_args__ = (
         UniqueConstraint("trial_id", "iteration", "at_end"),
         Index("ix_at_trial_median_points_trial_id_time_seq", "trial_id", "time", "seq"),
-        Index("ix_at_trial_median_points_run_time_mean", "experiment_run_id", "time", "superseded", "mean"),
-        Index("ix_at_trial_median_points_run_gaps", "experiment_run_id", "gap", "time", "prev_time"),
+        Index(
+            "ix_at_trial_median_points_run_time_mean",
+            "experiment_run_id",
+            "time",
+            "superseded",
+            "mean",
+        ),
+        Index(
+            "ix_at_trial_median_points_run_gaps", "experiment_run_id", "gap", "time", "prev_time"
+        ),
     )
 
     id: Mapped[int] = mapped_column(big_int_type(), primary_key=True)
-    experiment_run_id: Mapped[int] = mapped_column(ForeignKey("at_experiment_runs.id", ondelete="CASCADE"))
+    experiment_run_id: Mapped[int] = mapped_column(
+        ForeignKey("at_experiment_runs.id", ondelete="CASCADE")
+    )
     trial_id: Mapped[str] = mapped_column(ForeignKey("at_trials.trial_id", ondelete="CASCADE"))
     seq: Mapped[int] = mapped_column(Integer)
     time: Mapped[float] = mapped_column(Float)

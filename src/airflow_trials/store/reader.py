@@ -94,11 +94,17 @@ class TrialReader:
         retry_initial_backoff_seconds: float = RetryPolicy.initial_backoff_seconds,
         retry_max_backoff_seconds: float = RetryPolicy.max_backoff_seconds,
     ) -> None:
-        db = url if isinstance(url, Database) else Database(
-            url, read_only=True, retry_max_attempts=retry_max_attempts,
-            retry_timeout_seconds=retry_timeout_seconds,
-            retry_initial_backoff_seconds=retry_initial_backoff_seconds,
-            retry_max_backoff_seconds=retry_max_backoff_seconds,
+        db = (
+            url
+            if isinstance(url, Database)
+            else Database(
+                url,
+                read_only=True,
+                retry_max_attempts=retry_max_attempts,
+                retry_timeout_seconds=retry_timeout_seconds,
+                retry_initial_backoff_seconds=retry_initial_backoff_seconds,
+                retry_max_backoff_seconds=retry_max_backoff_seconds,
+            )
         )
         self._db = db
         #: Close every pooled connection; the reader opens new ones if used again.
@@ -344,7 +350,6 @@ class TrialReader:
 
         return self._read(operation, work)
 
-
     # -- batch reads of pages: one query for many trials, one attempt each (no retry) ------------
 
     def find_experiment_run(self, run_pk: int) -> ExperimentRunRecord | None:
@@ -385,12 +390,17 @@ class TrialReader:
                 query = best_leaderboard_query(
                     self._db.dialect, run_pk, metric, mode, None
                 ).with_only_columns(
-                    trials.trial_id, trials.status, trials.num_failures, trials.best_value,
+                    trials.trial_id,
+                    trials.status,
+                    trials.num_failures,
+                    trials.best_value,
                     trials.best_iteration,
                 )
                 return [ranked_trial(row) for row in session.execute(query)]
-        return [RankedTrial(r.trial_id, r.status, r.num_failures, r.best_value, r.best_iteration)
-                for r in self.leaderboard(run_pk, metric, mode)]
+        return [
+            RankedTrial(r.trial_id, r.status, r.num_failures, r.best_value, r.best_iteration)
+            for r in self.leaderboard(run_pk, metric, mode)
+        ]
 
     def configs_of(self, trial_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
         """The configs of these trials."""
@@ -398,8 +408,9 @@ class TrialReader:
             return {}
         with self._once(f"read the configs of {len(trial_ids)} trials") as session:
             rows = session.execute(
-                select(TrialRow.trial_id, TrialRow.config)
-                .where(TrialRow.trial_id.in_(list(trial_ids)))
+                select(TrialRow.trial_id, TrialRow.config).where(
+                    TrialRow.trial_id.in_(list(trial_ids))
+                )
             )
             return {trial_id: config for trial_id, config in rows}
 
@@ -409,8 +420,9 @@ class TrialReader:
             return {}
         with self._once(f"read the stop reasons of {len(trial_ids)} trials") as session:
             rows = session.execute(
-                select(TrialRow.trial_id, TrialRow.stop_reason)
-                .where(TrialRow.trial_id.in_(list(trial_ids)), TrialRow.stop_reason.is_not(None))
+                select(TrialRow.trial_id, TrialRow.stop_reason).where(
+                    TrialRow.trial_id.in_(list(trial_ids)), TrialRow.stop_reason.is_not(None)
+                )
             )
             return {trial_id: reason for trial_id, reason in rows if reason is not None}
 
@@ -420,8 +432,9 @@ class TrialReader:
         read."""
         with self._once(f"read the early stopped trials of experiment run {run_pk}") as session:
             rows = session.execute(
-                select(TrialRow.trial_id, TrialRow.stop_reason)
-                .where(TrialRow.experiment_run_id == run_pk, TrialRow.stop_reason.is_not(None))
+                select(TrialRow.trial_id, TrialRow.stop_reason).where(
+                    TrialRow.experiment_run_id == run_pk, TrialRow.stop_reason.is_not(None)
+                )
             )
             return {trial_id for trial_id, reason in rows if stopped_early(reason)}
 
@@ -431,7 +444,8 @@ class TrialReader:
         found: dict[str, list[RungDecision]] = defaultdict(list)
         with self._once(f"read the rungs of experiment run {run_pk}") as session:
             rows = session.execute(
-                select(rungs).where(rungs.c.experiment_run_id == run_pk)
+                select(rungs)
+                .where(rungs.c.experiment_run_id == run_pk)
                 .order_by(rungs.c.trial_id, rungs.c.milestone)
             )
             for row in rows:
@@ -445,8 +459,10 @@ class TrialReader:
         by_trial: dict[str, list[ExploitRecord]] = defaultdict(list)
         with self._once(f"read the exploits of experiment run {run_pk}") as session:
             rows = session.execute(
-                select(exploits).join(TrialRow, TrialRow.trial_id == exploits.c.trial_id)
-                .where(TrialRow.experiment_run_id == run_pk).order_by(exploits.c.id)
+                select(exploits)
+                .join(TrialRow, TrialRow.trial_id == exploits.c.trial_id)
+                .where(TrialRow.experiment_run_id == run_pk)
+                .order_by(exploits.c.id)
             )
             for row in rows:
                 by_trial[row.trial_id].append(exploit_record(row._mapping, fresh=False))
@@ -467,8 +483,13 @@ class TrialReader:
             return found
         with self._once(f"read the checkpoints of {len(trial_ids)} trials") as session:
             rows = session.execute(
-                select(CheckpointRow.trial_id, CheckpointRow.path, CheckpointRow.iteration,
-                       CheckpointRow.score, CheckpointRow.deleted)
+                select(
+                    CheckpointRow.trial_id,
+                    CheckpointRow.path,
+                    CheckpointRow.iteration,
+                    CheckpointRow.score,
+                    CheckpointRow.deleted,
+                )
                 .where(CheckpointRow.trial_id.in_(list(trial_ids)))
                 .order_by(CheckpointRow.trial_id, CheckpointRow.iteration, CheckpointRow.id)
             )
@@ -508,8 +529,12 @@ class TrialReader:
         """The id of the trial a task instance ran, or None when it ran none."""
         with self._once(f"find the trial of task {dag_id}.{task_id}") as session:
             return session.execute(
-                select(TrialRow.trial_id).where(
-                    TrialRow.dag_id == dag_id, TrialRow.run_id == run_id,
-                    TrialRow.task_id == task_id, TrialRow.map_index == map_index,
-                ).limit(1)
+                select(TrialRow.trial_id)
+                .where(
+                    TrialRow.dag_id == dag_id,
+                    TrialRow.run_id == run_id,
+                    TrialRow.task_id == task_id,
+                    TrialRow.map_index == map_index,
+                )
+                .limit(1)
             ).scalar_one_or_none()

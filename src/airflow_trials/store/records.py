@@ -200,7 +200,8 @@ class RungDecision:
     :param value: the metric it reached the rung with; NaN when it was NaN.
     :param decision: the rung's verdict: STOP when the value fell below the cutoff, else CONTINUE.
     :param reason: why, as the scheduler says it; None for most CONTINUEs.
-    :param at_end: recorded when the trial ended, with its last result; the verdict was not acted on.
+    :param at_end: recorded when the trial ended, with its last result; the verdict was not acted
+        on.
     :param created_at: when it was recorded (UTC).
     :param fresh: True when this call recorded it, False when it was stored already.
     """
@@ -220,7 +221,8 @@ class RungDecision:
 
 @dataclass(frozen=True)
 class MedianPoint:
-    """The median stopping rule's record of one of a trial's results, as ``TrialStore.record_median_point`` stored it.
+    """The median stopping rule's record of one of a trial's results, as
+    ``TrialStore.record_median_point`` stored it.
 
     :param experiment_run_id: the run whose trials the rule compares.
     :param trial_id: the trial.

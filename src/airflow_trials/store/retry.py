@@ -1,4 +1,5 @@
-"""Which database errors are transient, and how long the store waits before re-running a transaction."""
+"""Which database errors are transient, and how long the store waits before re-running a
+transaction."""
 
 from __future__ import annotations
 
@@ -59,12 +60,20 @@ class RetryPolicy:
     max_backoff_seconds: float = 5.0
 
     def __post_init__(self) -> None:
-        if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int) or self.max_attempts < 1:
-            raise ValueError(f"retry_max_attempts must be an integer of at least 1, got {self.max_attempts!r}.")
+        if (
+            isinstance(self.max_attempts, bool)
+            or not isinstance(self.max_attempts, int)
+            or self.max_attempts < 1
+        ):
+            raise ValueError(
+                f"retry_max_attempts must be an integer of at least 1, got {self.max_attempts!r}."
+            )
         for name in ("timeout_seconds", "initial_backoff_seconds", "max_backoff_seconds"):
             value = getattr(self, name)
             if not isinstance(value, int | float) or not 0 <= value < float("inf"):
-                raise ValueError(f"retry_{name} must be a finite number of at least 0, got {value!r}.")
+                raise ValueError(
+                    f"retry_{name} must be a finite number of at least 0, got {value!r}."
+                )
 
     def delay_seconds(self, attempt: int, elapsed_seconds: float) -> float | None:
         """How long to wait after failed attempt ``attempt`` (1-based), or None to give up."""

@@ -78,14 +78,21 @@ class RungsStore(StoreBase):
             f"run {experiment_run_id}"
         )
         row = {
-            "experiment_run_id": experiment_run_id, "trial_id": trial_id, "bracket": bracket,
-            "milestone": float(milestone), "iteration": iteration,
+            "experiment_run_id": experiment_run_id,
+            "trial_id": trial_id,
+            "bracket": bracket,
+            "milestone": float(milestone),
+            "iteration": iteration,
             "value": None if math.isnan(value) else value,
         }
         rung_key = zlib.crc32(f"{bracket}:{float(milestone)!r}".encode()) - 2**31
         return self._rung_verdicts.record(
-            experiment_run_id, trial_id, _Rung(self, row, decide, operation), at_end=at_end,
-            lock_key=rung_key, operation=operation,
+            experiment_run_id,
+            trial_id,
+            _Rung(self, row, decide, operation),
+            at_end=at_end,
+            lock_key=rung_key,
+            operation=operation,
         )
 
     def rung_values(self, experiment_run_id: int, bracket: int, milestone: float) -> ValueList:
@@ -99,7 +106,8 @@ class RungsStore(StoreBase):
             values = session.execute(
                 select(_RUNGS.c.value).where(
                     _RUNGS.c.experiment_run_id == experiment_run_id,
-                    _RUNGS.c.bracket == bracket, _RUNGS.c.milestone == float(milestone),
+                    _RUNGS.c.bracket == bracket,
+                    _RUNGS.c.milestone == float(milestone),
                 )
             ).scalars()
             return ValueList(math.nan if v is None else float(v) for v in values)
@@ -111,8 +119,16 @@ class RungsAccess(Protocol):
     """What :class:`StoredRungs` asks of the trials store (a ``TrialStore`` has it all)."""
 
     def record_rung(
-        self, experiment_run_id: int, trial_id: str, *, bracket: int, milestone: float,
-        value: float, decide: RungDecide, iteration: int | None = None, at_end: bool = False,
+        self,
+        experiment_run_id: int,
+        trial_id: str,
+        *,
+        bracket: int,
+        milestone: float,
+        value: float,
+        decide: RungDecide,
+        iteration: int | None = None,
+        at_end: bool = False,
     ) -> RungDecision: ...
 
     def trial_rungs(self, trial_id: str) -> list[RungDecision]: ...
@@ -143,12 +159,25 @@ class StoredRungs:
         return recorded
 
     def record(
-        self, trial_id: str, *, bracket: int, milestone: float, value: float, iteration: int,
-        at_end: bool, decide: RungDecide,
+        self,
+        trial_id: str,
+        *,
+        bracket: int,
+        milestone: float,
+        value: float,
+        iteration: int,
+        at_end: bool,
+        decide: RungDecide,
     ) -> RungDecision:
         recorded = self.store.record_rung(
-            self.experiment_run_id, trial_id, bracket=bracket, milestone=milestone, value=value,
-            iteration=iteration, at_end=at_end, decide=decide,
+            self.experiment_run_id,
+            trial_id,
+            bracket=bracket,
+            milestone=milestone,
+            value=value,
+            iteration=iteration,
+            at_end=at_end,
+            decide=decide,
         )
         if recorded.fresh:
             self.trial_rungs(trial_id).append(recorded)
@@ -184,7 +213,8 @@ class _Rung:
     def write(self, session: Session, verdict: dict[str, Any]) -> RungDecision:
         row = {**self._row, **verdict}
         inserted = session.execute(
-            self._store._insert(_RUNGS).values(**row)
+            self._store._insert(_RUNGS)
+            .values(**row)
             .on_conflict_do_nothing(index_elements=[_RUNGS.c.trial_id, _RUNGS.c.milestone])
             .returning(_RUNGS.c.id)
         ).scalar_one_or_none()
@@ -236,8 +266,11 @@ class _RungValuesInDB:
         order = _RUNGS.c.value.desc() if descending else _RUNGS.c.value.asc()
         values = list(
             self._connection.execute(
-                select(_RUNGS.c.value).where(*self._where, _RUNGS.c.value.is_not(None))
-                .order_by(order).offset(first).limit(last - first + 1)
+                select(_RUNGS.c.value)
+                .where(*self._where, _RUNGS.c.value.is_not(None))
+                .order_by(order)
+                .offset(first)
+                .limit(last - first + 1)
             ).scalars()
         )
         return values[::-1] if flipped else values

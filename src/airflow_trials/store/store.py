@@ -74,7 +74,9 @@ class TrialStore:
         retry_max_backoff_seconds: float = RetryPolicy.max_backoff_seconds,
     ) -> None:
         db = self._db = Database(
-            url, create=create, retry_max_attempts=retry_max_attempts,
+            url,
+            create=create,
+            retry_max_attempts=retry_max_attempts,
             retry_timeout_seconds=retry_timeout_seconds,
             retry_initial_backoff_seconds=retry_initial_backoff_seconds,
             retry_max_backoff_seconds=retry_max_backoff_seconds,

@@ -98,7 +98,10 @@ class TrialWriter(StoreBase):
             updated_at=now,
             started_at=None,
             ended_at=None,
-            dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=map_index,
+            dag_id=dag_id,
+            run_id=run_id,
+            task_id=task_id,
+            map_index=map_index,
             try_number=try_number,
             warm_start=json_safe(dict(warm_start)) if warm_start is not None else None,
         )
@@ -109,7 +112,11 @@ class TrialWriter(StoreBase):
         )
 
     def record_transition(
-        self, trial_id: str, transition: TrialTransition, *, why: str | None = None,
+        self,
+        trial_id: str,
+        transition: TrialTransition,
+        *,
+        why: str | None = None,
         try_number: int | None = None,
     ) -> Recorded:
         """Record a change of the trial's status other than its end, in one transaction under the
@@ -145,9 +152,12 @@ class TrialWriter(StoreBase):
         self, trial_id: str, transition: Transition, why: str | None, try_number: int | None
     ) -> Recorded:
         status = TRANSITION_STATUS[transition]
-        fields: dict[str, Any] = {"error_msg": why, "try_number": try_number,
-                                  "num_failures": 0 if transition is Transition.RESET else None,
-                                  "stopped_from_airflow": transition is Transition.STOPPED or None}
+        fields: dict[str, Any] = {
+            "error_msg": why,
+            "try_number": try_number,
+            "num_failures": 0 if transition is Transition.RESET else None,
+            "stopped_from_airflow": transition is Transition.STOPPED or None,
+        }
         self._set_status(trial_id, status, fields)
         return Recorded(status)
 
@@ -161,12 +171,18 @@ class TrialWriter(StoreBase):
         gives none keeps the one recorded, e.g. by the trigger, before it).
         """
         status = status_after_end(end, decision)
-        self._set_status(end.trial_id, status, {
-            "num_failures": None if decision is None else decision.num_failures,
-            "error_msg": end.error,
-            "last_result": None if end.last_result is None else json_safe(dict(end.last_result)),
-            "stop_reason": end.stop_reason if status is TrialStatus.TERMINATED else None,
-        })
+        self._set_status(
+            end.trial_id,
+            status,
+            {
+                "num_failures": None if decision is None else decision.num_failures,
+                "error_msg": end.error,
+                "last_result": None
+                if end.last_result is None
+                else json_safe(dict(end.last_result)),
+                "stop_reason": end.stop_reason if status is TrialStatus.TERMINATED else None,
+            },
+        )
         return status
 
     def update_trial(
@@ -191,11 +207,17 @@ class TrialWriter(StoreBase):
         :param stop_reason: why it ended TERMINATED; default unchanged. Only a TERMINATED trial
             takes one: otherwise ValueError and nothing is written.
         """
-        self._set_status(trial_id, None, {
-            "num_failures": num_failures, "error_msg": error_msg, "try_number": try_number,
-            "stop_reason": stop_reason,
-            "last_result": None if last_result is None else json_safe(dict(last_result)),
-        })
+        self._set_status(
+            trial_id,
+            None,
+            {
+                "num_failures": num_failures,
+                "error_msg": error_msg,
+                "try_number": try_number,
+                "stop_reason": stop_reason,
+                "last_result": None if last_result is None else json_safe(dict(last_result)),
+            },
+        )
 
     def _set_status(
         self, trial_id: str, status: TrialStatus | None, given: Mapping[str, Any]
@@ -220,8 +242,11 @@ class TrialWriter(StoreBase):
             if asking is not None and registered is not None and registered > asking:
                 return Recorded(TrialStatus(trial.status), applied=False)
             if not TrialStatus(trial.status).is_terminal():
-                change_status(trial, TrialStatus.TERMINATED,
-                              {"error_msg": stop.why, "stopped_from_airflow": True})
+                change_status(
+                    trial,
+                    TrialStatus.TERMINATED,
+                    {"error_msg": stop.why, "stopped_from_airflow": True},
+                )
             return Recorded(TrialStatus(trial.status))
 
         return self._transaction(operation, work)
@@ -238,11 +263,19 @@ class TrialWriter(StoreBase):
                 )
             owned = CheckpointRow.trial_id == trial_id
             paths = tuple(session.execute(select(CheckpointRow.path).where(owned)).scalars())
-            for table in (CheckpointRow, ResultRow, TrialRungRow, TrialMedianPointRow,
-                          TrialExploitRow):
+            for table in (
+                CheckpointRow,
+                ResultRow,
+                TrialRungRow,
+                TrialMedianPointRow,
+                TrialExploitRow,
+            ):
                 session.execute(delete(table).where(table.trial_id == trial_id))
-            change_status(trial, TrialStatus.PENDING,
-                          {"num_failures": 0, "error_msg": None, "last_result": None})
+            change_status(
+                trial,
+                TrialStatus.PENDING,
+                {"num_failures": 0, "error_msg": None, "last_result": None},
+            )
             trial.started_at = None
             trial.best_value = trial.best_iteration = None
             if restart.try_number is not None:

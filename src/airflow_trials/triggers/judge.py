@@ -130,8 +130,15 @@ class RungJudge(_Judge):
         if last_result is None or not self._judged(last_result):
             return
         iteration, time, value = self._read(last_result)
-        self.rungs.judge(self.state, self.trial_id, self.bracket, time=time, value=value,
-                         iteration=iteration, at_end=True)
+        self.rungs.judge(
+            self.state,
+            self.trial_id,
+            self.bracket,
+            time=time,
+            value=value,
+            iteration=iteration,
+            at_end=True,
+        )
 
     def _judge_one(self, result: Mapping[str, Any]) -> Verdict:
         iteration, time, value = self._read(result)
@@ -184,8 +191,9 @@ class MedianJudge(_Judge):
         iteration, time, value = self._read(result)
         best = self._best_after(iteration, value)
         try:
-            verdict = self.rule.judge(self.state, self.trial_id, iteration=iteration, time=time,
-                                      value=value, best=best)
+            verdict = self.rule.judge(
+                self.state, self.trial_id, iteration=iteration, time=time, value=value, best=best
+            )
         except ValueError as e:  # its time went back: the rule cannot judge it
             raise MissingSchedulerKey(f"trial {self.trial_id}: {e}") from e
         return Verdict(iteration, verdict.decision, verdict.reason)
@@ -193,7 +201,8 @@ class MedianJudge(_Judge):
     def _best_after(self, iteration: int, value: float) -> float:
         if self._best is None:
             earlier = [
-                r for r in self.store.get_results(self.trial_id)
+                r
+                for r in self.store.get_results(self.trial_id)
                 if r.get(R.TRAINING_ITERATION, 0) < iteration
             ]
             best = math.nan

@@ -66,18 +66,36 @@ class SweepTrigger(TrialsTrigger):
     """
 
     serialized_fields = (
-        "experiment_name", "run_key", "experiment_run_id", "trial_ids", "try_number", "ray_conn_id",
-        "trials_conn_id", "poll_interval_seconds", "progress_interval_seconds",
-        "ray_outage_timeout_seconds", "warm_started_trials", "push_return_value", "end_in_trigger",
+        "experiment_name",
+        "run_key",
+        "experiment_run_id",
+        "trial_ids",
+        "try_number",
+        "ray_conn_id",
+        "trials_conn_id",
+        "poll_interval_seconds",
+        "progress_interval_seconds",
+        "ray_outage_timeout_seconds",
+        "warm_started_trials",
+        "push_return_value",
+        "end_in_trigger",
     )
 
     def __init__(
-        self, experiment_name: str, run_key: str, experiment_run_id: int, trial_ids: list[str],
-        try_number: int = 1, ray_conn_id: str = DEFAULT_RAY_CONN_ID,
-        trials_conn_id: str = DEFAULT_TRIALS_CONN_ID, poll_interval_seconds: float = 2.0,
+        self,
+        experiment_name: str,
+        run_key: str,
+        experiment_run_id: int,
+        trial_ids: list[str],
+        try_number: int = 1,
+        ray_conn_id: str = DEFAULT_RAY_CONN_ID,
+        trials_conn_id: str = DEFAULT_TRIALS_CONN_ID,
+        poll_interval_seconds: float = 2.0,
         progress_interval_seconds: float = 30.0,
         ray_outage_timeout_seconds: float = RAY_OUTAGE_TIMEOUT_SECONDS,
-        warm_started_trials: int = 0, push_return_value: bool = True, end_in_trigger: bool = True,
+        warm_started_trials: int = 0,
+        push_return_value: bool = True,
+        end_in_trigger: bool = True,
     ) -> None:
         super().__init__(trials_conn_id, poll_interval_seconds)
         self.experiment_name = experiment_name
@@ -94,9 +112,14 @@ class SweepTrigger(TrialsTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         watch = SweepWatch(
-            self.experiment_name, self.run_key, self.experiment_run_id, list(self.trial_ids),
-            hook=TrialsHook(self.ray_conn_id, self.trials_conn_id), open_store=self.connect,
-            log=self.log, poll_interval_seconds=self.poll_interval_seconds,
+            self.experiment_name,
+            self.run_key,
+            self.experiment_run_id,
+            list(self.trial_ids),
+            hook=TrialsHook(self.ray_conn_id, self.trials_conn_id),
+            open_store=self.connect,
+            log=self.log,
+            poll_interval_seconds=self.poll_interval_seconds,
             progress_interval_seconds=self.progress_interval_seconds,
             ray_outage_timeout_seconds=self.ray_outage_timeout_seconds,
         )
@@ -122,8 +145,14 @@ class SweepTrigger(TrialsTrigger):
         assert ti is not None  # run() pushes only under a triggerer
         keys = {"sweep": summary, **({"return_value": summary} if self.push_return_value else {})}
         for key, value in keys.items():
-            XCom.set(key, value, dag_id=ti.dag_id, task_id=ti.task_id, run_id=ti.run_id,
-                     map_index=ti.map_index)
+            XCom.set(
+                key,
+                value,
+                dag_id=ti.dag_id,
+                task_id=ti.task_id,
+                run_id=ti.run_id,
+                map_index=ti.map_index,
+            )
 
     async def on_kill(self) -> None:
         """The user cleared or marked the deferred task: the driver stops the run's trials and ends
@@ -135,14 +164,23 @@ class SweepTrigger(TrialsTrigger):
         try:
             namespace = await asyncio.to_thread(connected_namespace, hook)
             stopped = await asyncio.to_thread(
-                stop_driver, self.experiment_name, self.run_key, namespace, self.try_number,
-                CLEAR_GRACE_SECONDS)
+                stop_driver,
+                self.experiment_name,
+                self.run_key,
+                namespace,
+                self.try_number,
+                CLEAR_GRACE_SECONDS,
+            )
         except Exception as e:  # noqa: BLE001 - Ray down: the driver went with it
             self.log.warning("Could not stop the sweep of run %s on Ray: %s", self.run_key, e)
             return
-        self.log.info("Sweep %s: %s.", self.run_key,
-                      f"its trials stop in {CLEAR_GRACE_SECONDS:.0f} s unless a newer try "
-                      "re-attaches first" if stopped else "left to the newer try that watches it")
+        self.log.info(
+            "Sweep %s: %s.",
+            self.run_key,
+            f"its trials stop in {CLEAR_GRACE_SECONDS:.0f} s unless a newer try re-attaches first"
+            if stopped
+            else "left to the newer try that watches it",
+        )
 
 
 @dataclass
@@ -176,16 +214,25 @@ class SweepWatch:
     last_line: tuple[float, tuple[Any, ...]] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
-        self.outage = RayOutage(f"Sweep {self.run_key}", self.ray_outage_timeout_seconds,
-                                self.poll_interval_seconds, self.log)
+        self.outage = RayOutage(
+            f"Sweep {self.run_key}",
+            self.ray_outage_timeout_seconds,
+            self.poll_interval_seconds,
+            self.log,
+        )
 
     async def until_end(self) -> SweepEnd:
         try:
             return await self._watch()
         except RayOutageTimeout as e:
-            return SweepEnd.lost(self.experiment_name, self.run_key, (
-                f"could not be reached: {e}. The task's next try resumes the run's unfinished "
-                "trials from their latest checkpoints."))
+            return SweepEnd.lost(
+                self.experiment_name,
+                self.run_key,
+                (
+                    f"could not be reached: {e}. The task's next try resumes the run's unfinished "
+                    "trials from their latest checkpoints."
+                ),
+            )
 
     async def _watch(self) -> SweepEnd:
         self.actor = await self._find()
@@ -221,7 +268,8 @@ class SweepWatch:
             try:
                 namespace = await asyncio.to_thread(connected_namespace, self.hook, verify=True)
                 actor = await asyncio.to_thread(
-                    find_driver, self.experiment_name, self.run_key, namespace)
+                    find_driver, self.experiment_name, self.run_key, namespace
+                )
                 self.outage.answered()
                 return actor
             except Exception as e:  # noqa: BLE001 - Ray down, or answering errors as it restarts
@@ -235,7 +283,8 @@ class SweepWatch:
         while True:
             try:
                 snapshot: dict[str, Any] = await asyncio.to_thread(
-                    ray.get, self.actor.progress.remote(), timeout=POLL_GRACE_SECONDS)
+                    ray.get, self.actor.progress.remote(), timeout=POLL_GRACE_SECONDS
+                )
                 self.outage.answered()
                 return snapshot
             except RayActorError:
@@ -250,27 +299,42 @@ class SweepWatch:
         """No driver: the run ended (a trigger that ran again after killing it) or the driver was
         lost."""
         store = await self.open_store()
-        records = await asyncio.to_thread(store.list_trials,
-                                          experiment_run_id=self.experiment_run_id)
+        records = await asyncio.to_thread(
+            store.list_trials, experiment_run_id=self.experiment_run_id
+        )
         ended = {r.trial_id for r in records if r.status.is_terminal()}
         left = [t for t in self.trial_ids if t not in ended]
         if not left:
             return SweepEnd(self.run_key, SweepStatus.FINISHED)
-        return SweepEnd.lost(self.experiment_name, self.run_key, (
-            f"is gone (its Ray head restarted, its node died, or it was killed) with {len(left)} "
-            f"of {len(self.trial_ids)} trials unfinished; the task's next try resumes them from "
-            "their latest checkpoints."))
+        return SweepEnd.lost(
+            self.experiment_name,
+            self.run_key,
+            (
+                "is gone (its Ray head restarted, its node died, or it was killed) with "
+                f"{len(left)} "
+                f"of {len(self.trial_ids)} trials unfinished; the task's next try resumes them "
+                "from "
+                "their latest checkpoints."
+            ),
+        )
 
     def _log(self, snapshot: dict[str, Any]) -> None:
         if snapshot.get("starting"):
             return
         key = (snapshot["terminated"], snapshot["errored"], snapshot.get("finished"))
         now = time.monotonic()
-        if self.last_line is not None and key == self.last_line[1] and (
-                now - self.last_line[0] < self.progress_interval_seconds):
+        if (
+            self.last_line is not None
+            and key == self.last_line[1]
+            and (now - self.last_line[0] < self.progress_interval_seconds)
+        ):
             return
-        if self.last_line is not None and key != self.last_line[1] and not snapshot.get(
-                "finished") and now - self.last_line[0] < min(5.0, self.progress_interval_seconds):
+        if (
+            self.last_line is not None
+            and key != self.last_line[1]
+            and not snapshot.get("finished")
+            and now - self.last_line[0] < min(5.0, self.progress_interval_seconds)
+        ):
             return  # trials end often in a big sweep: a line every few seconds at most
         self.last_line = (now, key)
         self.log.info("Sweep %s: %s", self.run_key, progress_line(snapshot))

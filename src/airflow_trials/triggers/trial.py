@@ -29,9 +29,16 @@ if TYPE_CHECKING:
     from airflow_trials.store import TrialStore
 
 __all__ = [
-    "BATCHED_POLLS_ENV", "MIN_DEFERRAL_SECONDS", "POLL_GRACE_SECONDS", "RAY_OUTAGE_TIMEOUT_SECONDS",
-    "TrialStatusTrigger", "TrialTrigger", "TrialWatchSpec", "TrialsTrigger",
-    "stored_end_event", "trials_status",
+    "BATCHED_POLLS_ENV",
+    "MIN_DEFERRAL_SECONDS",
+    "POLL_GRACE_SECONDS",
+    "RAY_OUTAGE_TIMEOUT_SECONDS",
+    "TrialStatusTrigger",
+    "TrialTrigger",
+    "TrialWatchSpec",
+    "TrialsTrigger",
+    "stored_end_event",
+    "trials_status",
 ]
 
 T = TypeVar("T")
@@ -58,8 +65,9 @@ class TrialsTrigger(BaseTrigger):
 
     serialized_fields: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(self, trials_conn_id: str = DEFAULT_TRIALS_CONN_ID,
-                 poll_interval_seconds: float = 2.0) -> None:
+    def __init__(
+        self, trials_conn_id: str = DEFAULT_TRIALS_CONN_ID, poll_interval_seconds: float = 2.0
+    ) -> None:
         super().__init__()
         self.trials_conn_id = trials_conn_id
         self.poll_interval_seconds = poll_interval_seconds
@@ -173,8 +181,16 @@ class TrialTrigger(TrialsTrigger):
     ) -> None:
         super().__init__(trials_conn_id, poll_interval_seconds)
         self.spec = TrialWatchSpec(
-            experiment_name, trial_id, ray_conn_id, trials_conn_id, poll_interval_seconds,
-            ray_outage_timeout_seconds, ray_cluster_id, scheduler, bracket, experiment_run_id,
+            experiment_name,
+            trial_id,
+            ray_conn_id,
+            trials_conn_id,
+            poll_interval_seconds,
+            ray_outage_timeout_seconds,
+            ray_cluster_id,
+            scheduler,
+            bracket,
+            experiment_run_id,
         )
         self._watch: TrialWatch | None = None
 
@@ -207,13 +223,19 @@ class TrialTrigger(TrialsTrigger):
         # a stop sent by try N must never end the trial that try N+1 took over.
         try_number = getattr(self.task_instance, "try_number", None)
         stopped = await asyncio.to_thread(
-            TrialsHook.record_stop_from_airflow, store, self.trial_id, try_number)
+            TrialsHook.record_stop_from_airflow, store, self.trial_id, try_number
+        )
         if not stopped:
-            self.log.info("Task of trial %s was cleared; a later try took the trial over, leaving "
-                          "it running.", self.trial_id)
+            self.log.info(
+                "Task of trial %s was cleared; a later try took the trial over, leaving "
+                "it running.",
+                self.trial_id,
+            )
             return
-        self.log.info("Task of trial %s was cleared or marked while deferred; stopping the trial "
-                      "on Ray.", self.trial_id)
+        self.log.info(
+            "Task of trial %s was cleared or marked while deferred; stopping the trial on Ray.",
+            self.trial_id,
+        )
         watch = self._watch or self._new_watch(store)
         await watch.release()  # the actor it watched, never one a later try started
 
@@ -224,8 +246,9 @@ class TrialTrigger(TrialsTrigger):
         await super().cleanup()
 
 
-def trials_status(store: Any, experiment_name: str, trial_id: str | None,
-                  run_key: str | None) -> dict[str, Any]:
+def trials_status(
+    store: Any, experiment_name: str, trial_id: str | None, run_key: str | None
+) -> dict[str, Any]:
     """What a TrialSensor waits on, read from the trials store: done or not, and the statuses."""
     if trial_id is not None:
         trials = [store.get_trial(trial_id)]
@@ -251,7 +274,11 @@ class TrialStatusTrigger(TrialsTrigger):
     """
 
     serialized_fields = (
-        "experiment_name", "trial_id", "run_key", "trials_conn_id", "poll_interval_seconds",
+        "experiment_name",
+        "trial_id",
+        "run_key",
+        "trials_conn_id",
+        "poll_interval_seconds",
     )
 
     def __init__(

@@ -97,8 +97,11 @@ class TaskLogEcho:
         """Say where the trial's log files were saved, or why they were not."""
         files = snapshot.get("log_files") or {}
         if files:
-            self.log.info("Trial %s: its full stdout and stderr are saved at %s.",
-                          self.trial_id, ", ".join(files[s] for s in sorted(files)))
+            self.log.info(
+                "Trial %s: its full stdout and stderr are saved at %s.",
+                self.trial_id,
+                ", ".join(files[s] for s in sorted(files)),
+            )
         if snapshot.get("log_error"):
             self.log.warning("%s", snapshot["log_error"])
 
@@ -106,13 +109,23 @@ class TaskLogEcho:
         skipped_bytes = chunk.get("skipped_bytes", 0)
         skipped_lines = chunk.get("skipped_lines", 0)
         if skipped_bytes or skipped_lines:
-            left_out = " and ".join(filter(None, (
-                f"{skipped_bytes} bytes" if skipped_bytes else "",
-                f"{skipped_lines} lines" if skipped_lines else "",
-            )))
-            self.log.info("[trial %s] ... %s of output left out here (more than one poll shows); "
-                          "the whole file is %s on the trial's node, and in the trial's logs/ "
-                          "directory once it ends.", stream, left_out, chunk.get("path"))
+            left_out = " and ".join(
+                filter(
+                    None,
+                    (
+                        f"{skipped_bytes} bytes" if skipped_bytes else "",
+                        f"{skipped_lines} lines" if skipped_lines else "",
+                    ),
+                )
+            )
+            self.log.info(
+                "[trial %s] ... %s of output left out here (more than one poll shows); "
+                "the whole file is %s on the trial's node, and in the trial's logs/ "
+                "directory once it ends.",
+                stream,
+                left_out,
+                chunk.get("path"),
+            )
         for line in chunk.get("lines", ()):
             self.log.info("[trial %s] %s", stream, line)
 
@@ -120,10 +133,15 @@ class TaskLogEcho:
         results = snapshot.get("results") or []
         total = int(snapshot.get("num_results", len(results)))
         first = total - len(results)  # the index of results[0] among all the trial's results
-        new = results[max(0, self.results_logged - first):]
+        new = results[max(0, self.results_logged - first) :]
         if len(new) > MAX_PROGRESS_LINES_PER_POLL:
-            self.log.info("Trial %s: %d new results; the newest %d follow (all of them are in the "
-                          "trials DB).", self.trial_id, len(new), MAX_PROGRESS_LINES_PER_POLL)
+            self.log.info(
+                "Trial %s: %d new results; the newest %d follow (all of them are in the "
+                "trials DB).",
+                self.trial_id,
+                len(new),
+                MAX_PROGRESS_LINES_PER_POLL,
+            )
             new = new[-MAX_PROGRESS_LINES_PER_POLL:]
         for result in new:
             self.log.info("%s", format_progress(self.trial_id, result))
@@ -153,8 +171,7 @@ class TrialWatch:
     :param log: the trigger's logger: the trial's output and progress land in the task's log.
     """
 
-    def __init__(self, spec: TrialWatchSpec, hook: TrialsHook, store: TrialStore,
-                 log: Any) -> None:
+    def __init__(self, spec: TrialWatchSpec, hook: TrialsHook, store: TrialStore, log: Any) -> None:
         self.spec = spec
         self.hook = hook
         self.store = store
@@ -164,14 +181,19 @@ class TrialWatch:
         self.placement_group_id: str | None = None
         self.placed = False
         self.polls: TrialPolls | None = None
-        self.outage = RayOutage(f"Trial {spec.trial_id}", spec.ray_outage_timeout_seconds,
-                                spec.poll_interval_seconds, log)
+        self.outage = RayOutage(
+            f"Trial {spec.trial_id}",
+            spec.ray_outage_timeout_seconds,
+            spec.poll_interval_seconds,
+            log,
+        )
         self.echo = TaskLogEcho(log, spec.trial_id)
         self.judge: RungJudge | MedianJudge | None = None
         # TrialWatchSpec refuses a scheduler without experiment_run_id.
         if spec.scheduler is not None and spec.experiment_run_id is not None:
-            self.judge = judge_for(spec.scheduler, spec.bracket, store, spec.experiment_run_id,
-                                   spec.trial_id)
+            self.judge = judge_for(
+                spec.scheduler, spec.bracket, store, spec.experiment_run_id, spec.trial_id
+            )
 
     async def until_end(self) -> dict[str, Any]:
         """Record the trial's results until it ends; the end event (TERMINATED, or ERROR)."""
@@ -204,7 +226,10 @@ class TrialWatch:
         try:
             executor = self.executor or await asyncio.to_thread(self.hook.get_executor)
             await asyncio.to_thread(
-                executor.release, spec.experiment_name, spec.trial_id, self.placement_group_id,
+                executor.release,
+                spec.experiment_name,
+                spec.trial_id,
+                self.placement_group_id,
                 self.actor,
             )
         except Exception as e:  # Ray down: its restart frees the trial's resources anyway
@@ -220,11 +245,15 @@ class TrialWatch:
             if finished:
                 raise Ended(finished)
             if await self._cluster_replaced():
-                raise Ended(self._lost(
-                    "the Ray cluster it was launched on is gone (a new cluster answers at Ray's "
-                    "address); its task resumes it from its latest checkpoint",
-                    infrastructure=True, released=True,
-                ))
+                raise Ended(
+                    self._lost(
+                        "the Ray cluster it was launched on is gone (a new cluster answers at "
+                        "Ray's "
+                        "address); its task resumes it from its latest checkpoint",
+                        infrastructure=True,
+                        released=True,
+                    )
+                )
             raise Ended(self._lost("its Ray actor is gone (node lost or killed)"))
         from airflow_trials.execution.ray_state import actor_info
 
@@ -237,8 +266,9 @@ class TrialWatch:
         wait_s = spec.poll_interval_seconds
         # What the store names now: what the actor dropped while nobody recorded is marked deleted
         # with the first write (a watch before this one may have died in between).
-        recorded = [c.path for c in
-                    await asyncio.to_thread(self.store.live_checkpoints, spec.trial_id)]
+        recorded = [
+            c.path for c in await asyncio.to_thread(self.store.live_checkpoints, spec.trial_id)
+        ]
         if os.environ.get(BATCHED_POLLS_ENV, "1") == "0":
             self.polls = DirectTrialPolls(spec.trial_id, self.actor, self.store, wait_s, recorded)
         else:
@@ -260,7 +290,8 @@ class TrialWatch:
             try:
                 self.executor = await asyncio.to_thread(self.hook.get_executor, verify=True)
                 return await asyncio.to_thread(
-                    self.executor.attach, spec.experiment_name, spec.trial_id)
+                    self.executor.attach, spec.experiment_name, spec.trial_id
+                )
             except Exception as e:  # Ray down, or answering with errors while it restarts
                 await self._ray_not_answering(e)
 
@@ -282,7 +313,8 @@ class TrialWatch:
             try:
                 if not answered:
                     raise TimeoutError(
-                        f"no answer to a poll within {wait_s + POLL_GRACE_SECONDS:.0f} s")
+                        f"no answer to a poll within {wait_s + POLL_GRACE_SECONDS:.0f} s"
+                    )
                 snapshot: dict[str, Any] = poll.answered.result()
             except TimeoutError as e:
                 if self.placed:  # a queued trial is not expected to answer: only check Ray is there
@@ -305,21 +337,28 @@ class TrialWatch:
             await self.outage.wait(error)
         except RayOutageTimeout as e:
             await self.release()
-            raise Ended(self._lost(
-                f"{e}; its task resumes the trial from its latest checkpoint once Ray is back",
-                infrastructure=True, released=True,
-            )) from e
+            raise Ended(
+                self._lost(
+                    f"{e}; its task resumes the trial from its latest checkpoint once Ray is back",
+                    infrastructure=True,
+                    released=True,
+                )
+            ) from e
 
     async def _reattach(self) -> None:
         """Find the trial's actor again after Ray stopped answering; end the watch if it is gone."""
         actor = await self._find_actor()
         if actor is None:
             await self.release()
-            raise Ended(self._lost(
-                "its Ray actor is gone: the Ray cluster restarted or the trial's node was lost; "
-                "its task resumes it from its latest checkpoint",
-                infrastructure=True, released=True,
-            ))
+            raise Ended(
+                self._lost(
+                    "its Ray actor is gone: the Ray cluster restarted or the trial's node was "
+                    "lost; "
+                    "its task resumes it from its latest checkpoint",
+                    infrastructure=True,
+                    released=True,
+                )
+            )
         if self.polls is not None:
             self.polls.set_actor(actor)
         self.actor = actor
@@ -336,7 +375,8 @@ class TrialWatch:
         cause = f"{info.death_reason}: {info.death_message}" if info.death_reason else str(error)
         return self._lost(
             f"its Ray actor died while it ran ({cause})",
-            infrastructure=info.lost_to_infrastructure, released=True,
+            infrastructure=info.lost_to_infrastructure,
+            released=True,
         )
 
     async def _record(self, poll: Any) -> None:
@@ -353,10 +393,14 @@ class TrialWatch:
         """A DB that failed past the store's retries: stop the trial on Ray and end the watch, so
         that its task's retry resumes it from its latest recorded checkpoint."""
         await self.release()
-        raise Ended(self._lost(
-            f"{what} ({error}); the trial was stopped on Ray so that its task's retry resumes it "
-            "from its latest recorded checkpoint", released=True,
-        )) from error
+        raise Ended(
+            self._lost(
+                f"{what} ({error}); the trial was stopped on Ray so that its task's retry resumes "
+                "it "
+                "from its latest recorded checkpoint",
+                released=True,
+            )
+        ) from error
 
     async def _judge(self, snapshot: dict[str, Any]) -> bool:
         """Ask the scheduler about the snapshot's new results (in a thread: it reads and writes its
@@ -372,7 +416,8 @@ class TrialWatch:
             raise Ended(self._lost(str(e), released=True)) from e
         except StoreError as e:
             await self._store_failed(
-                "its scheduler's rungs could not be read or written in the trials DB", e)
+                "its scheduler's rungs could not be read or written in the trials DB", e
+            )
         if TrialStatus(snapshot["status"]).is_terminal():
             # It ended on its own (its criterion): nothing to tell it (its end records the rest).
             return False
@@ -392,12 +437,18 @@ class TrialWatch:
         import ray
 
         try:
-            ray.get(self.actor.decide.remote(verdict.iteration, verdict.decision.value,
-                                             verdict.reason), timeout=POLL_GRACE_SECONDS)
+            ray.get(
+                self.actor.decide.remote(verdict.iteration, verdict.decision.value, verdict.reason),
+                timeout=POLL_GRACE_SECONDS,
+            )
         except Exception as e:  # noqa: BLE001 - Ray's errors for a dead or unreachable actor vary
-            self.log.warning("Trial %s: could not give its actor the verdict on result %d "
-                             "(%s: %s).", self.spec.trial_id, verdict.iteration,
-                             type(e).__name__, e)
+            self.log.warning(
+                "Trial %s: could not give its actor the verdict on result %d (%s: %s).",
+                self.spec.trial_id,
+                verdict.iteration,
+                type(e).__name__,
+                e,
+            )
 
     async def _release_checkpoints(self) -> None:
         """Let the ended trial's actor delete what it dropped since the last poll, now that the
@@ -406,11 +457,17 @@ class TrialWatch:
         if version is None:
             return
         try:
-            await asyncio.wait_for(self.actor.release_checkpoints.remote(version),
-                                   POLL_GRACE_SECONDS)
+            await asyncio.wait_for(
+                self.actor.release_checkpoints.remote(version), POLL_GRACE_SECONDS
+            )
         except Exception as e:  # noqa: BLE001 - Ray's errors for a dead or unreachable actor vary
-            self.log.warning("Trial %s: its dropped checkpoints were not deleted (%s: %s); they "
-                             "stay on the storage.", self.spec.trial_id, type(e).__name__, e)
+            self.log.warning(
+                "Trial %s: its dropped checkpoints were not deleted (%s: %s); they "
+                "stay on the storage.",
+                self.spec.trial_id,
+                type(e).__name__,
+                e,
+            )
 
     def _finished_in_store(self) -> dict[str, Any] | None:
         record = self.store.get_trial(self.spec.trial_id)
@@ -418,12 +475,16 @@ class TrialWatch:
             return None
         return stored_end_event(self.store, self.spec.experiment_name, record)
 
-    def _lost(self, why: str, *, infrastructure: bool = False, released: bool = False
-              ) -> dict[str, Any]:
+    def _lost(
+        self, why: str, *, infrastructure: bool = False, released: bool = False
+    ) -> dict[str, Any]:
         """The ERROR event of a trial whose actor is gone (``infrastructure``: with its node or its
         cluster, not because of the trial) or that this watch had to stop."""
         return TrialEnd.lost(
-            self.spec.trial_id, self.spec.experiment_name, why, infrastructure=infrastructure,
+            self.spec.trial_id,
+            self.spec.experiment_name,
+            why,
+            infrastructure=infrastructure,
             released=released,
         ).to_event()
 
@@ -441,8 +502,9 @@ class TrialWatch:
             try:
                 await asyncio.to_thread(self.judge.at_end, end.last_result)
             except StoreError as e:  # its results and end are kept; a later cutoff misses it only
-                self.log.warning("Trial %s: its scheduler could not record its last value (%s).",
-                                 end.trial_id, e)
+                self.log.warning(
+                    "Trial %s: its scheduler could not record its last value (%s).", end.trial_id, e
+                )
         if end.finished:
             # Shown as finished at once; execute_complete records the same end again, harmlessly.
             await asyncio.to_thread(self.store.record_end, end)
@@ -453,6 +515,9 @@ def stored_end_event(store: TrialStore, experiment_name: str, record: Any) -> di
     """The TERMINATED event of a trial whose end the store holds (its actor is already gone)."""
     latest = store.latest_checkpoint(record.trial_id)
     return TrialEnd.stored(
-        record.trial_id, experiment_name, record.last_result, latest.path if latest else None,
+        record.trial_id,
+        experiment_name,
+        record.last_result,
+        latest.path if latest else None,
         stop_reason=record.stop_reason,
     ).to_event()

@@ -89,7 +89,9 @@ class ResourceLedger:
     def could_start(self, resources: Resources) -> bool:
         """What :meth:`has_resources` would answer now, without taking the queue's one place."""
         self.refresh()
-        return resources.fits_in(self._total - self.committed) or (self.queue_trials and not self._trial_queued)
+        return resources.fits_in(self._total - self.committed) or (
+            self.queue_trials and not self._trial_queued
+        )
 
     def summary_string(self) -> str:
         total = self.total()

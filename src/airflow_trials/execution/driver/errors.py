@@ -1,4 +1,5 @@
-"""TrialError from a Ray failure: the remote traceback, what died, and whether the cluster is to blame."""
+"""TrialError from a Ray failure: the remote traceback, what died, and whether the cluster is to
+blame."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ log = logging.getLogger(__name__)
 
 
 def trial_error(trial: Trial, error: Exception, doing: str = "training") -> TrialError:
-    """The TrialError to raise (``from error``) when ``trial`` failed while ``doing`` something on Ray.
+    """The TrialError to raise (``from error``) when ``trial`` failed while ``doing`` something on
+    Ray.
 
     A trial whose actor was lost with its node is marked ``infrastructure``: not the trial's fault.
     """
@@ -26,8 +28,11 @@ def trial_error(trial: Trial, error: Exception, doing: str = "training") -> Tria
     infrastructure = False
     if isinstance(error, RayActorError) and not isinstance(error, RayTaskError):
         infrastructure = _lost_with_its_node(error)
-        what = ("its Ray actor was lost with its node (infrastructure, not counted as a failure)"
-                if infrastructure else "its Ray actor died (out of memory, crashed, or killed)")
+        what = (
+            "its Ray actor was lost with its node (infrastructure, not counted as a failure)"
+            if infrastructure
+            else "its Ray actor died (out of memory, crashed, or killed)"
+        )
     else:
         what = "its trainable raised"
     return TrialError(
@@ -45,7 +50,9 @@ def _lost_with_its_node(error: RayActorError) -> bool:
     if not actor_id:
         return False
     try:
-        return actor_info_by_id(actor_id.hex() if hasattr(actor_id, "hex") else str(actor_id)).lost_to_infrastructure
+        return actor_info_by_id(
+            actor_id.hex() if hasattr(actor_id, "hex") else str(actor_id)
+        ).lost_to_infrastructure
     except Exception:  # the GCS does not answer: say nothing rather than guess
         log.warning("Could not ask Ray why actor %s died", actor_id, exc_info=True)
         return False

@@ -1,4 +1,5 @@
-"""RayTrialExecutor: the TrialRunner's executor, which starts, steps, pauses, saves and stops trials as Ray actors.
+"""RayTrialExecutor: the TrialRunner's executor, which starts, steps, pauses, saves and stops trials
+as Ray actors.
 
 The parts it is built from: :mod:`~airflow_trials.execution.handles` (actor names, lookup,
 creation), :mod:`~airflow_trials.execution.driver.slots` (placement groups and the actors in them),
@@ -37,7 +38,8 @@ log = logging.getLogger(__name__)
 
 
 class RayTrialExecutor(TrialLauncher):
-    """Runs trials as Ray actors, one placement group each, one result at a time for the TrialRunner.
+    """Runs trials as Ray actors, one placement group each, one result at a time for the
+    TrialRunner.
 
     It is a :class:`TrialLauncher` too, so the Airflow path (``launch``, ``attach``, ``is_placed``,
     ``release``, ``terminate``) works on it. Lifecycle of a trial the runner drives::
@@ -89,14 +91,22 @@ class RayTrialExecutor(TrialLauncher):
         stop_timeout_s: float = 10.0,
     ) -> None:
         super().__init__(
-            storage_path, queue_trials=queue_trials, refresh_period_s=refresh_period_s,
-            namespace=namespace, detached=detached, capture_output=capture_output,
+            storage_path,
+            queue_trials=queue_trials,
+            refresh_period_s=refresh_period_s,
+            namespace=namespace,
+            detached=detached,
+            capture_output=capture_output,
             local_log_path=local_log_path,
         )
         # Unlike a bare launcher, the executor gives slots back, so it may cache them for reuse.
         self.slots = SlotPool(
-            self.storage, namespace=namespace, detached=detached, capture_output=capture_output,
-            reuse_actors=reuse_actors, reuse_placement_groups=reuse_placement_groups,
+            self.storage,
+            namespace=namespace,
+            detached=detached,
+            capture_output=capture_output,
+            reuse_actors=reuse_actors,
+            reuse_placement_groups=reuse_placement_groups,
             stop_timeout_s=stop_timeout_s,
         )
         self.delete_checkpoints = delete_checkpoints
@@ -141,7 +151,11 @@ class RayTrialExecutor(TrialLauncher):
 
     # -- starting and stopping -------------------------------------------------------------------
     def start_trial(
-        self, trial: Trial, checkpoint_path: str | None = None, train: bool = True, run_ahead_below: int = 0
+        self,
+        trial: Trial,
+        checkpoint_path: str | None = None,
+        train: bool = True,
+        run_ahead_below: int = 0,
     ) -> bool:
         """Start (or resume) ``trial``, restoring from ``checkpoint_path`` or its newest checkpoint.
         ``run_ahead_below``: see :meth:`continue_training`.
@@ -200,7 +214,8 @@ class RayTrialExecutor(TrialLauncher):
                 self.delete_trial_checkpoints(trial)
 
     def requeue_trial(self, trial: Trial) -> None:
-        """Free a failed trial's resources and put it back to PENDING to retry from its checkpoint."""
+        """Free a failed trial's resources and put it back to PENDING to retry from its
+        checkpoint."""
         self._release(trial, reusable=False)
         self.set_status(trial, TrialStatus.PENDING)
 
@@ -208,7 +223,9 @@ class RayTrialExecutor(TrialLauncher):
         """Checkpoint the RUNNING trial (unless not ``save``: it takes over another state, see
         execution/driver/exploit.py), release its actor and GPUs, and mark it PAUSED."""
         if trial.status != TrialStatus.RUNNING:
-            raise ValueError(f"Cannot pause trial {trial.trial_id}: it is {trial.status}, not RUNNING.")
+            raise ValueError(
+                f"Cannot pause trial {trial.trial_id}: it is {trial.status}, not RUNNING."
+            )
         if trial.trial_id in self._future_of:
             raise ValueError(
                 f"Cannot pause trial {trial.trial_id} while a result is in flight; fetch it first."
@@ -224,13 +241,17 @@ class RayTrialExecutor(TrialLauncher):
     def unpause_trial(self, trial: Trial) -> None:
         """PAUSED -> PENDING, so the scheduler can start it again."""
         if trial.status != TrialStatus.PAUSED:
-            raise ValueError(f"Cannot unpause trial {trial.trial_id}: it is {trial.status}, not PAUSED.")
+            raise ValueError(
+                f"Cannot unpause trial {trial.trial_id}: it is {trial.status}, not PAUSED."
+            )
         self.set_status(trial, TrialStatus.PENDING)
 
     def resume_trial(self, trial: Trial) -> bool:
         """Start a PAUSED trial now, from the checkpoint it was paused on."""
         if trial.status != TrialStatus.PAUSED:
-            raise ValueError(f"Cannot resume trial {trial.trial_id}: it is {trial.status}, not PAUSED.")
+            raise ValueError(
+                f"Cannot resume trial {trial.trial_id}: it is {trial.status}, not PAUSED."
+            )
         return self.start_trial(trial)
 
     def reset_trial(self, trial: Trial, new_config: dict[str, Any]) -> bool:
@@ -306,10 +327,13 @@ class RayTrialExecutor(TrialLauncher):
 
     # -- checkpoints -----------------------------------------------------------------------------
     def save(self, trial: Trial) -> CheckpointRecord | None:
-        """Persist the RUNNING trial's state now; registers and returns the checkpoint (None if none)."""
+        """Persist the RUNNING trial's state now; registers and returns the checkpoint (None if
+        none)."""
         slot = self._slots.get(trial.trial_id)
         if slot is None or slot.actor is None:
-            raise ValueError(f"Cannot save trial {trial.trial_id}: it has no live actor ({trial.status}).")
+            raise ValueError(
+                f"Cannot save trial {trial.trial_id}: it has no live actor ({trial.status})."
+            )
         try:
             raw: Any = ray.get(slot.actor.save.remote())
         except (RayTaskError, RayActorError) as e:
@@ -330,21 +354,27 @@ class RayTrialExecutor(TrialLauncher):
         slot = self._slots.get(trial.trial_id)
         source = checkpoint_path or trial.restore_source()
         if slot is None or slot.actor is None or source is None:
-            raise ValueError(f"Cannot restore trial {trial.trial_id}: no live actor or no checkpoint.")
+            raise ValueError(
+                f"Cannot restore trial {trial.trial_id}: no live actor or no checkpoint."
+            )
         try:
             ray.get(slot.actor.restore.remote(source))
         except (RayTaskError, RayActorError) as e:
             raise trial_error(trial, e, "restoring from its checkpoint") from e
 
     def copy_checkpoint(self, src: Trial, tgt: Trial) -> CheckpointRecord:
-        """Copy ``src``'s newest checkpoint to ``tgt``, which then starts from it (Syne Tune's copy_checkpoint)."""
+        """Copy ``src``'s newest checkpoint to ``tgt``, which then starts from it (Syne Tune's
+        copy_checkpoint)."""
         newest = src.checkpoint
         if newest is None:
             raise CheckpointError(
                 f"Trial {src.trial_id} has no checkpoint to copy to trial {tgt.trial_id}; "
-                f"checkpoint it first (checkpoint_freq, checkpoint_at_end or report(checkpoint=...))."
+                "checkpoint it first (checkpoint_freq, checkpoint_at_end or "
+                "report(checkpoint=...))."
             )
-        path = self.storage.copy_checkpoint(newest.path, tgt.experiment_name, tgt.trial_id, newest.iteration)
+        path = self.storage.copy_checkpoint(
+            newest.path, tgt.experiment_name, tgt.trial_id, newest.iteration
+        )
         record = CheckpointRecord(path, newest.iteration, newest.metrics)
         self.register_checkpoint(tgt, record)
         return record

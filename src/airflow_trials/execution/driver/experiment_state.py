@@ -23,7 +23,9 @@ def state_path(storage: TrialStorage, experiment_name: str) -> str:
     return f"{storage.experiment_dir(experiment_name)}/{EXPERIMENT_STATE_FILE}"
 
 
-def save_experiment_state(storage: TrialStorage, experiment_name: str, trials: Sequence[Trial]) -> str:
+def save_experiment_state(
+    storage: TrialStorage, experiment_name: str, trials: Sequence[Trial]
+) -> str:
     """Write every trial's state to ``<experiment_dir>/experiment_state.json``; returns the path."""
     state: dict[str, Any] = {
         "version": _STATE_VERSION,
@@ -37,11 +39,14 @@ def save_experiment_state(storage: TrialStorage, experiment_name: str, trials: S
 
 
 def load_experiment_state(
-    storage: TrialStorage, experiment_name: str, stop_criterion: Mapping[str, float] | StopFn | Stopper | None,
+    storage: TrialStorage,
+    experiment_name: str,
+    stop_criterion: Mapping[str, float] | StopFn | Stopper | None,
 ) -> list[Trial]:
     """The trials saved by :func:`save_experiment_state`, with their statuses as saved.
 
-    Raises ExperimentStateError, naming the file and the fix, when there is none or it is unreadable.
+    Raises ExperimentStateError, naming the file and the fix, when there is none or it is
+    unreadable.
     """
     path = state_path(storage, experiment_name)
     if not storage.exists(path):
@@ -51,7 +56,9 @@ def load_experiment_state(
         )
     try:
         state = storage.read_json(path)
-        trials = [Trial.from_json_state(s, stopping_criterion=stop_criterion) for s in state["trials"]]
+        trials = [
+            Trial.from_json_state(s, stopping_criterion=stop_criterion) for s in state["trials"]
+        ]
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ExperimentStateError(
             f"Cannot resume experiment {experiment_name}: its state file {path} is "
@@ -62,7 +69,9 @@ def load_experiment_state(
 
 
 def trials_to_resume(
-    storage: TrialStorage, experiment_name: str, stop_criterion: Mapping[str, float] | StopFn | Stopper | None,
+    storage: TrialStorage,
+    experiment_name: str,
+    stop_criterion: Mapping[str, float] | StopFn | Stopper | None,
     run_errored_only: bool,
 ) -> list[Trial]:
     """The saved trials, made ready to run again: RUNNING and PAUSED ones lost their actors and

@@ -1,4 +1,5 @@
-"""TrialLauncher: starts a trial in a detached, named actor that drives itself; finds and ends it from any process."""
+"""TrialLauncher: starts a trial in a detached, named actor that drives itself; finds and ends it
+from any process."""
 
 from __future__ import annotations
 
@@ -73,7 +74,9 @@ class TrialLauncher:
         self.namespace = namespace
         self.detached = detached
         self.ledger = ResourceLedger(queue_trials=queue_trials, refresh_period_s=refresh_period_s)
-        self.slots = SlotPool(self.storage, namespace=namespace, detached=detached, capture_output=capture_output)
+        self.slots = SlotPool(
+            self.storage, namespace=namespace, detached=detached, capture_output=capture_output
+        )
         self._experiment_of: dict[str, str] = {}
         self._trainables_checked: set[tuple[str, tuple[str, ...]]] = set()
 
@@ -140,7 +143,9 @@ class TrialLauncher:
         assert slot.actor is not None
         # A reused (reset) actor was built without autorun: hand it the trial now. Only an
         # executor that lives on (not detached) reuses actors, so the call cannot be dropped.
-        started: ray.ObjectRef = slot.actor.run.remote(*autorun) if not self.detached else slot.actor.ping.remote()
+        started: ray.ObjectRef = (
+            slot.actor.run.remote(*autorun) if not self.detached else slot.actor.ping.remote()
+        )
         if start_timeout_s is not None:
             self._wait_until_started(trial, started, start_timeout_s)
         if trial.status != TrialStatus.RUNNING:
@@ -148,7 +153,9 @@ class TrialLauncher:
             trial.set_status(TrialStatus.RUNNING)
         return slot.actor
 
-    def _wait_until_started(self, trial: Trial, started: ray.ObjectRef, start_timeout_s: float) -> None:
+    def _wait_until_started(
+        self, trial: Trial, started: ray.ObjectRef, start_timeout_s: float
+    ) -> None:
         """Wait for the launched trial's actor to answer; remove it and raise if it never does."""
         try:
             ray.get(started, timeout=start_timeout_s)
@@ -173,10 +180,15 @@ class TrialLauncher:
         if removed:
             log.warning(
                 "Removed %d placement group(s) of trial %s of experiment %s left by a process that "
-                "died before it started the trial's actor.", removed, trial.trial_id, trial.experiment_name,
+                "died before it started the trial's actor.",
+                removed,
+                trial.trial_id,
+                trial.experiment_name,
             )
 
-    def attach(self, experiment_name: str, trial_id: str, timeout_s: float = 60.0) -> ActorHandle | None:
+    def attach(
+        self, experiment_name: str, trial_id: str, timeout_s: float = 60.0
+    ) -> ActorHandle | None:
         """The actor of a trial started by any process, or None when it is gone.
 
         An actor Ray has not placed yet (waiting for resources) counts: it starts its trial when
@@ -199,7 +211,10 @@ class TrialLauncher:
     is_placed = staticmethod(handles.is_placed)
 
     def release(
-        self, experiment_name: str, trial_id: str, placement_group_id: str | None = None,
+        self,
+        experiment_name: str,
+        trial_id: str,
+        placement_group_id: str | None = None,
         actor: ActorHandle | None = None,
     ) -> None:
         """Kill a trial's actor, if it lives, and remove its placement group (the actor's, else
@@ -225,7 +240,8 @@ class TrialLauncher:
         experiment = experiment_name or self._experiment_of.get(trial_id)
         if experiment is None:
             raise KeyError(
-                f"Trial {trial_id} is unknown to this executor; pass experiment_name to read its logs."
+                f"Trial {trial_id} is unknown to this executor; pass experiment_name to read its "
+                "logs."
             )
         return self.storage.log_paths(experiment, trial_id)[index]
 

@@ -1,7 +1,8 @@
 """CheckpointReleaser: deletes the checkpoints a runner's trials dropped once no record names them.
 
 A runner's trials are resumed from records written after the fact: its experiment state (saved
-every ``checkpoint_period_s``) and the trials DB (:class:`~airflow_trials.execution.driver.trials_db_callback.
+every ``checkpoint_period_s``) and the trials DB
+(:class:`~airflow_trials.execution.driver.trials_db_callback.
 TrialsDbCallback`, which may write behind). A checkpoint the keep policy dropped may be the one
 such a record still names, so it is deleted only once every record was rewritten without it:
 each recorder says which version of a trial's kept set it holds
@@ -59,7 +60,9 @@ class CheckpointReleaser:
     def _recorded_version(self, trial: Trial, callbacks: Sequence[Callback]) -> int | None:
         """The lowest version of the trial's kept set that a record holds (None: no record names
         its checkpoints)."""
-        versions = [v for callback in callbacks if (v := callback.checkpoints_recorded(trial)) is not None]
+        versions = [
+            v for callback in callbacks if (v := callback.checkpoints_recorded(trial)) is not None
+        ]
         if self.saves_state:
             versions.append(self._state_versions.get(trial.trial_id, 0))
         return min(versions) if versions else None

@@ -1,4 +1,5 @@
-"""TrialRunner: the event loop that launches trials, processes their results and recovers failures."""
+"""TrialRunner: the event loop that launches trials, processes their results and recovers
+failures."""
 
 from __future__ import annotations
 
@@ -61,21 +62,28 @@ class TrialRunner(RunnerViews):
     :param stop: experiment-wide stopping criterion applied to trials without their own.
     :param fail_fast: stop all trials (TERMINATED) on the first trial ERROR; ``"raise"`` raises the
         trial's error from ``step()`` instead. Default False.
-    :param time_budget_s: wall-clock budget; when spent, unfinished trials become TERMINATED and the run ends.
+    :param time_budget_s: wall-clock budget; when spent, unfinished trials become TERMINATED and the
+        run ends.
     :param reuse_actors: reuse actors between trials (only with the default executor).
     :param queue_trials: see :class:`RayTrialExecutor` (only with the default executor).
-    :param checkpoint_period_s: how often experiment state is saved during ``run()``; a checkpoint the
-        keep policy dropped is deleted after the next save (the state saved before may name it). Default 10.
+    :param checkpoint_period_s: how often experiment state is saved during ``run()``; a checkpoint
+        the
+        keep policy dropped is deleted after the next save (the state saved before may name it).
+        Default 10.
     :param resume: load the experiment's saved state and continue it; default False.
     :param run_errored_only: with ``resume``, re-run trials that ended in ERROR (from their latest
         checkpoint); TERMINATED trials are kept as they are. Default False.
     :param wait_timeout_s: longest a step waits for a result; default 1.
-    :param search_alg: a :class:`Searcher` (e.g. ``OptunaSearch``) that makes up to ``num_samples`` trials
-        of ``trainable`` with ``trial_kwargs`` (other Trial arguments); default None. See docs/engine.md.
-    :param max_concurrent_trials: the most trials running at once (Ray Tune's ``TuneConfig``); default
+    :param search_alg: a :class:`Searcher` (e.g. ``OptunaSearch``) that makes up to ``num_samples``
+        trials
+        of ``trainable`` with ``trial_kwargs`` (other Trial arguments); default None. See
+        docs/engine.md.
+    :param max_concurrent_trials: the most trials running at once (Ray Tune's ``TuneConfig``);
+        default
         None: as many as the cluster's resources fit.
     :param keep_results: keep every result in memory for :meth:`results` and
-        :meth:`fetch_status_results`; False when a callback stores them (a 10,000-trial sweep). Default True.
+        :meth:`fetch_status_results`; False when a callback stores them (a 10,000-trial sweep).
+        Default True.
     """
 
     RAISE = "raise"
@@ -108,27 +116,44 @@ class TrialRunner(RunnerViews):
         if fail_fast not in (True, False, self.RAISE):
             raise ValueError(f"fail_fast must be True, False or 'raise', got {fail_fast!r}.")
         if executor is not None and (storage_path or reuse_actors or queue_trials):
-            raise ValueError("storage_path, reuse_actors and queue_trials configure the default executor; "
-                             "pass them to RayTrialExecutor(...) instead when you give executor=.")
+            raise ValueError(
+                "storage_path, reuse_actors and queue_trials configure the default executor; "
+                "pass them to RayTrialExecutor(...) instead when you give executor=."
+            )
         self.experiment_name = validate_name("Experiment name", experiment_name)
         self.trial_executor = executor or RayTrialExecutor(
-            storage_path, reuse_actors=reuse_actors, reuse_placement_groups=True, queue_trials=queue_trials)
+            storage_path,
+            reuse_actors=reuse_actors,
+            reuse_placement_groups=True,
+            queue_trials=queue_trials,
+        )
         self.scheduler = scheduler or FIFOScheduler()
         self.stop_criterion = stop
         self._experiment_stopper = build_stopper(stop)
-        self._run_ahead_below = fate.run_ahead_rule(self.scheduler, self._experiment_stopper)  # see core/fate.py
+        self._run_ahead_below = fate.run_ahead_rule(
+            self.scheduler, self._experiment_stopper
+        )  # see core/fate.py
         self.fail_fast = fail_fast
         self.time_budget_s = time_budget_s
         self.checkpoint_period_s = checkpoint_period_s
         self.wait_timeout_s = wait_timeout_s
         self.max_concurrent_trials, self.keep_results = max_concurrent_trials, keep_results
         self._stop_requested = threading.Event()
-        self._search = build_search_driver(search_alg, num_samples, trainable, trial_kwargs, self.experiment_name,
-                                           resume, self.scheduler)
+        self._search = build_search_driver(
+            search_alg,
+            num_samples,
+            trainable,
+            trial_kwargs,
+            self.experiment_name,
+            resume,
+            self.scheduler,
+        )
         self.callbacks: list[Callback] = [*callbacks, *([self._search] if self._search else [])]
 
         self._trials: list[Trial] = []
-        self._shapes: set[Any] = set()  # every trial's resources, ever: what a waiting trial may need
+        self._shapes: set[Any] = (
+            set()
+        )  # every trial's resources, ever: what a waiting trial may need
         self._finished_prefix = 0
         self._by_id: dict[str, Trial] = {}
         self._results: TrialIdAndResultList = []
@@ -138,7 +163,9 @@ class TrialRunner(RunnerViews):
         self._failed_fast = False
         self._stop_all = False
         self._last_checkpoint = time.monotonic()
-        self._releaser = CheckpointReleaser(self.trial_executor.storage, checkpoint_period_s != float("inf"))
+        self._releaser = CheckpointReleaser(
+            self.trial_executor.storage, checkpoint_period_s != float("inf")
+        )
         if resume:
             storage = self.trial_executor.storage
             for trial in trials_to_resume(storage, self.experiment_name, stop, run_errored_only):
@@ -156,7 +183,8 @@ class TrialRunner(RunnerViews):
             if trial.experiment_name != "default":
                 raise ValueError(
                     f"Trial {trial.trial_id} belongs to experiment {trial.experiment_name}, not "
-                    f"{self.experiment_name}; create it with experiment_name={self.experiment_name!r}."
+                    f"{self.experiment_name}; create it with "
+                    f"experiment_name={self.experiment_name!r}."
                 )
             trial.experiment_name = self.experiment_name
         if trial.stopper is None and self._experiment_stopper is not None:
@@ -210,12 +238,18 @@ class TrialRunner(RunnerViews):
             self._start_time = time.monotonic()
         executor = self.trial_executor
         try:
-            if self._search and (new := self._search.next_trial(self._unfinished(), self._has_room)):
+            if self._search and (
+                new := self._search.next_trial(self._unfinished(), self._has_room)
+            ):
                 self.add_trial(new)
             # No shape fits: no waiting trial can start, so the scheduler is not asked (its scan of
             # thousands of waiting trials would cost each step as much as the sweep is long).
             fits = any(self._has_room(shape, peek=True) for shape in self._shapes)
-            trial = self.scheduler.choose_trial_to_run(self._unfinished(), self._has_room) if fits else None
+            trial = (
+                self.scheduler.choose_trial_to_run(self._unfinished(), self._has_room)
+                if fits
+                else None
+            )
             if trial is not None:
                 self._launch(trial)
             elif executor.get_running_trials():
@@ -230,7 +264,9 @@ class TrialRunner(RunnerViews):
             raise
         self._apply_scheduler_actions()
         self._check_time_budget()
-        if executor.has_cached_slots():  # keep what a waiting trial, or the searcher's next, can reuse
+        if (
+            executor.has_cached_slots()
+        ):  # keep what a waiting trial, or the searcher's next, can reuse
             executor.trim_cache(self._wanted_shapes())
         for callback in self.callbacks:
             callback.on_step_end(self._trials)
@@ -239,7 +275,9 @@ class TrialRunner(RunnerViews):
     def _wanted_shapes(self) -> list[Any]:
         """The resources a waiting trial or the searcher's next trial needs, each once; the scan
         ends once every shape is found (not reading the thousands of waiting trials behind)."""
-        found = {self._search.resources} if self._search and not self._search.is_finished() else set()
+        found = (
+            {self._search.resources} if self._search and not self._search.is_finished() else set()
+        )
         for trial in self._unfinished():
             if found >= self._shapes:
                 break
@@ -256,7 +294,8 @@ class TrialRunner(RunnerViews):
         return executor.could_start(resources) if peek else executor.has_resources(resources)
 
     def request_stop(self) -> None:
-        """Ask :meth:`run` (from any thread) to stop every unfinished trial and end the experiment."""
+        """Ask :meth:`run` (from any thread) to stop every unfinished trial and end the
+        experiment."""
         self._stop_requested.set()
 
     def run(self) -> list[Trial]:
@@ -330,8 +369,11 @@ class TrialRunner(RunnerViews):
             return
         if time.monotonic() - self._start_time < self.time_budget_s:
             return
-        log.warning("Experiment %s spent its time budget of %ss; stopping its running trials.",
-                    self.experiment_name, self.time_budget_s)
+        log.warning(
+            "Experiment %s spent its time budget of %ss; stopping its running trials.",
+            self.experiment_name,
+            self.time_budget_s,
+        )
         self._budget_spent = True
         self._stop_unfinished()
 
@@ -344,7 +386,8 @@ class TrialRunner(RunnerViews):
                 self.stop_trial(trial)
 
     def _stopping(self, trial: Trial, reason: str | None) -> None:
-        """Record why the scheduler or the criterion ends ``trial`` (every path that stops it says so)."""
+        """Record why the scheduler or the criterion ends ``trial`` (every path that stops it says
+        so)."""
         trial.stop_reason = reason
         log.info("Trial %s stops: %s.", trial.trial_id, reason)
 
@@ -367,11 +410,17 @@ class TrialRunner(RunnerViews):
             self._process_trial_failure(trial, e)
         except (KeyError, ValueError, TypeError, CheckpointError) as e:
             # A stopping criterion naming a missing metric, a bad checkpoint, a scheduler error.
-            error = TrialError(f"Trial {trial.trial_id}: processing its result failed: {e}", trial_id=trial.trial_id)
+            error = TrialError(
+                f"Trial {trial.trial_id}: processing its result failed: {e}",
+                trial_id=trial.trial_id,
+            )
             self._process_trial_failure(trial, error)
 
     def _record(
-        self, trial: Trial, result: Result, scheduler: TrialScheduler | None = None,
+        self,
+        trial: Trial,
+        result: Result,
+        scheduler: TrialScheduler | None = None,
         experiment_done: Callable[[], bool] | None = None,
     ) -> ResultDecision:
         """Register the result's checkpoint, record the result and decide what follows."""
@@ -382,7 +431,10 @@ class TrialRunner(RunnerViews):
                 trial, CheckpointRecord(checkpoint_path, int(result[TRAINING_ITERATION]), result)
             )
         decision = after_result(
-            trial, result, duplicate=duplicate, experiment_done=experiment_done,
+            trial,
+            result,
+            duplicate=duplicate,
+            experiment_done=experiment_done,
             scheduler=scheduler.on_trial_result if scheduler is not None else None,
             scheduler_reason=scheduler.decision_reason if scheduler is not None else None,
         )
@@ -395,7 +447,9 @@ class TrialRunner(RunnerViews):
 
     def _on_result(self, trial: Trial, result: Result) -> None:
         stopper = self._experiment_stopper
-        decision = self._record(trial, result, self.scheduler, stopper.stop_all if stopper is not None else None)
+        decision = self._record(
+            trial, result, self.scheduler, stopper.stop_all if stopper is not None else None
+        )
         if decision.save_checkpoint:
             self._save(trial)
         if decision.action is Action.STOP:
@@ -439,13 +493,18 @@ class TrialRunner(RunnerViews):
         trial.error_msg = str(error)
         running = trial.status == TrialStatus.RUNNING
         decision = after_failure(
-            trial.trial_id, trial.num_failures, trial.max_failures,
-            infrastructure=error.infrastructure and running, retries_left=running,
+            trial.trial_id,
+            trial.num_failures,
+            trial.max_failures,
+            infrastructure=error.infrastructure and running,
+            retries_left=running,
             fail_fast=bool(self.fail_fast),
         )
         trial.num_failures = decision.num_failures
         if decision.outcome is not Outcome.FAIL:
-            log.warning("%s Restoring from %s.", decision.reason, trial.restore_source() or "scratch")
+            log.warning(
+                "%s Restoring from %s.", decision.reason, trial.restore_source() or "scratch"
+            )
             self.trial_executor.requeue_trial(trial)
             for callback in self.callbacks:
                 callback.on_trial_recover(trial)
@@ -466,7 +525,8 @@ class TrialRunner(RunnerViews):
 
     # -- control from outside ----------------------------------------------------------------------
     def stop_trial(self, trial: Trial) -> None:
-        """Stop a trial now, whatever its status: it becomes TERMINATED and its resources are freed."""
+        """Stop a trial now, whatever its status: it becomes TERMINATED and its resources are
+        freed."""
         if trial.status.is_terminal():
             return
         if trial.status == TrialStatus.RUNNING:
@@ -482,7 +542,9 @@ class TrialRunner(RunnerViews):
         """Pause a RUNNING trial now: its in-flight result is recorded, then it is checkpointed and
         its resources (GPUs included) are released. FIFO resumes it when nothing pending fits."""
         if trial.status != TrialStatus.RUNNING:
-            raise ValueError(f"Cannot pause trial {trial.trial_id}: it is {trial.status}, not RUNNING.")
+            raise ValueError(
+                f"Cannot pause trial {trial.trial_id}: it is {trial.status}, not RUNNING."
+            )
         executor = self.trial_executor
         if executor.has_result_in_flight(trial):
             try:
@@ -496,8 +558,11 @@ class TrialRunner(RunnerViews):
 
     # -- experiment state --------------------------------------------------------------------------
     def checkpoint(self) -> str:
-        """Save every trial's state to ``<experiment_dir>/experiment_state.json``; returns the path."""
-        path = save_experiment_state(self.trial_executor.storage, self.experiment_name, self._trials)
+        """Save every trial's state to ``<experiment_dir>/experiment_state.json``; returns the
+        path."""
+        path = save_experiment_state(
+            self.trial_executor.storage, self.experiment_name, self._trials
+        )
         self._releaser.state_saved(self._trials)
         self._last_checkpoint = time.monotonic()
         return path

@@ -1,4 +1,5 @@
-"""RunnerViews: what a TrialRunner shows of itself (statuses, recorded results, a summary), and a check of its settings."""
+"""RunnerViews: what a TrialRunner shows of itself (statuses, recorded results, a summary), and a
+check of its settings."""
 
 from __future__ import annotations
 

@@ -41,7 +41,8 @@ class SlotPool:
     :param namespace: Ray namespace of the named actors.
     :param detached: create detached actors and placement groups that outlive this process.
     :param capture_output: have the actors write the trial's stdout/stderr to files.
-    :param reuse_actors: cache a finished trial's live actor (reset for the next trial); default False.
+    :param reuse_actors: cache a finished trial's live actor (reset for the next trial); default
+        False.
     :param reuse_placement_groups: cache a finished trial's placement group; default False.
     :param stop_timeout_s: how long a stopping trial's cleanup may take before its actor is
         killed; default 10.
@@ -95,17 +96,29 @@ class SlotPool:
         slot.actor = self._create_actor(trial, pg, autorun)
         return slot
 
-    def _create_actor(self, trial: Trial, pg: PlacementGroup | None, autorun: Autorun | None) -> ActorHandle:
+    def _create_actor(
+        self, trial: Trial, pg: PlacementGroup | None, autorun: Autorun | None
+    ) -> ActorHandle:
         return create_trial_actor(
-            trial, pg, self.storage, namespace=self.namespace, detached=self.detached,
-            capture_output=self.capture_output, autorun=autorun, name=self._name(trial, self.reuse_actors),
+            trial,
+            pg,
+            self.storage,
+            namespace=self.namespace,
+            detached=self.detached,
+            capture_output=self.capture_output,
+            autorun=autorun,
+            name=self._name(trial, self.reuse_actors),
         )
 
     @staticmethod
     def _name(trial: Trial, reusable: bool) -> str:
         """The Ray name of what is created for ``trial``: the trial's own unless it may serve later
         trials too, whose names it cannot take (Ray names are fixed at creation)."""
-        return slot_name(trial.experiment_name) if reusable else actor_name(trial.experiment_name, trial.trial_id)
+        return (
+            slot_name(trial.experiment_name)
+            if reusable
+            else actor_name(trial.experiment_name, trial.trial_id)
+        )
 
     def give_back(self, slot: Slot, *, reusable: bool, idle: bool) -> None:
         """Cache the slot of a finished trial for reuse, or kill its actor and remove its group.
@@ -126,7 +139,8 @@ class SlotPool:
             remove_placement_group(slot.pg)
 
     def _retire_actor(self, actor: ActorHandle, graceful: bool) -> None:
-        """Kill the actor; when graceful, first let the trainable's cleanup run (up to stop_timeout_s).
+        """Kill the actor; when graceful, first let the trainable's cleanup run (up to
+        stop_timeout_s).
 
         Killing after cleanup frees the bundle much sooner than Ray's own graceful exit, which
         matters when hundreds of short trials each get a fresh actor.

@@ -1,4 +1,5 @@
-"""SearchDriver: makes the runner's new trials from a Searcher's suggestions and tells it every result and end."""
+"""SearchDriver: makes the runner's new trials from a Searcher's suggestions and tells it every
+result and end."""
 
 from __future__ import annotations
 
@@ -34,19 +35,24 @@ def build_search_driver(
     used as it is."""
     if isinstance(search_alg, SearchDriver):
         if trainable is not None or trial_kwargs or num_samples != 1 or resume:
-            raise ValueError("A SearchDriver carries its own trainable, trial_kwargs and num_samples; pass it alone.")
+            raise ValueError(
+                "A SearchDriver carries its own trainable, trial_kwargs and num_samples; pass it "
+                "alone."
+            )
         agree_on_metric(scheduler, search_alg.searcher)
         return search_alg
     if search_alg is None:
         if trainable is not None or trial_kwargs or num_samples != 1:
             raise ValueError(
-                "num_samples, trainable and trial_kwargs describe the trials a search_alg suggests; "
+                "num_samples, trainable and trial_kwargs describe the trials a search_alg "
+                "suggests; "
                 "pass search_alg= too, or create the trials yourself with add_trial()."
             )
         return None
     if resume:
         raise ValueError(
-            f"Experiment {experiment_name}: TrialRunner(resume=True) cannot resume a search_alg yet, "
+            f"Experiment {experiment_name}: TrialRunner(resume=True) cannot resume a search_alg "
+            "yet, "
             f"because the searcher's state is not saved with the experiment. Resume without "
             f"search_alg (the saved trials continue), or start a new experiment."
         )
@@ -55,7 +61,8 @@ def build_search_driver(
 
 
 class SearchDriver(Callback):
-    """Asks a :class:`Searcher` for new trials and tells it about them, as Ray Tune's controller does.
+    """Asks a :class:`Searcher` for new trials and tells it about them, as Ray Tune's controller
+    does.
 
     The runner calls :meth:`next_trial` at each step and adds the trial it returns; as one of the
     runner's callbacks, the driver tells the searcher every result of the trials it suggested and
@@ -88,20 +95,26 @@ class SearchDriver(Callback):
     ) -> None:
         if not isinstance(searcher, Searcher):
             raise TypeError(
-                f"search_alg must be a Searcher (such as OptunaSearch), got {type(searcher).__name__}."
+                "search_alg must be a Searcher (such as OptunaSearch), got "
+                f"{type(searcher).__name__}."
             )
         if not isinstance(num_samples, int) or isinstance(num_samples, bool) or num_samples < 1:
             raise ValueError(f"num_samples must be a whole number >= 1, got {num_samples!r}.")
         if trial_ids is not None and len(trial_ids) != num_samples:
-            raise ValueError(f"trial_ids has {len(trial_ids)} ids for num_samples={num_samples}; give one id per trial.")
+            raise ValueError(
+                f"trial_ids has {len(trial_ids)} ids for num_samples={num_samples}; give one id "
+                "per trial."
+            )
         if trainable is None:
             raise ValueError(
-                "A search_alg suggests configs of one trainable: pass trainable='my_pkg.train:train' too."
+                "A search_alg suggests configs of one trainable: pass "
+                "trainable='my_pkg.train:train' too."
             )
         taken = sorted(set(trial_kwargs) & set(_PER_TRIAL))
         if taken:
             raise ValueError(
-                f"trial_kwargs cannot set {taken}: the searcher gives each trial its config and the "
+                f"trial_kwargs cannot set {taken}: the searcher gives each trial its config and "
+                "the "
                 f"runner its id and experiment; pass the trainable as trainable=."
             )
         self.searcher = searcher
@@ -125,14 +138,20 @@ class SearchDriver(Callback):
         self._live: set[str] = set()
         self._adopted: dict[str, dict[str, Any]] = {}
 
-    def resume(self, ended: Sequence[tuple[str, Mapping[str, Any], float | None]], adopted: Sequence[Trial],
-               asked: int) -> None:
+    def resume(
+        self,
+        ended: Sequence[tuple[str, Mapping[str, Any], float | None]],
+        adopted: Sequence[Trial],
+        asked: int,
+    ) -> None:
         """Pick up a run an earlier process began: tell the searcher the run's ended trials
         (``(trial id, config, value)``, value None: failed) with ``add_evaluated_point``; learn how
         each of ``adopted`` (trials the runner runs with configs it did not ask for now: resumed
         ones, warm starts) ends the same way; and skip the ``asked`` suggestions handed out before
         (``Searcher.resume_after``)."""
-        self.searcher.resume_after(asked)  # first: it may reseed the sampler before the study is built
+        self.searcher.resume_after(
+            asked
+        )  # first: it may reseed the sampler before the study is built
         for trial_id, config, value in ended:
             self._call("add_evaluated_point", self._learn, trial_id, config, value)
         self._adopted.update((trial.trial_id, dict(trial.config)) for trial in adopted)
@@ -152,10 +171,16 @@ class SearchDriver(Callback):
 
     def _new_trial(self, trial_id: str, config: Mapping[str, Any]) -> Trial:
         return Trial(
-            self.trainable, config, trial_id=trial_id, experiment_name=self.experiment_name, **self.trial_kwargs
+            self.trainable,
+            config,
+            trial_id=trial_id,
+            experiment_name=self.experiment_name,
+            **self.trial_kwargs,
         )
 
-    def next_trial(self, unfinished: Sequence[Trial], has_resources: Callable[[Resources], bool]) -> Trial | None:
+    def next_trial(
+        self, unfinished: Sequence[Trial], has_resources: Callable[[Resources], bool]
+    ) -> Trial | None:
         """The searcher's next trial, when it is asked and suggests one; None otherwise.
 
         :param unfinished: the runner's trials that have not ended.
@@ -163,23 +188,32 @@ class SearchDriver(Callback):
         """
         if self.is_finished() or any(t.status == TrialStatus.PENDING for t in unfinished):
             return None
-        if any(t.status == TrialStatus.RUNNING for t in unfinished) and not has_resources(self.resources):
+        if any(t.status == TrialStatus.RUNNING for t in unfinished) and not has_resources(
+            self.resources
+        ):
             return None
-        trial_id = (f"{self._prefix}_{self.num_created + 1:05d}" if self._trial_ids is None
-                    else self._trial_ids[self.num_created])
+        trial_id = (
+            f"{self._prefix}_{self.num_created + 1:05d}"
+            if self._trial_ids is None
+            else self._trial_ids[self.num_created]
+        )
         suggestion = self._call("suggest", self.searcher.suggest, trial_id)
         if suggestion == FINISHED:
             self._searcher_finished = True
             return None
         if suggestion is None:
             if not unfinished:
-                self._fail(f"returned None for trial {trial_id} while no trial of the experiment is "
-                           f"running or waiting, so nothing could change its answer; return "
-                           f"Searcher.FINISHED to end the search")
+                self._fail(
+                    f"returned None for trial {trial_id} while no trial of the experiment is "
+                    f"running or waiting, so nothing could change its answer; return "
+                    f"Searcher.FINISHED to end the search"
+                )
             return None
         if not isinstance(suggestion, Mapping):
-            self._fail(f"suggested {type(suggestion).__name__} {suggestion!r} for trial {trial_id}; "
-                       f"suggest() returns a config dict, None or Searcher.FINISHED")
+            self._fail(
+                f"suggested {type(suggestion).__name__} {suggestion!r} for trial {trial_id}; "
+                f"suggest() returns a config dict, None or Searcher.FINISHED"
+            )
         try:
             trial = self._new_trial(trial_id, suggestion)
         except ValueError as e:
@@ -188,7 +222,8 @@ class SearchDriver(Callback):
         self._live.add(trial_id)
         return trial
 
-    # -- telling the searcher, as a runner callback -------------------------------------------------
+    # -- telling the searcher, as a runner callback
+    # -------------------------------------------------
     def on_trial_result(self, trial: Trial, result: Result) -> None:
         if trial.trial_id in self._live and not self._failed:
             self._call("on_trial_result", self.searcher.on_trial_result, trial.trial_id, result)
@@ -203,7 +238,9 @@ class SearchDriver(Callback):
         if trial.trial_id in self._adopted and not self._failed:
             value = None if error else metric_value(trial.last_result, self.searcher.metric or "")
             config = self._adopted.pop(trial.trial_id)
-            if error or value is not None:  # stopped before it reported the metric: nothing to learn
+            if (
+                error or value is not None
+            ):  # stopped before it reported the metric: nothing to learn
                 self._call("add_evaluated_point", self._learn, trial.trial_id, config, value)
             return
         if trial.trial_id not in self._live or self._failed:
@@ -211,12 +248,22 @@ class SearchDriver(Callback):
         self._live.discard(trial.trial_id)
         # Its last result: a trial stopped before it reported (still PENDING) has none.
         result = None if error or not trial.last_result else dict(trial.last_result)
-        self._call("on_trial_complete", self.searcher.on_trial_complete, trial.trial_id, result=result, error=error)
+        self._call(
+            "on_trial_complete",
+            self.searcher.on_trial_complete,
+            trial.trial_id,
+            result=result,
+            error=error,
+        )
 
-    def _call(self, hook: str, method: Callable[..., Any], trial_id: str, *args: Any, **kwargs: Any) -> Any:
+    def _call(
+        self, hook: str, method: Callable[..., Any], trial_id: str, *args: Any, **kwargs: Any
+    ) -> Any:
         try:
             return method(trial_id, *args, **kwargs)
-        except Exception as e:  # any error of user code ends the search: re-raised, named and chained
+        except (
+            Exception
+        ) as e:  # any error of user code ends the search: re-raised, named and chained
             self._fail(f"raised {type(e).__name__} in {hook}() for trial {trial_id}: {e}", e)
 
     def _fail(self, what: str, cause: BaseException | None = None) -> NoReturn:

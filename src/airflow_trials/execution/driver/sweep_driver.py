@@ -3,7 +3,8 @@
 One driver per experiment run, found by its Ray name (:func:`driver_name`): whoever asks for it
 with :func:`start_or_attach_driver` gets the live one, and Ray creates it only when none lives
 (``get_if_exists``), so two tasks or two tries never start two drivers. The driver records every
-trial in the trials DB as it goes (:class:`~airflow_trials.execution.driver.trials_db_callback.TrialsDbCallback`)
+trial in the trials DB as it goes
+(:class:`~airflow_trials.execution.driver.trials_db_callback.TrialsDbCallback`)
 and owns its trials' actors: when it dies, they die with it, and the next driver resumes the run
 from the trials DB (:func:`resumable_trials`): finished trials are kept, the others continue from
 their latest recorded checkpoint.
@@ -57,11 +58,14 @@ class SweepSpec:
         stopping criterion, checkpointing, ``max_failures``).
     :param scheduler: a :class:`~airflow_trials.core.scheduler.TrialScheduler`, or None for FIFO.
     :param max_concurrent_trials: the most trials running at once; None: as many as fit.
-    :param origins: per warm-started trial id, ``{"warm_start": {...}, "restore_path": ...}``: where it
+    :param origins: per warm-started trial id, ``{"warm_start": {...}, "restore_path": ...}``: where
+        it
         came from, and the checkpoint it starts from on its first launch; default none.
-    :param search_alg: a :class:`~airflow_trials.core.searcher.Searcher` with the experiment's space,
+    :param search_alg: a :class:`~airflow_trials.core.searcher.Searcher` with the experiment's
+        space,
         metric and mode, which suggests the config of each trial given as ``{}``; default None.
-    :param warm_points: ``(config, value)`` of a warm start's seeds, which the searcher learns first.
+    :param warm_points: ``(config, value)`` of a warm start's seeds, which the searcher learns
+        first.
     """
 
     experiment_name: str
@@ -108,7 +112,8 @@ def resumable_trials(spec: SweepSpec, store: TrialStore, storage: TrialStorage) 
 
     A trial that ended (TERMINATED or ERROR) in the trials DB is not run again. One that started
     and did not end continues from its latest recorded checkpoint that is on ``storage``
-    (:func:`~airflow_trials.execution.resume.adopt_recorded_checkpoints`; from scratch without one); its
+    (:func:`~airflow_trials.execution.resume.adopt_recorded_checkpoints`; from scratch without one);
+    its
     results already stored are kept (the store takes each iteration once). With a ``search_alg``,
     a trial given without a config is the searcher's to suggest: one whose config is stored
     continues with it, the others are asked for (``to_ask``).
@@ -127,22 +132,42 @@ def resumable_trials(spec: SweepSpec, store: TrialStore, storage: TrialStorage) 
         if searched and not config:
             resumable.to_ask.append(trial_id)
             continue
-        trial = Trial(spec.trainable, config, trial_id=trial_id, experiment_name=spec.experiment_name,
-                      restore_path=origin.get("restore_path"), **spec.trial_kwargs)
+        trial = Trial(
+            spec.trainable,
+            config,
+            trial_id=trial_id,
+            experiment_name=spec.experiment_name,
+            restore_path=origin.get("restore_path"),
+            **spec.trial_kwargs,
+        )
         if record is not None:  # its recorded checkpoints are its own again; it restores the newest
             adopt_recorded_checkpoints(trial, store, storage)
-        if record is None and origin.get("warm_start"):  # registered now: the store says where it came from
-            store.upsert_trial(trial_id, trainable=spec.trainable, config=trial.config, resources=trial.resources,
-                               max_failures=trial.max_failures, experiment_run_id=spec.experiment_run_id,
-                               warm_start=origin["warm_start"])
+        if record is None and origin.get(
+            "warm_start"
+        ):  # registered now: the store says where it came from
+            store.upsert_trial(
+                trial_id,
+                trainable=spec.trainable,
+                config=trial.config,
+                resources=trial.resources,
+                max_failures=trial.max_failures,
+                experiment_run_id=spec.experiment_run_id,
+                warm_start=origin["warm_start"],
+            )
         trial.num_failures = record.num_failures if record is not None else 0
         resumable.trials.append(trial)
     if ended:
         board = store.leaderboard(spec.experiment_run_id, spec.metric, spec.mode)
         top = next((row for row in board if row.best_value is not None), None)
-        resumable.best = (top.best_value, top.trial_id) if top is not None and top.best_value is not None else None
+        resumable.best = (
+            (top.best_value, top.trial_id)
+            if top is not None and top.best_value is not None
+            else None
+        )
         if spec.search_alg is not None:
-            resumable.ended = ended_trial_values([records[t] for t, _ in spec.trials if t in ended], spec.metric)
+            resumable.ended = ended_trial_values(
+                [records[t] for t, _ in spec.trials if t in ended], spec.metric
+            )
     return resumable
 
 
@@ -152,9 +177,18 @@ def sweep_search(spec: SweepSpec, resumable: Resumable) -> SearchDriver | None:
     seeds, those resumed) to learn when they end. None without a search_alg or nothing to ask."""
     if spec.search_alg is None or not resumable.to_ask:
         return None
-    search = SearchDriver(spec.search_alg, len(resumable.to_ask), spec.trainable, spec.trial_kwargs,
-                          spec.experiment_name, trial_ids=resumable.to_ask)
-    warm = [(f"warm start seed {i}", dict(config), value) for i, (config, value) in enumerate(spec.warm_points)]
+    search = SearchDriver(
+        spec.search_alg,
+        len(resumable.to_ask),
+        spec.trainable,
+        spec.trial_kwargs,
+        spec.experiment_name,
+        trial_ids=resumable.to_ask,
+    )
+    warm = [
+        (f"warm start seed {i}", dict(config), value)
+        for i, (config, value) in enumerate(spec.warm_points)
+    ]
     search.resume([*warm, *resumable.ended], resumable.trials, resumable.asked)
     return search
 
@@ -180,11 +214,17 @@ class SweepDriver:
         self._thread.start()
 
     def progress(self) -> SweepSnapshot:
-        """Counts, best so far and ETA; ``finished`` once the run ended, with ``error`` if it failed."""
+        """Counts, best so far and ETA; ``finished`` once the run ended, with ``error`` if it
+        failed."""
         progress = self._progress
         pending = self._pending_stop is not None and self._pending_stop.is_alive()
         if progress is None:
-            return {"starting": True, "finished": self._done.is_set(), "error": self._failed, "stop_pending": pending}
+            return {
+                "starting": True,
+                "finished": self._done.is_set(),
+                "error": self._failed,
+                "stop_pending": pending,
+            }
         return {**progress.snapshot(), "stop_pending": pending}
 
     def claim(self, try_number: int) -> int:
@@ -249,21 +289,50 @@ class SweepDriver:
         try:
             resumable = resumable_trials(spec, store, TrialStorage(spec.storage_path))
             if resumable.done:
-                log.info("Sweep %s resumes: %d of %d trials had ended.", spec.name, resumable.done, len(spec.trials))
-            progress = SweepProgress(len(spec.trials), spec.metric, spec.mode, done_before=resumable.done,
-                                     best_before=resumable.best)
-            recorder = TrialsDbCallback(metric=spec.metric, mode=spec.mode, run_key=spec.run_key, store=store,
-                                        flush_interval_s=FLUSH_INTERVAL_SECONDS, write_behind=True)
+                log.info(
+                    "Sweep %s resumes: %d of %d trials had ended.",
+                    spec.name,
+                    resumable.done,
+                    len(spec.trials),
+                )
+            progress = SweepProgress(
+                len(spec.trials),
+                spec.metric,
+                spec.mode,
+                done_before=resumable.done,
+                best_before=resumable.best,
+            )
+            recorder = TrialsDbCallback(
+                metric=spec.metric,
+                mode=spec.mode,
+                run_key=spec.run_key,
+                store=store,
+                flush_interval_s=FLUSH_INTERVAL_SECONDS,
+                write_behind=True,
+            )
             # Not detached: the trials' actors die with this driver, so none outlives it unwatched.
             # Actors are reused from one trial to the next, as Ray Tune's function trainables are.
-            executor = RayTrialExecutor(spec.storage_path, namespace=spec.namespace, detached=False,
-                                        reuse_actors=True, reuse_placement_groups=True)
-            if spec.scheduler is not None:  # this driver's own copy: it may take the experiment's metric
+            executor = RayTrialExecutor(
+                spec.storage_path,
+                namespace=spec.namespace,
+                detached=False,
+                reuse_actors=True,
+                reuse_placement_groups=True,
+            )
+            if (
+                spec.scheduler is not None
+            ):  # this driver's own copy: it may take the experiment's metric
                 spec.scheduler.set_search_properties(spec.metric, spec.mode)
-            runner = TrialRunner(spec.experiment_name, executor=executor, scheduler=spec.scheduler,
-                                 callbacks=[recorder, progress], max_concurrent_trials=spec.max_concurrent_trials,
-                                 checkpoint_period_s=float("inf"), keep_results=False,
-                                 search_alg=sweep_search(spec, resumable))
+            runner = TrialRunner(
+                spec.experiment_name,
+                executor=executor,
+                scheduler=spec.scheduler,
+                callbacks=[recorder, progress],
+                max_concurrent_trials=spec.max_concurrent_trials,
+                checkpoint_period_s=float("inf"),
+                keep_results=False,
+                search_alg=sweep_search(spec, resumable),
+            )
             for trial in resumable.trials:
                 runner.add_trial(trial)
             self._runner, self._progress = runner, progress
@@ -277,7 +346,6 @@ class SweepDriver:
             store.dispose()
 
 
-
 def start_or_attach_driver(spec: SweepSpec) -> tuple[ActorHandle, bool]:
     """The run's live driver, started now if none lives; and whether this call started it.
 
@@ -289,15 +357,30 @@ def start_or_attach_driver(spec: SweepSpec) -> tuple[ActorHandle, bool]:
         return existing, False
     # Threaded (max_concurrency): progress() answers while the constructor's thread runs the
     # trials. No CPU: the driver takes no trial's slot, as Ray Tune's driver takes none.
-    actor: ActorHandle = ray.remote(SweepDriver).options(  # type: ignore[assignment]
-        num_cpus=0, max_concurrency=8, max_restarts=0, name=spec.name, namespace=spec.namespace,
-        lifetime="detached", get_if_exists=True,
-    ).remote(spec)
+    actor: ActorHandle = (
+        ray.remote(SweepDriver)
+        .options(  # type: ignore[assignment]
+            num_cpus=0,
+            max_concurrency=8,
+            max_restarts=0,
+            name=spec.name,
+            namespace=spec.namespace,
+            lifetime="detached",
+            get_if_exists=True,
+        )
+        .remote(spec)
+    )
     return actor, True
 
 
-def stop_driver(experiment_name: str, run_key: str, namespace: str, try_number: int,
-                grace_seconds: float = 0.0, timeout_s: float = 60.0) -> bool:
+def stop_driver(
+    experiment_name: str,
+    run_key: str,
+    namespace: str,
+    try_number: int,
+    grace_seconds: float = 0.0,
+    timeout_s: float = 60.0,
+) -> bool:
     """Ask the run's driver to stop its trials and end, unless a try newer than ``try_number``
     claimed it; whether it will (True also when no driver lives). Without ``grace_seconds`` this
     waits until the trials are stopped and recorded; with it, the driver waits that long for a
@@ -311,7 +394,9 @@ def stop_driver(experiment_name: str, run_key: str, namespace: str, try_number: 
         return False
     if grace_seconds <= 0:
         try:
-            ray.get(actor.wait.remote(timeout_s), timeout=timeout_s + 10)  # its trials stopped and recorded
+            ray.get(
+                actor.wait.remote(timeout_s), timeout=timeout_s + 10
+            )  # its trials stopped and recorded
         except RayActorError:
             pass  # it ended itself already
     return True

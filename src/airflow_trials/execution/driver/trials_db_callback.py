@@ -63,7 +63,8 @@ class TrialsDbCallback(Callback):
         at once, after its last results. A sweep of short trials uses it (a step per result would
         make as many commits). Default 0: after every step.
     :param write_behind: apply the writes on a thread of its own
-        (:class:`~airflow_trials.execution.driver.write_behind.WriteBehind`), in the same order, so that
+        (:class:`~airflow_trials.execution.driver.write_behind.WriteBehind`), in the same order, so
+        that
         the runner's loop never waits for the DB; a sweep's driver uses it. A failed write still
         stops the runner, at its next event. Default False.
     """
@@ -88,7 +89,10 @@ class TrialsDbCallback(Callback):
             raise ValueError("TrialsDbCallback takes db_url or store, not both.")
         self.metric = metric
         self.mode = mode
-        self.run_key = run_key or f"runner__{datetime.datetime.now(datetime.UTC).isoformat(timespec='seconds')}"
+        self.run_key = (
+            run_key
+            or f"runner__{datetime.datetime.now(datetime.UTC).isoformat(timespec='seconds')}"
+        )
         self._db_url = db_url
         self._store = store
         self.experiment_name: str | None = None
@@ -126,8 +130,13 @@ class TrialsDbCallback(Callback):
     def on_trial_start(self, trial: Trial) -> None:
         run_id = self._ensure_run(trial.experiment_name)
         self._write(
-            self.store.upsert_trial, trial.trial_id, trainable=trial.trainable, config=dict(trial.config),
-            resources=trial.resources, max_failures=trial.max_failures, experiment_run_id=run_id,
+            self.store.upsert_trial,
+            trial.trial_id,
+            trainable=trial.trainable,
+            config=dict(trial.config),
+            resources=trial.resources,
+            max_failures=trial.max_failures,
+            experiment_run_id=run_id,
         )
         self._recorded_versions.setdefault(trial.trial_id, 0)  # names its checkpoints from now on
         tracker = self._trackers.setdefault(trial.trial_id, TrialProgressTracker(trial.trial_id))
@@ -151,7 +160,9 @@ class TrialsDbCallback(Callback):
         if version is None:
             return None
         if trial.status.is_terminal() and version >= trial.checkpoint_manager.version:
-            del self._recorded_versions[trial.trial_id]  # final: keeps a 100,000-trial sweep's memory flat
+            del self._recorded_versions[
+                trial.trial_id
+            ]  # final: keeps a 100,000-trial sweep's memory flat
         return version
 
     def on_trial_exploit(self, trial: Trial, exploit: Exploit, old_config: dict[str, Any]) -> None:
@@ -163,8 +174,13 @@ class TrialsDbCallback(Callback):
         self._flush(trial)
         checkpoint = exploit.donor_checkpoint
         self._write(
-            self.store.record_exploit, trial.trial_id, iteration=checkpoint.iteration, donor_trial_id=exploit.donor_trial_id,
-            donor_checkpoint=checkpoint.path, old_config=old_config, new_config=exploit.new_config,
+            self.store.record_exploit,
+            trial.trial_id,
+            iteration=checkpoint.iteration,
+            donor_trial_id=exploit.donor_trial_id,
+            donor_checkpoint=checkpoint.path,
+            old_config=old_config,
+            new_config=exploit.new_config,
             operations=exploit.operations,
         )
 
@@ -174,13 +190,26 @@ class TrialsDbCallback(Callback):
             self._flushed_at = time.monotonic()
 
     def on_trial_recover(self, trial: Trial) -> None:
-        self._record_end(trial, FailureDecision(
-            Outcome.RETRY, trial.num_failures, False, f"Trial {trial.trial_id} failed; the runner retries it."))
+        self._record_end(
+            trial,
+            FailureDecision(
+                Outcome.RETRY,
+                trial.num_failures,
+                False,
+                f"Trial {trial.trial_id} failed; the runner retries it.",
+            ),
+        )
 
     def on_trial_error(self, trial: Trial) -> None:
-        self._record_end(trial, FailureDecision(
-            Outcome.FAIL, trial.num_failures, False, f"Trial {trial.trial_id} failed for good."))
-        self._trackers.pop(trial.trial_id, None)  # ended: nothing more to track (10,000 trials in a sweep)
+        self._record_end(
+            trial,
+            FailureDecision(
+                Outcome.FAIL, trial.num_failures, False, f"Trial {trial.trial_id} failed for good."
+            ),
+        )
+        self._trackers.pop(
+            trial.trial_id, None
+        )  # ended: nothing more to track (10,000 trials in a sweep)
 
     def on_trial_complete(self, trial: Trial) -> None:
         self._record_end(trial, None)
@@ -190,7 +219,11 @@ class TrialsDbCallback(Callback):
         self._flush()
         if self.experiment_run_id is not None:
             finished = any(t.status is TrialStatus.TERMINATED for t in trials)
-            self._write(self.store.finish_experiment_run, self.experiment_run_id, "SUCCESS" if finished else "FAILED")
+            self._write(
+                self.store.finish_experiment_run,
+                self.experiment_run_id,
+                "SUCCESS" if finished else "FAILED",
+            )
         try:
             self.drain()
         finally:
@@ -209,7 +242,9 @@ class TrialsDbCallback(Callback):
         from airflow_trials.results import ResultGrid
 
         if self.experiment_name is None:
-            raise ValueError("TrialsDbCallback has recorded no trial yet: run the TrialRunner first.")
+            raise ValueError(
+                "TrialsDbCallback has recorded no trial yet: run the TrialRunner first."
+            )
         self.drain()
         return ResultGrid.from_db(self.experiment_name, self.run_key, store=self.store)
 
@@ -221,7 +256,8 @@ class TrialsDbCallback(Callback):
             self.experiment_name = experiment_name
         elif experiment_name != self.experiment_name:
             raise ValueError(
-                f"TrialsDbCallback records run {self.run_key} of experiment {self.experiment_name}, but trial "
+                f"TrialsDbCallback records run {self.run_key} of experiment "
+                f"{self.experiment_name}, but trial "
                 f"of experiment {experiment_name} started; use one callback per experiment."
             )
         return self.experiment_run_id
@@ -230,20 +266,29 @@ class TrialsDbCallback(Callback):
         manager = trial.checkpoint_manager
         snapshot = {
             "results": self._pending.get(trial.trial_id, []),
-            "checkpoints": [{"path": r.path, "iteration": r.iteration, "score": manager.score_value(r)}
-                            for r in manager.kept],
+            "checkpoints": [
+                {"path": r.path, "iteration": r.iteration, "score": manager.score_value(r)}
+                for r in manager.kept
+            ],
         }
         return self._trackers[trial.trial_id].progress(snapshot)
 
     def _flush(self, only: Trial | None = None) -> None:
         trials = [only] if only is not None else list(self._dirty.values())
-        batch = [(t, item) for t in trials if t.trial_id in self._trackers
-                 for item in [self._progress(t)] if item is not None]
+        batch = [
+            (t, item)
+            for t in trials
+            if t.trial_id in self._trackers
+            for item in [self._progress(t)]
+            if item is not None
+        ]
         if batch:
             self._write(self.store.record_progress, [item for _, item in batch])
         for trial, item in batch:
             self._trackers[trial.trial_id].written(item)
-        versions = {t.trial_id: t.checkpoint_manager.version for t in trials if t.trial_id in self._trackers}
+        versions = {
+            t.trial_id: t.checkpoint_manager.version for t in trials if t.trial_id in self._trackers
+        }
         if versions:  # applied after the writes above, and only if they were
             self._write(self._recorded_versions.update, versions)
         for trial in trials:
@@ -260,8 +305,12 @@ class TrialsDbCallback(Callback):
             experiment_name=trial.experiment_name,
             status=TrialStatus.TERMINATED if decision is None else TrialStatus.ERROR,
             error=trial.error_msg if decision is not None else None,
-            last_result={k: v for k, v in trial.last_result.items()
-                         if isinstance(v, (int, float, str, bool)) or v is None} or None,
+            last_result={
+                k: v
+                for k, v in trial.last_result.items()
+                if isinstance(v, (int, float, str, bool)) or v is None
+            }
+            or None,
             best_checkpoint=best.path if best is not None else None,
             stop_reason=trial.stop_reason if decision is None else None,
         )

@@ -40,7 +40,9 @@ class WriteBehind:
         self.name = name
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._apply_all, name=f"write-behind {name}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._apply_all, name=f"write-behind {name}", daemon=True
+        )
         self._thread.start()
 
     def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:

@@ -29,8 +29,9 @@ class RayOutage:
     :param log: the trigger's logger.
     """
 
-    def __init__(self, subject: str, timeout_seconds: float, poll_interval_seconds: float,
-                 log: Any) -> None:
+    def __init__(
+        self, subject: str, timeout_seconds: float, poll_interval_seconds: float, log: Any
+    ) -> None:
         self.subject = subject
         self.timeout_seconds = timeout_seconds
         self.poll_interval_seconds = poll_interval_seconds
@@ -50,7 +51,14 @@ class RayOutage:
         silent_s = now - self.since
         if silent_s > self.timeout_seconds:
             raise RayOutageTimeout(
-                f"Ray did not answer for {silent_s:.0f} s ({type(error).__name__}: {error})")
-        self.log.warning("%s: Ray does not answer (%s: %s); trying again (%.0f of %.0f s).",
-                         self.subject, type(error).__name__, error, silent_s, self.timeout_seconds)
+                f"Ray did not answer for {silent_s:.0f} s ({type(error).__name__}: {error})"
+            )
+        self.log.warning(
+            "%s: Ray does not answer (%s: %s); trying again (%.0f of %.0f s).",
+            self.subject,
+            type(error).__name__,
+            error,
+            silent_s,
+            self.timeout_seconds,
+        )
         await asyncio.sleep(min(5.0, max(0.5, self.poll_interval_seconds)))

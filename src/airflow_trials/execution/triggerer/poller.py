@@ -61,7 +61,12 @@ from airflow_trials.store.retry import is_transient
 from airflow_trials.store.store import TrialProgress, TrialStore
 
 __all__ = [
-    "BatchedTrialPolls", "Poll", "RayNotAnswering", "TrialPoller", "poller_of", "watch_trial",
+    "BatchedTrialPolls",
+    "Poll",
+    "RayNotAnswering",
+    "TrialPoller",
+    "poller_of",
+    "watch_trial",
 ]
 
 log = logging.getLogger(__name__)
@@ -88,7 +93,12 @@ class BatchedTrialPolls:
     """
 
     def __init__(
-        self, poller: TrialPoller, trial_id: str, actor: Any, store_url: str, wait_seconds: float,
+        self,
+        poller: TrialPoller,
+        trial_id: str,
+        actor: Any,
+        store_url: str,
+        wait_seconds: float,
         recorded: Iterable[str] = (),
     ) -> None:
         self.trial_id = trial_id
@@ -244,12 +254,14 @@ class TrialPoller:
 
         refs = list(self._in_flight)
         try:
-            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.tick_seconds,
-                                fetch_local=True)
+            ready, _ = ray.wait(
+                refs, num_returns=len(refs), timeout=self.tick_seconds, fetch_local=True
+            )
         except Exception as e:  # Ray itself failed (shut down to reconnect, say): every poll did
             for ref in refs:
-                self._answer_error(self._in_flight[ref],
-                                   RayNotAnswering(f"{type(e).__name__}: {e}"))
+                self._answer_error(
+                    self._in_flight[ref], RayNotAnswering(f"{type(e).__name__}: {e}")
+                )
             time.sleep(self.tick_seconds)
             return
         answered: list[tuple[BatchedTrialPolls, Poll, Snapshot]] = []
@@ -298,11 +310,13 @@ class TrialPoller:
         try:
             new = store.record_progress(items)
         except Exception as e:
-            transient = (isinstance(e, StoreError) and e.__cause__ is not None
-                         and is_transient(e.__cause__))
+            transient = (
+                isinstance(e, StoreError) and e.__cause__ is not None and is_transient(e.__cause__)
+            )
             if len(items) == 1 or transient:
-                log.warning("Could not record the progress of trials %s: %s",
-                            [i.trial_id for i in items], e)
+                log.warning(
+                    "Could not record the progress of trials %s: %s", [i.trial_id for i in items], e
+                )
                 return {item.trial_id: e for item in items}
         else:
             self.stats.rows += new
@@ -332,7 +346,11 @@ class PollerStats:
         log.info(
             "Trial poller: %d trials watched; over %.0f s: %d polls, %d store transactions, "
             "%d new results",
-            watched, elapsed, self.polls_sent, self.transactions, self.rows,
+            watched,
+            elapsed,
+            self.polls_sent,
+            self.transactions,
+            self.rows,
         )
         self.polls_sent = self.transactions = self.rows = 0
         self.since = time.monotonic()

@@ -1,4 +1,5 @@
-"""The per-trial Ray actor: runs one trainable, adds the engine's result fields, persists checkpoints."""
+"""The per-trial Ray actor: runs one trainable, adds the engine's result fields, persists
+checkpoints."""
 
 from __future__ import annotations
 
@@ -71,8 +72,10 @@ class TrialActor:
     :param spec: the first trial to run (see :data:`TrialSpec`).
     :param storage_path: the experiment storage root (local path or fsspec URL).
     :param local_log_path: where stdout/stderr files go on this node.
-    :param capture_output: redirect the process's stdout/stderr into the trial's files; default True.
-    :param autorun: ``(trial_state, restore_from, holds)`` to start :meth:`run` from the constructor;
+    :param capture_output: redirect the process's stdout/stderr into the trial's files; default
+        True.
+    :param autorun: ``(trial_state, restore_from, holds)`` to start :meth:`run` from the
+        constructor;
         default None. A detached actor's construction is kept by Ray's GCS, so a trial started
         this way begins whenever Ray places it, even after the process that launched it exited.
     """
@@ -107,7 +110,9 @@ class TrialActor:
         # Set when a poll should answer at once: the loop ended, or it holds for a verdict.
         self._attention = threading.Event()
         self._holds: Holds | None = None
-        self._published: int | None = None  # the result a hold published before after_result returned
+        self._published: int | None = (
+            None  # the result a hold published before after_result returned
+        )
         self._stop_reason: str | None = None
         self._scheduler_reason: str | None = None
         self._log_files: dict[str, str] = {}  # the logs' copies on the storage, once stopped
@@ -161,7 +166,8 @@ class TrialActor:
 
     @_reported_as_trial_error
     def restore(self, path: str) -> int:
-        """Load the checkpoint at ``path``; training continues from its iteration, which is returned."""
+        """Load the checkpoint at ``path``; training continues from its iteration, which is
+        returned."""
         driver = self._require_driver()
         payload, meta = self._storage.load_checkpoint(path)
         driver.restore(payload)  # stops what ran, trained ahead or not
@@ -194,10 +200,11 @@ class TrialActor:
             self._log_error = None
         except Exception as e:  # noqa: BLE001 - fsspec backends raise their own error types
             target = self._storage.logs_dir(self.experiment_name, self.trial_id)
+            local = self._storage.log_paths(self.experiment_name, self.trial_id)[0]
             self._log_error = (
-                f"Trial {self.trial_id} of experiment {self.experiment_name}: could not copy its stdout/stderr "
-                f"to {target} ({type(e).__name__}: {e}); its results are unaffected, and the files stay in "
-                f"{os.path.dirname(self._storage.log_paths(self.experiment_name, self.trial_id)[0])} on node "
+                f"Trial {self.trial_id} of experiment {self.experiment_name}: could not copy its "
+                f"stdout/stderr to {target} ({type(e).__name__}: {e}); its results are "
+                f"unaffected, and the files stay in {os.path.dirname(local)} on node "
                 f"{self._node_ip}. Check that this node can write to the storage."
             )
             log.warning("%s", self._log_error)
@@ -263,11 +270,14 @@ class TrialActor:
 
     @_reported_as_trial_error
     def save(self) -> dict[str, Any] | None:
-        """Persist the trainable's current state; returns the checkpoint record, or None if it has none."""
+        """Persist the trainable's current state; returns the checkpoint record, or None if it has
+        none."""
         driver = self._require_driver()
-        scratch = self._storage.scratch_dir(self.experiment_name, self.trial_id) if isinstance(
-            driver, ClassDriver
-        ) else ""
+        scratch = (
+            self._storage.scratch_dir(self.experiment_name, self.trial_id)
+            if isinstance(driver, ClassDriver)
+            else ""
+        )
         payload = driver.save(scratch)
         if payload is None:
             return None
@@ -280,13 +290,20 @@ class TrialActor:
         path = self._storage.persist_checkpoint(
             self.experiment_name, self.trial_id, self._iteration, payload, meta
         )
-        record = {"path": path, "iteration": self._iteration, "metrics": _scalars(self._last_result)}
+        record = {
+            "path": path,
+            "iteration": self._iteration,
+            "metrics": _scalars(self._last_result),
+        }
         self._persisted = (payload, record)
         return record
 
     # -- autonomous mode: the Airflow trigger polls a trial that drives itself ------------------
     def run(
-        self, trial_state: dict[str, Any], restore_from: str | None = None, holds: HoldSpec | None = None
+        self,
+        trial_state: dict[str, Any],
+        restore_from: str | None = None,
+        holds: HoldSpec | None = None,
     ) -> str:
         """Drive the trial to its end in a background thread, first restoring ``restore_from``;
         returns at once.
@@ -294,7 +311,8 @@ class TrialActor:
         ``trial_state`` is ``Trial.to_json_state()``: its stopping criterion, checkpoint_freq,
         checkpoint_at_end and keep_checkpoints_num apply here as in the TrialRunner. Failures end
         the loop in ERROR; retrying is the caller's decision (Airflow's retries). With ``holds``
-        (see :mod:`~airflow_trials.execution.worker.holds`), the trial waits at each hold point for its
+        (see :mod:`~airflow_trials.execution.worker.holds`), the trial waits at each hold point for
+        its
         scheduler's verdict, which :meth:`decide` gives.
         """
         if self._loop is not None:
@@ -319,7 +337,9 @@ class TrialActor:
                 result = self.train()
                 duplicate = bool(result.pop(R.DUPLICATE, False))
                 decision = after_result(
-                    trial, result, duplicate=duplicate,
+                    trial,
+                    result,
+                    duplicate=duplicate,
                     scheduler=self._verdict if self._holds is not None else None,
                     scheduler_reason=lambda _: self._scheduler_reason,
                 )
@@ -328,7 +348,9 @@ class TrialActor:
                 # After the result it came with: a poll never sees a checkpoint whose result it
                 # does not see too, so a resume from the newest recorded one leaves no gap.
                 if result.get(R.CHECKPOINT):
-                    self._keep(CheckpointRecord(result[R.CHECKPOINT], result[R.TRAINING_ITERATION], result))
+                    self._keep(
+                        CheckpointRecord(result[R.CHECKPOINT], result[R.TRAINING_ITERATION], result)
+                    )
                 if decision.save_checkpoint:
                     self._save_and_keep()
                 if decision.action is not Action.CONTINUE:
@@ -340,7 +362,10 @@ class TrialActor:
         except TrialError as e:
             status, error = TrialStatus.ERROR, str(e)
         except Exception as e:  # a stopping criterion naming a missing metric, a storage failure
-            status, error = TrialStatus.ERROR, f"Trial {self.trial_id}: {e}\n{traceback.format_exc()}"
+            status, error = (
+                TrialStatus.ERROR,
+                f"Trial {self.trial_id}: {e}\n{traceback.format_exc()}",
+            )
         finally:
             self.stop()
             with self._lock:
@@ -358,8 +383,10 @@ class TrialActor:
             if not isinstance(e.__cause__, CheckpointNotFoundError):
                 raise
             raise _CheckpointGone(
-                f"Trial {self.trial_id} of experiment {self.experiment_name} could not start from its "
-                f"checkpoint {path}: {e.__cause__}. Not a failure of the trial: its next try resumes it from "
+                f"Trial {self.trial_id} of experiment {self.experiment_name} could not start from "
+                "its "
+                f"checkpoint {path}: {e.__cause__}. Not a failure of the trial: its next try "
+                "resumes it from "
                 "the newest checkpoint that exists on the storage."
             ) from e
 
@@ -379,7 +406,9 @@ class TrialActor:
             self._publish(result)
             self._attention.set()
             try:
-                decision, reason = holds.hold(iteration, float(result[holds.time_attr]), lambda: self._stop_requested)
+                decision, reason = holds.hold(
+                    iteration, float(result[holds.time_attr]), lambda: self._stop_requested
+                )
             finally:
                 if not self._ended.is_set():
                     self._attention.clear()
@@ -422,7 +451,10 @@ class TrialActor:
         return self._storage.delete_released(self.trial_id, (record.path for record in released))
 
     def poll(
-        self, since: int = 0, wait_s: float = 0.0, output_from: dict[str, int] | None = None,
+        self,
+        since: int = 0,
+        wait_s: float = 0.0,
+        output_from: dict[str, int] | None = None,
         recorded_version: int | None = None,
     ) -> TrialSnapshot:
         """Progress of an autonomous trial: the results after the first ``since``, and its state.
@@ -462,7 +494,9 @@ class TrialActor:
                 "best_checkpoint": _best(trial),
                 "error": self._error,
                 "infrastructure": self._infrastructure,
-                "stop_reason": self._stop_reason if self._status is TrialStatus.TERMINATED else None,
+                "stop_reason": self._stop_reason
+                if self._status is TrialStatus.TERMINATED
+                else None,
                 "held": self._holds.held_at if self._holds is not None else None,
                 "pid": self._pid,
                 "output": None,
@@ -472,7 +506,9 @@ class TrialActor:
         if output_from is not None:
             # Read after the status: a terminal one was set after the output was closed, so
             # this read is the last and may end with an unfinished line.
-            snapshot["output"] = self._new_output(output_from, TrialStatus(snapshot["status"]).is_terminal())
+            snapshot["output"] = self._new_output(
+                output_from, TrialStatus(snapshot["status"]).is_terminal()
+            )
         return snapshot
 
     def _new_output(self, output_from: dict[str, int], final: bool) -> dict[str, Any] | None:
@@ -482,7 +518,9 @@ class TrialActor:
         if not final:
             capture.flush()  # what the trainable printed since its last result
         return {
-            stream: read_new_output(path, output_from.get(stream, capture.start_offsets[stream]), final=final).to_dict()
+            stream: read_new_output(
+                path, output_from.get(stream, capture.start_offsets[stream]), final=final
+            ).to_dict()
             for stream, path in capture.paths.items()
         }
 
@@ -493,13 +531,16 @@ class TrialActor:
             self._holds.wake()
 
     def execute(self, fn: Callable[[Any], Any]) -> Any:
-        """Call ``fn`` with the live trainable object (class API) or driver; for debugging and tests."""
+        """Call ``fn`` with the live trainable object (class API) or driver; for debugging and
+        tests."""
         driver = self._require_driver()
         return fn(driver.trainable if isinstance(driver, ClassDriver) else driver)
 
     def _require_driver(self) -> TrainableDriver:
         if self._driver is None:
-            raise RuntimeError(f"Trial actor for {self.trial_id} has no trainable; it was not set up.")
+            raise RuntimeError(
+                f"Trial actor for {self.trial_id} has no trainable; it was not set up."
+            )
         return self._driver
 
 

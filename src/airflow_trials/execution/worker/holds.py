@@ -7,7 +7,8 @@ trains at most the result that reached it, the actor *holds* after a result that
 its hold points (ASHA: its bracket's milestones, and ``max_t``; the median rule: every result
 from ``grace_period``, its ``every_from``) until the trigger gives its verdict on that result:
 ``CONTINUE`` (it trains on) or ``STOP`` (with the reason). A verdict the trigger gives for a
-result the actor did not hold at (a stored STOP met again) applies at the trial's next result. The actor's loop turns verdicts into what happens next through
+result the actor did not hold at (a stored STOP met again) applies at the trial's next result. The
+actor's loop turns verdicts into what happens next through
 :func:`airflow_trials.core.fate.after_result`, as every path does.
 
 A trigger that stops (the triggerer restarts) leaves the actor holding; the next trigger polls
@@ -42,7 +43,9 @@ class Holds:
         this; default None (only at ``points``).
     """
 
-    def __init__(self, time_attr: str, points: list[float], every_from: float | None = None) -> None:
+    def __init__(
+        self, time_attr: str, points: list[float], every_from: float | None = None
+    ) -> None:
         self.time_attr = time_attr
         self.points = sorted(float(p) for p in points)
         self.every_from = None if every_from is None else float(every_from)
@@ -67,7 +70,9 @@ class Holds:
         with self._changed:
             return any(p <= time and p not in self._passed for p in self.points)
 
-    def hold(self, iteration: int, time: float, stopping: Callable[[], bool]) -> tuple[Decision, str | None]:
+    def hold(
+        self, iteration: int, time: float, stopping: Callable[[], bool]
+    ) -> tuple[Decision, str | None]:
         """Wait for the verdict on result ``iteration`` (at ``time``); CONTINUE when ``stopping()``
         becomes true first (the trial is being stopped from outside)."""
         with self._changed:
@@ -80,9 +85,14 @@ class Holds:
             return self._verdicts.get(iteration, (Decision.CONTINUE, None))
 
     def told(self, iteration: int) -> tuple[Decision, str | None]:
-        """The verdict for a result not held at: a STOP given for it or an earlier one, else CONTINUE."""
+        """The verdict for a result not held at: a STOP given for it or an earlier one, else
+        CONTINUE."""
         with self._changed:
-            stops = [(i, v) for i, v in self._verdicts.items() if i <= iteration and v[0] is Decision.STOP]
+            stops = [
+                (i, v)
+                for i, v in self._verdicts.items()
+                if i <= iteration and v[0] is Decision.STOP
+            ]
             return min(stops)[1] if stops else (Decision.CONTINUE, None)
 
     def give(self, iteration: int, decision: str, reason: str | None) -> None:

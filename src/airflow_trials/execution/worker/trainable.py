@@ -22,7 +22,8 @@ from airflow_trials.exceptions import TrainableNotFoundError, TrialError
 
 
 class Trainable:
-    """Subclass this for the class API; the engine calls ``setup`` once, then ``step`` per iteration.
+    """Subclass this for the class API; the engine calls ``setup`` once, then ``step`` per
+    iteration.
 
     ``save_checkpoint(checkpoint_dir)`` writes files into ``checkpoint_dir`` and may return a dict
     instead; ``load_checkpoint`` receives that dict or the directory path. Return True from
@@ -60,7 +61,8 @@ class Trainable:
         raise NotImplementedError(f"{type(self).__name__} has no load_checkpoint()")
 
     def reset_config(self, new_config: dict[str, Any]) -> bool:
-        """Take a new config in place; return True if done (default: False, a new object is built)."""
+        """Take a new config in place; return True if done (default: False, a new object is
+        built)."""
         return False
 
     def cleanup(self) -> None:
@@ -82,8 +84,12 @@ class _Session:
 
     def __init__(self, trial_id: str, checkpoint: Any) -> None:
         self.trial_id = trial_id
-        self.checkpoint = checkpoint  # of the last result the driver handed out: what save() returns
-        self.reported_checkpoint = checkpoint  # the trainable's own latest: what get_checkpoint() returns
+        self.checkpoint = (
+            checkpoint  # of the last result the driver handed out: what save() returns
+        )
+        self.reported_checkpoint = (
+            checkpoint  # the trainable's own latest: what get_checkpoint() returns
+        )
         # (metrics, checkpoint, when reported)
         self.results: queue.Queue[tuple[dict[str, Any], Any, float | None]] = queue.Queue(maxsize=1)
         self.continue_event = threading.Semaphore(0)
@@ -118,7 +124,9 @@ def _current_session(caller: str) -> _Session:
     return session
 
 
-def report(metrics: Mapping[str, Any] | None = None, *, checkpoint: Any = None, **kwargs: Any) -> None:
+def report(
+    metrics: Mapping[str, Any] | None = None, *, checkpoint: Any = None, **kwargs: Any
+) -> None:
     """Report one iteration's metrics from a function trainable, optionally with a checkpoint.
 
     Ray Tune's form: ``report({"loss": 0.1}, checkpoint={"w": w})``. The metrics may also be
@@ -139,13 +147,16 @@ def _metrics_of(metrics: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
         return dict(kwargs)
     if not isinstance(metrics, Mapping):
         raise TypeError(
-            f"report() takes the metrics dict as its positional argument, got {type(metrics).__name__}; "
+            "report() takes the metrics dict as its positional argument, got "
+            f"{type(metrics).__name__}; "
             f"pass a checkpoint as report(metrics, checkpoint=...)."
         )
     if kwargs:
         raise TypeError(
-            f"report() got metrics both as a dict and as keywords ({', '.join(sorted(kwargs))}): pass "
-            f"them one way, e.g. report({{**metrics, ...}}). If the dict is a checkpoint, pass it as "
+            f"report() got metrics both as a dict and as keywords ({', '.join(sorted(kwargs))}): "
+            "pass "
+            f"them one way, e.g. report({{**metrics, ...}}). If the dict is a checkpoint, pass it "
+            "as "
             f"report(..., checkpoint=state)."
         )
     bad = [key for key in metrics if not isinstance(key, str)]
@@ -169,7 +180,8 @@ def _checkpoint_of(checkpoint: Any) -> Mapping[str, Any] | str | None:
 
 
 def get_checkpoint() -> dict[str, Any] | str | None:
-    """The checkpoint to resume from (a dict or a local directory path), or None on a fresh start."""
+    """The checkpoint to resume from (a dict or a local directory path), or None on a fresh
+    start."""
     return _current_session("get_checkpoint").reported_checkpoint
 
 
@@ -181,7 +193,8 @@ def get_trial_id() -> str:
 
 
 def load_trainable(path: str) -> Callable[..., Any] | type[Trainable]:
-    """Resolve ``"package.module:name"`` (or ``"package.module.name"``) to a function or Trainable class."""
+    """Resolve ``"package.module:name"`` (or ``"package.module.name"``) to a function or Trainable
+    class."""
     obj = import_object(
         path, "trainable", TrainableNotFoundError, "where the trial runs (the Ray workers too)"
     )
@@ -192,7 +205,9 @@ def load_trainable(path: str) -> Callable[..., Any] | type[Trainable]:
             )
         return obj
     if not callable(obj):
-        raise TrainableNotFoundError(f"Trainable {path!r} is neither a function nor a Trainable class.")
+        raise TrainableNotFoundError(
+            f"Trainable {path!r} is neither a function nor a Trainable class."
+        )
     return obj
 
 
@@ -236,7 +251,11 @@ class ClassDriver(TrainableDriver):
     """Drives a :class:`Trainable` subclass."""
 
     def __init__(
-        self, cls: type[Trainable], config: dict[str, Any], trial_id: str, parameters: Mapping[str, Any]
+        self,
+        cls: type[Trainable],
+        config: dict[str, Any],
+        trial_id: str,
+        parameters: Mapping[str, Any],
     ) -> None:
         self.cls = cls
         self.parameters = dict(parameters)
@@ -246,7 +265,8 @@ class ClassDriver(TrainableDriver):
         metrics = self.trainable.step()
         if not isinstance(metrics, Mapping):
             raise TypeError(
-                f"{self.cls.__name__}.step() must return a dict of metrics, got {type(metrics).__name__}."
+                f"{self.cls.__name__}.step() must return a dict of metrics, got "
+                f"{type(metrics).__name__}."
             )
         metrics = dict(metrics)
         return metrics, None, bool(metrics.get("done", False))
@@ -271,13 +291,18 @@ class ClassDriver(TrainableDriver):
 
 
 class FunctionDriver(TrainableDriver):
-    """Drives ``def train(config)`` in a thread, in lockstep with the runner (as Ray Tune's FunctionRunner)."""
+    """Drives ``def train(config)`` in a thread, in lockstep with the runner (as Ray Tune's
+    FunctionRunner)."""
 
     # How long next_result waits between checks that the function's thread is still alive.
     _POLL_S = 0.5
 
     def __init__(
-        self, fn: Callable[..., Any], config: dict[str, Any], trial_id: str, parameters: Mapping[str, Any]
+        self,
+        fn: Callable[..., Any],
+        config: dict[str, Any],
+        trial_id: str,
+        parameters: Mapping[str, Any],
     ) -> None:
         self.fn = fn
         self.parameters = dict(parameters)
@@ -317,7 +342,9 @@ class FunctionDriver(TrainableDriver):
                 except queue.Full:
                     pass
 
-        self._thread = threading.Thread(target=entrypoint, name=f"trial-{self.trial_id}", daemon=True)
+        self._thread = threading.Thread(
+            target=entrypoint, name=f"trial-{self.trial_id}", daemon=True
+        )
         self._thread.start()
 
     def next_result(self) -> StepOutput:
@@ -354,7 +381,8 @@ class FunctionDriver(TrainableDriver):
             return dict(self._returned), None, True
         if session.reported == 0:
             raise TrialError(
-                f"Trial {self.trial_id}: trainable {self.name} returned without reporting any result; "
+                f"Trial {self.trial_id}: trainable {self.name} returned without reporting any "
+                "result; "
                 f"call airflow_trials.report(metric=value) at least once per iteration.",
                 trial_id=self.trial_id,
             )
@@ -405,7 +433,8 @@ def make_driver(
     trial_id: str,
     parameters: Mapping[str, Any] | None = None,
 ) -> TrainableDriver:
-    """The driver of ``trainable``, which gets ``parameters`` (with_parameters constants) as keywords."""
+    """The driver of ``trainable``, which gets ``parameters`` (with_parameters constants) as
+    keywords."""
     if inspect.isclass(trainable) and issubclass(trainable, Trainable):
         return ClassDriver(trainable, config, trial_id, parameters or {})
     return FunctionDriver(trainable, config, trial_id, parameters or {})

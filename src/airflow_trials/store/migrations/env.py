@@ -34,7 +34,8 @@ def run_migrations_online() -> None:
         if not url:
             raise RuntimeError(
                 "The airflow_trials store migrations need a database: run "
-                "`python -m airflow_trials.store upgrade --url URL` or airflow_trials.store.migrate(url)."
+                "`python -m airflow_trials.store upgrade --url URL` or "
+                "airflow_trials.store.migrate(url)."
             )
         engine = create_store_engine(url)
         try:

@@ -108,9 +108,7 @@ def _create_result_tables() -> None:
     """at_results and at_checkpoints, which reference at_trials."""
     op.create_table(
         "at_results",
-        sa.Column(
-            "id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False
-        ),
+        sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
         sa.Column("trial_id", sa.String(128), nullable=False),
         sa.Column("iteration", sa.Integer(), nullable=False),
         sa.Column("timestamp", sa.Float(), nullable=False),

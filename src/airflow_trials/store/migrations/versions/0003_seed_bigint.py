@@ -26,7 +26,11 @@ def upgrade() -> None:
     if _on_sqlite():
         return
     op.alter_column(
-        "at_experiment_runs", "seed", existing_type=sa.Integer(), type_=sa.BigInteger(), existing_nullable=True
+        "at_experiment_runs",
+        "seed",
+        existing_type=sa.Integer(),
+        type_=sa.BigInteger(),
+        existing_nullable=True,
     )
 
 
@@ -35,5 +39,9 @@ def downgrade() -> None:
         return
     # Fails, changing nothing, while a run has a seed outside INTEGER: nothing is cut silently.
     op.alter_column(
-        "at_experiment_runs", "seed", existing_type=sa.BigInteger(), type_=sa.Integer(), existing_nullable=True
+        "at_experiment_runs",
+        "seed",
+        existing_type=sa.BigInteger(),
+        type_=sa.Integer(),
+        existing_nullable=True,
     )

@@ -48,7 +48,9 @@ def upgrade() -> None:
     )
     # One rung's values, read by every decision at that rung, from the index alone.
     op.create_index(
-        "ix_at_trial_rungs_rung_values", "at_trial_rungs", ["experiment_run_id", "bracket", "milestone", "value"]
+        "ix_at_trial_rungs_rung_values",
+        "at_trial_rungs",
+        ["experiment_run_id", "bracket", "milestone", "value"],
     )
 
 

@@ -1,4 +1,5 @@
-"""at_trial_median_points: the median stopping rule's running mean per trial and result, and its verdict.
+"""at_trial_median_points: the median stopping rule's running mean per trial and result, and its
+verdict.
 
 Revision ID: 0007
 Revises: 0006
@@ -43,7 +44,10 @@ def upgrade() -> None:
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("id", name="pk_at_trial_median_points"),
         sa.UniqueConstraint(
-            "trial_id", "iteration", "at_end", name="uq_at_trial_median_points_trial_id_iteration_at_end"
+            "trial_id",
+            "iteration",
+            "at_end",
+            name="uq_at_trial_median_points_trial_id_iteration_at_end",
         ),
         sa.ForeignKeyConstraint(
             ["experiment_run_id"],
@@ -60,21 +64,28 @@ def upgrade() -> None:
     )
     # A trial's running mean at a time, and its latest time: one probe of this index each.
     op.create_index(
-        "ix_at_trial_median_points_trial_id_time_seq", "at_trial_median_points", ["trial_id", "time", "seq"]
+        "ix_at_trial_median_points_trial_id_time_seq",
+        "at_trial_median_points",
+        ["trial_id", "time", "seq"],
     )
     # The means of a run's trials at one time, counted and read by rank from the index alone.
     op.create_index(
-        "ix_at_trial_median_points_run_time_mean", "at_trial_median_points",
+        "ix_at_trial_median_points_run_time_mean",
+        "at_trial_median_points",
         ["experiment_run_id", "time", "superseded", "mean"],
     )
     # The points after a gap: the few trials that skipped a time.
     op.create_index(
-        "ix_at_trial_median_points_run_gaps", "at_trial_median_points", ["experiment_run_id", "gap", "time", "prev_time"]
+        "ix_at_trial_median_points_run_gaps",
+        "at_trial_median_points",
+        ["experiment_run_id", "gap", "time", "prev_time"],
     )
 
 
 def downgrade() -> None:
     op.drop_index("ix_at_trial_median_points_run_gaps", table_name="at_trial_median_points")
     op.drop_index("ix_at_trial_median_points_run_time_mean", table_name="at_trial_median_points")
-    op.drop_index("ix_at_trial_median_points_trial_id_time_seq", table_name="at_trial_median_points")
+    op.drop_index(
+        "ix_at_trial_median_points_trial_id_time_seq", table_name="at_trial_median_points"
+    )
     op.drop_table("at_trial_median_points")

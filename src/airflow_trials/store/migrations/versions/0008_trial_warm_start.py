@@ -19,7 +19,9 @@ depends_on: str | None = None
 
 def upgrade() -> None:
     # Trials from before this revision were not warm-started: NULL.
-    json = sa.JSON(none_as_null=True).with_variant(postgresql.JSONB(none_as_null=True), "postgresql")
+    json = sa.JSON(none_as_null=True).with_variant(
+        postgresql.JSONB(none_as_null=True), "postgresql"
+    )
     op.add_column("at_trials", sa.Column("warm_start", json, nullable=True))
 
 

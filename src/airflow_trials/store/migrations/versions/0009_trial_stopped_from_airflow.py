@@ -27,8 +27,12 @@ def upgrade() -> None:
     )
     # A trial stopped that way and not started since keeps saying so: its task's next try must
     # not re-attach to the actor being stopped.
-    trials = sa.table("at_trials", sa.column("status"), sa.column("error_msg"),
-                      sa.column("stopped_from_airflow", sa.Boolean()))
+    trials = sa.table(
+        "at_trials",
+        sa.column("status"),
+        sa.column("error_msg"),
+        sa.column("stopped_from_airflow", sa.Boolean()),
+    )
     op.execute(
         trials.update()
         .where(trials.c.status == "TERMINATED", trials.c.error_msg == _OLD_STOP_MESSAGE)
