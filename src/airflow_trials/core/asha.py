@@ -6,16 +6,14 @@ import random
 from typing import Protocol
 
 from airflow_trials.core.result import Result
-from airflow_trials.core.rungs import (
-    AshaRungs,
-    MemoryRungs,
-    RungState,
+from airflow_trials.core.rung_math import (
     check_asha_settings,
     draw_bracket,
     nan_percentile,
     rung_cutoff,
     rung_milestones,
 )
+from airflow_trials.core.rungs import AshaRungs, MemoryRungs, RungState
 from airflow_trials.core.scheduler import Decision, MetricScheduler, experiment_metric_and_mode
 from airflow_trials.core.trial import Trial
 

@@ -3,8 +3,9 @@
 Every path that drives a trial calls these functions and acts on what they return; none keeps
 its own copy of the rules:
 
-- the TrialRunner (``execution/driver/runner.py``), after each result it fetches and each failure;
-- the self-driving trial actor (``execution/worker/actor.py``), after each result it trains;
+- the TrialRunner, after each result it fetches and each failure
+  (``execution/driver/trial_outcomes.py``);
+- the self-driving trial actor, after each result it trains (``execution/worker/self_driving.py``);
 - the Airflow operator (``operators/trial.py``), when a try starts and when the trigger reports
   the trial's end.
 
@@ -45,7 +46,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from airflow_trials.core.end import TrialEnd
 from airflow_trials.core.result import CHECKPOINT, DONE, TRAINING_ITERATION, Result
-from airflow_trials.core.rungs import REACHED_MAX_T
+from airflow_trials.core.rung_math import REACHED_MAX_T
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.stopping import Stopper, ThresholdStopper
 from airflow_trials.core.trial import Trial

@@ -27,7 +27,8 @@ from __future__ import annotations
 from typing import Any
 
 from airflow_trials.core.asha import AsyncHyperBandScheduler
-from airflow_trials.core.median_stopping import MEDIAN, RULE_KEY, MedianRule, MedianStoppingRule
+from airflow_trials.core.median_rule import MEDIAN, RULE_KEY, MedianRule
+from airflow_trials.core.median_stopping import MedianStoppingRule
 from airflow_trials.core.rungs import AshaRungs
 
 __all__ = ["RULE_KEY", "JudgedScheduler", "MedianRule", "judged_from_dict", "judged_scheduler"]

@@ -12,7 +12,7 @@ from typing import Any, Protocol
 from sqlalchemy import and_, false, func, or_, select, true, update
 from sqlalchemy.orm import Session
 
-from airflow_trials.core.median_stopping import (
+from airflow_trials.core.median_rule import (
     AT_END_REASON,
     MeanList,
     MeanSample,
@@ -38,12 +38,12 @@ class MedianStore(StoreBase):
     """The median stopping rule's state for the Airflow path, where each trial has a trigger of
     its own.
 
-    The rule is :class:`~airflow_trials.core.median_stopping.MedianRule`'s; this keeps what it
+    The rule is :class:`~airflow_trials.core.median_rule.MedianRule`'s; this keeps what it
     reads, each trial's running sum of the metric per result from grace_period, and makes each
     verdict final through :class:`~airflow_trials.store.judged_once.JudgedOnce`. A decision
     reads one running mean per other trial of the run (two index probes each), never their
     results. :class:`StoredMeans` hands it to the rule as its
-    :class:`~airflow_trials.core.median_stopping.MedianState`.
+    :class:`~airflow_trials.core.median_rule.MedianState`.
     """
 
     @functools.cached_property
@@ -125,7 +125,7 @@ class MeansAccess(Protocol):
 
 
 class StoredMeans:
-    """:class:`~airflow_trials.core.median_stopping.MedianState` of one experiment run in the
+    """:class:`~airflow_trials.core.median_rule.MedianState` of one experiment run in the
     trials store: the median rule's running means on the Airflow path.
 
     :param store: the trials store (``record_median_point``).
@@ -249,7 +249,7 @@ def _means_at(
 
 
 class _MeansAtTime:
-    """:class:`~airflow_trials.core.median_stopping.MeanSample` of the points at one time of a run
+    """:class:`~airflow_trials.core.median_rule.MeanSample` of the points at one time of a run
     (the trials' own latest there, finite means only) plus a few more means held here (trials that
     skipped the time): one count, then only the values the median needs, however many trials."""
 

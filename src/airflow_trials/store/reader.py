@@ -3,17 +3,14 @@ ResultGrid read through it, and :class:`~airflow_trials.store.TrialStore` hands 
 
 from __future__ import annotations
 
-import bisect
-from collections import defaultdict
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
-from sqlalchemy import func, select, text
+from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
-from airflow_trials.core.fate import stopped_early
 from airflow_trials.exceptions import ExperimentNotFoundError
+from airflow_trials.store.batch_reads import BatchReader
 from airflow_trials.store.database import Database
 from airflow_trials.store.exploits import exploit_lineage, latest_exploit
 from airflow_trials.store.leaderboard import (
@@ -23,7 +20,6 @@ from airflow_trials.store.leaderboard import (
     check_metric,
     check_mode,
     leaderboard_query,
-    metric_value,
 )
 from airflow_trials.store.mapping import (
     checkpoint_record,
@@ -32,7 +28,6 @@ from airflow_trials.store.mapping import (
     exploit_record,
     leaderboard_row,
     median_point,
-    ranked_trial,
     rung_decision,
     trial_record,
 )
@@ -53,7 +48,6 @@ from airflow_trials.store.records import (
     ExploitRecord,
     LeaderboardRow,
     MedianPoint,
-    RankedTrial,
     RungDecision,
     TrialRecord,
 )
@@ -71,8 +65,9 @@ class TrialReader:
 
     Opened on a URL, its database is read-only: it has no write engine and never migrates (a
     TrialStore with ``create=True``, or :func:`~airflow_trials.store.migrate`, does). Each read is
-    one transaction that retries transient errors as the TrialStore's do; the batch reads of
-    pages (from :meth:`find_experiment_run` on) are one attempt each.
+    one transaction that retries transient errors as the TrialStore's do. The batch reads of
+    pages (``ranking``, ``configs_of``, ``metric_curves`` and the others it hands out from a
+    :class:`~airflow_trials.store.batch_reads.BatchReader`) are one attempt each.
 
     Example::
 
@@ -109,6 +104,19 @@ class TrialReader:
         self._db = db
         #: Close every pooled connection; the reader opens new ones if used again.
         self.dispose = db.dispose
+        # The batch reads of pages, one attempt each.
+        batch = BatchReader(db, self.leaderboard)
+        self.find_experiment_run = batch.find_experiment_run
+        self.trial_counts = batch.trial_counts
+        self.ranking = batch.ranking
+        self.early_stopped_trials = batch.early_stopped_trials
+        self.rungs_of_run = batch.rungs_of_run
+        self.lineages_of_run = batch.lineages_of_run
+        self.configs_of = batch.configs_of
+        self.stop_reasons_of = batch.stop_reasons_of
+        self.checkpoints_of = batch.checkpoints_of
+        self.metric_curves = batch.metric_curves
+        self.trial_of_task = batch.trial_of_task
 
     @property
     def url(self) -> str:
@@ -119,10 +127,6 @@ class TrialReader:
 
     def _read(self, operation: str, work: Callable[[Session], _T]) -> _T:
         return self._db.transaction(operation, work, write=False)
-
-    def _once(self, operation: str) -> AbstractContextManager[Session]:
-        """One attempt at a read (no retry), for the batch reads of pages."""
-        return self._db.session_scope(operation, write=False)
 
     # -- experiments and runs ------------------------------------------------------------------
 
@@ -175,6 +179,10 @@ class TrialReader:
             f"Experiment {experiment_name!r} has no run {run!r}; name a run (--run) by an id or "
             f"run key that 'airflow-trials runs {experiment_name}' lists, or 'latest'."
         )
+
+    def runs_of_dag_run(self, dag_id: str, run_id: str) -> list[ExperimentRunRecord]:
+        """The experiment runs a DAG run started (usually one per experiment task group)."""
+        return [r for r in self.list_experiment_runs() if r.dag_id == dag_id and r.run_id == run_id]
 
     # -- trials, results and checkpoints ---------------------------------------------------------
 
@@ -349,192 +357,3 @@ class TrialReader:
             )
 
         return self._read(operation, work)
-
-    # -- batch reads of pages: one query for many trials, one attempt each (no retry) ------------
-
-    def find_experiment_run(self, run_pk: int) -> ExperimentRunRecord | None:
-        """The run with this id, or None when the store has no such run."""
-        with self._once(f"read experiment run {run_pk}") as session:
-            found = session.execute(
-                select(ExperimentRunRow, ExperimentRow.name)
-                .join(ExperimentRow, ExperimentRow.id == ExperimentRunRow.experiment_id)
-                .where(ExperimentRunRow.id == run_pk)
-            ).one_or_none()
-        return None if found is None else experiment_run_record(*found)
-
-    def trial_counts(self) -> dict[int, int]:
-        """Trials per experiment run id."""
-        with self._once("count the trials of each experiment run") as session:
-            rows = session.execute(
-                select(TrialRow.experiment_run_id, func.count())
-                .where(TrialRow.experiment_run_id.is_not(None))
-                .group_by(TrialRow.experiment_run_id)
-            )
-            return {run_pk: count for run_pk, count in rows if run_pk is not None}
-
-    def ranking(self, run_pk: int, metric: str, mode: str) -> list[RankedTrial]:
-        """Every trial of the run in the order of :meth:`leaderboard`, without configs.
-
-        When the run's bests are maintained for this metric and mode (the experiment's), this is
-        the leaderboard's own query over ``at_trials`` with fewer columns: no config to decode and
-        no checkpoint to look up per trial, which are most of a 10,000-trial leaderboard's time.
-        Otherwise it is the store's leaderboard itself.
-        """
-        check_mode(mode)
-        check_metric(metric)
-        operation = f"rank the trials of experiment run {run_pk} by {mode} {metric}"
-        with self._once(operation) as session:
-            run = self._db.find_run(session, run_pk, operation)
-            if best_is_current(session, run, metric, mode):
-                trials = TrialRow.__table__.c
-                query = best_leaderboard_query(
-                    self._db.dialect, run_pk, metric, mode, None
-                ).with_only_columns(
-                    trials.trial_id,
-                    trials.status,
-                    trials.num_failures,
-                    trials.best_value,
-                    trials.best_iteration,
-                )
-                return [ranked_trial(row) for row in session.execute(query)]
-        return [
-            RankedTrial(r.trial_id, r.status, r.num_failures, r.best_value, r.best_iteration)
-            for r in self.leaderboard(run_pk, metric, mode)
-        ]
-
-    def configs_of(self, trial_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
-        """The configs of these trials."""
-        if not trial_ids:
-            return {}
-        with self._once(f"read the configs of {len(trial_ids)} trials") as session:
-            rows = session.execute(
-                select(TrialRow.trial_id, TrialRow.config).where(
-                    TrialRow.trial_id.in_(list(trial_ids))
-                )
-            )
-            return {trial_id: config for trial_id, config in rows}
-
-    def stop_reasons_of(self, trial_ids: Sequence[str]) -> dict[str, str]:
-        """Why each of these trials ended TERMINATED; trials without a stop reason are left out."""
-        if not trial_ids:
-            return {}
-        with self._once(f"read the stop reasons of {len(trial_ids)} trials") as session:
-            rows = session.execute(
-                select(TrialRow.trial_id, TrialRow.stop_reason).where(
-                    TrialRow.trial_id.in_(list(trial_ids)), TrialRow.stop_reason.is_not(None)
-                )
-            )
-            return {trial_id: reason for trial_id, reason in rows if reason is not None}
-
-    def early_stopped_trials(self, run_pk: int) -> set[str]:
-        """The ids of the run's trials their scheduler stopped early
-        (:func:`~airflow_trials.core.fate.stopped_early`); only trials with a stop reason are
-        read."""
-        with self._once(f"read the early stopped trials of experiment run {run_pk}") as session:
-            rows = session.execute(
-                select(TrialRow.trial_id, TrialRow.stop_reason).where(
-                    TrialRow.experiment_run_id == run_pk, TrialRow.stop_reason.is_not(None)
-                )
-            )
-            return {trial_id for trial_id, reason in rows if stopped_early(reason)}
-
-    def rungs_of_run(self, run_pk: int) -> dict[str, list[RungDecision]]:
-        """Every ASHA rung record of the run's trials (``trial_rungs`` of each), in one query."""
-        rungs = TrialRungRow.__table__
-        found: dict[str, list[RungDecision]] = defaultdict(list)
-        with self._once(f"read the rungs of experiment run {run_pk}") as session:
-            rows = session.execute(
-                select(rungs)
-                .where(rungs.c.experiment_run_id == run_pk)
-                .order_by(rungs.c.trial_id, rungs.c.milestone)
-            )
-            for row in rows:
-                found[row.trial_id].append(rung_decision(row._mapping, fresh=False))
-        return found
-
-    def lineages_of_run(self, run_pk: int) -> dict[str, list[ExploitRecord]]:
-        """The lineage (:meth:`lineage`) of each of the run's trials that was exploited, from
-        one query over their exploits; donors outside the run end a lineage there."""
-        exploits = TrialExploitRow.__table__
-        by_trial: dict[str, list[ExploitRecord]] = defaultdict(list)
-        with self._once(f"read the exploits of experiment run {run_pk}") as session:
-            rows = session.execute(
-                select(exploits)
-                .join(TrialRow, TrialRow.trial_id == exploits.c.trial_id)
-                .where(TrialRow.experiment_run_id == run_pk)
-                .order_by(exploits.c.id)
-            )
-            for row in rows:
-                by_trial[row.trial_id].append(exploit_record(row._mapping, fresh=False))
-
-        def latest_before(trial_id: str, bound: int | None) -> ExploitRecord | None:
-            own = by_trial.get(trial_id, [])
-            if bound is None:
-                return own[-1] if own else None
-            index = bisect.bisect_left(own, bound, key=lambda e: e.id)
-            return own[index - 1] if index else None
-
-        return {trial_id: exploit_lineage(trial_id, latest_before) for trial_id in by_trial}
-
-    def checkpoints_of(self, trial_ids: Sequence[str]) -> dict[str, list[CheckpointRecordRow]]:
-        """Every recorded checkpoint of these trials (deleted ones too), oldest iteration first."""
-        found: dict[str, list[CheckpointRecordRow]] = defaultdict(list)
-        if not trial_ids:
-            return found
-        with self._once(f"read the checkpoints of {len(trial_ids)} trials") as session:
-            rows = session.execute(
-                select(
-                    CheckpointRow.trial_id,
-                    CheckpointRow.path,
-                    CheckpointRow.iteration,
-                    CheckpointRow.score,
-                    CheckpointRow.deleted,
-                )
-                .where(CheckpointRow.trial_id.in_(list(trial_ids)))
-                .order_by(CheckpointRow.trial_id, CheckpointRow.iteration, CheckpointRow.id)
-            )
-            for row in rows:
-                found[row.trial_id].append(checkpoint_record(row))
-        return found
-
-    def metric_curves(
-        self, trial_ids: Sequence[str], metric: str
-    ) -> dict[str, list[tuple[int, float]]]:
-        """(iteration, value) of ``metric`` per trial, in iteration order; results without it
-        skipped.
-
-        The value is extracted in SQL with the leaderboard's own guarded expression, so a string
-        or NaN-turned-null under the metric's key is skipped as the leaderboard skips it.
-        """
-        check_metric(metric)
-        curves: dict[str, list[tuple[int, float]]] = {trial_id: [] for trial_id in trial_ids}
-        if not trial_ids:
-            return curves
-        value = metric_value(ResultRow.__table__.c.metrics, metric, self._db.dialect)
-        with self._once(f"read the {metric} curves of {len(trial_ids)} trials") as session:
-            rows = session.execute(
-                select(ResultRow.trial_id, ResultRow.iteration, value)
-                .where(ResultRow.trial_id.in_(list(trial_ids)), value.is_not(None))
-                .order_by(ResultRow.trial_id, ResultRow.iteration)
-            )
-            for trial_id, iteration, metric_value_ in rows:
-                curves[trial_id].append((int(iteration), float(metric_value_)))
-        return curves
-
-    def runs_of_dag_run(self, dag_id: str, run_id: str) -> list[ExperimentRunRecord]:
-        """The experiment runs a DAG run started (usually one per experiment task group)."""
-        return [r for r in self.list_experiment_runs() if r.dag_id == dag_id and r.run_id == run_id]
-
-    def trial_of_task(self, dag_id: str, run_id: str, task_id: str, map_index: int) -> str | None:
-        """The id of the trial a task instance ran, or None when it ran none."""
-        with self._once(f"find the trial of task {dag_id}.{task_id}") as session:
-            return session.execute(
-                select(TrialRow.trial_id)
-                .where(
-                    TrialRow.dag_id == dag_id,
-                    TrialRow.run_id == run_id,
-                    TrialRow.task_id == task_id,
-                    TrialRow.map_index == map_index,
-                )
-                .limit(1)
-            ).scalar_one_or_none()

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from airflow_trials.core.rungs import RungDecide, RungVerdict, ValueList
+from airflow_trials.core.rung_math import RungDecide, RungVerdict, ValueList
 from airflow_trials.core.scheduler import Decision
 from airflow_trials.exceptions import StoreError
 from airflow_trials.store.base import StoreBase, _check_id
@@ -239,7 +239,7 @@ def _stored_rung(session: Session, trial_id: str, milestone: float) -> RungDecis
 
 
 class _RungValuesInDB:
-    """:class:`~airflow_trials.core.rungs.RungValues` of one rung, answered by the rung's index:
+    """:class:`~airflow_trials.core.rung_math.RungValues` of one rung, answered by the rung's index:
     one count, then only the values a cutoff interpolates between, however many are stored."""
 
     def __init__(

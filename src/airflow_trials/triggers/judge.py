@@ -2,7 +2,7 @@
 
 # Each trial task is watched by its own trigger, so the rule's state lives in the trials store
 # (store/rungs.py StoredRungs, store/median.py StoredMeans); the rule is the one the runner's
-# schedulers judge with (core/rungs.py AshaRungs.judge, core/median_stopping.py MedianRule.judge).
+# schedulers judge with (core/rungs.py AshaRungs.judge, core/median_rule.py MedianRule.judge).
 # A judge only walks a trial's results through it, in order, and remembers the verdicts for the
 # trigger's life. It is synchronous (its store calls block): the trigger runs it in a thread. A
 # result processed again (a triggerer restart re-reads the trial's results) reaches the row its
@@ -21,7 +21,7 @@ from typing import Any
 
 from airflow_trials.core import result as R
 from airflow_trials.core.judged import judged_from_dict
-from airflow_trials.core.median_stopping import MedianRule, better_of
+from airflow_trials.core.median_rule import MedianRule, better_of
 from airflow_trials.core.rungs import AshaRungs
 from airflow_trials.core.scheduler import Decision
 from airflow_trials.store.median import StoredMeans
@@ -150,7 +150,7 @@ class RungJudge(_Judge):
 
 class MedianJudge(_Judge):
     """One trial's median-rule verdicts: :meth:`MedianRule.judge
-    <airflow_trials.core.median_stopping.MedianRule.judge>` over the run's running means in the
+    <airflow_trials.core.median_rule.MedianRule.judge>` over the run's running means in the
     trials store (:class:`~airflow_trials.store.median.StoredMeans`).
 
     The trial's best so far (over all its results) is kept here, read once from its stored

@@ -9,7 +9,6 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from airflow_trials.core.end import TrialEnd
-from airflow_trials.core.progress import format_progress
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.exceptions import StoreError
 from airflow_trials.execution.triggerer.outage import (
@@ -18,6 +17,7 @@ from airflow_trials.execution.triggerer.outage import (
     RayOutage,
     RayOutageTimeout,
 )
+from airflow_trials.execution.triggerer.task_log import TaskLogEcho
 from airflow_trials.hooks.trials import DEFAULT_RAY_CONN_ID, DEFAULT_TRIALS_CONN_ID
 from airflow_trials.triggers.judge import (
     MedianJudge,
@@ -38,8 +38,6 @@ RELEASED_PACE_SECONDS = 0.02
 # "0" in the triggerer's environment: each trigger polls its own actor from the event loop and
 # writes its own progress (the path before the shared poller), to measure the poller against.
 BATCHED_POLLS_ENV = "AIRFLOW_TRIALS_BATCHED_POLLS"
-# Per poll: a trigger that starts again (a triggerer restart) gets every earlier result back.
-MAX_PROGRESS_LINES_PER_POLL = 20
 
 
 @dataclass(frozen=True)
@@ -70,82 +68,6 @@ class TrialWatchSpec:
     def to_kwargs(self) -> dict[str, Any]:
         """The trigger's ``serialize()`` kwargs."""
         return asdict(self)
-
-
-class TaskLogEcho:
-    """Logs a trial's new output lines (``[trial stdout] ...``) and one progress line per new
-    result, each once, from the snapshots of its polls, to the trigger's log: Airflow shows it as
-    the deferred task's log for that try.
-
-    :param log: the trigger's logger (its lines land in the task instance's log).
-    :param trial_id: the trial.
-    """
-
-    def __init__(self, log: Any, trial_id: str) -> None:
-        self.log = log
-        self.trial_id = trial_id
-        self.results_logged = 0  # the index of the first result not logged yet
-
-    def report(self, snapshot: dict[str, Any]) -> None:
-        """Log what ``snapshot`` brought that was not logged yet: output first (it was printed
-        before the results it led to), then the results."""
-        for stream, chunk in (snapshot.get("output") or {}).items():
-            self._output(stream, chunk)
-        self._results(snapshot)
-
-    def ended(self, snapshot: dict[str, Any]) -> None:
-        """Say where the trial's log files were saved, or why they were not."""
-        files = snapshot.get("log_files") or {}
-        if files:
-            self.log.info(
-                "Trial %s: its full stdout and stderr are saved at %s.",
-                self.trial_id,
-                ", ".join(files[s] for s in sorted(files)),
-            )
-        if snapshot.get("log_error"):
-            self.log.warning("%s", snapshot["log_error"])
-
-    def _output(self, stream: str, chunk: dict[str, Any]) -> None:
-        skipped_bytes = chunk.get("skipped_bytes", 0)
-        skipped_lines = chunk.get("skipped_lines", 0)
-        if skipped_bytes or skipped_lines:
-            left_out = " and ".join(
-                filter(
-                    None,
-                    (
-                        f"{skipped_bytes} bytes" if skipped_bytes else "",
-                        f"{skipped_lines} lines" if skipped_lines else "",
-                    ),
-                )
-            )
-            self.log.info(
-                "[trial %s] ... %s of output left out here (more than one poll shows); "
-                "the whole file is %s on the trial's node, and in the trial's logs/ "
-                "directory once it ends.",
-                stream,
-                left_out,
-                chunk.get("path"),
-            )
-        for line in chunk.get("lines", ()):
-            self.log.info("[trial %s] %s", stream, line)
-
-    def _results(self, snapshot: dict[str, Any]) -> None:
-        results = snapshot.get("results") or []
-        total = int(snapshot.get("num_results", len(results)))
-        first = total - len(results)  # the index of results[0] among all the trial's results
-        new = results[max(0, self.results_logged - first) :]
-        if len(new) > MAX_PROGRESS_LINES_PER_POLL:
-            self.log.info(
-                "Trial %s: %d new results; the newest %d follow (all of them are in the "
-                "trials DB).",
-                self.trial_id,
-                len(new),
-                MAX_PROGRESS_LINES_PER_POLL,
-            )
-            new = new[-MAX_PROGRESS_LINES_PER_POLL:]
-        for result in new:
-            self.log.info("%s", format_progress(self.trial_id, result))
-        self.results_logged = max(self.results_logged, total)
 
 
 class Ended(Exception):  # noqa: N818 - raised with the event that ends a watch

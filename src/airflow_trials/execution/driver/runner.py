@@ -6,30 +6,21 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from airflow_trials.core import fate
 from airflow_trials.core.callback import Callback
-from airflow_trials.core.checkpoint import CheckpointRecord
-from airflow_trials.core.fate import Action, Outcome, ResultDecision, after_failure, after_result
 from airflow_trials.core.parameters import TrainableWithParameters
-from airflow_trials.core.pbt import Exploit
-from airflow_trials.core.result import CHECKPOINT, DUPLICATE, TRAINING_ITERATION, Result
 from airflow_trials.core.scheduler import Decision, FIFOScheduler, TrialScheduler
 from airflow_trials.core.searcher import Searcher
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.stopping import StopFn, Stopper, build_stopper
 from airflow_trials.core.trial import Trial, validate_name
-from airflow_trials.exceptions import (
-    CheckpointError,
-    RunnerFinishedError,
-    SearcherError,
-    TrialError,
-)
+from airflow_trials.exceptions import RunnerFinishedError, SearcherError, TrialError
 from airflow_trials.execution.driver.executor import RayTrialExecutor
 from airflow_trials.execution.driver.experiment_state import save_experiment_state, trials_to_resume
-from airflow_trials.execution.driver.exploit import apply_exploit, check_scheduler_can_run
+from airflow_trials.execution.driver.exploit import check_scheduler_can_run
 from airflow_trials.execution.driver.releaser import CheckpointReleaser
 from airflow_trials.execution.driver.runner_views import (
     RunnerViews,
@@ -37,6 +28,7 @@ from airflow_trials.execution.driver.runner_views import (
     check_concurrency_cap,
 )
 from airflow_trials.execution.driver.suggest import SearchDriver, build_search_driver
+from airflow_trials.execution.driver.trial_outcomes import FAIL_FAST_RAISE, TrialOutcomes
 
 log = logging.getLogger(__name__)
 
@@ -67,26 +59,23 @@ class TrialRunner(RunnerViews):
     :param reuse_actors: reuse actors between trials (only with the default executor).
     :param queue_trials: see :class:`RayTrialExecutor` (only with the default executor).
     :param checkpoint_period_s: how often experiment state is saved during ``run()``; a checkpoint
-        the
-        keep policy dropped is deleted after the next save (the state saved before may name it).
-        Default 10.
+        the keep policy dropped is deleted after the next save (the state saved before may name
+        it). Default 10.
     :param resume: load the experiment's saved state and continue it; default False.
     :param run_errored_only: with ``resume``, re-run trials that ended in ERROR (from their latest
         checkpoint); TERMINATED trials are kept as they are. Default False.
     :param wait_timeout_s: longest a step waits for a result; default 1.
     :param search_alg: a :class:`Searcher` (e.g. ``OptunaSearch``) that makes up to ``num_samples``
-        trials
-        of ``trainable`` with ``trial_kwargs`` (other Trial arguments); default None. See
+        trials of ``trainable`` with ``trial_kwargs`` (other Trial arguments); default None. See
         docs/engine.md.
     :param max_concurrent_trials: the most trials running at once (Ray Tune's ``TuneConfig``);
-        default
-        None: as many as the cluster's resources fit.
+        default None: as many as the cluster's resources fit.
     :param keep_results: keep every result in memory for :meth:`results` and
         :meth:`fetch_status_results`; False when a callback stores them (a 10,000-trial sweep).
         Default True.
     """
 
-    RAISE = "raise"
+    RAISE = FAIL_FAST_RAISE
 
     def __init__(
         self,
@@ -130,9 +119,8 @@ class TrialRunner(RunnerViews):
         self.scheduler = scheduler or FIFOScheduler()
         self.stop_criterion = stop
         self._experiment_stopper = build_stopper(stop)
-        self._run_ahead_below = fate.run_ahead_rule(
-            self.scheduler, self._experiment_stopper
-        )  # see core/fate.py
+        # Which results the actor may train past before the runner records them: core/fate.py.
+        self._run_ahead_below = fate.run_ahead_rule(self.scheduler, self._experiment_stopper)
         self.fail_fast = fail_fast
         self.time_budget_s = time_budget_s
         self.checkpoint_period_s = checkpoint_period_s
@@ -151,20 +139,28 @@ class TrialRunner(RunnerViews):
         self.callbacks: list[Callback] = [*callbacks, *([self._search] if self._search else [])]
 
         self._trials: list[Trial] = []
-        self._shapes: set[Any] = (
-            set()
-        )  # every trial's resources, ever: what a waiting trial may need
+        self._shapes: set[Any] = set()  # every trial's resources, ever: what a waiting one needs
         self._finished_prefix = 0
         self._by_id: dict[str, Trial] = {}
         self._results: TrialIdAndResultList = []
         self._results_seen = 0
         self._start_time: float | None = None
         self._budget_spent = False
-        self._failed_fast = False
         self._stop_all = False
         self._last_checkpoint = time.monotonic()
         self._releaser = CheckpointReleaser(
             self.trial_executor.storage, checkpoint_period_s != float("inf")
+        )
+        self._outcomes = TrialOutcomes(
+            self.trial_executor,
+            self.scheduler,
+            self.callbacks,
+            self._releaser,
+            self._run_ahead_below,
+            self._experiment_stopper,
+            self._end_early,
+            fail_fast,
+            self._results if keep_results else None,
         )
         if resume:
             storage = self.trial_executor.storage
@@ -209,7 +205,7 @@ class TrialRunner(RunnerViews):
 
     # -- the loop ----------------------------------------------------------------------------------
     def is_finished(self) -> bool:
-        if self._budget_spent or self._failed_fast or self._stop_all:
+        if self._budget_spent or self._stop_all:
             return True
         if self._unfinished():
             return False
@@ -255,18 +251,15 @@ class TrialRunner(RunnerViews):
             elif executor.get_running_trials():
                 ready = executor.get_next_available_trial(self.wait_timeout_s)
                 if ready is not None:
-                    self._process_trial(ready)
+                    self._outcomes.process(ready)
             else:
                 self._on_no_available_trials()
         except SearcherError:
-            self._stop_all = True
-            self._stop_unfinished()
+            self._end_early()
             raise
         self._apply_scheduler_actions()
         self._check_time_budget()
-        if (
-            executor.has_cached_slots()
-        ):  # keep what a waiting trial, or the searcher's next, can reuse
+        if executor.has_cached_slots():  # keep what a waiting trial, or the searcher's next, reuses
             executor.trim_cache(self._wanted_shapes())
         for callback in self.callbacks:
             callback.on_step_end(self._trials)
@@ -304,8 +297,7 @@ class TrialRunner(RunnerViews):
         try:
             while not self.is_finished():
                 if self._stop_requested.is_set():
-                    self._stop_all = True
-                    self._stop_unfinished()
+                    self._end_early()
                     break
                 self.step()
                 if time.monotonic() - self._last_checkpoint >= self.checkpoint_period_s:
@@ -330,29 +322,15 @@ class TrialRunner(RunnerViews):
 
     def _launch(self, trial: Trial) -> None:
         exploit = self.scheduler.take_exploit(trial.trial_id)  # decided while it waited (synch PBT)
-        if exploit is not None and self._exploit(trial, exploit):
-            self._notify_newest_checkpoint(trial)
+        if exploit is not None and self._outcomes.exploit(trial, exploit):
+            self._outcomes.notify_newest_checkpoint(trial)
         if trial.status == TrialStatus.PAUSED:
             self.trial_executor.unpause_trial(trial)
         if self.trial_executor.start_trial(trial, run_ahead_below=self._run_ahead_below(trial)):
             for callback in self.callbacks:
                 callback.on_trial_start(trial)
         else:
-            self._on_error(trial)
-
-    def _exploit(self, trial: Trial, exploit: Exploit) -> bool:
-        """The paused trial takes over its donor's checkpoint and a new config; when the donor's
-        checkpoint is gone, it keeps its own state (as Ray Tune does when a save fails)."""
-        old_config = dict(trial.config)
-        try:
-            apply_exploit(self.trial_executor, trial, exploit)
-        except CheckpointError as e:
-            log.warning("Trial %s keeps its own state: %s", trial.trial_id, e)
-            return False
-        log.info("Trial %s: %s.", trial.trial_id, self.scheduler.decision_reason(trial.trial_id))
-        for callback in self.callbacks:
-            callback.on_trial_exploit(trial, exploit, old_config)
-        return True
+            self._outcomes.errored(trial)
 
     def _on_no_available_trials(self) -> None:
         """Nothing runs and nothing fits: fail fast if a waiting trial can never fit."""
@@ -382,146 +360,20 @@ class TrialRunner(RunnerViews):
         for trial_id, decision in self.scheduler.take_pending_actions():
             trial = self._by_id[trial_id]
             if decision is Decision.STOP and not trial.status.is_terminal():
-                self._stopping(trial, self.scheduler.decision_reason(trial_id))
+                self._outcomes.stopping(trial, self.scheduler.decision_reason(trial_id))
                 self.stop_trial(trial)
 
-    def _stopping(self, trial: Trial, reason: str | None) -> None:
-        """Record why the scheduler or the criterion ends ``trial`` (every path that stops it says
-        so)."""
-        trial.stop_reason = reason
-        log.info("Trial %s stops: %s.", trial.trial_id, reason)
+    def _end_early(self) -> None:
+        """End the experiment now (stopped, its stopper ended it, or fail_fast): every trial not
+        yet finished becomes TERMINATED."""
+        self._stop_all = True
+        self._stop_unfinished()
 
     def _stop_unfinished(self) -> None:
         """End the experiment early: every trial not yet finished becomes TERMINATED."""
         for trial in self._trials:
             if not trial.status.is_terminal():
                 self.stop_trial(trial)
-
-    # -- processing results ------------------------------------------------------------------------
-    def _process_trial(self, trial: Trial) -> None:
-        try:
-            result = self.trial_executor.fetch_result(trial)
-        except TrialError as e:
-            self._process_trial_failure(trial, e)
-            return
-        try:
-            self._on_result(trial, result)
-        except TrialError as e:
-            self._process_trial_failure(trial, e)
-        except (KeyError, ValueError, TypeError, CheckpointError) as e:
-            # A stopping criterion naming a missing metric, a bad checkpoint, a scheduler error.
-            error = TrialError(
-                f"Trial {trial.trial_id}: processing its result failed: {e}",
-                trial_id=trial.trial_id,
-            )
-            self._process_trial_failure(trial, error)
-
-    def _record(
-        self,
-        trial: Trial,
-        result: Result,
-        scheduler: TrialScheduler | None = None,
-        experiment_done: Callable[[], bool] | None = None,
-    ) -> ResultDecision:
-        """Register the result's checkpoint, record the result and decide what follows."""
-        duplicate = bool(result.pop(DUPLICATE, False))
-        checkpoint_path = result.get(CHECKPOINT)
-        if checkpoint_path:
-            self._register_checkpoint(
-                trial, CheckpointRecord(checkpoint_path, int(result[TRAINING_ITERATION]), result)
-            )
-        decision = after_result(
-            trial,
-            result,
-            duplicate=duplicate,
-            experiment_done=experiment_done,
-            scheduler=scheduler.on_trial_result if scheduler is not None else None,
-            scheduler_reason=scheduler.decision_reason if scheduler is not None else None,
-        )
-        if decision.fresh:
-            if self.keep_results:
-                self._results.append((trial.trial_id, result))
-            for callback in self.callbacks:
-                callback.on_trial_result(trial, result)
-        return decision
-
-    def _on_result(self, trial: Trial, result: Result) -> None:
-        stopper = self._experiment_stopper
-        decision = self._record(
-            trial, result, self.scheduler, stopper.stop_all if stopper is not None else None
-        )
-        if decision.save_checkpoint:
-            self._save(trial)
-        if decision.action is Action.STOP:
-            self._stopping(trial, decision.reason)
-            self._complete(trial, result)
-        elif decision.action is Action.STOP_EXPERIMENT:
-            log.info("Experiment %s: its stopper ended the experiment.", self.experiment_name)
-            self._stop_all = True
-            self._stop_unfinished()
-        elif decision.action is Action.PAUSE:
-            exploit = self.scheduler.take_exploit(trial.trial_id)
-            self.trial_executor.pause_trial(trial, save=exploit is None)
-            if exploit is not None:
-                self._exploit(trial, exploit)
-            self._notify_newest_checkpoint(trial)
-        else:
-            self.trial_executor.continue_training(trial, self._run_ahead_below(trial))
-
-    def _complete(self, trial: Trial, result: Result) -> None:
-        self.scheduler.on_trial_complete(trial, result)
-        self.trial_executor.stop_trial(trial)
-        for callback in self.callbacks:
-            callback.on_trial_complete(trial)
-
-    def _save(self, trial: Trial) -> None:
-        if self.trial_executor.save(trial) is not None:
-            self._notify_newest_checkpoint(trial)
-
-    def _register_checkpoint(self, trial: Trial, record: CheckpointRecord) -> None:
-        self.trial_executor.register_checkpoint(trial, record)
-        self._notify_newest_checkpoint(trial)
-
-    def _notify_newest_checkpoint(self, trial: Trial) -> None:
-        self._releaser.note(trial)
-        newest = trial.checkpoint
-        if newest is not None:
-            for callback in self.callbacks:
-                callback.on_checkpoint(trial, newest)
-
-    def _process_trial_failure(self, trial: Trial, error: TrialError) -> None:
-        trial.error_msg = str(error)
-        running = trial.status == TrialStatus.RUNNING
-        decision = after_failure(
-            trial.trial_id,
-            trial.num_failures,
-            trial.max_failures,
-            infrastructure=error.infrastructure and running,
-            retries_left=running,
-            fail_fast=bool(self.fail_fast),
-        )
-        trial.num_failures = decision.num_failures
-        if decision.outcome is not Outcome.FAIL:
-            log.warning(
-                "%s Restoring from %s.", decision.reason, trial.restore_source() or "scratch"
-            )
-            self.trial_executor.requeue_trial(trial)
-            for callback in self.callbacks:
-                callback.on_trial_recover(trial)
-            return
-        log.error("%s %s", decision.reason, error)
-        self.trial_executor.stop_trial(trial, error=True, error_msg=str(error))
-        self._on_error(trial)
-        if self.fail_fast == self.RAISE:
-            raise error
-        if decision.fail_experiment:
-            self._failed_fast = True
-            self._stop_unfinished()
-
-    def _on_error(self, trial: Trial) -> None:
-        self.scheduler.on_trial_error(trial)
-        for callback in self.callbacks:
-            callback.on_trial_error(trial)
 
     # -- control from outside ----------------------------------------------------------------------
     def stop_trial(self, trial: Trial) -> None:
@@ -550,11 +402,11 @@ class TrialRunner(RunnerViews):
             try:
                 result = executor.fetch_result(trial)
             except TrialError as e:
-                self._process_trial_failure(trial, e)
+                self._outcomes.fail(trial, e)
                 return
-            self._record(trial, result)
+            self._outcomes.record(trial, result)
         executor.pause_trial(trial)
-        self._notify_newest_checkpoint(trial)
+        self._outcomes.notify_newest_checkpoint(trial)
 
     # -- experiment state --------------------------------------------------------------------------
     def checkpoint(self) -> str:

@@ -7,22 +7,19 @@ import functools
 import logging
 import os
 import socket
-import threading
 import time
 import traceback
 from collections.abc import Callable
 from typing import Any
 
 from airflow_trials.core import result as R
-from airflow_trials.core.checkpoint import CheckpointRecord
-from airflow_trials.core.fate import Action, after_result
 from airflow_trials.core.status import TrialStatus
-from airflow_trials.core.trial import Trial
-from airflow_trials.exceptions import CheckpointNotFoundError, TrialError
+from airflow_trials.exceptions import TrialError
 from airflow_trials.execution.parameter_refs import parameters_key, resolve_parameters
 from airflow_trials.execution.storage import TrialStorage
 from airflow_trials.execution.trial_output import LogCapture, read_new_output
-from airflow_trials.execution.worker.holds import Holds, HoldSpec
+from airflow_trials.execution.worker.holds import HoldSpec
+from airflow_trials.execution.worker.self_driving import SelfDrivingRun, scalar_fields
 from airflow_trials.execution.worker.trainable import (
     ClassDriver,
     TrainableDriver,
@@ -97,24 +94,7 @@ class TrialActor:
         self._trainable_path = ""
         self._parameters_key: tuple[tuple[str, str], ...] = ()
         # Autonomous mode (run()): the actor drives its own trial; poll() reads its progress.
-        self._lock = threading.Lock()
-        self._loop: threading.Thread | None = None
-        self._trial: Trial | None = None
-        self._status = TrialStatus.PENDING
-        self._results: list[dict[str, Any]] = []
-        self._error: str | None = None
-        # The trial could not start from its checkpoint (gone from storage): not its own failure.
-        self._infrastructure = False
-        self._stop_requested = False
-        self._ended = threading.Event()  # set when the autonomous loop has ended
-        # Set when a poll should answer at once: the loop ended, or it holds for a verdict.
-        self._attention = threading.Event()
-        self._holds: Holds | None = None
-        self._published: int | None = (
-            None  # the result a hold published before after_result returned
-        )
-        self._stop_reason: str | None = None
-        self._scheduler_reason: str | None = None
+        self._autonomous = SelfDrivingRun(self)
         self._log_files: dict[str, str] = {}  # the logs' copies on the storage, once stopped
         self._log_error: str | None = None
         self._setup(spec)
@@ -293,7 +273,7 @@ class TrialActor:
         record = {
             "path": path,
             "iteration": self._iteration,
-            "metrics": _scalars(self._last_result),
+            "metrics": scalar_fields(self._last_result),
         }
         self._persisted = (payload, record)
         return record
@@ -312,142 +292,23 @@ class TrialActor:
         checkpoint_at_end and keep_checkpoints_num apply here as in the TrialRunner. Failures end
         the loop in ERROR; retrying is the caller's decision (Airflow's retries). With ``holds``
         (see :mod:`~airflow_trials.execution.worker.holds`), the trial waits at each hold point for
-        its
-        scheduler's verdict, which :meth:`decide` gives.
+        its scheduler's verdict, which :meth:`decide` gives. The loop is
+        :class:`~airflow_trials.execution.worker.self_driving.SelfDrivingRun`'s.
         """
-        if self._loop is not None:
-            return self.trial_id
-        self._trial = Trial.from_json_state(trial_state)
-        self._holds = Holds.from_spec(holds)
-        self._status = TrialStatus.RUNNING
-        self._loop = threading.Thread(
-            target=self._run_loop, args=(restore_from,), name=f"run-{self.trial_id}", daemon=True
-        )
-        self._loop.start()
+        self._autonomous.start(trial_state, restore_from, holds)
         return self.trial_id
-
-    def _run_loop(self, restore_from: str | None) -> None:
-        trial = self._trial
-        assert trial is not None
-        status, error = TrialStatus.TERMINATED, None
-        try:
-            if restore_from:
-                self._restore_or_give_up(restore_from)
-            while not self._stop_requested:
-                result = self.train()
-                duplicate = bool(result.pop(R.DUPLICATE, False))
-                decision = after_result(
-                    trial,
-                    result,
-                    duplicate=duplicate,
-                    scheduler=self._verdict if self._holds is not None else None,
-                    scheduler_reason=lambda _: self._scheduler_reason,
-                )
-                if decision.fresh and self._published != result[R.TRAINING_ITERATION]:
-                    self._publish(result)
-                # After the result it came with: a poll never sees a checkpoint whose result it
-                # does not see too, so a resume from the newest recorded one leaves no gap.
-                if result.get(R.CHECKPOINT):
-                    self._keep(
-                        CheckpointRecord(result[R.CHECKPOINT], result[R.TRAINING_ITERATION], result)
-                    )
-                if decision.save_checkpoint:
-                    self._save_and_keep()
-                if decision.action is not Action.CONTINUE:
-                    self._stop_reason = decision.reason
-                    break
-        except _CheckpointGone as e:
-            status, error = TrialStatus.ERROR, str(e)
-            self._infrastructure = True
-        except TrialError as e:
-            status, error = TrialStatus.ERROR, str(e)
-        except Exception as e:  # a stopping criterion naming a missing metric, a storage failure
-            status, error = (
-                TrialStatus.ERROR,
-                f"Trial {self.trial_id}: {e}\n{traceback.format_exc()}",
-            )
-        finally:
-            self.stop()
-            with self._lock:
-                self._status, self._error = status, error
-            self._ended.set()
-            self._attention.set()
-
-    def _restore_or_give_up(self, path: str) -> None:
-        """Restore ``path``; a checkpoint that cannot be read from the storage is the storage's
-        problem, not the trial's: it ends the loop as infrastructure, which the task's retry
-        resumes from the newest checkpoint that exists, without counting a failure."""
-        try:
-            self.restore(path)
-        except TrialError as e:
-            if not isinstance(e.__cause__, CheckpointNotFoundError):
-                raise
-            raise _CheckpointGone(
-                f"Trial {self.trial_id} of experiment {self.experiment_name} could not start from "
-                "its "
-                f"checkpoint {path}: {e.__cause__}. Not a failure of the trial: its next try "
-                "resumes it from "
-                "the newest checkpoint that exists on the storage."
-            ) from e
-
-    def _publish(self, result: dict[str, Any]) -> None:
-        with self._lock:
-            self._results.append(result)
-        self._published = result[R.TRAINING_ITERATION]
-
-    def _verdict(self, trial: Trial, result: dict[str, Any]) -> str:
-        """The scheduler's decision on a fresh result, as the trigger gives it: waited for at a
-        hold point (the result is published first, so that the trigger sees it), else a STOP it
-        gave earlier, else CONTINUE."""
-        holds = self._holds
-        assert holds is not None
-        iteration = int(result[R.TRAINING_ITERATION])
-        if holds.holds_at(result):
-            self._publish(result)
-            self._attention.set()
-            try:
-                decision, reason = holds.hold(
-                    iteration, float(result[holds.time_attr]), lambda: self._stop_requested
-                )
-            finally:
-                if not self._ended.is_set():
-                    self._attention.clear()
-        else:
-            decision, reason = holds.told(iteration)
-        self._scheduler_reason = reason
-        return decision.value
 
     def decide(self, iteration: int, decision: str, reason: str | None = None) -> bool:
         """The scheduler's verdict on result ``iteration`` (from the trial's trigger); whether the
         trial takes verdicts (it runs with holds)."""
-        if self._holds is None:
-            return False
-        self._holds.give(iteration, decision, reason)
-        return True
-
-    def _save_and_keep(self) -> None:
-        raw = self.save()
-        if raw is not None:
-            self._keep(CheckpointRecord.from_dict(raw))
-
-    def _keep(self, record: CheckpointRecord) -> None:
-        """Register a new checkpoint. Those it pushes out are not deleted here: the trials DB may
-        still name one as the checkpoint to resume from, until its watcher records the kept set
-        without it (:meth:`release_checkpoints`)."""
-        assert self._trial is not None
-        with self._lock:
-            self._trial.checkpoint_manager.on_checkpoint(record)
+        return self._autonomous.decide(iteration, decision, reason)
 
     def release_checkpoints(self, recorded_version: int) -> list[str]:
         """Delete the dropped checkpoints that no record names any more, now that the trial's
         watcher wrote the kept set of ``recorded_version`` (a snapshot's ``checkpoints_version``)
         to the trials DB; returns their paths. A deletion that fails is logged and not retried:
         the checkpoint is only left on the storage."""
-        trial = self._trial
-        if trial is None:
-            return []
-        with self._lock:
-            released = trial.checkpoint_manager.release(recorded_version)
+        released = self._autonomous.release(recorded_version)
         return self._storage.delete_released(self.trial_id, (record.path for record in released))
 
     def poll(
@@ -474,35 +335,16 @@ class TrialActor:
         """
         if recorded_version is not None:
             self.release_checkpoints(recorded_version)
-        if wait_s > 0 and self._loop is not None:
-            self._attention.wait(wait_s)
-        with self._lock:
-            trial = self._trial
-            snapshot: TrialSnapshot = {
-                "trial_id": self.trial_id,
-                "status": self._status.value,
-                "results": self._results[since:],
-                "num_results": len(self._results),
-                "last_result": _scalars(trial.last_result) if trial else None,
-                "checkpoints": [
-                    {**r.to_dict(), "score": trial.checkpoint_manager.score_value(r)}
-                    for r in trial.checkpoint_manager.kept
-                ]
-                if trial
-                else [],
-                "checkpoints_version": trial.checkpoint_manager.version if trial else 0,
-                "best_checkpoint": _best(trial),
-                "error": self._error,
-                "infrastructure": self._infrastructure,
-                "stop_reason": self._stop_reason
-                if self._status is TrialStatus.TERMINATED
-                else None,
-                "held": self._holds.held_at if self._holds is not None else None,
-                "pid": self._pid,
-                "output": None,
-                "log_files": dict(self._log_files),
-                "log_error": self._log_error,
-            }
+        self._autonomous.wait(wait_s)
+        snapshot: TrialSnapshot = {
+            "trial_id": self.trial_id,
+            # Read before the log files: the loop saved them before it set a terminal status.
+            **self._autonomous.progress(since),
+            "pid": self._pid,
+            "output": None,
+            "log_files": dict(self._log_files),
+            "log_error": self._log_error,
+        }
         if output_from is not None:
             # Read after the status: a terminal one was set after the output was closed, so
             # this read is the last and may end with an unfinished line.
@@ -526,9 +368,7 @@ class TrialActor:
 
     def request_stop(self) -> None:
         """Let an autonomous trial end (TERMINATED) after its current iteration."""
-        self._stop_requested = True
-        if self._holds is not None:
-            self._holds.wake()
+        self._autonomous.request_stop()
 
     def execute(self, fn: Callable[[Any], Any]) -> Any:
         """Call ``fn`` with the live trainable object (class API) or driver; for debugging and
@@ -542,19 +382,6 @@ class TrialActor:
                 f"Trial actor for {self.trial_id} has no trainable; it was not set up."
             )
         return self._driver
-
-
-class _CheckpointGone(Exception):
-    """The checkpoint a trial was to start from cannot be read from the storage."""
-
-
-def _best(trial: Trial | None) -> dict[str, Any] | None:
-    best = trial.checkpoint_manager.best() if trial is not None else None
-    return best.to_dict() if best is not None else None
-
-
-def _scalars(result: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in result.items() if isinstance(v, (int, float, str, bool)) or v is None}
 
 
 def _node_ip() -> str:

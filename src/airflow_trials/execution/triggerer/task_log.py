@@ -1,0 +1,86 @@
+"""TaskLogEcho: a trial watch's polls, written once each to the deferred task's log."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow_trials.core.progress import format_progress
+
+# Per poll: a trigger that starts again (a triggerer restart) gets every earlier result back.
+MAX_PROGRESS_LINES_PER_POLL = 20
+
+
+class TaskLogEcho:
+    """Logs a trial's new output lines (``[trial stdout] ...``) and one progress line per new
+    result, each once, from the snapshots of its polls, to the trigger's log: Airflow shows it as
+    the deferred task's log for that try.
+
+    :param log: the trigger's logger (its lines land in the task instance's log).
+    :param trial_id: the trial.
+    """
+
+    def __init__(self, log: Any, trial_id: str) -> None:
+        self.log = log
+        self.trial_id = trial_id
+        self.results_logged = 0  # the index of the first result not logged yet
+
+    def report(self, snapshot: dict[str, Any]) -> None:
+        """Log what ``snapshot`` brought that was not logged yet: output first (it was printed
+        before the results it led to), then the results."""
+        for stream, chunk in (snapshot.get("output") or {}).items():
+            self._output(stream, chunk)
+        self._results(snapshot)
+
+    def ended(self, snapshot: dict[str, Any]) -> None:
+        """Say where the trial's log files were saved, or why they were not."""
+        files = snapshot.get("log_files") or {}
+        if files:
+            self.log.info(
+                "Trial %s: its full stdout and stderr are saved at %s.",
+                self.trial_id,
+                ", ".join(files[s] for s in sorted(files)),
+            )
+        if snapshot.get("log_error"):
+            self.log.warning("%s", snapshot["log_error"])
+
+    def _output(self, stream: str, chunk: dict[str, Any]) -> None:
+        skipped_bytes = chunk.get("skipped_bytes", 0)
+        skipped_lines = chunk.get("skipped_lines", 0)
+        if skipped_bytes or skipped_lines:
+            left_out = " and ".join(
+                filter(
+                    None,
+                    (
+                        f"{skipped_bytes} bytes" if skipped_bytes else "",
+                        f"{skipped_lines} lines" if skipped_lines else "",
+                    ),
+                )
+            )
+            self.log.info(
+                "[trial %s] ... %s of output left out here (more than one poll shows); "
+                "the whole file is %s on the trial's node, and in the trial's logs/ "
+                "directory once it ends.",
+                stream,
+                left_out,
+                chunk.get("path"),
+            )
+        for line in chunk.get("lines", ()):
+            self.log.info("[trial %s] %s", stream, line)
+
+    def _results(self, snapshot: dict[str, Any]) -> None:
+        results = snapshot.get("results") or []
+        total = int(snapshot.get("num_results", len(results)))
+        first = total - len(results)  # the index of results[0] among all the trial's results
+        new = results[max(0, self.results_logged - first) :]
+        if len(new) > MAX_PROGRESS_LINES_PER_POLL:
+            self.log.info(
+                "Trial %s: %d new results; the newest %d follow (all of them are in the "
+                "trials DB).",
+                self.trial_id,
+                len(new),
+                MAX_PROGRESS_LINES_PER_POLL,
+            )
+            new = new[-MAX_PROGRESS_LINES_PER_POLL:]
+        for result in new:
+            self.log.info("%s", format_progress(self.trial_id, result))
+        self.results_logged = max(self.results_logged, total)

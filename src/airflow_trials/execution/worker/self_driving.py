@@ -1,0 +1,251 @@
+"""SelfDrivingRun: a trial actor's autonomous mode, its trial driven to the end in a thread."""
+
+from __future__ import annotations
+
+import threading
+import traceback
+from typing import Any, Protocol
+
+from airflow_trials.core import result as R
+from airflow_trials.core.checkpoint import CheckpointRecord
+from airflow_trials.core.fate import Action, after_result
+from airflow_trials.core.status import TrialStatus
+from airflow_trials.core.trial import Trial
+from airflow_trials.exceptions import CheckpointNotFoundError, TrialError
+from airflow_trials.execution.worker.holds import Holds, HoldSpec
+
+
+class TrialHost(Protocol):
+    """What a run needs of the actor that hosts it (``TrialActor``): the trial's ids, and the
+    steps that train, restore, save and stop its trainable."""
+
+    trial_id: str
+    experiment_name: str
+
+    def train(self, run_ahead_below: int = 0) -> dict[str, Any]: ...
+
+    def restore(self, path: str) -> int: ...
+
+    def save(self) -> dict[str, Any] | None: ...
+
+    def stop(self) -> None: ...
+
+
+class SelfDrivingRun:
+    """One trial that its actor drives to the end by itself (the Airflow path), and the progress
+    its watcher polls.
+
+    The loop trains a result, asks ``core/fate.py`` ``after_result`` what follows, publishes the
+    result and keeps its checkpoints. With holds, it waits at each hold point for the verdict the
+    trial's trigger gives (:meth:`decide`). The loop runs in a thread, so that the actor answers
+    polls meanwhile; everything a poll reads is guarded by one lock.
+
+    :param host: the actor hosting the trial; its ``train``, ``restore``, ``save`` and ``stop``
+        are the loop's steps, and its ``trial_id`` and ``experiment_name`` name the trial.
+    """
+
+    def __init__(self, host: TrialHost) -> None:
+        self._host = host
+        self._lock = threading.Lock()
+        self._loop: threading.Thread | None = None
+        self._trial: Trial | None = None
+        self._status = TrialStatus.PENDING
+        self._results: list[dict[str, Any]] = []
+        self._error: str | None = None
+        # The trial could not start from its checkpoint (gone from storage): not its own failure.
+        self._infrastructure = False
+        self._stop_requested = False
+        self._ended = threading.Event()  # set when the loop has ended
+        # Set when a poll should answer at once: the loop ended, or it holds for a verdict.
+        self._attention = threading.Event()
+        self._holds: Holds | None = None
+        # The result a hold published before after_result returned.
+        self._published: int | None = None
+        self._stop_reason: str | None = None
+        self._scheduler_reason: str | None = None
+
+    def start(
+        self, trial_state: dict[str, Any], restore_from: str | None, holds: HoldSpec | None
+    ) -> None:
+        """Start the loop in a thread (see ``TrialActor.run``); a second start does nothing."""
+        if self._loop is not None:
+            return
+        self._trial = Trial.from_json_state(trial_state)
+        self._holds = Holds.from_spec(holds)
+        self._status = TrialStatus.RUNNING
+        self._loop = threading.Thread(
+            target=self._run_loop,
+            args=(restore_from,),
+            name=f"run-{self._host.trial_id}",
+            daemon=True,
+        )
+        self._loop.start()
+
+    def _run_loop(self, restore_from: str | None) -> None:
+        trial, host = self._trial, self._host
+        assert trial is not None
+        status, error = TrialStatus.TERMINATED, None
+        try:
+            if restore_from:
+                self._restore_or_give_up(restore_from)
+            while not self._stop_requested:
+                result = host.train()
+                duplicate = bool(result.pop(R.DUPLICATE, False))
+                decision = after_result(
+                    trial,
+                    result,
+                    duplicate=duplicate,
+                    scheduler=self._verdict if self._holds is not None else None,
+                    scheduler_reason=lambda _: self._scheduler_reason,
+                )
+                if decision.fresh and self._published != result[R.TRAINING_ITERATION]:
+                    self._publish(result)
+                # After the result it came with: a poll never sees a checkpoint whose result it
+                # does not see too, so a resume from the newest recorded one leaves no gap.
+                if result.get(R.CHECKPOINT):
+                    self._keep(
+                        CheckpointRecord(result[R.CHECKPOINT], result[R.TRAINING_ITERATION], result)
+                    )
+                if decision.save_checkpoint:
+                    self._save_and_keep()
+                if decision.action is not Action.CONTINUE:
+                    self._stop_reason = decision.reason
+                    break
+        except _CheckpointGone as e:
+            status, error = TrialStatus.ERROR, str(e)
+            self._infrastructure = True
+        except TrialError as e:
+            status, error = TrialStatus.ERROR, str(e)
+        except Exception as e:  # a stopping criterion naming a missing metric, a storage failure
+            status, error = (
+                TrialStatus.ERROR,
+                f"Trial {host.trial_id}: {e}\n{traceback.format_exc()}",
+            )
+        finally:
+            host.stop()
+            with self._lock:
+                self._status, self._error = status, error
+            self._ended.set()
+            self._attention.set()
+
+    def _restore_or_give_up(self, path: str) -> None:
+        """Restore ``path``; a checkpoint that cannot be read from the storage is the storage's
+        problem, not the trial's: it ends the loop as infrastructure, which the task's retry
+        resumes from the newest checkpoint that exists, without counting a failure."""
+        host = self._host
+        try:
+            host.restore(path)
+        except TrialError as e:
+            if not isinstance(e.__cause__, CheckpointNotFoundError):
+                raise
+            raise _CheckpointGone(
+                f"Trial {host.trial_id} of experiment {host.experiment_name} could not start "
+                f"from its checkpoint {path}: {e.__cause__}. Not a failure of the trial: its "
+                "next try resumes it from the newest checkpoint that exists on the storage."
+            ) from e
+
+    def _publish(self, result: dict[str, Any]) -> None:
+        with self._lock:
+            self._results.append(result)
+        self._published = result[R.TRAINING_ITERATION]
+
+    def _verdict(self, trial: Trial, result: dict[str, Any]) -> str:
+        """The scheduler's decision on a fresh result, as the trigger gives it: waited for at a
+        hold point (the result is published first, so that the trigger sees it), else a STOP it
+        gave earlier, else CONTINUE."""
+        holds = self._holds
+        assert holds is not None
+        iteration = int(result[R.TRAINING_ITERATION])
+        if holds.holds_at(result):
+            self._publish(result)
+            self._attention.set()
+            try:
+                decision, reason = holds.hold(
+                    iteration, float(result[holds.time_attr]), lambda: self._stop_requested
+                )
+            finally:
+                if not self._ended.is_set():
+                    self._attention.clear()
+        else:
+            decision, reason = holds.told(iteration)
+        self._scheduler_reason = reason
+        return decision.value
+
+    def decide(self, iteration: int, decision: str, reason: str | None = None) -> bool:
+        """Give the verdict on result ``iteration`` to the hold; False when it runs without."""
+        if self._holds is None:
+            return False
+        self._holds.give(iteration, decision, reason)
+        return True
+
+    def request_stop(self) -> None:
+        """End the loop (TERMINATED) after its current iteration, or at once from a hold."""
+        self._stop_requested = True
+        if self._holds is not None:
+            self._holds.wake()
+
+    def _save_and_keep(self) -> None:
+        raw = self._host.save()
+        if raw is not None:
+            self._keep(CheckpointRecord.from_dict(raw))
+
+    def _keep(self, record: CheckpointRecord) -> None:
+        """Register a new checkpoint. Those it pushes out are not deleted here: the trials DB may
+        still name one as the checkpoint to resume from, until its watcher records the kept set
+        without it (:meth:`release`)."""
+        assert self._trial is not None
+        with self._lock:
+            self._trial.checkpoint_manager.on_checkpoint(record)
+
+    def release(self, recorded_version: int) -> list[CheckpointRecord]:
+        """The dropped checkpoints that no record names any more, now that the watcher wrote the
+        kept set of ``recorded_version`` to the trials DB; the caller deletes them."""
+        trial = self._trial
+        if trial is None:
+            return []
+        with self._lock:
+            return trial.checkpoint_manager.release(recorded_version)
+
+    def wait(self, wait_s: float) -> None:
+        """Wait up to ``wait_s`` for news a poll should have at once (an end, a hold)."""
+        if wait_s > 0 and self._loop is not None:
+            self._attention.wait(wait_s)
+
+    def progress(self, since: int) -> dict[str, Any]:
+        """The run's part of a poll's snapshot: its status, the results after the first
+        ``since``, the checkpoints kept, its end and where it holds."""
+        with self._lock:
+            trial, status = self._trial, self._status
+            return {
+                "status": status.value,
+                "results": self._results[since:],
+                "num_results": len(self._results),
+                "last_result": scalar_fields(trial.last_result) if trial else None,
+                "checkpoints": [
+                    {**r.to_dict(), "score": trial.checkpoint_manager.score_value(r)}
+                    for r in trial.checkpoint_manager.kept
+                ]
+                if trial
+                else [],
+                "checkpoints_version": trial.checkpoint_manager.version if trial else 0,
+                "best_checkpoint": _best(trial),
+                "error": self._error,
+                "infrastructure": self._infrastructure,
+                "stop_reason": self._stop_reason if status is TrialStatus.TERMINATED else None,
+                "held": self._holds.held_at if self._holds is not None else None,
+            }
+
+
+class _CheckpointGone(Exception):
+    """The checkpoint a trial was to start from cannot be read from the storage."""
+
+
+def _best(trial: Trial | None) -> dict[str, Any] | None:
+    best = trial.checkpoint_manager.best() if trial is not None else None
+    return best.to_dict() if best is not None else None
+
+
+def scalar_fields(result: dict[str, Any]) -> dict[str, Any]:
+    """A result's plain values (numbers, strings, booleans, None): what a poll's last result and
+    a checkpoint record carry."""
+    return {k: v for k, v in result.items() if isinstance(v, (int, float, str, bool)) or v is None}
