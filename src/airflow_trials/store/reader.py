@@ -133,7 +133,10 @@ class TrialReader:
     def list_experiments(self) -> list[ExperimentRecord]:
         """Every experiment, oldest first."""
         query = select(ExperimentRow).order_by(ExperimentRow.created_at, ExperimentRow.id)
-        work = lambda session: [experiment_record(row) for row in session.execute(query).scalars()]  # noqa: E731
+
+        def work(session: Session) -> list[ExperimentRecord]:
+            return [experiment_record(row) for row in session.execute(query).scalars()]
+
         return self._read("list experiments", work)
 
     def list_experiment_runs(self, experiment_name: str | None = None) -> list[ExperimentRunRecord]:
