@@ -10,6 +10,8 @@ from airflow_trials.exceptions import AirflowTrialsError
 
 DEFAULT_GPU_POOL = "gpu"
 DEFAULT_SLOTS_PER_GPU = 4
+# ``[airflow_trials] gpu_queue``: the executor queue of GPU trials' tasks (e.g. Celery's ``gpu``).
+GPU_QUEUE_ENV = "AIRFLOW__AIRFLOW_TRIALS__GPU_QUEUE"
 
 
 class AirflowDbNotReadyError(AirflowTrialsError):
@@ -29,6 +31,15 @@ def gpu_pool_slots(gpu: float, slots_per_gpu: int = DEFAULT_SLOTS_PER_GPU) -> in
         raise ValueError(f"slots_per_gpu must be a whole number >= 1, got {slots_per_gpu!r}.")
     # Round first: 0.3 * 10 is 3.0000000000000004 in floating point, which is 3 slots, not 4.
     return max(1, math.ceil(round(gpu * slots_per_gpu, 9)))
+
+
+def default_gpu_queue() -> str | None:
+    """The queue GPU trials' tasks go to when the experiment names none: Airflow's
+    ``[airflow_trials] gpu_queue`` setting (``AIRFLOW__AIRFLOW_TRIALS__GPU_QUEUE``), read when the
+    DAG file is parsed; None (the executor's default queue) when unset or empty."""
+    from airflow.configuration import conf
+
+    return conf.get("airflow_trials", "gpu_queue", fallback=None) or None
 
 
 def ensure_gpu_pool(

@@ -164,7 +164,7 @@ def test_exceeding_max_failures_fails_the_task_with_the_traceback(trials_env, ca
     assert live_trial_actors() == []
 
 
-def test_gpu_pool_slots_on_the_mapped_trials():
+def test_gpu_pool_slots_on_the_mapped_trials(airflow_home):
     for gpu, slots in ((0.25, 1), (0.5, 2), (1, 4), (2, 8)):
         dag = experiment_dag(
             f"pool{slots}",
@@ -175,6 +175,37 @@ def test_gpu_pool_slots_on_the_mapped_trials():
         trial_task = dag.get_task("tune.trial")
         assert trial_task.partial_kwargs["pool"] == "gpu"
         assert trial_task.partial_kwargs["pool_slots"] == slots
+
+
+def test_gpu_trials_go_to_the_gpu_queue_and_cpu_trials_to_the_default_one(
+    airflow_home, monkeypatch
+):
+    from airflow.configuration import conf
+
+    gpu = experiment_dag(
+        "queued_gpu", search_space={}, resources_per_trial={"cpu": 1, "gpu": 1}, gpu_queue="gpu"
+    )
+    assert gpu.get_task("tune.trial").partial_kwargs["queue"] == "gpu"
+    cpu = experiment_dag("queued_cpu", search_space={}, gpu_queue="gpu")
+    default_queue = conf.get("operators", "default_queue")
+    assert cpu.get_task("tune.trial").partial_kwargs["queue"] == default_queue
+    sweep = experiment_dag(
+        "queued_sweep",
+        search_space={},
+        sweep=True,
+        gpu_queue="gpu",
+        resources_per_trial={"cpu": 1, "gpu": 1},
+    )
+    assert sweep.get_task("tune.sweep").queue == "gpu"
+    # Without gpu_queue, Airflow's [airflow_trials] gpu_queue decides (the production shape's).
+    monkeypatch.setenv("AIRFLOW__AIRFLOW_TRIALS__GPU_QUEUE", "gpus")
+    configured = experiment_dag(
+        "queued_conf", search_space={}, resources_per_trial={"cpu": 1, "gpu": 0.5}
+    )
+    assert configured.get_task("tune.trial").partial_kwargs["queue"] == "gpus"
+    monkeypatch.delenv("AIRFLOW__AIRFLOW_TRIALS__GPU_QUEUE")
+    default = experiment_dag("queued_none", search_space={}, resources_per_trial={"gpu": 0.5})
+    assert default.get_task("tune.trial").partial_kwargs["queue"] == default_queue
 
 
 @pytest.mark.parametrize(

@@ -96,6 +96,7 @@ LAYERS: Mapping[str, int] = {
     "plugins": 7,
     "cli": 7,
     "mainjob": 7,
+    "shape": 7,
     "demo": 7,
 }
 

@@ -1,15 +1,15 @@
 """The ``airflow-trials`` command: the trials DB, GPU pool, experiments, leaderboards and plots.
 
 ``app`` is the console script (``airflow_trials.cli:app``); ``python -m airflow_trials.cli`` runs it
-too. The commands live in :mod:`~airflow_trials.cli.commands` (the trials DB and the GPU pool) and
-:mod:`~airflow_trials.cli.mainjob_cmd` (``run``); :mod:`~airflow_trials.cli.output` prints rows as
-``--output table|plain|json|yaml``.
+too. The commands live in :mod:`~airflow_trials.cli.commands` (the trials DB and the GPU pool),
+:mod:`~airflow_trials.cli.mainjob_cmd` (``run``) and :mod:`~airflow_trials.cli.shape_cmd`
+(``shape``); :mod:`~airflow_trials.cli.output` prints rows as ``--output table|plain|json|yaml``.
 """
 
 from __future__ import annotations
 
 # Importing the command modules registers their commands on app.
-from airflow_trials.cli import commands, mainjob_cmd  # noqa: F401
+from airflow_trials.cli import commands, mainjob_cmd, shape_cmd  # noqa: F401
 from airflow_trials.cli.common import PIPED_WIDTH, CliError, app, db_app, err, out, pool_app
 from airflow_trials.cli.output import OutputFormat, render_leaderboard
 

@@ -25,6 +25,8 @@ DUPLICATE = "__duplicate__"
 HOSTNAME = "hostname"
 PID = "pid"
 NODE_IP = "node_ip"
+# The Ray node the result came from: several nodes on one machine share an ip, never an id.
+NODE_ID = "node_id"
 
 # Fields the engine fills in; everything else in a result is the trainable's own metric.
 AUTO_FIELDS = frozenset(
@@ -43,6 +45,7 @@ AUTO_FIELDS = frozenset(
         HOSTNAME,
         PID,
         NODE_IP,
+        NODE_ID,
     }
 )
 

@@ -23,7 +23,7 @@ from airflow_trials.experiment.settings import (
     trial_ids,
 )
 from airflow_trials.hooks.trials import DEFAULT_RAY_CONN_ID, DEFAULT_TRIALS_CONN_ID
-from airflow_trials.pools import DEFAULT_SLOTS_PER_GPU
+from airflow_trials.pools import DEFAULT_SLOTS_PER_GPU, default_gpu_queue
 
 __all__ = [
     "PARAM_SETTINGS",
@@ -58,6 +58,7 @@ def tuning_experiment(
     gpu_pool: str | None = None,
     slots_per_gpu: int = DEFAULT_SLOTS_PER_GPU,
     gpus_per_trial_choices: Sequence[float] | None = None,
+    gpu_queue: str | None = None,
     from_params: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None,
     asset: Asset | None = None,
     group_id: str | None = None,
@@ -81,6 +82,8 @@ def tuning_experiment(
     checkpoint. ``gpu_pool``: each trial task takes ``ceil(gpu * slots_per_gpu)`` slots.
     ``from_params(params)`` sets :data:`PARAM_SETTINGS` per run (:class:`TuningPlan`), and each of
     ``gpus_per_trial_choices`` gets a trial task ``trial_gpu_<n>``, run by ``route_trials``.
+    ``gpu_queue``: the executor queue of GPU trials' tasks (default Airflow's
+    ``[airflow_trials] gpu_queue``, else the default queue), e.g. Celery workers on GPU nodes.
     ``scheduler`` stops trials early, ``search_alg=OptunaSearch(...)`` learns from ended trials,
     ``max_concurrent_trials`` caps trials at once, and ``warm_start=WarmStart(...)`` (or
     ``"previous"``, ``"asset"``, a run key) runs an earlier run's best configs first
@@ -125,6 +128,7 @@ def tuning_experiment(
         max_concurrent_trials=max_concurrent_trials,
         sweep=sweep,
         warm_start=WarmStart.of(warm_start),
+        gpu_queue=gpu_queue if gpu_queue is not None else default_gpu_queue(),
     )
     with TaskGroup(group_id or experiment_name.replace(".", "_")) as group:
         _declare_tasks(plan)

@@ -72,6 +72,7 @@ class TuningPlan:
     max_concurrent_trials: int | None = None
     sweep: bool = False
     warm_start: WarmStart | None = None
+    gpu_queue: str | None = None
     searcher: Any = dataclasses.field(
         default=None, init=False
     )  # search_alg, set up for the trial tasks
@@ -323,6 +324,8 @@ class TuningPlan:
         if self.gpu_pool and gpu > 0:
             # Mapped tasks take pool and slots from these partial arguments, fixed per task.
             common.update(pool=self.gpu_pool, pool_slots=gpu_pool_slots(gpu, self.slots_per_gpu))
+        if self.gpu_queue and gpu > 0:
+            common["queue"] = self.gpu_queue
         return RunTrialOperator.partial(task_id=task_id, **common).expand_kwargs(suggested)
 
     def sweep_task(self, suggested: Any) -> Any:
@@ -333,6 +336,8 @@ class TuningPlan:
         kwargs: dict[str, Any] = {}
         if self.retry_delay is not None:
             kwargs["retry_delay"] = self.retry_delay
+        if self.gpu_queue and s.resources.gpu > 0:
+            kwargs["queue"] = self.gpu_queue
         return RunSweepOperator(
             task_id="sweep",
             trainable=self.trainable,

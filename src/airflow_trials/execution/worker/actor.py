@@ -90,6 +90,7 @@ class TrialActor:
         self._hostname = socket.gethostname()
         self._pid = os.getpid()
         self._node_ip = _node_ip()
+        self._node_id = _node_id()
         self._driver: TrainableDriver | None = None
         self._trainable_path = ""
         self._parameters_key: tuple[tuple[str, str], ...] = ()
@@ -234,6 +235,7 @@ class TrialActor:
                 R.HOSTNAME: self._hostname,
                 R.PID: self._pid,
                 R.NODE_IP: self._node_ip,
+                R.NODE_ID: self._node_id,
             }
         )
         if self._timesteps_total is not None:
@@ -393,3 +395,15 @@ def _node_ip() -> str:
     except Exception:  # noqa: BLE001 - the node ip is informational only
         pass
     return "127.0.0.1"
+
+
+def _node_id() -> str | None:
+    """The hex id of the Ray node this actor runs on (None outside Ray)."""
+    try:
+        import ray
+
+        if ray.is_initialized():
+            return str(ray.get_runtime_context().get_node_id())
+    except Exception:  # noqa: BLE001 - the node id is informational only
+        pass
+    return None

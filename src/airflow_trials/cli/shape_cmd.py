@@ -1,0 +1,109 @@
+"""``airflow-trials shape``: the production shape on this machine (Celery workers, two triggerers,
+a three-node Ray cluster, PostgreSQL, checkpoints on an S3 API), started and stopped as processes,
+without docker (docs/deploy.md)."""
+
+from __future__ import annotations
+
+import shlex
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from airflow_trials.cli.common import app, fail, out
+
+shape_app = typer.Typer(
+    help="The production shape on this machine: up, status, env, down.", no_args_is_help=True
+)
+app.add_typer(shape_app, name="shape")
+
+Home = Annotated[
+    str, typer.Option("--home", help="The shape's directory (state, Airflow home, logs).")
+]
+PostgresUrl = Annotated[
+    str,
+    typer.Option(
+        help="A PostgreSQL server URL; the shape creates its metadata and trials databases there."
+    ),
+]
+
+
+@shape_app.command("up")
+def up(
+    home: Home = ".shape",
+    dags_folder: Annotated[str, typer.Option(help="The DAGs Airflow runs.")] = "dags",
+    postgres_url: PostgresUrl = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres",
+    ray_cpus: Annotated[int, typer.Option(help="Logical CPUs of each Ray node.")] = 2,
+) -> None:
+    """Start the shape and wait until every part answers; it keeps running after this command
+    returns (stop it with ``airflow-trials shape down``)."""
+    from airflow_trials.shape.local import LocalShape, ShapeError
+
+    if not Path(dags_folder).is_dir():
+        fail(
+            f"DAGs folder {dags_folder} does not exist; run from the repository or pass "
+            "--dags-folder."
+        )
+    shape = LocalShape(
+        Path(home), dags_folder=Path(dags_folder), postgres_url=postgres_url, ray_cpus=ray_cpus
+    )
+    if any(shape.status().values()):
+        fail(f"The shape in {shape.home} is running already; `airflow-trials shape down` first.")
+    started = time.monotonic()
+    try:
+        shape.up()
+    except (ShapeError, OSError) as e:
+        shape.down()
+        fail(f"The shape did not come up, and what had started was stopped: {e}")
+    out.print(f"The shape is up in {time.monotonic() - started:.0f} s (state: {shape.home}).")
+    out.print(f"Airflow UI: {shape.addresses.api_url} (admin / {shape_admin_password()})")
+    out.print(f'Use it from a shell: eval "$(airflow-trials shape env --home {home})"')
+
+
+def shape_admin_password() -> str:
+    from airflow_trials.shape.local import ADMIN_PASSWORD
+
+    return ADMIN_PASSWORD
+
+
+@shape_app.command("status")
+def status(home: Home = ".shape") -> None:
+    """Each process of the shape, and whether it runs."""
+    from airflow_trials.shape.local import LocalShape
+
+    shape = LocalShape(Path(home), dags_folder=Path("dags"))
+    for name, alive in shape.status().items():
+        out.print(f"{name:24} {'running' if alive else 'stopped'}")
+
+
+@shape_app.command("env")
+def env(home: Home = ".shape") -> None:
+    """``export`` lines that point ``airflow``, ``airflow-trials``, Ray and s3fs at the shape."""
+    from airflow_trials.shape.local import STATE_FILE, LocalShape
+
+    if not (Path(home) / STATE_FILE).exists():
+        fail(f"No shape in {home}: start one with `airflow-trials shape up --home {home}`.")
+    shape = LocalShape(Path(home), dags_folder=Path("dags"))
+    for key, value in shape.client_env().items():
+        out.print(f"export {key}={shlex.quote(value)}", soft_wrap=True, highlight=False)
+
+
+@shape_app.command("down")
+def down(
+    home: Home = ".shape",
+    drop: Annotated[
+        bool,
+        typer.Option(
+            help="Also drop its databases and forget its state (checkpoints on the S3 "
+            "stand-in are in memory and go with it)."
+        ),
+    ] = False,
+) -> None:
+    """Stop every process of the shape (SIGTERM, then SIGKILL what is left)."""
+    from airflow_trials.shape.local import STATE_FILE, LocalShape
+
+    if not (Path(home) / STATE_FILE).exists():
+        fail(f"No shape in {home}.")
+    LocalShape(Path(home), dags_folder=Path("dags")).down(drop_databases=drop)
+    out.print(f"The shape in {home} is stopped.")

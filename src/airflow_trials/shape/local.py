@@ -1,0 +1,546 @@
+"""The production shape on one machine, without docker: ``airflow-trials shape up``.
+
+:class:`LocalShape` starts what :mod:`airflow_trials.shape.spec` describes, each part a process
+of its own (in a process group of its own) that can be stopped, killed or started again alone:
+Redis and an S3-API server (moto's server mode, standing in for S3), then the three Ray nodes,
+then Airflow's api-server, scheduler, dag-processor, two triggerers and two Celery workers.
+PostgreSQL is the machine's server: the shape creates its own two databases there (Airflow's
+metadata DB and the trials DB), named after its home directory.
+
+Everything it started is written to ``<home>/shape.json``, so ``airflow-trials shape down``, from
+another shell, stops exactly those processes. ``ray stop`` is never used: it would kill every Ray
+cluster on the machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Mapping
+from functools import partial
+from pathlib import Path
+from typing import Any, TypeVar
+
+from airflow_trials.shape import spec
+from airflow_trials.shape.spec import Addresses, Process
+
+T = TypeVar("T")
+
+DEFAULT_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+ADMIN_PASSWORD = "shape-admin"
+BACKING = ("redis", "s3")
+STATE_FILE = "shape.json"
+
+
+class ShapeError(RuntimeError):
+    """A part of the shape did not start, or exited while it should run."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _bin(name: str) -> str:
+    here = Path(sys.executable).with_name(name)
+    return str(here) if here.exists() else (shutil.which(name) or name)
+
+
+def log_tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return f"(no log at {path})"
+
+
+class LocalShape:
+    """The production shape as local processes, under ``home``.
+
+    :param home: the shape's directory: Airflow home, logs, ``shape.json``.
+    :param dags_folder: the DAGs Airflow runs.
+    :param postgres_url: a PostgreSQL server URL (any database on it); the shape creates its two
+        databases there.
+    :param ray_cpus: logical CPUs of each Ray node; default 2.
+    :param env: more environment for every process (e.g. ``PYTHONPATH`` for the trainables).
+    """
+
+    def __init__(
+        self,
+        home: Path,
+        *,
+        dags_folder: Path,
+        postgres_url: str = DEFAULT_POSTGRES_URL,
+        ray_cpus: int = 2,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.home = Path(home).resolve()
+        self.dags_folder = Path(dags_folder).resolve()
+        self.postgres_url = postgres_url
+        self.ray_cpus = ray_cpus
+        self.extra_env = dict(env or {})
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.expected: set[str] = set()  # started and not stopped: must be running
+        self.starts: dict[str, int] = {}
+        state = self._read_state()
+        if state:
+            self.addresses = Addresses(**state["addresses"])
+            self.ray_temp_dirs: dict[str, str] = state["ray_temp_dirs"]
+        else:
+            self.addresses = self._new_addresses()
+            self.ray_temp_dirs = {}  # made when a node first starts
+        self.processes = {
+            p.name: p for p in self._backing() + spec.processes(self.addresses, ray_cpus=ray_cpus)
+        }
+
+    # -- layout ---------------------------------------------------------------------------------
+    @property
+    def airflow_home(self) -> Path:
+        return self.home / "airflow"
+
+    @property
+    def logs(self) -> Path:
+        return self.home / "logs"
+
+    def log_path(self, name: str) -> Path:
+        return self.logs / f"{name}-{self.starts.get(name, 0)}.log"
+
+    @property
+    def database_names(self) -> tuple[str, str]:
+        """Airflow's metadata DB and the trials DB: named after the home, so two shapes on one
+        server keep apart and a shape started again finds its own."""
+        tag = hashlib.sha1(str(self.home).encode()).hexdigest()[:8]
+        return f"shape_{tag}_airflow", f"shape_{tag}_trials"
+
+    def _database_url(self, name: str) -> str:
+        base, _, _ = self.postgres_url.rpartition("/")
+        return f"{base}/{name}"
+
+    def _new_addresses(self) -> Addresses:
+        airflow_db, trials_db = self.database_names
+        ports: dict[str, int] = {"redis": free_port(), "s3": free_port()}
+        for node in spec.RAY_NODES:
+            ports.update({key: free_port() for key in spec.ray_port_names(node)})
+        for name in (*spec.TRIGGERERS, *spec.WORKERS):
+            ports[f"{name}:log-server"] = free_port()
+        return Addresses(
+            metadata_db_url=self._database_url(airflow_db),
+            trials_db_url=self._database_url(trials_db),
+            broker_url=f"redis://127.0.0.1:{ports['redis']}/0",
+            s3_endpoint_url=f"http://127.0.0.1:{ports['s3']}",
+            ray_address=f"127.0.0.1:{free_port()}",
+            api_port=free_port(),
+            jwt_secret="shape-" + os.urandom(24).hex(),
+            local_ports=ports,
+        )
+
+    def _backing(self) -> list[Process]:
+        ports = self.addresses.local_ports
+        redis = (
+            "redis-server",
+            "--port",
+            str(ports["redis"]),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(self.home),
+        )
+        s3 = ("moto_server", "-H", "127.0.0.1", "-p", str(ports["s3"]))
+        return [Process("redis", redis, kind="backing"), Process("s3", s3, kind="backing")]
+
+    # -- state ----------------------------------------------------------------------------------
+    def _read_state(self) -> dict[str, Any] | None:
+        path = self.home / STATE_FILE
+        return json.loads(path.read_text()) if path.exists() else None
+
+    def _write_state(self) -> None:
+        self.home.mkdir(parents=True, exist_ok=True)
+        state = {
+            "addresses": dataclasses.asdict(self.addresses),
+            "ray_temp_dirs": self.ray_temp_dirs,
+            "pids": {name: proc.pid for name, proc in self.procs.items() if proc.poll() is None},
+        }
+        (self.home / STATE_FILE).write_text(json.dumps(state, indent=1))
+
+    # -- environment ----------------------------------------------------------------------------
+    def env_for(self, process: Process) -> dict[str, str]:
+        """The environment of ``process``: the machine's, the venv's commands first, the shape's
+        settings and the process's own."""
+        base = {
+            **os.environ,
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+            "PYTHONUNBUFFERED": "1",
+            "RAY_AUTH_MODE": "disabled",
+            # On SIGTERM a Ray node drains for 30 s before it stops; this shape serves nothing
+            # that needs it, and trials cut short resume from their checkpoints.
+            "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
+            **self.extra_env,
+        }
+        if process.kind == "ray":
+            return {**base, **spec.ray_node_settings(self.addresses), **process.env}
+        if process.kind == "backing":
+            return base
+        return {**base, **self.airflow_env(), **process.env}
+
+    def airflow_env(self) -> dict[str, str]:
+        api = self.addresses.api_url
+        return {
+            **spec.airflow_settings(self.addresses),
+            "AIRFLOW_HOME": str(self.airflow_home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags_folder),
+            "AIRFLOW__CORE__PARALLELISM": "32",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.home / "passwords.json"),
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__PORT": str(self.addresses.api_port),
+            "AIRFLOW__API__BASE_URL": api,
+            "AIRFLOW__API__WORKERS": "1",
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "2",
+            "RAY_ADDRESS": self.addresses.ray_address,
+        }
+
+    def client_env(self) -> dict[str, str]:
+        """What a shell needs to use this shape: ``airflow`` and ``airflow-trials`` commands,
+        a Ray driver, and s3fs (``airflow-trials shape env`` prints it)."""
+        env = self.airflow_env()
+        keep = (
+            "AIRFLOW_HOME",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN",
+            "AIRFLOW_TRIALS_DB_URL",
+            "AIRFLOW_TRIALS_STORAGE",
+            "RAY_ADDRESS",
+            "AIRFLOW__API__BASE_URL",
+        )
+        return {
+            **{k: env[k] for k in keep},
+            **spec.s3_settings(self.addresses),
+            "RAY_AUTH_MODE": "disabled",
+        }
+
+    # -- processes ------------------------------------------------------------------------------
+    def start(self, *names: str) -> None:
+        """Start processes by name (each gets a new log file)."""
+        for name in names:
+            if self.is_running(name):
+                raise ShapeError(f"{name} is running already (pid {self.procs[name].pid}).")
+            process = self.processes[name]
+            self.starts[name] = self.starts.get(name, 0) + 1
+            argv = [_bin(process.argv[0]), *process.argv[1:]]
+            if process.kind == "ray":
+                if name not in self.ray_temp_dirs:
+                    # Ray's socket paths must stay short: under /tmp, not the home.
+                    self.ray_temp_dirs[name] = tempfile.mkdtemp(
+                        prefix=f"rs{name[-4:]}-", dir="/tmp"
+                    )
+                argv.append(f"--temp-dir={self.ray_temp_dirs[name]}")
+            path = self.log_path(name)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "ab") as log:
+                self.procs[name] = subprocess.Popen(
+                    argv,
+                    env=self.env_for(process),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    cwd=str(self.home),
+                    start_new_session=True,
+                )
+            self.expected.add(name)
+        self._write_state()
+
+    def is_running(self, name: str) -> bool:
+        proc = self.procs.get(name)
+        return proc is not None and proc.poll() is None
+
+    def pid(self, name: str) -> int:
+        return self.procs[name].pid
+
+    def group(self, name: str) -> list[Any]:
+        """Every live process of ``name``: its process group's, and for a Ray node every process
+        naming its temp dir (Ray's workers sit in process groups of their own)."""
+        import psutil
+
+        found: dict[int, Any] = {}
+        proc = self.procs.get(name)
+        if proc is not None:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                root = psutil.Process(proc.pid)
+                for p in [root, *root.children(recursive=True)]:
+                    found[p.pid] = p
+        marker = self.ray_temp_dirs.get(name)
+        if marker:
+            for p in psutil.process_iter(["cmdline"]):
+                with contextlib.suppress(psutil.Error):
+                    if any(marker in part for part in p.info["cmdline"] or ()):
+                        found.setdefault(p.pid, p)
+        return list(found.values())
+
+    def signal(self, name: str, sig: signal.Signals) -> None:
+        """Send ``sig`` to the process's whole process group."""
+        proc = self.procs.get(name)
+        if proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, sig)
+
+    def kill(self, name: str) -> None:
+        """SIGKILL the process and everything it started, as a lost machine."""
+        import psutil
+
+        self.expected.discard(name)
+        self.signal(name, signal.SIGKILL)
+        group = self.group(name)
+        for p in group:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.kill()
+        psutil.wait_procs(group, timeout=30)
+        if name in self.procs:
+            self.procs[name].wait(timeout=30)
+        if self.home.exists():
+            self._write_state()
+
+    def stop(self, *names: str, timeout_s: float = 60) -> None:
+        """SIGTERM processes, as Ctrl-C does, then SIGKILL what is left after ``timeout_s``."""
+        for name in names:
+            self.expected.discard(name)
+            self.signal(name, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        for name in names:
+            proc = self.procs.get(name)
+            if proc is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+            self.kill(name)
+
+    def check_alive(self) -> None:
+        """Raise, with its log, if a process that should run has exited."""
+        for name in sorted(self.expected):
+            proc = self.procs[name]
+            if proc.poll() is not None:
+                raise ShapeError(
+                    f"The shape's {name} (pid {proc.pid}) exited with {proc.returncode}; its log "
+                    f"{self.log_path(name)} ends:\n{log_tail(self.log_path(name))}"
+                )
+
+    def wait_for(self, predicate: Callable[[], T], timeout_s: float, what: str) -> T:
+        """Poll ``predicate`` until it is truthy; fail at once when a process died. The deadline
+        only bounds a hang."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self.check_alive()
+            value = predicate()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise ShapeError(f"Timed out after {timeout_s:.0f} s waiting for {what}.")
+            time.sleep(0.5)
+
+    # -- up and down ----------------------------------------------------------------------------
+    def up(self, timeout_s: float = 300) -> None:
+        """Start the whole shape and wait until every part answers."""
+        for folder in (self.airflow_home, self.logs):
+            folder.mkdir(parents=True, exist_ok=True)
+        (self.home / "passwords.json").write_text(json.dumps({"admin": ADMIN_PASSWORD}))
+        self._write_state()
+        self.create_databases()
+        self.start(*BACKING)
+        ports = self.addresses.local_ports
+        self.wait_for(lambda: port_open(ports["redis"]), timeout_s, "Redis")
+        self.wait_for(lambda: port_open(ports["s3"]), timeout_s, "the S3 endpoint")
+        self.create_bucket()
+        self.migrate()
+        self.start_ray(timeout_s)
+        self.start_airflow(timeout_s)
+
+    def start_ray(self, timeout_s: float = 300) -> None:
+        """The head, then the two worker nodes once the head answers."""
+        self.start("ray-head")
+        gcs = int(self.addresses.ray_address.rsplit(":", 1)[1])
+        self.wait_for(lambda: port_open(gcs), timeout_s, "the Ray head")
+        self.start("ray-worker", "ray-gpu-worker")
+        for node in ("ray-worker", "ray-gpu-worker"):
+            self.wait_for_ray_node(node, timeout_s)
+
+    def wait_for_ray_node(self, node: str, timeout_s: float = 300) -> None:
+        port = self.addresses.local_ports[f"{node}:node-manager-port"]
+        self.wait_for(lambda: port_open(port), timeout_s, f"Ray node {node}")
+
+    def start_airflow(self, timeout_s: float = 300) -> None:
+        names = [p.name for p in self.processes.values() if p.kind == "airflow"]
+        self.start(*names)
+        self.wait_until_serving(timeout_s)
+
+    def wait_until_serving(self, timeout_s: float = 300) -> None:
+        """The api-server answers, both triggerers heartbeat and both Celery workers are up."""
+        self.wait_for(lambda: port_open(self.addresses.api_port), timeout_s, "Airflow's api-server")
+        self.wait_for(
+            lambda: self.live_triggerers() >= len(spec.TRIGGERERS), timeout_s, "both triggerers"
+        )
+        for worker in spec.WORKERS:
+            self.wait_for(partial(self.worker_ready, worker), timeout_s, f"Celery worker {worker}")
+
+    def worker_ready(self, worker: str) -> bool:
+        """Whether the Celery worker's current log says it is ready for tasks."""
+        return "ready." in log_tail(self.log_path(worker), 400)
+
+    def live_triggerers(self) -> int:
+        """Triggerers whose heartbeat is recent, as Airflow's metadata DB has them."""
+        rows = self.metadata_query(
+            "SELECT count(*) FROM job WHERE job_type = 'TriggererJob' AND state = 'running' "
+            "AND latest_heartbeat > now() - interval '15 seconds'"
+        )
+        return int(rows[0][0]) if rows else 0
+
+    def metadata_query(self, sql: str, **params: Any) -> list[tuple[Any, ...]]:
+        """Read Airflow's metadata DB (the launcher's own check; tasks never touch it)."""
+        import sqlalchemy as sa
+
+        engine = sa.create_engine(self.addresses.metadata_db_url)
+        try:
+            with engine.connect() as conn:
+                return [tuple(r) for r in conn.execute(sa.text(sql), params)]
+        except sa.exc.SQLAlchemyError:
+            return []
+        finally:
+            engine.dispose()
+
+    def down(self, *, drop_databases: bool = False, timeout_s: float = 30) -> None:
+        """Stop everything the shape started (also from another process, by the saved pids):
+        SIGTERM to every process group, SIGKILL to what is left after ``timeout_s``, and every
+        process of a Ray node. ``drop_databases`` also drops its two databases."""
+        import psutil
+
+        saved = (self._read_state() or {}).get("pids") or {}
+        pids = {**saved, **{name: proc.pid for name, proc in self.procs.items()}}
+        self.expected.clear()
+        for name in reversed(list(self.processes)):
+            if name in pids:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pids[name], signal.SIGTERM)
+        leaders = []
+        for pid in pids.values():
+            with contextlib.suppress(psutil.NoSuchProcess):
+                leaders.append(psutil.Process(pid))
+        _, alive = psutil.wait_procs(leaders, timeout=timeout_s)
+        for proc in alive:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        for name in spec.RAY_NODES:  # Ray's workers sit in process groups of their own
+            self.kill(name)
+        for proc in self.procs.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=30)
+        self.procs.clear()
+        if drop_databases:
+            self.drop_databases()
+            for path in self.ray_temp_dirs.values():
+                shutil.rmtree(path, ignore_errors=True)
+            (self.home / STATE_FILE).unlink(missing_ok=True)
+        else:
+            self._write_state()
+
+    # -- setup ----------------------------------------------------------------------------------
+    def create_databases(self) -> None:
+        """Airflow's metadata DB and the trials DB on the PostgreSQL server, unless they exist."""
+        with self._server() as conn:
+            for name in self.database_names:
+                exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
+                if not exists.fetchone():
+                    conn.execute(f'CREATE DATABASE "{name}"')
+
+    def drop_databases(self) -> None:
+        with self._server() as conn:
+            for name in self.database_names:
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    @contextlib.contextmanager
+    def _server(self) -> Any:
+        import psycopg
+        from sqlalchemy.engine import make_url
+
+        url = make_url(self.postgres_url)
+        conn = psycopg.connect(
+            host=url.host or "127.0.0.1",
+            port=url.port or 5432,
+            user=url.username or "postgres",
+            password=url.password,
+            dbname=url.database or "postgres",
+            autocommit=True,
+        )
+        try:
+            yield conn
+        finally:
+            conn.close()
+
+    def create_bucket(self) -> None:
+        """The checkpoint bucket on the S3 endpoint (kept if it exists)."""
+        import s3fs
+
+        settings = spec.s3_settings(self.addresses)
+        fs = s3fs.S3FileSystem(
+            key=settings["AWS_ACCESS_KEY_ID"],
+            secret=settings["AWS_SECRET_ACCESS_KEY"],
+            endpoint_url=self.addresses.s3_endpoint_url,
+            skip_instance_cache=True,
+        )
+        if not fs.exists(spec.BUCKET):
+            fs.mkdir(spec.BUCKET)
+
+    def migrate(self) -> None:
+        """Airflow's metadata DB and the trials DB migrated; the GPU pool (deferred tasks hold
+        their slots) sized to the GPU node."""
+        env = self.env_for(self.processes["airflow-scheduler"])
+        _run([_bin("airflow"), "db", "migrate"], env, "migrate Airflow's metadata DB")
+        from airflow_trials.store import migrate
+
+        migrate(self.addresses.trials_db_url)
+        slots = spec.GPU_NODE_GPUS * spec.SLOTS_PER_GPU
+        description = f"GPUs of the shape's GPU node ({spec.SLOTS_PER_GPU} slots per GPU)"
+        _run(
+            [_bin("airflow"), "pools", "set", spec.GPU_POOL, str(slots), description]
+            + ["--include-deferred"],
+            env,
+            "create the GPU pool",
+        )
+
+    def status(self) -> dict[str, bool]:
+        """Each process's name and whether its saved pid is alive."""
+        pids = (self._read_state() or {}).get("pids") or {}
+        result = {}
+        for name in self.processes:
+            pid = pids.get(name)
+            alive = False
+            if pid is not None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, 0)
+                    alive = True
+            result[name] = alive
+        return result
+
+
+def _run(argv: Iterable[str], env: Mapping[str, str], what: str) -> None:
+    argv = list(argv)
+    done = subprocess.run(argv, env=dict(env), capture_output=True, text=True, timeout=900)
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-5:]
+        raise ShapeError(
+            f"Could not {what} ({' '.join(argv[:3])} exited {done.returncode}): {' | '.join(tail)}"
+        )
