@@ -31,13 +31,31 @@ airflow-trials pool set \
     --slots-per-gpu "${TRIALS_SLOTS_PER_GPU:-4}"
 
 storage="${AIRFLOW_TRIALS_STORAGE:?set AIRFLOW_TRIALS_STORAGE to the ray connection storage_path}"
-log "Preparing the checkpoint folder $storage"
-mkdir -p "$storage"
-if [ -n "${TRIALS_STORAGE_OWNER:-}" ]; then
-    # Ray actors write checkpoints, Airflow tasks delete old ones: both run as this owner.
-    chown "$TRIALS_STORAGE_OWNER" "$storage"
-    chmod 2775 "$storage"
-fi
+case "$storage" in
+    *://*)
+        log "Preparing the checkpoint bucket of $storage"
+        # The bucket of an object store URL (s3://bucket/prefix), created unless it exists.
+        python - "$storage" <<'PY'
+import sys
+
+import fsspec
+
+fs, path = fsspec.core.url_to_fs(sys.argv[1])
+bucket = path.split("/", 1)[0]
+if not fs.exists(bucket):
+    fs.mkdir(bucket)
+PY
+        ;;
+    *)
+        log "Preparing the checkpoint folder $storage"
+        mkdir -p "$storage"
+        if [ -n "${TRIALS_STORAGE_OWNER:-}" ]; then
+            # Ray actors write checkpoints, Airflow tasks delete old ones: both run as this owner.
+            chown "$TRIALS_STORAGE_OWNER" "$storage"
+            chmod 2775 "$storage"
+        fi
+        ;;
+esac
 
 if [ "${TRIALS_INIT_CHECK_RAY:-1}" = "1" ]; then
     log "Connecting to Ray as the ray_default connection says"

@@ -165,6 +165,43 @@ async def test_a_user_kill_stops_the_trial_through_on_kill(trials_env):
     assert record.status.value == "TERMINATED" and "cleared or marked" in record.error_msg
 
 
+@pytest.mark.parametrize(
+    ("state", "stops"), [("deferred", False), (None, True), ("success", True), ("failed", True)]
+)
+async def test_on_kill_stops_the_trial_unless_its_trigger_only_moved_to_another_triggerer(
+    trials_env, monkeypatch, state, stops
+):
+    """Airflow 3.3 calls on_kill also when a trigger moves to another triggerer (its triggerer's
+    heartbeat lagged): the task is then still deferred, and the trial must run on. A cleared
+    (no state) or marked task's trial is stopped."""
+    from types import SimpleNamespace
+
+    from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+
+    from tests.conftest import live_trial_actors
+
+    asked = []
+
+    def task_states(**query):
+        asked.append(query)
+        return {"run1": {"tune.trial_2": state}}
+
+    monkeypatch.setattr(RuntimeTaskInstance, "get_task_states", staticmethod(task_states))
+    _launch(trials_env, "moved", {"sleep": 0.1}, stop=1000)
+    trigger = TrialTrigger("trig", "moved", poll_interval_seconds=0.05)
+    trigger.task_instance = SimpleNamespace(
+        dag_id="dag", run_id="run1", task_id="tune.trial", map_index=2, try_number=1
+    )
+    await trigger.on_kill()
+    await trigger.cleanup()
+    assert asked == [
+        {"dag_id": "dag", "map_index": 2, "task_ids": ["tune.trial"], "run_ids": ["run1"]}
+    ]
+    assert live_trial_actors() == ([] if stops else ["trial.trig.moved"])
+    status = trials_env.store.get_trial("moved").status.value
+    assert (status == "TERMINATED") is stops
+
+
 async def test_on_kill_before_run_attached_still_stops_the_trial(trials_env):
     from tests.conftest import live_trial_actors
 

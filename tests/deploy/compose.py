@@ -13,12 +13,12 @@ import yaml
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COMPOSE_FILE = os.path.join(REPO, "docker-compose.yml")
-CHECKPOINT_VOLUME = "trial-checkpoints"
 AIRFLOW_COMPONENTS = {
     "airflow-api-server": "api-server",
     "airflow-scheduler": "scheduler",
     "airflow-dag-processor": "dag-processor",
-    "airflow-triggerer": "triggerer",
+    "airflow-triggerer-1": "triggerer",
+    "airflow-triggerer-2": "triggerer",
 }
 
 # $$ is a literal $; ${NAME}, ${NAME:-default}, ${NAME-default}, ${NAME:?error}, ${NAME?error}.

@@ -22,9 +22,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from airflow_trials.shape import spec
 from tests.deploy.compose import (
     AIRFLOW_COMPONENTS,
-    CHECKPOINT_VOLUME,
     COMPOSE_FILE,
     REPO,
     airflow_services,
@@ -133,8 +133,8 @@ def dependency_problems(c: Compose) -> list[str]:
         if isinstance(depends_on, list):
             problems.append(f"{name}: depends_on is a list; give each dependency a condition")
             continue
-        for target, spec in depends_on.items():
-            condition = (spec or {}).get("condition")
+        for target, dependency in depends_on.items():
+            condition = (dependency or {}).get("condition")
             if target not in services:
                 problems.append(f"{name} depends on {target}, which is no service")
             elif condition not in CONDITIONS:
@@ -360,29 +360,104 @@ def command_problems(c: Compose) -> list[str]:
     return problems
 
 
-def checkpoint_problems(c: Compose) -> list[str]:
+def storage_problems(c: Compose) -> list[str]:
+    """Checkpoints in object storage, the same URL everywhere, and no volume that two Ray nodes
+    (or a Ray node and Airflow) share: nothing depends on a shared disk."""
     problems = []
-    paths = {}
+    s3 = [
+        n for n, svc in c["services"].items() if str(svc.get("image", "")).startswith("motoserver/")
+    ]
     for name, service in {**ray_services(c), **airflow_services(c)}.items():
-        paths[name] = volume_mounts(service).get(CHECKPOINT_VOLUME)
-        env_path = environment(service).get("AIRFLOW_TRIALS_STORAGE")
-        if env_path != paths[name]:
+        env = environment(service)
+        if env.get("AIRFLOW_TRIALS_STORAGE") != spec.STORAGE_PATH:
             problems.append(
-                f"{name}: AIRFLOW_TRIALS_STORAGE={env_path} but {CHECKPOINT_VOLUME} is at "
-                f"{paths[name]}"
+                f"{name}: AIRFLOW_TRIALS_STORAGE={env.get('AIRFLOW_TRIALS_STORAGE')} is not "
+                f"{spec.STORAGE_PATH}"
             )
+        endpoint = urlsplit(env.get("AWS_ENDPOINT_URL", ""))
+        if endpoint.hostname not in s3:
+            problems.append(f"{name}: AWS_ENDPOINT_URL={endpoint.geturl()} is not the S3 service")
     for name, service in airflow_services(c).items():
         storage_path = connection(service, "ray_default").get("extra", {}).get("storage_path")
-        if storage_path != paths[name]:
+        if storage_path != spec.STORAGE_PATH:
             problems.append(
-                f"{name}: ray_default's storage_path {storage_path} is not where "
-                f"{CHECKPOINT_VOLUME} is mounted ({paths[name]})"
+                f"{name}: ray_default's storage_path {storage_path} is not {spec.STORAGE_PATH}"
             )
-    if len(set(paths.values())) != 1 or None in paths.values():
-        problems.append(
-            f"{CHECKPOINT_VOLUME} is not mounted at one path in every Ray and Airflow service: "
-            f"{paths}"
-        )
+    mounted: dict[str, list[str]] = {}
+    for name, service in ray_services(c).items():
+        for source in volume_mounts(service):
+            mounted.setdefault(source, []).append(name)
+    for name, service in airflow_services(c).items():
+        for source in volume_mounts(service):
+            if source in mounted:
+                mounted[source].append(name)
+    for source, names in sorted(mounted.items()):
+        if len(names) > 1:
+            problems.append(f"volume {source} is shared by {', '.join(names)}")
+    return problems
+
+
+def _placeholder_addresses() -> spec.Addresses:
+    return spec.Addresses(
+        metadata_db_url="postgresql+psycopg://airflow@postgres:5432/airflow",
+        trials_db_url="postgresql+psycopg://trials@postgres:5432/trials",
+        broker_url="redis://redis:6379/0",
+        s3_endpoint_url="http://s3:5000",
+        ray_address="ray-head:6379",
+        api_port=8080,
+        jwt_secret="secret",
+    )
+
+
+def shape_problems(c: Compose) -> list[str]:
+    """The file runs the shape that src/airflow_trials/shape/spec.py describes and `airflow-trials
+    shape up` starts: the same services, commands and portable settings."""
+    services = c["services"]
+    problems = []
+    for name in ("postgres", "redis", "s3"):
+        if name not in services:
+            problems.append(f"no service {name}")
+    for process in spec.processes(_placeholder_addresses()):
+        service = services.get(process.service)
+        if service is None:
+            problems.append(f"no service {process.service} (the shape runs it)")
+            continue
+        args = command_args(service)
+        if process.kind == "airflow":
+            want = list(process.argv[1:2])
+            if process.argv[1] == "celery":
+                want = ["celery", "worker", "--queues", option(list(process.argv), "--queues")]
+            if args != want:
+                problems.append(
+                    f"{process.service} should run `airflow {' '.join(want)}`, runs {args}"
+                )
+            env = environment(service)
+            for key, value in spec.PORTABLE_AIRFLOW_SETTINGS.items():
+                if env.get(key) != value:
+                    problems.append(
+                        f"{process.service}: {key}={env.get(key)}, the shape has {value}"
+                    )
+            for key in spec.ADDRESSED_SETTINGS:
+                if key not in env:
+                    problems.append(f"{process.service} has no {key}")
+        else:
+            for flag in ("--num-cpus", "--num-gpus"):
+                mine, theirs = option(list(process.argv), flag), option(args, flag)
+                if (mine == "0") != (theirs == "0"):
+                    problems.append(f"{process.service}: {flag}={theirs}, the shape has {mine}")
+            if ("--head" in args) != ("--head" in process.argv):
+                problems.append(f"{process.service}: --head differs from the shape")
+            env = environment(service)
+            for key in spec.ray_node_settings(_placeholder_addresses()):
+                if key not in env:
+                    problems.append(f"{process.service} has no {key}")
+    broker = urlsplit(
+        environment(services.get("airflow-scheduler", {})).get("AIRFLOW__CELERY__BROKER_URL", "")
+    )
+    if broker.hostname not in services or "redis" not in str(
+        services[broker.hostname].get("image")
+    ):
+        problems.append(f"the Celery broker {broker.geturl()} is not the redis service")
     return problems
 
 
@@ -395,7 +470,8 @@ CHECKS: list[Callable[[Compose], list[str]]] = [
     connection_problems,
     gpu_problems,
     command_problems,
-    checkpoint_problems,
+    storage_problems,
+    shape_problems,
 ]
 
 
@@ -433,21 +509,20 @@ def _remove_gpu_reservation(c: Compose) -> None:
         service.pop("deploy", None)
 
 
-def _mount_checkpoints_elsewhere(c: Compose) -> None:
-    volumes = c["services"]["ray-worker"]["volumes"]
-    volumes[volumes.index(f"{CHECKPOINT_VOLUME}:/shared/trials")] = (
-        f"{CHECKPOINT_VOLUME}:/checkpoints"
-    )
+def _share_a_checkpoint_volume(c: Compose) -> None:
+    c["volumes"]["trial-checkpoints"] = None
+    for name in ("ray-worker", "ray-gpu-worker"):
+        c["services"][name].setdefault("volumes", []).append("trial-checkpoints:/shared/trials")
 
 
 DEFECTS = [
     (
         "unknown dependency",
         dependency_problems,
-        lambda c: c["services"]["airflow-triggerer"]["depends_on"].update(
-            {"redis": {"condition": "service_healthy"}}
+        lambda c: c["services"]["airflow-triggerer-1"]["depends_on"].update(
+            {"rabbitmq": {"condition": "service_healthy"}}
         ),
-        "airflow-triggerer depends on redis, which is no service",
+        "airflow-triggerer-1 depends on rabbitmq, which is no service",
     ),
     (
         "healthy without healthcheck",
@@ -458,7 +533,7 @@ DEFECTS = [
     (
         "completed on a server",
         dependency_problems,
-        lambda c: c["services"]["airflow-triggerer"]["depends_on"].update(
+        lambda c: c["services"]["airflow-triggerer-1"]["depends_on"].update(
             {"postgres": {"condition": "service_completed_successfully"}}
         ),
         "waits for postgres to complete, but postgres is not the init job",
@@ -478,8 +553,8 @@ DEFECTS = [
     (
         "undeclared volume",
         declaration_problems,
-        lambda c: c["volumes"].pop(CHECKPOINT_VOLUME),
-        f"mounts volume {CHECKPOINT_VOLUME}, which is not declared",
+        lambda c: c["volumes"].pop("airflow-logs"),
+        "mounts volume airflow-logs, which is not declared",
     ),
     (
         "undeclared network",
@@ -512,10 +587,10 @@ DEFECTS = [
     (
         "Airflow version",
         version_problems,
-        lambda c: c["services"]["airflow-triggerer"]["build"].update(
+        lambda c: c["services"]["airflow-triggerer-1"]["build"].update(
             {"args": {"AIRFLOW_IMAGE": "apache/airflow:3.3.1-python3.11"}}
         ),
-        "airflow-triggerer is built from apache/airflow:3.3.1-python3.11",
+        "airflow-triggerer-1 is built from apache/airflow:3.3.1-python3.11",
     ),
     (
         "Ray GPU image",
@@ -534,8 +609,8 @@ DEFECTS = [
     (
         "ray host",
         connection_problems,
-        _edit_conn("airflow-triggerer", "ray_default", host="ray://ray-hed:10001"),
-        "airflow-triggerer: ray_default points at ray-hed, which is no service",
+        _edit_conn("airflow-triggerer-1", "ray_default", host="ray://ray-hed:10001"),
+        "airflow-triggerer-1: ray_default points at ray-hed, which is no service",
     ),
     (
         "ray client port",
@@ -552,14 +627,14 @@ DEFECTS = [
     (
         "trials host",
         connection_problems,
-        _edit_conn("airflow-triggerer", "trials_default", host="ray-head"),
-        "airflow-triggerer: trials_default is not a trials_db connection to the postgres service",
+        _edit_conn("airflow-triggerer-1", "trials_default", host="ray-head"),
+        "airflow-triggerer-1: trials_default is not a trials_db connection to the postgres service",
     ),
     (
         "shared database",
         connection_problems,
         _set_env(
-            "airflow-triggerer",
+            "airflow-triggerer-1",
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN",
             "postgresql+psycopg://airflow:airflow@postgres:5432/trials",
         ),
@@ -583,8 +658,8 @@ DEFECTS = [
     (
         "wrong command",
         command_problems,
-        lambda c: c["services"]["airflow-triggerer"].update({"command": "scheduler"}),
-        "airflow-triggerer should run `airflow triggerer`",
+        lambda c: c["services"]["airflow-triggerer-1"].update({"command": "scheduler"}),
+        "airflow-triggerer-1 should run `airflow triggerer`",
     ),
     (
         "execution API",
@@ -599,20 +674,60 @@ DEFECTS = [
     (
         "JWT secret",
         command_problems,
-        _set_env("airflow-triggerer", "AIRFLOW__API_AUTH__JWT_SECRET", "other"),
+        _set_env("airflow-triggerer-1", "AIRFLOW__API_AUTH__JWT_SECRET", "other"),
         "do not share one AIRFLOW__API_AUTH__JWT_SECRET",
     ),
     (
-        "mount path",
-        checkpoint_problems,
-        _mount_checkpoints_elsewhere,
-        f"{CHECKPOINT_VOLUME} is at /checkpoints",
+        "shared checkpoint volume",
+        storage_problems,
+        _share_a_checkpoint_volume,
+        "volume trial-checkpoints is shared by ray-worker, ray-gpu-worker",
     ),
     (
         "storage_path",
-        checkpoint_problems,
-        _edit_conn("airflow-triggerer", "ray_default", storage_path="s3://b/t"),
-        "ray_default's storage_path s3://b/t is not where",
+        storage_problems,
+        _edit_conn("airflow-triggerer-1", "ray_default", storage_path="s3://b/t"),
+        "ray_default's storage_path s3://b/t is not s3://airflow-trials/checkpoints",
+    ),
+    (
+        "local storage on a node",
+        storage_problems,
+        _set_env("ray-worker", "AIRFLOW_TRIALS_STORAGE", "/shared/trials"),
+        "ray-worker: AIRFLOW_TRIALS_STORAGE=/shared/trials is not",
+    ),
+    (
+        "S3 endpoint",
+        storage_problems,
+        _set_env("ray-gpu-worker", "AWS_ENDPOINT_URL", "http://minio:9000"),
+        "ray-gpu-worker: AWS_ENDPOINT_URL=http://minio:9000 is not the S3 service",
+    ),
+    (
+        "one triggerer",
+        shape_problems,
+        lambda c: c["services"].pop("airflow-triggerer-2"),
+        "no service airflow-triggerer-2 (the shape runs it)",
+    ),
+    (
+        "gpu queue",
+        shape_problems,
+        lambda c: c["services"]["airflow-gpu-worker"].update(
+            {"command": ["celery", "worker", "--queues", "default"]}
+        ),
+        "airflow-gpu-worker should run `airflow celery worker --queues gpu`",
+    ),
+    (
+        "executor",
+        shape_problems,
+        _set_env("airflow-worker", "AIRFLOW__CORE__EXECUTOR", "LocalExecutor"),
+        "airflow-worker: AIRFLOW__CORE__EXECUTOR=LocalExecutor, the shape has CeleryExecutor",
+    ),
+    (
+        "GPU node without GPUs",
+        shape_problems,
+        lambda c: c["services"]["ray-gpu-worker"].update(
+            {"command": ["ray", "start", "--address=ray-head:6379", "--num-gpus=0", "--block"]}
+        ),
+        "ray-gpu-worker: --num-gpus=0, the shape has 2",
     ),
 ]
 
@@ -631,12 +746,12 @@ def test_each_check_names_the_defect_it_is_for(check, mutate, problem):
 def test_the_hooks_read_the_compose_connections_as_the_stack_needs(monkeypatch):
     from airflow_trials.hooks.trials import RayHook, TrialsDbHook
 
-    env = environment(compose()["services"]["airflow-triggerer"])
+    env = environment(compose()["services"]["airflow-triggerer-1"])
     for key in ("AIRFLOW_CONN_RAY_DEFAULT", "AIRFLOW_CONN_TRIALS_DEFAULT"):
         monkeypatch.setenv(key, env[key])
     settings = RayHook().settings()
     assert settings["address"] == "ray://ray-head:10001"
-    assert settings["storage_path"] == env["AIRFLOW_TRIALS_STORAGE"] == "/shared/trials"
+    assert settings["storage_path"] == env["AIRFLOW_TRIALS_STORAGE"] == spec.STORAGE_PATH
     # The URL the init job migrates (from the connection) is the one the airflow-trials CLI reads.
     assert (
         TrialsDbHook().get_url()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime
 import hashlib
 import json
 import os
@@ -77,7 +78,7 @@ class LocalShape:
     :param dags_folder: the DAGs Airflow runs.
     :param postgres_url: a PostgreSQL server URL (any database on it); the shape creates its two
         databases there.
-    :param ray_cpus: logical CPUs of each Ray node; default 2.
+    :param ray_cpus: logical CPUs of each Ray worker node; default 4.
     :param env: more environment for every process (e.g. ``PYTHONPATH`` for the trainables).
     """
 
@@ -87,7 +88,7 @@ class LocalShape:
         *,
         dags_folder: Path,
         postgres_url: str = DEFAULT_POSTGRES_URL,
-        ray_cpus: int = 2,
+        ray_cpus: int = 4,
         env: Mapping[str, str] | None = None,
     ) -> None:
         self.home = Path(home).resolve()
@@ -98,6 +99,8 @@ class LocalShape:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.expected: set[str] = set()  # started and not stopped: must be running
         self.starts: dict[str, int] = {}
+        # Each triggerer's job id in Airflow's metadata DB (its triggers' ``triggerer_id``).
+        self.triggerer_jobs: dict[str, int] = {}
         state = self._read_state()
         if state:
             self.addresses = Addresses(**state["addresses"])
@@ -255,6 +258,7 @@ class LocalShape:
                 argv.append(f"--temp-dir={self.ray_temp_dirs[name]}")
             path = self.log_path(name)
             path.parent.mkdir(parents=True, exist_ok=True)
+            started = datetime.datetime.now(datetime.UTC)
             with open(path, "ab") as log:
                 self.procs[name] = subprocess.Popen(
                     argv,
@@ -265,7 +269,26 @@ class LocalShape:
                     start_new_session=True,
                 )
             self.expected.add(name)
+            if name in spec.TRIGGERERS:
+                self._wait_for_triggerer_job(name, started)
         self._write_state()
+
+    def _wait_for_triggerer_job(
+        self, name: str, since: datetime.datetime, timeout_s: float = 300
+    ) -> None:
+        """Record the job id of the triggerer just started: the running triggerer job that began
+        after ``since`` and no triggerer of ours has (they start one at a time)."""
+        known = set(self.triggerer_jobs.values())
+
+        def new_job() -> int | None:
+            rows = self.metadata_query(
+                "SELECT id FROM job WHERE job_type = 'TriggererJob' AND state = 'running' "
+                "AND start_date >= :since ORDER BY id",
+                since=since,
+            )
+            return next((int(r[0]) for r in rows if int(r[0]) not in known), None)
+
+        self.triggerer_jobs[name] = self.wait_for(new_job, timeout_s, f"{name}'s job")
 
     def is_running(self, name: str) -> bool:
         proc = self.procs.get(name)
@@ -340,7 +363,7 @@ class LocalShape:
                     f"{self.log_path(name)} ends:\n{log_tail(self.log_path(name))}"
                 )
 
-    def wait_for(self, predicate: Callable[[], T], timeout_s: float, what: str) -> T:
+    def wait_for(self, predicate: Callable[[], T | None], timeout_s: float, what: str) -> T:
         """Poll ``predicate`` until it is truthy; fail at once when a process died. The deadline
         only bounds a hang."""
         deadline = time.monotonic() + timeout_s
@@ -384,8 +407,13 @@ class LocalShape:
         self.wait_for(lambda: port_open(port), timeout_s, f"Ray node {node}")
 
     def start_airflow(self, timeout_s: float = 300) -> None:
+        """Airflow's components; the triggerers once the api-server answers (they register
+        through it), one after the other."""
         names = [p.name for p in self.processes.values() if p.kind == "airflow"]
-        self.start(*names)
+        self.start(*(name for name in names if name not in spec.TRIGGERERS))
+        self.wait_for(lambda: port_open(self.addresses.api_port), timeout_s, "Airflow's api-server")
+        for name in spec.TRIGGERERS:
+            self.start(name)
         self.wait_until_serving(timeout_s)
 
     def wait_until_serving(self, timeout_s: float = 300) -> None:
@@ -408,6 +436,18 @@ class LocalShape:
             "AND latest_heartbeat > now() - interval '15 seconds'"
         )
         return int(rows[0][0]) if rows else 0
+
+    def triggers_by_triggerer(self) -> dict[str | None, int]:
+        """How many triggers each of the shape's triggerers runs (None: not assigned, or a
+        triggerer that is not the shape's current one)."""
+        names = {job: name for name, job in self.triggerer_jobs.items()}
+        counts: dict[str | None, int] = {}
+        for job, count in self.metadata_query(
+            "SELECT triggerer_id, count(*) FROM trigger GROUP BY triggerer_id"
+        ):
+            key = names.get(job) if job is not None else None
+            counts[key] = counts.get(key, 0) + int(count)
+        return counts
 
     def metadata_query(self, sql: str, **params: Any) -> list[tuple[Any, ...]]:
         """Read Airflow's metadata DB (the launcher's own check; tasks never touch it)."""

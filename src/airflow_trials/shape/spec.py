@@ -10,8 +10,8 @@ The shape, as users run it in production:
   triggerers**, and two Celery workers, one serving the ``default`` queue and one the ``gpu``
   queue, where GPU trials' tasks go (``[airflow_trials] gpu_queue``). Redis is the broker;
   Airflow's metadata DB is PostgreSQL.
-- A Ray cluster of three nodes: a head, a CPU worker and a GPU worker node (logical GPUs on a
-  machine without any), each with its own temp dir.
+- A Ray cluster of three nodes: a head that only coordinates, a CPU worker and a GPU worker node
+  (logical GPUs on a machine without any), each with its own temp dir.
 - The trials DB on PostgreSQL.
 - Checkpoints in object storage (``s3://``, through fsspec's s3fs); no directory is shared by two
   nodes. Locally an S3-API server (moto's server mode) stands in for S3.
@@ -142,7 +142,7 @@ def ray_node_settings(addresses: Addresses) -> dict[str, str]:
     return {"AIRFLOW_TRIALS_STORAGE": STORAGE_PATH, **s3_settings(addresses)}
 
 
-def processes(addresses: Addresses, *, ray_cpus: int = 2) -> list[Process]:
+def processes(addresses: Addresses, *, ray_cpus: int = 4) -> list[Process]:
     """Every process of the shape, in start order: the Ray nodes, then Airflow's components.
 
     Redis, PostgreSQL and the S3 stand-in are started (or found) before these, by whoever runs
@@ -159,7 +159,8 @@ def processes(addresses: Addresses, *, ray_cpus: int = 2) -> list[Process]:
             "--head",
             "--block",
             f"--port={gcs_port}",
-            f"--num-cpus={ray_cpus}",
+            # No CPUs or GPUs on the head: trials run on the worker nodes, the head coordinates.
+            "--num-cpus=0",
             "--num-gpus=0",
             "--node-ip-address=127.0.0.1",
             "--include-dashboard=false",

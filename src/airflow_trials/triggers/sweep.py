@@ -160,6 +160,8 @@ class SweepTrigger(TrialsTrigger):
         try re-attaches to the live run; a task marked failed or success has none)."""
         from airflow_trials.execution.driver.sweep_driver import stop_driver
 
+        if await self.moved_to_another_triggerer():
+            return
         hook = TrialsHook(self.ray_conn_id, self.trials_conn_id)
         try:
             namespace = await asyncio.to_thread(connected_namespace, hook)

@@ -126,6 +126,41 @@ class TrialsTrigger(BaseTrigger):
         """Free what this trigger holds locally (never the trial it watches)."""
         await self.disconnect()
 
+    async def moved_to_another_triggerer(self) -> bool:
+        """Whether an ``on_kill`` call is no user's action: the task is still deferred.
+
+        Airflow 3.3 cancels a trigger "by user action", and so calls ``on_kill``, also when it
+        moves to another triggerer: with two triggerers, one whose heartbeat lags past
+        ``[triggerer] triggerer_health_check_threshold`` loses its triggers to the other, which
+        runs them on (seen on the production shape under load). A user who clears or marks the
+        task has changed its state by then; a moved trigger's task is still deferred. Unknown
+        (no task instance, or the state cannot be read): False, as a user's action.
+        """
+        ti = self.task_instance
+        if ti is None:
+            return False
+        try:
+            from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+            from asgiref.sync import sync_to_async
+
+            map_index = ti.map_index if ti.map_index is not None and ti.map_index >= 0 else None
+            states = await sync_to_async(RuntimeTaskInstance.get_task_states)(
+                dag_id=ti.dag_id, map_index=map_index, task_ids=[ti.task_id], run_ids=[ti.run_id]
+            )
+        except Exception as e:  # noqa: BLE001 - not knowing is treated as the user's action
+            self.log.warning("Could not read the state of task %s: %s", ti.task_id, e)
+            return False
+        key = ti.task_id if map_index is None else f"{ti.task_id}_{map_index}"
+        state = (states.get(ti.run_id) or {}).get(key)
+        if state == "deferred":
+            self.log.info(
+                "Task %s is still deferred: its trigger moved to another triggerer, which "
+                "watches on; nothing is stopped.",
+                ti.task_id,
+            )
+            return True
+        return False
+
 
 class TrialTrigger(TrialsTrigger):
     """Watches a trial's Ray actor, writes its new results and checkpoints to the trials store,
@@ -215,9 +250,13 @@ class TrialTrigger(TrialsTrigger):
     async def on_kill(self) -> None:
         """The user cleared or marked the deferred task: stop the trial on Ray and record it.
 
-        Airflow runs this only for a user's action, never when the triggerer restarts (see
-        ``BaseTrigger.on_kill``), after ``run()`` was cancelled and before :meth:`cleanup`.
+        Airflow runs this for a user's action, never when the triggerer restarts (see
+        ``BaseTrigger.on_kill``), after ``run()`` was cancelled and before :meth:`cleanup`; and
+        when the trigger moves to another triggerer, where it does nothing
+        (:meth:`moved_to_another_triggerer`).
         """
+        if await self.moved_to_another_triggerer():
+            return
         store = await self.connect()
         # Fenced by the try number: Airflow may start the task's next try before this runs, and
         # a stop sent by try N must never end the trial that try N+1 took over.
