@@ -90,20 +90,18 @@ def _parse(value: str) -> dt.datetime:
     return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
-def run_airflow(stack: object, args: argparse.Namespace) -> tuple[float, float]:
-    """The DAG run's time (queued -> end) and the trials' span (first start -> last end) in
-    seconds."""
+def timed_run(stack: object, timeout_s: float) -> tuple[str, str, str]:
+    """Trigger the benchmark DAG on the main job's started stack and wait for its success; its
+    run id, ``queued_at`` and ``end_date`` from Airflow's DB."""
     from airflow_trials import mainjob
-    from airflow_trials.store import TrialStore
 
-    mainjob.start_airflow(stack)
     run_id = mainjob.trigger(stack, EXPERIMENT)
     state = mainjob.wait_for(
         lambda: (
             (s := mainjob.dag_run_state(stack, EXPERIMENT, run_id)) in mainjob.TERMINAL_RUN_STATES
             and s
         ),
-        args.timeout_s,
+        timeout_s,
         f"the DAG run {run_id}",
         stack,
     )
@@ -115,6 +113,17 @@ def run_airflow(stack: object, args: argparse.Namespace) -> tuple[float, float]:
         EXPERIMENT,
         run_id,
     )
+    return run_id, queued, ended
+
+
+def run_airflow(stack: object, args: argparse.Namespace) -> tuple[float, float]:
+    """The DAG run's time (queued -> end) and the trials' span (first start -> last end) in
+    seconds."""
+    from airflow_trials import mainjob
+    from airflow_trials.store import TrialStore
+
+    mainjob.start_airflow(stack)
+    run_id, queued, ended = timed_run(stack, args.timeout_s)
     store = TrialStore(stack.trials_db_url)
     try:
         trials = store.list_trials(experiment_name=EXPERIMENT)

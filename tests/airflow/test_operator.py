@@ -224,6 +224,26 @@ def test_bad_input_fails_before_any_ray_work_and_writes_nothing(
     assert live_trial_actors() == [] and live_placement_groups() == []
 
 
+def test_a_trial_that_ran_waits_for_its_lost_node_instead_of_being_refused(
+    trials_env, fake_context
+):
+    """A retry after the node a trial ran on was lost (the GPU node, say): the cluster is short
+    of the trial's resources now, but it fitted when the trial started, so the trial is launched
+    and waits for Ray to place it, its task deferred, rather than failing every retry."""
+    from ray.util.placement_group import placement_group_table
+
+    op = operator(trial_id="waits", resources_per_trial={"cpu": 1, "gpu": 8}, retries=1)
+    trials_env.store.upsert_trial(
+        "waits", trainable=op.trainable, config={}, resources={"cpu": 1, "gpu": 8}, max_failures=0
+    )
+    trials_env.store.record_transition("waits", Transition.PLACED)
+    assert trials_env.store.get_trial("waits").started_at is not None
+    with pytest.raises(TaskDeferred):
+        op.execute(fake_context(try_number=2, max_tries=1))
+    (waiting,) = [info for info in placement_group_table().values() if info["state"] != "REMOVED"]
+    assert waiting["state"] == "PENDING" and waiting["bundles"][0]["GPU"] == 8
+
+
 def test_clearing_a_finished_task_runs_the_trial_again_from_scratch(trials_env, fake_context):
     first = operator(trial_id="again", deferrable=False).execute(fake_context())
     assert first["status"] == "TERMINATED"

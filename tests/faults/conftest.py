@@ -42,12 +42,16 @@ def experiment_dag_source(
     warm_start: str = "None",
     search_alg: str = "None",
     keep_checkpoints_num: int | None = None,
+    resources: str = '{"cpu": 1}',
+    extra: str = "",
 ) -> str:
     """A DAG file: one ``tuning_experiment`` of ``trials`` trials of the journaled trainable
     (``scheduler``: its argument, as code, e.g. ``"ASHAScheduler(max_t=12)"``; ``sweep``: all of
     them in one sweep task; ``warm_start``: its argument, as code; ``search_alg``: its argument,
     as code, e.g. ``"OptunaSearch(seed=0)"``, which then chooses ``x`` in [1, trials];
-    ``keep_checkpoints_num``: its argument, default None, all kept)."""
+    ``keep_checkpoints_num``: its argument, default None, all kept; ``resources``: its
+    ``resources_per_trial``, as code; ``extra``: more arguments, as code, e.g.
+    ``'gpu_pool="gpu",'``)."""
     x = (
         f"grid_search({list(range(1, trials + 1))!r})"
         if search_alg == "None"
@@ -74,7 +78,7 @@ def experiment_dag_source(
                 metric="score",
                 mode="max",
                 stop={{"training_iteration": {iterations}}},
-                resources_per_trial={{"cpu": 1}},
+                resources_per_trial={resources},
                 max_failures={max_failures},
                 retry_delay=datetime.timedelta(seconds=1),
                 poll_interval_seconds=1.0,
@@ -84,6 +88,7 @@ def experiment_dag_source(
                 search_alg={search_alg},
                 num_samples={1 if search_alg == "None" else trials},
                 keep_checkpoints_num={keep_checkpoints_num!r},
+                {extra}
             )
         ''')
 
@@ -460,6 +465,8 @@ def experiment(stack) -> Iterator[Any]:
         warm_start: str = "None",
         search_alg: str = "None",
         keep_checkpoints_num: int | None = None,
+        resources: str = '{"cpu": 1}',
+        extra: str = "",
     ) -> ExperimentRun:
         journal = stack.home / "journal" / dag_id
         journal.mkdir(
@@ -479,6 +486,8 @@ def experiment(stack) -> Iterator[Any]:
                 warm_start=warm_start,
                 search_alg=search_alg,
                 keep_checkpoints_num=keep_checkpoints_num,
+                resources=resources,
+                extra=extra,
             ),
         )
         return ExperimentRun(stack, dag_id, journal, trials, iterations, sweep=sweep)

@@ -447,11 +447,14 @@ class FaultStack:
 
     # -- the REST API
     # --------------------------------------------------------------------------------
+    #: The admin's password on this stack's api-server.
+    admin_password = ADMIN_PASSWORD
+
     def _token(self) -> str | None:
         try:
             response = httpx.post(
                 f"{self.base_url}/auth/token",
-                json={"username": "admin", "password": ADMIN_PASSWORD},
+                json={"username": "admin", "password": self.admin_password},
                 timeout=10,
             )
         except httpx.HTTPError:

@@ -295,6 +295,17 @@ class RunTrialOperator(BaseOperator):
         self.log.info("Not deferrable: polling trial %s from the worker.", trial_id)
         return self.execute_complete(context, asyncio.run(_first_event(trigger)))
 
+    @staticmethod
+    def _ran_before(store: Any, trial_id: str) -> bool:
+        """Whether the trial started on Ray before: then it fitted the cluster, and a cluster
+        short of its resources now has lost nodes it will get back."""
+        from airflow_trials.exceptions import TrialNotFoundError
+
+        try:
+            return store.get_trial(trial_id).started_at is not None
+        except TrialNotFoundError:
+            return False
+
     def _launch_unless_running(
         self, context: Context, hook: TrialsHook, store: Any, experiment: str, trial_id: str
     ) -> dict[str, Any] | None:
@@ -306,7 +317,19 @@ class RunTrialOperator(BaseOperator):
         ti = context["ti"]
         trial = self._trial(experiment, trial_id, self.restore_path)
         executor = hook.get_executor()
-        executor.check_fits_cluster(trial)
+        ran_before = self._ran_before(store, trial_id)
+        if not ran_before:
+            executor.check_fits_cluster(trial)
+        elif not executor.fits_cluster(trial.resources):
+            # It fitted when it started: the nodes it needs are gone for now (a lost GPU node, a
+            # preempted machine). It waits PENDING, deferred, until one joins again.
+            self.log.warning(
+                "Trial %s needs %s; the Ray cluster has %s now. It waits for a node with room "
+                "to join.",
+                trial_id,
+                trial.resources.summary_string(),
+                executor.resource_string(),
+            )
         store.upsert_trial(
             trial_id,
             trainable=self.trainable,
@@ -336,7 +359,7 @@ class RunTrialOperator(BaseOperator):
             if action.stop_actor:
                 executor.terminate(experiment, trial_id)
             self._record_start(store, executor, action, trial_id, ti.try_number)
-            trial, placed = self._launch(store, executor, trial)
+            trial, placed = self._launch(store, executor, trial, ran_before)
         if not placed:
             self.log.info("Trial %s waits for Ray resources (%s).", trial_id, trial.resources)
         transition = Transition.PLACED if placed else Transition.QUEUED
@@ -365,9 +388,12 @@ class RunTrialOperator(BaseOperator):
         if action.transition is not None:
             store.record_transition(trial_id, action.transition)
 
-    def _launch(self, store: Any, executor: Any, trial: Trial) -> tuple[Trial, bool]:
+    def _launch(
+        self, store: Any, executor: Any, trial: Trial, ran_before: bool
+    ) -> tuple[Trial, bool]:
         """Start the trial on Ray from its latest stored checkpoint, with its scheduler's holds;
-        the trial as launched, and whether Ray placed it already."""
+        the trial as launched, and whether Ray placed it already. A trial that ran before waits
+        for capacity the cluster lost."""
         # Its recorded checkpoints become its kept set again: the actor drops them, in turn, as
         # the keep policy says, once newer ones are recorded.
         latest = adopt_recorded_checkpoints(trial, store, executor.storage)
@@ -377,7 +403,10 @@ class RunTrialOperator(BaseOperator):
         holds = rungs.hold_spec(bracket) if rungs else None
         # Do not wait for Ray to place it: a trial queued for resources waits deferred, holding
         # no worker slot, and starts when Ray places it.
-        placed = executor.is_placed(executor.launch(trial, start_timeout_s=None, holds=holds))
+        actor = executor.launch(
+            trial, start_timeout_s=None, holds=holds, wait_for_capacity=ran_before
+        )
+        placed = executor.is_placed(actor)
         self.log.info(
             "Started trial %s of experiment %s on Ray.", trial.trial_id, trial.experiment_name
         )

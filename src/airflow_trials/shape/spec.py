@@ -46,6 +46,9 @@ PORTABLE_AIRFLOW_SETTINGS: Mapping[str, str] = {
     "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
     # A triggerer that stops heartbeating loses its triggers to the other one after this long.
     "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "15",
+    # A task whose Celery worker died (its supervisor stopped heartbeating) is failed and retried
+    # after a minute, not Airflow's default five: a trial task's try is short, then it defers.
+    "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "60",
     "AIRFLOW_TRIALS_STORAGE": STORAGE_PATH,
 }
 # Settings every Airflow service and Ray node has, whose values depend on where the shape runs.

@@ -113,7 +113,11 @@ class TrialLauncher:
 
     # -- autonomous trials -------------------------------------------------------------------------
     def launch(
-        self, trial: Trial, start_timeout_s: float | None = 600.0, holds: HoldSpec | None = None
+        self,
+        trial: Trial,
+        start_timeout_s: float | None = 600.0,
+        holds: HoldSpec | None = None,
+        wait_for_capacity: bool = False,
     ) -> ActorHandle:
         """Start ``trial`` in its own detached, named actor that drives itself to the end.
 
@@ -129,10 +133,13 @@ class TrialLauncher:
         once the trial runs, or raises TrialError, removing the actor, if Ray could not place it
         in time. Raises TrainableNotFoundError or InsufficientResourcesError before any Ray work.
         With ``holds`` the trial waits for its scheduler's verdict at each hold point
-        (:mod:`~airflow_trials.execution.worker.holds`).
+        (:mod:`~airflow_trials.execution.worker.holds`). ``wait_for_capacity``: launch it even if
+        the cluster lacks its resources now (a trial that ran before, whose node was lost), to
+        wait until a node with room joins.
         """
         self._check_trainable(trial)
-        self.check_fits_cluster(trial)
+        if not wait_for_capacity:
+            self.check_fits_cluster(trial)
         self._experiment_of[trial.trial_id] = trial.experiment_name
         if self.detached:
             # A detached launch never reuses a cached actor: the autorun must be the constructor's.

@@ -1,0 +1,106 @@
+"""The production shape (``airflow_trials.shape.local.LocalShape``) behind the fault tests' stack
+interface, so that :class:`~tests.faults.conftest.ExperimentRun` and its proofs run on it as they
+do on the LocalExecutor stack."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Any
+
+from airflow_trials.shape.local import ADMIN_PASSWORD, LocalShape
+from tests.faults.stack import FaultStack
+
+
+class ShapeStack(FaultStack):
+    """A :class:`FaultStack` whose processes are the shape's: Airflow's components under their
+    shape names (``airflow-triggerer-1``, ``airflow-worker``, ...), the Ray nodes, Redis and the
+    S3 stand-in. The REST API, the waits and the proofs are FaultStack's."""
+
+    admin_password = ADMIN_PASSWORD
+
+    def __init__(self, shape: LocalShape) -> None:  # FaultStack's set-up is the shape's here
+        self.shape = shape
+        self.home = shape.home
+        self.dags_folder = shape.dags_folder
+        self.trials_db_url = shape.addresses.trials_db_url
+        self.api_port = shape.addresses.api_port
+        self._client = None
+
+    # The process table is the shape's.
+    @property
+    def procs(self) -> dict[str, Any]:  # type: ignore[override]
+        return self.shape.procs
+
+    @property
+    def expected(self) -> set[str]:  # type: ignore[override]
+        return self.shape.expected
+
+    @property
+    def logs(self) -> Path:
+        return self.shape.logs
+
+    def log_path(self, name: str) -> Path:
+        return self.shape.log_path(name)
+
+    def start(self, *names: str) -> None:
+        self.shape.start(*names)
+
+    def kill(self, name: str) -> None:
+        self.shape.kill(name)
+
+    def signal(self, name: str, sig: signal.Signals) -> None:
+        self.shape.signal(name, sig)
+
+    def stop(self, *names: str, timeout_s: float = 60) -> dict[str, int | None]:
+        self.shape.stop(*names, timeout_s=timeout_s)
+        return {}
+
+    def check_alive(self) -> None:
+        self.shape.check_alive()
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def heal(self) -> None:
+        """Bring back whatever a case left killed, stopped or frozen."""
+        for name in self.shape.processes:
+            if self.shape.is_running(name):
+                self.shape.signal(name, signal.SIGCONT)
+        if not self.shape.is_running("redis") or not self.shape.is_running("s3"):
+            for name in ("redis", "s3"):
+                if not self.shape.is_running(name):
+                    self.shape.start(name)
+        if not self.shape.is_running("ray-head"):
+            self.shape.start_ray()
+        for node in ("ray-worker", "ray-gpu-worker"):
+            if not self.shape.is_running(node):
+                self.shape.start(node)
+                self.shape.wait_for_ray_node(node)
+        stopped = [
+            p.name
+            for p in self.shape.processes.values()
+            if p.kind == "airflow" and not self.shape.is_running(p.name)
+        ]
+        if stopped:
+            self.shape.start(*stopped)
+            self.shape.wait_until_serving()
+
+
+def node_names(shape: LocalShape) -> dict[str, str]:
+    """Ray's node id of each live node of the shape, by the shape's name for it (read from the
+    node manager ports the shape gave them)."""
+    import ray
+
+    by_port = {
+        port: key.split(":", 1)[0]
+        for key, port in shape.addresses.local_ports.items()
+        if key.endswith(":node-manager-port")
+    }
+    return {
+        by_port[node["NodeManagerPort"]]: node["NodeID"]
+        for node in ray.nodes()
+        if node["Alive"] and node["NodeManagerPort"] in by_port
+    }
