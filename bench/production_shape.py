@@ -152,16 +152,17 @@ def run_shape(args: argparse.Namespace, tmp: Path) -> tuple[float, float, int]:
             args.timeout_s,
             "the takeover run's tasks to defer",
         )
-        watching = shape.triggers_by_triggerer()
+        watching = shape.wait_for(
+            lambda: (counts := shape.triggers_by_triggerer()) and None not in counts and counts,
+            120,
+            "every trigger to be assigned to a triggerer",
+        )
         holder = max(spec.TRIGGERERS, key=lambda name: watching.get(name, 0))
         other = next(name for name in spec.TRIGGERERS if name != holder)
-        total = sum(watching.get(name, 0) for name in spec.TRIGGERERS)
         killed = time.monotonic()
         shape.kill(holder)
         shape.wait_for(
-            lambda: shape.triggers_by_triggerer().get(other, 0) >= total,
-            300,
-            f"{other} to hold every trigger",
+            lambda: shape.holds_every_trigger(other), 300, f"{other} to hold every trigger"
         )
         takeover_s = time.monotonic() - killed
         if client.wait(TAKEOVER_DAG, takeover_run, args.timeout_s) != "success":

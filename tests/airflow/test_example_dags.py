@@ -58,3 +58,16 @@ def test_nightly_search_runs_and_publishes_its_best_trial(trials_env):
     assert all(
         2.0 in {r.milestone for r in trials_env.store.trial_rungs(t.trial_id)} for t in trials
     )
+
+
+def test_the_sweep_runs_its_trials_in_one_task_and_asha_stops_the_worse(trials_env):
+    module = load("sweep_regression_tuning.py")
+    assert module.dag.get_task("sweep_regression_tuning.sweep").max_concurrent_trials == 4
+    run = module.dag.test()
+    assert run.state == "success"
+    (exp_run,) = trials_env.store.list_experiment_runs("sweep_regression_tuning")
+    trials = trials_env.store.list_trials(experiment_run_id=exp_run.id)
+    assert len(trials) == 12 and all(t.status.value == "TERMINATED" for t in trials)
+    iterations = sorted(t.last_result["training_iteration"] for t in trials)
+    # ASHA stopped some at its rungs (2 or 4); the best ran the full 8 iterations.
+    assert iterations[0] < 8 and iterations[-1] == 8, iterations

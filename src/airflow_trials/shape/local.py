@@ -449,6 +449,12 @@ class LocalShape:
             counts[key] = counts.get(key, 0) + int(count)
         return counts
 
+    def holds_every_trigger(self, name: str) -> bool:
+        """Whether triggerer ``name`` runs every trigger there is (none unassigned, none on a
+        triggerer that died): what the other triggerer does once it took over a dead one's."""
+        counts = self.triggers_by_triggerer()
+        return set(counts) == {name}
+
     def metadata_query(self, sql: str, **params: Any) -> list[tuple[Any, ...]]:
         """Read Airflow's metadata DB (the launcher's own check; tasks never touch it)."""
         import sqlalchemy as sa
