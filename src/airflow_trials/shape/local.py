@@ -229,6 +229,8 @@ class LocalShape:
         keep = (
             "AIRFLOW_HOME",
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC",
+            "AIRFLOW__CORE__DAGS_FOLDER",
             "AIRFLOW_TRIALS_DB_URL",
             "AIRFLOW_TRIALS_STORAGE",
             "RAY_ADDRESS",
