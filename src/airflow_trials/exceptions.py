@@ -66,6 +66,12 @@ class CheckpointNotFoundError(CheckpointError):
     failure of the trial that was to start from it."""
 
 
+class CheckpointStorageError(CheckpointError):
+    """The checkpoint storage did not take a checkpoint: an object store that did not answer
+    within its client's retries. A storage matter, never a failure of the trial: the trial's
+    task resumes it from its last saved checkpoint without spending one of its max_failures."""
+
+
 class ExperimentStateError(AirflowTrialsError):
     """Saved experiment state is missing or unreadable, so the experiment cannot resume."""
 

@@ -13,7 +13,11 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from airflow_trials.core.trial import validate_name
-from airflow_trials.exceptions import CheckpointError, CheckpointNotFoundError
+from airflow_trials.exceptions import (
+    CheckpointError,
+    CheckpointNotFoundError,
+    CheckpointStorageError,
+)
 
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
@@ -65,6 +69,23 @@ class TrialStorage:
                 else os.path.join(os.path.expanduser("~"), "airflow_trials_results")
             )
         self.local_log_path = os.path.abspath(os.path.expanduser(local_log_path))
+
+    def endpoint(self) -> str:
+        """Where the storage is reached, for messages: an object store's endpoint URL (its
+        client's ``endpoint_url``, else ``AWS_ENDPOINT_URL``, else its URL's scheme and bucket),
+        or the local root."""
+        if self.is_local:
+            return self.root
+        client_kwargs = getattr(self._fs, "client_kwargs", None) or {}
+        found = (
+            client_kwargs.get("endpoint_url")
+            or getattr(self._fs, "endpoint_url", None)
+            or os.environ.get("AWS_ENDPOINT_URL")
+        )
+        if found:
+            return str(found)
+        scheme, _, rest = self.root.partition("://")
+        return f"{scheme}://{rest.split('/', 1)[0]}"
 
     @property
     def fs(self) -> AbstractFileSystem:
@@ -132,7 +153,10 @@ class TrialStorage:
                 f.write(text)
             os.replace(tmp, path)
         else:
-            self.fs.pipe_file(path, text.encode("utf-8"))
+            try:
+                self.fs.pipe_file(path, text.encode("utf-8"))
+            except Exception as e:  # noqa: BLE001 - fsspec backends raise their own error types
+                raise _StorageUnanswered() from e
 
     def read_json(self, path: str) -> Any:
         if self.is_local:
@@ -198,6 +222,14 @@ class TrialStorage:
             self.write_json(meta_path, meta)
         except CheckpointError:
             raise
+        except _StorageUnanswered as e:
+            raise CheckpointStorageError(
+                f"Trial {trial_id} of experiment {experiment_name}: could not save its checkpoint "
+                f"at iteration {iteration} to {target}: the storage at {self.endpoint()} did not "
+                f"take it within its client's retries ({type(e.__cause__).__name__}: "
+                f"{e.__cause__}). Check that the endpoint answers and this node reaches it. Not a "
+                "failure of the trial: its task resumes it from its last saved checkpoint."
+            ) from e.__cause__
         except (OSError, pickle.PicklingError, TypeError, AttributeError) as e:
             raise CheckpointError(
                 f"Trial {trial_id} of experiment {experiment_name}: could not persist its "
@@ -216,9 +248,12 @@ class TrialStorage:
             else:
                 shutil.copytree(source, target)
         else:
-            if self.fs.exists(target):
-                self.fs.rm(target, recursive=True)
-            self.fs.put(source.rstrip("/") + "/", target, recursive=True)
+            try:
+                if self.fs.exists(target):
+                    self.fs.rm(target, recursive=True)
+                self.fs.put(source.rstrip("/") + "/", target, recursive=True)
+            except Exception as e:  # noqa: BLE001 - fsspec backends raise their own error types
+                raise _StorageUnanswered() from e
             if move:
                 shutil.rmtree(source, ignore_errors=True)
 
@@ -279,6 +314,10 @@ class TrialStorage:
                 f"{experiment_name}: {e}"
             ) from e
         return target
+
+
+class _StorageUnanswered(Exception):  # noqa: N818 - a marker, raised from the backend's error
+    """An object store's call failed after its client's retries (chained from its error)."""
 
 
 def _is_url(path: str) -> bool:

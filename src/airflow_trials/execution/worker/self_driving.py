@@ -11,7 +11,11 @@ from airflow_trials.core.checkpoint import CheckpointRecord
 from airflow_trials.core.fate import Action, after_result
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.trial import Trial
-from airflow_trials.exceptions import CheckpointNotFoundError, TrialError
+from airflow_trials.exceptions import (
+    CheckpointNotFoundError,
+    CheckpointStorageError,
+    TrialError,
+)
 from airflow_trials.execution.worker.holds import Holds, HoldSpec
 
 
@@ -116,6 +120,13 @@ class SelfDrivingRun:
             self._infrastructure = True
         except TrialError as e:
             status, error = TrialStatus.ERROR, str(e)
+            # The object store did not take a checkpoint: the storage's matter, not the trial's.
+            if isinstance(e.__cause__, CheckpointStorageError):
+                status, error = TrialStatus.ERROR, str(e.__cause__)
+                self._infrastructure = True
+        except CheckpointStorageError as e:
+            status, error = TrialStatus.ERROR, str(e)
+            self._infrastructure = True
         except Exception as e:  # a stopping criterion naming a missing metric, a storage failure
             status, error = (
                 TrialStatus.ERROR,
