@@ -34,7 +34,7 @@ def up(
     home: Home = ".shape",
     dags_folder: Annotated[str, typer.Option(help="The DAGs Airflow runs.")] = "dags",
     postgres_url: PostgresUrl = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres",
-    ray_cpus: Annotated[int, typer.Option(help="Logical CPUs of each Ray node.")] = 2,
+    ray_cpus: Annotated[int, typer.Option(help="Logical CPUs of each Ray worker node.")] = 4,
 ) -> None:
     """Start the shape and wait until every part answers; it keeps running after this command
     returns (stop it with ``airflow-trials shape down``)."""
@@ -56,6 +56,12 @@ def up(
     except (ShapeError, OSError) as e:
         shape.down()
         fail(f"The shape did not come up, and what had started was stopped: {e}")
+    except Exception as e:  # noqa: BLE001 - e.g. PostgreSQL unreachable: say so, leave nothing
+        shape.down()
+        fail(
+            f"The shape did not come up ({type(e).__name__}: {e}); what had started was stopped. "
+            f"Check that PostgreSQL answers at {postgres_url} (--postgres-url)."
+        )
     out.print(f"The shape is up in {time.monotonic() - started:.0f} s (state: {shape.home}).")
     out.print(f"Airflow UI: {shape.addresses.api_url} (admin / {shape_admin_password()})")
     out.print(f'Use it from a shell: eval "$(airflow-trials shape env --home {home})"')
