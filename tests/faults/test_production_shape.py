@@ -28,7 +28,8 @@ from typing import Any
 import pytest
 
 from airflow_trials.shape import spec
-from airflow_trials.shape.local import LocalShape, port_open
+from airflow_trials.shape.local import LocalShape
+from airflow_trials.shape.setup import port_open
 from tests.conftest import REPO
 from tests.faults.conftest import HOLD_AT, ExperimentRun, on_ray
 from tests.faults.shape_stack import ShapeStack, node_names

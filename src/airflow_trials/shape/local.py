@@ -22,17 +22,17 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-from airflow_trials.shape import spec
+from airflow_trials.shape import setup, spec
+from airflow_trials.shape.setup import ShapeError, free_port, log_tail, port_open
 from airflow_trials.shape.spec import Addresses, Process
 
 T = TypeVar("T")
@@ -41,34 +41,6 @@ DEFAULT_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 ADMIN_PASSWORD = "shape-admin"
 BACKING = ("redis", "s3")
 STATE_FILE = "shape.json"
-
-
-class ShapeError(RuntimeError):
-    """A part of the shape did not start, or exited while it should run."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def port_open(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.5)
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-def _bin(name: str) -> str:
-    here = Path(sys.executable).with_name(name)
-    return str(here) if here.exists() else (shutil.which(name) or name)
-
-
-def log_tail(path: Path, lines: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return f"(no log at {path})"
 
 
 class LocalShape:
@@ -250,7 +222,7 @@ class LocalShape:
                 raise ShapeError(f"{name} is running already (pid {self.procs[name].pid}).")
             process = self.processes[name]
             self.starts[name] = self.starts.get(name, 0) + 1
-            argv = [_bin(process.argv[0]), *process.argv[1:]]
+            argv = [setup.command(process.argv[0]), *process.argv[1:]]
             if process.kind == "ray":
                 if name not in self.ray_temp_dirs:
                     # Ray's socket paths must stay short: under /tmp, not the home.
@@ -457,19 +429,6 @@ class LocalShape:
         counts = self.triggers_by_triggerer()
         return set(counts) == {name}
 
-    def metadata_query(self, sql: str, **params: Any) -> list[tuple[Any, ...]]:
-        """Read Airflow's metadata DB (the launcher's own check; tasks never touch it)."""
-        import sqlalchemy as sa
-
-        engine = sa.create_engine(self.addresses.metadata_db_url)
-        try:
-            with engine.connect() as conn:
-                return [tuple(r) for r in conn.execute(sa.text(sql), params)]
-        except sa.exc.SQLAlchemyError:
-            return []
-        finally:
-            engine.dispose()
-
     def down(self, *, drop_databases: bool = False, timeout_s: float = 30) -> None:
         """Stop everything the shape started (also from another process, by the saved pids):
         SIGTERM to every process group, SIGKILL to what is left after ``timeout_s``, and every
@@ -506,67 +465,22 @@ class LocalShape:
             self._write_state()
 
     # -- setup ----------------------------------------------------------------------------------
+    def metadata_query(self, sql: str, **params: Any) -> list[tuple[Any, ...]]:
+        """Read Airflow's metadata DB (the launcher's own check; tasks never touch it)."""
+        return setup.metadata_query(self.addresses.metadata_db_url, sql, **params)
+
     def create_databases(self) -> None:
-        """Airflow's metadata DB and the trials DB on the PostgreSQL server, unless they exist."""
-        with self._server() as conn:
-            for name in self.database_names:
-                exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
-                if not exists.fetchone():
-                    conn.execute(f'CREATE DATABASE "{name}"')
+        setup.create_databases(self.postgres_url, self.database_names)
 
     def drop_databases(self) -> None:
-        with self._server() as conn:
-            for name in self.database_names:
-                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-    @contextlib.contextmanager
-    def _server(self) -> Any:
-        import psycopg
-        from sqlalchemy.engine import make_url
-
-        url = make_url(self.postgres_url)
-        conn = psycopg.connect(
-            host=url.host or "127.0.0.1",
-            port=url.port or 5432,
-            user=url.username or "postgres",
-            password=url.password,
-            dbname=url.database or "postgres",
-            autocommit=True,
-        )
-        try:
-            yield conn
-        finally:
-            conn.close()
+        setup.drop_databases(self.postgres_url, self.database_names)
 
     def create_bucket(self) -> None:
-        """The checkpoint bucket on the S3 endpoint (kept if it exists)."""
-        import s3fs
-
-        settings = spec.s3_settings(self.addresses)
-        fs = s3fs.S3FileSystem(
-            key=settings["AWS_ACCESS_KEY_ID"],
-            secret=settings["AWS_SECRET_ACCESS_KEY"],
-            endpoint_url=self.addresses.s3_endpoint_url,
-            skip_instance_cache=True,
-        )
-        if not fs.exists(spec.BUCKET):
-            fs.mkdir(spec.BUCKET)
+        setup.create_bucket(self.addresses)
 
     def migrate(self) -> None:
-        """Airflow's metadata DB and the trials DB migrated; the GPU pool (deferred tasks hold
-        their slots) sized to the GPU node."""
-        env = self.env_for(self.processes["airflow-scheduler"])
-        _run([_bin("airflow"), "db", "migrate"], env, "migrate Airflow's metadata DB")
-        from airflow_trials.store import migrate
-
-        migrate(self.addresses.trials_db_url)
-        slots = spec.GPU_NODE_GPUS * spec.SLOTS_PER_GPU
-        description = f"GPUs of the shape's GPU node ({spec.SLOTS_PER_GPU} slots per GPU)"
-        _run(
-            [_bin("airflow"), "pools", "set", spec.GPU_POOL, str(slots), description]
-            + ["--include-deferred"],
-            env,
-            "create the GPU pool",
+        setup.migrate(
+            self.env_for(self.processes["airflow-scheduler"]), self.addresses.trials_db_url
         )
 
     def status(self) -> dict[str, bool]:
@@ -582,13 +496,3 @@ class LocalShape:
                     alive = True
             result[name] = alive
         return result
-
-
-def _run(argv: Iterable[str], env: Mapping[str, str], what: str) -> None:
-    argv = list(argv)
-    done = subprocess.run(argv, env=dict(env), capture_output=True, text=True, timeout=900)
-    if done.returncode != 0:
-        tail = (done.stderr or done.stdout).strip().splitlines()[-5:]
-        raise ShapeError(
-            f"Could not {what} ({' '.join(argv[:3])} exited {done.returncode}): {' | '.join(tail)}"
-        )

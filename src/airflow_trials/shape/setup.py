@@ -1,0 +1,141 @@
+"""What :class:`~airflow_trials.shape.local.LocalShape` sets up around its processes, and the small
+helpers it runs them with: its two PostgreSQL databases, the checkpoint bucket, the migrations and
+the GPU pool, and reads of Airflow's metadata DB (the launcher's own checks; tasks and triggers
+never touch it)."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from airflow_trials.shape import spec
+from airflow_trials.shape.spec import Addresses
+
+
+class ShapeError(RuntimeError):
+    """A part of the shape did not start, or exited while it should run."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def command(name: str) -> str:
+    """The venv's command ``name`` when it has one (``airflow``, ``ray``, ``moto_server``), else
+    the one on PATH (``redis-server``)."""
+    here = Path(sys.executable).with_name(name)
+    return str(here) if here.exists() else (shutil.which(name) or name)
+
+
+def log_tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return f"(no log at {path})"
+
+
+def run(argv: Iterable[str], env: Mapping[str, str], what: str) -> None:
+    """Run a set-up command to its end; ShapeError with its output's tail if it fails."""
+    argv = list(argv)
+    done = subprocess.run(argv, env=dict(env), capture_output=True, text=True, timeout=900)
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-5:]
+        raise ShapeError(
+            f"Could not {what} ({' '.join(argv[:3])} exited {done.returncode}): {' | '.join(tail)}"
+        )
+
+
+@contextlib.contextmanager
+def _server(postgres_url: str) -> Iterator[Any]:
+    """An autocommit connection to the PostgreSQL server of ``postgres_url``."""
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    url = make_url(postgres_url)
+    conn = psycopg.connect(
+        host=url.host or "127.0.0.1",
+        port=url.port or 5432,
+        user=url.username or "postgres",
+        password=url.password,
+        dbname=url.database or "postgres",
+        autocommit=True,
+    )
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def create_databases(postgres_url: str, names: Sequence[str]) -> None:
+    """The databases ``names`` on the server, unless they exist."""
+    with _server(postgres_url) as conn:
+        for name in names:
+            exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
+            if not exists.fetchone():
+                conn.execute(f'CREATE DATABASE "{name}"')
+
+
+def drop_databases(postgres_url: str, names: Sequence[str]) -> None:
+    with _server(postgres_url) as conn:
+        for name in names:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def create_bucket(addresses: Addresses) -> None:
+    """The checkpoint bucket on the S3 endpoint (kept if it exists)."""
+    import s3fs
+
+    settings = spec.s3_settings(addresses)
+    fs = s3fs.S3FileSystem(
+        key=settings["AWS_ACCESS_KEY_ID"],
+        secret=settings["AWS_SECRET_ACCESS_KEY"],
+        endpoint_url=addresses.s3_endpoint_url,
+        skip_instance_cache=True,
+    )
+    if not fs.exists(spec.BUCKET):
+        fs.mkdir(spec.BUCKET)
+
+
+def migrate(airflow_env: Mapping[str, str], trials_db_url: str) -> None:
+    """Airflow's metadata DB and the trials DB migrated; the GPU pool (deferred tasks hold their
+    slots) sized to the GPU node."""
+    run([command("airflow"), "db", "migrate"], airflow_env, "migrate Airflow's metadata DB")
+    from airflow_trials.store import migrate as migrate_trials_db
+
+    migrate_trials_db(trials_db_url)
+    slots = spec.GPU_NODE_GPUS * spec.SLOTS_PER_GPU
+    description = f"GPUs of the shape's GPU node ({spec.SLOTS_PER_GPU} slots per GPU)"
+    run(
+        [command("airflow"), "pools", "set", spec.GPU_POOL, str(slots), description]
+        + ["--include-deferred"],
+        airflow_env,
+        "create the GPU pool",
+    )
+
+
+def metadata_query(metadata_db_url: str, sql: str, **params: Any) -> list[tuple[Any, ...]]:
+    """Rows of ``sql`` on Airflow's metadata DB; none when it cannot be read (yet)."""
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(metadata_db_url)
+    try:
+        with engine.connect() as conn:
+            return [tuple(r) for r in conn.execute(sa.text(sql), params)]
+    except sa.exc.SQLAlchemyError:
+        return []
+    finally:
+        engine.dispose()
