@@ -71,6 +71,9 @@ class LocalShape:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.expected: set[str] = set()  # started and not stopped: must be running
         self.starts: dict[str, int] = {}
+        # Each LocalShape (each `shape up`) logs to files of its own: a worker's "ready." from an
+        # earlier one must not end a wait early.
+        self.session = time.strftime("%Y%m%dT%H%M%S")
         # Each triggerer's job id in Airflow's metadata DB (its triggers' ``triggerer_id``).
         self.triggerer_jobs: dict[str, int] = {}
         state = self._read_state()
@@ -94,7 +97,8 @@ class LocalShape:
         return self.home / "logs"
 
     def log_path(self, name: str) -> Path:
-        return self.logs / f"{name}-{self.starts.get(name, 0)}.log"
+        """The log of the process's current start: ``logs/<name>-<session>-<start>.log``."""
+        return self.logs / f"{name}-{self.session}-{self.starts.get(name, 0)}.log"
 
     @property
     def database_names(self) -> tuple[str, str]:
