@@ -51,7 +51,8 @@ PORTABLE_AIRFLOW_SETTINGS: Mapping[str, str] = {
     "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "60",
     "AIRFLOW_TRIALS_STORAGE": STORAGE_PATH,
 }
-# Settings every Airflow service and Ray node has, whose values depend on where the shape runs.
+# Settings every Airflow service has, whose values depend on where the shape runs (Ray nodes have
+# the S3 ones and the storage: ray_node_settings).
 ADDRESSED_SETTINGS = (
     "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN",
     "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC",
