@@ -117,7 +117,7 @@ def _token(base: str, password: str) -> str | None:
 def run_shape(args: argparse.Namespace, tmp: Path) -> tuple[float, float, int]:
     """The DAG run's time on the production shape; then the takeover: seconds until the other
     triggerer holds the triggers of a killed one, and how many it took over."""
-    from airflow_trials.shape import spec
+    from airflow_trials.shape import triggerers
     from airflow_trials.shape.local import LocalShape
 
     dags = tmp / "shape_dags"
@@ -152,22 +152,10 @@ def run_shape(args: argparse.Namespace, tmp: Path) -> tuple[float, float, int]:
             args.timeout_s,
             "the takeover run's tasks to defer",
         )
-        watching = shape.wait_for(
-            lambda: (counts := shape.triggers_by_triggerer()) and None not in counts and counts,
-            120,
-            "every trigger to be assigned to a triggerer",
-        )
-        holder = max(spec.TRIGGERERS, key=lambda name: watching.get(name, 0))
-        other = next(name for name in spec.TRIGGERERS if name != holder)
-        killed = time.monotonic()
-        shape.kill(holder)
-        shape.wait_for(
-            lambda: shape.holds_every_trigger(other), 300, f"{other} to hold every trigger"
-        )
-        takeover_s = time.monotonic() - killed
+        takeover = triggerers.kill_the_busiest(shape)
         if client.wait(TAKEOVER_DAG, takeover_run, args.timeout_s) != "success":
             raise SystemExit(f"The takeover run ended badly; see {shape.logs}.")
-        return shape_s, takeover_s, watching.get(holder, 0)
+        return shape_s, takeover.seconds, takeover.moved
     finally:
         shape.down(drop_databases=True)
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from airflow_trials.shape import spec
+from airflow_trials.shape import spec, triggerers
 from airflow_trials.shape.local import LocalShape
 from airflow_trials.shape.setup import port_open
 from tests.conftest import REPO
@@ -208,25 +208,9 @@ def test_a_celery_worker_redis_and_a_triggerer_lost_while_the_trials_are_deferre
         lambda: port_open(shape.addresses.local_ports["redis"]), 60, "Redis to answer again"
     )
 
-    # Every trigger assigned first, so that the takeover measured is the dead one's triggers'.
-    watching = stack.wait_for(
-        lambda: (counts := shape.triggers_by_triggerer()) and None not in counts and counts,
-        120,
-        "every trigger to be assigned to a triggerer",
-    )
-    holder = max(spec.TRIGGERERS, key=lambda name: watching.get(name, 0))
-    other = next(name for name in spec.TRIGGERERS if name != holder)
-    held = watching.get(holder, 0)
-    assert held >= 1, watching
-    killed_at = time.monotonic()
-    stack.kill(holder)
-    stack.wait_for(
-        lambda: shape.holds_every_trigger(other),
-        300,
-        f"{other} to take over the triggers of {holder}",
-    )
-    takeover_s = time.monotonic() - killed_at
-    print(f"[shape] {other} took over {held} triggers {takeover_s:.1f} s after {holder} was killed")
+    takeover = triggerers.kill_the_busiest(shape)
+    assert takeover.moved >= 1, takeover
+    print(f"[shape] {takeover}")
 
     # Nothing happened to the trials: the same tasks deferred on their first tries.
     assert {ti["map_index"]: (ti["state"], ti["try_number"]) for ti in run.trial_tis()} == {

@@ -31,7 +31,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-from airflow_trials.shape import setup, spec
+from airflow_trials.shape import setup, spec, triggerers
 from airflow_trials.shape.setup import ShapeError, free_port, log_tail, port_open
 from airflow_trials.shape.spec import Addresses, Process
 
@@ -247,26 +247,11 @@ class LocalShape:
                     start_new_session=True,
                 )
             self.expected.add(name)
-            if name in spec.TRIGGERERS:
-                self._wait_for_triggerer_job(name, started)
+            if name in spec.TRIGGERERS:  # they start one at a time, so each job is told apart
+                self.triggerer_jobs[name] = self.wait_for(
+                    partial(triggerers.new_job, self, started), 300, f"{name}'s job"
+                )
         self._write_state()
-
-    def _wait_for_triggerer_job(
-        self, name: str, since: datetime.datetime, timeout_s: float = 300
-    ) -> None:
-        """Record the job id of the triggerer just started: the running triggerer job that began
-        after ``since`` and no triggerer of ours has (they start one at a time)."""
-        known = set(self.triggerer_jobs.values())
-
-        def new_job() -> int | None:
-            rows = self.metadata_query(
-                "SELECT id FROM job WHERE job_type = 'TriggererJob' AND state = 'running' "
-                "AND start_date >= :since ORDER BY id",
-                since=since,
-            )
-            return next((int(r[0]) for r in rows if int(r[0]) not in known), None)
-
-        self.triggerer_jobs[name] = self.wait_for(new_job, timeout_s, f"{name}'s job")
 
     def is_running(self, name: str) -> bool:
         proc = self.procs.get(name)
@@ -398,7 +383,7 @@ class LocalShape:
         """The api-server answers, both triggerers heartbeat and both Celery workers are up."""
         self.wait_for(lambda: port_open(self.addresses.api_port), timeout_s, "Airflow's api-server")
         self.wait_for(
-            lambda: self.live_triggerers() >= len(spec.TRIGGERERS), timeout_s, "both triggerers"
+            lambda: triggerers.live(self) >= len(spec.TRIGGERERS), timeout_s, "both triggerers"
         )
         for worker in spec.WORKERS:
             self.wait_for(partial(self.worker_ready, worker), timeout_s, f"Celery worker {worker}")
@@ -406,32 +391,6 @@ class LocalShape:
     def worker_ready(self, worker: str) -> bool:
         """Whether the Celery worker's current log says it is ready for tasks."""
         return "ready." in log_tail(self.log_path(worker), 400)
-
-    def live_triggerers(self) -> int:
-        """Triggerers whose heartbeat is recent, as Airflow's metadata DB has them."""
-        rows = self.metadata_query(
-            "SELECT count(*) FROM job WHERE job_type = 'TriggererJob' AND state = 'running' "
-            "AND latest_heartbeat > now() - interval '15 seconds'"
-        )
-        return int(rows[0][0]) if rows else 0
-
-    def triggers_by_triggerer(self) -> dict[str | None, int]:
-        """How many triggers each of the shape's triggerers runs (None: not assigned, or a
-        triggerer that is not the shape's current one)."""
-        names = {job: name for name, job in self.triggerer_jobs.items()}
-        counts: dict[str | None, int] = {}
-        for job, count in self.metadata_query(
-            "SELECT triggerer_id, count(*) FROM trigger GROUP BY triggerer_id"
-        ):
-            key = names.get(job) if job is not None else None
-            counts[key] = counts.get(key, 0) + int(count)
-        return counts
-
-    def holds_every_trigger(self, name: str) -> bool:
-        """Whether triggerer ``name`` runs every trigger there is (none unassigned, none on a
-        triggerer that died): what the other triggerer does once it took over a dead one's."""
-        counts = self.triggers_by_triggerer()
-        return set(counts) == {name}
 
     def down(self, *, drop_databases: bool = False, timeout_s: float = 30) -> None:
         """Stop everything the shape started (also from another process, by the saved pids):

@@ -152,6 +152,11 @@ def processes(addresses: Addresses, *, ray_cpus: int = 4) -> list[Process]:
     Redis, PostgreSQL and the S3 stand-in are started (or found) before these, by whoever runs
     the shape; the list names only what the shape owns in any deployment.
     """
+    return [*_ray_nodes(addresses, ray_cpus), *_airflow_components(addresses)]
+
+
+def _ray_nodes(addresses: Addresses, ray_cpus: int) -> list[Process]:
+    """The head (which coordinates and runs no trial), the CPU node and the GPU node."""
     ports = addresses.local_ports
     ray_env = ray_node_settings(addresses)
     gcs_port = addresses.ray_address.rsplit(":", 1)[1]
@@ -193,7 +198,13 @@ def processes(addresses: Addresses, *, ray_cpus: int = 4) -> list[Process]:
         )
         for name, gpus in (("ray-worker", 0), ("ray-gpu-worker", GPU_NODE_GPUS))
     ]
-    airflow = [
+    return [head, *workers]
+
+
+def _airflow_components(addresses: Addresses) -> list[Process]:
+    """The api-server, scheduler, dag-processor, the two triggerers and the two Celery workers."""
+    ports = addresses.local_ports
+    return [
         Process("airflow-api-server", ("airflow", "api-server", "--port", str(addresses.api_port))),
         Process("airflow-scheduler", ("airflow", "scheduler")),
         Process("airflow-dag-processor", ("airflow", "dag-processor")),
@@ -224,7 +235,6 @@ def processes(addresses: Addresses, *, ray_cpus: int = 4) -> list[Process]:
             for name, queue in WORKERS.items()
         ),
     ]
-    return [head, *workers, *airflow]
 
 
 def _ray_ports(ports: Mapping[str, int], node: str) -> list[str]:
