@@ -32,6 +32,33 @@ from typing import Any
 from bench.airflow_vs_runner import DAG_TEMPLATE, EXPERIMENT, REPO, _parse, timed_run
 
 TAKEOVER_DAG = "bench_shape_takeover"
+# Where a DAG run's time goes, in the order printed.
+PHASES = ("to the first trial", "trials", "after the last trial")
+
+
+def phases(trials_db_url: str, queued: dt.datetime, ended: dt.datetime) -> dict[str, float]:
+    """A DAG run's time in parts, from the trials' own results (when the trainables really ran):
+    queued -> first trial start, the trials' span, last trial end -> run end."""
+    from airflow_trials.store import TrialStore
+
+    store = TrialStore(trials_db_url)
+    try:
+        trials = store.list_trials(experiment_name=EXPERIMENT)
+        results = [store.get_results(t.trial_id) for t in trials]
+    finally:
+        store.dispose()
+    first = min(r[0]["timestamp"] - r[0]["time_this_iter_s"] for r in results)
+    last = max(r[-1]["timestamp"] for r in results)
+    return {
+        "to the first trial": first - queued.timestamp(),
+        "trials": last - first,
+        "after the last trial": ended.timestamp() - last,
+    }
+
+
+def _when(value: Any) -> dt.datetime:
+    when = value if isinstance(value, dt.datetime) else _parse(str(value))
+    return when if when.tzinfo else when.replace(tzinfo=dt.UTC)
 
 
 def _dag(name: str, args: argparse.Namespace, *, sleep: float | None = None) -> str:
@@ -44,8 +71,8 @@ def _dag(name: str, args: argparse.Namespace, *, sleep: float | None = None) -> 
     )
 
 
-def run_local(args: argparse.Namespace, tmp: Path) -> float:
-    """The DAG run's time on the LocalExecutor shape (the main job's stack)."""
+def run_local(args: argparse.Namespace, tmp: Path) -> tuple[float, dict[str, float]]:
+    """The DAG run's time on the LocalExecutor shape (the main job's stack), and its phases."""
     from airflow_trials import mainjob
 
     dags = tmp / "local_dags"
@@ -57,7 +84,8 @@ def run_local(args: argparse.Namespace, tmp: Path) -> float:
         mainjob.start_ray(stack, 2 * args.ray_cpus)
         mainjob.start_airflow(stack)
         _, queued, ended = timed_run(stack, args.timeout_s)
-        return (_parse(ended) - _parse(queued)).total_seconds()
+        start, end = _when(queued), _when(ended)
+        return (end - start).total_seconds(), phases(stack.trials_db_url, start, end)
     finally:
         mainjob.stop(stack)
 
@@ -114,9 +142,9 @@ def _token(base: str, password: str) -> str | None:
     return response.json()["access_token"] if response.status_code == 201 else None
 
 
-def run_shape(args: argparse.Namespace, tmp: Path) -> tuple[float, float, int]:
-    """The DAG run's time on the production shape; then the takeover: seconds until the other
-    triggerer holds the triggers of a killed one, and how many it took over."""
+def run_shape(args: argparse.Namespace, tmp: Path) -> tuple[float, dict[str, float], float, int]:
+    """The DAG run's time on the production shape and its phases; then the takeover: seconds
+    until the other triggerer holds the triggers of a killed one, and how many it took over."""
     from airflow_trials.shape import triggerers
     from airflow_trials.shape.local import LocalShape
 
@@ -144,6 +172,7 @@ def run_shape(args: argparse.Namespace, tmp: Path) -> tuple[float, float, int]:
             run=run_id,
         )
         shape_s = (ended - queued).total_seconds()
+        shape_phases = phases(shape.addresses.trials_db_url, _when(queued), _when(ended))
 
         takeover_run = client.trigger(TAKEOVER_DAG)
         concurrent = int(2 * args.ray_cpus / args.cpus_per_trial)
@@ -155,7 +184,7 @@ def run_shape(args: argparse.Namespace, tmp: Path) -> tuple[float, float, int]:
         takeover = triggerers.kill_the_busiest(shape)
         if client.wait(TAKEOVER_DAG, takeover_run, args.timeout_s) != "success":
             raise SystemExit(f"The takeover run ended badly; see {shape.logs}.")
-        return shape_s, takeover.seconds, takeover.moved
+        return shape_s, shape_phases, takeover.seconds, takeover.moved
     finally:
         shape.down(drop_databases=True)
 
@@ -178,8 +207,8 @@ def main() -> None:
         filter(None, [str(REPO), os.environ.get("PYTHONPATH")])
     )
     with tempfile.TemporaryDirectory(prefix="bench_shape_") as tmp:
-        local_s = run_local(args, Path(tmp))
-        shape_s, takeover_s, moved = run_shape(args, Path(tmp))
+        local_s, local_phases = run_local(args, Path(tmp))
+        shape_s, shape_phases, takeover_s, moved = run_shape(args, Path(tmp))
     concurrent = int(2 * args.ray_cpus / args.cpus_per_trial)
     minimum = -(-args.trials // concurrent) * args.iterations * args.sleep
     print(
@@ -189,6 +218,9 @@ def main() -> None:
     )
     print(f"LocalExecutor shape   {local_s:7.1f} s   {local_s / minimum:5.2f}x minimum")
     print(f"production shape      {shape_s:7.1f} s   {shape_s / minimum:5.2f}x minimum")
+    print(f"{'where the time went (s)':<24}{'LocalExecutor':>14}{'production':>12}")
+    for name in PHASES:
+        print(f"  {name:<22}{local_phases[name]:14.1f}{shape_phases[name]:12.1f}")
     ratio = shape_s / local_s
     print(
         f"ratio production / LocalExecutor: {ratio:.2f} (target <= 1.10: "

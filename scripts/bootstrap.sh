@@ -15,7 +15,14 @@ want="$(cat "$repo/pyproject.toml" "$repo/constraints.txt" | sha256sum | cut -d'
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     echo "[bootstrap] installing pinned dependencies (constraints.txt)" >&2
     "$venv/bin/python" -m pip install --quiet --upgrade pip
-    "$venv/bin/python" -m pip install --quiet -c "$repo/constraints.txt" -e "$repo[dev]"
+    # uv (pinned in constraints.txt) installs the same pins as pip, in parallel: under a minute
+    # instead of about three. Where uv cannot run, pip does the same install.
+    if ! { "$venv/bin/python" -m pip install --quiet -c "$repo/constraints.txt" uv \
+        && "$venv/bin/python" -m uv pip install --quiet --python "$venv/bin/python" \
+            -c "$repo/constraints.txt" -e "$repo[dev]"; }; then
+        echo "[bootstrap] uv could not install: installing with pip" >&2
+        "$venv/bin/python" -m pip install --quiet -c "$repo/constraints.txt" -e "$repo[dev]"
+    fi
     echo "$want" > "$stamp"
 fi
 export PATH="$venv/bin:$PATH"

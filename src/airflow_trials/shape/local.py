@@ -357,17 +357,22 @@ class LocalShape:
         self.start_airflow(timeout_s)
 
     def start_ray(self, timeout_s: float = 300) -> None:
-        """The head, then the two worker nodes once the head answers."""
+        """The head, then the two worker nodes once the head has started."""
         self.start("ray-head")
-        gcs = int(self.addresses.ray_address.rsplit(":", 1)[1])
-        self.wait_for(lambda: port_open(gcs), timeout_s, "the Ray head")
+        self.wait_for(partial(self.ray_node_started, "ray-head"), timeout_s, "the Ray head")
         self.start("ray-worker", "ray-gpu-worker")
         for node in ("ray-worker", "ray-gpu-worker"):
             self.wait_for_ray_node(node, timeout_s)
 
     def wait_for_ray_node(self, node: str, timeout_s: float = 300) -> None:
-        port = self.addresses.local_ports[f"{node}:node-manager-port"]
-        self.wait_for(lambda: port_open(port), timeout_s, f"Ray node {node}")
+        self.wait_for(partial(self.ray_node_started, node), timeout_s, f"Ray node {node}")
+
+    def ray_node_started(self, node: str) -> bool:
+        """Whether ``ray start`` says the node has started: its raylet registered with the GCS.
+        Its port answers earlier, and ``ray start`` gives the raylet only 30 s to register: what
+        starts next (Airflow's components) waits for this, or on 2 cores it can starve the raylet
+        past that limit."""
+        return "Ray runtime started." in log_tail(self.log_path(node), 400)
 
     def start_airflow(self, timeout_s: float = 300) -> None:
         """Airflow's components; the triggerers once the api-server answers (they register
