@@ -16,9 +16,10 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     echo "[bootstrap] installing pinned dependencies (constraints.txt)" >&2
     "$venv/bin/python" -m pip install --quiet --upgrade pip
     # uv (pinned in constraints.txt) installs the same pins as pip, in parallel: under a minute
-    # instead of about three. Where uv cannot run, pip does the same install.
+    # instead of about three; it compiles the bytecode as pip does, so that the first processes
+    # of a run do not each compile the same modules. Where uv cannot run, pip does the same install.
     if ! { "$venv/bin/python" -m pip install --quiet -c "$repo/constraints.txt" uv \
-        && "$venv/bin/python" -m uv pip install --quiet --python "$venv/bin/python" \
+        && "$venv/bin/python" -m uv pip install --quiet --compile-bytecode --python "$venv/bin/python" \
             -c "$repo/constraints.txt" -e "$repo[dev]"; }; then
         echo "[bootstrap] uv could not install: installing with pip" >&2
         "$venv/bin/python" -m pip install --quiet -c "$repo/constraints.txt" -e "$repo[dev]"

@@ -3,8 +3,9 @@
 # PostgreSQL tests read AIRFLOW_TRIALS_TEST_POSTGRES_URL and are skipped, with the reason, when it is unset.
 #
 # With AIRFLOW_TRIALS_FAULT_TESTS=1 and no test paths among the arguments (the whole suite, as CI
-# runs it), the fault suite (tests/faults: whole stacks, mostly waiting on them) runs in two more
-# pytest processes beside the other tests, then tests/system runs alone: its demo finds "the" Ray of
+# runs it), the fault suite (tests/faults: whole stacks, mostly waiting on them) runs in a second
+# pytest process beside the other tests (its production-shape module after them, in the first),
+# then tests/system runs alone: its demo finds "the" Ray of
 # the machine by scanning for Ray processes, which must see no other cluster. Every fault stack and
 # test Ray has its own ports and temp dir, and PostgreSQL tests their own schema or database.
 set -uo pipefail
@@ -38,31 +39,26 @@ if [ "${AIRFLOW_TRIALS_FAULT_TESTS:-}" != "1" ] || [ "$paths_given" -eq 1 ]; the
     exit $?
 fi
 
-# The fault suite (whole stacks, mostly waiting on trials that sleep) runs in two pytest processes
-# beside the other tests, each about as long as they are: the production shape's module and the
-# checkpoint cases (stacks of their own) in one, the other fault modules in the other.
-shape_tests=(tests/faults/test_production_shape.py tests/faults/test_checkpoints_kept.py)
+# The production shape's module (a dozen processes, about 10 minutes) runs after the other tests in
+# the first process, so that the two processes take about as long.
+shape_tests=tests/faults/test_production_shape.py
 faults_log="$(mktemp -t airflow_trials_faults.XXXXXX.log)"
-shape_log="$(mktemp -t airflow_trials_shape.XXXXXX.log)"
-echo "[test.sh] tests/faults runs in two more pytest processes beside the others; their output follows theirs." >&2
-run_pytest tests/faults "${shape_tests[@]/#/--ignore=}" "$@" >"$faults_log" 2>&1 &
+echo "[test.sh] tests/faults runs in a second pytest process beside the others; its output follows theirs." >&2
+run_pytest tests/faults --ignore="$shape_tests" "$@" >"$faults_log" 2>&1 &
 faults_pid=$!
-run_pytest "${shape_tests[@]}" "$@" >"$shape_log" 2>&1 &
-shape_pid=$!
-trap 'kill -- "$faults_pid" "$shape_pid" 2>/dev/null; pkill -P "$faults_pid" 2>/dev/null; pkill -P "$shape_pid" 2>/dev/null' INT TERM
+trap 'kill -- "$faults_pid" 2>/dev/null; pkill -P "$faults_pid" 2>/dev/null' INT TERM
 run_pytest tests --ignore=tests/faults --ignore=tests/system "$@"
 rest_rc=$?
-wait "$shape_pid"
+run_pytest "$shape_tests" "$@"
 shape_rc=$?
+[ "$rest_rc" -eq 0 ] && rest_rc=$shape_rc
 wait "$faults_pid"
 faults_rc=$?
 trap - INT TERM
-echo "==================== tests/faults: the production shape and the checkpoint cases ===================="
-cat "$shape_log"
-echo "==================== tests/faults: the other modules ===================="
+echo "==================== tests/faults (second process) ===================="
 cat "$faults_log"
-rm -f "$faults_log" "$shape_log"
+rm -f "$faults_log"
 run_pytest tests/system "$@"
 system_rc=$?
-echo "[test.sh] exit codes: other tests $rest_rc, tests/faults $faults_rc (the production shape and the checkpoint cases $shape_rc), tests/system $system_rc" >&2
-[ "$rest_rc" -eq 0 ] && [ "$shape_rc" -eq 0 ] && [ "$faults_rc" -eq 0 ] && [ "$system_rc" -eq 0 ]
+echo "[test.sh] exit codes: other tests $rest_rc (the production shape $shape_rc), tests/faults $faults_rc, tests/system $system_rc" >&2
+[ "$rest_rc" -eq 0 ] && [ "$faults_rc" -eq 0 ] && [ "$system_rc" -eq 0 ]

@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import datetime
 import hashlib
+import itertools
 import json
 import os
 import shutil
@@ -41,6 +42,10 @@ DEFAULT_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 ADMIN_PASSWORD = "shape-admin"
 BACKING = ("redis", "s3")
 STATE_FILE = "shape.json"
+# ``ray start`` gives a node's raylet 30 s to register with the GCS, then exits with this; on a
+# loaded machine the node is started again, up to this many times in all.
+RAY_STARTUP_TIMED_OUT = "timed out during startup"
+RAY_START_TRIES = 3
 
 
 class LocalShape:
@@ -359,13 +364,35 @@ class LocalShape:
     def start_ray(self, timeout_s: float = 300) -> None:
         """The head, then the two worker nodes once the head has started."""
         self.start("ray-head")
-        self.wait_for(partial(self.ray_node_started, "ray-head"), timeout_s, "the Ray head")
+        self.wait_for_ray_node("ray-head", timeout_s)
         self.start("ray-worker", "ray-gpu-worker")
         for node in ("ray-worker", "ray-gpu-worker"):
             self.wait_for_ray_node(node, timeout_s)
 
     def wait_for_ray_node(self, node: str, timeout_s: float = 300) -> None:
-        self.wait_for(partial(self.ray_node_started, node), timeout_s, f"Ray node {node}")
+        """Wait until the node has started (:meth:`ray_node_started`). A node whose ``ray start``
+        gave up because its raylet did not register in time (on a loaded machine) is started
+        again, up to ``RAY_START_TRIES`` times in all: any other exit fails at once."""
+        for tries in itertools.count(1):
+            try:
+                self.wait_for(partial(self.ray_node_started, node), timeout_s, f"Ray node {node}")
+                return
+            except ShapeError:
+                retry = [name for name in spec.RAY_NODES if self._timed_out_starting(name)]
+                if tries >= RAY_START_TRIES or not retry:
+                    raise
+                for name in retry:
+                    self.kill(name)
+                    self.start(name)
+
+    def _timed_out_starting(self, node: str) -> bool:
+        proc = self.procs.get(node)
+        return (
+            node in self.expected
+            and proc is not None
+            and proc.poll() is not None
+            and RAY_STARTUP_TIMED_OUT in log_tail(self.log_path(node), 60)
+        )
 
     def ray_node_started(self, node: str) -> bool:
         """Whether ``ray start`` says the node has started: its raylet registered with the GCS.
