@@ -13,6 +13,9 @@ way::
     model = load_checkpoint(best.best_checkpoint)
     grid.get_dataframe()                                   # one row per trial
     best.metrics_dataframe                                 # that trial's every result
+
+With several metrics there is no single best trial: ``grid.get_pareto_front(["val_acc",
+"latency"], ["max", "min"])`` returns the trials no other trial beats on every metric.
 """
 
 from __future__ import annotations
@@ -23,6 +26,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from airflow_trials.core.pareto import (
+    MetricSpec,
+    ModeSpec,
+    check_several,
+    decode_metrics,
+    pareto_ranks,
+    rankable,
+)
 from airflow_trials.core.result import AUTO_FIELDS
 from airflow_trials.core.status import TrialStatus
 
@@ -42,8 +53,8 @@ class TrialResult:
     :param metrics: its last reported result (Ray Tune's ``Result.metrics``); empty before the
         first.
     :param best_checkpoint: path of the kept checkpoint that scored best on the experiment's
-        metric (the model to publish); None when none is kept. Load it with
-        :func:`~airflow_trials.load_checkpoint`.
+        metric (the model to publish); with several metrics, or none recorded, the newest kept
+        one; None when none is kept. Load it with :func:`~airflow_trials.load_checkpoint`.
     :param latest_checkpoint: path of its newest kept checkpoint (what a restore resumes from).
     :param error: its last failure's message; None when it did not fail.
     :param num_failures: how often it failed.
@@ -77,8 +88,11 @@ class ResultGrid(Sequence[TrialResult]):
 
     :param store: the trials DB, read-only.
     :param run: the experiment run.
-    :param metric: the experiment's metric (the default of the readers); None when not recorded.
-    :param mode: its mode, ``"min"`` or ``"max"``; None when not recorded.
+    :param metric: the experiment's metric (the default of the readers), or the list of its
+        metrics when it optimises several (the default of :meth:`get_pareto_front`); None when
+        not recorded.
+    :param mode: its mode, ``"min"`` or ``"max"``, or the list of one per metric; None when not
+        recorded.
     :param results: the trials, ordered by trial id.
     """
 
@@ -86,8 +100,8 @@ class ResultGrid(Sequence[TrialResult]):
         self,
         store: TrialReader,
         run: ExperimentRunRecord,
-        metric: str | None,
-        mode: str | None,
+        metric: MetricSpec | None,
+        mode: ModeSpec | None,
         results: list[TrialResult],
     ) -> None:
         self._store = store
@@ -128,11 +142,17 @@ class ResultGrid(Sequence[TrialResult]):
             store = store.reader
         record = store.resolve_run(experiment_name, run)
         experiment = next(e for e in store.list_experiments() if e.name == experiment_name)
-        metric, mode = experiment.metric, experiment.mode
+        metric, mode = decode_metrics(experiment.metric, experiment.mode)
         trials = store.list_trials(experiment_run_id=record.id)
+        one_metric = metric if isinstance(metric, str) else None
         board = (
-            {r.trial_id: r for r in store.leaderboard(record.id, metric, mode or "min")}
-            if metric
+            {
+                r.trial_id: r
+                for r in store.leaderboard(
+                    record.id, one_metric, mode if isinstance(mode, str) else "min"
+                )
+            }
+            if one_metric
             else {}
         )
         results = [
@@ -151,7 +171,7 @@ class ResultGrid(Sequence[TrialResult]):
             )
             for t in sorted(trials, key=lambda t: t.trial_id)
         ]
-        if not metric:
+        if not one_metric:  # no best by one score: the newest kept checkpoint
             results = _with_checkpoints(store, results)
         return cls(store, record, metric, mode, results)
 
@@ -200,17 +220,23 @@ class ResultGrid(Sequence[TrialResult]):
         that ended in ERROR, or has not ended yet, can be the best. ``select_best`` ranks the
         TERMINATED trials only; ``scope="all", terminated_only=True`` gives its trial.
 
+        With several metrics there is no single best trial (nor in Ray Tune): a list of metrics,
+        or no metric on a grid whose experiment records several, raises a ValueError pointing to
+        :meth:`get_pareto_front`; one of those metrics, given alone, is ranked in its recorded
+        mode.
+
         :param metric: default: the experiment's metric.
-        :param mode: ``"min"`` or ``"max"``; default: the experiment's mode.
+        :param mode: ``"min"`` or ``"max"``; default: the experiment's mode (of that metric).
         :param scope: ``"last"`` (default, as Ray Tune) compares each trial's last reported value;
             ``"all"`` compares each trial's best value over all its results (the leaderboard's
             order).
         :param filter_nan_and_inf: skip NaN and infinite values; default True.
         :param terminated_only: rank only the trials that ended TERMINATED, as ``select_best``
             does; default False (every trial, as Ray Tune).
-        :raises ValueError: no metric given or recorded, a bad mode or scope, no trial reported the
-            metric (the message lists the metrics they did report), or, with ``terminated_only``,
-            none of those that did ended TERMINATED (the message counts their statuses).
+        :raises ValueError: no metric given or recorded, several metrics, a bad mode or scope, no
+            trial reported the metric (the message lists the metrics they did report), or, with
+            ``terminated_only``, none of those that did ended TERMINATED (the message counts their
+            statuses).
         """
         metric, mode = self._metric_and_mode(metric, mode)
         if scope not in ("last", "all"):
@@ -222,41 +248,89 @@ class ResultGrid(Sequence[TrialResult]):
             if (value := values.get(result.trial_id)) is not None
             and not (filter_nan_and_inf and not math.isfinite(value))
         ]
-        candidates = [
-            (value, result)
-            for value, result in scored
-            if not terminated_only or result.status is TrialStatus.TERMINATED
-        ]
-        if scored and not candidates:
-            counts = Counter(result.status.value for _, result in scored)
-            statuses = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
-            raise ValueError(
-                f"No trial of experiment {self.experiment_name} run {self.run_key} that reported "
-                "metric "
-                f"{metric!r} ended TERMINATED ({statuses}); pass terminated_only=False to rank "
-                "them "
-                "anyway, or resume the run."
-            )
-        if not candidates:
-            raise ValueError(
-                f"No trial of experiment {self.experiment_name} run {self.run_key} reported metric "
-                f"{metric!r}{' as a finite number' if filter_nan_and_inf else ''}; its trials "
-                "report "
-                f"{', '.join(self._reported_metrics()) or 'no metric yet'}. Pass metric= with one "
-                "of them."
-            )
+        candidates = self._candidates(scored, metric, filter_nan_and_inf, terminated_only)
         sign = 1.0 if mode == "min" else -1.0
         return min(candidates, key=lambda pair: (sign * pair[0], pair[1].trial_id))[1]
 
+    def get_pareto_front(
+        self,
+        metric: list[str] | None = None,
+        mode: list[str] | None = None,
+        scope: Literal["last"] = "last",
+        filter_nan_and_inf: bool = True,
+        terminated_only: bool = False,
+    ) -> list[TrialResult]:
+        """The trials on the Pareto front of several metrics: those that no other trial beats on
+        every metric (at least as good on each, better on one), ordered by trial id. Ray Tune has
+        no multi-objective best; this is :meth:`get_best_result` for several metrics, and
+        :func:`~airflow_trials.core.pareto.pareto_ranks` ranks the rest (``get_dataframe``'s
+        ``pareto_rank`` column).
+
+        Like :meth:`get_best_result`, it compares every trial that reported the metrics, whatever
+        its status, unless ``terminated_only``; equal trials are on the front together::
+
+            front = grid.get_pareto_front(["val_acc", "latency"], ["max", "min"])
+            print([(r.trial_id, r.metrics["val_acc"], r.metrics["latency"]) for r in front])
+
+        :param metric: the metrics, a list; default: the experiment's, when it records several.
+        :param mode: one ``"min"`` or ``"max"`` per metric, in the same order; default: the
+            experiment's, when ``metric`` is its own.
+        :param scope: ``"last"`` (the only one): each trial's last result. A trial's best result
+            of one metric need not be its best of another, so ``"all"`` has no single row per trial
+            to compare and is refused, naming the fix.
+        :param filter_nan_and_inf: skip a trial with a NaN or infinite value of a metric; default
+            True. False compares infinite values (NaN still compares with nothing).
+        :param terminated_only: compare only the trials that ended TERMINATED; default False.
+        :raises ValueError: no metrics given or recorded, one metric (a string), metrics and modes
+            that do not pair up, ``scope="all"``, no trial reported every metric (the message
+            lists the metrics they did report), or, with ``terminated_only``, none of those that
+            did ended TERMINATED.
+        """
+        metrics, modes = self._metrics_and_modes("get_pareto_front", metric, mode)
+        if scope != "last":
+            raise ValueError(
+                f"get_pareto_front compares each trial's last result (scope='last'), got "
+                f"scope={scope!r}: a trial's best values of {metrics!r} may come from different "
+                "results, so there is no one best row per trial to compare. Use scope='last', or "
+                "rank one metric over every result with get_best_result(metric=..., "
+                "scope='all')."
+            )
+        scored = [
+            (row, result)
+            for result in self._results
+            if rankable(
+                row := [result.metrics.get(m) for m in metrics], finite_only=filter_nan_and_inf
+            )
+        ]
+        candidates = self._candidates(scored, metrics, filter_nan_and_inf, terminated_only)
+        ranks = pareto_ranks([row for row, _ in candidates], modes, finite_only=filter_nan_and_inf)
+        return [result for rank, (_, result) in zip(ranks, candidates, strict=True) if rank == 0]
+
     def get_dataframe(
-        self, filter_metric: str | None = None, filter_mode: str | None = None
+        self,
+        filter_metric: str | None = None,
+        filter_mode: str | None = None,
+        *,
+        pareto_metric: list[str] | None = None,
+        pareto_mode: list[str] | None = None,
     ) -> pd.DataFrame:
         """One row per trial: its metrics, its config as ``config/<key>`` columns, trial_id, status
-        and checkpoints, as Ray Tune's ``ResultGrid.get_dataframe``.
+        and checkpoints, as Ray Tune's ``ResultGrid.get_dataframe``; with several metrics, also a
+        ``pareto_rank`` column.
+
+        ``pareto_rank`` is each row's Pareto rank over the metrics
+        (:func:`~airflow_trials.core.pareto.pareto_ranks`): 0 on the front (without
+        ``filter_metric``, the trials :meth:`get_pareto_front` returns), 1 on the front once those
+        are removed, and so on; missing (``<NA>``) for a row without a finite value of every
+        metric. It is there when the experiment records several metrics, or ``pareto_metric`` is
+        given; one metric gives the same frame as always.
 
         :param filter_metric: with ``filter_mode``, each trial's row is its result with the best
             value of this metric instead of its last result.
         :param filter_mode: ``"min"`` or ``"max"``.
+        :param pareto_metric: the metrics ``pareto_rank`` ranks the rows by, a list; default: the
+            experiment's, when it records several.
+        :param pareto_mode: one ``"min"`` or ``"max"`` per metric; give it with ``pareto_metric``.
         """
         import pandas as pd
 
@@ -264,6 +338,17 @@ class ResultGrid(Sequence[TrialResult]):
             raise ValueError(
                 "get_dataframe takes filter_metric and filter_mode together, or neither."
             )
+        if (pareto_metric is None) != (pareto_mode is None):
+            raise ValueError(
+                "get_dataframe takes pareto_metric and pareto_mode together (e.g. "
+                "pareto_metric=['val_acc', 'latency'], pareto_mode=['max', 'min']), or neither "
+                "(then the experiment's, when it records several metrics)."
+            )
+        pareto: tuple[list[str], list[str]] | None = None
+        if pareto_metric is not None:
+            pareto = self._metrics_and_modes("get_dataframe", pareto_metric, pareto_mode)
+        elif isinstance(self.metric, list) and isinstance(self.mode, list):
+            pareto = self.metric, self.mode
         rows = []
         for result in self._results:
             metrics = result.metrics
@@ -282,12 +367,26 @@ class ResultGrid(Sequence[TrialResult]):
                     "latest_checkpoint": result.latest_checkpoint,
                 }
             )
-        return pd.DataFrame(rows)
+        frame = pd.DataFrame(rows)
+        if pareto is not None:
+            by, modes = pareto
+            ranks = pareto_ranks([[row.get(m) for m in by] for row in rows], modes)
+            frame["pareto_rank"] = pd.array(ranks, dtype="Int64")
+        return frame
 
     # -- internals ---------------------------------------------------------------------------
     def _metric_and_mode(self, metric: str | None, mode: str | None) -> tuple[str, str]:
-        metric = metric or self.metric
-        mode = mode or (self.mode if metric == self.metric else None)
+        if isinstance(metric, list | tuple) or (metric is None and isinstance(self.metric, list)):
+            whose = "given" if metric else f"experiment {self.experiment_name}'s"
+            raise ValueError(
+                f"get_best_result ranks one metric, and there is no single best trial of several "
+                f"(the {whose} {list(metric or self.metric or ())!r}): use get_pareto_front() "
+                "for the trials no other trial beats on every metric, or pass one metric= (and "
+                "mode=) to get_best_result."
+            )
+        if metric is None:
+            metric = self.metric if isinstance(self.metric, str) else None
+        mode = mode or self._recorded_mode(metric)
         if not metric or mode is None:
             raise ValueError(
                 f"Experiment {self.experiment_name} has no metric and mode recorded; pass metric= "
@@ -296,6 +395,72 @@ class ResultGrid(Sequence[TrialResult]):
         if mode not in ("min", "max"):
             raise ValueError(f"mode must be 'min' or 'max', got {mode!r}.")
         return metric, mode
+
+    def _recorded_mode(self, metric: str | None) -> str | None:
+        """The experiment's mode of ``metric``: its mode, or one of its several metrics' own."""
+        if isinstance(self.metric, list) and isinstance(self.mode, list):
+            return self.mode[self.metric.index(metric)] if metric in self.metric else None
+        return self.mode if isinstance(self.mode, str) and metric == self.metric else None
+
+    def _metrics_and_modes(
+        self, owner: str, metric: list[str] | None, mode: list[str] | None
+    ) -> tuple[list[str], list[str]]:
+        """Several metrics and modes, checked; the experiment's when none are given."""
+        if metric is None:
+            if not (isinstance(self.metric, list) and isinstance(self.mode, list)):
+                recorded = (
+                    f"records one metric, {self.metric!r}" if self.metric else "records no metric"
+                )
+                raise ValueError(
+                    f"{owner}: experiment {self.experiment_name} {recorded}; pass the metrics "
+                    "and their modes as lists, e.g. metric=['val_acc', 'latency'], "
+                    "mode=['max', 'min']."
+                )
+            return self.metric, self.mode
+        if isinstance(metric, str):
+            raise ValueError(
+                f"{owner}: metric={metric!r} is one metric; pass several as a list with one mode "
+                "each (e.g. metric=['val_acc', 'latency'], mode=['max', 'min']), or rank one "
+                "metric with get_best_result."
+            )
+        if mode is None and metric == self.metric and isinstance(self.mode, list):
+            mode = self.mode
+        return check_several(owner, metric, mode)
+
+    def _candidates(
+        self,
+        scored: list[tuple[Any, TrialResult]],
+        metric: MetricSpec,
+        filter_nan_and_inf: bool,
+        terminated_only: bool,
+    ) -> list[tuple[Any, TrialResult]]:
+        """The scored trials (those that reported ``metric``, or every one of several) to rank:
+        only the TERMINATED ones with ``terminated_only``; ValueError, naming the fix, when none
+        is left."""
+        one = isinstance(metric, str)
+        reported = f"metric {metric!r}" if one else f"metrics {metric!r}"
+        candidates = [
+            (score, result)
+            for score, result in scored
+            if not terminated_only or result.status is TrialStatus.TERMINATED
+        ]
+        if scored and not candidates:
+            counts = Counter(result.status.value for _, result in scored)
+            statuses = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+            raise ValueError(
+                f"No trial of experiment {self.experiment_name} run {self.run_key} that reported "
+                f"{reported} ended TERMINATED ({statuses}); pass terminated_only=False to rank "
+                "them anyway, or resume the run."
+            )
+        if not candidates:
+            raise ValueError(
+                f"No trial of experiment {self.experiment_name} run {self.run_key} reported "
+                f"{reported if one else 'every one of ' + reported}"
+                f"{' as a finite number' if filter_nan_and_inf else ''}; its trials report "
+                f"{', '.join(self._reported_metrics()) or 'no metric yet'}. Pass metric= with "
+                f"{'one of them' if one else 'a list of them, and mode= with their modes'}."
+            )
+        return candidates
 
     def _values(self, metric: str, mode: str, scope: str) -> dict[str, float]:
         if scope == "all":

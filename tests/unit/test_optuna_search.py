@@ -197,7 +197,8 @@ def test_evaluated_rewards_are_finished_trials_not_suggestions():
             {"sampler": optuna.samplers.RandomSampler(seed=1), "seed": 1},
             "pass the seed to your sampler",
         ),
-        ({"metric": ["a", "b"]}, "optimises one metric"),
+        ({"metric": ["a", "b"]}, "metric=['a', 'b'] is a list but mode='min' is not"),
+        ({"metric": 3}, "optimises one metric, given as a string, or several"),
         ({"mode": "minimize"}, "mode must be 'min' or 'max'"),
     ],
 )

@@ -149,15 +149,27 @@ class MetricScheduler(FIFOScheduler):
     errors that name the missing key, and keeps the reason for each trial's last PAUSE or STOP
     (:meth:`decision_reason`). Trials run in FIFO order.
 
-    :param metric: the result key judged; default None (set it later with set_search_properties).
+    :param metric: the result key judged, one (beside a searcher that optimises several, one of
+        its metrics); default None (set it later with set_search_properties).
     :param mode: ``"min"`` or ``"max"``; default None (likewise).
     """
 
     def __init__(self, metric: str | None = None, mode: str | None = None) -> None:
+        self._check_one_metric(metric)
         self._check_mode(mode)
         self.metric = metric
         self.mode = mode
         self._reasons: dict[str, str] = {}
+
+    def _check_one_metric(self, metric: object) -> None:
+        if metric is not None and not isinstance(metric, str):
+            name = type(self).__name__
+            raise ValueError(
+                f"{name} judges trials by one metric, got metric={metric!r}; pass one metric to "
+                f"the scheduler, e.g. {name}(metric='val_loss', mode='min'), or use "
+                "FIFOScheduler (the default), which judges no metric, beside a searcher that "
+                "optimises several."
+            )
 
     def _check_mode(self, mode: str | None) -> None:
         if mode is not None and mode not in MODES:
@@ -175,6 +187,7 @@ class MetricScheduler(FIFOScheduler):
         """
         if (self.metric and metric) or (self.mode and mode):
             return False
+        self._check_one_metric(metric)
         self._check_mode(mode)
         self.metric = metric or self.metric
         self.mode = mode or self.mode

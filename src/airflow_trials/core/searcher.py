@@ -7,6 +7,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from airflow_trials.core.pareto import MetricSpec, ModeSpec, check_metrics
 from airflow_trials.core.result import Result
 from airflow_trials.core.status import TrialStatus
 
@@ -15,6 +16,9 @@ FINISHED = "FINISHED"
 
 Suggestion = dict[str, Any] | str | None
 """A new trial's config; None: nothing to suggest now, ask again later; or :data:`FINISHED`."""
+
+ObjectiveValue = float | list[float]
+"""What a trial reached: its metric's value, or with several metrics one value per metric."""
 
 
 class Searcher(abc.ABC):
@@ -53,22 +57,23 @@ class Searcher(abc.ABC):
     An exception a searcher raises ends the experiment: the runner stops its unfinished trials
     and raises :class:`~airflow_trials.SearcherError` naming the searcher.
 
-    :param metric: the result key the searcher optimises; default None (set later).
-    :param mode: ``"min"`` or ``"max"``; default None (set later).
+    :param metric: the result key the searcher optimises, or a list of them for a searcher that
+        optimises several at once (``OptunaSearch``); default None (set later).
+    :param mode: ``"min"`` or ``"max"``, or with several metrics a list of one per metric;
+        default None (set later).
     """
 
     FINISHED = FINISHED
 
-    def __init__(self, metric: str | None = None, mode: str | None = None) -> None:
-        self._metric = metric
-        self._mode = check_mode(type(self).__name__, mode)
+    def __init__(self, metric: MetricSpec | None = None, mode: ModeSpec | None = None) -> None:
+        self._metric, self._mode = check_metric_and_mode(type(self).__name__, metric, mode)
 
     @property
-    def metric(self) -> str | None:
+    def metric(self) -> MetricSpec | None:
         return self._metric
 
     @property
-    def mode(self) -> str | None:
+    def mode(self) -> ModeSpec | None:
         return self._mode
 
     def set_search_properties(
@@ -77,10 +82,11 @@ class Searcher(abc.ABC):
         """Take the experiment's metric, mode and search space; False if not taken (the default)."""
         return False
 
-    def take_metric(self, metric: str | None, mode: str | None) -> None:
+    def take_metric(self, metric: MetricSpec | None, mode: ModeSpec | None) -> None:
         """Take the experiment's metric and mode where this searcher has none of its own."""
-        self._metric = self._metric or metric
-        self._mode = check_mode(type(self).__name__, self._mode or mode)
+        self._metric, self._mode = check_metric_and_mode(
+            type(self).__name__, self._metric or metric, self._mode or mode
+        )
 
     @abc.abstractmethod
     def suggest(self, trial_id: str) -> Suggestion:
@@ -99,15 +105,15 @@ class Searcher(abc.ABC):
     def add_evaluated_point(
         self,
         parameters: Mapping[str, Any],
-        value: float | None,
+        value: ObjectiveValue | None,
         error: bool = False,
         pruned: bool = False,
         intermediate_values: Sequence[float] | None = None,
     ) -> None:
         """Learn a config evaluated elsewhere (Ray Tune's name): a resumed sweep tells the searcher
         its run's ended trials with this, and the trials it did not suggest when they end. ``value``
-        is the metric it reached (None with ``error``: it failed; with ``pruned``: stopped
-        early)."""
+        is the metric it reached, a list of one value per metric with several (None with
+        ``error``: it failed; with ``pruned``: stopped early)."""
         raise NotImplementedError(
             f"{type(self).__name__} cannot learn from trials it did not suggest "
             "(add_evaluated_point), so a "
@@ -123,22 +129,22 @@ class Searcher(abc.ABC):
 
 
 def ended_trials(
-    trials: Sequence[Any], metric: str, exclude: str | None = None
-) -> list[tuple[dict[str, Any], float | None]]:
+    trials: Sequence[Any], metric: MetricSpec, exclude: str | None = None
+) -> list[tuple[dict[str, Any], ObjectiveValue | None]]:
     """``(config, value)`` of the ended trials a searcher learns from
     (:func:`ended_trial_values`)."""
     return [(config, value) for _, config, value in ended_trial_values(trials, metric, exclude)]
 
 
 def ended_trial_values(
-    trials: Sequence[Any], metric: str, exclude: str | None = None
-) -> list[tuple[str, dict[str, Any], float | None]]:
+    trials: Sequence[Any], metric: MetricSpec, exclude: str | None = None
+) -> list[tuple[str, dict[str, Any], ObjectiveValue | None]]:
     """``(trial id, config, value)`` of the ended trials (records with ``trial_id``, ``config``,
     ``status``, ``last_result``) a searcher learns from: a finished trial's metric in its last
-    result (as Ray Tune tells a searcher, early-stopped trials included); None for a trial that
-    failed for good. Trials stopped before they reported the metric, and ``exclude``, are left
-    out."""
-    ended: list[tuple[str, dict[str, Any], float | None]] = []
+    result (as Ray Tune tells a searcher, early-stopped trials included), or with several metrics
+    the list of their values; None for a trial that failed for good. Trials stopped before they
+    reported the metric (every one of them, with several), and ``exclude``, are left out."""
+    ended: list[tuple[str, dict[str, Any], ObjectiveValue | None]] = []
     for trial in trials:
         if trial.trial_id == exclude or not trial.config:
             continue
@@ -146,7 +152,7 @@ def ended_trial_values(
             ended.append((trial.trial_id, dict(trial.config), None))
         elif (
             trial.status is TrialStatus.TERMINATED
-            and (value := metric_value(trial.last_result, metric)) is not None
+            and (value := objective_value(trial.last_result, metric)) is not None
         ):
             ended.append((trial.trial_id, dict(trial.config), value))
     return ended
@@ -158,6 +164,26 @@ def metric_value(result: Mapping[str, Any] | None, metric: str) -> float | None:
     if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
         return float(value)
     return None
+
+
+def objective_value(result: Mapping[str, Any] | None, metric: MetricSpec) -> ObjectiveValue | None:
+    """:func:`metric_value` of one metric; with several, the list of their values, None when one
+    of them is missing or not a finite number."""
+    if isinstance(metric, str):
+        return metric_value(result, metric)
+    values = [metric_value(result, name) for name in metric]
+    return [v for v in values if v is not None] if None not in values else None
+
+
+def check_metric_and_mode(
+    owner: str, metric: MetricSpec | None, mode: ModeSpec | None
+) -> tuple[MetricSpec | None, ModeSpec | None]:
+    """One metric with its mode checked as always (:func:`check_mode`), or several as
+    :func:`~airflow_trials.core.pareto.check_metrics` checks them."""
+    metric, mode = check_metrics(owner, metric, mode)
+    if isinstance(mode, list):
+        return metric, mode
+    return metric, check_mode(owner, mode)
 
 
 def check_mode(owner: str, mode: str | None) -> str | None:
@@ -197,11 +223,11 @@ class ConcurrencyLimiter(Searcher):
         self.live_trials: set[str] = set()
 
     @property
-    def metric(self) -> str | None:
+    def metric(self) -> MetricSpec | None:
         return self.searcher.metric
 
     @property
-    def mode(self) -> str | None:
+    def mode(self) -> ModeSpec | None:
         return self.searcher.mode
 
     def set_search_properties(
@@ -232,7 +258,7 @@ class ConcurrencyLimiter(Searcher):
     def add_evaluated_point(
         self,
         parameters: Mapping[str, Any],
-        value: float | None,
+        value: ObjectiveValue | None,
         error: bool = False,
         pruned: bool = False,
         intermediate_values: Sequence[float] | None = None,
@@ -247,7 +273,14 @@ def agree_on_metric(scheduler: object, searcher: Searcher) -> None:
     """Make a scheduler and a searcher judge trials by one metric and mode, as Ray Tune's Tuner
     does with TuneConfig's: one that has none takes the other's. ValueError, before any trial
     starts, when both have one and they differ (a scheduler stopping trials on one metric while
-    the searcher learns from another tunes neither)."""
+    the searcher learns from another tunes neither).
+
+    A searcher that optimises several metrics goes with a scheduler that judges none (FIFO), or
+    with one that judges one of them in the same mode: a scheduler without a metric of its own
+    cannot take several, so that is refused, naming the fix (:func:`_agree_on_several`)."""
+    if isinstance(searcher.metric, list) and isinstance(searcher.mode, list):
+        _agree_on_several(scheduler, searcher, searcher.metric, searcher.mode)
+        return
     metric, mode = getattr(scheduler, "metric", None), getattr(scheduler, "mode", None)
     clash = [
         f"{name} {theirs!r} vs {ours!r}"
@@ -268,3 +301,41 @@ def agree_on_metric(scheduler: object, searcher: Searcher) -> None:
     setter = getattr(scheduler, "set_search_properties", None)
     if setter is not None and (searcher.metric or searcher.mode):
         setter(None if metric else searcher.metric, None if mode else searcher.mode)
+
+
+def _agree_on_several(
+    scheduler: object, searcher: Searcher, metrics: list[str], modes: list[str]
+) -> None:
+    """A scheduler beside a searcher of several metrics: FIFO (no metric) is fine; one judging by
+    one of them takes its mode from the searcher, or must have the same; anything else is
+    refused."""
+    own = getattr(scheduler, "metric", None)
+    setter = getattr(scheduler, "set_search_properties", None)
+    if own is None and setter is None:
+        return  # judges no metric, as FIFOScheduler
+    name, searcher_name = type(scheduler).__name__, type(searcher).__name__
+    fix = (
+        f"pass one metric to the scheduler, e.g. {name}(metric={metrics[0]!r}, "
+        f"mode={modes[0]!r}), or use FIFOScheduler (the default), which judges no metric"
+    )
+    if own is None:
+        raise ValueError(
+            f"The scheduler {name} judges trials by one metric, but the searcher "
+            f"{searcher_name} optimises several: {metrics!r} (modes {modes!r}), and a scheduler "
+            f"cannot take several; {fix}."
+        )
+    if own not in metrics:
+        raise ValueError(
+            f"The scheduler {name} judges trials by {own!r}, which is not one of the metrics "
+            f"{metrics!r} the searcher {searcher_name} optimises; {fix}."
+        )
+    wanted = modes[metrics.index(own)]
+    theirs = getattr(scheduler, "mode", None)
+    if theirs and theirs != wanted:
+        raise ValueError(
+            f"The scheduler {name} and the searcher {searcher_name} disagree on the mode of "
+            f"{own!r}: {theirs!r} vs {wanted!r} (scheduler vs searcher); give the scheduler "
+            f"mode={wanted!r}, or no mode."
+        )
+    if not theirs and setter is not None:
+        setter(None, wanted)

@@ -11,8 +11,14 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from airflow_trials.core.pareto import MetricSpec, ModeSpec
 from airflow_trials.core.result import TRAINING_ITERATION, Result
-from airflow_trials.core.searcher import Searcher, Suggestion, check_mode
+from airflow_trials.core.searcher import (
+    ObjectiveValue,
+    Searcher,
+    Suggestion,
+    check_metric_and_mode,
+)
 from airflow_trials.searchers.optuna_space import (
     SEPARATOR,
     OptunaSpace,
@@ -27,9 +33,9 @@ from airflow_trials.searchers.optuna_space import (
 
 log = logging.getLogger(__name__)
 
-Finished = tuple[Mapping[str, Any], "float | None"]
-"""A finished trial as :meth:`OptunaSearch.suggest_after` takes it: its config and its value
-(None: it failed)."""
+Finished = tuple[Mapping[str, Any], "ObjectiveValue | None"]
+"""A finished trial as :meth:`OptunaSearch.suggest_after` takes it: its config and its value, a
+list of one value per metric with several (None: it failed)."""
 
 
 class OptunaSearch(Searcher):
@@ -49,33 +55,45 @@ class OptunaSearch(Searcher):
         runner = TrialRunner("mnist", search_alg=search, num_samples=40,
                              trainable="my_pkg.train:train", storage_path="/shared/results")
 
+    Several metrics at once, as Ray Tune's: ``metric=["val_acc", "latency"], mode=["max",
+    "min"]`` makes a multi-objective study (``directions``), whatever the sampler (the default
+    TPE handles several objectives, as does ``optuna.samplers.NSGAIISampler``). Each end is told
+    with the list of the last result's values, and ``study.best_trials`` is the Pareto front.
+    Optuna keeps no intermediate values for several objectives (``Trial.report`` takes one), so
+    results are not reported then, as in Ray Tune. A scheduler beside it judges one of the
+    metrics in the same mode, or none (FIFO, the default).
+
     :param space: the search space, as for ``generate_configs`` (nested dicts allowed; values may
         also be Optuna distributions); default None: set later by ``set_search_properties``.
-    :param metric: the result key to optimise; default None (set later).
-    :param mode: ``"min"`` or ``"max"``; default None (set later).
+    :param metric: the result key to optimise, or a list of them to optimise at once; default
+        None (set later).
+    :param mode: ``"min"`` or ``"max"``, or with several metrics a list of one per metric in the
+        same order; default None (set later).
     :param points_to_evaluate: configs (or parts of configs: Optuna samples the rest) to run
         first, in this order; default none.
     :param sampler: any ``optuna.samplers.BaseSampler`` (CMA-ES, GP, NSGA-II...); default
         ``TPESampler(seed=seed)``.
     :param seed: seeds the default TPE sampler; give a ``sampler`` its own seed instead. Default
         None.
-    :param evaluated_rewards: the metric each of ``points_to_evaluate`` already reached: those
-        points are then added as finished trials rather than run. Default none.
+    :param evaluated_rewards: the metric each of ``points_to_evaluate`` already reached (with
+        several metrics, a list of one value per metric): those points are then added as finished
+        trials rather than run. Default none.
     """
 
     def __init__(
         self,
         space: Mapping[str, Any] | None = None,
-        metric: str | None = None,
-        mode: str | None = None,
+        metric: MetricSpec | None = None,
+        mode: ModeSpec | None = None,
         points_to_evaluate: Sequence[Mapping[str, Any]] | None = None,
         sampler: optuna.samplers.BaseSampler | None = None,
         seed: int | None = None,
-        evaluated_rewards: Sequence[float] | None = None,
+        evaluated_rewards: Sequence[ObjectiveValue] | None = None,
     ) -> None:
-        if metric is not None and not isinstance(metric, str):
+        if metric is not None and not isinstance(metric, str | list | tuple):
             raise ValueError(
-                f"OptunaSearch optimises one metric; pass its name as a string, got {metric!r}."
+                "OptunaSearch optimises one metric, given as a string, or several, given as a "
+                f"list of strings; got {metric!r}."
             )
         super().__init__(metric, mode)
         if sampler is not None and not isinstance(sampler, optuna.samplers.BaseSampler):
@@ -97,6 +115,8 @@ class OptunaSearch(Searcher):
                 f"OptunaSearch: evaluated_rewards has {len(self._evaluated_rewards)} values but "
                 f"points_to_evaluate has {len(self._points)} points; give one reward per point."
             )
+        for i, reward in enumerate(self._evaluated_rewards or ()):
+            self._told(f"evaluated_rewards[{i}]", reward)  # checked now, not at the first ask
         self._sampler = sampler
         self._seed = seed
         self._space: Mapping[str, Any] | None = None
@@ -108,6 +128,11 @@ class OptunaSearch(Searcher):
         self._sampler_seed = seed  # the default sampler's seed; resume_after changes it
         if space:
             self._set_space(space)
+
+    @property
+    def _several(self) -> bool:
+        """Does it optimise several metrics at once (a multi-objective study)?"""
+        return isinstance(self.metric, list)
 
     convert_search_space = staticmethod(convert_search_space)
 
@@ -168,13 +193,15 @@ class OptunaSearch(Searcher):
         if self._space is not None:
             return False
         self._set_space(config)
-        self._metric = metric or self._metric
-        self._mode = check_mode("OptunaSearch", mode or self._mode)
+        self._metric, self._mode = check_metric_and_mode(
+            "OptunaSearch", metric or self._metric, mode or self._mode
+        )
         return True
 
     @property
     def study(self) -> optuna.Study:
-        """The Optuna study, created on first use: read ``best_params``, plot it, save it."""
+        """The Optuna study, created on first use: read ``best_params`` (with several metrics,
+        ``best_trials``, the Pareto front), plot it, save it."""
         if self._study is None:
             self._study = self._create_study()
         return self._study
@@ -194,38 +221,61 @@ class OptunaSearch(Searcher):
                 f"OptunaSearch needs a metric and a mode, got metric={self.metric!r}, "
                 f"mode={self.mode!r}; pass both, e.g. OptunaSearch(..., metric='loss', mode='min')."
             )
-        study = optuna.create_study(
-            direction="minimize" if self.mode == "min" else "maximize",
-            sampler=self._sampler or optuna.samplers.TPESampler(seed=self._sampler_seed),
-            # The runner's scheduler stops trials, as in Ray Tune.
-            pruner=optuna.pruners.NopPruner(),
+        study = self._new_study(
+            self._sampler or optuna.samplers.TPESampler(seed=self._sampler_seed)
         )
         self._add_evaluated_rewards(study)
         return study
 
+    def _new_study(self, sampler: optuna.samplers.BaseSampler) -> optuna.Study:
+        """An empty study in this searcher's direction, or directions with several metrics."""
+        directions = self.mode if isinstance(self.mode, list) else [self.mode]
+        return optuna.create_study(
+            directions=["minimize" if mode == "min" else "maximize" for mode in directions],
+            sampler=sampler,
+            # The runner's scheduler stops trials, as in Ray Tune.
+            pruner=optuna.pruners.NopPruner(),
+        )
+
     def _finished(
         self,
+        where: str,
         flat: Mapping[str, Any],
-        value: float | None,
+        value: ObjectiveValue | None,
         state: TrialState = TrialState.COMPLETE,
         intermediate_values: dict[int, float] | None = None,
     ) -> optuna.trial.FrozenTrial:
-        """A finished Optuna trial of flat params (from :meth:`_flat_point`), for ``add_trial``."""
+        """A finished Optuna trial of flat params (from :meth:`_flat_point`), for ``add_trial``;
+        ``where`` names its value in messages (``evaluated_rewards[0]``)."""
         dists = {path: self._distributions[path] for path in flat}
         return optuna.trial.create_trial(
             params=dict(flat),
             distributions=dists,
-            value=value,
             state=state,
             intermediate_values=intermediate_values,
+            **self._told(where, value),
+        )
+
+    def _told(self, where: str, value: ObjectiveValue | None) -> dict[str, Any]:
+        """``create_trial``'s ``value=`` or, with several metrics, ``values=``; ValueError naming
+        ``where`` when a value of several metrics is not one value per metric."""
+        if not self._several or value is None:
+            return {"value": value}
+        if isinstance(value, Sequence) and len(value) == len(self.metric or ()):
+            return {"values": list(value)}
+        raise ValueError(
+            f"OptunaSearch: {where} is {value!r}, but it optimises {len(self.metric or ())} "
+            f"metrics, {self.metric!r}; give a list of one value per metric, in that order."
         )
 
     def _add_evaluated_rewards(self, study: optuna.Study) -> None:
         """``points_to_evaluate`` with their ``evaluated_rewards``, as finished trials (when
         given)."""
         if self._evaluated_rewards is not None:
-            for flat, reward in zip(self._flat_points, self._evaluated_rewards, strict=True):
-                study.add_trial(self._finished(flat, reward))
+            for i, (flat, reward) in enumerate(
+                zip(self._flat_points, self._evaluated_rewards, strict=True)
+            ):
+                study.add_trial(self._finished(f"evaluated_rewards[{i}]", flat, reward))
 
     def suggest(self, trial_id: str) -> Suggestion:
         study = self.study
@@ -244,24 +294,38 @@ class OptunaSearch(Searcher):
     def add_evaluated_point(
         self,
         parameters: Mapping[str, Any],
-        value: float | None,
+        value: ObjectiveValue | None,
         error: bool = False,
         pruned: bool = False,
         intermediate_values: Sequence[float] | None = None,
     ) -> None:
         """Add a config evaluated elsewhere to the study, as Ray Tune's ``OptunaSearch`` does
-        (``study.add_trial``): COMPLETE with ``value``; FAIL with ``error`` (or no value); PRUNED
-        with ``pruned``. ``intermediate_values`` are its metric at steps 0, 1, ...
+        (``study.add_trial``): COMPLETE with ``value`` (with several metrics, a list of one value
+        per metric); FAIL with ``error`` (or no value); PRUNED with ``pruned``.
+        ``intermediate_values`` are its metric at steps 0, 1, ... (one metric only: Optuna keeps
+        none for several).
 
         :param parameters: the trial's config (the search space's keys; fixed values are ignored).
         """
         flat = self._flat_point("add_evaluated_point parameters", parameters, self._require_space())
+        if intermediate_values and self._several:
+            raise ValueError(
+                f"OptunaSearch optimises several metrics, {self.metric!r}, and Optuna keeps no "
+                "intermediate values for several objectives (Trial.report takes one); call "
+                "add_evaluated_point without intermediate_values."
+            )
         if error or (value is None and not pruned):
             state, value = TrialState.FAIL, None
         else:
             state, value = (TrialState.PRUNED, None) if pruned else (TrialState.COMPLETE, value)
         self.study.add_trial(
-            self._finished(flat, value, state, dict(enumerate(intermediate_values or ())))
+            self._finished(
+                "add_evaluated_point value",
+                flat,
+                value,
+                state,
+                dict(enumerate(intermediate_values or ())),
+            )
         )
 
     def resume_after(self, asked: int) -> None:
@@ -291,7 +355,8 @@ class OptunaSearch(Searcher):
         distributed workers ask one shared study). This searcher's own study is not touched.
 
         :param trial_id: the trial asking (for messages).
-        :param finished: ``(config, value)`` of the run's ended trials; value None: it failed.
+        :param finished: ``(config, value)`` of the run's ended trials (with several metrics,
+            value is a list of one value per metric); value None: it failed.
         :param index: the trial's place in the run: ``points_to_evaluate[index]`` is its config
             when there is one.
         :param seed: seeds the default TPE sampler (with this searcher's own ``seed=`` mixed in), so
@@ -305,16 +370,15 @@ class OptunaSearch(Searcher):
         else:  # this searcher's own seed=, when given, is mixed in: another seed, other points
             mixed = seed if self._seed is None else zlib.crc32(f"{self._seed}:{seed}".encode())
             sampler = optuna.samplers.TPESampler(seed=mixed)
-        study = optuna.create_study(
-            direction="minimize" if self.mode == "min" else "maximize",
-            sampler=sampler,
-            pruner=optuna.pruners.NopPruner(),
-        )
+        study = self._new_study(sampler)
         for i, (config, value) in enumerate(finished):
             flat = self._flat_point(f"finished trial {i}", config, space)
             study.add_trial(
                 self._finished(
-                    flat, value, TrialState.FAIL if value is None else TrialState.COMPLETE
+                    f"finished trial {i}'s value",
+                    flat,
+                    value,
+                    TrialState.FAIL if value is None else TrialState.COMPLETE,
                 )
             )
         self._add_evaluated_rewards(study)
@@ -353,7 +417,20 @@ class OptunaSearch(Searcher):
                 "suggested."
             ) from e
 
-    def _value(self, trial_id: str, result: Result) -> float:
+    def _value(self, trial_id: str, result: Result) -> ObjectiveValue:
+        if isinstance(self.metric, list):
+            missing = [m for m in self.metric if m not in result]
+            if missing:
+                raise ValueError(
+                    f"Trial {trial_id} reported a result without {missing[0]!r}, one of the "
+                    f"metrics OptunaSearch optimises ({self.metric!r}; it reported "
+                    f"{sorted(result)}); report every one of them in every result, or set "
+                    "metric= to keys it reports."
+                )
+            return [float(result[m]) for m in self.metric]
+        return self._one_value(trial_id, result)
+
+    def _one_value(self, trial_id: str, result: Result) -> float:
         if self.metric not in result:
             raise ValueError(
                 f"Trial {trial_id} reported a result without {self.metric!r}, the metric "
@@ -368,6 +445,10 @@ class OptunaSearch(Searcher):
         ot_trial = self._trial(trial_id)
         if ot_trial is None:
             return
+        if self._several:
+            # Optuna's Trial.report takes one objective: a multi-objective study keeps no
+            # intermediate values (Ray Tune skips them too). The end is told in full.
+            return
         if TRAINING_ITERATION not in result:
             raise ValueError(
                 f"Trial {trial_id}: OptunaSearch needs {TRAINING_ITERATION!r} in each result as "
@@ -375,7 +456,7 @@ class OptunaSearch(Searcher):
                 "step of its intermediate value; the runner adds it, so add it when you call it "
                 "yourself."
             )
-        ot_trial.report(self._value(trial_id, result), step=int(result[TRAINING_ITERATION]))
+        ot_trial.report(self._one_value(trial_id, result), step=int(result[TRAINING_ITERATION]))
 
     def on_trial_complete(
         self, trial_id: str, result: Result | None = None, error: bool = False

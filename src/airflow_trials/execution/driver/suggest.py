@@ -11,7 +11,13 @@ from airflow_trials.core.callback import Callback
 from airflow_trials.core.parameters import TrainableWithParameters
 from airflow_trials.core.resources import Resources
 from airflow_trials.core.result import Result
-from airflow_trials.core.searcher import FINISHED, Searcher, agree_on_metric, metric_value
+from airflow_trials.core.searcher import (
+    FINISHED,
+    ObjectiveValue,
+    Searcher,
+    agree_on_metric,
+    objective_value,
+)
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.trial import Trial
 from airflow_trials.exceptions import SearcherError
@@ -140,7 +146,7 @@ class SearchDriver(Callback):
 
     def resume(
         self,
-        ended: Sequence[tuple[str, Mapping[str, Any], float | None]],
+        ended: Sequence[tuple[str, Mapping[str, Any], ObjectiveValue | None]],
         adopted: Sequence[Trial],
         asked: int,
     ) -> None:
@@ -156,7 +162,9 @@ class SearchDriver(Callback):
             self._call("add_evaluated_point", self._learn, trial_id, config, value)
         self._adopted.update((trial.trial_id, dict(trial.config)) for trial in adopted)
 
-    def _learn(self, trial_id: str, config: Mapping[str, Any], value: float | None) -> None:
+    def _learn(
+        self, trial_id: str, config: Mapping[str, Any], value: ObjectiveValue | None
+    ) -> None:
         self.searcher.add_evaluated_point(config, value, error=value is None)
 
     @property
@@ -236,7 +244,9 @@ class SearchDriver(Callback):
 
     def _end(self, trial: Trial, *, error: bool) -> None:
         if trial.trial_id in self._adopted and not self._failed:
-            value = None if error else metric_value(trial.last_result, self.searcher.metric or "")
+            value = (
+                None if error else objective_value(trial.last_result, self.searcher.metric or "")
+            )
             config = self._adopted.pop(trial.trial_id)
             if (
                 error or value is not None

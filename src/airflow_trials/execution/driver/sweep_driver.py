@@ -22,7 +22,7 @@ from typing import Any
 import ray
 from ray.actor import ActorHandle
 
-from airflow_trials.core.searcher import ended_trial_values
+from airflow_trials.core.searcher import ObjectiveValue, ended_trial_values
 from airflow_trials.core.sweep_progress import SweepProgress, SweepSnapshot
 from airflow_trials.core.trial import Trial
 from airflow_trials.execution.driver.suggest import SearchDriver
@@ -102,7 +102,9 @@ class Resumable:
     #: ids of the trials the searcher is still to be asked for, in order (with a search_alg)
     to_ask: list[str] = dataclasses.field(default_factory=list)
     #: ``(trial id, config, value)`` of the run's ended trials, for the searcher to learn
-    ended: list[tuple[str, dict[str, Any], float | None]] = dataclasses.field(default_factory=list)
+    ended: list[tuple[str, dict[str, Any], ObjectiveValue | None]] = dataclasses.field(
+        default_factory=list
+    )
     #: how many of the searcher's trials it had been asked for before (their configs are stored)
     asked: int = 0
 
