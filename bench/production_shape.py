@@ -34,11 +34,20 @@ from bench.airflow_vs_runner import DAG_TEMPLATE, EXPERIMENT, REPO, _parse, time
 TAKEOVER_DAG = "bench_shape_takeover"
 # Where a DAG run's time goes, in the order printed.
 PHASES = ("to the first trial", "trials", "after the last trial")
+# Each task's first start and last end (a mapped task's over its map indexes), for the timeline.
+TASK_SPANS = (
+    "SELECT task_id, MIN(start_date), MAX(end_date) FROM task_instance "
+    "WHERE dag_id = {dag} AND run_id = {run} GROUP BY task_id"
+)
 
 
-def phases(trials_db_url: str, queued: dt.datetime, ended: dt.datetime) -> dict[str, float]:
+def phases(
+    trials_db_url: str, queued: dt.datetime, ended: dt.datetime, tasks: list[tuple[Any, ...]]
+) -> dict[str, float]:
     """A DAG run's time in parts, from the trials' own results (when the trainables really ran):
-    queued -> first trial start, the trials' span, last trial end -> run end."""
+    queued -> first trial start, the trials' span, last trial end -> run end; and each task's
+    first start and last end (``TASK_SPANS`` rows), as ``<task_id> start`` and ``<task_id> end``,
+    all in seconds after the run was queued."""
     from airflow_trials.store import TrialStore
 
     store = TrialStore(trials_db_url)
@@ -49,10 +58,17 @@ def phases(trials_db_url: str, queued: dt.datetime, ended: dt.datetime) -> dict[
         store.dispose()
     first = min(r[0]["timestamp"] - r[0]["time_this_iter_s"] for r in results)
     last = max(r[-1]["timestamp"] for r in results)
+    spans = {
+        f"{task_id.rsplit('.', 1)[-1]} {edge}": (_when(when) - queued).total_seconds()
+        for task_id, start, end in tasks
+        for edge, when in (("start", start), ("end", end))
+        if when is not None
+    }
     return {
         "to the first trial": first - queued.timestamp(),
         "trials": last - first,
         "after the last trial": ended.timestamp() - last,
+        **dict(sorted(spans.items(), key=lambda item: item[1])),
     }
 
 
@@ -83,9 +99,10 @@ def run_local(args: argparse.Namespace, tmp: Path) -> tuple[float, dict[str, flo
         mainjob.prepare(stack, api_port=mainjob._free_port())
         mainjob.start_ray(stack, 2 * args.ray_cpus)
         mainjob.start_airflow(stack)
-        _, queued, ended = timed_run(stack, args.timeout_s)
+        run_id, queued, ended = timed_run(stack, args.timeout_s)
         start, end = _when(queued), _when(ended)
-        return (end - start).total_seconds(), phases(stack.trials_db_url, start, end)
+        tasks = mainjob._airflow_db(stack, TASK_SPANS.format(dag="?", run="?"), EXPERIMENT, run_id)
+        return (end - start).total_seconds(), phases(stack.trials_db_url, start, end, tasks)
     finally:
         mainjob.stop(stack)
 
@@ -172,7 +189,10 @@ def run_shape(args: argparse.Namespace, tmp: Path) -> tuple[float, dict[str, flo
             run=run_id,
         )
         shape_s = (ended - queued).total_seconds()
-        shape_phases = phases(shape.addresses.trials_db_url, _when(queued), _when(ended))
+        tasks = shape.metadata_query(
+            TASK_SPANS.format(dag=":dag", run=":run"), dag=EXPERIMENT, run=run_id
+        )
+        shape_phases = phases(shape.addresses.trials_db_url, _when(queued), _when(ended), tasks)
 
         takeover_run = client.trigger(TAKEOVER_DAG)
         concurrent = int(2 * args.ray_cpus / args.cpus_per_trial)
@@ -221,6 +241,11 @@ def main() -> None:
     print(f"{'where the time went (s)':<24}{'LocalExecutor':>14}{'production':>12}")
     for name in PHASES:
         print(f"  {name:<22}{local_phases[name]:14.1f}{shape_phases[name]:12.1f}")
+    print("  timeline (s after the run was queued):")
+    for name in [n for n in local_phases if n not in PHASES]:
+        print(
+            f"    {name:<20}{local_phases[name]:14.1f}{shape_phases.get(name, float('nan')):12.1f}"
+        )
     ratio = shape_s / local_s
     print(
         f"ratio production / LocalExecutor: {ratio:.2f} (target <= 1.10: "

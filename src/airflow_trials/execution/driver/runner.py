@@ -49,7 +49,11 @@ class TrialRunner(RunnerViews):
     :param executor: the :class:`RayTrialExecutor`; default one on ``storage_path`` with
         placement-group reuse (and actor reuse when ``reuse_actors``).
     :param storage_path: used when no executor is given.
-    :param scheduler: a :class:`TrialScheduler`; default :class:`FIFOScheduler`.
+    :param scheduler: a :class:`TrialScheduler`; default :class:`FIFOScheduler`. It judges the
+        searcher's metric: one it has none of takes the searcher's, and one that disagrees is
+        refused here. Beside a searcher of several metrics (``OptunaSearch(metric=[...],
+        mode=[...])``) it judges one of them in the same mode, or none (FIFO): a scheduler without
+        a metric is refused, as it cannot take several (``core/searcher.py`` ``agree_on_metric``).
     :param callbacks: :class:`Callback` objects told about every trial event.
     :param stop: experiment-wide stopping criterion applied to trials without their own.
     :param fail_fast: stop all trials (TERMINATED) on the first trial ERROR; ``"raise"`` raises the
