@@ -86,6 +86,7 @@ class TrialActor:
         autorun: tuple[Any, ...] | None = None,
     ) -> None:
         self._storage = TrialStorage(storage_path, local_log_path)
+        self._storage.prepare_in_background()  # an object store's client, while the trial trains
         self._capture = LogCapture() if capture_output else None
         self._hostname = socket.gethostname()
         self._pid = os.getpid()
