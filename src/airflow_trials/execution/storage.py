@@ -79,10 +79,14 @@ class TrialStorage:
         or the local root."""
         if self.is_local:
             return self.root
-        client_kwargs = getattr(self.fs, "client_kwargs", None) or {}
+        fs = self._fs
+        if fs is None:  # a message about the storage must not fail on making its client
+            with contextlib.suppress(Exception):
+                fs = self.fs
+        client_kwargs = getattr(fs, "client_kwargs", None) or {}
         found = (
             client_kwargs.get("endpoint_url")
-            or getattr(self.fs, "endpoint_url", None)
+            or getattr(fs, "endpoint_url", None)
             or os.environ.get("AWS_ENDPOINT_URL")
         )
         if found:
