@@ -36,6 +36,7 @@ from airflow_trials.core.pareto import (
 )
 from airflow_trials.core.result import AUTO_FIELDS
 from airflow_trials.core.status import TrialStatus
+from airflow_trials.result_rows import best_row, frame_row, with_checkpoints
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -172,7 +173,7 @@ class ResultGrid(Sequence[TrialResult]):
             for t in sorted(trials, key=lambda t: t.trial_id)
         ]
         if not one_metric:  # no best by one score: the newest kept checkpoint
-            results = _with_checkpoints(store, results)
+            results = with_checkpoints(store, results)
         return cls(store, record, metric, mode, results)
 
     # -- Sequence ----------------------------------------------------------------------------
@@ -349,24 +350,10 @@ class ResultGrid(Sequence[TrialResult]):
             pareto = self._metrics_and_modes("get_dataframe", pareto_metric, pareto_mode)
         elif isinstance(self.metric, list) and isinstance(self.mode, list):
             pareto = self.metric, self.mode
-        rows = []
-        for result in self._results:
-            metrics = result.metrics
-            if filter_metric is not None:
-                metrics = (
-                    _best_row(self._store.get_results(result.trial_id), filter_metric, filter_mode)
-                    or {}
-                )
-            rows.append(
-                {
-                    **metrics,
-                    **{f"config/{k}": v for k, v in _flatten(result.config).items()},
-                    "trial_id": result.trial_id,
-                    "status": result.status.value,
-                    "best_checkpoint": result.best_checkpoint,
-                    "latest_checkpoint": result.latest_checkpoint,
-                }
-            )
+        rows = [
+            frame_row(result, self._shown_metrics(result, filter_metric, filter_mode))
+            for result in self._results
+        ]
         frame = pd.DataFrame(rows)
         if pareto is not None:
             by, modes = pareto
@@ -375,6 +362,14 @@ class ResultGrid(Sequence[TrialResult]):
         return frame
 
     # -- internals ---------------------------------------------------------------------------
+    def _shown_metrics(
+        self, result: TrialResult, filter_metric: str | None, filter_mode: str | None
+    ) -> Mapping[str, Any]:
+        """The result a trial's row shows: its last, or its best of ``filter_metric``."""
+        if filter_metric is None:
+            return result.metrics
+        return best_row(self._store.get_results(result.trial_id), filter_metric, filter_mode) or {}
+
     def _metric_and_mode(self, metric: str | None, mode: str | None) -> tuple[str, str]:
         if isinstance(metric, list | tuple) or (metric is None and isinstance(self.metric, list)):
             whose = "given" if metric else f"experiment {self.experiment_name}'s"
@@ -481,39 +476,3 @@ class ResultGrid(Sequence[TrialResult]):
                 if k not in AUTO_FIELDS and isinstance(v, (int, float)) and not isinstance(v, bool)
             }
         )
-
-
-def _with_checkpoints(store: TrialReader, results: list[TrialResult]) -> list[TrialResult]:
-    """Without a metric there is no best by score: best and latest are the newest kept
-    checkpoint."""
-    from dataclasses import replace
-
-    paths = store.best_checkpoint_paths([r.trial_id for r in results], "training_iteration", "max")
-    return [
-        replace(r, best_checkpoint=paths.get(r.trial_id), latest_checkpoint=paths.get(r.trial_id))
-        for r in results
-    ]
-
-
-def _best_row(
-    history: list[dict[str, Any]], metric: str, mode: str | None
-) -> dict[str, Any] | None:
-    sign = 1.0 if mode == "min" else -1.0
-    scored = [
-        (float(r[metric]), r)
-        for r in history
-        if isinstance(r.get(metric), (int, float))
-        and not isinstance(r.get(metric), bool)
-        and math.isfinite(r[metric])
-    ]
-    return min(scored, key=lambda pair: sign * pair[0])[1] if scored else None
-
-
-def _flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for key, value in config.items():
-        if isinstance(value, Mapping):
-            flat.update(_flatten(value, f"{prefix}{key}/"))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat

@@ -84,6 +84,7 @@ LAYERS: Mapping[str, int] = {
     "searchers": 1,
     "trials_db_url": 1,
     "results": 1,
+    "result_rows": 1,
     "execution": 2,
     "plotting": 3,
     "pools": 3,

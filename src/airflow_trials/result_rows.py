@@ -1,0 +1,57 @@
+"""The rows a :class:`~airflow_trials.results.ResultGrid` is read into: each trial's row of
+``get_dataframe``, a history's best row, and the checkpoints shown without one score to rank by."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from airflow_trials.store import TrialReader
+
+
+def frame_row(result: Any, metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """A trial's (a ``TrialResult``'s) row of ``ResultGrid.get_dataframe``: ``metrics``, its
+    config as ``config/<key>`` columns, trial_id, status and checkpoints."""
+    return {
+        **metrics,
+        **{f"config/{k}": v for k, v in _flatten(result.config).items()},
+        "trial_id": result.trial_id,
+        "status": result.status.value,
+        "best_checkpoint": result.best_checkpoint,
+        "latest_checkpoint": result.latest_checkpoint,
+    }
+
+
+def with_checkpoints(store: TrialReader, results: list[Any]) -> list[Any]:
+    """The ``TrialResult``s with, since no one score ranks them, their newest kept checkpoint as
+    both best and latest."""
+    paths = store.best_checkpoint_paths([r.trial_id for r in results], "training_iteration", "max")
+    return [
+        replace(r, best_checkpoint=paths.get(r.trial_id), latest_checkpoint=paths.get(r.trial_id))
+        for r in results
+    ]
+
+
+def best_row(history: list[dict[str, Any]], metric: str, mode: str | None) -> dict[str, Any] | None:
+    sign = 1.0 if mode == "min" else -1.0
+    scored = [
+        (float(r[metric]), r)
+        for r in history
+        if isinstance(r.get(metric), (int, float))
+        and not isinstance(r.get(metric), bool)
+        and math.isfinite(r[metric])
+    ]
+    return min(scored, key=lambda pair: sign * pair[0])[1] if scored else None
+
+
+def _flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, Mapping):
+            flat.update(_flatten(value, f"{prefix}{key}/"))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
