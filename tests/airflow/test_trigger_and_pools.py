@@ -202,6 +202,39 @@ async def test_on_kill_stops_the_trial_unless_its_trigger_only_moved_to_another_
     assert (status == "TERMINATED") is stops
 
 
+async def test_on_kill_of_a_cleared_try_leaves_the_trial_to_the_later_try_already_deferred(
+    trials_env, monkeypatch, capsys
+):
+    """A cleared task's next try may register the trial and defer before the old try's on_kill
+    runs (Airflow does not wait for it): the task reads "deferred" then, yet its trigger did not
+    move. on_kill reads the takeover from the trials DB first, stops nothing and says so."""
+    from types import SimpleNamespace
+
+    from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+
+    from tests.conftest import live_trial_actors
+
+    asked = []
+
+    def task_states(**query):
+        asked.append(query)
+        return {"run1": {"tune.trial_2": "deferred"}}
+
+    monkeypatch.setattr(RuntimeTaskInstance, "get_task_states", staticmethod(task_states))
+    _launch(trials_env, "taken", {"sleep": 0.1}, stop=1000)
+    trials_env.store.update_trial("taken", try_number=2)  # the later try re-attached
+    trigger = TrialTrigger("trig", "taken", poll_interval_seconds=0.05)
+    trigger.task_instance = SimpleNamespace(
+        dag_id="dag", run_id="run1", task_id="tune.trial", map_index=2, try_number=1
+    )
+    await trigger.on_kill()
+    await trigger.cleanup()
+    assert asked == []  # the takeover decides; the task's state is not read
+    assert "a later try took the trial over, leaving it running" in capsys.readouterr().out
+    assert live_trial_actors() == ["trial.trig.taken"]
+    assert trials_env.store.get_trial("taken").status.value != "TERMINATED"
+
+
 async def test_on_kill_before_run_attached_still_stops_the_trial(trials_env):
     from tests.conftest import live_trial_actors
 

@@ -154,8 +154,8 @@ class TrialsTrigger(BaseTrigger):
         state = (states.get(ti.run_id) or {}).get(key)
         if state == "deferred":
             self.log.info(
-                "Task %s is still deferred: its trigger moved to another triggerer, which "
-                "watches on; nothing is stopped.",
+                "Task %s is deferred: its trigger moved to another triggerer, or a newer try "
+                "deferred; that one watches on, and nothing is stopped.",
                 ti.task_id,
             )
             return True
@@ -255,21 +255,21 @@ class TrialTrigger(TrialsTrigger):
         when the trigger moves to another triggerer, where it does nothing
         (:meth:`moved_to_another_triggerer`).
         """
-        if await self.moved_to_another_triggerer():
-            return
         store = await self.connect()
         # Fenced by the try number: Airflow may start the task's next try before this runs, and
-        # a stop sent by try N must never end the trial that try N+1 took over.
+        # a stop sent by try N must never end the trial that try N+1 took over. That try may be
+        # deferred already, so the takeover is read before the task's state.
         try_number = getattr(self.task_instance, "try_number", None)
+        if await asyncio.to_thread(_taken_over_by_a_later_try, store, self.trial_id, try_number):
+            self._log_taken_over()
+            return
+        if await self.moved_to_another_triggerer():
+            return
         stopped = await asyncio.to_thread(
             TrialsHook.record_stop_from_airflow, store, self.trial_id, try_number
         )
         if not stopped:
-            self.log.info(
-                "Task of trial %s was cleared; a later try took the trial over, leaving "
-                "it running.",
-                self.trial_id,
-            )
+            self._log_taken_over()
             return
         self.log.info(
             "Task of trial %s was cleared or marked while deferred; stopping the trial on Ray.",
@@ -278,11 +278,26 @@ class TrialTrigger(TrialsTrigger):
         watch = self._watch or self._new_watch(store)
         await watch.release()  # the actor it watched, never one a later try started
 
+    def _log_taken_over(self) -> None:
+        self.log.info(
+            "Task of trial %s was cleared; a later try took the trial over, leaving it running.",
+            self.trial_id,
+        )
+
     async def cleanup(self) -> None:
         """Stop polling and free the store's connections (never the trial: see :meth:`on_kill`)."""
         if self._watch is not None:
             self._watch.close()
         await super().cleanup()
+
+
+def _taken_over_by_a_later_try(store: Any, trial_id: str, try_number: int | None) -> bool:
+    """Whether a try after ``try_number`` registered the trial (its task was cleared and the new
+    try re-attached): the old try's ``on_kill`` then leaves it alone, whatever the task's state."""
+    if try_number is None:
+        return False
+    registered = store.get_trial(trial_id).try_number
+    return registered is not None and registered > try_number
 
 
 def trials_status(
