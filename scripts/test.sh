@@ -4,8 +4,8 @@
 #
 # With AIRFLOW_TRIALS_FAULT_TESTS=1 and no test paths among the arguments (the whole suite, as CI
 # runs it), the fault suite (tests/faults: whole stacks, mostly waiting on them) runs in a second
-# pytest process beside the other tests (its production-shape module after them, in the first),
-# then tests/system runs alone: its demo finds "the" Ray of
+# pytest process beside the other tests (two of its modules with their own stacks after them, in
+# the first, so that both take about as long), then tests/system runs alone: its demo finds "the" Ray of
 # the machine by scanning for Ray processes, which must see no other cluster. Every fault stack and
 # test Ray has its own ports and temp dir, and PostgreSQL tests their own schema or database.
 set -uo pipefail
@@ -39,19 +39,20 @@ if [ "${AIRFLOW_TRIALS_FAULT_TESTS:-}" != "1" ] || [ "$paths_given" -eq 1 ]; the
     exit $?
 fi
 
-# The production shape's module (a dozen processes, about 10 minutes) runs after the other tests in
-# the first process, so that the two processes take about as long.
-shape_tests=tests/faults/test_production_shape.py
+# Two fault modules that start stacks of their own (about 8 minutes on 2 cores) run after the other
+# tests in the first process; the rest of tests/faults, the production shape's module included
+# (a dozen processes, about 10 minutes), in the second. Both processes then take about as long.
+moved_faults=(tests/faults/test_checkpoints_kept.py tests/faults/test_trials_db_drops.py)
 faults_log="$(mktemp -t airflow_trials_faults.XXXXXX.log)"
 echo "[test.sh] tests/faults runs in a second pytest process beside the others; its output follows theirs." >&2
-run_pytest tests/faults --ignore="$shape_tests" "$@" >"$faults_log" 2>&1 &
+run_pytest tests/faults "${moved_faults[@]/#/--ignore=}" "$@" >"$faults_log" 2>&1 &
 faults_pid=$!
 trap 'kill -- "$faults_pid" 2>/dev/null; pkill -P "$faults_pid" 2>/dev/null' INT TERM
 run_pytest tests --ignore=tests/faults --ignore=tests/system "$@"
 rest_rc=$?
-run_pytest "$shape_tests" "$@"
-shape_rc=$?
-[ "$rest_rc" -eq 0 ] && rest_rc=$shape_rc
+run_pytest "${moved_faults[@]}" "$@"
+moved_rc=$?
+[ "$rest_rc" -eq 0 ] && rest_rc=$moved_rc
 wait "$faults_pid"
 faults_rc=$?
 trap - INT TERM
@@ -60,5 +61,5 @@ cat "$faults_log"
 rm -f "$faults_log"
 run_pytest tests/system "$@"
 system_rc=$?
-echo "[test.sh] exit codes: other tests $rest_rc (the production shape $shape_rc), tests/faults $faults_rc, tests/system $system_rc" >&2
+echo "[test.sh] exit codes: other tests $rest_rc (the two fault modules after them $moved_rc), tests/faults $faults_rc, tests/system $system_rc" >&2
 [ "$rest_rc" -eq 0 ] && [ "$faults_rc" -eq 0 ] && [ "$system_rc" -eq 0 ]

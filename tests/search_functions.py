@@ -35,3 +35,8 @@ def not_json(config):
 
 
 NOT_CALLABLE = 3
+
+
+def inverse_scale(config):
+    """``1 / scale``: ties a trial's cost to its scale (tests.trainables:two_metrics)."""
+    return 1.0 / config["scale"]

@@ -197,3 +197,9 @@ def logged(config):
             f.write(f"start {i}\n")
         time.sleep(config.get("sleep", 0.0))
         airflow_trials.report(score=float(i), checkpoint={"i": i})
+
+
+def two_metrics(config):
+    """Reports ``score = i * scale`` (to maximise) and a constant ``cost`` (to minimise) forever."""
+    for i in range(1, 10_000):
+        airflow_trials.report(score=i * config["scale"], cost=config["cost"])

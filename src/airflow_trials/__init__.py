@@ -14,6 +14,7 @@ from airflow_trials.core.callback import Callback
 from airflow_trials.core.checkpoint import CheckpointManager, CheckpointRecord
 from airflow_trials.core.hyperband import HyperBandScheduler
 from airflow_trials.core.median_stopping import MedianStoppingRule
+from airflow_trials.core.moasha import MOASHA
 from airflow_trials.core.parameters import TrainableWithParameters, with_parameters
 from airflow_trials.core.pbt import Exploit, PopulationBasedTraining
 from airflow_trials.core.resources import Resources
@@ -148,6 +149,7 @@ __all__ = [
     "HyperBandScheduler",
     "InsufficientResourcesError",
     "InvalidTransitionError",
+    "MOASHA",
     "MedianStoppingRule",
     "OptunaSearch",
     "PopulationBasedTraining",

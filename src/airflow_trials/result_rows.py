@@ -1,8 +1,10 @@
 """The rows a :class:`~airflow_trials.results.ResultGrid` is read into: each trial's row of
-``get_dataframe``, a history's best row, and the checkpoints shown without one score to rank by."""
+``get_dataframe``, a history's best row, the checkpoints shown without one score to rank by, and
+the trials that meet the grid's constraints."""
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping
 from dataclasses import replace
@@ -10,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from airflow_trials.store import TrialReader
+
+log = logging.getLogger(__name__)
 
 
 def frame_row(result: Any, metrics: Mapping[str, Any]) -> dict[str, Any]:
@@ -33,6 +37,25 @@ def with_checkpoints(store: TrialReader, results: list[Any]) -> list[Any]:
         replace(r, best_checkpoint=paths.get(r.trial_id), latest_checkpoint=paths.get(r.trial_id))
         for r in results
     ]
+
+
+def feasible_first(grid: Any, candidates: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
+    """The ``(score, TrialResult)`` candidates of a ``ResultGrid`` that meet its constraints (on
+    their last result); all of them, with a warning, when none does."""
+    if not grid.constraints:
+        return candidates
+    feasible = [pair for pair in candidates if grid.constraints.feasible(pair[1].metrics)]
+    if feasible:
+        return feasible
+    log.warning(
+        "No trial of experiment %s run %s that could be ranked meets the constraints %s; "
+        "ranking all %d of them.",
+        grid.experiment_name,
+        grid.run_key,
+        grid.constraints.spec,
+        len(candidates),
+    )
+    return candidates
 
 
 def best_row(history: list[dict[str, Any]], metric: str, mode: str | None) -> dict[str, Any] | None:

@@ -16,6 +16,10 @@ way::
 
 With several metrics there is no single best trial: ``grid.get_pareto_front(["val_acc",
 "latency"], ["max", "min"])`` returns the trials no other trial beats on every metric.
+
+With the search's constraints (``ResultGrid.from_db(..., constraints=["latency <= 5.0"])``),
+``get_dataframe`` has a ``feasible`` column, and an infeasible trial neither wins
+``get_best_result`` nor is on the Pareto front while a feasible one is there.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from airflow_trials.core.constraints import Constraints, constrained_ranks
 from airflow_trials.core.pareto import (
     MetricSpec,
     ModeSpec,
@@ -36,7 +41,7 @@ from airflow_trials.core.pareto import (
 )
 from airflow_trials.core.result import AUTO_FIELDS
 from airflow_trials.core.status import TrialStatus
-from airflow_trials.result_rows import best_row, frame_row, with_checkpoints
+from airflow_trials.result_rows import best_row, feasible_first, frame_row, with_checkpoints
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -95,6 +100,10 @@ class ResultGrid(Sequence[TrialResult]):
     :param mode: its mode, ``"min"`` or ``"max"``, or the list of one per metric; None when not
         recorded.
     :param results: the trials, ordered by trial id.
+    :param constraints: the search's constraints (``["latency <= 5.0"]``,
+        :mod:`airflow_trials.core.constraints`), judged on each trial's last result: an
+        infeasible trial does not win :meth:`get_best_result` nor sit on the Pareto front while a
+        feasible one is there, and ``get_dataframe`` gets a ``feasible`` column. Default none.
     """
 
     def __init__(
@@ -104,7 +113,9 @@ class ResultGrid(Sequence[TrialResult]):
         metric: MetricSpec | None,
         mode: ModeSpec | None,
         results: list[TrialResult],
+        constraints: Sequence[str] | Constraints | None = None,
     ) -> None:
+        self.constraints = Constraints.parse(constraints, "ResultGrid")
         self._store = store
         self.run = run
         self.experiment_name = run.experiment_name
@@ -122,6 +133,7 @@ class ResultGrid(Sequence[TrialResult]):
         db_url: str | None = None,
         trials_conn_id: str = "trials_default",
         store: TrialReader | TrialStore | None = None,
+        constraints: Sequence[str] | Constraints | None = None,
     ) -> ResultGrid:
         """The run's trials as the trials DB holds them.
 
@@ -131,8 +143,16 @@ class ResultGrid(Sequence[TrialResult]):
             connection, else ``AIRFLOW_TRIALS_DB_URL``, else the default SQLite file).
         :param trials_conn_id: the connection; default ``trials_default``.
         :param store: an open store (or its reader) to read instead of ``db_url``.
+        :param constraints: the search's constraints, as given to ``OptunaSearch(constraints=)``;
+            default: those the trials DB records for the experiment (``tuning_experiment`` and
+            ``TrialsDbCallback`` record the searcher's), none when it records none. ``[]``: judge
+            no constraint.
         :raises ExperimentNotFoundError: no such experiment or run.
+        :raises ValueError: a constraint that is not ``"<metric> <= <number>"`` or ``>=``.
         """
+        given = (
+            None if constraints is None else Constraints.parse(constraints, "ResultGrid.from_db")
+        )
         from airflow_trials.store import TrialReader, TrialStore
 
         if store is None:
@@ -174,7 +194,8 @@ class ResultGrid(Sequence[TrialResult]):
         ]
         if not one_metric:  # no best by one score: the newest kept checkpoint
             results = with_checkpoints(store, results)
-        return cls(store, record, metric, mode, results)
+        checked = experiment.parsed_constraints() if given is None else given
+        return cls(store, record, metric, mode, results, checked)
 
     # -- Sequence ----------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -221,6 +242,9 @@ class ResultGrid(Sequence[TrialResult]):
         that ended in ERROR, or has not ended yet, can be the best. ``select_best`` ranks the
         TERMINATED trials only; ``scope="all", terminated_only=True`` gives its trial.
 
+        With the grid's ``constraints``, only the feasible trials are ranked while there is one
+        (with none feasible, every trial is, and a warning says so).
+
         With several metrics there is no single best trial (nor in Ray Tune): a list of metrics,
         or no metric on a grid whose experiment records several, raises a ValueError pointing to
         :meth:`get_pareto_front`; one of those metrics, given alone, is ranked in its recorded
@@ -249,7 +273,9 @@ class ResultGrid(Sequence[TrialResult]):
             if (value := values.get(result.trial_id)) is not None
             and not (filter_nan_and_inf and not math.isfinite(value))
         ]
-        candidates = self._candidates(scored, metric, filter_nan_and_inf, terminated_only)
+        candidates = feasible_first(
+            self, self._candidates(scored, metric, filter_nan_and_inf, terminated_only)
+        )
         sign = 1.0 if mode == "min" else -1.0
         return min(candidates, key=lambda pair: (sign * pair[0], pair[1].trial_id))[1]
 
@@ -268,7 +294,8 @@ class ResultGrid(Sequence[TrialResult]):
         ``pareto_rank`` column).
 
         Like :meth:`get_best_result`, it compares every trial that reported the metrics, whatever
-        its status, unless ``terminated_only``; equal trials are on the front together::
+        its status, unless ``terminated_only``, and with the grid's ``constraints`` only the
+        feasible ones while there is one; equal trials are on the front together::
 
             front = grid.get_pareto_front(["val_acc", "latency"], ["max", "min"])
             print([(r.trial_id, r.metrics["val_acc"], r.metrics["latency"]) for r in front])
@@ -303,7 +330,9 @@ class ResultGrid(Sequence[TrialResult]):
                 row := [result.metrics.get(m) for m in metrics], finite_only=filter_nan_and_inf
             )
         ]
-        candidates = self._candidates(scored, metrics, filter_nan_and_inf, terminated_only)
+        candidates = feasible_first(
+            self, self._candidates(scored, metrics, filter_nan_and_inf, terminated_only)
+        )
         ranks = pareto_ranks([row for row, _ in candidates], modes, finite_only=filter_nan_and_inf)
         return [result for rank, (_, result) in zip(ranks, candidates, strict=True) if rank == 0]
 
@@ -325,6 +354,10 @@ class ResultGrid(Sequence[TrialResult]):
         are removed, and so on; missing (``<NA>``) for a row without a finite value of every
         metric. It is there when the experiment records several metrics, or ``pareto_metric`` is
         given; one metric gives the same frame as always.
+
+        With the grid's ``constraints``, a ``feasible`` column says whether each row meets them
+        all (False for a row that does not report a constrained metric), and ``pareto_rank`` ranks
+        the feasible rows first (:func:`~airflow_trials.core.constraints.constrained_ranks`).
 
         :param filter_metric: with ``filter_mode``, each trial's row is its result with the best
             value of this metric instead of its last result.
@@ -355,9 +388,17 @@ class ResultGrid(Sequence[TrialResult]):
             for result in self._results
         ]
         frame = pd.DataFrame(rows)
+        feasible = [self.constraints.feasible(row) for row in rows]
+        if self.constraints:
+            frame["feasible"] = pd.array(feasible, dtype=bool)
         if pareto is not None:
             by, modes = pareto
-            ranks = pareto_ranks([[row.get(m) for m in by] for row in rows], modes)
+            values = [[row.get(m) for m in by] for row in rows]
+            ranks = (
+                constrained_ranks(values, modes, feasible)
+                if self.constraints
+                else pareto_ranks(values, modes)
+            )
             frame["pareto_rank"] = pd.array(ranks, dtype="Int64")
         return frame
 

@@ -179,7 +179,7 @@ def test_a_retry_of_a_trial_asha_stopped_reports_its_stored_end(trials_env):
     [
         (
             HyperBandScheduler(metric="score", mode="max"),
-            r"takes scheduler=ASHAScheduler\(\.\.\.\) or "
+            r"takes scheduler=ASHAScheduler\(\.\.\.\), MOASHA\(\.\.\.\) or "
             r"MedianStoppingRule\(\.\.\.\) only, got "
             r"HyperBandScheduler.*run them on the TrialRunner",
         ),

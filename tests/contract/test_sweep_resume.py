@@ -116,10 +116,11 @@ class SweepResumeContract:
         ]
         assert resumable.to_ask == IDS[4:] and resumable.asked == 3 and resumable.done == 3
         assert resumable.best == (0.0025, IDS[0])
+        # Each with its last result, which a searcher with constraints computes their values from.
         assert resumable.ended == [
-            (IDS[0], {"x": 0.35}, 0.0025),
-            (IDS[1], {"x": 0.1}, 0.04),
-            (IDS[2], {"x": 0.2}, None),
+            (IDS[0], {"x": 0.35}, 0.0025, {"loss": 0.0025, "training_iteration": 1}),
+            (IDS[1], {"x": 0.1}, 0.04, {"loss": 0.04, "training_iteration": 1}),
+            (IDS[2], {"x": 0.2}, None, {"loss": 1.0, "training_iteration": 1}),
         ]
 
         search = sweep_search(the_spec, resumable)

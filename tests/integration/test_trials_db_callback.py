@@ -273,3 +273,50 @@ def test_a_runner_deletes_a_dropped_checkpoint_only_once_the_trials_db_no_longer
             )
     finally:
         probe.store.dispose()
+
+
+def test_a_runner_of_several_metrics_records_them_for_its_pareto_front(
+    ray_cluster, storage, db_url
+):
+    from airflow_trials import OptunaSearch
+    from airflow_trials.core.search import uniform
+
+    metric, mode = ["score", "cost"], ["max", "min"]
+    recorder = TrialsDbCallback(metric=metric, mode=mode, db_url=db_url, run_key="two-1")
+    runner = TrialRunner(
+        "two-exp",
+        storage_path=storage,
+        callbacks=[recorder],
+        wait_timeout_s=10.0,
+        search_alg=OptunaSearch(
+            {"scale": uniform(0.1, 2.0), "cost": uniform(0.0, 1.0)},
+            metric=metric,
+            mode=mode,
+            seed=0,
+        ),
+        num_samples=4,
+        trainable="tests.trainables:two_metrics",
+        trial_kwargs={"resources": {"cpu": 0.5}, "stopping_criterion": {"training_iteration": 2}},
+    )
+    runner.run()
+
+    store = TrialStore(db_url)
+    try:
+        experiment = store.get_experiment("two-exp")
+        assert (experiment.metrics, experiment.modes, experiment.mode) == (metric, mode, None)
+    finally:
+        store.dispose()
+    grid = recorder.result_grid()
+    assert (grid.metric, grid.mode) == (metric, mode)
+    values = {r.trial_id: (r.metrics["score"], r.metrics["cost"]) for r in grid}
+    assert len(values) == 4 and grid.num_terminated == 4
+    front = {r.trial_id for r in grid.get_pareto_front()}  # the recorded metrics by default
+    assert front == {
+        i
+        for i, (score, cost) in values.items()
+        if not any(
+            s >= score and c <= cost and (s, c) != (score, cost)
+            for j, (s, c) in values.items()
+            if j != i
+        )
+    }

@@ -161,3 +161,36 @@ def test_the_bracket_is_drawn_from_the_ids_the_same_on_every_try():
     assert judged_rule(None, "trial", None, "t1") == (None, 0)
     with pytest.raises(ValueError, match="needs experiment_run_id"):
         judged_rule(settings, "trial", None, "t1")
+
+
+def test_a_constrained_search_asks_after_the_ended_trials_with_their_last_results():
+    from airflow_trials.operators.tuning import suggested_config
+
+    class Recording(OptunaSearch):
+        def suggest_after(self, trial_id, finished, index, seed):
+            self.asked_after = list(finished)
+            return super().suggest_after(trial_id, finished, index, seed)
+
+    def record(trial_id, status, config, last=None):
+        return SimpleNamespace(trial_id=trial_id, status=status, config=config, last_result=last)
+
+    fast = {"loss": 0.4, "latency": 2.0, "training_iteration": 3}
+    slow = {"loss": 0.1, "latency": 9.0, "training_iteration": 3}
+    trials = [
+        record("a", TrialStatus.TERMINATED, {"x": 0.1, "act": "relu", "fixed": 7}, fast),
+        record("b", TrialStatus.TERMINATED, {"x": 0.2, "act": "gelu", "fixed": 7}, slow),
+        record("c", TrialStatus.ERROR, {"x": 0.3, "act": "tanh", "fixed": 7}, None),
+        record("me", TrialStatus.PENDING, {}, None),
+    ]
+    store = SimpleNamespace(list_trials=lambda experiment_run_id: trials)
+    search = airflow_searcher(Recording(constraints=["latency <= 5"]), SPACE, "loss", "min")
+    config = suggested_config(store, search, 1, "me", index=3)
+    assert set(config) == {"x", "act", "fixed"} and 0.0 <= config["x"] <= 1.0
+    assert search.asked_after == [
+        ({"x": 0.1, "act": "relu", "fixed": 7}, 0.4, fast),
+        ({"x": 0.2, "act": "gelu", "fixed": 7}, 0.1, slow),
+        ({"x": 0.3, "act": "tanh", "fixed": 7}, None, {}),
+    ]
+    # Told by value only, the same search refuses: it cannot compute the constraints.
+    with pytest.raises(ValueError, match="comes without its last result"):
+        search.suggest_after("me", [(c, v) for c, v, _ in search.asked_after], 3, seed=1)

@@ -385,3 +385,54 @@ def test_a_search_driver_with_trial_ids_needs_one_per_sample_and_a_searcher_that
         TrialRunner(
             "exp", executor=LocalExecutor("/tmp", lambda c: 0.0), search_alg=driver, num_samples=3
         )
+
+
+def test_a_resumed_constrained_search_learns_the_ended_trials_constraints_from_their_results(
+    caplog,
+):
+    """The sweep driver hands each ended trial's last result on a resume: a constrained
+    OptunaSearch sets their constraint values, rather than count them feasible (with a
+    warning) as it must for a trial told by value only."""
+    from airflow_trials import OptunaSearch
+
+    searcher = OptunaSearch({"x": uniform(0.0, 1.0)}, "loss", "min", constraints=["latency <= 5"])
+    driver = SearchDriver(searcher, 1, "tests.trainables:quadratic", {}, "exp", trial_ids=["r2"])
+    driver.resume(
+        [
+            ("r0", {"x": 0.1}, 0.04, {"loss": 0.04, "latency": 9.0}),
+            ("r1", {"x": 0.9}, 0.36, {"loss": 0.36, "latency": 1.0}),
+            ("r3", {"x": 0.5}, 0.04),  # by value only: counted feasible, and said so
+        ],
+        [],
+        asked=0,
+    )
+    constraints = [t.constraints for t in searcher.study.trials]
+    assert constraints == [{"latency <= 5.0": 4.0}, {"latency <= 5.0": -4.0}, {}]
+    assert "was added without its result" in caplog.text
+
+
+@pytest.mark.parametrize(("own", "recorded"), [(None, ["loss <= 0.05"]), ([], [])])
+def test_the_trials_db_callback_records_the_runner_s_search_constraints(tmp_path, own, recorded):
+    """TrialRunner hands a constrained search's constraints to its TrialsDbCallback, which records
+    them with the experiment, so the leaderboard judges each trial; constraints= of the callback's
+    own (none here) win."""
+    from airflow_trials import OptunaSearch, TrialsDbCallback
+    from airflow_trials.store import TrialStore
+
+    store = TrialStore(f"sqlite:///{tmp_path / 'trials.db'}", create=True)
+    try:
+        search = OptunaSearch(
+            {"x": uniform(0.0, 1.0)}, "loss", "min", seed=0, constraints=["loss <= 0.05"]
+        )
+        recorder = TrialsDbCallback(metric="loss", mode="min", store=store, constraints=own)
+        runner, _ = _runner(tmp_path / "storage", search, 4, callbacks=[recorder])
+        trials = runner.run()
+        assert store.get_experiment("exp").constraint_spec == recorded
+        board = store.leaderboard(recorder.experiment_run_id, "loss", "min")
+        if recorded:
+            judged = {r.trial_id: r.feasible for r in board}
+            assert judged == {t.trial_id: t.last_result["loss"] <= 0.05 for t in trials}
+        else:
+            assert {r.feasible for r in board} == {None}
+    finally:
+        store.dispose()

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
+from airflow_trials.cli.boards import leaderboard_rows, print_pareto_leaderboard
 from airflow_trials.cli.common import (
     AsJson,
     CliError,
@@ -18,13 +19,21 @@ from airflow_trials.cli.common import (
     app,
     db_app,
     guard,
-    metric_and_mode,
     out,
     output_format,
     pool_app,
+    recorded_metrics,
     resolve_run,
+    several_metrics,
 )
-from airflow_trials.cli.output import OutputFormat, emit, leaderboard_cells, number, print_document
+from airflow_trials.cli.output import (
+    OutputFormat,
+    emit,
+    jsonable,
+    leaderboard_cells,
+    number,
+    print_document,
+)
 from airflow_trials.cli.trials_db import checked_url, open_for_reading, resolve_db_url
 
 _TIME = "%Y-%m-%d %H:%M"
@@ -102,11 +111,13 @@ def experiments(
         store = open_for_reading(ctx, db_url)
         records = store.list_experiments()
         runs_per_experiment = _count_by(r.experiment_name for r in store.list_experiment_runs())
+        # Several metrics as their lists (stored as one JSON string); one metric as it is.
+        goals = {e.name: recorded_metrics(store, e.name) for e in records}
         rows = [
             [
                 e.name,
-                e.metric or "-",
-                e.mode or "-",
+                _listed(goals[e.name][0]),
+                _listed(goals[e.name][1]),
                 str(runs_per_experiment.get(e.name, 0)),
                 e.created_at.strftime(_TIME),
             ]
@@ -115,7 +126,10 @@ def experiments(
         emit(
             out,
             fmt,
-            records,
+            [
+                {**jsonable(e), "metric": goals[e.name][0], "mode": goals[e.name][1]}
+                for e in records
+            ],
             ["experiment", "metric", "mode", "runs", "created"],
             rows,
             empty=f"No experiments yet in the trials DB at {safe_url(store.url)}: no experiment "
@@ -168,43 +182,17 @@ def runs(
     guard(body)
 
 
+def _listed(value: str | list[str] | None) -> str:
+    if isinstance(value, list):
+        return ", ".join(value)
+    return value or "-"
+
+
 def _count_by(keys: Any) -> dict[Any, int]:
     counts: dict[Any, int] = {}
     for key in keys:
         counts[key] = counts.get(key, 0) + 1
     return counts
-
-
-def _leaderboard_rows(
-    store: Any, experiment: str, run: str, metric: str | None, mode: str | None, limit: int | None
-) -> tuple[Any, str, str, list[Any]]:
-    exp_run = resolve_run(store, experiment, run)
-    metric, mode = metric_and_mode(store, experiment, metric, mode)
-    board = store.leaderboard(exp_run.id, metric, mode, limit=limit)
-    if board and all(r.best_value is None for r in board):
-        reported = _reported_metrics(store, exp_run.id)
-        if reported:  # results exist, none with this metric: a typo, not a run that has not started
-            raise CliError(
-                f"No trial of {experiment} run {exp_run.run_key} reported metric {metric!r}; its "
-                "trials "
-                f"report {', '.join(reported)}. Pass --metric with one of them."
-            )
-    return exp_run, metric, mode, board
-
-
-def _reported_metrics(store: Any, experiment_run_id: int) -> list[str]:
-    """The numeric metrics in the run's trials' last results (engine fields aside)."""
-    from airflow_trials.core.result import AUTO_FIELDS
-
-    names = {
-        key
-        for trial in store.list_trials(experiment_run_id=experiment_run_id)
-        for key, value in (trial.last_result or {}).items()
-        if isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and key not in AUTO_FIELDS
-    }
-    return sorted(names)
 
 
 EarlyStopped = Annotated[
@@ -236,7 +224,11 @@ def trials(
 
         fmt = output_format(output, as_json)
         store = open_for_reading(ctx, db_url)
-        exp_run, metric, _, board = _leaderboard_rows(store, experiment, run, None, None, None)
+        several = several_metrics(store, experiment, None, None)
+        first, first_mode = (several[0][0], several[1][0]) if several else (None, None)
+        exp_run, metric, _, board = leaderboard_rows(
+            store, experiment, run, first, first_mode, None
+        )
         rows = _trial_rows(
             store, exp_run.id, metric, board, fmt in (OutputFormat.JSON, OutputFormat.YAML)
         )
@@ -350,12 +342,20 @@ def leaderboard(
     output: Output = None,
     as_json: AsJson = False,
 ) -> None:
-    """Rank a run's trials by their best value of the metric."""
+    """Rank a run's trials by their best value of the metric. Of an experiment with several
+    metrics (and no --metric), rank them by Pareto rank (0 = the front) over each trial's last
+    result, then by the first metric in its mode, then by trial id. Of an experiment with
+    constraints, the trials whose last result meets them come first (a feasible column)."""
 
     def body() -> None:
         fmt = output_format(output, as_json)
         store = open_for_reading(ctx, db_url)
-        exp_run, metric_, mode_, board = _leaderboard_rows(
+        several = several_metrics(store, experiment, metric, mode)
+        if several is not None:
+            exp_run = resolve_run(store, experiment, run)
+            print_pareto_leaderboard(store, fmt, experiment, exp_run, *several, limit)
+            return
+        exp_run, metric_, mode_, board = leaderboard_rows(
             store, experiment, run, metric, mode, limit
         )
         columns, rows = leaderboard_cells(board, metric_, mode_)
@@ -367,6 +367,7 @@ def leaderboard(
                 "run_key": exp_run.run_key,
                 "metric": metric_,
                 "mode": mode_,
+                "constraints": store.get_experiment(experiment).constraint_spec,
                 "rows": board,
             },
             columns,
@@ -419,7 +420,7 @@ def plot(
         fmt = output_format(output, as_json)
         target = _png_path(out_path)
         store = open_for_reading(ctx, db_url)
-        exp_run, metric_, mode_, board = _leaderboard_rows(
+        exp_run, metric_, mode_, board = leaderboard_rows(
             store, experiment, run, metric, None, None
         )
         results = {

@@ -112,15 +112,55 @@ def resolve_run(store: Any, experiment: str, run: str) -> Any:
     return store.resolve_run(experiment, run)
 
 
+def recorded_metrics(store: Any, experiment: str) -> tuple[Any, Any]:
+    """The experiment's metric and mode as recorded: one as strings; several as their lists of
+    names and modes (:func:`~airflow_trials.core.pareto.decode_metrics`); None when not set."""
+    from airflow_trials.core.pareto import decode_metrics
+
+    record = next((e for e in store.list_experiments() if e.name == experiment), None)
+    return decode_metrics(record.metric, record.mode) if record else (None, None)
+
+
+def several_metrics(
+    store: Any, experiment: str, metric: str | None, mode: str | None
+) -> tuple[list[str], list[str]] | None:
+    """The experiment's several metrics and their modes, when it records several and no
+    ``--metric`` picks one of them; None otherwise (then :func:`metric_and_mode`)."""
+    names, modes = recorded_metrics(store, experiment)
+    if metric or not isinstance(names, list) or not isinstance(modes, list):
+        return None
+    if mode is not None:
+        raise CliError(
+            f"--mode {mode} goes with --metric: experiment {experiment!r} ranks trials by "
+            f"several metrics ({_goals(names, modes)}) at once; pass --metric with one of them "
+            "to rank by it alone, or leave out --mode."
+        )
+    return names, modes
+
+
 def metric_and_mode(
     store: Any, experiment: str, metric: str | None, mode: str | None
 ) -> tuple[str, str]:
-    """The metric and mode given, else the experiment's."""
-    record = next((e for e in store.list_experiments() if e.name == experiment), None)
-    metric = metric or (record.metric if record else None)
-    mode = mode or (record.mode if record else None) or "min"
+    """The metric and mode given, else the experiment's. Of an experiment with several metrics,
+    ``metric`` must name one; its mode is then the experiment's for it, unless given."""
+    recorded, recorded_mode = recorded_metrics(store, experiment)
+    if isinstance(recorded, list) and isinstance(recorded_mode, list):
+        if not metric:
+            raise CliError(
+                f"Experiment {experiment!r} ranks trials by several metrics "
+                f"({_goals(recorded, recorded_mode)}); pass --metric with one of them."
+            )
+        if mode is None and metric in recorded:
+            mode = recorded_mode[recorded.index(metric)]
+        recorded = recorded_mode = None
+    metric = metric or recorded
+    mode = mode or recorded_mode or "min"
     if not metric:
         raise CliError(f"Experiment {experiment!r} has no metric recorded; pass --metric.")
     if mode not in ("min", "max"):
         raise CliError(f"--mode must be 'min' or 'max', got {mode!r}.")
     return metric, mode
+
+
+def _goals(metrics: list[str], modes: list[str]) -> str:
+    return ", ".join(f"{mode} {metric}" for metric, mode in zip(metrics, modes, strict=True))

@@ -103,8 +103,10 @@ def emit(
 def leaderboard_cells(
     board: Sequence[Any], metric: str, mode: str
 ) -> tuple[list[str], list[list[str]]]:
-    """Columns and rows of a leaderboard, configs flattened into columns."""
+    """Columns and rows of a leaderboard, configs flattened into columns; a ``feasible`` column
+    when the experiment has constraints (its rows say whether they meet them)."""
     keys = sorted({k for r in board for k in (r.config or {})})
+    judged = any(r.feasible is not None for r in board)
     columns = [
         "rank",
         "trial",
@@ -112,6 +114,7 @@ def leaderboard_cells(
         "status",
         "failures",
         f"{mode} {metric}",
+        *(["feasible"] if judged else []),
         "iteration",
         "best checkpoint",
     ]
@@ -123,10 +126,50 @@ def leaderboard_cells(
             r.status.value,
             str(r.num_failures),
             number(r.best_value),
+            *([yes_no(r.feasible)] if judged else []),
             "-" if r.best_iteration is None else str(r.best_iteration),
             r.best_checkpoint or "-",
         ]
         for rank, r in enumerate(board, start=1)
+    ]
+    return columns, rows
+
+
+def pareto_cells(board: Any) -> tuple[list[str], list[list[str]]]:
+    """Columns and rows of a leaderboard of several metrics (a ``ParetoBoard``): one column per
+    metric (its value in the trial's last result), the Pareto rank, and ``front`` marking the
+    trials on the front; configs flattened into columns. With the experiment's constraints, a
+    ``feasible`` column."""
+    keys = sorted({k for r in board.rows for k in (r.config or {})})
+    judged = bool(board.constraints)
+    columns = [
+        "rank",
+        "trial",
+        *keys,
+        "status",
+        "failures",
+        *(f"{mode} {metric}" for metric, mode in zip(board.metrics, board.modes, strict=True)),
+        *(["feasible"] if judged else []),
+        "pareto rank",
+        "front",
+        "iteration",
+        "latest checkpoint",
+    ]
+    rows = [
+        [
+            str(rank),
+            r.trial_id,
+            *(_short((r.config or {}).get(k)) for k in keys),
+            r.status.value,
+            str(r.num_failures),
+            *(number(r.values[metric]) for metric in board.metrics),
+            *([yes_no(r.feasible)] if judged else []),
+            "-" if r.pareto_rank is None else str(r.pareto_rank),
+            "yes" if r.on_front else "-",
+            "-" if r.iteration is None else str(r.iteration),
+            r.latest_checkpoint or "-",
+        ]
+        for rank, r in enumerate(board.rows, start=1)
     ]
     return columns, rows
 
@@ -136,6 +179,10 @@ def render_leaderboard(
 ) -> Table:
     """A Rich table of leaderboard rows, configs flattened into columns."""
     return make_table(*leaderboard_cells(board, metric, mode), title=title)
+
+
+def yes_no(flag: bool | None) -> str:
+    return "-" if flag is None else ("yes" if flag else "no")
 
 
 def number(value: float | None) -> str:

@@ -2,17 +2,21 @@
 
 Each trial task is watched by a trigger of its own, so a scheduler that compares trials keeps
 what it compares in the trials store, and the trigger judges each of its trial's results against
-it. Two of Ray Tune's schedulers decide that way, one result of one trial at a time:
+it. Three schedulers decide that way, one result of one trial at a time:
 
 - ``ASHAScheduler`` / ``AsyncHyperBandScheduler``: :class:`~airflow_trials.core.rungs.AshaRungs`
   (one row per trial and rung);
+- ``MOASHA``: :class:`~airflow_trials.core.moasha.MOASHARungs` (one row per trial and rung, its
+  vector of metric values);
 - ``MedianStoppingRule``: :class:`MedianRule` (one running mean per trial and result from
   ``grace_period``).
 
 :func:`judged_scheduler` turns the user's scheduler into one of them, checked against the
-experiment's metric and mode; :func:`judged_from_dict` reads one back from an operator's or a
-trigger's serialized settings. HyperBand and PBT pause and resume trials together, or clone one
-trial into another: a deferred task cannot be paused, so they run on the TrialRunner.
+experiment's metric and mode (MOASHA's: the experiment's lists); :func:`judged_from_dict` reads
+one back from an operator's or a trigger's serialized settings, by the ``RULE_KEY`` that MOASHA's
+and the median rule's carry (ASHA's have none). HyperBand and PBT pause and resume trials
+together, or clone one trial into another: a deferred task cannot be paused, so they run on the
+TrialRunner.
 
 Example::
 
@@ -29,19 +33,21 @@ from typing import Any
 from airflow_trials.core.asha import AsyncHyperBandScheduler
 from airflow_trials.core.median_rule import MEDIAN, RULE_KEY, MedianRule
 from airflow_trials.core.median_stopping import MedianStoppingRule
+from airflow_trials.core.moasha import MOASHA, MOASHA_RULE, MOASHARungs
 from airflow_trials.core.rungs import AshaRungs
 
 __all__ = ["RULE_KEY", "JudgedScheduler", "MedianRule", "judged_from_dict", "judged_scheduler"]
 
-JudgedScheduler = AshaRungs | MedianRule
+JudgedScheduler = AshaRungs | MOASHARungs | MedianRule
 
 
-def judged_scheduler(
-    scheduler: Any, metric: str | None = None, mode: str | None = None
-) -> JudgedScheduler:
+def judged_scheduler(scheduler: Any, metric: Any = None, mode: Any = None) -> JudgedScheduler:
     """The Airflow path's settings of ``scheduler``: its metric and mode, or the experiment's where
-    it has none (as Ray Tune's Tuner fills them from TuneConfig). ValueError, naming the fix, for a
-    scheduler the Airflow path cannot run or one that disagrees with the experiment."""
+    it has none (as Ray Tune's Tuner fills them from TuneConfig; MOASHA's are lists, and must be
+    the experiment's). ValueError, naming the fix, for a scheduler the Airflow path cannot run or
+    one that disagrees with the experiment."""
+    if isinstance(scheduler, MOASHA):
+        return scheduler.rule(metric, mode)
     if isinstance(scheduler, MedianStoppingRule):
         rule = scheduler.rule(metric, mode)
         if not scheduler.hard_stop:
@@ -53,9 +59,10 @@ def judged_scheduler(
         return rule
     if not isinstance(scheduler, AsyncHyperBandScheduler):
         raise ValueError(
-            f"tuning_experiment takes scheduler=ASHAScheduler(...) or MedianStoppingRule(...) "
-            f"only, got {type(scheduler).__name__}: each trial task is judged by its own trigger "
-            "against the state those two keep in the trials DB. HyperBandScheduler and "
+            f"tuning_experiment takes scheduler=ASHAScheduler(...), MOASHA(...) or "
+            f"MedianStoppingRule(...) only, got {type(scheduler).__name__}: each trial task is "
+            "judged by its own trigger against the state those keep in the trials DB. "
+            "HyperBandScheduler and "
             "PopulationBasedTraining pause or clone trials together: run them on the TrialRunner "
             "(docs/engine.md), e.g. from one task."
         )
@@ -63,8 +70,18 @@ def judged_scheduler(
 
 
 def judged_from_dict(settings: dict[str, Any]) -> JudgedScheduler:
-    """A scheduler's settings back from ``to_dict`` (AshaRungs' or MedianRule's)."""
+    """A scheduler's settings back from ``to_dict`` (AshaRungs', MOASHARungs' or MedianRule's);
+    ValueError for a ``RULE_KEY`` none of them writes."""
     values = dict(settings)
-    if values.pop(RULE_KEY, None) == MEDIAN:
+    rule = values.pop(RULE_KEY, None)
+    if rule == MEDIAN:
         return MedianRule(**values)
+    if rule == MOASHA_RULE:
+        return MOASHARungs(**values)
+    if rule is not None:
+        raise ValueError(
+            f"Scheduler settings {settings!r} name {RULE_KEY}={rule!r}, which is not a rule the "
+            f"Airflow path judges by ({MEDIAN!r}, {MOASHA_RULE!r}, or none for ASHA); pass "
+            "the to_dict() of ASHAScheduler's, MOASHA's or MedianStoppingRule's rule."
+        )
     return AshaRungs(**values)

@@ -124,8 +124,9 @@ def pareto_ranks(
 
     The rank of a row is the length of the longest chain of rows dominating one another above
     it; rows sorted lexicographically (a dominating row always comes first) get their ranks in
-    one pass, each compared with the rows before it: O(M N^2) comparisons in NumPy for N rows of
-    M metrics (10,000 rows of 2 metrics in well under a second).
+    one pass: with two metrics by a binary search over each rank's lowest second value
+    (O(N log N); 10,000 rows in milliseconds), with more each compared with the rows before it
+    (O(M N^2) comparisons in NumPy).
 
     :param rows: one sequence of values per row, in the order of ``modes``.
     :param modes: ``"min"`` or ``"max"``, one per metric.
@@ -174,6 +175,9 @@ def _ranks_of(points: list[list[float]], modes: Sequence[str]) -> list[int]:
     # lexicographically, so a row's dominators all come before it, and an earlier row that is
     # no worse on every metric (it differs, being distinct) dominates it.
     distinct, inverse = np.unique(costs, axis=0, return_inverse=True)
+    if distinct.shape[1] == 2:
+        ranked_2d = _ranks_of_two(distinct)
+        return [ranked_2d[i] for i in inverse.reshape(-1)]
     columns = [np.ascontiguousarray(distinct[:, j]) for j in range(distinct.shape[1])]
     ranked = np.zeros(len(distinct), dtype=np.int64)
     for k in range(1, len(distinct)):
@@ -183,6 +187,71 @@ def _ranks_of(points: list[list[float]], modes: Sequence[str]) -> list[int]:
         if dominating.any():
             ranked[k] = ranked[:k][dominating].max() + 1
     return [int(r) for r in ranked[inverse.reshape(-1)]]
+
+
+def _ranks_of_two(distinct: Any) -> list[int]:
+    """:func:`_ranks_of` for two metrics in O(N log N): ``distinct`` holds distinct cost rows
+    sorted lexicographically, so every row before a row has a first cost no higher, and one of
+    them dominates it exactly when its second cost is no higher. ``lowest[f]`` is the lowest
+    second cost among the rows of rank f so far, non-decreasing in f (a row of rank f + 1 has a
+    dominator of rank f, no higher on the second cost), so the ranks of a row's dominators are
+    the prefix of ranks whose ``lowest`` is no higher than its second cost, and its rank is the
+    length of that prefix."""
+    from bisect import bisect_right
+
+    lowest: list[float] = []
+    ranks: list[int] = []
+    for second in distinct[:, 1].tolist():
+        rank = bisect_right(lowest, second)
+        if rank == len(lowest):
+            lowest.append(second)
+        else:
+            lowest[rank] = second  # lower than it was: bisect_right put it before
+        ranks.append(rank)
+    return ranks
+
+
+def scheduler_metric_and_mode(
+    scheduler: Any, metric: MetricSpec | None, mode: ModeSpec | None
+) -> tuple[MetricSpec | None, ModeSpec | None]:
+    """What an experiment of ``metric``/``mode`` hands its scheduler to judge trials by: one
+    metric as it is; several to a scheduler that takes several (its class sets
+    ``takes_several_metrics = True``); else the one of them the scheduler judges by, with its
+    mode, as ``TrialRunner`` pairs a scheduler with a searcher of several metrics.
+
+    :raises ValueError: a scheduler that judges one metric but names none of the experiment's,
+        or names it in the other mode; the message names the scheduler, the metrics and the fix.
+    """
+    if not isinstance(metric, list) or not isinstance(mode, list):
+        return metric, mode
+    if getattr(scheduler, "takes_several_metrics", False):
+        return metric, mode
+    name = type(scheduler).__name__
+    own = getattr(scheduler, "metric", None)
+    fix = (
+        f"give it one of them to stop trials by, e.g. {name}(metric={metric[0]!r}, "
+        f"mode={mode[0]!r}), use a scheduler that takes several metrics (its class sets "
+        "takes_several_metrics = True), or leave scheduler out"
+    )
+    if own is None:
+        raise ValueError(
+            f"The scheduler {name} judges trials by one metric and cannot take several, but the "
+            f"experiment has {metric!r} (modes {mode!r}); {fix}."
+        )
+    if own not in metric:
+        raise ValueError(
+            f"The scheduler {name} judges trials by {own!r}, which is not one of the "
+            f"experiment's metrics {metric!r}; {fix}."
+        )
+    wanted = mode[metric.index(own)]
+    theirs = getattr(scheduler, "mode", None)
+    if theirs and theirs != wanted:
+        raise ValueError(
+            f"The scheduler {name} and the experiment disagree on the mode of {own!r}: "
+            f"{theirs!r} vs {wanted!r} (scheduler vs experiment); give the scheduler "
+            f"mode={wanted!r}, or no mode."
+        )
+    return own, wanted
 
 
 def encode_metrics(

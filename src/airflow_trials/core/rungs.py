@@ -11,9 +11,9 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from airflow_trials.core.rung_math import (
     AT_END_REASON,
@@ -36,16 +36,20 @@ from airflow_trials.core.rung_math import (
 )
 from airflow_trials.core.scheduler import Decision, RecordedVerdict
 
+V = TypeVar("V")
+
 # The rule and its state; the pure functions that tests and callers import from here as well.
 __all__ = [
     "AshaRungs",
     "MemoryRung",
     "MemoryRungs",
+    "MemoryRungsOf",
     "RecordedRung",
     "RungState",
     "RungVerdict",
     "ValueList",
     "asha_rung_decision",
+    "judged_milestones",
     "nan_percentile",
     "rung_cutoff",
     "rung_milestones",
@@ -110,15 +114,48 @@ class MemoryRung:
     reason: str | None
 
 
-class MemoryRungs:
-    """:class:`RungState` in memory: the rungs of the runner's ASHA, like Ray's ``_Bracket``."""
+class MemoryRungsOf(Generic[V]):
+    """Rungs in memory, each trial's value of type ``V`` at each rung in the order recorded (a
+    dict keeps it, as Ray's ``_Bracket`` and Syne Tune's rungs do), one verdict per trial and
+    rung: the runner's ASHA (:class:`MemoryRungs`, one value) and MOASHA
+    (``core/moasha.py`` ``MemoryVectorRungs``, a vector)."""
 
     def __init__(self) -> None:
-        self._values: dict[tuple[int, float], dict[str, float]] = {}
+        self._values: dict[tuple[int, float], dict[str, V]] = {}
         self._trials: dict[str, list[MemoryRung]] = {}
 
     def trial_rungs(self, trial_id: str) -> list[MemoryRung]:
         return self._trials.get(trial_id, [])
+
+    def _record(
+        self,
+        trial_id: str,
+        bracket: int,
+        milestone: float,
+        value: V,
+        iteration: int,
+        at_end: bool,
+        decide: Callable[[list[V]], RungVerdict],
+    ) -> MemoryRung:
+        """Record ``value`` and return ``decide``'s verdict on the values recorded before it;
+        a trial with a value at ``milestone`` already gets its recorded verdict."""
+        recorded = self._trials.setdefault(trial_id, [])
+        for rung in recorded:
+            if rung.milestone == milestone:
+                return rung
+        values = self._values.setdefault((bracket, milestone), {})
+        verdict = decide(list(values.values()))
+        values[trial_id] = value
+        rung = MemoryRung(bracket, milestone, iteration, at_end, verdict.decision, verdict.reason)
+        recorded.append(rung)
+        return rung
+
+    def _recorded(self, bracket: int, milestone: float) -> list[V]:
+        return list(self._values.get((bracket, milestone), {}).values())
+
+
+class MemoryRungs(MemoryRungsOf[float]):
+    """:class:`RungState` in memory: the rungs of the runner's ASHA, like Ray's ``_Bracket``."""
 
     def record(
         self,
@@ -131,19 +168,35 @@ class MemoryRungs:
         at_end: bool,
         decide: RungDecide,
     ) -> MemoryRung:
-        recorded = self._trials.setdefault(trial_id, [])
-        for rung in recorded:
-            if rung.milestone == milestone:
-                return rung
-        values = self._values.setdefault((bracket, milestone), {})
-        verdict = decide(ValueList(values.values()))
-        values[trial_id] = value
-        rung = MemoryRung(bracket, milestone, iteration, at_end, verdict.decision, verdict.reason)
-        recorded.append(rung)
-        return rung
+        return self._record(
+            trial_id,
+            bracket,
+            milestone,
+            value,
+            iteration,
+            at_end,
+            lambda before: decide(ValueList(before)),
+        )
 
     def rung_values(self, bracket: int, milestone: float) -> ValueList:
-        return ValueList(self._values.get((bracket, milestone), {}).values())
+        return ValueList(self._recorded(bracket, milestone))
+
+
+def judged_milestones(
+    recorded: Iterable[RecordedRung], iteration: int, at_end: bool = False
+) -> set[float]:
+    """The milestones where result ``iteration`` of a trial finds a value already: those of its
+    earlier results (at the end, also its last result's own), whatever was recorded after it.
+    Rows without an iteration count as earlier; values recorded when the trial ended do not
+    count."""
+    return {
+        r.milestone
+        for r in recorded
+        if not r.at_end
+        and (
+            r.iteration is None or r.iteration < iteration or (at_end and r.iteration == iteration)
+        )
+    }
 
 
 @dataclass(frozen=True)
@@ -261,17 +314,7 @@ class AshaRungs:
         restart, a retry) reaches the same row, and ``record_rung`` returns its stored verdict.
         Rows without an iteration count as earlier.
         """
-        judged = {
-            r.milestone
-            for r in recorded
-            if not r.at_end
-            and (
-                r.iteration is None
-                or r.iteration < iteration
-                or (at_end and r.iteration == iteration)
-            )
-        }
-        return self.rung_to_judge(bracket, time, judged)
+        return self.rung_to_judge(bracket, time, judged_milestones(recorded, iteration, at_end))
 
     def decide(
         self, bracket: int, time: float, milestone: float, value: float, *, at_end: bool = False

@@ -277,7 +277,9 @@ def agree_on_metric(scheduler: object, searcher: Searcher) -> None:
 
     A searcher that optimises several metrics goes with a scheduler that judges none (FIFO), or
     with one that judges one of them in the same mode: a scheduler without a metric of its own
-    cannot take several, so that is refused, naming the fix (:func:`_agree_on_several`)."""
+    cannot take several, so that is refused, naming the fix (:func:`_agree_on_several`). A
+    scheduler that judges several (``takes_several_metrics``: MOASHA) judges the searcher's, in
+    the same order and modes."""
     if isinstance(searcher.metric, list) and isinstance(searcher.mode, list):
         _agree_on_several(scheduler, searcher, searcher.metric, searcher.mode)
         return
@@ -314,6 +316,9 @@ def _agree_on_several(
     if own is None and setter is None:
         return  # judges no metric, as FIFOScheduler
     name, searcher_name = type(scheduler).__name__, type(searcher).__name__
+    if getattr(scheduler, "takes_several_metrics", False):
+        _agree_on_the_same_several(scheduler, searcher, metrics, modes)
+        return
     fix = (
         f"pass one metric to the scheduler, e.g. {name}(metric={metrics[0]!r}, "
         f"mode={modes[0]!r}), or use FIFOScheduler (the default), which judges no metric"
@@ -339,3 +344,22 @@ def _agree_on_several(
         )
     if not theirs and setter is not None:
         setter(None, wanted)
+
+
+def _agree_on_the_same_several(
+    scheduler: object, searcher: Searcher, metrics: list[str], modes: list[str]
+) -> None:
+    """A scheduler of several metrics (MOASHA) beside a searcher of several: the same metrics in
+    the same order with the same modes; one that has none takes the searcher's."""
+    own, theirs = getattr(scheduler, "metric", None), getattr(scheduler, "mode", None)
+    setter = getattr(scheduler, "set_search_properties", None)
+    if own is None and theirs is None and setter is not None:
+        setter(metrics, modes)
+        return
+    if list(own or []) != metrics or list(theirs or []) != modes:
+        raise ValueError(
+            f"The scheduler {type(scheduler).__name__} judges trials by {own!r} (modes "
+            f"{theirs!r}) but the searcher {type(searcher).__name__} optimises {metrics!r} (modes "
+            f"{modes!r}); give both the same metrics, in the same order with the same modes, or "
+            "set them on one of them only."
+        )

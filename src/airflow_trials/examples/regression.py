@@ -2,8 +2,10 @@
 
 Trainable path: ``airflow_trials.examples.regression:train``. Config keys: ``lr`` (learning rate),
 ``l2`` (weight decay), ``batch_size``, ``seed`` (data and init), ``num_samples`` and
-``num_features`` of the generated data. Reports ``train_loss``, ``val_loss`` and ``val_accuracy``
-per epoch and checkpoints the weights with every report.
+``num_features`` of the generated data. Reports ``train_loss``, ``val_loss``, ``val_accuracy``
+and ``weight_norm`` (the weights' L2 norm: a smaller model, at some cost in accuracy, which
+``l2`` trades off; ``dags/two_objective_tuning.py`` tunes both) per epoch, and checkpoints the
+weights with every report.
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ def train(config: dict[str, Any]) -> None:
             "train_loss": _loss(w, b, x_train, y_train, l2),
             "val_loss": _loss(w, b, x_val, y_val, l2),
             "val_accuracy": float((val_pred == (y_val > 0.5)).mean()),
+            "weight_norm": float(np.sqrt(w @ w)),
             "epoch": epoch,
         }
         airflow_trials.report(metrics, checkpoint={"w": w.tolist(), "b": b, "epoch": epoch})

@@ -10,6 +10,7 @@ from typing import Any
 from airflow.sdk import Asset, TaskGroup, task
 
 from airflow_trials.core.parameters import refuse_in_airflow
+from airflow_trials.core.pareto import MetricSpec, ModeSpec
 from airflow_trials.core.trial import validate_name
 from airflow_trials.core.warm_start import ASSET, WarmStart
 from airflow_trials.experiment.plan import TuningPlan, reconcile_trial_ends
@@ -43,8 +44,8 @@ def tuning_experiment(
     experiment_name: str,
     trainable: str,
     search_space: Mapping[str, Any],
-    metric: str,
-    mode: str = "min",
+    metric: MetricSpec,
+    mode: ModeSpec = "min",
     num_samples: int = 1,
     seed: int | None = None,
     stop: Mapping[str, float] | None = None,
@@ -71,6 +72,7 @@ def tuning_experiment(
     max_concurrent_trials: int | None = None,
     sweep: bool = False,
     warm_start: WarmStart | str | None = None,
+    pick: Mapping[str, Any] | None = None,
 ) -> TaskGroup:
     """Declare a tuning experiment inside a ``with DAG(...)`` block; returns its task group.
 
@@ -88,6 +90,16 @@ def tuning_experiment(
     ``max_concurrent_trials`` caps trials at once, and ``warm_start=WarmStart(...)`` (or
     ``"previous"``, ``"asset"``, a run key) runs an earlier run's best configs first
     (docs/airflow.md).
+
+    **Several metrics.** ``metric=["val_acc", "latency"], mode=["max", "min"]`` (one mode per
+    metric) tunes both, with ``search_alg=OptunaSearch(...)`` (a multi-objective study).
+    ``select_best`` then returns the run's Pareto front (``pareto_front``, ``pareto_ranks``) and
+    the trial ``pick`` chooses from it: ``{"weights": {"val_acc": 1.0, "latency": -0.01}}`` (the
+    highest weighted sum on the front) or ``{"metric": "val_acc", "bounds": {"latency": [None,
+    5.0]}}`` (the best val_acc within the bounds); default ``{"metric": <the first metric>}``
+    (:mod:`airflow_trials.core.pick`). A scheduler judges one of the metrics
+    (``ASHAScheduler(metric="latency")``) unless it takes several (``MOASHA(...)``);
+    ``sweep`` and ``warm_start`` take one metric. Each is checked when the DAG file is parsed.
     """
     validate_name("Experiment name", experiment_name)
     refuse_in_airflow(trainable, f"Experiment {experiment_name}")
@@ -129,6 +141,7 @@ def tuning_experiment(
         sweep=sweep,
         warm_start=WarmStart.of(warm_start),
         gpu_queue=gpu_queue if gpu_queue is not None else default_gpu_queue(),
+        pick=pick,
     )
     with TaskGroup(group_id or experiment_name.replace(".", "_")) as group:
         _declare_tasks(plan)

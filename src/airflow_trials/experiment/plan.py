@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -13,25 +12,27 @@ from typing import Any
 from airflow.sdk import Asset
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_trials.core.fate import Transition
+from airflow_trials.core.constraints import Constraints
 from airflow_trials.core.judged import judged_scheduler
+from airflow_trials.core.pareto import scheduler_metric_and_mode
+from airflow_trials.core.pick import Pick
 from airflow_trials.core.scheduler import experiment_metric_and_mode
 from airflow_trials.core.search import generate_configs
 from airflow_trials.core.trial import Trial
 from airflow_trials.core.warm_start import WarmStart, WarmStartError
+from airflow_trials.experiment.pareto_best import select_pareto_best
 from airflow_trials.experiment.settings import (
     PARAM_SETTINGS,
     ExperimentSettings,
     run_seed,
     trial_ids,
 )
+from airflow_trials.experiment.trial_ends import describe_counts, reconcile_trial_ends
 from airflow_trials.experiment.warm_start_source import WarmSeeds, warm_seeds
 from airflow_trials.hooks.trials import TrialsHook
 from airflow_trials.operators.trial import RunTrialOperator, task_retries
 from airflow_trials.operators.tuning import airflow_searcher
 from airflow_trials.pools import gpu_pool_slots
-
-log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,6 +74,7 @@ class TuningPlan:
     sweep: bool = False
     warm_start: WarmStart | None = None
     gpu_queue: str | None = None
+    pick: Mapping[str, Any] | None = None
     searcher: Any = dataclasses.field(
         default=None, init=False
     )  # search_alg, set up for the trial tasks
@@ -82,8 +84,11 @@ class TuningPlan:
         try:
             if self.sweep:
                 self._check_sweep()
+            self._check_several_metrics()
+            self.pick_for(self.settings)
             self.scheduler_settings(self.settings)
             object.__setattr__(self, "searcher", self._searcher())  # frozen: set once, here
+            self._check_constrained_warm_start()
             if self.max_concurrent_trials is not None and not self.max_concurrent_trials >= 1:
                 raise ValueError(
                     f"max_concurrent_trials must be 1 or more, got {self.max_concurrent_trials}"
@@ -104,12 +109,44 @@ class TuningPlan:
                 "sweep=True."
             )
         if self.scheduler is not None:
-            experiment_metric_and_mode(
-                self.scheduler,
-                self.settings.metric,
-                self.settings.mode,
-                type(self.scheduler).__name__,
+            metric, mode = self.settings.one_metric("sweep=True")
+            experiment_metric_and_mode(self.scheduler, metric, mode, type(self.scheduler).__name__)
+
+    def _check_several_metrics(self) -> None:
+        if self.settings.several_metrics and self.warm_start is not None:
+            raise ValueError(
+                f"warm_start takes an experiment of one metric, got metric="
+                f"{self.settings.metric!r}: a warm start runs an earlier run's best configs "
+                "first, and several metrics have no single best; leave out warm_start."
             )
+
+    @property
+    def constraints(self) -> Constraints:
+        """The searcher's constraints (``OptunaSearch(constraints=...)``); empty without."""
+        return getattr(self.searcher, "constraints", None) or Constraints()
+
+    def _check_constrained_warm_start(self) -> None:
+        if self.constraints and self.warm_start is not None:
+            raise ValueError(
+                f"warm_start cannot seed a search with constraints {self.constraints.spec!r}: "
+                "the searcher learns each seed by its value only, without the result its "
+                "constraints are computed from, so it would count every seed as feasible; leave "
+                "out warm_start, or the search_alg's constraints."
+            )
+
+    def pick_for(self, settings: ExperimentSettings) -> Pick | None:
+        """How ``select_best`` chooses among several metrics (:class:`~airflow_trials.core.pick
+        .Pick`), checked against ``settings``' metrics; None with one metric. ValueError for a
+        pick that names no metric of the experiment, or a pick with one metric."""
+        if not isinstance(settings.metric, list) or not isinstance(settings.mode, list):
+            if self.pick is not None:
+                raise ValueError(
+                    f"pick={dict(self.pick)!r} chooses among several metrics, but the experiment "
+                    f"has one, {settings.metric!r}, whose best trial select_best returns; leave "
+                    "out pick, or give metric and mode as lists."
+                )
+            return None
+        return Pick.of("select_best", self.pick, settings.metric, settings.mode)
 
     def _searcher(self) -> Any:
         """``search_alg`` set up for the trial tasks, which ask it (``operators/tuning.py``)."""
@@ -158,10 +195,21 @@ class TuningPlan:
         None for a sweep, whose driver runs the scheduler itself."""
         if self.scheduler is None or self.sweep:
             return None
-        return judged_scheduler(self.scheduler, settings.metric, settings.mode).to_dict()
+        # Several metrics: a scheduler judges one of them, unless its class sets
+        # takes_several_metrics (MOASHA), which is handed the lists.
+        judged_by: tuple[Any, Any] = scheduler_metric_and_mode(
+            self.scheduler, settings.metric, settings.mode
+        )
+        return judged_scheduler(self.scheduler, *judged_by).to_dict()
 
     def _check_fixed_at_parse_time(self, run: ExperimentSettings) -> None:
         self.scheduler_settings(run)
+        self.pick_for(run)
+        if run.several_metrics and self.warm_start is not None:
+            raise ValueError(
+                "warm_start takes one metric; with a warm start, leave metric and mode as the "
+                "DAG file's"
+            )
         fixed = (self.settings.search_space, self.settings.metric, self.settings.mode)
         if self.search_alg is not None and (run.search_space, run.metric, run.mode) != fixed:
             raise ValueError(
@@ -219,7 +267,12 @@ class TuningPlan:
                 for i, c in zip(ids, configs, strict=True)
             ]
             hook.get_executor().check_fits_cluster(trials[0])
-            store.ensure_experiment(self.experiment_name, metric=run.metric, mode=run.mode)
+            store.ensure_experiment(
+                self.experiment_name,
+                metric=run.metric,
+                mode=run.mode,
+                constraints=self.constraints,  # the DAG file's: none clears earlier ones
+            )
             run_pk = store.create_experiment_run(
                 self.experiment_name,
                 ti.run_id,
@@ -254,6 +307,7 @@ class TuningPlan:
         if self.warm_start is None:
             return None
         run_id = context["ti"].run_id
+        metric, mode = run.one_metric("warm_start")  # several: refused when the DAG is parsed
         try:
             return warm_seeds(
                 self.warm_start,
@@ -261,8 +315,8 @@ class TuningPlan:
                 self.experiment_name,
                 run_id,
                 run.search_space,
-                run.metric,
-                run.mode,
+                metric,
+                mode,
                 context,
                 self.asset,
             )
@@ -333,6 +387,7 @@ class TuningPlan:
         from airflow_trials.operators.sweep import RunSweepOperator
 
         s = self.settings
+        metric, mode = s.one_metric("sweep=True")  # several: refused when the DAG is parsed
         kwargs: dict[str, Any] = {}
         if self.retry_delay is not None:
             kwargs["retry_delay"] = self.retry_delay
@@ -342,8 +397,8 @@ class TuningPlan:
             task_id="sweep",
             trainable=self.trainable,
             trials=suggested,
-            metric=s.metric,
-            mode=s.mode,
+            metric=metric,
+            mode=mode,
             experiment_name=self.experiment_name,
             resources_per_trial=s.resources.to_dict(),
             stopping_criterion=s.stop,
@@ -369,7 +424,10 @@ class TuningPlan:
     def select_best(
         self, suggested: Sequence[Mapping[str, Any]] | None, context: Mapping[str, Any]
     ) -> dict[str, Any]:
-        """Record the run's trial ends, finish the experiment run, and return its best trial."""
+        """Record the run's trial ends, finish the experiment run, and return its best trial.
+
+        With several metrics, the run's Pareto front and the trial the experiment's ``pick``
+        chooses from it (:func:`~airflow_trials.experiment.pareto_best.select_pareto_best`)."""
         run_id = context["ti"].run_id
         if not suggested:
             raise AirflowFailException(
@@ -377,6 +435,13 @@ class TuningPlan:
                 f"{run_id}; see its log for the reason."
             )
         run = self.settings_for_run(context)
+        pick = self.pick_for(run)
+        if pick is not None:
+            hook = TrialsHook(self.ray_conn_id, self.trials_conn_id)
+            return select_pareto_best(
+                self.experiment_name, hook, suggested, context, pick, self.constraints
+            )
+        metric, mode = run.one_metric("select_best without a pick")
         run_pk = suggested[0]["experiment_run_id"]
         hook = TrialsHook(self.ray_conn_id, self.trials_conn_id)
         store = hook.get_store()
@@ -384,7 +449,7 @@ class TuningPlan:
             counts = reconcile_trial_ends(
                 hook, store, self.experiment_name, run_pk, [s["trial_id"] for s in suggested]
             )
-            board = store.leaderboard(run_pk, run.metric, run.mode)
+            board = store.leaderboard(run_pk, metric, mode)
             finished = [
                 r for r in board if r.status.value == "TERMINATED" and r.best_value is not None
             ]
@@ -394,7 +459,8 @@ class TuningPlan:
         if not finished:
             raise AirflowFailException(
                 f"Experiment {self.experiment_name}: no trial of run {run_id} finished "
-                f"with metric {run.metric!r} ({_describe(counts)}); see the trial tasks' logs."
+                f"with metric {run.metric!r} ({describe_counts(counts)}); see the trial tasks' "
+                "logs."
             )
         top = finished[0]
         return {
@@ -414,6 +480,12 @@ class TuningPlan:
             "failed_trials": counts["failed"],
             "never_ran_trials": counts["never_ran"],
             "trials": len(suggested),
+            # The leaderboard ranks feasible trials first: infeasible only when none is.
+            **(
+                {"constraints": self.constraints.spec, "feasible": top.feasible}
+                if self.constraints
+                else {}
+            ),
         }
 
 
@@ -448,53 +520,3 @@ def _check_params(params: Mapping[str, Any], context: Mapping[str, Any]) -> None
                 f"param {key} is {params[key]!r}, a float, but it must be an integer; send "
                 f"{round(params[key])}"
             )
-
-
-def reconcile_trial_ends(
-    hook: TrialsHook, store: Any, experiment_name: str, run_pk: int, trial_ids: Sequence[str]
-) -> dict[str, int]:
-    """Make the store tell the truth once every trial task of a run is done, and count the ends.
-
-    A trial still PENDING, RUNNING or PAUSED here lost its task for good (a worker killed, a
-    trigger that failed) without its end being recorded: it is stopped on Ray, if anything of it
-    is left there, and recorded as ERROR. A suggested trial the store never saw never ran.
-    Returns counts of ``finished`` (TERMINATED), ``failed`` (ERROR) and ``never_ran`` trials.
-    """
-    records = {r.trial_id: r for r in store.list_trials(experiment_run_id=run_pk)}
-    stuck = [r for r in records.values() if not r.status.is_terminal()]
-    if stuck:
-        executor = hook.get_executor()
-        for record in stuck:
-            executor.terminate(experiment_name, record.trial_id)
-            store.record_transition(
-                record.trial_id,
-                Transition.ABANDONED,
-                why=(
-                    f"Trial {record.trial_id} of experiment {experiment_name} was still "
-                    f"{record.status.value} when "
-                    f"every trial task of its run had ended: its task (try {record.try_number}) "
-                    "failed without "
-                    "recording the trial's end. It was stopped on Ray; see that task's log for the "
-                    "cause."
-                ),
-            )
-        log.warning(
-            "Recorded %d trial(s) whose tasks ended without recording their end as ERROR: %s",
-            len(stuck),
-            ", ".join(r.trial_id for r in stuck),
-        )
-    statuses = [r.status.value for r in store.list_trials(experiment_run_id=run_pk)]
-    counts = {
-        "finished": statuses.count("TERMINATED"),
-        "failed": statuses.count("ERROR"),
-        "never_ran": len(set(trial_ids) - set(records)),
-    }
-    log.info("Experiment %s, run %s: %s.", experiment_name, run_pk, _describe(counts))
-    return counts
-
-
-def _describe(counts: Mapping[str, int]) -> str:
-    return (
-        f"{counts['finished']} trial(s) finished, {counts['failed']} failed, "
-        f"{counts['never_ran']} never ran"
-    )

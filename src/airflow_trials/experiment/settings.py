@@ -9,6 +9,7 @@ from typing import Any
 
 from airflow.sdk import Asset
 
+from airflow_trials.core.pareto import MetricSpec, ModeSpec, check_several, encode_metrics
 from airflow_trials.core.resources import Resources
 from airflow_trials.core.search import validate_search_space
 from airflow_trials.core.trial import check_max_failures
@@ -53,8 +54,8 @@ class ExperimentSettings:
 
     search_space: dict[str, Any]
     num_samples: int
-    metric: str
-    mode: str
+    metric: MetricSpec
+    mode: ModeSpec
     stop: dict[str, float] | None
     resources: Resources
     max_failures: int
@@ -73,8 +74,8 @@ class ExperimentSettings:
         *,
         search_space: Mapping[str, Any],
         num_samples: int,
-        metric: str,
-        mode: str,
+        metric: MetricSpec,
+        mode: ModeSpec,
         stop: Mapping[str, float] | None,
         resources_per_trial: Mapping[str, Any] | Resources | None,
         max_failures: int,
@@ -86,10 +87,7 @@ class ExperimentSettings:
         # sample_from functions are user code: imported when the configs are generated, not here,
         # since this also runs when the DAG file is parsed (as the trainable's path is).
         validate_search_space(search_space, import_functions=False)
-        if mode not in ("min", "max"):
-            raise ValueError(f"mode must be 'min' or 'max', got {mode!r}.")
-        if not isinstance(metric, str) or not metric:
-            raise ValueError(f"metric must be the name of a reported metric, got {metric!r}.")
+        metric, mode = cls._checked_metrics(metric, mode, sweep)
         if not cls._is_int(num_samples) or num_samples < 1:
             raise ValueError(
                 f"num_samples must be an integer >= 1 such as 4 (not 4.0), got {num_samples!r}."
@@ -110,6 +108,45 @@ class ExperimentSettings:
             dict(stop) if stop else None,
             cls._checked_resources(resources_per_trial),
             max_failures,
+        )
+
+    @staticmethod
+    def _checked_metrics(metric: Any, mode: Any, sweep: bool) -> tuple[MetricSpec, ModeSpec]:
+        """One metric and its mode, or several (lists of the same length, one mode each)."""
+        if isinstance(metric, list | tuple) or isinstance(mode, list | tuple):
+            if not isinstance(metric, list | tuple):
+                raise ValueError(
+                    f"mode={mode!r} is a list but metric={metric!r} is not; give metric as a "
+                    "list too, one name per mode, e.g. metric=['val_acc', 'latency'], "
+                    "mode=['max', 'min']."
+                )
+            names, modes = check_several("metric/mode", metric, mode)
+            encode_metrics(names, modes)  # they fit the trials DB's metric column together
+            if sweep:
+                raise ValueError(
+                    f"sweep=True takes one metric, got metric={names!r}: the sweep's driver "
+                    "ranks its trials by one; leave out sweep=True (each trial its own task), "
+                    "or sweep on one of the metrics."
+                )
+            return names, modes
+        if mode not in ("min", "max"):
+            raise ValueError(f"mode must be 'min' or 'max', got {mode!r}.")
+        if not isinstance(metric, str) or not metric:
+            raise ValueError(f"metric must be the name of a reported metric, got {metric!r}.")
+        return metric, mode
+
+    @property
+    def several_metrics(self) -> bool:
+        """Does the experiment optimise several metrics at once (metric and mode are lists)?"""
+        return isinstance(self.metric, list)
+
+    def one_metric(self, what: str) -> tuple[str, str]:
+        """The metric and mode of an experiment of one metric; ValueError naming ``what`` (which
+        takes one) with several."""
+        if isinstance(self.metric, str) and isinstance(self.mode, str):
+            return self.metric, self.mode
+        raise ValueError(
+            f"{what} takes one metric, got metric={self.metric!r}; give metric and mode as strings."
         )
 
     @staticmethod
@@ -179,7 +216,11 @@ class ExperimentSettings:
         }
 
     @property
-    def checkpoint_score_attr(self) -> str:
+    def checkpoint_score_attr(self) -> str | None:
+        """What ranks a trial's checkpoints: the metric (``min-`` prefix: lower is better); with
+        several metrics None: no one of them ranks them, so the newest are kept."""
+        if not isinstance(self.metric, str):
+            return None
         return self.metric if self.mode == "max" else f"min-{self.metric}"
 
 

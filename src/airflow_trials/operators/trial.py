@@ -106,11 +106,11 @@ class RunTrialOperator(BaseOperator):
         for the whole run, and the triggerer's guarantees of ``docs/reliability.md`` do not apply.
         ``tuning_experiment`` passes True.
         When False, the task polls in the worker (holding its slot).
-    :param scheduler: an ``ASHAScheduler`` or a ``MedianStoppingRule`` (or their settings'
-        ``to_dict()``): the trial waits at each of its rungs (ASHA) or at each result from
-        ``grace_period`` (the median rule) while its trigger judges it against the experiment run's
-        other trials in the trials DB, and stops there when the rule says so (docs/airflow.md,
-        "Early stopping").
+    :param scheduler: an ``ASHAScheduler``, a ``MOASHA`` or a ``MedianStoppingRule`` (or their
+        rules' ``to_dict()``): the trial waits at each of its rungs (ASHA, MOASHA) or at each
+        result from ``grace_period`` (the median rule) while its trigger judges it against the
+        experiment run's other trials in the trials DB, and stops there when the rule says so
+        (docs/airflow.md, "Early stopping").
         Needs ``experiment_run_id``. Default None: it runs to its stopping criterion.
     :param search_alg: an ``OptunaSearch`` (space, metric and mode set): the trial's first try asks
         it for the config, after the run's ended trials (``operators/search.py``), and ``config``

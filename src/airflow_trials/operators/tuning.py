@@ -1,7 +1,7 @@
 """What a trial task does for its scheduler and its searcher on the Airflow path.
 
-**ASHA and the median rule.** The task draws the trial's ASHA bracket from its ids (the same on
-every try) and starts the actor with hold points; its trigger judges each result
+**ASHA, MOASHA and the median rule.** The task draws the trial's bracket from its ids (the same
+on every try) and starts the actor with hold points; its trigger judges each result
 (``triggers/judge.py``) against the state the rule keeps in the trials DB.
 
 **Search that learns.** Each trial task asks the searcher for its config when it starts, from
@@ -24,14 +24,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow_trials.core.judged import JudgedScheduler, judged_from_dict, judged_scheduler
-from airflow_trials.core.searcher import ended_trials
+from airflow_trials.core.pareto import MetricSpec, ModeSpec
+from airflow_trials.core.searcher import ended_trial_values, ended_trials  # noqa: F401 (its API)
 
 log = logging.getLogger(__name__)
 
 
 def scheduler_settings(scheduler: Any) -> dict[str, Any] | None:
-    """An operator's ``scheduler`` as plain values, checked: None, an ASHAScheduler or a
-    MedianStoppingRule, or their settings' dict."""
+    """An operator's ``scheduler`` as plain values, checked: None, an ASHAScheduler, a MOASHA or
+    a MedianStoppingRule, or their settings' dict."""
     if scheduler is None:
         return None
     if isinstance(scheduler, Mapping):
@@ -54,8 +55,8 @@ def needs_run(experiment_run_id: int | None, what: str, task_id: str, trial_id: 
 def judged_rule(
     settings: Mapping[str, Any] | None, task_id: str, experiment_run_id: int | None, trial_id: str
 ) -> tuple[JudgedScheduler | None, int]:
-    """The scheduler's settings and the trial's ASHA bracket, drawn from its run and trial ids
-    (0 for the median rule); (None, 0) without a scheduler."""
+    """The scheduler's settings and the trial's (MO)ASHA bracket, drawn from its run and trial
+    ids (0 for the median rule); (None, 0) without a scheduler."""
     if settings is None:
         return None, 0
     run_id = needs_run(experiment_run_id, "scheduler= judges a trial against", task_id, trial_id)
@@ -84,14 +85,25 @@ def suggested_config(
     :param warm_points: ``[config, value]`` of a warm start's seeds: learnt first (Optuna's
         ``add_trial``), and the first ``len(warm_points)`` trials of the run are the seeds
         themselves,
-        so ``points_to_evaluate`` start after them. Default none.
+        so ``points_to_evaluate`` start after them. Default none. (They carry no result, so a
+        searcher with constraints takes no warm start: ``tuning_experiment`` refuses it.)
+
+    The run's ended trials are passed as ``(config, value, last result)``, so that a searcher
+    with constraints (``OptunaSearch(constraints=...)``) computes their constraint values.
     """
     trials = store.list_trials(experiment_run_id=experiment_run_id)
     mine = next((t for t in trials if t.trial_id == trial_id), None)
     if mine is not None and mine.config:
         return dict(mine.config)  # asked on an earlier try
-    history = [(dict(config), value) for config, value in warm_points]
-    finished = history + ended_trials(trials, search_alg.metric, exclude=trial_id)
+    history: list[tuple[Any, ...]] = [(dict(config), value) for config, value in warm_points]
+    # Each with its last result, which a searcher with constraints computes their values from.
+    last_results = {t.trial_id: dict(t.last_result or {}) for t in trials}
+    finished = history + [
+        (config, value, last_results[ended_id])
+        for ended_id, config, value in ended_trial_values(
+            trials, search_alg.metric, exclude=trial_id
+        )
+    ]
     config = search_alg.suggest_after(
         trial_id, finished, max(0, index - len(history)), ask_seed(experiment_run_id, trial_id)
     )
@@ -112,11 +124,12 @@ def ask_seed(experiment_run_id: int, trial_id: str) -> int:
 
 
 def airflow_searcher(
-    search_alg: Any, search_space: Mapping[str, Any], metric: str, mode: str
+    search_alg: Any, search_space: Mapping[str, Any], metric: MetricSpec, mode: ModeSpec
 ) -> Any:
     """A copy of ``search_alg`` set up for the trial tasks: the experiment's space, metric and mode
-    where it has none. ValueError, naming the fix, for a searcher the Airflow path cannot ask or
-    one that disagrees with the experiment."""
+    where it has none (several metrics: lists, as ``OptunaSearch`` takes them). ValueError, naming
+    the fix, for a searcher the Airflow path cannot ask or one that disagrees with the
+    experiment."""
     import copy
 
     from airflow_trials.searchers.optuna_search import OptunaSearch
@@ -143,7 +156,7 @@ def airflow_searcher(
             "experiment): "
             "give the search_alg the experiment's metric and mode, or none."
         )
-    searcher = copy.deepcopy(search_alg)
+    searcher: Any = copy.deepcopy(search_alg)  # (its set_search_properties takes lists too)
     if not searcher.set_search_properties(metric, mode, search_space) and search_space:
         raise ValueError(
             "The search_alg has a search space of its own and the experiment has one too; give the "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Request
 
 from airflow_trials.plugins import params, reads
@@ -24,6 +26,7 @@ from airflow_trials.plugins.schemas import (
     RunOut,
     TrialOut,
 )
+from airflow_trials.store import ParetoRow
 
 api = APIRouter(prefix="/api", tags=["Trials dashboard"])
 
@@ -71,6 +74,10 @@ def _board_out(board: BoardPage, links: Links) -> LeaderboardOut:
         run=RunOut.of(board.run, board.num_trials, links.run(board.run.id)),
         metric=board.metric,
         mode=board.mode,
+        metrics=board.metrics,
+        modes=board.modes,
+        front_trial_ids=board.front_trial_ids if board.metrics is not None else None,
+        constraints=board.constraints,
         sort=board.sort,
         order="desc" if board.descending else "asc",
         stopped=board.stopped,
@@ -94,10 +101,25 @@ def _board_out(board: BoardPage, links: Links) -> LeaderboardOut:
                 stop_reason=r.stop_reason,
                 early_stopped=r.early_stopped,
                 url=links.trial(r.trial.trial_id),
+                feasible=r.trial.feasible,
+                violations=r.trial.violations,
+                **_pareto_fields(r.pareto),
             )
             for r in board.rows
         ],
     )
+
+
+def _pareto_fields(place: ParetoRow | None) -> dict[str, Any]:
+    """A row's fields of the leaderboard of several metrics; none with one metric."""
+    if place is None:
+        return {}
+    return {
+        "values": place.values,
+        "iteration": place.iteration,
+        "pareto_rank": place.pareto_rank,
+        "on_front": place.on_front,
+    }
 
 
 @api.get(

@@ -22,6 +22,7 @@ from airflow_trials.store import (
     ExperimentRunRecord,
     ExperimentRunStatus,
     ExploitRecord,
+    ParetoRow,
     RankedTrial,
     RungDecision,
     TrialReader,
@@ -50,7 +51,10 @@ class BoardRow:
     :param trial: the trial's place in the ranking.
     :param config: the trial's hyperparameters.
     :param checkpoint: the best checkpoint (:func:`best_checkpoint`); None when none is kept.
+        With several metrics, the newest kept one (no one score picks a best).
     :param stop_reason: why the trial ended TERMINATED; default None (not TERMINATED, or not said).
+    :param pareto: with several metrics, the trial's line on the store's leaderboard of several
+        metrics (its values, Pareto rank and whether it is on the front); default None.
     """
 
     rank: int
@@ -58,6 +62,7 @@ class BoardRow:
     config: dict[str, Any]
     checkpoint: CheckpointRecordRow | None
     stop_reason: str | None = None
+    pareto: ParetoRow | None = None
 
     @property
     def early_stopped(self) -> bool:
@@ -85,6 +90,13 @@ class BoardPage:
     :param leaders: the ids of the best :data:`DEFAULT_CURVES` trials with a value, best first.
     :param stopped: the filter, one of :data:`STOPPED_FILTERS`; default ``"all"``.
     :param num_trials: trials in the run, whatever the filter; default 0.
+    :param metrics: with several metrics, their names (``metric`` is then the first); default
+        None (one metric).
+    :param modes: with several metrics, one ``"min"`` or ``"max"`` per metric; default None.
+    :param front_trial_ids: with several metrics, the ids of the run's trials on the Pareto front,
+        sorted, whatever the filter and page; default empty.
+    :param constraints: the experiment's constraints (each row's trial says whether it meets
+        them, and feasible trials rank first); default none.
     """
 
     run: ExperimentRunRecord
@@ -102,6 +114,10 @@ class BoardPage:
     leaders: list[str] = field(default_factory=list)
     stopped: str = "all"
     num_trials: int = 0
+    metrics: list[str] | None = None
+    modes: list[str] | None = None
+    front_trial_ids: list[str] = field(default_factory=list)
+    constraints: list[str] = field(default_factory=list)
 
     @property
     def pages(self) -> int:
@@ -209,6 +225,7 @@ def leaderboard_page(
         ],
         stopped=stopped,
         num_trials=len(board),
+        constraints=store.get_experiment(run.experiment_name).constraint_spec,
     )
 
 
@@ -263,16 +280,105 @@ def _board_rows(
 
 
 def _sorted(
-    ranked: list[tuple[int, RankedTrial]], sort: str, descending: bool
+    ranked: list[tuple[int, RankedTrial]],
+    sort: str,
+    descending: bool,
+    unscored: set[str] | None = None,
 ) -> list[tuple[int, RankedTrial]]:
-    """(rank, trial) pairs in the page's order, ranking order first; ranks stay the ranking's."""
+    """(rank, trial) pairs in the page's order, ranking order first; ranks stay the ranking's.
+
+    :param unscored: the trials the ranking could not place, which stay last when ``"metric"``
+        is descending; default those without a best value.
+    """
     if sort == "metric":
         if descending:
-            scored = [item for item in ranked if item[1].best_value is not None]
-            ranked = scored[::-1] + [item for item in ranked if item[1].best_value is None]
+            last = (
+                {t.trial_id for _, t in ranked if t.best_value is None}
+                if unscored is None
+                else unscored
+            )
+            scored = [item for item in ranked if item[1].trial_id not in last]
+            ranked = scored[::-1] + [item for item in ranked if item[1].trial_id in last]
     else:
         ranked = sorted(ranked, key=_sort_key(sort, descending), reverse=descending)
     return ranked
+
+
+def pareto_page(
+    store: TrialReader,
+    run: ExperimentRunRecord,
+    metrics: list[str],
+    modes: list[str],
+    *,
+    sort: str = "metric",
+    descending: bool = False,
+    page: int = 1,
+    page_size: int = DEFAULT_PAGE_SIZE,
+    stopped: str = "all",
+) -> BoardPage:
+    """One page of the run's leaderboard of several metrics
+    (:meth:`TrialReader.pareto_leaderboard`): trials by Pareto rank (0 = the front) over their
+    last results, then by the first metric in its mode, then by trial id; those without a
+    rankable value of every metric last. Filtered, sorted and sliced as :func:`leaderboard_page`
+    does, ranks staying those of the whole ranking. ``metric`` and ``mode`` of the page are the
+    first metric's (the tie-break, and the metric of its learning curves); it has no single best
+    trial (``best_trial_id`` None) but the front (``front_trial_ids``).
+    """
+    for metric, mode in zip(metrics, modes, strict=True):
+        _check_page(metric, mode, sort, page, page_size, stopped)
+    pareto = store.pareto_leaderboard(run.id, metrics, modes)
+    places = {r.trial_id: r for r in pareto.rows}
+    board = [
+        RankedTrial(r.trial_id, r.status, r.num_failures, None, None, r.feasible, r.violations)
+        for r in pareto.rows
+    ]
+    shown = _filtered(store, run.id, list(enumerate(board, start=1)), stopped)
+    unranked = {r.trial_id for r in pareto.rows if r.pareto_rank is None}
+    start = (page - 1) * page_size
+    window = _sorted(shown, sort, descending, unranked)[start : start + page_size]
+    ids = [trial.trial_id for _, trial in window]
+    checkpoints = store.checkpoints_of(ids)
+    stop_reasons = store.stop_reasons_of(ids)
+    rows = [
+        BoardRow(
+            rank,
+            trial,
+            places[trial.trial_id].config,
+            best_checkpoint(
+                checkpoints.get(trial.trial_id, []), places[trial.trial_id].latest_checkpoint
+            ),
+            stop_reasons.get(trial.trial_id),
+            places[trial.trial_id],
+        )
+        for rank, trial in window
+    ]
+    status_counts: dict[str, int] = defaultdict(int)
+    for trial in board:
+        status_counts[trial.status.value] += 1
+    config_keys = set(run.search_space) if isinstance(run.search_space, dict) else set()
+    for row in rows:
+        config_keys.update(row.config)
+    return BoardPage(
+        run=run,
+        metric=metrics[0],
+        mode=modes[0],
+        sort=sort,
+        descending=descending,
+        page=page,
+        page_size=page_size,
+        total=len(shown),
+        rows=rows,
+        config_keys=sorted(config_keys),
+        status_counts=dict(status_counts),
+        best_trial_id=None,
+        leaders=[r.trial_id for r in pareto.rows[:DEFAULT_CURVES] if r.pareto_rank is not None],
+        stopped=stopped,
+        num_trials=len(board),
+        metrics=pareto.metrics,
+        modes=pareto.modes,
+        front_trial_ids=pareto.front_trial_ids,
+        constraints=pareto.constraints,
+    )
 
 
 AT_END = "recorded at end"

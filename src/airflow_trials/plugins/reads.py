@@ -6,6 +6,7 @@ from typing import Any
 
 from fastapi import HTTPException, status
 
+from airflow_trials.core.pareto import decode_metrics
 from airflow_trials.exceptions import TrialNotFoundError
 from airflow_trials.plugins.auth import RUN_ACCESS, TRIAL_ACCESS, may_read, require_read
 from airflow_trials.plugins.params import checked_name
@@ -18,6 +19,7 @@ from airflow_trials.plugins.queries import (
     get_experiment_run,
     leaderboard_page,
     lineage_steps,
+    pareto_page,
 )
 from airflow_trials.plugins.render import Links
 from airflow_trials.plugins.schemas import ExperimentOut, RunOut
@@ -54,17 +56,25 @@ def experiments(store: TrialReader, user: Any, links: Links) -> list[ExperimentO
         by_experiment.setdefault(run.experiment_name, []).append(
             RunOut.of(run, counts.get(run.id, 0), links.run(run.id))
         )
-    return [
-        ExperimentOut(
-            name=e.name,
-            metric=e.metric,
-            mode=e.mode,
-            created_at=e.created_at,
-            runs=by_experiment[e.name],
+    found = []
+    for e in store.list_experiments():
+        if e.name not in by_experiment:
+            continue
+        metric, mode = decode_metrics(e.metric, e.mode)
+        several = isinstance(metric, list) and isinstance(mode, list)
+        found.append(
+            ExperimentOut(
+                name=e.name,
+                metric=None if several else e.metric,
+                mode=None if several else e.mode,
+                metrics=metric if isinstance(metric, list) else None,
+                modes=mode if isinstance(mode, list) else None,
+                constraints=e.constraint_spec,
+                created_at=e.created_at,
+                runs=by_experiment[e.name],
+            )
         )
-        for e in store.list_experiments()
-        if e.name in by_experiment
-    ]
+    return found
 
 
 def experiment(store: TrialReader, user: Any, links: Links, name: str) -> ExperimentOut:
@@ -87,19 +97,52 @@ def experiment_run(store: TrialReader, user: Any, run_pk: int) -> ExperimentRunR
     return run
 
 
+def recorded_goal(
+    store: TrialReader, run: ExperimentRunRecord
+) -> tuple[str | list[str] | None, str | list[str] | None]:
+    """The run's experiment's metric and mode: one as strings; several as their lists
+    (:func:`~airflow_trials.core.pareto.decode_metrics`); None when not recorded."""
+    experiment = next((e for e in store.list_experiments() if e.name == run.experiment_name), None)
+    return decode_metrics(experiment.metric, experiment.mode) if experiment else (None, None)
+
+
+def several_goals(
+    store: TrialReader, run: ExperimentRunRecord, metric: str | None, mode: str | None
+) -> tuple[list[str], list[str]] | None:
+    """The experiment's several metrics and modes when it records several and no ``?metric=``
+    picks one; None otherwise (then :func:`goal`)."""
+    metrics, modes = recorded_goal(store, run)
+    if metric or not isinstance(metrics, list) or not isinstance(modes, list):
+        return None
+    if mode is not None:
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            f"?mode={mode} goes with ?metric=: experiment {run.experiment_name} ranks run "
+            f"{run.id} by several metrics ({', '.join(metrics)}) at once; add ?metric= with one "
+            "of them to rank by it alone, or leave out ?mode=.",
+        )
+    return metrics, modes
+
+
 def goal(
     store: TrialReader, run: ExperimentRunRecord, metric: str | None, mode: str | None
 ) -> tuple[str, str]:
-    """The metric and mode to rank by: those asked for, else the experiment's (mode default min)."""
-    experiment = next((e for e in store.list_experiments() if e.name == run.experiment_name), None)
-    metric = metric or (experiment.metric if experiment else None)
+    """The metric and mode to rank by: those asked for, else the experiment's (mode default min).
+    Of an experiment with several metrics, the first unless ``metric`` names another; a metric
+    of its own gets its own mode."""
+    recorded, recorded_mode = recorded_goal(store, run)
+    if isinstance(recorded, list) and isinstance(recorded_mode, list):
+        chosen = metric or recorded[0]
+        own = recorded_mode[recorded.index(chosen)] if chosen in recorded else None
+        return chosen, mode or own or "min"
+    metric = metric or (recorded if isinstance(recorded, str) else None)
     if not metric:
         raise HTTPException(
             status.HTTP_422_UNPROCESSABLE_CONTENT,
             f"Experiment {run.experiment_name} records no metric to rank run {run.id} by; add "
             "?metric=NAME.",
         )
-    return metric, mode or (experiment.mode if experiment else None) or "min"
+    return metric, mode or (recorded_mode if isinstance(recorded_mode, str) else None) or "min"
 
 
 def board(
@@ -115,6 +158,18 @@ def board(
     stopped: str = "all",
 ) -> BoardPage:
     run = experiment_run(store, user, run_pk)
+    several = several_goals(store, run, metric, mode)
+    if several is not None:
+        return pareto_page(
+            store,
+            run,
+            *several,
+            sort=sort,
+            descending=order == "desc",
+            page=page,
+            page_size=page_size,
+            stopped=stopped,
+        )
     metric, mode = goal(store, run, metric, mode)
     return leaderboard_page(
         store,

@@ -47,8 +47,19 @@ class ExperimentOut(BaseModel):
     """An experiment with the runs the user may read, oldest first."""
 
     name: str
-    metric: str | None
-    mode: str | None
+    metric: str | None = Field(description="The metric it ranks by; null with several.")
+    mode: str | None = Field(description="min or max; null with several metrics.")
+    metrics: list[str] | None = Field(
+        default=None, description="The several metrics it ranks by at once; null with one."
+    )
+    modes: list[str] | None = Field(
+        default=None, description="min or max, one per metric of metrics; null with one metric."
+    )
+    constraints: list[str] = Field(
+        default_factory=list,
+        description="Its constraints on reported metrics, e.g. ['latency <= 5.0'] (a trial is "
+        "feasible when its last result meets them all); empty when it has none.",
+    )
     created_at: datetime
     runs: list[RunOut]
 
@@ -75,14 +86,65 @@ class LeaderboardRowOut(BaseModel):
         default=False, description="Its scheduler stopped it: stop_reason starts with 'stopped by'."
     )
     url: str
+    values: dict[str, float | None] | None = Field(
+        default=None,
+        description="With several metrics: each metric's value in the trial's last result (null "
+        "when not reported as a finite number); null with one metric.",
+    )
+    iteration: int | None = Field(
+        default=None,
+        description="With several metrics: training_iteration of the trial's last result.",
+    )
+    pareto_rank: int | None = Field(
+        default=None,
+        description="With several metrics: 0 on the Pareto front, k on the front once the ranks "
+        "below k are removed; null without a rankable value of every metric, or with one metric.",
+    )
+    on_front: bool | None = Field(
+        default=None,
+        description="With several metrics: pareto_rank is 0; null with one metric.",
+    )
+    feasible: bool | None = Field(
+        default=None,
+        description="With the experiment's constraints: whether the trial's last result meets "
+        "them all (feasible trials rank above every infeasible one); null without constraints.",
+    )
+    violations: dict[str, float | None] | None = Field(
+        default=None,
+        description="With constraints: those the last result misses, each with by how much "
+        "(null: the metric is not reported as a finite number); empty when feasible, null "
+        "without constraints.",
+    )
 
 
 class LeaderboardOut(BaseModel):
     run: RunOut = Field(
         description="The run; its num_trials counts all of them, whatever the filter."
     )
-    metric: str
-    mode: str
+    metric: str = Field(
+        description="The metric ranked by; with several metrics, the first (the tie-break "
+        "within a Pareto rank)."
+    )
+    mode: str = Field(description="min or max; with several metrics, the first metric's.")
+    metrics: list[str] | None = Field(
+        default=None,
+        description="With several metrics (the experiment's, no ?metric=): their names; rows "
+        "are then ranked by Pareto rank over each trial's last result, then by the first metric "
+        "in its mode, then by trial id. Null with one metric.",
+    )
+    modes: list[str] | None = Field(
+        default=None, description="With several metrics: min or max, one per metric."
+    )
+    front_trial_ids: list[str] | None = Field(
+        default=None,
+        description="With several metrics: the ids of the run's trials on the Pareto front, "
+        "sorted, whatever the filter and page; null with one metric.",
+    )
+    constraints: list[str] = Field(
+        default_factory=list,
+        description="The experiment's constraints (each row's feasible and violations are "
+        "judged on them); empty when it has none.",
+    )
     sort: str
     order: str
     stopped: str = Field(default="all", description="The filter: all, early or not_early.")

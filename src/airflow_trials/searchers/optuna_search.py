@@ -11,6 +11,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from airflow_trials.core.constraints import Constraints
 from airflow_trials.core.pareto import MetricSpec, ModeSpec
 from airflow_trials.core.result import TRAINING_ITERATION, Result
 from airflow_trials.core.searcher import (
@@ -33,9 +34,13 @@ from airflow_trials.searchers.optuna_space import (
 
 log = logging.getLogger(__name__)
 
-Finished = tuple[Mapping[str, Any], "ObjectiveValue | None"]
+Finished = (
+    tuple[Mapping[str, Any], "ObjectiveValue | None"]
+    | tuple[Mapping[str, Any], "ObjectiveValue | None", "Mapping[str, Any] | None"]
+)
 """A finished trial as :meth:`OptunaSearch.suggest_after` takes it: its config and its value, a
-list of one value per metric with several (None: it failed)."""
+list of one value per metric with several (None: it failed); and, with ``constraints``, its last
+result, which the constraint values are computed from."""
 
 
 class OptunaSearch(Searcher):
@@ -78,6 +83,12 @@ class OptunaSearch(Searcher):
     :param evaluated_rewards: the metric each of ``points_to_evaluate`` already reached (with
         several metrics, a list of one value per metric): those points are then added as finished
         trials rather than run. Default none.
+    :param constraints: bounds on reported metrics that a trial must meet to count, as strings
+        ``"<metric> <= <number>"`` or ``"<metric> >= <number>"`` (e.g. ``["latency <= 5.0"]``;
+        :mod:`airflow_trials.core.constraints`). Each ended trial's values are computed from its
+        last result and set on the Optuna trial (``Trial.set_constraint``), which Optuna 5's
+        constrained samplers (TPE, NSGA-II, GP) read: they steer away from infeasible configs, and
+        ``study.best_trial(s)`` holds feasible trials only. Default none.
     """
 
     def __init__(
@@ -89,6 +100,7 @@ class OptunaSearch(Searcher):
         sampler: optuna.samplers.BaseSampler | None = None,
         seed: int | None = None,
         evaluated_rewards: Sequence[ObjectiveValue] | None = None,
+        constraints: Sequence[str] | None = None,
     ) -> None:
         if metric is not None and not isinstance(metric, str | list | tuple):
             raise ValueError(
@@ -105,6 +117,14 @@ class OptunaSearch(Searcher):
             raise ValueError(
                 "OptunaSearch: seed= seeds only the default TPE sampler; pass the seed to your "
                 "sampler instead, e.g. optuna.samplers.CmaEsSampler(seed=0)."
+            )
+        self.constraints = Constraints.parse(constraints, "OptunaSearch")
+        if self.constraints and evaluated_rewards is not None:
+            raise ValueError(
+                "OptunaSearch: evaluated_rewards gives each point one value per metric but no "
+                f"value of the constraints {self.constraints.spec!r}; leave evaluated_rewards out "
+                "and add those points with add_evaluated_point(config, value, result=their last "
+                "result)."
             )
         self._points = [dict(point) for point in points_to_evaluate or ()]
         self._evaluated_rewards = None if evaluated_rewards is None else list(evaluated_rewards)
@@ -244,17 +264,37 @@ class OptunaSearch(Searcher):
         value: ObjectiveValue | None,
         state: TrialState = TrialState.COMPLETE,
         intermediate_values: dict[int, float] | None = None,
+        result: Mapping[str, Any] | None = None,
     ) -> optuna.trial.FrozenTrial:
         """A finished Optuna trial of flat params (from :meth:`_flat_point`), for ``add_trial``;
-        ``where`` names its value in messages (``evaluated_rewards[0]``)."""
+        ``where`` names its value in messages (``evaluated_rewards[0]``); with ``constraints``, a
+        COMPLETE one's constraint values from ``result``."""
         dists = {path: self._distributions[path] for path in flat}
+        constraint_values = None
+        if state is TrialState.COMPLETE and self.constraints and result is not None:
+            constraint_values = self._constraint_values(where, result)
         return optuna.trial.create_trial(
             params=dict(flat),
             distributions=dists,
             state=state,
             intermediate_values=intermediate_values,
+            constraints=constraint_values,
             **self._told(where, value),
         )
+
+    def _constraint_values(self, where: str, result: Mapping[str, Any]) -> dict[str, float]:
+        """``constraints``' values for ``result``, by their spelling; ValueError naming ``where``
+        when it does not report a constrained metric as a finite number (Optuna takes no NaN, and
+        a missing value would count as met)."""
+        missing = self.constraints.missing(result)
+        if missing:
+            raise ValueError(
+                f"OptunaSearch: {where} reported no finite value of {missing[0]!r}, which the "
+                f"constraints {self.constraints.spec!r} bound (it reported {sorted(result)}); "
+                "report every constrained metric as a number in every result, or drop that "
+                "constraint."
+            )
+        return dict(zip(self.constraints.spec, self.constraints.values(result), strict=True))
 
     def _told(self, where: str, value: ObjectiveValue | None) -> dict[str, Any]:
         """``create_trial``'s ``value=`` or, with several metrics, ``values=``; ValueError naming
@@ -298,6 +338,8 @@ class OptunaSearch(Searcher):
         error: bool = False,
         pruned: bool = False,
         intermediate_values: Sequence[float] | None = None,
+        *,
+        result: Mapping[str, Any] | None = None,
     ) -> None:
         """Add a config evaluated elsewhere to the study, as Ray Tune's ``OptunaSearch`` does
         (``study.add_trial``): COMPLETE with ``value`` (with several metrics, a list of one value
@@ -306,6 +348,8 @@ class OptunaSearch(Searcher):
         none for several).
 
         :param parameters: the trial's config (the search space's keys; fixed values are ignored).
+        :param result: with ``constraints``, the trial's last result, which its constraint values
+            are computed from. Without it Optuna counts the trial as feasible (a warning says so).
         """
         flat = self._flat_point("add_evaluated_point parameters", parameters, self._require_space())
         if intermediate_values and self._several:
@@ -318,6 +362,16 @@ class OptunaSearch(Searcher):
             state, value = TrialState.FAIL, None
         else:
             state, value = (TrialState.PRUNED, None) if pruned else (TrialState.COMPLETE, value)
+        if state is TrialState.COMPLETE and self.constraints and result is None:
+            # The resumed sweep's driver tells ended trials by value only; refusing them would
+            # make a constrained sweep impossible to resume, so say what the sampler is told.
+            log.warning(
+                "OptunaSearch: a point with value %r was added without its result, so its "
+                "constraints %s are unknown and Optuna counts it as feasible; pass result= to "
+                "add_evaluated_point.",
+                value,
+                self.constraints.spec,
+            )
         self.study.add_trial(
             self._finished(
                 "add_evaluated_point value",
@@ -325,6 +379,7 @@ class OptunaSearch(Searcher):
                 value,
                 state,
                 dict(enumerate(intermediate_values or ())),
+                result,
             )
         )
 
@@ -356,7 +411,9 @@ class OptunaSearch(Searcher):
 
         :param trial_id: the trial asking (for messages).
         :param finished: ``(config, value)`` of the run's ended trials (with several metrics,
-            value is a list of one value per metric); value None: it failed.
+            value is a list of one value per metric); value None: it failed. With
+            ``constraints``, ``(config, value, last result)``: a finished trial without its result
+            is refused, since its constraint values are unknown.
         :param index: the trial's place in the run: ``points_to_evaluate[index]`` is its config
             when there is one.
         :param seed: seeds the default TPE sampler (with this searcher's own ``seed=`` mixed in), so
@@ -371,7 +428,16 @@ class OptunaSearch(Searcher):
             mixed = seed if self._seed is None else zlib.crc32(f"{self._seed}:{seed}".encode())
             sampler = optuna.samplers.TPESampler(seed=mixed)
         study = self._new_study(sampler)
-        for i, (config, value) in enumerate(finished):
+        for i, entry in enumerate(finished):
+            config, value = entry[0], entry[1]
+            result = entry[2] if len(entry) > 2 else None
+            if self.constraints and value is not None and result is None:
+                raise ValueError(
+                    f"OptunaSearch: trial {trial_id} asks after finished trial {i}, which comes "
+                    f"without its last result, so the constraints {self.constraints.spec!r} "
+                    "cannot be computed for it; pass (config, value, last result) for each "
+                    "finished trial, or run a constrained search on the TrialRunner."
+                )
             flat = self._flat_point(f"finished trial {i}", config, space)
             study.add_trial(
                 self._finished(
@@ -379,6 +445,7 @@ class OptunaSearch(Searcher):
                     flat,
                     value,
                     TrialState.FAIL if value is None else TrialState.COMPLETE,
+                    result=result,
                 )
             )
         self._add_evaluated_rewards(study)
@@ -470,6 +537,11 @@ class OptunaSearch(Searcher):
         elif not result:
             study.tell(ot_trial, state=TrialState.PRUNED)  # ended before it reported anything
         else:
-            study.tell(ot_trial, self._value(trial_id, result))
+            value = self._value(trial_id, result)
+            if self.constraints:
+                where = f"trial {trial_id}"
+                for key, amount in self._constraint_values(where, result).items():
+                    ot_trial.set_constraint(key, amount)
+            study.tell(ot_trial, value)
         del self._ot_trials[trial_id]
         self._completed.add(trial_id)

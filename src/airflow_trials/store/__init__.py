@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from airflow_trials.store.engine import default_store_url
 from airflow_trials.store.migration import migrate
+from airflow_trials.store.pareto_board import ParetoBoard, ParetoRow
 from airflow_trials.store.reader import TrialReader
 from airflow_trials.store.records import (
     CheckpointRecordRow,
@@ -32,6 +33,8 @@ __all__ = [
     "ExperimentRunStatus",
     "ExploitRecord",
     "LeaderboardRow",
+    "ParetoBoard",
+    "ParetoRow",
     "RankedTrial",
     "Recorded",
     "RestartFromScratch",

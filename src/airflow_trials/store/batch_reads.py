@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 from airflow_trials.core.fate import stopped_early
 from airflow_trials.store.database import Database
 from airflow_trials.store.exploits import exploit_lineage
+from airflow_trials.store.feasibility import judged_feasible_first, run_constraints, run_feasibility
 from airflow_trials.store.leaderboard import (
     best_is_current,
     best_leaderboard_query,
@@ -95,7 +96,8 @@ class BatchReader:
         When the run's bests are maintained for this metric and mode (the experiment's), this is
         the leaderboard's own query over ``at_trials`` with fewer columns: no config to decode and
         no checkpoint to look up per trial, which are most of a 10,000-trial leaderboard's time.
-        Otherwise it is the store's leaderboard itself.
+        Otherwise it is the store's leaderboard itself. With the experiment's constraints, the
+        feasible trials come first, as on the leaderboard.
         """
         check_mode(mode)
         check_metric(metric)
@@ -113,9 +115,23 @@ class BatchReader:
                     trials.best_value,
                     trials.best_iteration,
                 )
-                return [ranked_trial(row) for row in session.execute(query)]
+                ranked = [ranked_trial(row) for row in session.execute(query)]
+                constraints = run_constraints(session, run)
+                if not constraints:
+                    return ranked
+                # Feasible trials first, as the leaderboard ranks them.
+                checks = run_feasibility(session, self._db.dialect, run, constraints)
+                return judged_feasible_first(ranked, checks)
         return [
-            RankedTrial(r.trial_id, r.status, r.num_failures, r.best_value, r.best_iteration)
+            RankedTrial(
+                r.trial_id,
+                r.status,
+                r.num_failures,
+                r.best_value,
+                r.best_iteration,
+                r.feasible,
+                r.violations,
+            )
             for r in self._leaderboard(run_pk, metric, mode)
         ]
 

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import logging
 import numbers
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
+from airflow_trials.core.constraints import Constraints
+from airflow_trials.core.pareto import MetricSpec, ModeSpec, encode_metrics
 from airflow_trials.store.base import StoreBase
 from airflow_trials.store.database import check_id, parse_enum
+from airflow_trials.store.feasibility import constraints_json
 from airflow_trials.store.jsonsafe import json_safe
 from airflow_trials.store.leaderboard import (
     check_metric,
@@ -39,23 +42,47 @@ class ExperimentWriter(StoreBase):
     metric indexes."""
 
     def ensure_experiment(
-        self, name: str, metric: str | None = None, mode: str | None = None
+        self,
+        name: str,
+        metric: MetricSpec | None = None,
+        mode: ModeSpec | None = None,
+        constraints: Sequence[str] | Constraints | None = None,
     ) -> int:
         """The experiment's id, creating it if needed; ``metric`` and ``mode`` are updated when
         given.
 
         Giving a metric also creates its leaderboard index (see :meth:`ensure_metric_index`).
+        Several metrics (a list, with a list of one mode per metric) are stored together as one
+        JSON object in the metric column, with the mode column set to NULL
+        (:func:`~airflow_trials.core.pareto.encode_metrics`); each gets its leaderboard index.
+        Read them back decoded with ``ExperimentRecord.metrics`` and ``.modes``.
 
         :param name: unique experiment name (at most 128 characters).
-        :param metric: metric its leaderboard ranks by; default: leave as is.
-        :param mode: ``"min"`` or ``"max"``; default: leave as is.
+        :param metric: metric its leaderboard ranks by, or a list of several; default: leave as
+            is.
+        :param mode: ``"min"`` or ``"max"``, or with several metrics a list of one per metric;
+            default: leave as is.
+        :param constraints: the experiment's constraints on reported metrics (``["latency <=
+            5.0"]``, :mod:`airflow_trials.core.constraints`), stored in their canonical spelling
+            as a JSON list; the leaderboards rank feasible trials first. An empty list clears
+            them; default None: leave as is.
+        :raises ValueError: a bad mode or metric name, lists that do not pair up, or a constraint
+            that does not parse; nothing is written.
         """
         check_id("Experiment name", name)
-        if mode is not None:
-            check_mode(mode)
-        if metric is not None:
-            check_metric(metric)
-        changes = {k: v for k, v in (("metric", metric), ("mode", mode)) if v is not None}
+        names = _checked_metrics(name, metric, mode)
+        changes: dict[str, str | None] = {}
+        if constraints is not None:
+            parsed = Constraints.parse(constraints, f"Experiment {name}")
+            changes["constraints"] = constraints_json(parsed)
+        if isinstance(metric, list | tuple):
+            changes["metric"], _ = encode_metrics(list(metric), list(mode or []))
+            changes["mode"] = None  # the modes are in the metric column's JSON
+        else:
+            if metric is not None:
+                changes["metric"] = metric
+            if isinstance(mode, str):
+                changes["mode"] = mode
 
         def work(session: Session) -> int:
             experiment_id = self._ensure_experiment(session, name)
@@ -68,8 +95,8 @@ class ExperimentWriter(StoreBase):
             return experiment_id
 
         experiment_id = self._transaction(f"register experiment {name}", work)
-        if metric is not None:
-            self.ensure_metric_index(metric)
+        for one in names:
+            self.ensure_metric_index(one)
         return experiment_id
 
     def _ensure_experiment(self, session: Session, name: str) -> int:
@@ -190,6 +217,29 @@ class ExperimentWriter(StoreBase):
             run.status = new.value
 
         self._transaction(f"set experiment run {run_id_pk} to {new.value}", work)
+
+
+def _checked_metrics(name: str, metric: MetricSpec | None, mode: ModeSpec | None) -> list[str]:
+    """The metric names ``ensure_experiment`` indexes, after checking metric and mode: one as
+    always, several as lists that pair up, each a name the leaderboard can rank by."""
+    if not isinstance(metric, list | tuple):
+        if isinstance(mode, list | tuple):
+            raise ValueError(
+                f"Experiment {name}: mode={mode!r} is a list but metric={metric!r} is not; give "
+                "metric as a list too, one name per mode, or one mode as a string."
+            )
+        if mode is not None:
+            check_mode(mode)
+        if metric is not None:
+            check_metric(metric)
+        return [] if metric is None else [metric]
+    try:
+        encode_metrics(list(metric), list(mode) if isinstance(mode, list | tuple) else mode)
+    except ValueError as e:
+        raise ValueError(f"Experiment {name}: {e}") from e
+    for one in metric:
+        check_metric(one)
+    return list(metric)
 
 
 def _check_seed(seed: Any, owner: str) -> int | None:

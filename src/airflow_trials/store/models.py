@@ -101,6 +101,8 @@ class ExperimentRow(Base):
     metric: Mapped[str | None] = mapped_column(String(AIRFLOW_ID_LENGTH), nullable=True)
     mode: Mapped[str | None] = mapped_column(String(8), nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    # A JSON list of constraint strings (migration 0011); NULL: none, every trial is feasible.
+    constraints: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class ExperimentRunRow(Base):
@@ -238,6 +240,9 @@ class TrialRungRow(Base):
     # Recorded when the trial ended (ASHA keeps a trial's last value); its verdict was not acted on.
     at_end: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    # MOASHA's rows: the trial's metric values at the rung, a JSON list in the order of its metrics
+    # (null for NaN), with ``value`` NULL; NULL on ASHA's rows.
+    metric_values: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class TrialMedianPointRow(Base):

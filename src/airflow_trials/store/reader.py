@@ -13,6 +13,7 @@ from airflow_trials.exceptions import ExperimentNotFoundError
 from airflow_trials.store.batch_reads import BatchReader
 from airflow_trials.store.database import Database
 from airflow_trials.store.exploits import exploit_lineage, latest_exploit
+from airflow_trials.store.feasibility import judged_feasible_first, run_constraints, run_feasibility
 from airflow_trials.store.leaderboard import (
     best_checkpoint_path,
     best_is_current,
@@ -40,6 +41,12 @@ from airflow_trials.store.models import (
     TrialMedianPointRow,
     TrialRow,
     TrialRungRow,
+)
+from airflow_trials.store.pareto_board import (
+    ParetoBoard,
+    check_board_metrics,
+    pareto_board,
+    pareto_leaderboard_query,
 )
 from airflow_trials.store.records import (
     CheckpointRecordRow,
@@ -138,6 +145,26 @@ class TrialReader:
             return [experiment_record(row) for row in session.execute(query).scalars()]
 
         return self._read("list experiments", work)
+
+    def get_experiment(self, name: str) -> ExperimentRecord:
+        """One experiment by name; its metrics decoded are ``.metrics`` and ``.modes``.
+
+        :raises ExperimentNotFoundError: no experiment of that name.
+        """
+        query = select(ExperimentRow).where(ExperimentRow.name == name)
+
+        def work(session: Session) -> ExperimentRecord | None:
+            row = session.execute(query).scalar_one_or_none()
+            return None if row is None else experiment_record(row)
+
+        record = self._read(f"read experiment {name}", work)
+        if record is None:
+            known = ", ".join(e.name for e in self.list_experiments()) or "none yet"
+            raise ExperimentNotFoundError(
+                f"Experiment {name!r} is not in {self!r} (experiments: {known}); check the "
+                "name, or the trials DB URL (--db-url, AIRFLOW_TRIALS_DB_URL, trials_default)."
+            )
+        return record
 
     def list_experiment_runs(self, experiment_name: str | None = None) -> list[ExperimentRunRecord]:
         """Runs of one experiment, or of all, oldest first.
@@ -266,7 +293,10 @@ class TrialReader:
         One row per trial: best value (lowest for ``"min"``, highest for ``"max"``) over its
         results, the first iteration that reached it, its best checkpoint (the kept one whose
         iteration scored best on ``metric``) and its latest kept checkpoint. Trials that
-        never reported the metric as a number come last, then ties by trial_id. Fast with the
+        never reported the metric as a number come last, then ties by trial_id. With the
+        experiment's constraints (``ensure_experiment(constraints=...)``), each row says whether
+        the trial's last result meets them (``feasible``, ``violations``) and every feasible trial
+        ranks above every infeasible one, each group in that order. Fast with the
         metric's index (``TrialStore.ensure_metric_index``, made by
         ``ensure_experiment(metric=...)``).
 
@@ -284,17 +314,64 @@ class TrialReader:
 
         def work(session: Session) -> list[LeaderboardRow]:
             run = self._db.find_run(session, experiment_run_id, operation)
+            constraints = run_constraints(session, run)
+            # With constraints the feasible trials go first, so the cut is made after that.
+            cut = None if constraints else limit
             connection = session.connection()
             if best_is_current(session, run, metric, mode):
                 # Every trial's best is maintained for this metric and mode: one row per trial.
-                query = best_leaderboard_query(dialect, experiment_run_id, metric, mode, limit)
+                query = best_leaderboard_query(dialect, experiment_run_id, metric, mode, cut)
             else:
-                query = leaderboard_query(dialect, experiment_run_id, metric, mode, limit)
+                query = leaderboard_query(dialect, experiment_run_id, metric, mode, cut)
             if dialect == "postgresql":
                 # The per-trial probes inflate the cost estimate past jit_above_cost, and
                 # compiling the plan then takes longer than running it.
                 connection.execute(text("SET LOCAL jit = off"))
-            return [leaderboard_row(row) for row in connection.execute(query)]
+            rows = [leaderboard_row(row) for row in connection.execute(query)]
+            if not constraints:
+                return rows
+            checks = run_feasibility(session, dialect, run, constraints)
+            return judged_feasible_first(rows, checks)[:limit]
+
+        return self._read(operation, work)
+
+    def pareto_leaderboard(
+        self,
+        experiment_run_id: int,
+        metrics: Sequence[str],
+        modes: Sequence[str],
+        limit: int | None = None,
+    ) -> ParetoBoard:
+        """Trials of a run ranked by several metrics at once: by Pareto rank (0 = the front),
+        then by the first metric in its mode, then by trial id; trials without a rankable value
+        of every metric last, by trial id (:mod:`~airflow_trials.store.pareto_board`).
+
+        Each trial is placed by its last result, as ``ResultGrid.get_pareto_front`` places it:
+        the board's front is the trials that method returns. The values are read in SQL (one row
+        per trial, no result scanned) and ranked in Python.
+
+        :param experiment_run_id: the run.
+        :param metrics: two or more result keys (one is a list of one), e.g.
+            ``["val_acc", "latency"]``; the first is the tie-break within a rank.
+        :param modes: ``"min"`` or ``"max"``, one per metric, e.g. ``["max", "min"]``.
+        :param limit: at most this many rows; default all. The front counts every trial.
+        """
+        names, checked_modes = check_board_metrics(metrics, modes)
+        if limit is not None and limit < 1:
+            raise ValueError(f"limit must be at least 1 or None, got {limit}.")
+        goals = ", ".join(f"{mode} {name}" for name, mode in zip(names, checked_modes, strict=True))
+        operation = (
+            f"rank the trials of experiment run {experiment_run_id} by the Pareto front of {goals}"
+        )
+
+        def work(session: Session) -> ParetoBoard:
+            run = self._db.find_run(session, experiment_run_id, operation)
+            constraints = run_constraints(session, run)
+            query = pareto_leaderboard_query(
+                self._db.dialect, experiment_run_id, names, constraints.metrics
+            )
+            rows = list(session.connection().execute(query))
+            return pareto_board(names, checked_modes, rows, limit, constraints)
 
         return self._read(operation, work)
 

@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from airflow_trials.core.constraints import Constraints
+from airflow_trials.core.pareto import MetricSpec, ModeSpec, decode_metrics
 from airflow_trials.core.scheduler import Decision
 from airflow_trials.core.status import TrialStatus
+
+
+def decode_constraints(stored: str | None) -> list[str]:
+    """The constraint strings of ``at_experiments.constraints`` (a JSON list; NULL: none)."""
+    if not stored:
+        return []
+    spec = json.loads(stored)
+    return [str(one) for one in spec] if isinstance(spec, list) else []
 
 
 class ExperimentRunStatus(StrEnum):
@@ -26,11 +37,21 @@ class ExperimentRunStatus(StrEnum):
 class ExperimentRecord:
     """An experiment.
 
+    ``metric`` and ``mode`` are the columns as stored: with several metrics, ``metric`` holds
+    them as one JSON object and ``mode`` is None. Read :attr:`metrics` and :attr:`modes` (or
+    :meth:`metric_and_mode`) rather than parse it::
+
+        record.metrics, record.modes    # ["val_acc", "latency"], ["max", "min"]
+        record.metric_and_mode()        # the same lists; one metric: ("loss", "min")
+
     :param id: primary key.
     :param name: unique name.
-    :param metric: metric its leaderboard ranks by; None when not set.
-    :param mode: ``"min"`` or ``"max"``; None when not set.
+    :param metric: metric its leaderboard ranks by, as stored; None when not set.
+    :param mode: ``"min"`` or ``"max"``; None when not set, or with several metrics.
     :param created_at: when it was first registered (UTC).
+    :param constraints: its constraints on reported metrics as stored (a JSON list of strings
+        such as ``'["latency <= 5.0"]'``); None when it has none. Read :attr:`constraint_spec`
+        or :meth:`parsed_constraints` rather than parse it. Default None.
     """
 
     id: int
@@ -38,6 +59,44 @@ class ExperimentRecord:
     metric: str | None
     mode: str | None
     created_at: datetime
+    constraints: str | None = None
+
+    @property
+    def constraint_spec(self) -> list[str]:
+        """The constraints' canonical strings (``["latency <= 5.0"]``); ``[]`` when none."""
+        return decode_constraints(self.constraints)
+
+    def parsed_constraints(self) -> Constraints:
+        """The constraints, parsed (:class:`~airflow_trials.core.constraints.Constraints`);
+        empty when none, so every result is feasible."""
+        return Constraints.parse(self.constraint_spec, f"Experiment {self.name}")
+
+    def metric_and_mode(self) -> tuple[MetricSpec | None, ModeSpec | None]:
+        """The metric and mode decoded: a name and its mode for one metric, a list of names
+        and a list of one mode per name for several, (None, ...) when none is recorded."""
+        return decode_metrics(self.metric, self.mode)
+
+    @property
+    def metrics(self) -> list[str]:
+        """The experiment's metrics: ``[]`` when none is recorded, one name, or several."""
+        metric, _ = self.metric_and_mode()
+        if metric is None:
+            return []
+        return [metric] if isinstance(metric, str) else list(metric)
+
+    @property
+    def modes(self) -> list[str | None]:
+        """One mode per name of :attr:`metrics`, in the same order (None: a metric recorded
+        without a mode)."""
+        metric, mode = self.metric_and_mode()
+        if metric is None:
+            return []
+        return list(mode) if isinstance(mode, list) else [mode]
+
+    @property
+    def several_metrics(self) -> bool:
+        """Were its metrics recorded as a list (several at once), not one name?"""
+        return isinstance(self.metric_and_mode()[0], list)
 
 
 @dataclass(frozen=True)
@@ -158,6 +217,10 @@ class LeaderboardRow:
         result is best on the leaderboard's metric (the model a downstream task should take);
         the newest kept one when none of them has the metric; None when none is kept.
     :param latest_checkpoint: path of its newest kept checkpoint (what a restore resumes from).
+    :param feasible: does its last result meet the experiment's constraints? None when the
+        experiment has none. Default None.
+    :param violations: with constraints, those its last result misses, each with by how much
+        (None: the metric is not reported as a finite number); None without constraints.
     """
 
     trial_id: str
@@ -168,6 +231,8 @@ class LeaderboardRow:
     best_iteration: int | None
     best_checkpoint: str | None
     latest_checkpoint: str | None
+    feasible: bool | None = None
+    violations: dict[str, float | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -179,6 +244,10 @@ class RankedTrial:
     :param num_failures: failures so far.
     :param best_value: its best value of the metric; None when it never reported it.
     :param best_iteration: the first iteration that reached ``best_value``; None with it.
+    :param feasible: does its last result meet the experiment's constraints? None when the
+        experiment has none. Default None.
+    :param violations: with constraints, those it misses (as :class:`LeaderboardRow`'s); None
+        without constraints.
     """
 
     trial_id: str
@@ -186,6 +255,8 @@ class RankedTrial:
     num_failures: int
     best_value: float | None
     best_iteration: int | None
+    feasible: bool | None = None
+    violations: dict[str, float | None] | None = None
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,15 @@
-"""ASHA's rungs in the trials store (one row per trial and rung, judged once), and StoredRungs."""
+"""ASHA's and MOASHA's rungs in the trials store (one row per trial and rung, judged once), and
+StoredRungs and StoredVectorRungs, their states for the rules in core/."""
 
 from __future__ import annotations
 
 import functools
+import json
 import math
 import numbers
 import zlib
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
+from typing import Any, Generic, Protocol, TypeVar
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -19,6 +22,13 @@ from airflow_trials.store.judged_once import VERDICTS, JudgedOnce
 from airflow_trials.store.mapping import rung_decision
 from airflow_trials.store.models import TrialRungRow
 from airflow_trials.store.records import RungDecision
+
+
+class _TrialRungsAccess(Protocol):
+    def trial_rungs(self, trial_id: str) -> list[RungDecision]: ...
+
+
+A = TypeVar("A", bound=_TrialRungsAccess)
 
 _RUNGS = TrialRungRow.__table__
 
@@ -114,6 +124,61 @@ class RungsStore(StoreBase):
 
         return self._transaction(operation, work, write=False)
 
+    def record_vector_rung(
+        self,
+        experiment_run_id: int,
+        trial_id: str,
+        *,
+        bracket: int,
+        milestone: float,
+        values: Sequence[float],
+        decide: Callable[[list[tuple[float, ...]]], RungVerdict],
+        iteration: int | None = None,
+        at_end: bool = False,
+    ) -> RungDecision:
+        """MOASHA's :meth:`record_rung`: the trial's metric ``values`` (in the order of its
+        metrics; NaN is kept) at a rung, judged exactly once, the same way. ``decide`` gets the
+        vectors the run's trials recorded at this bracket and milestone before, in the order they
+        were recorded (MOASHA's ranking depends on it). The row's ``value`` is NULL."""
+        _check_id("Trial id", trial_id)
+        numbers = [_check_rung_args(trial_id, bracket, milestone, v, iteration) for v in values]
+        operation = (
+            f"record trial {trial_id}'s metric values at bracket {bracket}, milestone {milestone} "
+            f"of experiment run {experiment_run_id}"
+        )
+        row = {
+            "experiment_run_id": experiment_run_id,
+            "trial_id": trial_id,
+            "bracket": bracket,
+            "milestone": float(milestone),
+            "iteration": iteration,
+            "value": None,
+            "metric_values": _encode_vector(numbers),
+        }
+        rung_key = zlib.crc32(f"{bracket}:{float(milestone)!r}".encode()) - 2**31
+        return self._rung_verdicts.record(
+            experiment_run_id,
+            trial_id,
+            _VectorRung(self, row, decide, operation),
+            at_end=at_end,
+            lock_key=rung_key,
+            operation=operation,
+        )
+
+    def rung_vectors(
+        self, experiment_run_id: int, bracket: int, milestone: float
+    ) -> list[tuple[float, ...]]:
+        """The metric vectors the run's trials recorded at a rung, in the order recorded."""
+        operation = (
+            f"read the metric values at bracket {bracket}, milestone {milestone} of experiment run "
+            f"{experiment_run_id}"
+        )
+
+        def work(session: Session) -> list[tuple[float, ...]]:
+            return _vectors_at(session, experiment_run_id, bracket, float(milestone))
+
+        return self._transaction(operation, work, write=False)
+
 
 class RungsAccess(Protocol):
     """What :class:`StoredRungs` asks of the trials store (a ``TrialStore`` has it all)."""
@@ -136,18 +201,16 @@ class RungsAccess(Protocol):
     def rung_values(self, experiment_run_id: int, bracket: int, milestone: float) -> ValueList: ...
 
 
-class StoredRungs:
-    """:class:`~airflow_trials.core.rungs.RungState` of one experiment run in the trials store:
-    ASHA's rungs on the Airflow path, one row per trial and rung.
+class _RunRungs(Generic[A]):
+    """One experiment run's rungs in the trials store, each trial's rows read once and then kept
+    as this object records them: for one trigger's life (one trial), or for one process judging
+    every trial of the run.
 
-    A trial's rungs are read once and then kept as this object records them: it is meant for one
-    trigger's life (one trial), or for one process judging every trial of the run.
-
-    :param store: the trials store (``record_rung``, ``trial_rungs``, ``rung_values``).
+    :param store: the trials store.
     :param experiment_run_id: the run whose trials share the rungs.
     """
 
-    def __init__(self, store: RungsAccess, experiment_run_id: int) -> None:
+    def __init__(self, store: A, experiment_run_id: int) -> None:
         self.store = store
         self.experiment_run_id = experiment_run_id
         self._trials: dict[str, list[RungDecision]] = {}
@@ -157,6 +220,20 @@ class StoredRungs:
         if recorded is None:
             recorded = self._trials[trial_id] = list(self.store.trial_rungs(trial_id))
         return recorded
+
+    def _kept(self, trial_id: str, recorded: RungDecision) -> RungDecision:
+        if recorded.fresh:
+            self.trial_rungs(trial_id).append(recorded)
+        return recorded
+
+
+class StoredRungs(_RunRungs["RungsAccess"]):
+    """:class:`~airflow_trials.core.rungs.RungState` of one experiment run in the trials store:
+    ASHA's rungs on the Airflow path, one row per trial and rung (:class:`_RunRungs`).
+
+    :param store: the trials store (``record_rung``, ``trial_rungs``, ``rung_values``).
+    :param experiment_run_id: the run whose trials share the rungs.
+    """
 
     def record(
         self,
@@ -179,12 +256,68 @@ class StoredRungs:
             at_end=at_end,
             decide=decide,
         )
-        if recorded.fresh:
-            self.trial_rungs(trial_id).append(recorded)
-        return recorded
+        return self._kept(trial_id, recorded)
 
     def rung_values(self, bracket: int, milestone: float) -> ValueList:
         return self.store.rung_values(self.experiment_run_id, bracket, milestone)
+
+
+class VectorRungsAccess(Protocol):
+    """What :class:`StoredVectorRungs` asks of the trials store (a ``TrialStore`` has it all)."""
+
+    def record_vector_rung(
+        self,
+        experiment_run_id: int,
+        trial_id: str,
+        *,
+        bracket: int,
+        milestone: float,
+        values: Sequence[float],
+        decide: Callable[[list[tuple[float, ...]]], RungVerdict],
+        iteration: int | None = None,
+        at_end: bool = False,
+    ) -> RungDecision: ...
+
+    def trial_rungs(self, trial_id: str) -> list[RungDecision]: ...
+
+    def rung_vectors(
+        self, experiment_run_id: int, bracket: int, milestone: float
+    ) -> list[tuple[float, ...]]: ...
+
+
+class StoredVectorRungs(_RunRungs["VectorRungsAccess"]):
+    """:class:`~airflow_trials.core.moasha.VectorRungState` of one experiment run in the trials
+    store: MOASHA's rungs, one row per trial and rung (:class:`_RunRungs`).
+
+    :param store: the trials store (``record_vector_rung``, ``trial_rungs``, ``rung_vectors``).
+    :param experiment_run_id: the run whose trials share the rungs.
+    """
+
+    def record(
+        self,
+        trial_id: str,
+        *,
+        bracket: int,
+        milestone: float,
+        values: tuple[float, ...],
+        iteration: int,
+        at_end: bool,
+        decide: Callable[[list[tuple[float, ...]]], RungVerdict],
+    ) -> RungDecision:
+        recorded = self.store.record_vector_rung(
+            self.experiment_run_id,
+            trial_id,
+            bracket=bracket,
+            milestone=milestone,
+            values=values,
+            iteration=iteration,
+            at_end=at_end,
+            decide=decide,
+        )
+        return self._kept(trial_id, recorded)
+
+    def rung_vectors(self, bracket: int, milestone: float) -> list[tuple[float, ...]]:
+        return self.store.rung_vectors(self.experiment_run_id, bracket, milestone)
 
 
 class _Rung:
@@ -317,3 +450,55 @@ def _checked_bracket(stored: RungDecision, bracket: int, operation: str) -> Rung
             "have."
         )
     return stored
+
+
+class _VectorRung(_Rung):
+    """A result's metric values reaching a rung: judged from the rung's vectors in the order
+    recorded."""
+
+    def __init__(
+        self,
+        store: RungsStore,
+        row: dict[str, Any],
+        decide: Callable[[list[tuple[float, ...]]], RungVerdict],
+        operation: str,
+    ) -> None:
+        self._store, self._row, self._decide_vector, self._operation = (
+            store,
+            row,
+            decide,
+            operation,
+        )
+
+    def decide(self, session: Session) -> tuple[Decision, str | None]:
+        row = self._row
+        before = _vectors_at(session, row["experiment_run_id"], row["bracket"], row["milestone"])
+        verdict = self._decide_vector(before)
+        _check_verdict(verdict, self._operation)
+        return verdict.decision, verdict.reason
+
+
+def _vectors_at(
+    session: Session, experiment_run_id: int, bracket: int, milestone: float
+) -> list[tuple[float, ...]]:
+    # The id orders rows as they were committed: writers of one rung take turns under its lock.
+    stored = session.execute(
+        select(_RUNGS.c.metric_values)
+        .where(
+            _RUNGS.c.experiment_run_id == experiment_run_id,
+            _RUNGS.c.bracket == bracket,
+            _RUNGS.c.milestone == milestone,
+            _RUNGS.c.metric_values.is_not(None),
+        )
+        .order_by(_RUNGS.c.id)
+    ).scalars()
+    return [_decode_vector(text) for text in stored]
+
+
+def _encode_vector(values: Sequence[float]) -> str:
+    # JSON has no NaN (PostgreSQL's parser refuses it): null stands for it.
+    return json.dumps([None if math.isnan(v) else v for v in values], separators=(",", ":"))
+
+
+def _decode_vector(text: str) -> tuple[float, ...]:
+    return tuple(math.nan if v is None else float(v) for v in json.loads(text))

@@ -88,6 +88,7 @@ class TrialStore:
         self.dispose = db.dispose
         # The read side.
         self.list_experiments = reader.list_experiments
+        self.get_experiment = reader.get_experiment
         self.list_experiment_runs = reader.list_experiment_runs
         self.resolve_run = reader.resolve_run
         self.get_trial = reader.get_trial
@@ -96,6 +97,7 @@ class TrialStore:
         self.live_checkpoints = reader.live_checkpoints
         self.latest_checkpoint = reader.latest_checkpoint
         self.leaderboard = reader.leaderboard
+        self.pareto_leaderboard = reader.pareto_leaderboard
         self.best_checkpoint_paths = reader.best_checkpoint_paths
         self.trial_rungs = reader.trial_rungs
         self.trial_median_points = reader.trial_median_points
@@ -137,6 +139,8 @@ class TrialStore:
         rungs = RungsStore(db)
         self.record_rung = rungs.record_rung
         self.rung_values = rungs.rung_values
+        self.record_vector_rung = rungs.record_vector_rung
+        self.rung_vectors = rungs.rung_vectors
         self.record_median_point = MedianStore(db).record_median_point
 
     @property

@@ -1,8 +1,10 @@
-"""Judges: a trial's trigger walks its results through ASHA's or the median rule's one rule."""
+"""Judges: a trial's trigger walks its results through ASHA's, MOASHA's or the median rule's one
+rule."""
 
 # Each trial task is watched by its own trigger, so the rule's state lives in the trials store
-# (store/rungs.py StoredRungs, store/median.py StoredMeans); the rule is the one the runner's
-# schedulers judge with (core/rungs.py AshaRungs.judge, core/median_rule.py MedianRule.judge).
+# (store/rungs.py StoredRungs and StoredVectorRungs, store/median.py StoredMeans); the rule is
+# the one the runner's schedulers judge with (core/rungs.py AshaRungs.judge, core/moasha.py
+# MOASHARungs.judge, core/median_rule.py MedianRule.judge).
 # A judge only walks a trial's results through it, in order, and remembers the verdicts for the
 # trigger's life. It is synchronous (its store calls block): the trigger runs it in a thread. A
 # result processed again (a triggerer restart re-reads the trial's results) reaches the row its
@@ -22,15 +24,16 @@ from typing import Any
 from airflow_trials.core import result as R
 from airflow_trials.core.judged import judged_from_dict
 from airflow_trials.core.median_rule import MedianRule, better_of
+from airflow_trials.core.moasha import MetricVector, MOASHARungs
 from airflow_trials.core.rungs import AshaRungs
 from airflow_trials.core.scheduler import Decision
 from airflow_trials.store.median import StoredMeans
-from airflow_trials.store.rungs import StoredRungs
+from airflow_trials.store.rungs import StoredRungs, StoredVectorRungs
 
 
 @dataclass(frozen=True)
 class Verdict:
-    """What the scheduler (ASHA, the median rule) decided about one of a trial's results.
+    """What the scheduler (ASHA, MOASHA, the median rule) decided about one of a trial's results.
 
     :param iteration: the result's training_iteration.
     :param decision: CONTINUE or STOP.
@@ -148,6 +151,76 @@ class RungJudge(_Judge):
         return Verdict(iteration, decision, reason)
 
 
+class VectorRungJudge(_Judge):
+    """One trial's MOASHA verdicts:
+    :meth:`MOASHARungs.judge <airflow_trials.core.moasha.MOASHARungs.judge>` over the run's rungs
+    in the trials store (:class:`~airflow_trials.store.rungs.StoredVectorRungs`), each result's
+    metrics read by :meth:`~airflow_trials.core.moasha.MOASHARungs.values_of`.
+
+    :param rungs: MOASHA's rule.
+    :param bracket: the trial's bracket, drawn once per trial.
+    :param store: the trials store (``record_vector_rung``, ``trial_rungs``, ``rung_vectors``).
+    :param experiment_run_id: the run whose trials share the rungs.
+    :param trial_id: the trial.
+    """
+
+    name = "MOASHA"
+
+    def __init__(
+        self, rungs: MOASHARungs, bracket: int, store: Any, experiment_run_id: int, trial_id: str
+    ) -> None:
+        super().__init__()
+        self.rungs = rungs
+        self.time_attr = rungs.time_attr
+        self.bracket = bracket
+        self.store = store
+        self.experiment_run_id = experiment_run_id
+        self.trial_id = trial_id
+        self.state = StoredVectorRungs(store, experiment_run_id)
+
+    def at_end(self, last_result: Mapping[str, Any] | None) -> None:
+        """The trial ended TERMINATED: record its last values as MOASHA does (not acted on)."""
+        if last_result is None or not self._judged(last_result):
+            return
+        iteration, time, values = self._read_vector(last_result)
+        self.rungs.judge(
+            self.state,
+            self.trial_id,
+            self.bracket,
+            time=time,
+            values=values,
+            iteration=iteration,
+            at_end=True,
+        )
+
+    def _judge_one(self, result: Mapping[str, Any]) -> Verdict:
+        iteration, time, values = self._read_vector(result)
+        decision, reason = self.rungs.judge(
+            self.state, self.trial_id, self.bracket, time=time, values=values, iteration=iteration
+        )
+        return Verdict(iteration, decision, reason)
+
+    def _judged(self, result: Mapping[str, Any] | None) -> bool:
+        keys = (self.time_attr, *self.rungs.metric)
+        return bool(result) and all(key in result for key in keys)  # type: ignore[operator]
+
+    def _read_vector(self, result: Mapping[str, Any]) -> tuple[int, float, MetricVector]:
+        """The result's iteration, time and metric values; MissingSchedulerKey names what it
+        lacks or what is not a number."""
+        iteration = result.get(R.TRAINING_ITERATION)
+        if not isinstance(iteration, int):
+            raise MissingSchedulerKey(
+                f"result {iteration} of trial {self.trial_id} has no 'training_iteration', which "
+                f"MOASHA orders a trial's results by; report results through "
+                f"airflow_trials.report, which numbers them"
+            )
+        try:
+            values = self.rungs.values_of(self.trial_id, result)
+        except ValueError as e:
+            raise MissingSchedulerKey(f"result {iteration}: {e}") from e
+        return iteration, float(result[self.time_attr]), values
+
+
 class MedianJudge(_Judge):
     """One trial's median-rule verdicts: :meth:`MedianRule.judge
     <airflow_trials.core.median_rule.MedianRule.judge>` over the run's running means in the
@@ -215,14 +288,20 @@ class MedianJudge(_Judge):
         return self._best
 
 
+#: The judge of one trial: ASHA's, MOASHA's or the median rule's.
+Judge = RungJudge | VectorRungJudge | MedianJudge
+
+
 def judge_for(
     settings: Mapping[str, Any], bracket: int, store: Any, experiment_run_id: int, trial_id: str
-) -> RungJudge | MedianJudge:
-    """The judge of a trigger's ``scheduler`` settings (``AshaRungs`` or ``MedianRule``, as
-    dicts)."""
+) -> Judge:
+    """The judge of a trigger's ``scheduler`` settings (``AshaRungs``, ``MOASHARungs`` or
+    ``MedianRule``, as dicts)."""
     scheduler = judged_from_dict(dict(settings))
     if isinstance(scheduler, MedianRule):
         return MedianJudge(scheduler, store, experiment_run_id, trial_id)
+    if isinstance(scheduler, MOASHARungs):
+        return VectorRungJudge(scheduler, bracket, store, experiment_run_id, trial_id)
     return RungJudge(scheduler, bracket, store, experiment_run_id, trial_id)
 
 

@@ -191,12 +191,12 @@ class TrialTrigger(TrialsTrigger):
     :param ray_cluster_id: hex id of the Ray cluster the trial was launched on; when the cluster
         at Ray's address is another one and the actor is gone, the trial was lost with the old
         cluster (infrastructure), not through its own code. Default None: not checked.
-    :param scheduler: the scheduler's settings (``AshaRungs.to_dict()`` or
-        ``MedianRule.to_dict()``): the trigger judges each result against the run's state in the
-        trials store (ASHA's rungs, the median rule's running means) and gives the actor its
-        verdict (:mod:`~airflow_trials.triggers.judge`). Default None: the trial runs to its
-        criterion.
-    :param bracket: the trial's ASHA bracket; default 0.
+    :param scheduler: the scheduler's settings (``AshaRungs.to_dict()``,
+        ``MOASHARungs.to_dict()`` or ``MedianRule.to_dict()``): the trigger judges each result
+        against the run's state in the trials store (ASHA's and MOASHA's rungs, the median rule's
+        running means) and gives the actor its verdict (:mod:`~airflow_trials.triggers.judge`).
+        Default None: the trial runs to its criterion.
+    :param bracket: the trial's ASHA or MOASHA bracket; default 0.
     :param experiment_run_id: the run whose trials the scheduler compares; required with
         ``scheduler``.
     """

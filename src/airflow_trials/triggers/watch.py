@@ -19,13 +19,7 @@ from airflow_trials.execution.triggerer.outage import (
 )
 from airflow_trials.execution.triggerer.task_log import TaskLogEcho
 from airflow_trials.hooks.trials import DEFAULT_RAY_CONN_ID, DEFAULT_TRIALS_CONN_ID
-from airflow_trials.triggers.judge import (
-    MedianJudge,
-    MissingSchedulerKey,
-    RungJudge,
-    Verdict,
-    judge_for,
-)
+from airflow_trials.triggers.judge import Judge, MissingSchedulerKey, Verdict, judge_for
 
 if TYPE_CHECKING:
     from airflow_trials.execution.polls import TrialPolls
@@ -110,7 +104,7 @@ class TrialWatch:
             log,
         )
         self.echo = TaskLogEcho(log, spec.trial_id)
-        self.judge: RungJudge | MedianJudge | None = None
+        self.judge: Judge | None = None
         # TrialWatchSpec refuses a scheduler without experiment_run_id.
         if spec.scheduler is not None and spec.experiment_run_id is not None:
             self.judge = judge_for(
@@ -419,8 +413,8 @@ class TrialWatch:
         end = TrialEnd.from_snapshot(self.spec.experiment_name, snapshot, released=True)
         if end.finished and self.judge is not None:
             # Before the end is recorded: a trigger that runs again finds the end stored and
-            # judges nothing more. ASHA and the median rule record a finished trial's last
-            # value (Ray Tune's on_trial_complete); a failed trial's, never.
+            # judges nothing more. ASHA, MOASHA and the median rule record a finished trial's
+            # last value (Ray Tune's and Syne Tune's on_trial_complete); a failed trial's, never.
             try:
                 await asyncio.to_thread(self.judge.at_end, end.last_result)
             except StoreError as e:  # its results and end are kept; a later cutoff misses it only

@@ -141,6 +141,12 @@ class TrialRunner(RunnerViews):
             self.scheduler,
         )
         self.callbacks: list[Callback] = [*callbacks, *([self._search] if self._search else [])]
+        searched = getattr(search_alg, "searcher", search_alg)  # inside a ConcurrencyLimiter
+        constraints = getattr(searched, "constraints", None)
+        for callback in callbacks:  # a TrialsDbCallback records the search's constraints
+            take = getattr(callback, "take_constraints", None)
+            if take is not None and constraints:
+                take(constraints)
 
         self._trials: list[Trial] = []
         self._shapes: set[Any] = set()  # every trial's resources, ever: what a waiting one needs

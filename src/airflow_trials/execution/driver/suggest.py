@@ -146,26 +146,39 @@ class SearchDriver(Callback):
 
     def resume(
         self,
-        ended: Sequence[tuple[str, Mapping[str, Any], ObjectiveValue | None]],
+        ended: Sequence[tuple[Any, ...]],
         adopted: Sequence[Trial],
         asked: int,
     ) -> None:
         """Pick up a run an earlier process began: tell the searcher the run's ended trials
-        (``(trial id, config, value)``, value None: failed) with ``add_evaluated_point``; learn how
+        (``(trial id, config, value)``, value None: failed; or ``(trial id, config, value, last
+        result)``, whose result a searcher with constraints computes their values from) with
+        ``add_evaluated_point``; learn how
         each of ``adopted`` (trials the runner runs with configs it did not ask for now: resumed
         ones, warm starts) ends the same way; and skip the ``asked`` suggestions handed out before
         (``Searcher.resume_after``)."""
         self.searcher.resume_after(
             asked
         )  # first: it may reseed the sampler before the study is built
-        for trial_id, config, value in ended:
-            self._call("add_evaluated_point", self._learn, trial_id, config, value)
+        for trial_id, config, value, *last in ended:
+            result = last[0] if last else None
+            self._call("add_evaluated_point", self._learn, trial_id, config, value, result)
         self._adopted.update((trial.trial_id, dict(trial.config)) for trial in adopted)
 
     def _learn(
-        self, trial_id: str, config: Mapping[str, Any], value: ObjectiveValue | None
+        self,
+        trial_id: str,
+        config: Mapping[str, Any],
+        value: ObjectiveValue | None,
+        result: Mapping[str, Any] | None = None,
     ) -> None:
-        self.searcher.add_evaluated_point(config, value, error=value is None)
+        if result is not None and getattr(self.searcher, "constraints", None):
+            # OptunaSearch(constraints=...): the values are computed from the last result.
+            self.searcher.add_evaluated_point(  # type: ignore[call-arg]
+                config, value, error=value is None, result=result
+            )
+        else:
+            self.searcher.add_evaluated_point(config, value, error=value is None)
 
     @property
     def name(self) -> str:
@@ -251,7 +264,8 @@ class SearchDriver(Callback):
             if (
                 error or value is not None
             ):  # stopped before it reported the metric: nothing to learn
-                self._call("add_evaluated_point", self._learn, trial.trial_id, config, value)
+                last = None if error else trial.last_result
+                self._call("add_evaluated_point", self._learn, trial.trial_id, config, value, last)
             return
         if trial.trial_id not in self._live or self._failed:
             return

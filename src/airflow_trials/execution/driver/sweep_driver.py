@@ -101,8 +101,9 @@ class Resumable:
     best: tuple[float, str] | None
     #: ids of the trials the searcher is still to be asked for, in order (with a search_alg)
     to_ask: list[str] = dataclasses.field(default_factory=list)
-    #: ``(trial id, config, value)`` of the run's ended trials, for the searcher to learn
-    ended: list[tuple[str, dict[str, Any], ObjectiveValue | None]] = dataclasses.field(
+    #: ``(trial id, config, value, last result)`` of the run's ended trials, for the searcher to
+    #: learn (a searcher with constraints computes their values from the last result)
+    ended: list[tuple[str, dict[str, Any], ObjectiveValue | None, Any]] = dataclasses.field(
         default_factory=list
     )
     #: how many of the searcher's trials it had been asked for before (their configs are stored)
@@ -167,9 +168,12 @@ def resumable_trials(spec: SweepSpec, store: TrialStore, storage: TrialStorage) 
             else None
         )
         if spec.search_alg is not None:
-            resumable.ended = ended_trial_values(
-                [records[t] for t, _ in spec.trials if t in ended], spec.metric
-            )
+            resumable.ended = [
+                (trial_id, config, value, records[trial_id].last_result)
+                for trial_id, config, value in ended_trial_values(
+                    [records[t] for t, _ in spec.trials if t in ended], spec.metric
+                )
+            ]
     return resumable
 
 

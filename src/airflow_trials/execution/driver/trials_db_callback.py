@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import datetime
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow_trials.core.callback import Callback
+from airflow_trials.core.constraints import Constraints
 from airflow_trials.core.end import TrialEnd
 from airflow_trials.core.fate import FailureDecision, Outcome
+from airflow_trials.core.pareto import MetricSpec, ModeSpec, check_metrics
 from airflow_trials.core.pbt import Exploit
 from airflow_trials.core.result import CHECKPOINT, DUPLICATE, Result
 from airflow_trials.core.status import TrialStatus
@@ -48,8 +50,16 @@ class TrialsDbCallback(Callback):
     errors are not swallowed: after the store's own retries they stop the runner.
 
     :param metric: the metric the experiment's leaderboard ranks by; default none (then pass
-        ``metric`` to the readers).
-    :param mode: ``"min"`` or ``"max"``; default none.
+        ``metric`` to the readers). A list records several at once
+        (``metric=["val_acc", "latency"], mode=["max", "min"]``): ``ResultGrid.get_pareto_front``
+        then defaults to them.
+    :param mode: ``"min"`` or ``"max"``, or with several metrics a list of one per metric, in
+        the same order; default none.
+    :param constraints: the search's constraints on reported metrics (``["latency <= 5.0"]``,
+        :mod:`airflow_trials.core.constraints`), recorded with the experiment so that its
+        leaderboards and ``ResultGrid.from_db`` rank feasible trials first; default: those of the
+        runner's ``search_alg`` (``OptunaSearch(constraints=...)``), which the
+        :class:`~airflow_trials.TrialRunner` hands over (:meth:`take_constraints`), else none.
     :param db_url: the trials DB; default: found as the DAGs find it (the ``trials_default``
         connection, else ``AIRFLOW_TRIALS_DB_URL``, else the default SQLite file:
         :func:`airflow_trials.trials_db_url.trials_db_url`). Its schema is created or upgraded on
@@ -72,13 +82,14 @@ class TrialsDbCallback(Callback):
     def __init__(
         self,
         *,
-        metric: str | None = None,
-        mode: str | None = None,
+        metric: MetricSpec | None = None,
+        mode: ModeSpec | None = None,
         db_url: str | None = None,
         run_key: str | None = None,
         store: TrialStore | None = None,
         flush_interval_s: float = 0.0,
         write_behind: bool = False,
+        constraints: Sequence[str] | Constraints | None = None,
     ) -> None:
         if (metric is None) != (mode is None):
             raise ValueError(
@@ -87,8 +98,16 @@ class TrialsDbCallback(Callback):
             )
         if store is not None and db_url is not None:
             raise ValueError("TrialsDbCallback takes db_url or store, not both.")
-        self.metric = metric
-        self.mode = mode
+        metric, mode = check_metrics("TrialsDbCallback", metric, mode)
+        if isinstance(mode, str) and mode not in ("min", "max"):
+            raise ValueError(
+                f"TrialsDbCallback got mode={mode!r}; give 'min' (lower is better) or 'max'."
+            )
+        self.metric: MetricSpec | None = metric
+        self.mode: ModeSpec | None = mode
+        self.constraints: Constraints | None = (
+            None if constraints is None else Constraints.parse(constraints, "TrialsDbCallback")
+        )
         self.run_key = (
             run_key
             or f"runner__{datetime.datetime.now(datetime.UTC).isoformat(timespec='seconds')}"
@@ -236,6 +255,12 @@ class TrialsDbCallback(Callback):
             self._writer.close()
             self._writer = None
 
+    def take_constraints(self, constraints: Constraints) -> None:
+        """The runner's searcher's constraints, recorded unless this callback was given its own
+        (``constraints=``)."""
+        if self.constraints is None and constraints:
+            self.constraints = constraints
+
     # -- reading it back ---------------------------------------------------------------------
     def result_grid(self) -> ResultGrid:
         """This run's :class:`~airflow_trials.results.ResultGrid`, read from the trials DB."""
@@ -251,7 +276,9 @@ class TrialsDbCallback(Callback):
     # -- internals ---------------------------------------------------------------------------
     def _ensure_run(self, experiment_name: str) -> int:
         if self.experiment_run_id is None:
-            self.store.ensure_experiment(experiment_name, metric=self.metric, mode=self.mode)
+            self.store.ensure_experiment(
+                experiment_name, metric=self.metric, mode=self.mode, constraints=self.constraints
+            )
             self.experiment_run_id = self.store.create_experiment_run(experiment_name, self.run_key)
             self.experiment_name = experiment_name
         elif experiment_name != self.experiment_name:

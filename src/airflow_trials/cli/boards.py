@@ -1,0 +1,87 @@
+"""The leaderboards the commands read: one metric's (``leaderboard``, ``trials``, ``plot``), with
+the check that names the metrics a run's trials did report, and several metrics' (by Pareto
+rank, ``TrialReader.pareto_leaderboard``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow_trials.cli.common import CliError, metric_and_mode, out, resolve_run
+from airflow_trials.cli.output import OutputFormat, emit, pareto_cells
+
+
+def leaderboard_rows(
+    store: Any, experiment: str, run: str, metric: str | None, mode: str | None, limit: int | None
+) -> tuple[Any, str, str, list[Any]]:
+    """The run, the metric and mode (given, else the experiment's) and its leaderboard.
+
+    :raises CliError: the run's trials have results, but none with the metric (a typo): the
+        message lists the metrics they did report.
+    """
+    exp_run = resolve_run(store, experiment, run)
+    metric, mode = metric_and_mode(store, experiment, metric, mode)
+    board = store.leaderboard(exp_run.id, metric, mode, limit=limit)
+    if board and all(r.best_value is None for r in board):
+        reported = reported_metrics(store, exp_run.id)
+        if reported:  # results exist, none with this metric: a typo, not a run that has not started
+            raise CliError(
+                f"No trial of {experiment} run {exp_run.run_key} reported metric {metric!r}; its "
+                "trials "
+                f"report {', '.join(reported)}. Pass --metric with one of them."
+            )
+    return exp_run, metric, mode, board
+
+
+def reported_metrics(store: Any, experiment_run_id: int) -> list[str]:
+    """The numeric metrics in the run's trials' last results (engine fields aside)."""
+    from airflow_trials.core.result import AUTO_FIELDS
+
+    names = {
+        key
+        for trial in store.list_trials(experiment_run_id=experiment_run_id)
+        for key, value in (trial.last_result or {}).items()
+        if isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and key not in AUTO_FIELDS
+    }
+    return sorted(names)
+
+
+def print_pareto_leaderboard(
+    store: Any,
+    fmt: OutputFormat,
+    experiment: str,
+    exp_run: Any,
+    metrics: list[str],
+    modes: list[str],
+    limit: int | None,
+) -> None:
+    """The leaderboard of several metrics (``TrialReader.pareto_leaderboard``)."""
+    board = store.pareto_leaderboard(exp_run.id, metrics, modes, limit=limit)
+    if board.rows and all(value is None for r in board.rows for value in r.values.values()):
+        reported = reported_metrics(store, exp_run.id)
+        if reported:  # results exist, none with these metrics: not a run that has not started
+            raise CliError(
+                f"No trial of {experiment} run {exp_run.run_key} reported any of the metrics "
+                f"{', '.join(metrics)}; its trials report {', '.join(reported)}. Pass --metric "
+                "with one of them."
+            )
+    columns, rows = pareto_cells(board)
+    emit(
+        out,
+        fmt,
+        {
+            "experiment": experiment,
+            "run_key": exp_run.run_key,
+            "metrics": board.metrics,
+            "modes": board.modes,
+            "front_trial_ids": board.front_trial_ids,
+            "constraints": board.constraints,
+            "rows": board.rows,
+        },
+        columns,
+        rows,
+        title=f"{experiment} / {exp_run.run_key}: Pareto front of "
+        + ", ".join(f"{mode} {m}" for m, mode in zip(metrics, modes, strict=True)),
+        empty=f"Run {exp_run.run_key} of {experiment} has no trials yet.",
+    )

@@ -1,0 +1,108 @@
+"""select_best with several metrics: the run's Pareto front and the trial ``pick`` chooses
+(:mod:`airflow_trials.core.pick`), as XCom and the Asset event's extra."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from airflow.sdk.exceptions import AirflowFailException
+
+from airflow_trials.core.constraints import Constraints
+from airflow_trials.core.pick import Pick, rank_trials
+from airflow_trials.experiment.trial_ends import describe_counts, reconcile_trial_ends
+from airflow_trials.hooks.trials import TrialsHook
+
+log = logging.getLogger(__name__)
+
+
+def select_pareto_best(
+    experiment_name: str,
+    hook: TrialsHook,
+    suggested: Sequence[Mapping[str, Any]],
+    context: Mapping[str, Any],
+    pick: Pick,
+    constraints: Constraints | None = None,
+) -> dict[str, Any]:
+    """What ``select_best`` returns with several metrics: the Pareto front of the run's
+    finished trials (by each one's last result, as the searcher learnt it) and the trial
+    ``pick`` chooses from it; the run is finished SUCCESS when a trial is ranked.
+
+    With the search's ``constraints``, only the feasible trials are ranked while there is one
+    (as ``ResultGrid.get_pareto_front`` ranks them), and the XCom says whether the chosen one is
+    (``feasible``) and which constraints judged it (``constraints``).
+
+    :raises AirflowFailException: no finished trial reported every metric, or none meets the
+        pick's bounds (the message names the pick and the front).
+    """
+    run_id = context["ti"].run_id
+    run_pk = suggested[0]["experiment_run_id"]
+    metrics, modes = list(pick.metrics), list(pick.modes)
+    store = hook.get_store()
+    try:
+        counts = reconcile_trial_ends(
+            hook, store, experiment_name, run_pk, [s["trial_id"] for s in suggested]
+        )
+        records = {
+            r.trial_id: r
+            for r in store.list_trials(experiment_run_id=run_pk)
+            if r.status.value == "TERMINATED"
+        }
+        judged = constraints or Constraints()
+        feasible = {i: r for i, r in records.items() if judged.feasible(r.last_result)}
+        ranked = feasible if judged and feasible else records
+        candidates = rank_trials({i: r.last_result for i, r in ranked.items()}, metrics, modes)
+        chosen = pick.choose(candidates)
+        latest = store.latest_checkpoint(chosen.trial_id) if chosen is not None else None
+        store.finish_experiment_run(run_pk, "SUCCESS" if candidates else "FAILED")
+    finally:
+        store.dispose()
+    where = f"Experiment {experiment_name}, run {run_id}"
+    if not candidates:
+        raise AirflowFailException(
+            f"{where}: no trial finished with every one of the metrics {metrics!r} as a "
+            f"finite number ({describe_counts(counts)}); see the trial tasks' logs."
+        )
+    front = [c for c in candidates if c.pareto_rank == 0]
+    if chosen is None:
+        raise AirflowFailException(
+            f"{where}: no finished trial meets the pick, {pick.describe()} "
+            f"(pick={pick.to_dict()!r}); the Pareto front is "
+            f"{[c.to_dict() for c in front]!r}. Loosen the bounds, or pick again from the "
+            "front in this task's log."
+        )
+    log.info(
+        "%s: %d trial(s) on the Pareto front of %s; the pick, %s, chose %s with %s.",
+        where,
+        len(front),
+        metrics,
+        pick.describe(),
+        chosen.trial_id,
+        chosen.values,
+    )
+    record = records[chosen.trial_id]
+    checkpoint = latest.path if latest is not None else None
+    return {
+        "experiment_name": experiment_name,
+        "experiment_run_id": run_pk,
+        "trial_id": chosen.trial_id,
+        "config": record.config,
+        "metric": metrics,
+        "mode": modes,
+        "values": dict(chosen.values),
+        "pareto_rank": chosen.pareto_rank,
+        "pick": pick.to_dict(),
+        "pareto_front": [c.to_dict() for c in front],
+        "pareto_ranks": {c.trial_id: c.pareto_rank for c in candidates},
+        "iteration": (record.last_result or {}).get("training_iteration"),
+        # With several metrics no one of them ranks checkpoints: the newest kept one.
+        "best_checkpoint": checkpoint,
+        "checkpoint": checkpoint,
+        "latest_checkpoint": checkpoint,
+        "finished_trials": len(candidates),
+        "failed_trials": counts["failed"],
+        "never_ran_trials": counts["never_ran"],
+        "trials": len(suggested),
+        **({"constraints": judged.spec, "feasible": chosen.trial_id in feasible} if judged else {}),
+    }

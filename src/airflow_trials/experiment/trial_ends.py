@@ -1,0 +1,63 @@
+"""The end of a DAG run's trials, as ``select_best`` finds it: ends that were never recorded are
+recorded, and the ends are counted."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from airflow_trials.core.fate import Transition
+from airflow_trials.hooks.trials import TrialsHook
+
+log = logging.getLogger(__name__)
+
+
+def reconcile_trial_ends(
+    hook: TrialsHook, store: Any, experiment_name: str, run_pk: int, trial_ids: Sequence[str]
+) -> dict[str, int]:
+    """Make the store tell the truth once every trial task of a run is done, and count the ends.
+
+    A trial still PENDING, RUNNING or PAUSED here lost its task for good (a worker killed, a
+    trigger that failed) without its end being recorded: it is stopped on Ray, if anything of it
+    is left there, and recorded as ERROR. A suggested trial the store never saw never ran.
+    Returns counts of ``finished`` (TERMINATED), ``failed`` (ERROR) and ``never_ran`` trials.
+    """
+    records = {r.trial_id: r for r in store.list_trials(experiment_run_id=run_pk)}
+    stuck = [r for r in records.values() if not r.status.is_terminal()]
+    if stuck:
+        executor = hook.get_executor()
+        for record in stuck:
+            executor.terminate(experiment_name, record.trial_id)
+            store.record_transition(
+                record.trial_id,
+                Transition.ABANDONED,
+                why=(
+                    f"Trial {record.trial_id} of experiment {experiment_name} was still "
+                    f"{record.status.value} when "
+                    f"every trial task of its run had ended: its task (try {record.try_number}) "
+                    "failed without "
+                    "recording the trial's end. It was stopped on Ray; see that task's log for the "
+                    "cause."
+                ),
+            )
+        log.warning(
+            "Recorded %d trial(s) whose tasks ended without recording their end as ERROR: %s",
+            len(stuck),
+            ", ".join(r.trial_id for r in stuck),
+        )
+    statuses = [r.status.value for r in store.list_trials(experiment_run_id=run_pk)]
+    counts = {
+        "finished": statuses.count("TERMINATED"),
+        "failed": statuses.count("ERROR"),
+        "never_ran": len(set(trial_ids) - set(records)),
+    }
+    log.info("Experiment %s, run %s: %s.", experiment_name, run_pk, describe_counts(counts))
+    return counts
+
+
+def describe_counts(counts: Mapping[str, int]) -> str:
+    return (
+        f"{counts['finished']} trial(s) finished, {counts['failed']} failed, "
+        f"{counts['never_ran']} never ran"
+    )
