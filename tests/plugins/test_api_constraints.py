@@ -82,3 +82,23 @@ def test_the_experiment_endpoints_give_its_constraints(seeded):
     assert experiment["constraints"] == [KEY, "val_acc >= 0.5"]
     listed = {e["name"]: e for e in _get(dashboard, "/api/experiments")}
     assert listed[EXPERIMENT]["constraints"] == [KEY, "val_acc >= 0.5"]
+
+
+def test_the_run_page_shows_each_trials_feasibility_and_what_it_missed(seeded):
+    dashboard, run, store = seeded
+    store.ensure_experiment(EXPERIMENT, constraints=["latency <= 20"])
+    page = dashboard.get(f"/runs/{run}")
+    assert page.status_code == 200
+    html, shown = page.text, KEY.replace("<", "&lt;")
+
+    def row(trial_id: str) -> str:
+        start = html.index(f'data-trial="{trial_id}">')  # the table's row, not the chart's line
+        return html[start : html.index("</tr>", start)]
+
+    assert f'<th title="{shown}">feasible</th>' in html
+    for trial_id, feasible in (("p-1", "yes"), ("p-8", "yes"), ("p-0", "no"), ("p-6", "no")):
+        assert f'class="feasible feasible-{feasible}"' in row(trial_id), (trial_id, row(trial_id))
+    assert f'title="{shown}: missed by 10"' in row("p-0")
+    assert f'title="{shown}: not reported"' in row("p-6")
+    one_metric = dashboard.get(f"/runs/{run}", params={"metric": "val_acc"}).text
+    assert f'<th title="{shown}">feasible</th>' in one_metric and "Pareto rank" not in one_metric

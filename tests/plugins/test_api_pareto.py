@@ -24,6 +24,12 @@ def pareto_dashboard(request, tmp_path, make_dashboard):
     reader.dispose()
 
 
+def _html_row(html: str, trial_id: str) -> str:
+    """The run page's leaderboard row of ``trial_id``."""
+    start = html.index(f'data-trial="{trial_id}">')  # the table's row, not the chart's line
+    return html[start : html.index("</tr>", start)]
+
+
 def _board(dashboard, run: int, **params):
     response = dashboard.get(f"/api/runs/{run}/leaderboard", params=params)
     assert response.status_code == 200, response.text
@@ -85,5 +91,15 @@ def test_the_experiment_lists_its_metrics_and_the_run_page_renders(pareto_dashbo
     assert (curves["metric"], curves["mode"]) == ("val_acc", "max")
     page = dashboard.get(f"/runs/{run}")
     assert page.status_code == 200 and "p-0" in page.text
+    html = page.text
+    assert ">max val_acc</th>" in html and ">min latency</th>" in html and "Pareto rank" in html
+    assert "feasible</th>" not in html  # no constraints, no column
+    for trial_id in ORDER:
+        row = _html_row(html, trial_id)
+        on_front = '<td class="front">yes</td>' in row
+        assert on_front is (trial_id in FRONT), (trial_id, row)
+        rank = RANKS.get(trial_id)
+        assert f'<td class="num pareto-rank">{"-" if rank is None else rank}</td>' in row, row
+    assert '<td class="num metric">50</td>' in _html_row(html, "p-4")  # its last latency
     trial = dashboard.get("/api/trials/p-0")
     assert trial.status_code == 200 and trial.json()["best_iteration"] == 2
