@@ -235,6 +235,40 @@ async def test_on_kill_of_a_cleared_try_leaves_the_trial_to_the_later_try_alread
     assert trials_env.store.get_trial("taken").status.value != "TERMINATED"
 
 
+async def test_on_kill_of_a_moved_trigger_stops_nothing_when_the_takeover_cannot_be_read(
+    trials_env, monkeypatch, capsys
+):
+    """The trials DB does not answer which try holds the trial: the task's state decides (here
+    still deferred: the trigger only moved), and on_kill neither raises nor stops the trial."""
+    from types import SimpleNamespace
+
+    from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+
+    import airflow_trials.triggers.trial as trial_trigger
+    from airflow_trials.exceptions import StoreError
+    from tests.conftest import live_trial_actors
+
+    def unreadable(*args):
+        raise StoreError("the trials DB did not answer")
+
+    monkeypatch.setattr(trial_trigger, "_taken_over_by_a_later_try", unreadable)
+    monkeypatch.setattr(
+        RuntimeTaskInstance,
+        "get_task_states",
+        staticmethod(lambda **query: {"run1": {"tune.trial_2": "deferred"}}),
+    )
+    _launch(trials_env, "unread", {"sleep": 0.1}, stop=1000)
+    trigger = TrialTrigger("trig", "unread", poll_interval_seconds=0.05)
+    trigger.task_instance = SimpleNamespace(
+        dag_id="dag", run_id="run1", task_id="tune.trial", map_index=2, try_number=1
+    )
+    await trigger.on_kill()
+    await trigger.cleanup()
+    assert "Could not read which try holds trial unread" in capsys.readouterr().out
+    assert live_trial_actors() == ["trial.trig.unread"]
+    assert trials_env.store.get_trial("unread").status.value != "TERMINATED"
+
+
 async def test_on_kill_before_run_attached_still_stops_the_trial(trials_env):
     from tests.conftest import live_trial_actors
 

@@ -260,7 +260,14 @@ class TrialTrigger(TrialsTrigger):
         # a stop sent by try N must never end the trial that try N+1 took over. That try may be
         # deferred already, so the takeover is read before the task's state.
         try_number = getattr(self.task_instance, "try_number", None)
-        if await asyncio.to_thread(_taken_over_by_a_later_try, store, self.trial_id, try_number):
+        try:
+            taken_over = await asyncio.to_thread(
+                _taken_over_by_a_later_try, store, self.trial_id, try_number
+            )
+        except Exception as e:  # noqa: BLE001 - unknown: the task's state decides, then the fence
+            self.log.warning("Could not read which try holds trial %s: %s", self.trial_id, e)
+            taken_over = False
+        if taken_over:
             self._log_taken_over()
             return
         if await self.moved_to_another_triggerer():
