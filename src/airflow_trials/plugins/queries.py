@@ -200,12 +200,7 @@ def leaderboard_page(
     rows = _board_rows(
         store, _sorted(shown, sort, descending)[start : start + page_size], metric, mode
     )
-    status_counts: dict[str, int] = defaultdict(int)
-    for trial in board:
-        status_counts[trial.status.value] += 1
-    config_keys = set(run.search_space) if isinstance(run.search_space, dict) else set()
-    for row in rows:
-        config_keys.update(row.config)
+    status_counts, config_keys = _counts_and_config_keys(run, board, rows)
     best = board[0].trial_id if board and board[0].best_value is not None else None
     return BoardPage(
         run=run,
@@ -217,8 +212,8 @@ def leaderboard_page(
         page_size=page_size,
         total=len(shown),
         rows=rows,
-        config_keys=sorted(config_keys),
-        status_counts=dict(status_counts),
+        config_keys=config_keys,
+        status_counts=status_counts,
         best_trial_id=best,
         leaders=[
             trial.trial_id for trial in board[:DEFAULT_CURVES] if trial.best_value is not None
@@ -352,12 +347,7 @@ def pareto_page(
         )
         for rank, trial in window
     ]
-    status_counts: dict[str, int] = defaultdict(int)
-    for trial in board:
-        status_counts[trial.status.value] += 1
-    config_keys = set(run.search_space) if isinstance(run.search_space, dict) else set()
-    for row in rows:
-        config_keys.update(row.config)
+    status_counts, config_keys = _counts_and_config_keys(run, board, rows)
     return BoardPage(
         run=run,
         metric=metrics[0],
@@ -368,8 +358,8 @@ def pareto_page(
         page_size=page_size,
         total=len(shown),
         rows=rows,
-        config_keys=sorted(config_keys),
-        status_counts=dict(status_counts),
+        config_keys=config_keys,
+        status_counts=status_counts,
         best_trial_id=None,
         leaders=[r.trial_id for r in pareto.rows[:DEFAULT_CURVES] if r.pareto_rank is not None],
         stopped=stopped,
@@ -457,3 +447,17 @@ def is_live(run: ExperimentRunRecord, status_counts: dict[str, int] | None = Non
     if run.status is ExperimentRunStatus.RUNNING:
         return True
     return any(not TrialStatus(status).is_terminal() for status in (status_counts or {}))
+
+
+def _counts_and_config_keys(
+    run: ExperimentRunRecord, board: Sequence[Any], rows: Sequence[BoardRow]
+) -> tuple[dict[str, int], list[str]]:
+    """A board page's trials per status over the whole run, and its config columns: the search
+    space's keys and those of the page's configs, sorted."""
+    status_counts: dict[str, int] = defaultdict(int)
+    for trial in board:
+        status_counts[trial.status.value] += 1
+    config_keys = set(run.search_space) if isinstance(run.search_space, dict) else set()
+    for row in rows:
+        config_keys.update(row.config)
+    return dict(status_counts), sorted(config_keys)
