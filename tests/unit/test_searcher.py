@@ -411,6 +411,23 @@ def test_a_resumed_constrained_search_learns_the_ended_trials_constraints_from_t
     assert "was added without its result" in caplog.text
 
 
+def test_a_concurrency_limiter_hands_its_constrained_search_the_ended_trials_results():
+    """Behind a ConcurrencyLimiter, a resumed constrained OptunaSearch still gets each ended
+    trial's last result, so its constraint values are set (the limiter forwards ``result=``)."""
+    from airflow_trials import OptunaSearch
+
+    searcher = OptunaSearch({"x": uniform(0.0, 1.0)}, "loss", "min", constraints=["latency <= 5"])
+    limited = ConcurrencyLimiter(searcher, max_concurrent=2)
+    assert limited.constraints == searcher.constraints
+    driver = SearchDriver(limited, 1, "tests.trainables:quadratic", {}, "exp", trial_ids=["r2"])
+    driver.resume([("r0", {"x": 0.1}, 0.04, {"loss": 0.04, "latency": 9.0})], [], asked=0)
+    assert [t.constraints for t in searcher.study.trials] == [{"latency <= 5.0": 4.0}]
+    # A searcher written for Ray Tune's signature (no result=) is told as before.
+    learner = LearningSearcher([0.5])
+    ConcurrencyLimiter(learner, max_concurrent=1).add_evaluated_point({"x": 0.5}, 0.1)
+    assert learner.calls == [("evaluated", {"x": 0.5}, 0.1, False)]
+
+
 @pytest.mark.parametrize(("own", "recorded"), [(None, ["loss <= 0.05"]), ([], [])])
 def test_the_trials_db_callback_records_the_runner_s_search_constraints(tmp_path, own, recorded):
     """TrialRunner hands a constrained search's constraints to its TrialsDbCallback, which records

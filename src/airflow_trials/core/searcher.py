@@ -109,11 +109,14 @@ class Searcher(abc.ABC):
         error: bool = False,
         pruned: bool = False,
         intermediate_values: Sequence[float] | None = None,
+        *,
+        result: Mapping[str, Any] | None = None,
     ) -> None:
         """Learn a config evaluated elsewhere (Ray Tune's name): a resumed sweep tells the searcher
         its run's ended trials with this, and the trials it did not suggest when they end. ``value``
         is the metric it reached, a list of one value per metric with several (None with
-        ``error``: it failed; with ``pruned``: stopped early)."""
+        ``error``: it failed; with ``pruned``: stopped early). ``result`` is its last result, for a
+        searcher that reads more of it than the metric (constraints)."""
         raise NotImplementedError(
             f"{type(self).__name__} cannot learn from trials it did not suggest "
             "(add_evaluated_point), so a "
@@ -262,8 +265,20 @@ class ConcurrencyLimiter(Searcher):
         error: bool = False,
         pruned: bool = False,
         intermediate_values: Sequence[float] | None = None,
+        *,
+        result: Mapping[str, Any] | None = None,
     ) -> None:
-        self.searcher.add_evaluated_point(parameters, value, error, pruned, intermediate_values)
+        if result is None:  # a searcher written for Ray Tune's signature takes no result
+            self.searcher.add_evaluated_point(parameters, value, error, pruned, intermediate_values)
+        else:
+            self.searcher.add_evaluated_point(
+                parameters, value, error, pruned, intermediate_values, result=result
+            )
+
+    @property
+    def constraints(self) -> Any:
+        """The wrapped searcher's constraints (OptunaSearch's), None for one without."""
+        return getattr(self.searcher, "constraints", None)
 
     def resume_after(self, asked: int) -> None:
         self.searcher.resume_after(asked)

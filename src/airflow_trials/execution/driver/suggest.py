@@ -173,10 +173,9 @@ class SearchDriver(Callback):
         result: Mapping[str, Any] | None = None,
     ) -> None:
         if result is not None and getattr(self.searcher, "constraints", None):
-            # OptunaSearch(constraints=...): the values are computed from the last result.
-            self.searcher.add_evaluated_point(  # type: ignore[call-arg]
-                config, value, error=value is None, result=result
-            )
+            # OptunaSearch(constraints=...), maybe behind a ConcurrencyLimiter: the values are
+            # computed from the last result.
+            self.searcher.add_evaluated_point(config, value, error=value is None, result=result)
         else:
             self.searcher.add_evaluated_point(config, value, error=value is None)
 
