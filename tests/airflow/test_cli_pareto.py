@@ -167,3 +167,44 @@ def test_trials_show_the_best_of_the_first_metric(pareto_url):
     assert result.exit_code == 0, result.output
     rows = {row["trial_id"]: row for row in json.loads(result.stdout)["trials"]}
     assert rows["p-4"]["best_val_acc"] == 0.99 and rows["p-8"]["best_val_acc"] is None
+
+
+def test_trials_of_several_metrics_give_each_metric_s_last_value_and_the_pareto_rank(pareto_url):
+    board = json.loads(invoke("trials", EXPERIMENT, "--db-url", pareto_url, "--json").stdout)
+    rows = {row["trial_id"]: row for row in board["trials"]}
+    assert sorted(rows) == sorted(HISTORIES)
+    for trial_id, row in rows.items():
+        last = _last(trial_id)
+        assert row["values"] == {m: _finite(last.get(m)) for m in METRICS}, trial_id
+        assert row["pareto_rank"] == RANKS.get(trial_id), trial_id
+    assert rows["p-4"]["best_val_acc"] == 0.99  # the first metric's best over all its results
+    table = invoke("trials", EXPERIMENT, "--db-url", pareto_url, "--output", "plain")
+    assert table.exit_code == 0, table.output
+    header, *lines = table.stdout.splitlines()
+    for column in ("best val_acc", "last val_acc", "last latency", "pareto rank"):
+        assert column in header
+    p4 = next(line for line in lines if line.startswith("p-4"))
+    assert "0.99" in p4 and "50" in p4
+
+
+def test_the_main_job_s_progress_and_report_of_several_metrics(pareto_url, tmp_path):
+    """`airflow-trials run` of a DAG with several metrics: its live table's best column is the
+    first metric's, and its closing report prints the Pareto leaderboard and plots the first
+    metric's learning curves (it used to stop at "pass --metric")."""
+    from types import SimpleNamespace
+
+    from airflow_trials.cli.common import out
+    from airflow_trials.cli.mainjob_cmd import _progress_table, _report
+    from airflow_trials.store import TrialReader
+
+    store = TrialReader(pareto_url)
+    table = _progress_table(store, EXPERIMENT, RUN_KEY, "running")
+    best = dict(zip(table.columns[0]._cells, table.columns[3]._cells, strict=True))
+    assert best["p-4"] == "0.99" and best["p-7"] == "-"
+    stack = SimpleNamespace(trials_db_url=pareto_url)
+    with out.capture() as captured:
+        code = _report(stack, EXPERIMENT, RUN_KEY, "success", str(tmp_path / "curves.png"))
+    text = captured.get()
+    assert code == 0
+    assert "Pareto front of max val_acc, min latency" in text
+    assert "Learning curves:" in text and (tmp_path / "curves.png").exists()

@@ -217,7 +217,9 @@ def trials(
 ) -> None:
     """Show one run's trials: status, failures, best metric, best and latest checkpoints, and why
     each TERMINATED trial stopped (its criterion, or its scheduler: "stopped by ASHA at ...").
-    JSON and YAML also give each trial's ASHA rungs and PBT lineage."""
+    Of an experiment with several metrics, the best column is the first metric's, then come each
+    metric's value in the trial's last result and its Pareto rank over them (as ``leaderboard``
+    ranks). JSON and YAML also give each trial's ASHA rungs and PBT lineage."""
 
     def body() -> None:
         from airflow_trials.core.fate import stopped_early
@@ -232,6 +234,16 @@ def trials(
         rows = _trial_rows(
             store, exp_run.id, metric, board, fmt in (OutputFormat.JSON, OutputFormat.YAML)
         )
+        # With several metrics: each one's value in the trial's last result, and its Pareto rank
+        # over them, as `leaderboard` ranks the run (its best column is the first metric's).
+        metric_columns = several[0] if several else []
+        if several:
+            pareto = store.pareto_leaderboard(exp_run.id, several[0], several[1])
+            placed = {place.trial_id: place for place in pareto.rows}
+            for row in rows:
+                place = placed.get(row["trial_id"])
+                row["values"] = dict(place.values) if place else dict.fromkeys(several[0])
+                row["pareto_rank"] = place.pareto_rank if place else None
         if early_stopped:
             rows = [row for row in rows if stopped_early(row["stop_reason"])]
         cells = [
@@ -241,6 +253,12 @@ def trials(
                 str(row["num_failures"]),
                 str(row["iterations"]),
                 number(row[f"best_{metric}"]),
+                *(number(row["values"][name]) for name in metric_columns),
+                *(
+                    ["-" if row["pareto_rank"] is None else str(row["pareto_rank"])]
+                    if several
+                    else []
+                ),
                 row["best_checkpoint"] or "-",
                 row["latest_checkpoint"] or "-",
                 row["stop_reason"] or "-",
@@ -262,6 +280,8 @@ def trials(
                 "failures",
                 "iterations",
                 f"best {metric}",
+                *(f"last {name}" for name in metric_columns),
+                *(["pareto rank"] if several else []),
                 "best checkpoint",
                 "latest checkpoint",
                 "stop reason",

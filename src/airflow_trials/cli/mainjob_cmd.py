@@ -11,8 +11,17 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from airflow_trials.cli.common import app, err, fail, metric_and_mode, out, resolve_run
-from airflow_trials.cli.output import render_leaderboard
+from airflow_trials.cli.boards import print_pareto_leaderboard
+from airflow_trials.cli.common import (
+    app,
+    err,
+    fail,
+    metric_and_mode,
+    out,
+    resolve_run,
+    several_metrics,
+)
+from airflow_trials.cli.output import OutputFormat, render_leaderboard
 
 
 @app.command("run")
@@ -154,8 +163,10 @@ def _progress_table(store: Any, experiment: str, run_id: str, state: str | None)
     )
     if not runs:
         return table
-    exp = next(e for e in store.list_experiments() if e.name == experiment)
-    board = store.leaderboard(runs[0].id, exp.metric, exp.mode)
+    exp = store.get_experiment(experiment)
+    # Of an experiment with several metrics, the best column is the first metric's.
+    metric, mode = (exp.metrics[0], exp.modes[0]) if exp.metrics else (None, None)
+    board = store.leaderboard(runs[0].id, metric, mode)
     records = {t.trial_id: t for t in store.list_trials(experiment_run_id=runs[0].id)}
     for row in sorted(board, key=lambda r: r.trial_id):
         last = records[row.trial_id].last_result or {}
@@ -175,12 +186,20 @@ def _report(stack: Any, experiment: str, run_id: str, state: str, plot_path: str
 
     store = TrialReader(stack.trials_db_url)
     exp_run = resolve_run(store, experiment, run_id)
-    metric, mode = metric_and_mode(store, experiment, None, None)
-    board = store.leaderboard(exp_run.id, metric, mode)
+    several = several_metrics(store, experiment, None, None)
     out.print()  # apart from the live table's last line
-    out.print(
-        render_leaderboard(board, metric, mode, title=f"Leaderboard: {experiment} / {run_id}")
-    )
+    if several:
+        # The Pareto leaderboard, as `airflow-trials leaderboard` prints it; the learning curves
+        # are the first metric's.
+        print_pareto_leaderboard(store, OutputFormat.TABLE, experiment, exp_run, *several, None)
+        metric, mode = several[0][0], several[1][0]
+    else:
+        metric, mode = metric_and_mode(store, experiment, None, None)
+    board = store.leaderboard(exp_run.id, metric, mode)
+    if not several:
+        out.print(
+            render_leaderboard(board, metric, mode, title=f"Leaderboard: {experiment} / {run_id}")
+        )
     results = {
         t.trial_id: store.get_results(t.trial_id)
         for t in store.list_trials(experiment_run_id=exp_run.id)
