@@ -1,19 +1,14 @@
-"""tuning_experiment with a constrained OptunaSearch: a warm start is refused when the DAG file is
-parsed, and a real run (dag.test, Ray, the trials DB) asks Optuna with each ended trial's last
-result, records the constraints with the experiment, and picks a feasible best trial."""
+"""tuning_experiment with a constrained OptunaSearch: a real run (dag.test, Ray, the trials DB) asks
+Optuna with each ended trial's last result, records the constraints with the experiment, and picks
+a feasible best trial; the next run warm-starts from it."""
 
 from __future__ import annotations
 
-import datetime as dt
 import importlib.util
 import os
 
-import pytest
-from airflow.sdk import DAG
-
 from airflow_trials import OptunaSearch
 from airflow_trials.core.search import choice
-from airflow_trials.experiment import tuning_experiment
 from tests.airflow.conftest import dags_folder
 from tests.airflow.test_experiment_dag import task_states, xcom
 from tests.airflow.test_several_metrics import (
@@ -25,26 +20,6 @@ from tests.airflow.test_several_metrics import (
 )
 
 SPACE = {"scale": choice([1.0, 2.0, 3.0]), "cost": choice([0.5, 5.0])}
-
-
-def test_a_warm_start_of_a_constrained_search_is_refused_when_the_dag_is_parsed():
-    with (
-        pytest.raises(
-            ValueError,
-            match=r"Experiment cw: warm_start cannot seed a search with constraints "
-            r"\['cost <= 1.0'\].*leave out warm_start, or the search_alg's constraints",
-        ),
-        DAG("cw", schedule=None, start_date=dt.datetime(2026, 1, 1, tzinfo=dt.UTC)),
-    ):
-        tuning_experiment(
-            experiment_name="cw",
-            trainable="tests.trainables:two_metrics",
-            search_space=SPACE,
-            metric="score",
-            mode="max",
-            search_alg=OptunaSearch(constraints=["cost <= 1"]),
-            warm_start="previous",
-        )
 
 
 def test_select_best_of_several_metrics_picks_from_the_feasible_front(trials_db):  # noqa: F811
@@ -79,6 +54,7 @@ with DAG("constrained", schedule=None, start_date=START, catchup=False) as dag:
         mode="max",
         num_samples=3,
         max_concurrent_trials=1,
+        warm_start=__import__("airflow_trials").WarmStart(top_k=1),
         stop={"training_iteration": 3},
         resources_per_trial={"cpu": 0.5},
         poll_interval_seconds=0.05,
@@ -127,3 +103,13 @@ def test_a_constrained_search_runs_and_its_best_trial_is_feasible(trials_env):
     grid = ResultGrid.from_db("constrained", store=store)
     assert grid.constraints.spec == ["cost <= 1.0"]
     assert grid.get_best_result().trial_id == best["trial_id"]
+
+    # The next night warm-starts from the feasible best (not the infeasible trial that scored
+    # more), and its searcher learns that seed with its last result, constraint values included.
+    second = module.dag.test()
+    assert second.state == "success", task_states(second)
+    night2 = [r for r in store.list_experiment_runs("constrained") if r.run_key == second.run_id]
+    seeds = [t for t in store.list_trials(experiment_run_id=night2[0].id) if t.warm_start]
+    assert [(t.config, t.warm_start["trial_id"]) for t in seeds] == [
+        (chosen.config, best["trial_id"])
+    ]

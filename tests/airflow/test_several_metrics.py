@@ -117,10 +117,6 @@ def declare(**kwargs):
             r"which holds 250; use shorter result keys",
         ),
         (
-            {"warm_start": "previous"},
-            r"Experiment bad: warm_start takes an experiment of one metric",
-        ),
-        (
             {"search_alg": OptunaSearch(metric="val_acc", mode="max")},
             r"The search_alg and the experiment disagree on metric 'val_acc' vs "
             r"\['val_acc', 'latency'\]",
@@ -319,3 +315,38 @@ def test_select_best_fails_naming_the_front_when_no_trial_meets_the_bounds(trial
         r"among the trials with latency <= 0.5 .*'trial_id': 't-accurate'.*Loosen the bounds",
     ):
         run_select_best(dag, suggested)
+
+
+def test_a_warm_start_of_several_metrics_seeds_the_source_s_front_first(tmp_path):
+    """warm_start with several metrics: the source's finished trials in its Pareto leaderboard's
+    order (the front first, by the first metric), each told to the searcher as the list of its
+    last values, from its newest checkpoint, with its last result when a searcher needs it."""
+    from airflow_trials import WarmStart
+    from airflow_trials.core.search import choice
+    from airflow_trials.experiment.warm_start_source import warm_seeds
+    from airflow_trials.store import TrialStore
+    from tests.pareto_seed import EXPERIMENT, HISTORIES, MODES, RUN_KEY, seed_pareto
+    from tests.pareto_seed import METRICS as PARETO_METRICS
+
+    url = seed_pareto(f"sqlite:///{tmp_path / 'trials.db'}").url
+    store = TrialStore(url)
+    space = {"width": choice([16 * i for i in range(1, 10)])}
+    warm = warm_seeds(
+        WarmStart(source=RUN_KEY, top_k=4, from_checkpoints=True),
+        store,
+        EXPERIMENT,
+        "night-2",
+        space,
+        PARETO_METRICS,
+        MODES,
+        {},
+        None,
+        with_results=True,
+    )
+    assert [trial.trial_id for _, trial in warm.seeds] == ["p-0", "p-3", "p-1", "p-2"]
+    config, value, result = warm.points()[0]
+    assert config == {"width": 16} and value == [0.9, 30.0]
+    assert result["val_acc"] == 0.9 and result["training_iteration"] == len(HISTORIES["p-0"])
+    assert warm.entry(0)["restore_path"] == "/ckpt/p-0/2"
+    assert warm.origin(warm.seeds[0][1])["value"] == [0.9, 30.0]
+    store.dispose()

@@ -71,14 +71,19 @@ class WarmStart:
 class SourceTrial:
     """One finished trial of the source run, as ranked there.
 
-    :param trial_id: its id. :param config: its config. :param value: its metric (the last result's,
-        as a searcher is told) or None. :param checkpoint: its best checkpoint, or None.
+    :param trial_id: its id. :param config: its config.
+    :param value: what a searcher is told of it: its best value of the metric, or with several
+        metrics the list of their values in its last result (the values that ranked it).
+    :param checkpoint: its best checkpoint (with several metrics, its newest kept one), or None.
+    :param result: its last result, for a searcher with constraints (their values are computed
+        from it); None when no searcher needs it.
     """
 
     trial_id: str
     config: dict[str, Any]
-    value: float | None
+    value: float | list[float] | None
     checkpoint: str | None
+    result: dict[str, Any] | None = None
 
 
 def seed_configs(

@@ -84,11 +84,9 @@ class TuningPlan:
         try:
             if self.sweep:
                 self._check_sweep()
-            self._check_several_metrics()
             self.pick_for(self.settings)
             self.scheduler_settings(self.settings)
             object.__setattr__(self, "searcher", self._searcher())  # frozen: set once, here
-            self._check_constrained_warm_start()
             if self.max_concurrent_trials is not None and not self.max_concurrent_trials >= 1:
                 raise ValueError(
                     f"max_concurrent_trials must be 1 or more, got {self.max_concurrent_trials}"
@@ -112,27 +110,10 @@ class TuningPlan:
             metric, mode = self.settings.one_metric("sweep=True")
             experiment_metric_and_mode(self.scheduler, metric, mode, type(self.scheduler).__name__)
 
-    def _check_several_metrics(self) -> None:
-        if self.settings.several_metrics and self.warm_start is not None:
-            raise ValueError(
-                f"warm_start takes an experiment of one metric, got metric="
-                f"{self.settings.metric!r}: a warm start runs an earlier run's best configs "
-                "first, and several metrics have no single best; leave out warm_start."
-            )
-
     @property
     def constraints(self) -> Constraints:
         """The searcher's constraints (``OptunaSearch(constraints=...)``); empty without."""
         return getattr(self.searcher, "constraints", None) or Constraints()
-
-    def _check_constrained_warm_start(self) -> None:
-        if self.constraints and self.warm_start is not None:
-            raise ValueError(
-                f"warm_start cannot seed a search with constraints {self.constraints.spec!r}: "
-                "the searcher learns each seed by its value only, without the result its "
-                "constraints are computed from, so it would count every seed as feasible; leave "
-                "out warm_start, or the search_alg's constraints."
-            )
 
     def pick_for(self, settings: ExperimentSettings) -> Pick | None:
         """How ``select_best`` chooses among several metrics (:class:`~airflow_trials.core.pick
@@ -205,11 +186,6 @@ class TuningPlan:
     def _check_fixed_at_parse_time(self, run: ExperimentSettings) -> None:
         self.scheduler_settings(run)
         self.pick_for(run)
-        if run.several_metrics and self.warm_start is not None:
-            raise ValueError(
-                "warm_start takes one metric; with a warm start, leave metric and mode as the "
-                "DAG file's"
-            )
         fixed = (self.settings.search_space, self.settings.metric, self.settings.mode)
         if self.search_alg is not None and (run.search_space, run.metric, run.mode) != fixed:
             raise ValueError(
@@ -307,7 +283,6 @@ class TuningPlan:
         if self.warm_start is None:
             return None
         run_id = context["ti"].run_id
-        metric, mode = run.one_metric("warm_start")  # several: refused when the DAG is parsed
         try:
             return warm_seeds(
                 self.warm_start,
@@ -315,10 +290,13 @@ class TuningPlan:
                 self.experiment_name,
                 run_id,
                 run.search_space,
-                metric,
-                mode,
+                run.metric,
+                run.mode,
                 context,
                 self.asset,
+                # Seeds told by value alone would count as feasible: a constrained searcher gets
+                # their last results too.
+                with_results=bool(self.constraints) and self.search_alg is not None,
             )
         except WarmStartError as e:
             raise AirflowFailException(

@@ -57,8 +57,12 @@ class WarmSeeds:
         }
 
     def points(self) -> list[list[Any]]:
-        """``[config, value]`` of each seed, for a searcher's history (Optuna's ``add_trial``)."""
-        return [[config, trial.value] for config, trial in self.seeds]
+        """``[config, value]`` of each seed, for a searcher's history (Optuna's ``add_trial``),
+        with its last result third when the seeds carry one (a searcher with constraints)."""
+        return [
+            [config, trial.value] + ([trial.result] if trial.result is not None else [])
+            for config, trial in self.seeds
+        ]
 
     def entry(self, index: int) -> dict[str, Any]:
         """The mapped arguments of this run's trial ``index`` (< len(seeds)) beyond its config."""
@@ -75,27 +79,41 @@ def warm_seeds(
     experiment_name: str,
     run_key: str,
     space: Mapping[str, Any],
-    metric: str,
-    mode: str,
+    metric: str | list[str],
+    mode: str | list[str],
     context: Mapping[str, Any],
     asset: Any,
+    with_results: bool = False,
 ) -> WarmSeeds | None:
     """The seeds of run ``run_key`` from its source, or None for a cold start (after a warning);
-    :class:`WarmStartError` when the source cannot be used (see the module's docstring)."""
+    :class:`WarmStartError` when the source cannot be used (see the module's docstring).
+
+    The source's finished trials that meet its constraints rank as its leaderboard ranks them: by
+    the best value of one metric, or with several (lists) by Pareto rank over their last results,
+    then by the first metric. ``with_results``: each seed also carries its last result, from which
+    a searcher with constraints computes their values (a seed told by value alone would count as
+    feasible).
+    """
     source = _source_run(warm_start, store, experiment_name, run_key, context, asset)
     if source is None:
         return None
-    board = store.leaderboard(source.id, metric, mode)
-    ranked = [
-        SourceTrial(row.trial_id, dict(row.config), row.best_value, row.best_checkpoint)
-        for row in board
-        if row.status.value == "TERMINATED" and row.best_value is not None
-    ]
+    ranked = (
+        _pareto_ranked(store, source.id, metric, mode)
+        if isinstance(metric, list) and isinstance(mode, list)
+        else _ranked(store, source.id, str(metric), str(mode))
+    )
     if not ranked:
         raise WarmStartError(
             f"run {source.run_key} of experiment {experiment_name} has no finished trial with "
-            f"metric {metric!r} to warm-start from; warm-start from another run, or drop warm_start"
+            f"metric {metric!r} (that meets its constraints) to warm-start from; warm-start from "
+            "another run, or drop warm_start"
         )
+    if with_results:
+        last = {
+            t.trial_id: dict(t.last_result or {})
+            for t in store.list_trials(experiment_run_id=source.id)
+        }
+        ranked = [dataclasses.replace(t, result=last.get(t.trial_id, {})) for t in ranked]
     seeds, skipped = seed_configs(space, source.run_key, ranked, warm_start.top_k)
     for note in skipped:
         log.warning("Warm start skips %s.", note)
@@ -108,6 +126,33 @@ def warm_seeds(
         " from their best checkpoints" if warm_start.from_checkpoints else "",
     )
     return WarmSeeds(source.run_key, source.id, seeds, warm_start.from_checkpoints)
+
+
+def _ranked(store: Any, source_run_id: int, metric: str, mode: str) -> list[SourceTrial]:
+    return [
+        SourceTrial(row.trial_id, dict(row.config), row.best_value, row.best_checkpoint)
+        for row in store.leaderboard(source_run_id, metric, mode)
+        if row.status.value == "TERMINATED"
+        and row.best_value is not None
+        and row.feasible is not False
+    ]
+
+
+def _pareto_ranked(
+    store: Any, source_run_id: int, metrics: list[str], modes: list[str]
+) -> list[SourceTrial]:
+    return [
+        SourceTrial(
+            row.trial_id,
+            dict(row.config),
+            [row.values[name] for name in metrics],
+            row.latest_checkpoint,
+        )
+        for row in store.pareto_leaderboard(source_run_id, metrics, modes).rows
+        if row.status.value == "TERMINATED"
+        and row.pareto_rank is not None
+        and row.feasible is not False
+    ]
 
 
 def _source_run(

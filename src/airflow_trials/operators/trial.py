@@ -118,8 +118,9 @@ class RunTrialOperator(BaseOperator):
     :param warm_start: where this warm-started trial came from (``run_key``, ``trial_id``, ...;
         set by ``tuning_experiment(warm_start=...)``): ``config`` is that trial's, never asked of
         ``search_alg``, and the store and XCom say so. Default None.
-    :param warm_points: ``[config, value]`` of a warm start's seeds, learnt by ``search_alg`` before
-        the run's own ended trials; default none.
+    :param warm_points: ``[config, value]`` of a warm start's seeds (``[config, value, last
+        result]`` for a searcher with constraints), learnt by ``search_alg`` before the run's own
+        ended trials; default none.
     """
 
     template_fields: Sequence[str] = ("trainable", "config", "experiment_name", "trial_id")

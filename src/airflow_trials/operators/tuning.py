@@ -82,11 +82,10 @@ def suggested_config(
     :param trial_id: the trial asking.
     :param index: its place in the run (its map index): ``points_to_evaluate[index]`` runs first.
     :param task_log: where to say what it suggested (the task's log); default this module's logger.
-    :param warm_points: ``[config, value]`` of a warm start's seeds: learnt first (Optuna's
-        ``add_trial``), and the first ``len(warm_points)`` trials of the run are the seeds
-        themselves,
-        so ``points_to_evaluate`` start after them. Default none. (They carry no result, so a
-        searcher with constraints takes no warm start: ``tuning_experiment`` refuses it.)
+    :param warm_points: ``[config, value]`` of a warm start's seeds, ``[config, value, last
+        result]`` for a searcher with constraints: learnt first (Optuna's ``add_trial``), and the
+        first ``len(warm_points)`` trials of the run are the seeds themselves, so
+        ``points_to_evaluate`` start after them. Default none.
 
     The run's ended trials are passed as ``(config, value, last result)``, so that a searcher
     with constraints (``OptunaSearch(constraints=...)``) computes their constraint values.
@@ -95,7 +94,9 @@ def suggested_config(
     mine = next((t for t in trials if t.trial_id == trial_id), None)
     if mine is not None and mine.config:
         return dict(mine.config)  # asked on an earlier try
-    history: list[tuple[Any, ...]] = [(dict(config), value) for config, value in warm_points]
+    history: list[tuple[Any, ...]] = [
+        (dict(config), value, *rest) for config, value, *rest in warm_points
+    ]
     # Each with its last result, which a searcher with constraints computes their values from.
     last_results = {t.trial_id: dict(t.last_result or {}) for t in trials}
     finished = history + [

@@ -65,7 +65,7 @@ class SweepSpec:
         space,
         metric and mode, which suggests the config of each trial given as ``{}``; default None.
     :param warm_points: ``(config, value)`` of a warm start's seeds, which the searcher learns
-        first.
+        first (``(config, value, last result)`` for a searcher with constraints).
     """
 
     experiment_name: str
@@ -192,8 +192,8 @@ def sweep_search(spec: SweepSpec, resumable: Resumable) -> SearchDriver | None:
         trial_ids=resumable.to_ask,
     )
     warm = [
-        (f"warm start seed {i}", dict(config), value)
-        for i, (config, value) in enumerate(spec.warm_points)
+        (f"warm start seed {i}", dict(config), value, *rest)
+        for i, (config, value, *rest) in enumerate(spec.warm_points)
     ]
     search.resume([*warm, *resumable.ended], resumable.trials, resumable.asked)
     return search
