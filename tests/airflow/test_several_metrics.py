@@ -110,7 +110,6 @@ def declare(**kwargs):
             {"metric": "val_acc", "mode": "max", "pick": {"metric": "val_acc"}},
             r"Experiment bad: pick=.* chooses among several metrics, but the experiment has one",
         ),
-        ({"sweep": True}, r"Experiment bad: sweep=True takes one metric"),
         (
             {"metric": ["m" * 150, "n" * 150], "mode": ["max", "min"]},
             r"Experiment bad: The metrics .* take 319 characters together in the trials DB, "

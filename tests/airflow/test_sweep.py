@@ -615,3 +615,50 @@ def test_a_sweep_operators_searcher_needs_its_own_space_and_the_experiments_metr
         operator.search_alg.metric,
         operator.search_alg.mode,
     ) == ("score", "max")
+
+
+def test_a_sweep_of_two_metrics_runs_its_multi_objective_search_and_ends_at_the_front(trials_env):
+    """sweep=True with metric and mode lists: the driver's OptunaSearch optimises both, ASHA judges
+    the one it names, the trials DB records both metrics, and select_best returns the Pareto
+    front of the run and the pick, as the mapped path does."""
+    from airflow_trials.core.search import choice
+
+    dag = experiment_dag(
+        "sweep_two_metrics",
+        trainable="tests.trainables:two_metrics",
+        metric=["score", "cost"],
+        mode=["max", "min"],
+        search_space={"scale": choice([1.0, 2.0, 3.0]), "cost": choice([0.5, 5.0])},
+        num_samples=4,
+        search_alg=Code("__import__('airflow_trials').OptunaSearch(seed=0)"),
+        scheduler=Code(
+            "__import__('airflow_trials').ASHAScheduler(metric='score', mode='max', "
+            "max_t=3, grace_period=1, reduction_factor=2)"
+        ),
+        sweep=True,
+        max_concurrent_trials=2,
+    )
+    run = dag.test()
+    assert run.state == "success", task_states(run)
+    store = trials_env.store
+    experiment = store.get_experiment("sweep_two_metrics")
+    assert (experiment.metrics, experiment.modes) == (["score", "cost"], ["max", "min"])
+    (exp_run,) = store.list_experiment_runs("sweep_two_metrics")
+    trials = {t.trial_id: t for t in store.list_trials(experiment_run_id=exp_run.id)}
+    assert len(trials) == 4 and {t.status.value for t in trials.values()} == {"TERMINATED"}
+    assert all(t.config for t in trials.values())  # the driver's searcher chose each config
+    values = {i: (t.last_result["score"], t.last_result["cost"]) for i, t in trials.items()}
+
+    def beaten(i):
+        return any(
+            s >= values[i][0] and c <= values[i][1] and (s, c) != values[i]
+            for j, (s, c) in values.items()
+            if j != i
+        )
+
+    best = xcom(run, "tune.select_best")
+    assert {e["trial_id"] for e in best["pareto_front"]} == {i for i in values if not beaten(i)}
+    assert best["trial_id"] in {e["trial_id"] for e in best["pareto_front"]}
+    summary = xcom(run, "tune.sweep", key="sweep")
+    assert summary["metric"] == "score" and summary["terminated"] == 4
+    nothing_left_on_ray()

@@ -9,6 +9,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from airflow_trials.core.checkpoint import CheckpointRecord
+from airflow_trials.core.pareto import MetricSpec, ModeSpec, scheduler_metric_and_mode
 from airflow_trials.core.resources import Resources
 from airflow_trials.core.result import Result
 from airflow_trials.core.status import TrialStatus
@@ -271,3 +272,16 @@ def experiment_metric_and_mode(
     if not chosen_metric or not chosen_mode:
         raise ValueError(f"{name} needs a metric and a mode: give them to it or to the experiment.")
     return chosen_metric, chosen_mode
+
+
+def judged_metric_and_mode(
+    scheduler: Any, metric: MetricSpec, mode: ModeSpec
+) -> tuple[MetricSpec, ModeSpec]:
+    """What a scheduler judges trials by on the Airflow path, of an experiment of one metric or of
+    several: all of them for one that takes several (MOASHA), else the one metric it names or is
+    given (:func:`~airflow_trials.core.pareto.scheduler_metric_and_mode`, then
+    :func:`experiment_metric_and_mode`). ValueError, naming the fix, as those raise it."""
+    judged, judged_mode = scheduler_metric_and_mode(scheduler, metric, mode)
+    if isinstance(judged, list) or isinstance(judged_mode, list):
+        return metric, mode  # a scheduler that takes several: all of them
+    return experiment_metric_and_mode(scheduler, judged, judged_mode, type(scheduler).__name__)

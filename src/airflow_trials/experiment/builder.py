@@ -99,8 +99,8 @@ def tuning_experiment(
     5.0]}}`` (the best val_acc within the bounds); default ``{"metric": <the first metric>}``
     (:mod:`airflow_trials.core.pick`). A scheduler judges one of the metrics
     (``ASHAScheduler(metric="latency")``) unless it takes several (``MOASHA(...)``);
-    ``sweep`` takes one metric; ``warm_start`` seeds the source run's Pareto front first. Each
-    is checked when the DAG file is parsed.
+    ``sweep`` runs them in its driver; ``warm_start`` seeds the source run's Pareto front first.
+    Each is checked when the DAG file is parsed.
     """
     validate_name("Experiment name", experiment_name)
     refuse_in_airflow(trainable, f"Experiment {experiment_name}")

@@ -16,7 +16,7 @@ from airflow_trials.core.constraints import Constraints
 from airflow_trials.core.judged import judged_scheduler
 from airflow_trials.core.pareto import scheduler_metric_and_mode
 from airflow_trials.core.pick import Pick
-from airflow_trials.core.scheduler import experiment_metric_and_mode
+from airflow_trials.core.scheduler import judged_metric_and_mode
 from airflow_trials.core.search import generate_configs
 from airflow_trials.core.trial import Trial
 from airflow_trials.core.warm_start import WarmStart, WarmStartError
@@ -107,8 +107,7 @@ class TuningPlan:
                 "sweep=True."
             )
         if self.scheduler is not None:
-            metric, mode = self.settings.one_metric("sweep=True")
-            experiment_metric_and_mode(self.scheduler, metric, mode, type(self.scheduler).__name__)
+            judged_metric_and_mode(self.scheduler, self.settings.metric, self.settings.mode)
 
     @property
     def constraints(self) -> Constraints:
@@ -365,7 +364,6 @@ class TuningPlan:
         from airflow_trials.operators.sweep import RunSweepOperator
 
         s = self.settings
-        metric, mode = s.one_metric("sweep=True")  # several: refused when the DAG is parsed
         kwargs: dict[str, Any] = {}
         if self.retry_delay is not None:
             kwargs["retry_delay"] = self.retry_delay
@@ -375,8 +373,8 @@ class TuningPlan:
             task_id="sweep",
             trainable=self.trainable,
             trials=suggested,
-            metric=metric,
-            mode=mode,
+            metric=s.metric,
+            mode=s.mode,
             experiment_name=self.experiment_name,
             resources_per_trial=s.resources.to_dict(),
             stopping_criterion=s.stop,

@@ -87,7 +87,7 @@ class ExperimentSettings:
         # sample_from functions are user code: imported when the configs are generated, not here,
         # since this also runs when the DAG file is parsed (as the trainable's path is).
         validate_search_space(search_space, import_functions=False)
-        metric, mode = cls._checked_metrics(metric, mode, sweep)
+        metric, mode = cls._checked_metrics(metric, mode)
         if not cls._is_int(num_samples) or num_samples < 1:
             raise ValueError(
                 f"num_samples must be an integer >= 1 such as 4 (not 4.0), got {num_samples!r}."
@@ -111,7 +111,7 @@ class ExperimentSettings:
         )
 
     @staticmethod
-    def _checked_metrics(metric: Any, mode: Any, sweep: bool) -> tuple[MetricSpec, ModeSpec]:
+    def _checked_metrics(metric: Any, mode: Any) -> tuple[MetricSpec, ModeSpec]:
         """One metric and its mode, or several (lists of the same length, one mode each)."""
         if isinstance(metric, list | tuple) or isinstance(mode, list | tuple):
             if not isinstance(metric, list | tuple):
@@ -122,12 +122,6 @@ class ExperimentSettings:
                 )
             names, modes = check_several("metric/mode", metric, mode)
             encode_metrics(names, modes)  # they fit the trials DB's metric column together
-            if sweep:
-                raise ValueError(
-                    f"sweep=True takes one metric, got metric={names!r}: the sweep's driver "
-                    "ranks its trials by one; leave out sweep=True (each trial its own task), "
-                    "or sweep on one of the metrics."
-                )
             return names, modes
         if mode not in ("min", "max"):
             raise ValueError(f"mode must be 'min' or 'max', got {mode!r}.")

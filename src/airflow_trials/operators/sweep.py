@@ -12,8 +12,9 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_trials.core.end import SweepEnd, SweepStatus
 from airflow_trials.core.parameters import refuse_in_airflow
+from airflow_trials.core.pareto import MetricSpec, ModeSpec, check_metrics
 from airflow_trials.core.resources import Resources
-from airflow_trials.core.scheduler import experiment_metric_and_mode
+from airflow_trials.core.scheduler import judged_metric_and_mode
 from airflow_trials.core.sweep_progress import end_line, sweep_summary
 from airflow_trials.exceptions import AirflowTrialsError
 from airflow_trials.hooks.trials import DEFAULT_RAY_CONN_ID, DEFAULT_TRIALS_CONN_ID, TrialsHook
@@ -49,7 +50,9 @@ class RunSweepOperator(BaseOperator):
     :param trials: the run's trials, each ``{"trial_id", "config", "experiment_run_id"}``
         (``suggest_configs``' list); one task however long it is. Templated.
     :param metric: the metric trials are ranked by. :param mode: ``"min"`` or ``"max"``; default
-        ``"min"``.
+        ``"min"``. Several at once as lists (``metric=["val_acc", "latency"], mode=["max",
+        "min"]``): the searcher optimises all of them, a scheduler judges the one it names (or all,
+        ``MOASHA``), and the progress lines and checkpoints go by the first.
     :param experiment_name: default: the DAG id. Templated.
     :param resources_per_trial: e.g. ``{"cpu": 1, "gpu": 0.5}``; default 1 CPU.
     :param stopping_criterion: e.g. ``{"training_iteration": 10}``; default none.
@@ -84,8 +87,8 @@ class RunSweepOperator(BaseOperator):
         *,
         trainable: str,
         trials: Any,
-        metric: str,
-        mode: str = "min",
+        metric: MetricSpec,
+        mode: ModeSpec = "min",
         experiment_name: str | None = None,
         resources_per_trial: Mapping[str, Any] | None = None,
         stopping_criterion: Mapping[str, float] | None = None,
@@ -106,14 +109,13 @@ class RunSweepOperator(BaseOperator):
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         **kwargs: Any,
     ) -> None:
-        refuse_in_airflow(trainable, f"RunSweepOperator {kwargs.get('task_id')!r}")
-        if mode not in ("min", "max"):
-            raise ValueError(
-                f"RunSweepOperator {kwargs.get('task_id')!r}: mode must be 'min' or 'max', got "
-                f"{mode!r}."
-            )
+        owner = f"RunSweepOperator {kwargs.get('task_id')!r}"
+        refuse_in_airflow(trainable, owner)
+        metric, mode = check_metrics(owner, metric, mode)  # type: ignore[assignment]
+        if not isinstance(mode, list) and mode not in ("min", "max"):
+            raise ValueError(f"{owner}: mode must be 'min' or 'max', got {mode!r}.")
         if scheduler is not None:
-            experiment_metric_and_mode(scheduler, metric, mode, type(scheduler).__name__)
+            judged_metric_and_mode(scheduler, metric, mode)
         if search_alg is not None:
             try:
                 search_alg = airflow_searcher(search_alg, {}, metric, mode)
@@ -147,8 +149,9 @@ class RunSweepOperator(BaseOperator):
         self.stopping_criterion = dict(stopping_criterion) if stopping_criterion else None
         self.checkpoint_freq, self.checkpoint_at_end = checkpoint_freq, checkpoint_at_end
         self.keep_checkpoints_num = keep_checkpoints_num
+        first, first_mode = (metric[0], mode[0]) if isinstance(metric, list) else (metric, mode)
         self.checkpoint_score_attr = checkpoint_score_attr or (
-            metric if mode == "max" else f"min-{metric}"
+            first if first_mode == "max" else f"min-{first}"
         )
         self.max_failures = max_failures
         self.scheduler = scheduler

@@ -22,6 +22,8 @@ from typing import Any
 import ray
 from ray.actor import ActorHandle
 
+from airflow_trials.core.pareto import MetricSpec, ModeSpec
+from airflow_trials.core.scheduler import judged_metric_and_mode
 from airflow_trials.core.searcher import ObjectiveValue, ended_trial_values
 from airflow_trials.core.sweep_progress import SweepProgress, SweepSnapshot
 from airflow_trials.core.trial import Trial
@@ -51,7 +53,8 @@ class SweepSpec:
         DB (the Airflow run id). :param experiment_run_id: that run's id in the trials DB.
     :param trainable: import path of the trainable.
     :param trials: ``(trial id, config)`` of every trial of the run, in order.
-    :param metric: ranks trials. :param mode: ``"min"`` or ``"max"``.
+    :param metric: ranks trials. :param mode: ``"min"`` or ``"max"``. Several metrics as lists:
+        the progress and resume's best go by the first.
     :param db_url: the trials DB. :param storage_path: where checkpoints go. :param namespace: Ray
         namespace of the driver and its trials.
     :param trial_kwargs: the other :class:`~airflow_trials.core.trial.Trial` arguments (resources,
@@ -73,8 +76,8 @@ class SweepSpec:
     experiment_run_id: int
     trainable: str
     trials: Sequence[tuple[str, dict[str, Any]]]
-    metric: str
-    mode: str
+    metric: MetricSpec
+    mode: ModeSpec
     db_url: str
     storage_path: str | None
     namespace: str
@@ -84,6 +87,12 @@ class SweepSpec:
     origins: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
     search_alg: Any = None
     warm_points: Sequence[Sequence[Any]] = ()
+
+    def first_metric(self) -> tuple[str, str]:
+        """The metric and mode, or with several the first of each (progress and best go by it)."""
+        if isinstance(self.metric, list) and isinstance(self.mode, list):
+            return self.metric[0], self.mode[0]
+        return str(self.metric), str(self.mode)
 
     @property
     def name(self) -> str:
@@ -160,7 +169,7 @@ def resumable_trials(spec: SweepSpec, store: TrialStore, storage: TrialStorage) 
         trial.num_failures = record.num_failures if record is not None else 0
         resumable.trials.append(trial)
     if ended:
-        board = store.leaderboard(spec.experiment_run_id, spec.metric, spec.mode)
+        board = store.leaderboard(spec.experiment_run_id, *spec.first_metric())
         top = next((row for row in board if row.best_value is not None), None)
         resumable.best = (
             (top.best_value, top.trial_id)
@@ -303,8 +312,7 @@ class SweepDriver:
                 )
             progress = SweepProgress(
                 len(spec.trials),
-                spec.metric,
-                spec.mode,
+                *spec.first_metric(),
                 done_before=resumable.done,
                 best_before=resumable.best,
             )
@@ -325,10 +333,12 @@ class SweepDriver:
                 reuse_actors=True,
                 reuse_placement_groups=True,
             )
-            if (
-                spec.scheduler is not None
-            ):  # this driver's own copy: it may take the experiment's metric
-                spec.scheduler.set_search_properties(spec.metric, spec.mode)
+            if spec.scheduler is not None:
+                # This driver's own copy: it may take the experiment's metric (of several, the
+                # one it names, or all of them for a scheduler that takes several).
+                spec.scheduler.set_search_properties(
+                    *judged_metric_and_mode(spec.scheduler, spec.metric, spec.mode)
+                )
             runner = TrialRunner(
                 spec.experiment_name,
                 executor=executor,
