@@ -1,4 +1,5 @@
-"""Benchmark: server time of the dashboard's leaderboard page at 10,000 trials x 100 results.
+"""Benchmark: server time of the dashboard's leaderboard page at 10,000 trials x 100 results, and
+of the experiment page's history at 365 nightly runs x 1,000 trials.
 
 The trials DB (SQLite file) holds one experiment run of 10,000 trials with 100 results each
 (bulk-loaded as in bench/store_ingest.py, bests brought up to date with ``recompute_best``) and
@@ -11,6 +12,13 @@ template. Target: < 100 ms for the run page. Median of several requests after a 
     .venv/bin/python -m bench.dashboard_render --postgres-url postgresql+psycopg://postgres@127.0.0.1:5432/test
     .venv/bin/python -m bench.dashboard_render --trials 1000 --repeats 5   # quicker
 
+The history case (``--case history``) fills one experiment with 365 nightly runs of 1,000 trials
+each (bulk INSERTs, each trial's best maintained) and times the experiment page, whose history
+table and trend chart cover every run, and the JSON history. Target: < 200 ms.
+
+    .venv/bin/python -m bench.dashboard_render --case history
+    .venv/bin/python -m bench.dashboard_render --case history --postgres-url postgresql+psycopg://postgres@127.0.0.1:5432/test
+
 PostgreSQL runs in a fresh schema, dropped at the end.
 """
 
@@ -19,12 +27,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
+
+from airflow_trials.core.fate import TRAINABLE_FINISHED
 
 TARGET_MS = 100.0
 
@@ -72,6 +86,207 @@ def _fill(url: str, num_trials: int, iterations: int) -> int:
         for i in range(0, num_trials, 10):
             store.add_checkpoint(trial_ids[i], f"/ckpt/{trial_ids[i]}/50", 50)
         return run
+    finally:
+        store.dispose()
+
+
+HISTORY_EXPERIMENT = "bench-history"
+HISTORY_TARGET_MS = 200.0
+
+
+def _history_trial_rows(run_pks: list[int], trials_per_run: int) -> Iterator[dict[str, Any]]:
+    """Nightly runs' trials as a sweep leaves them: bests maintained, an ASHA mix of completed and
+    early-stopped trials (each stop reason its own text), a few errors, 3 warm-started seeds."""
+    rng = random.Random(7)
+    base = datetime(2025, 1, 1, 2, tzinfo=UTC)
+    for night, run_pk in enumerate(run_pks):
+        created = base + timedelta(days=night)
+        for i in range(trials_per_run):
+            loss = round(0.05 + rng.random() + 0.2 / (night + 1), 6)
+            status, reason, failures = "TERMINATED", TRAINABLE_FINISHED, 0
+            if i % 97 == 0:
+                status, reason, failures = "ERROR", None, 2
+            elif i % 3:
+                reason = (
+                    f"stopped by ASHA at training_iteration={1 + i % 9} (rung 1 of 4): "
+                    f"loss={loss} is worse than the cutoff {loss / 2:.6f} of {i} trials"
+                )
+            warm = None
+            if night and i < 3:
+                warm = {
+                    "run_key": f"nightly-{night - 1:03d}",
+                    "experiment_run_id": run_pks[night - 1],
+                    "trial_id": f"h-{night - 1:03d}-{i:04d}",
+                    "value": loss,
+                    "checkpoint": None,
+                }
+            last = {"loss": loss, "training_iteration": 10, "timestamp": created.timestamp()}
+            yield {
+                "trial_id": f"h-{night:03d}-{i:04d}",
+                "experiment_run_id": run_pk,
+                "trainable": "bench:trainable",
+                "config": {
+                    "lr": 10 ** -(1 + rng.randrange(5)),
+                    "layers": rng.randrange(1, 8),
+                    "optimizer": rng.choice(["adam", "sgd"]),
+                },
+                "resources": {"cpu": 1},
+                "status": status,
+                "num_failures": failures,
+                "max_failures": 3,
+                "stop_reason": reason,
+                "last_result": None if status == "ERROR" else last,
+                "warm_start": warm,
+                # An errored trial that never reported has no maintained best, as add_results
+                # leaves it.
+                "best_metric": None if status == "ERROR" else "loss",
+                "best_mode": None if status == "ERROR" else "min",
+                "best_value": None if status == "ERROR" else loss,
+                "best_iteration": None if status == "ERROR" else 10,
+                "created_at": created,
+                "updated_at": created,
+                "ended_at": created,
+            }
+
+
+def _fill_history(url: str, num_runs: int, trials_per_run: int) -> None:
+    """``num_runs`` nightly runs of ``trials_per_run`` trials each, in bulk INSERTs of 5,000 rows
+    (each trial's best maintained, as ``add_results`` leaves it; its one stored result is its
+    last)."""
+    from sqlalchemy import insert, text
+
+    from airflow_trials.store import TrialStore
+    from airflow_trials.store.models import ExperimentRunRow, ResultRow, TrialRow
+
+    store = TrialStore(url, create=True)
+    try:
+        store.ensure_experiment(HISTORY_EXPERIMENT, metric="loss", mode="min")
+        experiment_id = store.get_experiment(HISTORY_EXPERIMENT).id
+        base = datetime(2025, 1, 1, 2, tzinfo=UTC)
+        engine = store._engine
+        with engine.begin() as connection:
+            connection.execute(
+                insert(ExperimentRunRow),
+                [
+                    {
+                        "experiment_id": experiment_id,
+                        "run_key": f"nightly-{night:03d}",
+                        "dag_id": "bench_dag",
+                        "run_id": f"scheduled__{(base + timedelta(days=night)).date()}",
+                        "status": "SUCCESS",
+                        "created_at": base + timedelta(days=night),
+                        "ended_at": base + timedelta(days=night, hours=3),
+                    }
+                    for night in range(num_runs)
+                ],
+            )
+            run_pks = list(
+                connection.execute(
+                    text(
+                        "SELECT id FROM at_experiment_runs WHERE experiment_id = :e "
+                        "ORDER BY created_at"
+                    ),
+                    {"e": experiment_id},
+                ).scalars()
+            )
+            batch: list[dict[str, Any]] = []
+            for row in _history_trial_rows(run_pks, trials_per_run):
+                batch.append(row)
+                if len(batch) == 5_000:
+                    _insert_trials(connection, batch, insert(TrialRow), insert(ResultRow))
+                    batch = []
+            if batch:
+                _insert_trials(connection, batch, insert(TrialRow), insert(ResultRow))
+        # VACUUM too on PostgreSQL, as autovacuum would after a night's writes: an index-only
+        # scan reads the heap for every page the visibility map does not mark all-visible.
+        analyze = "VACUUM ANALYZE" if engine.dialect.name == "postgresql" else "ANALYZE"
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
+            connection.execute(text(analyze))
+    finally:
+        store.dispose()
+
+
+def _insert_trials(connection: Any, rows: list[dict[str, Any]], trials: Any, results: Any) -> None:
+    connection.execute(trials, rows)
+    stored = [
+        {
+            "trial_id": row["trial_id"],
+            "iteration": 10,
+            "timestamp": row["last_result"]["timestamp"],
+            "metrics": row["last_result"],
+        }
+        for row in rows
+        if row["last_result"] is not None
+    ]
+    connection.execute(results, stored)
+
+
+def run_history(name: str, url: str, args: argparse.Namespace) -> None:
+    """The experiment page (history of every run) and the history API of ``--history-runs``
+    nightly runs of ``--history-trials`` trials."""
+    from airflow.api_fastapi.app import init_auth_manager
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from airflow_trials.plugins.app import create_app
+    from airflow_trials.store import TrialReader
+
+    begin = time.perf_counter()
+    _fill_history(url, args.history_runs, args.history_trials)
+    print(
+        f"[{name}] history fixture: {args.history_runs:,} runs x {args.history_trials:,} trials "
+        f"loaded in {time.perf_counter() - begin:.1f} s",
+        flush=True,
+    )
+    store = TrialReader(url)
+    begin = time.perf_counter()
+    found = store.experiment_history(HISTORY_EXPERIMENT)
+    if len(found.runs) != args.history_runs or any(
+        line.num_trials != args.history_trials for line in found.runs
+    ):
+        raise SystemExit(f"The history read {len(found.runs)} runs, not the fixture's.")
+    print(
+        f"[{name}] store read alone (TrialReader.experiment_history, first call): "
+        f"{(time.perf_counter() - begin) * 1000:.1f} ms",
+        flush=True,
+    )
+    root = FastAPI()
+    init_auth_manager(root)
+    root.mount("/trials", create_app(lambda: store))
+    page = f"/trials/experiments/{HISTORY_EXPERIMENT}"
+    cases = [
+        (
+            "experiment page (trend chart of every run, table of the newest 60)",
+            page,
+            'class="history-row',
+        ),
+        ("experiment page, last 30 runs", f"{page}?last=30", 'class="history-row'),
+        ("experiment page, every run in the table", f"{page}?last=365", 'class="history-row'),
+        (
+            "JSON history, every run",
+            f"/trials/api/experiments/{HISTORY_EXPERIMENT}/history",
+            '"runs"',
+        ),
+        (
+            "JSON history, last 30 runs",
+            f"/trials/api/experiments/{HISTORY_EXPERIMENT}/history?last=30",
+            '"runs"',
+        ),
+    ]
+    try:
+        with TestClient(root) as client:
+            token = client.post(
+                "/auth/token", json={"username": "admin", "password": "bench"}
+            ).json()["access_token"]
+            headers = {"Authorization": f"Bearer {token}"}
+            for label, path, needle in cases:
+                ms = _median_ms(client, path, headers, args.repeats, needle)
+                print(
+                    f"[{name}] {label}: median {ms:.1f} ms over {args.repeats} requests  "
+                    f"(target < {HISTORY_TARGET_MS:.0f} ms, ratio {ms / HISTORY_TARGET_MS:.2f} "
+                    "of target)",
+                    flush=True,
+                )
     finally:
         store.dispose()
 
@@ -150,17 +365,30 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--skip-sqlite", action="store_true")
+    parser.add_argument(
+        "--case",
+        choices=["leaderboard", "history", "all"],
+        default="all",
+        help="the run page's leaderboard, the experiment page's history of nightly runs, or both",
+    )
+    parser.add_argument("--history-runs", type=int, default=365)
+    parser.add_argument("--history-trials", type=int, default=1_000)
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="bench_dashboard_") as tmp:
         _prepare_airflow_home(Path(tmp) / "airflow")
-        if not args.skip_sqlite:
-            run_backend("sqlite", f"sqlite:///{os.path.join(tmp, 'trials.db')}", args)
-        if args.postgres_url:
-            from bench.store_ingest import fresh_postgres_schema
+        cases = [run_backend] if args.case == "leaderboard" else [run_history]
+        if args.case == "all":
+            cases = [run_backend, run_history]
+        for case in cases:
+            if not args.skip_sqlite:
+                db = os.path.join(tmp, f"{case.__name__}.db")
+                case("sqlite", f"sqlite:///{db}", args)
+            if args.postgres_url:
+                from bench.store_ingest import fresh_postgres_schema
 
-            with fresh_postgres_schema(args.postgres_url) as url:
-                run_backend("postgresql", url, args)
+                with fresh_postgres_schema(args.postgres_url) as url:
+                    case("postgresql", url, args)
 
 
 if __name__ == "__main__":

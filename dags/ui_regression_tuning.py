@@ -13,7 +13,8 @@ The trainable is fixed in this file: params pick values, never which code runs.
 GPUs per trial is one of ``GPU_CHOICES``. Airflow fixes a task's pool slots when it creates the
 task instance, so each choice has its own trial task (``trial_gpu_0``, ``trial_gpu_0_5``, ...) with
 the right slots of the ``gpu`` pool, and ``route_trials`` runs the one this run asked for.
-GPU choices need a Ray cluster with GPUs; on a CPU-only cluster ``suggest_configs`` refuses them.
+GPU choices need a Ray cluster with GPUs; on a CPU-only cluster ``suggest_configs`` refuses the
+run's params, naming ``gpus_per_trial`` and its default as the fix.
 """
 
 from __future__ import annotations

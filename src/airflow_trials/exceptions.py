@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from airflow_trials.core.resources import Resources
+
 
 class AirflowTrialsError(Exception):
     """Base class of every error airflow_trials raises on purpose."""
@@ -46,7 +51,26 @@ class RayUnavailableError(AirflowTrialsError):
 
 
 class InsufficientResourcesError(AirflowTrialsError):
-    """A trial asks for more than the whole cluster has, so it could never start."""
+    """A trial asks for more than the whole cluster has, so it could never start.
+
+    :param needed: what the trial asks for; None when not known. Default None.
+    :param total: everything the Ray cluster has; None when not known. Default None.
+    """
+
+    def __init__(
+        self, message: str, needed: Resources | None = None, total: Resources | None = None
+    ):
+        super().__init__(message)
+        self.needed = needed
+        self.total = total
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (type(self), (str(self), self.needed, self.total))
+
+
+class RegressionError(AirflowTrialsError):
+    """A run's best is worse than the previous successful run's by more than the experiment's
+    ``regression_tolerance`` (the ``check_regression`` task)."""
 
 
 class RunnerFinishedError(AirflowTrialsError):

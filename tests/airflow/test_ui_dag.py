@@ -256,15 +256,67 @@ def test_a_sweep_takes_more_trials_than_one_mapped_task_may_have(ui_module):
 
 
 def test_gpus_beyond_the_cluster_are_refused_before_any_trial(ui_module, trials_env, fake_context):
+    from airflow.sdk.exceptions import AirflowFailException
+
     from airflow_trials.exceptions import InsufficientResourcesError
     from tests.conftest import start_ray
 
     start_ray(num_cpus=2, num_gpus=0)
     suggest = ui_module.dag.get_task(f"{GROUP}.suggest_configs")
     params = dict(ui_module.dag.params.dump(), gpus_per_trial=0.5)
-    with pytest.raises(InsufficientResourcesError, match="GPU"):
+    # Without the DAG in the context (a hand-made one) the form's defaults are unknown: the
+    # refusal names the run's params without naming a field.
+    with pytest.raises(
+        AirflowFailException, match="the run's params are refused: from_params "
+    ) as e:
         suggest.python_callable(ti=fake_context()["ti"], params=params)
+    assert isinstance(e.value.__cause__, InsufficientResourcesError)
     assert trials_env.store.list_experiment_runs() == []
+
+
+def test_gpus_on_a_cpu_only_cluster_are_refused_naming_the_form_s_field(
+    ui_module, trials_env, fake_context
+):
+    from types import SimpleNamespace
+
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from tests.conftest import start_ray
+
+    start_ray(num_cpus=2, num_gpus=0)
+    suggest = ui_module.dag.get_task(f"{GROUP}.suggest_configs")
+    conf = {"gpus_per_trial": 1, "lr_min": 0.05}  # lr_min's default goes with lr_max: not named
+    with pytest.raises(AirflowFailException) as raised:
+        suggest.python_callable(
+            ti=fake_context(run_id="manual__3")["ti"],
+            params=dict(ui_module.dag.params.dump(), **conf),
+            dag=ui_module.dag,
+            dag_run=SimpleNamespace(conf=conf),
+        )
+    # The cluster's memory is this machine's.
+    message = re.sub(r", [0-9.]+ GiB memory in total", " in total", str(raised.value))
+    assert message == (
+        "Experiment ui_regression_tuning, DAG run manual__3: the run's params are refused: "
+        "gpus_per_trial is 1, so each trial needs 0.25 CPU, 1 GPU, but the Ray cluster has "
+        "2 CPU, 0 GPU in total (short of GPU by 1). No trial was started and nothing was "
+        "written; trigger the DAG again with gpus_per_trial 0 (the form's default), or first add "
+        "a node with GPUs to the Ray cluster (ray start --address=<head address> --num-gpus=N)."
+    )
+    assert trials_env.store.list_experiment_runs() == []
+
+
+def test_a_triggered_run_asking_for_gpus_on_a_cpu_only_cluster_fails_naming_the_field(
+    ui_module, trials_env, capfd
+):
+    from tests.conftest import start_ray
+
+    start_ray(num_cpus=2, num_gpus=0)
+    run = ui_module.dag.test(run_conf={"gpus_per_trial": 0.5})
+    assert task_states(run)[(f"{GROUP}.suggest_configs", -1)] == "failed"
+    task_log = capfd.readouterr().out  # dag.test() writes the task logs to stdout
+    assert "the run's params are refused: gpus_per_trial is 0.5, so each trial needs" in task_log
+    assert "trigger the DAG again with gpus_per_trial 0 (the form's default)" in task_log
+    assert trials_env.store.list_experiment_runs() == [] and live_trial_actors() == []
 
 
 def test_a_run_uses_the_settings_of_its_params(ui_module, trials_env):

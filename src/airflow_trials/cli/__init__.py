@@ -9,7 +9,13 @@ too. The commands live in :mod:`~airflow_trials.cli.commands` (the trials DB and
 from __future__ import annotations
 
 # Importing the command modules registers their commands on app.
-from airflow_trials.cli import commands, mainjob_cmd, shape_cmd  # noqa: F401
+from airflow_trials.cli import (  # noqa: F401
+    commands,
+    history_cmd,
+    importances_cmd,
+    mainjob_cmd,
+    shape_cmd,
+)
 from airflow_trials.cli.common import PIPED_WIDTH, CliError, app, db_app, err, out, pool_app
 from airflow_trials.cli.output import OutputFormat, render_leaderboard
 

@@ -14,6 +14,7 @@ from airflow_trials.core.pareto import MetricSpec, ModeSpec
 from airflow_trials.core.trial import validate_name
 from airflow_trials.core.warm_start import ASSET, WarmStart
 from airflow_trials.experiment.plan import TuningPlan, reconcile_trial_ends
+from airflow_trials.experiment.regression_check import check_regression, checked_tolerance
 from airflow_trials.experiment.settings import (
     PARAM_SETTINGS,
     ExperimentSettings,
@@ -73,6 +74,7 @@ def tuning_experiment(
     sweep: bool = False,
     warm_start: WarmStart | str | None = None,
     pick: Mapping[str, Any] | None = None,
+    regression_tolerance: Mapping[str, float] | None = None,
 ) -> TaskGroup:
     """Declare a tuning experiment inside a ``with DAG(...)`` block; returns its task group.
 
@@ -101,6 +103,13 @@ def tuning_experiment(
     (``ASHAScheduler(metric="latency")``) unless it takes several (``MOASHA(...)``);
     ``sweep`` runs them in its driver; ``warm_start`` seeds the source run's Pareto front first.
     Each is checked when the DAG file is parsed.
+
+    **Regression check.** ``regression_tolerance={"relative": 0.05}`` (a fraction of the previous
+    value) or ``{"absolute": 0.01}`` (in the metric's units) adds a task ``check_regression``
+    after ``select_best``: it fails (:class:`~airflow_trials.exceptions.RegressionError`) when
+    the run's best is worse, in ``mode``, than the previous successful run's by more than that;
+    with several metrics, when its Pareto front's hypervolume is lower by more than the relative
+    tolerance (:mod:`airflow_trials.core.regression`). Default None: no check (docs/airflow.md).
     """
     validate_name("Experiment name", experiment_name)
     refuse_in_airflow(trainable, f"Experiment {experiment_name}")
@@ -143,6 +152,7 @@ def tuning_experiment(
         warm_start=WarmStart.of(warm_start),
         gpu_queue=gpu_queue if gpu_queue is not None else default_gpu_queue(),
         pick=pick,
+        regression_tolerance=checked_tolerance(experiment_name, regression_tolerance, settings),
     )
     with TaskGroup(group_id or experiment_name.replace(".", "_")) as group:
         _declare_tasks(plan)
@@ -185,4 +195,14 @@ def _declare_tasks(plan: TuningPlan) -> None:
         context["outlet_events"][plan.asset].extra = best
         return best
 
-    trial_tasks >> select_best(suggested)  # type: ignore[arg-type]  # an XComArg, resolved at run time
+    best = select_best(suggested)  # type: ignore[arg-type]  # an XComArg, resolved at run time
+    trial_tasks >> best
+    if plan.regression_tolerance is not None:
+
+        @task(task_id="check_regression")
+        def check_run_regression(best: dict[str, Any], **context: Any) -> dict[str, Any]:
+            """Fail when the run's best is worse than the previous successful run's by more
+            than the experiment's regression_tolerance."""
+            return check_regression(plan, best, context)
+
+        check_run_regression(best)  # type: ignore[arg-type]  # an XComArg

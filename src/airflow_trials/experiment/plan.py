@@ -16,10 +16,13 @@ from airflow_trials.core.constraints import Constraints
 from airflow_trials.core.judged import judged_scheduler
 from airflow_trials.core.pareto import scheduler_metric_and_mode
 from airflow_trials.core.pick import Pick
+from airflow_trials.core.regression import RegressionTolerance
 from airflow_trials.core.scheduler import judged_metric_and_mode
 from airflow_trials.core.search import generate_configs
 from airflow_trials.core.trial import Trial
 from airflow_trials.core.warm_start import WarmStart, WarmStartError
+from airflow_trials.exceptions import InsufficientResourcesError
+from airflow_trials.experiment.cluster_refusal import refuse_params_beyond_cluster
 from airflow_trials.experiment.pareto_best import select_pareto_best
 from airflow_trials.experiment.settings import (
     PARAM_SETTINGS,
@@ -75,6 +78,7 @@ class TuningPlan:
     warm_start: WarmStart | None = None
     gpu_queue: str | None = None
     pick: Mapping[str, Any] | None = None
+    regression_tolerance: RegressionTolerance | None = None
     searcher: Any = dataclasses.field(
         default=None, init=False
     )  # search_alg, set up for the trial tasks
@@ -185,6 +189,8 @@ class TuningPlan:
     def _check_fixed_at_parse_time(self, run: ExperimentSettings) -> None:
         self.scheduler_settings(run)
         self.pick_for(run)
+        if self.regression_tolerance is not None:
+            self.regression_tolerance.check_metrics(run.several_metrics)
         fixed = (self.settings.search_space, self.settings.metric, self.settings.mode)
         if self.search_alg is not None and (run.search_space, run.metric, run.mode) != fixed:
             raise ValueError(
@@ -241,7 +247,19 @@ class TuningPlan:
                 )
                 for i, c in zip(ids, configs, strict=True)
             ]
-            hook.get_executor().check_fits_cluster(trials[0])
+            try:
+                hook.get_executor().check_fits_cluster(trials[0])
+            except InsufficientResourcesError as e:
+                if self.from_params is None:
+                    raise
+                refuse_params_beyond_cluster(
+                    self.experiment_name,
+                    self.from_params,
+                    self.settings.resources,
+                    context,
+                    run.resources,
+                    e,
+                )
             store.ensure_experiment(
                 self.experiment_name,
                 metric=run.metric,

@@ -8,6 +8,9 @@ from fastapi import APIRouter, Request
 
 from airflow_trials.plugins import params, reads
 from airflow_trials.plugins.auth import UserDep
+from airflow_trials.plugins.coordinates import CoordinatesOut, coordinates
+from airflow_trials.plugins.history import HistoryOut, Last, history
+from airflow_trials.plugins.pareto_svg import ParetoOut, pareto_view
 from airflow_trials.plugins.queries import (
     DEFAULT_CURVES,
     DEFAULT_PAGE_SIZE,
@@ -45,6 +48,21 @@ def experiment_api(
     request: Request, experiment: params.ExperimentName, user: UserDep, store: params.StoreDep
 ) -> ExperimentOut:
     return reads.experiment(store, user, Links(request), experiment)
+
+
+@api.get(
+    "/experiments/{experiment}/history",
+    response_model=HistoryOut,
+    summary="An experiment's runs, each with its best, counts, stop kinds and best config",
+)
+def experiment_history_api(
+    request: Request,
+    experiment: params.ExperimentName,
+    user: UserDep,
+    store: params.StoreDep,
+    last: Last = None,
+) -> HistoryOut:
+    return history(store, user, Links(request), experiment, last)[1]
 
 
 @api.get(
@@ -136,6 +154,38 @@ def curves_api(
 ) -> CurvesOut:
     run, metric_, mode, best, curves = reads.curves(store, user, run_pk, metric, top)
     return CurvesOut(run_id=run.id, metric=metric_, mode=mode, best_trial_id=best, curves=curves)
+
+
+@api.get(
+    "/runs/{run_pk}/coordinates",
+    response_model=CoordinatesOut,
+    summary="Every trial of a run on parallel coordinates: the axes and each trial's values",
+)
+def coordinates_api(
+    request: Request,
+    run_pk: params.RunPk,
+    user: UserDep,
+    store: params.StoreDep,
+    metric: params.Metric = None,
+    mode: params.Mode = None,
+) -> CoordinatesOut:
+    return CoordinatesOut.of(coordinates(store, user, run_pk, metric, mode), Links(request).trial)
+
+
+@api.get(
+    "/runs/{run_pk}/pareto",
+    response_model=ParetoOut,
+    summary="A run's trials on two of its metrics, and its Pareto front",
+)
+def pareto_api(
+    request: Request,
+    run_pk: params.RunPk,
+    user: UserDep,
+    store: params.StoreDep,
+    x: params.Metric = None,
+    y: params.Metric = None,
+) -> ParetoOut:
+    return ParetoOut.of(pareto_view(store, user, run_pk, x, y), Links(request).trial)
 
 
 @api.get(

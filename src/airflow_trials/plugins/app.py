@@ -24,6 +24,8 @@ from fastapi.staticfiles import StaticFiles
 
 from airflow_trials.exceptions import StoreError
 from airflow_trials.plugins.api import api
+from airflow_trials.plugins.decisions import decision_api, decision_pages
+from airflow_trials.plugins.insights import insights_api, insights_pages
 from airflow_trials.plugins.pages import pages
 from airflow_trials.plugins.queries import NotFoundError
 from airflow_trials.plugins.render import THEME_SCRIPT_HASH, render_page
@@ -129,6 +131,10 @@ def create_app(store: str | Callable[[], TrialReader] | None = None) -> FastAPI:
     app.state.store_provider = store if callable(store) else StoreProvider(store)
     app.include_router(api)
     app.include_router(pages)
+    app.include_router(decision_api)
+    app.include_router(decision_pages)
+    app.include_router(insights_api)
+    app.include_router(insights_pages)
     app.mount(
         "/static",
         StaticFiles(directory=str(resources.files("airflow_trials.plugins") / "static")),

@@ -13,6 +13,9 @@ from markupsafe import Markup
 from airflow_trials.core.result import AUTO_FIELDS, TRAINING_ITERATION
 from airflow_trials.plugins import reads
 from airflow_trials.plugins.auth import UserDep
+from airflow_trials.plugins.coordinates import Param, coordinates
+from airflow_trials.plugins.coordinates_svg import parallel_coordinates_svg, slice_svg
+from airflow_trials.plugins.history import STOP_KIND_LABELS, Last, config_rows, history_view
 from airflow_trials.plugins.logs import readable_log, trial_logs
 from airflow_trials.plugins.params import (
     DagId,
@@ -32,6 +35,7 @@ from airflow_trials.plugins.params import (
     Top,
     TrialId,
 )
+from airflow_trials.plugins.pareto_svg import pareto_of_board
 from airflow_trials.plugins.queries import (
     DEFAULT_CURVES,
     DEFAULT_PAGE_SIZE,
@@ -62,15 +66,23 @@ def experiments_page(request: Request, user: UserDep, store: StoreDep) -> HTMLRe
 
 @pages.get("/experiments/{experiment}", response_class=HTMLResponse)
 def experiment_page(
-    request: Request, experiment: ExperimentName, user: UserDep, store: StoreDep
+    request: Request, experiment: ExperimentName, user: UserDep, store: StoreDep, last: Last = None
 ) -> HTMLResponse:
-    found = reads.experiment(store, user, Links(request), experiment)
+    # Its runs with their history across runs (templates/history.html, plugins/history.py).
+    view = history_view(store, user, Links(request), experiment, last)
+    found = view.experiment
     live = any(run.status == "RUNNING" for run in found.runs)
     return render_page(
         request,
         "experiment.html",
         title=found.name,
         experiment=found,
+        history=view.history,
+        chart=Markup(view.chart),
+        config_rows=config_rows(view.history),
+        num_runs=view.num_runs,
+        stop_kind_labels=STOP_KIND_LABELS,
+        last=last,
         refresh=REFRESH_SECONDS if live else None,
     )
 
@@ -88,9 +100,13 @@ def run_page(
     page: Page = 1,
     page_size: PageSize = DEFAULT_PAGE_SIZE,
     stopped: Stopped = "all",
+    x: Metric = None,
+    y: Metric = None,
 ) -> HTMLResponse:
     board = reads.board(store, user, run_pk, metric, mode, sort, order, page, page_size, stopped)
     links = Links(request)
+    # With several metrics: the Pareto scatter (?x=&y= pick two; default the first two).
+    pareto = pareto_of_board(store, board.run, board.metrics, board.modes, x, y)
     chart = learning_curves_svg(
         store.metric_curves(board.leaders, board.metric),
         metric=board.metric,
@@ -125,7 +141,9 @@ def run_page(
         board_url=board_url,
         numeric_config_keys=numeric_config_keys,
         top=len(board.leaders),
+        pareto=pareto,
         dag_run_url=Links.dag_run(run),
+        decisions=store.run_decision_counts(run.id),  # templates/run_decisions.html
         refresh=REFRESH_SECONDS if is_live(run, board.status_counts) else None,
         crumbs=[(run.experiment_name, links.experiment(run.experiment_name))],
     )
@@ -159,6 +177,36 @@ def curves_page(
         shown=len(curves),
         chart=Markup(chart),
         best=best,
+        refresh=REFRESH_SECONDS if is_live(run) else None,
+        crumbs=[
+            (run.experiment_name, links.experiment(run.experiment_name)),
+            (run.run_key, links.run(run.id)),
+        ],
+    )
+
+
+@pages.get("/runs/{run_pk}/coordinates", response_class=HTMLResponse)
+def coordinates_page(
+    request: Request,
+    run_pk: RunPk,
+    user: UserDep,
+    store: StoreDep,
+    metric: Metric = None,
+    mode: Mode = None,
+    param: Param = None,
+) -> HTMLResponse:
+    """Parallel coordinates of every trial of the run, and the metric against one config key."""
+    found = coordinates(store, user, run_pk, metric, mode)
+    run, links = found.run, Links(request)
+    key = param or (found.axes[0].key if found.axes else None)
+    return render_page(
+        request,
+        "coordinates.html",
+        title=f"Parallel coordinates: {run.experiment_name} / {run.run_key}",
+        found=found,
+        chart=Markup(parallel_coordinates_svg(found)),
+        param=key,
+        slice=Markup(slice_svg(found, key)) if key is not None else None,
         refresh=REFRESH_SECONDS if is_live(run) else None,
         crumbs=[
             (run.experiment_name, links.experiment(run.experiment_name)),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from html import escape
 
 Curve = Sequence[tuple[int, float]]
@@ -178,3 +179,185 @@ class _Frame:
                 f'fill="{color}"/>'
             )
         return parts
+
+
+# -- hyperparameter importances: a horizontal bar per parameter, most important on top ----------
+IMPORTANCE_ROW = 26
+_IMPORTANCE_LABEL_CHARS = 36  # longer names are cut (the bar's tooltip has the whole name)
+
+
+def importances_svg(importances: Sequence[tuple[str, float]], *, title: str) -> str:
+    """An ``<svg>`` bar chart of hyperparameter importances: one bar per parameter, sorted
+    descending (most important on top), its share printed at the bar's end.
+
+    :param importances: (parameter, share) pairs; shares are 0 to 1 and need not be sorted.
+    :param title: the chart's accessible title.
+    """
+    rows = sorted(importances, key=lambda row: (-row[1], row[0]))
+    label_chars = min(max((len(name) for name, _ in rows), default=8), _IMPORTANCE_LABEL_CHARS)
+    # About 7 px per character at 12 px: the labels' column, right-aligned against the bars.
+    left = max(80, 7 * label_chars + 16)
+    right, top, bottom = 64, 14, 40
+    height = top + IMPORTANCE_ROW * max(len(rows), 1) + bottom
+    plot_w = WIDTH - left - right
+    head = (
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="importances" role="img" width="{WIDTH}" '
+        f'height="{height}" viewBox="0 0 {WIDTH} {height}" fill="currentColor" '
+        f'aria-label="{escape(title)}"><title>{escape(title)}</title>'
+    )
+    if not rows:
+        return (
+            f'{head}<text x="{WIDTH / 2}" y="{height / 2}" text-anchor="middle" class="empty">'
+            "No hyperparameter to rank.</text></svg>"
+        )
+    high = max(share for _, share in rows)
+    ticks = nice_ticks(0.0, high if high > 0 else 1.0, count=5)
+    if ticks[-1] < high:  # one more tick, so the longest bar ends inside the grid
+        ticks.append(round(2 * ticks[-1] - ticks[-2], 12))
+    scale_max = ticks[-1]
+    base_y = top + IMPORTANCE_ROW * len(rows)
+
+    def sx(value: float) -> float:
+        return left + value / scale_max * plot_w
+
+    parts = [head, '<g class="ticks" font-size="11" fill-opacity="0.8">']
+    for tick in ticks:
+        x = sx(tick)
+        parts.append(
+            f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{top}" y2="{base_y}" class="grid" '
+            f'stroke="currentColor" stroke-opacity="0.12"/>'
+            f'<text x="{x:.1f}" y="{base_y + 16}" text-anchor="middle">{_label(tick)}</text>'
+        )
+    parts.append(
+        f'</g><line class="axis" x1="{left}" x2="{left}" y1="{top}" y2="{base_y}" '
+        'stroke="currentColor" stroke-opacity="0.55"/>'
+        f'<text x="{left + plot_w / 2}" y="{height - 6}" text-anchor="middle" font-size="12">'
+        "importance (share of the total)</text>"
+    )
+    for index, (name, share) in enumerate(rows):
+        y = top + index * IMPORTANCE_ROW
+        shown = name if len(name) <= label_chars else name[: label_chars - 1] + "…"
+        width = max(sx(share) - left, 0.0)
+        parts.append(
+            f'<g class="importance" data-param="{escape(name)}" data-importance="{share:.6g}">'
+            f"<title>{escape(name)}: {share:.4g}</title>"
+            f'<text class="param" x="{left - 8}" y="{y + IMPORTANCE_ROW / 2 + 4:.1f}" '
+            f'text-anchor="end" font-size="12">{escape(shown)}</text>'
+            f'<rect class="bar" x="{left}" y="{y + 4}" width="{width:.1f}" '
+            f'height="{IMPORTANCE_ROW - 8}" fill="{_PALETTE[0]}"/>'
+            f'<text class="value" x="{left + width + 6:.1f}" y="{y + IMPORTANCE_ROW / 2 + 4:.1f}" '
+            f'font-size="12">{_share_label(share)}</text></g>'
+        )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _share_label(share: float) -> str:
+    """A share as the bar's end shows it: 3 decimals, 2 significant digits below 0.01 (0.0036,
+    not 0.004; 0.0002, not 0.000), and "<0.0001" below that."""
+    if share >= 0.01 or share == 0:
+        return f"{share:.3f}"
+    return f"{share:.2g}" if share >= 0.0001 else "<0.0001"
+
+
+# -- an experiment's trend across its runs ---------------------------------------------------------
+
+TrendPoint = tuple[str, datetime, float]
+
+
+def history_trend_svg(
+    points: Sequence[TrendPoint],
+    *,
+    metric: str,
+    mode: str,
+    title: str | None = None,
+) -> str:
+    """An ``<svg>`` of each run's best value over time: one dot per run (``data-run`` is its run
+    key) joined by a line, the best run of all drawn red; the x axis is the runs' dates (UTC).
+
+    :param points: (run key, run date, best value) per run with a best, in date order; non-finite
+        values are left out.
+    :param metric: the metric's name, the y-axis label.
+    :param mode: ``"min"`` or ``"max"``: which run is the best of all.
+    :param title: the chart's accessible title; default "Best <metric> per run".
+    """
+    title = title or f"Best {metric} per run"
+    shown = [(key, when, value) for key, when, value in points if math.isfinite(value)]
+    head = (
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="trend" role="img" width="{WIDTH}" '
+        f'height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" fill="currentColor" '
+        f'aria-label="{escape(title)}">'
+        f"<title>{escape(title)}</title>"
+    )
+    if not shown:
+        return (
+            f'{head}<text x="{WIDTH / 2}" y="{HEIGHT / 2}" text-anchor="middle" class="empty">'
+            f"No run has a best {escape(metric)} yet.</text></svg>"
+        )
+    start = shown[0][1]
+    days = [(when - start).total_seconds() / 86_400 for _, when, _ in shown]
+    frame = _Frame.around([(x, value) for x, (_, _, value) in zip(days, shown, strict=True)])
+    best_index = (min if mode == "min" else max)(range(len(shown)), key=lambda i: shown[i][2])
+    parts = [head, *_trend_axes(frame, start, metric)]
+    path = " ".join(
+        f"{frame.sx(x):.1f},{frame.sy(value):.1f}"
+        for x, (_, _, value) in zip(days, shown, strict=True)
+    )
+    parts.append(
+        f'<polyline class="trend-line" fill="none" stroke="{_PALETTE[0]}" stroke-width="1.5" '
+        f'stroke-opacity="0.7" points="{path}"/>'
+    )
+    radius = 4 if len(shown) <= 60 else 2.5
+    for index, (x, (key, when, value)) in enumerate(zip(days, shown, strict=True)):
+        best = index == best_index
+        parts.append(
+            f'<circle class="trend-point{" best" if best else ""}" data-run="{escape(key)}" '
+            f'data-value="{value!r}" cx="{frame.sx(x):.1f}" cy="{frame.sy(value):.1f}" '
+            f'r="{radius + 1.5 if best else radius}" '
+            f'fill="{BEST_COLOR if best else _PALETTE[0]}"><title>{escape(key)} '
+            f"({when:%Y-%m-%d}): {_label(value)}{' (best run)' if best else ''}</title></circle>"
+        )
+    key, _, value = shown[best_index]
+    # Above the plot area on the left: no point is drawn there, and a long run key has room.
+    parts.append(
+        f'<g class="legend" font-size="12"><circle cx="{_MARGIN_LEFT + 5}" cy="15" r="5" '
+        f'fill="{BEST_COLOR}"/><text x="{_MARGIN_LEFT + 15}" y="19">best run: {escape(key)} '
+        f"({_label(value)})</text></g></svg>"
+    )
+    return "".join(parts)
+
+
+def _trend_axes(frame: _Frame, start: datetime, metric: str) -> list[str]:
+    """Axes, value grid and date ticks of :func:`history_trend_svg` (x in days since ``start``)."""
+    plot_w, plot_h = frame.plot_w, frame.plot_h
+    bottom = _MARGIN_TOP + plot_h
+    parts = [
+        f'<g class="axes" stroke="currentColor" stroke-opacity="0.55" stroke-width="1">'
+        f'<line x1="{_MARGIN_LEFT}" y1="{bottom}" x2="{_MARGIN_LEFT + plot_w}" y2="{bottom}"/>'
+        f'<line x1="{_MARGIN_LEFT}" y1="{_MARGIN_TOP}" x2="{_MARGIN_LEFT}" y2="{bottom}"/></g>',
+        '<g class="ticks" font-size="11" fill-opacity="0.8">',
+    ]
+    for tick in nice_ticks(frame.y_low, frame.y_high):
+        y = frame.sy(tick)
+        parts.append(
+            f'<line x1="{_MARGIN_LEFT}" x2="{_MARGIN_LEFT + plot_w}" y1="{y:.1f}" y2="{y:.1f}" '
+            f'class="grid" stroke="currentColor" stroke-opacity="0.12"/>'
+            f'<text x="{_MARGIN_LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{_label(tick)}</text>'
+        )
+    # Whole days only, and few enough that "YYYY-MM-DD" labels never overlap.
+    ticks = [t for t in nice_ticks(frame.x_low, frame.x_high, 6) if t == int(t)]
+    for tick in ticks or [frame.x_low]:
+        x = frame.sx(tick)
+        day = start + timedelta(days=tick)
+        # A date is ~70 px wide: near the right edge it ends at its tick rather than centring.
+        anchor = "end" if x > WIDTH - _MARGIN_RIGHT - 40 else "middle"
+        parts.append(
+            f'<text x="{x:.1f}" y="{bottom + 16}" text-anchor="{anchor}">{day:%Y-%m-%d}</text>'
+        )
+    parts.append(
+        f'</g><text x="{_MARGIN_LEFT + plot_w / 2}" y="{HEIGHT - 8}" text-anchor="middle" '
+        f'font-size="12">run date (UTC)</text><text x="14" y="{_MARGIN_TOP + plot_h / 2}" '
+        f'text-anchor="middle" font-size="12" transform="rotate(-90 14 '
+        f'{_MARGIN_TOP + plot_h / 2})">best {escape(metric)}</text>'
+    )
+    return parts

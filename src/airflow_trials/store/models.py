@@ -33,6 +33,8 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
+from airflow_trials.store.history_indexes import history_indexes
+
 # Explicit constraint names, so migrations and the models name them the same on every backend.
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_N_label)s",
@@ -131,7 +133,11 @@ class TrialRow(Base):
     """One trial: its config, status, failures, last result and the Airflow task that runs it."""
 
     __tablename__ = "at_trials"
-    __table_args__ = (Index("ix_at_trials_experiment_run_id", "experiment_run_id"),)
+    # history_indexes(): an experiment's history across runs reads indexes alone (migration 0012).
+    __table_args__ = (
+        Index("ix_at_trials_experiment_run_id", "experiment_run_id"),
+        *history_indexes(),
+    )
 
     trial_id: Mapped[str] = mapped_column(String(ID_LENGTH), primary_key=True)
     experiment_run_id: Mapped[int | None] = mapped_column(

@@ -14,6 +14,14 @@ from airflow_trials.store.batch_reads import BatchReader
 from airflow_trials.store.database import Database
 from airflow_trials.store.exploits import exploit_lineage, latest_exploit
 from airflow_trials.store.feasibility import judged_feasible_first, run_constraints, run_feasibility
+from airflow_trials.store.history import (
+    ExperimentHistory,
+    RunBest,
+    TrendPoint,
+    best_of_run,
+    experiment_history,
+    experiment_trend,
+)
 from airflow_trials.store.leaderboard import (
     best_checkpoint_path,
     best_is_current,
@@ -59,6 +67,7 @@ from airflow_trials.store.records import (
     TrialRecord,
 )
 from airflow_trials.store.retry import RetryPolicy
+from airflow_trials.store.run_decisions import RunDecisionsReader
 
 _EXPLOITS = TrialExploitRow.__table__
 _RUNGS = TrialRungRow.__table__
@@ -119,6 +128,11 @@ class TrialReader:
         self.early_stopped_trials = batch.early_stopped_trials
         self.rungs_of_run = batch.rungs_of_run
         self.lineages_of_run = batch.lineages_of_run
+        # A run's scheduler decisions, whole, for its decisions page (store/run_decisions.py).
+        decisions = RunDecisionsReader(db)
+        self.run_rungs = decisions.run_rungs
+        self.run_exploits = decisions.run_exploits
+        self.run_decision_counts = decisions.run_decision_counts
         self.configs_of = batch.configs_of
         self.stop_reasons_of = batch.stop_reasons_of
         self.checkpoints_of = batch.checkpoints_of
@@ -213,6 +227,38 @@ class TrialReader:
     def runs_of_dag_run(self, dag_id: str, run_id: str) -> list[ExperimentRunRecord]:
         """The experiment runs a DAG run started (usually one per experiment task group)."""
         return [r for r in self.list_experiment_runs() if r.dag_id == dag_id and r.run_id == run_id]
+
+    def experiment_history(
+        self, experiment_name: str, last: int | None = None
+    ) -> ExperimentHistory:
+        """The experiment's runs (its ``last`` newest; default all), oldest first, each with its
+        best on the experiment's metric, trial counts, failures, stop kinds, best config and the
+        keys changed from the previous run's (:mod:`~airflow_trials.store.history`): a fixed set
+        of aggregate queries grouped by run, whatever the number of runs.
+
+        :raises ExperimentNotFoundError: no experiment of that name.
+        """
+        experiment = self.get_experiment(experiment_name)
+        work = lambda session: experiment_history(session, self._db.dialect, experiment, last)  # noqa: E731
+        return self._read(f"read the history of experiment {experiment_name}", work)
+
+    def experiment_trend(self, experiment_name: str) -> list[TrendPoint]:
+        """Every run of the experiment, oldest first, with its best as :meth:`experiment_history`
+        gives it, and nothing else: a seek per run, for a trend chart of any length."""
+        experiment = self.get_experiment(experiment_name)
+        work = lambda session: experiment_trend(session, self._db.dialect, experiment)  # noqa: E731
+        return self._read(f"read the trend of experiment {experiment_name}", work)
+
+    def best_of_run(self, experiment_run_id: int, metric: str, mode: str) -> RunBest | None:
+        """The run's best trial and value on ``metric`` in ``mode`` (ties: the lowest trial id), as
+        :meth:`experiment_history` gives it; None when no trial reported the metric."""
+        operation = f"read the best {mode} {metric} of experiment run {experiment_run_id}"
+
+        def work(session: Session) -> RunBest | None:
+            self._db.find_run(session, experiment_run_id, operation)
+            return best_of_run(session, self._db.dialect, experiment_run_id, metric, mode)
+
+        return self._read(operation, work)
 
     # -- trials, results and checkpoints ---------------------------------------------------------
 

@@ -111,6 +111,12 @@ class TrialStore:
         self.early_stopped_trials = reader.early_stopped_trials
         self.rungs_of_run = reader.rungs_of_run
         self.lineages_of_run = reader.lineages_of_run
+        self.run_rungs = reader.run_rungs
+        self.run_exploits = reader.run_exploits
+        self.run_decision_counts = reader.run_decision_counts
+        self.experiment_history = reader.experiment_history
+        self.experiment_trend = reader.experiment_trend
+        self.best_of_run = reader.best_of_run
         self.checkpoints_of = reader.checkpoints_of
         self.metric_curves = reader.metric_curves
         self.runs_of_dag_run = reader.runs_of_dag_run

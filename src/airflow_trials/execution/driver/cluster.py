@@ -65,7 +65,9 @@ class ResourceLedger:
             f"Trial {trial.trial_id} of experiment {trial.experiment_name} needs "
             f"{trial.resources.summary_string()} but the Ray cluster has {total.summary_string()} "
             f"in total (short of {missing}); lower the trial's resources, add nodes, or pass "
-            f"queue_trials=True on an autoscaling cluster."
+            f"queue_trials=True on an autoscaling cluster.",
+            needed=trial.resources,
+            total=total,
         )
 
     def has_resources(self, resources: Resources) -> bool:

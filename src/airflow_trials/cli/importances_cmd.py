@@ -1,0 +1,163 @@
+"""``airflow-trials importances``: which hyperparameters mattered to a run's metric, by Optuna's
+PED-ANOVA (default) or fANOVA over the run's trials and their best values."""
+
+from __future__ import annotations
+
+import enum
+from typing import Annotated, Any
+
+import typer
+
+from airflow_trials.cli.boards import leaderboard_rows
+from airflow_trials.cli.common import (
+    AsJson,
+    DbUrl,
+    Output,
+    RunOption,
+    app,
+    guard,
+    out,
+    output_format,
+    recorded_metrics,
+)
+from airflow_trials.cli.output import OutputFormat, emit
+from airflow_trials.cli.trials_db import open_for_reading
+
+
+class EvaluatorName(enum.StrEnum):
+    """``--evaluator``: :data:`airflow_trials.core.importances.EVALUATORS`."""
+
+    PED_ANOVA = "ped-anova"
+    FANOVA = "fanova"
+
+
+@app.command("importances")
+def importances(
+    ctx: typer.Context,
+    experiment: str,
+    run: RunOption = "latest",
+    metric: Annotated[
+        str | None,
+        typer.Option(help="Default: the experiment's metric (the first of several)."),
+    ] = None,
+    mode: Annotated[str | None, typer.Option(help="min or max; default: the experiment's.")] = None,
+    evaluator: Annotated[
+        EvaluatorName,
+        typer.Option(
+            case_sensitive=False,
+            help="ped-anova (Optuna's default; numpy only) or fanova (a random forest; needs "
+            "scikit-learn).",
+        ),
+    ] = EvaluatorName.PED_ANOVA,
+    db_url: DbUrl = None,
+    output: Output = None,
+    as_json: AsJson = False,
+) -> None:
+    """Rank a run's hyperparameters by their importance to the metric: each trial's config
+    against its best value (as the leaderboard ranks it), through Optuna's importance
+    evaluators. Trials without a value of the metric, and keys with one value in every trial,
+    are left out and counted. Exits 1 when there are too few trials to tell."""
+
+    def body() -> None:
+        fmt = output_format(output, as_json)
+        store = open_for_reading(ctx, db_url)
+        names, _ = recorded_metrics(store, experiment)
+        chosen = metric or (names[0] if isinstance(names, list) and names else None)
+        exp_run, metric_, mode_, board = leaderboard_rows(
+            store, experiment, run, chosen, mode, None
+        )
+        found = _evaluate(exp_run, metric_, mode_, board, evaluator.value)
+        metrics = names if isinstance(names, list) else [names] if names else []
+        document = {
+            "experiment": experiment,
+            "run_key": exp_run.run_key,
+            "run_id": exp_run.id,
+            "metric": metric_,
+            "mode": mode_,
+            "metrics": metrics,
+            "evaluator": found.evaluator,
+            "trials": found.num_trials,
+            "skipped": found.num_skipped,
+            "constant": found.constant,
+            "notes": found.notes,
+            "importances": [_param(p) for p in found.params],
+        }
+        columns = ["rank", "hyperparameter", "importance", "evaluated on"]
+        rows = [
+            [str(rank), p.name, f"{p.importance:.4f}", _domain(p.spec)]
+            for rank, p in enumerate(found.params, start=1)
+        ]
+        emit(
+            out,
+            fmt,
+            document,
+            columns,
+            rows,
+            title=f"{experiment} / {exp_run.run_key}: importances of {mode_} {metric_} "
+            f"({found.evaluator})",
+        )
+        if fmt is OutputFormat.TABLE:
+            skipped = (
+                f"; {found.num_skipped} without {metric_} left out" if found.num_skipped else ""
+            )
+            constant = (
+                f"; the same in every trial: {', '.join(found.constant)}" if found.constant else ""
+            )
+            out.print(
+                f"From {found.num_trials} of {len(board)} trials{skipped}{constant}.",
+                highlight=False,
+                soft_wrap=True,
+            )
+            for note in found.notes:
+                out.print(f"Note: {note}", highlight=False, soft_wrap=True)
+
+    guard(body)
+
+
+def _evaluate(exp_run: Any, metric: str, mode: str, board: list[Any], evaluator: str) -> Any:
+    """The importances of the leaderboard's trials (Optuna imported here: ``--help`` need not
+    load it)."""
+    import optuna
+
+    from airflow_trials.core.importances import prepare_importances
+    from airflow_trials.searchers.optuna_importances import evaluate_importances
+
+    data = prepare_importances(
+        [row.config for row in board],
+        [row.best_value for row in board],
+        metric=metric,
+        mode=mode,
+        subject=f"run {exp_run.run_key} (id {exp_run.id}) of experiment {exp_run.experiment_name}",
+        search_space=exp_run.search_space,
+        trial_ids=[row.trial_id for row in board],
+    )
+    # Its "A new study created in memory" line on stderr says nothing to whoever asked.
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        return evaluate_importances(data, evaluator)
+    finally:
+        optuna.logging.set_verbosity(verbosity)
+
+
+def _param(p: Any) -> dict[str, Any]:
+    spec = p.spec
+    return {
+        "name": p.name,
+        "importance": p.importance,
+        "kind": spec.kind,
+        "low": spec.low,
+        "high": spec.high,
+        "log": spec.log,
+        "choices": list(spec.choices),
+        "from_search_space": spec.from_search_space,
+    }
+
+
+def _domain(spec: Any) -> str:
+    if spec.kind == "categorical":
+        shown = ", ".join(str(c) for c in spec.choices[:6])
+        more = f", ... ({len(spec.choices)})" if len(spec.choices) > 6 else ""
+        return f"one of {shown}{more}"
+    scale = ", log" if spec.log else ""
+    return f"{spec.kind} {spec.low:.4g} to {spec.high:.4g}{scale}"

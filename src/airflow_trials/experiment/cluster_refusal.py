@@ -1,0 +1,109 @@
+"""A run whose params ask for more than the Ray cluster has: the cluster's refusal
+(:class:`~airflow_trials.exceptions.InsufficientResourcesError`, from ``check_fits_cluster``)
+retold as a refusal of the run's params, naming the trigger form's fields that asked for it.
+
+The fits-cluster check stays in ``execution/driver/cluster.py``; this only translates its error
+where the params are known, in ``suggest_configs``. The form's fields are found by asking
+``from_params`` again with each changed param set back to the DAG's default: those whose default
+asks for less of what the cluster lacks are named, with that default as the fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, NoReturn
+
+from airflow.sdk.exceptions import AirflowFailException
+
+from airflow_trials.core.resources import Resources
+from airflow_trials.exceptions import InsufficientResourcesError
+
+#: ``ray start`` options that add each kind of resource to a node.
+_RAY_START = {"gpu": "--num-gpus=N", "cpu": "--num-cpus=N", "memory": "--memory=BYTES"}
+
+
+#: ``from_params``: a DAG run's params to the settings they choose.
+FromParams = Callable[[Mapping[str, Any]], Mapping[str, Any]]
+
+
+def refuse_params_beyond_cluster(
+    experiment_name: str,
+    from_params: FromParams,
+    dag_file_resources: Resources,
+    context: Mapping[str, Any],
+    needed: Resources,
+    error: InsufficientResourcesError,
+) -> NoReturn:
+    """Called by ``suggest_configs`` when the run's params (through ``from_params``) ask for
+    ``needed`` per trial and the cluster refused it (``error``): raise an AirflowFailException
+    in the wording of the other refusals of a run's params (``TuningPlan.settings_for_run``),
+    chained to ``error``; ``error`` itself when the cluster's totals are not known.
+    ``dag_file_resources``: resources_per_trial when ``from_params`` leaves it out."""
+    if error.total is None:
+        raise error
+    total = error.total
+    short = needed.shortfall(total)
+    fields = _fields_asking(from_params, dag_file_resources, context, needed, total)
+    asks = (
+        " and ".join(f"{key} is {value!r}" for key, value, _ in fields)
+        if fields
+        else "from_params sets resources_per_trial from them"
+    )
+    missing = ", ".join(f"{_name(k)} by {v:g}" for k, v in short.items())
+    reason = (
+        f"{asks}, so each trial needs {needed.summary_string()}, but the Ray cluster has "
+        f"{total.summary_string()} in total (short of {missing})"
+    )
+    lower = (
+        " and ".join(f"{key} {default!r} (the form's default)" for key, _, default in fields)
+        if fields
+        else "params that ask for less"
+    )
+    options = " ".join(_RAY_START.get(k, f"--resources='{{\"{k}\": N}}'") for k in short)
+    raise AirflowFailException(
+        f"Experiment {experiment_name}, DAG run {context['ti'].run_id}: the run's params "
+        f"are refused: {reason}. No trial was started and nothing was written; trigger the DAG "
+        f"again with {lower}, or first add a node with {_names(short)} to the Ray cluster "
+        f"(ray start --address=<head address> {options})."
+    ) from error
+
+
+def _fields_asking(
+    from_params: FromParams,
+    dag_file_resources: Resources,
+    context: Mapping[str, Any],
+    needed: Resources,
+    total: Resources,
+) -> list[tuple[str, Any, Any]]:
+    """(param, its value, its default) for each param the run changed whose default asks for
+    less of what the cluster lacks; [] without the DAG (a hand-made context)."""
+    dag = context.get("dag")
+    if dag is None:
+        return []
+    params = dict(context["params"])
+    defaults = dag.params.dump()
+    lacking = needed.shortfall(total)
+    found = []
+    for key in sorted(set(params) & set(defaults)):
+        if params[key] == defaults[key]:
+            continue
+        try:
+            settings = from_params({**params, key: defaults[key]})
+            resources = Resources.from_dict(settings.get("resources_per_trial", dag_file_resources))
+        # A default that does not go with the run's other params (lr_min above lr_max, say)
+        # tells nothing about resources: that param is not among those that asked.
+        except (ValueError, TypeError, KeyError):
+            continue
+        less = resources.shortfall(total)
+        if any(less.get(k, 0.0) < v for k, v in lacking.items()):
+            found.append((key, params[key], defaults[key]))
+    return found
+
+
+def _name(resource: str) -> str:
+    return resource.upper() if resource in ("cpu", "gpu") else resource
+
+
+def _names(short: Mapping[str, float]) -> str:
+    names = [f"{_name(k)}s" if k in ("cpu", "gpu") else _name(k) for k in short]
+    return " and ".join(names)

@@ -1,0 +1,251 @@
+"""An experiment's history across runs for the experiment page and its JSON endpoint: each run's
+best, counts and stop kinds, a trend chart, best configs side by side with the changed keys,
+warm-start links; only the runs on DAGs the user may read."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from fastapi import Query
+from pydantic import BaseModel, Field
+
+from airflow_trials.exceptions import ExperimentNotFoundError
+from airflow_trials.plugins import reads
+from airflow_trials.plugins.params import checked_name
+from airflow_trials.plugins.queries import NotFoundError
+from airflow_trials.plugins.render import Links
+from airflow_trials.plugins.schemas import ExperimentOut, RunOut
+from airflow_trials.plugins.svg import history_trend_svg
+from airflow_trials.store import TrialReader
+from airflow_trials.store.history import STOP_KINDS, ExperimentHistory, RunHistory
+
+#: ``?last=N``: only the experiment's N newest runs; default all.
+Last = Annotated[
+    int | None, Query(ge=1, le=100_000, description="Only the N newest runs; default all.")
+]
+
+#: Runs in the experiment page's table without ``?last=`` (its chart shows every run).
+TABLE_ROWS = 60
+
+#: Labels of the stop kinds, as the page and the command show them.
+STOP_KIND_LABELS = {
+    "completed": "completed",
+    "early_stopped": "early-stopped",
+    "errored": "errored",
+    "unfinished": "unfinished",
+}
+
+
+class WarmStartOut(BaseModel):
+    """The earlier run a warm-started run took its first configs from."""
+
+    experiment_run_id: int | None
+    run_key: str | None
+    url: str | None = Field(description="The source run's page; null when it is not known.")
+
+
+class HistoryRunOut(BaseModel):
+    """One run's line in its experiment's history."""
+
+    run: RunOut
+    best_value: float | None = Field(description="The run's best value of the metric.")
+    best_trial_id: str | None
+    best_config: dict[str, Any] | None
+    previous_run_id: int | None = Field(
+        description="The closest earlier run with a best config, which changed_keys compares with."
+    )
+    previous_best_config: dict[str, Any] | None = Field(
+        description="That run's best config; null with it."
+    )
+    changed_keys: list[str] = Field(
+        description="Keys of best_config whose value differs from that run's best config."
+    )
+    num_trials: int
+    num_errored: int = Field(description="Trials that ended ERROR.")
+    num_failed_tries: int = Field(description="Failed tries over all its trials.")
+    stop_kinds: dict[str, int] = Field(
+        description="Trials per kind of end: completed, early_stopped (by their scheduler), "
+        "errored, unfinished."
+    )
+    warm_started_from: WarmStartOut | None
+
+
+class HistoryOut(BaseModel):
+    """An experiment's runs the user may read, oldest first, each with its best and counts."""
+
+    experiment: str
+    metric: str | None = Field(description="The metric of each run's best; null when none.")
+    mode: str | None
+    several_metrics: bool = Field(
+        description="The experiment ranks by several metrics; the bests are of the first alone."
+    )
+    note: str | None = Field(description="What the bests are of, when it is not plain.")
+    runs: list[HistoryRunOut]
+
+
+@dataclass(frozen=True)
+class HistoryView:
+    """What the experiment page shows: the experiment, its history and the chart's SVG text."""
+
+    experiment: ExperimentOut
+    history: HistoryOut
+    chart: str
+    num_runs: int
+
+
+def readable_run_ids(store: TrialReader, user: Any, name: str) -> tuple[set[int], bool]:
+    """The ids of the experiment's runs on DAGs the user may read, and whether that is all.
+
+    :raises NotFoundError: no such experiment, or none of its runs is on a DAG the user may read
+        (as the experiment page answers: its existence is not told).
+    """
+    checked_name("Experiment name", name)
+    hidden = NotFoundError(
+        f"Experiment {name} has no runs you may read in the trials store; pick one from the "
+        f"experiments list."
+    )
+    try:
+        store.get_experiment(name)
+    except ExperimentNotFoundError as e:
+        raise hidden from e
+    runs = store.list_experiment_runs(name)
+    readable = {run.id for run in reads.readable_runs(user, runs)}
+    if not readable:
+        raise hidden
+    return readable, len(readable) == len(runs)
+
+
+def history(
+    store: TrialReader,
+    user: Any,
+    links: Links,
+    name: str,
+    last: int | None,
+    access: tuple[set[int], bool] | None = None,
+) -> tuple[ExperimentOut, HistoryOut]:
+    """The experiment and its history over the runs the user may read (the ``last`` newest).
+
+    :param access: :func:`readable_run_ids`, when the caller has it already.
+    :raises NotFoundError: as :func:`readable_run_ids`.
+    """
+    readable, every_run = access or readable_run_ids(store, user, name)
+    # Every run readable (the usual case): the store cuts to the last runs itself.
+    found = store.experiment_history(name, last if every_run else None)
+    record = found.experiment
+    lines = [line for line in found.runs if line.run.id in readable]
+    if last is not None:
+        lines = lines[-last:]
+    out_runs = [_run_out(line, links, readable) for line in lines]
+    experiment = ExperimentOut(
+        name=record.name,
+        metric=None if record.several_metrics else record.metric,
+        mode=None if record.several_metrics else record.mode,
+        metrics=record.metrics if record.several_metrics else None,
+        modes=[m or "min" for m in record.modes] if record.several_metrics else None,
+        constraints=record.constraint_spec,
+        created_at=record.created_at,
+        runs=[line.run for line in out_runs],
+    )
+    return experiment, HistoryOut(
+        experiment=record.name,
+        metric=found.metric,
+        mode=found.mode,
+        several_metrics=found.several_metrics,
+        note=_note(found),
+        runs=out_runs,
+    )
+
+
+def history_view(
+    store: TrialReader, user: Any, links: Links, name: str, last: int | None
+) -> HistoryView:
+    """The experiment page's history: its table of the ``last`` newest runs (default the newest
+    :data:`TABLE_ROWS`), and a trend chart of every run (or the ``last``), which reads only each
+    run's best (``TrialReader.experiment_trend``: a seek per run)."""
+    access = readable_run_ids(store, user, name)
+    experiment, found = history(store, user, links, name, last or TABLE_ROWS, access)
+    points = [
+        (point.run.run_key, point.run.created_at, point.best_value)
+        for point in store.experiment_trend(name)
+        if point.run.id in access[0] and point.best_value is not None
+    ]
+    if last is not None:
+        points = points[-last:]
+    chart = ""
+    if found.metric is not None and found.mode is not None:
+        chart = history_trend_svg(
+            points,
+            metric=found.metric,
+            mode=found.mode,
+            title=f"{found.experiment}: best {found.metric} ({found.mode}) per run",
+        )
+    return HistoryView(experiment, found, chart, num_runs=len(access[0]))
+
+
+def _note(found: ExperimentHistory) -> str | None:
+    if found.metric is None:
+        return (
+            f"Experiment {found.experiment.name} records no metric with a mode, so no run has a "
+            "best; the counts are all there is."
+        )
+    if found.several_metrics:
+        metrics = ", ".join(found.experiment.metrics)
+        return (
+            f"Experiment {found.experiment.name} ranks by several metrics ({metrics}); each run's "
+            f"best here is its best {found.metric} ({found.mode}) alone, the first of them."
+        )
+    return None
+
+
+def _run_out(line: RunHistory, links: Links, readable: set[int]) -> HistoryRunOut:
+    warm = line.warm_started_from
+    warm_out = None
+    if warm is not None:
+        source = warm.experiment_run_id
+        warm_out = WarmStartOut(
+            experiment_run_id=source,
+            run_key=warm.run_key,
+            url=links.run(source) if source is not None and source in readable else None,
+        )
+    return HistoryRunOut(
+        run=RunOut.of(line.run, line.num_trials, links.run(line.run.id)),
+        best_value=line.best_value,
+        best_trial_id=line.best_trial_id,
+        best_config=line.best_config,
+        previous_run_id=line.previous_run_id,
+        previous_best_config=line.previous_best_config,
+        changed_keys=line.changed_keys,
+        num_trials=line.num_trials,
+        num_errored=line.num_errored,
+        num_failed_tries=line.num_failed_tries,
+        stop_kinds={kind: line.stop_kinds[kind] for kind in STOP_KINDS},
+        warm_started_from=warm_out,
+    )
+
+
+def config_rows(history: HistoryOut) -> list[dict[str, Any]]:
+    """Per run (newest first), its best config next to the previous run's: one row per key of
+    either, ``changed`` marked, for the page's comparison table."""
+    keys_by_run: dict[int, str] = {line.run.id: line.run.run_key for line in history.runs}
+    rows = []
+    for line in reversed(history.runs):
+        current = line.best_config or {}
+        before = line.previous_best_config or {}
+        rows.append(
+            {
+                "line": line,
+                "previous_key": keys_by_run.get(line.previous_run_id or 0),
+                "keys": [
+                    {
+                        "key": key,
+                        "value": current.get(key, "—"),
+                        # "" when there is nothing to compare; None: the key is new.
+                        "before": before.get(key) if line.previous_best_config else "",
+                        "changed": key in line.changed_keys,
+                    }
+                    for key in sorted(set(current) | set(before))
+                ],
+            }
+        )
+    return rows

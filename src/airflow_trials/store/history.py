@@ -1,0 +1,565 @@
+"""An experiment's history across its runs: each run's best, trial counts, failures, stop kinds.
+
+A nightly tuning DAG makes one run of its experiment per night; a year of it is 365 runs of, say,
+1,000 trials. :func:`experiment_history` reads what a history page shows of every run with a fixed
+set of aggregate queries grouped by run, never one query per run, each from the indexes of
+:mod:`~airflow_trials.store.history_indexes`: trials per status, each run's best maintained value
+(``at_trials.best_value``, :mod:`~airflow_trials.store.leaderboard`) in one seek per run, the
+trials whose best is not maintained (an experiment that changed metric, several metrics) probed
+in their results through the metric's index, early-stopped and warm-started trials, then the
+configs of the best trials. :func:`experiment_trend` is only each run's best, for a chart.
+
+:func:`best_of_run` is the best of one run, as its history line gives it, for a check that
+compares tonight's best with an earlier run's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from sqlalchemy import (
+    ColumnElement,
+    CompoundSelect,
+    Select,
+    and_,
+    case,
+    func,
+    or_,
+    select,
+    text,
+    union_all,
+)
+from sqlalchemy.orm import Session
+
+from airflow_trials.core.status import TrialStatus
+from airflow_trials.store.history_indexes import STOPPED_EARLY_SQL, WARM_STARTED_SQL
+from airflow_trials.store.leaderboard import check_metric, check_mode, metric_value
+from airflow_trials.store.mapping import experiment_run_record
+from airflow_trials.store.models import ExperimentRunRow, ResultRow, TrialRow
+from airflow_trials.store.records import ExperimentRecord, ExperimentRunRecord
+
+_TRIALS = TrialRow.__table__
+_RESULTS = ResultRow.__table__
+_RUNS = ExperimentRunRow.__table__
+
+#: The kinds of a trial's end a history counts, in the order they are shown.
+STOP_KINDS = ("completed", "early_stopped", "errored", "unfinished")
+
+
+@dataclass(frozen=True)
+class RunBest:
+    """A run's best trial on its experiment's metric.
+
+    :param experiment_run_id: the run.
+    :param trial_id: its best trial.
+    :param value: that trial's best value of the metric.
+    """
+
+    experiment_run_id: int
+    trial_id: str
+    value: float
+
+
+@dataclass(frozen=True)
+class WarmStartedFrom:
+    """The earlier run a warm-started run took its first configs from.
+
+    :param experiment_run_id: the source run's id; None when its trials did not record it.
+    :param run_key: the source run's key, as its warm-started trials recorded it.
+    """
+
+    experiment_run_id: int | None
+    run_key: str | None
+
+
+@dataclass(frozen=True)
+class RunHistory:
+    """One run's line in its experiment's history.
+
+    :param run: the run.
+    :param num_trials: its trials.
+    :param num_errored: its trials that ended ERROR.
+    :param num_failed_tries: failed tries over all its trials (``num_failures`` summed).
+    :param stop_kinds: trials per kind of end (:data:`STOP_KINDS`): ``completed`` (TERMINATED on
+        their own or at ``max_t``), ``early_stopped`` (TERMINATED by their scheduler before their
+        budget, :func:`~airflow_trials.core.fate.stopped_early`), ``errored``, ``unfinished``.
+    :param best_value: the best value of the metric over its trials; None when none reported it.
+    :param best_trial_id: the trial that reached it (ties: the lowest trial id); None with it.
+    :param best_config: that trial's config; None with it.
+    :param previous_run_id: the id of the closest earlier run with a best config, which
+        ``changed_keys`` compares with; None when there is none.
+    :param previous_best_config: that run's best config; None with it.
+    :param changed_keys: the config keys whose value differs from that run's best config (keys
+        added or removed too), sorted; empty when there is nothing to compare.
+    :param warm_started_from: the run its warm-started trials came from; None when it was not
+        warm-started.
+    """
+
+    run: ExperimentRunRecord
+    num_trials: int
+    num_errored: int
+    num_failed_tries: int
+    stop_kinds: dict[str, int]
+    best_value: float | None
+    best_trial_id: str | None
+    best_config: dict[str, Any] | None
+    previous_run_id: int | None = None
+    previous_best_config: dict[str, Any] | None = None
+    changed_keys: list[str] = field(default_factory=list)
+    warm_started_from: WarmStartedFrom | None = None
+
+
+@dataclass(frozen=True)
+class ExperimentHistory:
+    """An experiment's runs, oldest first, each with its best and counts.
+
+    :param experiment: the experiment.
+    :param metric: the metric each run's best is of; None when the experiment records none (then
+        no run has a best).
+    :param mode: ``"min"`` or ``"max"``; None with ``metric`` or when its mode is not recorded.
+    :param several_metrics: the experiment ranks by several metrics at once; the bests are then
+        of its first metric alone.
+    :param runs: one :class:`RunHistory` per run, oldest first.
+    """
+
+    experiment: ExperimentRecord
+    metric: str | None
+    mode: str | None
+    several_metrics: bool
+    runs: list[RunHistory]
+
+
+def history_goal(experiment: ExperimentRecord) -> tuple[str | None, str | None]:
+    """The metric and mode a history ranks each run by: the experiment's, or with several
+    metrics its first and that one's mode; (None, None) without a metric or a mode."""
+    metrics, modes = experiment.metrics, experiment.modes
+    if not metrics or modes[0] is None:
+        return None, None
+    return metrics[0], modes[0]
+
+
+def _probe(dialect_name: str, metric: str, mode: str) -> Any:
+    """The trial's (on ``at_trials``) best value of ``metric`` in its results: one probe of the
+    metric's index, as the leaderboard's; NULL when none reported it."""
+    check_metric(metric)
+    check_mode(mode)
+    value = metric_value(_RESULTS.c.metrics, metric, dialect_name)
+    return (
+        select(value)
+        .where(_RESULTS.c.trial_id == _TRIALS.c.trial_id, value.is_not(None))
+        .order_by(value.asc() if mode == "min" else value.desc(), _RESULTS.c.iteration.asc())
+        .limit(1)
+        .correlate(_TRIALS)
+        .scalar_subquery()
+    )
+
+
+def trial_best_value(dialect_name: str, metric: str, mode: str) -> ColumnElement[Any]:
+    """A trial's best value of ``metric`` (an expression on ``at_trials``): its maintained
+    ``best_value`` when that is kept for ``metric`` and ``mode``, else one probe of the metric's
+    index in its results (the leaderboard's own guarded value); NULL without results."""
+    maintained = _maintained(metric, mode)
+    return case(
+        (maintained, _TRIALS.c.best_value),
+        (_TRIALS.c.last_result.is_(None), None),
+        else_=_probe(dialect_name, metric, mode),
+    )
+
+
+def best_of_run_query(
+    dialect_name: str, experiment_run_id: int, metric: str, mode: str
+) -> Select[Any]:
+    """(trial_id, value) of the run's best trial on ``metric`` in ``mode``, ties to the lowest
+    trial id; no row when no trial reported it."""
+    best = trial_best_value(dialect_name, metric, mode).label("value")
+    ranked = (
+        select(_TRIALS.c.trial_id, best)
+        .where(_TRIALS.c.experiment_run_id == experiment_run_id)
+        .subquery("ranked")
+    )
+    order = ranked.c.value.asc() if mode == "min" else ranked.c.value.desc()
+    return (
+        select(ranked.c.trial_id, ranked.c.value)
+        .where(ranked.c.value.is_not(None))
+        .order_by(order, ranked.c.trial_id)
+        .limit(1)
+    )
+
+
+def best_of_run(
+    session: Session, dialect_name: str, experiment_run_id: int, metric: str, mode: str
+) -> RunBest | None:
+    """The run's best trial and value on ``metric`` in ``mode``, as its history line gives it;
+    None when no trial of the run reported the metric."""
+    row = session.execute(best_of_run_query(dialect_name, experiment_run_id, metric, mode)).first()
+    return None if row is None else RunBest(experiment_run_id, row.trial_id, float(row.value))
+
+
+def run_counts_query(run_pks: Sequence[int]) -> Select[Any]:
+    """Per run and status: run_pk, status, count, failed_tries (``num_failures`` summed). Read
+    from the narrow ``ix_at_trials_run_status`` alone, in its order."""
+    run, status = _TRIALS.c.experiment_run_id, _TRIALS.c.status
+    return (
+        select(
+            run.label("run_pk"),
+            status,
+            func.count().label("count"),
+            func.sum(_TRIALS.c.num_failures).label("failed_tries"),
+        )
+        .where(run.in_(run_pks))
+        .group_by(run, status)
+    )
+
+
+def run_bests_query(run_pks: Sequence[int], metric: str, mode: str) -> Select[Any]:
+    """Per run: run_pk, best_value, its best maintained value for ``metric`` and ``mode`` (NULL
+    when no trial has one): one seek of ``ix_at_trials_run_best`` per run, not a scan."""
+    runs = ExperimentRunRow.__table__
+    value = _TRIALS.c.best_value
+    best = (
+        select(value)
+        .where(
+            _TRIALS.c.experiment_run_id == runs.c.id,
+            _maintained(metric, mode),
+            value.is_not(None),
+        )
+        .order_by(value.asc() if mode == "min" else value.desc())
+        .limit(1)
+        .correlate(runs)
+        .scalar_subquery()
+    )
+    return select(runs.c.id.label("run_pk"), best.label("best_value")).where(runs.c.id.in_(run_pks))
+
+
+def _maintained(metric: str, mode: str) -> ColumnElement[bool]:
+    return and_(_TRIALS.c.best_metric == metric, _TRIALS.c.best_mode == mode)
+
+
+def unmaintained_bests_query(
+    dialect_name: str, run_pks: Sequence[int], metric: str, mode: str
+) -> CompoundSelect[Any]:
+    """(run_pk, trial_id, value) of the runs' trials whose best is not maintained for ``metric``
+    and ``mode`` (those without results, usually; every trial of an experiment of several
+    metrics), each probed in its results through the metric's index (NULL without results).
+
+    A UNION of index ranges (no metric, another metric, the metric with no or another mode), so
+    each run costs a few seeks of ``ix_at_trials_run_best`` rather than a scan of its trials.
+    """
+    best_metric, best_mode = _TRIALS.c.best_metric, _TRIALS.c.best_mode
+    ranges = [
+        best_metric.is_(None),
+        best_metric < metric,
+        best_metric > metric,
+        and_(best_metric == metric, best_mode.is_(None)),
+        and_(best_metric == metric, best_mode < mode),
+        and_(best_metric == metric, best_mode > mode),
+    ]
+    probe = _probe(dialect_name, metric, mode)
+    # A trial without results (not started, or failed before its first) has nothing to probe.
+    # PostgreSQL skips it by its row: a probe there reads a result's JSONB from the heap. On
+    # SQLite the probe of an empty index range costs less than reading the trial's wide row.
+    with_results = [_TRIALS.c.last_result.is_not(None)] if dialect_name == "postgresql" else []
+    return union_all(
+        *(
+            select(
+                _TRIALS.c.experiment_run_id.label("run_pk"),
+                _TRIALS.c.trial_id,
+                probe.label("value"),
+            ).where(_TRIALS.c.experiment_run_id.in_(run_pks), where, *with_results)
+            for where in ranges
+        )
+    )
+
+
+def best_trials_query(bests: Mapping[int, float], metric: str, mode: str) -> Select[Any]:
+    """(run_pk, trial_id): per run, the lowest trial id whose maintained best is the run's best
+    value in ``bests``; one seek of ``ix_at_trials_run_best`` per run."""
+    run = _TRIALS.c.experiment_run_id
+    return (
+        select(run.label("run_pk"), func.min(_TRIALS.c.trial_id).label("trial_id"))
+        .where(
+            _maintained(metric, mode),
+            or_(
+                *(
+                    and_(run == run_pk, _TRIALS.c.best_value == value)
+                    for run_pk, value in bests.items()
+                )
+            ),
+        )
+        .group_by(run)
+    )
+
+
+def stopped_early_counts_query(dialect_name: str, run_pks: Sequence[int]) -> Select[Any]:
+    """(run_pk, count) of the runs' trials their scheduler stopped early, from the partial index
+    ``ix_at_trials_run_stopped_early``."""
+    return (
+        select(_TRIALS.c.experiment_run_id.label("run_pk"), func.count().label("count"))
+        .where(_TRIALS.c.experiment_run_id.in_(run_pks), text(STOPPED_EARLY_SQL[dialect_name]))
+        .group_by(_TRIALS.c.experiment_run_id)
+    )
+
+
+def warm_started_query(run_pks: Sequence[int]) -> Select[Any]:
+    """(run_pk, trial_id): one warm-started trial of each run that has any, from the partial
+    index ``ix_at_trials_run_warm_started``."""
+    return (
+        select(
+            _TRIALS.c.experiment_run_id.label("run_pk"),
+            func.min(_TRIALS.c.trial_id).label("trial_id"),
+        )
+        .where(_TRIALS.c.experiment_run_id.in_(run_pks), text(WARM_STARTED_SQL))
+        .group_by(_TRIALS.c.experiment_run_id)
+    )
+
+
+def experiment_history(
+    session: Session, dialect_name: str, experiment: ExperimentRecord, last: int | None = None
+) -> ExperimentHistory:
+    """The experiment's runs (its ``last`` newest; all when None), oldest first, each with its
+    best on the experiment's metric (the first of several), counts and stop kinds, its best
+    config and the keys changed from the previous run's, and where it was warm-started from.
+
+    A fixed set of aggregate queries grouped by run, whatever the number of runs, each read from
+    the history indexes (:mod:`~airflow_trials.store.history_indexes`): the runs; their counts and
+    maintained bests; the trials whose best is not maintained (usually none); the best trials;
+    the trials stopped early; the warm-started trials; the configs of the best and warm-started
+    trials.
+    """
+    if last is not None and last < 1:
+        raise ValueError(f"last must be at least 1 or None, got {last}.")
+    metric, mode = history_goal(experiment)
+    # One run more than asked for, so the oldest one shown has a run to compare its config with.
+    fetch = None if last is None else last + 1
+    runs_query = (
+        select(ExperimentRunRow)
+        .where(ExperimentRunRow.experiment_id == experiment.id)
+        .order_by(ExperimentRunRow.created_at.desc(), ExperimentRunRow.id.desc())
+        .limit(fetch)
+    )
+    runs = [experiment_run_record(row, experiment.name) for row in session.scalars(runs_query)]
+    runs.reverse()
+    run_pks = [run.id for run in runs]
+    counts: dict[int, _Counts] = {}
+    for run_pk, status, count, failed_tries in session.execute(run_counts_query(run_pks)):
+        counts.setdefault(run_pk, _Counts()).add(status, int(count), failed_tries)
+    run_pks = list(counts)  # the runs with trials
+    bests: dict[int, tuple[float, str | None]] = {}
+    if metric is not None and mode is not None and run_pks:
+        bests = _run_bests(session, dialect_name, run_pks, metric, mode)
+        by_value = {
+            run_pk: value for run_pk, (value, trial_id) in bests.items() if trial_id is None
+        }
+        if by_value:
+            for row in session.execute(best_trials_query(by_value, metric, mode)):
+                value, probed = bests[row.run_pk]
+                # A probed trial with the same value keeps the lower id.
+                if probed is None or row.trial_id < probed:
+                    bests[row.run_pk] = (value, row.trial_id)
+    early: dict[int, int] = {}
+    warm_trials: dict[int, str] = {}
+    if run_pks:
+        early = {
+            run_pk: int(count)
+            for run_pk, count in session.execute(stopped_early_counts_query(dialect_name, run_pks))
+        }
+        warm_trials = {
+            row.run_pk: row.trial_id for row in session.execute(warm_started_query(run_pks))
+        }
+    wanted = [trial_id for _, trial_id in bests.values() if trial_id is not None]
+    wanted += list(warm_trials.values())
+    details: dict[str, tuple[Any, Any]] = {}
+    if wanted:
+        rows = session.execute(
+            select(_TRIALS.c.trial_id, _TRIALS.c.config, _TRIALS.c.warm_start).where(
+                _TRIALS.c.trial_id.in_(wanted)
+            )
+        )
+        details = {trial_id: (config, warm) for trial_id, config, warm in rows}
+    lines = [
+        _run_line(
+            run,
+            counts.get(run.id),
+            bests.get(run.id),
+            early.get(run.id, 0),
+            details.get(warm_trials.get(run.id, ""), (None, None))[1],
+            details,
+        )
+        for run in runs
+    ]
+    lines = _with_changes(lines)
+    if last is not None:
+        lines = lines[-last:]
+    return ExperimentHistory(
+        experiment=experiment,
+        metric=metric,
+        mode=mode,
+        several_metrics=experiment.several_metrics,
+        runs=lines,
+    )
+
+
+@dataclass
+class _Counts:
+    """A run's trials per status, added up from :func:`run_counts_query`'s rows."""
+
+    num_trials: int = 0
+    num_errored: int = 0
+    num_terminated: int = 0
+    num_failed_tries: int = 0
+
+    def add(self, status: str, count: int, failed_tries: int | None) -> None:
+        self.num_trials += count
+        self.num_failed_tries += failed_tries or 0
+        if status == TrialStatus.ERROR.value:
+            self.num_errored += count
+        elif status == TrialStatus.TERMINATED.value:
+            self.num_terminated += count
+
+
+def _run_bests(
+    session: Session, dialect_name: str, run_pks: Sequence[int], metric: str, mode: str
+) -> dict[int, tuple[float, str | None]]:
+    """Each run's best value with the trial id when it came from a trial whose best is not
+    maintained (None: the maintained best, its trial to be looked up); runs without one left out.
+    A seek per run and a few index ranges: no scan of the runs' trials."""
+    bests: dict[int, tuple[float, str | None]] = {
+        row.run_pk: (float(row.best_value), None)
+        for row in session.execute(run_bests_query(run_pks, metric, mode))
+        if row.best_value is not None
+    }
+    sign = 1.0 if mode == "min" else -1.0
+    for row in session.execute(unmaintained_bests_query(dialect_name, run_pks, metric, mode)):
+        if row.value is None:
+            continue
+        held = bests.get(row.run_pk)
+        value = float(row.value)
+        if held is None or (sign * value, row.trial_id) < (sign * held[0], held[1] or ""):
+            bests[row.run_pk] = (value, row.trial_id)
+    return bests
+
+
+@dataclass(frozen=True)
+class TrendPoint:
+    """One run's best, for a trend over time.
+
+    :param run: the run.
+    :param best_value: its best value of the history's metric; None when no trial reported it.
+    """
+
+    run: ExperimentRunRecord
+    best_value: float | None
+
+
+def experiment_trend(
+    session: Session, dialect_name: str, experiment: ExperimentRecord
+) -> list[TrendPoint]:
+    """Every run of the experiment, oldest first, with its best on the metric of
+    :func:`history_goal` (None without one): the runs, then one seek per run
+    (:func:`run_bests_query`) and a few index ranges, whatever the runs' trials; no counts."""
+    metric, mode = history_goal(experiment)
+    runs_query = (
+        select(ExperimentRunRow)
+        .where(ExperimentRunRow.experiment_id == experiment.id)
+        .order_by(ExperimentRunRow.created_at, ExperimentRunRow.id)
+    )
+    runs = [experiment_run_record(row, experiment.name) for row in session.scalars(runs_query)]
+    bests: dict[int, tuple[float, str | None]] = {}
+    if metric is not None and mode is not None and runs:
+        bests = _run_bests(session, dialect_name, [run.id for run in runs], metric, mode)
+    return [TrendPoint(run, bests[run.id][0] if run.id in bests else None) for run in runs]
+
+
+def _run_line(
+    run: ExperimentRunRecord,
+    row: _Counts | None,
+    best: tuple[float, str | None] | None,
+    early_stopped: int,
+    warm: Any,
+    details: Mapping[str, tuple[Any, Any]],
+) -> RunHistory:
+    if row is None:  # a run without trials
+        return RunHistory(run, 0, 0, 0, dict.fromkeys(STOP_KINDS, 0), None, None, None)
+    num_trials, errored, terminated = row.num_trials, row.num_errored, row.num_terminated
+    best_value, best_trial = best if best is not None else (None, None)
+    config = details.get(best_trial, (None, None))[0] if best_trial is not None else None
+    return RunHistory(
+        run=run,
+        num_trials=num_trials,
+        num_errored=errored,
+        num_failed_tries=int(row.num_failed_tries),
+        stop_kinds={
+            "completed": terminated - early_stopped,
+            "early_stopped": early_stopped,
+            "errored": errored,
+            "unfinished": num_trials - terminated - errored,
+        },
+        best_value=best_value,
+        best_trial_id=best_trial,
+        best_config=config if isinstance(config, dict) else None,
+        warm_started_from=_warm_source(warm),
+    )
+
+
+def _warm_source(warm: Any) -> WarmStartedFrom | None:
+    if not isinstance(warm, Mapping):
+        return None
+    run_pk = warm.get("experiment_run_id")
+    run_key = warm.get("run_key")
+    return WarmStartedFrom(
+        experiment_run_id=run_pk if isinstance(run_pk, int) else None,
+        run_key=str(run_key) if run_key is not None else None,
+    )
+
+
+def changed_config_keys(previous: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+    """The keys whose value differs between two configs, those in only one of them included."""
+    return sorted(
+        key
+        for key in set(previous) | set(current)
+        if key not in previous or key not in current or previous[key] != current[key]
+    )
+
+
+def _with_changes(lines: Sequence[RunHistory]) -> list[RunHistory]:
+    """Each line with the keys its best config changed from the closest earlier best config."""
+    out = []
+    previous: tuple[int, dict[str, Any]] | None = None
+    for line in lines:
+        config = line.best_config
+        if config is not None:
+            if previous is not None:
+                line = replace(
+                    line,
+                    previous_run_id=previous[0],
+                    previous_best_config=previous[1],
+                    changed_keys=changed_config_keys(previous[1], config),
+                )
+            previous = (line.run.id, config)
+        out.append(line)
+    return out
+
+
+__all__ = [
+    "STOP_KINDS",
+    "ExperimentHistory",
+    "RunBest",
+    "RunHistory",
+    "TrendPoint",
+    "WarmStartedFrom",
+    "best_of_run",
+    "best_of_run_query",
+    "changed_config_keys",
+    "experiment_history",
+    "experiment_trend",
+    "history_goal",
+    "best_trials_query",
+    "run_bests_query",
+    "run_counts_query",
+    "stopped_early_counts_query",
+    "unmaintained_bests_query",
+    "warm_started_query",
+    "trial_best_value",
+]

@@ -1,0 +1,84 @@
+"""The indexes on ``at_trials`` that let an experiment's history read a year of nightly runs from
+indexes alone (migration 0012), and the predicates their partial indexes share with the queries.
+
+- ``ix_at_trials_run_best``: ``(experiment_run_id, best_metric, best_mode, best_value,
+  trial_id)``: each run's best maintained value and the trial that reached it in one seek per run,
+  and the trials whose best is not maintained in a few.
+- ``ix_at_trials_run_status``: ``(experiment_run_id, status, num_failures)``, narrow: each run's
+  trials per status and failed tries, counted from the index alone.
+- ``ix_at_trials_run_stopped_early``: ``(experiment_run_id, status, stop_reason)`` of the trials
+  their scheduler stopped early (:func:`~airflow_trials.core.fate.stopped_early`), a partial
+  index; its predicate's columns are in it so that SQLite counts from the index alone.
+- ``ix_at_trials_run_warm_started``: ``(experiment_run_id, trial_id, warm_start)`` of
+  warm-started trials, a partial index (a few small rows per run).
+
+A query uses a partial index only when its WHERE holds the index's predicate as written, so the
+queries in :mod:`~airflow_trials.store.history` use the very SQL text of these constants.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Index, text
+
+from airflow_trials.core.fate import CRITERION_MET, TRAINABLE_FINISHED
+from airflow_trials.core.rung_math import REACHED_MAX_T
+
+
+def _quoted(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _stopped_early_sql(find: str) -> str:
+    """:func:`~airflow_trials.core.fate.stopped_early` of a TERMINATED trial's stop reason in
+    SQL, from the same constants; ``find`` is the dialect's substring position function."""
+    return (
+        "status = 'TERMINATED' AND stop_reason IS NOT NULL AND stop_reason <> '' "
+        f"AND stop_reason NOT IN ({_quoted(TRAINABLE_FINISHED)}, {_quoted(CRITERION_MET)}) "
+        f"AND {find}(stop_reason, {_quoted(REACHED_MAX_T)}) = 0"
+    )
+
+
+#: The predicate of a trial stopped early, per dialect (case-sensitive, as ``in`` is in Python).
+STOPPED_EARLY_SQL = {
+    "sqlite": _stopped_early_sql("instr"),
+    "postgresql": _stopped_early_sql("strpos"),
+}
+WARM_STARTED_SQL = "warm_start IS NOT NULL"
+
+RUN_BEST_INDEX = "ix_at_trials_run_best"
+RUN_STATUS_INDEX = "ix_at_trials_run_status"
+RUN_STOPPED_EARLY_INDEX = "ix_at_trials_run_stopped_early"
+RUN_WARM_STARTED_INDEX = "ix_at_trials_run_warm_started"
+RUN_BEST_COLUMNS = (
+    "experiment_run_id",
+    "best_metric",
+    "best_mode",
+    "best_value",
+    "trial_id",
+)
+RUN_STATUS_COLUMNS = ("experiment_run_id", "status", "num_failures")
+
+
+def history_indexes() -> tuple[Index, Index, Index, Index]:
+    """The four indexes, for ``TrialRow.__table_args__``."""
+    return (
+        Index(RUN_BEST_INDEX, *RUN_BEST_COLUMNS),
+        Index(RUN_STATUS_INDEX, *RUN_STATUS_COLUMNS),
+        Index(
+            RUN_STOPPED_EARLY_INDEX,
+            # The predicate's columns too: SQLite checks it again, and reads them from the index.
+            "experiment_run_id",
+            "status",
+            "stop_reason",
+            sqlite_where=text(STOPPED_EARLY_SQL["sqlite"]),
+            postgresql_where=text(STOPPED_EARLY_SQL["postgresql"]),
+        ),
+        Index(
+            RUN_WARM_STARTED_INDEX,
+            "experiment_run_id",
+            "trial_id",
+            "warm_start",
+            sqlite_where=text(WARM_STARTED_SQL),
+            postgresql_where=text(WARM_STARTED_SQL),
+        ),
+    )

@@ -1,0 +1,174 @@
+"""``airflow-trials importances`` on a seeded trials DB (no Ray, no Airflow): the ranking in each
+output format, ``--metric`` of several, ``--run``, ``--evaluator``, and the too-few-trials exit."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import sys
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from airflow_trials.cli import app
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def seeded(tmp_path_factory) -> str:
+    """Experiment "tune" (min loss, max acc): run "r1" of 40 trials where lr drives loss and
+    dropout drives acc, 4 of them failed before reporting; run "r2" (the latest) of one trial."""
+    from airflow_trials.store import TrialStore
+
+    url = f"sqlite:///{tmp_path_factory.mktemp('cli_importances') / 'trials.db'}"
+    store = TrialStore(url, create=True)
+    try:
+        store.ensure_experiment("tune", metric=["loss", "acc"], mode=["min", "max"])
+        run = store.create_experiment_run(
+            "tune",
+            "r1",
+            search_space={
+                "lr": {"loguniform": [1e-4, 1e-1]},
+                "dropout": {"uniform": [0, 0.6]},
+                "act": {"choice": ["relu", "tanh"]},
+            },
+        )
+        rng = random.Random(11)
+        for i in range(40):
+            trial_id = f"r1-{i:02d}"
+            config = {
+                "lr": 10 ** rng.uniform(-4, -1),
+                "dropout": rng.uniform(0, 0.6),
+                "act": rng.choice(["relu", "tanh"]),
+                "batch": 64,
+            }
+            store.upsert_trial(
+                trial_id,
+                trainable="pkg.train:fn",
+                config=config,
+                resources={"cpu": 1},
+                max_failures=0,
+                experiment_run_id=run,
+            )
+            if i % 10 == 3:
+                continue  # failed before its first result
+            loss = abs(math.log10(config["lr"]) + 2.5) + 0.01 * rng.random()
+            acc = 1 - abs(config["dropout"] - 0.3) + 0.001 * rng.random()
+            store.add_results(trial_id, [{"training_iteration": 1, "loss": loss, "acc": acc}])
+        latest = store.create_experiment_run("tune", "r2")
+        store.upsert_trial(
+            "r2-00",
+            trainable="pkg.train:fn",
+            config={"lr": 0.1},
+            resources={"cpu": 1},
+            max_failures=0,
+            experiment_run_id=latest,
+        )
+        store.add_results("r2-00", [{"training_iteration": 1, "loss": 0.4, "acc": 0.5}])
+    finally:
+        store.dispose()
+    return url
+
+
+def invoke(*args):
+    result = runner.invoke(app, [str(a) for a in args])
+    assert result.exit_code == 0, (result.stdout, result.stderr)
+    return result.stdout
+
+
+@pytest.mark.parametrize("fmt", ["json", "yaml"])
+def test_the_document_ranks_the_hyperparameters(seeded, fmt):
+    text = invoke("importances", "tune", "--run", "r1", "--db-url", seeded, "--output", fmt)
+    doc = json.loads(text) if fmt == "json" else yaml.safe_load(text)
+    # Of several metrics, the first unless --metric picks another.
+    assert (doc["metric"], doc["mode"], doc["metrics"]) == ("loss", "min", ["loss", "acc"])
+    assert (doc["run_key"], doc["evaluator"]) == ("r1", "ped-anova")
+    assert (doc["trials"], doc["skipped"], doc["constant"]) == (36, 4, ["batch"])
+    names = [p["name"] for p in doc["importances"]]
+    assert names[0] == "lr" and sorted(names) == ["act", "dropout", "lr"]
+    shares = [p["importance"] for p in doc["importances"]]
+    assert shares == sorted(shares, reverse=True) and sum(shares) == pytest.approx(1.0)
+    lr = doc["importances"][0]
+    assert (lr["kind"], lr["low"], lr["high"], lr["log"], lr["from_search_space"]) == (
+        "float",
+        1e-4,
+        1e-1,
+        True,
+        True,
+    )
+
+
+def test_metric_picks_one_of_several_with_its_mode(seeded):
+    doc = json.loads(
+        invoke(
+            "importances", "tune", "--run", "r1", "--metric", "acc", "--db-url", seeded, "--json"
+        )
+    )
+    assert (doc["metric"], doc["mode"]) == ("acc", "max")
+    assert doc["importances"][0]["name"] == "dropout"
+
+
+def test_the_table_and_plain_output(seeded):
+    table = invoke("importances", "tune", "--run", "r1", "--db-url", seeded)
+    assert "tune / r1: importances of min loss (ped-anova)" in table
+    assert "From 36 of 40 trials; 4 without loss left out; the same in every trial: batch." in table
+    assert "float 0.0001 to 0.1, log" in table
+
+    plain = invoke("importances", "tune", "--run", "r1", "--db-url", seeded, "--output", "plain")
+    lines = [line.split("\t") for line in plain.splitlines()]
+    assert lines[0] == ["rank", "hyperparameter", "importance", "evaluated on"]
+    assert [row[:2] for row in lines[1:]][0] == ["1", "lr"] and len(lines) == 4
+    assert "From 36" not in plain  # scripts get the rows only
+
+
+def test_fanova_ranks_the_same_driver_first(seeded):
+    doc = json.loads(
+        invoke(
+            "importances",
+            "tune",
+            "--run",
+            "r1",
+            "--evaluator",
+            "fanova",
+            "--db-url",
+            seeded,
+            "--json",
+        )
+    )
+    assert doc["evaluator"] == "fanova" and doc["importances"][0]["name"] == "lr"
+
+
+def test_too_few_trials_exit_1_naming_the_run_and_what_is_needed(seeded):
+    result = runner.invoke(app, ["importances", "tune", "--db-url", seeded])  # latest: r2
+    assert result.exit_code == 1
+    assert (
+        "Error: Cannot compute the hyperparameter importances of loss for run r2" in result.stderr
+    )
+    assert "1 of its 1 trials reported loss" in result.stderr and "at least 2" in result.stderr
+    assert result.stdout == ""
+
+
+def test_fanova_without_scikit_learn_says_how_to_install_it(seeded, monkeypatch):
+    monkeypatch.setitem(sys.modules, "sklearn", None)  # as if it were not installed
+    result = runner.invoke(
+        app, ["importances", "tune", "--run", "r1", "--evaluator", "fanova", "--db-url", seeded]
+    )
+    assert result.exit_code == 1
+    assert "fANOVA needs scikit-learn" in result.stderr
+    assert "pip install 'scikit-learn>=1.5'" in result.stderr
+
+
+def test_a_metric_no_trial_reported_lists_those_they_did(seeded):
+    result = runner.invoke(
+        app, ["importances", "tune", "--run", "r1", "--metric", "lossy", "--db-url", seeded]
+    )
+    assert result.exit_code == 1
+    assert "reported metric 'lossy'" in result.stderr and "acc, loss" in result.stderr
+
+
+def test_an_unknown_evaluator_is_refused_by_the_option(seeded):
+    result = runner.invoke(app, ["importances", "tune", "--evaluator", "shap", "--db-url", seeded])
+    assert result.exit_code == 2 and "ped-anova" in result.stderr
