@@ -28,6 +28,8 @@ os.environ.pop("AIRFLOW_TRIALS_DB_URL", None)
 os.environ.pop("RAY_ADDRESS", None)
 
 _current_shape: tuple | None = None
+#: How many times start_ray tries a local Ray whose raylet did not register in time (load).
+RAY_START_ATTEMPTS = 3
 
 
 def start_ray(num_cpus: int = 2, num_gpus: int = 0, resources: dict | None = None) -> None:
@@ -40,15 +42,25 @@ def start_ray(num_cpus: int = 2, num_gpus: int = 0, resources: dict | None = Non
         return
     if ray.is_initialized():
         ray.shutdown()
-    ray.init(
-        address="local",  # always a fresh cluster of this shape, never one `ray start` left running
-        num_cpus=num_cpus,
-        num_gpus=num_gpus,
-        resources=resources or {},
-        include_dashboard=False,
-        log_to_driver=False,
-        namespace="airflow_trials_tests",
-    )
+    for attempt in range(1, RAY_START_ATTEMPTS + 1):
+        try:
+            ray.init(
+                address="local",  # always a fresh cluster of this shape, never a `ray start` one
+                num_cpus=num_cpus,
+                num_gpus=num_gpus,
+                resources=resources or {},
+                include_dashboard=False,
+                log_to_driver=False,
+                namespace="airflow_trials_tests",
+            )
+            break
+        except Exception as e:
+            # Ray gives a new raylet 30 s (hard-coded in ray/_private/node.py) to register with its
+            # GCS; on 2 cores beside the fault suite's stacks that can run out. Its processes share
+            # this process's fate, so a fresh start is all it takes.
+            if "timed out during startup" not in str(e) or attempt == RAY_START_ATTEMPTS:
+                raise
+            ray.shutdown()
     _current_shape = shape
 
 
