@@ -13,11 +13,15 @@ template. Target: < 100 ms for the run page. Median of several requests after a 
     .venv/bin/python -m bench.dashboard_render --trials 1000 --repeats 5   # quicker
 
 The history case (``--case history``) fills one experiment with 365 nightly runs of 1,000 trials
-each (bulk INSERTs, each trial's best maintained) and times the experiment page, whose history
-table and trend chart cover every run, and the JSON history. Target: < 200 ms.
+each (bulk INSERTs, each trial's best maintained), ends each run through
+``TrialStore.finish_experiment_run`` (which stores its history line, as select_best's end of a
+run does), and times the experiment page, whose history table and trend chart cover every run,
+and the JSON history. Target: < 200 ms. ``--history-without-summaries`` forgets the stored lines
+first, as for runs that ended before migration 0013: every line is computed from the trials.
 
     .venv/bin/python -m bench.dashboard_render --case history
     .venv/bin/python -m bench.dashboard_render --case history --postgres-url postgresql+psycopg://postgres@127.0.0.1:5432/test
+    .venv/bin/python -m bench.dashboard_render --case history --history-without-summaries
 
 PostgreSQL runs in a fresh schema, dropped at the end.
 """
@@ -149,11 +153,12 @@ def _history_trial_rows(run_pks: list[int], trials_per_run: int) -> Iterator[dic
             }
 
 
-def _fill_history(url: str, num_runs: int, trials_per_run: int) -> None:
+def _fill_history(url: str, num_runs: int, trials_per_run: int, summaries: bool) -> None:
     """``num_runs`` nightly runs of ``trials_per_run`` trials each, in bulk INSERTs of 5,000 rows
     (each trial's best maintained, as ``add_results`` leaves it; its one stored result is its
-    last)."""
-    from sqlalchemy import insert, text
+    last), each run then ended through ``finish_experiment_run``; with ``summaries`` False their
+    stored history lines are forgotten again."""
+    from sqlalchemy import insert, text, update
 
     from airflow_trials.store import TrialStore
     from airflow_trials.store.models import ExperimentRunRow, ResultRow, TrialRow
@@ -173,9 +178,8 @@ def _fill_history(url: str, num_runs: int, trials_per_run: int) -> None:
                         "run_key": f"nightly-{night:03d}",
                         "dag_id": "bench_dag",
                         "run_id": f"scheduled__{(base + timedelta(days=night)).date()}",
-                        "status": "SUCCESS",
+                        "status": "RUNNING",
                         "created_at": base + timedelta(days=night),
-                        "ended_at": base + timedelta(days=night, hours=3),
                     }
                     for night in range(num_runs)
                 ],
@@ -197,6 +201,18 @@ def _fill_history(url: str, num_runs: int, trials_per_run: int) -> None:
                     batch = []
             if batch:
                 _insert_trials(connection, batch, insert(TrialRow), insert(ResultRow))
+        # Each run ends as select_best ends it, which stores its history line; then its end time
+        # is set to its night's (a bench cannot wait for nights to pass).
+        for run_pk in run_pks:
+            store.finish_experiment_run(run_pk, "SUCCESS")
+        with engine.begin() as connection:
+            for night, run_pk in enumerate(run_pks):
+                ended = {"ended_at": base + timedelta(days=night, hours=3)}
+                if not summaries:
+                    ended["summary"] = None
+                connection.execute(
+                    update(ExperimentRunRow).where(ExperimentRunRow.id == run_pk).values(**ended)
+                )
         # VACUUM too on PostgreSQL, as autovacuum would after a night's writes: an index-only
         # scan reads the heap for every page the visibility map does not mark all-visible.
         analyze = "VACUUM ANALYZE" if engine.dialect.name == "postgresql" else "ANALYZE"
@@ -232,10 +248,12 @@ def run_history(name: str, url: str, args: argparse.Namespace) -> None:
     from airflow_trials.store import TrialReader
 
     begin = time.perf_counter()
-    _fill_history(url, args.history_runs, args.history_trials)
+    summaries = not args.history_without_summaries
+    _fill_history(url, args.history_runs, args.history_trials, summaries)
     print(
         f"[{name}] history fixture: {args.history_runs:,} runs x {args.history_trials:,} trials "
-        f"loaded in {time.perf_counter() - begin:.1f} s",
+        f"loaded and ended in {time.perf_counter() - begin:.1f} s; history lines "
+        f"{'stored' if summaries else 'forgotten (every line computed from the trials)'}",
         flush=True,
     )
     store = TrialReader(url)
@@ -373,6 +391,11 @@ def main() -> None:
     )
     parser.add_argument("--history-runs", type=int, default=365)
     parser.add_argument("--history-trials", type=int, default=1_000)
+    parser.add_argument(
+        "--history-without-summaries",
+        action="store_true",
+        help="forget the runs' stored history lines, as for runs ended before migration 0013",
+    )
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="bench_dashboard_") as tmp:

@@ -78,7 +78,15 @@ def __getattr__(name: str) -> Any:
 
 
 def get_provider_info() -> dict[str, Any]:
-    """Provider metadata read by Airflow through the ``apache_airflow_provider`` entry point."""
+    """Provider metadata read by Airflow through the ``apache_airflow_provider`` entry point.
+
+    It follows Airflow's ``provider_info.schema.json`` (tests/airflow/test_provider_info.py checks
+    it, and that every module defining an operator, a sensor or a trigger is listed). ``config``
+    declares the ``[airflow_trials]`` settings that ``airflow config list`` shows
+    (:mod:`airflow_trials.provider_config`).
+    """
+    from airflow_trials.provider_config import provider_config
+
     return {
         "package-name": "airflow-trials",
         "name": "Airflow Trials",
@@ -100,7 +108,10 @@ def get_provider_info() -> dict[str, Any]:
         "operators": [
             {
                 "integration-name": "Airflow Trials",
-                "python-modules": ["airflow_trials.operators.trial"],
+                "python-modules": [
+                    "airflow_trials.operators.trial",
+                    "airflow_trials.operators.sweep",
+                ],
             }
         ],
         "sensors": [
@@ -112,9 +123,17 @@ def get_provider_info() -> dict[str, Any]:
         "triggers": [
             {
                 "integration-name": "Airflow Trials",
-                "python-modules": ["airflow_trials.triggers.trial"],
+                "python-modules": [
+                    "airflow_trials.triggers.trial",
+                    "airflow_trials.triggers.sweep",
+                ],
             }
         ],
+        "extra-links": [
+            "airflow_trials.operators.links.TrialDashboardLink",
+            "airflow_trials.operators.links.SweepDashboardLink",
+        ],
+        "config": provider_config(),
         "plugins": [
             {
                 "name": "airflow_trials_dashboard",

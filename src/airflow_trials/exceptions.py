@@ -73,6 +73,11 @@ class RegressionError(AirflowTrialsError):
     ``regression_tolerance`` (the ``check_regression`` task)."""
 
 
+class ExportError(AirflowTrialsError):
+    """A run could not be exported to another tool (MLflow): the tool is not installed, not
+    reachable, or refused what was sent."""
+
+
 class RunnerFinishedError(AirflowTrialsError):
     """``TrialRunner.step()`` was called after every trial had finished."""
 

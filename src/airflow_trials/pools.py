@@ -37,9 +37,9 @@ def default_gpu_queue() -> str | None:
     """The queue GPU trials' tasks go to when the experiment names none: Airflow's
     ``[airflow_trials] gpu_queue`` setting (``AIRFLOW__AIRFLOW_TRIALS__GPU_QUEUE``), read when the
     DAG file is parsed; None (the executor's default queue) when unset or empty."""
-    from airflow.configuration import conf
+    from airflow_trials.provider_config import setting
 
-    return conf.get("airflow_trials", "gpu_queue", fallback=None) or None
+    return setting("gpu_queue") or None
 
 
 def ensure_gpu_pool(

@@ -3,10 +3,9 @@
 With Airflow installed, :func:`resolve_trials_db_url` answers (the ``trials_default`` connection
 first; :mod:`airflow_trials.hooks.trials` uses it too, and re-exports it). It imports Airflow only
 when called, so this module sits below the hooks, beside the store. Without it (the engine alone),
-``AIRFLOW_TRIALS_DB_URL``,
-else the default SQLite file. Falling back to the default file is said once per process, in a
-warning that names the file: a run written to another database than the one meant is otherwise
-found out only by its missing rows.
+``AIRFLOW_TRIALS_DB_URL``, else the default SQLite file. Falling back to the default file is said
+once per process, in a warning that names the file: a run written to another database than the
+one meant is otherwise found out only by its missing rows.
 
 Example::
 
@@ -21,6 +20,7 @@ import os
 import sys
 from typing import Any
 
+from airflow_trials.provider_config import SECTION, setting, setting_source
 from airflow_trials.store.engine import STORE_URL_ENV, default_store_url
 
 DEFAULT_SOURCE = "the default SQLite file"
@@ -43,11 +43,14 @@ def trials_db_url(
 
 
 def env_or_default_url(*, create_dir: bool = True, looked_for: str = "") -> tuple[str, str]:
-    """``AIRFLOW_TRIALS_DB_URL``, else the default SQLite file (with the warning, once)."""
+    """``AIRFLOW_TRIALS_DB_URL``, else ``[airflow_trials] db_url`` (with Airflow installed), else
+    the default SQLite file in ``[airflow_trials] home`` (with the warning, once); see
+    :mod:`airflow_trials.provider_config`."""
     global _said_default
-    if os.environ.get(STORE_URL_ENV):
-        return os.environ[STORE_URL_ENV], STORE_URL_ENV
-    url = default_store_url(create_dir=create_dir)
+    configured = setting("db_url")
+    if configured:
+        return configured, setting_source("db_url")
+    url = default_store_url(create_dir=create_dir, home=setting("home"))
     if not _said_default:
         _said_default = True
         # On stderr, not through logging: Airflow's logging writes to stdout, where a command's
@@ -55,8 +58,8 @@ def env_or_default_url(*, create_dir: bool = True, looked_for: str = "") -> tupl
         print(
             f"airflow_trials: no trials DB is configured ({looked_for or 'no connection'}, and "
             f"{STORE_URL_ENV} is not set): using {DEFAULT_SOURCE}, {url}. Set {STORE_URL_ENV} or "
-            "create "
-            "the trials_default connection to use another database.",
+            f"[{SECTION}] db_url, or create the trials_default connection, to use another "
+            "database.",
             file=sys.stderr,
             flush=True,
         )
@@ -81,16 +84,18 @@ def resolve_trials_db_url(
     2. outside a task and a trigger (a command, a notebook), a connection made with ``airflow
        connections add``, from Airflow's metadata DB, as Airflow's own CLI reads it (Airflow 3
        forbids only task and trigger code to read that DB);
-    3. ``AIRFLOW_TRIALS_DB_URL``;
-    4. the default SQLite file, said once per process in a warning, since a database other than the
-       one meant is otherwise found out only by its missing rows.
+    3. ``AIRFLOW_TRIALS_DB_URL``, else ``[airflow_trials] db_url`` (Airflow's configuration:
+       ``AIRFLOW__AIRFLOW_TRIALS__DB_URL`` or ``airflow.cfg``);
+    4. the default SQLite file (in ``[airflow_trials] home``), said once per process in a
+       warning, since a database other than the one meant is otherwise found out only by its
+       missing rows.
 
     :param trials_conn_id: the connection id; default ``trials_default``.
     :param create_dir: create the default SQLite file's directory when that is the answer; default
         True (readers that must create nothing pass False).
     :return: ``(url, source)``; the source reads "connection trials_default", "connection
-        trials_default (Airflow's metadata DB)", "AIRFLOW_TRIALS_DB_URL" or "the default SQLite
-        file".
+        trials_default (Airflow's metadata DB)", "AIRFLOW_TRIALS_DB_URL", "[airflow_trials] db_url"
+        or "the default SQLite file".
     """
     from airflow.sdk import BaseHook
     from airflow.sdk.exceptions import AirflowNotFoundException

@@ -88,6 +88,7 @@ def test_experiment_reaches_its_leaderboard(trials_env):
     assert [r.trial_id for r in store.leaderboard(exp_run.id, "score", "max")][0] == best[
         "trial_id"
     ]
+    assert exp_run.picked_trial_id == best["trial_id"]  # select_best recorded its pick
     assert live_trial_actors() == [] and live_placement_groups() == []
 
 

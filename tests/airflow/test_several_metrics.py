@@ -235,6 +235,15 @@ def test_the_two_objective_dag_returns_its_pareto_front_and_the_picked_trial(tri
     assert [r.status.value for r in store.list_experiment_runs("two_objective_tuning")] == [
         "SUCCESS"
     ]
+    # The pick is in the trials DB too: the Pareto API's picked_trial_id and the run's history.
+    from airflow_trials.plugins.pareto_svg import ParetoOut, of_board
+
+    (exp_run,) = store.list_experiment_runs("two_objective_tuning")
+    assert exp_run.picked_trial_id == best["trial_id"]
+    view = of_board(store.reader, exp_run, experiment.metrics, experiment.modes, None, None)
+    assert ParetoOut.of(view, lambda trial_id: trial_id).picked_trial_id == best["trial_id"]
+    (line,) = store.experiment_history("two_objective_tuning").runs
+    assert line.run.picked_trial_id == best["trial_id"] and line.num_trials == 6
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ from airflow.sdk.exceptions import TaskDeferred
 from airflow_trials.core.search import grid_search
 from tests.airflow.test_early_stopping import Code
 from tests.airflow.test_experiment_dag import experiment_dag, task_states, xcom
+from tests.airflow.test_provider_info import extra_link
 from tests.conftest import live_placement_groups, live_trial_actors
 
 NAMESPACE = "airflow_trials"
@@ -66,6 +67,7 @@ def test_a_sweep_dag_runs_every_trial_in_one_task(trials_env):
     best = xcom(run, "tune.select_best")
     assert best["config"]["scale"] == 4.0 and best["value"] == 12.0 and best["trials"] == 6
     assert summary["best_value"] == 12.0 and summary["best_trial_id"] == best["trial_id"]
+    assert extra_link(run, "tune.sweep") == f"/trials/runs/{exp_run.id}"  # its dashboard button
     nothing_left_on_ray()
 
 

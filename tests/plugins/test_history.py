@@ -218,7 +218,8 @@ def test_an_experiment_without_a_metric_has_counts_only(make_dashboard, trials_s
     assert page.status_code == 200 and 'class="history-row"' in page.text
 
 
-def test_api_history(history_dashboard, nightly):
+def test_api_history(history_dashboard, trials_store, nightly):
+    trials_store.record_pick(nightly.nights[-1].run, "n3-criterion")  # select_best's, recorded
     response = history_dashboard.get(f"/api/experiments/{EXPERIMENT}/history")
     assert response.status_code == 200, response.text
     body = response.json()
@@ -239,6 +240,7 @@ def test_api_history(history_dashboard, nightly):
         }
         assert out["run"]["url"].endswith(f"/trials/runs/{night.run}")
     assert [r["changed_keys"] for r in runs] == [[], [], ["lr"], ["dropout", "layers"]]
+    assert [r["picked_trial_id"] for r in runs] == [None, None, None, "n3-criterion"]
     assert runs[-1]["warm_started_from"] == {
         "experiment_run_id": nightly.nights[-2].run,
         "run_key": nightly.nights[-2].run_key,

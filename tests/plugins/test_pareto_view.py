@@ -86,8 +86,43 @@ def test_the_run_page_draws_the_front_as_a_step_line(pareto):
     assert step[0] == front["p-1"] and step[-1] == front["p-0"]
     assert step[1] == (front["p-1"][0], front["p-0"][1])
     assert "front (3)" in html and "4 trial(s) without both values not shown" in html
-    assert "select_best picked is not recorded in the trials DB" in html
+    assert "select_best has not picked a trial of this run" in html
     assert 'class="picked"' not in html
+
+
+def test_the_recorded_pick_is_in_the_api_and_ringed_on_the_page(pareto):
+    dashboard, run, store = pareto
+    store.record_pick(run, "p-1")
+    assert _json(dashboard, f"/api/runs/{run}/pareto")["picked_trial_id"] == "p-1"
+    html = dashboard.get(f"/runs/{run}").text
+    assert re.search(r'<g class="picked" data-trial="p-1">.*?picked: p-1</text></g>', html, re.S)
+    assert "The trial select_best picked, p-1, is ringed." in html
+    store.record_pick(run, "p-0")  # a later pick replaces it
+    assert _json(dashboard, f"/api/runs/{run}/pareto")["picked_trial_id"] == "p-0"
+
+
+def test_a_pick_outside_the_run_is_refused(pareto):
+    from airflow_trials.exceptions import TrialNotFoundError
+
+    dashboard, run, store = pareto
+    other = store.create_experiment_run(EXPERIMENT, "another-run")
+    store.upsert_trial(
+        "elsewhere",
+        trainable="pkg:fn",
+        config={},
+        resources={"cpu": 1},
+        max_failures=0,
+        experiment_run_id=other,
+    )
+    with pytest.raises(
+        ValueError,
+        match=rf"trial elsewhere belongs to experiment run {other}, "
+        rf"not to run {run}; nothing was written",
+    ):
+        store.record_pick(run, "elsewhere")
+    with pytest.raises(TrialNotFoundError, match="trial nope is not in the trial store"):
+        store.record_pick(run, "nope")
+    assert _json(dashboard, f"/api/runs/{run}/pareto")["picked_trial_id"] is None
 
 
 def test_constraints_mark_the_infeasible_trials(pareto):

@@ -8,6 +8,7 @@ import pytest
 
 from tests.airflow.conftest import trials_env  # noqa: F401 - the fixture, shared with tests/airflow
 from tests.airflow.test_experiment_dag import experiment_dag
+from tests.airflow.test_provider_info import extra_link
 
 
 @pytest.mark.timeout(600)
@@ -65,7 +66,10 @@ def test_a_real_run_is_on_the_dashboard_and_reachable_from_its_task_instances(
                 f"/tasks/tune.trial/mapped/{ti.map_index}"
                 f"?try_number={ti.try_number}"
             )
-            page = dashboard.get(f"/trials/{trial['trial']['trial_id']}")
+            # Its "Trial dashboard" button, as the api-server reads it, opens the same trial.
+            link = extra_link(run, ti.task_id, ti.map_index)
+            assert link == f"/trials/trials/{trial['trial']['trial_id']}"
+            page = dashboard.get(link.removeprefix("/trials"))
             assert (
                 page.status_code == 200 and "TERMINATED" in page.text and "<polyline" in page.text
             )

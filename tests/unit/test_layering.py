@@ -30,6 +30,7 @@ def _imported_roots(path: pathlib.Path) -> set[str]:
         ("core", {"ray", "airflow", "optuna"}),
         ("execution", {"airflow"}),
         ("searchers", {"ray", "airflow"}),
+        ("export", {"ray", "airflow"}),
     ],
 )
 def test_layer_does_not_import(layer, forbidden):
@@ -65,9 +66,9 @@ def test_importing_the_package_loads_neither_ray_nor_airflow():
 #
 # 0. ``exceptions``, ``core/``: the pure domain;
 # 1. ``store/``, ``results`` (ResultGrid, a read model of the trials DB), ``trials_db_url`` (which
-#    trials DB), ``searchers/``;
+#    trials DB), ``provider_config`` (the ``[airflow_trials]`` settings), ``searchers/``;
 # 2. ``execution/``: Ray;
-# 3. ``plotting``, ``pools``, ``examples/``: what users call around a run;
+# 3. ``plotting``, ``pools``, ``examples/``, ``export/`` (MLflow): what users call around a run;
 # 4. ``hooks/``: the Airflow connections;
 # 5. ``triggers/``, ``operators/``, ``sensors/``: the Airflow tasks;
 # 6. ``experiment/``: the task group a DAG declares;
@@ -83,12 +84,14 @@ LAYERS: Mapping[str, int] = {
     "store": 1,
     "searchers": 1,
     "trials_db_url": 1,
+    "provider_config": 1,
     "results": 1,
     "result_rows": 1,
     "execution": 2,
     "plotting": 3,
     "pools": 3,
     "examples": 3,
+    "export": 3,
     "hooks": 4,
     "triggers": 5,
     "operators": 5,

@@ -123,4 +123,5 @@ def _document(line: Any) -> dict[str, Any]:
         "previous_run_id": line.previous_run_id,
         "changed_keys": line.changed_keys,
         "warm_started_from": line.warm_started_from,
+        "picked_trial_id": run.picked_trial_id,
     }

@@ -13,6 +13,9 @@ from airflow_trials.core.parameters import refuse_in_airflow
 from airflow_trials.core.pareto import MetricSpec, ModeSpec
 from airflow_trials.core.trial import validate_name
 from airflow_trials.core.warm_start import ASSET, WarmStart
+from airflow_trials.experiment.approval import approve_and_publish, checked_approval
+from airflow_trials.experiment.best_task import select_best_task
+from airflow_trials.experiment.mlflow_export import export_mlflow_task
 from airflow_trials.experiment.plan import TuningPlan, reconcile_trial_ends
 from airflow_trials.experiment.regression_check import check_regression, checked_tolerance
 from airflow_trials.experiment.settings import (
@@ -24,6 +27,7 @@ from airflow_trials.experiment.settings import (
     trial_gpu_classes,
     trial_ids,
 )
+from airflow_trials.export.mlflow_mapping import MlflowExport
 from airflow_trials.hooks.trials import DEFAULT_RAY_CONN_ID, DEFAULT_TRIALS_CONN_ID
 from airflow_trials.pools import DEFAULT_SLOTS_PER_GPU, default_gpu_queue
 
@@ -66,7 +70,7 @@ def tuning_experiment(
     group_id: str | None = None,
     ray_conn_id: str = DEFAULT_RAY_CONN_ID,
     trials_conn_id: str = DEFAULT_TRIALS_CONN_ID,
-    poll_interval_seconds: float = 2.0,
+    poll_interval_seconds: float | None = None,  # None: [airflow_trials] poll_interval_seconds
     deferrable: bool = True,
     scheduler: Any = None,
     search_alg: Any = None,
@@ -75,6 +79,8 @@ def tuning_experiment(
     warm_start: WarmStart | str | None = None,
     pick: Mapping[str, Any] | None = None,
     regression_tolerance: Mapping[str, float] | None = None,
+    mlflow_export: MlflowExport | str | None = None,
+    approval: bool = False,
 ) -> TaskGroup:
     """Declare a tuning experiment inside a ``with DAG(...)`` block; returns its task group.
 
@@ -110,6 +116,16 @@ def tuning_experiment(
     the run's best is worse, in ``mode``, than the previous successful run's by more than that;
     with several metrics, when its Pareto front's hypervolume is lower by more than the relative
     tolerance (:mod:`airflow_trials.core.regression`). Default None: no check (docs/airflow.md).
+
+    **MLflow export.** ``mlflow_export="http://mlflow:5000"`` (a tracking URI) or
+    ``MlflowExport(...)`` adds a task ``export_mlflow`` after ``select_best``: it exports the run
+    from the trials DB to MLflow, a parent run and one child run per trial, and a retry updates
+    them (:mod:`airflow_trials.export.mlflow`; needs ``airflow-trials[mlflow]``). Default None.
+
+    **Approval.** ``approval=True``: ``select_best`` no longer emits the Asset event; Airflow's
+    ApprovalOperator, ``approve_best``, shows the best trial and waits for a person, and
+    ``publish_best`` emits the event once they approve. A rejection skips ``publish_best``
+    (:mod:`airflow_trials.experiment.approval`). Default False.
     """
     validate_name("Experiment name", experiment_name)
     refuse_in_airflow(trainable, f"Experiment {experiment_name}")
@@ -153,6 +169,8 @@ def tuning_experiment(
         gpu_queue=gpu_queue if gpu_queue is not None else default_gpu_queue(),
         pick=pick,
         regression_tolerance=checked_tolerance(experiment_name, regression_tolerance, settings),
+        mlflow_export=MlflowExport.of(mlflow_export, experiment_name),
+        approval=checked_approval(experiment_name, approval),
     )
     with TaskGroup(group_id or experiment_name.replace(".", "_")) as group:
         _declare_tasks(plan)
@@ -189,14 +207,30 @@ def _declare_tasks(plan: TuningPlan) -> None:
 
         suggested >> route_trials() >> trial_tasks
 
-    @task(task_id="select_best", trigger_rule="all_done", outlets=[plan.asset])
+    # With approval, publish_best emits the Asset event once a person approves.
+    select_outlets = [] if plan.approval else [plan.asset]
+
+    # @task, whose operator also gives OpenLineage the run's best trial (best_task.py).
+    @select_best_task(
+        plan.trainable,
+        plan.ray_conn_id,
+        plan.trials_conn_id,
+        task_id="select_best",
+        trigger_rule="all_done",
+        outlets=select_outlets,
+    )
     def select_best(suggested: list[dict[str, Any]] | None, **context: Any) -> dict[str, Any]:
         best = plan.select_best(suggested, context)
-        context["outlet_events"][plan.asset].extra = best
+        if not plan.approval:
+            context["outlet_events"][plan.asset].extra = best
         return best
 
     best = select_best(suggested)  # type: ignore[arg-type]  # an XComArg, resolved at run time
     trial_tasks >> best
+    if plan.mlflow_export is not None:
+        export_mlflow_task(plan, best)
+    if plan.approval:
+        approve_and_publish(plan, best)
     if plan.regression_tolerance is not None:
 
         @task(task_id="check_regression")

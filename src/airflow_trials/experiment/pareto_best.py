@@ -54,7 +54,11 @@ def select_pareto_best(
         ranked = feasible if judged and feasible else records
         candidates = rank_trials({i: r.last_result for i, r in ranked.items()}, metrics, modes)
         chosen = pick.choose(candidates)
-        latest = store.latest_checkpoint(chosen.trial_id) if chosen is not None else None
+        latest = None
+        if chosen is not None:
+            latest = store.latest_checkpoint(chosen.trial_id)
+            # In the trials DB too, for the dashboard's Pareto scatter and the run's history.
+            store.record_pick(run_pk, chosen.trial_id)
         store.finish_experiment_run(run_pk, "SUCCESS" if candidates else "FAILED")
     finally:
         store.dispose()

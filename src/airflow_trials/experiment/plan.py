@@ -32,6 +32,7 @@ from airflow_trials.experiment.settings import (
 )
 from airflow_trials.experiment.trial_ends import describe_counts, reconcile_trial_ends
 from airflow_trials.experiment.warm_start_source import WarmSeeds, warm_seeds
+from airflow_trials.export.mlflow_mapping import MlflowExport
 from airflow_trials.hooks.trials import TrialsHook
 from airflow_trials.operators.trial import RunTrialOperator, task_retries
 from airflow_trials.operators.tuning import airflow_searcher
@@ -69,7 +70,7 @@ class TuningPlan:
     from_params: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None
     ray_conn_id: str
     trials_conn_id: str
-    poll_interval_seconds: float
+    poll_interval_seconds: float | None  # None: [airflow_trials] poll_interval_seconds
     deferrable: bool
     scheduler: Any = None
     search_alg: Any = None
@@ -79,6 +80,8 @@ class TuningPlan:
     gpu_queue: str | None = None
     pick: Mapping[str, Any] | None = None
     regression_tolerance: RegressionTolerance | None = None
+    mlflow_export: MlflowExport | None = None
+    approval: bool = False
     searcher: Any = dataclasses.field(
         default=None, init=False
     )  # search_alg, set up for the trial tasks
@@ -447,6 +450,8 @@ class TuningPlan:
             finished = [
                 r for r in board if r.status.value == "TERMINATED" and r.best_value is not None
             ]
+            if finished:  # the leaderboard's first is the pick, as the XCom below hands it on
+                store.record_pick(run_pk, finished[0].trial_id)
             store.finish_experiment_run(run_pk, "SUCCESS" if finished else "FAILED")
         finally:
             store.dispose()

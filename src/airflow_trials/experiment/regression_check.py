@@ -154,7 +154,9 @@ def check_regression(
         )
         return outcome
     if comparison.regressed:
-        raise RegressionCheckFailed(_message(where, run, previous, comparison, tolerance))
+        raise RegressionCheckFailed(
+            _message(where, run, previous, comparison, tolerance, approval=plan.approval)
+        )
     log.info(
         "%s: %s is %s; the previous successful run %s had %s; worse by %s, within "
         "regression_tolerance %s (%s allowed).",
@@ -214,6 +216,8 @@ def _message(
     previous: ExperimentRunRecord,
     comparison: Comparison,
     tolerance: RegressionTolerance,
+    *,
+    approval: bool = False,
 ) -> str:
     of_dag = f" of DAG {previous.dag_id}" if previous.dag_id else ""
     text = (
@@ -231,7 +235,11 @@ def _message(
             f" Both hypervolumes are measured up to the reference point {point!r} (each "
             "metric's worst value over both fronts, plus a tenth of its range)."
         )
-    return f"{text} select_best has published this run's best all the same. {SILENCE}"
+    if approval:  # approval=True: publish_best waits for approve_best, beside this check
+        published = "Publishing this run's best waits for approve_best's answer all the same."
+    else:
+        published = "select_best has published this run's best all the same."
+    return f"{text} {published} {SILENCE}"
 
 
 def _num(value: float) -> str:

@@ -13,6 +13,7 @@ from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
 from airflow_trials.exceptions import RayUnavailableError, StoreError
+from airflow_trials.provider_config import setting
 from airflow_trials.trials_db_url import resolve_trials_db_url
 
 if TYPE_CHECKING:
@@ -49,7 +50,9 @@ class RayHook(BaseHook):
     extras ``namespace`` (default ``airflow_trials``), ``runtime_env`` (JSON object) and
     ``storage_path`` (where checkpoints go; a path every Ray node reaches, or an fsspec URL).
     Without the connection, the address comes from ``RAY_ADDRESS``, else a local Ray is used
-    (started if none runs on this machine).
+    (started if none runs on this machine). Without ``storage_path``, checkpoints go where
+    ``AIRFLOW_TRIALS_STORAGE``, else ``[airflow_trials] storage_path``, says, else to
+    ``~/airflow_trials_results``.
 
     :param ray_conn_id: the connection id; default ``ray_default``.
     """
@@ -96,7 +99,7 @@ class RayHook(BaseHook):
             ),
             "namespace": extra.get("namespace") or "airflow_trials",
             "runtime_env": runtime_env,
-            "storage_path": extra.get("storage_path") or None,
+            "storage_path": extra.get("storage_path") or setting("storage_path"),
         }
 
     def get_conn(self, verify: bool = False) -> dict[str, Any]:
@@ -199,7 +202,8 @@ class TrialsDbHook(BaseHook):
 
     Connection: extra ``{"url": "postgresql+psycopg://user:pw@host/db"}``, or a ``postgres``-style
     connection (host, login, password, port, schema as the database). Without the connection, the
-    URL comes from ``AIRFLOW_TRIALS_DB_URL``, else the default SQLite file.
+    URL comes from ``AIRFLOW_TRIALS_DB_URL``, else ``[airflow_trials] db_url``, else the default
+    SQLite file.
 
     :param trials_conn_id: the connection id; default ``trials_default``.
     """

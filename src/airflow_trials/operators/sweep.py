@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator, Context, conf
 from airflow.sdk.exceptions import AirflowFailException
@@ -18,10 +18,15 @@ from airflow_trials.core.scheduler import judged_metric_and_mode
 from airflow_trials.core.sweep_progress import end_line, sweep_summary
 from airflow_trials.exceptions import AirflowTrialsError
 from airflow_trials.hooks.trials import DEFAULT_RAY_CONN_ID, DEFAULT_TRIALS_CONN_ID, TrialsHook
+from airflow_trials.operators.links import SweepDashboardLink
 from airflow_trials.operators.trial import MAX_INFRASTRUCTURE_RESTARTS
 from airflow_trials.operators.tuning import airflow_searcher
 from airflow_trials.pools import DEFAULT_SLOTS_PER_GPU, gpu_pool_slots
+from airflow_trials.provider_config import setting_float
 from airflow_trials.triggers.sweep import SweepTrigger
+
+if TYPE_CHECKING:
+    from airflow.providers.openlineage.extractors import OperatorLineage
 
 # What a run's params may set per run (TuningPlan._per_trial_settings), carried by each suggested
 # trial.
@@ -71,7 +76,8 @@ class RunSweepOperator(BaseOperator):
         (``ceil(gpu * slots_per_gpu)`` each) of this pool; default none.
     :param slots_per_gpu: default 4.
     :param ray_conn_id: default ``ray_default``. :param trials_conn_id: default ``trials_default``.
-    :param poll_interval_seconds: how often the trigger asks the driver; default 2.
+    :param poll_interval_seconds: how often the trigger asks the driver; default
+        ``[airflow_trials] poll_interval_seconds`` (2).
     :param progress_interval_seconds: the most time between two progress lines; default 30.
     :param deferrable: defer while the sweep runs, watched by the triggerer, holding no worker slot;
         default ``[operators] default_deferrable`` (False in stock Airflow: the task then watches
@@ -81,6 +87,7 @@ class RunSweepOperator(BaseOperator):
 
     template_fields: Sequence[str] = ("trainable", "trials", "experiment_name")
     ui_color = "#b5d8ff"
+    operator_extra_links = (SweepDashboardLink(),)
 
     def __init__(
         self,
@@ -104,7 +111,7 @@ class RunSweepOperator(BaseOperator):
         slots_per_gpu: int = DEFAULT_SLOTS_PER_GPU,
         ray_conn_id: str = DEFAULT_RAY_CONN_ID,
         trials_conn_id: str = DEFAULT_TRIALS_CONN_ID,
-        poll_interval_seconds: float = 2.0,
+        poll_interval_seconds: float | None = None,
         progress_interval_seconds: float = 30.0,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         **kwargs: Any,
@@ -159,7 +166,11 @@ class RunSweepOperator(BaseOperator):
         self.max_concurrent_trials = max_concurrent_trials
         self.gpu_pool, self.slots_per_gpu = gpu_pool, slots_per_gpu
         self.ray_conn_id, self.trials_conn_id = ray_conn_id, trials_conn_id
-        self.poll_interval_seconds = poll_interval_seconds
+        self.poll_interval_seconds = (
+            setting_float("poll_interval_seconds")
+            if poll_interval_seconds is None
+            else poll_interval_seconds
+        )
         self.progress_interval_seconds = progress_interval_seconds
         self.deferrable = deferrable
 
@@ -209,6 +220,7 @@ class RunSweepOperator(BaseOperator):
     def execute(self, context: Context) -> Any:
         from airflow_trials.execution.driver.sweep_driver import SweepSpec, start_or_attach_driver
         from airflow_trials.execution.worker.trainable import load_trainable
+        from airflow_trials.operators.lineage import openlineage_enabled
 
         ti = context["ti"]
         experiment, run_pk, trials = self._run_ids(context)
@@ -263,7 +275,8 @@ class RunSweepOperator(BaseOperator):
             progress_interval_seconds=self.progress_interval_seconds,
             warm_started_trials=self._warm_started(),
             push_return_value=self.do_xcom_push,
-            end_in_trigger=not self.outlets,
+            # Airflow's listeners (OpenLineage's) hear of a task's end only in a worker.
+            end_in_trigger=not self.outlets and not openlineage_enabled(),
         )
         if self.deferrable:
             self.defer(trigger=trigger, method_name="execute_complete")
@@ -288,7 +301,47 @@ class RunSweepOperator(BaseOperator):
         summary = sweep_summary(end.run_key, end.progress, self._warm_started())
         self.log.info("%s", end_line(summary))
         context["ti"].xcom_push(key="sweep", value=summary)
+        experiment, run_pk, _ = self._run_ids(context)
+        self._ended_run = (experiment, run_pk)  # for get_openlineage_facets_on_complete
         return summary
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> OperatorLineage:
+        """OpenLineage, for a sweep that ended: the experiment run and trainable (job facets),
+        the best finished trial by the first metric (as the progress lines rank them): its best
+        checkpoint (the output dataset), config and value (run facet); see
+        :mod:`airflow_trials.operators.lineage`."""
+        from airflow.providers.openlineage.extractors import OperatorLineage
+
+        from airflow_trials.operators.lineage import operator_lineage, read_run_lineage
+
+        ended = getattr(self, "_ended_run", None)
+        if ended is None:  # failed before the run ended (Airflow asks on failure too)
+            return OperatorLineage()
+        experiment, run_pk = ended
+        metric, mode = (
+            (self.metric[0], self.mode[0])
+            if isinstance(self.metric, list)
+            else (self.metric, self.mode)
+        )
+        hook = self._hook()
+        store = hook.get_store()
+        try:
+            board = store.leaderboard(run_pk, metric, str(mode))
+        finally:
+            store.dispose()
+        top = next(
+            (r for r in board if r.status.value == "TERMINATED" and r.best_value is not None), None
+        )
+        best: dict[str, Any] = {}
+        if top is not None:
+            best = {
+                "trial_id": top.trial_id,
+                "config": top.config,
+                "metrics": {metric: top.best_value},
+                "modes": {metric: str(mode)},
+                "checkpoint": top.best_checkpoint,
+            }
+        return operator_lineage(read_run_lineage(hook, experiment, run_pk, self.trainable, **best))
 
     def on_kill(self) -> None:
         """Killed while in the worker (not deferred): nothing to stop; the driver runs on, and the

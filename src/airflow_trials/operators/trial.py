@@ -30,6 +30,7 @@ from airflow_trials.core.trial import Trial, check_max_failures, validate_name
 from airflow_trials.exceptions import StoreError, TrialError
 from airflow_trials.execution.resume import adopt_recorded_checkpoints
 from airflow_trials.hooks.trials import DEFAULT_RAY_CONN_ID, DEFAULT_TRIALS_CONN_ID, TrialsHook
+from airflow_trials.operators.links import TrialDashboardLink
 from airflow_trials.operators.tuning import (
     judged_rule,
     needs_run,
@@ -37,9 +38,12 @@ from airflow_trials.operators.tuning import (
     suggested_config,
 )
 from airflow_trials.pools import DEFAULT_SLOTS_PER_GPU, gpu_pool_slots
+from airflow_trials.provider_config import setting_float
 from airflow_trials.triggers.trial import TrialTrigger, stored_end_event
 
 if TYPE_CHECKING:
+    from airflow.providers.openlineage.extractors import OperatorLineage
+
     from airflow_trials.store.records import TrialRecord
 
 # Airflow has no unlimited retries; max_failures=-1 maps to this many.
@@ -99,7 +103,8 @@ class RunTrialOperator(BaseOperator):
         the task takes ``ceil(gpu * slots_per_gpu)`` slots of it. Default none.
     :param slots_per_gpu: pool slots per GPU; default 4.
     :param ray_conn_id: default ``ray_default``. :param trials_conn_id: default ``trials_default``.
-    :param poll_interval_seconds: how often the trigger polls the trial; default 2.
+    :param poll_interval_seconds: how often the trigger polls the trial; default
+        ``[airflow_trials] poll_interval_seconds`` (2).
     :param deferrable: defer while the trial trains, watched by the triggerer, holding no worker
         slot; default ``[operators] default_deferrable``, as Airflow's providers do. That is False
         in stock Airflow: the task then watches its trial from the worker, holding a worker slot
@@ -126,6 +131,7 @@ class RunTrialOperator(BaseOperator):
     template_fields: Sequence[str] = ("trainable", "config", "experiment_name", "trial_id")
     template_fields_renderers = {"config": "json"}
     ui_color = "#c6e4ff"
+    operator_extra_links = (TrialDashboardLink(),)
 
     def __init__(
         self,
@@ -147,7 +153,7 @@ class RunTrialOperator(BaseOperator):
         slots_per_gpu: int = DEFAULT_SLOTS_PER_GPU,
         ray_conn_id: str = DEFAULT_RAY_CONN_ID,
         trials_conn_id: str = DEFAULT_TRIALS_CONN_ID,
-        poll_interval_seconds: float = 2.0,
+        poll_interval_seconds: float | None = None,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         scheduler: Any = None,
         search_alg: Any = None,
@@ -183,7 +189,11 @@ class RunTrialOperator(BaseOperator):
         self.restore_path = restore_path
         self.gpu_pool, self.slots_per_gpu = gpu_pool, slots_per_gpu
         self.ray_conn_id, self.trials_conn_id = ray_conn_id, trials_conn_id
-        self.poll_interval_seconds = poll_interval_seconds
+        self.poll_interval_seconds = (
+            setting_float("poll_interval_seconds")
+            if poll_interval_seconds is None
+            else poll_interval_seconds
+        )
         self.deferrable = deferrable
         self.scheduler = scheduler_settings(scheduler)
         self.search_alg = search_alg
@@ -194,9 +204,13 @@ class RunTrialOperator(BaseOperator):
     def _ids(self, context: Context) -> tuple[str, str]:
         ti = context["ti"]
         experiment = self.experiment_name or experiment_name_for(ti.dag_id)
+        return experiment, self.trial_id_for(ti)
+
+    def trial_id_for(self, ti: Any) -> str:
+        """The trial that task instance ``ti`` (or its key) runs: ``trial_id``, else an id derived
+        from the task instance, the same on every try."""
         map_index = -1 if ti.map_index is None else ti.map_index
-        trial_id = self.trial_id or default_trial_id(ti.dag_id, ti.run_id, ti.task_id, map_index)
-        return experiment, trial_id
+        return self.trial_id or default_trial_id(ti.dag_id, ti.run_id, ti.task_id, map_index)
 
     def _trial(self, experiment: str, trial_id: str, restore_path: str | None) -> Trial:
         # Building the Trial validates ids (no path traversal), the config (JSON) and resources.
@@ -461,6 +475,7 @@ class RunTrialOperator(BaseOperator):
             "warm_start": record.warm_start,
         }
         ti.xcom_push(key="trial", value=state)
+        self._end_state = state  # for get_openlineage_facets_on_complete
         if decision is not None:
             self._raise_failure(end, decision, can_retry)
         self.log.info(
@@ -505,6 +520,30 @@ class RunTrialOperator(BaseOperator):
                 f"retries ({self.retries})."
             ) from error
         raise error
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> OperatorLineage:
+        """OpenLineage, for a trial that TERMINATED: its experiment run and trainable (job
+        facets), its best checkpoint (the output dataset), its config and last reported metrics
+        (run facet); see :mod:`airflow_trials.operators.lineage`."""
+        from airflow.providers.openlineage.extractors import OperatorLineage
+
+        from airflow_trials.operators.lineage import numbers_of, operator_lineage, read_run_lineage
+
+        state: dict[str, Any] | None = getattr(self, "_end_state", None)
+        if state is None:  # failed before its trial ended (Airflow asks on failure too)
+            return OperatorLineage()
+        return operator_lineage(
+            read_run_lineage(
+                self._hook(),
+                state["experiment_name"],
+                self.experiment_run_id,
+                self.trainable,
+                trial_id=state["trial_id"],
+                config=state["config"],
+                metrics=numbers_of(state["last_result"]),
+                checkpoint=state["best_checkpoint"],
+            )
+        )
 
     def on_kill(self) -> None:
         """The task was killed while it ran in the worker: stop the trial on Ray too.

@@ -69,6 +69,9 @@ class HistoryRunOut(BaseModel):
         "errored, unfinished."
     )
     warm_started_from: WarmStartOut | None
+    picked_trial_id: str | None = Field(
+        description="The trial select_best picked in the run; null until it picked one."
+    )
 
 
 class HistoryOut(BaseModel):
@@ -221,6 +224,7 @@ def _run_out(line: RunHistory, links: Links, readable: set[int]) -> HistoryRunOu
         num_failed_tries=line.num_failed_tries,
         stop_kinds={kind: line.stop_kinds[kind] for kind in STOP_KINDS},
         warm_started_from=warm_out,
+        picked_trial_id=line.run.picked_trial_id,
     )
 
 

@@ -4,7 +4,8 @@ tails.
 The trials DB records no log paths: a finished trial's logs are copied to ``logs/`` in its
 directory on the experiment's storage, next to its checkpoints, so the directory is derived from
 a recorded checkpoint path, else from the storage root of the dashboard's environment
-(``AIRFLOW_TRIALS_STORAGE``, else ``~/airflow_trials_results``). While the trial runs, its node
+(``AIRFLOW_TRIALS_STORAGE``, else ``[airflow_trials] storage_path``, else
+``~/airflow_trials_results``). While the trial runs, its node
 writes the files into that trial directory itself when the storage is a local path (the default
 ``local_log_path``), which the dashboard reads when it runs on the same machine or shares the path.
 """
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 
 from airflow_trials.execution.storage import default_storage_path
 from airflow_trials.execution.trial_output import STREAMS, OutputChunk, read_tail
+from airflow_trials.provider_config import setting
 from airflow_trials.store import CheckpointRecordRow, ExperimentRunRecord, TrialRecord
 
 TAIL_LINES = 200
@@ -55,7 +57,7 @@ def trial_dirs(
         for c in checkpoints
     ]
     if run is not None:
-        root = default_storage_path()
+        root = setting("storage_path") or default_storage_path()
         dirs.append(
             f"{root.rstrip('/')}/{run.experiment_name}/{trial.trial_id}"
             if _is_url(root)

@@ -4,9 +4,9 @@ on the server, and the JSON the API returns of it.
 Each trial is placed by its last result, as the run's leaderboard of several metrics places it
 (:meth:`~airflow_trials.store.TrialReader.pareto_leaderboard`): the front (Pareto rank 0, of the
 feasible trials when the experiment has constraints) is emphasised and joined by a step line,
-the other trials are faded, infeasible ones drawn as crosses. The trial ``select_best`` picked is
-not recorded in the trials DB (only in its XCom and Asset event), so no trial is marked picked
-unless the caller names one.
+the other trials are faded, infeasible ones drawn as crosses. The trial ``select_best`` picked
+(``at_experiment_runs.picked_trial_id``, recorded by ``TrialStore.record_pick``) is ringed and
+labelled.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ class ParetoView:
     :param step: the front's step line: the front trials no other front trial beats on both
         ``x`` and ``y`` (with two metrics, the whole front), sorted by ``x``.
     :param constrained: the experiment has constraints.
-    :param picked: the trial ``select_best`` picked, when known; None.
+    :param picked: the trial ``select_best`` picked, when it picked one; default None.
     """
 
     run: ExperimentRunRecord
@@ -140,6 +140,7 @@ def of_board(
         left_out=len(board.rows) - len(points),
         step=_step([p for p in points if p.on_front], x_mode == "min", y_mode == "min"),
         constrained=bool(board.constraints),
+        picked=run.picked_trial_id,
     )
 
 
@@ -341,8 +342,7 @@ class ParetoOut(BaseModel):
     y: str
     constraints: bool = Field(description="The experiment has constraints.")
     picked_trial_id: str | None = Field(
-        description="The trial select_best picked; always null: the trials DB does not record "
-        "it (see select_best's XCom)."
+        description="The trial select_best picked in the run; null until it picked one."
     )
     left_out: int = Field(description="Trials without a finite value of x or y (not plotted).")
     points: list[ParetoPointOut] = Field(description="In leaderboard order.")

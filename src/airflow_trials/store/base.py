@@ -56,8 +56,10 @@ class StoreBase:
     ) -> TrialRow:
         return self._db.find_trial(session, trial_id, operation, lock=lock)
 
-    def _find_run_or_raise(self, session: Session, run_pk: int, operation: str) -> ExperimentRunRow:
-        return self._db.find_run(session, run_pk, operation)
+    def _find_run_or_raise(
+        self, session: Session, run_pk: int, operation: str, *, lock: bool = False
+    ) -> ExperimentRunRow:
+        return self._db.find_run(session, run_pk, operation, lock=lock)
 
     def _trial_of_run_locking(
         self, session: Session, experiment_run_id: int, trial_id: str, lock_key: int, operation: str

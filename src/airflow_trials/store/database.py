@@ -208,8 +208,17 @@ class Database:
             )
         return row
 
-    def find_run(self, session: Session, run_id_pk: int, operation: str) -> ExperimentRunRow:
-        row = session.get(ExperimentRunRow, run_id_pk)
+    def find_run(
+        self, session: Session, run_id_pk: int, operation: str, *, lock: bool = False
+    ) -> ExperimentRunRow:
+        """The run's row; with ``lock`` (FOR UPDATE on PostgreSQL), held until commit, so no
+        transaction that writes one of its trials (:func:`~airflow_trials.store.run_summaries.
+        trials_written`) runs meanwhile."""
+        if lock:
+            query = select(ExperimentRunRow).where(ExperimentRunRow.id == run_id_pk)
+            row = session.execute(query.with_for_update()).scalar_one_or_none()
+        else:
+            row = session.get(ExperimentRunRow, run_id_pk)
         if row is None:
             raise StoreError(
                 f"Cannot {operation}: experiment run {run_id_pk} is not in the trial store at "

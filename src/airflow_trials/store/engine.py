@@ -21,13 +21,18 @@ SQLITE_BUSY_TIMEOUT_SECONDS = 30.0
 WRITE_OPTION = "airflow_trials_write"
 
 
-def default_store_url(create_dir: bool = True) -> str:
-    """``sqlite:///<$AIRFLOW_TRIALS_HOME or ~/airflow_trials>/trials.db``.
+def default_store_url(create_dir: bool = True, home: str | None = None) -> str:
+    """``sqlite:///<home, else $AIRFLOW_TRIALS_HOME, else ~/airflow_trials>/trials.db``.
 
     :param create_dir: create the directory when missing; default True. Readers that must not
         create anything (the ``airflow-trials`` read commands) pass False.
+    :param home: the directory; default none (``$AIRFLOW_TRIALS_HOME``, else ``~/airflow_trials``).
     """
-    home = os.environ.get(STORE_HOME_ENV) or os.path.join(os.path.expanduser("~"), "airflow_trials")
+    home = (
+        home
+        or os.environ.get(STORE_HOME_ENV)
+        or os.path.join(os.path.expanduser("~"), "airflow_trials")
+    )
     home = os.path.abspath(os.path.expanduser(home))
     if create_dir:
         os.makedirs(home, exist_ok=True)

@@ -27,6 +27,7 @@ from airflow_trials.store.models import (
     utcnow,
 )
 from airflow_trials.store.records import ExperimentRunStatus
+from airflow_trials.store.run_summaries import store_summary
 
 log = logging.getLogger(__name__)
 
@@ -198,10 +199,14 @@ class ExperimentWriter(StoreBase):
         return self._transaction(f"create run {run_key} of experiment {experiment_name}", work)
 
     def finish_experiment_run(self, run_id_pk: int, status: str) -> None:
-        """Set a run's status: SUCCESS or FAILED set ``ended_at``, RUNNING clears it.
+        """Set a run's status: SUCCESS or FAILED set ``ended_at`` and store the run's history
+        line, RUNNING clears both (its trials may change again).
 
         Setting the status a run has already keeps its ``ended_at``, so repeating the call
-        changes nothing.
+        changes nothing but the stored line, computed again from the trials as they are. The line
+        is the history's own (:func:`~airflow_trials.store.history.run_lines`), computed in this
+        transaction under the run's row lock, and forgotten by any later write of one of the
+        run's trials (:mod:`~airflow_trials.store.run_summaries`).
 
         :param run_id_pk: the run's id, as returned by :meth:`create_experiment_run`.
         :param status: RUNNING, SUCCESS or FAILED.
@@ -209,14 +214,51 @@ class ExperimentWriter(StoreBase):
         new = parse_enum(ExperimentRunStatus, status, f"experiment run {run_id_pk}")
 
         def work(session: Session) -> None:
-            run = self._find_run_or_raise(session, run_id_pk, f"finish experiment run {run_id_pk}")
+            run = self._find_run_or_raise(
+                session, run_id_pk, f"finish experiment run {run_id_pk}", lock=True
+            )
             if not new.is_terminal():
                 run.ended_at = None
             elif run.status != new.value or run.ended_at is None:
                 run.ended_at = utcnow()
             run.status = new.value
+            if new.is_terminal():
+                store_summary(session, self._dialect, run)
+            else:
+                run.summary = None
 
         self._transaction(f"set experiment run {run_id_pk} to {new.value}", work)
+
+    def record_pick(self, experiment_run_id: int, trial_id: str) -> None:
+        """Record the trial ``select_best`` picked in the run (the Pareto scatter marks it, the
+        history shows it); a later pick replaces it, and recording the same one again changes
+        nothing.
+
+        :param experiment_run_id: the run, as returned by :meth:`create_experiment_run`.
+        :param trial_id: one of the run's trials.
+        :raises TrialNotFoundError: no trial ``trial_id``; nothing is written.
+        :raises ValueError: the trial belongs to another run, or to none; nothing is written.
+        """
+        check_id("Trial id", trial_id)
+        operation = f"record trial {trial_id} as the pick of experiment run {experiment_run_id}"
+
+        def work(session: Session) -> None:
+            run = self._find_run_or_raise(session, experiment_run_id, operation)
+            trial = self._find_or_raise(session, trial_id, operation)
+            if trial.experiment_run_id != experiment_run_id:
+                owner = (
+                    "no experiment run"
+                    if trial.experiment_run_id is None
+                    else f"experiment run {trial.experiment_run_id}"
+                )
+                raise ValueError(
+                    f"Cannot {operation}: trial {trial_id} belongs to {owner}, not to run "
+                    f"{experiment_run_id}; nothing was written. Pick one of the run's own trials "
+                    f"(list_trials(experiment_run_id={experiment_run_id}))."
+                )
+            run.picked_trial_id = trial_id
+
+        self._transaction(operation, work)
 
 
 def _checked_metrics(name: str, metric: MetricSpec | None, mode: ModeSpec | None) -> list[str]:

@@ -7,7 +7,9 @@ set of aggregate queries grouped by run, never one query per run, each from the 
 (``at_trials.best_value``, :mod:`~airflow_trials.store.leaderboard`) in one seek per run, the
 trials whose best is not maintained (an experiment that changed metric, several metrics) probed
 in their results through the metric's index, early-stopped and warm-started trials, then the
-configs of the best trials. :func:`experiment_trend` is only each run's best, for a chart.
+configs of the best trials. A run that ended has its line stored (``at_experiment_runs.summary``,
+:mod:`~airflow_trials.store.run_summaries`), so those queries cover only the runs without one.
+:func:`experiment_trend` is only each run's best, for a chart.
 
 :func:`best_of_run` is the best of one run, as its history line gives it, for a check that
 compares tonight's best with an earlier run's.
@@ -15,6 +17,7 @@ compares tonight's best with an earlier run's.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -31,7 +34,7 @@ from sqlalchemy import (
     text,
     union_all,
 )
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, undefer
 
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.store.history_indexes import STOPPED_EARLY_SQL, WARM_STARTED_SQL
@@ -322,11 +325,9 @@ def experiment_history(
     best on the experiment's metric (the first of several), counts and stop kinds, its best
     config and the keys changed from the previous run's, and where it was warm-started from.
 
-    A fixed set of aggregate queries grouped by run, whatever the number of runs, each read from
-    the history indexes (:mod:`~airflow_trials.store.history_indexes`): the runs; their counts and
-    maintained bests; the trials whose best is not maintained (usually none); the best trials;
-    the trials stopped early; the warm-started trials; the configs of the best and warm-started
-    trials.
+    An ended run's line is the one stored when it ended (:func:`line_from_summary`); the lines of
+    the others (running, ended before migration 0013, or written to since) are computed by
+    :func:`run_lines`, a fixed set of aggregate queries grouped by run, whatever their number.
     """
     if last is not None and last < 1:
         raise ValueError(f"last must be at least 1 or None, got {last}.")
@@ -335,15 +336,56 @@ def experiment_history(
     fetch = None if last is None else last + 1
     runs_query = (
         select(ExperimentRunRow)
+        .options(undefer(ExperimentRunRow.summary))
         .where(ExperimentRunRow.experiment_id == experiment.id)
         .order_by(ExperimentRunRow.created_at.desc(), ExperimentRunRow.id.desc())
         .limit(fetch)
     )
-    runs = [experiment_run_record(row, experiment.name) for row in session.scalars(runs_query)]
+    stored: dict[int, RunHistory] = {}
+    runs = []
+    for row in session.scalars(runs_query):
+        run = experiment_run_record(row, experiment.name)
+        runs.append(run)
+        line = line_from_summary(run, row.summary, metric, mode)
+        if line is not None:
+            stored[run.id] = line
     runs.reverse()
-    run_pks = [run.id for run in runs]
+    live = run_lines(session, dialect_name, [r for r in runs if r.id not in stored], metric, mode)
+    lines = _with_changes([stored.get(run.id) or live[run.id] for run in runs])
+    if last is not None:
+        lines = lines[-last:]
+    return ExperimentHistory(
+        experiment=experiment,
+        metric=metric,
+        mode=mode,
+        several_metrics=experiment.several_metrics,
+        runs=lines,
+    )
+
+
+def run_lines(
+    session: Session,
+    dialect_name: str,
+    runs: Sequence[ExperimentRunRecord],
+    metric: str | None,
+    mode: str | None,
+) -> dict[int, RunHistory]:
+    """Each run's history line by its id, computed from its trials (without the keys changed from
+    an earlier run, which :func:`experiment_history` adds): the one aggregation of a history,
+    used both to read the runs without a stored line and to store a run's line when it ends.
+
+    A fixed set of aggregate queries grouped by run, whatever the number of runs, each read from
+    the history indexes (:mod:`~airflow_trials.store.history_indexes`): their counts and
+    maintained bests; the trials whose best is not maintained (usually none); the best trials;
+    the trials stopped early; the warm-started trials; the configs of the best and warm-started
+    trials.
+    """
+    if not runs:
+        return {}
     counts: dict[int, _Counts] = {}
-    for run_pk, status, count, failed_tries in session.execute(run_counts_query(run_pks)):
+    for run_pk, status, count, failed_tries in session.execute(
+        run_counts_query([run.id for run in runs])
+    ):
         counts.setdefault(run_pk, _Counts()).add(status, int(count), failed_tries)
     run_pks = list(counts)  # the runs with trials
     bests: dict[int, tuple[float, str | None]] = {}
@@ -378,8 +420,8 @@ def experiment_history(
             )
         )
         details = {trial_id: (config, warm) for trial_id, config, warm in rows}
-    lines = [
-        _run_line(
+    return {
+        run.id: _run_line(
             run,
             counts.get(run.id),
             bests.get(run.id),
@@ -388,16 +430,61 @@ def experiment_history(
             details,
         )
         for run in runs
-    ]
-    lines = _with_changes(lines)
-    if last is not None:
-        lines = lines[-last:]
-    return ExperimentHistory(
-        experiment=experiment,
-        metric=metric,
-        mode=mode,
-        several_metrics=experiment.several_metrics,
-        runs=lines,
+    }
+
+
+#: The shape of a stored line (``at_experiment_runs.summary``); a line of another is recomputed.
+SUMMARY_VERSION = 1
+
+
+def summary_of_line(
+    line: RunHistory, metric: str | None, mode: str | None
+) -> dict[str, Any] | None:
+    """The JSON stored of a run's line (:func:`run_lines`), with the metric and mode its best is
+    of; None when it cannot be stored exactly (a best value that is not a finite number)."""
+    if line.best_value is not None and not math.isfinite(line.best_value):
+        return None
+    warm = line.warm_started_from
+    return {
+        "version": SUMMARY_VERSION,
+        "metric": metric,
+        "mode": mode,
+        "num_trials": line.num_trials,
+        "num_errored": line.num_errored,
+        "num_failed_tries": line.num_failed_tries,
+        "stop_kinds": {kind: line.stop_kinds[kind] for kind in STOP_KINDS},
+        "best_value": line.best_value,
+        "best_trial_id": line.best_trial_id,
+        "best_config": line.best_config,
+        "warm_started_from": None
+        if warm is None
+        else {"experiment_run_id": warm.experiment_run_id, "run_key": warm.run_key},
+    }
+
+
+def line_from_summary(
+    run: ExperimentRunRecord, summary: Any, metric: str | None, mode: str | None
+) -> RunHistory | None:
+    """The run's line as stored when it ended; None when it must be computed instead: the run
+    is not ended, it has no stored line (or one of another shape), or the line's best is of
+    another metric or mode than the history's (the experiment changed them since)."""
+    summary = _valid_summary(run, summary, metric, mode)
+    if summary is None:
+        return None
+    warm = summary["warm_started_from"]
+    best_value = summary["best_value"]
+    return RunHistory(
+        run=run,
+        num_trials=summary["num_trials"],
+        num_errored=summary["num_errored"],
+        num_failed_tries=summary["num_failed_tries"],
+        stop_kinds={kind: summary["stop_kinds"][kind] for kind in STOP_KINDS},
+        best_value=None if best_value is None else float(best_value),
+        best_trial_id=summary["best_trial_id"],
+        best_config=summary["best_config"],
+        warm_started_from=None
+        if warm is None
+        else WarmStartedFrom(warm["experiment_run_id"], warm["run_key"]),
     )
 
 
@@ -441,6 +528,19 @@ def _run_bests(
     return bests
 
 
+def _valid_summary(
+    run: ExperimentRunRecord, summary: Any, metric: str | None, mode: str | None
+) -> Mapping[str, Any] | None:
+    """The run's stored line when the history may read it (see :func:`line_from_summary`)."""
+    if not run.status.is_terminal() or not isinstance(summary, Mapping):
+        return None
+    if summary.get("version") != SUMMARY_VERSION:
+        return None
+    if (summary.get("metric"), summary.get("mode")) != (metric, mode):
+        return None
+    return summary
+
+
 @dataclass(frozen=True)
 class TrendPoint:
     """One run's best, for a trend over time.
@@ -457,19 +557,36 @@ def experiment_trend(
     session: Session, dialect_name: str, experiment: ExperimentRecord
 ) -> list[TrendPoint]:
     """Every run of the experiment, oldest first, with its best on the metric of
-    :func:`history_goal` (None without one): the runs, then one seek per run
-    (:func:`run_bests_query`) and a few index ranges, whatever the runs' trials; no counts."""
+    :func:`history_goal` (None without one): an ended run's from its stored line, the others'
+    by one seek per run (:func:`run_bests_query`) and a few index ranges, whatever the runs'
+    trials; no counts."""
     metric, mode = history_goal(experiment)
     runs_query = (
         select(ExperimentRunRow)
+        .options(undefer(ExperimentRunRow.summary))
         .where(ExperimentRunRow.experiment_id == experiment.id)
         .order_by(ExperimentRunRow.created_at, ExperimentRunRow.id)
     )
-    runs = [experiment_run_record(row, experiment.name) for row in session.scalars(runs_query)]
+    runs = []
+    stored: dict[int, float | None] = {}
+    for row in session.scalars(runs_query):
+        run = experiment_run_record(row, experiment.name)
+        runs.append(run)
+        summary = _valid_summary(run, row.summary, metric, mode)
+        if summary is not None:
+            value = summary["best_value"]
+            stored[run.id] = None if value is None else float(value)
     bests: dict[int, tuple[float, str | None]] = {}
-    if metric is not None and mode is not None and runs:
-        bests = _run_bests(session, dialect_name, [run.id for run in runs], metric, mode)
-    return [TrendPoint(run, bests[run.id][0] if run.id in bests else None) for run in runs]
+    live = [run.id for run in runs if run.id not in stored]
+    if metric is not None and mode is not None and live:
+        bests = _run_bests(session, dialect_name, live, metric, mode)
+    return [
+        TrendPoint(
+            run,
+            stored[run.id] if run.id in stored else bests[run.id][0] if run.id in bests else None,
+        )
+        for run in runs
+    ]
 
 
 def _run_line(
@@ -555,6 +672,9 @@ __all__ = [
     "experiment_history",
     "experiment_trend",
     "history_goal",
+    "line_from_summary",
+    "run_lines",
+    "summary_of_line",
     "best_trials_query",
     "run_bests_query",
     "run_counts_query",

@@ -32,6 +32,7 @@ from airflow_trials.store.models import (
     TrialRow,
     utcnow,
 )
+from airflow_trials.store.run_summaries import trials_written
 from airflow_trials.store.trial_writes import change_status
 
 
@@ -75,9 +76,14 @@ class IngestWriter(StoreBase):
         """
         rows = _result_rows(trial_id, results)
         operation = f"add {len(rows)} results to trial {trial_id}"
-        return self._transaction(
-            operation, lambda session: self._add_results(session, trial_id, rows, operation)
-        )
+
+        def work(session: Session) -> int:
+            new = self._add_results(session, trial_id, rows, operation)
+            if new:
+                trials_written(session, [session.get_one(TrialRow, trial_id).experiment_run_id])
+            return new
+
+        return self._transaction(operation, work)
 
     def _add_results(
         self,
@@ -155,6 +161,7 @@ class IngestWriter(StoreBase):
                     ),
                     rows,
                 )
+                trials_written(session, [experiment_run_id])
             return len(rows)
 
         return self._transaction(operation, work)
@@ -212,6 +219,11 @@ class IngestWriter(StoreBase):
                         self._add_checkpoint(session, item.trial_id, path, iteration, score)
                     for path in item.deleted_checkpoints:
                         self._mark_checkpoint_deleted(session, item.trial_id, path, operation)
+            # Last, after every trial's lock (see run_summaries): the runs these trials are in.
+            trials_written(
+                session,
+                [session.get_one(TrialRow, item.trial_id).experiment_run_id for item in items],
+            )
             return new
 
         return self._transaction(operation, work)

@@ -127,6 +127,12 @@ class ExperimentRunRow(Base):
     )
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    # Its history line as computed when it ended (migration 0013, store/run_summaries.py); NULL
+    # while it runs, before 0013, or once a trial of it was written after it ended. Deferred: only
+    # the history reads it (undefer), so listing runs does not decode it.
+    summary: Mapped[Any] = mapped_column(json_type(nullable=True), nullable=True, deferred=True)
+    # The trial select_best picked (0013); NULL until it picked one.
+    picked_trial_id: Mapped[str | None] = mapped_column(String(ID_LENGTH), nullable=True)
 
 
 class TrialRow(Base):

@@ -115,6 +115,7 @@ class ExperimentRunRecord:
     :param status: RUNNING, SUCCESS or FAILED.
     :param created_at: when it was created (UTC).
     :param ended_at: when it finished (UTC); None while RUNNING.
+    :param picked_trial_id: the trial ``select_best`` picked; None until it picked one.
     """
 
     id: int
@@ -129,6 +130,7 @@ class ExperimentRunRecord:
     status: ExperimentRunStatus
     created_at: datetime
     ended_at: datetime | None
+    picked_trial_id: str | None = None
 
 
 @dataclass(frozen=True)

@@ -127,6 +127,7 @@ class TrialStore:
         self.ensure_metric_index = experiments.ensure_metric_index
         self.create_experiment_run = experiments.create_experiment_run
         self.finish_experiment_run = experiments.finish_experiment_run
+        self.record_pick = experiments.record_pick
         # Trials: registration, fields, and two of the three ways their status changes.
         trials = TrialWriter(db)
         self.upsert_trial = trials.upsert_trial

@@ -31,6 +31,7 @@ from airflow_trials.store.models import (
     TrialRungRow,
     utcnow,
 )
+from airflow_trials.store.run_summaries import trials_written
 from airflow_trials.store.transitions import (
     Recorded,
     RestartFromScratch,
@@ -107,9 +108,13 @@ class TrialWriter(StoreBase):
         )
         insert = _refreshing_airflow_ids(insert, table)
         run_note = "" if experiment_run_id is None else f" in experiment run {experiment_run_id}"
-        self._transaction(
-            f"register trial {trial_id}{run_note}", lambda session: session.execute(insert)
-        )
+
+        def work(session: Session) -> None:
+            session.execute(insert)
+            # A trial registered in a run that ended changes its history line.
+            trials_written(session, [experiment_run_id])
+
+        self._transaction(f"register trial {trial_id}{run_note}", work)
 
     def record_transition(
         self,
@@ -230,6 +235,7 @@ class TrialWriter(StoreBase):
         def work(session: Session) -> None:
             trial = self._find_or_raise(session, trial_id, operation, lock=True)
             change_status(trial, status, fields)
+            trials_written(session, [trial.experiment_run_id])
 
         self._transaction(operation, work)
 
@@ -247,6 +253,7 @@ class TrialWriter(StoreBase):
                     TrialStatus.TERMINATED,
                     {"error_msg": stop.why, "stopped_from_airflow": True},
                 )
+                trials_written(session, [trial.experiment_run_id])
             return Recorded(TrialStatus(trial.status))
 
         return self._transaction(operation, work)
@@ -280,6 +287,7 @@ class TrialWriter(StoreBase):
             trial.best_value = trial.best_iteration = None
             if restart.try_number is not None:
                 trial.try_number = restart.try_number
+            trials_written(session, [trial.experiment_run_id])
             return Recorded(TrialStatus.PENDING, dropped_checkpoints=paths)
 
         return self._transaction(operation, work)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -19,6 +18,7 @@ from airflow_trials.execution.triggerer.outage import (
 )
 from airflow_trials.execution.triggerer.task_log import TaskLogEcho
 from airflow_trials.hooks.trials import DEFAULT_RAY_CONN_ID, DEFAULT_TRIALS_CONN_ID
+from airflow_trials.provider_config import setting_flag
 from airflow_trials.triggers.judge import Judge, MissingSchedulerKey, Verdict, judge_for
 
 if TYPE_CHECKING:
@@ -29,8 +29,9 @@ if TYPE_CHECKING:
 # The least time between two polls after a verdict released a held actor (a poll answers at once
 # while the actor still holds, until its thread takes the verdict).
 RELEASED_PACE_SECONDS = 0.02
-# "0" in the triggerer's environment: each trigger polls its own actor from the event loop and
-# writes its own progress (the path before the shared poller), to measure the poller against.
+# "0" in the triggerer's environment (or ``[airflow_trials] batched_polls = False``): each trigger
+# polls its own actor from the event loop and writes its own progress (the path before the shared
+# poller), to measure the poller against.
 BATCHED_POLLS_ENV = "AIRFLOW_TRIALS_BATCHED_POLLS"
 
 
@@ -185,7 +186,7 @@ class TrialWatch:
         recorded = [
             c.path for c in await asyncio.to_thread(self.store.live_checkpoints, spec.trial_id)
         ]
-        if os.environ.get(BATCHED_POLLS_ENV, "1") == "0":
+        if not setting_flag("batched_polls"):  # AIRFLOW_TRIALS_BATCHED_POLLS, then the config
             self.polls = DirectTrialPolls(spec.trial_id, self.actor, self.store, wait_s, recorded)
         else:
             self.polls = watch_trial(spec.trial_id, self.actor, self.store.url, wait_s, recorded)

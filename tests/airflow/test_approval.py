@@ -1,0 +1,391 @@
+"""tuning_experiment(approval=True): Airflow's ApprovalOperator between select_best and
+publish_best, answered through Airflow's REST API.
+
+The runs are real: ``dag.test()`` runs the DAG in this process (Ray trials, a SQLite trials DB)
+and one real ``airflow api-server`` per module, on the same Airflow metadata DB, takes the
+answer (``PATCH .../taskInstances/{task_id}/-1/hitlDetails``), as a person's click in the
+Required Actions page does. ``dag.test()`` stands in for the scheduler: on Airflow 3.3 the
+approval task waits in ``awaiting_input`` with no trigger, and dag.test() resumes it once the
+api-server has written the answer, as the scheduler would.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib.util
+import os
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import pytest
+from airflow.providers.standard.operators.hitl import ApprovalOperator
+from airflow.sdk import DAG
+
+from airflow_trials.core.search import grid_search, uniform
+from airflow_trials.experiment import tuning_experiment
+from airflow_trials.experiment.approval import approval_body
+from tests.airflow.conftest import dags_folder
+from tests.airflow.test_experiment_dag import task_states, xcom
+from tests.conftest import remove_leftovers, start_ray
+from tests.plugins.browser_support import start_api_server
+
+START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+
+
+def declare(**kwargs):
+    with DAG("approved", schedule=None, start_date=START) as dag:
+        tuning_experiment(
+            experiment_name="approved",
+            trainable="tests.trainables:counting",
+            search_space={"x": uniform(0.0, 1.0)},
+            metric="loss",
+            group_id="tune",
+            **kwargs,
+        )
+    return dag
+
+
+def test_without_approval_select_best_publishes_and_with_it_publish_best_does_once_approved():
+    plain = declare()
+    assert "tune.approve_best" not in plain.task_dict
+    assert [a.name for a in plain.get_task("tune.select_best").outlets] == ["approved_best_trial"]
+
+    dag = declare(approval=True)
+    approve = dag.get_task("tune.approve_best")
+    publish = dag.get_task("tune.publish_best")
+    assert isinstance(approve, ApprovalOperator)
+    assert approve.options == ["Approve", "Reject"] and list(approve.params) == ["reason"]
+    assert approve.subject == "Publish the best trial of experiment approved?"
+    assert approve.upstream_task_ids == {"tune.select_best"}
+    assert publish.upstream_task_ids == {"tune.select_best", "tune.approve_best"}
+    assert dag.get_task("tune.select_best").outlets == []
+    assert [a.name for a in publish.outlets] == ["approved_best_trial"]
+
+
+def test_an_approval_that_is_not_a_bool_is_refused_when_the_dag_file_is_parsed():
+    with pytest.raises(
+        ValueError,
+        match=r"Experiment approved: approval='no' is not True or False; pass approval=True",
+    ):
+        declare(approval="no")
+
+
+ONE_METRIC_BEST = {
+    "experiment_name": "mnist",
+    "experiment_run_id": 12,
+    "trial_id": "mnist-ab12-3",
+    "config": {"lr": 0.01, "layers": 2},
+    "metric": "val_loss",
+    "mode": "min",
+    "value": 0.123456789,
+    "iteration": 8,
+    "best_checkpoint": "s3://ckpt/mnist-ab12-3/8",
+    "finished_trials": 3,
+    "failed_trials": 1,
+    "never_ran_trials": 0,
+    "trials": 4,
+}
+
+
+def test_the_body_shows_the_best_trial_its_metric_config_and_the_run_s_dashboard_page():
+    body = approval_body(ONE_METRIC_BEST, "https://af.example/trials/runs/12")
+    assert body.splitlines() == [
+        "Experiment **mnist**, experiment run 12.",
+        "",
+        "- **Best trial:** `mnist-ab12-3`",
+        "- **val_loss** (min): **0.123457** at iteration 8",
+        '- **Config:** `{"layers": 2, "lr": 0.01}`',
+        "- **Checkpoint:** `s3://ckpt/mnist-ab12-3/8`",
+        "- **Trials:** 3 of 4 finished, 1 failed, 0 never ran",
+        "",
+        "[Open the run in the trials dashboard](https://af.example/trials/runs/12)",
+        "",
+        "Approve to publish this trial as the experiment's best (an event on its Asset); reject "
+        "to publish nothing. Give a reason: it is recorded with your name.",
+    ]
+
+
+def test_with_several_metrics_the_body_shows_the_pareto_front_and_the_chosen_trial():
+    best = {
+        **ONE_METRIC_BEST,
+        "trial_id": "t-fast",
+        "metric": ["val_acc", "latency"],
+        "mode": ["max", "min"],
+        "values": {"val_acc": 0.8, "latency": 2.0},
+        "pick": {"metric": "val_acc", "bounds": {"latency": [None, 5.0]}},
+        "pareto_front": [
+            {"trial_id": "t-accurate", "values": {"val_acc": 0.9, "latency": 10.0}},
+            {"trial_id": "t-fast", "values": {"val_acc": 0.8, "latency": 2.0}},
+        ],
+        "constraints": ["memory <= 4"],
+        "feasible": True,
+        "best_checkpoint": None,
+    }
+    del best["value"]
+    lines = approval_body(best, "/trials/runs/12").splitlines()
+    assert lines[2:11] == [
+        "- **Best trial:** `t-fast`, chosen from the Pareto front by the pick "
+        '`{"metric": "val_acc", "bounds": {"latency": [null, 5.0]}}`',
+        "- **Its metrics:** val_acc (max) 0.8, latency (min) 2",
+        "",
+        "**Pareto front** (2 trials):",
+        "",
+        "| trial | val_acc (max) | latency (min) |",
+        "|---|---|---|",
+        "| `t-accurate` | 0.9 | 10 |",
+        "| `t-fast` (chosen) | 0.8 | 2 |",
+    ]
+    assert "- **Constraints:** met" in lines and "- **Checkpoint:** none kept" in lines
+    assert "[Open the run in the trials dashboard](/trials/runs/12)" in lines
+
+
+# -- the real thing: dag.test() answered through a real api-server's REST API --------------------
+
+
+class ServerStarting(threading.Thread):
+    """``start_api_server`` entered in a thread of its own, so that the api-server boots while
+    the module's first DAG runs its trials; :meth:`get` waits for it."""
+
+    def __init__(self, url: str, directory: Path) -> None:
+        super().__init__(daemon=True)
+        self._server = start_api_server(url, directory)
+        self._base_and_token: tuple[str, str] | None = None
+        self._error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self._base_and_token = self._server.__enter__()
+        except BaseException as e:  # handed to whoever calls get()
+            self._error = e
+
+    def get(self) -> tuple[str, str]:
+        """(base URL, an admin's token), once the api-server answers."""
+        self.join()
+        if self._error is not None:
+            raise self._error
+        assert self._base_and_token is not None
+        return self._base_and_token
+
+    def stop(self) -> None:
+        self.join()
+        if self._base_and_token is not None:
+            self._server.__exit__(None, None, None)
+
+
+@pytest.fixture(scope="module")
+def stack(airflow_home, tmp_path_factory):
+    """A trials DB and checkpoint storage found by this process's tasks, a local Ray, and one
+    ``airflow api-server`` over the session's metadata DB serving the REST API and the dashboard
+    (from the same trials DB), still starting when the fixture returns."""
+    from airflow_trials.store import TrialStore
+
+    directory = tmp_path_factory.mktemp("approval")
+    url = f"sqlite:///{directory / 'trials.db'}"
+    storage = directory / "storage"
+    storage.mkdir()
+    store = TrialStore(url, create=True)
+    server = ServerStarting(url, directory)
+    server.start()
+    try:
+        with pytest.MonkeyPatch.context() as env:
+            env.setenv("AIRFLOW_TRIALS_DB_URL", url)
+            env.setenv("AIRFLOW_TRIALS_STORAGE", str(storage))
+            # The server's port is known only once it runs: the body's link is host-relative.
+            env.delenv("AIRFLOW__API__BASE_URL", raising=False)
+            start_ray(num_cpus=2, num_gpus=2)
+            yield SimpleNamespace(server=server, store=store)
+            remove_leftovers()
+    finally:
+        server.stop()
+        store.dispose()
+
+
+def approval_dag(dag_id: str):
+    """A DAG file with one approved experiment (two trials, best score 6 by the trial of scale
+    2) and a task ``deploy`` after its group, written into the DAGs folder and loaded."""
+    source = (
+        "import datetime\n"
+        "from airflow.sdk import DAG, task\n"
+        "from airflow_trials.experiment import tuning_experiment\n\n"
+        f"with DAG({dag_id!r}, schedule=None, start_date=datetime.datetime(2026, 1, 1)) as dag:\n"
+        "    group = tuning_experiment(\n"
+        f"        experiment_name={dag_id!r},\n"
+        "        trainable='tests.trainables:counting',\n"
+        f"        search_space={{'scale': {grid_search([1.0, 2.0])!r}}},\n"
+        "        metric='score',\n"
+        "        mode='max',\n"
+        "        stop={'training_iteration': 3},\n"
+        "        resources_per_trial={'cpu': 0.5},\n"
+        "        poll_interval_seconds=0.05,\n"
+        "        group_id='tune',\n"
+        "        approval=True,\n"
+        "    )\n\n"
+        "    @task(task_id='deploy')\n"
+        "    def deploy():\n"
+        "        return 'deployed'\n\n"
+        "    group >> deploy()\n"
+    )
+    path = os.path.join(dags_folder(), f"{dag_id}.py")
+    with open(path, "w") as f:
+        f.write(source)
+    spec = importlib.util.spec_from_file_location(f"test_dag_{dag_id}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.dag
+
+
+class Answerer(threading.Thread):
+    """Answers the DAG's approval through the REST API once it asks, as a person would: reads
+    the pending HITL detail, then PATCHes the answer. ``dag.test()`` runs the DAG meanwhile."""
+
+    def __init__(self, server: ServerStarting, dag_id: str, option: str, reason: str) -> None:
+        super().__init__(daemon=True)
+        self.server, self.dag_id, self.option, self.reason = server, dag_id, option, reason
+        self.base, self.headers = "", {}
+        self.asked: dict[str, Any] | None = None
+        self.answered: dict[str, Any] | None = None
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+
+    def pending(self) -> dict[str, Any] | None:
+        response = httpx.get(
+            f"{self.base}/api/v2/dags/{self.dag_id}/dagRuns/~/hitlDetails",
+            headers=self.headers,
+            timeout=10,
+        )
+        response.raise_for_status()
+        waiting = [d for d in response.json()["hitl_details"] if not d["response_received"]]
+        return waiting[0] if waiting else None
+
+    def run(self) -> None:
+        try:
+            self.base, token = self.server.get()
+            self.headers = {"Authorization": f"Bearer {token}"}
+            # A bound on a hang only (the DAG run ends first in every passing case).
+            deadline = time.monotonic() + 240
+            while (asked := self.pending()) is None:
+                if self.done.is_set() or time.monotonic() > deadline:
+                    return
+                time.sleep(0.5)
+            self.asked = asked
+            ti = asked["task_instance"]
+            response = httpx.patch(
+                f"{self.base}/api/v2/dags/{self.dag_id}/dagRuns/{quote(ti['dag_run_id'])}"
+                f"/taskInstances/{ti['task_id']}/{ti['map_index']}/hitlDetails",
+                headers=self.headers,
+                json={"chosen_options": [self.option], "params_input": {"reason": self.reason}},
+                timeout=10,
+            )
+            response.raise_for_status()
+            self.answered = response.json()
+        except BaseException as e:  # handed to the test's thread
+            self.error = e
+
+
+def run_answered(stack, dag_id: str, option: str, reason: str):
+    dag = approval_dag(dag_id)
+    answerer = Answerer(stack.server, dag_id, option, reason)
+    answerer.start()
+    try:
+        run = dag.test()
+    finally:
+        answerer.done.set()
+        answerer.join(timeout=30)
+    if answerer.error is not None:
+        raise answerer.error
+    assert answerer.asked is not None and answerer.answered is not None, task_states(run)
+    return run, answerer
+
+
+def asset_events(run) -> list[dict[str, Any]]:
+    from airflow.models.asset import AssetEvent
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        events = session.scalars(
+            select(AssetEvent).where(
+                AssetEvent.source_dag_id == run.dag_id, AssetEvent.source_run_id == run.run_id
+            )
+        ).all()
+        return [dict(e.extra) for e in events]
+
+
+def test_an_approved_best_is_published_and_its_body_links_to_a_page_that_shows_it(stack, capfd):
+    run, answerer = run_answered(stack, "approved_best", "Approve", "beats last week's")
+    states = task_states(run)
+    assert run.state == "success", states
+    assert states[("tune.publish_best", -1)] == "success"
+    assert states[("deploy", -1)] == "success"
+
+    base, token = stack.server.get()
+    best = xcom(run, "tune.select_best")
+    (exp_run,) = stack.store.list_experiment_runs("approved_best")
+    assert best["value"] == 6.0 and best["experiment_run_id"] == exp_run.id
+    assert asset_events(run) == [best]  # published once, by publish_best
+
+    # What the person was shown, as the REST API gives it.
+    asked = answerer.asked
+    assert asked["subject"] == "Publish the best trial of experiment approved_best?"
+    assert asked["options"] == ["Approve", "Reject"] and list(asked["params"]) == ["reason"]
+    link = f"/trials/runs/{exp_run.id}"
+    assert f"- **Best trial:** `{best['trial_id']}`" in asked["body"]
+    assert "- **score** (max): **6** at iteration 3" in asked["body"]
+    assert f"[Open the run in the trials dashboard]({link})" in asked["body"]
+    page = httpx.get(base + link, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    assert page.status_code == 200 and best["trial_id"] in page.text
+
+    decision = xcom(run, "tune.approve_best", key="decision")
+    assert xcom(run, "tune.approve_best") == decision
+    assert decision["chosen_options"] == ["Approve"] and decision["approved"] is True
+    assert decision["reason"] == "beats last week's"
+    assert decision["responded_by_user"] == answerer.answered["responded_by"]
+    assert decision["responded_by_user"]["name"] == "admin"
+    assert decision["trial_id"] == best["trial_id"]
+    assert (
+        f"admin (id {decision['responded_by_user']['id']}) approved the best trial "
+        f"{best['trial_id']}" in capfd.readouterr().out
+    )
+
+
+def test_a_rejected_best_is_not_published_and_who_rejected_it_and_why_is_kept(stack, capfd):
+    reason = "val set leaked into training"
+    run, answerer = run_answered(stack, "rejected_best", "Reject", reason)
+    states = task_states(run)
+    assert states[("tune.select_best", -1)] == "success"
+    assert states[("tune.approve_best", -1)] == "success"  # the person answered
+    assert states[("tune.publish_best", -1)] == "skipped"
+    assert states[("deploy", -1)] == "skipped"  # nothing after the group runs
+    assert asset_events(run) == []
+
+    best = xcom(run, "tune.select_best")
+    assert xcom(run, "tune.approve_best") is None  # ApprovalOperator skips by raising
+    decision = xcom(run, "tune.approve_best", key="decision")
+    assert decision["chosen_options"] == ["Reject"] and decision["approved"] is False
+    assert decision["reason"] == reason and decision["params_input"] == {"reason": reason}
+    assert decision["responded_by_user"]["name"] == "admin"
+    log = capfd.readouterr().out
+    assert (
+        f"admin (id {decision['responded_by_user']['id']}) rejected the best trial "
+        f"{best['trial_id']}" in log
+    )
+    assert f"reason: {reason}. publish_best is skipped: the Asset gets no event." in log
+
+    # Airflow keeps the answer too: the task instance's HITL detail, read back through the API.
+    base, token = stack.server.get()
+    response = httpx.get(
+        f"{base}/api/v2/dags/rejected_best/dagRuns/{quote(run.run_id)}/taskInstances/"
+        "tune.approve_best/-1/hitlDetails",
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=10,
+    )
+    kept = response.json()
+    assert response.status_code == 200, kept
+    assert kept["chosen_options"] == ["Reject"] and kept["params_input"] == {"reason": reason}
+    assert kept["responded_by_user"] == decision["responded_by_user"]
+    assert kept["response_received"] is True
