@@ -18,7 +18,7 @@ from airflow_trials.core.scheduler import judged_metric_and_mode
 from airflow_trials.core.sweep_progress import end_line, sweep_summary
 from airflow_trials.exceptions import AirflowTrialsError
 from airflow_trials.hooks.trials import DEFAULT_RAY_CONN_ID, DEFAULT_TRIALS_CONN_ID, TrialsHook
-from airflow_trials.operators.links import SweepDashboardLink
+from airflow_trials.operators.links import SweepDashboardLink, sweep_run_pk
 from airflow_trials.operators.trial import MAX_INFRASTRUCTURE_RESTARTS
 from airflow_trials.operators.tuning import airflow_searcher
 from airflow_trials.pools import DEFAULT_SLOTS_PER_GPU, gpu_pool_slots
@@ -301,8 +301,13 @@ class RunSweepOperator(BaseOperator):
         summary = sweep_summary(end.run_key, end.progress, self._warm_started())
         self.log.info("%s", end_line(summary))
         context["ti"].xcom_push(key="sweep", value=summary)
-        experiment, run_pk, _ = self._run_ids(context)
-        self._ended_run = (experiment, run_pk)  # for get_openlineage_facets_on_complete
+        # For get_openlineage_facets_on_complete; read without raising: the run has ended.
+        run_pk = sweep_run_pk(self.trials)
+        if run_pk is not None:
+            from airflow_trials.operators.trial import experiment_name_for
+
+            experiment = self.experiment_name or experiment_name_for(context["ti"].dag_id)
+            self._ended_run = (experiment, run_pk)
         return summary
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> OperatorLineage:
