@@ -57,7 +57,12 @@ def test_airflow_loads_the_plugin_once_with_its_app_and_ui_links():
 def test_with_eager_provider_discovery_the_plugin_is_still_registered_once():
     found = _plugin_info(AIRFLOW__CORE__LAZY_DISCOVER_PROVIDERS="False")
     assert len(found["info"]) == 1
-    assert found["errors"] == {}
+    # The OpenLineage provider (the dev extra's) reports its own plugin as "already registered,
+    # skipping" under eager discovery; any other error, ours above all, fails.
+    errors = dict(found["errors"])
+    openlineage = errors.pop("OpenLineageProviderPlugin", None)
+    assert openlineage in (None, "Plugin 'OpenLineageProviderPlugin' already registered, skipping")
+    assert errors == {}
 
 
 def test_links_follow_the_base_url_of_the_ui():
