@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from types import SimpleNamespace
 
@@ -53,3 +54,15 @@ def fake_context():
 
 def dags_folder() -> str:
     return os.environ["AIRFLOW__CORE__DAGS_FOLDER"]
+
+
+def load_dag_source(name: str, source: str):
+    """Write a DAG file ``<name>.py`` into the DAGs folder (dag.test() serializes DAGs from there)
+    and return the ``dag`` it defines."""
+    path = os.path.join(dags_folder(), f"{name}.py")
+    with open(path, "w") as f:
+        f.write(source)
+    spec = importlib.util.spec_from_file_location(f"test_dag_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.dag

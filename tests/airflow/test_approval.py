@@ -12,8 +12,6 @@ api-server has written the answer, as the scheduler would.
 from __future__ import annotations
 
 import datetime as dt
-import importlib.util
-import os
 import threading
 import time
 from pathlib import Path
@@ -29,7 +27,7 @@ from airflow.sdk import DAG
 from airflow_trials.core.search import grid_search, uniform
 from airflow_trials.experiment import tuning_experiment
 from airflow_trials.experiment.approval import approval_body
-from tests.airflow.conftest import dags_folder
+from tests.airflow.conftest import load_dag_source
 from tests.airflow.test_experiment_dag import task_states, xcom
 from tests.conftest import remove_leftovers, start_ray
 from tests.plugins.browser_support import start_api_server
@@ -230,13 +228,7 @@ def approval_dag(dag_id: str):
         "        return 'deployed'\n\n"
         "    group >> deploy()\n"
     )
-    path = os.path.join(dags_folder(), f"{dag_id}.py")
-    with open(path, "w") as f:
-        f.write(source)
-    spec = importlib.util.spec_from_file_location(f"test_dag_{dag_id}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.dag
+    return load_dag_source(dag_id, source)
 
 
 class Answerer(threading.Thread):

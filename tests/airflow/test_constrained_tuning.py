@@ -4,12 +4,9 @@ a feasible best trial; the next run warm-starts from it."""
 
 from __future__ import annotations
 
-import importlib.util
-import os
-
 from airflow_trials import OptunaSearch
 from airflow_trials.core.search import choice
-from tests.airflow.conftest import dags_folder
+from tests.airflow.conftest import load_dag_source
 from tests.airflow.test_experiment_dag import task_states, xcom
 from tests.airflow.test_several_metrics import (
     REPORTED,
@@ -70,13 +67,8 @@ with DAG("constrained", schedule=None, start_date=START, catchup=False) as dag:
 def test_a_constrained_search_runs_and_its_best_trial_is_feasible(trials_env):
     from airflow_trials.results import ResultGrid
 
-    path = os.path.join(dags_folder(), "constrained.py")
-    with open(path, "w") as f:
-        f.write(DAG_SOURCE)
-    spec = importlib.util.spec_from_file_location("test_dag_constrained", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    run = module.dag.test()
+    dag = load_dag_source("constrained", DAG_SOURCE)
+    run = dag.test()
     assert run.state == "success", task_states(run)
 
     store = trials_env.store
@@ -106,7 +98,7 @@ def test_a_constrained_search_runs_and_its_best_trial_is_feasible(trials_env):
 
     # The next night warm-starts from the feasible best (not the infeasible trial that scored
     # more), and its searcher learns that seed with its last result, constraint values included.
-    second = module.dag.test()
+    second = dag.test()
     assert second.state == "success", task_states(second)
     night2 = [r for r in store.list_experiment_runs("constrained") if r.run_key == second.run_id]
     seeds = [t for t in store.list_trials(experiment_run_id=night2[0].id) if t.warm_start]

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import datetime as dt
-import importlib.util
-import os
 
 import pytest
 from airflow.sdk import DAG
 
 from airflow_trials.core.search import grid_search, uniform
 from airflow_trials.experiment import tuning_experiment
-from tests.airflow.conftest import dags_folder
+from tests.airflow.conftest import load_dag_source
 from tests.conftest import live_placement_groups, live_trial_actors
 
 START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -56,13 +54,7 @@ def experiment_dag(dag_id, **kwargs):
         f"    tuning_experiment(\n        experiment_name={dag_id!r},\n        "
         f"group_id='tune',\n{arguments}    )\n"
     )
-    path = os.path.join(dags_folder(), f"{dag_id}.py")
-    with open(path, "w") as f:
-        f.write(source)
-    spec = importlib.util.spec_from_file_location(f"test_dag_{dag_id}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.dag
+    return load_dag_source(dag_id, source)
 
 
 def test_experiment_reaches_its_leaderboard(trials_env):
