@@ -106,9 +106,7 @@ class BatchReader:
             run = self._db.find_run(session, run_pk, operation)
             if best_is_current(session, run, metric, mode):
                 trials = TrialRow.__table__.c
-                query = best_leaderboard_query(
-                    self._db.dialect, run_pk, metric, mode, None
-                ).with_only_columns(
+                query = best_leaderboard_query(run_pk, mode, None).with_only_columns(
                     trials.trial_id,
                     trials.status,
                     trials.num_failures,

@@ -14,6 +14,7 @@ expression that holds a parameter.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import (
@@ -132,13 +133,13 @@ def metric_index(metric: str, dialect_name: str) -> Index:
 def leaderboard_query(
     dialect_name: str, experiment_run_id: int, metric: str, mode: str, limit: int | None
 ) -> Select[Any]:
-    """One row per trial of the run: trial columns, best value, its iteration, checkpoints.
+    """One row per trial of the run: trial columns, best value and its iteration.
 
-    Columns: trial_id, status, num_failures, config (JSON text), best_value, best_iteration,
-    best_checkpoint_path (:func:`best_checkpoint_path`), latest_checkpoint_path.
-    Ordered by best value (ascending for min, descending for max), trials without the metric
-    last, then by trial_id. Each trial's best result is found by one probe of the metric index
-    (the trial's first entry whose value is not NULL); on ties the earliest iteration wins.
+    Columns: trial_id, status, num_failures, config (JSON text), best_value, best_iteration; the
+    checkpoints come from :func:`checkpoint_paths`, one query for the whole ranking. Ordered by
+    best value (ascending for min, descending for max), trials without the metric last, then by
+    trial_id. Each trial's best result is found by one probe of the metric index (the trial's
+    first entry whose value is not NULL); on ties the earliest iteration wins.
     """
     trials = TrialRow.__table__
     results = ResultRow.__table__
@@ -150,11 +151,7 @@ def leaderboard_query(
         .limit(1)
     )
     build = _lateral_leaderboard if dialect_name == "postgresql" else _joined_leaderboard
-    checkpoints = [
-        best_checkpoint_path(dialect_name, metric, mode).label("best_checkpoint_path"),
-        latest_checkpoint_path().label("latest_checkpoint_path"),
-    ]
-    query, best_value, trial_id = build(best_first, experiment_run_id, metric, checkpoints)
+    query, best_value, trial_id = build(best_first, experiment_run_id, metric)
     ordering = best_value.asc() if mode == "min" else best_value.desc()
     query = query.order_by(ordering.nulls_last(), trial_id)
     if limit is not None:
@@ -172,7 +169,7 @@ def _config_text() -> ColumnElement[Any]:
 
 
 def _lateral_leaderboard(
-    best_first: Select[Any], experiment_run_id: int, metric: str, checkpoints: list[Any]
+    best_first: Select[Any], experiment_run_id: int, metric: str
 ) -> _Unordered:
     """PostgreSQL: LATERAL reads the best result's value and iteration in the probe itself."""
     trials = TrialRow.__table__
@@ -190,7 +187,6 @@ def _lateral_leaderboard(
             _config_text(),
             best.c.best_value,
             best.c.best_iteration,
-            *checkpoints,
         )
         .select_from(trials.outerjoin(best, true()))
         .where(trials.c.experiment_run_id == experiment_run_id)
@@ -198,9 +194,7 @@ def _lateral_leaderboard(
     return query, best.c.best_value, trials.c.trial_id
 
 
-def _joined_leaderboard(
-    best_first: Select[Any], experiment_run_id: int, metric: str, checkpoints: list[Any]
-) -> _Unordered:
+def _joined_leaderboard(best_first: Select[Any], experiment_run_id: int, metric: str) -> _Unordered:
     """SQLite has no LATERAL: the probe yields the best row's id, joined back by rowid."""
     trials = TrialRow.__table__
     results = ResultRow.__table__
@@ -214,7 +208,6 @@ def _joined_leaderboard(
             .correlate(trials)
             .scalar_subquery()
             .label("best_id"),
-            *checkpoints,
         )
         .where(trials.c.experiment_run_id == experiment_run_id)
         .subquery("ranked")
@@ -228,8 +221,6 @@ def _joined_leaderboard(
         ranked.c.config,
         best_value,
         best_row.c.iteration.label("best_iteration"),
-        ranked.c.best_checkpoint_path,
-        ranked.c.latest_checkpoint_path,
     ).select_from(ranked.outerjoin(best_row, best_row.c.id == ranked.c.best_id))
     return query, best_value, ranked.c.trial_id
 
@@ -248,49 +239,90 @@ def latest_checkpoint_path() -> Any:
     )
 
 
-def best_checkpoint_path(dialect_name: str, metric: str, mode: str) -> Any:
-    """Correlated subquery (on ``at_trials``): the trial's best checkpoint.
+def checkpoint_paths(
+    dialect_name: str,
+    metric: str,
+    mode: str,
+    *,
+    experiment_run_id: int | None = None,
+    trial_ids: Sequence[str] | None = None,
+) -> Select[Any]:
+    """One row per trial with a kept (not deleted) checkpoint, among the trials of
+    ``experiment_run_id`` or those of ``trial_ids`` (one of the two): trial_id,
+    best_checkpoint_path, latest_checkpoint_path.
 
-    That is its kept (not deleted) checkpoint whose iteration's result has the best value of
-    ``metric`` (lowest for ``"min"``, highest for ``"max"``; the earliest on ties): the model as
-    it was when it scored that value. When no kept checkpoint has a result with the metric, it is
-    the newest kept one; None when none is kept. Each checkpoint is one probe of the results'
-    unique ``(trial_id, iteration)`` index.
+    The best checkpoint is the kept one whose iteration's result has the best value of ``metric``
+    (lowest for ``"min"``, highest for ``"max"``; the earliest on ties): the model as it was when
+    it scored that value. When no kept checkpoint has a result with the metric, it is the newest
+    kept one (highest iteration, then the last recorded), which is the latest checkpoint.
+
+    The leaderboard reads it in a query of its own, once per ranking, and matches the rows by
+    trial_id: its cost grows with the kept checkpoints, not with the trials ranked (one
+    correlated lookup per trial, three with the best checkpoint's, cost more than the ranking
+    itself at 10,000 trials), and with a ``limit`` only the trials shown are read. Each
+    checkpoint's result is one probe of the results' unique ``(trial_id, iteration)`` index.
     """
-    trials = TrialRow.__table__
+    if (experiment_run_id is None) == (trial_ids is None):
+        raise ValueError("Pass experiment_run_id or trial_ids to checkpoint_paths, not both.")
     checkpoints = CheckpointRow.__table__
     results = ResultRow.__table__
-    value = metric_value(results.c.metrics, metric, dialect_name)
-    scored = (
-        select(checkpoints.c.path)
-        .select_from(
-            checkpoints.join(
-                results,
-                and_(
-                    results.c.trial_id == checkpoints.c.trial_id,
-                    results.c.iteration == checkpoints.c.iteration,
-                ),
-            )
-        )
-        .where(
-            checkpoints.c.trial_id == trials.c.trial_id,
-            checkpoints.c.deleted == false(),
-            value.is_not(None),
-        )
-        .order_by(
-            value.asc() if check_mode(mode) == "min" else value.desc(),
-            checkpoints.c.iteration.asc(),
-        )
-        .limit(1)
-        .correlate(trials)
-        .scalar_subquery()
+    kept = checkpoints.outerjoin(
+        results,
+        and_(
+            results.c.trial_id == checkpoints.c.trial_id,
+            results.c.iteration == checkpoints.c.iteration,
+        ),
     )
-    return func.coalesce(scored, latest_checkpoint_path())
+    if trial_ids is None:
+        trials = TrialRow.__table__
+        kept = kept.join(trials, trials.c.trial_id == checkpoints.c.trial_id)
+        which = trials.c.experiment_run_id == experiment_run_id
+    else:
+        which = checkpoints.c.trial_id.in_(list(trial_ids))
+    # The value is computed once per checkpoint here: the windows below would each extract it
+    # from the result's JSON again (SQLite parses the JSON text on every call).
+    valued = (
+        select(
+            checkpoints.c.trial_id,
+            checkpoints.c.path,
+            checkpoints.c.iteration,
+            checkpoints.c.id,
+            metric_value(results.c.metrics, metric, dialect_name).label("value"),
+        )
+        .select_from(kept)
+        .where(checkpoints.c.deleted == false(), which)
+        .subquery("valued_checkpoints")
+    )
+    by_value = valued.c.value.asc() if check_mode(mode) == "min" else valued.c.value.desc()
+    ranked = select(
+        valued.c.trial_id,
+        valued.c.path,
+        valued.c.value,
+        func.row_number()
+        .over(
+            partition_by=valued.c.trial_id,
+            order_by=[by_value.nulls_last(), valued.c.iteration.asc(), valued.c.id.desc()],
+        )
+        .label("best_rank"),
+        func.row_number()
+        .over(
+            partition_by=valued.c.trial_id,
+            order_by=[valued.c.iteration.desc(), valued.c.id.desc()],
+        )
+        .label("latest_rank"),
+    ).subquery("ranked_checkpoints")
+    scored = func.max(
+        case((and_(ranked.c.best_rank == 1, ranked.c.value.is_not(None)), ranked.c.path))
+    )
+    latest = func.max(case((ranked.c.latest_rank == 1, ranked.c.path)))
+    return select(
+        ranked.c.trial_id,
+        func.coalesce(scored, latest).label("best_checkpoint_path"),
+        latest.label("latest_checkpoint_path"),
+    ).group_by(ranked.c.trial_id)
 
 
-def best_leaderboard_query(
-    dialect_name: str, experiment_run_id: int, metric: str, mode: str, limit: int | None
-) -> Select[Any]:
+def best_leaderboard_query(experiment_run_id: int, mode: str, limit: int | None) -> Select[Any]:
     """The leaderboard from each trial's maintained best (``at_trials.best_value``): no result scan.
 
     Same columns and order as :func:`leaderboard_query`; valid when every trial of the run with
@@ -303,11 +335,9 @@ def best_leaderboard_query(
             trials.c.trial_id,
             trials.c.status,
             trials.c.num_failures,
-            cast(trials.c.config, Text).label("config"),  # decoded by the caller, as above
+            _config_text(),
             trials.c.best_value,
             trials.c.best_iteration,
-            best_checkpoint_path(dialect_name, metric, mode).label("best_checkpoint_path"),
-            latest_checkpoint_path().label("latest_checkpoint_path"),
         )
         .where(trials.c.experiment_run_id == experiment_run_id)
         .order_by(ordering.nulls_last(), trials.c.trial_id)

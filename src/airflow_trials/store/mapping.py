@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 from airflow_trials.core.scheduler import Decision
@@ -79,20 +79,39 @@ def checkpoint_record(row: Any) -> CheckpointRecordRow:
     return from_row(CheckpointRecordRow, row)
 
 
-def leaderboard_row(row: Any) -> LeaderboardRow:
-    """From a row of :func:`~airflow_trials.store.leaderboard.leaderboard_query` (Core, not ORM: the
-    ORM's per-row work would cost more than the query), whose config is JSON text."""
-    trial_id, status, num_failures, config, best_value, best_iteration, best, latest = row
-    return LeaderboardRow(
-        trial_id=trial_id,
-        status=_STATUSES[status],
-        num_failures=num_failures,
-        config=json.loads(config),
-        best_value=best_value,
-        best_iteration=best_iteration,
-        best_checkpoint=best,
-        latest_checkpoint=latest,
-    )
+_NO_CHECKPOINTS: tuple[None, None] = (None, None)
+
+
+def leaderboard_rows(
+    rows: Sequence[Any], checkpoints: Mapping[str, tuple[str, str]]
+) -> list[LeaderboardRow]:
+    """From the rows of :func:`~airflow_trials.store.leaderboard.leaderboard_query` (Core, not
+    ORM: the ORM's per-row work would cost more than the query), whose config is JSON text, and
+    the trials' (best, latest) checkpoint paths by trial id
+    (:func:`~airflow_trials.store.leaderboard.checkpoint_paths`; none kept: not in it).
+
+    The configs are decoded as one JSON array: a ``json.loads`` call per row cost three times as
+    much at 10,000 rows.
+    """
+    configs = json.loads("[" + ",".join(row[3] for row in rows) + "]")
+    board = []
+    for (trial_id, status, num_failures, _, value, iteration), config in zip(
+        rows, configs, strict=True
+    ):
+        best, latest = checkpoints.get(trial_id, _NO_CHECKPOINTS)
+        board.append(
+            LeaderboardRow(
+                trial_id=trial_id,
+                status=_STATUSES[status],
+                num_failures=num_failures,
+                config=config,
+                best_value=value,
+                best_iteration=iteration,
+                best_checkpoint=best,
+                latest_checkpoint=latest,
+            )
+        )
+    return board
 
 
 def ranked_trial(row: Any) -> RankedTrial:

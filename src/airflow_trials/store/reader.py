@@ -23,11 +23,11 @@ from airflow_trials.store.history import (
     experiment_trend,
 )
 from airflow_trials.store.leaderboard import (
-    best_checkpoint_path,
     best_is_current,
     best_leaderboard_query,
     check_metric,
     check_mode,
+    checkpoint_paths,
     leaderboard_query,
 )
 from airflow_trials.store.mapping import (
@@ -35,7 +35,7 @@ from airflow_trials.store.mapping import (
     experiment_record,
     experiment_run_record,
     exploit_record,
-    leaderboard_row,
+    leaderboard_rows,
     median_point,
     rung_decision,
     trial_record,
@@ -366,14 +366,27 @@ class TrialReader:
             connection = session.connection()
             if best_is_current(session, run, metric, mode):
                 # Every trial's best is maintained for this metric and mode: one row per trial.
-                query = best_leaderboard_query(dialect, experiment_run_id, metric, mode, cut)
+                query = best_leaderboard_query(experiment_run_id, mode, cut)
             else:
                 query = leaderboard_query(dialect, experiment_run_id, metric, mode, cut)
             if dialect == "postgresql":
                 # The per-trial probes inflate the cost estimate past jit_above_cost, and
                 # compiling the plan then takes longer than running it.
                 connection.execute(text("SET LOCAL jit = off"))
-            rows = [leaderboard_row(row) for row in connection.execute(query)]
+            ranked = connection.execute(query).all()
+            # The checkpoints in one more query: of the whole run, or of the trials shown.
+            which: dict[str, Any] = (
+                {"experiment_run_id": experiment_run_id}
+                if cut is None
+                else {"trial_ids": [row[0] for row in ranked]}
+            )
+            checkpoints = {
+                trial_id: (best, latest)
+                for trial_id, best, latest in connection.execute(
+                    checkpoint_paths(dialect, metric, mode, **which)
+                )
+            }
+            rows = leaderboard_rows(ranked, checkpoints)
             if not constraints:
                 return rows
             checks = run_feasibility(session, dialect, run, constraints)
@@ -425,18 +438,16 @@ class TrialReader:
         self, trial_ids: Sequence[str], metric: str, mode: str
     ) -> dict[str, str]:
         """The path of each trial's best checkpoint, as :meth:`leaderboard` gives it
-        (:func:`~airflow_trials.store.leaderboard.best_checkpoint_path`); trials with none left
+        (:func:`~airflow_trials.store.leaderboard.checkpoint_paths`); trials with none left
         out."""
         check_mode(mode)
         check_metric(metric)
         if not trial_ids:
             return {}
-        trials = TrialRow.__table__
-        best = best_checkpoint_path(self._db.dialect, metric, mode)
-        query = select(trials.c.trial_id, best).where(trials.c.trial_id.in_(list(trial_ids)))
+        query = checkpoint_paths(self._db.dialect, metric, mode, trial_ids=trial_ids)
 
         def work(session: Session) -> dict[str, str]:
-            return {trial_id: path for trial_id, path in session.execute(query) if path is not None}
+            return {trial_id: best for trial_id, best, _ in session.execute(query)}
 
         return self._read(f"read the best checkpoints of {len(trial_ids)} trials", work)
 
