@@ -15,6 +15,7 @@ from airflow_trials.core.trial import validate_name
 from airflow_trials.core.warm_start import ASSET, WarmStart
 from airflow_trials.experiment.approval import approve_and_publish, checked_approval
 from airflow_trials.experiment.best_task import select_best_task
+from airflow_trials.experiment.extension import add_extension_params
 from airflow_trials.experiment.mlflow_export import export_mlflow_task
 from airflow_trials.experiment.plan import TuningPlan, reconcile_trial_ends
 from airflow_trials.experiment.regression_check import check_regression, checked_tolerance
@@ -173,6 +174,8 @@ def tuning_experiment(
         approval=checked_approval(experiment_name, approval),
     )
     with TaskGroup(group_id or experiment_name.replace(".", "_")) as group:
+        if group.dag is not None:  # the trigger form's "Extend a finished run" section
+            add_extension_params(group.dag)
         _declare_tasks(plan)
         return group
 
