@@ -123,6 +123,12 @@ def tuning_experiment(
     from the trials DB to MLflow, a parent run and one child run per trial, and a retry updates
     them (:mod:`airflow_trials.export.mlflow`; needs ``airflow-trials[mlflow]``). Default None.
 
+    **Extending a finished run.** The DAG gets three params, ``extend_run``, ``extend_num_samples``
+    and ``extend_stop`` (the trigger form's "Extend a finished run"; ``airflow-trials extend`` sets
+    them): a DAG run that names a finished run of the experiment adds samples to its search and
+    continues its TERMINATED trials from their latest checkpoints to the raised stop, in that run
+    (:mod:`airflow_trials.experiment.extension`, docs/airflow.md). Unset, a run is a normal run.
+
     **Approval.** ``approval=True``: ``select_best`` no longer emits the Asset event; Airflow's
     ApprovalOperator, ``approve_best``, shows the best trial and waits for a person, and
     ``publish_best`` emits the event once they approve. A rejection skips ``publish_best``

@@ -94,6 +94,11 @@ def extension_entries(
         except ExperimentNotFoundError as e:
             raise ExtensionRefusedError(str(e)) from e
         owner = f"Run {target.run_key} (id {target.id}) of experiment {plan.experiment_name}"
+        if target.dag_id not in (None, ti.dag_id):
+            raise ExtensionRefusedError(
+                f"{owner} was run by DAG {target.dag_id}, not {ti.dag_id}; nothing was written. "
+                f"Extend it from its own DAG (airflow-trials extend {target.id} triggers it)."
+            )
         earlier = store.list_run_extensions(target.id)
         mine = next((e for e in earlier if e.dag_run_id == ti.run_id), None)
         stop_before = next(
