@@ -129,3 +129,8 @@ class TrialNotFoundError(StoreError, KeyError):
 
     def __reduce__(self):  # type: ignore[no-untyped-def]
         return (type(self), (str(self), self.trial_id))
+
+
+class ExtensionRefusedError(AirflowTrialsError, ValueError):
+    """An extension of a finished experiment run was refused (``airflow-trials extend``): the
+    message says which run, why, and what to do; nothing was written."""

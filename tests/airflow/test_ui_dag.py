@@ -144,8 +144,8 @@ def test_refusal_names_the_run_the_field_and_the_fix(ui_module, trials_env, fake
             "ignored (the "
             "trainable, the search space and the experiment name are fixed in the DAG file); the "
             "trigger form "
-            "accepts only ['epochs', 'gpus_per_trial', 'l2_max', 'lr_max', 'lr_min', "
-            "'max_failures', 'metric', "
+            "accepts only ['epochs', 'extend_num_samples', 'extend_run', 'extend_stop', "
+            "'gpus_per_trial', 'l2_max', 'lr_max', 'lr_min', 'max_failures', 'metric', "
             "'mode', 'num_samples'], so leave out ['experiment_name', 'trainable']",
         ),
     ],

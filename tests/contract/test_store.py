@@ -48,7 +48,7 @@ from airflow_trials.store.migration import (
 from airflow_trials.store.models import Base, CheckpointRow, ResultRow, TrialRow
 from tests.contract.conftest import MEMORY, POSTGRESQL, SQLITE_FILE, fail_setting_last_result
 
-HEAD_REVISION = "0013"
+HEAD_REVISION = "0014"
 
 
 def register(store: TrialStore, trial_id: str, run: int | None = None, **kwargs: Any) -> None:
@@ -617,7 +617,10 @@ class StoreContract:
         allowed = "QUEUED, PLACED, RESET, STOPPED, ABANDONED"
         with pytest.raises(ValueError, match=f"not one of {allowed}"):
             store.record_transition("t1", "DONE")
-        with pytest.raises(TypeError, match="a Transition, a StopForTry or a RestartFromScratch"):
+        with pytest.raises(
+            TypeError,
+            match="a Transition, a StopForTry, a RestartFromScratch or a ContinueWithRaisedStop",
+        ):
             store.record_transition("t1", 42)  # type: ignore[arg-type]
         with pytest.raises(TypeError):  # a status changes only by a transition or an end
             store.update_trial("t1", status="RUNNING")  # type: ignore[call-arg]

@@ -12,6 +12,7 @@ from __future__ import annotations
 from airflow_trials.cli import (  # noqa: F401
     commands,
     export_cmd,
+    extend_cmd,
     history_cmd,
     importances_cmd,
     mainjob_cmd,

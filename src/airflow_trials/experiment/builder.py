@@ -15,6 +15,7 @@ from airflow_trials.core.trial import validate_name
 from airflow_trials.core.warm_start import ASSET, WarmStart
 from airflow_trials.experiment.approval import approve_and_publish, checked_approval
 from airflow_trials.experiment.best_task import select_best_task
+from airflow_trials.experiment.extension import add_extension_params
 from airflow_trials.experiment.mlflow_export import export_mlflow_task
 from airflow_trials.experiment.plan import TuningPlan, reconcile_trial_ends
 from airflow_trials.experiment.regression_check import check_regression, checked_tolerance
@@ -122,6 +123,12 @@ def tuning_experiment(
     from the trials DB to MLflow, a parent run and one child run per trial, and a retry updates
     them (:mod:`airflow_trials.export.mlflow`; needs ``airflow-trials[mlflow]``). Default None.
 
+    **Extending a finished run.** The DAG gets three params, ``extend_run``, ``extend_num_samples``
+    and ``extend_stop`` (the trigger form's "Extend a finished run"; ``airflow-trials extend`` sets
+    them): a DAG run that names a finished run of the experiment adds samples to its search and
+    continues its TERMINATED trials from their latest checkpoints to the raised stop, in that run
+    (:mod:`airflow_trials.experiment.extension`, docs/airflow.md). Unset, a run is a normal run.
+
     **Approval.** ``approval=True``: ``select_best`` no longer emits the Asset event; Airflow's
     ApprovalOperator, ``approve_best``, shows the best trial and waits for a person, and
     ``publish_best`` emits the event once they approve. A rejection skips ``publish_best``
@@ -173,6 +180,8 @@ def tuning_experiment(
         approval=checked_approval(experiment_name, approval),
     )
     with TaskGroup(group_id or experiment_name.replace(".", "_")) as group:
+        if group.dag is not None:  # the trigger form's "Extend a finished run" section
+            add_extension_params(group.dag)
         _declare_tasks(plan)
         return group
 

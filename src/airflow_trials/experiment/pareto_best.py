@@ -60,6 +60,8 @@ def select_pareto_best(
             # In the trials DB too, for the dashboard's Pareto scatter and the run's history.
             store.record_pick(run_pk, chosen.trial_id)
         store.finish_experiment_run(run_pk, "SUCCESS" if candidates else "FAILED")
+        # An extension DAG run ends its extension with the run it extended.
+        store.end_run_extension(run_pk, context["ti"].run_id, "SUCCESS" if candidates else "FAILED")
     finally:
         store.dispose()
     where = f"Experiment {experiment_name}, run {run_id}"

@@ -23,6 +23,7 @@ from airflow_trials.core.trial import Trial
 from airflow_trials.core.warm_start import WarmStart, WarmStartError
 from airflow_trials.exceptions import InsufficientResourcesError
 from airflow_trials.experiment.cluster_refusal import refuse_params_beyond_cluster
+from airflow_trials.experiment.extension import extension_entries, extension_requested
 from airflow_trials.experiment.pareto_best import select_pareto_best
 from airflow_trials.experiment.settings import (
     PARAM_SETTINGS,
@@ -37,6 +38,9 @@ from airflow_trials.hooks.trials import TrialsHook
 from airflow_trials.operators.trial import RunTrialOperator, task_retries
 from airflow_trials.operators.tuning import airflow_searcher
 from airflow_trials.pools import gpu_pool_slots
+
+# Settings every suggested trial carries (not partial arguments): an extension raises them.
+_VARYING = ("stopping_criterion", "scheduler")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -227,6 +231,8 @@ class TuningPlan:
         ti = context["ti"]
         run = self.settings_for_run(context)
         load_trainable(self.trainable)  # unknown path: fail before any Ray or DB work
+        if extension_requested(context):
+            return extension_entries(self, context, run)
         seed = (
             self.seed
             if self.seed is not None
@@ -281,7 +287,9 @@ class TuningPlan:
         finally:
             store.dispose()
         # Settings that vary by run travel with each trial (they are mapped arguments).
-        per_run = self._per_trial_settings(run) if self.from_params is not None else {}
+        per_run = (
+            self._per_trial_settings(run) if self.from_params is not None else self.varying(run)
+        )
         entries = [
             {"trial_id": t.trial_id, "config": t.config, "experiment_run_id": run_pk, **per_run}
             for t in trials
@@ -349,6 +357,11 @@ class TuningPlan:
             "scheduler": self.scheduler_settings(settings),
         }
 
+    def varying(self, settings: ExperimentSettings) -> dict[str, Any]:
+        """The trial settings every suggested trial carries even without ``from_params``: an
+        extension of a finished run raises the stop, and ASHA's ``max_t`` with it."""
+        return {key: self._per_trial_settings(settings)[key] for key in _VARYING}
+
     # -- trial tasks ---------------------------------------------------------------------------
 
     def trial_task(self, task_id: str, gpu: float, suggested: Any) -> Any:
@@ -370,7 +383,8 @@ class TuningPlan:
         if self.max_concurrent_trials is not None:
             common["max_active_tis_per_dagrun"] = self.max_concurrent_trials
         if self.from_params is None:
-            common.update(self._per_trial_settings(self.settings))
+            fixed = self._per_trial_settings(self.settings)
+            common.update({key: value for key, value in fixed.items() if key not in _VARYING})
         if self.retry_delay is not None:
             common["retry_delay"] = self.retry_delay
         if self.gpu_pool and gpu > 0:
@@ -453,6 +467,8 @@ class TuningPlan:
             if finished:  # the leaderboard's first is the pick, as the XCom below hands it on
                 store.record_pick(run_pk, finished[0].trial_id)
             store.finish_experiment_run(run_pk, "SUCCESS" if finished else "FAILED")
+            # An extension DAG run ends its extension with the run it extended.
+            store.end_run_extension(run_pk, run_id, "SUCCESS" if finished else "FAILED")
         finally:
             store.dispose()
         if not finished:

@@ -240,7 +240,7 @@ class RunSweepOperator(BaseOperator):
             storage_path=executor.storage.storage_path,
             namespace=settings["namespace"],
             trial_kwargs=self._trial_kwargs(),
-            scheduler=self.scheduler,
+            scheduler=self._scheduler_for_run(),
             max_concurrent_trials=self.max_concurrent_trials,
             origins={
                 t["trial_id"]: {
@@ -252,6 +252,7 @@ class RunSweepOperator(BaseOperator):
             },
             search_alg=self.search_alg,
             warm_points=list(self.trials[0].get("warm_points") or ()),
+            stored_run_key=self._stored_run_key(hook, experiment, run_pk, ti.run_id),
         )
         import ray
 
@@ -282,6 +283,25 @@ class RunSweepOperator(BaseOperator):
             self.defer(trigger=trigger, method_name="execute_complete")
         self.log.info("Not deferrable: watching the sweep from the worker.")
         return self.execute_complete(context, asyncio.run(_first_event(trigger)))
+
+    def _scheduler_for_run(self) -> Any:
+        """The scheduler; an extension that raises the stop (``airflow-trials extend``) gives
+        ASHA the raised ``max_t`` in its first trial's entry."""
+        from airflow_trials.core.extension import SWEEP_MAX_T, with_max_t
+
+        max_t = dict((self.trials or [{}])[0]).get(SWEEP_MAX_T)
+        return self.scheduler if max_t is None else with_max_t(self.scheduler, max_t)
+
+    @staticmethod
+    def _stored_run_key(hook: TrialsHook, experiment: str, run_pk: int, run_id: str) -> str | None:
+        """The key of the run the trials belong to when it is not this DAG run's: an extension
+        (``airflow-trials extend``) records into the finished run it extends."""
+        store = hook.get_store()
+        try:
+            key = next(r.run_key for r in store.list_experiment_runs(experiment) if r.id == run_pk)
+        finally:
+            store.dispose()
+        return None if key == run_id else key
 
     def _warm_started(self) -> int:
         return sum(1 for t in self.trials if t.get("warm_start"))

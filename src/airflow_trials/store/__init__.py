@@ -24,7 +24,12 @@ from airflow_trials.store.records import (
     TrialRecord,
 )
 from airflow_trials.store.store import TrialStore
-from airflow_trials.store.transitions import Recorded, RestartFromScratch, StopForTry
+from airflow_trials.store.transitions import (
+    ContinueWithRaisedStop,
+    Recorded,
+    RestartFromScratch,
+    StopForTry,
+)
 
 __all__ = [
     "CheckpointRecordRow",
@@ -37,6 +42,7 @@ __all__ = [
     "ParetoRow",
     "RankedTrial",
     "Recorded",
+    "ContinueWithRaisedStop",
     "RestartFromScratch",
     "RungDecision",
     "StopForTry",

@@ -342,3 +342,31 @@ class TrialExploitRow(Base):
     replaced_results: Mapped[Any] = mapped_column(json_type())
     digest: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class RunExtensionRow(Base):
+    """One extension of a finished experiment run (migration 0014, ``airflow-trials extend``): the
+    DAG run that extended it, when, and what changed. Its trials stay in the extended run.
+
+    ``stop_before``/``stop_after``: the stopping criterion before and after (NULL: unchanged).
+    ``trials_continued``: ids of the TERMINATED trials that continue from their latest checkpoint
+    under ``stop_after``; ``trials_added``: ids of the new trials. ``status``: RUNNING until the
+    extension's ``select_best`` ends it SUCCESS or FAILED.
+    """
+
+    __tablename__ = "at_run_extensions"
+    __table_args__ = (UniqueConstraint("experiment_run_id", "dag_run_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    experiment_run_id: Mapped[int] = mapped_column(
+        ForeignKey("at_experiment_runs.id", ondelete="CASCADE")
+    )
+    dag_run_id: Mapped[str] = mapped_column(String(AIRFLOW_ID_LENGTH))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    num_samples_added: Mapped[int] = mapped_column(Integer)
+    stop_before: Mapped[Any] = mapped_column(json_type(nullable=True), nullable=True)
+    stop_after: Mapped[Any] = mapped_column(json_type(nullable=True), nullable=True)
+    trials_continued: Mapped[Any] = mapped_column(json_type())
+    trials_added: Mapped[Any] = mapped_column(json_type())
+    status: Mapped[str] = mapped_column(String(16), default="RUNNING")

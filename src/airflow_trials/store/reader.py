@@ -63,6 +63,7 @@ from airflow_trials.store.records import (
     ExploitRecord,
     LeaderboardRow,
     MedianPoint,
+    RunExtensionRecord,
     RungDecision,
     TrialRecord,
 )
@@ -222,6 +223,17 @@ class TrialReader:
         raise ExperimentNotFoundError(
             f"Experiment {experiment_name!r} has no run {run!r}; name a run (--run) by an id or "
             f"run key that 'airflow-trials runs {experiment_name}' lists, or 'latest'."
+        )
+
+    def list_run_extensions(self, experiment_run_id: int | None = None) -> list[RunExtensionRecord]:
+        """The extensions of one run (``airflow-trials extend``), or of every run, oldest first.
+
+        :param experiment_run_id: only this run's; default every run's.
+        """
+        from airflow_trials.store.extensions import list_run_extensions
+
+        return self._read(
+            "list run extensions", lambda session: list_run_extensions(session, experiment_run_id)
         )
 
     def runs_of_dag_run(self, dag_id: str, run_id: str) -> list[ExperimentRunRecord]:

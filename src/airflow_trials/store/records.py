@@ -355,3 +355,44 @@ class ExploitRecord:
     replaced_results: list[dict[str, Any]]
     created_at: datetime
     fresh: bool = False
+
+
+@dataclass(frozen=True)
+class RunExtensionRecord:
+    """One extension of a finished experiment run (``airflow-trials extend``).
+
+    :param id: primary key.
+    :param experiment_run_id: the run it extends; its trials stay in that run.
+    :param dag_run_id: the Airflow DAG run that extends it.
+    :param created_at: when it was recorded (UTC). :param ended_at: when it ended; None while
+        RUNNING.
+    :param num_samples_added: new trials asked for.
+    :param stop_before: the stopping criterion before; None when unchanged.
+    :param stop_after: the raised stopping criterion; None when unchanged.
+    :param trials_continued: ids of the TERMINATED trials that continue from their latest
+        checkpoint. :param trials_added: ids of the new trials.
+    :param status: RUNNING, SUCCESS or FAILED.
+    """
+
+    id: int
+    experiment_run_id: int
+    dag_run_id: str
+    created_at: datetime
+    ended_at: datetime | None
+    num_samples_added: int
+    stop_before: dict[str, Any] | None
+    stop_after: dict[str, Any] | None
+    trials_continued: list[str]
+    trials_added: list[str]
+    status: ExperimentRunStatus
+
+    def changes(self) -> str:
+        """What it changed, in words (the CLI's and the dashboard's line)."""
+        parts = []
+        if self.num_samples_added:
+            parts.append(f"+{self.num_samples_added} samples")
+        if self.stop_after:
+            parts.append(f"stop {self.stop_before or {}} -> {self.stop_after}")
+        if self.trials_continued:
+            parts.append(f"{len(self.trials_continued)} trials continued")
+        return ", ".join(parts) or "nothing"

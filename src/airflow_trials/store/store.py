@@ -6,6 +6,7 @@ from __future__ import annotations
 from airflow_trials.store.database import Database
 from airflow_trials.store.experiments import ExperimentWriter
 from airflow_trials.store.exploits import ExploitWriter
+from airflow_trials.store.extensions import ExtensionWriter
 from airflow_trials.store.ingest import (
     IngestWriter,
     TrialProgress,  # noqa: F401 - re-exported
@@ -17,7 +18,15 @@ from airflow_trials.store.rungs import RungsStore
 from airflow_trials.store.trial_writes import TrialWriter
 
 #: The components that write, each over the store's database; a TrialReader holds none of them.
-WRITERS = (ExperimentWriter, TrialWriter, IngestWriter, ExploitWriter, RungsStore, MedianStore)
+WRITERS = (
+    ExperimentWriter,
+    ExtensionWriter,
+    TrialWriter,
+    IngestWriter,
+    ExploitWriter,
+    RungsStore,
+    MedianStore,
+)
 
 
 class TrialStore:
@@ -120,6 +129,7 @@ class TrialStore:
         self.checkpoints_of = reader.checkpoints_of
         self.metric_curves = reader.metric_curves
         self.runs_of_dag_run = reader.runs_of_dag_run
+        self.list_run_extensions = reader.list_run_extensions
         self.trial_of_task = reader.trial_of_task
         # Experiments and their runs.
         experiments = ExperimentWriter(db)
@@ -128,6 +138,9 @@ class TrialStore:
         self.create_experiment_run = experiments.create_experiment_run
         self.finish_experiment_run = experiments.finish_experiment_run
         self.record_pick = experiments.record_pick
+        extensions = ExtensionWriter(db)
+        self.begin_run_extension = extensions.begin_run_extension
+        self.end_run_extension = extensions.end_run_extension
         # Trials: registration, fields, and two of the three ways their status changes.
         trials = TrialWriter(db)
         self.upsert_trial = trials.upsert_trial

@@ -45,8 +45,25 @@ class RestartFromScratch:
     try_number: int | None = None
 
 
-TrialTransition = Transition | StopForTry | RestartFromScratch
-"""What ``record_transition`` records: a plain transition, a fenced stop or a restart."""
+@dataclass(frozen=True)
+class ContinueWithRaisedStop:
+    """A TERMINATED trial continues under a raised stopping criterion (an extension of its
+    finished run, ``airflow-trials extend``): PENDING, keeping its results, checkpoints, best
+    value, ASHA rungs and median points, so its next try resumes from its latest checkpoint and
+    is judged at the rungs it has not reached. Its stop reason and end time are cleared.
+
+    A trial that is not TERMINATED is left as it is (``Recorded.applied`` False): the extension
+    continued it already (a retry), or it failed and is not the extension's to continue.
+
+    :param extension: the DAG run that extends the trial's run (for the logs and errors).
+    """
+
+    extension: str
+
+
+TrialTransition = Transition | StopForTry | RestartFromScratch | ContinueWithRaisedStop
+"""What ``record_transition`` records: a plain transition, a fenced stop, a restart or a
+continuation."""
 
 
 @dataclass(frozen=True)

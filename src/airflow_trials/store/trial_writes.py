@@ -33,6 +33,7 @@ from airflow_trials.store.models import (
 )
 from airflow_trials.store.run_summaries import trials_written
 from airflow_trials.store.transitions import (
+    ContinueWithRaisedStop,
     Recorded,
     RestartFromScratch,
     StopForTry,
@@ -139,10 +140,10 @@ class TrialWriter(StoreBase):
         """
         if isinstance(transition, str):  # a Transition is a str too; its value names one
             return self._record_plain(trial_id, _transition(trial_id, transition), why, try_number)
-        if not isinstance(transition, StopForTry | RestartFromScratch):
+        if not isinstance(transition, StopForTry | RestartFromScratch | ContinueWithRaisedStop):
             raise TypeError(
                 f"Cannot record {transition!r} for trial {trial_id}: pass a Transition, a "
-                "StopForTry or a RestartFromScratch."
+                "StopForTry, a RestartFromScratch or a ContinueWithRaisedStop."
             )
         if why is not None or try_number is not None:
             raise ValueError(
@@ -151,6 +152,8 @@ class TrialWriter(StoreBase):
             )
         if isinstance(transition, StopForTry):
             return self._stop_for_try(trial_id, transition)
+        if isinstance(transition, ContinueWithRaisedStop):
+            return self._continue(trial_id, transition)
         return self._restart(trial_id, transition)
 
     def _record_plain(
@@ -289,6 +292,20 @@ class TrialWriter(StoreBase):
                 trial.try_number = restart.try_number
             trials_written(session, [trial.experiment_run_id])
             return Recorded(TrialStatus.PENDING, dropped_checkpoints=paths)
+
+        return self._transaction(operation, work)
+
+    def _continue(self, trial_id: str, extension: ContinueWithRaisedStop) -> Recorded:
+        operation = f"continue trial {trial_id} for extension {extension.extension}"
+
+        def work(session: Session) -> Recorded:
+            trial = self._find_or_raise(session, trial_id, operation, lock=True)
+            if trial.status != TrialStatus.TERMINATED.value:
+                return Recorded(TrialStatus(trial.status), applied=False)
+            # Results, checkpoints, rungs and median points stay: it resumes where it ended.
+            change_status(trial, TrialStatus.PENDING, {})
+            trials_written(session, [trial.experiment_run_id])
+            return Recorded(TrialStatus.PENDING)
 
         return self._transaction(operation, work)
 

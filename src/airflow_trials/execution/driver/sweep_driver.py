@@ -69,6 +69,8 @@ class SweepSpec:
         metric and mode, which suggests the config of each trial given as ``{}``; default None.
     :param warm_points: ``(config, value)`` of a warm start's seeds, which the searcher learns
         first (``(config, value, last result)`` for a searcher with constraints).
+    :param stored_run_key: the run's key in the trials DB when it is not ``run_key`` (an
+        extension's DAG run records into the run it extends); default None: ``run_key``.
     """
 
     experiment_name: str
@@ -87,6 +89,9 @@ class SweepSpec:
     origins: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
     search_alg: Any = None
     warm_points: Sequence[Sequence[Any]] = ()
+    #: the experiment run's key in the trials DB when it is not ``run_key``: an extension's DAG
+    #: run records into the finished run it extends (``airflow-trials extend``); None: run_key
+    stored_run_key: str | None = None
 
     def first_metric(self) -> tuple[str, str]:
         """The metric and mode, or with several the first of each (progress and best go by it)."""
@@ -319,7 +324,7 @@ class SweepDriver:
             recorder = TrialsDbCallback(
                 metric=spec.metric,
                 mode=spec.mode,
-                run_key=spec.run_key,
+                run_key=spec.stored_run_key or spec.run_key,
                 store=store,
                 flush_interval_s=FLUSH_INTERVAL_SECONDS,
                 write_behind=True,

@@ -1,0 +1,219 @@
+"""Extending a finished experiment run (``airflow-trials extend``): what an extension may change,
+which of the run's trials continue, and how ASHA's rungs extend. Pure: the CLI and the
+extension's ``suggest_configs`` both ask :func:`plan_extension`, so they refuse alike.
+
+The rules, as docs/airflow.md states them:
+
+* Refused: a run that is still RUNNING (or has a trial that has not ended); a stopping criterion
+  lower than the run's (or one that drops a key); a search space other than the run's; an
+  extension that adds no sample and raises no criterion.
+* New samples continue the run's search: its seeded random sequence, or its searcher, told every
+  ended trial of the run first.
+* A raised criterion continues the TERMINATED trials from their latest checkpoint. Those that
+  ASHA (or another scheduler) stopped early keep that verdict, those whose trainable finished on
+  its own have nothing left to run, and a trial with no checkpoint is never restarted from scratch:
+  each keeps its end, with the reason in the plan.
+* ASHA: the rungs are those of the raised ``max_t`` (``max_t`` rises to the new criterion of its
+  ``time_attr``); the rungs below the old ``max_t`` are the same milestones, so the verdicts
+  recorded there stand, and the continued trials are judged at the new rungs only.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_trials.core.asha import AsyncHyperBandScheduler
+from airflow_trials.core.fate import TRAINABLE_FINISHED, StoredTrial, stopped_early
+from airflow_trials.core.status import TrialStatus
+from airflow_trials.exceptions import ExtensionRefusedError
+
+#: The key of a sweep extension's first trial entry that gives its ASHA the raised max_t.
+SWEEP_MAX_T = "scheduler_max_t"
+
+
+@dataclass(frozen=True)
+class ExtensionPlan:
+    """What an extension does to its run.
+
+    :param continued: ids of the TERMINATED trials that continue from their latest checkpoint.
+    :param kept: ``(trial id, why)`` of the ended trials that keep their end.
+    :param stop_after: the raised stopping criterion; None when it is unchanged.
+    """
+
+    continued: list[str]
+    kept: list[tuple[str, str]] = field(default_factory=list)
+    stop_after: dict[str, float] | None = None
+
+
+def checked_stop(stop: Any, owner: str) -> dict[str, float] | None:
+    """``stop`` as ``{metric: number}`` (None: unchanged); ExtensionRefusedError otherwise."""
+    if stop is None or stop == {}:
+        return None
+    if not isinstance(stop, Mapping) or not all(
+        isinstance(k, str)
+        and isinstance(v, int | float)
+        and not isinstance(v, bool)
+        and math.isfinite(v)
+        for k, v in stop.items()
+    ):
+        raise ExtensionRefusedError(
+            f"{owner}: the stop {stop!r} is not a mapping of metric names to finite numbers; "
+            'nothing was written. Give it as e.g. {"training_iteration": 20} '
+            "(CLI: --stop training_iteration=20)."
+        )
+    return {str(k): v for k, v in stop.items()}
+
+
+def plan_extension(
+    *,
+    owner: str,
+    run_status: str,
+    trials: Sequence[StoredTrial],
+    stop_before: Mapping[str, float] | None,
+    stop: Mapping[str, float] | None,
+    num_samples: int,
+    has_checkpoint: Callable[[str], bool],
+    space_before: Any = None,
+    space_now: Any = None,
+) -> ExtensionPlan:
+    """Check an extension of a run and say which trials continue; ExtensionRefusedError, naming
+    ``owner`` (the run), why and the fix, for each refusal of the module's docstring.
+
+    :param owner: e.g. ``"Run manual__1 (id 3) of experiment mnist"``.
+    :param run_status: the run's status (RUNNING, SUCCESS, FAILED).
+    :param trials: the run's trials as stored.
+    :param stop_before: the run's stopping criterion (its latest extension's, else its own);
+        None when not known (no lower-criterion check then).
+    :param stop: the criterion asked for; None or the same: unchanged.
+    :param num_samples: new trials asked for (>= 0).
+    :param has_checkpoint: whether a trial has a checkpoint to continue from.
+    :param space_before: the run's stored search space; None: not checked.
+    :param space_now: the search space the extension would run with; None: not checked.
+    """
+    busy = [t.trial_id for t in trials if not t.status.is_terminal()]
+    if run_status == "RUNNING" or busy:
+        still = f" (trials {', '.join(busy[:5])} have not ended)" if busy else ""
+        raise ExtensionRefusedError(
+            f"{owner} is still running{still}; an extension continues a finished run only, and "
+            "nothing was written. Wait for the run (or the extension running it) to end, then "
+            "extend it."
+        )
+    if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 0:
+        raise ExtensionRefusedError(
+            f"{owner}: {num_samples!r} new samples is not a whole number >= 0; nothing was "
+            "written. Ask for --num-samples +N with N >= 0."
+        )
+    raised = _raised_stop(owner, stop_before, checked_stop(stop, owner))
+    if num_samples == 0 and raised is None:
+        raise ExtensionRefusedError(
+            f"{owner}: the extension adds no sample and raises no stopping criterion, so it "
+            "would change nothing; nothing was written. Ask for --num-samples +N and/or a higher "
+            "--stop."
+        )
+    if (
+        space_before is not None
+        and space_now is not None
+        and _canonical(space_before) != (_canonical(space_now))
+    ):
+        raise ExtensionRefusedError(
+            f"{owner} searched the space {_canonical(space_before)}, but the DAG now has "
+            f"{_canonical(space_now)}; an extension continues the run's own search, so nothing "
+            "was written. Trigger a new run of the DAG for the new space (warm_start=<run key> "
+            "seeds it with this run's best), or restore the run's search space to extend it."
+        )
+    if raised is None:
+        return ExtensionPlan([])
+    continued, kept = [], []
+    for trial in trials:
+        why = _keeps_its_end(trial, raised, has_checkpoint)
+        if why is None:
+            continued.append(trial.trial_id)
+        else:
+            kept.append((trial.trial_id, why))
+    return ExtensionPlan(continued, kept, raised)
+
+
+def _raised_stop(
+    owner: str, before: Mapping[str, float] | None, after: dict[str, float] | None
+) -> dict[str, float] | None:
+    if after is None or (before is not None and dict(before) == after):
+        return None
+    lower = [
+        f"{key}={after.get(key, 'none')} (was {value})"
+        for key, value in (before or {}).items()
+        if key not in after or after[key] < value
+    ]
+    if lower:
+        raise ExtensionRefusedError(
+            f"{owner}: the stop {after} lowers or drops the run's stopping criterion "
+            f"{dict(before or {})}: {', '.join(lower)}; a finished trial cannot un-train, so "
+            "nothing was written. Ask for a stop at or above the run's on every key."
+        )
+    return {**dict(before or {}), **after}
+
+
+def _keeps_its_end(
+    trial: StoredTrial, stop: Mapping[str, float], has_checkpoint: Callable[[str], bool]
+) -> str | None:
+    """Why an ended trial does not continue under ``stop``; None when it continues."""
+    if trial.status is not TrialStatus.TERMINATED:
+        return f"it ended {trial.status.value}; an extension continues TERMINATED trials only"
+    if stopped_early(trial.stop_reason):
+        return f"its scheduler stopped it early ({trial.stop_reason}); that verdict stands"
+    if trial.stop_reason == TRAINABLE_FINISHED:
+        return "its trainable finished on its own; it has nothing left to train"
+    last = dict(trial.last_result or {})
+    if all(key in last and last[key] >= value for key, value in stop.items()):
+        return f"it already meets the stop {dict(stop)}"
+    if not has_checkpoint(trial.trial_id):
+        return (
+            "it has no checkpoint to continue from, and is never restarted from scratch; "
+            "checkpoint the trainable (checkpoint_at_end=True) to continue such trials"
+        )
+    return None
+
+
+def extended_scheduler(
+    settings: Mapping[str, Any] | None, stop: Mapping[str, float] | None
+) -> dict[str, Any] | None:
+    """A rung scheduler's settings (ASHA's, MOASHA's ``to_dict()``) for an extension: ``max_t``
+    raised to ``stop``'s value of its ``time_attr`` when that is higher; others unchanged."""
+    if settings is None:
+        return None
+    extended = dict(settings)
+    time_attr, max_t = extended.get("time_attr"), extended.get("max_t")
+    if stop and max_t is not None and isinstance(time_attr, str) and stop.get(time_attr, 0) > max_t:
+        extended["max_t"] = stop[time_attr]
+    return extended
+
+
+def raised_max_t(scheduler: Any, stop: Mapping[str, float] | None) -> float | None:
+    """The ``max_t`` an extension gives a sweep's ASHA (``stop``'s value of its ``time_attr``,
+    when higher than its ``max_t``); None when it keeps its own."""
+    if not isinstance(scheduler, AsyncHyperBandScheduler) or not stop:
+        return None
+    value = stop.get(scheduler.time_attr)
+    return value if value is not None and value > scheduler.max_t else None
+
+
+def with_max_t(scheduler: AsyncHyperBandScheduler, max_t: float) -> AsyncHyperBandScheduler:
+    """A new ASHA like ``scheduler`` but for ``max_t``: the same milestones below its old
+    ``max_t``, and the rungs up to the new one."""
+    return AsyncHyperBandScheduler(
+        time_attr=scheduler.time_attr,
+        metric=scheduler.metric,
+        mode=scheduler.mode,
+        max_t=max_t,
+        grace_period=scheduler.grace_period,
+        reduction_factor=scheduler.reduction_factor,
+        brackets=scheduler.brackets,
+        stop_last_trials=scheduler.stop_last_trials,
+    )
+
+
+def _canonical(space: Any) -> str:
+    return json.dumps(space, sort_keys=True, default=str)

@@ -1,0 +1,234 @@
+"""Extending a finished run (``extend_run`` params, ``airflow-trials extend``): new samples and a
+raised stop on the mapped path and on the sweep path, with real Airflow (dag.test), real Ray and
+the trials store; refusals write nothing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from airflow_trials.cli import app
+from airflow_trials.core.search import grid_search
+from tests.airflow.test_early_stopping import SEARCH, UNIFORM, Code
+from tests.airflow.test_experiment_dag import experiment_dag, task_states, xcom
+
+ASHA = Code(
+    "__import__('airflow_trials').ASHAScheduler(max_t=3, grace_period=1, reduction_factor=3)"
+)
+
+
+def iterations(store, trial_id):
+    return [r["training_iteration"] for r in store.get_results(trial_id)]
+
+
+@pytest.mark.parametrize("sweep", [False, True], ids=["mapped", "sweep"])
+def test_an_extension_continues_finished_trials_and_adds_samples(trials_env, sweep):
+    name = f"extend_{'sweep' if sweep else 'mapped'}"
+    dag = experiment_dag(name, search_space={"scale": grid_search([1.0, 2.0])}, sweep=sweep)
+    first = dag.test()
+    assert first.state == "success", task_states(first)
+    store = trials_env.store
+    (run,) = store.list_experiment_runs(name)
+    before = {t.trial_id: t for t in store.list_trials(experiment_run_id=run.id)}
+    assert all(iterations(store, t) == [1, 2, 3] for t in before)
+
+    conf = {
+        "extend_run": run.run_key,
+        "extend_num_samples": 1,
+        "extend_stop": {"training_iteration": 5},
+    }
+    extension = dag.test(run_conf=conf)
+    assert extension.state == "success", task_states(extension)
+
+    (again,) = store.list_experiment_runs(name)  # the same run, finished again
+    assert again.id == run.id and again.status.value == "SUCCESS"
+    trials = {t.trial_id: t for t in store.list_trials(experiment_run_id=run.id)}
+    assert len(trials) == 4  # two continued + one sample of a two-value grid
+    for trial_id in before:  # continued from the checkpoint at 3: nothing repeated or lost
+        assert iterations(store, trial_id) == [1, 2, 3, 4, 5]
+        assert trials[trial_id].status.value == "TERMINATED"
+    new = [t for t in trials if t not in before]
+    assert len(new) == 2 and all(iterations(store, t) == [1, 2, 3, 4, 5] for t in new)
+    assert sorted(trials[t].config["scale"] for t in new) == [1.0, 2.0]
+    (record,) = store.list_run_extensions(run.id)
+    assert record.dag_run_id == extension.run_id and record.status.value == "SUCCESS"
+    assert record.stop_before == {"training_iteration": 3}
+    assert record.stop_after == {"training_iteration": 5}
+    assert sorted(record.trials_continued) == sorted(before) and sorted(
+        record.trials_added
+    ) == sorted(new)
+    best = xcom(extension, "tune.select_best")
+    assert best["value"] == 10.0 and best["experiment_run_id"] == run.id
+
+    if sweep:
+        return
+    # Refused by the DAG run: a stop below the extension's; nothing is written.
+    lower = dag.test(
+        run_conf={**conf, "extend_num_samples": 0, "extend_stop": {"training_iteration": 4}}
+    )
+    assert lower.state == "failed"
+    assert task_states(lower)[("tune.suggest_configs", -1)] == "failed"
+    assert len(store.list_run_extensions(run.id)) == 1
+    assert store.list_experiment_runs(name)[0].status.value == "SUCCESS"
+    assert all(iterations(store, t) == [1, 2, 3, 4, 5] for t in trials)
+    check_the_cli(trials_env, run, record)
+
+
+def invoke(*args):
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def check_the_cli(trials_env, run, record):
+    """``extensions`` shows the record; ``extend`` refuses at once, dry-runs, and triggers a DAG
+    run of the experiment's DAG with the params that name the run."""
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+
+    db = ("--db-url", trials_env.url)
+    listed = invoke("extensions", run.id, *db, "--json")
+    assert listed.exit_code == 0, listed.output
+    (shown,) = json.loads(listed.output)
+    assert shown["dag_run_id"] == record.dag_run_id and shown["status"] == "SUCCESS"
+    assert shown["stop_after"] == {"training_iteration": 5}
+
+    lower = invoke("extend", run.id, "--stop", "training_iteration=4", *db)
+    assert lower.exit_code == 1
+    assert f"Run {run.run_key} (id {run.id})" in lower.output and "lowers or drops" in lower.output
+    nothing = invoke("extend", run.run_key, *db)
+    assert nothing.exit_code == 1 and "would change nothing" in nothing.output
+
+    dry = invoke(
+        "extend",
+        run.run_key,
+        "--num-samples",
+        "+2",
+        "--stop",
+        "training_iteration=7",
+        "--dry-run",
+        *db,
+    )
+    assert dry.exit_code == 0, dry.output
+    assert (
+        "4 trials continue" in dry.output
+        and "Dry run: would trigger DAG extend_mapped" in dry.output
+    )
+    with create_session() as session:
+        before = {r.run_id for r in session.query(DagRun).filter(DagRun.dag_id == "extend_mapped")}
+
+    triggered = invoke("extend", run.run_key, "--num-samples", "+2", *db)
+    assert triggered.exit_code == 0, triggered.output
+    with create_session() as session:
+        runs = session.query(DagRun).filter(DagRun.dag_id == "extend_mapped").all()
+        (new,) = [r for r in runs if r.run_id not in before]
+        assert f"Triggered DAG run {new.run_id} of DAG extend_mapped" in triggered.output
+        assert new.conf == {"extend_run": run.run_key, "extend_num_samples": 2, "extend_stop": None}
+    assert len(trials_env.store.list_run_extensions(run.id)) == 1  # the DAG run records it
+
+
+def record_stopped_early(store, run_pk, trial_id):
+    from airflow_trials.core.end import TrialEnd
+    from airflow_trials.core.fate import Transition
+    from airflow_trials.core.status import TrialStatus
+
+    store.upsert_trial(
+        trial_id,
+        trainable="tests.trainables:counting",
+        config={"scale": 0.1},
+        resources={"cpu": 0.5},
+        max_failures=0,
+        experiment_run_id=run_pk,
+    )
+    store.record_transition(trial_id, Transition.PLACED)
+    store.add_results(trial_id, [{"training_iteration": 1, "score": 0.1}])
+    store.add_checkpoint(trial_id, "/nowhere/checkpoint_1", 1)
+    store.record_end(
+        TrialEnd(
+            trial_id,
+            "extend_asha",
+            TrialStatus.TERMINATED,
+            last_result={"training_iteration": 1, "score": 0.1},
+            stop_reason="stopped by ASHA at training_iteration=1 (rung 1 of 2): score 0.1 below "
+            "the rung's cutoff 1",
+        )
+    )
+
+
+def test_an_asha_extension_judges_continued_trials_at_the_new_rungs_only(trials_env):
+    """ASHA(max_t=3) then stop 9: max_t rises to 9. Trials ASHA stopped early keep that verdict;
+    the others continue from iteration 3, judged at the new rung 9 only; the verdicts recorded at
+    rungs 1 and 3 stand."""
+    dag = experiment_dag(
+        "extend_asha",
+        search_space={"scale": grid_search([1.0, 2.0, 3.0, 4.0])},
+        scheduler=ASHA,
+    )
+    first = dag.test()
+    assert first.state == "success", task_states(first)
+    store = trials_env.store
+    (run,) = store.list_experiment_runs("extend_asha")
+    # dag.test orders the trial tasks its own way, and which trials ASHA stops depends on it: one
+    # more, stopped early as a trial's trigger records it, makes that case certain.
+    record_stopped_early(store, run.id, "stopped-early")
+    before = {t.trial_id: t for t in store.list_trials(experiment_run_id=run.id)}
+    rungs_before = {
+        t: [(r.milestone, r.value, r.decision) for r in store.trial_rungs(t)] for t in before
+    }
+    early = {t for t, r in before.items() if r.last_result["training_iteration"] < 3}
+    results_before = {t: iterations(store, t) for t in before}
+    assert "stopped-early" in early and len(early) < len(before)
+
+    extension = dag.test(
+        run_conf={"extend_run": run.run_key, "extend_stop": {"training_iteration": 9}}
+    )
+    assert extension.state == "success", task_states(extension)
+    (record,) = store.list_run_extensions(run.id)
+    assert sorted(record.trials_continued) == sorted(set(before) - early)
+    after = {t.trial_id: t for t in store.list_trials(experiment_run_id=run.id)}
+    for trial_id in early:  # stopped early: unchanged
+        assert iterations(store, trial_id) == results_before[trial_id]
+        assert after[trial_id].stop_reason == before[trial_id].stop_reason
+    reached = []
+    for trial_id in record.trials_continued:
+        last = after[trial_id].last_result["training_iteration"]
+        assert iterations(store, trial_id) == list(range(1, last + 1))  # none repeated or lost
+        rungs = [(r.milestone, r.value, r.decision) for r in store.trial_rungs(trial_id)]
+        assert rungs[: len(rungs_before[trial_id])] == rungs_before[trial_id]  # verdicts stand
+        assert [m for m, _, _ in rungs[len(rungs_before[trial_id]) :]] in ([], [9.0])
+        reached.append(last)
+    assert 9 in reached and min(reached) > 3  # each continued past its old end
+
+
+def test_new_samples_of_a_searched_run_ask_the_searcher_after_every_ended_trial(trials_env, capfd):
+    dag = experiment_dag(
+        "extend_optuna",
+        trainable="tests.trainables:quadratic",
+        metric="loss",
+        mode="min",
+        search_space={"x": UNIFORM},
+        num_samples=2,
+        stop=None,
+        search_alg=SEARCH,
+        max_concurrent_trials=1,
+    )
+    assert dag.test().state == "success"
+    store = trials_env.store
+    (run,) = store.list_experiment_runs("extend_optuna")
+    capfd.readouterr()
+    extension = dag.test(run_conf={"extend_run": str(run.id), "extend_num_samples": 2})
+    assert extension.state == "success", task_states(extension)
+    (record,) = store.list_run_extensions(run.id)
+    assert len(record.trials_added) == 2 and record.trials_continued == []
+    log = capfd.readouterr().out
+    learnt = sorted(
+        int(
+            log.split(f"Trial {t}: OptunaSearch suggests ")[1]
+            .split("having learnt from ")[1]
+            .split()[0]
+        )
+        for t in record.trials_added
+    )
+    assert learnt == [2, 3]  # the run's two ended trials first, then the new one that ended
+    trials = store.list_trials(experiment_run_id=run.id)
+    assert len(trials) == 4 and {t.status.value for t in trials} == {"TERMINATED"}
