@@ -14,18 +14,36 @@ from tests.conftest import remove_leftovers, start_ray
 @pytest.fixture
 def trials_env(airflow_home, tmp_path, monkeypatch):
     """A fresh, migrated trials DB and checkpoint storage, found by the hooks' fallbacks."""
+    yield from _trials_env(f"sqlite:///{tmp_path / 'trials.db'}", tmp_path, monkeypatch)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def trials_env_any_db(request, airflow_home, tmp_path, monkeypatch):
+    """:func:`trials_env` on a SQLite file, then on a new PostgreSQL database (skipped, with the
+    reason, when AIRFLOW_TRIALS_TEST_POSTGRES_URL is unset)."""
+    if request.param == "sqlite":
+        yield from _trials_env(f"sqlite:///{tmp_path / 'trials.db'}", tmp_path, monkeypatch)
+        return
+    from tests.contract.conftest import new_postgres_database
+
+    with new_postgres_database("at_airflow") as database:
+        yield from _trials_env(database.url, tmp_path, monkeypatch)
+
+
+def _trials_env(url, tmp_path, monkeypatch):
     from airflow_trials.store import TrialStore
 
-    url = f"sqlite:///{tmp_path / 'trials.db'}"
     storage = tmp_path / "storage"
     storage.mkdir()
     monkeypatch.setenv("AIRFLOW_TRIALS_DB_URL", url)
     monkeypatch.setenv("AIRFLOW_TRIALS_STORAGE", str(storage))
     start_ray(num_cpus=2, num_gpus=2)
     store = TrialStore(url, create=True)
-    yield SimpleNamespace(url=url, storage=str(storage), store=store)
-    store.dispose()
-    remove_leftovers()
+    try:
+        yield SimpleNamespace(url=url, storage=str(storage), store=store)
+    finally:
+        store.dispose()
+        remove_leftovers()
 
 
 class FakeTI:

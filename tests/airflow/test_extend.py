@@ -24,7 +24,8 @@ def iterations(store, trial_id):
 
 
 @pytest.mark.parametrize("sweep", [False, True], ids=["mapped", "sweep"])
-def test_an_extension_continues_finished_trials_and_adds_samples(trials_env, sweep):
+def test_an_extension_continues_finished_trials_and_adds_samples(trials_env_any_db, sweep):
+    trials_env = trials_env_any_db
     name = f"extend_{'sweep' if sweep else 'mapped'}"
     dag = experiment_dag(name, search_space={"scale": grid_search([1.0, 2.0])}, sweep=sweep)
     first = dag.test()
