@@ -136,6 +136,9 @@ def run_ours(
         f"  (peak {memory.peak / 2**20:.0f} MiB, {(memory.peak - memory.before) / 2**20:.0f} MiB "
         "more than before)"
     )
+    db = Path(storage) / f"{name}.db"
+    size = sum(p.stat().st_size for p in db.parent.glob(f"{db.name}*"))
+    print(f"  (trials DB {db}: {size / 2**20:.1f} MiB, {size / trials:.0f} bytes per trial)")
     return elapsed, memory.peak
 
 
@@ -229,6 +232,19 @@ def engine(args: argparse.Namespace) -> None:
         "targets: ours/Tune <= 0.80 for both; ours/min <= 1.10 for 2000 x 5 x 0.05 s; driver "
         "memory < 1024 MiB"
     )
+    scale_pairs = [
+        (small, large)
+        for small, large in zip(rows, rows[1:], strict=False)
+        if small[1:3] == large[1:3] and large[0] > small[0]
+    ]
+    for small, large in scale_pairs:  # e.g. --sizes 10000x1x0 100000x1x0
+        times, linear = large[3] / small[3], large[0] / small[0]
+        grown = (large[5] - small[5]) / 2**20
+        print(
+            f"{small[0]} -> {large[0]} trials: driver peak memory {grown:+.0f} MiB (target < 300 "
+            f"MiB); wall time x{times:.2f} against x{linear:.0f} linear: {times / linear:.2f} "
+            "(target <= 1.10)"
+        )
 
 
 SWEEP_DAG = """

@@ -13,11 +13,20 @@ from airflow_trials.store.ingest import (
 from airflow_trials.store.median import MedianStore
 from airflow_trials.store.reader import TrialReader
 from airflow_trials.store.retry import RetryPolicy
+from airflow_trials.store.run_deletion import RunDeleter
 from airflow_trials.store.rungs import RungsStore
 from airflow_trials.store.trial_writes import TrialWriter
 
 #: The components that write, each over the store's database; a TrialReader holds none of them.
-WRITERS = (ExperimentWriter, TrialWriter, IngestWriter, ExploitWriter, RungsStore, MedianStore)
+WRITERS = (
+    ExperimentWriter,
+    TrialWriter,
+    IngestWriter,
+    ExploitWriter,
+    RungsStore,
+    MedianStore,
+    RunDeleter,
+)
 
 
 class TrialStore:
@@ -149,6 +158,8 @@ class TrialStore:
         self.record_vector_rung = rungs.record_vector_rung
         self.rung_vectors = rungs.rung_vectors
         self.record_median_point = MedianStore(db).record_median_point
+        # Pruning: a finished run and every row of it, in one transaction.
+        self.delete_experiment_run = RunDeleter(db).delete_experiment_run
 
     @property
     def url(self) -> str:
