@@ -230,11 +230,20 @@ class TrialsDbCallback(Callback):
         self._trackers.pop(
             trial.trial_id, None
         )  # ended: nothing more to track (10,000 trials in a sweep)
+        self._write(self._forget_version, trial)
 
     def on_trial_complete(self, trial: Trial) -> None:
         self._any_terminated |= trial.status is TrialStatus.TERMINATED
         self._record_end(trial, None)
         self._trackers.pop(trial.trial_id, None)
+        self._write(self._forget_version, trial)
+
+    def _forget_version(self, trial: Trial) -> None:
+        """Once its end is written: an ended trial that retired no checkpoint is never asked
+        about again (:meth:`checkpoints_recorded` forgets the others when their last is
+        released), so a 100,000-trial sweep keeps no entry per ended trial."""
+        if not trial.checkpoint_manager.retired:
+            self._recorded_versions.pop(trial.trial_id, None)
 
     def on_experiment_end(self, trials: list[Trial]) -> None:
         self._flush()
