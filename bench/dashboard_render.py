@@ -11,6 +11,11 @@ template. Target: < 100 ms for the run page. Median of several requests after a 
     .venv/bin/python -m bench.dashboard_render                       # SQLite file
     .venv/bin/python -m bench.dashboard_render --postgres-url postgresql+psycopg://postgres@127.0.0.1:5432/test
     .venv/bin/python -m bench.dashboard_render --trials 1000 --repeats 5   # quicker
+    .venv/bin/python -m bench.dashboard_render --case leaderboard --trials 100000 --iterations 1
+                                                    # a 100,000-trial sweep's run (issue 33)
+
+Before the pages, it times the store's leaderboard top 50 alone (``TrialReader.leaderboard(run,
+"loss", "min", limit=50)``), the query a run page's first rows need.
 
 The history case (``--case history``) fills one experiment with 365 nightly runs of 1,000 trials
 each (bulk INSERTs, each trial's best maintained), ends each run through
@@ -339,6 +344,19 @@ def run_backend(name: str, url: str, args: argparse.Namespace) -> None:
         flush=True,
     )
     store = TrialReader(url)
+    timings = []
+    for _ in range(args.repeats + 1):  # the first is a warm-up
+        begin = time.perf_counter()
+        top = store.leaderboard(run, "loss", "min", limit=50)
+        timings.append((time.perf_counter() - begin) * 1000)
+    if len(top) != min(50, args.trials):
+        raise SystemExit(f"The leaderboard's top 50 had {len(top)} rows.")
+    ms = statistics.median(timings[1:])
+    print(
+        f"[{name}] store leaderboard, top 50 (TrialReader.leaderboard(limit=50)): median "
+        f"{ms:.1f} ms over {args.repeats} calls  (target < {TARGET_MS:.0f} ms)",
+        flush=True,
+    )
     root = FastAPI()
     init_auth_manager(root)
     root.mount("/trials", create_app(lambda: store))

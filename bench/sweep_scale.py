@@ -125,17 +125,21 @@ def run_ours(
     db_url = f"sqlite:///{storage}/{name}.db"
     spec = sweep_spec(name, trials, iterations, sleep_s, db_url, storage, search)
     with PeakMemory() as memory:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         driver = SweepDriver(spec)
         driver.wait(24 * 3600)
-        elapsed = time.perf_counter() - start
+        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
     progress = driver.progress()
     if progress.get("error") or progress["terminated"] != trials:
         raise SystemExit(f"our sweep ended with {progress}")
     print(
         f"  (peak {memory.peak / 2**20:.0f} MiB, {(memory.peak - memory.before) / 2**20:.0f} MiB "
-        "more than before)"
+        f"more than before; the driver's process used {cpu:.1f} s of CPU, "
+        f"{cpu / trials * 1000:.2f} ms per trial: wall time on a loaded machine, CPU time not)"
     )
+    db = Path(storage) / f"{name}.db"
+    size = sum(p.stat().st_size for p in db.parent.glob(f"{db.name}*"))
+    print(f"  (trials DB {db}: {size / 2**20:.1f} MiB, {size / trials:.0f} bytes per trial)")
     return elapsed, memory.peak
 
 
@@ -229,6 +233,19 @@ def engine(args: argparse.Namespace) -> None:
         "targets: ours/Tune <= 0.80 for both; ours/min <= 1.10 for 2000 x 5 x 0.05 s; driver "
         "memory < 1024 MiB"
     )
+    scale_pairs = [
+        (small, large)
+        for small, large in zip(rows, rows[1:], strict=False)
+        if small[1:3] == large[1:3] and large[0] > small[0]
+    ]
+    for small, large in scale_pairs:  # e.g. --sizes 10000x1x0 100000x1x0
+        times, linear = large[3] / small[3], large[0] / small[0]
+        grown = (large[5] - small[5]) / 2**20
+        print(
+            f"{small[0]} -> {large[0]} trials: driver peak memory {grown:+.0f} MiB (target < 300 "
+            f"MiB); wall time x{times:.2f} against x{linear:.0f} linear: {times / linear:.2f} "
+            "(target <= 1.10)"
+        )
 
 
 SWEEP_DAG = """

@@ -606,3 +606,77 @@ def test_reused_actors_of_one_shape_give_way_to_waiting_trials_of_another(ray_cl
     assert [t.status for t in trials] == [TrialStatus.TERMINATED] * len(shapes)
     assert [t.last_result["training_iteration"] for t in trials] == [2] * len(shapes)
     assert live_trial_actors() == []
+
+
+class Held(Callback):
+    """How many trials the runner held at each step's end, and the order trials started in."""
+
+    def __init__(self):
+        self.most_held, self.started, self.completed = 0, [], []
+
+    def on_trial_start(self, trial):
+        self.started.append(trial.trial_id)
+
+    def on_trial_complete(self, trial):
+        self.completed.append(trial.trial_id)
+
+    def on_step_end(self, trials):
+        self.most_held = max(self.most_held, len(trials))
+
+
+def test_fed_trials_start_in_order_and_ended_ones_are_forgotten(ray_cluster, storage):
+    """A sweep's driver feeds its trials and forgets the ended ones: FIFO starts them in the
+    order given, every one ends TERMINATED, and the runner holds no more than the one running
+    (max_concurrent_trials=1), the next one waiting and the one that just ended."""
+    held = Held()
+    runner = runner_for(
+        storage,
+        callbacks=[held],
+        forget_ended=True,
+        reuse_actors=True,
+        keep_results=False,
+        max_concurrent_trials=1,
+    )
+    made = []
+
+    def trials():
+        for i in range(12):
+            trial = Trial(
+                FAKE,
+                {"sleep": 0.0},
+                trial_id=f"fed-{i:02d}",
+                experiment_name="exp",
+                stopping_criterion={"training_iteration": 2},
+                resources={"cpu": 1},
+            )
+            made.append(trial)  # made only as the runner takes it
+            yield trial
+
+    runner.feed(trials())
+    assert len(made) == 1  # the first, looked ahead
+    runner.run()
+
+    assert held.started == [f"fed-{i:02d}" for i in range(12)]
+    assert sorted(held.completed) == held.started
+    assert all(t.status == TrialStatus.TERMINATED for t in made)
+    assert runner.get_trials() == [] and held.most_held <= 3
+    with pytest.raises(ValueError, match="already fed trials"):
+        runner.feed([])
+
+
+def test_stopping_a_fed_runner_ends_the_trials_not_yet_taken(ray_cluster, storage):
+    """``request_stop`` ends every trial, those still in the feed included, TERMINATED, as it
+    ends trials added at once."""
+    held = Held()
+    runner = runner_for(storage, callbacks=[held], forget_ended=True)
+    fed = [
+        Trial(COUNTING, {}, trial_id=f"stop-{i}", experiment_name="exp", resources={"cpu": 1})
+        for i in range(6)
+    ]
+    runner.feed(iter(fed))
+    step_until(runner, lambda: len(held.started) == 2)
+    runner.request_stop()
+    runner.run()
+    assert [t.status for t in fed] == [TrialStatus.TERMINATED] * 6
+    assert sorted(held.completed) == [f"stop-{i}" for i in range(6)]
+    assert runner.is_finished() and runner.get_trials() == []

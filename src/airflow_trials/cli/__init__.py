@@ -11,6 +11,7 @@ from __future__ import annotations
 # Importing the command modules registers their commands on app.
 from airflow_trials.cli import (  # noqa: F401
     commands,
+    delete_run_cmd,
     export_cmd,
     extend_cmd,
     history_cmd,

@@ -14,6 +14,7 @@ from airflow_trials.store.ingest import (
 from airflow_trials.store.median import MedianStore
 from airflow_trials.store.reader import TrialReader
 from airflow_trials.store.retry import RetryPolicy
+from airflow_trials.store.run_deletion import RunDeleter
 from airflow_trials.store.rungs import RungsStore
 from airflow_trials.store.trial_writes import TrialWriter
 
@@ -26,6 +27,7 @@ WRITERS = (
     ExploitWriter,
     RungsStore,
     MedianStore,
+    RunDeleter,
 )
 
 
@@ -162,6 +164,8 @@ class TrialStore:
         self.record_vector_rung = rungs.record_vector_rung
         self.rung_vectors = rungs.rung_vectors
         self.record_median_point = MedianStore(db).record_median_point
+        # Pruning: a finished run and every row of it, in one transaction.
+        self.delete_experiment_run = RunDeleter(db).delete_experiment_run
 
     @property
     def url(self) -> str:

@@ -114,7 +114,6 @@ class RayTrialExecutor(TrialLauncher):
         self._futures: dict[ray.ObjectRef, Trial] = {}
         self._future_of: dict[str, ray.ObjectRef] = {}
         self._restore_refs: dict[str, ray.ObjectRef] = {}
-        self._trial_states: dict[str, dict[str, Any]] = {}
 
     # -- status and metadata ---------------------------------------------------------------------
     def set_status(self, trial: Trial, status: TrialStatus) -> None:
@@ -127,14 +126,18 @@ class RayTrialExecutor(TrialLauncher):
             self.persist_metadata(trial)
 
     def persist_metadata(self, trial: Trial) -> None:
-        state = trial.to_json_state()
-        self._trial_states[trial.trial_id] = state
         path = self.storage.trial_dir(trial.experiment_name, trial.trial_id)
-        self.storage.write_json(f"{path}/trial.json", state)
+        self.storage.write_json(f"{path}/trial.json", trial.to_json_state())
 
     def get_checkpoints(self) -> dict[str, dict[str, Any]]:
-        """Trial id -> the metadata persisted at its last terminal transition."""
-        return dict(self._trial_states)
+        """Trial id -> the metadata persisted at its last terminal transition, read back from
+        the storage (not kept in memory: a 100,000-trial sweep's driver stays flat)."""
+        states = {}
+        for trial_id, experiment_name in self._experiment_of.items():
+            path = f"{self.storage.trial_dir(experiment_name, trial_id)}/trial.json"
+            if self.storage.exists(path):
+                states[trial_id] = self.storage.read_json(path)
+        return states
 
     # -- resources ---------------------------------------------------------------------------------
     def committed_resources(self) -> Resources:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
 from airflow_trials.core import fate
@@ -77,6 +77,10 @@ class TrialRunner(RunnerViews):
     :param keep_results: keep every result in memory for :meth:`results` and
         :meth:`fetch_status_results`; False when a callback stores them (a 10,000-trial sweep).
         Default True.
+    :param forget_ended: drop each ended trial from the runner once every trial before it ended
+        too, so that a 100,000-trial sweep holds only its running and waiting trials (a callback
+        such as ``TrialsDbCallback`` keeps the ended ones; :meth:`get_trials` then lists only
+        those not yet forgotten). Default False.
     """
 
     RAISE = FAIL_FAST_RAISE
@@ -104,6 +108,7 @@ class TrialRunner(RunnerViews):
         trial_kwargs: Mapping[str, Any] | None = None,
         max_concurrent_trials: int | None = None,
         keep_results: bool = True,
+        forget_ended: bool = False,
     ) -> None:
         check_concurrency_cap(max_concurrent_trials)
         if fail_fast not in (True, False, self.RAISE):
@@ -149,6 +154,9 @@ class TrialRunner(RunnerViews):
                 take(constraints)
 
         self._trials: list[Trial] = []
+        self._forget_ended = forget_ended
+        self._feed: Iterator[Trial] | None = None
+        self._fed_next: Trial | None = None
         self._shapes: set[Any] = set()  # every trial's resources, ever: what a waiting one needs
         self._finished_prefix = 0
         self._by_id: dict[str, Trial] = {}
@@ -204,6 +212,28 @@ class TrialRunner(RunnerViews):
         self._shapes.add(trial.resources)
         self._by_id[trial.trial_id] = trial
 
+    def feed(self, trials: Iterable[Trial]) -> None:
+        """Add ``trials`` one at a time as they can start, rather than all now: the runner takes
+        the next when none of its trials waits (PENDING), as Ray Tune's controller asks its
+        search algorithm for trials. A 100,000-trial sweep then holds one waiting trial, not
+        100,000. In order, so FIFO starts them as it would have; a scheduler that sorts the
+        trials it has (bracket by bracket) should be given them with :meth:`add_trial`."""
+        if self._feed is not None:
+            raise ValueError(
+                f"Experiment {self.experiment_name} is already fed trials; feed() once per runner."
+            )
+        self._feed = iter(trials)
+        self._fed_next = next(self._feed, None)
+
+    def _top_up(self) -> None:
+        """Add the fed trial next in line if no trial waits to start."""
+        if self._fed_next is None or any(
+            t.status == TrialStatus.PENDING for t in self._unfinished()
+        ):
+            return
+        trial, self._fed_next = self._fed_next, next(self._feed or iter(()), None)
+        self.add_trial(trial)
+
     def get_trials(self) -> list[Trial]:
         return self._trials
 
@@ -217,7 +247,7 @@ class TrialRunner(RunnerViews):
     def is_finished(self) -> bool:
         if self._budget_spent or self._stop_all:
             return True
-        if self._unfinished():
+        if self._unfinished() or self._fed_next is not None:
             return False
         if all(t.status.is_terminal() for t in self._trials):
             return self._search is None or self._search.is_finished()
@@ -230,6 +260,11 @@ class TrialRunner(RunnerViews):
         trials, start = self._trials, self._finished_prefix
         while start < len(trials) and trials[start].status.is_terminal():
             start += 1
+        if self._forget_ended and start:  # the callbacks recorded them: let them go
+            for trial in trials[:start]:
+                del self._by_id[trial.trial_id]
+            del trials[:start]
+            start = 0
         self._finished_prefix = start
         return trials[start:]
 
@@ -244,6 +279,7 @@ class TrialRunner(RunnerViews):
             self._start_time = time.monotonic()
         executor = self.trial_executor
         try:
+            self._top_up()
             if self._search and (
                 new := self._search.next_trial(self._unfinished(), self._has_room)
             ):
@@ -368,7 +404,9 @@ class TrialRunner(RunnerViews):
     def _apply_scheduler_actions(self) -> None:
         """Carry out what the scheduler decided for trials other than the one it was asked about."""
         for trial_id, decision in self.scheduler.take_pending_actions():
-            trial = self._by_id[trial_id]
+            trial = self._by_id.get(trial_id)  # None: ended and forgotten (forget_ended)
+            if trial is None:
+                continue
             if decision is Decision.STOP and not trial.status.is_terminal():
                 self._outcomes.stopping(trial, self.scheduler.decision_reason(trial_id))
                 self.stop_trial(trial)
@@ -384,6 +422,11 @@ class TrialRunner(RunnerViews):
         for trial in self._trials:
             if not trial.status.is_terminal():
                 self.stop_trial(trial)
+        while self._fed_next is not None:  # never added yet: they end TERMINATED as added ones do
+            trial, self._fed_next = self._fed_next, next(self._feed or iter(()), None)
+            self.add_trial(trial)
+            self.stop_trial(trial)
+            self._unfinished()  # forgotten again at once (forget_ended)
 
     # -- control from outside ----------------------------------------------------------------------
     def stop_trial(self, trial: Trial) -> None:

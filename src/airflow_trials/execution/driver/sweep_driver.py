@@ -13,23 +13,25 @@ their latest recorded checkpoint.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import threading
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import ray
 from ray.actor import ActorHandle
 
 from airflow_trials.core.pareto import MetricSpec, ModeSpec
-from airflow_trials.core.scheduler import judged_metric_and_mode
+from airflow_trials.core.scheduler import FIFOScheduler, judged_metric_and_mode
 from airflow_trials.core.searcher import ObjectiveValue, ended_trial_values
 from airflow_trials.core.sweep_progress import SweepProgress, SweepSnapshot
 from airflow_trials.core.trial import Trial
 from airflow_trials.execution.driver.suggest import SearchDriver
 from airflow_trials.execution.resume import adopt_recorded_checkpoints
 from airflow_trials.execution.storage import TrialStorage
+from airflow_trials.store.records import TrialRecord
 from airflow_trials.store.store import TrialStore
 
 log = logging.getLogger(__name__)
@@ -108,8 +110,11 @@ class SweepSpec:
 class Resumable:
     """What a driver runs of its run: :func:`resumable_trials`."""
 
-    #: trials to run with their configs: never started, or continuing from their latest checkpoint
-    trials: list[Trial]
+    #: trials to run, in order, each ``(trial id, config, its record if it had started)``: never
+    #: started, or continuing from their latest checkpoint; each made into a Trial only when the
+    #: runner takes it (:meth:`new_trials`), so a 100,000-trial sweep holds its running trials,
+    #: not all of them
+    plans: list[tuple[str, dict[str, Any], TrialRecord | None]]
     #: how many of the run's trials had ended, and the best value among them (value, trial id)
     done: int
     best: tuple[float, str] | None
@@ -123,23 +128,76 @@ class Resumable:
     #: how many of the searcher's trials it had been asked for before (their configs are stored)
     asked: int = 0
 
+    #: makes a plan's Trial (:func:`resumable_trials` sets it)
+    make: Callable[[tuple[str, dict[str, Any], TrialRecord | None]], Trial] | None = (
+        dataclasses.field(default=None, repr=False, compare=False)
+    )
+
+    def new_trials(self) -> Iterator[Trial]:
+        """Each planned trial, made as it is asked for."""
+        if self.make is None:
+            raise ValueError(
+                "This Resumable has no way to make trials; get it from resumable_trials."
+            )
+        return map(self.make, self.plans)
+
+    @functools.cached_property
+    def trials(self) -> list[Trial]:
+        """Every planned trial, made now (a search's sweep adds them all before it asks)."""
+        return list(self.new_trials())
+
+
+def _plan_to_trial(
+    spec: SweepSpec,
+    store: TrialStore,
+    storage: TrialStorage,
+    plan: tuple[str, dict[str, Any], TrialRecord | None],
+) -> Trial:
+    """A planned trial: a resumed one adopts its recorded checkpoints on ``storage`` and restores
+    the newest (:func:`~airflow_trials.execution.resume.adopt_recorded_checkpoints`), a
+    warm-started one is registered in the store with where it came from."""
+    trial_id, config, record = plan
+    origin = spec.origins.get(trial_id) or {}
+    trial = Trial(
+        spec.trainable,
+        config,
+        trial_id=trial_id,
+        experiment_name=spec.experiment_name,
+        restore_path=origin.get("restore_path"),
+        **spec.trial_kwargs,
+    )
+    if record is not None:  # its recorded checkpoints are its own again
+        adopt_recorded_checkpoints(trial, store, storage)
+    elif origin.get("warm_start"):  # registered now: the store says where it came from
+        store.upsert_trial(
+            trial_id,
+            trainable=spec.trainable,
+            config=trial.config,
+            resources=trial.resources,
+            max_failures=trial.max_failures,
+            experiment_run_id=spec.experiment_run_id,
+            warm_start=origin["warm_start"],
+        )
+    trial.num_failures = record.num_failures if record is not None else 0
+    return trial
+
 
 def resumable_trials(spec: SweepSpec, store: TrialStore, storage: TrialStorage) -> Resumable:
     """The run's trials still to run, and what had ended.
 
     A trial that ended (TERMINATED or ERROR) in the trials DB is not run again. One that started
     and did not end continues from its latest recorded checkpoint that is on ``storage``
-    (:func:`~airflow_trials.execution.resume.adopt_recorded_checkpoints`; from scratch without one);
-    its
-    results already stored are kept (the store takes each iteration once). With a ``search_alg``,
-    a trial given without a config is the searcher's to suggest: one whose config is stored
-    continues with it, the others are asked for (``to_ask``).
+    (:func:`_plan_to_trial`; from scratch without one); its results already stored are kept
+    (the store takes each iteration once). With a ``search_alg``, a trial given without a config
+    is the searcher's to suggest: one whose config is stored continues with it, the others are
+    asked for (``to_ask``).
     """
     records = {r.trial_id: r for r in store.list_trials(experiment_run_id=spec.experiment_run_id)}
     ended = {trial_id for trial_id, record in records.items() if record.status.is_terminal()}
     resumable = Resumable([], len(ended & {trial_id for trial_id, _ in spec.trials}), None)
+    resumable.make = functools.partial(_plan_to_trial, spec, store, storage)
     for trial_id, config in spec.trials:
-        record, origin = records.get(trial_id), spec.origins.get(trial_id) or {}
+        record = records.get(trial_id)
         searched = spec.search_alg is not None and not config
         if searched and record is not None and record.config:
             config = dict(record.config)  # asked before the resume
@@ -149,30 +207,7 @@ def resumable_trials(spec: SweepSpec, store: TrialStore, storage: TrialStorage) 
         if searched and not config:
             resumable.to_ask.append(trial_id)
             continue
-        trial = Trial(
-            spec.trainable,
-            config,
-            trial_id=trial_id,
-            experiment_name=spec.experiment_name,
-            restore_path=origin.get("restore_path"),
-            **spec.trial_kwargs,
-        )
-        if record is not None:  # its recorded checkpoints are its own again; it restores the newest
-            adopt_recorded_checkpoints(trial, store, storage)
-        if record is None and origin.get(
-            "warm_start"
-        ):  # registered now: the store says where it came from
-            store.upsert_trial(
-                trial_id,
-                trainable=spec.trainable,
-                config=trial.config,
-                resources=trial.resources,
-                max_failures=trial.max_failures,
-                experiment_run_id=spec.experiment_run_id,
-                warm_start=origin["warm_start"],
-            )
-        trial.num_failures = record.num_failures if record is not None else 0
-        resumable.trials.append(trial)
+        resumable.plans.append((trial_id, config, record))
     if ended:
         board = store.leaderboard(spec.experiment_run_id, *spec.first_metric())
         top = next((row for row in board if row.best_value is not None), None)
@@ -344,6 +379,7 @@ class SweepDriver:
                 spec.scheduler.set_search_properties(
                     *judged_metric_and_mode(spec.scheduler, spec.metric, spec.mode)
                 )
+            search = sweep_search(spec, resumable)
             runner = TrialRunner(
                 spec.experiment_name,
                 executor=executor,
@@ -352,14 +388,18 @@ class SweepDriver:
                 max_concurrent_trials=spec.max_concurrent_trials,
                 checkpoint_period_s=float("inf"),
                 keep_results=False,
-                search_alg=sweep_search(spec, resumable),
+                forget_ended=True,
+                search_alg=search,
             )
-            for trial in resumable.trials:
-                runner.add_trial(trial)
+            if search is None and type(runner.scheduler) is FIFOScheduler:
+                runner.feed(resumable.new_trials())  # made as they start: flat memory
+            else:  # a searcher learns them first; a scheduler of brackets sorts them all
+                for trial in resumable.trials:
+                    runner.add_trial(trial)
             self._runner, self._progress = runner, progress
             if self._stop.is_set():
                 runner.request_stop()
-            if resumable.trials or resumable.to_ask:
+            if resumable.plans or resumable.to_ask:
                 runner.run()
         finally:
             if recorder is not None:

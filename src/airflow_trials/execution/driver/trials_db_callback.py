@@ -123,6 +123,7 @@ class TrialsDbCallback(Callback):
         self._dirty: dict[str, Trial] = {}
         self.flush_interval_s = flush_interval_s
         self._flushed_at = float("-inf")
+        self._any_terminated = False  # a runner that forgets ended trials no longer lists them
         self._writer = WriteBehind(f"TrialsDbCallback {self.run_key}") if write_behind else None
 
     def _write(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
@@ -229,15 +230,27 @@ class TrialsDbCallback(Callback):
         self._trackers.pop(
             trial.trial_id, None
         )  # ended: nothing more to track (10,000 trials in a sweep)
+        self._write(self._forget_version, trial)
 
     def on_trial_complete(self, trial: Trial) -> None:
+        self._any_terminated |= trial.status is TrialStatus.TERMINATED
         self._record_end(trial, None)
         self._trackers.pop(trial.trial_id, None)
+        self._write(self._forget_version, trial)
+
+    def _forget_version(self, trial: Trial) -> None:
+        """Once its end is written: an ended trial that retired no checkpoint is never asked
+        about again (:meth:`checkpoints_recorded` forgets the others when their last is
+        released), so a 100,000-trial sweep keeps no entry per ended trial."""
+        if not trial.checkpoint_manager.retired:
+            self._recorded_versions.pop(trial.trial_id, None)
 
     def on_experiment_end(self, trials: list[Trial]) -> None:
         self._flush()
         if self.experiment_run_id is not None:
-            finished = any(t.status is TrialStatus.TERMINATED for t in trials)
+            finished = self._any_terminated or any(
+                t.status is TrialStatus.TERMINATED for t in trials
+            )
             self._write(
                 self.store.finish_experiment_run,
                 self.experiment_run_id,

@@ -1,0 +1,138 @@
+"""RunDeleter: deletes one experiment run and everything recorded of it, in one transaction.
+
+What it deletes: the run's row, its trials, and every row that names the run or one of its trials
+(results, checkpoints, ASHA's rungs, the median rule's points, PBT's exploits, its extensions).
+It refuses a run that is still RUNNING. The checkpoint files are not the store's: it returns
+their paths, and the caller (``airflow-trials db delete-run``) deletes them through the storage
+once the rows are gone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from sqlalchemy import delete, func, or_, select
+from sqlalchemy.orm import Session
+
+from airflow_trials.store.base import StoreBase
+from airflow_trials.store.models import (
+    CheckpointRow,
+    ExperimentRow,
+    ExperimentRunRow,
+    ResultRow,
+    RunExtensionRow,
+    TrialExploitRow,
+    TrialMedianPointRow,
+    TrialRow,
+    TrialRungRow,
+)
+from airflow_trials.store.records import ExperimentRunStatus
+
+
+@dataclasses.dataclass(frozen=True)
+class RunDeletion:
+    """What deleting a run removes (or, with ``dry_run``, would remove)."""
+
+    experiment_run_id: int
+    experiment_name: str
+    run_key: str
+    status: str
+    #: table name -> rows deleted from it (the run's own row included, in ``at_experiment_runs``)
+    rows: dict[str, int]
+    #: the live checkpoints' paths (not marked deleted): the caller deletes them from the storage
+    checkpoint_paths: list[str]
+    #: the run's trial ids
+    trial_ids: list[str]
+    dry_run: bool
+
+
+class RunStillRunningError(ValueError):
+    """The run is RUNNING: its trials may still write, so it is not deleted."""
+
+
+class RunDeleter(StoreBase):
+    """Deletes a finished experiment run's rows (``airflow-trials db delete-run``)."""
+
+    def delete_experiment_run(
+        self, experiment_run_id: int, *, dry_run: bool = False
+    ) -> RunDeletion:
+        """Delete run ``experiment_run_id``, its trials and every row naming either, in one
+        transaction; with ``dry_run`` count them and delete nothing.
+
+        :raises RunStillRunningError: the run is RUNNING; nothing is deleted.
+        :raises StoreError: no such run.
+        """
+        operation = f"delete experiment run {experiment_run_id}"
+
+        def work(session: Session) -> RunDeletion:
+            run = self._find_run_or_raise(session, experiment_run_id, operation, lock=not dry_run)
+            name = session.execute(
+                select(ExperimentRow.name).where(ExperimentRow.id == run.experiment_id)
+            ).scalar_one()
+            if run.status == ExperimentRunStatus.RUNNING.value:
+                raise RunStillRunningError(
+                    f"Experiment run {experiment_run_id} ({run.run_key}) of experiment {name} is "
+                    "RUNNING: its trials may still write to it, so nothing was deleted. Wait for "
+                    "its DAG run to end (or mark the DAG run failed in Airflow, which ends the "
+                    "run), then delete it."
+                )
+            trial_ids = list(
+                session.execute(
+                    select(TrialRow.trial_id)
+                    .where(TrialRow.experiment_run_id == experiment_run_id)
+                    .order_by(TrialRow.trial_id)
+                ).scalars()
+            )
+            of_trials = select(TrialRow.trial_id).where(
+                TrialRow.experiment_run_id == experiment_run_id
+            )
+            paths = list(
+                session.execute(
+                    select(CheckpointRow.path)
+                    .where(CheckpointRow.trial_id.in_(of_trials), CheckpointRow.deleted.is_(False))
+                    .order_by(CheckpointRow.id)
+                ).scalars()
+            )
+            # Children first: SQLite enforces no foreign keys unless asked, so none is left to
+            # a cascade.
+            targets: list[tuple[Any, Any]] = [
+                (ResultRow, ResultRow.trial_id.in_(of_trials)),
+                (CheckpointRow, CheckpointRow.trial_id.in_(of_trials)),
+                (TrialRungRow, _of_run_or_trials(TrialRungRow, experiment_run_id, of_trials)),
+                (
+                    TrialMedianPointRow,
+                    _of_run_or_trials(TrialMedianPointRow, experiment_run_id, of_trials),
+                ),
+                (TrialExploitRow, _of_run_or_trials(TrialExploitRow, experiment_run_id, of_trials)),
+                (TrialRow, TrialRow.experiment_run_id == experiment_run_id),
+                (RunExtensionRow, RunExtensionRow.experiment_run_id == experiment_run_id),
+                (ExperimentRunRow, ExperimentRunRow.id == experiment_run_id),
+            ]
+            rows: dict[str, int] = {}
+            for model, where in targets:
+                table = model.__tablename__
+                if dry_run:
+                    count = select(func.count()).select_from(model).where(where)
+                    rows[table] = session.execute(count).scalar_one()
+                else:
+                    result = session.execute(
+                        delete(model).where(where).execution_options(synchronize_session=False)
+                    )
+                    rows[table] = result.rowcount  # type: ignore[attr-defined]
+            return RunDeletion(
+                experiment_run_id,
+                name,
+                run.run_key,
+                run.status,
+                rows,
+                paths,
+                trial_ids,
+                dry_run,
+            )
+
+        return self._transaction(operation, work, write=not dry_run)
+
+
+def _of_run_or_trials(model: Any, experiment_run_id: int, of_trials: Any) -> Any:
+    return or_(model.experiment_run_id == experiment_run_id, model.trial_id.in_(of_trials))

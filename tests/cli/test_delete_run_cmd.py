@@ -1,0 +1,132 @@
+"""``airflow-trials db delete-run`` on a seeded SQLite trials DB with checkpoints on a local
+storage: the dry run, the question, ``--yes``, ``--keep-checkpoints``, ``--storage-path``, JSON, and
+a RUNNING run refused."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from typer.testing import CliRunner
+
+from airflow_trials.cli import app
+from airflow_trials.execution.storage import TrialStorage
+from airflow_trials.store import TrialStore
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def seeded(tmp_path):
+    """Runs ``old`` (SUCCESS) and ``live`` (RUNNING) of experiment ``exp``, two trials each, each
+    trial with two checkpoint folders and a trial folder (trial.json) on ``tmp_path/storage``."""
+    url = f"sqlite:///{tmp_path / 'trials.db'}"
+    storage = TrialStorage(str(tmp_path / "storage"))
+    store = TrialStore(url, create=True)
+    try:
+        store.ensure_experiment("exp", metric="loss", mode="min")
+        for run_key, status in (("old", "SUCCESS"), ("live", "RUNNING")):
+            run = store.create_experiment_run("exp", run_key)
+            for letter in "ab":
+                trial_id = f"{run_key}-{letter}"
+                store.upsert_trial(
+                    trial_id, trainable="m:f", config={"x": 1}, resources={"cpu": 1},
+                    max_failures=0, experiment_run_id=run,
+                )  # fmt: skip
+                store.add_results(trial_id, [{"training_iteration": 1, "loss": 0.5}])
+                storage.write_json(f"{storage.trial_dir('exp', trial_id)}/trial.json", {})
+                for iteration in (1, 2):
+                    path = storage.checkpoint_dir("exp", trial_id, iteration)
+                    os.makedirs(path)
+                    store.add_checkpoint(trial_id, path, iteration)
+            store.finish_experiment_run(run, status)
+    finally:
+        store.dispose()
+    return url, storage
+
+
+def invoke(url: str, *args: str, input: str | None = None):
+    return runner.invoke(app, ["db", "delete-run", "exp", *args, "--db-url", url], input=input)
+
+
+def trials_of(url: str) -> list[str]:
+    store = TrialStore(url)
+    try:
+        return sorted(t.trial_id for t in store.list_trials())
+    finally:
+        store.dispose()
+
+
+def checkpoints_on(storage: TrialStorage, trial_id: str) -> list[str]:
+    folder = storage.trial_dir("exp", trial_id)
+    return sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+
+
+def test_dry_run_says_what_it_would_delete_and_deletes_nothing(seeded):
+    url, storage = seeded
+    result = invoke(url, "--run", "old", "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert "Run old" in result.output and "SUCCESS" in result.output
+    assert "at_trials: 2" in result.output and "at_results: 2" in result.output
+    assert "4 checkpoint(s)" in result.output and "Dry run: nothing was deleted." in result.output
+    assert trials_of(url) == ["live-a", "live-b", "old-a", "old-b"]
+    assert checkpoints_on(storage, "old-a") == [
+        "checkpoint_000001",
+        "checkpoint_000002",
+        "trial.json",
+    ]
+
+
+def test_asks_first_and_no_deletes_nothing(seeded):
+    url, storage = seeded
+    result = invoke(url, "--run", "old", input="n\n")
+    assert result.exit_code == 1
+    assert "Delete them?" in result.output and "Nothing was deleted of run old" in result.output
+    assert trials_of(url) == ["live-a", "live-b", "old-a", "old-b"]
+    assert len(checkpoints_on(storage, "old-b")) == 3
+
+
+def test_yes_deletes_the_rows_then_the_checkpoints_and_leaves_the_other_run(seeded):
+    url, storage = seeded
+    result = invoke(url, "--run", "old", "--yes")
+    assert result.exit_code == 0, result.output
+    assert "deleted 9 rows" in result.output  # 2 results, 4 checkpoints, 2 trials and the run
+    assert trials_of(url) == ["live-a", "live-b"]
+    assert checkpoints_on(storage, "old-a") == ["trial.json"]  # its folder is kept without
+    assert len(checkpoints_on(storage, "live-a")) == 3  # --storage-path
+
+
+def test_storage_path_also_deletes_the_trials_folders(seeded):
+    url, storage = seeded
+    result = invoke(url, "--run", "old", "--yes", "--storage-path", storage.root)
+    assert result.exit_code == 0, result.output
+    assert not os.path.exists(storage.trial_dir("exp", "old-a"))
+    assert not os.path.exists(storage.trial_dir("exp", "old-b"))
+    assert len(checkpoints_on(storage, "live-b")) == 3
+
+
+def test_keep_checkpoints_deletes_the_rows_only_and_json_says_so(seeded):
+    url, storage = seeded
+    result = invoke(url, "--run", "old", "--yes", "--keep-checkpoints", "--json")
+    assert result.exit_code == 0, result.output
+    body = json.loads(result.output)
+    assert body["rows"]["at_trials"] == 2 and body["rows"]["at_experiment_runs"] == 1
+    assert (body["checkpoints"], body["files_deleted"], body["checkpoints_kept"]) == (4, [], True)
+    assert trials_of(url) == ["live-a", "live-b"]
+    assert len(checkpoints_on(storage, "old-a")) == 3
+
+
+def test_a_running_run_is_refused_with_what_to_do(seeded):
+    url, storage = seeded
+    result = invoke(url, "--run", "live", "--yes")
+    assert result.exit_code == 1
+    assert "is RUNNING" in result.output and "nothing was deleted" in result.output
+    assert trials_of(url) == ["live-a", "live-b", "old-a", "old-b"]
+    assert len(checkpoints_on(storage, "live-a")) == 3
+
+
+def test_an_unknown_run_is_one_error_line(seeded):
+    url, _ = seeded
+    result = invoke(url, "--run", "nope", "--yes")
+    assert result.exit_code == 1 and result.output.startswith("Error:")
