@@ -251,7 +251,7 @@ def run_backend(name: str, url: str, args: argparse.Namespace) -> list[str]:
     print(f"[{name}] recompute_best over the fixture: {lb['recompute_s']:.1f} s", flush=True)
     for mode, how in (
         ("min", "the experiment's metric and mode: maintained bests"),
-        ("max", "another mode: scans the results through the metric index"),
+        ("max", "the other mode of the experiment's metric: maintained bests too"),
     ):
         ms = lb[f"{mode}_ms"]
         print(

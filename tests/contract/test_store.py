@@ -48,7 +48,7 @@ from airflow_trials.store.migration import (
 from airflow_trials.store.models import Base, CheckpointRow, ResultRow, TrialRow
 from tests.contract.conftest import MEMORY, POSTGRESQL, SQLITE_FILE, fail_setting_last_result
 
-HEAD_REVISION = "0014"
+HEAD_REVISION = "0015"
 
 
 def register(store: TrialStore, trial_id: str, run: int | None = None, **kwargs: Any) -> None:
@@ -137,6 +137,26 @@ def schema_differences(store: TrialStore) -> list[Any]:
         return compare_metadata(context, Base.metadata)
 
 
+def _old_run(engine: Any, revision: str, run_key: str, seed: int) -> None:
+    """Migrate the empty database to ``revision`` and add experiment 1 ('old') and its run 7."""
+    with engine.execution_options(**{WRITE_OPTION: True}).begin() as connection:
+        command.upgrade(alembic_config(connection), revision)
+    with engine.begin() as connection:
+        connection.execute(
+            text(
+                "INSERT INTO at_experiments (id, name, created_at) VALUES (1, 'old', "
+                "CURRENT_TIMESTAMP)"
+            )
+        )
+        connection.execute(
+            text(
+                "INSERT INTO at_experiment_runs (id, experiment_id, run_key, seed, status, "
+                "created_at) VALUES (7, 1, :key, :seed, 'RUNNING', CURRENT_TIMESTAMP)"
+            ),
+            {"key": run_key, "seed": seed},
+        )
+
+
 class StoreContract:
     """Every backend must pass these; subclasses name the backend for the ``store`` fixture."""
 
@@ -207,17 +227,19 @@ class StoreContract:
             return [line for line in plan if f"Seq Scan on {table}" in line]
         return [line for line in plan if line.startswith(f"SCAN {table}")]
 
-    @pytest.mark.parametrize("mode", ["min", "max"])
+    @pytest.mark.parametrize(("metric", "mode"), [("acc", "max"), ("acc", "min"), ("loss", "min")])
     @pytest.mark.parametrize("limit", [None, 2])
     def test_leaderboard_reads_results_through_indexes_and_checkpoints_once(
-        self, store, mode, limit
+        self, store, metric, mode, limit
     ):
         """The guard on the ranking's cost (docs/benchmarks.md, bench/store_ingest.py --check):
-        no full scan of at_results in any statement; the probe path (here ``min``, the experiment
-        ranks by max) reads each trial's best through the metric index in index order; the
-        checkpoints are one statement of their own, never a lookup per ranked trial."""
+        no full scan of at_results in any statement; the experiment's metric (``acc``, ranked by
+        max) in either mode reads the maintained bests and no result; the probe path (``loss``,
+        not the experiment's metric) reads each trial's best through the metric index in index
+        order; the checkpoints are one statement of their own, never a lookup per ranked trial."""
         run = self._leaderboard_run(store)
-        statements = self._leaderboard_statements(store, run, "acc", mode, limit=limit)
+        store.ensure_metric_index("loss")
+        statements = self._leaderboard_statements(store, run, metric, mode, limit=limit)
         [(rank_sql, rank_parameters)] = [
             (s, p) for s, p in statements if "ORDER BY" in s and "best_value" in s
         ]
@@ -231,14 +253,16 @@ class StoreContract:
         checkpoint_plan = self._plan(store, ckpt_sql, ckpt_parameters)
         assert self._full_scans(checkpoint_plan, "at_checkpoints") == [], checkpoint_plan
         plan = self._plan(store, rank_sql, rank_parameters)
-        if mode == "max":  # the experiment's own goal: maintained bests, no result read
+        if metric == "acc":  # the experiment's metric: maintained bests in either mode
             assert "at_results" not in rank_sql
+            column = "best_value" if mode == "max" else "other_mode_best_value"
+            assert f"at_trials.{column}" in rank_sql
             return
         # The metric is part of the SQL text, as in the index: a PostgreSQL generic plan could
         # not match an index expression that holds a parameter.
         values = rank_parameters.values() if isinstance(rank_parameters, dict) else rank_parameters
-        assert "acc" not in [str(value) for value in values] and "acc" in rank_sql
-        assert any(metric_index_name("acc") in line for line in plan), plan
+        assert metric not in [str(value) for value in values] and metric in rank_sql
+        assert any(metric_index_name(metric) in line for line in plan), plan
         if self.backend != POSTGRESQL:
             # The probe's ORDER BY is the index order: the only sort is the final ranking.
             assert sum("TEMP B-TREE" in line for line in plan) == 1, plan
@@ -248,22 +272,8 @@ class StoreContract:
             pytest.skip("sqlite:// is a new, empty database per engine: nothing to upgrade")
         engine = create_store_engine(store_url)
         try:
-            with engine.execution_options(**{WRITE_OPTION: True}).begin() as connection:
-                command.upgrade(alembic_config(connection), "0002")
+            _old_run(engine, "0002", "before-0003", 2147483647)
             with engine.begin() as connection:
-                connection.execute(
-                    text(
-                        "INSERT INTO at_experiments (id, name, created_at) VALUES (1, 'old', "
-                        "CURRENT_TIMESTAMP)"
-                    )
-                )
-                connection.execute(
-                    text(
-                        "INSERT INTO at_experiment_runs (id, experiment_id, run_key, seed, status, "
-                        "created_at) "
-                        "VALUES (7, 1, 'before-0003', 2147483647, 'RUNNING', CURRENT_TIMESTAMP)"
-                    )
-                )
                 connection.execute(
                     text(
                         "INSERT INTO at_trials (trial_id, experiment_run_id, trainable, config, "
@@ -295,6 +305,67 @@ class StoreContract:
             assert schema_differences(store) == []
         finally:
             store.dispose()
+
+    def test_upgrade_to_0015_backfills_each_kept_best_in_the_other_mode(self, store_url):
+        if self.backend == MEMORY:
+            pytest.skip("sqlite:// is a new, empty database per engine: nothing to upgrade")
+        engine = create_store_engine(store_url)
+        json = "CAST(:m AS JSONB)" if self.backend == POSTGRESQL else ":m"
+        # Per trial: (best_metric, best_mode, its results' metrics by iteration).
+        trials: dict[str, tuple[str | None, str | None, list[str]]] = {
+            # min kept: the highest acc, earliest on ties; a string, a bool, a null do not count.
+            "lo": ("acc", "min", ['{"acc": 0.2}', '{"acc": 0.7}', '{"acc": "9"}', '{"acc": 0.7}']),
+            "hi": ("acc", "max", ['{"acc": 3}', '{"acc": true}', '{"acc": null}', '{"acc": 1.5}']),
+            "none": ("acc", "max", ['{"loss": 1.0}', '{"acc": "n/a"}']),
+            "unkept": (None, None, ['{"acc": 0.5}']),
+            "key": ("val/acc", "min", ['{"val/acc": -1}', '{"val/acc": -2.5}']),
+        }
+        try:
+            _old_run(engine, "0013", "r", 1)
+            with engine.begin() as connection:
+                result_id = 0
+                for trial_id, (metric, mode, metrics) in trials.items():
+                    connection.execute(
+                        text(
+                            "INSERT INTO at_trials (trial_id, experiment_run_id, trainable, "
+                            "config, resources, status, max_failures, created_at, updated_at, "
+                            "best_metric, best_mode) VALUES (:t, 7, 'm:f', '{}', '{}', "
+                            "'PENDING', 0, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, :metric, :mode)"
+                        ),
+                        {"t": trial_id, "metric": metric, "mode": mode},
+                    )
+                    for iteration, m in enumerate(metrics, start=1):
+                        result_id += 1
+                        connection.execute(
+                            text(
+                                "INSERT INTO at_results (id, trial_id, iteration, timestamp, "
+                                f"metrics) VALUES (:id, :t, :i, 0, {json})"
+                            ),
+                            {"id": result_id, "t": trial_id, "i": iteration, "m": m},
+                        )
+            upgrade_engine(engine)
+            assert current_revision(engine) == HEAD_REVISION
+            columns = TrialRow.__table__.c
+            with engine.connect() as connection:
+                backfilled = {
+                    trial_id: (value, iteration)
+                    for trial_id, value, iteration in connection.execute(
+                        select(
+                            columns.trial_id,
+                            columns.other_mode_best_value,
+                            columns.other_mode_best_iteration,
+                        )
+                    )
+                }
+        finally:
+            engine.dispose()
+        assert backfilled == {
+            "lo": (0.7, 2),
+            "hi": (1.5, 4),
+            "none": (None, None),
+            "unkept": (None, None),
+            "key": (-1.0, 1),
+        }
 
     def test_unmigrated_database_raises_store_error_naming_the_upgrade(self, store_url):
         bare = TrialStore(store_url)
@@ -594,13 +665,14 @@ class StoreContract:
         )
         assert (again.started_at, again.ended_at, again.try_number) == (None, None, 2)
         assert store.get_results("t1") == [] and store.latest_checkpoint("t1") is None
-        assert [row.trial_id for row in store.leaderboard(run, "loss")] == [
-            "t2",
-            "t1",
-        ]  # t1 has no best now
+        for mode in ("min", "max"):  # t1 has no best now, in either mode
+            assert [row.trial_id for row in store.leaderboard(run, "loss", mode)] == ["t2", "t1"]
         assert len(store.get_results("t2")) == 2  # other trials keep theirs
-        # It runs again as new: iteration 1 is new again.
+        # It runs again as new: iteration 1 is new again, and is its best in both modes.
         assert store.add_results("t1", results([1])) == 1
+        for mode in ("min", "max"):
+            [again_best] = [r for r in store.leaderboard(run, "loss", mode) if r.trial_id == "t1"]
+            assert again_best.best_iteration == 1
         with pytest.raises(
             InvalidTransitionError, match="restart trial t2 from scratch: it is PENDING"
         ):
@@ -832,13 +904,81 @@ class StoreContract:
         assert store.recompute_best(run) == 5
         assert store.leaderboard(run, "acc", "max") == before
 
+    def _maintained(self, store: TrialStore, run: int) -> dict[str, tuple[Any, ...]]:
+        """Per trial of the run: best_metric, best_mode, the best in that mode and in the other
+        (each value and iteration), as at_trials holds them."""
+        trials = TrialRow.__table__.c
+        with store._engine.connect() as connection:
+            return {
+                row[0]: tuple(row[1:])
+                for row in connection.execute(
+                    select(
+                        trials.trial_id,
+                        trials.best_metric,
+                        trials.best_mode,
+                        trials.best_value,
+                        trials.best_iteration,
+                        trials.other_mode_best_value,
+                        trials.other_mode_best_iteration,
+                    ).where(trials.experiment_run_id == run)
+                )
+            }
+
+    def test_other_mode_best_is_maintained_on_write_and_matches_the_probe(self, store):
+        run = self._leaderboard_run(store)
+        # NaN and inf are stored as None: neither is a best in either mode. A string or a bool
+        # is not a number.
+        store.add_results(
+            "e",
+            [
+                {"training_iteration": 3, "acc": -math.inf},
+                {"training_iteration": 4, "acc": math.inf},
+                {"training_iteration": 5, "acc": True},
+                {"training_iteration": 6, "acc": "0.0"},
+            ],
+        )
+        # Out of order, with a tie: the earliest iteration keeps it.
+        store.add_results(
+            "a", [{"training_iteration": 6, "acc": 0.4}, {"training_iteration": 4, "acc": 0.4}]
+        )
+        expected = [("e", 0.1, 1), ("b", 0.2, 1), ("a", 0.4, 4), ("c", None, None)]
+        expected.append(("d", None, None))
+        rows = store.leaderboard(run, "acc", "min")
+        assert [(r.trial_id, r.best_value, r.best_iteration) for r in rows] == expected
+        maintained = self._maintained(store, run)
+        assert maintained["a"] == ("acc", "max", 0.9, 2, 0.4, 4)
+        assert maintained["c"] == ("acc", "max", None, None, None, None)
+        # The probe of the results (the experiment's mode changed, so nothing is maintained)
+        # ranks the same; recompute_best keeps the same values.
+        store.ensure_experiment("mnist", metric="acc", mode="min")
+        assert store.leaderboard(run, "acc", "min") == rows
+        store.ensure_experiment("mnist", metric="acc", mode="max")
+        assert store.recompute_best(run) == 5
+        assert self._maintained(store, run) == maintained
+        assert store.leaderboard(run, "acc", "min") == rows
+        assert [r.trial_id for r in store.ranking(run, "acc", "min")] == [r[0] for r in expected]
+
     def test_changing_the_experiment_metric_falls_back_to_scanning_results(self, store):
         run = self._leaderboard_run(store)
+        before = {mode: store.leaderboard(run, "acc", mode) for mode in ("min", "max")}
         store.ensure_experiment("mnist", metric="acc", mode="min")
         rows = store.leaderboard(run, "acc", "min")
         assert [r.trial_id for r in rows][:2] == ["e", "b"] and rows[0].best_value == 0.1
+        assert rows == before["min"] and store.leaderboard(run, "acc", "max") == before["max"]
+        # A trial's new result after the change: its earlier results were kept for max, so its
+        # bests in both modes are unknown until recomputed, as they are today for the mode's.
+        store.add_results("a", [{"training_iteration": 7, "acc": 0.05}])
+        assert self._maintained(store, run)["a"] == (None,) * 6
+        assert store.leaderboard(run, "acc", "min")[0].trial_id == "a"
         store.recompute_best(run)
-        assert store.leaderboard(run, "acc", "min") == rows
+        assert self._maintained(store, run)["a"] == ("acc", "min", 0.05, 7, 0.9, 2)
+        assert [r.trial_id for r in store.leaderboard(run, "acc", "min")][:3] == ["a", "e", "b"]
+        assert [r.best_value for r in store.leaderboard(run, "acc", "max")][:3] == [0.95, 0.9, 0.1]
+        # Another metric: nothing is maintained for it.
+        store.ensure_experiment("mnist", metric="loss", mode="min")
+        store.recompute_best(run)
+        assert self._maintained(store, run)["c"] == ("loss", "min", 1.0, 1, 1.0, 1)
+        assert self._maintained(store, run)["a"] == ("loss", "min", None, None, None, None)
 
     def test_leaderboard_rejects_bad_arguments(self, store):
         run = self._leaderboard_run(store)

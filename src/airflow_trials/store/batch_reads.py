@@ -16,10 +16,10 @@ from airflow_trials.store.database import Database
 from airflow_trials.store.exploits import exploit_lineage
 from airflow_trials.store.feasibility import judged_feasible_first, run_constraints, run_feasibility
 from airflow_trials.store.leaderboard import (
-    best_is_current,
     best_leaderboard_query,
     check_metric,
     check_mode,
+    maintained_best_columns,
     metric_value,
 )
 from airflow_trials.store.mapping import (
@@ -104,14 +104,11 @@ class BatchReader:
         operation = f"rank the trials of experiment run {run_pk} by {mode} {metric}"
         with self._once(operation) as session:
             run = self._db.find_run(session, run_pk, operation)
-            if best_is_current(session, run, metric, mode):
+            maintained = maintained_best_columns(session, run, metric, mode)
+            if maintained is not None:
                 trials = TrialRow.__table__.c
-                query = best_leaderboard_query(run_pk, mode, None).with_only_columns(
-                    trials.trial_id,
-                    trials.status,
-                    trials.num_failures,
-                    trials.best_value,
-                    trials.best_iteration,
+                query = best_leaderboard_query(run_pk, mode, None, maintained).with_only_columns(
+                    trials.trial_id, trials.status, trials.num_failures, *maintained
                 )
                 ranked = [ranked_trial(row) for row in session.execute(query)]
                 constraints = run_constraints(session, run)

@@ -27,12 +27,12 @@ from airflow_trials.store.leaderboard import (
 from airflow_trials.store.models import (
     CheckpointRow,
     ExperimentRow,
-    ExperimentRunRow,
     ResultRow,
     TrialRow,
     utcnow,
 )
 from airflow_trials.store.run_summaries import trials_written
+from airflow_trials.store.trial_best import other_mode, update_best
 from airflow_trials.store.trial_writes import change_status
 
 
@@ -123,7 +123,8 @@ class IngestWriter(StoreBase):
         return len(new_iterations)
 
     def recompute_best(self, experiment_run_id: int) -> int:
-        """Recompute every trial's best value of the run's experiment metric from its results.
+        """Recompute every trial's best value of the run's experiment metric from its results, in
+        the experiment's mode and in the other (:mod:`~airflow_trials.store.trial_best`).
 
         Needed only for results loaded around :meth:`add_results` (bulk loads, data from before
         migration 0002) or after the experiment's metric changed. Returns the trials updated.
@@ -135,18 +136,29 @@ class IngestWriter(StoreBase):
             experiment = session.get(ExperimentRow, run.experiment_id)
             if experiment is None or experiment.metric is None or experiment.mode is None:
                 return 0
-            query = leaderboard_query(
-                self._dialect, experiment_run_id, experiment.metric, experiment.mode, None
-            )
+            metric, mode = experiment.metric, experiment.mode
+            # The leaderboard's probe in each mode: the best of each trial as add_results keeps it.
+            other = {
+                r.trial_id: (r.best_value, r.best_iteration)
+                for r in session.connection().execute(
+                    leaderboard_query(
+                        self._dialect, experiment_run_id, metric, other_mode(mode), None
+                    )
+                )
+            }
             rows = [
                 {
                     "t": r.trial_id,
-                    "m": experiment.metric,
-                    "o": experiment.mode,
+                    "m": metric,
+                    "o": mode,
                     "v": r.best_value,
                     "i": r.best_iteration,
+                    "ov": other[r.trial_id][0],
+                    "oi": other[r.trial_id][1],
                 }
-                for r in session.connection().execute(query)
+                for r in session.connection().execute(
+                    leaderboard_query(self._dialect, experiment_run_id, metric, mode, None)
+                )
             ]
             if rows:
                 table = TrialRow.__table__
@@ -158,6 +170,8 @@ class IngestWriter(StoreBase):
                         best_mode=bindparam("o"),
                         best_value=bindparam("v"),
                         best_iteration=bindparam("i"),
+                        other_mode_best_value=bindparam("ov"),
+                        other_mode_best_iteration=bindparam("oi"),
                     ),
                     rows,
                 )
@@ -304,66 +318,6 @@ class IngestWriter(StoreBase):
                 f"store at {safe_url(self._url)}; record it with add_checkpoint first."
             )
         checkpoint.deleted = True
-
-
-def update_best(
-    session: Session,
-    trial: TrialRow,
-    new_rows: list[dict[str, Any]],
-    had_results: bool,
-    goals: dict[int, Any] | None = None,
-) -> None:
-    """Fold the new results into the trial's best value of its experiment's metric;
-    ``goals`` caches each run's metric and mode within one transaction."""
-    goal = None
-    run_id = trial.experiment_run_id
-    if run_id is not None and goals is not None and run_id in goals:
-        goal = goals[run_id]
-    elif run_id is not None:
-        goal = session.execute(
-            select(ExperimentRow.metric, ExperimentRow.mode)
-            .join(ExperimentRunRow, ExperimentRunRow.experiment_id == ExperimentRow.id)
-            .where(ExperimentRunRow.id == run_id)
-        ).one_or_none()
-        if goals is not None:
-            goals[run_id] = goal
-    if goal is None or goal.metric is None or goal.mode is None:
-        return
-    if (trial.best_metric, trial.best_mode) != (goal.metric, goal.mode):
-        if had_results:
-            # Earlier results were ranked for another metric (or not at all): unknown now.
-            trial.best_metric = trial.best_mode = None
-            trial.best_value = trial.best_iteration = None
-            return
-        trial.best_metric, trial.best_mode = goal.metric, goal.mode
-        trial.best_value = trial.best_iteration = None
-    sign = 1.0 if goal.mode == "min" else -1.0
-    for row in new_rows:
-        value = row["metrics"].get(goal.metric)
-        if isinstance(value, bool) or not isinstance(value, numbers.Real):
-            continue
-        key = (sign * float(value), row["iteration"])
-        if trial.best_value is None or key < (sign * trial.best_value, trial.best_iteration or 0):
-            trial.best_value, trial.best_iteration = float(value), row["iteration"]
-
-
-def refold_results(session: Session, trial: TrialRow) -> None:
-    """Set the locked trial's ``last_result`` and maintained best to what
-    :meth:`IngestWriter.add_results` leaves when only the results now stored were ingested
-    (``record_exploit`` took some away)."""
-    rows = [
-        {"iteration": iteration, "metrics": metrics}
-        for iteration, metrics in session.execute(
-            select(ResultRow.iteration, ResultRow.metrics)
-            .where(ResultRow.trial_id == trial.trial_id)
-            .order_by(ResultRow.iteration)
-        )
-    ]
-    trial.last_result = rows[-1]["metrics"] if rows else None
-    trial.best_metric = trial.best_mode = None
-    trial.best_value = trial.best_iteration = None
-    if rows:
-        update_best(session, trial, rows, had_results=False)
 
 
 def _result_rows(trial_id: str, results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -322,22 +322,30 @@ def checkpoint_paths(
     ).group_by(ranked.c.trial_id)
 
 
-def best_leaderboard_query(experiment_run_id: int, mode: str, limit: int | None) -> Select[Any]:
-    """The leaderboard from each trial's maintained best (``at_trials.best_value``): no result scan.
+#: ``at_trials``' columns of a maintained best: (value, the first iteration that reached it).
+MaintainedBest = tuple[ColumnElement[Any], ColumnElement[Any]]
 
-    Same columns and order as :func:`leaderboard_query`; valid when every trial of the run with
-    results has ``best_metric``/``best_mode`` equal to the requested metric and mode.
+
+def best_leaderboard_query(
+    experiment_run_id: int, mode: str, limit: int | None, best: MaintainedBest
+) -> Select[Any]:
+    """The leaderboard from each trial's maintained best (``best``, from
+    :func:`maintained_best_columns`): no result read.
+
+    Same columns and order as :func:`leaderboard_query`; valid when
+    :func:`maintained_best_columns` gave ``best`` for the requested metric and mode.
     """
     trials = TrialRow.__table__
-    ordering = trials.c.best_value.asc() if mode == "min" else trials.c.best_value.desc()
+    value, iteration = best
+    ordering = value.asc() if mode == "min" else value.desc()
     query = (
         select(
             trials.c.trial_id,
             trials.c.status,
             trials.c.num_failures,
             _config_text(),
-            trials.c.best_value,
-            trials.c.best_iteration,
+            value.label("best_value"),
+            iteration.label("best_iteration"),
         )
         .where(trials.c.experiment_run_id == experiment_run_id)
         .order_by(ordering.nulls_last(), trials.c.trial_id)
@@ -347,12 +355,18 @@ def best_leaderboard_query(experiment_run_id: int, mode: str, limit: int | None)
     return query
 
 
-def best_is_current(session: Session, run: ExperimentRunRow, metric: str, mode: str) -> bool:
-    """Whether every trial of the run with results has its best maintained for ``metric`` and
-    ``mode`` (the experiment's), so the leaderboard may read ``at_trials.best_value``."""
+def maintained_best_columns(
+    session: Session, run: ExperimentRunRow, metric: str, mode: str
+) -> MaintainedBest | None:
+    """The ``at_trials`` columns that hold every trial's best of ``metric`` in ``mode`` and its
+    iteration, when the run's trials keep them (:mod:`~airflow_trials.store.trial_best`): the
+    metric is the experiment's and every trial of the run with results has its bests kept for
+    the experiment's metric and mode. ``best_value`` for the experiment's mode,
+    ``other_mode_best_value`` for the other; None when they are not kept (the leaderboard then
+    probes the results)."""
     experiment = session.get(ExperimentRow, run.experiment_id)
-    if experiment is None or (experiment.metric, experiment.mode) != (metric, mode):
-        return False
+    if experiment is None or experiment.metric != metric or experiment.mode not in MODES:
+        return None
     trials = TrialRow.__table__
     stale = session.execute(
         select(func.count())
@@ -361,7 +375,11 @@ def best_is_current(session: Session, run: ExperimentRunRow, metric: str, mode: 
             trials.c.experiment_run_id == run.id,
             trials.c.last_result.is_not(None),
             trials.c.best_metric.is_distinct_from(metric)
-            | trials.c.best_mode.is_distinct_from(mode),
+            | trials.c.best_mode.is_distinct_from(experiment.mode),
         )
     ).scalar_one()
-    return stale == 0
+    if stale:
+        return None
+    if mode == experiment.mode:
+        return trials.c.best_value, trials.c.best_iteration
+    return trials.c.other_mode_best_value, trials.c.other_mode_best_iteration

@@ -182,6 +182,11 @@ class TrialRow(Base):
     best_mode: Mapped[str | None] = mapped_column(String(8), nullable=True)
     best_value: Mapped[float | None] = mapped_column(Float, nullable=True)
     best_iteration: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # The best of best_metric in the other mode than best_mode (its highest value when best_mode
+    # is "min"), and the first iteration that reached it (migration 0015): maintained with the
+    # columns above and valid when they are, so a ranking in the other mode reads no result.
+    other_mode_best_value: Mapped[float | None] = mapped_column(Float, nullable=True)
+    other_mode_best_iteration: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 class ResultRow(Base):

@@ -23,12 +23,12 @@ from airflow_trials.store.history import (
     experiment_trend,
 )
 from airflow_trials.store.leaderboard import (
-    best_is_current,
     best_leaderboard_query,
     check_metric,
     check_mode,
     checkpoint_paths,
     leaderboard_query,
+    maintained_best_columns,
 )
 from airflow_trials.store.mapping import (
     checkpoint_record,
@@ -376,9 +376,10 @@ class TrialReader:
             # With constraints the feasible trials go first, so the cut is made after that.
             cut = None if constraints else limit
             connection = session.connection()
-            if best_is_current(session, run, metric, mode):
+            maintained = maintained_best_columns(session, run, metric, mode)
+            if maintained is not None:
                 # Every trial's best is maintained for this metric and mode: one row per trial.
-                query = best_leaderboard_query(experiment_run_id, mode, cut)
+                query = best_leaderboard_query(experiment_run_id, mode, cut, maintained)
             else:
                 query = leaderboard_query(dialect, experiment_run_id, metric, mode, cut)
             if dialect == "postgresql":

@@ -39,6 +39,7 @@ from airflow_trials.store.transitions import (
     StopForTry,
     TrialTransition,
 )
+from airflow_trials.store.trial_best import forget_best
 
 
 class TrialWriter(StoreBase):
@@ -287,7 +288,13 @@ class TrialWriter(StoreBase):
                 {"num_failures": 0, "error_msg": None, "last_result": None},
             )
             trial.started_at = None
-            trial.best_value = trial.best_iteration = None
+            # No result is left: the bests are kept for what they were kept for, with none yet.
+            forget_best(
+                trial,
+                goal=None
+                if trial.best_metric is None or trial.best_mode is None
+                else (trial.best_metric, trial.best_mode),
+            )
             if restart.try_number is not None:
                 trial.try_number = restart.try_number
             trials_written(session, [trial.experiment_run_id])
