@@ -10,7 +10,12 @@ import pytest
 from airflow_trials import InvalidTransitionError, RayTrialExecutor, Trial
 from airflow_trials.core.fate import Transition
 from airflow_trials.execution.triggerer import poller as poller_module
-from airflow_trials.execution.triggerer.poller import poller_of, watch_trial
+from airflow_trials.execution.triggerer.poller import (
+    BatchedTrialPolls,
+    TrialPoller,
+    poller_of,
+    watch_trial,
+)
 from airflow_trials.store import TrialStore
 
 COUNTING = "tests.trainables:counting"
@@ -93,3 +98,47 @@ async def test_polls_run_on_the_pollers_thread_and_an_idle_poller_retires(
     again = watch_trial("t1", actor, store_url, 0.2)
     assert poller_of(loop) not in (None, poller)
     again.close()
+
+
+class HeldStore:
+    """A trials store whose batch writes wait until the test lets them go."""
+
+    def __init__(self, url):
+        self.store = TrialStore(url)
+        self.writing, self.go_on = threading.Event(), threading.Event()
+
+    def record_progress(self, batch):
+        self.writing.set()
+        self.go_on.wait(30)
+        return self.store.record_progress(batch)
+
+    def dispose(self):
+        self.store.dispose()
+
+
+async def test_answers_reach_their_triggers_before_a_slow_write_ends(
+    ray_cluster, storage, store_url
+):
+    # The answers of a tick are handed to the event loop before the tick's write: a write that
+    # retries for long must not look to the trigger like a poll Ray left unanswered.
+    loop = asyncio.get_running_loop()
+    stores = []
+    poller = TrialPoller(
+        loop, store_factory=lambda url: stores.append(HeldStore(url)) or stores[-1]
+    )
+    poller.start()
+    watches = [
+        BatchedTrialPolls(poller, trial_id, launch(storage, store_url, trial_id), store_url, 0.2)
+        for trial_id in ("h1", "h2")
+    ]
+    for watch in watches:
+        poller.command(poller._add, watch)
+    polls = [watch.poll() for watch in watches]
+    await asyncio.wait_for(asyncio.gather(*(p.answered for p in polls)), 60)
+    assert await asyncio.to_thread(stores[0].writing.wait, 30)
+    assert not any(p.recorded.done() for p in polls)  # the write is held
+    stores[0].go_on.set()
+    await asyncio.wait_for(asyncio.gather(*(p.recorded for p in polls)), 30)
+    assert {TrialStore(store_url).get_trial(t).status.value for t in ("h1", "h2")} == {"RUNNING"}
+    for watch in watches:
+        watch.close()
