@@ -122,10 +122,8 @@ async def test_answers_reach_their_triggers_before_a_slow_write_ends(
     # The answers of a tick are handed to the event loop before the tick's write: a write that
     # retries for long must not look to the trigger like a poll Ray left unanswered.
     loop = asyncio.get_running_loop()
-    stores = []
-    poller = TrialPoller(
-        loop, store_factory=lambda url: stores.append(HeldStore(url)) or stores[-1]
-    )
+    held = HeldStore(store_url)
+    poller = TrialPoller(loop, store_factory=lambda url: held)
     poller.start()
     watches = [
         BatchedTrialPolls(poller, trial_id, launch(storage, store_url, trial_id), store_url, 0.2)
@@ -135,9 +133,9 @@ async def test_answers_reach_their_triggers_before_a_slow_write_ends(
         poller.command(poller._add, watch)
     polls = [watch.poll() for watch in watches]
     await asyncio.wait_for(asyncio.gather(*(p.answered for p in polls)), 60)
-    assert await asyncio.to_thread(stores[0].writing.wait, 30)
+    assert await asyncio.to_thread(held.writing.wait, 30)
     assert not any(p.recorded.done() for p in polls)  # the write is held
-    stores[0].go_on.set()
+    held.go_on.set()
     await asyncio.wait_for(asyncio.gather(*(p.recorded for p in polls)), 30)
     assert {TrialStore(store_url).get_trial(t).status.value for t in ("h1", "h2")} == {"RUNNING"}
     for watch in watches:
