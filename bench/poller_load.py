@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import gc
 import io
 import json
 import logging
@@ -213,6 +214,8 @@ async def _run_watches(args: argparse.Namespace, url: str, log: logging.Logger) 
     await asyncio.sleep(args.warmup)
 
     lags: list[float] = []
+    collections = _GcTimer()
+    gc.callbacks.append(collections)
     stop = asyncio.Event()
     probe = asyncio.ensure_future(_probe(lags, stop))
     rows_before = _result_count(store)
@@ -226,6 +229,7 @@ async def _run_watches(args: argparse.Namespace, url: str, log: logging.Logger) 
         main_profile.disable()
         profiles["event loop"] = main_profile
     elapsed = time.monotonic() - wall_before
+    gc.callbacks.remove(collections)
     process_cpu = time.process_time() - process_before
     cpu_after = _thread_cpu()
     rows = _result_count(store) - rows_before
@@ -254,6 +258,8 @@ async def _run_watches(args: argparse.Namespace, url: str, log: logging.Logger) 
             for ms in BLOCK_THRESHOLDS_MS
         },
         "rows_per_s": rows / elapsed,
+        "gc_full_collections": len(collections.full_s),
+        "longest_gc_full_ms": 1000 * max(collections.full_s, default=0.0),
         "ended_early": [str(t.result()) for t in done][:3],
     }
     for name, profile in profiles.items():
@@ -261,6 +267,23 @@ async def _run_watches(args: argparse.Namespace, url: str, log: logging.Logger) 
         pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(args.profile_lines)
         figures[f"profile {name}"] = text.getvalue()
     return figures
+
+
+class _GcTimer:
+    """How long each full (generation 2) collection of the cyclic garbage collector held every
+    thread of the process."""
+
+    def __init__(self) -> None:
+        self.full_s: list[float] = []
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if info["generation"] != 2:
+            return
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.full_s.append(time.perf_counter() - self._started)
 
 
 def _profile_poller(poller_module: Any, profiles: dict[str, cProfile.Profile]) -> None:
@@ -357,6 +380,11 @@ def _line(f: dict[str, Any]) -> str:
         f"{100 * f['poller_thread_share']:.1f}%), longest lag {f['longest_lag_ms']:.0f} ms, "
         f"lags >50 ms {f['lags_over_50ms']:.0f}, >100 ms {f['lags_over_100ms']:.0f}, "
         f"{f['rows_per_s']:.0f} results/s"
+        + (
+            f", full GCs {f['gc_full_collections']:.0f} (longest {f['longest_gc_full_ms']:.0f} ms)"
+            if "gc_full_collections" in f
+            else ""
+        )
     )
 
 
