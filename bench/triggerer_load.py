@@ -63,7 +63,8 @@ if str(REPO) not in sys.path:
 from tests.faults.stack import FaultStack, RayHead, base_env  # noqa: E402
 
 EXPERIMENT = "bench_triggerer_load"
-MODES = {"per-trial": "0", "batched": "1"}
+# "base": the batched poller of the code in --base-src (a checkout from before a change).
+MODES = {"per-trial": "0", "batched": "1", "base": "1"}
 # Below this, the benchmark stops rather than let the OOM killer pick processes of the machine.
 MIN_AVAILABLE_GIB = 2.0
 # Airflow's watchdog sleeps 0.1 s and logs when that took longer than the threshold.
@@ -104,6 +105,7 @@ class Figures:
     mode: str
     window_s: float
     cpu_share: float
+    runner_cpu_share: float  # of cpu_share: the trigger-runner subprocess (the event loop's)
     blocks: list[float]  # seconds each logged block held the loop
     deadlocked: int
     probe_lag_ms: float | None
@@ -280,7 +282,9 @@ def measure(stack: FaultStack, probe: Probe, mode: str, window_s: float) -> Figu
     )
     elapsed, end_wall = time.monotonic() - start, time.time()
     stack.check_alive()
-    cpu = sum(after_cpu[pid] - before_cpu[pid] for pid in after_cpu if pid in before_cpu)
+    spent = {pid: after_cpu[pid] - before_cpu[pid] for pid in after_cpu if pid in before_cpu}
+    cpu = sum(spent.values())
+    supervisor = stack.pid("triggerer")
     lines = log_lines(stack, start_wall, end_wall + 5)
     blocks = [float(m.group(1)) - WATCHDOG_SLEEP_S for line in lines if (m := BLOCKED.search(line))]
     # The probe's lines each cover the 60 s before them: --settle keeps them inside steady time.
@@ -298,6 +302,7 @@ def measure(stack: FaultStack, probe: Probe, mode: str, window_s: float) -> Figu
         mode=mode,
         window_s=elapsed,
         cpu_share=cpu / elapsed,
+        runner_cpu_share=sum(v for pid, v in spent.items() if pid != supervisor) / elapsed,
         blocks=blocks,
         deadlocked=sum("appears deadlocked" in line for line in lines),
         probe_lag_ms=max(lag for lag, _, _ in probe_lines) if probe_lines else None,
@@ -321,6 +326,7 @@ def report(figures: list[Figures], trials: int, memory: tuple[int, float, float]
     rows = [
         ("window (s)", [f"{f.window_s:.0f}" for f in figures]),
         ("triggerer CPU (% of one core)", [f"{100 * f.cpu_share:.1f}" for f in figures]),
+        ("  of it the trigger runner", [f"{100 * f.runner_cpu_share:.1f}" for f in figures]),
         ("longest loop block (ms, watchdog)", [f"{f.longest_block_ms:.0f}" for f in figures]),
         ("blocks > 50 ms logged", [str(len(f.blocks)) for f in figures]),
         ("'appears deadlocked'", [str(f.deadlocked) for f in figures]),
@@ -336,6 +342,18 @@ def report(figures: list[Figures], trials: int, memory: tuple[int, float, float]
         print(f"{label:<34}" + "".join(f"{v:>14}" for v in values))
     by_mode = {f.mode: f for f in figures}
     old, new = by_mode.get("per-trial"), by_mode.get("batched")
+    base = [f for f in figures if f.mode == "base"]
+    news = [f for f in figures if f.mode == "batched"]
+    if base and news:
+        mean_cpu = {
+            m: sum(f.cpu_share for f in fs) / len(fs) for m, fs in (("base", base), ("new", news))
+        }
+        print(
+            f"ratio batched / base (means of {len(news)} and {len(base)} windows): triggerer CPU "
+            f"{mean_cpu['new'] / mean_cpu['base']:.2f}; longest block "
+            f"{max(f.longest_block_ms for f in news):.0f} ms vs "
+            f"{max(f.longest_block_ms for f in base):.0f} ms"
+        )
     if old and new:
         print("ratios per-trial / batched:")
         print(f"  triggerer CPU            {old.cpu_share / max(new.cpu_share, 1e-9):.2f}")
@@ -413,6 +431,12 @@ def main() -> None:
     parser.add_argument(
         "--postgres-url", default=None, help="trials DB server; default a SQLite file"
     )
+    parser.add_argument(
+        "--base-src",
+        default=None,
+        help="the 'base' mode's triggerer imports airflow_trials from this src directory first "
+        "(the code before a change: batched,base,batched measures before and after side by side)",
+    )
     parser.add_argument("--setup-timeout-s", type=float, default=2400)
     parser.add_argument(
         "--no-pin",
@@ -423,6 +447,8 @@ def main() -> None:
     )
     args = parser.parse_args()
     modes = args.modes.split(",")
+    if "base" in modes and (args.base_src is None or modes[0] == "base"):
+        parser.error("mode 'base' needs --base-src, and another mode first (it sets the trials up)")
 
     with (
         tempfile.TemporaryDirectory(prefix="bench_p5_") as tmp,
@@ -461,6 +487,7 @@ def main() -> None:
                     max_active=args.trials + 16,
                 ),
             )
+            pythonpath = stack.env.get("PYTHONPATH", "")
             stack.start()
             pin(stack_processes(stack), airflow_cores)
             started = time.monotonic()
@@ -493,6 +520,9 @@ def main() -> None:
                 if index > 0:
                     stack.stop("triggerer")
                     stack.env["AIRFLOW_TRIALS_BATCHED_POLLS"] = MODES[mode]
+                    stack.env["PYTHONPATH"] = os.pathsep.join(
+                        filter(None, [args.base_src if mode == "base" else None, pythonpath])
+                    )
                     since = probe.newest_iterations()
                     stack.start("triggerer")
                     pin(stack_processes(stack), airflow_cores)

@@ -97,6 +97,34 @@ class ProgressContract:
             store.record_progress([TrialProgress("good", deleted_checkpoints=["/missing"])])
         assert count(store, ResultRow) == 0
 
+    def test_a_batch_takes_as_many_statements_for_30_trials_as_for_3(self, store):
+        # The triggerer's poller writes one batch per tick for every trial it watches: the
+        # statements of a batch do not grow with its trials (they did: about four per trial).
+        run = store.create_experiment_run("exp", "r1")
+        store.ensure_experiment("exp", metric="loss", mode="min")
+        statements = []
+
+        def count_statements(trial_ids):
+            for trial_id in trial_ids:
+                register(store, trial_id, run)
+            statements.clear()
+            listener = lambda *args: statements.append(1)  # noqa: E731
+            event.listen(store._engine, "before_cursor_execute", listener)
+            try:
+                new = store.record_progress(
+                    [TrialProgress(t, results=results([1, 2]), running=True) for t in trial_ids]
+                )
+            finally:
+                event.remove(store._engine, "before_cursor_execute", listener)
+            assert new == 2 * len(trial_ids)
+            return len(statements)
+
+        few = count_statements([f"few-{i}" for i in range(3)])
+        many = count_statements([f"many-{i:02d}" for i in range(30)])
+        assert many == few, (few, many)
+        assert [store.get_trial(f"many-{i:02d}").status.value for i in (0, 29)] == ["RUNNING"] * 2
+        assert store.get_trial("many-17").last_result["training_iteration"] == 2
+
     def test_refuses_a_trial_named_twice(self, store):
         register(store, "a")
         with pytest.raises(ValueError, match=r"\['a'\] more than once"):

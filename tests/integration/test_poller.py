@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 
 import pytest
@@ -10,7 +11,12 @@ import pytest
 from airflow_trials import InvalidTransitionError, RayTrialExecutor, Trial
 from airflow_trials.core.fate import Transition
 from airflow_trials.execution.triggerer import poller as poller_module
-from airflow_trials.execution.triggerer.poller import poller_of, watch_trial
+from airflow_trials.execution.triggerer.poller import (
+    BatchedTrialPolls,
+    TrialPoller,
+    poller_of,
+    watch_trial,
+)
 from airflow_trials.store import TrialStore
 
 COUNTING = "tests.trainables:counting"
@@ -93,3 +99,58 @@ async def test_polls_run_on_the_pollers_thread_and_an_idle_poller_retires(
     again = watch_trial("t1", actor, store_url, 0.2)
     assert poller_of(loop) not in (None, poller)
     again.close()
+
+
+class HeldStore:
+    """A trials store whose batch writes wait until the test lets them go."""
+
+    def __init__(self, url):
+        self.store = TrialStore(url)
+        self.writing, self.go_on = threading.Event(), threading.Event()
+
+    def record_progress(self, batch):
+        self.writing.set()
+        self.go_on.wait(30)
+        return self.store.record_progress(batch)
+
+    def dispose(self):
+        self.store.dispose()
+
+
+async def test_answers_reach_their_triggers_before_a_slow_write_ends(
+    ray_cluster, storage, store_url
+):
+    # The answers of a tick are handed to the event loop before the tick's write: a write that
+    # retries for long must not look to the trigger like a poll Ray left unanswered.
+    loop = asyncio.get_running_loop()
+    held = HeldStore(store_url)
+    poller = TrialPoller(loop, store_factory=lambda url: held)
+    poller.start()
+    watches = [
+        BatchedTrialPolls(poller, trial_id, launch(storage, store_url, trial_id), store_url, 0.2)
+        for trial_id in ("h1",)  # one: two trials may answer in two ticks, the second held
+    ]
+    for watch in watches:
+        poller.command(poller._add, watch)
+    polls = [watch.poll() for watch in watches]
+    await asyncio.wait_for(asyncio.gather(*(p.answered for p in polls)), 60)
+    assert await asyncio.to_thread(held.writing.wait, 30)
+    assert not any(p.recorded.done() for p in polls)  # the write is held
+    held.go_on.set()
+    await asyncio.wait_for(asyncio.gather(*(p.recorded for p in polls)), 30)
+    assert TrialStore(store_url).get_trial("h1").status.value == "RUNNING"
+    for watch in watches:
+        watch.close()
+
+
+async def test_the_first_poller_of_a_process_freezes_its_start_up_objects(store_url, monkeypatch):
+    # Full garbage collections then skip them: each held the event loop ~250 ms at 200 trials.
+    monkeypatch.setattr(poller_module, "_FROZEN", False)
+    gc.unfreeze()
+    assert gc.get_freeze_count() == 0
+    watch = watch_trial("frozen", object(), store_url, 0.2)
+    try:
+        assert gc.get_freeze_count() > 0
+    finally:
+        watch.close()
+        gc.unfreeze()

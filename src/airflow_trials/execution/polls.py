@@ -139,14 +139,14 @@ def _settle(
         future.set_result(value)
 
 
-def _deliver(
-    loop: asyncio.AbstractEventLoop,
-    future: asyncio.Future[Any],
-    value: Any = None,
-    *,
-    error: BaseException | None = None,
-) -> None:
-    loop.call_soon_threadsafe(_settle, future, value, error)
+# A future to resolve, with its value or error: what the poller's thread hands the event loop.
+Outcome = tuple[asyncio.Future[Any], Any, BaseException | None]
+
+
+def _settle_all(outcomes: list[Outcome]) -> None:
+    """Resolve each future in order, on their loop (one call for all that a poller tick settled)."""
+    for future, value, error in outcomes:
+        _settle(future, value, error)
 
 
 class WriteCounter:

@@ -3,7 +3,7 @@ the :class:`~airflow_trials.store.database.Database` that all components share."
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
@@ -55,6 +55,11 @@ class StoreBase:
         self, session: Session, trial_id: str, operation: str, *, lock: bool = False
     ) -> TrialRow:
         return self._db.find_trial(session, trial_id, operation, lock=lock)
+
+    def _find_all_or_raise(
+        self, session: Session, trial_ids: Sequence[str], operation: str, *, lock: bool = False
+    ) -> dict[str, TrialRow]:
+        return self._db.find_trials(session, trial_ids, operation, lock=lock)
 
     def _find_run_or_raise(
         self, session: Session, run_pk: int, operation: str, *, lock: bool = False

@@ -93,34 +93,56 @@ class IngestWriter(StoreBase):
         operation: str,
         goals: dict[int, Any] | None = None,
     ) -> int:
-        # Locking the trial makes concurrent batches of one trial take turns, so the
+        return self._add_results_of_trials(session, {trial_id: rows}, operation, goals)
+
+    def _add_results_of_trials(
+        self,
+        session: Session,
+        rows: Mapping[str, list[dict[str, Any]]],
+        operation: str,
+        goals: dict[int, Any] | None = None,
+    ) -> int:
+        """Add the rows of each trial (each trial's row locked first, in trial_id order) in a
+        fixed number of statements, however many trials; returns how many rows were new."""
+        # Locking the trials makes concurrent batches of one trial take turns, so the
         # last_result check below sees every result committed before it.
-        trial = self._find_or_raise(session, trial_id, operation, lock=True)
-        if not rows:
+        trials = self._find_all_or_raise(session, list(rows), operation, lock=True)
+        with_rows = sorted(trial_id for trial_id, trial_rows in rows.items() if trial_rows)
+        if not with_rows:
             return 0
-        previous_max = session.execute(
-            select(func.max(ResultRow.iteration)).where(ResultRow.trial_id == trial_id)
-        ).scalar_one_or_none()
+        previous_max: dict[str, int] = dict(
+            session.execute(  # type: ignore[arg-type]
+                select(ResultRow.trial_id, func.max(ResultRow.iteration))
+                .where(ResultRow.trial_id.in_(with_rows))
+                .group_by(ResultRow.trial_id)
+            ).all()
+        )
         table = ResultRow.__table__
         inserted: Insert = (
             self._insert(table)
             .on_conflict_do_nothing(index_elements=[table.c.trial_id, table.c.iteration])
-            .returning(table.c.iteration)
+            .returning(table.c.trial_id, table.c.iteration)
         )
-        new_iterations = list(session.execute(inserted, rows).scalars())
-        if new_iterations and (previous_max is None or max(new_iterations) > previous_max):
-            newest = max(new_iterations)
-            trial.last_result = next(row["metrics"] for row in rows if row["iteration"] == newest)
-            trial.updated_at = utcnow()
-        if new_iterations:
+        new_iterations: dict[str, set[int]] = {}
+        all_rows = [row for trial_id in with_rows for row in rows[trial_id]]
+        for trial_id, iteration in session.execute(inserted, all_rows):
+            new_iterations.setdefault(trial_id, set()).add(iteration)
+        for trial_id, new in new_iterations.items():
+            trial, previous = trials[trial_id], previous_max.get(trial_id)
+            if previous is None or max(new) > previous:
+                newest = max(new)
+                trial.last_result = next(
+                    row["metrics"] for row in rows[trial_id] if row["iteration"] == newest
+                )
+                trial.updated_at = utcnow()
             update_best(
                 session,
                 trial,
-                [r for r in rows if r["iteration"] in set(new_iterations)],
-                had_results=previous_max is not None,
+                [r for r in rows[trial_id] if r["iteration"] in new],
+                had_results=previous is not None,
                 goals=goals,
             )
-        return len(new_iterations)
+        return sum(map(len, new_iterations.values()))
 
     def recompute_best(self, experiment_run_id: int) -> int:
         """Recompute every trial's best value of the run's experiment metric from its results, in
@@ -186,11 +208,12 @@ class IngestWriter(StoreBase):
         """Write what many trials did since they were last polled, in one transaction; returns
         how many results were new.
 
-        Per trial, in this order: the status RUNNING when ``running`` (through the guarded
-        transition, so an ended trial refuses it), the results as :meth:`add_results` writes
-        them (once per iteration), the new checkpoints as :meth:`add_checkpoint` (reviving a
-        deleted row at the same path) and the dropped ones as :meth:`mark_checkpoint_deleted`.
-        Trials are locked in trial_id order, so two batches never deadlock. One trial that
+        First every trial is locked, in trial_id order (so two batches never deadlock), and
+        the results of all of them are inserted as :meth:`add_results` writes them (once per
+        iteration), in a few statements for the whole batch. Then per trial: the status RUNNING
+        when ``running`` (through the guarded transition, so an ended trial refuses it), the new
+        checkpoints as :meth:`add_checkpoint` (reviving a deleted row at the same path) and the
+        dropped ones as :meth:`mark_checkpoint_deleted`. One trial that
         cannot be written (unknown, an invalid transition, an unknown checkpoint) fails the whole
         batch and nothing is written: the caller may then write the trials one by one to find it.
 
@@ -211,22 +234,14 @@ class IngestWriter(StoreBase):
         )
 
         def work(session: Session) -> int:
-            new = 0
             goals: dict[int, Any] = {}
             # The trials' changed rows are written once, at commit, rather than before each query.
             with session.no_autoflush:
+                # Every trial of the batch locked and loaded at once, its results inserted with
+                # the others': a few statements per batch rather than a few per trial.
+                new = self._add_results_of_trials(session, rows, operation, goals)
                 for item in items:
-                    trial = None
-                    if rows[item.trial_id]:
-                        new += self._add_results(
-                            session, item.trial_id, rows[item.trial_id], operation, goals
-                        )
-                        # Loaded and locked by _add_results: the session hands it back without a
-                        # query.
-                        trial = session.get(TrialRow, item.trial_id)
-                    trial = trial or self._find_or_raise(
-                        session, item.trial_id, operation, lock=True
-                    )
+                    trial = session.get_one(TrialRow, item.trial_id)  # loaded: no query
                     if item.running:
                         change_status(trial, TrialStatus.RUNNING, {})
                     for path, iteration, score in item.new_checkpoints:

@@ -21,14 +21,19 @@ runs on the poller's thread, never on the event loop: when the Ray GCS is down t
 block for seconds, and then only the poller waits. The thread keeps at most one ``poll.remote``
 in flight per watched actor, collects the finished ones with ``ray.wait(timeout=TICK_SECONDS)``,
 writes all their new results, checkpoints and RUNNING statuses in one transaction per tick and
-store (:meth:`~airflow_trials.store.store.TrialStore.record_progress`), and hands each answer and
-each write's outcome back to its trigger's futures with ``loop.call_soon_threadsafe``. Bounding
+store (:meth:`~airflow_trials.store.store.TrialStore.record_progress`), and hands the answers,
+then the writes' outcomes, back to their triggers' futures with one ``loop.call_soon_threadsafe``
+each per tick (one wake-up of the event loop, not one per future). Bounding
 the wait for an answer is the trigger's business (``asyncio.wait`` with a timeout), so a poller
 stuck in Ray cannot stall a trigger either.
 
 A batch that fails as a whole because the database failed at every retry fails every trial in it
 with that StoreError; a batch refused for one trial's sake (an invalid transition, an unknown
 trial) is written again trial by trial, so only that trial's trigger gets the error.
+
+The first poller of a process calls ``gc.freeze()`` (:func:`_freeze_startup_objects`): full
+garbage collections then skip the start-up objects that made each one hold the event loop for
+about 250 ms.
 
 The poller logs its poll and write counts every ``STATS_INTERVAL_SECONDS``, and
 :func:`~airflow_trials.execution.polls.ensure_lag_probe` the event loop's longest lag (a 20 ms
@@ -38,6 +43,7 @@ sleep that woke late) as often.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import threading
 import time
@@ -50,12 +56,13 @@ from airflow_trials.exceptions import StoreError
 from airflow_trials.execution.polls import (
     STATS_INTERVAL_SECONDS,
     WRITES,
+    Outcome,
     Poll,
     RayNotAnswering,
     Snapshot,
     TrialProgressTracker,
-    _deliver,
     _drop,
+    _settle_all,
 )
 from airflow_trials.store.retry import is_transient
 from airflow_trials.store.store import TrialProgress, TrialStore
@@ -156,6 +163,7 @@ class TrialPoller:
         self._wakeup = threading.Event()
         self._watches: set[BatchedTrialPolls] = set()
         self._in_flight: dict[Any, BatchedTrialPolls] = {}
+        self._outbox: list[Outcome] = []
         self._stopped = False
         self.stats = PollerStats()
         self._thread = threading.Thread(target=self._run, name="airflow-trials-poller", daemon=True)
@@ -175,12 +183,14 @@ class TrialPoller:
         try:
             while not self.loop.is_closed():
                 self._run_commands()
+                self._hand_over()
                 if self._watches or self._commands:
                     idle_since = time.monotonic()
                 elif time.monotonic() - idle_since > IDLE_EXIT_SECONDS and self._retire():
                     return
                 if self._in_flight:
                     self._collect()
+                    self._hand_over()
                 else:
                     self._wakeup.wait(self.tick_seconds)
                     self._wakeup.clear()
@@ -204,6 +214,19 @@ class TrialPoller:
                 del _POLLERS[self.loop]
             self._stopped = True
             return True
+
+    def _deliver(
+        self, future: asyncio.Future[Any], value: Any = None, *, error: BaseException | None = None
+    ) -> None:
+        """Resolve ``future`` on the event loop at the next :meth:`_hand_over`."""
+        self._outbox.append((future, value, error))
+
+    def _hand_over(self) -> None:
+        """Hand the loop every future settled since the last call, in one ``call_soon_threadsafe``:
+        one wake-up of the event loop per tick rather than one per future (two per poll)."""
+        if self._outbox:
+            outcomes, self._outbox = self._outbox, []
+            self.loop.call_soon_threadsafe(_settle_all, outcomes)
 
     def _run_commands(self) -> None:
         while self._commands:
@@ -262,6 +285,7 @@ class TrialPoller:
                 self._answer_error(
                     self._in_flight[ref], RayNotAnswering(f"{type(e).__name__}: {e}")
                 )
+            self._hand_over()
             time.sleep(self.tick_seconds)
             return
         answered: list[tuple[BatchedTrialPolls, Poll, Snapshot]] = []
@@ -275,8 +299,10 @@ class TrialPoller:
             watch.tracker.read_output(value)
             poll, watch._asked = watch._asked, None
             if poll is not None:
-                _deliver(self.loop, poll.answered, value)
+                self._deliver(poll.answered, value)
                 answered.append((watch, poll, value))
+        # The answers before the write: a write that retries for long is no poll left unanswered.
+        self._hand_over()
         self._record(answered)
 
     def _answer_error(self, watch: BatchedTrialPolls, error: BaseException) -> None:
@@ -285,7 +311,7 @@ class TrialPoller:
             watch._ref = None
         poll, watch._asked = watch._asked, None
         if poll is not None:
-            _deliver(self.loop, poll.answered, error=error)
+            self._deliver(poll.answered, error=error)
 
     def _record(self, answered: list[tuple[BatchedTrialPolls, Poll, Snapshot]]) -> None:
         """Write the answers' progress, one transaction per store; then tell each trigger."""
@@ -300,7 +326,7 @@ class TrialPoller:
                 error = errors.get(watch.trial_id) if item is not None else None
                 if error is None:
                     watch.tracker.written(item)
-                _deliver(self.loop, poll.recorded, None, error=error)
+                self._deliver(poll.recorded, None, error=error)
 
     def _write(self, url: str, items: list[TrialProgress]) -> dict[str, BaseException]:
         """Write ``items``; the error of each trial that could not be written."""
@@ -394,12 +420,30 @@ def watch_trial(
     with _REGISTRY_LOCK:
         poller = _POLLERS.get(loop)
         if poller is None or poller._stopped:
+            _freeze_startup_objects()
             poller = _POLLERS[loop] = TrialPoller(loop)
             poller.start()
         watch = BatchedTrialPolls(poller, trial_id, actor, store_url, wait_seconds, recorded)
         # Under the lock: a poller that has a command queued never retires.
         poller.command(poller._add, watch)
         return watch
+
+
+_FROZEN = False
+
+
+def _freeze_startup_objects() -> None:
+    """Leave the objects this process made until now (Airflow, Ray and SQLAlchemy, imported) out
+    of every later full garbage collection, once per process (``gc.freeze``).
+
+    Profiled at 200 trials (``bench/poller_load.py``): each full collection walked them all and
+    held every thread, the event loop's included, for about 250 ms, the loop's only block over
+    50 ms in a 30 s window, as long as the triggerer's blocks in issue 33.
+    """
+    global _FROZEN
+    if not _FROZEN:
+        gc.freeze()
+        _FROZEN = True
 
 
 def poller_of(loop: asyncio.AbstractEventLoop) -> TrialPoller | None:
