@@ -136,13 +136,13 @@ def test_a_search_alg_with_the_experiment_s_metrics_is_taken():
 def test_a_scheduler_judges_one_of_the_metrics_in_its_mode():
     dag = declare(scheduler=ASHAScheduler(metric="latency", max_t=4), search_alg=OptunaSearch())
     trial = dag.get_task("tune.trial")
-    assert (
-        trial.partial_kwargs["scheduler"]["metric"],
-        trial.partial_kwargs["scheduler"]["mode"],
-    ) == (
-        "latency",
-        "min",
-    )
+    # Each suggested trial carries the scheduler's settings (an extension may raise its max_t):
+    # the ones the experiment's plan gives its trials.
+    suggest = dag.get_task("tune.suggest_configs").python_callable
+    (plan,) = [c.cell_contents for c in suggest.__closure__ if hasattr(c.cell_contents, "varying")]
+    scheduler = plan.varying(plan.settings)["scheduler"]
+    assert (scheduler["metric"], scheduler["mode"], scheduler["max_t"]) == ("latency", "min", 4)
+    assert "scheduler" not in trial.partial_kwargs
     # No one metric ranks a trial's checkpoints: the newest are kept.
     assert trial.partial_kwargs["checkpoint_score_attr"] is None
     assert (trial.partial_kwargs["search_alg"].metric, trial.partial_kwargs["search_alg"].mode) == (

@@ -126,9 +126,9 @@ CASES = {
             "conf keys ['experiment_name', 'search_space', 'trainable'] are not params of this DAG "
             "and would be "
             "ignored",
-            "the trigger form accepts only ['epochs', 'gpus_per_trial', 'l2_max', 'lr_max', "
-            "'lr_min', "
-            "'max_failures', 'metric', 'mode', 'num_samples'], so leave out",
+            "the trigger form accepts only ['epochs', 'extend_num_samples', 'extend_run', "
+            "'extend_stop', 'gpus_per_trial', 'l2_max', 'lr_max', 'lr_min', 'max_failures', "
+            "'metric', 'mode', 'num_samples'], so leave out",
         ),
     ),
 }

@@ -166,8 +166,9 @@ def test_the_example_dags_run_end_to_end_on_the_shape(stack, shape):
         used = {
             r["node_id"] for t in trials["example_regression_tuning"] for r in _results(store, t)
         }
-        # CPU trials spread over the two worker nodes; the head, with no CPUs, runs none.
-        assert used == {nodes["ray-worker"], nodes["ray-gpu-worker"]}, (used, nodes)
+        # CPU trials run on the worker nodes (which of the two is Ray's placement, not ours);
+        # the head, with no CPUs, runs none.
+        assert used and used <= {nodes["ray-worker"], nodes["ray-gpu-worker"]}, (used, nodes)
         for dag_id in ("nightly_regression_tuning", "ui_regression_tuning"):
             gpu_nodes = {r["node_id"] for t in trials[dag_id] for r in _results(store, t)}
             assert gpu_nodes == {nodes["ray-gpu-worker"]}, (dag_id, gpu_nodes, nodes)

@@ -128,7 +128,13 @@ class ApproveBestOperator(ApprovalOperator):
 
     template_fields = (*ApprovalOperator.template_fields, "best")
 
-    def __init__(self, *, best: Any, experiment_name: str, **kwargs: Any) -> None:
+    def __init__(
+        self, *, best: Any, experiment_name: str, params: Any = None, **kwargs: Any
+    ) -> None:
+        # Airflow's apply_defaults hands this the DAG's params (an experiment DAG always has the
+        # extend_* ones); the form has only its own field. ApprovalOperator's apply_defaults
+        # merges the DAG's in again, and HITLOperator keeps the task's own.
+        del params
         super().__init__(
             subject=f"Publish the best trial of experiment {experiment_name}?",
             params={
