@@ -31,7 +31,8 @@ def launch(trials_env, trial_id):
 async def watch_to_the_end(trial_id):
     with structlog.testing.capture_logs() as logs:
         event = await TrialTrigger("logs", trial_id, poll_interval_seconds=0.1).run().asend(None)
-    return event.payload, [str(r["event"]) for r in logs]
+    # A poll's lines of one kind are one log event (TaskLogEcho), one line each in it.
+    return event.payload, [line for r in logs for line in str(r["event"]).splitlines()]
 
 
 def read(path):

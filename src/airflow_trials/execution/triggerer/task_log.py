@@ -15,6 +15,11 @@ class TaskLogEcho:
     result, each once, from the snapshots of its polls, to the trigger's log: Airflow shows it as
     the deferred task's log for that try.
 
+    A poll's lines go out as one log event per kind (the stream's output lines, the results'
+    progress lines), one line each in it: a log event costs the triggerer far more than a line
+    (Airflow's structlog processors, its JSON encoding and the write to the task's log), and a
+    triggerer watching a thousand trials gets a few results of each per poll.
+
     :param log: the trigger's logger (its lines land in the task instance's log).
     :param trial_id: the trial.
     """
@@ -64,8 +69,9 @@ class TaskLogEcho:
                 left_out,
                 chunk.get("path"),
             )
-        for line in chunk.get("lines", ()):
-            self.log.info("[trial %s] %s", stream, line)
+        lines = chunk.get("lines", ())
+        if lines:
+            self.log.info("%s", "\n".join(f"[trial {stream}] {line}" for line in lines))
 
     def _results(self, snapshot: dict[str, Any]) -> None:
         results = snapshot.get("results") or []
@@ -81,6 +87,6 @@ class TaskLogEcho:
                 MAX_PROGRESS_LINES_PER_POLL,
             )
             new = new[-MAX_PROGRESS_LINES_PER_POLL:]
-        for result in new:
-            self.log.info("%s", format_progress(self.trial_id, result))
+        if new:
+            self.log.info("%s", "\n".join(format_progress(self.trial_id, r) for r in new))
         self.results_logged = max(self.results_logged, total)
