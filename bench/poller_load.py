@@ -1,5 +1,5 @@
 """Benchmark: the triggerer's trial watches alone, without Airflow: N real ``TrialWatch`` loops on
-one event loop, polling through the shared poller (or the per-trial path) a real local Ray, and
+one event loop, polling through the shared poller a real local Ray, and
 writing to a real SQLite trials store; CPU per thread and the event loop's lag.
 
 The cheap profiling harness of ``bench/triggerer_load.py`` (issue 33). What it keeps of the
@@ -176,7 +176,7 @@ async def _probe(lags: list[float], stop: asyncio.Event) -> None:
 async def _run_watches(args: argparse.Namespace, url: str, log: logging.Logger) -> dict[str, Any]:
     import ray
 
-    from airflow_trials.execution.polls import DirectTrialPolls, ensure_lag_probe
+    from airflow_trials.execution.polls import ensure_lag_probe
     from airflow_trials.execution.triggerer import poller as poller_module
     from airflow_trials.store import TrialStore
     from airflow_trials.triggers.watch import TrialWatch, TrialWatchSpec
@@ -198,10 +198,7 @@ async def _run_watches(args: argparse.Namespace, url: str, log: logging.Logger) 
         async def attach() -> None:  # TrialWatch._attach, less finding the actor on Ray
             ensure_lag_probe()
             watch.actor = handle
-            if args.mode == "per-trial":
-                watch.polls = DirectTrialPolls(trial_id, handle, store, args.poll_s)
-            else:
-                watch.polls = poller_module.watch_trial(trial_id, handle, store.url, args.poll_s)
+            watch.polls = poller_module.watch_trial(trial_id, handle, store.url, args.poll_s)
 
         watch._attach = attach  # type: ignore[method-assign]
         return watch
@@ -247,7 +244,6 @@ async def _run_watches(args: argparse.Namespace, url: str, log: logging.Logger) 
     per_thread = {tid: cpu_after[tid] - cpu_before.get(tid, 0.0) for tid in cpu_after}
     figures = {
         "trials": args.trials,
-        "mode": args.mode,
         "window_s": elapsed,
         "cpu_share": process_cpu / elapsed,
         "loop_thread_share": per_thread.get(loop_tid, 0.0) / elapsed,
@@ -354,7 +350,7 @@ def parent(args: argparse.Namespace, argv: list[str]) -> None:
             runs[name].append(figures)
             print("  " + _line(figures), flush=True)
     first = sides[0][0]
-    print(f"\nmeans over {args.rounds} rounds, {args.trials} trials ({args.mode}):")
+    print(f"\nmeans over {args.rounds} rounds, {args.trials} trials (batched):")
     for name, _ in sides:
         print(f"  {name:<8} " + _line(_mean(runs[name])))
     for name, _ in sides[1:]:
@@ -394,7 +390,6 @@ def main() -> None:
     parser.add_argument("--actors", type=int, default=4, help="Ray actors answering the polls")
     parser.add_argument("--sleep", type=float, default=0.5, help="seconds between results")
     parser.add_argument("--poll-s", type=float, default=2.0, help="the triggers' poll interval")
-    parser.add_argument("--mode", choices=("batched", "per-trial"), default="batched")
     parser.add_argument("--warmup", type=float, default=15.0)
     parser.add_argument("--window", type=float, default=30.0)
     parser.add_argument("--profile", action="store_true")

@@ -10,10 +10,10 @@ a triggerer on its own machine: 200 actor processes otherwise keep 2 cores so bu
 operating system alone leaves any process's thread waiting for hundreds of milliseconds.
 
 Once every trial is RUNNING in the trials store, the triggerer is measured over a steady window
-(``--window`` seconds) on the shared batched poller, then on the per-trial path
-(``AIRFLOW_TRIALS_BATCHED_POLLS=0``: each trigger sends its polls and awaits their ObjectRefs on
-the event loop, and writes in a thread of its own), restarting only the triggerer between the
-two (the trials keep running; the new triggers re-attach). Per mode:
+(``--window`` seconds) on the shared batched poller; with ``--modes batched,base,batched`` and
+``--base-src`` (a checkout's ``src`` from before a change), again on that code's triggerer,
+restarting only the triggerer between windows (the trials keep running; the new triggers
+re-attach), and once more on this code. Per mode:
 
 - CPU: user + system time of the triggerer and its trigger-runner subprocess (psutil), as a
   share of one core;
@@ -25,14 +25,13 @@ two (the trials keep running; the new triggers re-attach). Per mode:
   on the trials database from ``pg_stat_database``.
 
 It prints each figure, the targets (< 10% of one core, no block > 50 ms) and the ratio
-per-trial / batched. It also prints the trial actors' memory, to size N for the machine.
+batched / base. It also prints the trial actors' memory, to size N for the machine. (The
+per-trial path, ``AIRFLOW_TRIALS_BATCHED_POLLS=0``, that earlier runs compared against was
+removed; a ``--base-src`` from before 2026-11-27 still has it, with that variable in the
+environment.)
 
-On PostgreSQL the per-trial path holds a pooled connection per trigger: with the server's
-default ``max_connections`` (100) it cannot watch 200 trials (the trial tasks' own connections
-are refused); run ``--modes batched`` there, or use the default SQLite file.
-
-    .venv/bin/python -m bench.triggerer_load --trials 200                 # about 25 minutes
-    .venv/bin/python -m bench.triggerer_load --trials 200 --modes batched \
+    .venv/bin/python -m bench.triggerer_load --trials 200                 # about 20 minutes
+    .venv/bin/python -m bench.triggerer_load --trials 200 \
         --postgres-url postgresql+psycopg://postgres@127.0.0.1:5432/test
     .venv/bin/python -m bench.triggerer_load --trials 10 --settle 5 --window 70   # a quick look
 
@@ -64,7 +63,7 @@ from tests.faults.stack import FaultStack, RayHead, base_env  # noqa: E402
 
 EXPERIMENT = "bench_triggerer_load"
 # "base": the batched poller of the code in --base-src (a checkout from before a change).
-MODES = {"per-trial": "0", "batched": "1", "base": "1"}
+MODES = ("batched", "base")
 # Below this, the benchmark stops rather than let the OOM killer pick processes of the machine.
 MIN_AVAILABLE_GIB = 2.0
 # Airflow's watchdog sleeps 0.1 s and logs when that took longer than the threshold.
@@ -340,8 +339,6 @@ def report(figures: list[Figures], trials: int, memory: tuple[int, float, float]
     ]
     for label, values in rows:
         print(f"{label:<34}" + "".join(f"{v:>14}" for v in values))
-    by_mode = {f.mode: f for f in figures}
-    old, new = by_mode.get("per-trial"), by_mode.get("batched")
     base = [f for f in figures if f.mode == "base"]
     news = [f for f in figures if f.mode == "batched"]
     if base and news:
@@ -353,23 +350,6 @@ def report(figures: list[Figures], trials: int, memory: tuple[int, float, float]
             f"{mean_cpu['new'] / mean_cpu['base']:.2f}; longest block "
             f"{max(f.longest_block_ms for f in news):.0f} ms vs "
             f"{max(f.longest_block_ms for f in base):.0f} ms"
-        )
-    if old and new:
-        print("ratios per-trial / batched:")
-        print(f"  triggerer CPU            {old.cpu_share / max(new.cpu_share, 1e-9):.2f}")
-        if old.transactions_per_s and new.transactions_per_s:
-            print(
-                f"  store transactions / s   {old.transactions_per_s / new.transactions_per_s:.2f}"
-            )
-        if old.commits_per_s and new.commits_per_s:
-            print(f"  DB commits per second    {old.commits_per_s / new.commits_per_s:.2f}")
-        print(
-            f"  longest block            {old.longest_block_ms:.0f} ms vs "
-            f"{new.longest_block_ms:.0f} ms"
-        )
-        print(
-            f"  result rows per second   {old.rows_per_s / max(new.rows_per_s, 1e-9):.2f} (1.00: "
-            "both keep up)"
         )
     for f in figures:
         cpu_ok = f.cpu_share < 0.10
@@ -424,8 +404,9 @@ def main() -> None:
     )
     parser.add_argument(
         "--modes",
-        default="batched,per-trial",
-        help="the first also sets the trials up (the cheaper batched path by default)",
+        default="batched",
+        help="windows in turn, each 'batched' (this code) or 'base' (--base-src's); the first "
+        "also sets the trials up, so it is 'batched'",
     )
     parser.add_argument("--parallelism", type=int, default=8, help="Airflow's [core] parallelism")
     parser.add_argument(
@@ -447,6 +428,8 @@ def main() -> None:
     )
     args = parser.parse_args()
     modes = args.modes.split(",")
+    if any(m not in MODES for m in modes):
+        parser.error(f"--modes takes {', '.join(MODES)}, comma-separated; got {args.modes!r}")
     if "base" in modes and (args.base_src is None or modes[0] == "base"):
         parser.error("mode 'base' needs --base-src, and another mode first (it sets the trials up)")
 
@@ -472,7 +455,6 @@ def main() -> None:
                 url,
                 parallelism=args.parallelism,
                 settings={
-                    "AIRFLOW_TRIALS_BATCHED_POLLS": MODES[modes[0]],
                     "AIRFLOW__TRIGGERER__BLOCKED_MAIN_THREAD_WARNING_THRESHOLD": str(
                         WATCHDOG_THRESHOLD_S
                     ),
@@ -519,7 +501,6 @@ def main() -> None:
                 since = probe.newest_iterations()
                 if index > 0:
                     stack.stop("triggerer")
-                    stack.env["AIRFLOW_TRIALS_BATCHED_POLLS"] = MODES[mode]
                     stack.env["PYTHONPATH"] = os.pathsep.join(
                         filter(None, [args.base_src if mode == "base" else None, pythonpath])
                     )

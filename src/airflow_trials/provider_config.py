@@ -119,15 +119,6 @@ SETTINGS: tuple[Setting, ...] = (
         "``gpu``); unset: the executor's default queue. Read where the DAG file is parsed.",
         "gpu",
     ),
-    Setting(
-        "batched_polls",
-        "boolean",
-        "True",
-        "Whether a triggerer polls all the trials it watches in one batched thread (True) or "
-        "each trial in its own poll (False). Read by the triggerer.",
-        "False",
-        env="AIRFLOW_TRIALS_BATCHED_POLLS",
-    ),
 )
 _BY_OPTION = {s.option: s for s in SETTINGS}
 
@@ -173,20 +164,6 @@ def setting_source(option: str) -> str:
     if found.env and os.environ.get(found.env):
         return found.env
     return f"[{SECTION}] {option}"
-
-
-def setting_flag(option: str) -> bool:
-    """A boolean setting: ``true``/``1``/``yes``/``on`` are True, ``false``/``0``/``no``/``off``
-    False (any case)."""
-    text = (setting(option) or "").strip().lower()
-    if text in ("true", "1", "yes", "on"):
-        return True
-    if text in ("false", "0", "no", "off"):
-        return False
-    raise ValueError(
-        f"[{SECTION}] {option} is {text!r} (from {setting_source(option)}), not a boolean; set "
-        "it to True or False."
-    )
 
 
 def setting_float(option: str) -> float:

@@ -21,7 +21,7 @@ import pytest
 
 import airflow_trials
 from airflow_trials import get_provider_info
-from airflow_trials.provider_config import SECTION, SETTINGS, setting, setting_flag, setting_float
+from airflow_trials.provider_config import SECTION, SETTINGS, setting, setting_float
 from tests.conftest import REPO
 
 LEGACY_ENV = {s.option: s.env for s in SETTINGS if s.env}
@@ -167,7 +167,7 @@ def test_airflow_providers_get_and_config_list_show_the_provider(airflow_home, t
 
     assert "[airflow_trials]" in config_out
     assert "storage_path = s3://bucket/from-airflow-config" in config_out
-    assert "poll_interval_seconds = 2.0" in config_out and "batched_polls = True" in config_out
+    assert "poll_interval_seconds = 2.0" in config_out
     assert "# db_url = " in config_out  # unset: the connection, else the default file
     assert "Also ``AIRFLOW_TRIALS_DB_URL``, which wins when both are set." in config_out
 
@@ -185,17 +185,9 @@ def test_an_older_variable_wins_over_airflows_configuration(no_settings, monkeyp
     assert setting("storage_path") == "s3://b/config"
     monkeypatch.setenv("AIRFLOW__AIRFLOW_TRIALS__POLL_INTERVAL_SECONDS", "0.5")
     assert setting_float("poll_interval_seconds") == 0.5
-    assert setting_flag("batched_polls") is True
-    monkeypatch.setenv("AIRFLOW__AIRFLOW_TRIALS__BATCHED_POLLS", "False")
-    assert setting_flag("batched_polls") is False
-    monkeypatch.setenv("AIRFLOW_TRIALS_BATCHED_POLLS", "1")
-    assert setting_flag("batched_polls") is True
 
 
 def test_a_bad_setting_names_its_source_and_the_fix(no_settings, monkeypatch):
-    monkeypatch.setenv("AIRFLOW_TRIALS_BATCHED_POLLS", "maybe")
-    with pytest.raises(ValueError, match=r"batched_polls is 'maybe' \(from AIRFLOW_TRIALS_BATCH"):
-        setting_flag("batched_polls")
     monkeypatch.setenv("AIRFLOW__AIRFLOW_TRIALS__POLL_INTERVAL_SECONDS", "soon")
     with pytest.raises(ValueError, match=r"\[airflow_trials\] poll_interval_seconds.* a number"):
         setting_float("poll_interval_seconds")

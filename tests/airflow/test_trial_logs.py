@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import os
 
-import pytest
 import structlog
 
-from airflow_trials.triggers.trial import BATCHED_POLLS_ENV, TrialTrigger
+from airflow_trials.triggers.trial import TrialTrigger
 
 CHATTY = "tests.trainables:chatty"
 
@@ -40,12 +39,8 @@ def read(path):
         return f.read()
 
 
-@pytest.mark.parametrize("batched", ["1", "0"], ids=["shared-poller", "direct"])
-async def test_the_task_log_shows_output_and_progress_and_the_files_outlive_the_node(
-    trials_env, monkeypatch, batched
-):
-    monkeypatch.setenv(BATCHED_POLLS_ENV, batched)
-    trial_id = f"chatty-{batched}"
+async def test_the_task_log_shows_output_and_progress_and_the_files_outlive_the_node(trials_env):
+    trial_id = "chatty"
     launch(trials_env, trial_id)
     payload, messages = await watch_to_the_end(trial_id)
     assert payload["status"] == "TERMINATED", payload

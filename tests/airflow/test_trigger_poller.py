@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from airflow_trials.execution.triggerer import poller as poller_module
-from airflow_trials.triggers.trial import BATCHED_POLLS_ENV, TrialTrigger
+from airflow_trials.triggers.trial import TrialTrigger
 from tests.conftest import LoopTicker, live_trial_actors
 
 COUNTING = "tests.trainables:counting"
@@ -127,19 +127,3 @@ async def test_a_killed_actor_ends_only_its_own_trials_watch(trials_env):
         assert events[trial_id]["status"] == "TERMINATED", events[trial_id]
         assert len(trials_env.store.get_results(trial_id)) == 30
     assert live_trial_actors() == []
-
-
-async def test_unbatched_polls_record_the_same(trials_env, monkeypatch, watches):
-    """The per-trial path kept to measure the poller against records the same results."""
-    monkeypatch.setenv(BATCHED_POLLS_ENV, "0")
-    launch(trials_env, "direct", stop=5)
-    event = await TrialTrigger("pol", "direct", poll_interval_seconds=0.05).run().asend(None)
-    assert event.payload["status"] == "TERMINATED" and watches == []
-    assert [r["training_iteration"] for r in trials_env.store.get_results("direct")] == [
-        1,
-        2,
-        3,
-        4,
-        5,
-    ]
-    assert trials_env.store.latest_checkpoint("direct").iteration == 5

@@ -1,7 +1,6 @@
-"""What a trial watch polls through, on either path: the :class:`TrialPolls` interface, the poll
-futures, the progress tracker, the write counter and event-loop lag probe, and
-:class:`DirectTrialPolls`, the unbatched path that the shared poller's
-:class:`~airflow_trials.execution.triggerer.poller.BatchedTrialPolls` is measured against."""
+"""What a trial watch polls through: the :class:`TrialPolls` interface, the poll futures, the
+progress tracker, the write counter and the event-loop lag probe, for the triggerer's shared
+poller (:class:`~airflow_trials.execution.triggerer.poller.BatchedTrialPolls`)."""
 
 from __future__ import annotations
 
@@ -9,11 +8,10 @@ import asyncio
 import contextvars
 import logging
 import threading
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from airflow_trials.store.store import TrialProgress, TrialStore
+from airflow_trials.store.store import TrialProgress
 
 log = logging.getLogger(__name__)
 
@@ -205,72 +203,3 @@ async def _probe_lag(loop: asyncio.AbstractEventLoop) -> None:
                 rows,
             )
             longest, since = 0.0, now
-
-
-class DirectTrialPolls:
-    """The unbatched path, kept to measure the poller against (``bench/triggerer_load.py``): the
-    trigger sends its own polls and awaits their ObjectRefs on the event loop, and writes each
-    poll's progress in a thread of its own, one transaction per trial and poll. A
-    :class:`TrialPolls`; a trial's watch uses it only when batched polls are switched off.
-
-    :param trial_id: the trial.
-    :param actor: its Ray actor handle.
-    :param store: the trials store its progress goes to.
-    :param wait_seconds: how long the actor may hold a poll open waiting for the trial to end.
-    :param recorded: the trial's checkpoints the store holds as not deleted; default none.
-    """
-
-    def __init__(
-        self,
-        trial_id: str,
-        actor: Any,
-        store: TrialStore,
-        wait_seconds: float,
-        recorded: Iterable[str] = (),
-    ) -> None:
-        self.trial_id = trial_id
-        self.wait_seconds = wait_seconds
-        self.tracker = TrialProgressTracker(trial_id, recorded=set(recorded))
-        self._actor = actor
-        self._store = store
-        self._current: Poll | None = None
-        self._task: asyncio.Task[None] | None = None
-
-    def poll(self) -> Poll:
-        if self._current is None or self._current.answered.done():
-            self._current = Poll(asyncio.get_running_loop())
-            self._task = asyncio.ensure_future(self._run(self._current, self._actor))
-        return self._current
-
-    def set_actor(self, actor: Any) -> None:
-        same = self._actor._actor_id == actor._actor_id
-        self._actor = actor
-        if not same:  # another actor's checkpoint versions: it acknowledges nothing to this one
-            self.tracker.recorded_version = None
-        if not same and self._current is not None and not self._current.answered.done():
-            if self._task is not None:
-                self._task.cancel()
-            self._task = asyncio.ensure_future(self._run(self._current, actor))
-
-    def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-        _drop(self._current)
-
-    async def _run(self, poll: Poll, actor: Any) -> None:
-        try:
-            snapshot: Snapshot = await actor.poll.remote(*self.tracker.poll_args(self.wait_seconds))
-        except Exception as e:
-            _settle(poll.answered, error=e)
-            return
-        self.tracker.read_output(snapshot)
-        _settle(poll.answered, snapshot)
-        item = self.tracker.progress(snapshot)
-        try:
-            if item is not None:
-                WRITES.add(await asyncio.to_thread(self._store.record_progress, [item]))
-        except Exception as e:
-            _settle(poll.recorded, error=e)
-            return
-        self.tracker.written(item)
-        _settle(poll.recorded)

@@ -17,7 +17,6 @@ from airflow_trials.hooks.trials import (
     TrialsHook,
 )
 from airflow_trials.triggers.watch import (
-    BATCHED_POLLS_ENV,
     POLL_GRACE_SECONDS,
     RAY_OUTAGE_TIMEOUT_SECONDS,
     TrialWatch,
@@ -29,7 +28,6 @@ if TYPE_CHECKING:
     from airflow_trials.store import TrialStore
 
 __all__ = [
-    "BATCHED_POLLS_ENV",
     "MIN_DEFERRAL_SECONDS",
     "POLL_GRACE_SECONDS",
     "RAY_OUTAGE_TIMEOUT_SECONDS",
@@ -175,8 +173,7 @@ class TrialTrigger(TrialsTrigger):
     and writes their progress in one transaction per tick, so the event loop never waits on Ray or
     the database. The trigger's other Ray and database calls (attach, release, reads) run in
     threads. Results are written idempotently, so a trigger that runs again after a triggerer
-    restart re-sends them harmlessly. ``AIRFLOW_TRIALS_BATCHED_POLLS=0`` in the triggerer's
-    environment selects the per-trial path instead, to measure against.
+    restart re-sends them harmlessly.
 
     When a user clears or marks the deferred task, :meth:`on_kill` stops the trial on Ray; a
     triggerer restart (which also cancels the trigger) leaves it running for the next trigger.

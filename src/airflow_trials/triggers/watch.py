@@ -18,7 +18,6 @@ from airflow_trials.execution.triggerer.outage import (
 )
 from airflow_trials.execution.triggerer.task_log import TaskLogEcho
 from airflow_trials.hooks.trials import DEFAULT_RAY_CONN_ID, DEFAULT_TRIALS_CONN_ID
-from airflow_trials.provider_config import setting_flag
 from airflow_trials.triggers.judge import Judge, MissingSchedulerKey, Verdict, judge_for
 
 if TYPE_CHECKING:
@@ -29,10 +28,6 @@ if TYPE_CHECKING:
 # The least time between two polls after a verdict released a held actor (a poll answers at once
 # while the actor still holds, until its thread takes the verdict).
 RELEASED_PACE_SECONDS = 0.02
-# "0" in the triggerer's environment (or ``[airflow_trials] batched_polls = False``): each trigger
-# polls its own actor from the event loop and writes its own progress (the path before the shared
-# poller), to measure the poller against.
-BATCHED_POLLS_ENV = "AIRFLOW_TRIALS_BATCHED_POLLS"
 
 
 @dataclass(frozen=True)
@@ -176,7 +171,7 @@ class TrialWatch:
 
         info = await asyncio.to_thread(actor_info, self.actor)
         self.placement_group_id = info.placement_group_id or self.placement_group_id
-        from airflow_trials.execution.polls import DirectTrialPolls, ensure_lag_probe
+        from airflow_trials.execution.polls import ensure_lag_probe
         from airflow_trials.execution.triggerer.poller import watch_trial
 
         ensure_lag_probe()
@@ -186,10 +181,7 @@ class TrialWatch:
         recorded = [
             c.path for c in await asyncio.to_thread(self.store.live_checkpoints, spec.trial_id)
         ]
-        if not setting_flag("batched_polls"):  # AIRFLOW_TRIALS_BATCHED_POLLS, then the config
-            self.polls = DirectTrialPolls(spec.trial_id, self.actor, self.store, wait_s, recorded)
-        else:
-            self.polls = watch_trial(spec.trial_id, self.actor, self.store.url, wait_s, recorded)
+        self.polls = watch_trial(spec.trial_id, self.actor, self.store.url, wait_s, recorded)
 
     async def _cluster_replaced(self) -> bool:
         """Is this process now connected to another Ray cluster than the trial was launched on?"""
