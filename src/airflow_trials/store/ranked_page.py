@@ -105,11 +105,13 @@ def _valued_trials(
     maintained: MaintainedBest | None,
     constraints: Constraints,
     *,
-    narrow: bool = False,
+    extras: Sequence[str] = (),
+    only: Sequence[str] | None = None,
 ) -> Subquery:
-    """Every trial of the run with its best value: trial_id, best_value, feasible (1 or 0; 1
-    without constraints) and, unless ``narrow``, status, num_failures, stop_reason,
-    best_iteration and the constrained metrics' values in its last result (``c_0``...)."""
+    """Every trial of the run with its best value (only those of ``only`` when given):
+    trial_id, best_value, feasible (1 or 0; 1 without constraints), and the ``extras`` among
+    status, num_failures, stop_reason, best_iteration and the constrained metrics' values in its
+    last result (``"constrained"``: ``c_0``...)."""
     trials = TrialRow.__table__
     source: Any = trials
     if maintained is not None:
@@ -129,23 +131,22 @@ def _valued_trials(
         value.label("best_value"),
         (feasible if feasible is not None else literal(1)).label("feasible"),
     ]
-    if not narrow:
-        selected += [
-            trials.c.status,
-            trials.c.num_failures,
-            trials.c.stop_reason,
-            iteration.label("best_iteration"),
-            *(
-                metric_value(trials.c.last_result, name, dialect).label(f"c_{i}")
-                for i, name in enumerate(constraints.metrics)
-            ),
-        ]
-    return (
-        select(*selected)
-        .select_from(source)
-        .where(trials.c.experiment_run_id == run_pk)
-        .subquery("valued")
-    )
+    by_name: dict[str, list[Any]] = {
+        "status": [trials.c.status],
+        "num_failures": [trials.c.num_failures],
+        "stop_reason": [trials.c.stop_reason],
+        "best_iteration": [iteration.label("best_iteration")],
+        "constrained": [
+            metric_value(trials.c.last_result, name, dialect).label(f"c_{i}")
+            for i, name in enumerate(constraints.metrics)
+        ],
+    }
+    for extra in extras:
+        selected += by_name[extra]
+    query = select(*selected).select_from(source).where(trials.c.experiment_run_id == run_pk)
+    if only is not None:
+        query = query.where(trials.c.trial_id.in_(list(only)))
+    return query.subquery("valued")
 
 
 def _ranking_order(
@@ -227,7 +228,7 @@ class _Ranking:
     maintained: MaintainedBest | None
     constraints: Constraints
 
-    def valued(self, *, narrow: bool = False) -> Subquery:
+    def valued(self, *, extras: Sequence[str] = (), only: Sequence[str] | None = None) -> Subquery:
         return _valued_trials(
             self.dialect,
             self.run_pk,
@@ -235,34 +236,48 @@ class _Ranking:
             self.mode,
             self.maintained,
             self.constraints,
-            narrow=narrow,
+            extras=extras,
+            only=only,
         )
 
     def order(self, valued: Subquery) -> list[ColumnElement[Any]]:
         return _ranking_order(valued, self.mode, bool(self.constraints))
 
 
+#: Every column of a page's row (:func:`_valued_trials`).
+ROW_COLUMNS = ("status", "num_failures", "stop_reason", "best_iteration", "constrained")
+
+
 def page_query(
     ranking: _Ranking, *, sort: str, descending: bool, stopped: str, offset: int, limit: int
 ) -> Select[Any]:
-    """The page's trials (the columns of :func:`_valued_trials`) that the ``stopped`` filter
-    keeps, in the page's order, ``limit`` of them from ``offset``; no rank (a window over every
-    trial costs SQLite ten times the page's sort)."""
-    valued = ranking.valued()
+    """The ids of the page's trials: those the ``stopped`` filter keeps, in the page's order,
+    ``limit`` of them from ``offset``. Narrow (the sort's and the filter's columns only): by
+    metric or id, from the index ``(run, ..., best_value, trial_id)`` alone, without reading a
+    trial's row. No rank: a window over every trial costs SQLite ten times the page's sort."""
+    extras = {"status": ["status"], "failures": ["num_failures"]}.get(sort, [])
+    if stopped != "all":
+        extras.append("stop_reason")
+    valued = ranking.valued(extras=extras)
     order = _page_order(
         valued, ranking.mode, bool(ranking.constraints), sort, descending, ranking.dialect
     )
-    query = select(valued).order_by(*order)
+    query = select(valued.c.trial_id).order_by(*order)
     kept = _stopped_clause(ranking.dialect, stopped)
     if kept is not None:
         query = query.where(kept)
     return query.limit(limit).offset(offset)
 
 
+def rows_query(ranking: _Ranking, trial_ids: Sequence[str]) -> Select[Any]:
+    """The page's rows (every column of :func:`_valued_trials`) of ``trial_ids``, by id."""
+    return select(ranking.valued(extras=ROW_COLUMNS, only=trial_ids))
+
+
 def ranks_query(ranking: _Ranking, trial_ids: Sequence[str]) -> Select[Any]:
     """The rank (1 = first) of each of ``trial_ids`` in the whole ranking: a window function
     over the run's trials, narrow (id, value, feasibility)."""
-    valued = ranking.valued(narrow=True)
+    valued = ranking.valued()
     ranked = select(
         valued.c.trial_id,
         func.row_number().over(order_by=ranking.order(valued)).label("rank"),
@@ -272,7 +287,7 @@ def ranks_query(ranking: _Ranking, trial_ids: Sequence[str]) -> Select[Any]:
 
 def leaders_query(ranking: _Ranking, count: int) -> Select[Any]:
     """The first ``count`` trials of the ranking: trial_id, best_value; best first."""
-    valued = ranking.valued(narrow=True)
+    valued = ranking.valued()
     return (
         select(valued.c.trial_id, valued.c.best_value).order_by(*ranking.order(valued)).limit(count)
     )
@@ -280,7 +295,7 @@ def leaders_query(ranking: _Ranking, count: int) -> Select[Any]:
 
 def scored_count_query(ranking: _Ranking) -> Select[Any]:
     """The run's trials with a best value."""
-    valued = ranking.valued(narrow=True)
+    valued = ranking.valued()
     return select(func.count()).select_from(valued).where(valued.c.best_value.is_not(None))
 
 
@@ -345,12 +360,29 @@ def ranked_page(
     """
     connection = session.connection()
     ranking = _Ranking(dialect, run_pk, metric, mode, maintained, constraints)
-    rows = connection.execute(
-        page_query(
-            ranking, sort=sort, descending=descending, stopped=stopped, offset=offset, limit=limit
-        )
-    ).all()
-    trials = [_ranked_trial(row, constraints) for row in rows]
+    page_ids = list(
+        connection.execute(
+            page_query(
+                ranking,
+                sort=sort,
+                descending=descending,
+                stopped=stopped,
+                offset=offset,
+                limit=limit,
+            )
+        ).scalars()
+    )
+    # The rows of the page's trials alone, in a second statement: the page's sort then never
+    # carries whole rows, which past the first pages means every trial's.
+    by_id = (
+        {
+            row.trial_id: _ranked_trial(row, constraints)
+            for row in connection.execute(rows_query(ranking, page_ids))
+        }
+        if page_ids
+        else {}
+    )
+    trials = [by_id[trial_id] for trial_id in page_ids]
     status_counts = {
         status: count for status, count in connection.execute(status_counts_query(run_pk))
     }
@@ -362,19 +394,19 @@ def ranked_page(
     )
     in_rank_order = every_trial and sort == "metric" and not descending
     if in_rank_order:
-        ranks = list(range(offset + 1, offset + len(rows) + 1))
+        ranks = list(range(offset + 1, offset + len(trials) + 1))
     elif every_trial and sort == "metric" and not constraints:
         # Scored trials ranked 1..S appear as S, S-1, ..., 1, then S+1, S+2, ...
         scored = connection.execute(scored_count_query(ranking)).scalar_one()
-        positions = range(offset, offset + len(rows))
+        positions = range(offset, offset + len(trials))
         ranks = [scored - p if p < scored else p + 1 for p in positions]
-    elif rows:
+    elif trials:
         ids = [t.trial_id for t in trials]
         found = {trial_id: rank for trial_id, rank in connection.execute(ranks_query(ranking, ids))}
         ranks = [found[t.trial_id] for t in trials]
     else:
         ranks = []
-    if in_rank_order and offset == 0 and (len(rows) >= leaders or len(rows) < limit):
+    if in_rank_order and offset == 0 and (len(trials) >= leaders or len(trials) < limit):
         best = [(t.trial_id, t.best_value) for t in trials[:leaders]]
     else:
         best = [(i, v) for i, v in connection.execute(leaders_query(ranking, leaders))]
