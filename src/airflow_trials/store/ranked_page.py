@@ -1,6 +1,6 @@
-"""One page of a run's ranking, in SQL: each trial's rank by a window function, the page by
-LIMIT/OFFSET, the pager's total and the run's status counts by COUNT; only the page's rows (and
-the leaders of the chart) leave the database.
+"""One page of a run's ranking, in SQL: the page's ids by a narrow ORDER BY with LIMIT/OFFSET,
+their rows by id, their ranks from the offset or a window function, the pager's total and the
+run's status counts by COUNT; only the page's rows (and the chart's leaders) leave the database.
 
 The ranking is the leaderboard's (:meth:`~airflow_trials.store.TrialReader.leaderboard`): trials
 by best value of the metric (lowest for ``"min"``, highest for ``"max"``), those without one
