@@ -5,8 +5,9 @@ The trials DB (SQLite file) holds one experiment run of 10,000 trials with 100 r
 (bulk-loaded as in bench/store_ingest.py, bests brought up to date with ``recompute_best``) and
 a checkpoint for every tenth trial. Each request goes through the whole server path in process:
 Airflow's JWT check (SimpleAuthManager, a temporary AIRFLOW_HOME), the per-DAG authorisation,
-the store's full ranking, the page's sort and slice, its checkpoints, the SVG chart and the
-template. Target: < 100 ms for the run page. Median of several requests after a warm-up.
+the page ranked, sorted and sliced in SQL (``TrialReader.ranked_page``), its checkpoints, the
+SVG chart and the template. Target: < 100 ms for the run page. Median of several requests after
+a warm-up.
 
     .venv/bin/python -m bench.dashboard_render                       # SQLite file
     .venv/bin/python -m bench.dashboard_render --postgres-url postgresql+psycopg://postgres@127.0.0.1:5432/test

@@ -267,6 +267,60 @@ class StoreContract:
             # The probe's ORDER BY is the index order: the only sort is the final ranking.
             assert sum("TEMP B-TREE" in line for line in plan) == 1, plan
 
+    @pytest.mark.parametrize(("metric", "mode"), [("acc", "max"), ("acc", "min"), ("loss", "min")])
+    @pytest.mark.parametrize(
+        ("sort", "descending", "stopped"),
+        [
+            ("metric", False, "all"),
+            ("metric", True, "all"),
+            ("trial_id", True, "all"),
+            ("status", False, "early"),
+            ("failures", True, "not_early"),
+        ],
+    )
+    def test_a_leaderboard_page_is_ranked_and_sliced_in_sql(
+        self, store, metric, mode, sort, descending, stopped
+    ):
+        """The guard on the run page's cost (docs/benchmarks.md, issue 33): every statement of
+        ``ranked_page`` that reads trials returns a page (LIMIT), counts, or the ranks of the
+        page's own trials; none scans at_results in full; the maintained bests read no result;
+        the probe path goes through the metric index; a page in the ranking's order (by metric,
+        every trial) needs no window function. At 3a63532 the page read every trial of the run
+        (``TrialReader.ranking``) and ranked it in Python."""
+        run = self._leaderboard_run(store)
+        store.ensure_metric_index("loss")
+        statements: list[tuple[str, Any]] = []
+
+        def capture(conn, cursor, statement, parameters, context, executemany):
+            statements.append((statement, parameters))
+
+        event.listen(store._engine, "before_cursor_execute", capture)
+        try:
+            page = store.reader.ranked_page(
+                run, metric, mode, sort=sort, descending=descending, stopped=stopped, limit=2
+            )
+        finally:
+            event.remove(store._engine, "before_cursor_execute", capture)
+        assert len(page.rows) <= 2 and page.num_trials == 5
+        reads = [(s, p) for s, p in statements if "FROM at_trials" in " ".join(s.split())]
+        assert reads
+        for statement, parameters in reads:
+            flat = " ".join(statement.split())
+            paged = "LIMIT" in flat or "count(" in flat or ".trial_id IN (" in flat
+            assert paged, statement  # never every trial's row
+            assert self._full_scans(self._plan(store, statement, parameters), "at_results") == []
+            if metric == "acc":  # the experiment's metric: maintained bests in either mode
+                assert "at_results" not in flat, statement
+        in_rank_order = sort == "metric" and not descending and stopped == "all"
+        windows = [s for s, _ in statements if "row_number" in s]
+        assert windows == [] if in_rank_order else len(windows) <= 1
+        if metric == "loss":  # not the experiment's: each result read through the metric index
+            plans = [self._plan(store, s, p) for s, p in reads]
+            probing = [plan for plan in plans if any("at_results" in line for line in plan)]
+            assert probing
+            for plan in probing:
+                assert any(metric_index_name(metric) in line for line in plan), plan
+
     def test_upgrade_from_0002_keeps_runs_and_then_takes_seeds_past_int32(self, store_url):
         if self.backend == MEMORY:
             pytest.skip("sqlite:// is a new, empty database per engine: nothing to upgrade")

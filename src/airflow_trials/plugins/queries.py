@@ -4,7 +4,8 @@ a trial's ASHA rungs and PBT lineage.
 Imports the store only (no Airflow), so it is tested and benchmarked without a web server.
 The dashboard reads through a :class:`~airflow_trials.store.TrialReader`, which cannot write (its
 batch reads give a page's checkpoints or curves in one query instead of one per trial);
-:func:`leaderboard_page` turns the store's full ranking into one sorted page.
+:func:`leaderboard_page` reads one sorted page of the store's ranking, ranked in SQL
+(:meth:`~airflow_trials.store.TrialReader.ranked_page`).
 """
 
 from __future__ import annotations
@@ -28,15 +29,17 @@ from airflow_trials.store import (
     TrialReader,
 )
 from airflow_trials.store.leaderboard import check_metric, check_mode
+from airflow_trials.store.ranked_page import PAGE_SORTS, check_page_order
+from airflow_trials.store.ranked_page import STOPPED_FILTERS as PAGE_STOPPED_FILTERS
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 500
 # The curves chart draws the best trials of the ranking only: 10,000 polylines help nobody.
 DEFAULT_CURVES = 20
 MAX_CURVES = 200
-SORT_KEYS = ("metric", "trial_id", "status", "failures")
+SORT_KEYS = PAGE_SORTS
 # The leaderboard's ?stopped= filter: every trial, those their scheduler stopped early, the others.
-STOPPED_FILTERS = ("all", "early", "not_early")
+STOPPED_FILTERS = PAGE_STOPPED_FILTERS
 
 
 class NotFoundError(LookupError):
@@ -180,10 +183,10 @@ def leaderboard_page(
 ) -> BoardPage:
     """One page of the run's leaderboard, ranked over all its trials.
 
-    The store ranks every trial (:meth:`TrialReader.ranking`); the ranking is then filtered,
-    sorted and sliced here, so ranks stay those of the full ranking whatever the filter and sort,
-    and only the page's rows have their configs, checkpoints and stop reasons read. The status
-    counts, the best trial and the leaders are the whole run's.
+    The store ranks, filters, sorts and slices in SQL (:meth:`TrialReader.ranked_page`), so
+    ranks stay those of the full ranking whatever the filter and sort, and only the page's rows
+    leave the database; their configs, checkpoints and stop reasons are then read for them
+    alone. The status counts, the best trial and the leaders are the whole run's.
 
     :param sort: ``"metric"`` (the ranking; descending reverses it, trials without the metric
         still last), ``"trial_id"``, ``"status"`` or ``"failures"``.
@@ -194,14 +197,18 @@ def leaderboard_page(
         ``"not_early"``: only the others; ``"all"`` (default).
     """
     _check_page(metric, mode, sort, page, page_size, stopped)
-    board = store.ranking(run.id, metric, mode)
-    shown = _filtered(store, run.id, list(enumerate(board, start=1)), stopped)
-    start = (page - 1) * page_size
-    rows = _board_rows(
-        store, _sorted(shown, sort, descending)[start : start + page_size], metric, mode
+    ranked = store.ranked_page(
+        run.id,
+        metric,
+        mode,
+        sort=sort,
+        descending=descending,
+        stopped=stopped,
+        offset=(page - 1) * page_size,
+        limit=page_size,
+        leaders=DEFAULT_CURVES,
     )
-    status_counts, config_keys = _counts_and_config_keys(run, board, rows)
-    best = board[0].trial_id if board and board[0].best_value is not None else None
+    rows = _board_rows(store, ranked.rows, metric, mode)
     return BoardPage(
         run=run,
         metric=metric,
@@ -210,16 +217,14 @@ def leaderboard_page(
         descending=descending,
         page=page,
         page_size=page_size,
-        total=len(shown),
+        total=ranked.total,
         rows=rows,
-        config_keys=config_keys,
-        status_counts=status_counts,
-        best_trial_id=best,
-        leaders=[
-            trial.trial_id for trial in board[:DEFAULT_CURVES] if trial.best_value is not None
-        ],
+        config_keys=_config_keys(run, rows),
+        status_counts=ranked.status_counts,
+        best_trial_id=ranked.best_trial_id,
+        leaders=ranked.leaders,
         stopped=stopped,
-        num_trials=len(board),
+        num_trials=ranked.num_trials,
         constraints=store.get_experiment(run.experiment_name).constraint_spec,
     )
 
@@ -227,18 +232,10 @@ def leaderboard_page(
 def _check_page(metric: str, mode: str, sort: str, page: int, page_size: int, stopped: str) -> None:
     check_metric(metric)
     check_mode(mode)
-    if sort not in SORT_KEYS:
-        raise ValueError(
-            f"Cannot sort the leaderboard by {sort!r}; use one of {', '.join(SORT_KEYS)}."
-        )
+    check_page_order(sort, stopped)
     if not 1 <= page_size <= MAX_PAGE_SIZE or page < 1:
         raise ValueError(
             f"page must be >= 1 and page_size 1 to {MAX_PAGE_SIZE}, got {page} and {page_size}."
-        )
-    if stopped not in STOPPED_FILTERS:
-        raise ValueError(
-            f"Cannot filter the leaderboard by stopped={stopped!r}; use one of "
-            f"{', '.join(STOPPED_FILTERS)}."
         )
 
 
@@ -452,12 +449,17 @@ def is_live(run: ExperimentRunRecord, status_counts: dict[str, int] | None = Non
 def _counts_and_config_keys(
     run: ExperimentRunRecord, board: Sequence[Any], rows: Sequence[BoardRow]
 ) -> tuple[dict[str, int], list[str]]:
-    """A board page's trials per status over the whole run, and its config columns: the search
-    space's keys and those of the page's configs, sorted."""
+    """A board page's trials per status over the whole run, and its config columns
+    (:func:`_config_keys`)."""
     status_counts: dict[str, int] = defaultdict(int)
     for trial in board:
         status_counts[trial.status.value] += 1
+    return dict(status_counts), _config_keys(run, rows)
+
+
+def _config_keys(run: ExperimentRunRecord, rows: Sequence[BoardRow]) -> list[str]:
+    """A board page's config columns: the search space's keys and those of its configs, sorted."""
     config_keys = set(run.search_space) if isinstance(run.search_space, dict) else set()
     for row in rows:
         config_keys.update(row.config)
-    return dict(status_counts), sorted(config_keys)
+    return sorted(config_keys)

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
-from sqlalchemy import Select, select
+from sqlalchemy import Float, Select, and_, case, literal, select
 from sqlalchemy.orm import Session
 
 from airflow_trials.core.constraints import Constraints
@@ -62,6 +62,19 @@ def constrained_values_query(
             for i, metric in enumerate(constraints.metrics)
         ),
     ).where(trials.c.experiment_run_id == experiment_run_id)
+
+
+def feasible_sql(dialect_name: str, last_result: Any, constraints: Constraints) -> Any:
+    """1 when the trial's ``last_result`` meets every constraint, else 0, in SQL: as
+    :func:`judge` decides it (a metric that is not a finite number misses its constraint; ``v -
+    bound > 0`` is a miss, which for finite floats is ``v > bound``)."""
+    met = []
+    for constraint in constraints:
+        value = metric_value(last_result, constraint.metric, dialect_name)
+        bound = literal(constraint.bound, Float())
+        met.append(value <= bound if constraint.op == "<=" else value >= bound)
+    # A NULL comparison (metric not reported) is no match, so it falls to the ELSE.
+    return case((and_(*met), 1), else_=0)
 
 
 def run_feasibility(

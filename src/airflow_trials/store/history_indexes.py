@@ -28,20 +28,26 @@ def _quoted(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-def _stopped_early_sql(find: str) -> str:
-    """:func:`~airflow_trials.core.fate.stopped_early` of a TERMINATED trial's stop reason in
-    SQL, from the same constants; ``find`` is the dialect's substring position function."""
+def _stopped_early_reason_sql(find: str) -> str:
+    """:func:`~airflow_trials.core.fate.stopped_early` of a stop reason in SQL, from the same
+    constants; ``find`` is the dialect's substring position function."""
     return (
-        "status = 'TERMINATED' AND stop_reason IS NOT NULL AND stop_reason <> '' "
+        "stop_reason IS NOT NULL AND stop_reason <> '' "
         f"AND stop_reason NOT IN ({_quoted(TRAINABLE_FINISHED)}, {_quoted(CRITERION_MET)}) "
         f"AND {find}(stop_reason, {_quoted(REACHED_MAX_T)}) = 0"
     )
 
 
-#: The predicate of a trial stopped early, per dialect (case-sensitive, as ``in`` is in Python).
+_FIND = {"sqlite": "instr", "postgresql": "strpos"}
+#: :func:`~airflow_trials.core.fate.stopped_early` of a trial's ``stop_reason``, per dialect
+#: (case-sensitive, as ``in`` is in Python); never NULL.
+STOPPED_EARLY_REASON_SQL = {
+    dialect: _stopped_early_reason_sql(find) for dialect, find in _FIND.items()
+}
+#: The predicate of a TERMINATED trial stopped early, per dialect: the partial index's.
 STOPPED_EARLY_SQL = {
-    "sqlite": _stopped_early_sql("instr"),
-    "postgresql": _stopped_early_sql("strpos"),
+    dialect: "status = 'TERMINATED' AND " + reason
+    for dialect, reason in STOPPED_EARLY_REASON_SQL.items()
 }
 WARM_STARTED_SQL = "warm_start IS NOT NULL"
 

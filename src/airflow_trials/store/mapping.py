@@ -114,6 +114,11 @@ def leaderboard_rows(
     return board
 
 
+def trial_status(value: str) -> TrialStatus:
+    """The status stored as ``value``."""
+    return _STATUSES[value]
+
+
 def ranked_trial(row: Any) -> RankedTrial:
     """From a (trial_id, status, num_failures, best_value, best_iteration) row."""
     trial_id, status, num_failures, best_value, best_iteration = row

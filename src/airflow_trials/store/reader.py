@@ -56,6 +56,7 @@ from airflow_trials.store.pareto_board import (
     pareto_board,
     pareto_leaderboard_query,
 )
+from airflow_trials.store.ranked_page import RankedPage, check_page_order, ranked_page
 from airflow_trials.store.records import (
     CheckpointRecordRow,
     ExperimentRecord,
@@ -406,6 +407,69 @@ class TrialReader:
             return judged_feasible_first(rows, checks)[:limit]
 
         return self._read(operation, work)
+
+    def ranked_page(
+        self,
+        experiment_run_id: int,
+        metric: str,
+        mode: str = "min",
+        *,
+        sort: str = "metric",
+        descending: bool = False,
+        stopped: str = "all",
+        offset: int = 0,
+        limit: int = 50,
+        leaders: int = 20,
+    ) -> RankedPage:
+        """One page of the run's ranking, ranked, filtered, sorted and sliced in SQL
+        (:mod:`~airflow_trials.store.ranked_page`): the page's trials, each with its rank in the
+        whole ranking of :meth:`leaderboard` (feasible trials first with constraints), the
+        filter's total, the run's status counts and the ids of its first ``leaders`` trials
+        with a value. Only the page's rows and the leaders are read out; no config.
+
+        :param sort: ``"metric"`` (default; descending reverses the trials with a value, those
+            without stay last), ``"trial_id"``, ``"status"`` or ``"failures"``.
+        :param descending: reverse the sort; default False.
+        :param stopped: ``"all"`` (default), ``"early"`` (the trials their scheduler stopped
+            early) or ``"not_early"``.
+        :param offset: trials of the sorted, filtered ranking to skip; default 0.
+        :param limit: at most this many rows; default 50.
+        :param leaders: how many of the first trials give the leaders; default 20.
+        """
+        check_mode(mode)
+        check_metric(metric)
+        check_page_order(sort, stopped)
+        if offset < 0 or limit < 1 or leaders < 1:
+            raise ValueError(
+                f"offset must be >= 0, limit and leaders >= 1, got {offset}, {limit}, {leaders}."
+            )
+        operation = (
+            f"read a page of the trials of experiment run {experiment_run_id} by {mode} {metric}"
+        )
+        dialect = self._db.dialect
+
+        # One attempt, as the other batch reads of pages: the page is asked for again.
+        with self._db.session_scope(operation, write=False) as session:
+            run = self._db.find_run(session, experiment_run_id, operation)
+            if dialect == "postgresql":
+                # A window over every trial inflates the cost estimate past jit_above_cost, and
+                # compiling the plan then takes longer than running it.
+                session.connection().execute(text("SET LOCAL jit = off"))
+            return ranked_page(
+                session,
+                dialect,
+                experiment_run_id,
+                metric,
+                mode,
+                maintained_best_columns(session, run, metric, mode),
+                run_constraints(session, run),
+                sort=sort,
+                descending=descending,
+                stopped=stopped,
+                offset=offset,
+                limit=limit,
+                leaders=leaders,
+            )
 
     def pareto_leaderboard(
         self,

@@ -109,6 +109,7 @@ class TrialStore:
         self.latest_checkpoint = reader.latest_checkpoint
         self.leaderboard = reader.leaderboard
         self.pareto_leaderboard = reader.pareto_leaderboard
+        self.ranked_page = reader.ranked_page
         self.best_checkpoint_paths = reader.best_checkpoint_paths
         self.trial_rungs = reader.trial_rungs
         self.trial_median_points = reader.trial_median_points

@@ -1,0 +1,419 @@
+"""One page of a run's ranking, in SQL: the page's ids by a narrow ORDER BY with LIMIT/OFFSET,
+their rows by id, their ranks from the offset or a window function, the pager's total and the
+run's status counts by COUNT; only the page's rows (and the chart's leaders) leave the database.
+
+The ranking is the leaderboard's (:meth:`~airflow_trials.store.TrialReader.leaderboard`): trials
+by best value of the metric (lowest for ``"min"``, highest for ``"max"``), those without one
+last, ties by trial id; with the experiment's constraints, every feasible trial first
+(:func:`~airflow_trials.store.feasibility.feasible_sql`). The best values are the maintained ones
+when the run keeps them for the metric and mode
+(:func:`~airflow_trials.store.leaderboard.maintained_best_columns`), else the leaderboard's probe
+of the metric index per trial. A page then keeps, sorts and slices the ranked trials, each
+keeping its rank in the whole ranking:
+
+- ``sort="metric"``: the ranking; descending reverses the trials with a value, those without one
+  stay last in ranking order;
+- ``"trial_id"``: by trial id in code point order (``COLLATE "C"`` on PostgreSQL, as Python
+  compares strings);
+- ``"status"``: by status, then rank (both reversed when descending);
+- ``"failures"``: by failures (reversed when descending), then rank.
+
+``stopped="early"`` keeps the trials their scheduler stopped early
+(:func:`~airflow_trials.core.fate.stopped_early`, in SQL from the same constants),
+``"not_early"`` the others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import (
+    ColumnElement,
+    Select,
+    Subquery,
+    case,
+    func,
+    literal,
+    select,
+    text,
+)
+from sqlalchemy.orm import Session
+
+from airflow_trials.core.constraints import Constraints
+from airflow_trials.store.feasibility import feasible_sql, judge
+from airflow_trials.store.history_indexes import STOPPED_EARLY_REASON_SQL
+from airflow_trials.store.leaderboard import (
+    MaintainedBest,
+    leaderboard_query,
+    metric_value,
+)
+from airflow_trials.store.mapping import trial_status
+from airflow_trials.store.models import TrialRow
+from airflow_trials.store.records import RankedTrial
+
+#: What a page may be sorted by.
+PAGE_SORTS = ("metric", "trial_id", "status", "failures")
+#: A page's ``stopped`` filter: every trial, those their scheduler stopped early, the others.
+STOPPED_FILTERS = ("all", "early", "not_early")
+
+
+@dataclass(frozen=True)
+class RankedPage:
+    """One page of a run's ranking (:meth:`~airflow_trials.store.TrialReader.ranked_page`).
+
+    :param rows: the page's trials in the page's order, each with its rank in the whole
+        ranking (1 = best), whatever the filter and sort.
+    :param total: the trials the filter keeps.
+    :param status_counts: the run's trials per status, whatever the filter.
+    :param leaders: the ids of the first ``leaders`` trials of the ranking that have a value,
+        best first.
+    :param best_trial_id: the first trial of the ranking when it has a value; None otherwise.
+    """
+
+    rows: list[tuple[int, RankedTrial]]
+    total: int
+    status_counts: dict[str, int] = field(default_factory=dict)
+    leaders: list[str] = field(default_factory=list)
+    best_trial_id: str | None = None
+
+    @property
+    def num_trials(self) -> int:
+        """The run's trials, whatever the filter."""
+        return sum(self.status_counts.values())
+
+
+def check_page_order(sort: str, stopped: str) -> None:
+    """Raise ValueError naming the accepted values when ``sort`` or ``stopped`` is unknown."""
+    if sort not in PAGE_SORTS:
+        raise ValueError(
+            f"Cannot sort the leaderboard by {sort!r}; use one of {', '.join(PAGE_SORTS)}."
+        )
+    if stopped not in STOPPED_FILTERS:
+        raise ValueError(
+            f"Cannot filter the leaderboard by stopped={stopped!r}; use one of "
+            f"{', '.join(STOPPED_FILTERS)}."
+        )
+
+
+def _valued_trials(
+    dialect: str,
+    run_pk: int,
+    metric: str,
+    mode: str,
+    maintained: MaintainedBest | None,
+    constraints: Constraints,
+    *,
+    extras: Sequence[str] = (),
+    only: Sequence[str] | None = None,
+) -> Subquery:
+    """Every trial of the run with its best value (only those of ``only`` when given):
+    trial_id, best_value, feasible (1 or 0; 1 without constraints), and the ``extras`` among
+    status, num_failures, stop_reason, best_iteration and the constrained metrics' values in its
+    last result (``"constrained"``: ``c_0``...)."""
+    trials = TrialRow.__table__
+    source: Any = trials
+    if maintained is not None:
+        value, iteration = maintained
+    else:
+        # The leaderboard's probe per trial, joined back for the columns it does not read.
+        probed = leaderboard_query(dialect, run_pk, metric, mode, None).order_by(None)
+        columns = {column.name: column for column in probed.selected_columns}
+        probe = probed.with_only_columns(
+            columns["trial_id"], columns["best_value"], columns["best_iteration"]
+        ).subquery("probed")
+        source = trials.join(probe, probe.c.trial_id == trials.c.trial_id)
+        value, iteration = probe.c.best_value, probe.c.best_iteration
+    feasible = feasible_sql(dialect, trials.c.last_result, constraints) if constraints else None
+    selected: list[Any] = [
+        trials.c.trial_id,
+        value.label("best_value"),
+        (feasible if feasible is not None else literal(1)).label("feasible"),
+    ]
+    by_name: dict[str, list[Any]] = {
+        "status": [trials.c.status],
+        "num_failures": [trials.c.num_failures],
+        "stop_reason": [trials.c.stop_reason],
+        "best_iteration": [iteration.label("best_iteration")],
+        "constrained": [
+            metric_value(trials.c.last_result, name, dialect).label(f"c_{i}")
+            for i, name in enumerate(constraints.metrics)
+        ],
+    }
+    for extra in extras:
+        selected += by_name[extra]
+    query = select(*selected).select_from(source).where(trials.c.experiment_run_id == run_pk)
+    if only is not None:
+        query = query.where(trials.c.trial_id.in_(list(only)))
+    return query.subquery("valued")
+
+
+def _ranking_order(
+    valued: Subquery, mode: str, constrained: bool, *, reverse: bool = False
+) -> list[ColumnElement[Any]]:
+    """The ranking's ORDER BY over ``valued``: feasible first (with constraints), best value in
+    ``mode`` with the trials without one last, trial id; ``reverse`` turns all of it around."""
+    value = valued.c.best_value
+    forward = (value.asc() if mode == "min" else value.desc()).nulls_last()
+    backward = (value.desc() if mode == "min" else value.asc()).nulls_first()
+    order: list[ColumnElement[Any]] = [
+        backward if reverse else forward,
+        valued.c.trial_id.desc() if reverse else valued.c.trial_id.asc(),
+    ]
+    if constrained:
+        order.insert(0, valued.c.feasible.asc() if reverse else valued.c.feasible.desc())
+    return order
+
+
+def _by_code_point(column: ColumnElement[str], dialect: str) -> ColumnElement[str]:
+    # PostgreSQL's default collation (e.g. en_US.UTF-8) ignores punctuation at first; Python and
+    # SQLite's BINARY compare code points, as "C" does.
+    return column.collate("C") if dialect == "postgresql" else column
+
+
+def _page_order(
+    valued: Subquery,
+    mode: str,
+    constrained: bool,
+    sort: str,
+    descending: bool,
+    dialect: str,
+) -> list[ColumnElement[Any]]:
+    """The page's ORDER BY over ``valued``; where the rank breaks ties, the ranking's own order
+    does (the same order, without computing a rank)."""
+    ranking = _ranking_order(valued, mode, constrained)
+    if sort == "metric":
+        if not descending:
+            return ranking
+        # The trials with a value in reverse, then those without one in the ranking's order.
+        unscored = valued.c.best_value.is_(None)
+        feasible = valued.c.feasible
+        reverse = _ranking_order(valued, mode, constrained=False, reverse=True)
+        return [
+            case((unscored, 1), else_=0),
+            case((unscored, -feasible), else_=feasible),
+            reverse[0],
+            case((unscored, valued.c.trial_id)),
+            reverse[1],
+        ]
+    if sort == "trial_id":
+        trial_id = _by_code_point(valued.c.trial_id, dialect)
+        return [trial_id.desc() if descending else trial_id.asc()]
+    if sort == "status":
+        status = _by_code_point(valued.c.status, dialect)
+        if descending:
+            return [status.desc(), *_ranking_order(valued, mode, constrained, reverse=True)]
+        return [status.asc(), *ranking]
+    failures = valued.c.num_failures
+    return [failures.desc() if descending else failures.asc(), *ranking]
+
+
+def _stopped_clause(dialect: str, stopped: str) -> Any:
+    """The filter's WHERE over a FROM with one ``stop_reason`` column; None for ``"all"``."""
+    if stopped == "all":
+        return None
+    early = f"({STOPPED_EARLY_REASON_SQL[dialect]})"
+    return text(early if stopped == "early" else f"NOT {early}")
+
+
+@dataclass(frozen=True)
+class _Ranking:
+    """What identifies a run's ranking: the arguments of :func:`_valued_trials`."""
+
+    dialect: str
+    run_pk: int
+    metric: str
+    mode: str
+    maintained: MaintainedBest | None
+    constraints: Constraints
+
+    def valued(self, *, extras: Sequence[str] = (), only: Sequence[str] | None = None) -> Subquery:
+        return _valued_trials(
+            self.dialect,
+            self.run_pk,
+            self.metric,
+            self.mode,
+            self.maintained,
+            self.constraints,
+            extras=extras,
+            only=only,
+        )
+
+    def order(self, valued: Subquery) -> list[ColumnElement[Any]]:
+        return _ranking_order(valued, self.mode, bool(self.constraints))
+
+
+#: Every column of a page's row (:func:`_valued_trials`).
+ROW_COLUMNS = ("status", "num_failures", "stop_reason", "best_iteration", "constrained")
+
+
+def page_query(
+    ranking: _Ranking, *, sort: str, descending: bool, stopped: str, offset: int, limit: int
+) -> Select[Any]:
+    """The ids of the page's trials: those the ``stopped`` filter keeps, in the page's order,
+    ``limit`` of them from ``offset``. Narrow (the sort's and the filter's columns only): by
+    metric or id, from the index ``(run, ..., best_value, trial_id)`` alone, without reading a
+    trial's row. No rank: a window over every trial costs SQLite ten times the page's sort."""
+    extras = {"status": ["status"], "failures": ["num_failures"]}.get(sort, [])
+    if stopped != "all":
+        extras.append("stop_reason")
+    valued = ranking.valued(extras=extras)
+    order = _page_order(
+        valued, ranking.mode, bool(ranking.constraints), sort, descending, ranking.dialect
+    )
+    query = select(valued.c.trial_id).order_by(*order)
+    kept = _stopped_clause(ranking.dialect, stopped)
+    if kept is not None:
+        query = query.where(kept)
+    return query.limit(limit).offset(offset)
+
+
+def rows_query(ranking: _Ranking, trial_ids: Sequence[str]) -> Select[Any]:
+    """The page's rows (every column of :func:`_valued_trials`) of ``trial_ids``, by id."""
+    return select(ranking.valued(extras=ROW_COLUMNS, only=trial_ids))
+
+
+def ranks_query(ranking: _Ranking, trial_ids: Sequence[str]) -> Select[Any]:
+    """The rank (1 = first) of each of ``trial_ids`` in the whole ranking: a window function
+    over the run's trials, narrow (id, value, feasibility)."""
+    valued = ranking.valued()
+    ranked = select(
+        valued.c.trial_id,
+        func.row_number().over(order_by=ranking.order(valued)).label("rank"),
+    ).subquery("ranked")
+    return select(ranked.c.trial_id, ranked.c.rank).where(ranked.c.trial_id.in_(list(trial_ids)))
+
+
+def leaders_query(ranking: _Ranking, count: int) -> Select[Any]:
+    """The first ``count`` trials of the ranking: trial_id, best_value; best first."""
+    valued = ranking.valued()
+    return (
+        select(valued.c.trial_id, valued.c.best_value).order_by(*ranking.order(valued)).limit(count)
+    )
+
+
+def scored_count_query(ranking: _Ranking) -> Select[Any]:
+    """The run's trials with a best value."""
+    valued = ranking.valued()
+    return select(func.count()).select_from(valued).where(valued.c.best_value.is_not(None))
+
+
+def count_query(run_pk: int, dialect: str, stopped: str) -> Select[Any]:
+    """The run's trials the ``stopped`` filter keeps."""
+    trials = TrialRow.__table__
+    query = select(func.count()).select_from(trials).where(trials.c.experiment_run_id == run_pk)
+    kept = _stopped_clause(dialect, stopped)
+    return query if kept is None else query.where(kept)
+
+
+def status_counts_query(run_pk: int) -> Select[Any]:
+    """The run's trials per status (from the index ``ix_at_trials_run_status`` alone)."""
+    trials = TrialRow.__table__
+    return (
+        select(trials.c.status, func.count())
+        .where(trials.c.experiment_run_id == run_pk)
+        .group_by(trials.c.status)
+    )
+
+
+def _ranked_trial(row: Any, constraints: Constraints) -> RankedTrial:
+    """A page query's row; with constraints the trial is judged from its constrained values
+    (:func:`~airflow_trials.store.feasibility.judge`), as the leaderboard judges it."""
+    feasible = violations = None
+    if constraints:
+        values = [getattr(row, f"c_{i}") for i in range(len(constraints.metrics))]
+        check = judge(constraints, constraints.metrics, values)
+        feasible, violations = check.feasible, check.violations
+    return RankedTrial(
+        row.trial_id,
+        trial_status(row.status),
+        row.num_failures,
+        row.best_value,
+        row.best_iteration,
+        feasible,
+        violations,
+    )
+
+
+def ranked_page(
+    session: Session,
+    dialect: str,
+    run_pk: int,
+    metric: str,
+    mode: str,
+    maintained: MaintainedBest | None,
+    constraints: Constraints,
+    *,
+    sort: str,
+    descending: bool,
+    stopped: str,
+    offset: int,
+    limit: int,
+    leaders: int,
+) -> RankedPage:
+    """The page, its total, the run's status counts and its leaders.
+
+    A page in the ranking's order (by metric, every trial) has its ranks from its offset, and
+    page 1 gives the leaders; by metric descending without constraints, from the count of
+    trials with a value. Any other page asks a window function for its rows' ranks.
+    """
+    connection = session.connection()
+    ranking = _Ranking(dialect, run_pk, metric, mode, maintained, constraints)
+    page_ids = list(
+        connection.execute(
+            page_query(
+                ranking,
+                sort=sort,
+                descending=descending,
+                stopped=stopped,
+                offset=offset,
+                limit=limit,
+            )
+        ).scalars()
+    )
+    # The rows of the page's trials alone, in a second statement: the page's sort then never
+    # carries whole rows, which past the first pages means every trial's.
+    by_id = (
+        {
+            row.trial_id: _ranked_trial(row, constraints)
+            for row in connection.execute(rows_query(ranking, page_ids))
+        }
+        if page_ids
+        else {}
+    )
+    trials = [by_id[trial_id] for trial_id in page_ids]
+    status_counts = {
+        status: count for status, count in connection.execute(status_counts_query(run_pk))
+    }
+    every_trial = stopped == "all"
+    total = (
+        sum(status_counts.values())
+        if every_trial
+        else connection.execute(count_query(run_pk, dialect, stopped)).scalar_one()
+    )
+    in_rank_order = every_trial and sort == "metric" and not descending
+    if in_rank_order:
+        ranks = list(range(offset + 1, offset + len(trials) + 1))
+    elif every_trial and sort == "metric" and not constraints:
+        # Scored trials ranked 1..S appear as S, S-1, ..., 1, then S+1, S+2, ...
+        scored = connection.execute(scored_count_query(ranking)).scalar_one()
+        positions = range(offset, offset + len(trials))
+        ranks = [scored - p if p < scored else p + 1 for p in positions]
+    elif trials:
+        ids = [t.trial_id for t in trials]
+        found = {trial_id: rank for trial_id, rank in connection.execute(ranks_query(ranking, ids))}
+        ranks = [found[t.trial_id] for t in trials]
+    else:
+        ranks = []
+    if in_rank_order and offset == 0 and (len(trials) >= leaders or len(trials) < limit):
+        best = [(t.trial_id, t.best_value) for t in trials[:leaders]]
+    else:
+        best = [(i, v) for i, v in connection.execute(leaders_query(ranking, leaders))]
+    return RankedPage(
+        rows=list(zip(ranks, trials, strict=True)),
+        total=total,
+        status_counts=status_counts,
+        leaders=[trial_id for trial_id, value in best if value is not None],
+        best_trial_id=best[0][0] if best and best[0][1] is not None else None,
+    )
