@@ -4,7 +4,7 @@
 #
 # With AIRFLOW_TRIALS_FAULT_TESTS=1 and no test paths among the arguments (the whole suite, as CI
 # runs it), the fault suite (tests/faults: whole stacks, mostly waiting on them) runs in a second
-# pytest process beside the other tests (one of its modules, with stacks of its own, after them in
+# pytest process beside the other tests (two of its modules with their own stacks after them, in
 # the first, so that both take about as long), then tests/system runs alone: its demo finds "the" Ray of
 # the machine by scanning for Ray processes, which must see no other cluster. Every fault stack and
 # test Ray has its own ports and temp dir, and PostgreSQL tests their own schema or database.
@@ -39,12 +39,11 @@ if [ "${AIRFLOW_TRIALS_FAULT_TESTS:-}" != "1" ] || [ "$paths_given" -eq 1 ]; the
     exit $?
 fi
 
-# A fault module that starts stacks of its own (test_checkpoints_kept.py, about 5 minutes on 2
-# cores) runs after the other tests in the first process; the rest of tests/faults, the production
-# shape's module included (a dozen processes, about 10 minutes), in the second. Measured idle on
-# 2026-11-27 with test_trials_db_drops.py (a minute or two) in the first too: 28 + 6 minutes
-# there, 28 in the second; the other tests have since lost some minutes, so it went back.
-moved_faults=(tests/faults/test_checkpoints_kept.py)
+# Two fault modules that start stacks of their own (about 6 minutes on 2 cores) run after the other
+# tests in the first process; the rest of tests/faults, the production shape's module included
+# (a dozen processes, about 10 minutes), in the second. Both processes then take about as long
+# (measured idle on 2026-11-27: 28 + 6 minutes in the first, 28 in the second).
+moved_faults=(tests/faults/test_checkpoints_kept.py tests/faults/test_trials_db_drops.py)
 faults_log="$(mktemp -t airflow_trials_faults.XXXXXX.log)"
 echo "[test.sh] tests/faults runs in a second pytest process beside the others; its output follows theirs." >&2
 run_pytest tests/faults "${moved_faults[@]/#/--ignore=}" "$@" >"$faults_log" 2>&1 &
@@ -63,5 +62,5 @@ cat "$faults_log"
 rm -f "$faults_log"
 run_pytest tests/system "$@"
 system_rc=$?
-echo "[test.sh] exit codes: other tests $rest_rc (the fault module after them $moved_rc), tests/faults $faults_rc, tests/system $system_rc" >&2
+echo "[test.sh] exit codes: other tests $rest_rc (the two fault modules after them $moved_rc), tests/faults $faults_rc, tests/system $system_rc" >&2
 [ "$rest_rc" -eq 0 ] && [ "$faults_rc" -eq 0 ] && [ "$system_rc" -eq 0 ]
