@@ -164,13 +164,13 @@ FAULT_TESTS_ENV = "AIRFLOW_TRIALS_FAULT_TESTS"
 
 
 def pytest_collection_modifyitems(config, items):
-    """tests/faults/ kill real processes on a whole Airflow stack (about 12 minutes): they run when
+    """tests/faults/ kill real processes on whole Airflow stacks (about 30 minutes): they run when
     AIRFLOW_TRIALS_FAULT_TESTS=1 (CI sets it), and are reported as skipped, with that reason,
     otherwise."""
     if os.environ.get(FAULT_TESTS_ENV) == "1":
         return
     skip = pytest.mark.skip(
-        reason=f"fault-injection suite: set {FAULT_TESTS_ENV}=1 to run it (about 12 minutes; CI "
+        reason=f"fault-injection suite: set {FAULT_TESTS_ENV}=1 to run it (about 30 minutes; CI "
         "does)"
     )
     for item in items:

@@ -23,7 +23,17 @@ def iterations(store, trial_id):
     return [r["training_iteration"] for r in store.get_results(trial_id)]
 
 
-@pytest.mark.parametrize("sweep", [False, True], ids=["mapped", "sweep"])
+# Each path on one backend (the store's extension records have their contract on both, in
+# tests/contract/test_store_extensions.py): the mapped path, with the CLI, on PostgreSQL; the sweep
+# on SQLite.
+@pytest.mark.parametrize(
+    ("trials_env_any_db", "sweep"),
+    [
+        pytest.param("postgresql", False, marks=pytest.mark.postgres, id="postgresql-mapped"),
+        pytest.param("sqlite", True, id="sqlite-sweep"),
+    ],
+    indirect=["trials_env_any_db"],
+)
 def test_an_extension_continues_finished_trials_and_adds_samples(trials_env_any_db, sweep):
     trials_env = trials_env_any_db
     name = f"extend_{'sweep' if sweep else 'mapped'}"

@@ -27,7 +27,10 @@ from tests.contract.conftest import MEMORY, POSTGRESQL, SQLITE_FILE
 from tests.contract.test_store import count, run_in_threads
 from tests.contract.test_store_rungs import new_run
 
-STREAMS = {MEMORY: 100, SQLITE_FILE: 60, POSTGRESQL: 60}
+#: Random streams per backend, and the fewest results judged and stops they make (seeded: the
+#: same every run). In-memory SQLite replays the most; the file and PostgreSQL a sample.
+STREAMS = {MEMORY: 100, SQLITE_FILE: 40, POSTGRESQL: 40}
+AT_LEAST = {MEMORY: (800, 40), SQLITE_FILE: (850, 30), POSTGRESQL: (850, 30)}
 RULE = MedianRule(
     metric="loss",
     mode="min",
@@ -388,7 +391,8 @@ class MedianContract:
                 *(replay_stream(store, seed) for seed in range(STREAMS[self.backend])), strict=True
             ),
         )
-        assert judged > 800 and stops > 40, (judged, stops)
+        least_judged, least_stops = AT_LEAST[self.backend]
+        assert judged > least_judged and stops > least_stops, (judged, stops)
 
     def test_a_store_error_leaves_nothing_half_written(self, store):
         run = new_run(store, "r1", ["a"])

@@ -31,7 +31,11 @@ from airflow_trials.triggers.judge import RungJudge
 from tests.contract.conftest import MEMORY, POSTGRESQL, SQLITE_FILE
 from tests.contract.test_store import count, register, run_in_threads
 
-STREAMS = {MEMORY: 300, SQLITE_FILE: 200, POSTGRESQL: 200}
+#: Random streams per backend, and the fewest results judged and stops they make (seeded: the
+#: same every run). In-memory SQLite replays the most; the file runs the same SQL on the same
+#: dialect, so a sample of it; PostgreSQL, its own dialect, a third of the in-memory count.
+STREAMS = {MEMORY: 300, SQLITE_FILE: 50, POSTGRESQL: 100}
+AT_LEAST = {MEMORY: (1000, 50), SQLITE_FILE: (750, 80), POSTGRESQL: (1500, 150)}
 
 
 def never(values):
@@ -443,7 +447,8 @@ class RungsContract:
     def test_random_streams_decide_exactly_as_the_in_memory_scheduler(self, store):
         judged = sum(replay_stream(store, seed) for seed in range(STREAMS[self.backend]))
         stops = count(store, TrialRungRow, decision="STOP")
-        assert judged > 1000 and stops > 50, (judged, stops)
+        least_judged, least_stops = AT_LEAST[self.backend]
+        assert judged > least_judged and stops > least_stops, (judged, stops)
 
     @pytest.mark.parametrize("direction", ["ASC", "DESC"])
     def test_a_decisions_queries_read_the_rung_index_alone_without_sorting(self, store, direction):

@@ -28,11 +28,14 @@ from tests.plugins.conftest import HOSTILE, TRACEBACK, seed_store
 pytestmark = needs_chromium
 
 
-@pytest.fixture
-def api_server(airflow_home, tmp_path):
-    """``airflow api-server`` over a seeded trials DB; yields (base URL, token, what was seeded)."""
+@pytest.fixture(scope="module")
+def api_server(airflow_home, tmp_path_factory):
+    """``airflow api-server`` over a seeded trials DB; yields (base URL, token, what was seeded).
+    One server for the module: the cases only read, and each has a browser (a profile) of its
+    own."""
     from airflow_trials.store import TrialStore
 
+    tmp_path = tmp_path_factory.mktemp("browser_api_server")
     url = f"sqlite:///{tmp_path / 'trials.db'}"
     store = TrialStore(url, create=True)
     seeded = seed_store(store)
