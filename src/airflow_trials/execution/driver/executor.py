@@ -413,6 +413,7 @@ class RayTrialExecutor(TrialLauncher):
         if offered is not None and handed.get("trial_id") == offered.trial_id:
             self._handed[trial.trial_id] = offered
             self.num_hand_overs += 1
+            log.debug("Trial %s ended; its actor took over trial %s", trial.trial_id, offered)
         else:
             self._retired.add(trial.trial_id)
             log.warning(

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from airflow_trials.core.fate import hand_over_from
 from airflow_trials.core.resources import Resources
@@ -32,11 +32,16 @@ from airflow_trials.core.result import DONE, TRAINING_ITERATION, Result
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.trial import Trial
 
-if TYPE_CHECKING:
-    from airflow_trials.execution.driver.executor import RayTrialExecutor
-
 # How many distinct iterations after which trials of one trainable ended on their own are kept.
 _ENDS_KEPT = 4
+
+
+class OffersSuccessors(Protocol):
+    """What :class:`HandOvers` asks of the runner's executor (``RayTrialExecutor``)."""
+
+    def reserved_trial_ids(self) -> set[str]: ...
+
+    def can_take_over(self, trial: Trial) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -72,7 +77,7 @@ class HandOvers:
 
     def __init__(
         self,
-        executor: RayTrialExecutor,
+        executor: OffersSuccessors,
         *,
         enabled: bool,
         waiting: Callable[[], Iterable[Trial]],
