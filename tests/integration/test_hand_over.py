@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
+
 from airflow_trials import (
     Callback,
     RayTrialExecutor,
@@ -116,10 +118,11 @@ def test_fifo_with_reuse_gives_each_trial_the_same_results_with_and_without_hand
     assert outcomes[False][1] == 0
 
 
+@pytest.mark.parametrize("iterations", [1, 3])
 def test_a_stopping_criterion_hands_over_at_it_and_the_ended_trial_never_trains_past_it(
-    ray_cluster, storage, tmp_path
+    ray_cluster, storage, tmp_path, iterations
 ):
-    runner, executor = runner_for(storage, stop={"training_iteration": 3})
+    runner, executor = runner_for(storage, stop={"training_iteration": iterations})
     logs = {}
     for i in range(6):
         logs[f"c{i}"] = tmp_path / f"c{i}.log"
@@ -134,20 +137,22 @@ def test_a_stopping_criterion_hands_over_at_it_and_the_ended_trial_never_trains_
         )
     trials = runner.run()
     per_trial = results_of_scores(runner)
+    expected = list(range(1, iterations + 1))
     for trial in trials:
-        assert per_trial[trial.trial_id] == [(1, 1.0), (2, 2.0), (3, 3.0)]
+        assert per_trial[trial.trial_id] == [(i, float(i)) for i in expected]
         assert trial.status == TrialStatus.TERMINATED and trial.stop_reason == CRITERION_MET
         # Each iteration it started is one it reported: nothing ran past the criterion's stop.
         lines = logs[trial.trial_id].read_text().splitlines()
-        assert lines == ["start 1", "start 2", "start 3"]
-        assert trial.checkpoint is not None and trial.checkpoint.iteration == 3
+        assert lines == [f"start {i}" for i in expected]
+        assert trial.checkpoint is not None and trial.checkpoint.iteration == iterations
         checkpoints = sorted(
             name
             for name in os.listdir(os.path.join(storage, "exp", trial.trial_id))
             if name.startswith("checkpoint_")
         )
-        assert len(checkpoints) == 3
-    # The end is known from the criterion, so trials hand over from the first ones on.
+        assert len(checkpoints) == iterations
+    # The end is known from the criterion (at the first call, with 1), so trials hand over from
+    # the first ones on.
     assert executor.num_hand_overs > 0
 
 

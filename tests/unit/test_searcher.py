@@ -94,9 +94,7 @@ class LocalExecutor:
     def handed_over(self, trial):
         return False
 
-    def start_trial(
-        self, trial, checkpoint_path=None, train=True, run_ahead_below=0, successor=None
-    ):
+    def start_trial(self, trial, checkpoint_path=None, train=True, run_ahead_below=0):
         trial.set_status(TrialStatus.RUNNING)
         self.running.append(trial)
         self.most_running = max(self.most_running, len(self.running))

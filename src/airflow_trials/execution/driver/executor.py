@@ -173,11 +173,10 @@ class RayTrialExecutor(TrialLauncher):
         checkpoint_path: str | None = None,
         train: bool = True,
         run_ahead_below: int = 0,
-        successor: Successor | None = None,
     ) -> bool:
         """Start (or resume) ``trial``, restoring from ``checkpoint_path`` or its newest checkpoint.
-        ``run_ahead_below`` and ``successor``: see :meth:`continue_training`. A trial that an ended
-        trial's actor took over (:meth:`take_handed_over`) starts on that actor, already training.
+        ``run_ahead_below``: see :meth:`continue_training`. A trial that an ended trial's actor
+        took over (:meth:`take_handed_over`) starts on that actor, already training.
 
         Returns False, with the trial in ERROR, when the trainable cannot be imported.
         Never blocks on Ray: placement, actor start and the first result all arrive later.
@@ -200,7 +199,7 @@ class RayTrialExecutor(TrialLauncher):
             self._restore_refs[trial.trial_id] = slot.actor.restore.remote(source)
         self.set_status(trial, TrialStatus.RUNNING)
         if train:
-            self.continue_training(trial, run_ahead_below, successor)
+            self.continue_training(trial, run_ahead_below)
         return True
 
     def _release(self, trial: Trial, reusable: bool, ended: bool = False) -> None:

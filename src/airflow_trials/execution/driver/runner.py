@@ -389,12 +389,11 @@ class TrialRunner(RunnerViews):
             self._outcomes.notify_newest_checkpoint(trial)
         if trial.status == TrialStatus.PAUSED:
             self.trial_executor.unpause_trial(trial)
-        started = self.trial_executor.start_trial(
-            trial,
-            run_ahead_below=self._run_ahead_below(trial),
-            successor=self._hand_overs.offer(trial),
-        )
-        if started:
+        executor = self.trial_executor
+        if executor.start_trial(trial, train=False):
+            # Its resources are committed now, so the offer sees whether a free slot remains.
+            successor = self._hand_overs.offer(trial)
+            executor.continue_training(trial, self._run_ahead_below(trial), successor)
             for callback in self.callbacks:
                 callback.on_trial_start(trial)
         else:
