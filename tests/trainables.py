@@ -203,3 +203,18 @@ def two_metrics(config):
     """Reports ``score = i * scale`` (to maximise) and a constant ``cost`` (to minimise) forever."""
     for i in range(1, 10_000):
         airflow_trials.report(score=i * config["scale"], cost=config["cost"])
+
+
+def handed(config):
+    """Prints ``<trial id> <i>`` and reports ``x`` at each of ``iterations`` iterations, then
+    returns (its end comes with the runner's next call). ``fail_at``: raises at that iteration
+    instead of reporting it (``iterations + 1``: after its last report, as it would return)."""
+    trial_id = airflow_trials.get_trial_id()
+    for i in range(1, config["iterations"] + 2):
+        time.sleep(config.get("sleep", 0.0))
+        if i == config.get("fail_at"):
+            raise RuntimeError(f"{trial_id} fails at iteration {i}")
+        if i > config["iterations"]:
+            return
+        print(trial_id, i, flush=True)
+        airflow_trials.report(x=config["x"])

@@ -83,6 +83,17 @@ class LocalExecutor:
 
     could_start = has_resources  # has_resources has no effect here
 
+    hand_over = False  # no actors to hand over (execution/driver/hand_over.py)
+
+    def reserved_trial_ids(self):
+        return set()
+
+    def take_handed_over(self):
+        return []
+
+    def handed_over(self, trial):
+        return False
+
     def start_trial(self, trial, checkpoint_path=None, train=True, run_ahead_below=0):
         trial.set_status(TrialStatus.RUNNING)
         self.running.append(trial)
@@ -107,7 +118,7 @@ class LocalExecutor:
             "done": i == self.iterations,
         }
 
-    def continue_training(self, trial, run_ahead_below=0):
+    def continue_training(self, trial, run_ahead_below=0, successor=None):
         pass
 
     def stop_trial(self, trial, error=False, error_msg=None):

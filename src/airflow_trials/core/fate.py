@@ -185,6 +185,35 @@ def run_ahead_rule(
     return functools.partial(run_ahead_below, results_judged=judged)
 
 
+def hand_over_from(trial: Trial) -> int | None:
+    """The ``training_iteration`` from which :func:`after_result` is sure to say STOP, with no
+    checkpoint to save, whatever the result's metrics and whatever a scheduler would say; a result
+    with ``done`` (its trainable returned, or reported ``done=True``) always ends the trial so.
+    After such a result the trial's actor needs nothing more of it, so it may hand itself over to
+    the next trial at once (:func:`ends_for_sure`; docs/engine.md, "Hand-over"). The runner still
+    calls :func:`after_result` on that result; this only says where its answer is known in
+    advance.
+
+    :param trial: the trial, whose stopping criterion and ``checkpoint_at_end`` bound it.
+    :return: that iteration; ``sys.maxsize`` when only a ``done`` result is sure to end it (no
+        criterion, or one on metrics); None when no result is (``checkpoint_at_end``: its end may
+        save a checkpoint from the actor).
+    """
+    if trial.checkpoint_at_end:
+        return None
+    stopper = trial.stopper
+    if isinstance(stopper, ThresholdStopper) and set(stopper.thresholds) == {TRAINING_ITERATION}:
+        return math.ceil(stopper.thresholds[TRAINING_ITERATION])
+    return sys.maxsize
+
+
+def ends_for_sure(result: Result, from_iteration: int) -> bool:
+    """Does ``result`` end its trial whatever else happens, given :func:`hand_over_from`'s
+    ``from_iteration``? The trial actor asks this after each result it was offered a successor
+    with."""
+    return bool(result.get(DONE)) or int(result.get(TRAINING_ITERATION, 0)) >= from_iteration
+
+
 class Outcome(StrEnum):
     """What happens to a trial after a failure."""
 

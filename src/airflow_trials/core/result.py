@@ -22,6 +22,10 @@ CHECKPOINT = "checkpoint"  # the persisted checkpoint reported with this result,
 # Marks the repeated last result of a function trainable that returned: it ends the trial and is
 # not recorded again. Set by the trainable driver, removed by whoever records the result.
 DUPLICATE = "__duplicate__"
+# Marks a result after which the trial actor ended its trial and took over the next one the runner
+# offered with the call (``{"trial_id": ...}``), or failed to (``{"error": ...}``): docs/engine.md,
+# "Hand-over". Set by the trial actor, removed by the executor that fetches the result.
+HANDED_OVER = "__handed_over__"
 HOSTNAME = "hostname"
 PID = "pid"
 NODE_IP = "node_ip"

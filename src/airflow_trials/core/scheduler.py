@@ -83,6 +83,13 @@ class TrialScheduler:
         """Can :meth:`on_trial_result` say anything but CONTINUE? Not when it is this class's."""
         return type(self).on_trial_result is not TrialScheduler.on_trial_result
 
+    def picks_in_order(self) -> bool:
+        """Does it start the waiting trials in the order they were added, as they are (FIFO's
+        :meth:`choose_trial_to_run`, no exploit)? Then which trial starts next is known before a
+        slot frees, so the runner may hand an ending trial's actor to it at once (docs/engine.md,
+        "Hand-over"). Not by default."""
+        return False
+
     def on_trial_complete(self, trial: Trial, result: Result) -> None:
         pass
 
@@ -134,6 +141,13 @@ class FIFOScheduler(TrialScheduler):
                 if fits:
                     return trial
         return None
+
+    def picks_in_order(self) -> bool:
+        cls = type(self)
+        return (
+            cls.choose_trial_to_run is FIFOScheduler.choose_trial_to_run
+            and cls.take_exploit is TrialScheduler.take_exploit
+        )
 
     def debug_string(self) -> str:
         return "Using FIFO scheduling algorithm."

@@ -18,11 +18,12 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 from airflow_trials.core.checkpoint import CheckpointRecord
 from airflow_trials.core.resources import Resources
-from airflow_trials.core.result import Result
+from airflow_trials.core.result import HANDED_OVER, Result
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.trial import Trial
 from airflow_trials.exceptions import CheckpointError, TrainableNotFoundError
 from airflow_trials.execution.driver.errors import trial_error
+from airflow_trials.execution.driver.hand_over import Successor
 from airflow_trials.execution.driver.launcher import TrialLauncher
 from airflow_trials.execution.driver.slots import Slot, SlotPool
 from airflow_trials.execution.handles import (
@@ -73,6 +74,9 @@ class RayTrialExecutor(TrialLauncher):
     :param local_log_path: where those files go; default the storage root when it is local.
     :param stop_timeout_s: how long a stopping trial's cleanup may take before its actor is
         killed; default 10.
+    :param hand_over: with ``reuse_actors``, let a trial's actor start the next trial the
+        runner names as soon as a result ends the trial, without waiting for the runner
+        (execution/driver/hand_over.py); default True.
     """
 
     def __init__(
@@ -89,6 +93,7 @@ class RayTrialExecutor(TrialLauncher):
         capture_output: bool = True,
         local_log_path: str | None = None,
         stop_timeout_s: float = 10.0,
+        hand_over: bool = True,
     ) -> None:
         super().__init__(
             storage_path,
@@ -110,10 +115,19 @@ class RayTrialExecutor(TrialLauncher):
             stop_timeout_s=stop_timeout_s,
         )
         self.delete_checkpoints = delete_checkpoints
+        self.hand_over = hand_over and reuse_actors
         self._slots: dict[str, Slot] = {}
         self._futures: dict[ray.ObjectRef, Trial] = {}
         self._future_of: dict[str, ray.ObjectRef] = {}
         self._restore_refs: dict[str, ray.ObjectRef] = {}
+        # Hand-over (execution/driver/hand_over.py): the successor each in-flight call offers; the
+        # trials whose actor ended them and took over their successor; the successors' slots,
+        # until the runner starts them; the trials whose actor failed to hand over.
+        self._offered: dict[str, Trial] = {}
+        self._handed: dict[str, Trial] = {}
+        self._handed_slots: dict[str, tuple[Trial, Slot]] = {}
+        self._retired: set[str] = set()
+        self.num_hand_overs = 0  # trials that started on the actor of the trial before them
 
     # -- status and metadata ---------------------------------------------------------------------
     def set_status(self, trial: Trial, status: TrialStatus) -> None:
@@ -161,7 +175,8 @@ class RayTrialExecutor(TrialLauncher):
         run_ahead_below: int = 0,
     ) -> bool:
         """Start (or resume) ``trial``, restoring from ``checkpoint_path`` or its newest checkpoint.
-        ``run_ahead_below``: see :meth:`continue_training`.
+        ``run_ahead_below``: see :meth:`continue_training`. A trial that an ended trial's actor
+        took over (:meth:`take_handed_over`) starts on that actor, already training.
 
         Returns False, with the trial in ERROR, when the trainable cannot be imported.
         Never blocks on Ray: placement, actor start and the first result all arrive later.
@@ -174,7 +189,8 @@ class RayTrialExecutor(TrialLauncher):
             log.error("Trial %s could not start: %s", trial.trial_id, e)
             return False
         self._experiment_of[trial.trial_id] = trial.experiment_name
-        slot = self.slots.acquire(trial)
+        handed = self._handed_slots.pop(trial.trial_id, None)
+        slot = handed[1] if handed is not None else self.slots.acquire(trial)
         self._slots[trial.trial_id] = slot
         self.ledger.commit(trial.resources)
         source = checkpoint_path or trial.restore_source()
@@ -186,17 +202,71 @@ class RayTrialExecutor(TrialLauncher):
             self.continue_training(trial, run_ahead_below)
         return True
 
-    def _release(self, trial: Trial, reusable: bool) -> None:
-        """Take the trial's actor away from it: cache it for reuse, or kill it."""
+    def _release(self, trial: Trial, reusable: bool, ended: bool = False) -> None:
+        """Take the trial's actor away from it: cache it for reuse, or kill it. ``ended``: the
+        trial ends TERMINATED, so an actor that took over its successor keeps it for the
+        successor's start."""
         ref = self._future_of.pop(trial.trial_id, None)
         if ref is not None:
             self._futures.pop(ref, None)
+        self._offered.pop(trial.trial_id, None)  # an offer stands only while its call does
+        successor = self._handed.pop(trial.trial_id, None)
+        retired = trial.trial_id in self._retired
+        self._retired.discard(trial.trial_id)
         self._restore_refs.pop(trial.trial_id, None)
+        self._drop_handed_slot(trial.trial_id)  # it was to start on a handed-over actor
         slot = self._slots.pop(trial.trial_id, None)
         if slot is None:
             return
         self.ledger.free(trial.resources)
-        self.slots.give_back(slot, reusable=reusable, idle=ref is None)
+        if successor is not None and ended and reusable and ref is None:
+            self._handed_slots[successor.trial_id] = (successor, slot)
+            return
+        # An actor that runs another trial than this one (its successor, which stays PENDING and
+        # starts elsewhere), or failed to hand over, is killed.
+        busy = ref is not None or successor is not None or retired
+        self.slots.give_back(slot, reusable=reusable, idle=not busy)
+
+    # -- hand-over ---------------------------------------------------------------------------------
+    def can_take_over(self, trial: Trial) -> bool:
+        """Could ``trial`` take over another trial's actor (its trainable imports here)? One that
+        cannot is left to :meth:`start_trial`, which puts it in ERROR."""
+        try:
+            self._check_trainable(trial)
+        except TrainableNotFoundError:
+            return False
+        return True
+
+    def reserved_trial_ids(self) -> set[str]:
+        """The waiting trials an in-flight call offers as a successor, or that a handed-over actor
+        runs already: none may start anywhere else."""
+        if not (self._offered or self._handed or self._handed_slots):
+            return set()
+        return {
+            *(t.trial_id for t in self._offered.values()),
+            *(t.trial_id for t in self._handed.values()),
+            *self._handed_slots,
+        }
+
+    def handed_over(self, trial: Trial) -> bool:
+        """Did ``trial``'s last fetched result end it on its actor, which took over its
+        successor?"""
+        return trial.trial_id in self._handed
+
+    def take_handed_over(self) -> list[Trial]:
+        """The successors whose actor is theirs now (their offering trial ended): start each with
+        :meth:`start_trial`, or give it up with :meth:`drop_handed_over`."""
+        return [trial for trial, _ in self._handed_slots.values()]
+
+    def drop_handed_over(self, trial: Trial) -> None:
+        """``trial`` will not start on the actor that took it over: kill that actor (its
+        placement group is kept for reuse)."""
+        self._drop_handed_slot(trial.trial_id)
+
+    def _drop_handed_slot(self, trial_id: str) -> None:
+        handed = self._handed_slots.pop(trial_id, None)
+        if handed is not None:
+            self.slots.give_back(handed[1], reusable=True, idle=False)
 
     def has_cached_slots(self) -> bool:
         return self.slots.has_cached()
@@ -207,7 +277,7 @@ class RayTrialExecutor(TrialLauncher):
 
     def stop_trial(self, trial: Trial, error: bool = False, error_msg: str | None = None) -> None:
         """Stop the trial and free its resources: TERMINATED, or ERROR with ``error_msg``."""
-        self._release(trial, reusable=not error)
+        self._release(trial, reusable=not error, ended=not error)
         if error:
             trial.error_msg = error_msg or trial.error_msg
             self.set_status(trial, TrialStatus.ERROR)
@@ -232,6 +302,11 @@ class RayTrialExecutor(TrialLauncher):
         if trial.trial_id in self._future_of:
             raise ValueError(
                 f"Cannot pause trial {trial.trial_id} while a result is in flight; fetch it first."
+            )
+        if self.handed_over(trial):
+            raise ValueError(
+                f"Cannot pause trial {trial.trial_id}: it ended, and its actor took over trial "
+                f"{self._handed[trial.trial_id].trial_id}."
             )
         if save and self.save(trial) is None:
             log.warning(
@@ -267,13 +342,26 @@ class RayTrialExecutor(TrialLauncher):
         return True
 
     # -- results ---------------------------------------------------------------------------------
-    def continue_training(self, trial: Trial, run_ahead_below: int = 0) -> None:
+    def continue_training(
+        self, trial: Trial, run_ahead_below: int = 0, successor: Successor | None = None
+    ) -> None:
         """Ask the trial's actor for its next result; if that result's ``training_iteration`` is
         below ``run_ahead_below`` (``core.fate.run_ahead_below``), the actor trains the one after
-        it at once, without waiting to be asked."""
+        it at once, without waiting to be asked.
+
+        With ``successor``, a result that is sure to end the trial is followed on the actor by the
+        successor's start (execution/driver/hand_over.py); until the result is fetched, the
+        successor is reserved (:meth:`reserved_trial_ids`)."""
         slot = self._slots[trial.trial_id]
         assert slot.actor is not None
-        ref: ray.ObjectRef = slot.actor.train.remote(run_ahead_below)
+        ref: ray.ObjectRef
+        if successor is None:
+            ref = slot.actor.train.remote(run_ahead_below)
+        else:
+            self._offered[trial.trial_id] = successor.trial
+            ref = slot.actor.train.remote(
+                run_ahead_below, trial_spec(successor.trial), successor.hand_over_from
+            )
         self._futures[ref] = trial
         self._future_of[trial.trial_id] = ref
 
@@ -293,22 +381,46 @@ class RayTrialExecutor(TrialLauncher):
     def fetch_result(self, trial: Trial) -> Result:
         """The trial's ready result; raises TrialError with the remote traceback if it failed."""
         ref = self._pop_future(trial)
+        offered = self._offered.pop(trial.trial_id, None)
         self._check_restore(trial)
         try:
-            return ray.get(ref)
+            result: Result = ray.get(ref)
         except (RayTaskError, RayActorError) as e:
             raise trial_error(trial, e) from e
+        return self._note_hand_over(trial, offered, result)
 
     async def async_fetch_result(self, trial: Trial) -> Result:
         """Like fetch_result, awaiting the ObjectRef so an asyncio event loop is never blocked."""
         ref = self._future_of[trial.trial_id]
         try:
-            result = await ref
+            result: Result = await ref
         except (RayTaskError, RayActorError) as e:
             self._pop_future(trial)
+            self._offered.pop(trial.trial_id, None)
             raise trial_error(trial, e) from e
         self._pop_future(trial)
+        offered = self._offered.pop(trial.trial_id, None)
         self._check_restore(trial)
+        return self._note_hand_over(trial, offered, result)
+
+    def _note_hand_over(self, trial: Trial, offered: Trial | None, result: Result) -> Result:
+        """Take the actor's ``HANDED_OVER`` out of ``result``: whether it ended ``trial`` and took
+        over ``offered``, or failed to (its actor is then retired when the trial ends)."""
+        handed = result.pop(HANDED_OVER, None)
+        if handed is None:
+            return result
+        if offered is not None and handed.get("trial_id") == offered.trial_id:
+            self._handed[trial.trial_id] = offered
+            self.num_hand_overs += 1
+            log.debug("Trial %s ended; its actor took over trial %s", trial.trial_id, offered)
+        else:
+            self._retired.add(trial.trial_id)
+            log.warning(
+                "Trial %s ended, but its actor did not take over trial %s: %s",
+                trial.trial_id,
+                None if offered is None else offered.trial_id,
+                handed.get("error"),
+            )
         return result
 
     def _pop_future(self, trial: Trial) -> ray.ObjectRef:
@@ -333,7 +445,7 @@ class RayTrialExecutor(TrialLauncher):
         """Persist the RUNNING trial's state now; registers and returns the checkpoint (None if
         none)."""
         slot = self._slots.get(trial.trial_id)
-        if slot is None or slot.actor is None:
+        if slot is None or slot.actor is None or self.handed_over(trial):
             raise ValueError(
                 f"Cannot save trial {trial.trial_id}: it has no live actor ({trial.status})."
             )
@@ -395,6 +507,12 @@ class RayTrialExecutor(TrialLauncher):
         """Kill every actor and remove every placement group this executor created."""
         for trial_id in list(self._slots):
             SlotPool.destroy(self._slots.pop(trial_id))
+        for _, slot in self._handed_slots.values():
+            SlotPool.destroy(slot)
+        self._handed_slots.clear()
+        self._offered.clear()
+        self._handed.clear()
+        self._retired.clear()
         self.slots.evict()
         self._futures.clear()
         self._future_of.clear()

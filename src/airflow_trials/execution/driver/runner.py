@@ -21,6 +21,7 @@ from airflow_trials.exceptions import RunnerFinishedError, SearcherError, TrialE
 from airflow_trials.execution.driver.executor import RayTrialExecutor
 from airflow_trials.execution.driver.experiment_state import save_experiment_state, trials_to_resume
 from airflow_trials.execution.driver.exploit import check_scheduler_can_run
+from airflow_trials.execution.driver.hand_over import HandOvers
 from airflow_trials.execution.driver.releaser import CheckpointReleaser
 from airflow_trials.execution.driver.runner_views import (
     RunnerViews,
@@ -169,6 +170,13 @@ class TrialRunner(RunnerViews):
         self._releaser = CheckpointReleaser(
             self.trial_executor.storage, checkpoint_period_s != float("inf")
         )
+        # Which waiting trial takes over an ending trial's actor: execution/driver/hand_over.py.
+        self._hand_overs = HandOvers(
+            self.trial_executor,
+            enabled=self.trial_executor.hand_over and self.scheduler.picks_in_order(),
+            waiting=self._unfinished,
+            has_room=lambda resources: self._has_room(resources, peek=True),
+        )
         self._outcomes = TrialOutcomes(
             self.trial_executor,
             self.scheduler,
@@ -179,6 +187,7 @@ class TrialRunner(RunnerViews):
             self._end_early,
             fail_fast,
             self._results if keep_results else None,
+            self._hand_overs,
         )
         if resume:
             storage = self.trial_executor.storage
@@ -226,9 +235,10 @@ class TrialRunner(RunnerViews):
         self._fed_next = next(self._feed, None)
 
     def _top_up(self) -> None:
-        """Add the fed trial next in line if no trial waits to start."""
+        """Add the fed trial next in line if no trial waits to start (one an ending trial's actor
+        is to take over does not wait)."""
         if self._fed_next is None or any(
-            t.status == TrialStatus.PENDING for t in self._unfinished()
+            t.status == TrialStatus.PENDING for t in self._startable()
         ):
             return
         trial, self._fed_next = self._fed_next, next(self._feed or iter(()), None)
@@ -253,6 +263,14 @@ class TrialRunner(RunnerViews):
             return self._search is None or self._search.is_finished()
         self._finished_prefix = 0  # a finished trial was restarted from outside: rescan
         return False
+
+    def _startable(self) -> list[Trial]:
+        """:meth:`_unfinished` without the trials reserved for a hand-over
+        (``RayTrialExecutor.reserved_trial_ids``): they start on the actor of the trial they
+        follow, nowhere else."""
+        unfinished = self._unfinished()
+        reserved = self.trial_executor.reserved_trial_ids()
+        return [t for t in unfinished if t.trial_id not in reserved] if reserved else unfinished
 
     def _unfinished(self) -> list[Trial]:
         """The trials from the first unfinished one on: they mostly finish in the order they
@@ -280,15 +298,13 @@ class TrialRunner(RunnerViews):
         executor = self.trial_executor
         try:
             self._top_up()
-            if self._search and (
-                new := self._search.next_trial(self._unfinished(), self._has_room)
-            ):
+            if self._search and (new := self._search.next_trial(self._startable(), self._has_room)):
                 self.add_trial(new)
             # No shape fits: no waiting trial can start, so the scheduler is not asked (its scan of
             # thousands of waiting trials would cost each step as much as the sweep is long).
             fits = any(self._has_room(shape, peek=True) for shape in self._shapes)
             trial = (
-                self.scheduler.choose_trial_to_run(self._unfinished(), self._has_room)
+                self.scheduler.choose_trial_to_run(self._startable(), self._has_room)
                 if fits
                 else None
             )
@@ -298,6 +314,7 @@ class TrialRunner(RunnerViews):
                 ready = executor.get_next_available_trial(self.wait_timeout_s)
                 if ready is not None:
                     self._outcomes.process(ready)
+                    self._start_handed_over()
             else:
                 self._on_no_available_trials()
         except SearcherError:
@@ -372,11 +389,25 @@ class TrialRunner(RunnerViews):
             self._outcomes.notify_newest_checkpoint(trial)
         if trial.status == TrialStatus.PAUSED:
             self.trial_executor.unpause_trial(trial)
-        if self.trial_executor.start_trial(trial, run_ahead_below=self._run_ahead_below(trial)):
+        executor = self.trial_executor
+        if executor.start_trial(trial, train=False):
+            # Its resources are committed now, so the offer sees whether a free slot remains.
+            successor = self._hand_overs.offer(trial)
+            executor.continue_training(trial, self._run_ahead_below(trial), successor)
             for callback in self.callbacks:
                 callback.on_trial_start(trial)
         else:
             self._outcomes.errored(trial)
+
+    def _start_handed_over(self) -> None:
+        """Start each trial whose actor took it over when the trial before it ended; one that no
+        longer waits (stopped meanwhile) is not started, and its actor is killed."""
+        executor = self.trial_executor
+        for trial in executor.take_handed_over():
+            if trial.status == TrialStatus.PENDING and trial.trial_id in self._by_id:
+                self._launch(trial)
+            else:
+                executor.drop_handed_over(trial)
 
     def _on_no_available_trials(self) -> None:
         """Nothing runs and nothing fits: fail fast if a waiting trial can never fit."""
@@ -456,6 +487,11 @@ class TrialRunner(RunnerViews):
                 result = executor.fetch_result(trial)
             except TrialError as e:
                 self._outcomes.fail(trial, e)
+                return
+            if executor.handed_over(trial):
+                # The result ended it, and its actor took over the next trial: it ends as always.
+                self._outcomes.act(trial, result)
+                self._start_handed_over()
                 return
             self._outcomes.record(trial, result)
         executor.pause_trial(trial)

@@ -28,6 +28,9 @@ class Slot:
     resources: Resources
     pg: PlacementGroup | None
     actor: ActorHandle | None = None
+    # The cached actor's stop (its trainable's cleanup, the copy of the trial's logs): waited for
+    # before the actor is killed, so that the last trial it ran keeps its logs.
+    stopping: ray.ObjectRef | None = None
 
 
 class SlotPool:
@@ -77,6 +80,7 @@ class SlotPool:
         for i, cached in enumerate(self._cache):
             if cached.resources == trial.resources:
                 slot = self._cache.pop(i)
+                slot.stopping = None
                 if slot.actor is not None:
                     slot.actor.reset.remote(trial_spec(trial))
                     return slot
@@ -128,7 +132,7 @@ class SlotPool:
         """
         assert slot.actor is not None
         if reusable and self.reuse_actors and idle:
-            slot.actor.stop.remote()
+            slot.stopping = slot.actor.stop.remote()
             self._cache.append(slot)
             return
         self._retire_actor(slot.actor, graceful=reusable and idle)
@@ -158,7 +162,11 @@ class SlotPool:
             remove_placement_group(slot.pg)
 
     def evict(self) -> None:
-        """Kill every cached actor and remove every cached placement group."""
+        """Kill every cached actor (once its stop ran, up to stop_timeout_s) and remove every
+        cached placement group."""
+        stopping = [s.stopping for s in self._cache if s.actor is not None and s.stopping]
+        if stopping:
+            ray.wait(stopping, num_returns=len(stopping), timeout=self.stop_timeout_s)
         for slot in self._cache:
             if slot.actor is not None:
                 ray.kill(slot.actor, no_restart=True)

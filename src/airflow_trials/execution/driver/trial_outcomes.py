@@ -18,6 +18,7 @@ from airflow_trials.core.trial import Trial
 from airflow_trials.exceptions import CheckpointError, TrialError
 from airflow_trials.execution.driver.executor import RayTrialExecutor
 from airflow_trials.execution.driver.exploit import apply_exploit
+from airflow_trials.execution.driver.hand_over import HandOvers
 from airflow_trials.execution.driver.releaser import CheckpointReleaser
 from airflow_trials.execution.driver.runner_views import TrialIdAndResultList
 
@@ -42,6 +43,8 @@ class TrialOutcomes:
     :param end_experiment: ends the whole run early, stopping every unfinished trial.
     :param fail_fast: as the runner's ``fail_fast``: True, False or ``"raise"``.
     :param results: where every fresh result is kept, or None to keep none.
+    :param hand_overs: offers each continuing trial the trial that takes over its actor when it
+        ends; None offers none.
     """
 
     def __init__(
@@ -55,6 +58,7 @@ class TrialOutcomes:
         end_experiment: Callable[[], None],
         fail_fast: bool | Literal["raise"],
         results: TrialIdAndResultList | None,
+        hand_overs: HandOvers | None = None,
     ) -> None:
         self.executor, self.scheduler, self.callbacks = executor, scheduler, callbacks
         self._releaser = releaser
@@ -63,16 +67,24 @@ class TrialOutcomes:
         self._end_experiment = end_experiment
         self.fail_fast = fail_fast
         self._results = results
+        self._hand_overs = hand_overs
 
     # -- results -----------------------------------------------------------------------------------
     def process(self, trial: Trial) -> None:
         """Fetch the trial's next result and act on it; a failure, there or in acting on it, goes
         to :meth:`fail`."""
+        before = int(trial.last_result.get(TRAINING_ITERATION, 0))
         try:
             result = self.executor.fetch_result(trial)
         except TrialError as e:
             self.fail(trial, e)
             return
+        if self._hand_overs is not None:
+            self._hand_overs.learn(trial, before, result)
+        self.act(trial, result)
+
+    def act(self, trial: Trial, result: Result) -> None:
+        """Act on the trial's fetched result; a failure in doing so goes to :meth:`fail`."""
         try:
             self._on_result(trial, result)
         except TrialError as e:
@@ -119,6 +131,14 @@ class TrialOutcomes:
         decision = self.record(
             trial, result, self.scheduler, stopper.stop_all if stopper is not None else None
         )
+        if self.executor.handed_over(trial) and decision.action is not Action.STOP:
+            # core/fate.py hand_over_from promised a STOP; the actor runs another trial now.
+            raise TrialError(
+                f"Trial {trial.trial_id}: its actor ended it and took over the next trial, but "
+                f"its result was decided {decision.action.value} ({decision.reason}); it cannot "
+                "go on there.",
+                trial_id=trial.trial_id,
+            )
         if decision.save_checkpoint and self.executor.save(trial) is not None:
             self.notify_newest_checkpoint(trial)
         if decision.action is Action.STOP:
@@ -137,7 +157,8 @@ class TrialOutcomes:
                 self.exploit(trial, exploit)
             self.notify_newest_checkpoint(trial)
         else:
-            self.executor.continue_training(trial, self._run_ahead_below(trial))
+            successor = self._hand_overs.offer(trial) if self._hand_overs is not None else None
+            self.executor.continue_training(trial, self._run_ahead_below(trial), successor)
 
     @staticmethod
     def stopping(trial: Trial, reason: str | None) -> None:

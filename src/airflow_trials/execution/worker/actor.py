@@ -7,12 +7,14 @@ import functools
 import logging
 import os
 import socket
+import sys
 import time
 import traceback
 from collections.abc import Callable
 from typing import Any
 
 from airflow_trials.core import result as R
+from airflow_trials.core.fate import ends_for_sure
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.exceptions import TrialError
 from airflow_trials.execution.parameter_refs import parameters_key, resolve_parameters
@@ -196,12 +198,23 @@ class TrialActor:
 
     # -- training --------------------------------------------------------------------------------
     @_reported_as_trial_error
-    def train(self, run_ahead_below: int = 0) -> dict[str, Any]:
+    def train(
+        self,
+        run_ahead_below: int = 0,
+        successor: TrialSpec | None = None,
+        hand_over_from: int = sys.maxsize,
+    ) -> dict[str, Any]:
         """Run until the trainable's next result and return it with the engine's fields added.
 
         When that result's ``training_iteration`` is below ``run_ahead_below``, the trainable
         trains its next iteration at once, while the runner records this one: the runner knows
-        it continues (``core.fate.run_ahead_below``), so no round trip to it is waited for."""
+        it continues (``core.fate.run_ahead_below``), so no round trip to it is waited for.
+
+        With ``successor`` (the next trial the runner offers this actor), a result that is sure to
+        end this trial (``core.fate.ends_for_sure`` with ``hand_over_from``) is followed at once
+        by the hand-over: this trial stops as the runner's stop would stop it, and the successor
+        is set up and starts training its first iteration, before the result is returned. The
+        result then carries ``HANDED_OVER`` (docs/engine.md, "Hand-over")."""
         driver = self._require_driver()
         # An iteration trained ahead started when it was let go, not when it was asked for.
         started, self._ahead_since = self._ahead_since or time.time(), None
@@ -211,8 +224,24 @@ class TrialActor:
             if self._capture is not None:
                 self._capture.flush()
         if metrics.pop(R.DUPLICATE, False):
-            return {**self._last_result, R.DONE: True, R.DUPLICATE: True}
-        now = driver.reported_at or time.time()
+            result = {**self._last_result, R.DONE: True, R.DUPLICATE: True}
+        else:
+            result = self._add_fields(metrics, done, started, driver.reported_at)
+            if checkpoint is not None:
+                result[R.CHECKPOINT] = self._persist(checkpoint)["path"]
+        if successor is not None and ends_for_sure(result, hand_over_from):
+            result[R.HANDED_OVER] = self._hand_over(successor)
+        elif not result[R.DONE] and self._iteration < run_ahead_below:
+            let_go = time.time()
+            if driver.run_ahead():
+                self._ahead_since = let_go
+        return result
+
+    def _add_fields(
+        self, metrics: dict[str, Any], done: bool, started: float, reported_at: float | None
+    ) -> dict[str, Any]:
+        """The trainable's metrics with the engine's fields; advances the counters."""
+        now = reported_at or time.time()
         elapsed = float(metrics.get(R.TIME_THIS_ITER_S, now - started))
         self._iteration += 1
         self._iterations_since_restore += 1
@@ -243,13 +272,30 @@ class TrialActor:
             result[R.TIMESTEPS_TOTAL] = self._timesteps_total
             result[R.TIMESTEPS_SINCE_RESTORE] = self._timesteps_since_restore
         self._last_result = result
-        if checkpoint is not None:
-            result[R.CHECKPOINT] = self._persist(checkpoint)["path"]
-        if not done and self._iteration < run_ahead_below:
-            let_go = time.time()
-            if driver.run_ahead():
-                self._ahead_since = let_go
         return result
+
+    def _hand_over(self, successor: TrialSpec) -> dict[str, Any]:
+        """Stop this trial and start ``successor`` in its place (what the runner's stop, then
+        ``reset`` and the first ``train`` would do, without the round trips); what the result's
+        ``HANDED_OVER`` says. Never raises: a failure is reported to the runner, which then
+        retires this actor and starts the successor elsewhere, so an error of either trial is
+        never put on the other."""
+        ended = self.trial_id
+        try:
+            self.stop()
+            self._setup(successor)
+            let_go = time.time()
+            if self._require_driver().start_ahead():
+                self._ahead_since = let_go
+        except Exception as e:  # noqa: BLE001 - reported in the result, the runner decides
+            error = (
+                f"Trial actor of {ended} could not hand itself over to trial "
+                f"{successor['trial_id']} ({type(e).__name__}: {e}); the runner retires it and "
+                f"starts {successor['trial_id']} again elsewhere.\n{traceback.format_exc()}"
+            )
+            log.warning("%s", error)
+            return {"error": error}
+        return {"trial_id": self.trial_id}
 
     @_reported_as_trial_error
     def save(self) -> dict[str, Any] | None:

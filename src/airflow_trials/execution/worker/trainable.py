@@ -246,6 +246,12 @@ class TrainableDriver:
         Not by default: the class API trains only when asked."""
         return False
 
+    def start_ahead(self) -> bool:
+        """Start training the first iteration now, before it is asked for (a trial that took over
+        this actor: the runner starts it anyway, and a first iteration is always trained); whether
+        it does. Not by default: the class API trains only when asked."""
+        return False
+
 
 class ClassDriver(TrainableDriver):
     """Drives a :class:`Trainable` subclass."""
@@ -395,6 +401,13 @@ class FunctionDriver(TrainableDriver):
             return False
         self._ahead = True
         session.continue_event.release()
+        return True
+
+    def start_ahead(self) -> bool:
+        if self._session is not None or self._thread is not None:
+            return False  # already started
+        self._start()
+        self._ahead = True
         return True
 
     def save(self, checkpoint_dir: str) -> Any:
