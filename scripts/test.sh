@@ -42,8 +42,8 @@ fi
 # Two fault modules that start stacks of their own (about 6 minutes on 2 cores) run after the other
 # tests in the first process; the rest of tests/faults, the production shape's module included
 # (a dozen processes, about 10 minutes), in the second. Both processes then take about as long
-# (measured idle on 2026-11-27: 28 + 6 minutes in the first, 28 in the second, before an estimated
-# 4 to 7 minutes came off the other tests; test_trials_db_drops.py alone takes about a minute).
+# (measured on 2026-11-27 from a fresh clone: 31.7 + 6.2 minutes in the first, 29.5 in the second;
+# test_trials_db_drops.py alone takes about a minute).
 moved_faults=(tests/faults/test_checkpoints_kept.py tests/faults/test_trials_db_drops.py)
 faults_log="$(mktemp -t airflow_trials_faults.XXXXXX.log)"
 echo "[test.sh] tests/faults runs in a second pytest process beside the others; its output follows theirs." >&2
