@@ -15,6 +15,7 @@ from airflow_trials.core.result import HANDED_OVER
 from airflow_trials.core.scheduler import FIFOScheduler
 from airflow_trials.core.stopping import Stopper
 from airflow_trials.execution.worker.actor import TrialActor
+from tests.unit.actor_waits import started, wait_for
 
 
 class NeverStops(Stopper):
@@ -113,18 +114,6 @@ def spec(trial_id, log, **config):
         "trainable": "tests.trainables:logged",
         "config": {"log": str(log), **config},
     }
-
-
-def started(log) -> list[int]:
-    return [int(line.split()[1]) for line in log.read_text().splitlines()] if log.exists() else []
-
-
-def wait_for(condition, what, timeout_s=10.0):
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.005)
 
 
 def test_the_actor_starts_the_successor_right_after_the_result_that_ends_its_trial(

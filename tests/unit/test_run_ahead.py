@@ -11,6 +11,7 @@ from airflow_trials import Trial
 from airflow_trials.core.fate import NO_RUN_AHEAD, after_result, run_ahead_below
 from airflow_trials.core.stopping import Stopper
 from airflow_trials.execution.worker.actor import TrialActor
+from tests.unit.actor_waits import started, wait_for
 
 
 def make_trial(**kwargs):
@@ -75,18 +76,6 @@ def actor(storage, tmp_path, **config):
         "config": {"log": str(log), **config},
     }
     return TrialActor(spec, storage, storage, capture_output=False), log
-
-
-def started(log) -> list[int]:
-    return [int(line.split()[1]) for line in log.read_text().splitlines()] if log.exists() else []
-
-
-def wait_for(condition, what, timeout_s=10.0):
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.005)
 
 
 def test_below_the_bound_the_trainable_trains_its_next_result_before_it_is_asked(storage, tmp_path):
