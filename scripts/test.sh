@@ -39,12 +39,12 @@ if [ "${AIRFLOW_TRIALS_FAULT_TESTS:-}" != "1" ] || [ "$paths_given" -eq 1 ]; the
     exit $?
 fi
 
-# Two fault modules that start stacks of their own (about 6 minutes on 2 cores) run after the other
+# One fault module that starts stacks of its own (about 5 minutes on 2 cores) runs after the other
 # tests in the first process; the rest of tests/faults, the production shape's module included
 # (a dozen processes, about 10 minutes), in the second. Both processes then take about as long
-# (measured on 2026-11-27 from a fresh clone: 31.7 + 6.2 minutes in the first, 29.5 in the second;
-# test_trials_db_drops.py alone takes about a minute).
-moved_faults=(tests/faults/test_checkpoints_kept.py tests/faults/test_trials_db_drops.py)
+# (measured on 2026-11-27 from a fresh clone: 31.7 + 6.2 minutes in the first with
+# test_trials_db_drops.py, about a minute, there too; 29.5 in the second, which now has it).
+moved_faults=(tests/faults/test_checkpoints_kept.py)
 faults_log="$(mktemp -t airflow_trials_faults.XXXXXX.log)"
 echo "[test.sh] tests/faults runs in a second pytest process beside the others; its output follows theirs." >&2
 run_pytest tests/faults "${moved_faults[@]/#/--ignore=}" "$@" >"$faults_log" 2>&1 &
@@ -63,5 +63,5 @@ cat "$faults_log"
 rm -f "$faults_log"
 run_pytest tests/system "$@"
 system_rc=$?
-echo "[test.sh] exit codes: other tests $rest_rc (the two fault modules after them $moved_rc), tests/faults $faults_rc, tests/system $system_rc" >&2
+echo "[test.sh] exit codes: other tests $rest_rc (the fault module after them $moved_rc), tests/faults $faults_rc, tests/system $system_rc" >&2
 [ "$rest_rc" -eq 0 ] && [ "$faults_rc" -eq 0 ] && [ "$system_rc" -eq 0 ]

@@ -46,7 +46,13 @@ from airflow_trials.store.migration import (
     upgrade_engine,
 )
 from airflow_trials.store.models import Base, CheckpointRow, ResultRow, TrialRow
-from tests.contract.conftest import MEMORY, POSTGRESQL, SQLITE_FILE, fail_setting_last_result
+from tests.contract.conftest import (
+    MEMORY,
+    POSTGRESQL,
+    SQLITE_FILE,
+    fail_setting_last_result,
+    new_postgres_schema,
+)
 
 HEAD_REVISION = "0015"
 
@@ -1190,9 +1196,60 @@ class TestSQLiteFile(StoreContract):
             assert connection.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
 
 
+def postgres_schema_dump(url: str) -> dict[str, list[tuple[Any, ...]]]:
+    """What makes up the schema behind ``url`` (its search path's first schema), with the schema's
+    own name left out: columns, indexes, constraints, sequences and the Alembic version."""
+    engine = create_store_engine(url)
+    try:
+        with engine.connect() as connection:
+            schema = connection.execute(text("SELECT current_schema()")).scalar_one()
+
+            def rows(sql: str) -> list[tuple[Any, ...]]:
+                found = connection.execute(text(sql), {"schema": schema}).all()
+                return sorted(
+                    tuple(str(value).replace(schema, "<schema>") for value in row) for row in found
+                )
+
+            return {
+                "columns": rows(
+                    "SELECT table_name, column_name, data_type, is_nullable, column_default "
+                    "FROM information_schema.columns WHERE table_schema = :schema"
+                ),
+                "indexes": rows(
+                    "SELECT tablename, indexname, indexdef FROM pg_indexes "
+                    "WHERE schemaname = :schema"
+                ),
+                "constraints": rows(
+                    "SELECT conrelid::regclass::text, conname, pg_get_constraintdef(c.oid) "
+                    "FROM pg_constraint c JOIN pg_namespace n ON n.oid = c.connamespace "
+                    "WHERE n.nspname = :schema"
+                ),
+                "sequences": rows(
+                    "SELECT sequence_name, data_type, start_value, increment "
+                    "FROM information_schema.sequences WHERE sequence_schema = :schema"
+                ),
+                "version": [(current_revision(engine),)],
+            }
+    finally:
+        engine.dispose()
+
+
 @pytest.mark.postgres
 class TestPostgreSQL(StoreContract):
     backend = POSTGRESQL
+
+    def test_a_replayed_migration_makes_the_schema_a_migration_makes(
+        self, store, store_url, postgres_migration_script
+    ):
+        """The ``store`` fixture replays the session's recorded migration instead of migrating:
+        the schema it makes must be the one a migration makes."""
+        with new_postgres_schema("at_migrated") as migrated_url:
+            migrate(migrated_url)
+            migrated = postgres_schema_dump(migrated_url)
+        replayed = postgres_schema_dump(store_url)
+        assert replayed["version"] == [(HEAD_REVISION,)]
+        assert len(migrated["columns"]) > 50 and len(migrated["indexes"]) > 10
+        assert replayed == migrated
 
 
 # -- the command line and the default location ---------------------------------------------
