@@ -6,10 +6,10 @@ dropped afterwards, so tests never see each other's rows. Tests that cut connect
 database of their own instead (``postgres_database``), so they only ever cut their own.
 
 Migrating costs time per test (Alembic loads its revisions and runs them one by one: tenths of a
-second on 2 cores, more under load), so a store is made from a trials DB migrated once per session: on SQLite
-a copy of the migrated file, on PostgreSQL the statements the session's one migration ran, recorded
-and replayed into the test's new schema in one transaction (``test_store.py`` checks that a
-replayed schema equals a migrated one).
+second on 2 cores, more under load), so a store is made from a trials DB migrated once per
+session: on SQLite a copy of the migrated file, on PostgreSQL the statements the session's one
+migration ran, recorded and replayed into the test's new schema in one transaction
+(``test_store.py`` checks that a replayed schema equals a migrated one).
 """
 
 from __future__ import annotations
