@@ -3,16 +3,16 @@
 # PostgreSQL tests read AIRFLOW_TRIALS_TEST_POSTGRES_URL and are skipped, with the reason, when it is unset.
 #
 # With AIRFLOW_TRIALS_FAULT_TESTS=1 and no test paths among the arguments (the whole suite, as CI
-# runs it), the fault suite (tests/faults: whole stacks, mostly waiting on them) runs in a second
-# pytest process beside the other tests (two of its modules with their own stacks after them, in
-# the first, so that both take about as long), then tests/system runs alone: its demo finds "the" Ray of
-# the machine by scanning for Ray processes, which must see no other cluster. Every fault stack and
-# test Ray has its own ports and temp dir, and PostgreSQL tests their own schema or database.
+# runs it), every test but tests/system, the fault suite (tests/faults: whole stacks, mostly
+# waiting on them) included, runs in pytest-xdist worker processes (AIRFLOW_TRIALS_TEST_WORKERS,
+# default 3), then tests/system runs alone: its demo finds "the" Ray of the machine by scanning
+# for Ray processes, which must see no other cluster. Every fault stack and test Ray has its own
+# ports and temp dir, and PostgreSQL tests their own schema or database.
 set -uo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$repo/scripts/bootstrap.sh" || exit 1
 # bootstrap.sh sets errexit; this script collects each pytest run's exit code itself, so that a
-# failure in the other tests still waits for the fault suite, prints its output and runs tests/system.
+# failure in the other tests still runs tests/system.
 set +e
 cd "$repo"
 
@@ -39,29 +39,14 @@ if [ "${AIRFLOW_TRIALS_FAULT_TESTS:-}" != "1" ] || [ "$paths_given" -eq 1 ]; the
     exit $?
 fi
 
-# One fault module that starts stacks of its own (about 5 minutes on 2 cores) runs after the other
-# tests in the first process; the rest of tests/faults, the production shape's module included
-# (a dozen processes, about 10 minutes), in the second. Both processes then take about as long
-# (measured on 2026-11-27 from a fresh clone: 31.7 + 6.2 minutes in the first with
-# test_trials_db_drops.py, about a minute, there too; 29.5 in the second, which now has it).
-moved_faults=(tests/faults/test_checkpoints_kept.py)
-faults_log="$(mktemp -t airflow_trials_faults.XXXXXX.log)"
-echo "[test.sh] tests/faults runs in a second pytest process beside the others; its output follows theirs." >&2
-run_pytest tests/faults "${moved_faults[@]/#/--ignore=}" "$@" >"$faults_log" 2>&1 &
-faults_pid=$!
-trap 'kill -- "$faults_pid" 2>/dev/null; pkill -P "$faults_pid" 2>/dev/null' INT TERM
-run_pytest tests --ignore=tests/faults --ignore=tests/system "$@"
+# The whole suite but tests/system runs in WORKERS pytest-xdist worker processes, a module (or
+# the fault cases on the shared stack) to a worker at a time, the longest first (tests/conftest.py
+# pytest_collection_modifyitems): the fault cases mostly wait on their stacks, and the other tests
+# on Ray and Airflow processes, so more processes than cores keep both cores busy.
+workers="${AIRFLOW_TRIALS_TEST_WORKERS:-3}"
+run_pytest -n "$workers" --dist loadgroup tests --ignore=tests/system "$@"
 rest_rc=$?
-run_pytest "${moved_faults[@]}" "$@"
-moved_rc=$?
-[ "$rest_rc" -eq 0 ] && rest_rc=$moved_rc
-wait "$faults_pid"
-faults_rc=$?
-trap - INT TERM
-echo "==================== tests/faults (second process) ===================="
-cat "$faults_log"
-rm -f "$faults_log"
 run_pytest tests/system "$@"
 system_rc=$?
-echo "[test.sh] exit codes: other tests $rest_rc (the fault module after them $moved_rc), tests/faults $faults_rc, tests/system $system_rc" >&2
-[ "$rest_rc" -eq 0 ] && [ "$faults_rc" -eq 0 ] && [ "$system_rc" -eq 0 ]
+echo "[test.sh] exit codes: tests (faults included) $rest_rc, tests/system $system_rc" >&2
+[ "$rest_rc" -eq 0 ] && [ "$system_rc" -eq 0 ]

@@ -163,10 +163,24 @@ class LoopTicker:
 FAULT_TESTS_ENV = "AIRFLOW_TRIALS_FAULT_TESTS"
 
 
+#: The xdist group of the fault cases that share one stack (tests/faults/conftest.py SHARED).
+SHARED_STACK_GROUP = "faults-shared-stack"
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """tests/faults/ kill real processes on whole Airflow stacks (about 30 minutes): they run when
     AIRFLOW_TRIALS_FAULT_TESTS=1 (CI sets it), and are reported as skipped, with that reason,
-    otherwise."""
+    otherwise.
+
+    Under ``pytest -n N --dist loadgroup`` (scripts/test.sh, for the whole suite), each module is
+    one unit of work for a worker process, as ``--dist loadfile`` would make it, so that its
+    module-scoped fixtures (a Ray shape, an api-server, a stack) start once; the fault cases on
+    the shared stack, whatever their module, are one unit too, as that stack is. Fault modules
+    go first, the production shape's first of all: they are the longest units, and a worker takes
+    units in this order."""
+    if getattr(config.option, "dist", "no") == "loadgroup":
+        _group_by_module(items)
     if os.environ.get(FAULT_TESTS_ENV) == "1":
         return
     skip = pytest.mark.skip(
@@ -176,3 +190,20 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "tests/faults/" in str(item.fspath).replace(os.sep, "/"):
             item.add_marker(skip)
+
+
+def _group_by_module(items: list[pytest.Item]) -> None:
+    def path(item: pytest.Item) -> str:
+        return item.nodeid.split("::", 1)[0]
+
+    def rank(item: pytest.Item) -> int:
+        if not path(item).startswith("tests/faults/"):
+            return 3
+        if path(item) == "tests/faults/test_production_shape.py":
+            return 0
+        return 1 if "shared_stack" in item.fixturenames else 2
+
+    items.sort(key=rank)  # stable: the order within each rank stays
+    for item in items:
+        group = SHARED_STACK_GROUP if "shared_stack" in item.fixturenames else path(item)
+        item.add_marker(pytest.mark.xdist_group(group))
