@@ -52,7 +52,12 @@ def unanswered_s3(monkeypatch) -> str:
     s3fs.S3FileSystem.clear_instance_cache()
 
 
-def test_a_save_the_store_does_not_take_names_the_endpoint_and_the_checkpoint(unanswered_s3):
+def test_a_save_the_store_does_not_take_names_the_endpoint_and_the_checkpoint(
+    unanswered_s3, monkeypatch, tmp_path
+):
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the dict is staged
     storage = TrialStorage("s3://airflow-trials/checkpoints")
     with pytest.raises(CheckpointStorageError) as raised:
         storage.persist_checkpoint("unit", "t1", 3, {"i": 3}, {})
@@ -60,6 +65,8 @@ def test_a_save_the_store_does_not_take_names_the_endpoint_and_the_checkpoint(un
     assert unanswered_s3 in message
     assert "s3://airflow-trials/checkpoints/unit/t1/checkpoint_000003" in message
     assert "Not a failure of the trial" in message
+    # Each retry stages the dict again: the failed save's local copy is gone.
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("airflow_trials_")] == []
 
 
 def test_a_trial_whose_checkpoint_the_store_does_not_take_ends_as_infrastructure(

@@ -96,3 +96,28 @@ def test_an_object_store_client_is_made_on_first_use_or_in_the_background():
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env
     )
     assert done.stdout.strip() == "ok", done.stderr
+
+
+def _local_copies(tmp: str) -> list[str]:
+    return sorted(
+        name for name in os.listdir(tmp) if name.startswith(("airflow_trials_", ".scratch-"))
+    )
+
+
+def test_saving_and_reading_a_dict_checkpoint_in_object_storage_leaves_no_local_copy(
+    monkeypatch, tmp_path
+):
+    """A dict saved to, or read from, object storage goes through a local directory: it is
+    removed once the dict is uploaded or unpickled, or a worker's disk fills with one per
+    checkpoint and restore."""
+    import tempfile
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    store = TrialStorage(f"memory://bucket-{uuid.uuid4().hex[:8]}")
+    path = store.persist_checkpoint("exp", "t1", 2, {"w": 7}, {})
+    assert _local_copies(str(tmp)) == []
+    payload, meta = store.load_checkpoint(path)
+    assert payload == {"w": 7} and meta["kind"] == "dict"
+    assert _local_copies(str(tmp)) == []

@@ -220,9 +220,14 @@ class TrialStorage:
             if isinstance(payload, Mapping):
                 meta["kind"] = "dict"
                 staging = self.scratch_dir(experiment_name, trial_id)
-                with open(os.path.join(staging, _DICT_FILE), "wb") as f:
-                    pickle.dump(dict(payload), f)
-                self._install(staging, target, move=True)
+                try:
+                    with open(os.path.join(staging, _DICT_FILE), "wb") as f:
+                        pickle.dump(dict(payload), f)
+                    self._install(staging, target, move=True)
+                finally:
+                    # Made here for this one save: a retry pickles the dict again, so a save that
+                    # failed leaves no scratch copy behind (a moved one is gone already).
+                    shutil.rmtree(staging, ignore_errors=True)
             elif isinstance(payload, str) and os.path.isdir(payload):
                 meta["kind"] = "dir"
                 if not (self.is_local and os.path.abspath(payload) == target):
@@ -377,7 +382,11 @@ def read_checkpoint(path: str) -> tuple[Any, dict[str, Any]]:
             ):  # fs.get of a missing prefix copies nothing and raises nothing
                 raise missing
             local_dir = tempfile.mkdtemp(prefix="airflow_trials_restore_")
-            fs.get(fs_path.rstrip("/") + "/", local_dir + "/", recursive=True)
+            try:
+                fs.get(fs_path.rstrip("/") + "/", local_dir + "/", recursive=True)
+            except BaseException:
+                shutil.rmtree(local_dir, ignore_errors=True)
+                raise
         else:
             local_dir = os.path.abspath(os.path.expanduser(path.removeprefix("file://")))
             if not os.path.isdir(local_dir):
@@ -389,8 +398,12 @@ def read_checkpoint(path: str) -> tuple[Any, dict[str, Any]]:
         else:
             meta = {"kind": "dir"}  # a directory written by hand, e.g. a restore_path
         if meta.get("kind") == "dict":
-            with open(os.path.join(local_dir, _DICT_FILE), "rb") as f:
-                return pickle.load(f), meta
+            try:
+                with open(os.path.join(local_dir, _DICT_FILE), "rb") as f:
+                    return pickle.load(f), meta
+            finally:
+                if _is_url(path):  # the download, not the checkpoint: the dict is all it held
+                    shutil.rmtree(local_dir, ignore_errors=True)
         return local_dir, meta
     except (OSError, pickle.UnpicklingError, EOFError, ValueError) as e:
         raise CheckpointError(f"Could not load checkpoint {path}: {e}") from e
