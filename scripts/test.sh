@@ -44,7 +44,7 @@ fi
 # pytest_collection_modifyitems): the fault cases mostly wait on their stacks, and the other tests
 # on Ray and Airflow processes, so more processes than cores keep both cores busy.
 workers="${AIRFLOW_TRIALS_TEST_WORKERS:-3}"
-run_pytest -n "$workers" --dist loadgroup tests --ignore=tests/system "$@"
+run_pytest -n "$workers" --dist loadscope --no-loadscope-reorder tests --ignore=tests/system "$@"
 rest_rc=$?
 run_pytest tests/system "$@"
 system_rc=$?

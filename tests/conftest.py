@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -163,8 +164,11 @@ class LoopTicker:
 FAULT_TESTS_ENV = "AIRFLOW_TRIALS_FAULT_TESTS"
 
 
-#: The xdist group of the fault cases that share one stack (tests/faults/conftest.py SHARED).
-SHARED_STACK_GROUP = "faults-shared-stack"
+#: The work unit of the fault cases that share one stack (tests/faults/conftest.py SHARED).
+SHARED_STACK_UNIT = "faults-shared-stack"
+#: The key, in an xdist worker's ``workerinput``, of the file it writes each test's unit to.
+UNITS_FILE_KEY = "airflow_trials_test_units"
+_units_file = pytest.StashKey[str]()
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -173,14 +177,12 @@ def pytest_collection_modifyitems(config, items):
     AIRFLOW_TRIALS_FAULT_TESTS=1 (CI sets it), and are reported as skipped, with that reason,
     otherwise.
 
-    Under ``pytest -n N --dist loadgroup`` (scripts/test.sh, for the whole suite), each module is
-    one unit of work for a worker process, as ``--dist loadfile`` would make it, so that its
-    module-scoped fixtures (a Ray shape, an api-server, a stack) start once; the fault cases on
-    the shared stack, whatever their module, are one unit too, as that stack is. Fault modules
-    go first, the production shape's first of all: they are the longest units, and a worker takes
-    units in this order."""
-    if getattr(config.option, "dist", "no") == "loadgroup":
-        _group_by_module(items)
+    In an xdist worker (``scripts/test.sh`` runs the whole suite in several), the tests are put
+    in the order their units should be taken, and each test's unit is written where the
+    controller's scheduler (:func:`pytest_xdist_make_scheduler`) reads it."""
+    units_file = getattr(config, "workerinput", {}).get(UNITS_FILE_KEY)
+    if units_file:
+        _write_units(items, units_file)
     if os.environ.get(FAULT_TESTS_ENV) == "1":
         return
     skip = pytest.mark.skip(
@@ -192,18 +194,46 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-def _group_by_module(items: list[pytest.Item]) -> None:
+def _write_units(items: list[pytest.Item], units_file: str) -> None:
+    """A unit is a module, whose module-scoped fixtures (a Ray shape, an api-server, a stack) then
+    start once, as ``--dist loadfile`` would have it; the fault cases on the shared stack, whatever
+    their module, are one unit, as that stack is. Fault units go first, the production shape's
+    and the shared stack's first of all: they are the longest, and workers take units in the
+    order of their first tests."""
+
     def path(item: pytest.Item) -> str:
         return item.nodeid.split("::", 1)[0]
 
     def rank(item: pytest.Item) -> int:
         if not path(item).startswith("tests/faults/"):
-            return 3
-        if path(item) == "tests/faults/test_production_shape.py":
-            return 0
-        return 1 if "shared_stack" in item.fixturenames else 2
+            return 2
+        shared = "shared_stack" in item.fixturenames
+        return 0 if shared or path(item) == "tests/faults/test_production_shape.py" else 1
 
     items.sort(key=rank)  # stable: the order within each rank stays
-    for item in items:
-        group = SHARED_STACK_GROUP if "shared_stack" in item.fixturenames else path(item)
-        item.add_marker(pytest.mark.xdist_group(group))
+    units = {
+        item.nodeid: SHARED_STACK_UNIT if "shared_stack" in item.fixturenames else path(item)
+        for item in items
+    }
+    partial = f"{units_file}.{os.getpid()}"
+    with open(partial, "w", encoding="utf-8") as f:
+        json.dump(units, f)
+    os.replace(partial, units_file)  # every worker writes the same: the last one stays
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """(xdist, in the controller) Tell each worker where to write the tests' units."""
+    config = node.config
+    if _units_file not in config.stash:
+        config.stash[_units_file] = os.path.join(tempfile.mkdtemp(prefix="at_units_"), "units.json")
+    node.workerinput[UNITS_FILE_KEY] = config.stash[_units_file]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """(xdist, in the controller) Hand out whole units (modules, the shared fault stack's cases)
+    in the order of the workers' collection, each to the next worker that runs short of work."""
+    from tests.work_units import UnitScheduling
+
+    return UnitScheduling(config, log, lambda: config.stash.get(_units_file, None))
