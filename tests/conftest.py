@@ -164,8 +164,8 @@ class LoopTicker:
 FAULT_TESTS_ENV = "AIRFLOW_TRIALS_FAULT_TESTS"
 
 
-#: The work unit of the fault cases that share one stack (tests/faults/conftest.py SHARED).
-SHARED_STACK_UNIT = "faults-shared-stack"
+#: The one work unit of every fault case: whole stacks, one at a time (tests/faults).
+FAULTS_UNIT = "tests/faults"
 #: The key, in an xdist worker's ``workerinput``, of the file it writes each test's unit to.
 UNITS_FILE_KEY = "airflow_trials_test_units"
 _units_file = pytest.StashKey[str]()
@@ -195,26 +195,17 @@ def pytest_collection_modifyitems(config, items):
 
 
 def _write_units(items: list[pytest.Item], units_file: str) -> None:
-    """A unit is a module, whose module-scoped fixtures (a Ray shape, an api-server, a stack) then
-    start once, as ``--dist loadfile`` would have it; the fault cases on the shared stack, whatever
-    their module, are one unit, as that stack is. Fault units go first, the production shape's
-    and the shared stack's first of all: they are the longest, and workers take units in the
-    order of their first tests."""
+    """A unit is a module, whose module-scoped fixtures (a Ray shape, an api-server) then start
+    once, as ``--dist loadfile`` would have it; the fault cases, whatever their module, are one
+    unit, so that their stacks start one at a time. That unit goes first: it is the longest, and
+    workers take units in the order of their first tests."""
 
-    def path(item: pytest.Item) -> str:
-        return item.nodeid.split("::", 1)[0]
+    def unit(item: pytest.Item) -> str:
+        path = item.nodeid.split("::", 1)[0]
+        return FAULTS_UNIT if path.startswith(FAULTS_UNIT + "/") else path
 
-    def rank(item: pytest.Item) -> int:
-        if not path(item).startswith("tests/faults/"):
-            return 2
-        shared = "shared_stack" in item.fixturenames
-        return 0 if shared or path(item) == "tests/faults/test_production_shape.py" else 1
-
-    items.sort(key=rank)  # stable: the order within each rank stays
-    units = {
-        item.nodeid: SHARED_STACK_UNIT if "shared_stack" in item.fixturenames else path(item)
-        for item in items
-    }
+    items.sort(key=lambda item: unit(item) != FAULTS_UNIT)  # stable: the rest keeps its order
+    units = {item.nodeid: unit(item) for item in items}
     partial = f"{units_file}.{os.getpid()}"
     with open(partial, "w", encoding="utf-8") as f:
         json.dump(units, f)
@@ -232,8 +223,10 @@ def pytest_configure_node(node) -> None:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """(xdist, in the controller) Hand out whole units (modules, the shared fault stack's cases)
+    """(xdist, in the controller) Hand out whole units (modules, the fault cases)
     in the order of the workers' collection, each to the next worker that runs short of work."""
+    if config.getvalue("dist") != "loadscope":
+        return None  # xdist's own scheduler for the other modes
     from tests.work_units import UnitScheduling
 
     return UnitScheduling(config, log, lambda: config.stash.get(_units_file, None))

@@ -1,6 +1,7 @@
 """The xdist scheduler of ``scripts/test.sh``'s whole-suite run: xdist's LoadScopeScheduling (a
 unit of tests to a worker at a time, the next unit to the first worker that runs short), with
-the units the workers wrote at collection (tests/conftest.py ``_write_units``).
+the units the workers wrote at collection (tests/conftest.py ``_write_units``: a module, or all
+the fault cases given to the workers, whose stacks must start one at a time).
 
 ``--dist loadgroup`` would do this from ``xdist_group`` marks, but it renames test ids to carry
 the group, which pytest 9 no longer lets a plugin do: the tests were spread one by one.
