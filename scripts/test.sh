@@ -46,7 +46,8 @@ fi
 # fault modules first (tests/conftest.py pytest_collection_modifyitems, tests/work_units.py): one
 # stack of theirs at a time, beside the fault process's. The tests mostly wait on Ray, Airflow and
 # the stacks, so three processes keep the 2 cores busier than two did.
-moved_faults=(tests/faults/test_checkpoints_kept.py tests/faults/test_main_job_interrupted.py)
+moved_faults=(tests/faults/test_checkpoints_kept.py tests/faults/test_main_job_interrupted.py
+    tests/faults/test_trials_db_drops.py)
 fault_ignores=()
 pool_ignores=()
 for module in tests/faults/test_*.py; do

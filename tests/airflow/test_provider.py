@@ -186,3 +186,69 @@ def test_sensor_waits_for_a_whole_experiment_run_and_fails_on_errors(trials_env)
 def test_sensor_needs_exactly_one_target():
     with pytest.raises(ValueError, match="exactly one of trial_id or run_key"):
         TrialSensor(task_id="x", experiment_name="e")
+
+
+# What a task's ray.init(ray://...) raises when Ray Client's proxy started a server for the
+# connection and that server died at birth (ray-project/ray#63202), as CI once saw it.
+_SERVER_DIED = (
+    "Initialization failure from server:\nTraceback (most recent call last):\n  File "
+    '".../ray/util/client/server/proxier.py", line 772, in Datapath\n    raise RuntimeError(\n'
+    "RuntimeError: Starting Ray client server failed. See ray_client_server_23001.err for "
+    "detailed logs.\n"
+)
+
+
+@pytest.mark.parametrize("failures", [1, 2, 3])
+def test_a_ray_client_server_dying_at_birth_costs_another_connection_not_the_task(
+    airflow_home, monkeypatch, failures
+):
+    """The race is inside Ray's proxy and cannot be made to happen on demand with a real head,
+    so ray.init stands in: it fails ``failures`` times as Ray does, then connects. Two failures
+    are absorbed (CLIENT_SERVER_ATTEMPTS = 3); a third is the task's RayUnavailableError."""
+    import ray
+
+    from airflow_trials.exceptions import RayUnavailableError
+    from airflow_trials.hooks.trials import CLIENT_SERVER_ATTEMPTS, RayHook
+
+    assert CLIENT_SERVER_ATTEMPTS == 3
+    calls: list[dict] = []
+
+    def init(**kwargs):
+        calls.append(kwargs)
+        if len(calls) <= failures:
+            raise ConnectionAbortedError(_SERVER_DIED)
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", init)
+    monkeypatch.setattr(ray, "shutdown", lambda: None)
+    monkeypatch.setenv("RAY_ADDRESS", "ray://head:10001")
+    hook = RayHook("missing")
+    if failures < CLIENT_SERVER_ATTEMPTS:
+        hook._init_ray(hook.settings())
+        assert len(calls) == failures + 1
+    else:
+        with pytest.raises(RayUnavailableError, match="(?s)ray://head:10001.*Starting Ray client"):
+            hook._init_ray(hook.settings())
+        assert len(calls) == CLIENT_SERVER_ATTEMPTS
+    assert {call["address"] for call in calls} == {"ray://head:10001"}
+
+
+def test_other_connection_errors_are_not_tried_again(airflow_home, monkeypatch):
+    import ray
+
+    from airflow_trials.exceptions import RayUnavailableError
+    from airflow_trials.hooks.trials import RayHook
+
+    calls = []
+
+    def init(**kwargs):
+        calls.append(kwargs)
+        raise ConnectionError("Could not connect: ray://head:10001 refused")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", init)
+    monkeypatch.setenv("RAY_ADDRESS", "ray://head:10001")
+    hook = RayHook("missing")
+    with pytest.raises(RayUnavailableError, match="Airflow retries the task"):
+        hook._init_ray(hook.settings())
+    assert len(calls) == 1

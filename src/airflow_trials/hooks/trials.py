@@ -165,16 +165,49 @@ class RayHook(BaseHook):
                 kwargs["include_dashboard"] = False
             os.environ.setdefault("RAY_AUTH_MODE", "disabled")
             self.log.info("Connecting to Ray at %s", kwargs.get("address") or "a new local cluster")
-            try:
-                _probe_gcs(kwargs.get("address"))
-                ray.init(**kwargs)
-            except (ConnectionError, TimeoutError, RuntimeError) as e:
-                raise RayUnavailableError(
-                    f"Could not connect to Ray at {kwargs.get('address')} "
-                    f"({type(e).__name__}: {e}). The Ray head is down, restarting or elsewhere; "
-                    f"check connection {self.ray_conn_id!r} "
-                    "or RAY_ADDRESS and the head's health. Airflow retries the task."
-                ) from e
+            for attempt in range(1, CLIENT_SERVER_ATTEMPTS + 1):
+                try:
+                    _probe_gcs(kwargs.get("address"))
+                    ray.init(**kwargs)
+                    return
+                except (ConnectionError, TimeoutError, RuntimeError) as e:
+                    if attempt < CLIENT_SERVER_ATTEMPTS and _client_server_died(e):
+                        self.log.warning(
+                            "Ray Client's server for this connection to %s died as it started "
+                            "(a fork race in Ray's client proxy, ray-project/ray#63202): "
+                            "connecting again (attempt %d of %d).",
+                            kwargs.get("address"),
+                            attempt + 1,
+                            CLIENT_SERVER_ATTEMPTS,
+                        )
+                        ray.shutdown()
+                        continue
+                    raise RayUnavailableError(
+                        f"Could not connect to Ray at {kwargs.get('address')} "
+                        f"({type(e).__name__}: {e}). The Ray head is down, restarting or "
+                        f"elsewhere; check connection {self.ray_conn_id!r} "
+                        "or RAY_ADDRESS and the head's health. Airflow retries the task."
+                    ) from e
+
+
+#: Connections through Ray Client (``ray://``) tried when the client proxy's server for the
+#: connection dies as it starts: the proxy forks it while its own gRPC threads run, and the child
+#: sometimes aborts (ray-project/ray#63202, open: about 7% of connections); a new connection gets
+#: a new server.
+CLIENT_SERVER_ATTEMPTS = 3
+
+
+def _client_server_died(error: BaseException) -> bool:
+    """Did ``ray.init(ray://...)`` fail because the proxy's server for it died at start? The
+    proxy says so in the error it sends, or its check of the dead process's command line failed
+    (``start_specific_server`` in its traceback)."""
+    seen: BaseException | None = error
+    while seen is not None:
+        text = str(seen)
+        if "Starting Ray client server failed" in text or "in start_specific_server" in text:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _probe_gcs(address: str | None) -> None:
