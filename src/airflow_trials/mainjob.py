@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from airflow_trials.ports import free_port
+
 EXAMPLE_DAG_ID = "example_regression_tuning"
 TERMINAL_RUN_STATES = ("success", "failed")
 
@@ -57,12 +59,6 @@ class Stack:
 
 def _bin(name: str) -> str:
     return str(Path(sys.executable).with_name(name))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def default_parallelism() -> int:
@@ -216,7 +212,7 @@ def start_ray(
 
 def _start_ray_head(stack: Stack, num_cpus: int | None) -> tuple[subprocess.Popen[bytes], int]:
     """Start ``ray start --head`` on free ports; the process and its GCS port."""
-    port = _free_port()
+    port = free_port()
     cmd = [
         _bin("ray"),
         "start",
@@ -230,9 +226,9 @@ def _start_ray_head(stack: Stack, num_cpus: int | None) -> tuple[subprocess.Pope
         "--disable-usage-stats",
         # Ports that default to fixed numbers would collide with other clusters on the machine.
         "--ray-client-server-port",
-        str(_free_port()),
+        str(free_port()),
         "--dashboard-agent-listen-port",
-        str(_free_port()),
+        str(free_port()),
     ]
     if num_cpus:
         cmd += ["--num-cpus", str(num_cpus)]

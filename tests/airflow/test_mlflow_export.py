@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from airflow_trials.cli import app
+from airflow_trials.ports import free_port
 from tests.contract.conftest import new_postgres_schema
 from tests.plugins.history_seed import EARLY, EXPERIMENT, seed_nightly
 
@@ -28,9 +28,7 @@ SERVER_START_SECONDS = 600  # a readiness wait, not a timing: a loaded CI machin
 @pytest.fixture(scope="module")
 def tracking_uri(tmp_path_factory):
     root = tmp_path_factory.mktemp("mlflow_server")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     log_path = root / "server.log"
     command = [
         os.path.join(os.path.dirname(sys.executable), "mlflow"),

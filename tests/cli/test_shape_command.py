@@ -3,11 +3,10 @@ The shape itself runs in tests/faults/test_production_shape.py."""
 
 from __future__ import annotations
 
-import socket
-
 from typer.testing import CliRunner
 
 from airflow_trials.cli import app
+from airflow_trials.ports import free_port
 
 runner = CliRunner()
 
@@ -29,9 +28,7 @@ def test_up_without_a_dags_folder_is_refused(tmp_path):
 
 
 def test_up_against_an_unreachable_postgres_stops_what_it_started(tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # closed again: nothing listens there
+    port = free_port()  # nothing listens there
     url = f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
     dags = tmp_path / "dags"
     dags.mkdir()

@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 import logging
 import random
-import socket
 import threading
 from typing import Any
 
@@ -15,6 +14,7 @@ from sqlalchemy import event, text
 
 from airflow_trials import StoreError
 from airflow_trials.core.fate import Transition
+from airflow_trials.ports import free_port
 from airflow_trials.store import TrialStore
 from airflow_trials.store.models import CheckpointRow, ResultRow
 from airflow_trials.store.retry import RetryPolicy
@@ -24,9 +24,7 @@ from tests.contract.test_store import count, register, results, retry_warnings, 
 
 def closed_port() -> int:
     """A port on 127.0.0.1 that nothing listens on (it was free a moment ago)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    return free_port()
 
 
 class RetryLog(logging.Handler):

@@ -12,7 +12,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,6 +22,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from airflow_trials.ports import free_port
 from tests.conftest import REPO, live_placement_groups, live_trial_actors, shutdown_ray
 from tests.deploy.compose import services
 
@@ -32,14 +32,10 @@ AGENT_PORT_IN_COMPOSE = "52365"
 
 
 def _free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
+    ports: set[int] = set()
+    while len(ports) < count:
+        ports.add(free_port())
+    return list(ports)
 
 
 def _head_env() -> dict[str, str]:

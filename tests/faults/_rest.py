@@ -19,6 +19,7 @@ from urllib.parse import quote
 import httpx
 
 from airflow_trials import mainjob
+from airflow_trials.ports import free_port
 
 PASSWORD = "fault-tests-pw"
 
@@ -127,7 +128,7 @@ def start_stack(
     for path in dag_files:
         shutil.copy(path, dags / path.name)
         dag_ids.append(path.stem)
-    port = mainjob._free_port()
+    port = free_port()
     stack = mainjob.Stack(home=home, dags_folder=dags)
     mainjob.prepare(stack, api_port=port)
     passwords = home / "passwords.json"

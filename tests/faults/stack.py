@@ -25,6 +25,7 @@ import httpx
 import psutil
 
 from airflow_trials import mainjob
+from airflow_trials.ports import free_port
 from tests.conftest import REPO
 
 T = TypeVar("T")
@@ -39,8 +40,7 @@ def _bin(name: str) -> str:
     return str(Path(sys.executable).with_name(name))
 
 
-# The main job's helpers: a free port on 127.0.0.1, and whether something listens on one.
-free_port = mainjob._free_port
+# The main job's helper: whether something listens on a port of 127.0.0.1.
 port_open = mainjob._port_open
 
 

@@ -14,7 +14,6 @@ import itertools
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -25,18 +24,14 @@ from typing import Any
 import httpx
 import pytest
 
+from airflow_trials.ports import free_port
+
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 needs_chromium = pytest.mark.skipif(
     CHROMIUM is None,
     reason="Debian's chromium package is not installed: apt-get install -y chromium (.ci/run "
     "installs it).",
 )
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_for(
@@ -75,7 +70,7 @@ def start_api_server(url: str, directory: Path) -> Iterator[tuple[str, str]]:
     must be migrated first (depend on the ``airflow_home`` fixture). The server's log is
     ``directory/api-server.log``."""
     tmp_path = directory
-    port = _free_port()
+    port = free_port()
     passwords = tmp_path / "passwords.json"
     passwords.write_text(json.dumps({"admin": "admin-pw"}))
     env = {

@@ -9,15 +9,8 @@ import sqlite3
 import subprocess
 import sys
 
+from airflow_trials.ports import free_port
 from tests.conftest import REPO
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _live_processes_mentioning(*needles: str) -> list[str]:
@@ -50,7 +43,7 @@ def test_main_job_runs_trials_concurrently_records_them_and_stops_everything(tmp
             "--timeout-s",
             "900",
             "--api-port",
-            str(_free_port()),
+            str(free_port()),
         ],
         capture_output=True,
         text=True,

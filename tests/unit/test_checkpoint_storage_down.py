@@ -9,12 +9,11 @@ server for 20 s, within the budget, and the saves go on.
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 
 from airflow_trials.exceptions import CheckpointStorageError
 from airflow_trials.execution.storage import TrialStorage
+from airflow_trials.ports import free_port
 from airflow_trials.store import TrialStore
 from tests.unit.test_checkpoint_release import (
     _start,
@@ -38,9 +37,7 @@ def unanswered_s3(monkeypatch) -> str:
     """An s3:// storage whose endpoint refuses connections; botocore tries once."""
     import s3fs
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # closed again: nothing listens there
+    port = free_port()  # nothing listens there
     endpoint = f"http://127.0.0.1:{port}"
     monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")

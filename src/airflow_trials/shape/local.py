@@ -32,8 +32,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
+from airflow_trials.ports import free_port
 from airflow_trials.shape import setup, spec, triggerers
-from airflow_trials.shape.setup import ShapeError, free_port, log_tail, port_open
+from airflow_trials.shape.setup import ShapeError, log_tail, port_open
 from airflow_trials.shape.spec import Addresses, Process
 
 T = TypeVar("T")

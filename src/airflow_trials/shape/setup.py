@@ -22,12 +22,6 @@ class ShapeError(RuntimeError):
     """A part of the shape did not start, or exited while it should run."""
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def port_open(port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(0.5)
