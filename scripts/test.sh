@@ -40,18 +40,17 @@ if [ "${AIRFLOW_TRIALS_FAULT_TESTS:-}" != "1" ] || [ "$paths_given" -eq 1 ]; the
 fi
 
 # Whole Airflow stacks must not run more than two at a time on 2 cores (three at once time out),
-# so tests/faults runs in a second pytest process beside the other tests, one stack at a time, but
-# for the modules in moved_faults, which start stacks of their own: they run in the first process,
-# one at a time, so that both processes take about as long (measured on 2026-11-27 from a fresh
-# clone of 94f9114 on an idle machine: 25.3 + 5.3 minutes in the first, 26.8 in the second).
+# so tests/faults runs in a second pytest process beside the other tests, one stack at a time.
 #
-# With AIRFLOW_TRIALS_TEST_WORKERS=N (2 or more), the first process is N pytest-xdist workers
-# instead, a module to a worker at a time, the moved fault modules first, as one unit
-# (tests/conftest.py pytest_collection_modifyitems, tests/work_units.py): 28.5 minutes instead of
-# 33.5 on 2 cores, but CI keeps one process: with three busy processes, a port that a free-port
-# probe handed out was taken again before its server bound it, failing the production shape's
-# module (docs/benchmarks.md, "fourth session").
-workers="${AIRFLOW_TRIALS_TEST_WORKERS:-1}"
+# The other tests run in AIRFLOW_TRIALS_TEST_WORKERS pytest-xdist workers (default 2), a module to
+# a worker at a time; the fault modules in moved_faults, which start stacks of their own, go to
+# the workers first, as one unit (tests/conftest.py pytest_collection_modifyitems,
+# tests/work_units.py), so that the fault process is not the only long path. Servers take their
+# ports from airflow_trials.ports (below the ephemeral range, reserved machine-wide), so three
+# busy processes never take each other's ports. AIRFLOW_TRIALS_TEST_WORKERS=1 runs the other tests
+# in one process instead, then test_checkpoints_kept.py (docs/benchmarks.md, "fourth session"
+# and "fifth session", compares the two).
+workers="${AIRFLOW_TRIALS_TEST_WORKERS:-2}"
 if [ "$workers" -ge 2 ] 2>/dev/null; then
     moved_faults=(tests/faults/test_checkpoints_kept.py tests/faults/test_main_job_interrupted.py
         tests/faults/test_trials_db_drops.py)
