@@ -43,8 +43,8 @@ fi
 # so tests/faults runs in a second pytest process beside the other tests, one stack at a time.
 #
 # The other tests run in AIRFLOW_TRIALS_TEST_WORKERS pytest-xdist workers (default 2), a module to
-# a worker at a time; the fault modules in moved_faults, which start stacks of their own, go to
-# the workers first, as one unit (tests/conftest.py pytest_collection_modifyitems,
+# a worker at a time; the fault modules in moved_faults go to the workers first, as one unit (so
+# their stacks, too, start one at a time) (tests/conftest.py pytest_collection_modifyitems,
 # tests/work_units.py), so that the fault process is not the only long path. Servers take their
 # ports from airflow_trials.ports (below the ephemeral range, reserved machine-wide), so three
 # busy processes never take each other's ports. AIRFLOW_TRIALS_TEST_WORKERS=1 runs the other tests
@@ -52,8 +52,13 @@ fi
 # and "fifth session", compares the two).
 workers="${AIRFLOW_TRIALS_TEST_WORKERS:-2}"
 if [ "$workers" -ge 2 ] 2>/dev/null; then
+    # 16 of the fault suite's 45 minutes of tests (as measured beside the other tests on a slow
+    # machine, docs/benchmarks.md "fifth session"), so that the fault process (29 minutes, 16 of
+    # them the production shape's module) and the workers end about together.
     moved_faults=(tests/faults/test_checkpoints_kept.py tests/faults/test_main_job_interrupted.py
-        tests/faults/test_trials_db_drops.py)
+        tests/faults/test_trials_db_drops.py tests/faults/test_stack_restart.py
+        tests/faults/test_trigger_survives_ray_restart.py tests/faults/test_triggerer_restart.py
+        tests/faults/test_asha_triggerer_restart.py)
 else
     moved_faults=(tests/faults/test_checkpoints_kept.py)
 fi
