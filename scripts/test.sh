@@ -42,15 +42,16 @@ fi
 # Whole Airflow stacks must not run more than two at a time on 2 cores (three at once time out),
 # so tests/faults runs in a second pytest process beside the other tests, one stack at a time.
 #
-# The other tests run in AIRFLOW_TRIALS_TEST_WORKERS pytest-xdist workers (default 2), a module to
-# a worker at a time; the fault modules in moved_faults go to the workers first, as one unit (so
-# their stacks, too, start one at a time) (tests/conftest.py pytest_collection_modifyitems,
-# tests/work_units.py), so that the fault process is not the only long path. Servers take their
-# ports from airflow_trials.ports (below the ephemeral range, reserved machine-wide), so three
-# busy processes never take each other's ports. AIRFLOW_TRIALS_TEST_WORKERS=1 runs the other tests
-# in one process instead, then test_checkpoints_kept.py (docs/benchmarks.md, "fourth session"
-# and "fifth session", compares the two).
-workers="${AIRFLOW_TRIALS_TEST_WORKERS:-2}"
+# The other tests run in one process, then test_checkpoints_kept.py (a module with stacks of its
+# own), so that both processes take about as long. With AIRFLOW_TRIALS_TEST_WORKERS=N (2 or more),
+# they run in N pytest-xdist workers instead, a module to a worker at a time; the fault modules in
+# moved_faults go to the workers first, as one unit (so their stacks, too, start one at a time)
+# (tests/conftest.py pytest_collection_modifyitems, tests/work_units.py). CI keeps one process:
+# on a machine whose 2 cores are already saturated, the workers gained about nothing and added
+# load (docs/benchmarks.md, "fourth session" and "fifth session"). Servers take their ports from
+# airflow_trials.ports (below the ephemeral range, reserved machine-wide), so busy processes never
+# take each other's ports.
+workers="${AIRFLOW_TRIALS_TEST_WORKERS:-1}"
 if [ "$workers" -ge 2 ] 2>/dev/null; then
     # 16 of the fault suite's 45 minutes of tests (as measured beside the other tests on a slow
     # machine, docs/benchmarks.md "fifth session"), so that the fault process (29 minutes, 16 of

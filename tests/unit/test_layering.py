@@ -68,7 +68,8 @@ def test_importing_the_package_loads_neither_ray_nor_airflow():
 # 1. ``store/``, ``results`` (ResultGrid, a read model of the trials DB), ``trials_db_url`` (which
 #    trials DB), ``provider_config`` (the ``[airflow_trials]`` settings), ``searchers/``;
 # 2. ``execution/``: Ray;
-# 3. ``plotting``, ``pools``, ``examples/``, ``export/`` (MLflow): what users call around a run;
+# 3. ``plotting``, ``pools``, ``ports``, ``examples/``, ``export/`` (MLflow): what users call around
+#    a run;
 # 4. ``hooks/``: the Airflow connections;
 # 5. ``triggers/``, ``operators/``, ``sensors/``: the Airflow tasks;
 # 6. ``experiment/``: the task group a DAG declares;
@@ -90,6 +91,7 @@ LAYERS: Mapping[str, int] = {
     "execution": 2,
     "plotting": 3,
     "pools": 3,
+    "ports": 3,
     "examples": 3,
     "export": 3,
     "hooks": 4,
