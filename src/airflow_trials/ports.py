@@ -71,8 +71,7 @@ def _reserve(port: int) -> bool:
                 return False
         except FileNotFoundError:
             pass
-        path.touch()  # a new reservation, or an old one renewed
-        os.utime(path)
+        path.touch()  # a new reservation, or an old one renewed (touch sets the mtime)
     return True
 
 
