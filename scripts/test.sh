@@ -52,14 +52,14 @@ fi
 # airflow_trials.ports (below the ephemeral range, reserved machine-wide), so busy processes never
 # take each other's ports.
 workers="${AIRFLOW_TRIALS_TEST_WORKERS:-1}"
+# The main job's own test starts a whole stack of its own (as the fault modules below do), so it
+# runs with them; only tests/system/test_demo.py, which must see no other Ray, runs alone at the end.
+main_job_test=tests/system/test_main_job.py
 if [ "$workers" -ge 2 ] 2>/dev/null; then
-    # 16 of the fault suite's 45 minutes of tests (as measured beside the other tests on a slow
-    # machine, docs/benchmarks.md "fifth session"), so that the fault process (29 minutes, 16 of
-    # them the production shape's module) and the workers end about together.
+    # The fault modules with stacks of their own (no shared stack to start twice), so that the
+    # fault process and the workers end about together.
     moved_faults=(tests/faults/test_checkpoints_kept.py tests/faults/test_main_job_interrupted.py
-        tests/faults/test_trials_db_drops.py tests/faults/test_stack_restart.py
-        tests/faults/test_trigger_survives_ray_restart.py tests/faults/test_triggerer_restart.py
-        tests/faults/test_asha_triggerer_restart.py)
+        tests/faults/test_trials_db_drops.py tests/faults/test_bad_input.py)
 else
     moved_faults=(tests/faults/test_checkpoints_kept.py)
 fi
@@ -77,13 +77,13 @@ run_pytest tests/faults "${fault_ignores[@]}" "$@" >"$faults_log" 2>&1 &
 faults_pid=$!
 trap 'kill -- "$faults_pid" 2>/dev/null; pkill -P "$faults_pid" 2>/dev/null' INT TERM
 if [ "$workers" -ge 2 ] 2>/dev/null; then
-    run_pytest -n "$workers" --dist loadscope --no-loadscope-reorder tests --ignore=tests/system \
-        "${first_ignores[@]}" "$@"
+    run_pytest -n "$workers" --dist loadscope --no-loadscope-reorder tests "$main_job_test" \
+        --ignore=tests/system "${first_ignores[@]}" "$@"
     rest_rc=$?
 else
     run_pytest tests --ignore=tests/faults --ignore=tests/system "$@"
     rest_rc=$?
-    run_pytest "${moved_faults[@]}" "$@"
+    run_pytest "${moved_faults[@]}" "$main_job_test" "$@"
     moved_rc=$?
     [ "$rest_rc" -eq 0 ] && rest_rc=$moved_rc
 fi
@@ -93,7 +93,7 @@ trap - INT TERM
 echo "==================== tests/faults (second process) ===================="
 cat "$faults_log"
 rm -f "$faults_log"
-run_pytest tests/system "$@"
+run_pytest tests/system --ignore="$main_job_test" "$@"
 system_rc=$?
 echo "[test.sh] exit codes: other tests $rest_rc, tests/faults $faults_rc, tests/system $system_rc" >&2
 [ "$rest_rc" -eq 0 ] && [ "$faults_rc" -eq 0 ] && [ "$system_rc" -eq 0 ]

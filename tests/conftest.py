@@ -166,6 +166,8 @@ FAULT_TESTS_ENV = "AIRFLOW_TRIALS_FAULT_TESTS"
 
 #: The one work unit of every fault case: whole stacks, one at a time (tests/faults).
 FAULTS_UNIT = "tests/faults"
+#: Modules outside tests/faults that start a whole stack of their own, and so join that unit.
+STACK_MODULES = ("tests/system/test_main_job.py",)
 #: The key, in an xdist worker's ``workerinput``, of the file it writes each test's unit to.
 UNITS_FILE_KEY = "airflow_trials_test_units"
 _units_file = pytest.StashKey[str]()
@@ -197,12 +199,15 @@ def pytest_collection_modifyitems(config, items):
 def _write_units(items: list[pytest.Item], units_file: str) -> None:
     """A unit is a module, whose module-scoped fixtures (a Ray shape, an api-server) then start
     once, as ``--dist loadfile`` would have it; the fault cases, whatever their module, are one
-    unit, so that their stacks start one at a time. That unit goes first: it is the longest, and
-    workers take units in the order of their first tests."""
+    unit, with the other modules that start whole stacks (``STACK_MODULES``), so that their stacks
+    start one at a time. That unit goes first: it is the longest, and workers take units in the
+    order of their first tests."""
 
     def unit(item: pytest.Item) -> str:
         path = item.nodeid.split("::", 1)[0]
-        return FAULTS_UNIT if path.startswith(FAULTS_UNIT + "/") else path
+        if path.startswith(FAULTS_UNIT + "/") or path in STACK_MODULES:
+            return FAULTS_UNIT
+        return path
 
     items.sort(key=lambda item: unit(item) != FAULTS_UNIT)  # stable: the rest keeps its order
     units = {item.nodeid: unit(item) for item in items}
