@@ -4,8 +4,9 @@
 #
 # With AIRFLOW_TRIALS_FAULT_TESTS=1 and no test paths among the arguments (the whole suite, as CI
 # runs it), the fault suite (tests/faults: whole stacks, mostly waiting on them) runs in a second
-# pytest process beside the other tests (below), then tests/system runs alone: its demo finds
-# "the" Ray of the machine by scanning for Ray processes, which must see no other cluster. Every
+# pytest process beside the other tests (below), then tests/system/test_demo.py runs alone: its
+# demo finds "the" Ray of the machine by scanning for Ray processes, which must see no other
+# cluster. Every
 # fault stack and test Ray has its own ports and temp dir, and PostgreSQL tests their own schema
 # or database.
 set -uo pipefail
@@ -42,24 +43,25 @@ fi
 # Whole Airflow stacks must not run more than two at a time on 2 cores (three at once time out),
 # so tests/faults runs in a second pytest process beside the other tests, one stack at a time.
 #
-# The other tests run in one process, then test_checkpoints_kept.py (a module with stacks of its
-# own), so that both processes take about as long. With AIRFLOW_TRIALS_TEST_WORKERS=N (2 or more),
-# they run in N pytest-xdist workers instead, a module to a worker at a time; the fault modules in
-# moved_faults go to the workers first, as one unit (so their stacks, too, start one at a time)
-# (tests/conftest.py pytest_collection_modifyitems, tests/work_units.py). CI keeps one process:
-# on a machine whose 2 cores are already saturated, the workers gained about nothing and added
-# load (docs/benchmarks.md, "fourth session" and "fifth session"). Servers take their ports from
-# airflow_trials.ports (below the ephemeral range, reserved machine-wide), so busy processes never
-# take each other's ports.
-workers="${AIRFLOW_TRIALS_TEST_WORKERS:-1}"
-# The main job's own test starts a whole stack of its own (as the fault modules below do), so it
-# runs with them; only tests/system/test_demo.py, which must see no other Ray, runs alone at the end.
+# The other tests run in AIRFLOW_TRIALS_TEST_WORKERS pytest-xdist workers (default 2), a module
+# to a worker at a time; the fault modules in moved_faults go to the workers first, as one unit, so
+# that their stacks, too, start one at a time (tests/conftest.py pytest_collection_modifyitems,
+# tests/work_units.py), and the fault process and the workers end about together. Most of the
+# other tests wait on Ray and Airflow rather than compute, so two workers finish them and the moved
+# modules in the time one process took for the other tests alone (docs/benchmarks.md, "sixth
+# session"). With AIRFLOW_TRIALS_TEST_WORKERS=1 they run in one process instead, then
+# test_checkpoints_kept.py. Servers take their ports from airflow_trials.ports (below the
+# ephemeral range, reserved machine-wide), so busy processes never take each other's ports.
+workers="${AIRFLOW_TRIALS_TEST_WORKERS:-2}"
+# The main job's own test starts a whole stack of its own, so it runs with the moved fault modules;
+# only tests/system/test_demo.py, which must see no other Ray, runs alone at the end.
 main_job_test=tests/system/test_main_job.py
 if [ "$workers" -ge 2 ] 2>/dev/null; then
-    # The fault modules with stacks of their own (no shared stack to start twice), so that the
-    # fault process and the workers end about together.
+    # The modules with stacks of their own, and the Ray head restart on a shared stack of the
+    # workers' own: a third of the fault suite.
     moved_faults=(tests/faults/test_checkpoints_kept.py tests/faults/test_main_job_interrupted.py
-        tests/faults/test_trials_db_drops.py tests/faults/test_bad_input.py)
+        tests/faults/test_trials_db_drops.py tests/faults/test_bad_input.py
+        tests/faults/test_ray_head_restart.py)
 else
     moved_faults=(tests/faults/test_checkpoints_kept.py)
 fi
