@@ -121,3 +121,46 @@ def test_saving_and_reading_a_dict_checkpoint_in_object_storage_leaves_no_local_
     payload, meta = store.load_checkpoint(path)
     assert payload == {"w": 7} and meta["kind"] == "dict"
     assert _local_copies(str(tmp)) == []
+
+
+def test_a_directory_checkpoint_restored_from_object_storage_is_removed_once_read(
+    monkeypatch, tmp_path
+):
+    """A trial actor restoring a directory checkpoint from object storage downloads it for the
+    trainable to read; the download is removed when the trainable restores another checkpoint or
+    stops, or a worker's disk keeps one copy per restore."""
+    import tempfile
+
+    from airflow_trials.execution.worker.actor import TrialActor
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    root = f"memory://bucket-{uuid.uuid4().hex[:8]}"
+    storage = TrialStorage(root)  # the memory filesystem is the process's: the actor's, too
+    paths = {}
+    for iteration in (3, 5):
+        written = tmp_path / f"written-{iteration}"
+        written.mkdir()
+        (written / "state.txt").write_text(str(iteration))
+        paths[iteration] = storage.persist_checkpoint("exp", "t1", iteration, str(written), {})
+    spec = {
+        "trial_id": "t1",
+        "experiment_name": "exp",
+        "trainable": "tests.trainables:DirCheckpointTrainable",
+        "config": {},
+    }
+    logs = tmp_path / "logs"
+    actor = TrialActor(spec, root, str(logs), capture_output=False)
+
+    assert actor.restore(paths[3]) == 3
+    assert actor.execute(lambda trainable: trainable.iteration) == 3
+    first = _local_copies(str(tmp))
+    assert len(first) == 1 and first[0].startswith("airflow_trials_restore_")
+    assert actor.restore(paths[5]) == 5
+    assert actor.execute(lambda trainable: trainable.iteration) == 5
+    second = _local_copies(str(tmp))
+    assert len(second) == 1 and second != first
+    actor.stop()
+    assert _local_copies(str(tmp)) == []
+    assert storage.has_checkpoint(paths[3]) and storage.has_checkpoint(paths[5])  # only copies

@@ -344,6 +344,14 @@ class _StorageUnanswered(Exception):  # noqa: N818 - a marker, raised from the b
     """An object store's call failed after its client's retries (chained from its error)."""
 
 
+def discard_restored(path: str, payload: Any) -> None:
+    """Remove the local copy :func:`read_checkpoint` downloaded of the directory checkpoint at
+    ``path`` (under a URL), once nothing reads it any more; nothing for a local checkpoint, whose
+    directory is the checkpoint itself, or a dict."""
+    if _is_url(path) and isinstance(payload, str):
+        shutil.rmtree(payload, ignore_errors=True)
+
+
 def _is_url(path: str) -> bool:
     return "://" in path and not path.startswith("file://")
 

@@ -18,7 +18,7 @@ from airflow_trials.core.fate import ends_for_sure
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.exceptions import TrialError
 from airflow_trials.execution.parameter_refs import parameters_key, resolve_parameters
-from airflow_trials.execution.storage import TrialStorage
+from airflow_trials.execution.storage import TrialStorage, discard_restored
 from airflow_trials.execution.trial_output import LogCapture, read_new_output
 from airflow_trials.execution.worker.holds import HoldSpec
 from airflow_trials.execution.worker.self_driving import SelfDrivingRun, scalar_fields
@@ -101,6 +101,9 @@ class TrialActor:
         self._autonomous = SelfDrivingRun(self)
         self._log_files: dict[str, str] = {}  # the logs' copies on the storage, once stopped
         self._log_error: str | None = None
+        # The checkpoint last restored, and what was read of it: a download to remove once the
+        # trainable is done with it (a directory checkpoint in object storage).
+        self._restored: tuple[str, Any] | None = None
         self._setup(spec)
         if autorun is not None:
             self.run(*autorun)
@@ -127,6 +130,7 @@ class TrialActor:
             )
         self._trainable_path = spec["trainable"]
         self._parameters_key = parameters_key(refs)
+        self._discard_restored()  # the last trial's, if this process ran one
         self._iteration = 0
         self._ahead_since: float | None = None
         self._time_total = 0.0
@@ -155,6 +159,8 @@ class TrialActor:
         driver = self._require_driver()
         payload, meta = self._storage.load_checkpoint(path)
         driver.restore(payload)  # stops what ran, trained ahead or not
+        self._discard_restored()  # what the trainable restored from before, if downloaded
+        self._restored = (path, payload)
         self._ahead_since = None
         self._iteration = int(meta.get("iteration", 0))
         self._time_total = float(meta.get("time_total_s", 0.0))
@@ -164,12 +170,20 @@ class TrialActor:
         self._persisted = (payload, {"path": path, "iteration": self._iteration, "metrics": {}})
         return self._iteration
 
+    def _discard_restored(self) -> None:
+        """Remove the local copy of the directory checkpoint last restored from object storage
+        (the trainable that read it has stopped or restored another)."""
+        restored, self._restored = self._restored, None
+        if restored is not None:
+            discard_restored(*restored)
+
     def stop(self) -> None:
         """Stop the trainable (its cleanup runs), restore the process's stdout/stderr and copy the
         trial's log files to the storage."""
         try:
             if self._driver is not None:
                 self._driver.stop()
+            self._discard_restored()
         finally:
             if self._capture is not None:
                 self._capture.stop()
