@@ -6,9 +6,8 @@
 # runs it), the fault suite (tests/faults: whole stacks, mostly waiting on them) runs in a second
 # pytest process beside the other tests (below), then tests/system/test_demo.py runs alone: its
 # demo finds "the" Ray of the machine by scanning for Ray processes, which must see no other
-# cluster. Every
-# fault stack and test Ray has its own ports and temp dir, and PostgreSQL tests their own schema
-# or database.
+# cluster. Every fault stack and test Ray has its own ports and temp dir, and PostgreSQL tests
+# their own schema or database.
 set -uo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$repo/scripts/bootstrap.sh" || exit 1

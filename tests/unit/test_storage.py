@@ -6,6 +6,7 @@ import uuid
 import pytest
 
 from airflow_trials import CheckpointError
+from airflow_trials.exceptions import TrialError
 from airflow_trials.execution.storage import TrialStorage
 
 
@@ -164,3 +165,14 @@ def test_a_directory_checkpoint_restored_from_object_storage_is_removed_once_rea
     actor.stop()
     assert _local_copies(str(tmp)) == []
     assert storage.has_checkpoint(paths[3]) and storage.has_checkpoint(paths[5])  # only copies
+
+    # A checkpoint the trainable cannot load (no state.txt): the trial errs, and its download goes.
+    unreadable = tmp_path / "unreadable"
+    unreadable.mkdir()
+    (unreadable / "other.txt").write_text("?")
+    path = storage.persist_checkpoint("exp", "t1", 7, str(unreadable), {})
+    actor = TrialActor(spec, root, str(logs), capture_output=False)
+    with pytest.raises(TrialError, match="load_checkpoint|state.txt"):
+        actor.restore(path)
+    assert _local_copies(str(tmp)) == []
+    actor.stop()

@@ -158,7 +158,11 @@ class TrialActor:
         returned."""
         driver = self._require_driver()
         payload, meta = self._storage.load_checkpoint(path)
-        driver.restore(payload)  # stops what ran, trained ahead or not
+        try:
+            driver.restore(payload)  # stops what ran, trained ahead or not
+        except BaseException:
+            discard_restored(path, payload)
+            raise
         self._discard_restored()  # what the trainable restored from before, if downloaded
         self._restored = (path, payload)
         self._ahead_since = None
@@ -183,8 +187,8 @@ class TrialActor:
         try:
             if self._driver is not None:
                 self._driver.stop()
-            self._discard_restored()
         finally:
+            self._discard_restored()
             if self._capture is not None:
                 self._capture.stop()
                 self._save_logs()
