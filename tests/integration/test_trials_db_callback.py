@@ -135,11 +135,12 @@ def test_pbt_exploits_are_recorded_with_the_trial_s_config_and_lineage(
     recorder = TrialsDbCallback(
         metric="score", mode="max", db_url=db_url, run_key="pbt-1", write_behind=write_behind
     )
+    seen = ResultsAfterExploits()
     runner = TrialRunner(
         "pbt-exp",
         storage_path=storage,
         scheduler=scheduler,
-        callbacks=[recorder],
+        callbacks=[recorder, seen],
         stop={"training_iteration": 6},
         wait_timeout_s=10.0,
     )
@@ -193,11 +194,12 @@ def test_pbt_exploits_are_recorded_with_the_trial_s_config_and_lineage(
         assert {e.experiment_run_id for e in exploits} == {run.id}
         assert exploits[-1].new_config == trials["d"].config
         for trial_id, trial in trials.items():
-            # Every iteration once, the exploited trial's from its current state: the results of
-            # the state it gave up are kept in its exploit rows, not lost, not mixed in.
-            assert [r["training_iteration"] for r in store.get_results(trial_id)] == list(
-                range(1, 7)
-            ), trial_id
+            # Every iteration of its current state once: the results of a state it gave up are
+            # kept in its exploit rows, not lost, not mixed in. (An exploited trial continues from
+            # the donor's checkpoint iteration: from 2 to 5 when the donor had run ahead to 4.)
+            stored = [r["training_iteration"] for r in store.get_results(trial_id)]
+            assert stored == seen.current[trial_id], (trial_id, seen.current[trial_id])
+            assert stored[:2] == [1, 2] and stored[-1] == 6, (trial_id, stored)
             assert store.get_trial(trial_id).last_result["score"] == trial.last_result["score"], (
                 trial_id
             )
@@ -205,8 +207,30 @@ def test_pbt_exploits_are_recorded_with_the_trial_s_config_and_lineage(
             assert all(
                 r["training_iteration"] > exploit.iteration for r in exploit.replaced_results
             )
+        assert [[r["training_iteration"] for r in e.replaced_results] for e in exploits] == (
+            seen.replaced["d"]
+        )
     finally:
         store.dispose()
+
+
+class ResultsAfterExploits(Callback):
+    """Each trial's results as the runner hands them to callbacks, and what each exploit gives up:
+    the iterations after the donor's checkpoint (what the trials DB must move into the exploit's
+    row), whatever order the trials ran in."""
+
+    def __init__(self) -> None:
+        self.current: dict[str, list[int]] = {}
+        self.replaced: dict[str, list[list[int]]] = {}
+
+    def on_trial_result(self, trial, result):
+        self.current.setdefault(trial.trial_id, []).append(result["training_iteration"])
+
+    def on_trial_exploit(self, trial, exploit, old_config):
+        kept = self.current.setdefault(trial.trial_id, [])
+        cut = exploit.donor_checkpoint.iteration
+        self.replaced.setdefault(trial.trial_id, []).append([i for i in kept if i > cut])
+        self.current[trial.trial_id] = [i for i in kept if i <= cut]
 
 
 class StoredCheckpointsExist(Callback):
