@@ -197,6 +197,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from airflow_trials import mainjob
+    from airflow_trials.ports import free_port
 
     os.environ["PYTHONPATH"] = os.pathsep.join(
         filter(None, [str(REPO), os.environ.get("PYTHONPATH")])
@@ -215,7 +216,7 @@ def main() -> None:
         )
         stack = mainjob.Stack(home=Path(tmp) / "state", dags_folder=dags)
         try:
-            mainjob.prepare(stack, parallelism=args.parallelism, api_port=mainjob._free_port())
+            mainjob.prepare(stack, parallelism=args.parallelism, api_port=free_port())
             address = mainjob.start_ray(stack, args.num_cpus)
             runner_s = run_runner(address, str(stack.storage), args)
             airflow_s, span_s = run_airflow(stack, args)

@@ -90,13 +90,14 @@ def _dag(name: str, args: argparse.Namespace, *, sleep: float | None = None) -> 
 def run_local(args: argparse.Namespace, tmp: Path) -> tuple[float, dict[str, float]]:
     """The DAG run's time on the LocalExecutor shape (the main job's stack), and its phases."""
     from airflow_trials import mainjob
+    from airflow_trials.ports import free_port
 
     dags = tmp / "local_dags"
     dags.mkdir()
     (dags / f"{EXPERIMENT}.py").write_text(_dag(EXPERIMENT, args))
     stack = mainjob.Stack(home=tmp / "local", dags_folder=dags)
     try:
-        mainjob.prepare(stack, api_port=mainjob._free_port())
+        mainjob.prepare(stack, api_port=free_port())
         mainjob.start_ray(stack, 2 * args.ray_cpus)
         mainjob.start_airflow(stack)
         run_id, queued, ended = timed_run(stack, args.timeout_s)

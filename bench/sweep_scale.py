@@ -323,6 +323,7 @@ def airflow(args: argparse.Namespace) -> None:
 
     from airflow_trials import mainjob
     from airflow_trials.execution.driver.sweep_driver import SweepDriver
+    from airflow_trials.ports import free_port
     from bench.airflow_vs_runner import _parse
 
     trials, iterations, sleep_s = (
@@ -343,7 +344,7 @@ def airflow(args: argparse.Namespace) -> None:
             )
         stack = mainjob.Stack(home=Path(tmp) / "state", dags_folder=dags)
         try:
-            mainjob.prepare(stack, api_port=mainjob._free_port())
+            mainjob.prepare(stack, api_port=free_port())
             address = mainjob.start_ray(stack, args.cpus)
             ray.init(address=address, log_to_driver=False, namespace="bench")
             spec = sweep_spec(
