@@ -1,11 +1,12 @@
-"""Reading docker-compose.yml as Compose would: merge keys resolved, ${VAR:-default}
-interpolated."""
+"""Reading docker-compose.yml as Compose would: merge keys resolved, ${VAR:-default} and
+${VAR:?error} interpolated."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+from collections.abc import Mapping
 from functools import cache
 from typing import Any
 
@@ -21,27 +22,41 @@ AIRFLOW_COMPONENTS = {
     "airflow-triggerer-2": "triggerer",
 }
 
+# The secrets docker-compose.yml requires (`${NAME:?how to make one}`: Compose refuses to start
+# without them). The checks read the file as Compose would with these set.
+REQUIRED_SECRETS = ("AIRFLOW_JWT_SECRET", "AIRFLOW_API_SECRET_KEY", "AIRFLOW_FERNET_KEY")
+TEST_ENV = {name: f"test-{name.lower().replace('_', '-')}" for name in REQUIRED_SECRETS}
+
 # $$ is a literal $; ${NAME}, ${NAME:-default}, ${NAME-default}, ${NAME:?error}, ${NAME?error}.
 _VARIABLE = re.compile(
     r"\$\$|\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-?])(?P<arg>[^}]*))?\}"
 )
 
 
-def interpolate(value: Any) -> Any:
-    """The value Compose uses when no variable is set in the environment: every default applied."""
+class MissingVariable(ValueError):
+    """A `${NAME:?error}` variable is unset or empty: Compose stops with this message."""
+
+
+def interpolate(value: Any, env: Mapping[str, str]) -> Any:
+    """The value Compose uses with `env` as its environment (and .env file)."""
     if isinstance(value, dict):
-        return {k: interpolate(v) for k, v in value.items()}
+        return {k: interpolate(v, env) for k, v in value.items()}
     if isinstance(value, list):
-        return [interpolate(v) for v in value]
+        return [interpolate(v, env) for v in value]
     if not isinstance(value, str):
         return value
 
     def substitute(match: re.Match[str]) -> str:
         if match.group(0) == "$$":
             return "$"
-        if match.group("op") and match.group("op").endswith("?"):
-            raise ValueError(f"{match.group(0)} in {COMPOSE_FILE} is required and has no default")
-        return match.group("arg") or ""
+        name, op, arg = match.group("name"), match.group("op") or "", match.group("arg") or ""
+        # With a colon, an empty value counts as unset.
+        is_set = bool(env.get(name)) if op.startswith(":") else name in env
+        if is_set:
+            return env[name]
+        if op.endswith("?"):
+            raise MissingVariable(f"required variable {name} is missing a value: {arg}")
+        return arg
 
     return _VARIABLE.sub(substitute, value)
 
@@ -53,8 +68,8 @@ def raw_compose() -> dict[str, Any]:
         return yaml.safe_load(f)
 
 
-def compose() -> dict[str, Any]:
-    return interpolate(raw_compose())
+def compose(env: Mapping[str, str] = TEST_ENV) -> dict[str, Any]:
+    return interpolate(raw_compose(), env)
 
 
 def services() -> dict[str, dict[str, Any]]:

@@ -27,12 +27,16 @@ from tests.deploy.compose import (
     AIRFLOW_COMPONENTS,
     COMPOSE_FILE,
     REPO,
+    REQUIRED_SECRETS,
+    TEST_ENV,
+    MissingVariable,
     airflow_services,
     command_args,
     compose,
     connection,
     environment,
     option,
+    raw_compose,
     ray_services,
     volume_mounts,
 )
@@ -461,6 +465,27 @@ def shape_problems(c: Compose) -> list[str]:
     return problems
 
 
+LOOPBACK = "127.0.0.1"
+
+
+def port_problems(c: Compose) -> list[str]:
+    """Every published port is bound to the loopback interface unless the user says otherwise
+    (AIRFLOW_TRIALS_BIND): the stack's defaults are for one machine."""
+    problems = []
+    for name, service in c["services"].items():
+        for port in service.get("ports") or []:
+            if isinstance(port, dict):
+                host_ip = port.get("host_ip")
+            else:
+                parts = str(port).rsplit(":", 2)
+                host_ip = parts[0] if len(parts) == 3 else None
+            if host_ip != LOOPBACK:
+                problems.append(
+                    f"{name} publishes {port} on {host_ip or 'every interface'}, not {LOOPBACK}"
+                )
+    return problems
+
+
 CHECKS: list[Callable[[Compose], list[str]]] = [
     dependency_problems,
     healthcheck_problems,
@@ -472,6 +497,7 @@ CHECKS: list[Callable[[Compose], list[str]]] = [
     command_problems,
     storage_problems,
     shape_problems,
+    port_problems,
 ]
 
 
@@ -729,6 +755,20 @@ DEFECTS = [
         ),
         "ray-gpu-worker: --num-gpus=0, the shape has 2",
     ),
+    (
+        "api-server on every interface",
+        port_problems,
+        lambda c: c["services"]["airflow-api-server"].update({"ports": ["8080:8080"]}),
+        "airflow-api-server publishes 8080:8080 on every interface, not 127.0.0.1",
+    ),
+    (
+        "dashboard on a public address",
+        port_problems,
+        lambda c: c["services"]["ray-head"].update(
+            {"ports": [{"target": 8265, "published": 8265, "host_ip": "0.0.0.0"}]}
+        ),
+        "ray-head publishes",
+    ),
 ]
 
 
@@ -740,6 +780,81 @@ def test_each_check_names_the_defect_it_is_for(check, mutate, problem):
     mutate(broken)
     problems = check(broken)
     assert any(problem in p for p in problems), problems
+
+
+# -- the secrets: none shipped, Compose refuses to start without them ------------------------------
+SECRET_SETTINGS = {
+    "AIRFLOW__API_AUTH__JWT_SECRET": "AIRFLOW_JWT_SECRET",
+    "AIRFLOW__API__SECRET_KEY": "AIRFLOW_API_SECRET_KEY",
+    "AIRFLOW__CORE__FERNET_KEY": "AIRFLOW_FERNET_KEY",
+}
+
+
+def secret_problems(raw: Compose) -> list[str]:
+    """Each Airflow secret comes from a required variable (``${NAME:?how to make one}``), never
+    from a default that every copy of this file shares. Reads the file before interpolation."""
+    problems = []
+    for name, service in airflow_services(raw).items():
+        env = environment(service)
+        for key, variable in SECRET_SETTINGS.items():
+            value = env.get(key)
+            if value is None:
+                problems.append(f"{name} has no {key}")
+            elif not re.fullmatch(rf"\$\{{{variable}:\?[^}}]+\}}", value):
+                problems.append(
+                    f"{name}: {key}={value} does not require {variable} "
+                    f"(${{{variable}:?...}}), so Compose starts without it"
+                )
+    return problems
+
+
+def test_the_secrets_have_no_default():
+    assert sorted(SECRET_SETTINGS.values()) == sorted(REQUIRED_SECRETS)
+    assert secret_problems(raw_compose()) == []
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("${AIRFLOW_JWT_SECRET:-airflow-trials-compose-jwt-secret}", "does not require"),
+        ("${AIRFLOW_JWT_SECRET:-}", "does not require AIRFLOW_JWT_SECRET"),
+        ("${AIRFLOW_JWT_SECRET}", "so Compose starts without it"),
+        ("a-literal-secret", "AIRFLOW__API_AUTH__JWT_SECRET=a-literal-secret"),
+    ],
+)
+def test_the_secret_check_names_a_default(value, problem):
+    broken = copy.deepcopy(raw_compose())
+    broken["services"]["airflow-scheduler"]["environment"]["AIRFLOW__API_AUTH__JWT_SECRET"] = value
+    assert any(problem in p for p in secret_problems(broken)), secret_problems(broken)
+
+
+@pytest.mark.parametrize("variable", REQUIRED_SECRETS)
+@pytest.mark.parametrize("unset", ["missing", "empty"])
+def test_compose_refuses_to_start_without_a_secret_and_says_how_to_make_one(variable, unset):
+    env = {k: v for k, v in TEST_ENV.items() if k != variable}
+    if unset == "empty":
+        env[variable] = ""
+    with pytest.raises(MissingVariable, match=f"required variable {variable} ") as refused:
+        compose(env)
+    message = str(refused.value)
+    assert ".env" in message and "docs/deploy.md" in message
+    # The message's command makes a value that works: run it.
+    (command,) = re.findall(r"python3 -c '([^']+)'", message)
+    made = subprocess.run(
+        [sys.executable, "-c", command], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert len(made) >= 32
+    if variable == "AIRFLOW_FERNET_KEY":
+        from cryptography.fernet import Fernet
+
+        assert Fernet(made).decrypt(Fernet(made).encrypt(b"x")) == b"x"
+
+
+def test_the_published_ports_follow_airflow_trials_bind():
+    c = compose({**TEST_ENV, "AIRFLOW_TRIALS_BIND": "0.0.0.0"})
+    assert c["services"]["airflow-api-server"]["ports"] == ["0.0.0.0:8080:8080"]
+    assert c["services"]["ray-head"]["ports"] == ["0.0.0.0:8265:8265"]
+    assert port_problems(compose()) == []
 
 
 # -- against the real hooks and files --------------------------------------------------------------
@@ -858,11 +973,19 @@ def test_docker_compose_accepts_the_file():
     cli = _compose_cli()
     if cli is None:
         pytest.skip("the Docker Compose plugin (docker compose) is not installed here")
-    done = subprocess.run(
-        [*cli, "-f", COMPOSE_FILE, "config", "--quiet"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=REPO,
-    )
+
+    def config(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        clean = {k: v for k, v in os.environ.items() if k not in REQUIRED_SECRETS}
+        return subprocess.run(
+            [*cli, "-f", COMPOSE_FILE, "--env-file", os.devnull, "config", "--quiet"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=REPO,
+            env={**clean, **env},
+        )
+
+    done = config(TEST_ENV)
     assert done.returncode == 0, done.stderr
+    refused = config({})
+    assert refused.returncode != 0 and "AIRFLOW_JWT_SECRET" in refused.stderr
