@@ -4,6 +4,8 @@ run unchanged against in-memory SQLite, a SQLite file and PostgreSQL."""
 
 from __future__ import annotations
 
+import datetime
+
 import pytest
 from sqlalchemy import func, select
 
@@ -14,6 +16,7 @@ from airflow_trials.store.models import (
     CheckpointRow,
     ExperimentRunRow,
     ResultRow,
+    RunApprovalRow,
     RunExtensionRow,
     TrialExploitRow,
     TrialMedianPointRow,
@@ -32,6 +35,7 @@ TABLES = (
     TrialExploitRow,
     TrialRow,
     RunExtensionRow,
+    RunApprovalRow,
     ExperimentRunRow,
 )
 
@@ -97,6 +101,17 @@ def full_run(store: TrialStore, run_key: str, prefix: str) -> int:
     )
     store.end_run_extension(run, f"extend-{run_key}", "SUCCESS")
     store.finish_experiment_run(run, "SUCCESS")
+    store.record_approval(
+        run,
+        run_key,
+        trial_id=f"{prefix}-a",
+        outcome="APPROVED",
+        responded_by_id="bob",
+        responded_by_name="bob",
+        responded_at=datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC),
+        reason="",
+        triggered_by="alice",
+    )
     return run
 
 
@@ -124,6 +139,7 @@ class RunDeletionContract:
             "at_trial_exploits": 1,
             "at_trials": 2,
             "at_run_extensions": 1,
+            "at_run_approvals": 1,
             "at_experiment_runs": 1,
         }
         assert rows_per_table(store) == {

@@ -1,5 +1,5 @@
 """SQLAlchemy models of the store's tables: experiments, runs, trials, results, checkpoints, rungs,
-median points, exploits.
+median points, exploits, extensions and approvals.
 
 Every table name starts with ``at_`` so the store can share a database with other tools. The
 Alembic revisions in ``migrations/versions/`` (0001_initial.py, then changes) create exactly
@@ -375,3 +375,27 @@ class RunExtensionRow(Base):
     trials_continued: Mapped[Any] = mapped_column(json_type())
     trials_added: Mapped[Any] = mapped_column(json_type())
     status: Mapped[str] = mapped_column(String(16), default="RUNNING")
+
+
+class RunApprovalRow(Base):
+    """The answer to one DAG run's ``approve_best`` (migration 0016,
+    ``tuning_experiment(approval=True)``): who answered, when, why, the user who triggered the DAG
+    run, and the outcome (``core/approval.py``). A REJECTED row is final: no later answer of the
+    same DAG run replaces it."""
+
+    __tablename__ = "at_run_approvals"
+    __table_args__ = (UniqueConstraint("experiment_run_id", "dag_run_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    experiment_run_id: Mapped[int] = mapped_column(
+        ForeignKey("at_experiment_runs.id", ondelete="CASCADE")
+    )
+    dag_run_id: Mapped[str] = mapped_column(String(AIRFLOW_ID_LENGTH))
+    trial_id: Mapped[str] = mapped_column(String(ID_LENGTH))
+    outcome: Mapped[str] = mapped_column(String(16))
+    responded_by_id: Mapped[str] = mapped_column(String(AIRFLOW_ID_LENGTH))
+    responded_by_name: Mapped[str] = mapped_column(String(AIRFLOW_ID_LENGTH))
+    responded_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    reason: Mapped[str] = mapped_column(Text)
+    triggered_by: Mapped[str | None] = mapped_column(String(AIRFLOW_ID_LENGTH), nullable=True)
+    recorded_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)

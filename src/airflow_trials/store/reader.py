@@ -64,6 +64,7 @@ from airflow_trials.store.records import (
     ExploitRecord,
     LeaderboardRow,
     MedianPoint,
+    RunApprovalRecord,
     RunExtensionRecord,
     RungDecision,
     TrialRecord,
@@ -235,6 +236,15 @@ class TrialReader:
 
         return self._read(
             "list run extensions", lambda session: list_run_extensions(session, experiment_run_id)
+        )
+
+    def run_approvals(self, experiment_run_id: int) -> list[RunApprovalRecord]:
+        """The answers ``approve_best`` recorded about one run, one per DAG run that asked, oldest
+        first (``tuning_experiment(approval=True)``)."""
+        from airflow_trials.store.approvals import list_run_approvals
+
+        return self._read(
+            "list run approvals", lambda session: list_run_approvals(session, experiment_run_id)
         )
 
     def runs_of_dag_run(self, dag_id: str, run_id: str) -> list[ExperimentRunRecord]:

@@ -8,6 +8,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from airflow_trials.core.approval import ApprovalOutcome, refusal
 from airflow_trials.core.constraints import Constraints
 from airflow_trials.core.pareto import MetricSpec, ModeSpec, decode_metrics
 from airflow_trials.core.scheduler import Decision
@@ -396,3 +397,42 @@ class RunExtensionRecord:
         if self.trials_continued:
             parts.append(f"{len(self.trials_continued)} trials continued")
         return ", ".join(parts) or "nothing"
+
+
+@dataclass(frozen=True)
+class RunApprovalRecord:
+    """The answer to one DAG run's ``approve_best`` (``tuning_experiment(approval=True)``), as
+    recorded beside the experiment run when the person answered.
+
+    :param id: primary key.
+    :param experiment_run_id: the run whose best trial was asked about.
+    :param dag_run_id: the Airflow DAG run whose ``approve_best`` asked (an extension's DAG run
+        asks again about the same run).
+    :param trial_id: the best trial the person was shown.
+    :param outcome: what the answer counts as (:class:`~airflow_trials.core.approval
+        .ApprovalOutcome`); only APPROVED lets ``publish_best`` publish, and REJECTED is final.
+    :param responded_by_id: the user's id, as Airflow's HITL detail gives it.
+    :param responded_by_name: the user's name.
+    :param responded_at: when they answered (UTC).
+    :param reason: the reason they gave ("" when none).
+    :param triggered_by: the user who triggered the DAG run; None when no user did.
+    :param recorded_at: when it was recorded (UTC).
+    """
+
+    id: int
+    experiment_run_id: int
+    dag_run_id: str
+    trial_id: str
+    outcome: ApprovalOutcome
+    responded_by_id: str
+    responded_by_name: str
+    responded_at: datetime
+    reason: str
+    triggered_by: str | None
+    recorded_at: datetime
+
+    def describe(self) -> str:
+        """The decision in words (the CLI's and the dashboard's line)."""
+        who = f"{self.responded_by_name} (id {self.responded_by_id})"
+        why = refusal(self.outcome, who, self.triggered_by) or f"approved by {who}"
+        return f"{why}; reason: {self.reason or '(none given)'}"

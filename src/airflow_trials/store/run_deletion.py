@@ -21,6 +21,7 @@ from airflow_trials.store.models import (
     ExperimentRow,
     ExperimentRunRow,
     ResultRow,
+    RunApprovalRow,
     RunExtensionRow,
     TrialExploitRow,
     TrialMedianPointRow,
@@ -107,6 +108,7 @@ class RunDeleter(StoreBase):
                 (TrialExploitRow, _of_run_or_trials(TrialExploitRow, experiment_run_id, of_trials)),
                 (TrialRow, TrialRow.experiment_run_id == experiment_run_id),
                 (RunExtensionRow, RunExtensionRow.experiment_run_id == experiment_run_id),
+                (RunApprovalRow, RunApprovalRow.experiment_run_id == experiment_run_id),
                 (ExperimentRunRow, ExperimentRunRow.id == experiment_run_id),
             ]
             rows: dict[str, int] = {}

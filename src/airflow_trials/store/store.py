@@ -3,6 +3,7 @@ the median rule's running means and PBT's exploits, composed of a read side and 
 
 from __future__ import annotations
 
+from airflow_trials.store.approvals import ApprovalWriter
 from airflow_trials.store.database import Database
 from airflow_trials.store.experiments import ExperimentWriter
 from airflow_trials.store.exploits import ExploitWriter
@@ -22,6 +23,7 @@ from airflow_trials.store.trial_writes import TrialWriter
 WRITERS = (
     ExperimentWriter,
     ExtensionWriter,
+    ApprovalWriter,
     TrialWriter,
     IngestWriter,
     ExploitWriter,
@@ -133,6 +135,7 @@ class TrialStore:
         self.metric_curves = reader.metric_curves
         self.runs_of_dag_run = reader.runs_of_dag_run
         self.list_run_extensions = reader.list_run_extensions
+        self.run_approvals = reader.run_approvals
         self.trial_of_task = reader.trial_of_task
         # Experiments and their runs.
         experiments = ExperimentWriter(db)
@@ -144,6 +147,8 @@ class TrialStore:
         extensions = ExtensionWriter(db)
         self.begin_run_extension = extensions.begin_run_extension
         self.end_run_extension = extensions.end_run_extension
+        # Answers to approve_best (tuning_experiment(approval=True)); a rejection is final.
+        self.record_approval = ApprovalWriter(db).record_approval
         # Trials: registration, fields, and two of the three ways their status changes.
         trials = TrialWriter(db)
         self.upsert_trial = trials.upsert_trial
