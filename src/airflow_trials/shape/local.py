@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 
 from airflow_trials.ports import free_port
 from airflow_trials.shape import setup, spec, triggerers
-from airflow_trials.shape.setup import ShapeError, log_tail, port_open
+from airflow_trials.shape.setup import ShapeError, log_tail, port_open, write_private
 from airflow_trials.shape.spec import Addresses, Process
 
 T = TypeVar("T")
@@ -43,6 +43,7 @@ DEFAULT_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 ADMIN_PASSWORD = "shape-admin"
 BACKING = ("redis", "s3")
 STATE_FILE = "shape.json"
+PASSWORDS_FILE = "passwords.json"
 # ``ray start`` gives a node's raylet 30 s to register with the GCS, then exits with this; on a
 # loaded machine the node is started again, up to this many times in all.
 RAY_STARTUP_TIMED_OUT = "timed out during startup"
@@ -165,7 +166,10 @@ class LocalShape:
             "ray_temp_dirs": self.ray_temp_dirs,
             "pids": {name: proc.pid for name, proc in self.procs.items() if proc.poll() is None},
         }
-        (self.home / STATE_FILE).write_text(json.dumps(state, indent=1))
+        write_private(self.home / STATE_FILE, json.dumps(state, indent=1))
+
+    def _write_passwords(self) -> None:
+        write_private(self.home / PASSWORDS_FILE, json.dumps({"admin": ADMIN_PASSWORD}))
 
     # -- environment ----------------------------------------------------------------------------
     def env_for(self, process: Process) -> dict[str, str]:
@@ -195,7 +199,7 @@ class LocalShape:
             "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags_folder),
             "AIRFLOW__CORE__PARALLELISM": "32",
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.home / "passwords.json"),
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.home / PASSWORDS_FILE),
             "AIRFLOW__API__HOST": "127.0.0.1",
             "AIRFLOW__API__PORT": str(self.addresses.api_port),
             "AIRFLOW__API__BASE_URL": api,
@@ -350,7 +354,7 @@ class LocalShape:
         """Start the whole shape and wait until every part answers."""
         for folder in (self.airflow_home, self.logs):
             folder.mkdir(parents=True, exist_ok=True)
-        (self.home / "passwords.json").write_text(json.dumps({"admin": ADMIN_PASSWORD}))
+        self._write_passwords()
         self._write_state()
         self.create_databases()
         self.start(*BACKING)
