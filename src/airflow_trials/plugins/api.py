@@ -202,7 +202,7 @@ def trial_api(
     rungs, lineage = reads.trial_decisions(store, trial)
     links = Links(request)
     return TrialOut(
-        trial=trial,
+        trial=reads.trial_shown(store, user, trial),
         early_stopped=early_stopped(trial.stop_reason),
         checkpoints=checkpoints,
         best_checkpoint=best,

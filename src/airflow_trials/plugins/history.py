@@ -18,7 +18,12 @@ from airflow_trials.plugins.render import Links
 from airflow_trials.plugins.schemas import ExperimentOut, RunOut
 from airflow_trials.plugins.svg import history_trend_svg
 from airflow_trials.store import TrialReader
-from airflow_trials.store.history import STOP_KINDS, ExperimentHistory, RunHistory
+from airflow_trials.store.history import (
+    STOP_KINDS,
+    ExperimentHistory,
+    RunHistory,
+    with_changes,
+)
 
 #: ``?last=N``: only the experiment's N newest runs; default all.
 Last = Annotated[
@@ -38,7 +43,8 @@ STOP_KIND_LABELS = {
 
 
 class WarmStartOut(BaseModel):
-    """The earlier run a warm-started run took its first configs from."""
+    """The earlier run a warm-started run took its first configs from; all null when that run is
+    not one the user may read (on another DAG, or deleted)."""
 
     experiment_run_id: int | None
     run_key: str | None
@@ -53,7 +59,8 @@ class HistoryRunOut(BaseModel):
     best_trial_id: str | None
     best_config: dict[str, Any] | None
     previous_run_id: int | None = Field(
-        description="The closest earlier run with a best config, which changed_keys compares with."
+        description="The closest earlier run with a best config that the user may read, which "
+        "changed_keys compares with."
     )
     previous_best_config: dict[str, Any] | None = Field(
         description="That run's best config; null with it."
@@ -136,7 +143,10 @@ def history(
     # Every run readable (the usual case): the store cuts to the last runs itself.
     found = store.experiment_history(name, last if every_run else None)
     record = found.experiment
-    lines = [line for line in found.runs if line.run.id in readable]
+    lines = found.runs
+    if not every_run:
+        # Each line compares with the closest earlier run the user may read: never a hidden one.
+        lines = with_changes([line for line in lines if line.run.id in readable])
     if last is not None:
         lines = lines[-last:]
     out_runs = [_run_out(line, links, readable) for line in lines]
@@ -205,11 +215,12 @@ def _run_out(line: RunHistory, links: Links, readable: set[int]) -> HistoryRunOu
     warm = line.warm_started_from
     warm_out = None
     if warm is not None:
-        source = warm.experiment_run_id
+        # A source the user may not read (another DAG's, or deleted) is not named.
+        source = warm.experiment_run_id if warm.experiment_run_id in readable else None
         warm_out = WarmStartOut(
             experiment_run_id=source,
-            run_key=warm.run_key,
-            url=links.run(source) if source is not None and source in readable else None,
+            run_key=warm.run_key if source is not None else None,
+            url=links.run(source) if source is not None else None,
         )
     return HistoryRunOut(
         run=RunOut.of(line.run, line.num_trials, links.run(line.run.id)),

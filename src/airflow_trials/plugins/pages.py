@@ -238,8 +238,8 @@ def trial_page(request: Request, trial_id: TrialId, user: UserDep, store: StoreD
             )
         )
     rungs, lineage = reads.trial_decisions(store, trial)
-    warm = trial.warm_start
-    if warm:  # where it came from: links to the earlier run and its trial
+    warm = reads.trial_shown(store, user, trial).warm_start
+    if warm and warm.get("trial_id"):  # where it came from: links to the earlier run and its trial
         warm = {
             **warm,
             "run_url": links.run(warm["experiment_run_id"]),

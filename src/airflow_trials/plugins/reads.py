@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from fastapi import HTTPException, status
@@ -209,6 +210,20 @@ def trial(
     dag_id = found.dag_id or (run.dag_id if run else None)
     require_read(user, dag_id, TRIAL_ACCESS, f"trial {trial_id}")
     return found, run
+
+
+def trial_shown(store: TrialReader, user: Any, trial: TrialRecord) -> TrialRecord:
+    """The trial as the user may see it: a warm start's source (run, trial, value, checkpoint)
+    named only when the user may read the source's DAG; else every field of it null (the trial
+    was warm-started, from a run not named), as when the source run was deleted."""
+    origin = trial.warm_start
+    if not origin:
+        return trial
+    source_pk = origin.get("experiment_run_id")
+    source = store.find_experiment_run(source_pk) if isinstance(source_pk, int) else None
+    if source is not None and may_read(user, source.dag_id, TRIAL_ACCESS):
+        return trial
+    return dataclasses.replace(trial, warm_start=dict.fromkeys(origin))
 
 
 def trial_curve(

@@ -351,7 +351,7 @@ def experiment_history(
             stored[run.id] = line
     runs.reverse()
     live = run_lines(session, dialect_name, [r for r in runs if r.id not in stored], metric, mode)
-    lines = _with_changes([stored.get(run.id) or live[run.id] for run in runs])
+    lines = with_changes([stored.get(run.id) or live[run.id] for run in runs])
     if last is not None:
         lines = lines[-last:]
     return ExperimentHistory(
@@ -640,12 +640,15 @@ def changed_config_keys(previous: Mapping[str, Any], current: Mapping[str, Any])
     )
 
 
-def _with_changes(lines: Sequence[RunHistory]) -> list[RunHistory]:
-    """Each line with the keys its best config changed from the closest earlier best config."""
+def with_changes(lines: Sequence[RunHistory]) -> list[RunHistory]:
+    """Each line with the keys its best config changed from the closest earlier best config among
+    ``lines`` alone (what an earlier pass set is replaced): a reader that drops lines (runs on
+    DAGs a user may not read) calls it again, so that no line names a dropped run."""
     out = []
     previous: tuple[int, dict[str, Any]] | None = None
     for line in lines:
         config = line.best_config
+        line = replace(line, previous_run_id=None, previous_best_config=None, changed_keys=[])
         if config is not None:
             if previous is not None:
                 line = replace(
@@ -675,6 +678,7 @@ __all__ = [
     "line_from_summary",
     "run_lines",
     "summary_of_line",
+    "with_changes",
     "best_trials_query",
     "run_bests_query",
     "run_counts_query",
