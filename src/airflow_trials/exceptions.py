@@ -101,6 +101,11 @@ class CheckpointStorageError(CheckpointError):
     task resumes it from its last saved checkpoint without spending one of its max_failures."""
 
 
+class OutsideStorageRootError(AirflowTrialsError, PermissionError):
+    """A path a record or a trainable named is not inside the storage root, or is a symlink or
+    not a regular file: it is not read, served, deleted or uploaded."""
+
+
 class ExperimentStateError(AirflowTrialsError):
     """Saved experiment state is missing or unreadable, so the experiment cannot resume."""
 

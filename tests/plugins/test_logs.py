@@ -107,3 +107,34 @@ def test_logs_the_dashboard_cannot_read_are_named_not_served(make_dashboard, tri
         missing.status_code == 404
         and "s3://bucket/trials/logged/t3/logs/stderr.log" in missing.text
     )
+
+
+def test_a_log_symlinked_to_a_file_outside_the_storage_root_is_not_served(
+    make_dashboard, trials_store, storage, tmp_path
+):
+    secret = tmp_path / "airflow.cfg"
+    write(str(secret), "jwt_secret = the-secret\n")
+    trial_dir = storage / "logged" / "t4"
+    add_trial(trials_store, "t4", checkpoint=str(trial_dir / "checkpoint_000001"))
+    write(str(trial_dir / "logs" / "stderr.log"), "a plain stderr\n")
+    os.symlink(secret, trial_dir / "logs" / "stdout.log")  # what a trainable may leave
+    dashboard = make_dashboard(trials_store)
+    html = dashboard.get("/trials/t4").text
+    assert "the-secret" not in html and "a plain stderr" in html
+    refused = dashboard.get("/trials/t4/logs/stdout")
+    assert refused.status_code == 404 and "the-secret" not in refused.text
+    assert "cannot be read from the dashboard" in refused.text
+    served = dashboard.get("/trials/t4/logs/stderr")
+    assert served.status_code == 200 and served.text == "a plain stderr\n"
+
+
+def test_a_checkpoint_recorded_outside_the_storage_root_names_no_log_directory(
+    make_dashboard, trials_store, storage, tmp_path
+):
+    elsewhere = tmp_path / "elsewhere" / "t5"  # the trials DB names it; the root does not hold it
+    write(str(elsewhere / "logs" / "stdout.log"), "the-secret of another place\n")
+    add_trial(trials_store, "t5", checkpoint=str(elsewhere / "checkpoint_000001"))
+    dashboard = make_dashboard(trials_store)
+    assert "the-secret" not in dashboard.get("/trials/t5").text
+    refused = dashboard.get("/trials/t5/logs/stdout")
+    assert refused.status_code == 404 and "the-secret" not in refused.text

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, BinaryIO
 
 STREAMS = ("stdout", "stderr")
 # Per stream and poll: what one poll brings back at most.
@@ -48,27 +48,37 @@ def read_new_output(
     final: bool = False,
     max_lines: int = MAX_LINES_PER_POLL,
     max_bytes: int = MAX_BYTES_PER_POLL,
+    file: BinaryIO | None = None,
 ) -> OutputChunk:
     """The complete lines written to ``path`` after byte ``offset``, at most the newest
     ``max_lines`` within the newest ``max_bytes``.
 
     An unfinished last line waits for the next read, unless ``final`` (the writer is done) or it
     alone fills ``max_bytes``. A file shorter than ``offset`` (replaced) is read from its start;
-    a missing one has no output yet.
+    a missing one has no output yet. ``file``, when given, is ``path`` already opened (by a
+    caller that checked what it opened): it is read instead, and left open.
     """
-    try:
-        size = os.path.getsize(path)
-    except FileNotFoundError:
-        return OutputChunk(path, offset=offset)
+    if file is None:
+        try:
+            with open(path, "rb") as f:
+                return _read_new(f, path, offset, final, max_lines, max_bytes)
+        except FileNotFoundError:
+            return OutputChunk(path, offset=offset)
+    return _read_new(file, path, offset, final, max_lines, max_bytes)
+
+
+def _read_new(
+    f: BinaryIO, path: str, offset: int, final: bool, max_lines: int, max_bytes: int
+) -> OutputChunk:
+    size = os.fstat(f.fileno()).st_size
     start = offset if 0 <= offset <= size else 0
     skipped_bytes = 0
     if size - start > max_bytes:
         skipped_bytes = size - max_bytes - start
         start = size - max_bytes
-    with open(path, "rb") as f:
-        # One byte more when skipping: whether the read starts at a line's beginning.
-        f.seek(start - 1 if skipped_bytes else start)
-        data = f.read(size - start + (1 if skipped_bytes else 0))
+    # One byte more when skipping: whether the read starts at a line's beginning.
+    f.seek(start - 1 if skipped_bytes else start)
+    data = f.read(size - start + (1 if skipped_bytes else 0))
     if skipped_bytes:
         # A line starts after a newline; from inside one, start at the next whole line.
         newline = data.find(b"\n")
@@ -85,9 +95,12 @@ def read_new_output(
     return OutputChunk(path, lines[skipped_lines:], start + len(data), skipped_bytes, skipped_lines)
 
 
-def read_tail(path: str, max_lines: int = 200, max_bytes: int = 64 * 1024) -> OutputChunk:
-    """The last ``max_lines`` lines of ``path`` within its last ``max_bytes`` (a finished file)."""
-    return read_new_output(path, 0, final=True, max_lines=max_lines, max_bytes=max_bytes)
+def read_tail(
+    path: str, max_lines: int = 200, max_bytes: int = 64 * 1024, file: BinaryIO | None = None
+) -> OutputChunk:
+    """The last ``max_lines`` lines of ``path`` within its last ``max_bytes`` (a finished file);
+    read from ``file`` when given (see :func:`read_new_output`)."""
+    return read_new_output(path, 0, final=True, max_lines=max_lines, max_bytes=max_bytes, file=file)
 
 
 def _cut(line: str) -> str:

@@ -7,7 +7,7 @@ from typing import Any, Literal
 from urllib.parse import quote
 
 from fastapi import APIRouter, Request, status
-from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from markupsafe import Markup
 
 from airflow_trials.core.result import AUTO_FIELDS, TRAINING_ITERATION
@@ -16,7 +16,7 @@ from airflow_trials.plugins.auth import UserDep
 from airflow_trials.plugins.coordinates import Param, coordinates
 from airflow_trials.plugins.coordinates_svg import parallel_coordinates_svg, slice_svg
 from airflow_trials.plugins.history import STOP_KIND_LABELS, Last, config_rows, history_view
-from airflow_trials.plugins.logs import readable_log, trial_logs
+from airflow_trials.plugins.logs import log_download, open_log, trial_logs
 from airflow_trials.plugins.params import (
     DagId,
     DagRunId,
@@ -287,18 +287,16 @@ def trial_log_file(
     trial, run = reads.trial(store, user, trial_id)
     checkpoints = store.checkpoints_of([trial_id]).get(trial_id, [])
     logs = trial_logs(trial, run, checkpoints)
-    path = readable_log(logs, stream)
-    if path is None:
+    opened = open_log(trial_id, logs, stream)
+    if opened is None:
         where = next(log.location for log in logs if log.stream == stream)
         raise NotFoundError(
             f"The {stream} of trial {trial_id} cannot be read from the dashboard's machine; it is "
             "kept at "
             f"{where} (on the experiment's storage once the trial ended; on the trial's Ray node "
-            "while it runs)."
+            "while it runs). Only regular files under the dashboard's storage root are served."
         )
-    return FileResponse(
-        path, media_type="text/plain; charset=utf-8", filename=f"{trial_id}-{stream}.log"
-    )
+    return log_download(opened, f"{trial_id}-{stream}.log")
 
 
 # The per-DAG-run and per-task-instance links of the Airflow UI (external_views) land here.
