@@ -111,7 +111,17 @@ class ExperimentStateError(AirflowTrialsError):
 
 
 class StoreError(AirflowTrialsError):
-    """The metadata store could not read or write: the database failed or refused the change."""
+    """The metadata store could not read or write: the database failed or refused the change.
+
+    :param message: the whole error, for logs and the operator's CLI; it may name the database's
+        host, user and driver (never its password).
+    :param fix: what to do, naming none of those, for a user who may not see them (the
+        dashboard); default None, a generic fix.
+    """
+
+    def __init__(self, message: str, *, fix: str | None = None):
+        super().__init__(message)
+        self.fix = fix
 
 
 class ExperimentNotFoundError(AirflowTrialsError, LookupError):

@@ -328,20 +328,64 @@ def test_an_experiment_without_a_metric_asks_for_one(dashboard, trials_store):
     )
 
 
-def test_an_unmigrated_store_is_a_503_that_says_how_to_fix_it(dashboard, tmp_path):
+def _broken_store(kind: str, tmp_path) -> tuple[str, list[str]]:
+    """A store URL the dashboard cannot read, and what its error names that a user must not see:
+    an unmigrated SQLite file (its path, the driver), or a PostgreSQL server that refuses the
+    role (host, port, user, driver)."""
+    import os
+
+    from sqlalchemy.engine import make_url
+
+    if kind == "sqlite-unmigrated":
+        path = tmp_path / "empty.db"
+        return f"sqlite:///{path}", [str(path), "sqlite", "OperationalError", "no such table"]
+    server = os.environ.get("AIRFLOW_TRIALS_TEST_POSTGRES_URL")
+    if not server:
+        pytest.skip("AIRFLOW_TRIALS_TEST_POSTGRES_URL is unset")
+    url = make_url(server).set(username="dashboard_no_such_role", password="pw")
+    return url.render_as_string(hide_password=False), [
+        "dashboard_no_such_role",
+        str(url.host),
+        str(url.port or 5432),
+        "psycopg",
+        "OperationalError",
+    ]
+
+
+@pytest.mark.parametrize("kind", ["sqlite-unmigrated", "postgres-unknown-role"])
+def test_a_store_error_shows_an_id_and_the_fix_and_logs_what_it_hides(
+    dashboard, tmp_path, caplog, kind
+):
+    import logging
+    import re
+
     from fastapi.testclient import TestClient
 
     from airflow_trials.plugins.app import create_app
     from airflow_trials.store import TrialReader
 
-    empty = TrialReader(f"sqlite:///{tmp_path / 'empty.db'}")
-    dashboard.client.app.mount("/empty", create_app(lambda: empty))
-    response = TestClient(dashboard.client.app).get(
-        "/empty/api/experiments", headers={"Authorization": f"Bearer {dashboard.tokens['admin']}"}
-    )
-    assert response.status_code == 503
-    assert "python -m airflow_trials.store upgrade" in response.json()["detail"]
-    empty.dispose()
+    url, hidden = _broken_store(kind, tmp_path)
+    broken = TrialReader(url)
+    dashboard.client.app.mount("/broken", create_app(lambda: broken))
+    client = TestClient(dashboard.client.app)
+    auth = {"Authorization": f"Bearer {dashboard.tokens['admin']}"}
+    try:
+        with caplog.at_level(logging.WARNING, logger="airflow_trials.plugins.app"):
+            api = client.get("/broken/api/experiments", headers=auth)
+            page = client.get("/broken/", headers=auth)
+    finally:
+        broken.dispose()
+    assert api.status_code == page.status_code == 503
+    detail = api.json()["detail"]
+    for shown in (detail, page.text):
+        for secret in hidden:
+            assert secret not in shown, (secret, shown)
+        assert "airflow-trials db upgrade" in shown  # the fix
+    error_ids = re.findall(r"error ([0-9a-f]{8})", detail)
+    assert error_ids and re.search(r"error [0-9a-f]{8}", page.text)
+    logged = {r.getMessage() for r in caplog.records}
+    # The api-server's log has the whole error under the id the user was shown.
+    assert any(error_ids[0] in m and hidden[0] in m for m in logged), logged
 
 
 def test_a_trial_page_lists_its_newest_results_and_links_to_all(

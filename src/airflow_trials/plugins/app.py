@@ -11,6 +11,7 @@ off the event loop. The routes are in :mod:`.api` and :mod:`.pages`, their param
 from __future__ import annotations
 
 import logging
+import secrets
 import threading
 from collections.abc import Callable
 from importlib import resources
@@ -169,8 +170,22 @@ def _handle_errors(app: FastAPI) -> None:
 
     @app.exception_handler(StoreError)
     async def store_error(request: Request, e: StoreError) -> Response:
-        log.warning("Trials dashboard could not read the trials store: %s", e)
-        return _error(request, status.HTTP_503_SERVICE_UNAVAILABLE, str(e))
+        return _error(request, status.HTTP_503_SERVICE_UNAVAILABLE, _store_error_detail(e))
+
+
+def _store_error_detail(error: StoreError) -> str:
+    """What a dashboard user sees of a store error: an id and the fix. The whole error names the
+    database's host, user and driver, so it goes to the api-server's log under that id."""
+    error_id = secrets.token_hex(4)
+    log.warning("Trials dashboard could not read the trials store (error %s): %s", error_id, error)
+    fix = (
+        error.fix
+        or "Check that the trials DB is reachable and migrated (airflow-trials db upgrade)."
+    )
+    return (
+        f"The trials DB could not answer (error {error_id}). {fix} The api-server's log has the "
+        f"whole error under {error_id}."
+    )
 
 
 def _plain(errors: Any) -> list[dict[str, Any]]:

@@ -168,6 +168,7 @@ class Database:
         """The error to raise; one line, so that a command that prints only the first line (the
         ``airflow-trials`` CLI) still shows what to do."""
         where = safe_url(self._url)
+        upgrade = "airflow-trials db upgrade"
         if is_transient(error):
             return StoreError(
                 f"Trial store could not {operation}: {type(error).__name__}: {_cause(error)}. The "
@@ -175,19 +176,24 @@ class Database:
                 f"restarting, lock contention) at every attempt: {_attempts(attempts)} over "
                 f"{elapsed_seconds:.1f} s. Check that the database is up and reachable, or give "
                 f"the TrialStore a larger retry_timeout_seconds / retry_max_attempts; then repeat "
-                f"the call, which is safe: every write is idempotent."
+                f"the call, which is safe: every write is idempotent.",
+                fix="The trials DB failed transiently at every attempt: check that it is up and "
+                "reachable, then retry.",
             )
         if not write:
             return StoreError(
                 f"Trial store could not {operation}: {type(error).__name__}: {_cause(error)}. "
-                f"Check that {where} is reachable and migrated (airflow-trials db upgrade "
-                f"--db-url URL, or python -m airflow_trials.store upgrade --url URL), then retry."
+                f"Check that {where} is reachable and migrated ({upgrade} "
+                f"--db-url URL, or python -m airflow_trials.store upgrade --url URL), then retry.",
+                fix=f"Check that the trials DB is reachable and migrated ({upgrade}), then retry.",
             )
         return StoreError(
             f"Trial store could not {operation}: {type(error).__name__}: {_cause(error)}. Nothing "
             f"of it was written. Check that {where} is reachable and migrated "
             f"(python -m airflow_trials.store upgrade --url URL) and that the ids exist, then "
-            f"retry."
+            f"retry.",
+            fix=f"Nothing was written. Check that the trials DB is reachable and migrated "
+            f"({upgrade}) and that the ids exist, then retry.",
         )
 
     def find_trial(
