@@ -83,8 +83,9 @@ def test_a_source_that_cannot_be_used_is_refused_before_anything_is_written(
     assert str(raised.value) == (
         "Experiment warm_refused, DAG run manual__2: the warm start is refused: experiment "
         "warm_refused has no run "
-        "'manual__nope' to warm-start from (latest runs: none); name one of its runs, 'previous' "
-        "or 'asset'. No "
+        "'manual__nope' of DAG dag to warm-start from (latest runs: none); name one of its runs, "
+        "'previous' or 'asset', or name the source DAG with WarmStart(dag_id=...) to take another "
+        "DAG's run (its checkpoints are code you load). No "
         "trial was started and nothing was written."
     )
     assert trials_env.store.list_experiment_runs() == []
@@ -97,7 +98,7 @@ def test_a_source_that_cannot_be_used_is_refused_before_anything_is_written(
     )
     with pytest.raises(
         AirflowFailException,
-        match="experiment warm_strict has no earlier successful run to "
+        match="experiment warm_strict has no earlier successful run of DAG dag to "
         r"warm-start from \(WarmStart\(if_missing='error'\)\)",
     ):
         strict.get_task("tune.suggest_configs").python_callable(
@@ -160,3 +161,67 @@ def test_a_warm_started_sweeps_searcher_learns_the_seeds_before_its_first_sugges
         replay.on_trial_complete(trial.trial_id, trial.last_result)
     assert by_id[asked[0]["trial_id"]].config == {"x": 0.9}
     assert len(night2) == 5 and {t.status.value for t in night2} == {"TERMINATED"}
+
+
+def _finished_run(store, experiment, dag_id, run_key, scale) -> str:
+    """A run of ``experiment`` on ``dag_id`` that ended SUCCESS with one finished trial (config
+    scale, its checkpoint); returns the checkpoint's path."""
+    from airflow_trials.core.end import TrialEnd
+    from airflow_trials.core.fate import Transition
+    from airflow_trials.core.status import TrialStatus
+
+    store.ensure_experiment(experiment, metric="score", mode="max")
+    run = store.create_experiment_run(experiment, run_key, dag_id=dag_id, run_id=run_key)
+    trial_id, checkpoint = f"{dag_id}-{run_key}-0", f"/ckpt/{dag_id}/{run_key}/1"
+    store.upsert_trial(
+        trial_id,
+        trainable="tests.trainables:counting",
+        config={"scale": scale},
+        resources={"cpu": 1},
+        max_failures=0,
+        experiment_run_id=run,
+        dag_id=dag_id,
+        run_id=run_key,
+        task_id="tune.trial",
+        map_index=0,
+    )
+    store.record_transition(trial_id, Transition.PLACED)
+    store.add_results(trial_id, [{"training_iteration": 1, "score": scale}])
+    store.add_checkpoint(trial_id, checkpoint, 1, score=scale)
+    store.record_end(TrialEnd(trial_id, experiment, TrialStatus.TERMINATED))
+    store.finish_experiment_run(run, "SUCCESS")
+    return checkpoint
+
+
+def test_a_warm_start_takes_no_run_of_another_dag_unless_the_dag_names_it(
+    trials_env_any_db, fake_context
+):
+    """Two DAGs share experiment name "shared": tune_a's warm start takes tune_a's run, never the
+    newer run of other_team (whose checkpoints are pickles that team wrote), unless it names
+    other_team as the source DAG."""
+    store = trials_env_any_db.store
+    ours = _finished_run(store, "shared", "tune_a", "night1", 2.0)
+    theirs = _finished_run(store, "shared", "other_team", "night2", 4.0)
+
+    def suggest(**warm_start):
+        dag = experiment_dag(
+            "shared",
+            search_space={"scale": uniform(0.5, 5.0)},
+            num_samples=2,
+            warm_start=warm(from_checkpoints=True, **warm_start),
+        )
+        ti = fake_context(dag_id="tune_a", run_id=f"manual__{len(warm_start)}")["ti"]
+        return dag.get_task("tune.suggest_configs").python_callable(ti=ti)
+
+    entries = suggest()  # "previous": the newest run of this experiment on this DAG
+    assert entries[0]["warm_start"]["run_key"] == "night1" and entries[0]["restore_path"] == ours
+    assert all(e.get("restore_path") != theirs for e in entries)
+    with pytest.raises(AirflowFailException) as raised:
+        suggest(source="night2")  # another DAG's run key, not named
+    assert (
+        "experiment shared has no run 'night2' of DAG tune_a to warm-start from (latest runs: "
+        "night1, manual__0); name one of its runs, 'previous' or 'asset', or name the source DAG with "
+        "WarmStart(dag_id=...) to take another DAG's run (its checkpoints are code you load)"
+    ) in str(raised.value)
+    named = suggest(dag_id="other_team", source="previous")
+    assert named[0]["warm_start"]["run_key"] == "night2" and named[0]["restore_path"] == theirs

@@ -76,6 +76,7 @@ def test_a_space_that_changed_is_refused_naming_the_parameter_and_the_fix():
         ({"top_k": True}, "top_k must be a whole number >= 1, got True"),
         ({"if_missing": "ignore"}, "if_missing must be 'warn' or 'error', got 'ignore'"),
         ({"source": ""}, "source must be 'previous', 'asset' or a run key"),
+        ({"dag_id": ""}, "dag_id must be a DAG id or None"),
     ],
 )
 def test_bad_warm_start_settings_are_refused(kwargs, message):

@@ -36,12 +36,17 @@ class WarmStart:
         than from scratch; default False.
     :param if_missing: ``"warn"`` (default) or ``"error"``, when ``"previous"`` or ``"asset"`` finds
         no source (the experiment's first run). A run key that names no run is always an error.
+    :param dag_id: the DAG whose runs the source is taken from; default (None) this run's own DAG.
+        Another DAG's runs are never taken unless named here: a run of the same experiment name
+        on another DAG may be another team's, and its checkpoints are pickles, which run code
+        when loaded.
     """
 
     source: str = PREVIOUS
     top_k: int = 3
     from_checkpoints: bool = False
     if_missing: str = "warn"
+    dag_id: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.source, str) or not self.source:
@@ -50,6 +55,11 @@ class WarmStart:
             )
         if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 1:
             raise ValueError(f"WarmStart top_k must be a whole number >= 1, got {self.top_k!r}.")
+        if self.dag_id is not None and (not isinstance(self.dag_id, str) or not self.dag_id):
+            raise ValueError(
+                f"WarmStart dag_id must be a DAG id or None (this run's own DAG), got "
+                f"{self.dag_id!r}."
+            )
         if self.if_missing not in ("warn", "error"):
             raise ValueError(
                 f"WarmStart if_missing must be 'warn' or 'error', got {self.if_missing!r}."

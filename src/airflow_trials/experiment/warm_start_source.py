@@ -163,34 +163,73 @@ def _source_run(
     context: Mapping[str, Any],
     asset: Any,
 ) -> Any:
-    runs = [r for r in store.list_experiment_runs(experiment_name) if r.run_key != run_key]
+    """The source run, taken only from the runs of ``warm_start.dag_id`` (default this run's own
+    DAG): a run of the same experiment name on another DAG may be another team's, and its
+    checkpoints are pickles, which run code when loaded."""
+    own_dag = context["ti"].dag_id
+    dag_id = warm_start.dag_id or own_dag
+    every = [
+        r
+        for r in store.list_experiment_runs(experiment_name)
+        if (r.dag_id, r.run_key) != (own_dag, run_key)
+    ]
+    runs = [r for r in every if r.dag_id == dag_id]
     if warm_start.source == PREVIOUS:
         done = [r for r in runs if r.status.value == "SUCCESS"]
         if done:
             return max(done, key=lambda r: (r.created_at, r.id))
-        return _missing(warm_start, f"experiment {experiment_name} has no earlier successful run")
+        return _missing(
+            warm_start,
+            f"experiment {experiment_name} has no earlier successful run of DAG {dag_id}",
+        )
     if warm_start.source == ASSET:
-        events = list(context["inlet_events"][asset]) if "inlet_events" in context else []
-        if not events:
-            return _missing(warm_start, f"Asset {asset.name} has no event yet")
-        extra = events[-1].extra or {}
-        wanted = extra.get("experiment_run_id")
-        found = next((r for r in runs if r.id == wanted), None)
-        if found is None:
-            raise WarmStartError(
-                f"the last event of Asset {asset.name} names run {extra.get('run_key', wanted)!r} "
-                f"(id {wanted}) of "
-                f"experiment {experiment_name}, which the trials DB no longer has (deleted); "
-                "warm-start from "
-                "'previous' or a run key, or drop warm_start"
-            )
-        return found
+        return _asset_run(warm_start, experiment_name, dag_id, every, context, asset)
     found = next((r for r in runs if r.run_key == warm_start.source), None)
     if found is None:
         known = ", ".join(r.run_key for r in runs[-5:]) or "none"
         raise WarmStartError(
-            f"experiment {experiment_name} has no run {warm_start.source!r} to warm-start from "
-            f"(latest runs: {known}); name one of its runs, 'previous' or 'asset'"
+            f"experiment {experiment_name} has no run {warm_start.source!r} of DAG {dag_id} to "
+            f"warm-start from (latest runs: {known}); name one of its runs, 'previous' or "
+            f"'asset', {_CROSS_DAG}"
+        )
+    return found
+
+
+#: How a warm start takes another DAG's run, said in each refusal that may need it.
+_CROSS_DAG = (
+    "or name the source DAG with WarmStart(dag_id=...) to take another DAG's run (its "
+    "checkpoints are code you load)"
+)
+
+
+def _asset_run(
+    warm_start: WarmStart,
+    experiment_name: str,
+    dag_id: str,
+    every: list[Any],
+    context: Mapping[str, Any],
+    asset: Any,
+) -> Any:
+    """The run the last event of the experiment's Asset names, when it is one of ``dag_id``'s."""
+    events = list(context["inlet_events"][asset]) if "inlet_events" in context else []
+    if not events:
+        return _missing(warm_start, f"Asset {asset.name} has no event yet")
+    extra = events[-1].extra or {}
+    wanted = extra.get("experiment_run_id")
+    found = next((r for r in every if r.id == wanted), None)
+    if found is None:
+        raise WarmStartError(
+            f"the last event of Asset {asset.name} names run {extra.get('run_key', wanted)!r} "
+            f"(id {wanted}) of "
+            f"experiment {experiment_name}, which the trials DB no longer has (deleted); "
+            "warm-start from "
+            "'previous' or a run key, or drop warm_start"
+        )
+    if found.dag_id != dag_id:
+        raise WarmStartError(
+            f"the last event of Asset {asset.name} names run {found.run_key!r} (id {found.id}) "
+            f"of experiment {experiment_name} on DAG {found.dag_id}, not on DAG {dag_id}; "
+            f"warm-start from 'previous' or a run key of DAG {dag_id}, {_CROSS_DAG}"
         )
     return found
 
