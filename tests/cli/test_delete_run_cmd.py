@@ -1,6 +1,7 @@
 """``airflow-trials db delete-run`` on a seeded SQLite trials DB with checkpoints on a local
-storage: the dry run, the question, ``--yes``, ``--keep-checkpoints``, ``--storage-path``, JSON, and
-a RUNNING run refused."""
+storage: the dry run, the question, ``--yes``, ``--keep-checkpoints``, ``--storage-path``, JSON, a
+RUNNING run or an unended trial refused, ``--run`` required, and nothing outside the storage root
+deleted."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ import pytest
 from typer.testing import CliRunner
 
 from airflow_trials.cli import app
+from airflow_trials.core.end import TrialEnd
+from airflow_trials.core.fate import Transition
+from airflow_trials.core.status import TrialStatus
 from airflow_trials.execution.storage import TrialStorage
 from airflow_trials.store import TrialStore
 
@@ -18,9 +22,11 @@ runner = CliRunner()
 
 
 @pytest.fixture
-def seeded(tmp_path):
-    """Runs ``old`` (SUCCESS) and ``live`` (RUNNING) of experiment ``exp``, two trials each, each
-    trial with two checkpoint folders and a trial folder (trial.json) on ``tmp_path/storage``."""
+def seeded(tmp_path, monkeypatch):
+    """Runs ``old`` (SUCCESS) and ``live`` (RUNNING) of experiment ``exp``, two ended trials each,
+    each trial with two checkpoint folders and a trial folder (trial.json) on ``tmp_path/storage``,
+    the configured storage root."""
+    monkeypatch.setenv("AIRFLOW_TRIALS_STORAGE", str(tmp_path / "storage"))
     url = f"sqlite:///{tmp_path / 'trials.db'}"
     storage = TrialStorage(str(tmp_path / "storage"))
     store = TrialStore(url, create=True)
@@ -34,7 +40,9 @@ def seeded(tmp_path):
                     trial_id, trainable="m:f", config={"x": 1}, resources={"cpu": 1},
                     max_failures=0, experiment_run_id=run,
                 )  # fmt: skip
+                store.record_transition(trial_id, Transition.PLACED)
                 store.add_results(trial_id, [{"training_iteration": 1, "loss": 0.5}])
+                store.record_end(TrialEnd(trial_id, "exp", TrialStatus.TERMINATED))
                 storage.write_json(f"{storage.trial_dir('exp', trial_id)}/trial.json", {})
                 for iteration in (1, 2):
                     path = storage.checkpoint_dir("exp", trial_id, iteration)
@@ -83,6 +91,9 @@ def test_asks_first_and_no_deletes_nothing(seeded):
     result = invoke(url, "--run", "old", input="n\n")
     assert result.exit_code == 1
     assert "Delete them?" in result.output and "Nothing was deleted of run old" in result.output
+    for trial_id in ("old-a", "old-b"):  # the question names every path it would delete
+        for iteration in (1, 2):
+            assert storage.checkpoint_dir("exp", trial_id, iteration) in result.output
     assert trials_of(url) == ["live-a", "live-b", "old-a", "old-b"]
     assert len(checkpoints_on(storage, "old-b")) == 3
 
@@ -130,3 +141,67 @@ def test_an_unknown_run_is_one_error_line(seeded):
     url, _ = seeded
     result = invoke(url, "--run", "nope", "--yes")
     assert result.exit_code == 1 and result.output.startswith("Error:")
+
+
+def test_run_is_required(seeded):
+    url, storage = seeded
+    result = invoke(url, "--yes")
+    assert result.exit_code == 2 and "Missing option '--run'" in result.output
+    assert trials_of(url) == ["live-a", "live-b", "old-a", "old-b"]
+    assert len(checkpoints_on(storage, "old-a")) == 3
+
+
+def add_checkpoint(url, trial_id, path, iteration):
+    store = TrialStore(url)
+    try:
+        store.add_checkpoint(trial_id, path, iteration)
+    finally:
+        store.dispose()
+
+
+def test_a_checkpoint_outside_the_storage_root_refuses_the_whole_delete(seeded, tmp_path):
+    url, storage = seeded
+    precious = tmp_path / "precious"  # a row names it; the storage root does not hold it
+    (precious / "sub").mkdir(parents=True)
+    (precious / "sub" / "data").write_text("keep me")
+    add_checkpoint(url, "old-a", str(precious), 3)
+    escaping = os.path.join(storage.trial_dir("exp", "old-b"), "checkpoint_000009")
+    os.symlink(precious, escaping)  # inside the root, pointing out of it
+    add_checkpoint(url, "old-b", escaping, 9)
+    for args in ((), ("--storage-path", storage.root)):
+        result = invoke(url, "--run", "old", "--yes", *args)
+        assert result.exit_code == 1, result.output
+        assert str(precious) in result.output and escaping in result.output
+        assert "Nothing was deleted" in result.output
+        assert (precious / "sub" / "data").read_text() == "keep me"
+        assert trials_of(url) == ["live-a", "live-b", "old-a", "old-b"]  # the rows too
+        assert len(checkpoints_on(storage, "old-a")) == 3
+    kept = invoke(url, "--run", "old", "--yes", "--keep-checkpoints")  # rows only: allowed
+    assert kept.exit_code == 0, kept.output
+    assert (precious / "sub" / "data").read_text() == "keep me"
+
+
+def test_a_storage_path_that_does_not_hold_the_checkpoints_deletes_nothing(seeded, tmp_path):
+    url, storage = seeded
+    result = invoke(url, "--run", "old", "--yes", "--storage-path", str(tmp_path / "other"))
+    assert result.exit_code == 1 and "Nothing was deleted" in result.output
+    assert trials_of(url) == ["live-a", "live-b", "old-a", "old-b"]
+    assert len(checkpoints_on(storage, "old-a")) == 3
+
+
+def test_a_run_with_a_trial_not_ended_is_refused_with_its_id(seeded):
+    url, storage = seeded
+    store = TrialStore(url)
+    try:
+        run = store.resolve_run("exp", "old").id
+        store.upsert_trial(
+            "old-c", trainable="m:f", config={}, resources={"cpu": 1}, max_failures=0,
+            experiment_run_id=run,
+        )  # fmt: skip
+    finally:
+        store.dispose()
+    result = invoke(url, "--run", "old", "--yes")
+    assert result.exit_code == 1
+    assert "old-c (PENDING)" in result.output and "nothing was deleted" in result.output
+    assert trials_of(url) == ["live-a", "live-b", "old-a", "old-b", "old-c"]
+    assert len(checkpoints_on(storage, "old-a")) == 3

@@ -9,8 +9,13 @@ import datetime
 import pytest
 from sqlalchemy import func, select
 
+from airflow_trials.core.end import TrialEnd
+from airflow_trials.core.fate import Transition
 from airflow_trials.core.rung_math import RungVerdict
 from airflow_trials.core.scheduler import Decision
+from airflow_trials.core.status import TrialStatus
+from airflow_trials.exceptions import OutsideStorageRootError
+from airflow_trials.execution.storage_root import resolve_inside
 from airflow_trials.store import TrialStore
 from airflow_trials.store.models import (
     CheckpointRow,
@@ -58,6 +63,7 @@ def full_run(store: TrialStore, run_key: str, prefix: str) -> int:
     a, b = f"{prefix}-a", f"{prefix}-b"
     for trial_id in (a, b):
         register(store, trial_id, run)
+        store.record_transition(trial_id, Transition.PLACED)
         store.add_results(trial_id, results(range(1, 4)))
         store.add_checkpoint(trial_id, f"/ckpt/{trial_id}/checkpoint_000001", 1)
         store.add_checkpoint(trial_id, f"/ckpt/{trial_id}/checkpoint_000002", 2)
@@ -78,6 +84,8 @@ def full_run(store: TrialStore, run_key: str, prefix: str) -> int:
             value=0.5,
             decide=lambda means: (Decision.CONTINUE, None),
         )
+    for trial_id in (a, b):
+        store.record_end(TrialEnd(trial_id, "exp", TrialStatus.TERMINATED))
     store.mark_checkpoint_deleted(a, f"/ckpt/{a}/checkpoint_000001")
     store.record_exploit(
         b,
@@ -172,6 +180,38 @@ class RunDeletionContract:
             store.delete_experiment_run(run)
 
         assert rows_per_table(store) == before
+
+    def test_refuses_a_run_with_a_trial_not_ended_and_names_it(self, store):
+        run = full_run(store, "stale", "s")
+        register(store, "s-pending", run)  # its task never ran, or may still run
+        register(store, "s-running", run)
+        store.record_transition("s-running", Transition.PLACED)
+        before = rows_per_table(store)
+
+        with pytest.raises(RunStillRunningError) as refused:
+            store.delete_experiment_run(run)
+
+        message = str(refused.value)
+        assert "s-pending (PENDING)" in message and "s-running (RUNNING)" in message
+        assert "s-a" not in message and "nothing was deleted" in message
+        assert rows_per_table(store) == before
+
+    def test_a_path_check_that_refuses_deletes_nothing(self, store, tmp_path):
+        root = "/ckpt"  # full_run's checkpoints are there
+        precious = tmp_path / "precious"  # named by a checkpoint row, outside the storage root
+        precious.mkdir()
+        run = full_run(store, "r", "p")
+        store.add_checkpoint("p-a", str(precious), 3)
+        before = rows_per_table(store)
+
+        def inside_root(paths):
+            for path in paths:
+                resolve_inside(path, root)
+
+        with pytest.raises(OutsideStorageRootError, match=str(precious)):
+            store.delete_experiment_run(run, check_paths=inside_root)
+
+        assert rows_per_table(store) == before and precious.is_dir()
 
     def test_a_failure_midway_deletes_nothing(self, store):
         run = full_run(store, "r", "f")

@@ -176,3 +176,29 @@ def test_a_directory_checkpoint_restored_from_object_storage_is_removed_once_rea
         actor.restore(path)
     assert _local_copies(str(tmp)) == []
     actor.stop()
+
+
+def test_a_checkpoint_outside_the_storage_root_is_never_deleted(storage, tmp_path, caplog):
+    """The workers' keep-N deletes (delete_released) go through TrialStorage.delete, which deletes
+    only below its root: a record that names another place leaves that place alone."""
+    local = TrialStorage(storage)
+    kept = local.persist_checkpoint("exp", "t1", 1, {"w": 1}, {})
+    precious = tmp_path / "precious"
+    (precious / "sub").mkdir(parents=True)
+    (precious / "sub" / "data").write_text("keep me")
+    link = os.path.join(local.trial_dir("exp", "t1"), "checkpoint_000002")
+    os.symlink(precious, link)  # inside the root, pointing out of it
+    escaping = [str(precious), f"{local.root}/../precious", os.path.join(link, "sub")]
+    for path in escaping:
+        with pytest.raises(CheckpointError, match=r"is not inside the storage root"):
+            local.delete(path)
+    assert local.delete_released("t1", [*escaping, kept]) == [kept]
+    assert (precious / "sub" / "data").read_text() == "keep me" and not local.exists(kept)
+    assert "it stays on the storage" in caplog.text
+    bucket = f"memory://bucket-{uuid.uuid4().hex[:8]}"
+    remote = TrialStorage(f"{bucket}/trials")
+    remote.fs.pipe_file(f"{bucket}/other/x", b"theirs")
+    for path in (f"{bucket}/other", f"{bucket}/trials/../other", f"{bucket}/trials"):
+        with pytest.raises(CheckpointError, match=r"is not inside the storage root"):
+            remote.delete(path)
+    assert remote.fs.cat_file(f"{bucket}/other/x") == b"theirs"

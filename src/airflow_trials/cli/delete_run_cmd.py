@@ -1,25 +1,29 @@
 """``airflow-trials db delete-run``: prune a finished experiment run, its rows and its checkpoints.
 
-Modelled on ``airflow db clean``: it says what it will delete, asks (``--yes`` does not),
-``--dry-run`` deletes nothing. The rows go first, in one transaction
-(``TrialStore.delete_experiment_run``, which refuses a RUNNING run); then the checkpoints the
-rows named, through the storage (a local path or an fsspec URL such as ``s3://``), so that a
-checkpoint is never left named by a row whose file is gone.
+Modelled on ``airflow db clean``: it says what it will delete, path by path, asks (``--yes`` does
+not), ``--dry-run`` deletes nothing. The rows go first, in one transaction
+(``TrialStore.delete_experiment_run``, which refuses a RUNNING run or one with a trial not ended);
+then the checkpoints the rows named, through the storage (a local path or an fsspec URL such as
+``s3://``), so that a checkpoint is never left named by a row whose file is gone.
+
+Only paths below the storage root (``--storage-path``, else the configured one) are deleted: when
+a row names any other place, the whole delete is refused before anything changes.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from airflow_trials.cli.common import (
     AsJson,
     CliError,
     DbUrl,
     Output,
-    RunOption,
     db_app,
     guard,
     out,
@@ -34,14 +38,23 @@ from airflow_trials.cli.trials_db import open_for_reading
 def delete_run(
     ctx: typer.Context,
     experiment: Annotated[str, typer.Argument(help="The experiment the run belongs to.")],
-    run: RunOption = "latest",
+    run: Annotated[
+        str,
+        typer.Option(
+            "--run",
+            help="The experiment run to delete: its id or its run key (Airflow run_id); "
+            "'latest' only when named. Required.",
+        ),
+    ],
     storage_path: Annotated[
         str | None,
         typer.Option(
             "--storage-path",
-            help="The trials' storage (a path or URL such as s3://bucket/trials): also delete "
-            "each trial's folder there (logs, trial.json). Without it only the checkpoints the "
-            "trials DB names are deleted.",
+            help="The trials' storage root (a path or URL such as s3://bucket/trials): only "
+            "what lies below it is deleted, and each trial's folder there (logs, trial.json) "
+            "is deleted too. Without it the configured root ([airflow_trials] storage_path, "
+            "AIRFLOW_TRIALS_STORAGE) bounds the deletes and only the checkpoints the trials DB "
+            "names are deleted.",
         ),
     ] = None,
     keep_checkpoints: Annotated[
@@ -58,33 +71,44 @@ def delete_run(
 ) -> None:
     """Delete a finished experiment run: its rows in the trials DB (the run, its trials, their
     results, checkpoints, rungs, median points and exploits) in one transaction, then its
-    checkpoint files. A RUNNING run is refused."""
+    checkpoint files below the storage root. A RUNNING run, a run with a trial not ended, and a
+    run whose rows name a path outside the storage root are refused, and nothing is deleted."""
 
     def body() -> None:
+        from airflow_trials.execution.storage import TrialStorage, configured_storage_root
         from airflow_trials.store import TrialStore
 
         fmt = output_format(output, as_json)
+        storage = TrialStorage(storage_path or configured_storage_root())
+        check = None if keep_checkpoints else _inside(storage, experiment, run)
         reader = open_for_reading(ctx, db_url)  # it exists, with this version's schema
         url = reader.url
         reader.dispose()
         store = TrialStore(url)
         try:
             record = resolve_run(store, experiment, run)
-            plan = store.delete_experiment_run(record.id, dry_run=True)
+            plan = store.delete_experiment_run(record.id, dry_run=True, check_paths=check)
+            targets = [] if keep_checkpoints else _targets(plan, storage, storage_path is not None)
             if dry_run:
-                _report(fmt, plan, [], [], keep_checkpoints)
+                _report(fmt, plan, [], [], keep_checkpoints, planned=targets)
                 return
             if not yes:
-                _report(OutputFormat.TABLE, plan, [], [], keep_checkpoints, stream=True)
+                _report(
+                    OutputFormat.TABLE, plan, [], [], keep_checkpoints, stream=True, planned=targets
+                )
                 if not typer.confirm("Delete them?", default=False):
                     raise CliError(
                         f"Nothing was deleted of run {plan.run_key}; pass --yes to delete "
                         "without asking."
                     )
-            done = store.delete_experiment_run(record.id)
+            done = store.delete_experiment_run(record.id, check_paths=check)
         finally:
             store.dispose()
-        deleted, failed = ([], []) if keep_checkpoints else _delete_files(done, storage_path)
+        deleted, failed = (
+            ([], [])
+            if keep_checkpoints
+            else _delete_files(storage, _targets(done, storage, storage_path is not None))
+        )
         _report(fmt, done, deleted, failed, keep_checkpoints)
         if failed:
             raise CliError(
@@ -96,24 +120,45 @@ def delete_run(
     guard(body)
 
 
-def _delete_files(done: Any, storage_path: str | None) -> tuple[list[str], list[tuple[str, str]]]:
-    """Delete the run's live checkpoints (and with ``storage_path`` its trials' folders): the
-    paths deleted, and ``(path, why)`` of those that could not be."""
-    from airflow_trials.exceptions import CheckpointError
-    from airflow_trials.execution.storage import TrialStorage
+def _inside(storage: Any, experiment: str, run: str) -> Callable[[Sequence[str]], None]:
+    """The store's check of the checkpoint paths, before it deletes a row: each must lie below
+    the storage root, else the whole delete is refused."""
+    from airflow_trials.execution.storage_root import is_inside
 
-    targets: list[tuple[Any, str]] = []
-    for path in done.checkpoint_paths:  # each on the storage its own path names
-        targets.append((TrialStorage(os.path.dirname(path.rstrip("/"))), path))
-    if storage_path is not None:
-        storage = TrialStorage(storage_path)
-        for trial_id in done.trial_ids:
-            targets.append((storage, storage.trial_dir(done.experiment_name, trial_id)))
-            targets.append(
-                (storage, os.path.dirname(storage.log_paths(done.experiment_name, trial_id)[0]))
+    def check(paths: Sequence[str]) -> None:
+        outside = [path for path in paths if not is_inside(path, storage.root)]
+        if outside:
+            raise CliError(
+                f"Run {run} of experiment {experiment}: the trials DB names {len(outside)} "
+                f"checkpoint path(s) outside the storage root {storage.root}: "
+                f"{', '.join(outside)}. Nothing was deleted. Pass --storage-path with the root "
+                "the trials wrote to, or --keep-checkpoints to delete the rows only and remove "
+                "those files by hand."
             )
+
+    return check
+
+
+def _targets(deletion: Any, storage: Any, trial_folders: bool) -> list[str]:
+    """What is deleted from the storage: the run's live checkpoints, and with ``trial_folders``
+    its trials' folders and their local log folders."""
+    targets = list(deletion.checkpoint_paths)
+    if trial_folders:
+        for trial_id in deletion.trial_ids:
+            targets.append(storage.trial_dir(deletion.experiment_name, trial_id))
+            targets.append(
+                os.path.dirname(storage.log_paths(deletion.experiment_name, trial_id)[0])
+            )
+    return list(dict.fromkeys(targets))  # each once, in order
+
+
+def _delete_files(storage: Any, targets: list[str]) -> tuple[list[str], list[tuple[str, str]]]:
+    """Delete ``targets`` through ``storage``, which deletes only below its root: the paths
+    deleted, and ``(path, why)`` of those that could not be."""
+    from airflow_trials.exceptions import CheckpointError
+
     deleted, failed = [], []
-    for storage, path in dict.fromkeys(targets):  # each once, in order
+    for path in targets:
         try:
             storage.delete(path)
         except CheckpointError as e:
@@ -131,8 +176,9 @@ def _report(
     keep_checkpoints: bool,
     *,
     stream: bool = False,
+    planned: Sequence[str] = (),
 ) -> None:
-    """What was (or, for a dry run or before asking, would be) deleted."""
+    """What was (or, for a dry run or before asking, would be: ``planned``) deleted."""
     verb = "would delete" if deletion.dry_run else "deleted"
     if fmt in (OutputFormat.JSON, OutputFormat.YAML):
         print_document(
@@ -144,6 +190,7 @@ def _report(
                 "dry_run": deletion.dry_run,
                 "rows": deletion.rows,
                 "checkpoints": len(deletion.checkpoint_paths),
+                "files_to_delete": list(planned),
                 "files_deleted": deleted,
                 "files_not_deleted": [{"path": p, "error": e} for p, e in failed],
                 "checkpoints_kept": keep_checkpoints,
@@ -161,7 +208,8 @@ def _report(
     if keep_checkpoints:
         lines.append(f"  {files} checkpoint(s) kept on the storage (--keep-checkpoints)")
     elif deletion.dry_run or stream:
-        lines.append(f"  and then {files} checkpoint(s) on the storage")
+        lines.append(f"  and then {files} checkpoint(s) on the storage; these paths:")
+        lines.extend(f"    {escape(path)}" for path in planned)
     else:
         lines.append(f"  and {len(deleted)} checkpoint(s) or trial folder(s) on the storage")
     if deletion.dry_run and not stream:

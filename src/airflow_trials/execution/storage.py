@@ -19,7 +19,9 @@ from airflow_trials.exceptions import (
     CheckpointError,
     CheckpointNotFoundError,
     CheckpointStorageError,
+    OutsideStorageRootError,
 )
+from airflow_trials.execution.storage_root import resolve_inside
 
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
@@ -36,6 +38,15 @@ def default_storage_path() -> str:
     return os.environ.get(DEFAULT_STORAGE_ENV) or os.path.join(
         os.path.expanduser("~"), "airflow_trials_results"
     )
+
+
+def configured_storage_root() -> str:
+    """The storage root this process is configured with (``[airflow_trials] storage_path``, else
+    ``$AIRFLOW_TRIALS_STORAGE``, else ``~/airflow_trials_results``): where the dashboard reads
+    logs from and ``db delete-run`` deletes, unless told another."""
+    from airflow_trials.provider_config import setting
+
+    return setting("storage_path") or default_storage_path()
 
 
 class TrialStorage:
@@ -297,6 +308,16 @@ class TrialStorage:
         return read_checkpoint(path)
 
     def delete(self, path: str) -> None:
+        """Delete the checkpoint (or trial folder) at ``path``, which must lie below the storage
+        root (:func:`~airflow_trials.execution.storage_root.resolve_inside`): a record that names
+        another place never deletes it.
+
+        :raises CheckpointError: ``path`` is outside the root, or the filesystem failed.
+        """
+        try:
+            resolve_inside(path, self.root)
+        except OutsideStorageRootError as e:
+            raise CheckpointError(f"Did not delete checkpoint {path}: {e}") from e
         try:
             if self.is_local:
                 shutil.rmtree(path, ignore_errors=True)

@@ -26,10 +26,9 @@ from urllib.parse import quote
 from starlette.background import BackgroundTask
 from starlette.responses import StreamingResponse
 
-from airflow_trials.execution.storage import default_storage_path
+from airflow_trials.execution.storage import configured_storage_root
 from airflow_trials.execution.storage_root import is_inside, is_url, open_regular_file
 from airflow_trials.execution.trial_output import STREAMS, OutputChunk, read_tail
-from airflow_trials.provider_config import setting
 from airflow_trials.store import CheckpointRecordRow, ExperimentRunRecord, TrialRecord
 
 log = logging.getLogger(__name__)
@@ -64,7 +63,7 @@ def trial_dirs(
 ) -> list[str]:
     """The trial's directory on the storage: from its checkpoint paths, then from the storage
     root. A local checkpoint path outside the storage root names none."""
-    root = storage_root()
+    root = configured_storage_root()
     dirs = [
         c.path.rstrip("/").rsplit("/", 1)[0]
         if is_url(c.path)
@@ -79,11 +78,6 @@ def trial_dirs(
             else os.path.join(os.path.expanduser(root), run.experiment_name, trial.trial_id)
         )
     return list(dict.fromkeys(dirs))
-
-
-def storage_root() -> str:
-    """The storage root of the dashboard's environment: the only place it reads logs from."""
-    return setting("storage_path") or default_storage_path()
 
 
 def trial_logs(
@@ -131,7 +125,7 @@ def open_log(trial_id: str, logs: Sequence[TrialLog], stream: str) -> BinaryIO |
 
 def _open(trial_id: str, path: str) -> BinaryIO | None:
     try:
-        return open_regular_file(path, storage_root())
+        return open_regular_file(path, configured_storage_root())
     except FileNotFoundError:
         return None
     except OSError as e:  # outside the root, a symlink, not a file, or unreadable

@@ -2,19 +2,22 @@
 
 What it deletes: the run's row, its trials, and every row that names the run or one of its trials
 (results, checkpoints, ASHA's rungs, the median rule's points, PBT's exploits, its extensions).
-It refuses a run that is still RUNNING. The checkpoint files are not the store's: it returns
-their paths, and the caller (``airflow-trials db delete-run``) deletes them through the storage
-once the rows are gone.
+It refuses a run that is still RUNNING, or that has a trial not ended (TERMINATED or ERROR), and
+lets the caller refuse the checkpoint paths before anything is deleted. The checkpoint files are
+not the store's: it returns their paths, and the caller (``airflow-trials db delete-run``) deletes
+them through the storage once the rows are gone.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sqlalchemy import delete, func, or_, select
 from sqlalchemy.orm import Session
 
+from airflow_trials.core.status import TrialStatus
 from airflow_trials.store.base import StoreBase
 from airflow_trials.store.models import (
     CheckpointRow,
@@ -49,19 +52,27 @@ class RunDeletion:
 
 
 class RunStillRunningError(ValueError):
-    """The run is RUNNING: its trials may still write, so it is not deleted."""
+    """The run is RUNNING, or one of its trials has not ended: they may still write, so it is not
+    deleted."""
 
 
 class RunDeleter(StoreBase):
     """Deletes a finished experiment run's rows (``airflow-trials db delete-run``)."""
 
     def delete_experiment_run(
-        self, experiment_run_id: int, *, dry_run: bool = False
+        self,
+        experiment_run_id: int,
+        *,
+        dry_run: bool = False,
+        check_paths: Callable[[Sequence[str]], None] | None = None,
     ) -> RunDeletion:
         """Delete run ``experiment_run_id``, its trials and every row naming either, in one
         transaction; with ``dry_run`` count them and delete nothing.
 
-        :raises RunStillRunningError: the run is RUNNING; nothing is deleted.
+        :param check_paths: called with the live checkpoints' paths before any row is deleted;
+            what it raises ends the transaction, and nothing is deleted.
+        :raises RunStillRunningError: the run is RUNNING or a trial of it has not ended; nothing
+            is deleted.
         :raises StoreError: no such run.
         """
         operation = f"delete experiment run {experiment_run_id}"
@@ -78,13 +89,13 @@ class RunDeleter(StoreBase):
                     "its DAG run to end (or mark the DAG run failed in Airflow, which ends the "
                     "run), then delete it."
                 )
-            trial_ids = list(
-                session.execute(
-                    select(TrialRow.trial_id)
-                    .where(TrialRow.experiment_run_id == experiment_run_id)
-                    .order_by(TrialRow.trial_id)
-                ).scalars()
-            )
+            trials = session.execute(
+                select(TrialRow.trial_id, TrialRow.status)
+                .where(TrialRow.experiment_run_id == experiment_run_id)
+                .order_by(TrialRow.trial_id)
+            ).all()
+            _refuse_unended(experiment_run_id, run.run_key, name, trials)
+            trial_ids = [trial_id for trial_id, _ in trials]
             of_trials = select(TrialRow.trial_id).where(
                 TrialRow.experiment_run_id == experiment_run_id
             )
@@ -95,6 +106,8 @@ class RunDeleter(StoreBase):
                     .order_by(CheckpointRow.id)
                 ).scalars()
             )
+            if check_paths is not None:
+                check_paths(paths)
             # Children first: SQLite enforces no foreign keys unless asked, so none is left to
             # a cascade.
             targets: list[tuple[Any, Any]] = [
@@ -138,3 +151,14 @@ class RunDeleter(StoreBase):
 
 def _of_run_or_trials(model: Any, experiment_run_id: int, of_trials: Any) -> Any:
     return or_(model.experiment_run_id == experiment_run_id, model.trial_id.in_(of_trials))
+
+
+def _refuse_unended(experiment_run_id: int, run_key: str, name: str, trials: Sequence[Any]) -> None:
+    unended = [f"{t} ({status})" for t, status in trials if not TrialStatus(status).is_terminal()]
+    if unended:
+        raise RunStillRunningError(
+            f"Experiment run {experiment_run_id} ({run_key}) of experiment {name} has trials that "
+            f"have not ended: {', '.join(unended)}. Their tasks may still start and write, so "
+            "nothing was deleted. Let their tasks run to an end (clear them in Airflow if their "
+            "DAG run is over), then delete the run."
+        )
