@@ -181,3 +181,23 @@ def test_the_trial_page_names_no_warm_start_source_the_user_may_not_read(dashboa
     alice = dashboard.get("/api/trials/secret-r2-0", user="alice").json()
     assert alice["trial"]["warm_start"]["trial_id"] == "hidden-trial-0"
     assert 'href="/trials/trials/hidden-trial-0"' in dashboard.get("/trials/secret-r2-0").text
+
+
+def test_task_instance_links_answer_an_unreadable_dag_as_a_missing_trial(dashboard):
+    """/task-instance tells nothing of a DAG the user may not read: bob gets for tune_mnist's
+    trial task exactly what he gets for a task instance that ran no trial."""
+
+    def link(map_index: str):
+        params = {
+            "dag_id": "tune_mnist",
+            "run_id": "manual__2026-11-21",
+            "task_id": "mnist.trial",
+            "map_index": map_index,
+        }
+        return dashboard.get("/task-instance", params=params, user="bob")
+
+    unreadable, missing = link("3"), link("999")
+    assert (unreadable.status_code, missing.status_code) == (404, 404)
+    assert unreadable.text == missing.text.replace("999", "3")
+    assert "location" not in unreadable.headers and "mnist-03" not in unreadable.text
+    assert link("3").headers.get("content-type") == missing.headers.get("content-type")

@@ -334,7 +334,7 @@ def task_instance_page(
     map_index: MapIndex = "-1",
 ) -> Response:
     index = -1 if map_index == "{MAP_INDEX}" else int(map_index)
-    trial_id = store.trial_of_task(dag_id, run_id, task_id, index)
+    trial_id = reads.trial_of_task(store, user, dag_id, run_id, task_id, index)
     if trial_id is None:
         raise NotFoundError(
             f"Task {task_id} (map index {index}) of DAG run {run_id} of DAG {dag_id} ran no trial; "

@@ -212,6 +212,18 @@ def trial(
     return found, run
 
 
+def trial_of_task(
+    store: TrialReader, user: Any, dag_id: str, run_id: str, task_id: str, map_index: int
+) -> str | None:
+    """The trial a task instance ran, when the user may read its DAG (the store matched the
+    trial's own ``dag_id``); None both when it ran none and when the user may not read the DAG,
+    so that a link tells nothing of a DAG the user may not read."""
+    trial_id = store.trial_of_task(dag_id, run_id, task_id, map_index)
+    if trial_id is None or not may_read(user, dag_id, TRIAL_ACCESS):
+        return None
+    return trial_id
+
+
 def trial_shown(store: TrialReader, user: Any, trial: TrialRecord) -> TrialRecord:
     """The trial as the user may see it: a warm start's source (run, trial, value, checkpoint)
     named only when the user may read the source's DAG; else every field of it null (the trial
