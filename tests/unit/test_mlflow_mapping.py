@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from airflow_trials.export.mlflow import checkpoint_bytes, local_checkpoint
+from airflow_trials.export.checkpoint_staging import checkpoint_bytes, local_checkpoint
 from airflow_trials.export.mlflow_mapping import (
     MAX_PARAM_VALUE_LENGTH,
     MlflowExport,

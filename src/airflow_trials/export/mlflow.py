@@ -11,12 +11,12 @@ import io
 import logging
 import os
 import posixpath
-import tempfile
 from collections.abc import Iterator, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from airflow_trials.exceptions import ExportError
+from airflow_trials.export.checkpoint_staging import checkpoint_bytes, local_checkpoint
 from airflow_trials.export.mlflow_mapping import (
     CHECKPOINT_ARTIFACT_TAG,
     CHECKPOINT_TAG,
@@ -458,7 +458,8 @@ class _RunExport:
                 "logged."
             )
             return False
-        with local_checkpoint(checkpoint) as local:
+        skipped: list[str] = []
+        with local_checkpoint(checkpoint, skipped) as local:
             if os.path.isdir(local):
                 self.client.log_artifacts(run_id, local, artifact_path)
             else:
@@ -471,51 +472,9 @@ class _RunExport:
 
 def _millis(moment: datetime | None) -> int | None:
     return None if moment is None else int(moment.timestamp() * 1000)
-
-
-def _is_url(path: str) -> bool:
-    return "://" in path
-
-
-def checkpoint_bytes(path: str) -> int:
-    """The checkpoint's size: a local directory's files, or an fsspec URL's (``s3://...``);
-    FileNotFoundError when it is not there."""
-    if not _is_url(path):
-        if os.path.isfile(path):
-            return os.path.getsize(path)
-        if not os.path.isdir(path):
-            raise FileNotFoundError(path)
-        return sum(
-            os.path.getsize(os.path.join(folder, name))
-            for folder, _, names in os.walk(path)
-            for name in names
-        )
-    from fsspec.core import url_to_fs
-
-    fs, root = url_to_fs(path)
-    if not fs.exists(root):
-        raise FileNotFoundError(path)
-    return int(fs.du(root, total=True))
-
-
-@contextlib.contextmanager
-def local_checkpoint(path: str) -> Iterator[str]:
-    """The checkpoint as a local path: itself, or a URL's files copied into a temporary
-    directory for as long as the block runs."""
-    if not _is_url(path):
-        yield path
-        return
-    from fsspec.core import url_to_fs
-
-    fs, root = url_to_fs(path)
-    with tempfile.TemporaryDirectory(prefix="airflow_trials_mlflow_") as scratch:
-        if fs.isfile(root):
-            target = os.path.join(scratch, posixpath.basename(root))
-            fs.get_file(root, target)
-            yield target
-            return
-        for remote in fs.find(root):
-            target = os.path.join(scratch, posixpath.relpath(remote, root))
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            fs.get_file(remote, target)
-        yield scratch
+        if skipped:
+            self.notes.append(
+                f"trial {trial_id}: {len(skipped)} entries of checkpoint {checkpoint} were not "
+                f"logged (symlinks, not regular files, or names outside it): "
+                f"{', '.join(skipped)}."
+            )
