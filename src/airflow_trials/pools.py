@@ -93,8 +93,10 @@ def require_migrated_airflow_db(operation: str) -> None:
         raise AirflowDbNotReadyError(
             f"Could not {operation}: Airflow has no metadata DB configured; {fix}."
         )
+    from airflow_trials.store.engine import safe_url
+
     url = make_url(settings.SQL_ALCHEMY_CONN)
-    where = url.render_as_string(hide_password=True)
+    where = safe_url(url)
     if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
         if not os.path.isfile(url.database):
             raise AirflowDbNotReadyError(

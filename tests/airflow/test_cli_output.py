@@ -383,6 +383,18 @@ def test_a_refused_postgresql_connection_names_the_test_server_s_user_and_databa
     )
 
 
+@pytest.mark.postgres
+def test_a_password_in_the_url_s_query_string_is_never_printed():
+    from sqlalchemy.engine import make_url
+
+    from tests.contract.conftest import postgres_url
+
+    refused = make_url(postgres_url()).set(port=1, password=None)
+    url = refused.update_query_dict({"password": "s3cret"}).render_as_string(hide_password=False)
+    line = one_error_line(invoke("experiments", "--db-url", url))
+    assert "port 1 failed" in line and "s3cret" not in line and "password=***" in line, line
+
+
 # -- which trials DB -----------------------------------------------------------------------------
 @pytest.fixture
 def three_dbs(tmp_path, monkeypatch):

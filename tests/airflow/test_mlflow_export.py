@@ -267,6 +267,36 @@ def test_without_mlflow_the_error_names_the_extra(tmp_path, monkeypatch):
     assert "install it with pip install 'airflow-trials[mlflow]'" in result.output
 
 
+def _seeded_sqlite(tmp_path) -> tuple[str, str]:
+    from airflow_trials.store import TrialStore
+
+    url = f"sqlite:///{tmp_path / 'trials.db'}"
+    store = TrialStore(url, create=True)
+    try:
+        return url, seed_nightly(store, nights=1).nights[0].run_key
+    finally:
+        store.dispose()
+
+
+def test_the_tracking_uri_s_password_is_never_printed(tracking_uri, tmp_path, monkeypatch):
+    url, run_key = _seeded_sqlite(tmp_path)
+    # The server takes no login, so it answers a URI with credentials in it all the same.
+    with_password = tracking_uri.replace("http://", "http://alice:s3cret@")
+    args = ["export", "mlflow", EXPERIMENT, "--run", run_key, "--db-url", url]
+    args += ["--tracking-uri", with_password, "--mlflow-experiment", "masked"]
+    for output in ("json", "table"):
+        result = runner.invoke(app, [*args, "--output", output])
+        assert result.exit_code == 0, result.output
+        assert "s3cret" not in result.output and "alice:***@127.0.0.1" in result.output
+    # A server that does not answer: the error names the URI, masked.
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    refused = f"http://alice:s3cret@127.0.0.1:{free_port()}"
+    args[args.index(with_password)] = refused
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1 and "Error:" in result.output, result.output
+    assert "s3cret" not in result.output and "alice:***@127.0.0.1" in result.output
+
+
 def test_the_task_follows_select_best_and_exports_a_real_run(trials_env, tracking_uri):
     from airflow_trials.core.search import grid_search
     from tests.airflow.test_experiment_dag import experiment_dag, task_states, xcom

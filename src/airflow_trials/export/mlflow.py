@@ -88,8 +88,9 @@ class MlflowExportSummary:
 
 
 def mlflow_client(tracking_uri: str | None) -> tuple[Any, str]:
-    """``(MlflowClient, uri)`` for ``tracking_uri``, else ``$MLFLOW_TRACKING_URI``; an
-    ExportError naming the extra when mlflow is not installed, or when no URI is given."""
+    """``(MlflowClient, uri to show)`` for ``tracking_uri``, else ``$MLFLOW_TRACKING_URI``, the
+    URI shown with its password masked; an ExportError naming the extra when mlflow is not
+    installed, or when no URI is given."""
     try:
         from mlflow.tracking import MlflowClient
     except ImportError as e:
@@ -103,7 +104,9 @@ def mlflow_client(tracking_uri: str | None) -> tuple[Any, str]:
             "No MLflow tracking URI: pass --tracking-uri (MlflowExport(tracking_uri=...) in a "
             "DAG), or set MLFLOW_TRACKING_URI, e.g. to http://mlflow:5000."
         )
-    return MlflowClient(tracking_uri=uri), uri
+    from airflow_trials.store.engine import safe_url
+
+    return MlflowClient(tracking_uri=uri), safe_url(uri)
 
 
 def export_to_mlflow(
@@ -125,6 +128,8 @@ def export_to_mlflow(
     """
     from mlflow.exceptions import MlflowException
 
+    from airflow_trials.store.engine import mask_passwords
+
     client, uri = mlflow_client(export.tracking_uri)
     subject = (
         f"run {run.run_key} (id {run.id}) of experiment {run.experiment_name} to MLflow at {uri}"
@@ -132,6 +137,9 @@ def export_to_mlflow(
     try:
         return _RunExport(reader, run, export, client, uri).export()
     except MlflowException as e:
+        # MLflow's message names the URI as given: mask it, in the cause that is chained too.
+        e.message = mask_passwords(e.message)
+        e.args = (e.message,)
         raise ExportError(
             f"Exporting {subject} failed: {e.message.strip().splitlines()[0]}. Check that the "
             "tracking server answers and accepts runs, then export again: what was logged "

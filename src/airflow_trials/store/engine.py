@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event
@@ -19,6 +20,14 @@ SQLITE_BUSY_TIMEOUT_SECONDS = 30.0
 # Execution option that marks a connection as one that will write. On SQLite such a transaction
 # starts with BEGIN IMMEDIATE, see _begin_sqlite_transaction.
 WRITE_OPTION = "airflow_trials_write"
+_MASK = "***"
+# Query parameters whose value is a credential: password, sslpassword, pwd, token, api_key, ...
+_SECRET_QUERY_KEY = re.compile(r"pass|pwd|secret|token|key|credential|signature", re.IGNORECASE)
+_USER_INFO_PASSWORD = re.compile(r"(://[^/@:\s]*:)[^/@\s]*@")
+_SECRET_QUERY_VALUE = re.compile(
+    r"([?&][^=&\s]*(?:pass|pwd|secret|token|key|credential|signature)[^=&\s]*=)[^&\s#]*",
+    re.IGNORECASE,
+)
 
 
 def default_store_url(create_dir: bool = True, home: str | None = None) -> str:
@@ -69,22 +78,39 @@ def check_store_url(url: str) -> URL:
         raise StoreError(
             f"No database driver for {parsed.drivername!r} is installed ({type(e).__name__}: {e}), "
             "so "
-            f"{parsed.render_as_string(hide_password=True)} cannot be opened; use sqlite:/// or "
+            f"{safe_url(parsed)} cannot be opened; use sqlite:/// or "
             "postgresql+psycopg:// (pip install 'airflow-trials[postgres]'), or install that "
             "driver."
         ) from e
     if parsed.get_backend_name() not in ("sqlite", "postgresql"):
         raise StoreError(
             f"The trial store supports SQLite and PostgreSQL, not {parsed.get_backend_name()} "
-            f"({parsed.render_as_string(hide_password=True)}); use a sqlite:/// or "
+            f"({safe_url(parsed)}); use a sqlite:/// or "
             "postgresql+psycopg:// URL."
         )
     return parsed
 
 
-def safe_url(url: str) -> str:
-    """The URL with its password masked, for error messages and logs."""
-    return make_url(url).render_as_string(hide_password=True)
+def safe_url(url: str | URL) -> str:
+    """The URL with its passwords masked, for error messages, logs and reprs: the password of its
+    user info, and the value of each query parameter that carries a credential (libpq's
+    ``?password=`` and ``?sslpassword=``, a token). Any URL: a trials DB URL, an MLflow tracking
+    URI; a name or a path that is no URL holds no password and is shown as given."""
+    try:
+        parsed = url if isinstance(url, URL) else make_url(url)
+    except (ArgumentError, ValueError):
+        return mask_passwords(str(url))
+    secrets = {key: _MASK for key in parsed.query if _SECRET_QUERY_KEY.search(key)}
+    masked = parsed.update_query_dict(secrets) if secrets else parsed
+    # SQLAlchemy percent-encodes the mask in a query: show it as the password's mask is shown.
+    return masked.render_as_string(hide_password=True).replace("%2A%2A%2A", _MASK)
+
+
+def mask_passwords(text: str) -> str:
+    """``text`` (an error message from a client library) with the password of every URL in it
+    masked, as :func:`safe_url` masks one URL."""
+    text = _USER_INFO_PASSWORD.sub(rf"\1{_MASK}@", text)
+    return _SECRET_QUERY_VALUE.sub(rf"\1{_MASK}", text)
 
 
 def create_store_engine(url: str, **kwargs: Any) -> Engine:
