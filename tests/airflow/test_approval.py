@@ -12,6 +12,7 @@ api-server has written the answer, as the scheduler would.
 from __future__ import annotations
 
 import datetime as dt
+import re
 import threading
 import time
 from pathlib import Path
@@ -30,9 +31,11 @@ from airflow_trials.experiment.approval import approval_body
 from tests.airflow.conftest import load_dag_source
 from tests.airflow.test_experiment_dag import task_states, xcom
 from tests.conftest import remove_leftovers, start_ray
-from tests.plugins.browser_support import start_api_server
+from tests.plugins.browser_support import start_api_server, token_for
 
 START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+APPROVER = "bob"
+TRIGGERER = "dag_test"  # the triggering_user_name of every DAG run dag.test() creates
 
 
 def declare(**kwargs):
@@ -53,10 +56,12 @@ def test_without_approval_select_best_publishes_and_with_it_publish_best_does_on
     assert "tune.approve_best" not in plain.task_dict
     assert [a.name for a in plain.get_task("tune.select_best").outlets] == ["approved_best_trial"]
 
-    dag = declare(approval=True)
+    dag = declare(approval=True, approvers=["bob", {"id": "7", "name": "carol"}])
     approve = dag.get_task("tune.approve_best")
     publish = dag.get_task("tune.publish_best")
     assert isinstance(approve, ApprovalOperator)
+    # Only the approvers may answer: Airflow's assigned_users.
+    assert approve.assigned_users == [{"id": "bob", "name": "bob"}, {"id": "7", "name": "carol"}]
     assert approve.options == ["Approve", "Reject"] and list(approve.params) == ["reason"]
     assert approve.subject == "Publish the best trial of experiment approved?"
     assert approve.upstream_task_ids == {"tune.select_best"}
@@ -71,6 +76,27 @@ def test_an_approval_that_is_not_a_bool_is_refused_when_the_dag_file_is_parsed()
         match=r"Experiment approved: approval='no' is not True or False; pass approval=True",
     ):
         declare(approval="no")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"approval": True}, "approval=True needs approvers, the Airflow user ids who may"),
+        ({"approval": True, "approvers": []}, "approval=True needs approvers"),
+        ({"approval": True, "approvers": "bob"}, "approvers='bob' is not a list of user ids"),
+        ({"approval": True, "approvers": ["bob", ""]}, "approver '' is not a user id"),
+        ({"approval": True, "approvers": [{"id": "7"}]}, "approver {'id': '7'} is not a user"),
+        (
+            {"approval": True, "approvers": ["bob"], "allow_self_approval": "yes"},
+            "allow_self_approval='yes' is not True or False",
+        ),
+        ({"approvers": ["bob"]}, "approvers and allow_self_approval go with approval=True"),
+        ({"allow_self_approval": True}, "approvers and allow_self_approval go with approval"),
+    ],
+)
+def test_approval_without_approvers_or_with_bad_ones_is_refused_when_parsed(kwargs, message):
+    with pytest.raises(ValueError, match=rf"^Experiment approved: {re.escape(message)}"):
+        declare(**kwargs)
 
 
 ONE_METRIC_BEST = {
@@ -151,7 +177,8 @@ class ServerStarting(threading.Thread):
 
     def __init__(self, url: str, directory: Path) -> None:
         super().__init__(daemon=True)
-        self._server = start_api_server(url, directory)
+        # bob approves; dag_test is the user dag.test() triggers its DAG runs as.
+        self._server = start_api_server(url, directory, more_users=(APPROVER, TRIGGERER))
         self._base_and_token: tuple[str, str] | None = None
         self._error: BaseException | None = None
 
@@ -205,7 +232,8 @@ def stack(airflow_home, tmp_path_factory):
 
 def approval_dag(dag_id: str):
     """A DAG file with one approved experiment (two trials, best score 6 by the trial of scale
-    2) and a task ``deploy`` after its group, written into the DAGs folder and loaded."""
+    2) and a task ``deploy`` after its group, written into the DAGs folder and loaded. Its
+    approvers: bob, and dag_test, who triggers the run."""
     source = (
         "import datetime\n"
         "from airflow.sdk import DAG, task\n"
@@ -222,6 +250,7 @@ def approval_dag(dag_id: str):
         "        poll_interval_seconds=0.05,\n"
         "        group_id='tune',\n"
         "        approval=True,\n"
+        f"        approvers={[APPROVER, TRIGGERER]!r},\n"
         "    )\n\n"
         "    @task(task_id='deploy')\n"
         "    def deploy():\n"
@@ -233,14 +262,32 @@ def approval_dag(dag_id: str):
 
 class Answerer(threading.Thread):
     """Answers the DAG's approval through the REST API once it asks, as a person would: reads
-    the pending HITL detail, then PATCHes the answer. ``dag.test()`` runs the DAG meanwhile."""
+    the pending HITL detail, then PATCHes the answer as ``user``. ``dag.test()`` runs the DAG
+    meanwhile.
 
-    def __init__(self, server: ServerStarting, dag_id: str, option: str, reason: str) -> None:
+    :param intruder: a user who tries to answer first; the status Airflow gave them is kept in
+        ``intruder_status``.
+    :param mark_success: instead of answering, mark ``approve_best`` success (as an admin may in
+        the UI), skipping the question.
+    """
+
+    def __init__(
+        self,
+        server: ServerStarting,
+        dag_id: str,
+        option: str,
+        reason: str,
+        user: str = APPROVER,
+        intruder: str | None = None,
+        mark_success: bool = False,
+    ) -> None:
         super().__init__(daemon=True)
         self.server, self.dag_id, self.option, self.reason = server, dag_id, option, reason
+        self.user, self.intruder, self.mark_success = user, intruder, mark_success
         self.base, self.headers = "", {}
         self.asked: dict[str, Any] | None = None
         self.answered: dict[str, Any] | None = None
+        self.intruder_status: int | None = None
         self.error: BaseException | None = None
         self.done = threading.Event()
 
@@ -254,6 +301,15 @@ class Answerer(threading.Thread):
         waiting = [d for d in response.json()["hitl_details"] if not d["response_received"]]
         return waiting[0] if waiting else None
 
+    def answer_as(self, user: str, ti: dict[str, Any]) -> httpx.Response:
+        return httpx.patch(
+            f"{self.base}/api/v2/dags/{self.dag_id}/dagRuns/{quote(ti['dag_run_id'])}"
+            f"/taskInstances/{ti['task_id']}/{ti['map_index']}/hitlDetails",
+            headers={"Authorization": f"Bearer {token_for(self.base, user)}"},
+            json={"chosen_options": [self.option], "params_input": {"reason": self.reason}},
+            timeout=10,
+        )
+
     def run(self) -> None:
         try:
             self.base, token = self.server.get()
@@ -266,22 +322,27 @@ class Answerer(threading.Thread):
                 time.sleep(0.5)
             self.asked = asked
             ti = asked["task_instance"]
-            response = httpx.patch(
-                f"{self.base}/api/v2/dags/{self.dag_id}/dagRuns/{quote(ti['dag_run_id'])}"
-                f"/taskInstances/{ti['task_id']}/{ti['map_index']}/hitlDetails",
-                headers=self.headers,
-                json={"chosen_options": [self.option], "params_input": {"reason": self.reason}},
-                timeout=10,
-            )
+            if self.intruder is not None:
+                self.intruder_status = self.answer_as(self.intruder, ti).status_code
+            if self.mark_success:
+                response = httpx.patch(
+                    f"{self.base}/api/v2/dags/{self.dag_id}/dagRuns/{quote(ti['dag_run_id'])}"
+                    f"/taskInstances/{ti['task_id']}",
+                    headers=self.headers,
+                    json={"new_state": "success"},
+                    timeout=10,
+                )
+            else:
+                response = self.answer_as(self.user, ti)
             response.raise_for_status()
             self.answered = response.json()
         except BaseException as e:  # handed to the test's thread
             self.error = e
 
 
-def run_answered(stack, dag_id: str, option: str, reason: str):
+def run_answered(stack, dag_id: str, option: str, reason: str, **how: Any):
     dag = approval_dag(dag_id)
-    answerer = Answerer(stack.server, dag_id, option, reason)
+    answerer = Answerer(stack.server, dag_id, option, reason, **how)
     answerer.start()
     try:
         run = dag.test()
@@ -292,6 +353,53 @@ def run_answered(stack, dag_id: str, option: str, reason: str):
         raise answerer.error
     assert answerer.asked is not None and answerer.answered is not None, task_states(run)
     return run, answerer
+
+
+def clear_and_run(stack, dag_id: str, run, task_id: str) -> str:
+    """Clear ``task_id`` of the finished DAG run through the REST API (as the UI's Clear does),
+    then run it as dag.test() runs a scheduled task (no scheduler runs here); its new state."""
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.sdk.definitions.dag import _run_task
+    from airflow.utils.state import TaskInstanceState
+    from sqlalchemy import select
+
+    from airflow import settings
+
+    base, token = stack.server.get()
+    response = httpx.post(
+        f"{base}/api/v2/dags/{dag_id}/clearTaskInstances",
+        headers={"Authorization": f"Bearer {token}"},
+        json={
+            "dry_run": False,
+            "only_failed": False,
+            "task_ids": [task_id],
+            "dag_run_id": run.run_id,
+        },
+        timeout=30,
+    )
+    assert response.status_code == 200, response.text
+    assert [t["task_id"] for t in response.json()["task_instances"]] == [task_id]
+    session = settings.Session()
+    try:
+        ti = session.scalars(
+            select(TaskInstance).where(
+                TaskInstance.dag_id == dag_id,
+                TaskInstance.run_id == run.run_id,
+                TaskInstance.task_id == task_id,
+            )
+        ).one()
+        assert ti.state is None  # cleared
+        ti.try_number += 1
+        ti.state = TaskInstanceState.SCHEDULED
+        session.commit()
+        try:
+            _run_task(ti=ti, task=approval_dag(dag_id).task_dict[task_id])
+        except Exception:  # the task's failure is its state, read below
+            pass
+        session.expire_all()
+        return str(session.get(TaskInstance, ti.id).state)
+    finally:
+        session.close()
 
 
 def asset_events(run) -> list[dict[str, Any]]:
@@ -308,12 +416,21 @@ def asset_events(run) -> list[dict[str, Any]]:
         return [dict(e.extra) for e in events]
 
 
-def test_an_approved_best_is_published_and_its_body_links_to_a_page_that_shows_it(stack, capfd):
-    run, answerer = run_answered(stack, "approved_best", "Approve", "beats last week's")
+def recorded(stack, dag_id: str):
+    """The answers the trials DB recorded about the DAG's one experiment run."""
+    (exp_run,) = stack.store.list_experiment_runs(dag_id)
+    return stack.store.run_approvals(exp_run.id)
+
+
+def test_an_approver_s_approval_is_recorded_and_published_and_the_run_page_shows_it(stack, capfd):
+    run, answerer = run_answered(
+        stack, "approved_best", "Approve", "beats last week's", intruder="admin"
+    )
     states = task_states(run)
     assert run.state == "success", states
     assert states[("tune.publish_best", -1)] == "success"
     assert states[("deploy", -1)] == "success"
+    assert answerer.intruder_status == 403  # admin is no approver: Airflow refuses their answer
 
     base, token = stack.server.get()
     best = xcom(run, "tune.select_best")
@@ -325,27 +442,68 @@ def test_an_approved_best_is_published_and_its_body_links_to_a_page_that_shows_i
     asked = answerer.asked
     assert asked["subject"] == "Publish the best trial of experiment approved_best?"
     assert asked["options"] == ["Approve", "Reject"] and list(asked["params"]) == ["reason"]
+    assert asked["assigned_users"] == [
+        {"id": APPROVER, "name": APPROVER},
+        {"id": TRIGGERER, "name": TRIGGERER},
+    ]
     link = f"/trials/runs/{exp_run.id}"
     assert f"- **Best trial:** `{best['trial_id']}`" in asked["body"]
     assert "- **score** (max): **6** at iteration 3" in asked["body"]
     assert f"[Open the run in the trials dashboard]({link})" in asked["body"]
+
+    # The decision, recorded beside the run: who, when, why, and who triggered the run.
+    (approval,) = recorded(stack, "approved_best")
+    assert approval.outcome.value == "APPROVED" and approval.dag_run_id == run.run_id
+    assert (approval.responded_by_id, approval.responded_by_name) == (APPROVER, APPROVER)
+    assert approval.triggered_by == TRIGGERER and approval.trial_id == best["trial_id"]
+    assert approval.reason == "beats last week's"
+    assert approval.responded_at.isoformat() == answerer.answered["responded_at"].replace(
+        "Z", "+00:00"
+    )
     page = httpx.get(base + link, headers={"Authorization": f"Bearer {token}"}, timeout=30)
     assert page.status_code == 200 and best["trial_id"] in page.text
+    assert "approved by bob (id bob); reason: beats last week&#39;s" in page.text
 
     decision = xcom(run, "tune.approve_best", key="decision")
     assert xcom(run, "tune.approve_best") == decision
     assert decision["chosen_options"] == ["Approve"] and decision["approved"] is True
+    assert decision["outcome"] == "APPROVED" and decision["triggered_by"] == TRIGGERER
     assert decision["reason"] == "beats last week's"
     assert decision["responded_by_user"] == answerer.answered["responded_by"]
-    assert decision["responded_by_user"]["name"] == "admin"
+    assert decision["responded_by_user"] == {"id": APPROVER, "name": APPROVER}
     assert decision["trial_id"] == best["trial_id"]
-    assert (
-        f"admin (id {decision['responded_by_user']['id']}) approved the best trial "
-        f"{best['trial_id']}" in capfd.readouterr().out
-    )
+    assert f"bob (id bob) approved the best trial {best['trial_id']}" in capfd.readouterr().out
 
 
-def test_a_rejected_best_is_not_published_and_who_rejected_it_and_why_is_kept(stack, capfd):
+def test_the_user_who_triggered_the_run_cannot_approve_it(stack):
+    run, _ = run_answered(stack, "self_approved", "Approve", "mine is fine", user=TRIGGERER)
+    states = task_states(run)
+    assert run.state == "failed", states
+    assert states[("tune.approve_best", -1)] == "failed"
+    assert states[("tune.publish_best", -1)] == "upstream_failed"
+    assert states[("deploy", -1)] == "upstream_failed"
+    assert asset_events(run) == []
+    (approval,) = recorded(stack, "self_approved")
+    assert approval.outcome.value == "SELF_APPROVED"
+    assert approval.responded_by_id == approval.triggered_by == TRIGGERER
+    # Running publish_best anyway (cleared, as the UI's Clear does) publishes nothing.
+    assert clear_and_run(stack, "self_approved", run, "tune.publish_best") == "failed"
+    assert asset_events(run) == []
+
+
+def test_marking_approve_best_success_skips_no_gate(stack):
+    run, answerer = run_answered(stack, "marked_best", "Approve", "", mark_success=True)
+    states = task_states(run)
+    (marked,) = answerer.answered["task_instances"]
+    assert (marked["task_id"], marked["state"]) == ("tune.approve_best", "success")
+    assert states[("tune.approve_best", -1)] == "success"  # marked, never answered
+    assert states[("tune.publish_best", -1)] == "failed"  # no recorded answer: refused
+    assert states[("deploy", -1)] == "upstream_failed"
+    assert run.state == "failed" and asset_events(run) == []
+    assert recorded(stack, "marked_best") == []
+
+
+def test_a_rejected_best_is_never_published_and_who_rejected_it_and_why_is_kept(stack, capfd):
     reason = "val set leaked into training"
     run, answerer = run_answered(stack, "rejected_best", "Reject", reason)
     states = task_states(run)
@@ -360,13 +518,16 @@ def test_a_rejected_best_is_not_published_and_who_rejected_it_and_why_is_kept(st
     decision = xcom(run, "tune.approve_best", key="decision")
     assert decision["chosen_options"] == ["Reject"] and decision["approved"] is False
     assert decision["reason"] == reason and decision["params_input"] == {"reason": reason}
-    assert decision["responded_by_user"]["name"] == "admin"
+    assert decision["responded_by_user"]["name"] == APPROVER
+    assert decision["outcome"] == "REJECTED"
     log = capfd.readouterr().out
+    assert f"bob (id bob) rejected the best trial {best['trial_id']}" in log
     assert (
-        f"admin (id {decision['responded_by_user']['id']}) rejected the best trial "
-        f"{best['trial_id']}" in log
+        f"reason: {reason}. publish_best is skipped: the Asset gets no event, and the rejection "
+        "is final." in log
     )
-    assert f"reason: {reason}. publish_best is skipped: the Asset gets no event." in log
+    (approval,) = recorded(stack, "rejected_best")
+    assert approval.outcome.value == "REJECTED" and approval.reason == reason
 
     # Airflow keeps the answer too: the task instance's HITL detail, read back through the API.
     base, token = stack.server.get()
@@ -381,3 +542,13 @@ def test_a_rejected_best_is_not_published_and_who_rejected_it_and_why_is_kept(st
     assert kept["chosen_options"] == ["Reject"] and kept["params_input"] == {"reason": reason}
     assert kept["responded_by_user"] == decision["responded_by_user"]
     assert kept["response_received"] is True
+
+    # A rejection is final: clearing publish_best publishes nothing, and approve_best cleared
+    # does not ask again.
+    assert clear_and_run(stack, "rejected_best", run, "tune.publish_best") == "failed"
+    assert clear_and_run(stack, "rejected_best", run, "tune.approve_best") == "failed"
+    assert asset_events(run) == []
+    assert recorded(stack, "rejected_best") == [approval]
+    log = capfd.readouterr().out
+    assert "bob (id bob) rejected it, and a rejection is final" in log
+    assert "was rejected by bob at" in log and "it is not asked again" in log

@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -64,15 +64,19 @@ def stop_process(proc: subprocess.Popen) -> None:
 
 
 @contextlib.contextmanager
-def start_api_server(url: str, directory: Path) -> Iterator[tuple[str, str]]:
+def start_api_server(
+    url: str, directory: Path, more_users: Sequence[str] = ()
+) -> Iterator[tuple[str, str]]:
     """``airflow api-server`` on a free port, reading the trials DB at ``url`` through the
     ``trials_default`` connection; yields (base URL, an admin's token). The session's AIRFLOW_HOME
     must be migrated first (depend on the ``airflow_home`` fixture). The server's log is
-    ``directory/api-server.log``."""
+    ``directory/api-server.log``. ``more_users``: admins besides ``admin``, each with the password
+    ``<name>-pw`` (:func:`token_for`)."""
     tmp_path = directory
     port = free_port()
     passwords = tmp_path / "passwords.json"
-    passwords.write_text(json.dumps({"admin": "admin-pw"}))
+    users = ["admin", *more_users]
+    passwords.write_text(json.dumps({user: f"{user}-pw" for user in users}))
     env = {
         **os.environ,
         # The trials_default connection wins over AIRFLOW_TRIALS_DB_URL, which points nowhere here.
@@ -83,7 +87,7 @@ def start_api_server(url: str, directory: Path) -> Iterator[tuple[str, str]]:
         "AIRFLOW__CORE__AUTH_MANAGER": (
             "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
         ),
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(f"{u}:admin" for u in users),
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
         "AIRFLOW__API_AUTH__JWT_SECRET": "browser-test-" + "s" * 64,
@@ -119,13 +123,18 @@ def start_api_server(url: str, directory: Path) -> Iterator[tuple[str, str]]:
                 return False
 
         wait_for(healthy, 240, "the api-server to answer", proc, log)
-        response = httpx.post(
-            f"{base}/auth/token", json={"username": "admin", "password": "admin-pw"}, timeout=10
-        )
-        assert response.status_code == 201, response.text
-        yield base, response.json()["access_token"]
+        yield base, token_for(base, "admin")
     finally:
         stop_process(proc)
+
+
+def token_for(base: str, user: str) -> str:
+    """A token of one of :func:`start_api_server`'s users."""
+    response = httpx.post(
+        f"{base}/auth/token", json={"username": user, "password": f"{user}-pw"}, timeout=10
+    )
+    assert response.status_code == 201, response.text
+    return response.json()["access_token"]
 
 
 class Browser:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 # Importing the command modules registers their commands on app.
 from airflow_trials.cli import (  # noqa: F401
+    approvals_cmd,
     commands,
     delete_run_cmd,
     export_cmd,

@@ -4,8 +4,10 @@ judges, and ``publish_best`` asks it again before it publishes."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any, NamedTuple
 
 
 class ApprovalOutcome(StrEnum):
@@ -30,18 +32,52 @@ class ApprovalOutcome(StrEnum):
         return self is ApprovalOutcome.REJECTED
 
 
+class Approver(NamedTuple):
+    """A user who may answer: the auth manager's id (what Airflow's ``assigned_users`` matches)
+    and the name the Required Actions page shows."""
+
+    id: str
+    name: str
+
+
 @dataclass(frozen=True)
 class ApprovalPolicy:
     """Who may approve, and whether the user who triggered a run may approve it.
 
-    :param approvers: the user ids that may answer (the auth manager's ids, as Airflow's
-        ``assigned_users`` holds them); never empty.
+    :param approvers: the users who may answer; never empty.
     :param allow_self_approval: let the user who triggered the run approve it (one-person
         teams); default False: four eyes.
     """
 
-    approvers: tuple[str, ...]
+    approvers: tuple[Approver, ...]
     allow_self_approval: bool = False
+
+    @classmethod
+    def of(cls, approvers: Any, allow_self_approval: Any = False) -> ApprovalPolicy:
+        """The policy of ``tuning_experiment(approvers=..., allow_self_approval=...)``; each
+        approver is a user id (``"alice"``, its name the same) or ``{"id": "3", "name":
+        "alice"}``. ValueError, saying what to pass, for anything else."""
+        approvers = [] if approvers is None else approvers
+        if isinstance(approvers, (str, Mapping)) or not isinstance(approvers, (list, tuple)):
+            raise ValueError(
+                f"approvers={approvers!r} is not a list of user ids; pass the Airflow user ids "
+                'who may approve, e.g. approvers=["alice", "bob"]'
+            )
+        if not approvers:
+            raise ValueError(
+                "approval=True needs approvers, the Airflow user ids who may approve the best "
+                'trial, e.g. approvers=["alice", "bob"]; nobody else may answer'
+            )
+        if not isinstance(allow_self_approval, bool):
+            raise ValueError(
+                f"allow_self_approval={allow_self_approval!r} is not True or False; leave it "
+                "out (four eyes), or pass True to let the user who triggered a run approve it"
+            )
+        return cls(tuple(_approver(one) for one in approvers), allow_self_approval)
+
+    @property
+    def approver_ids(self) -> frozenset[str]:
+        return frozenset(a.id for a in self.approvers)
 
     def judge(
         self, *, approved: bool, responder_id: str, responder_name: str, triggered_by: str | None
@@ -51,7 +87,7 @@ class ApprovalPolicy:
         user by ``get_name()`` there, so both the responder's id and name are compared."""
         if not approved:
             return ApprovalOutcome.REJECTED
-        if responder_id not in self.approvers:
+        if responder_id not in self.approver_ids:
             return ApprovalOutcome.NOT_AN_APPROVER
         if (
             not self.allow_self_approval
@@ -74,3 +110,16 @@ def refusal(outcome: ApprovalOutcome, who: str, triggered_by: str | None) -> str
     if outcome is ApprovalOutcome.NOT_AN_APPROVER:
         return f"{who} approved it but is not among the approvers"
     return ""
+
+
+def _approver(value: Any) -> Approver:
+    if isinstance(value, str) and value:
+        return Approver(value, value)
+    if isinstance(value, Mapping) and set(value) == {"id", "name"}:
+        user_id, name = value["id"], value["name"]
+        if isinstance(user_id, str) and user_id and isinstance(name, str) and name:
+            return Approver(user_id, name)
+    raise ValueError(
+        f"approver {value!r} is not a user id; give each approver as its Airflow user id (a "
+        'non-empty string such as "alice") or as {"id": "3", "name": "alice"}'
+    )

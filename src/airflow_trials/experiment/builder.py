@@ -82,6 +82,8 @@ def tuning_experiment(
     regression_tolerance: Mapping[str, float] | None = None,
     mlflow_export: MlflowExport | str | None = None,
     approval: bool = False,
+    approvers: Sequence[str | Mapping[str, str]] | None = None,
+    allow_self_approval: bool = False,
 ) -> TaskGroup:
     """Declare a tuning experiment inside a ``with DAG(...)`` block; returns its task group.
 
@@ -129,10 +131,12 @@ def tuning_experiment(
     continues its TERMINATED trials from their latest checkpoints to the raised stop, in that run
     (:mod:`airflow_trials.experiment.extension`, docs/airflow.md). Unset, a run is a normal run.
 
-    **Approval.** ``approval=True``: ``select_best`` no longer emits the Asset event; Airflow's
-    ApprovalOperator, ``approve_best``, shows the best trial and waits for a person, and
-    ``publish_best`` emits the event once they approve. A rejection skips ``publish_best``
-    (:mod:`airflow_trials.experiment.approval`). Default False.
+    **Approval.** ``approval=True, approvers=["alice", "bob"]``: ``select_best`` no longer emits
+    the Asset event; Airflow's ApprovalOperator, ``approve_best``, shows the best trial and waits
+    for one of ``approvers`` (user ids, Airflow's ``assigned_users``), and ``publish_best`` emits
+    the event once the answer recorded in the trials DB says approved, by an approver who did not
+    trigger the run (four eyes; ``allow_self_approval=True`` lets them, for one-person teams). A
+    rejection is final (:mod:`airflow_trials.experiment.approval`). Default False.
     """
     validate_name("Experiment name", experiment_name)
     refuse_in_airflow(trainable, f"Experiment {experiment_name}")
@@ -177,7 +181,7 @@ def tuning_experiment(
         pick=pick,
         regression_tolerance=checked_tolerance(experiment_name, regression_tolerance, settings),
         mlflow_export=MlflowExport.of(mlflow_export, experiment_name),
-        approval=checked_approval(experiment_name, approval),
+        approval=checked_approval(experiment_name, approval, approvers, allow_self_approval),
     )
     with TaskGroup(group_id or experiment_name.replace(".", "_")) as group:
         if group.dag is not None:  # the trigger form's "Extend a finished run" section
@@ -217,7 +221,7 @@ def _declare_tasks(plan: TuningPlan) -> None:
         suggested >> route_trials() >> trial_tasks
 
     # With approval, publish_best emits the Asset event once a person approves.
-    select_outlets = [] if plan.approval else [plan.asset]
+    select_outlets = [] if plan.approval is not None else [plan.asset]
 
     # @task, whose operator also gives OpenLineage the run's best trial (best_task.py).
     @select_best_task(
@@ -230,7 +234,7 @@ def _declare_tasks(plan: TuningPlan) -> None:
     )
     def select_best(suggested: list[dict[str, Any]] | None, **context: Any) -> dict[str, Any]:
         best = plan.select_best(suggested, context)
-        if not plan.approval:
+        if plan.approval is None:
             context["outlet_events"][plan.asset].extra = best
         return best
 
@@ -238,8 +242,8 @@ def _declare_tasks(plan: TuningPlan) -> None:
     trial_tasks >> best
     if plan.mlflow_export is not None:
         export_mlflow_task(plan, best)
-    if plan.approval:
-        approve_and_publish(plan, best)
+    if plan.approval is not None:
+        approve_and_publish(plan, plan.approval, best)
     if plan.regression_tolerance is not None:
 
         @task(task_id="check_regression")

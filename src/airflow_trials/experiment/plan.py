@@ -12,6 +12,7 @@ from typing import Any
 from airflow.sdk import Asset
 from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_trials.core.approval import ApprovalPolicy
 from airflow_trials.core.constraints import Constraints
 from airflow_trials.core.judged import judged_scheduler
 from airflow_trials.core.pareto import scheduler_metric_and_mode
@@ -85,7 +86,7 @@ class TuningPlan:
     pick: Mapping[str, Any] | None = None
     regression_tolerance: RegressionTolerance | None = None
     mlflow_export: MlflowExport | None = None
-    approval: bool = False
+    approval: ApprovalPolicy | None = None  # approval=True: who may approve
     searcher: Any = dataclasses.field(
         default=None, init=False
     )  # search_alg, set up for the trial tasks

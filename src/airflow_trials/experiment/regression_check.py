@@ -155,7 +155,9 @@ def check_regression(
         return outcome
     if comparison.regressed:
         raise RegressionCheckFailed(
-            _message(where, run, previous, comparison, tolerance, approval=plan.approval)
+            _message(
+                where, run, previous, comparison, tolerance, approval=plan.approval is not None
+            )
         )
     log.info(
         "%s: %s is %s; the previous successful run %s had %s; worse by %s, within "

@@ -145,6 +145,7 @@ def run_page(
         dag_run_url=Links.dag_run(run),
         decisions=store.run_decision_counts(run.id),  # templates/run_decisions.html
         extensions=store.list_run_extensions(run.id),  # templates/run_extensions.html
+        approvals=store.run_approvals(run.id),  # templates/run_approvals.html
         refresh=REFRESH_SECONDS if is_live(run, board.status_counts) else None,
         crumbs=[(run.experiment_name, links.experiment(run.experiment_name))],
     )
