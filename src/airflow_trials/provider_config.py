@@ -119,6 +119,23 @@ SETTINGS: tuple[Setting, ...] = (
         "``gpu``); unset: the executor's default queue. Read where the DAG file is parsed.",
         "gpu",
     ),
+    Setting(
+        "extension_max_num_samples",
+        "integer",
+        "1000",
+        "The most new samples one extension of a finished run (``extend_num_samples``) may add, "
+        "on a DAG without a ``num_samples`` Param with a ``maximum`` (which bounds it then). Read "
+        "by the extension's ``suggest_configs``.",
+        "5000",
+    ),
+    Setting(
+        "extension_max_stop_factor",
+        "float",
+        "10",
+        "How many times a run's stopping criterion, key by key, one extension "
+        "(``extend_stop``) may raise it to. Read by the extension's ``suggest_configs``.",
+        "100",
+    ),
 )
 _BY_OPTION = {s.option: s for s in SETTINGS}
 
@@ -168,11 +185,20 @@ def setting_source(option: str) -> str:
 
 def setting_float(option: str) -> float:
     """A float setting; a value that is no number is refused, naming where it came from."""
+    return float(_parsed(option, float, "a number"))
+
+
+def setting_int(option: str) -> int:
+    """A whole-number setting; anything else is refused, naming where it came from."""
+    return int(_parsed(option, int, "a whole number"))
+
+
+def _parsed(option: str, kind: type[float] | type[int], what: str) -> float | int:
     text = setting(option)
     try:
-        return float(text or "")
+        return kind(text or "")
     except ValueError as e:
         raise ValueError(
-            f"[{SECTION}] {option} is {text!r} (from {setting_source(option)}), not a number; "
-            "set it to a number of seconds such as 2.0."
+            f"[{SECTION}] {option} is {text!r} (from {setting_source(option)}), not {what}; set "
+            f"it to one such as {_BY_OPTION[option].example}."
         ) from e

@@ -243,3 +243,60 @@ def test_new_samples_of_a_searched_run_ask_the_searcher_after_every_ended_trial(
     assert learnt == [2, 3]  # the run's two ended trials first, then the new one that ended
     trials = store.list_trials(experiment_run_id=run.id)
     assert len(trials) == 4 and {t.status.value for t in trials} == {"TERMINATED"}
+
+
+def test_an_extension_asks_for_no_more_than_the_dag_allows_a_run(
+    trials_env, fake_context, monkeypatch
+):
+    """extend_num_samples is bounded by the DAG's num_samples Param's maximum, else by
+    [airflow_trials] extension_max_num_samples; extend_stop by [airflow_trials]
+    extension_max_stop_factor times the run's stopping criterion. A refusal writes nothing."""
+    from airflow.sdk import Param
+    from airflow.sdk.exceptions import AirflowFailException
+
+    name = "extend_bounded"
+    dag = experiment_dag(name, search_space={"scale": grid_search([1.0, 2.0])})
+    assert dag.test().state == "success"
+    store = trials_env.store
+    (run,) = store.list_experiment_runs(name)
+    suggest = dag.get_task("tune.suggest_configs")
+
+    def extend(num_samples=0, stop=None, key="ext"):
+        params = {"extend_run": run.run_key, "extend_num_samples": num_samples, "extend_stop": stop}
+        ti = fake_context(dag_id=name, run_id=key)["ti"]
+        with pytest.raises(AirflowFailException) as raised:
+            suggest.python_callable(ti=ti, params=params, dag=dag)
+        return str(raised.value)
+
+    owner = f"Run {run.run_key} (id {run.id}) of experiment {name}"
+    assert (
+        f"{owner}: 1001 new samples is above 1000, the most one extension may add "
+        "([airflow_trials] extension_max_num_samples; raise it to allow more); nothing was "
+        "written."
+    ) in extend(num_samples=1001)
+    assert (
+        f"{owner}: the stop training_iteration=31 (at most 30) is above what one extension may "
+        "ask for (10 times the run's stopping criterion {'training_iteration': 3}, "
+        "[airflow_trials] extension_max_stop_factor; raise it to allow more); nothing was written."
+    ) in extend(stop={"training_iteration": 31})
+    monkeypatch.setenv("AIRFLOW__AIRFLOW_TRIALS__EXTENSION_MAX_NUM_SAMPLES", "5")
+    assert "6 new samples is above 5" in extend(num_samples=6)
+    dag.params["num_samples"] = Param(2, type="integer", minimum=1, maximum=4)
+    assert (
+        "5 new samples is above 4, the most one extension may add (the maximum of the DAG's "
+        "num_samples Param; raise it to allow more)"
+    ) in extend(num_samples=5)
+    assert store.list_run_extensions(run.id) == []
+
+    within = suggest.python_callable(
+        ti=fake_context(dag_id=name, run_id="ext_ok")["ti"],
+        params={
+            "extend_run": run.run_key,
+            "extend_num_samples": 4,
+            "extend_stop": {"training_iteration": 30},
+        },
+        dag=dag,
+    )
+    assert len(within) == 2 + 4 * 2  # both trials continue to 30; four new samples of the grid
+    (record,) = store.list_run_extensions(run.id)
+    assert record.num_samples_added == 4 and record.stop_after == {"training_iteration": 30}

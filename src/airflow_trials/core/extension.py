@@ -49,6 +49,43 @@ class ExtensionPlan:
     stop_after: dict[str, float] | None = None
 
 
+@dataclass(frozen=True)
+class ExtensionLimits:
+    """The most one extension may ask for, so that it cannot go past what its DAG allows a run.
+
+    :param max_num_samples: the most new samples.
+    :param num_samples_from: where that ceiling comes from and how to raise it, for the refusal.
+    :param max_stop: the highest raised stop per key (keys not here are not bounded: a key the
+        run's criterion lacks can only stop its trials sooner).
+    :param stop_from: where those ceilings come from and how to raise them, for the refusal.
+    """
+
+    max_num_samples: int
+    num_samples_from: str
+    max_stop: Mapping[str, float] = field(default_factory=dict)
+    stop_from: str = ""
+
+
+def _check_limits(
+    owner: str, num_samples: int, stop: Mapping[str, float] | None, limits: ExtensionLimits
+) -> None:
+    if num_samples > limits.max_num_samples:
+        raise ExtensionRefusedError(
+            f"{owner}: {num_samples} new samples is above {limits.max_num_samples}, the most one "
+            f"extension may add ({limits.num_samples_from}); nothing was written."
+        )
+    above = [
+        f"{key}={value} (at most {limits.max_stop[key]:g})"
+        for key, value in (stop or {}).items()
+        if key in limits.max_stop and value > limits.max_stop[key]
+    ]
+    if above:
+        raise ExtensionRefusedError(
+            f"{owner}: the stop {', '.join(above)} is above what one extension may ask for "
+            f"({limits.stop_from}); nothing was written."
+        )
+
+
 def checked_stop(stop: Any, owner: str) -> dict[str, float] | None:
     """``stop`` as ``{metric: number}`` (None: unchanged); ExtensionRefusedError otherwise."""
     if stop is None or stop == {}:
@@ -79,6 +116,7 @@ def plan_extension(
     has_checkpoint: Callable[[str], bool],
     space_before: Any = None,
     space_now: Any = None,
+    limits: ExtensionLimits | None = None,
 ) -> ExtensionPlan:
     """Check an extension of a run and say which trials continue; ExtensionRefusedError, naming
     ``owner`` (the run), why and the fix, for each refusal of the module's docstring.
@@ -93,6 +131,8 @@ def plan_extension(
     :param has_checkpoint: whether a trial has a checkpoint to continue from.
     :param space_before: the run's stored search space; None: not checked.
     :param space_now: the search space the extension would run with; None: not checked.
+    :param limits: the ceilings of the DAG that runs the extension; None: not checked (the CLI,
+        which does not know them; the DAG run checks them).
     """
     busy = [t.trial_id for t in trials if not t.status.is_terminal()]
     if run_status == "RUNNING" or busy:
@@ -108,6 +148,8 @@ def plan_extension(
             "written. Ask for --num-samples +N with N >= 0."
         )
     raised = _raised_stop(owner, stop_before, checked_stop(stop, owner))
+    if limits is not None:
+        _check_limits(owner, num_samples, raised, limits)
     if num_samples == 0 and raised is None:
         raise ExtensionRefusedError(
             f"{owner}: the extension adds no sample and raises no stopping criterion, so it "

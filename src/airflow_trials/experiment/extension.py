@@ -8,6 +8,7 @@ The rules (what is refused, which trials continue, how ASHA's rungs extend) are
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,6 +17,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_trials.core.extension import (
     SWEEP_MAX_T,
+    ExtensionLimits,
     checked_stop,
     extended_scheduler,
     plan_extension,
@@ -25,6 +27,7 @@ from airflow_trials.core.search import generate_configs
 from airflow_trials.exceptions import ExperimentNotFoundError, ExtensionRefusedError
 from airflow_trials.experiment.settings import ExperimentSettings, trial_ids
 from airflow_trials.hooks.trials import TrialsHook
+from airflow_trials.provider_config import setting_float, setting_int, setting_source
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +53,8 @@ def extension_params() -> dict[str, Param]:
             type="integer",
             minimum=0,
             title="New samples",
-            description="New trials that continue the run's search.",
+            description="New trials that continue the run's search; at most the maximum of "
+            "the DAG's num_samples param, else [airflow_trials] extension_max_num_samples.",
             section=SECTION,
         ),
         EXTEND_STOP: Param(
@@ -58,7 +62,8 @@ def extension_params() -> dict[str, Param]:
             type=["null", "object"],
             title="Raised stop",
             description='e.g. {"training_iteration": 20}: the run\'s TERMINATED trials continue '
-            "from their latest checkpoint to it.",
+            "from their latest checkpoint to it; at most [airflow_trials] "
+            "extension_max_stop_factor (default 10) times the run's stop.",
             section=SECTION,
         ),
     }
@@ -116,6 +121,7 @@ def extension_entries(
                 has_checkpoint=lambda t: store.latest_checkpoint(t) is not None,
                 space_before=target.search_space,
                 space_now=run.search_space,
+                limits=extension_limits(context, run),
             )
             for trial_id, why in decision.kept:
                 log.warning("Extension of %s: trial %s keeps its end: %s.", owner, trial_id, why)
@@ -181,6 +187,50 @@ def extension_entries(
             "above). Ask for new samples (extend_num_samples)."
         )
     return [{**entry, **per_run} for entry in entries]
+
+
+def extension_limits(context: Mapping[str, Any], run: ExperimentSettings) -> ExtensionLimits:
+    """The ceilings of an extension run by this DAG, so that it asks for no more than its DAG
+    allows a run: new samples at most the ``maximum`` of the DAG's ``num_samples`` Param (the
+    trigger form's limit on a run's samples), else ``[airflow_trials] extension_max_num_samples``;
+    a raised stop at most ``[airflow_trials] extension_max_stop_factor`` times this DAG run's
+    stopping criterion (the DAG file's, or ``from_params``'), key by key."""
+    try:
+        maximum = _param_maximum(context, "num_samples")
+        if maximum is not None:
+            max_num_samples = int(maximum)
+            num_samples_from = "the maximum of the DAG's num_samples Param; raise it to allow more"
+        else:
+            option = "extension_max_num_samples"
+            max_num_samples = setting_int(option)
+            num_samples_from = f"{setting_source(option)}; raise it to allow more"
+        option = "extension_max_stop_factor"
+        factor = setting_float(option)
+        if not 1 <= factor < math.inf or max_num_samples < 0:
+            raise ValueError(
+                f"{setting_source(option)} is {factor:g} and the most new samples "
+                f"{max_num_samples}: the factor must be a finite number >= 1 and the samples "
+                ">= 0; fix the setting."
+            )
+    except ValueError as e:
+        raise ExtensionRefusedError(f"{e} Nothing was written.") from e
+    return ExtensionLimits(
+        max_num_samples=max_num_samples,
+        num_samples_from=num_samples_from,
+        max_stop={key: value * factor for key, value in (run.stop or {}).items()},
+        stop_from=f"{factor:g} times the run's stopping criterion {run.stop}, "
+        f"{setting_source(option)}; raise it to allow more",
+    )
+
+
+def _param_maximum(context: Mapping[str, Any], name: str) -> float | None:
+    """The ``maximum`` of the DAG's Param ``name``; None when it has no such Param or bound."""
+    params = getattr(context.get("dag"), "params", None)
+    if params is None or name not in params:
+        return None
+    maximum = params.get_param(name).schema.get("maximum")
+    number = isinstance(maximum, int | float) and not isinstance(maximum, bool)
+    return maximum if number else None
 
 
 def _new_configs(
