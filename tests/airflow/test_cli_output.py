@@ -230,6 +230,73 @@ def test_an_unknown_output_is_a_usage_error(seeded):
     assert invoke("runs", "--db-url", seeded, "-o", "csv").exit_code == 2
 
 
+# -- hostile values ------------------------------------------------------------------------------
+HOSTILE_CONFIG = {"path": "[/x]", "style": "[bold red]loud[/]", "screen": "\x1b[2Jcleared\x07"}
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory):
+    """A run whose config values are Rich markup and terminal escapes, and whose key is markup."""
+    from airflow_trials.store import TrialStore
+
+    url = f"sqlite:///{tmp_path_factory.mktemp('cli_hostile') / 'trials.db'}"
+    store = TrialStore(url, create=True)
+    try:
+        store.ensure_experiment("hostile", metric="loss", mode="min")
+        run = store.create_experiment_run("hostile", "[/run]\x1b]0;title\x07")
+        store.upsert_trial(
+            "hostile-0", trainable="m:f", config=HOSTILE_CONFIG, resources={}, max_failures=0,
+            experiment_run_id=run,
+        )  # fmt: skip
+        store.add_results("hostile-0", [{"training_iteration": 1, "loss": 0.5}])
+    finally:
+        store.dispose()
+    return url
+
+
+@pytest.mark.parametrize("command", ["leaderboard", "trials", "runs"])
+@pytest.mark.parametrize("fmt", ["table", "plain"])
+def test_markup_and_terminal_escapes_in_values_are_printed_as_text(hostile, command, fmt):
+    result = invoke(command, "hostile", "--db-url", hostile, "-o", fmt)
+    assert result.exit_code == 0, result.output
+    text = result.stdout
+    assert "\x1b" not in text and "\x07" not in text  # nothing reaches the terminal raw
+    if command == "runs" or fmt == "table":  # the run key: a column, or the table's title
+        assert "[/run]\\x1b]0;title\\x07" in text
+    if command == "leaderboard":
+        assert "[/x]" in text and "[bold red]loud[/]" in text
+        assert "\\x1b[2Jcleared\\x07" in text
+
+
+def test_an_error_line_shows_escapes_instead_of_sending_them(hostile):
+    line = one_error_line(
+        invoke("leaderboard", "hostile", "--run", "[/x]\x1b[2J", "--db-url", hostile)
+    )
+    assert "\x1b" not in line and "[/x]\\x1b[2J" in line
+
+
+EXPORT = ["export", "mlflow", EXPERIMENT, "--tracking-uri", "http://x:1"]
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (["history", EXPERIMENT, "--last", "1e20"], "--last"),
+        (["history", EXPERIMENT, "--last", str(10**20)], "--last"),
+        (["leaderboard", EXPERIMENT, "--limit", str(10**20)], "--limit"),
+        ([*EXPORT, "--max-artifact-mb", "inf"], "--max-artifact-mb"),
+        ([*EXPORT, "--max-artifact-mb", "nan"], "--max-artifact-mb"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else " ".join(v[-2:]),
+)  # fmt: skip
+def test_a_number_out_of_range_is_a_usage_error_not_a_traceback(seeded, args, option):
+    result = invoke(*args, "--db-url", seeded)
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    assert f"Invalid value for '{option}'" in result.output, result.output
+
+
 # -- one-line errors -----------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("url", "fix"),

@@ -11,6 +11,7 @@ import typer
 
 from airflow_trials.cli.boards import leaderboard_rows, print_pareto_leaderboard
 from airflow_trials.cli.common import (
+    MAX_COUNT,
     AsJson,
     CliError,
     DbUrl,
@@ -67,9 +68,11 @@ def db_upgrade(ctx: typer.Context, db_url: DbUrl = None) -> None:
 
 @pool_app.command("set")
 def pool_set(
-    gpus: Annotated[int, typer.Option("--gpus", min=0, help="GPUs the pool stands for.")],
+    gpus: Annotated[
+        int, typer.Option("--gpus", min=0, max=MAX_COUNT, help="GPUs the pool stands for.")
+    ],
     name: Annotated[str, typer.Option("--name")] = "gpu",
-    slots_per_gpu: Annotated[int, typer.Option("--slots-per-gpu", min=1)] = 4,
+    slots_per_gpu: Annotated[int, typer.Option("--slots-per-gpu", min=1, max=MAX_COUNT)] = 4,
     output: Output = None,
     as_json: AsJson = False,
 ) -> None:
@@ -357,7 +360,7 @@ def leaderboard(
     run: RunOption = "latest",
     metric: Annotated[str | None, typer.Option(help="Default: the experiment's metric.")] = None,
     mode: Annotated[str | None, typer.Option(help="min or max; default: the experiment's.")] = None,
-    limit: Annotated[int | None, typer.Option(min=1)] = None,
+    limit: Annotated[int | None, typer.Option(min=1, max=MAX_COUNT)] = None,
     db_url: DbUrl = None,
     output: Output = None,
     as_json: AsJson = False,

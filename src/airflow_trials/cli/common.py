@@ -8,8 +8,9 @@ from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
-from airflow_trials.cli.output import OutputFormat
+from airflow_trials.cli.output import OutputFormat, printable
 
 app = typer.Typer(
     name="airflow-trials",
@@ -24,8 +25,25 @@ pool_app = typer.Typer(help="The Airflow GPU pool.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 app.add_typer(pool_app, name="pool")
 
-out = Console()
-err = Console(stderr=True)
+
+class _ValuesConsole(Console):
+    """A console that prints values as they are: a string is never Rich markup (``[/x]`` in a
+    config value is text, not a closing tag), and control characters are shown escaped
+    (:func:`~airflow_trials.cli.output.printable`), never sent to the terminal. Every string
+    printed, table cells and titles included, passes :meth:`render_str`."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(markup=False, **kwargs)
+
+    def render_str(self, text: str, **kwargs: Any) -> Text:
+        return super().render_str(printable(text), **kwargs)
+
+
+out = _ValuesConsole()
+err = _ValuesConsole(stderr=True)
+#: The largest count an option takes (--last, --limit, --gpus): what every database's INTEGER
+#: holds, so a larger one is a usage error that names the option, not an overflow in a query.
+MAX_COUNT = 2**31 - 1
 # Piped or redirected, a table is as wide as its content: ids, run keys and paths are never cut.
 PIPED_WIDTH = 10_000
 
@@ -70,10 +88,10 @@ class CliError(Exception):
 
 def fail(message: str) -> NoReturn:
     """Print ``Error: message`` as one line on stderr and exit with code 1."""
-    from rich.text import Text
-
     # A Text, not markup: a message may hold brackets ("[parameters: ...]") that Rich would eat.
-    err.print(Text.assemble(("Error:", "red"), " ", message), highlight=False, soft_wrap=True)
+    err.print(
+        Text.assemble(("Error:", "red"), " ", printable(message)), highlight=False, soft_wrap=True
+    )
     raise typer.Exit(1)
 
 

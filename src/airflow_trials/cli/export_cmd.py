@@ -26,6 +26,8 @@ export_app = typer.Typer(
     help="Export an experiment run to another tool (MLflow).", no_args_is_help=True
 )
 app.add_typer(export_app, name="export")
+#: --max-artifact-mb's ceiling, 1 TiB: a finite size that fits MlflowExport's byte count.
+MAX_ARTIFACT_MB = 1024 * 1024
 
 
 class Checkpoints(enum.StrEnum):
@@ -80,6 +82,7 @@ def export_mlflow(
         typer.Option(
             "--max-artifact-mb",
             min=0,
+            max=MAX_ARTIFACT_MB,
             help="A checkpoint larger than this (MiB) is referenced by its URI, not logged.",
         ),
     ] = 100.0,

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from airflow_trials.cli.common import DbUrl, Output, app, guard, out, output_format
+from airflow_trials.cli.common import MAX_COUNT, DbUrl, Output, app, guard, out, output_format
 from airflow_trials.cli.output import OutputFormat, emit
 from airflow_trials.cli.trials_db import open_for_reading
 
@@ -15,7 +15,9 @@ _TIME = "%Y-%m-%d %H:%M"
 
 Last = Annotated[
     int | None,
-    typer.Option("--last", min=1, help="Only the N newest runs (default: every run)."),
+    typer.Option(
+        "--last", min=1, max=MAX_COUNT, help="Only the N newest runs (default: every run)."
+    ),
 ]
 
 

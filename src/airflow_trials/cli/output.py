@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import enum
 import json
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, is_dataclass
@@ -59,7 +60,18 @@ def print_plain(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
 
 def _plain_cell(cell: str) -> str:
     # A tab or newline inside a value would split it into two columns or two rows.
-    return " ".join(str(cell).split("\n")).replace("\t", " ")
+    return printable(" ".join(str(cell).split("\n")).replace("\t", " "))
+
+
+# Control characters, and the Unicode marks that reorder how a line reads (bidi overrides).
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """``text`` with each control character written out as an escape (``\\x1b``): a value from
+    the trials DB (a config value, a run key) may hold terminal escapes, which would clear the
+    screen or retitle the window if printed raw. Newlines and tabs stay."""
+    return _UNPRINTABLE.sub(lambda m: ascii(m.group())[1:-1], text)
 
 
 def make_table(
