@@ -220,8 +220,8 @@ def test_a_warm_start_takes_no_run_of_another_dag_unless_the_dag_names_it(
         suggest(source="night2")  # another DAG's run key, not named
     assert (
         "experiment shared has no run 'night2' of DAG tune_a to warm-start from (latest runs: "
-        "night1, manual__0); name one of its runs, 'previous' or 'asset', or name the source DAG with "
-        "WarmStart(dag_id=...) to take another DAG's run (its checkpoints are code you load)"
+        "night1, manual__0); name one of its runs, 'previous' or 'asset', or name the source DAG "
+        "with WarmStart(dag_id=...) to take another DAG's run (its checkpoints are code you load)"
     ) in str(raised.value)
     named = suggest(dag_id="other_team", source="previous")
     assert named[0]["warm_start"]["run_key"] == "night2" and named[0]["restore_path"] == theirs
