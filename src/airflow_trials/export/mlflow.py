@@ -472,6 +472,12 @@ class _RunExport:
                 self.client.log_artifacts(run_id, local, artifact_path)
             else:
                 self.client.log_artifact(run_id, local, posixpath.dirname(artifact_path))
+        if skipped:
+            self.notes.append(
+                f"trial {trial_id}: {len(skipped)} entries of checkpoint {checkpoint} were not "
+                f"logged (symlinks, not regular files, or names outside it): "
+                f"{', '.join(skipped)}."
+            )
         self.client.set_tag(run_id, CHECKPOINT_ARTIFACT_TAG, artifact_path)
         self.counts["artifacts"] += 1
         log.info("Logged checkpoint %s of trial %s as %s", checkpoint, trial_id, artifact_path)
@@ -480,9 +486,3 @@ class _RunExport:
 
 def _millis(moment: datetime | None) -> int | None:
     return None if moment is None else int(moment.timestamp() * 1000)
-        if skipped:
-            self.notes.append(
-                f"trial {trial_id}: {len(skipped)} entries of checkpoint {checkpoint} were not "
-                f"logged (symlinks, not regular files, or names outside it): "
-                f"{', '.join(skipped)}."
-            )
