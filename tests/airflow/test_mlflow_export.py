@@ -153,7 +153,7 @@ def test_a_run_becomes_a_parent_run_with_a_child_run_per_trial(tracking_uri, see
     target = f"nightly-{backend}"
     # Every trial's checkpoint is asked for; 3000 bytes lets the small one in, not the large.
     options = ["--mlflow-experiment", target, "--checkpoints", "all"]
-    options += ["--max-artifact-mb", str(3000 / 1024 / 1024)]
+    options += ["--max-artifact-mb", str(3000 / 1024 / 1024), "--storage-path", str(tmp_path)]
     first = _export(url, tracking_uri, EXPERIMENT, "--run", night.run_key, *options)
     assert (first["trials"], first["runs_created"], first["runs_updated"]) == (6, 7, 0)
     assert (first["artifacts_logged"], first["checkpoints_referenced"]) == (1, 1)
@@ -248,6 +248,23 @@ _COUNTED = [
     "metrics_logged",
     "artifacts_logged",
 ]
+
+
+def test_a_checkpoint_outside_the_storage_root_is_referenced_never_read(tracking_uri, seeded):
+    """A row that names a folder outside the storage root (``/etc``, another team's) is not
+    read or uploaded: the export references it and says why."""
+    url, store, night, backend, small, large = seeded
+    elsewhere = str(small.parent.parent / "another-root")
+    options = ["--mlflow-experiment", f"outside-{backend}", "--checkpoints", "all"]
+    summary = _export(
+        url, tracking_uri, EXPERIMENT, "--run", night.run_key, *options, "--storage-path", elsewhere
+    )
+    assert (summary["artifacts_logged"], summary["checkpoints_referenced"]) == (0, 2)
+    assert sorted(summary["notes"]) == [
+        f"trial {trial}: best checkpoint {path} is outside the storage root {elsewhere}; "
+        "referenced by its URI (tag airflow_trials.best_checkpoint), not logged."
+        for trial, path in (("n0-best", small), ("n0-maxt", large))
+    ]
 
 
 def test_without_mlflow_the_error_names_the_extra(tmp_path, monkeypatch):

@@ -86,6 +86,16 @@ def export_mlflow(
             help="A checkpoint larger than this (MiB) is referenced by its URI, not logged.",
         ),
     ] = 100.0,
+    storage_path: Annotated[
+        str | None,
+        typer.Option(
+            "--storage-path",
+            help="The trials' storage root (a path or URL such as s3://bucket/trials): only a "
+            "checkpoint below it is read and logged; one the trials DB names elsewhere is "
+            "referenced only. Default: the configured root ([airflow_trials] storage_path, "
+            "AIRFLOW_TRIALS_STORAGE).",
+        ),
+    ] = None,
     db_url: DbUrl = None,
     output: Output = None,
     as_json: AsJson = False,
@@ -115,7 +125,7 @@ def export_mlflow(
         )
         store = open_for_reading(ctx, db_url)
         exp_run = store.resolve_run(experiment, run)
-        summary = export_to_mlflow(store, exp_run, settings)
+        summary = export_to_mlflow(store, exp_run, settings, storage_path)
         document = {
             "experiment": experiment,
             "run_key": exp_run.run_key,

@@ -39,7 +39,8 @@ def export_run(plan: TuningPlan, best: Mapping[str, Any]) -> dict[str, Any]:
     if settings is None:  # the task is declared only with an export
         raise ExportError(f"Experiment {plan.experiment_name} has no mlflow_export.")
     run_pk = int(best["experiment_run_id"])
-    store = TrialsHook(plan.ray_conn_id, plan.trials_conn_id).get_store()
+    hook = TrialsHook(plan.ray_conn_id, plan.trials_conn_id)
+    store = hook.get_store()
     try:
         run = store.find_experiment_run(run_pk)
         if run is None:
@@ -47,7 +48,9 @@ def export_run(plan: TuningPlan, best: Mapping[str, Any]) -> dict[str, Any]:
                 f"Experiment {plan.experiment_name}: select_best's run {run_pk} is not in the "
                 f"trials DB at {store!r}; check the {plan.trials_conn_id} connection."
             )
-        summary = export_to_mlflow(store.reader, run, settings)
+        # The root the trials wrote to: a checkpoint the DB names elsewhere is never uploaded.
+        root = hook.ray_hook.settings()["storage_path"]
+        summary = export_to_mlflow(store.reader, run, settings, root)
     finally:
         store.dispose()
     log.info(

@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from airflow_trials.exceptions import ExportError
+from airflow_trials.execution.storage_root import is_inside
 from airflow_trials.export.checkpoint_staging import checkpoint_bytes, local_checkpoint
 from airflow_trials.export.mlflow_mapping import (
     CHECKPOINT_ARTIFACT_TAG,
@@ -110,7 +111,10 @@ def mlflow_client(tracking_uri: str | None) -> tuple[Any, str]:
 
 
 def export_to_mlflow(
-    reader: TrialReader, run: ExperimentRunRecord, export: MlflowExport
+    reader: TrialReader,
+    run: ExperimentRunRecord,
+    export: MlflowExport,
+    storage_root: str | None = None,
 ) -> MlflowExportSummary:
     """Export ``run`` and its trials, as the trials DB holds them now, to MLflow.
 
@@ -123,6 +127,8 @@ def export_to_mlflow(
     :param reader: the trials DB, read-only (a TrialStore reads too).
     :param run: the experiment run, e.g. ``reader.resolve_run("mnist", "latest")``.
     :param export: where and how (:class:`~airflow_trials.export.mlflow_mapping.MlflowExport`).
+    :param storage_root: the storage root the trials wrote to; a checkpoint the trials DB names
+        outside it is referenced, never read or uploaded. Default: the configured root.
     :raises ExportError: mlflow is not installed, no tracking URI is set, or MLflow refused
         or did not answer.
     """
@@ -135,7 +141,10 @@ def export_to_mlflow(
         f"run {run.run_key} (id {run.id}) of experiment {run.experiment_name} to MLflow at {uri}"
     )
     try:
-        return _RunExport(reader, run, export, client, uri).export()
+        from airflow_trials.execution.storage import configured_storage_root
+
+        root = storage_root or configured_storage_root()
+        return _RunExport(reader, run, export, client, uri, root).export()
     except MlflowException as e:
         # MLflow's message names the URI as given: mask it, in the cause that is chained too.
         e.message = mask_passwords(e.message)
@@ -157,8 +166,10 @@ class _RunExport:
         export: MlflowExport,
         client: Any,
         uri: str,
+        storage_root: str,
     ) -> None:
         self.reader = reader
+        self.storage_root = storage_root
         self.run = run
         self.settings = export
         self.client = client
@@ -448,22 +459,20 @@ class _RunExport:
         artifact_path = posixpath.join("checkpoints", posixpath.basename(checkpoint.rstrip("/")))
         if present.get(CHECKPOINT_ARTIFACT_TAG) == artifact_path:
             return False
+        root = self.storage_root
+        why = None if is_inside(checkpoint, root) else f"outside the storage root {root}"
         limit = self.settings.max_artifact_bytes
         try:
-            size = checkpoint_bytes(checkpoint)
+            size = 0 if why else checkpoint_bytes(checkpoint)
         except FileNotFoundError:
+            why = "not on the storage any more"
+        if why is None and size > limit:
+            why = f"{size} bytes, more than max_artifact_bytes {limit}"
+        if why is not None:
             self.counts["referenced"] += 1
             self.notes.append(
-                f"trial {trial_id}: best checkpoint {checkpoint} is not on the storage any more; "
-                "referenced by its URI, not logged."
-            )
-            return False
-        if size > limit:
-            self.counts["referenced"] += 1
-            self.notes.append(
-                f"trial {trial_id}: best checkpoint {checkpoint} is {size} bytes, more than "
-                f"max_artifact_bytes {limit}; referenced by its URI (tag {CHECKPOINT_TAG}), not "
-                "logged."
+                f"trial {trial_id}: best checkpoint {checkpoint} is {why}; referenced by its URI "
+                f"(tag {CHECKPOINT_TAG}), not logged."
             )
             return False
         skipped: list[str] = []
