@@ -77,7 +77,7 @@ def test_dry_run_says_what_it_would_delete_and_deletes_nothing(seeded):
     assert result.exit_code == 0, result.output
     assert "Run old" in result.output and "SUCCESS" in result.output
     assert "at_trials: 2" in result.output and "at_results: 2" in result.output
-    assert "4 checkpoint(s)" in result.output and "Dry run: nothing was deleted." in result.output
+    assert "these 4 path(s) on the storage" in result.output and "Dry run: nothing was deleted." in result.output
     assert trials_of(url) == ["live-a", "live-b", "old-a", "old-b"]
     assert checkpoints_on(storage, "old-a") == [
         "checkpoint_000001",
@@ -205,3 +205,38 @@ def test_a_run_with_a_trial_not_ended_is_refused_with_its_id(seeded):
     assert "old-c (PENDING)" in result.output and "nothing was deleted" in result.output
     assert trials_of(url) == ["live-a", "live-b", "old-a", "old-b", "old-c"]
     assert len(checkpoints_on(storage, "old-a")) == 3
+
+
+def test_a_url_storage_deletes_its_checkpoints_and_the_local_log_folders(tmp_path, monkeypatch):
+    """With checkpoints on an object store, the trials' log folders are local (below
+    ``~/airflow_trials_results``): each is deleted below its own root, and the command ends
+    well, not with the rows gone and a refusal of the local folder."""
+    import fsspec
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    root = "memory://bucket-delete-run/trials"
+    url = f"sqlite:///{tmp_path / 'trials.db'}"
+    storage = TrialStorage(root)
+    store = TrialStore(url, create=True)
+    try:
+        store.ensure_experiment("exp", metric="loss", mode="min")
+        run = store.create_experiment_run("exp", "old")
+        store.upsert_trial(
+            "old-a", trainable="m:f", config={"x": 1}, resources={"cpu": 1},
+            max_failures=0, experiment_run_id=run,
+        )  # fmt: skip
+        store.record_transition("old-a", Transition.PLACED)
+        store.record_end(TrialEnd("old-a", "exp", TrialStatus.TERMINATED))
+        checkpoint = storage.checkpoint_dir("exp", "old-a", 1)
+        storage.fs.pipe(f"{checkpoint}/model.bin", b"m")
+        store.add_checkpoint("old-a", checkpoint, 1)
+        store.finish_experiment_run(run, "SUCCESS")
+    finally:
+        store.dispose()
+    log_dir = os.path.dirname(storage.log_paths("exp", "old-a")[0])
+    os.makedirs(log_dir)
+    result = invoke(url, "--run", "old", "--yes", "--storage-path", root)
+    assert result.exit_code == 0, result.output
+    assert trials_of(url) == []
+    assert not fsspec.filesystem("memory").exists(checkpoint)
+    assert not os.path.exists(log_dir)

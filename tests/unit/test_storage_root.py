@@ -52,3 +52,23 @@ def test_only_a_regular_file_below_the_root_is_opened(root, tmp_path):
         open_regular_file(str(root / "exp" / "t1"), str(root))
     with pytest.raises(FileNotFoundError):
         open_regular_file(str(root / "exp" / "t1" / "gone.log"), str(root))
+
+
+def test_a_link_below_the_root_to_another_file_below_it_is_not_opened(root):
+    """A trainable that links its log to another trial's (or a checkpoint, trial.json) would have
+    the dashboard serve that file under this trial's DAG's permissions."""
+    other = root / "exp" / "t2"
+    other.mkdir()
+    (other / "stdout.log").write_text("another DAG's log\n")
+    mine = root / "exp" / "t1"
+    os.symlink(other / "stdout.log", mine / "stderr.log")
+    with pytest.raises(OutsideStorageRootError, match=r"goes through a symlink"):
+        open_regular_file(str(mine / "stderr.log"), str(root))
+    os.symlink(other, root / "exp" / "t3")  # a linked folder on the way
+    with pytest.raises(OutsideStorageRootError, match=r"goes through a symlink"):
+        open_regular_file(str(root / "exp" / "t3" / "stdout.log"), str(root))
+    os.link(other / "stdout.log", mine / "hard.log")
+    with pytest.raises(OutsideStorageRootError, match=r"hard link"):
+        open_regular_file(str(mine / "hard.log"), str(root))
+    with open_regular_file(str(mine / "stdout.log"), str(root)) as f:  # the plain file still is
+        assert f.read() == b"mine\n"

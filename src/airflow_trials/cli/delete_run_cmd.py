@@ -17,7 +17,6 @@ from collections.abc import Callable, Sequence
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 
 from airflow_trials.cli.common import (
     AsJson,
@@ -88,13 +87,19 @@ def delete_run(
         try:
             record = resolve_run(store, experiment, run)
             plan = store.delete_experiment_run(record.id, dry_run=True, check_paths=check)
-            targets = [] if keep_checkpoints else _targets(plan, storage, storage_path is not None)
+            targets = {} if keep_checkpoints else _targets(plan, storage, storage_path is not None)
             if dry_run:
-                _report(fmt, plan, [], [], keep_checkpoints, planned=targets)
+                _report(fmt, plan, [], [], keep_checkpoints, planned=list(targets))
                 return
             if not yes:
                 _report(
-                    OutputFormat.TABLE, plan, [], [], keep_checkpoints, stream=True, planned=targets
+                    OutputFormat.TABLE,
+                    plan,
+                    [],
+                    [],
+                    keep_checkpoints,
+                    stream=True,
+                    planned=list(targets),
                 )
                 if not typer.confirm("Delete them?", default=False):
                     raise CliError(
@@ -107,7 +112,7 @@ def delete_run(
         deleted, failed = (
             ([], [])
             if keep_checkpoints
-            else _delete_files(storage, _targets(done, storage, storage_path is not None))
+            else _delete_files(_targets(done, storage, storage_path is not None))
         )
         _report(fmt, done, deleted, failed, keep_checkpoints)
         if failed:
@@ -139,26 +144,29 @@ def _inside(storage: Any, experiment: str, run: str) -> Callable[[Sequence[str]]
     return check
 
 
-def _targets(deletion: Any, storage: Any, trial_folders: bool) -> list[str]:
-    """What is deleted from the storage: the run's live checkpoints, and with ``trial_folders``
-    its trials' folders and their local log folders."""
-    targets = list(deletion.checkpoint_paths)
+def _targets(deletion: Any, storage: Any, trial_folders: bool) -> dict[str, Any]:
+    """What is deleted, each path with the storage that deletes it (only below its root): the
+    run's live checkpoints, and with ``trial_folders`` its trials' folders and their log folders,
+    which are local (below ``local_log_path``) when the storage is a URL."""
+    targets = dict.fromkeys(deletion.checkpoint_paths, storage)  # each once, in order
     if trial_folders:
+        from airflow_trials.execution.storage import TrialStorage
+
+        logs = storage if storage.is_local else TrialStorage(storage.local_log_path)
         for trial_id in deletion.trial_ids:
-            targets.append(storage.trial_dir(deletion.experiment_name, trial_id))
-            targets.append(
-                os.path.dirname(storage.log_paths(deletion.experiment_name, trial_id)[0])
-            )
-    return list(dict.fromkeys(targets))  # each once, in order
+            targets[storage.trial_dir(deletion.experiment_name, trial_id)] = storage
+            log_dir = os.path.dirname(storage.log_paths(deletion.experiment_name, trial_id)[0])
+            targets.setdefault(log_dir, logs)
+    return targets
 
 
-def _delete_files(storage: Any, targets: list[str]) -> tuple[list[str], list[tuple[str, str]]]:
-    """Delete ``targets`` through ``storage``, which deletes only below its root: the paths
-    deleted, and ``(path, why)`` of those that could not be."""
+def _delete_files(targets: dict[str, Any]) -> tuple[list[str], list[tuple[str, str]]]:
+    """Delete each path through its storage: the paths deleted, and ``(path, why)`` of those
+    that could not be."""
     from airflow_trials.exceptions import CheckpointError
 
     deleted, failed = [], []
-    for path in targets:
+    for path, storage in targets.items():
         try:
             storage.delete(path)
         except CheckpointError as e:
@@ -208,8 +216,8 @@ def _report(
     if keep_checkpoints:
         lines.append(f"  {files} checkpoint(s) kept on the storage (--keep-checkpoints)")
     elif deletion.dry_run or stream:
-        lines.append(f"  and then {files} checkpoint(s) on the storage; these paths:")
-        lines.extend(f"    {escape(path)}" for path in planned)
+        lines.append(f"  and then these {len(planned)} path(s) on the storage:")
+        lines.extend(f"    {path}" for path in planned)
     else:
         lines.append(f"  and {len(deleted)} checkpoint(s) or trial folder(s) on the storage")
     if deletion.dry_run and not stream:

@@ -68,7 +68,18 @@ def open_regular_file(path: str, root: str) -> BinaryIO:
     :raises FileNotFoundError: no such file.
     """
     resolved = resolve_inside(path, root)
-    return open_no_follow(resolved, shown_as=path)
+    if resolved != _without_links(path, root):
+        # A link anywhere below the root (to another trial's log, a checkpoint, trial.json) is
+        # refused as well: the file served must be the one the caller named.
+        raise OutsideStorageRootError(
+            f"{path} goes through a symlink below the storage root {root}, which is never "
+            "followed: only regular files are read."
+        )
+    opened = open_no_follow(resolved, shown_as=path)
+    if os.fstat(opened.fileno()).st_nlink > 1:  # a hard link reaches another file the same way
+        opened.close()
+        raise OutsideStorageRootError(f"{path} is a hard link: only unlinked files are read.")
+    return opened
 
 
 def open_no_follow(path: str, *, shown_as: str | None = None) -> BinaryIO:
@@ -96,8 +107,22 @@ def open_no_follow(path: str, *, shown_as: str | None = None) -> BinaryIO:
     return os.fdopen(fd, "rb")
 
 
+def _without_links(path: str, root: str) -> str | None:
+    """``path`` below the root's realpath as if no symlink below the root were followed; None
+    when its plain (absolute, normalised) form is below neither form of the root."""
+    plain = os.path.normpath(os.path.abspath(_local(path)))
+    for base in (os.path.normpath(os.path.abspath(_local(root))), _real(root)):
+        if os.path.commonpath([plain, base]) == base:
+            return os.path.join(_real(root), os.path.relpath(plain, base))
+    return None
+
+
+def _local(path: str) -> str:
+    return os.path.expanduser(path.removeprefix("file://"))
+
+
 def _real(path: str) -> str:
-    return os.path.realpath(os.path.expanduser(path.removeprefix("file://")))
+    return os.path.realpath(_local(path))
 
 
 def _normalised_url(url: str) -> str:
