@@ -851,9 +851,12 @@ def test_compose_refuses_to_start_without_a_secret_and_says_how_to_make_one(vari
 
 
 def test_the_published_ports_follow_airflow_trials_bind():
+    """Opening the UI does not open Ray's dashboard, which has no login and runs jobs."""
     c = compose({**TEST_ENV, "AIRFLOW_TRIALS_BIND": "0.0.0.0"})
     assert c["services"]["airflow-api-server"]["ports"] == ["0.0.0.0:8080:8080"]
-    assert c["services"]["ray-head"]["ports"] == ["0.0.0.0:8265:8265"]
+    assert c["services"]["ray-head"]["ports"] == ["127.0.0.1:8265:8265"]
+    c = compose({**TEST_ENV, "RAY_DASHBOARD_BIND": "10.0.0.5"})
+    assert c["services"]["ray-head"]["ports"] == ["10.0.0.5:8265:8265"]
     assert port_problems(compose()) == []
 
 
