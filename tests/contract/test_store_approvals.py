@@ -15,11 +15,13 @@ from tests.contract.conftest import MEMORY, POSTGRESQL, SQLITE_FILE
 AT = dt.datetime(2026, 11, 28, 9, 30, tzinfo=dt.UTC)
 
 
-def answer(store, run: int, dag_run_id: str, outcome: str, who: str, minutes: int = 0):
+def answer(
+    store, run: int, dag_run_id: str, outcome: str, who: str, minutes: int = 0, trial: str = "t-1"
+):
     return store.record_approval(
         run,
         dag_run_id,
-        trial_id="t-1",
+        trial_id=trial,
         outcome=outcome,
         responded_by_id=who,
         responded_by_name=who.title(),
@@ -56,8 +58,11 @@ class ApprovalContract:
         assert rejected.describe() == (
             "Carol (id carol) rejected it, and a rejection is final; reason: carol says rejected"
         )
-        # An extension's DAG run asks again about the same run: its answer is its own.
-        extended = answer(store, run, "extend-1", "APPROVED", "bob", minutes=9)
+        # An extension's DAG run may not approve the trial another DAG run rejected...
+        assert answer(store, run, "extend-1", "APPROVED", "bob", minutes=9) == rejected
+        assert store.run_approvals(run) == [rejected]
+        # ...but its answer about another best trial is its own.
+        extended = answer(store, run, "extend-1", "APPROVED", "bob", minutes=9, trial="t-2")
         assert store.run_approvals(run) == [rejected, extended]
 
     def test_an_unknown_run_or_outcome_is_refused_and_nothing_is_written(self, store):

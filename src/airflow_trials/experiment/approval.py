@@ -193,12 +193,13 @@ class ApproveBestOperator(ApprovalOperator):
     def execute(self, context: Any) -> Any:
         run_pk, run_id = self.best["experiment_run_id"], context["ti"].run_id
         with open_store(self.trials_conn_id) as store:
-            recorded = recorded_answer(store, run_pk, run_id)
+            recorded = recorded_answer(store, run_pk, run_id, self.best["trial_id"])
         if recorded is not None and recorded.outcome.is_final():
             raise AirflowFailException(
                 f"Experiment {self.experiment_name}, DAG run {run_id}: the best trial "
                 f"{recorded.trial_id} of experiment run {run_pk} was rejected by "
-                f"{recorded.responded_by_name} at {recorded.responded_at.isoformat()}; a "
+                f"{recorded.responded_by_name} at {recorded.responded_at.isoformat()} (DAG run "
+                f"{recorded.dag_run_id}); a "
                 "rejection is final, so it is not asked again. Trigger a new DAG run."
             )
         run_page = dashboard_url(RUN_PAGE.format(run_pk=run_pk))
@@ -286,9 +287,15 @@ def open_store(trials_conn_id: str) -> Iterator[TrialStore]:
         store.dispose()
 
 
-def recorded_answer(store: TrialStore, run_pk: int, run_id: str) -> RunApprovalRecord | None:
-    """The answer DAG run ``run_id`` recorded about experiment run ``run_pk``; None if none."""
-    return next((a for a in store.run_approvals(run_pk) if a.dag_run_id == run_id), None)
+def recorded_answer(
+    store: TrialStore, run_pk: int, run_id: str, trial_id: str
+) -> RunApprovalRecord | None:
+    """The answer that stands for DAG run ``run_id`` about trial ``trial_id`` of experiment run
+    ``run_pk``: a rejection of that trial by any DAG run (final, as the store keeps it), else
+    this DAG run's answer; None if none."""
+    answers = store.run_approvals(run_pk)
+    rejected = (a for a in answers if a.trial_id == trial_id and a.outcome.is_final())
+    return next(rejected, None) or next((a for a in answers if a.dag_run_id == run_id), None)
 
 
 def _consequence(recorded: RunApprovalRecord) -> str:
@@ -320,7 +327,7 @@ def check_publishable(
     run_pk, run_id = best["experiment_run_id"], context["ti"].run_id
     where = f"Experiment {plan.experiment_name}, DAG run {run_id}: publish_best refuses"
     with open_store(plan.trials_conn_id) as store:
-        recorded = recorded_answer(store, run_pk, run_id)
+        recorded = recorded_answer(store, run_pk, run_id, best["trial_id"])
     if recorded is None:
         raise AirflowFailException(
             f"{where}: no answer to approve_best is recorded for experiment run {run_pk} (was "

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from airflow_trials.core.approval import ApprovalOutcome
@@ -45,7 +45,9 @@ class ApprovalWriter(StoreBase):
         trial, under the run's row lock; returns the record that stands.
 
         A later answer of the same DAG run (``approve_best`` cleared and asked again) replaces an
-        earlier one, except a rejection: a REJECTED record is final and is returned unchanged.
+        earlier one, except a rejection: a REJECTED record is final and is returned unchanged. It
+        stands for its trial in every DAG run of the experiment run too, so an extension's DAG
+        run cannot approve a trial another one rejected.
         """
         check_id("dag_run_id", dag_run_id, max_length=AIRFLOW_ID_LENGTH)
         new = parse_enum(ApprovalOutcome, str(outcome), f"the approval of DAG run {dag_run_id}")
@@ -53,14 +55,22 @@ class ApprovalWriter(StoreBase):
 
         def work(session: Session) -> RunApprovalRecord:
             self._find_run_or_raise(session, experiment_run_id, operation, lock=True)
-            row = session.execute(
-                select(RunApprovalRow).where(
-                    RunApprovalRow.experiment_run_id == experiment_run_id,
-                    RunApprovalRow.dag_run_id == dag_run_id,
-                )
-            ).scalar_one_or_none()
-            if row is not None and ApprovalOutcome(row.outcome).is_final():
-                return approval_record(row)
+            rows = list(
+                session.execute(
+                    select(RunApprovalRow).where(
+                        RunApprovalRow.experiment_run_id == experiment_run_id,
+                        or_(
+                            RunApprovalRow.dag_run_id == dag_run_id,
+                            RunApprovalRow.trial_id == trial_id,
+                        ),
+                    )
+                ).scalars()
+            )
+            # This DAG run's rejection, or any DAG run's of this trial, stands.
+            rejection = next((r for r in rows if ApprovalOutcome(r.outcome).is_final()), None)
+            if rejection is not None:
+                return approval_record(rejection)
+            row = next((r for r in rows if r.dag_run_id == dag_run_id), None)
             if row is None:
                 row = RunApprovalRow(experiment_run_id=experiment_run_id, dag_run_id=dag_run_id)
                 session.add(row)
