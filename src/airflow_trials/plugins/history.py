@@ -143,10 +143,11 @@ def history(
     # Every run readable (the usual case): the store cuts to the last runs itself.
     found = store.experiment_history(name, last if every_run else None)
     record = found.experiment
-    lines = found.runs
-    if not every_run:
-        # Each line compares with the closest earlier run the user may read: never a hidden one.
-        lines = with_changes([line for line in lines if line.run.id in readable])
+    # Only the runs found readable (one may have started since, on a DAG the user may not
+    # read); each line compares with the closest earlier run shown: never a hidden one.
+    lines = [line for line in found.runs if line.run.id in readable]
+    if len(lines) != len(found.runs):
+        lines = with_changes(lines)
     if last is not None:
         lines = lines[-last:]
     out_runs = [_run_out(line, links, readable) for line in lines]
