@@ -77,7 +77,10 @@ def test_dry_run_says_what_it_would_delete_and_deletes_nothing(seeded):
     assert result.exit_code == 0, result.output
     assert "Run old" in result.output and "SUCCESS" in result.output
     assert "at_trials: 2" in result.output and "at_results: 2" in result.output
-    assert "these 4 path(s) on the storage" in result.output and "Dry run: nothing was deleted." in result.output
+    assert (
+        "these 4 path(s) on the storage" in result.output
+        and "Dry run: nothing was deleted." in result.output
+    )
     assert trials_of(url) == ["live-a", "live-b", "old-a", "old-b"]
     assert checkpoints_on(storage, "old-a") == [
         "checkpoint_000001",

@@ -21,7 +21,7 @@ from airflow_trials.exceptions import (
     CheckpointStorageError,
     OutsideStorageRootError,
 )
-from airflow_trials.execution.storage_root import resolve_inside
+from airflow_trials.execution.storage_root import is_url, resolve_inside
 
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
@@ -64,7 +64,7 @@ class TrialStorage:
 
     def __init__(self, storage_path: str | None = None, local_log_path: str | None = None) -> None:
         self.storage_path = storage_path or default_storage_path()
-        self.is_local = not _is_url(self.storage_path)
+        self.is_local = not is_url(self.storage_path)
         # fsspec is imported only for URLs, and only when the storage is first used (importing
         # s3fs and making its client costs about 1.4 s of CPU): a trial task, which only passes
         # the storage on to its actor, never pays it.
@@ -369,12 +369,8 @@ def discard_restored(path: str, payload: Any) -> None:
     """Remove the local copy :func:`read_checkpoint` downloaded of the directory checkpoint at
     ``path`` (under a URL), once nothing reads it any more; nothing for a local checkpoint, whose
     directory is the checkpoint itself, or a dict."""
-    if _is_url(path) and isinstance(payload, str):
+    if is_url(path) and isinstance(payload, str):
         shutil.rmtree(payload, ignore_errors=True)
-
-
-def _is_url(path: str) -> bool:
-    return "://" in path and not path.startswith("file://")
 
 
 def _url_to_fs(url: str) -> tuple[AbstractFileSystem, str]:
@@ -404,7 +400,7 @@ def read_checkpoint(path: str) -> tuple[Any, dict[str, Any]]:
         f"machine that sees the experiment's storage_path."
     )
     try:
-        if _is_url(path):
+        if is_url(path):
             fs, fs_path = _url_to_fs(path)
             if not fs.exists(
                 fs_path
@@ -431,7 +427,7 @@ def read_checkpoint(path: str) -> tuple[Any, dict[str, Any]]:
                 with open(os.path.join(local_dir, _DICT_FILE), "rb") as f:
                     return pickle.load(f), meta
             finally:
-                if _is_url(path):  # the download, not the checkpoint: the dict is all it held
+                if is_url(path):  # the download, not the checkpoint: the dict is all it held
                     shutil.rmtree(local_dir, ignore_errors=True)
         return local_dir, meta
     except (OSError, pickle.UnpicklingError, EOFError, ValueError) as e:

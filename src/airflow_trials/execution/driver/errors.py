@@ -3,7 +3,9 @@ blame."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+from typing import Any
 
 from ray.exceptions import RayActorError, RayTaskError
 
@@ -56,3 +58,24 @@ def _lost_with_its_node(error: RayActorError) -> bool:
     except Exception:  # the GCS does not answer: say nothing rather than guess
         log.warning("Could not ask Ray why actor %s died", actor_id, exc_info=True)
         return False
+
+
+def check_picklable(spec: Any, what: str, to: str) -> None:
+    """Raise TypeError, naming the fields, when the dataclass ``spec`` cannot travel to ``to`` on
+    Ray. Ray's own error would print every field it walks past, a DB URL's password included."""
+    from ray import cloudpickle
+
+    try:
+        cloudpickle.dumps(spec)
+    except Exception as e:  # noqa: BLE001 - pickling raises whatever the object's __reduce__ does
+        bad = []
+        for field in dataclasses.fields(spec):
+            try:
+                cloudpickle.dumps(getattr(spec, field.name))
+            except Exception:  # noqa: BLE001 - as above
+                bad.append(field.name)
+        raise TypeError(
+            f"{what} cannot be sent to {to} on Ray: {', '.join(bad) or 'its spec'} cannot be "
+            f"pickled ({type(e).__name__}: {e}); give it objects that pickle (no locks, open "
+            "files or connections)."
+        ) from e

@@ -28,6 +28,7 @@ from airflow_trials.core.scheduler import FIFOScheduler, judged_metric_and_mode
 from airflow_trials.core.searcher import ObjectiveValue, ended_trial_values
 from airflow_trials.core.sweep_progress import SweepProgress, SweepSnapshot
 from airflow_trials.core.trial import Trial
+from airflow_trials.execution.driver.errors import check_picklable
 from airflow_trials.execution.driver.suggest import SearchDriver
 from airflow_trials.execution.resume import adopt_recorded_checkpoints
 from airflow_trials.execution.storage import TrialStorage
@@ -425,7 +426,9 @@ def start_or_attach_driver(spec: SweepSpec) -> tuple[ActorHandle, bool]:
     existing = find_driver(spec.experiment_name, spec.run_key, spec.namespace)
     if existing is not None:
         return existing, False
-    _check_picklable(spec)
+    check_picklable(
+        spec, f"The sweep of experiment {spec.experiment_name}, run {spec.run_key},", "its driver"
+    )
     # Threaded (max_concurrency): progress() answers while the constructor's thread runs the
     # trials. No CPU: the driver takes no trial's slot, as Ray Tune's driver takes none.
     actor: ActorHandle = (
@@ -442,28 +445,6 @@ def start_or_attach_driver(spec: SweepSpec) -> tuple[ActorHandle, bool]:
         .remote(spec)
     )
     return actor, True
-
-
-def _check_picklable(spec: SweepSpec) -> None:
-    """Raise, naming the fields, when the spec cannot travel to Ray. Ray's own error would print
-    every field it walks past, the DB URL's password included."""
-    from ray import cloudpickle
-
-    try:
-        cloudpickle.dumps(spec)
-    except Exception as e:  # noqa: BLE001 - pickling raises whatever the object's __reduce__ does
-        bad = []
-        for field in dataclasses.fields(spec):
-            try:
-                cloudpickle.dumps(getattr(spec, field.name))
-            except Exception:  # noqa: BLE001 - as above
-                bad.append(field.name)
-        raise TypeError(
-            f"The sweep of experiment {spec.experiment_name}, run {spec.run_key}, cannot be sent "
-            f"to its driver on Ray: {', '.join(bad) or 'its spec'} cannot be pickled "
-            f"({type(e).__name__}: {e}); give the sweep objects that pickle (no locks, open "
-            "files or connections)."
-        ) from e
 
 
 def stop_driver(
