@@ -420,23 +420,16 @@ class ResultGrid(Sequence[TrialResult]):
                 "for the trials no other trial beats on every metric, or pass one metric= (and "
                 "mode=) to get_best_result."
             )
-        if metric is None:
-            metric = self.metric if isinstance(self.metric, str) else None
-        mode = mode or self._recorded_mode(metric)
-        if not metric or mode is None:
+        from airflow_trials.core.goal import PYTHON_FLAGS, Goal
+
+        # A metric not the experiment's needs mode= (ModeNeeded); its own keeps its mode.
+        chosen = Goal.of(self.metric, self.mode).pick(metric, mode, PYTHON_FLAGS)
+        if chosen.metric is None or chosen.modes[0] is None:
             raise ValueError(
                 f"Experiment {self.experiment_name} has no metric and mode recorded; pass metric= "
                 "and mode=."
             )
-        if mode not in ("min", "max"):
-            raise ValueError(f"mode must be 'min' or 'max', got {mode!r}.")
-        return metric, mode
-
-    def _recorded_mode(self, metric: str | None) -> str | None:
-        """The experiment's mode of ``metric``: its mode, or one of its several metrics' own."""
-        if isinstance(self.metric, list) and isinstance(self.mode, list):
-            return self.mode[self.metric.index(metric)] if metric in self.metric else None
-        return self.mode if isinstance(self.mode, str) and metric == self.metric else None
+        return chosen.metric, chosen.modes[0]
 
     def _metrics_and_modes(
         self, owner: str, metric: list[str] | None, mode: list[str] | None

@@ -17,19 +17,31 @@ def leaderboard_rows(
 
     :raises CliError: the run's trials have results, but none with the metric (a typo): the
         message lists the metrics they did report.
+    :raises ModeNeeded: a metric that is not the experiment's, without ``mode``.
     """
+    from airflow_trials.core.goal import ModeNeeded
+
     exp_run = resolve_run(store, experiment, run)
-    metric, mode = metric_and_mode(store, experiment, metric, mode)
+    try:
+        metric, mode = metric_and_mode(store, experiment, metric, mode)
+    except ModeNeeded:
+        reported = reported_metrics(store, exp_run.id)
+        if reported and metric not in reported:  # a typo: name the metrics, not --mode
+            raise _not_reported(experiment, exp_run, metric, reported) from None
+        raise
     board = store.leaderboard(exp_run.id, metric, mode, limit=limit)
     if board and all(r.best_value is None for r in board):
         reported = reported_metrics(store, exp_run.id)
         if reported:  # results exist, none with this metric: a typo, not a run that has not started
-            raise CliError(
-                f"No trial of {experiment} run {exp_run.run_key} reported metric {metric!r}; its "
-                "trials "
-                f"report {', '.join(reported)}. Pass --metric with one of them."
-            )
+            raise _not_reported(experiment, exp_run, metric, reported)
     return exp_run, metric, mode, board
+
+
+def _not_reported(experiment: str, exp_run: Any, metric: str | None, reported: list[str]) -> Any:
+    return CliError(
+        f"No trial of {experiment} run {exp_run.run_key} reported metric {metric!r}; its trials "
+        f"report {', '.join(reported)}. Pass --metric with one of them."
+    )
 
 
 def reported_metrics(store: Any, experiment_run_id: int) -> list[str]:

@@ -431,6 +431,10 @@ def plot(
     ] = "learning_curves.png",
     run: RunOption = "latest",
     metric: Annotated[str | None, typer.Option(help="Default: the experiment's metric.")] = None,
+    mode: Annotated[
+        str | None,
+        typer.Option(help="min or max, to pick the best trial; default: the experiment's."),
+    ] = None,
     db_url: DbUrl = None,
     output: Output = None,
     as_json: AsJson = False,
@@ -444,7 +448,7 @@ def plot(
         target = _png_path(out_path)
         store = open_for_reading(ctx, db_url)
         exp_run, metric_, mode_, board = leaderboard_rows(
-            store, experiment, run, metric, None, None
+            store, experiment, run, metric, mode, None
         )
         results = {
             t.trial_id: store.get_results(t.trial_id)

@@ -4,13 +4,16 @@ handling."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
 from rich.text import Text
 
 from airflow_trials.cli.output import OutputFormat, printable
+
+if TYPE_CHECKING:
+    from airflow_trials.core.goal import Goal
 
 app = typer.Typer(
     name="airflow-trials",
@@ -144,41 +147,41 @@ def several_metrics(
 ) -> tuple[list[str], list[str]] | None:
     """The experiment's several metrics and their modes, when it records several and no
     ``--metric`` picks one of them; None otherwise (then :func:`metric_and_mode`)."""
-    names, modes = recorded_metrics(store, experiment)
-    if metric or not isinstance(names, list) or not isinstance(modes, list):
+    goal = recorded_goal(store, experiment)
+    if metric or not goal.several:
         return None
     if mode is not None:
         raise CliError(
             f"--mode {mode} goes with --metric: experiment {experiment!r} ranks trials by "
-            f"several metrics ({_goals(names, modes)}) at once; pass --metric with one of them "
+            f"several metrics ({goal.describe()}) at once; pass --metric with one of them "
             "to rank by it alone, or leave out --mode."
         )
-    return names, modes
+    return list(goal.metrics), [m or "min" for m in goal.modes]
+
+
+def recorded_goal(store: Any, experiment: str) -> Goal:
+    """The experiment's :class:`~airflow_trials.core.goal.Goal` as recorded (no metric when the
+    experiment is not recorded)."""
+    from airflow_trials.core.goal import Goal
+
+    record = next((e for e in store.list_experiments() if e.name == experiment), None)
+    return record.goal if record is not None else Goal((), ())
 
 
 def metric_and_mode(
     store: Any, experiment: str, metric: str | None, mode: str | None
 ) -> tuple[str, str]:
     """The metric and mode given, else the experiment's. Of an experiment with several metrics,
-    ``metric`` must name one; its mode is then the experiment's for it, unless given."""
-    recorded, recorded_mode = recorded_metrics(store, experiment)
-    if isinstance(recorded, list) and isinstance(recorded_mode, list):
-        if not metric:
-            raise CliError(
-                f"Experiment {experiment!r} ranks trials by several metrics "
-                f"({_goals(recorded, recorded_mode)}); pass --metric with one of them."
-            )
-        if mode is None and metric in recorded:
-            mode = recorded_mode[recorded.index(metric)]
-        recorded = recorded_mode = None
-    metric = metric or recorded
-    mode = mode or recorded_mode or "min"
-    if not metric:
+    ``metric`` must name one; a metric of the experiment's gets its recorded mode unless
+    ``--mode`` is given; any other metric needs ``--mode``
+    (:meth:`~airflow_trials.core.goal.Goal.pick` raises the refusal)."""
+    recorded = recorded_goal(store, experiment)
+    if recorded.several and not metric:
+        raise CliError(
+            f"Experiment {experiment!r} ranks trials by several metrics "
+            f"({recorded.describe()}); pass --metric with one of them."
+        )
+    goal = recorded.pick(metric, mode)
+    if goal.metric is None:
         raise CliError(f"Experiment {experiment!r} has no metric recorded; pass --metric.")
-    if mode not in ("min", "max"):
-        raise CliError(f"--mode must be 'min' or 'max', got {mode!r}.")
-    return metric, mode
-
-
-def _goals(metrics: list[str], modes: list[str]) -> str:
-    return ", ".join(f"{mode} {metric}" for metric, mode in zip(metrics, modes, strict=True))
+    return goal.metric, goal.mode

@@ -218,10 +218,8 @@ class _RunExport:
 
     def _metric_and_mode(self) -> tuple[str | None, str]:
         """The experiment's metric (the first of several) and its mode; (None, "min") without."""
-        experiment = self.reader.get_experiment(self.run.experiment_name)
-        if not experiment.metrics:
-            return None, "min"
-        return experiment.metrics[0], experiment.modes[0] or "min"
+        goal = self.reader.get_experiment(self.run.experiment_name).goal.first()
+        return goal.metric, goal.mode
 
     def _best_trial(self, metric: str | None, mode: str) -> str | None:
         """The trial select_best picked, else the leaderboard's first with a value."""

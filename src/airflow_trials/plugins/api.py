@@ -150,9 +150,10 @@ def curves_api(
     user: UserDep,
     store: params.StoreDep,
     metric: params.Metric = None,
+    mode: params.Mode = None,
     top: params.Top = DEFAULT_CURVES,
 ) -> CurvesOut:
-    run, metric_, mode, best, curves = reads.curves(store, user, run_pk, metric, top)
+    run, metric_, mode, best, curves = reads.curves(store, user, run_pk, metric, top, mode)
     return CurvesOut(run_id=run.id, metric=metric_, mode=mode, best_trial_id=best, curves=curves)
 
 

@@ -139,6 +139,7 @@ def run_page(
         board=board,
         chart=Markup(chart),
         board_url=board_url,
+        asked_mode=mode,  # the links to curves and importances keep the ?mode= asked for
         numeric_config_keys=numeric_config_keys,
         top=len(board.leaders),
         pareto=pareto,
@@ -158,15 +159,16 @@ def curves_page(
     user: UserDep,
     store: StoreDep,
     metric: Metric = None,
+    mode: Mode = None,
     top: Top = DEFAULT_CURVES,
 ) -> HTMLResponse:
-    run, metric_, mode, best, curves = reads.curves(store, user, run_pk, metric, top)
+    run, metric_, mode_, best, curves = reads.curves(store, user, run_pk, metric, top, mode)
     links = Links(request)
     chart = learning_curves_svg(
         curves,
         metric=metric_,
         best_trial_id=best,
-        title=f"{run.experiment_name} / {run.run_key}: {metric_} ({mode})",
+        title=f"{run.experiment_name} / {run.run_key}: {metric_} ({mode_})",
     )
     return render_page(
         request,
@@ -174,7 +176,8 @@ def curves_page(
         title=f"Learning curves: {run.experiment_name} / {run.run_key}",
         run=run,
         metric=metric_,
-        mode=mode,
+        mode=mode_,
+        asked_mode=mode,  # the page's links keep the ?mode= asked for
         top=top,
         shown=len(curves),
         chart=Markup(chart),

@@ -7,6 +7,7 @@ from typing import Any
 
 from fastapi import HTTPException, status
 
+from airflow_trials.core.goal import API_FLAGS, Goal, GoalError
 from airflow_trials.core.pareto import decode_metrics
 from airflow_trials.exceptions import TrialNotFoundError
 from airflow_trials.plugins.auth import RUN_ACCESS, TRIAL_ACCESS, may_read, require_read
@@ -107,22 +108,28 @@ def recorded_goal(
     return decode_metrics(experiment.metric, experiment.mode) if experiment else (None, None)
 
 
+def run_goal(store: TrialReader, run: ExperimentRunRecord) -> Goal:
+    """The run's experiment's :class:`~airflow_trials.core.goal.Goal` as recorded."""
+    experiment = next((e for e in store.list_experiments() if e.name == run.experiment_name), None)
+    return experiment.goal if experiment is not None else Goal((), ())
+
+
 def several_goals(
     store: TrialReader, run: ExperimentRunRecord, metric: str | None, mode: str | None
 ) -> tuple[list[str], list[str]] | None:
     """The experiment's several metrics and modes when it records several and no ``?metric=``
     picks one; None otherwise (then :func:`goal`)."""
-    metrics, modes = recorded_goal(store, run)
-    if metric or not isinstance(metrics, list) or not isinstance(modes, list):
+    recorded = run_goal(store, run)
+    if metric or not recorded.several:
         return None
     if mode is not None:
         raise HTTPException(
             status.HTTP_422_UNPROCESSABLE_CONTENT,
             f"?mode={mode} goes with ?metric=: experiment {run.experiment_name} ranks run "
-            f"{run.id} by several metrics ({', '.join(metrics)}) at once; add ?metric= with one "
-            "of them to rank by it alone, or leave out ?mode=.",
+            f"{run.id} by several metrics ({', '.join(recorded.metrics)}) at once; add ?metric= "
+            "with one of them to rank by it alone, or leave out ?mode=.",
         )
-    return metrics, modes
+    return list(recorded.metrics), [m or "min" for m in recorded.modes]
 
 
 def goal(
@@ -130,20 +137,20 @@ def goal(
 ) -> tuple[str, str]:
     """The metric and mode to rank by: those asked for, else the experiment's (mode default min).
     Of an experiment with several metrics, the first unless ``metric`` names another; a metric
-    of its own gets its own mode."""
-    recorded, recorded_mode = recorded_goal(store, run)
-    if isinstance(recorded, list) and isinstance(recorded_mode, list):
-        chosen = metric or recorded[0]
-        own = recorded_mode[recorded.index(chosen)] if chosen in recorded else None
-        return chosen, mode or own or "min"
-    metric = metric or (recorded if isinstance(recorded, str) else None)
-    if not metric:
+    of its own gets its own mode, any other needs ``?mode=`` (a 400 that says so,
+    :meth:`~airflow_trials.core.goal.Goal.pick`)."""
+    recorded = run_goal(store, run)
+    try:
+        chosen = (recorded if metric else recorded.first()).pick(metric, mode, API_FLAGS)
+    except GoalError as e:
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, str(e)) from None
+    if chosen.metric is None:
         raise HTTPException(
             status.HTTP_422_UNPROCESSABLE_CONTENT,
             f"Experiment {run.experiment_name} records no metric to rank run {run.id} by; add "
             "?metric=NAME.",
         )
-    return metric, mode or (recorded_mode if isinstance(recorded_mode, str) else None) or "min"
+    return chosen.metric, chosen.mode
 
 
 def board(
@@ -185,10 +192,17 @@ def board(
     )
 
 
-def curves(store: TrialReader, user: Any, run_pk: int, metric: str | None, top: int) -> Curves:
+def curves(
+    store: TrialReader,
+    user: Any,
+    run_pk: int,
+    metric: str | None,
+    top: int,
+    mode: str | None = None,
+) -> Curves:
     """The learning curves of the run's ``top`` best trials."""
     run = experiment_run(store, user, run_pk)
-    metric, mode = goal(store, run, metric, None)
+    metric, mode = goal(store, run, metric, mode)
     ranking = store.leaderboard(run.id, metric, mode, limit=top)
     best = ranking[0].trial_id if ranking and ranking[0].best_value is not None else None
     return run, metric, mode, best, store.metric_curves([row.trial_id for row in ranking], metric)

@@ -10,6 +10,7 @@ from typing import Any
 
 from airflow_trials.core.approval import ApprovalOutcome, refusal
 from airflow_trials.core.constraints import Constraints
+from airflow_trials.core.goal import Goal
 from airflow_trials.core.pareto import MetricSpec, ModeSpec, decode_metrics
 from airflow_trials.core.scheduler import Decision
 from airflow_trials.core.status import TrialStatus
@@ -93,6 +94,12 @@ class ExperimentRecord:
         if metric is None:
             return []
         return list(mode) if isinstance(mode, list) else [mode]
+
+    @property
+    def goal(self) -> Goal:
+        """Its metrics, modes and constraints as one :class:`~airflow_trials.core.goal.Goal`, the
+        one a reader's ``--metric``/``?metric=`` is resolved against (:meth:`Goal.pick`)."""
+        return Goal.recorded(self.metric, self.mode, self.constraint_spec)
 
     @property
     def several_metrics(self) -> bool:
