@@ -18,7 +18,7 @@ from airflow_trials.cli.common import (
     guard,
     out,
     output_format,
-    recorded_metrics,
+    recorded_goal,
 )
 from airflow_trials.cli.output import OutputFormat, emit
 from airflow_trials.cli.trials_db import open_for_reading
@@ -61,13 +61,13 @@ def importances(
     def body() -> None:
         fmt = output_format(output, as_json)
         store = open_for_reading(ctx, db_url)
-        names, _ = recorded_metrics(store, experiment)
-        chosen = metric or (names[0] if isinstance(names, list) and names else None)
+        recorded = recorded_goal(store, experiment)
+        chosen = metric or recorded.first().metric  # of several, the first
         exp_run, metric_, mode_, board = leaderboard_rows(
             store, experiment, run, chosen, mode, None
         )
         found = _evaluate(exp_run, metric_, mode_, board, evaluator.value)
-        metrics = names if isinstance(names, list) else [names] if names else []
+        metrics = list(recorded.metrics)
         document = {
             "experiment": experiment,
             "run_key": exp_run.run_key,

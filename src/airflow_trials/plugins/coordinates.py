@@ -103,7 +103,7 @@ def coordinates(
     mode default to the experiment's (the first of several); each trial's value is its best
     (the run's one-metric leaderboard, feasible trials first when it has constraints)."""
     run = reads.experiment_run(store, user, run_pk)
-    recorded, _ = reads.recorded_goal(store, run)
+    recorded = reads.run_goal(store, run)
     metric, mode = reads.goal(store, run, metric, mode)
     rows = store.leaderboard(run.id, metric, mode)
     values = [
@@ -126,7 +126,7 @@ def coordinates(
         run=run,
         metric=metric,
         mode=mode,
-        metrics=recorded if isinstance(recorded, list) else None,
+        metrics=list(recorded.metrics) if recorded.several else None,
         axes=axes,
         metric_scale=Scale.numeric(finite) if finite else None,
         lines=[

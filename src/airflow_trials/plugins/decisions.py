@@ -479,10 +479,8 @@ def lineage_svg(trials: Sequence[str], edges: Sequence[LineageEdge], links: Link
 def rung_metric(store: TrialReader, run: ExperimentRunRecord) -> tuple[str, list[str] | None]:
     """The name of the rungs' value, the experiment's metric (its first of several), and its
     several metrics (None with one)."""
-    metric, _ = reads.recorded_goal(store, run)
-    if isinstance(metric, list):
-        return (metric[0] if metric else "value"), metric
-    return metric or "value", None
+    goal = reads.run_goal(store, run)
+    return goal.metric or "value", list(goal.metrics) if goal.several else None
 
 
 decision_pages = APIRouter(include_in_schema=False)

@@ -96,8 +96,7 @@ def run_importances(
     the first of several), from each trial's best value as the leaderboard ranks it."""
     run = reads.experiment_run(store, user, run_pk)
     metric_, mode_ = reads.goal(store, run, metric, mode)
-    recorded, _ = reads.recorded_goal(store, run)
-    metrics = recorded if isinstance(recorded, list) else [recorded] if recorded else []
+    metrics = list(reads.run_goal(store, run).metrics)
     if metric_ not in metrics:
         metrics = [metric_, *metrics]
     board = store.leaderboard(run.id, metric_, mode_)

@@ -90,13 +90,13 @@ def pareto_view(
     """The run's trials on metrics ``x`` and ``y`` (default the experiment's first two); a 404
     for a run whose experiment records one metric, a 422 for a metric it does not record."""
     run = reads.experiment_run(store, user, run_pk)
-    metrics, modes = reads.recorded_goal(store, run)
-    if not isinstance(metrics, list) or not isinstance(modes, list):
+    goal = reads.run_goal(store, run)
+    if not goal.several:
         raise NotFoundError(
             f"Run {run.id} of experiment {run.experiment_name} has no Pareto front: its "
             "experiment records one metric; see its leaderboard."
         )
-    return of_board(store, run, metrics, modes, x, y)
+    return of_board(store, run, list(goal.metrics), [m or "min" for m in goal.modes], x, y)
 
 
 def of_board(

@@ -8,7 +8,6 @@ from typing import Any
 from fastapi import HTTPException, status
 
 from airflow_trials.core.goal import API_FLAGS, Goal, GoalError
-from airflow_trials.core.pareto import decode_metrics
 from airflow_trials.exceptions import TrialNotFoundError
 from airflow_trials.plugins.auth import RUN_ACCESS, TRIAL_ACCESS, may_read, require_read
 from airflow_trials.plugins.params import checked_name
@@ -62,15 +61,15 @@ def experiments(store: TrialReader, user: Any, links: Links) -> list[ExperimentO
     for e in store.list_experiments():
         if e.name not in by_experiment:
             continue
-        metric, mode = decode_metrics(e.metric, e.mode)
-        several = isinstance(metric, list) and isinstance(mode, list)
+        goal = e.goal
+        several = goal.several
         found.append(
             ExperimentOut(
                 name=e.name,
                 metric=None if several else e.metric,
                 mode=None if several else e.mode,
-                metrics=metric if isinstance(metric, list) else None,
-                modes=mode if isinstance(mode, list) else None,
+                metrics=list(goal.metrics) if several else None,
+                modes=[m or "min" for m in goal.modes] if several else None,
                 constraints=e.constraint_spec,
                 created_at=e.created_at,
                 runs=by_experiment[e.name],
@@ -97,15 +96,6 @@ def experiment_run(store: TrialReader, user: Any, run_pk: int) -> ExperimentRunR
         user, run.dag_id, RUN_ACCESS, f"experiment run {run_pk} of experiment {run.experiment_name}"
     )
     return run
-
-
-def recorded_goal(
-    store: TrialReader, run: ExperimentRunRecord
-) -> tuple[str | list[str] | None, str | list[str] | None]:
-    """The run's experiment's metric and mode: one as strings; several as their lists
-    (:func:`~airflow_trials.core.pareto.decode_metrics`); None when not recorded."""
-    experiment = next((e for e in store.list_experiments() if e.name == run.experiment_name), None)
-    return decode_metrics(experiment.metric, experiment.mode) if experiment else (None, None)
 
 
 def run_goal(store: TrialReader, run: ExperimentRunRecord) -> Goal:
