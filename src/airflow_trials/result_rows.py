@@ -39,12 +39,20 @@ def with_checkpoints(store: TrialReader, results: list[Any]) -> list[Any]:
     ]
 
 
-def feasible_first(grid: Any, candidates: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
-    """The ``(score, TrialResult)`` candidates of a ``ResultGrid`` that meet its constraints (on
-    their last result); all of them, with a warning, when none does."""
+def feasible_first(
+    grid: Any, candidates: list[tuple[Any, Any]], best_of: tuple[str, str] | None = None
+) -> list[tuple[Any, Any]]:
+    """The ``(score, TrialResult)`` candidates of a ``ResultGrid`` that meet its constraints;
+    all of them, with a warning, when none does. Each is judged on the result whose value is
+    ranked: its best of ``best_of`` (metric, mode) when given, else its last result."""
     if not grid.constraints:
         return candidates
-    feasible = [pair for pair in candidates if grid.constraints.feasible(pair[1].metrics)]
+    judged = None if best_of is None else best_results(grid._store, grid.run.id, *best_of)
+
+    def result(trial: Any) -> Mapping[str, Any]:
+        return trial.metrics if judged is None else judged.get(trial.trial_id, {})
+
+    feasible = [pair for pair in candidates if grid.constraints.feasible(result(pair[1]))]
     if feasible:
         return feasible
     log.warning(
@@ -56,6 +64,22 @@ def feasible_first(grid: Any, candidates: list[tuple[Any, Any]]) -> list[tuple[A
         len(candidates),
     )
     return candidates
+
+
+def best_results(
+    store: TrialReader, run_id: int, metric: str, mode: str
+) -> dict[str, Mapping[str, Any]]:
+    """Each trial's result with its best value of ``metric`` (the leaderboard's best iteration):
+    the result ``get_best_result(scope="all")`` ranks, so the one its constraints judge."""
+    board = store.leaderboard(run_id, metric, mode)
+    judged: dict[str, Mapping[str, Any]] = {}
+    for row in board:
+        if row.best_iteration is not None:
+            results = store.get_results(row.trial_id)
+            judged[row.trial_id] = next(
+                (r for r in results if r.get("training_iteration") == row.best_iteration), {}
+            )
+    return judged
 
 
 def best_row(history: list[dict[str, Any]], metric: str, mode: str | None) -> dict[str, Any] | None:

@@ -30,13 +30,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from airflow_trials.core.constraints import Constraints, constrained_ranks
+from airflow_trials.core.constraints import Constraints, front_ranks
 from airflow_trials.core.pareto import (
     MetricSpec,
     ModeSpec,
     check_several,
     decode_metrics,
-    pareto_ranks,
     rankable,
 )
 from airflow_trials.core.result import AUTO_FIELDS
@@ -242,8 +241,8 @@ class ResultGrid(Sequence[TrialResult]):
         that ended in ERROR, or has not ended yet, can be the best. ``select_best`` ranks the
         TERMINATED trials only; ``scope="all", terminated_only=True`` gives its trial.
 
-        With the grid's ``constraints``, only the feasible trials are ranked while there is one
-        (with none feasible, every trial is, and a warning says so).
+        With the grid's ``constraints``, only the feasible trials (judged on the result ranked)
+        are ranked while there is one (with none feasible, every trial is, and a warning says so).
 
         With several metrics there is no single best trial (nor in Ray Tune): a list of metrics,
         or no metric on a grid whose experiment records several, raises a ValueError pointing to
@@ -274,7 +273,9 @@ class ResultGrid(Sequence[TrialResult]):
             and not (filter_nan_and_inf and not math.isfinite(value))
         ]
         candidates = feasible_first(
-            self, self._candidates(scored, metric, filter_nan_and_inf, terminated_only)
+            self,
+            self._candidates(scored, metric, filter_nan_and_inf, terminated_only),
+            (metric, mode) if scope == "all" else None,
         )
         sign = 1.0 if mode == "min" else -1.0
         return min(candidates, key=lambda pair: (sign * pair[0], pair[1].trial_id))[1]
@@ -285,17 +286,16 @@ class ResultGrid(Sequence[TrialResult]):
         mode: list[str] | None = None,
         scope: Literal["last"] = "last",
         filter_nan_and_inf: bool = True,
-        terminated_only: bool = False,
+        terminated_only: bool = True,
     ) -> list[TrialResult]:
         """The trials on the Pareto front of several metrics: those that no other trial beats on
         every metric (at least as good on each, better on one), ordered by trial id. Ray Tune has
         no multi-objective best; this is :meth:`get_best_result` for several metrics, and
-        :func:`~airflow_trials.core.pareto.pareto_ranks` ranks the rest (``get_dataframe``'s
+        :func:`~airflow_trials.core.constraints.front_ranks` ranks the rest (``get_dataframe``'s
         ``pareto_rank`` column).
 
-        Like :meth:`get_best_result`, it compares every trial that reported the metrics, whatever
-        its status, unless ``terminated_only``, and with the grid's ``constraints`` only the
-        feasible ones while there is one; equal trials are on the front together::
+        It compares the trials that ended TERMINATED (docs/store.md "Which trials count"), and
+        with ``constraints`` the feasible ones while there is one; equal trials share the front::
 
             front = grid.get_pareto_front(["val_acc", "latency"], ["max", "min"])
             print([(r.trial_id, r.metrics["val_acc"], r.metrics["latency"]) for r in front])
@@ -308,7 +308,7 @@ class ResultGrid(Sequence[TrialResult]):
             to compare and is refused, naming the fix.
         :param filter_nan_and_inf: skip a trial with a NaN or infinite value of a metric; default
             True. False compares infinite values (NaN still compares with nothing).
-        :param terminated_only: compare only the trials that ended TERMINATED; default False.
+        :param terminated_only: only the trials that ended TERMINATED (default True, every front's).
         :raises ValueError: no metrics given or recorded, one metric (a string), metrics and modes
             that do not pair up, ``scope="all"``, no trial reported every metric (the message
             lists the metrics they did report), or, with ``terminated_only``, none of those that
@@ -333,7 +333,10 @@ class ResultGrid(Sequence[TrialResult]):
         candidates = feasible_first(
             self, self._candidates(scored, metrics, filter_nan_and_inf, terminated_only)
         )
-        ranks = pareto_ranks([row for row, _ in candidates], modes, finite_only=filter_nan_and_inf)
+        statuses = [r.status if terminated_only else "TERMINATED" for _, r in candidates]
+        ranks = front_ranks(
+            [row for row, _ in candidates], modes, statuses, finite_only=filter_nan_and_inf
+        )
         return [result for rank, (_, result) in zip(ranks, candidates, strict=True) if rank == 0]
 
     def get_dataframe(
@@ -348,12 +351,12 @@ class ResultGrid(Sequence[TrialResult]):
         and checkpoints, as Ray Tune's ``ResultGrid.get_dataframe``; with several metrics, also a
         ``pareto_rank`` column.
 
-        ``pareto_rank`` is each row's Pareto rank over the metrics
-        (:func:`~airflow_trials.core.pareto.pareto_ranks`): 0 on the front (without
+        ``pareto_rank`` is each row's Pareto rank over the metrics among the trials that count
+        (:func:`~airflow_trials.core.constraints.front_ranks`): 0 on the front (without
         ``filter_metric``, the trials :meth:`get_pareto_front` returns), 1 on the front once those
         are removed, and so on; missing (``<NA>``) for a row without a finite value of every
-        metric. It is there when the experiment records several metrics, or ``pareto_metric`` is
-        given; one metric gives the same frame as always.
+        metric, or whose trial did not end TERMINATED. It is there when the experiment records
+        several metrics, or ``pareto_metric`` is given; one metric gives the same frame as always.
 
         With the grid's ``constraints``, a ``feasible`` column says whether each row meets them
         all (False for a row that does not report a constrained metric), and ``pareto_rank`` ranks
@@ -394,11 +397,8 @@ class ResultGrid(Sequence[TrialResult]):
         if pareto is not None:
             by, modes = pareto
             values = [[row.get(m) for m in by] for row in rows]
-            ranks = (
-                constrained_ranks(values, modes, feasible)
-                if self.constraints
-                else pareto_ranks(values, modes)
-            )
+            statuses = [result.status for result in self._results]
+            ranks = front_ranks(values, modes, statuses, feasible if self.constraints else None)
             frame["pareto_rank"] = pd.array(ranks, dtype="Int64")
         return frame
 

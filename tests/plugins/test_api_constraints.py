@@ -61,17 +61,20 @@ def test_one_metric_s_board_ranks_feasible_trials_first_and_picks_a_feasible_bes
     store.ensure_experiment(EXPERIMENT, constraints=["latency <= 20"])
     board = _get(dashboard, f"/api/runs/{run}/leaderboard", metric="val_acc")
     assert board["constraints"] == [KEY]
-    # p-4 has the best val_acc (0.99), but its last result is too slow.
-    assert board["best_trial_id"] == "p-1"
-    assert [(r["rank"], r["trial_id"], r["feasible"]) for r in board["rows"][:3]] == [
-        (1, "p-1", True),
-        (2, "p-8", True),
-        (3, "p-4", False),
+    # p-4's best val_acc (0.99) came with latency 5: it is judged on that result, not on its
+    # last (too slow) one. p-0's best (0.9) came with latency 30.
+    assert board["best_trial_id"] == "p-4"
+    assert [(r["rank"], r["trial_id"], r["feasible"]) for r in board["rows"][:4]] == [
+        (1, "p-4", True),
+        (2, "p-1", True),
+        (3, "p-8", True),
+        (4, "p-5", False),
     ]
-    assert board["rows"][2]["violations"] == {KEY: 30.0}
+    assert board["rows"][0]["violations"] == {}
+    assert next(r for r in board["rows"] if r["trial_id"] == "p-0")["violations"] == {KEY: 10.0}
     # A later page keeps the ranks of the whole, feasibility-first ranking.
     page = _get(dashboard, f"/api/runs/{run}/leaderboard", metric="val_acc", page=2, page_size=2)
-    assert [(r["rank"], r["trial_id"]) for r in page["rows"]] == [(3, "p-4"), (4, "p-5")]
+    assert [(r["rank"], r["trial_id"]) for r in page["rows"]] == [(3, "p-8"), (4, "p-5")]
 
 
 def test_the_experiment_endpoints_give_its_constraints(seeded):

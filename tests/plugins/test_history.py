@@ -8,18 +8,17 @@ import re
 import pytest
 from sqlalchemy import text
 
-from airflow_trials.core.fate import CRITERION_MET, TRAINABLE_FINISHED, stopped_early
+from airflow_trials.core.end import TrialEnd
+from airflow_trials.core.fate import CRITERION_MET, TRAINABLE_FINISHED, Transition, stopped_early
+from airflow_trials.core.status import TrialStatus
 from airflow_trials.store import TrialStore
 from airflow_trials.store.history import (
     changed_config_keys,
-    run_bests_query,
     run_counts_query,
     stopped_early_counts_query,
-    unmaintained_bests_query,
     warm_started_query,
 )
 from airflow_trials.store.history_indexes import (
-    RUN_BEST_INDEX,
     RUN_STATUS_INDEX,
     RUN_STOPPED_EARLY_INDEX,
     RUN_WARM_STARTED_INDEX,
@@ -158,15 +157,6 @@ def test_history_reads_its_indexes_on_sqlite(trials_store, nightly):
     runs = [night.run for night in nightly.nights]
     expected = [
         (run_counts_query(runs), f"COVERING INDEX {RUN_STATUS_INDEX}"),
-        (
-            run_bests_query(runs, "loss", "min"),
-            f"COVERING INDEX {RUN_BEST_INDEX} (experiment_run_id=? AND best_metric=? AND "
-            "best_mode=?",
-        ),
-        (
-            unmaintained_bests_query("sqlite", runs, "loss", "min"),
-            f"COVERING INDEX {RUN_BEST_INDEX} (experiment_run_id=? AND best_metric",
-        ),
         (stopped_early_counts_query("sqlite", runs), f"COVERING INDEX {RUN_STOPPED_EARLY_INDEX}"),
         (warm_started_query(runs), f"COVERING INDEX {RUN_WARM_STARTED_INDEX}"),
     ]
@@ -190,6 +180,9 @@ def test_several_metrics_give_the_best_of_the_first(make_dashboard, trials_store
         trials_store.add_results(
             f"multi-{i}", [{"training_iteration": 1, "acc": acc, "latency": latency}]
         )
+        # Only a trial that ended TERMINATED counts (docs/store.md "Which trials count").
+        trials_store.record_transition(f"multi-{i}", Transition.PLACED)
+        trials_store.record_end(TrialEnd(f"multi-{i}", "multi", TrialStatus.TERMINATED))
     found = trials_store.reader.experiment_history("multi")
     assert (found.metric, found.mode, found.several_metrics) == ("acc", "max", True)
     assert (found.runs[0].best_value, found.runs[0].best_trial_id) == (0.9, "multi-1")

@@ -95,7 +95,8 @@ def test_every_stored_line_equals_the_live_one(store):
     for run_pk in ended:
         stored = line_from_summary(records[run_pk], summaries[run_pk], *history_goal(experiment))
         assert stored == live[run_pk]
-    assert found.runs[-1].best_trial_id == "r-0" and found.runs[-1].run.id == running
+    # r-0 has a value but has not ended: no trial of the run counts yet (docs/store.md).
+    assert found.runs[-1].best_trial_id is None and found.runs[-1].run.id == running
 
 
 def test_the_history_reads_the_stored_line_of_an_ended_run(store):

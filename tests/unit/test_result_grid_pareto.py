@@ -155,12 +155,15 @@ def test_several_metrics_keep_the_newest_checkpoint_as_best_as_without_a_metric(
     assert (k.trial_id, k.best_checkpoint, k.latest_checkpoint) == ("k", "/ckpt/k/2", "/ckpt/k/2")
 
 
-def test_terminated_only_is_the_front_of_the_terminated_trials(store, run):
+def test_the_front_is_of_the_terminated_trials_unless_asked_for_every_status(store, run):
     add_trial(store, run, "i", (0.99, 1.0), status=TrialStatus.ERROR)  # dominates every trial
     add_trial(store, run, "j", (0.99, 1.0), status=TrialStatus.PENDING)
     grid = ResultGrid.from_db(EXPERIMENT, store=store)
-    assert [r.trial_id for r in grid.get_pareto_front()] == ["i", "j"]  # any status, as Ray Tune
-    assert [r.trial_id for r in grid.get_pareto_front(terminated_only=True)] == FRONT
+    # The rule every front follows (docs/store.md "Which trials count"), as select_best's.
+    assert [r.trial_id for r in grid.get_pareto_front()] == FRONT
+    assert [r.trial_id for r in grid.get_pareto_front(terminated_only=False)] == ["i", "j"]
+    ranks = grid.get_dataframe().set_index("trial_id")["pareto_rank"]
+    assert ranks.isna()["i"] and ranks.isna()["j"]
 
 
 def test_the_dataframe_ranks_every_trial_by_its_last_result(store, run):
@@ -266,13 +269,16 @@ def test_terminated_only_names_the_statuses_when_none_that_reported_ended_termin
     add_trial(store, run, "x", (0.5, 1.0), status=TrialStatus.ERROR)
     add_trial(store, run, "y", (0.6, 2.0), status=TrialStatus.PENDING)
     grid = ResultGrid.from_db(EXPERIMENT, store=store)
-    assert [r.trial_id for r in grid.get_pareto_front(METRICS, MODES)] == ["x", "y"]
+    assert [r.trial_id for r in grid.get_pareto_front(METRICS, MODES, terminated_only=False)] == [
+        "x",
+        "y",
+    ]
     with pytest.raises(
         ValueError,
         match=r"that reported metrics \['val_acc', 'latency'\] ended TERMINATED \(1 ERROR, "
         r"1 PENDING\); pass terminated_only=False",
     ):
-        grid.get_pareto_front(METRICS, MODES, terminated_only=True)
+        grid.get_pareto_front(METRICS, MODES)
 
 
 def test_infinities_are_compared_only_when_not_filtered(store, run):

@@ -225,3 +225,51 @@ def constrained_ranks(
             ranks[i] = None if rank is None else rank + offset
         offset = max((r for r in group if r is not None), default=-1) + 1 + offset
     return ranks
+
+
+#: The statuses whose trials count for a run's best trial and its Pareto front, on every screen
+#: (docs/store.md, "Which trials count"): a trial that ended TERMINATED. One that failed (ERROR)
+#: or has not ended (PENDING, RUNNING, PAUSED) is listed, but is neither best nor on the front.
+COUNTED_STATUSES = frozenset({"TERMINATED"})
+
+
+def is_counted(status: Any) -> bool:
+    """Does a trial of ``status`` (a ``TrialStatus`` or its value) count for the best trial and
+    the front (:data:`COUNTED_STATUSES`)?"""
+    return str(getattr(status, "value", status)) in COUNTED_STATUSES
+
+
+def front_ranks(
+    rows: Sequence[Sequence[Any]],
+    modes: Sequence[str],
+    statuses: Sequence[Any],
+    feasible: Sequence[bool] | None = None,
+    *,
+    finite_only: bool = True,
+) -> list[int | None]:
+    """The Pareto rank of each row, as every front reads it (``select_best``, the boards,
+    ``ResultGrid``): the rows whose status :func:`is_counted` are ranked, feasible first with
+    ``feasible`` (:func:`constrained_ranks`); the others have no rank (None).
+
+    :param rows: one sequence of values per row, in the order of ``modes``.
+    :param modes: ``"min"`` or ``"max"``, one per metric.
+    :param statuses: one status per row.
+    :param feasible: one flag per row; None: no constraints.
+    """
+    from airflow_trials.core.pareto import pareto_ranks
+
+    if len(statuses) != len(rows):
+        raise ValueError(
+            f"front_ranks: {len(rows)} rows but {len(statuses)} statuses; give one status per row."
+        )
+    chosen = [i for i, status in enumerate(statuses) if is_counted(status)]
+    picked = [rows[i] for i in chosen]
+    if feasible is None:
+        ranked = pareto_ranks(picked, modes, finite_only=finite_only)
+    else:
+        flags = [feasible[i] for i in chosen]
+        ranked = constrained_ranks(picked, modes, flags, finite_only=finite_only)
+    ranks: list[int | None] = [None] * len(rows)
+    for i, rank in zip(chosen, ranked, strict=True):
+        ranks[i] = rank
+    return ranks

@@ -9,7 +9,7 @@ from typing import Any
 
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_trials.core.constraints import Constraints
+from airflow_trials.core.constraints import Constraints, is_counted
 from airflow_trials.core.pick import Pick, rank_trials
 from airflow_trials.experiment.trial_ends import describe_counts, reconcile_trial_ends
 from airflow_trials.hooks.trials import TrialsHook
@@ -47,7 +47,7 @@ def select_pareto_best(
         records = {
             r.trial_id: r
             for r in store.list_trials(experiment_run_id=run_pk)
-            if r.status.value == "TERMINATED"
+            if is_counted(r.status)  # docs/store.md "Which trials count"
         }
         judged = constraints or Constraints()
         feasible = {i: r for i, r in records.items() if judged.feasible(r.last_result)}

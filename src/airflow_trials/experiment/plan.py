@@ -13,7 +13,7 @@ from airflow.sdk import Asset
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_trials.core.approval import ApprovalPolicy
-from airflow_trials.core.constraints import Constraints
+from airflow_trials.core.constraints import Constraints, is_counted
 from airflow_trials.core.judged import judged_scheduler
 from airflow_trials.core.pareto import scheduler_metric_and_mode
 from airflow_trials.core.pick import Pick
@@ -462,9 +462,8 @@ class TuningPlan:
                 hook, store, self.experiment_name, run_pk, [s["trial_id"] for s in suggested]
             )
             board = store.leaderboard(run_pk, metric, mode)
-            finished = [
-                r for r in board if r.status.value == "TERMINATED" and r.best_value is not None
-            ]
+            # The trials that count (docs/store.md "Which trials count"), in the board's order.
+            finished = [r for r in board if is_counted(r.status) and r.best_value is not None]
             if finished:  # the leaderboard's first is the pick, as the XCom below hands it on
                 store.record_pick(run_pk, finished[0].trial_id)
             store.finish_experiment_run(run_pk, "SUCCESS" if finished else "FAILED")

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_trials.core.constraints import is_counted
 from airflow_trials.core.regression import (
     Comparison,
     RegressionTolerance,
@@ -76,7 +77,7 @@ def run_best_value(
     """The run's best value as ``select_best`` takes it: the leaderboard's first finished trial
     with the metric (feasible first, with constraints); None when none finished with it."""
     for row in store.leaderboard(experiment_run_id, metric, mode):
-        if row.status.value == "TERMINATED" and row.best_value is not None:
+        if is_counted(row.status) and row.best_value is not None:
             return float(row.best_value)
     return None
 
@@ -91,7 +92,7 @@ def run_front_points(
     points = []
     for row in board.rows:
         values = [row.values[m] for m in metrics]
-        finished = row.status.value == "TERMINATED" and row.feasible is not False
+        finished = is_counted(row.status) and row.feasible is not False
         if finished and all(v is not None for v in values):
             points.append([float(v) for v in values if v is not None])
     return points

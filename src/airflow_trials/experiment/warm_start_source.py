@@ -19,6 +19,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from airflow_trials.core.constraints import is_counted
 from airflow_trials.core.warm_start import (
     ASSET,
     PREVIOUS,
@@ -132,9 +133,7 @@ def _ranked(store: Any, source_run_id: int, metric: str, mode: str) -> list[Sour
     return [
         SourceTrial(row.trial_id, dict(row.config), row.best_value, row.best_checkpoint)
         for row in store.leaderboard(source_run_id, metric, mode)
-        if row.status.value == "TERMINATED"
-        and row.best_value is not None
-        and row.feasible is not False
+        if is_counted(row.status) and row.best_value is not None and row.feasible is not False
     ]
 
 
@@ -149,9 +148,7 @@ def _pareto_ranked(
             row.latest_checkpoint,
         )
         for row in store.pareto_leaderboard(source_run_id, metrics, modes).rows
-        if row.status.value == "TERMINATED"
-        and row.pareto_rank is not None
-        and row.feasible is not False
+        if is_counted(row.status) and row.pareto_rank is not None and row.feasible is not False
     ]
 
 

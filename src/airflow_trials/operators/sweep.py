@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator, Context, conf
 from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_trials.core.constraints import is_counted
 from airflow_trials.core.end import SweepEnd, SweepStatus
 from airflow_trials.core.parameters import refuse_in_airflow
 from airflow_trials.core.pareto import MetricSpec, ModeSpec, check_metrics
@@ -354,9 +355,7 @@ class RunSweepOperator(BaseOperator):
             board = store.leaderboard(run_pk, metric, str(mode))
         finally:
             store.dispose()
-        top = next(
-            (r for r in board if r.status.value == "TERMINATED" and r.best_value is not None), None
-        )
+        top = next((r for r in board if is_counted(r.status) and r.best_value is not None), None)
         best: dict[str, Any] = {}
         if top is not None:
             best = {

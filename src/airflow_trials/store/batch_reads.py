@@ -115,7 +115,9 @@ class BatchReader:
                 if not constraints:
                     return ranked
                 # Feasible trials first, as the leaderboard ranks them.
-                checks = run_feasibility(session, self._db.dialect, run, constraints)
+                checks = run_feasibility(
+                    session, self._db.dialect, run, constraints, (metric, mode)
+                )
                 return judged_feasible_first(ranked, checks)
         return [
             RankedTrial(

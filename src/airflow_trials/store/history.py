@@ -2,17 +2,15 @@
 
 A nightly tuning DAG makes one run of its experiment per night; a year of it is 365 runs of, say,
 1,000 trials. :func:`experiment_history` reads what a history page shows of every run with a fixed
-set of aggregate queries grouped by run, never one query per run, each from the indexes of
-:mod:`~airflow_trials.store.history_indexes`: trials per status, each run's best maintained value
-(``at_trials.best_value``, :mod:`~airflow_trials.store.leaderboard`) in one seek per run, the
-trials whose best is not maintained (an experiment that changed metric, several metrics) probed
-in their results through the metric's index, early-stopped and warm-started trials, then the
-configs of the best trials. A run that ended has its line stored (``at_experiment_runs.summary``,
-:mod:`~airflow_trials.store.run_summaries`), so those queries cover only the runs without one.
+set of aggregate queries grouped by run, each from the indexes of
+:mod:`~airflow_trials.store.history_indexes`: trials per status, early-stopped and warm-started
+trials, then the configs of the best trials. Each run's best trial is the one ``select_best``
+picks (:mod:`~airflow_trials.store.run_best`: a trial that ended TERMINATED, feasible first; one
+ranking read per run). A run that ended has its line stored (``at_experiment_runs.summary``,
+:mod:`~airflow_trials.store.run_summaries`), so those reads cover only the runs without one.
 :func:`experiment_trend` is only each run's best, for a chart.
 
-:func:`best_of_run` is the best of one run, as its history line gives it, for a check that
-compares tonight's best with an earlier run's.
+:func:`best_of_run` is the best of one run on any metric and mode, every trial counted.
 """
 
 from __future__ import annotations
@@ -24,15 +22,12 @@ from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
-    CompoundSelect,
     Select,
     and_,
     case,
     func,
-    or_,
     select,
     text,
-    union_all,
 )
 from sqlalchemy.orm import Session, undefer
 
@@ -42,6 +37,7 @@ from airflow_trials.store.leaderboard import check_metric, check_mode, metric_va
 from airflow_trials.store.mapping import experiment_run_record
 from airflow_trials.store.models import ExperimentRunRow, ResultRow, TrialRow
 from airflow_trials.store.records import ExperimentRecord, ExperimentRunRecord
+from airflow_trials.store.run_best import run_best
 
 _TRIALS = TrialRow.__table__
 _RESULTS = ResultRow.__table__
@@ -216,83 +212,8 @@ def run_counts_query(run_pks: Sequence[int]) -> Select[Any]:
     )
 
 
-def run_bests_query(run_pks: Sequence[int], metric: str, mode: str) -> Select[Any]:
-    """Per run: run_pk, best_value, its best maintained value for ``metric`` and ``mode`` (NULL
-    when no trial has one): one seek of ``ix_at_trials_run_best`` per run, not a scan."""
-    runs = ExperimentRunRow.__table__
-    value = _TRIALS.c.best_value
-    best = (
-        select(value)
-        .where(
-            _TRIALS.c.experiment_run_id == runs.c.id,
-            _maintained(metric, mode),
-            value.is_not(None),
-        )
-        .order_by(value.asc() if mode == "min" else value.desc())
-        .limit(1)
-        .correlate(runs)
-        .scalar_subquery()
-    )
-    return select(runs.c.id.label("run_pk"), best.label("best_value")).where(runs.c.id.in_(run_pks))
-
-
 def _maintained(metric: str, mode: str) -> ColumnElement[bool]:
     return and_(_TRIALS.c.best_metric == metric, _TRIALS.c.best_mode == mode)
-
-
-def unmaintained_bests_query(
-    dialect_name: str, run_pks: Sequence[int], metric: str, mode: str
-) -> CompoundSelect[Any]:
-    """(run_pk, trial_id, value) of the runs' trials whose best is not maintained for ``metric``
-    and ``mode`` (those without results, usually; every trial of an experiment of several
-    metrics), each probed in its results through the metric's index (NULL without results).
-
-    A UNION of index ranges (no metric, another metric, the metric with no or another mode), so
-    each run costs a few seeks of ``ix_at_trials_run_best`` rather than a scan of its trials.
-    """
-    best_metric, best_mode = _TRIALS.c.best_metric, _TRIALS.c.best_mode
-    ranges = [
-        best_metric.is_(None),
-        best_metric < metric,
-        best_metric > metric,
-        and_(best_metric == metric, best_mode.is_(None)),
-        and_(best_metric == metric, best_mode < mode),
-        and_(best_metric == metric, best_mode > mode),
-    ]
-    probe = _probe(dialect_name, metric, mode)
-    # A trial without results (not started, or failed before its first) has nothing to probe.
-    # PostgreSQL skips it by its row: a probe there reads a result's JSONB from the heap. On
-    # SQLite the probe of an empty index range costs less than reading the trial's wide row.
-    with_results = [_TRIALS.c.last_result.is_not(None)] if dialect_name == "postgresql" else []
-    return union_all(
-        *(
-            select(
-                _TRIALS.c.experiment_run_id.label("run_pk"),
-                _TRIALS.c.trial_id,
-                probe.label("value"),
-            ).where(_TRIALS.c.experiment_run_id.in_(run_pks), where, *with_results)
-            for where in ranges
-        )
-    )
-
-
-def best_trials_query(bests: Mapping[int, float], metric: str, mode: str) -> Select[Any]:
-    """(run_pk, trial_id): per run, the lowest trial id whose maintained best is the run's best
-    value in ``bests``; one seek of ``ix_at_trials_run_best`` per run."""
-    run = _TRIALS.c.experiment_run_id
-    return (
-        select(run.label("run_pk"), func.min(_TRIALS.c.trial_id).label("trial_id"))
-        .where(
-            _maintained(metric, mode),
-            or_(
-                *(
-                    and_(run == run_pk, _TRIALS.c.best_value == value)
-                    for run_pk, value in bests.items()
-                )
-            ),
-        )
-        .group_by(run)
-    )
 
 
 def stopped_early_counts_query(dialect_name: str, run_pks: Sequence[int]) -> Select[Any]:
@@ -388,18 +309,9 @@ def run_lines(
     ):
         counts.setdefault(run_pk, _Counts()).add(status, int(count), failed_tries)
     run_pks = list(counts)  # the runs with trials
-    bests: dict[int, tuple[float, str | None]] = {}
+    bests: dict[int, tuple[float, str]] = {}
     if metric is not None and mode is not None and run_pks:
-        bests = _run_bests(session, dialect_name, run_pks, metric, mode)
-        by_value = {
-            run_pk: value for run_pk, (value, trial_id) in bests.items() if trial_id is None
-        }
-        if by_value:
-            for row in session.execute(best_trials_query(by_value, metric, mode)):
-                value, probed = bests[row.run_pk]
-                # A probed trial with the same value keeps the lower id.
-                if probed is None or row.trial_id < probed:
-                    bests[row.run_pk] = (value, row.trial_id)
+        bests = _run_bests(session, dialect_name, run_pks)
     early: dict[int, int] = {}
     warm_trials: dict[int, str] = {}
     if run_pks:
@@ -434,7 +346,7 @@ def run_lines(
 
 
 #: The shape of a stored line (``at_experiment_runs.summary``); a line of another is recomputed.
-SUMMARY_VERSION = 1
+SUMMARY_VERSION = 2  # 2: the best is select_best's (store/run_best.py)
 
 
 def summary_of_line(
@@ -507,24 +419,15 @@ class _Counts:
 
 
 def _run_bests(
-    session: Session, dialect_name: str, run_pks: Sequence[int], metric: str, mode: str
-) -> dict[int, tuple[float, str | None]]:
-    """Each run's best value with the trial id when it came from a trial whose best is not
-    maintained (None: the maintained best, its trial to be looked up); runs without one left out.
-    A seek per run and a few index ranges: no scan of the runs' trials."""
-    bests: dict[int, tuple[float, str | None]] = {
-        row.run_pk: (float(row.best_value), None)
-        for row in session.execute(run_bests_query(run_pks, metric, mode))
-        if row.best_value is not None
-    }
-    sign = 1.0 if mode == "min" else -1.0
-    for row in session.execute(unmaintained_bests_query(dialect_name, run_pks, metric, mode)):
-        if row.value is None:
-            continue
-        held = bests.get(row.run_pk)
-        value = float(row.value)
-        if held is None or (sign * value, row.trial_id) < (sign * held[0], held[1] or ""):
-            bests[row.run_pk] = (value, row.trial_id)
+    session: Session, dialect_name: str, run_pks: Sequence[int]
+) -> dict[int, tuple[float, str]]:
+    """Each run's best value and trial, as ``select_best`` picks it
+    (:func:`~airflow_trials.store.run_best.run_best`); runs without one left out."""
+    bests: dict[int, tuple[float, str]] = {}
+    for run_pk in run_pks:
+        best = run_best(session, dialect_name, session.get_one(ExperimentRunRow, run_pk))
+        if best is not None:
+            bests[run_pk] = best
     return bests
 
 
@@ -558,8 +461,7 @@ def experiment_trend(
 ) -> list[TrendPoint]:
     """Every run of the experiment, oldest first, with its best on the metric of
     :func:`history_goal` (None without one): an ended run's from its stored line, the others'
-    by one seek per run (:func:`run_bests_query`) and a few index ranges, whatever the runs'
-    trials; no counts."""
+    as ``select_best`` picks it (:func:`~airflow_trials.store.run_best.run_best`); no counts."""
     metric, mode = history_goal(experiment)
     runs_query = (
         select(ExperimentRunRow)
@@ -576,10 +478,10 @@ def experiment_trend(
         if summary is not None:
             value = summary["best_value"]
             stored[run.id] = None if value is None else float(value)
-    bests: dict[int, tuple[float, str | None]] = {}
+    bests: dict[int, tuple[float, str]] = {}
     live = [run.id for run in runs if run.id not in stored]
     if metric is not None and mode is not None and live:
-        bests = _run_bests(session, dialect_name, live, metric, mode)
+        bests = _run_bests(session, dialect_name, live)
     return [
         TrendPoint(
             run,
@@ -592,7 +494,7 @@ def experiment_trend(
 def _run_line(
     run: ExperimentRunRecord,
     row: _Counts | None,
-    best: tuple[float, str | None] | None,
+    best: tuple[float, str] | None,
     early_stopped: int,
     warm: Any,
     details: Mapping[str, tuple[Any, Any]],
@@ -679,11 +581,8 @@ __all__ = [
     "run_lines",
     "summary_of_line",
     "with_changes",
-    "best_trials_query",
-    "run_bests_query",
     "run_counts_query",
     "stopped_early_counts_query",
-    "unmaintained_bests_query",
     "warm_started_query",
     "trial_best_value",
 ]

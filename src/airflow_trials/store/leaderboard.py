@@ -159,6 +159,28 @@ def leaderboard_query(
     return query
 
 
+def best_source(
+    dialect_name: str,
+    experiment_run_id: int,
+    metric: str,
+    mode: str,
+    maintained: MaintainedBest | None,
+) -> tuple[Any, ColumnElement[Any], ColumnElement[Any]]:
+    """``at_trials`` with each trial's best value of ``metric`` in ``mode`` and its iteration:
+    (the FROM to select from, best value, best iteration). The maintained columns when given
+    (:func:`maintained_best_columns`), else the leaderboard's probe per trial joined back."""
+    trials = TrialRow.__table__
+    if maintained is not None:
+        return trials, maintained[0], maintained[1]
+    probed = leaderboard_query(dialect_name, experiment_run_id, metric, mode, None).order_by(None)
+    columns = {column.name: column for column in probed.selected_columns}
+    probe = probed.with_only_columns(
+        columns["trial_id"], columns["best_value"], columns["best_iteration"]
+    ).subquery("probed")
+    source = trials.join(probe, probe.c.trial_id == trials.c.trial_id)
+    return source, probe.c.best_value, probe.c.best_iteration
+
+
 # A leaderboard query before ordering, with the columns to order it by: best value, trial id.
 _Unordered = tuple[Select[Any], ColumnElement[Any], ColumnElement[Any]]
 

@@ -16,9 +16,12 @@ With constraints (``at_experiments.constraints``), the feasible trials are ranke
 0 is the front of the feasible trials, and the infeasible trials' ranks follow the last feasible
 one (:mod:`airflow_trials.store.feasibility`).
 
-A trial without a rankable value of every metric (it reported none yet, or one is missing, or was
-NaN or infinite, which the trials DB stores as null) has no Pareto rank and comes last, by trial
-id, as trials without the metric do on a one-metric leaderboard. Each metric's value is read in
+Only the trials that count have a Pareto rank (:func:`~airflow_trials.core.constraints.front_ranks`:
+those that ended TERMINATED, docs/store.md "Which trials count"), so the front is the one
+``select_best`` picks from. A trial that does not count, or has no rankable value of every metric
+(it reported none yet, or one is missing, or was NaN or infinite, which the trials DB stores as
+null), has no Pareto rank and comes last, by trial id, as trials without the metric do on a
+one-metric leaderboard. Each metric's value is read in
 SQL with the one-metric leaderboard's guarded expression
 (:func:`~airflow_trials.store.leaderboard.metric_value`), so a string under a metric's key counts
 as not reported there too.
@@ -33,8 +36,8 @@ from typing import Any
 
 from sqlalchemy import Select, Text, cast, select
 
-from airflow_trials.core.constraints import Constraints, constrained_ranks
-from airflow_trials.core.pareto import check_several, pareto_ranks
+from airflow_trials.core.constraints import Constraints, front_ranks
+from airflow_trials.core.pareto import check_several
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.store.feasibility import Feasibility, judge
 from airflow_trials.store.leaderboard import check_metric, latest_checkpoint_path, metric_value
@@ -55,7 +58,8 @@ class ParetoRow:
         for a metric it has not reported as a finite number.
     :param iteration: ``training_iteration`` of its last result; None before its first result.
     :param pareto_rank: 0 on the front, k on the front once the ranks below k are removed; None
-        when it has no rankable value of every metric (it then comes last).
+        when it does not count (it did not end TERMINATED) or has no rankable value of every
+        metric (it then comes last).
     :param on_front: ``pareto_rank == 0``.
     :param latest_checkpoint: path of its newest kept checkpoint (no one score picks a best
         checkpoint among several metrics); None when none is kept.
@@ -160,11 +164,8 @@ def pareto_board(
     checks: list[Feasibility | None] = [
         judge(constraints, constraints.metrics, row[end:]) if constraints else None for row in rows
     ]
-    if constraints:
-        feasible = [bool(check and check.feasible) for check in checks]
-        ranks = constrained_ranks(values, modes, feasible)
-    else:
-        ranks = pareto_ranks(values, modes)
+    feasible = [bool(check and check.feasible) for check in checks] if constraints else None
+    ranks = front_ranks(values, modes, [row[1] for row in rows], feasible)
     sign = 1.0 if modes[0] == "min" else -1.0
 
     def place(i: int) -> tuple[bool, int, float, str]:

@@ -41,14 +41,10 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
-from airflow_trials.core.constraints import Constraints
-from airflow_trials.store.feasibility import feasible_sql, judge
+from airflow_trials.core.constraints import COUNTED_STATUSES, Constraints
+from airflow_trials.store.feasibility import feasible_sql, judge, judged_join, judged_value
 from airflow_trials.store.history_indexes import STOPPED_EARLY_REASON_SQL
-from airflow_trials.store.leaderboard import (
-    MaintainedBest,
-    leaderboard_query,
-    metric_value,
-)
+from airflow_trials.store.leaderboard import MaintainedBest, best_source
 from airflow_trials.store.mapping import trial_status
 from airflow_trials.store.models import TrialRow
 from airflow_trials.store.records import RankedTrial
@@ -69,7 +65,8 @@ class RankedPage:
     :param status_counts: the run's trials per status, whatever the filter.
     :param leaders: the ids of the first ``leaders`` trials of the ranking that have a value,
         best first.
-    :param best_trial_id: the first trial of the ranking when it has a value; None otherwise.
+    :param best_trial_id: the first trial of the ranking with a value that ended TERMINATED (the
+        trial ``select_best`` picks: :func:`best_query`); None when there is none.
     """
 
     rows: list[tuple[int, RankedTrial]]
@@ -111,21 +108,14 @@ def _valued_trials(
     """Every trial of the run with its best value (only those of ``only`` when given):
     trial_id, best_value, feasible (1 or 0; 1 without constraints), and the ``extras`` among
     status, num_failures, stop_reason, best_iteration and the constrained metrics' values in its
-    last result (``"constrained"``: ``c_0``...)."""
+    judged result (``"constrained"``: ``c_0``...; :mod:`~airflow_trials.store.feasibility`)."""
     trials = TrialRow.__table__
-    source: Any = trials
-    if maintained is not None:
-        value, iteration = maintained
-    else:
-        # The leaderboard's probe per trial, joined back for the columns it does not read.
-        probed = leaderboard_query(dialect, run_pk, metric, mode, None).order_by(None)
-        columns = {column.name: column for column in probed.selected_columns}
-        probe = probed.with_only_columns(
-            columns["trial_id"], columns["best_value"], columns["best_iteration"]
-        ).subquery("probed")
-        source = trials.join(probe, probe.c.trial_id == trials.c.trial_id)
-        value, iteration = probe.c.best_value, probe.c.best_iteration
-    feasible = feasible_sql(dialect, trials.c.last_result, constraints) if constraints else None
+    source, value, iteration = best_source(dialect, run_pk, metric, mode, maintained)
+    feasible = None
+    if constraints:
+        # Judged on the result whose value is ranked (store/feasibility.py).
+        source = judged_join(source, iteration)
+        feasible = feasible_sql(dialect, constraints, iteration)
     selected: list[Any] = [
         trials.c.trial_id,
         value.label("best_value"),
@@ -137,7 +127,7 @@ def _valued_trials(
         "stop_reason": [trials.c.stop_reason],
         "best_iteration": [iteration.label("best_iteration")],
         "constrained": [
-            metric_value(trials.c.last_result, name, dialect).label(f"c_{i}")
+            judged_value(dialect, iteration, name).label(f"c_{i}")
             for i, name in enumerate(constraints.metrics)
         ],
     }
@@ -218,7 +208,7 @@ def _stopped_clause(dialect: str, stopped: str) -> Any:
 
 
 @dataclass(frozen=True)
-class _Ranking:
+class Ranking:
     """What identifies a run's ranking: the arguments of :func:`_valued_trials`."""
 
     dialect: str
@@ -249,7 +239,7 @@ ROW_COLUMNS = ("status", "num_failures", "stop_reason", "best_iteration", "const
 
 
 def page_query(
-    ranking: _Ranking, *, sort: str, descending: bool, stopped: str, offset: int, limit: int
+    ranking: Ranking, *, sort: str, descending: bool, stopped: str, offset: int, limit: int
 ) -> Select[Any]:
     """The ids of the page's trials: those the ``stopped`` filter keeps, in the page's order,
     ``limit`` of them from ``offset``. Narrow (the sort's and the filter's columns only): by
@@ -269,12 +259,12 @@ def page_query(
     return query.limit(limit).offset(offset)
 
 
-def rows_query(ranking: _Ranking, trial_ids: Sequence[str]) -> Select[Any]:
+def rows_query(ranking: Ranking, trial_ids: Sequence[str]) -> Select[Any]:
     """The page's rows (every column of :func:`_valued_trials`) of ``trial_ids``, by id."""
     return select(ranking.valued(extras=ROW_COLUMNS, only=trial_ids))
 
 
-def ranks_query(ranking: _Ranking, trial_ids: Sequence[str]) -> Select[Any]:
+def ranks_query(ranking: Ranking, trial_ids: Sequence[str]) -> Select[Any]:
     """The rank (1 = first) of each of ``trial_ids`` in the whole ranking: a window function
     over the run's trials, narrow (id, value, feasibility)."""
     valued = ranking.valued()
@@ -285,7 +275,7 @@ def ranks_query(ranking: _Ranking, trial_ids: Sequence[str]) -> Select[Any]:
     return select(ranked.c.trial_id, ranked.c.rank).where(ranked.c.trial_id.in_(list(trial_ids)))
 
 
-def leaders_query(ranking: _Ranking, count: int) -> Select[Any]:
+def leaders_query(ranking: Ranking, count: int) -> Select[Any]:
     """The first ``count`` trials of the ranking: trial_id, best_value; best first."""
     valued = ranking.valued()
     return (
@@ -293,7 +283,20 @@ def leaders_query(ranking: _Ranking, count: int) -> Select[Any]:
     )
 
 
-def scored_count_query(ranking: _Ranking) -> Select[Any]:
+def best_query(ranking: Ranking) -> Select[Any]:
+    """The run's best trial (trial_id, best_value): the first of the ranking with a value whose
+    status counts (:data:`~airflow_trials.core.constraints.COUNTED_STATUSES`), as
+    ``select_best`` picks it."""
+    valued = ranking.valued(extras=("status",))
+    return (
+        select(valued.c.trial_id, valued.c.best_value)
+        .where(valued.c.best_value.is_not(None), valued.c.status.in_(sorted(COUNTED_STATUSES)))
+        .order_by(*ranking.order(valued))
+        .limit(1)
+    )
+
+
+def scored_count_query(ranking: Ranking) -> Select[Any]:
     """The run's trials with a best value."""
     valued = ranking.valued()
     return select(func.count()).select_from(valued).where(valued.c.best_value.is_not(None))
@@ -359,7 +362,7 @@ def ranked_page(
     trials with a value. Any other page asks a window function for its rows' ranks.
     """
     connection = session.connection()
-    ranking = _Ranking(dialect, run_pk, metric, mode, maintained, constraints)
+    ranking = Ranking(dialect, run_pk, metric, mode, maintained, constraints)
     page_ids = list(
         connection.execute(
             page_query(
@@ -415,5 +418,5 @@ def ranked_page(
         total=total,
         status_counts=status_counts,
         leaders=[trial_id for trial_id, value in best if value is not None],
-        best_trial_id=best[0][0] if best and best[0][1] is not None else None,
+        best_trial_id=connection.execute(best_query(ranking)).scalar(),
     )

@@ -413,7 +413,7 @@ class TrialReader:
             rows = leaderboard_rows(ranked, checkpoints)
             if not constraints:
                 return rows
-            checks = run_feasibility(session, dialect, run, constraints)
+            checks = run_feasibility(session, dialect, run, constraints, (metric, mode))
             return judged_feasible_first(rows, checks)[:limit]
 
         return self._read(operation, work)

@@ -1,0 +1,126 @@
+"""Issue 48's "Done when": on one seeded run with one metric and one with two, the history, the
+CLI, ResultGrid, the dashboard's API and select_best name the same best trial and the same front
+(the trials that count: TERMINATED, feasible first, docs/store.md "Which trials count")."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.contract.conftest import postgres_schema_url  # noqa: F401  (a fixture)
+from tests.one_best_seed import (
+    CONSTRAINTS,
+    ONE_BEST,
+    ONE_GOAL,
+    TWO_BEST,
+    TWO_FRONT,
+    TWO_GOAL,
+    seed_one,
+    seed_two,
+)
+
+START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def trials_url(request, tmp_path, airflow_home, monkeypatch) -> str:
+    if request.param == "postgresql":
+        url = request.getfixturevalue("postgres_schema_url")
+    else:
+        url = f"sqlite:///{tmp_path / 'trials.db'}"
+    monkeypatch.setenv("AIRFLOW_TRIALS_DB_URL", url)
+    return url
+
+
+def _select_best(experiment: str, goal: dict, suggested, constraints=None) -> dict:
+    from collections import defaultdict
+    from types import SimpleNamespace
+
+    from airflow.sdk import DAG
+
+    from airflow_trials import OptunaSearch
+    from airflow_trials.core.search import uniform
+    from airflow_trials.experiment import tuning_experiment
+    from tests.airflow.conftest import FakeTI
+
+    search = {"search_alg": OptunaSearch(constraints=constraints)} if constraints else {}
+    with DAG(experiment, schedule=None, start_date=START) as dag:
+        tuning_experiment(
+            experiment_name=experiment,
+            trainable="tests.trainables:counting",
+            group_id="tune",
+            search_space={"x": uniform(0.0, 1.0)},
+            **goal,
+            **search,
+        )
+    task = dag.get_task("tune.select_best")
+    events = defaultdict(lambda: SimpleNamespace(extra=None))
+    return task.python_callable(suggested, ti=FakeTI(run_id="run1"), outlet_events=events)
+
+
+def _cli_json(*args: str) -> dict:
+    from airflow_trials.cli import app
+
+    result = CliRunner().invoke(app, [*args, "--output", "json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def _history_best(url: str, experiment: str) -> str | None:
+    [line] = _cli_json("history", experiment, "--db-url", url)["runs"]
+    return line["best_trial_id"]
+
+
+def test_every_screen_names_the_same_best_trial_of_one_metric(trials_url, make_dashboard):
+    from airflow_trials.results import ResultGrid
+    from airflow_trials.store import TrialStore
+
+    store = TrialStore(trials_url, create=True)
+    try:
+        seeded = seed_one(store)
+        history_live = store.experiment_history(seeded.experiment).runs[-1].best_trial_id
+        best = _select_best(seeded.experiment, ONE_GOAL, seeded.suggested, CONSTRAINTS)
+        # select_best hands on the value and checkpoint of the result it judged feasible.
+        assert best["trial_id"] == ONE_BEST and best["feasible"] is True
+        assert best["value"] == 0.3 and best["best_checkpoint"] == f"/ckpt/{ONE_BEST}/1"
+        board = make_dashboard(store).get(f"/api/runs/{seeded.run}/leaderboard").json()
+        grid = ResultGrid.from_db(seeded.experiment, db_url=trials_url, constraints=CONSTRAINTS)
+        rows = {r.trial_id: r for r in store.leaderboard(seeded.run, "loss", "min")}
+        history_ended = _history_best(trials_url, seeded.experiment)
+    finally:
+        store.dispose()
+    assert history_live == history_ended == ONE_BEST
+    assert board["best_trial_id"] == ONE_BEST
+    assert grid.get_best_result(scope="all", terminated_only=True).trial_id == ONE_BEST
+    # o-0's best loss (0.1, iteration 2) breaks the constraint: it is judged on that result.
+    assert rows["o-0"].best_value == 0.1 and rows["o-0"].feasible is False
+
+
+def test_every_screen_names_the_same_best_trial_and_front_of_two_metrics(
+    trials_url, make_dashboard
+):
+    from airflow_trials.results import ResultGrid
+    from airflow_trials.store import TrialStore
+
+    store = TrialStore(trials_url, create=True)
+    try:
+        seeded = seed_two(store)
+        history_live = store.experiment_history(seeded.experiment).runs[-1].best_trial_id
+        best = _select_best(seeded.experiment, TWO_GOAL, seeded.suggested)
+        board = make_dashboard(store).get(f"/api/runs/{seeded.run}/leaderboard").json()
+        grid = ResultGrid.from_db(seeded.experiment, db_url=trials_url)
+        history_ended = _history_best(trials_url, seeded.experiment)
+        cli = _cli_json("leaderboard", seeded.experiment, "--db-url", trials_url)
+    finally:
+        store.dispose()
+    assert best["trial_id"] == TWO_BEST
+    assert sorted(e["trial_id"] for e in best["pareto_front"]) == TWO_FRONT
+    assert history_live == history_ended == TWO_BEST
+    assert board["front_trial_ids"] == TWO_FRONT
+    assert cli["front_trial_ids"] == TWO_FRONT
+    assert sorted(r.trial_id for r in grid.get_pareto_front()) == TWO_FRONT
+    ranks = grid.get_dataframe().set_index("trial_id")["pareto_rank"]
+    assert sorted(t for t, rank in ranks.dropna().items() if rank == 0) == TWO_FRONT
