@@ -9,6 +9,7 @@ import math
 import os
 import re
 import shutil
+from types import SimpleNamespace
 
 import pytest
 from airflow.sdk import DAG
@@ -347,7 +348,7 @@ def test_a_warm_start_of_several_metrics_seeds_the_source_s_front_first(tmp_path
         space,
         PARETO_METRICS,
         MODES,
-        {},
+        {"ti": SimpleNamespace(dag_id="pareto")},  # the source is a run of this DAG
         None,
         with_results=True,
     )

@@ -115,7 +115,9 @@ def test_a_sweep_survives_a_killed_triggerer_with_one_driver(stack, experiment):
     ), summary
     assert summary["run_key"] == run.run_id and summary["warm_started_trials"] == 0, summary
     suggest = run.stack.task_log(run.dag_id, run.run_id, f"{run.dag_id}.suggest_configs", 1)
-    assert "has no earlier successful run; this run starts cold" in suggest, suggest
+    assert "has no earlier successful run of DAG faults_sweep; this run starts cold" in suggest, (
+        suggest
+    )
 
 
 def test_a_warm_started_sweep_whose_driver_is_killed_resumes_on_the_tasks_retry(stack, experiment):
