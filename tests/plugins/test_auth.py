@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from airflow_trials.core.end import TrialEnd
+from airflow_trials.core.fate import Transition
+from airflow_trials.core.status import TrialStatus
+
 PATHS = [
     "/",
     "/experiments/mnist",
@@ -110,7 +114,10 @@ def _trial(store, trial_id, run, dag_id, run_key, config, loss, **kwargs) -> Non
         map_index=0,
         **kwargs,
     )
+    store.record_transition(trial_id, Transition.PLACED)
     store.add_results(trial_id, [{"training_iteration": 1, "loss": loss}])
+    # Ended TERMINATED, so it counts for its run's best (docs/store.md, "Which trials count").
+    store.record_end(TrialEnd(trial_id, "secret", TrialStatus.TERMINATED))
 
 
 def _secret_runs_with_a_hidden_one(store) -> tuple[int, int]:
@@ -118,6 +125,9 @@ def _secret_runs_with_a_hidden_one(store) -> tuple[int, int]:
     with a better config, then bob's run r2, warm-started from the hidden run. Returns (hidden
     run, r2)."""
     key = "hidden-run-key"
+    # r1's trial ends, so that r1 has a best to compare with (only an ended trial counts).
+    store.record_transition("secret-0", Transition.PLACED)
+    store.record_end(TrialEnd("secret-0", "secret", TrialStatus.TERMINATED))
     hidden = store.create_experiment_run("secret", key, dag_id="tune_mnist", run_id=key)
     _trial(store, "hidden-trial-0", hidden, "tune_mnist", key, {"lr": 0.987, "hidden_key": 1}, 0.01)
     r2 = store.create_experiment_run("secret", "r2", dag_id="other_dag", run_id="r2")
