@@ -346,7 +346,10 @@ def run_lines(
 
 
 #: The shape of a stored line (``at_experiment_runs.summary``); a line of another is recomputed.
-SUMMARY_VERSION = 2  # 2: the best is select_best's (store/run_best.py)
+#: Still 1 although lines stored since issue 48 name select_best's best (store/run_best.py):
+#: a new version would make every run ended before the upgrade computed live on each read (6
+#: to 12 times slower, docs/benchmarks.md), and nothing stores a line again after its run ended.
+SUMMARY_VERSION = 1
 
 
 def summary_of_line(
