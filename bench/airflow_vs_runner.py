@@ -126,14 +126,14 @@ def run_airflow(stack: object, args: argparse.Namespace) -> tuple[float, float]:
     run_id, queued, ended = timed_run(stack, args.timeout_s)
     store = TrialStore(stack.trials_db_url)
     try:
-        trials = store.list_trials(experiment_name=EXPERIMENT)
+        trials = store.reader.list_trials(experiment_name=EXPERIMENT)
         if len(trials) != args.trials or any(t.status.value != "TERMINATED" for t in trials):
             raise SystemExit(
                 f"Airflow finished {len(trials)} trials, not {args.trials} TERMINATED ones."
             )
         # When the trainables really ran, from their results (the first one's timestamp less its
         # duration); the store's started_at is when the trigger first saw the trial.
-        results = [store.get_results(t.trial_id) for t in trials]
+        results = [store.reader.get_results(t.trial_id) for t in trials]
     finally:
         store.dispose()
     first_start = dt.datetime.fromtimestamp(

@@ -172,7 +172,7 @@ def _fill_history(url: str, num_runs: int, trials_per_run: int, summaries: bool)
     store = TrialStore(url, create=True)
     try:
         store.ensure_experiment(HISTORY_EXPERIMENT, metric="loss", mode="min")
-        experiment_id = store.get_experiment(HISTORY_EXPERIMENT).id
+        experiment_id = store.reader.get_experiment(HISTORY_EXPERIMENT).id
         base = datetime(2025, 1, 1, 2, tzinfo=UTC)
         engine = store._engine
         with engine.begin() as connection:

@@ -52,8 +52,8 @@ def phases(
 
     store = TrialStore(trials_db_url)
     try:
-        trials = store.list_trials(experiment_name=EXPERIMENT)
-        results = [store.get_results(t.trial_id) for t in trials]
+        trials = store.reader.list_trials(experiment_name=EXPERIMENT)
+        results = [store.reader.get_results(t.trial_id) for t in trials]
     finally:
         store.dispose()
     first = min(r[0]["timestamp"] - r[0]["time_this_iter_s"] for r in results)

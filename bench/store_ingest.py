@@ -178,7 +178,7 @@ def bench_leaderboard(url: str, num_trials: int, iterations: int, repeats: int) 
             store.add_checkpoint(trial_ids[i], f"/ckpt/{trial_ids[i]}/50", 50)
         figures = {"load_s": load_s, "recompute_s": recompute_s}
         for mode in ("min", "max"):
-            rows = store.leaderboard(run_id, "loss", mode)  # warm-up, and a sanity check
+            rows = store.reader.leaderboard(run_id, "loss", mode)  # warm-up, and a sanity check
             if (
                 len(rows) != num_trials
                 or rows[-1].best_value is not None
@@ -188,13 +188,13 @@ def bench_leaderboard(url: str, num_trials: int, iterations: int, repeats: int) 
             timings = []
             for _ in range(repeats):
                 begin = time.perf_counter()
-                store.leaderboard(run_id, "loss", mode)
+                store.reader.leaderboard(run_id, "loss", mode)
                 timings.append((time.perf_counter() - begin) * 1000)
             figures[f"{mode}_ms"] = statistics.median(timings)
         timings = []
         for _ in range(repeats):
             begin = time.perf_counter()
-            store.leaderboard(run_id, "loss", "min", limit=10)
+            store.reader.leaderboard(run_id, "loss", "min", limit=10)
             timings.append((time.perf_counter() - begin) * 1000)
         figures["top10_ms"] = statistics.median(timings)
         return figures

@@ -110,11 +110,11 @@ def night(dag: Any, name: str) -> list[float]:
         raise SystemExit(f"{name}: DAG run {run.run_id} ended {run.state}")
     store = TrialStore(os.environ["AIRFLOW_TRIALS_DB_URL"])
     try:
-        (exp_run,) = [r for r in store.list_experiment_runs(name) if r.run_key == run.run_id]
+        (exp_run,) = [r for r in store.reader.list_experiment_runs(name) if r.run_key == run.run_id]
         results = [
             r
-            for t in store.list_trials(experiment_run_id=exp_run.id)
-            for r in store.get_results(t.trial_id)
+            for t in store.reader.list_trials(experiment_run_id=exp_run.id)
+            for r in store.reader.get_results(t.trial_id)
         ]
     finally:
         store.dispose()
@@ -189,10 +189,10 @@ def main(argv: list[str] | None = None) -> int:
         night1 = night(warm_dag, "bench_warm")  # the first night: nothing to warm-start from
         store = TrialStore(os.environ["AIRFLOW_TRIALS_DB_URL"])
         try:
-            (run1,) = store.list_experiment_runs("bench_warm")
+            (run1,) = store.reader.list_experiment_runs("bench_warm")
             configs = [
                 (t.config, float(t.last_result[METRIC]))
-                for t in store.list_trials(experiment_run_id=run1.id)
+                for t in store.reader.list_trials(experiment_run_id=run1.id)
             ]
         finally:
             store.dispose()

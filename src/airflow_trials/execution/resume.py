@@ -41,7 +41,7 @@ def adopt_recorded_checkpoints(
     not on the storage is marked deleted in the store, with a warning naming it."""
     attr = trial.checkpoint_score_attr
     adopted = []
-    for row in store.live_checkpoints(trial.trial_id):  # newest first
+    for row in store.reader.live_checkpoints(trial.trial_id):  # newest first
         if not storage.has_checkpoint(row.path):
             log.warning(
                 "Trial %s: its recorded checkpoint %s (iteration %d) is not on the storage; "

@@ -293,7 +293,7 @@ def recorded_answer(
     """The answer that stands for DAG run ``run_id`` about trial ``trial_id`` of experiment run
     ``run_pk``: a rejection of that trial by any DAG run (final, as the store keeps it), else
     this DAG run's answer; None if none."""
-    answers = store.run_approvals(run_pk)
+    answers = store.reader.run_approvals(run_pk)
     rejected = (a for a in answers if a.trial_id == trial_id and a.outcome.is_final())
     return next(rejected, None) or next((a for a in answers if a.dag_run_id == run_id), None)
 

@@ -95,7 +95,7 @@ def extension_entries(
     store = hook.get_store()
     try:
         try:
-            target = store.resolve_run(plan.experiment_name, owner_run)
+            target = store.reader.resolve_run(plan.experiment_name, owner_run)
         except ExperimentNotFoundError as e:
             raise ExtensionRefusedError(str(e)) from e
         owner = f"Run {target.run_key} (id {target.id}) of experiment {plan.experiment_name}"
@@ -104,12 +104,12 @@ def extension_entries(
                 f"{owner} was run by DAG {target.dag_id}, not {ti.dag_id}; nothing was written. "
                 f"Extend it from its own DAG (airflow-trials extend {target.id} triggers it)."
             )
-        earlier = store.list_run_extensions(target.id)
+        earlier = store.reader.list_run_extensions(target.id)
         mine = next((e for e in earlier if e.dag_run_id == ti.run_id), None)
         stop_before = next(
             (e.stop_after for e in reversed(earlier) if e.stop_after and e is not mine), run.stop
         )
-        records = store.list_trials(experiment_run_id=target.id)
+        records = store.reader.list_trials(experiment_run_id=target.id)
         if mine is None:
             decision = plan_extension(
                 owner=owner,
@@ -118,7 +118,7 @@ def extension_entries(
                 stop_before=stop_before,
                 stop=checked_stop(params.get(EXTEND_STOP), owner),
                 num_samples=int(params.get(EXTEND_NUM_SAMPLES) or 0),
-                has_checkpoint=lambda t: store.latest_checkpoint(t) is not None,
+                has_checkpoint=lambda t: store.reader.latest_checkpoint(t) is not None,
                 space_before=target.search_space,
                 space_now=run.search_space,
                 limits=extension_limits(context, run),
@@ -150,7 +150,7 @@ def extension_entries(
         )
         previous = [e for e in earlier if e is not mine]
         configs = _new_configs(plan, run, target, previous, mine.num_samples_added)
-        by_id = {r.trial_id: r for r in store.list_trials(experiment_run_id=target.id)}
+        by_id = {r.trial_id: r for r in store.reader.list_trials(experiment_run_id=target.id)}
     except ExtensionRefusedError as e:
         raise AirflowFailException(
             f"Experiment {plan.experiment_name}, DAG run {ti.run_id}: the extension is refused: {e}"

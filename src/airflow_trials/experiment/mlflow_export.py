@@ -42,7 +42,7 @@ def export_run(plan: TuningPlan, best: Mapping[str, Any]) -> dict[str, Any]:
     hook = TrialsHook(plan.ray_conn_id, plan.trials_conn_id)
     store = hook.get_store()
     try:
-        run = store.find_experiment_run(run_pk)
+        run = store.reader.find_experiment_run(run_pk)
         if run is None:
             raise ExportError(
                 f"Experiment {plan.experiment_name}: select_best's run {run_pk} is not in the "

@@ -46,7 +46,7 @@ def select_pareto_best(
         )
         records = {
             r.trial_id: r
-            for r in store.list_trials(experiment_run_id=run_pk)
+            for r in store.reader.list_trials(experiment_run_id=run_pk)
             if is_counted(r.status)  # docs/store.md "Which trials count"
         }
         judged = constraints or Constraints()
@@ -56,7 +56,7 @@ def select_pareto_best(
         chosen = pick.choose(candidates)
         latest = None
         if chosen is not None:
-            latest = store.latest_checkpoint(chosen.trial_id)
+            latest = store.reader.latest_checkpoint(chosen.trial_id)
             # In the trials DB too, for the dashboard's Pareto scatter and the run's history.
             store.record_pick(run_pk, chosen.trial_id)
         store.finish_experiment_run(run_pk, "SUCCESS" if candidates else "FAILED")

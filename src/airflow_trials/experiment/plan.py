@@ -461,7 +461,7 @@ class TuningPlan:
             counts = reconcile_trial_ends(
                 hook, store, self.experiment_name, run_pk, [s["trial_id"] for s in suggested]
             )
-            board = store.leaderboard(run_pk, metric, mode)
+            board = store.reader.leaderboard(run_pk, metric, mode)
             # The trials that count (docs/store.md "Which trials count"), in the board's order.
             finished = [r for r in board if is_counted(r.status) and r.best_value is not None]
             if finished:  # the leaderboard's first is the pick, as the XCom below hands it on

@@ -76,7 +76,7 @@ def run_best_value(
 ) -> float | None:
     """The run's best value as ``select_best`` takes it: the leaderboard's first finished trial
     with the metric (feasible first, with constraints); None when none finished with it."""
-    for row in store.leaderboard(experiment_run_id, metric, mode):
+    for row in store.reader.leaderboard(experiment_run_id, metric, mode):
         if is_counted(row.status) and row.best_value is not None:
             return float(row.best_value)
     return None
@@ -88,7 +88,7 @@ def run_front_points(
     """Each finished trial's values (its last result, in ``metrics``' order) with every metric
     reported; with constraints, only the feasible trials'. Dominated points add no volume, so
     these are as good as the front."""
-    board = store.pareto_leaderboard(experiment_run_id, metrics, modes)
+    board = store.reader.pareto_leaderboard(experiment_run_id, metrics, modes)
     points = []
     for row in board.rows:
         values = [row.values[m] for m in metrics]
@@ -124,7 +124,9 @@ def check_regression(
     where = f"Experiment {plan.experiment_name}, DAG run {run_id}"
     store = TrialsHook(plan.ray_conn_id, plan.trials_conn_id).get_store()
     try:
-        previous = previous_successful_run(store.list_experiment_runs(plan.experiment_name), run_pk)
+        previous = previous_successful_run(
+            store.reader.list_experiment_runs(plan.experiment_name), run_pk
+        )
         comparison = None if previous is None else _compare(store, run, run_pk, previous, tolerance)
     finally:
         store.dispose()

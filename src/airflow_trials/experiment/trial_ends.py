@@ -23,7 +23,7 @@ def reconcile_trial_ends(
     is left there, and recorded as ERROR. A suggested trial the store never saw never ran.
     Returns counts of ``finished`` (TERMINATED), ``failed`` (ERROR) and ``never_ran`` trials.
     """
-    records = {r.trial_id: r for r in store.list_trials(experiment_run_id=run_pk)}
+    records = {r.trial_id: r for r in store.reader.list_trials(experiment_run_id=run_pk)}
     stuck = [r for r in records.values() if not r.status.is_terminal()]
     if stuck:
         executor = hook.get_executor()
@@ -46,7 +46,7 @@ def reconcile_trial_ends(
             len(stuck),
             ", ".join(r.trial_id for r in stuck),
         )
-    statuses = [r.status.value for r in store.list_trials(experiment_run_id=run_pk)]
+    statuses = [r.status.value for r in store.reader.list_trials(experiment_run_id=run_pk)]
     counts = {
         "finished": statuses.count("TERMINATED"),
         "failed": statuses.count("ERROR"),

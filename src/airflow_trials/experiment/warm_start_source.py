@@ -112,7 +112,7 @@ def warm_seeds(
     if with_results:
         last = {
             t.trial_id: dict(t.last_result or {})
-            for t in store.list_trials(experiment_run_id=source.id)
+            for t in store.reader.list_trials(experiment_run_id=source.id)
         }
         ranked = [dataclasses.replace(t, result=last.get(t.trial_id, {})) for t in ranked]
     seeds, skipped = seed_configs(space, source.run_key, ranked, warm_start.top_k)
@@ -132,7 +132,7 @@ def warm_seeds(
 def _ranked(store: Any, source_run_id: int, metric: str, mode: str) -> list[SourceTrial]:
     return [
         SourceTrial(row.trial_id, dict(row.config), row.best_value, row.best_checkpoint)
-        for row in store.leaderboard(source_run_id, metric, mode)
+        for row in store.reader.leaderboard(source_run_id, metric, mode)
         if is_counted(row.status) and row.best_value is not None and row.feasible is not False
     ]
 
@@ -147,7 +147,7 @@ def _pareto_ranked(
             [row.values[name] for name in metrics],
             row.latest_checkpoint,
         )
-        for row in store.pareto_leaderboard(source_run_id, metrics, modes).rows
+        for row in store.reader.pareto_leaderboard(source_run_id, metrics, modes).rows
         if is_counted(row.status) and row.pareto_rank is not None and row.feasible is not False
     ]
 
@@ -167,7 +167,7 @@ def _source_run(
     dag_id = warm_start.dag_id or own_dag
     every = [
         r
-        for r in store.list_experiment_runs(experiment_name)
+        for r in store.reader.list_experiment_runs(experiment_name)
         if (r.dag_id, r.run_key) != (own_dag, run_key)
     ]
     runs = [r for r in every if r.dag_id == dag_id]

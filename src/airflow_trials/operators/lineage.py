@@ -241,7 +241,7 @@ def read_run_lineage(
     if experiment_run_id is not None:
         store = hook.get_store()
         try:
-            run = store.resolve_run(experiment_name, experiment_run_id)
+            run = store.reader.resolve_run(experiment_name, experiment_run_id)
         finally:
             store.dispose()
         run_key, search_space = run.run_key, run.search_space

@@ -299,7 +299,9 @@ class RunSweepOperator(BaseOperator):
         (``airflow-trials extend``) records into the finished run it extends."""
         store = hook.get_store()
         try:
-            key = next(r.run_key for r in store.list_experiment_runs(experiment) if r.id == run_pk)
+            key = next(
+                r.run_key for r in store.reader.list_experiment_runs(experiment) if r.id == run_pk
+            )
         finally:
             store.dispose()
         return None if key == run_id else key
@@ -352,7 +354,7 @@ class RunSweepOperator(BaseOperator):
         hook = self._hook()
         store = hook.get_store()
         try:
-            board = store.leaderboard(run_pk, metric, str(mode))
+            board = store.reader.leaderboard(run_pk, metric, str(mode))
         finally:
             store.dispose()
         top = next((r for r in board if is_counted(r.status) and r.best_value is not None), None)

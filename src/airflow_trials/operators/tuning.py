@@ -90,7 +90,7 @@ def suggested_config(
     The run's ended trials are passed as ``(config, value, last result)``, so that a searcher
     with constraints (``OptunaSearch(constraints=...)``) computes their constraint values.
     """
-    trials = store.list_trials(experiment_run_id=experiment_run_id)
+    trials = store.reader.list_trials(experiment_run_id=experiment_run_id)
     mine = next((t for t in trials if t.trial_id == trial_id), None)
     if mine is not None and mine.config:
         return dict(mine.config)  # asked on an earlier try

@@ -28,7 +28,12 @@ class _TrialRungsAccess(Protocol):
     def trial_rungs(self, trial_id: str) -> list[RungDecision]: ...
 
 
-A = TypeVar("A", bound=_TrialRungsAccess)
+class _ReaderAccess(Protocol):
+    @property
+    def reader(self) -> _TrialRungsAccess: ...
+
+
+A = TypeVar("A", bound=_ReaderAccess)
 
 _RUNGS = TrialRungRow.__table__
 
@@ -196,7 +201,8 @@ class RungsAccess(Protocol):
         at_end: bool = False,
     ) -> RungDecision: ...
 
-    def trial_rungs(self, trial_id: str) -> list[RungDecision]: ...
+    @property
+    def reader(self) -> _TrialRungsAccess: ...
 
     def rung_values(self, experiment_run_id: int, bracket: int, milestone: float) -> ValueList: ...
 
@@ -218,7 +224,7 @@ class _RunRungs(Generic[A]):
     def trial_rungs(self, trial_id: str) -> list[RungDecision]:
         recorded = self._trials.get(trial_id)
         if recorded is None:
-            recorded = self._trials[trial_id] = list(self.store.trial_rungs(trial_id))
+            recorded = self._trials[trial_id] = list(self.store.reader.trial_rungs(trial_id))
         return recorded
 
     def _kept(self, trial_id: str, recorded: RungDecision) -> RungDecision:
@@ -231,7 +237,7 @@ class StoredRungs(_RunRungs["RungsAccess"]):
     """:class:`~airflow_trials.core.rungs.RungState` of one experiment run in the trials store:
     ASHA's rungs on the Airflow path, one row per trial and rung (:class:`_RunRungs`).
 
-    :param store: the trials store (``record_rung``, ``trial_rungs``, ``rung_values``).
+    :param store: the trials store (``record_rung``, ``rung_values``, ``reader.trial_rungs``).
     :param experiment_run_id: the run whose trials share the rungs.
     """
 
@@ -278,7 +284,8 @@ class VectorRungsAccess(Protocol):
         at_end: bool = False,
     ) -> RungDecision: ...
 
-    def trial_rungs(self, trial_id: str) -> list[RungDecision]: ...
+    @property
+    def reader(self) -> _TrialRungsAccess: ...
 
     def rung_vectors(
         self, experiment_run_id: int, bracket: int, milestone: float
@@ -289,7 +296,8 @@ class StoredVectorRungs(_RunRungs["VectorRungsAccess"]):
     """:class:`~airflow_trials.core.moasha.VectorRungState` of one experiment run in the trials
     store: MOASHA's rungs, one row per trial and rung (:class:`_RunRungs`).
 
-    :param store: the trials store (``record_vector_rung``, ``trial_rungs``, ``rung_vectors``).
+    :param store: the trials store (``record_vector_rung``, ``rung_vectors``,
+        ``reader.trial_rungs``).
     :param experiment_run_id: the run whose trials share the rungs.
     """
 

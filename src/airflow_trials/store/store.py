@@ -1,17 +1,19 @@
 """TrialStore: the metadata store of experiments, runs, trials, results, checkpoints, ASHA's rungs,
-the median rule's running means and PBT's exploits, composed of a read side and write components."""
+the median rule's running means and PBT's exploits: its writes, declared here and carried out by
+one write component per concern; its reads are :class:`~airflow_trials.store.TrialReader`'s."""
 
 from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 from airflow_trials.store.approvals import ApprovalWriter
 from airflow_trials.store.database import Database
 from airflow_trials.store.experiments import ExperimentWriter
 from airflow_trials.store.exploits import ExploitWriter
 from airflow_trials.store.extensions import ExtensionWriter
-from airflow_trials.store.ingest import (
-    IngestWriter,
-    TrialProgress,  # noqa: F401 - re-exported
-)
+from airflow_trials.store.ingest import IngestWriter
 from airflow_trials.store.median import MedianStore
 from airflow_trials.store.reader import TrialReader
 from airflow_trials.store.retry import RetryPolicy
@@ -19,32 +21,41 @@ from airflow_trials.store.run_deletion import RunDeleter
 from airflow_trials.store.rungs import RungsStore
 from airflow_trials.store.trial_writes import TrialWriter
 
-#: The components that write, each over the store's database; a TrialReader holds none of them.
-WRITERS = (
-    ExperimentWriter,
-    ExtensionWriter,
-    ApprovalWriter,
-    TrialWriter,
-    IngestWriter,
-    ExploitWriter,
-    RungsStore,
-    MedianStore,
-    RunDeleter,
-)
+if TYPE_CHECKING:
+    from airflow_trials.core.approval import ApprovalOutcome
+    from airflow_trials.core.constraints import Constraints
+    from airflow_trials.core.end import TrialEnd
+    from airflow_trials.core.fate import FailureDecision
+    from airflow_trials.core.median_rule import MedianDecide
+    from airflow_trials.core.pareto import MetricSpec, ModeSpec
+    from airflow_trials.core.resources import Resources
+    from airflow_trials.core.rung_math import RungDecide, RungVerdict, ValueList
+    from airflow_trials.core.status import TrialStatus
+    from airflow_trials.core.update import TrialUpdate
+    from airflow_trials.store.records import (
+        ExploitRecord,
+        MedianPoint,
+        RunApprovalRecord,
+        RunExtensionRecord,
+        RungDecision,
+    )
+    from airflow_trials.store.run_deletion import RunDeletion
+    from airflow_trials.store.transitions import Recorded, TrialTransition
 
 
 class TrialStore:
     """The metadata store: one database (never Airflow's) shared by every task, trigger and UI.
 
-    It is composed, not inherited: :attr:`reader`, a :class:`~airflow_trials.store.TrialReader`
-    that cannot write, answers every read, and one component per concern writes (see
-    :data:`WRITERS`); the store hands out their methods as its own. A trial's status changes in
-    three ways only, each through one guarded setter
-    (:func:`~airflow_trials.store.trial_writes.change_status`): :meth:`record_transition`,
-    :meth:`record_end` and :meth:`record_progress`. Give :attr:`reader` to code that only reads.
+    Its methods are its writes, each carried out by one write component over the store's database
+    (``store/experiments.py``, ``trial_writes.py``, ``ingest.py`` and the others). Its reads are
+    :attr:`reader`'s, a :class:`~airflow_trials.store.TrialReader` over the same database that
+    cannot write: ``store.reader.leaderboard(...)``; give :attr:`reader` to code that only reads.
+    A trial's status changes through one guarded setter
+    (:func:`~airflow_trials.store.trial_writes.change_status`), which :meth:`record_transition`,
+    :meth:`record_end` and :meth:`record_progress` call.
 
-    Every public method runs in its own transaction: it commits, or rolls back entirely and
-    raises :class:`~airflow_trials.exceptions.StoreError` (chained to the database error). A
+    Every method runs in its own transaction: it commits, or rolls back entirely and raises
+    :class:`~airflow_trials.exceptions.StoreError` (chained to the database error). A
     transaction that failed transiently (connection lost, server restarting, serialization
     failure, deadlock, SQLite busy) runs again, with exponential backoff and jitter, until the
     ``retry_*`` budget is spent; other database errors fail at once. All writes are idempotent,
@@ -54,14 +65,16 @@ class TrialStore:
     Example::
 
         from airflow_trials.core.fate import Transition
+        from airflow_trials.core.update import TrialUpdate
 
         store = TrialStore("sqlite:////tmp/trials.db", create=True)
         run = store.create_experiment_run("mnist", "manual-1")
         store.upsert_trial("t-1", trainable="pkg.train:fn", config={"lr": 0.1},
                            resources={"cpu": 1}, max_failures=0, experiment_run_id=run)
         store.record_transition("t-1", Transition.PLACED)
-        store.add_results("t-1", [{"training_iteration": 1, "loss": 0.5}])
-        store.leaderboard(run, "loss", "min")
+        result = {"training_iteration": 1, "loss": 0.5}
+        store.record_progress([TrialUpdate("t-1", results=[result])])
+        store.reader.leaderboard(run, "loss", "min")
 
     :param url: SQLAlchemy URL; default :func:`~airflow_trials.store.default_store_url`
         (a SQLite file). Production: ``postgresql+psycopg://user:password@host/db``.
@@ -75,6 +88,9 @@ class TrialStore:
         after each further one; default 0.1.
     :param retry_max_backoff_seconds: the longest wait between two attempts; default 5.
     """
+
+    #: The store's reads (a :class:`~airflow_trials.store.TrialReader` over its database).
+    reader: TrialReader
 
     def __init__(
         self,
@@ -96,86 +112,302 @@ class TrialStore:
         )
         # The engines, for tools and tests that inspect the database under the store.
         self._engine, self._write_engine = db.engine, db.write_engine
-        reader = self.reader = TrialReader(db)
-        #: Close every pooled connection; the store opens new ones if used again.
-        self.dispose = db.dispose
-        # The read side.
-        self.list_experiments = reader.list_experiments
-        self.get_experiment = reader.get_experiment
-        self.list_experiment_runs = reader.list_experiment_runs
-        self.resolve_run = reader.resolve_run
-        self.get_trial = reader.get_trial
-        self.list_trials = reader.list_trials
-        self.get_results = reader.get_results
-        self.live_checkpoints = reader.live_checkpoints
-        self.latest_checkpoint = reader.latest_checkpoint
-        self.leaderboard = reader.leaderboard
-        self.pareto_leaderboard = reader.pareto_leaderboard
-        self.ranked_page = reader.ranked_page
-        self.best_checkpoint_paths = reader.best_checkpoint_paths
-        self.trial_rungs = reader.trial_rungs
-        self.trial_median_points = reader.trial_median_points
-        self.trial_exploits = reader.trial_exploits
-        self.lineage = reader.lineage
-        self.find_experiment_run = reader.find_experiment_run
-        self.trial_counts = reader.trial_counts
-        self.ranking = reader.ranking
-        self.configs_of = reader.configs_of
-        self.stop_reasons_of = reader.stop_reasons_of
-        self.early_stopped_trials = reader.early_stopped_trials
-        self.rungs_of_run = reader.rungs_of_run
-        self.lineages_of_run = reader.lineages_of_run
-        self.run_rungs = reader.run_rungs
-        self.run_exploits = reader.run_exploits
-        self.run_decision_counts = reader.run_decision_counts
-        self.experiment_history = reader.experiment_history
-        self.experiment_trend = reader.experiment_trend
-        self.best_of_run = reader.best_of_run
-        self.checkpoints_of = reader.checkpoints_of
-        self.metric_curves = reader.metric_curves
-        self.runs_of_dag_run = reader.runs_of_dag_run
-        self.list_run_extensions = reader.list_run_extensions
-        self.run_approvals = reader.run_approvals
-        self.trial_of_task = reader.trial_of_task
-        # Experiments and their runs.
-        experiments = ExperimentWriter(db)
-        self.ensure_experiment = experiments.ensure_experiment
-        self.ensure_metric_index = experiments.ensure_metric_index
-        self.create_experiment_run = experiments.create_experiment_run
-        self.finish_experiment_run = experiments.finish_experiment_run
-        self.record_pick = experiments.record_pick
-        extensions = ExtensionWriter(db)
-        self.begin_run_extension = extensions.begin_run_extension
-        self.end_run_extension = extensions.end_run_extension
-        # Answers to approve_best (tuning_experiment(approval=True)); a rejection is final.
-        self.record_approval = ApprovalWriter(db).record_approval
-        # Trials: registration, fields, and two of the three ways their status changes.
-        trials = TrialWriter(db)
-        self.upsert_trial = trials.upsert_trial
-        self.update_trial = trials.update_trial
-        self.record_transition = trials.record_transition
-        self.record_end = trials.record_end
-        # Results and checkpoints; record_progress is the third way a status changes (RUNNING).
-        ingest = IngestWriter(db)
-        self.add_results = ingest.add_results
-        self.recompute_best = ingest.recompute_best
-        self.record_progress = ingest.record_progress
-        self.add_checkpoint = ingest.add_checkpoint
-        self.mark_checkpoint_deleted = ingest.mark_checkpoint_deleted
-        # What the schedulers decide: PBT's exploits, ASHA's rungs, the median rule's means.
-        self.record_exploit = ExploitWriter(db).record_exploit
-        rungs = RungsStore(db)
-        self.record_rung = rungs.record_rung
-        self.rung_values = rungs.rung_values
-        self.record_vector_rung = rungs.record_vector_rung
-        self.rung_vectors = rungs.rung_vectors
-        self.record_median_point = MedianStore(db).record_median_point
-        # Pruning: a finished run and every row of it, in one transaction.
-        self.delete_experiment_run = RunDeleter(db).delete_experiment_run
+        self.reader = TrialReader(db)
+        self._experiments = ExperimentWriter(db)
+        self._extensions = ExtensionWriter(db)
+        self._approvals = ApprovalWriter(db)
+        self._trials = TrialWriter(db)
+        self._ingest = IngestWriter(db)
+        self._exploits = ExploitWriter(db)
+        self._rungs = RungsStore(db)
+        self._median = MedianStore(db)
+        self._deleter = RunDeleter(db)
 
     @property
     def url(self) -> str:
+        """The store's SQLAlchemy URL."""
         return self._db.url
 
     def __repr__(self) -> str:
         return repr(self._db)
+
+    def dispose(self) -> None:
+        """Close every pooled connection; the store opens new ones if used again."""
+        self._db.dispose()
+
+    # -- experiments and their runs --------------------------------------------------------
+
+    def ensure_experiment(
+        self,
+        name: str,
+        metric: MetricSpec | None = None,
+        mode: ModeSpec | None = None,
+        constraints: Sequence[str] | Constraints | None = None,
+    ) -> int:
+        """The experiment's id, creating it if needed (:meth:`ExperimentWriter.ensure_experiment
+        <airflow_trials.store.experiments.ExperimentWriter.ensure_experiment>`)."""
+        return self._experiments.ensure_experiment(name, metric, mode, constraints)
+
+    def create_experiment_run(
+        self,
+        experiment_name: str,
+        run_key: str,
+        *,
+        dag_id: str | None = None,
+        run_id: str | None = None,
+        search_space: Mapping[str, Any] | None = None,
+        seed: int | None = None,
+        num_samples: int | None = None,
+    ) -> int:
+        """The id of the run ``run_key`` of the experiment, creating both if needed."""
+        return self._experiments.create_experiment_run(
+            experiment_name,
+            run_key,
+            dag_id=dag_id,
+            run_id=run_id,
+            search_space=search_space,
+            seed=seed,
+            num_samples=num_samples,
+        )
+
+    def finish_experiment_run(self, run_id_pk: int, status: str) -> None:
+        """Set a run's status; SUCCESS or FAILED end it and store its history line."""
+        self._experiments.finish_experiment_run(run_id_pk, status)
+
+    def record_pick(self, experiment_run_id: int, trial_id: str) -> None:
+        """Record the trial ``select_best`` picked in the run."""
+        self._experiments.record_pick(experiment_run_id, trial_id)
+
+    def begin_run_extension(
+        self,
+        experiment_run_id: int,
+        dag_run_id: str,
+        *,
+        num_samples_added: int,
+        stop_before: Mapping[str, Any] | None,
+        stop_after: Mapping[str, Any] | None,
+        trials_continued: Sequence[str],
+        trials_added: Sequence[str],
+    ) -> RunExtensionRecord:
+        """Record that DAG run ``dag_run_id`` extends the finished run, and set it RUNNING."""
+        return self._extensions.begin_run_extension(
+            experiment_run_id,
+            dag_run_id,
+            num_samples_added=num_samples_added,
+            stop_before=stop_before,
+            stop_after=stop_after,
+            trials_continued=trials_continued,
+            trials_added=trials_added,
+        )
+
+    def end_run_extension(self, experiment_run_id: int, dag_run_id: str, status: str) -> bool:
+        """End the extension of DAG run ``dag_run_id`` SUCCESS or FAILED."""
+        return self._extensions.end_run_extension(experiment_run_id, dag_run_id, status)
+
+    def record_approval(
+        self,
+        experiment_run_id: int,
+        dag_run_id: str,
+        *,
+        trial_id: str,
+        outcome: ApprovalOutcome | str,
+        responded_by_id: str,
+        responded_by_name: str,
+        responded_at: datetime,
+        reason: str,
+        triggered_by: str | None,
+    ) -> RunApprovalRecord:
+        """Record the answer ``approve_best`` got about the run's best; a rejection is final."""
+        return self._approvals.record_approval(
+            experiment_run_id,
+            dag_run_id,
+            trial_id=trial_id,
+            outcome=outcome,
+            responded_by_id=responded_by_id,
+            responded_by_name=responded_by_name,
+            responded_at=responded_at,
+            reason=reason,
+            triggered_by=triggered_by,
+        )
+
+    def delete_experiment_run(
+        self,
+        experiment_run_id: int,
+        *,
+        dry_run: bool = False,
+        check_paths: Callable[[Sequence[str]], None] | None = None,
+    ) -> RunDeletion:
+        """Delete a finished run, its trials and every row naming either, in one transaction."""
+        return self._deleter.delete_experiment_run(
+            experiment_run_id, dry_run=dry_run, check_paths=check_paths
+        )
+
+    # -- trials: registration and status ----------------------------------------------------
+
+    def upsert_trial(
+        self,
+        trial_id: str,
+        *,
+        trainable: str,
+        config: Mapping[str, Any],
+        resources: Mapping[str, Any] | Resources,
+        max_failures: int,
+        experiment_run_id: int | None = None,
+        dag_id: str | None = None,
+        run_id: str | None = None,
+        task_id: str | None = None,
+        map_index: int = -1,
+        try_number: int | None = None,
+        warm_start: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Register a trial (PENDING), or refresh the Airflow ids of one already registered."""
+        self._trials.upsert_trial(
+            trial_id,
+            trainable=trainable,
+            config=config,
+            resources=resources,
+            max_failures=max_failures,
+            experiment_run_id=experiment_run_id,
+            dag_id=dag_id,
+            run_id=run_id,
+            task_id=task_id,
+            map_index=map_index,
+            try_number=try_number,
+            warm_start=warm_start,
+        )
+
+    def record_transition(
+        self,
+        trial_id: str,
+        transition: TrialTransition,
+        *,
+        why: str | None = None,
+        try_number: int | None = None,
+    ) -> Recorded:
+        """Record a change of the trial's status other than its end, through the guarded setter."""
+        return self._trials.record_transition(trial_id, transition, why=why, try_number=try_number)
+
+    def record_end(self, end: TrialEnd, decision: FailureDecision | None = None) -> TrialStatus:
+        """Record how a trial's watch ended; returns the status it now has."""
+        return self._trials.record_end(end, decision)
+
+    # -- results and checkpoints ------------------------------------------------------------
+
+    def record_progress(self, batch: Sequence[TrialUpdate]) -> int:
+        """Write what many trials did (results, checkpoints, status) in one transaction; returns
+        how many results were new (:meth:`IngestWriter.record_progress
+        <airflow_trials.store.ingest.IngestWriter.record_progress>`)."""
+        return self._ingest.record_progress(batch)
+
+    def mark_checkpoint_deleted(self, trial_id: str, path: str) -> None:
+        """Mark a recorded checkpoint deleted (idempotent); StoreError for an unknown path."""
+        self._ingest.mark_checkpoint_deleted(trial_id, path)
+
+    def recompute_best(self, experiment_run_id: int) -> int:
+        """Recompute each trial's maintained best of the run from its results (after a bulk
+        load, or a change of the experiment's metric); returns the trials updated."""
+        return self._ingest.recompute_best(experiment_run_id)
+
+    # -- what the schedulers decide ---------------------------------------------------------
+
+    def record_exploit(
+        self,
+        trial_id: str,
+        *,
+        iteration: int,
+        donor_trial_id: str,
+        donor_checkpoint: str,
+        old_config: Mapping[str, Any],
+        new_config: Mapping[str, Any],
+        operations: Mapping[str, str],
+    ) -> ExploitRecord:
+        """Record that the trial continues from the donor's checkpoint with ``new_config``."""
+        return self._exploits.record_exploit(
+            trial_id,
+            iteration=iteration,
+            donor_trial_id=donor_trial_id,
+            donor_checkpoint=donor_checkpoint,
+            old_config=old_config,
+            new_config=new_config,
+            operations=operations,
+        )
+
+    def record_rung(
+        self,
+        experiment_run_id: int,
+        trial_id: str,
+        *,
+        bracket: int,
+        milestone: float,
+        value: float,
+        decide: RungDecide,
+        iteration: int | None = None,
+        at_end: bool = False,
+    ) -> RungDecision:
+        """Record the trial's ``value`` at an ASHA rung and return the verdict; exactly once."""
+        return self._rungs.record_rung(
+            experiment_run_id,
+            trial_id,
+            bracket=bracket,
+            milestone=milestone,
+            value=value,
+            decide=decide,
+            iteration=iteration,
+            at_end=at_end,
+        )
+
+    def rung_values(self, experiment_run_id: int, bracket: int, milestone: float) -> ValueList:
+        """Every value the run's trials recorded at a rung: ASHA's state, read as it decides."""
+        return self._rungs.rung_values(experiment_run_id, bracket, milestone)
+
+    def record_vector_rung(
+        self,
+        experiment_run_id: int,
+        trial_id: str,
+        *,
+        bracket: int,
+        milestone: float,
+        values: Sequence[float],
+        decide: Callable[[list[tuple[float, ...]]], RungVerdict],
+        iteration: int | None = None,
+        at_end: bool = False,
+    ) -> RungDecision:
+        """MOASHA's :meth:`record_rung`: the trial's metric ``values`` at a rung; exactly once."""
+        return self._rungs.record_vector_rung(
+            experiment_run_id,
+            trial_id,
+            bracket=bracket,
+            milestone=milestone,
+            values=values,
+            decide=decide,
+            iteration=iteration,
+            at_end=at_end,
+        )
+
+    def rung_vectors(
+        self, experiment_run_id: int, bracket: int, milestone: float
+    ) -> list[tuple[float, ...]]:
+        """The metric vectors the run's trials recorded at a rung: MOASHA's state."""
+        return self._rungs.rung_vectors(experiment_run_id, bracket, milestone)
+
+    def record_median_point(
+        self,
+        experiment_run_id: int,
+        trial_id: str,
+        *,
+        iteration: int,
+        time: float,
+        value: float,
+        decide: MedianDecide | None = None,
+        at_end: bool = False,
+    ) -> MedianPoint:
+        """Add a result to the trial's running mean and return the median rule's verdict."""
+        return self._median.record_median_point(
+            experiment_run_id,
+            trial_id,
+            iteration=iteration,
+            time=time,
+            value=value,
+            decide=decide,
+            at_end=at_end,
+        )

@@ -109,7 +109,7 @@ class RungJudge(_Judge):
 
     :param rungs: ASHA's rule.
     :param bracket: the trial's bracket, drawn once per trial.
-    :param store: the trials store (``record_rung``, ``trial_rungs``).
+    :param store: the trials store (``record_rung``, ``reader.trial_rungs``).
     :param experiment_run_id: the run whose trials share the rungs.
     :param trial_id: the trial.
     """
@@ -159,7 +159,7 @@ class VectorRungJudge(_Judge):
 
     :param rungs: MOASHA's rule.
     :param bracket: the trial's bracket, drawn once per trial.
-    :param store: the trials store (``record_vector_rung``, ``trial_rungs``, ``rung_vectors``).
+    :param store: the trials store (``record_vector_rung``, ``rung_vectors``, ``reader``).
     :param experiment_run_id: the run whose trials share the rungs.
     :param trial_id: the trial.
     """
@@ -230,7 +230,7 @@ class MedianJudge(_Judge):
     results when this judge starts (after a triggerer restart, say).
 
     :param rule: the rule.
-    :param store: the trials store (``record_median_point``, ``get_results``).
+    :param store: the trials store (``record_median_point``, ``reader.get_results``).
     :param experiment_run_id: the run whose trials the rule compares.
     :param trial_id: the trial.
     """
@@ -275,7 +275,7 @@ class MedianJudge(_Judge):
         if self._best is None:
             earlier = [
                 r
-                for r in self.store.get_results(self.trial_id)
+                for r in self.store.reader.get_results(self.trial_id)
                 if r.get(R.TRAINING_ITERATION, 0) < iteration
             ]
             best = math.nan

@@ -302,7 +302,7 @@ class SweepWatch:
         lost."""
         store = await self.open_store()
         records = await asyncio.to_thread(
-            store.list_trials, experiment_run_id=self.experiment_run_id
+            store.reader.list_trials, experiment_run_id=self.experiment_run_id
         )
         ended = {r.trial_id for r in records if r.status.is_terminal()}
         left = [t for t in self.trial_ids if t not in ended]

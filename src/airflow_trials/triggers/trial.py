@@ -300,7 +300,7 @@ def _taken_over_by_a_later_try(store: Any, trial_id: str, try_number: int | None
     try re-attached): the old try's ``on_kill`` then leaves it alone, whatever the task's state."""
     if try_number is None:
         return False
-    registered = store.get_trial(trial_id).try_number
+    registered = store.reader.get_trial(trial_id).try_number
     return registered is not None and registered > try_number
 
 
@@ -309,12 +309,14 @@ def trials_status(
 ) -> dict[str, Any]:
     """What a TrialSensor waits on, read from the trials store: done or not, and the statuses."""
     if trial_id is not None:
-        trials = [store.get_trial(trial_id)]
+        trials = [store.reader.get_trial(trial_id)]
     else:
-        runs = [r for r in store.list_experiment_runs(experiment_name) if r.run_key == run_key]
+        runs = [
+            r for r in store.reader.list_experiment_runs(experiment_name) if r.run_key == run_key
+        ]
         if not runs:
             return {"done": False, "statuses": {}, "failed": []}
-        trials = store.list_trials(experiment_run_id=runs[0].id)
+        trials = store.reader.list_trials(experiment_run_id=runs[0].id)
     statuses = {t.trial_id: t.status.value for t in trials}
     done = bool(trials) and all(t.status.is_terminal() for t in trials)
     failed = sorted(t.trial_id for t in trials if t.status is TrialStatus.ERROR)

@@ -202,7 +202,9 @@ def resumable_trials(spec: SweepSpec, store: TrialStore, storage: TrialStorage) 
     is the searcher's to suggest: one whose config is stored continues with it, the others are
     asked for (``to_ask``).
     """
-    records = {r.trial_id: r for r in store.list_trials(experiment_run_id=spec.experiment_run_id)}
+    records = {
+        r.trial_id: r for r in store.reader.list_trials(experiment_run_id=spec.experiment_run_id)
+    }
     ended = {trial_id for trial_id, record in records.items() if record.status.is_terminal()}
     resumable = Resumable([], len(ended & {trial_id for trial_id, _ in spec.trials}), None)
     resumable.make = functools.partial(_plan_to_trial, spec, store, storage)
@@ -219,7 +221,7 @@ def resumable_trials(spec: SweepSpec, store: TrialStore, storage: TrialStorage) 
             continue
         resumable.plans.append((trial_id, config, record))
     if ended:
-        board = store.leaderboard(spec.experiment_run_id, *spec.first_metric())
+        board = store.reader.leaderboard(spec.experiment_run_id, *spec.first_metric())
         top = next((row for row in board if row.best_value is not None), None)
         resumable.best = (
             (top.best_value, top.trial_id)
