@@ -317,7 +317,7 @@ class RunTrialOperator(BaseOperator):
         from airflow_trials.exceptions import TrialNotFoundError
 
         try:
-            return store.get_trial(trial_id).started_at is not None
+            return store.reader.get_trial(trial_id).started_at is not None
         except TrialNotFoundError:
             return False
 
@@ -360,7 +360,7 @@ class RunTrialOperator(BaseOperator):
             warm_start=self.warm_start,
         )
         actor = trial_actor_state(executor.attach(experiment, trial_id))
-        record: TrialRecord = store.get_trial(trial_id)
+        record: TrialRecord = store.reader.get_trial(trial_id)
         # A first try is never after a clear (max_tries is read only for a later one).
         cleared = ti.try_number > 1 and first_try_after_a_clear(
             ti.try_number, ti.max_tries, self.retries or 0
@@ -446,7 +446,7 @@ class RunTrialOperator(BaseOperator):
                 # from an older trigger) remove what may be left. Skipping it spares this worker
                 # a Ray connection.
                 hook.get_executor().terminate(end.experiment_name, end.trial_id)
-            record = store.get_trial(end.trial_id)
+            record = store.reader.get_trial(end.trial_id)
             decision = None
             can_retry = retries_left(ti.try_number, self.retries or 0)
             if not end.finished:
@@ -460,7 +460,7 @@ class RunTrialOperator(BaseOperator):
                     retries_left=can_retry,
                 )
             status = store.record_end(end, decision)
-            latest = store.latest_checkpoint(end.trial_id)
+            latest = store.reader.latest_checkpoint(end.trial_id)
         finally:
             store.dispose()
         state = {

@@ -179,7 +179,8 @@ class TrialWatch:
         # What the store names now: what the actor dropped while nobody recorded is marked deleted
         # with the first write (a watch before this one may have died in between).
         recorded = [
-            c.path for c in await asyncio.to_thread(self.store.live_checkpoints, spec.trial_id)
+            c.path
+            for c in await asyncio.to_thread(self.store.reader.live_checkpoints, spec.trial_id)
         ]
         self.polls = watch_trial(spec.trial_id, self.actor, self.store.url, wait_s, recorded)
 
@@ -379,7 +380,7 @@ class TrialWatch:
             )
 
     def _finished_in_store(self) -> dict[str, Any] | None:
-        record = self.store.get_trial(self.spec.trial_id)
+        record = self.store.reader.get_trial(self.spec.trial_id)
         if record.status is not TrialStatus.TERMINATED:
             return None
         return stored_end_event(self.store, self.spec.experiment_name, record)
@@ -422,7 +423,7 @@ class TrialWatch:
 
 def stored_end_event(store: TrialStore, experiment_name: str, record: Any) -> dict[str, Any]:
     """The TERMINATED event of a trial whose end the store holds (its actor is already gone)."""
-    latest = store.latest_checkpoint(record.trial_id)
+    latest = store.reader.latest_checkpoint(record.trial_id)
     return TrialEnd.stored(
         record.trial_id,
         experiment_name,
