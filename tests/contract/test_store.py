@@ -54,7 +54,7 @@ from tests.contract.conftest import (
     new_postgres_schema,
 )
 
-HEAD_REVISION = "0016"
+HEAD_REVISION = "0017"
 
 
 def register(store: TrialStore, trial_id: str, run: int | None = None, **kwargs: Any) -> None:

@@ -157,7 +157,7 @@ def test_history_reads_its_indexes_on_sqlite(trials_store, nightly):
     runs = [night.run for night in nightly.nights]
     expected = [
         (run_counts_query(runs), f"COVERING INDEX {RUN_STATUS_INDEX}"),
-        (stopped_early_counts_query("sqlite", runs), f"COVERING INDEX {RUN_STOPPED_EARLY_INDEX}"),
+        (stopped_early_counts_query(runs), f"COVERING INDEX {RUN_STOPPED_EARLY_INDEX}"),
         (warm_started_query(runs), f"COVERING INDEX {RUN_WARM_STARTED_INDEX}"),
     ]
     with trials_store._engine.connect() as connection:

@@ -23,6 +23,7 @@ from enum import StrEnum
 from typing import Any
 
 from airflow_trials.core.status import TrialStatus
+from airflow_trials.core.stop_kind import StopKind, stop_kind_or_none
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,9 @@ class TrialEnd:
     :param stop_reason: why it ended TERMINATED, as the path that stopped it said it, e.g.
         ``"it met its stopping criterion"`` or ``"stopped by ASHA at training_iteration=3 (rung 1
         of 4): ..."``; default None (not known, or it did not end TERMINATED).
+    :param stop_kind: why it ended TERMINATED, as a value
+        (:class:`~airflow_trials.core.stop_kind.StopKind`); default None (not known, or it did not
+        end TERMINATED).
     """
 
     trial_id: str
@@ -54,6 +58,7 @@ class TrialEnd:
     infrastructure: bool = False
     released: bool = False
     stop_reason: str | None = None
+    stop_kind: StopKind | None = None
 
     def __post_init__(self) -> None:
         if not TrialStatus(self.status).is_terminal():
@@ -62,6 +67,7 @@ class TrialEnd:
                 "a trial that has not ended has no end event."
             )
         object.__setattr__(self, "status", TrialStatus(self.status))
+        object.__setattr__(self, "stop_kind", stop_kind_or_none(self.stop_kind))
 
     @property
     def finished(self) -> bool:
@@ -84,6 +90,7 @@ class TrialEnd:
             infrastructure=bool(snapshot.get("infrastructure")),
             released=released,
             stop_reason=snapshot.get("stop_reason"),
+            stop_kind=snapshot.get("stop_kind"),
         )
 
     @classmethod
@@ -116,9 +123,10 @@ class TrialEnd:
         best_checkpoint: str | None,
         *,
         stop_reason: str | None = None,
+        stop_kind: StopKind | None = None,
     ) -> TrialEnd:
         """The TERMINATED end the store holds for a trial whose actor is already gone (its stored
-        ``stop_reason`` too, where the store has one)."""
+        ``stop_reason`` and ``stop_kind`` too, where the store has them)."""
         return cls(
             trial_id=trial_id,
             experiment_name=experiment_name,
@@ -127,12 +135,14 @@ class TrialEnd:
             best_checkpoint=best_checkpoint,
             released=True,
             stop_reason=stop_reason,
+            stop_kind=stop_kind,
         )
 
     def to_event(self) -> dict[str, Any]:
         """Plain values for a TriggerEvent (it is serialized into Airflow's DB)."""
         payload = asdict(self)
         payload["status"] = self.status.value
+        payload["stop_kind"] = None if self.stop_kind is None else self.stop_kind.value
         return payload
 
     @classmethod
@@ -150,6 +160,7 @@ class TrialEnd:
             infrastructure=bool(payload.get("infrastructure")),
             released=bool(payload.get("released")),
             stop_reason=payload.get("stop_reason"),
+            stop_kind=payload.get("stop_kind"),
         )
 
 

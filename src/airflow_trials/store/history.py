@@ -216,12 +216,12 @@ def _maintained(metric: str, mode: str) -> ColumnElement[bool]:
     return and_(_TRIALS.c.best_metric == metric, _TRIALS.c.best_mode == mode)
 
 
-def stopped_early_counts_query(dialect_name: str, run_pks: Sequence[int]) -> Select[Any]:
+def stopped_early_counts_query(run_pks: Sequence[int]) -> Select[Any]:
     """(run_pk, count) of the runs' trials their scheduler stopped early, from the partial index
     ``ix_at_trials_run_stopped_early``."""
     return (
         select(_TRIALS.c.experiment_run_id.label("run_pk"), func.count().label("count"))
-        .where(_TRIALS.c.experiment_run_id.in_(run_pks), text(STOPPED_EARLY_SQL[dialect_name]))
+        .where(_TRIALS.c.experiment_run_id.in_(run_pks), text(STOPPED_EARLY_SQL))
         .group_by(_TRIALS.c.experiment_run_id)
     )
 
@@ -317,7 +317,7 @@ def run_lines(
     if run_pks:
         early = {
             run_pk: int(count)
-            for run_pk, count in session.execute(stopped_early_counts_query(dialect_name, run_pks))
+            for run_pk, count in session.execute(stopped_early_counts_query(run_pks))
         }
         warm_trials = {
             row.run_pk: row.trial_id for row in session.execute(warm_started_query(run_pks))

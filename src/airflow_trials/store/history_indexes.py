@@ -6,9 +6,9 @@ indexes alone (migration 0012), and the predicates their partial indexes share w
   and the trials whose best is not maintained in a few.
 - ``ix_at_trials_run_status``: ``(experiment_run_id, status, num_failures)``, narrow: each run's
   trials per status and failed tries, counted from the index alone.
-- ``ix_at_trials_run_stopped_early``: ``(experiment_run_id, status, stop_reason)`` of the trials
-  their scheduler stopped early (:func:`~airflow_trials.core.fate.stopped_early`), a partial
-  index; its predicate's columns are in it so that SQLite counts from the index alone.
+- ``ix_at_trials_run_stopped_early``: ``(experiment_run_id, status, stop_kind)`` of the trials
+  their scheduler stopped early (stop kind ``scheduler``, migration 0017), a partial index; its
+  predicate's columns are in it so that SQLite counts from the index alone.
 - ``ix_at_trials_run_warm_started``: ``(experiment_run_id, trial_id, warm_start)`` of
   warm-started trials, a partial index (a few small rows per run).
 
@@ -20,35 +20,11 @@ from __future__ import annotations
 
 from sqlalchemy import Index, text
 
-from airflow_trials.core.fate import CRITERION_MET, TRAINABLE_FINISHED
-from airflow_trials.core.rung_math import REACHED_MAX_T
+from airflow_trials.core.stop_kind import StopKind
 
-
-def _quoted(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
-
-
-def _stopped_early_reason_sql(find: str) -> str:
-    """:func:`~airflow_trials.core.fate.stopped_early` of a stop reason in SQL, from the same
-    constants; ``find`` is the dialect's substring position function."""
-    return (
-        "stop_reason IS NOT NULL AND stop_reason <> '' "
-        f"AND stop_reason NOT IN ({_quoted(TRAINABLE_FINISHED)}, {_quoted(CRITERION_MET)}) "
-        f"AND {find}(stop_reason, {_quoted(REACHED_MAX_T)}) = 0"
-    )
-
-
-_FIND = {"sqlite": "instr", "postgresql": "strpos"}
-#: :func:`~airflow_trials.core.fate.stopped_early` of a trial's ``stop_reason``, per dialect
-#: (case-sensitive, as ``in`` is in Python); never NULL.
-STOPPED_EARLY_REASON_SQL = {
-    dialect: _stopped_early_reason_sql(find) for dialect, find in _FIND.items()
-}
-#: The predicate of a TERMINATED trial stopped early, per dialect: the partial index's.
-STOPPED_EARLY_SQL = {
-    dialect: "status = 'TERMINATED' AND " + reason
-    for dialect, reason in STOPPED_EARLY_REASON_SQL.items()
-}
+#: The predicate of a TERMINATED trial stopped early: the partial index's (the same on every
+#: dialect).
+STOPPED_EARLY_SQL = f"status = 'TERMINATED' AND stop_kind = '{StopKind.SCHEDULER.value}'"
 WARM_STARTED_SQL = "warm_start IS NOT NULL"
 
 RUN_BEST_INDEX = "ix_at_trials_run_best"
@@ -75,9 +51,9 @@ def history_indexes() -> tuple[Index, Index, Index, Index]:
             # The predicate's columns too: SQLite checks it again, and reads them from the index.
             "experiment_run_id",
             "status",
-            "stop_reason",
-            sqlite_where=text(STOPPED_EARLY_SQL["sqlite"]),
-            postgresql_where=text(STOPPED_EARLY_SQL["postgresql"]),
+            "stop_kind",
+            sqlite_where=text(STOPPED_EARLY_SQL),
+            postgresql_where=text(STOPPED_EARLY_SQL),
         ),
         Index(
             RUN_WARM_STARTED_INDEX,

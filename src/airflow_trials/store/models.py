@@ -158,6 +158,9 @@ class TrialRow(Base):
     error_msg: Mapped[str | None] = mapped_column(Text, nullable=True)
     # Why it ended TERMINATED (migration 0005); NULL while it has not, or when nobody said.
     stop_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # Why it ended TERMINATED, as a core.stop_kind.StopKind value (migration 0017); NULL while it
+    # has not, or when nobody said. Written only by trial_writes.change_status.
+    stop_kind: Mapped[str | None] = mapped_column(String(16), nullable=True)
     # Stopped from Airflow (its task cleared, marked or killed), and not started since (0009).
     stopped_from_airflow: Mapped[bool] = mapped_column(
         Boolean, default=False, server_default=false()

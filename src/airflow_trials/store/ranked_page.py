@@ -19,7 +19,7 @@ keeping its rank in the whole ranking:
 - ``"failures"``: by failures (reversed when descending), then rank.
 
 ``stopped="early"`` keeps the trials their scheduler stopped early
-(:func:`~airflow_trials.core.fate.stopped_early`, in SQL from the same constants),
+(stop kind ``scheduler``: :attr:`~airflow_trials.core.stop_kind.StopKind.early`),
 ``"not_early"`` the others.
 """
 
@@ -36,14 +36,14 @@ from sqlalchemy import (
     case,
     func,
     literal,
+    or_,
     select,
-    text,
 )
 from sqlalchemy.orm import Session
 
 from airflow_trials.core.constraints import COUNTED_STATUSES, Constraints
+from airflow_trials.core.stop_kind import StopKind
 from airflow_trials.store.feasibility import feasible_sql, judge, judged_join, judged_value
-from airflow_trials.store.history_indexes import STOPPED_EARLY_REASON_SQL
 from airflow_trials.store.leaderboard import MaintainedBest, best_source
 from airflow_trials.store.mapping import trial_status
 from airflow_trials.store.models import TrialRow
@@ -107,7 +107,7 @@ def _valued_trials(
 ) -> Subquery:
     """Every trial of the run with its best value (only those of ``only`` when given):
     trial_id, best_value, feasible (1 or 0; 1 without constraints), and the ``extras`` among
-    status, num_failures, stop_reason, best_iteration and the constrained metrics' values in its
+    status, num_failures, stop_kind, best_iteration and the constrained metrics' values in its
     judged result (``"constrained"``: ``c_0``...; :mod:`~airflow_trials.store.feasibility`)."""
     trials = TrialRow.__table__
     source, value, iteration = best_source(dialect, run_pk, metric, mode, maintained)
@@ -124,7 +124,7 @@ def _valued_trials(
     by_name: dict[str, list[Any]] = {
         "status": [trials.c.status],
         "num_failures": [trials.c.num_failures],
-        "stop_reason": [trials.c.stop_reason],
+        "stop_kind": [trials.c.stop_kind],
         "best_iteration": [iteration.label("best_iteration")],
         "constrained": [
             judged_value(dialect, iteration, name).label(f"c_{i}")
@@ -199,12 +199,14 @@ def _page_order(
     return [failures.desc() if descending else failures.asc(), *ranking]
 
 
-def _stopped_clause(dialect: str, stopped: str) -> Any:
-    """The filter's WHERE over a FROM with one ``stop_reason`` column; None for ``"all"``."""
+def _stopped_clause(stop_kind: Any, stopped: str) -> Any:
+    """The filter's WHERE on a ``stop_kind`` column; None for ``"all"``."""
     if stopped == "all":
         return None
-    early = f"({STOPPED_EARLY_REASON_SQL[dialect]})"
-    return text(early if stopped == "early" else f"NOT {early}")
+    early = StopKind.SCHEDULER.value
+    return (
+        stop_kind == early if stopped == "early" else or_(stop_kind.is_(None), stop_kind != early)
+    )
 
 
 @dataclass(frozen=True)
@@ -235,7 +237,7 @@ class Ranking:
 
 
 #: Every column of a page's row (:func:`_valued_trials`).
-ROW_COLUMNS = ("status", "num_failures", "stop_reason", "best_iteration", "constrained")
+ROW_COLUMNS = ("status", "num_failures", "stop_kind", "best_iteration", "constrained")
 
 
 def page_query(
@@ -247,15 +249,14 @@ def page_query(
     trial's row. No rank: a window over every trial costs SQLite ten times the page's sort."""
     extras = {"status": ["status"], "failures": ["num_failures"]}.get(sort, [])
     if stopped != "all":
-        extras.append("stop_reason")
+        extras.append("stop_kind")
     valued = ranking.valued(extras=extras)
     order = _page_order(
         valued, ranking.mode, bool(ranking.constraints), sort, descending, ranking.dialect
     )
     query = select(valued.c.trial_id).order_by(*order)
-    kept = _stopped_clause(ranking.dialect, stopped)
-    if kept is not None:
-        query = query.where(kept)
+    if stopped != "all":
+        query = query.where(_stopped_clause(valued.c.stop_kind, stopped))
     return query.limit(limit).offset(offset)
 
 
@@ -302,11 +303,11 @@ def scored_count_query(ranking: Ranking) -> Select[Any]:
     return select(func.count()).select_from(valued).where(valued.c.best_value.is_not(None))
 
 
-def count_query(run_pk: int, dialect: str, stopped: str) -> Select[Any]:
+def count_query(run_pk: int, stopped: str) -> Select[Any]:
     """The run's trials the ``stopped`` filter keeps."""
     trials = TrialRow.__table__
     query = select(func.count()).select_from(trials).where(trials.c.experiment_run_id == run_pk)
-    kept = _stopped_clause(dialect, stopped)
+    kept = _stopped_clause(trials.c.stop_kind, stopped)
     return query if kept is None else query.where(kept)
 
 
@@ -393,7 +394,7 @@ def ranked_page(
     total = (
         sum(status_counts.values())
         if every_trial
-        else connection.execute(count_query(run_pk, dialect, stopped)).scalar_one()
+        else connection.execute(count_query(run_pk, stopped)).scalar_one()
     )
     in_rank_order = every_trial and sort == "metric" and not descending
     if in_rank_order:

@@ -18,6 +18,7 @@ from airflow_trials.core.fate import (
 )
 from airflow_trials.core.resources import Resources
 from airflow_trials.core.status import TrialStatus, check_transition
+from airflow_trials.core.stop_kind import StopKind
 from airflow_trials.exceptions import InvalidTransitionError
 from airflow_trials.store.base import StoreBase
 from airflow_trials.store.database import check_id
@@ -167,7 +168,8 @@ class TrialWriter(StoreBase):
             "num_failures": 0 if transition is Transition.RESET else None,
             "stopped_from_airflow": transition is Transition.STOPPED or None,
         }
-        self._set_status(trial_id, status, fields)
+        kind = StopKind.AIRFLOW if transition is Transition.STOPPED else None
+        self._set_status(trial_id, status, fields, stop_kind=kind)
         return Recorded(status)
 
     def record_end(self, end: TrialEnd, decision: FailureDecision | None = None) -> TrialStatus:
@@ -191,6 +193,7 @@ class TrialWriter(StoreBase):
                 else json_safe(dict(end.last_result)),
                 "stop_reason": end.stop_reason if status is TrialStatus.TERMINATED else None,
             },
+            stop_kind=end.stop_kind if status is TrialStatus.TERMINATED else None,
         )
         return status
 
@@ -203,6 +206,7 @@ class TrialWriter(StoreBase):
         last_result: Mapping[str, Any] | None = None,
         try_number: int | None = None,
         stop_reason: str | None = None,
+        stop_kind: StopKind | None = None,
     ) -> None:
         """Change a trial's fields, never its status (:meth:`record_transition` and
         :meth:`record_end` do); only the arguments given (not None) are written.
@@ -215,6 +219,8 @@ class TrialWriter(StoreBase):
         :param try_number: Airflow try number; default unchanged.
         :param stop_reason: why it ended TERMINATED; default unchanged. Only a TERMINATED trial
             takes one: otherwise ValueError and nothing is written.
+        :param stop_kind: the kind of that end; default unchanged. Likewise only for a TERMINATED
+            trial.
         """
         self._set_status(
             trial_id,
@@ -226,10 +232,16 @@ class TrialWriter(StoreBase):
                 "stop_reason": stop_reason,
                 "last_result": None if last_result is None else json_safe(dict(last_result)),
             },
+            stop_kind=stop_kind,
         )
 
     def _set_status(
-        self, trial_id: str, status: TrialStatus | None, given: Mapping[str, Any]
+        self,
+        trial_id: str,
+        status: TrialStatus | None,
+        given: Mapping[str, Any],
+        *,
+        stop_kind: StopKind | None = None,
     ) -> None:
         """Write ``status`` (None: unchanged) and the ``given`` fields that are not None, under the
         trial's row lock, through :func:`change_status`."""
@@ -238,7 +250,7 @@ class TrialWriter(StoreBase):
 
         def work(session: Session) -> None:
             trial = self._find_or_raise(session, trial_id, operation, lock=True)
-            change_status(trial, status, fields)
+            change_status(trial, status, fields, stop_kind=stop_kind)
             trials_written(session, [trial.experiment_run_id])
 
         self._transaction(operation, work)
@@ -256,6 +268,7 @@ class TrialWriter(StoreBase):
                     trial,
                     TrialStatus.TERMINATED,
                     {"error_msg": stop.why, "stopped_from_airflow": True},
+                    stop_kind=StopKind.AIRFLOW,
                 )
                 trials_written(session, [trial.experiment_run_id])
             return Recorded(TrialStatus(trial.status))
@@ -345,37 +358,59 @@ def _refreshing_airflow_ids(insert: Any, table: Any) -> Any:
 
 
 def change_status(
-    trial: TrialRow, new_status: TrialStatus | None, fields: Mapping[str, Any]
+    trial: TrialRow,
+    new_status: TrialStatus | None,
+    fields: Mapping[str, Any],
+    *,
+    stop_kind: StopKind | None = None,
 ) -> None:
     """The one guarded setter: apply a status change (None: none) and ``fields`` to the locked row,
     the change checked by :func:`~airflow_trials.core.status.check_transition` first; the same
-    status again is a no-op for the status and its times."""
+    status again is a no-op for the status and its times.
+
+    :param stop_kind: why a TERMINATED trial ended (the only writer of ``stop_kind``); default
+        None: a trial that stays TERMINATED keeps the kind recorded, and any other status clears
+        it. Only a trial that is TERMINATED after the change takes one.
+    """
     now = utcnow()
     after = new_status or TrialStatus(trial.status)
-    if "stop_reason" in fields and after is not TrialStatus.TERMINATED:
+    if ("stop_reason" in fields or stop_kind is not None) and after is not TrialStatus.TERMINATED:
         raise ValueError(
             f"Trial {trial.trial_id} would be {after.value}: only a TERMINATED trial has a stop "
-            "reason, so nothing was written. Record it with the trial's end (record_end)."
+            "reason and a stop kind, so nothing was written. Record them with the trial's end "
+            "(record_end)."
+        )
+    if "stop_kind" in fields:
+        raise ValueError(
+            f"Cannot write the stop kind of trial {trial.trial_id} as a field: pass "
+            "change_status(..., stop_kind=StopKind...) so that it is checked against the status."
         )
     if new_status is not None:
-        current = TrialStatus(trial.status)
-        check_transition(trial.trial_id, current, new_status)
-        if new_status is TrialStatus.RUNNING and trial.started_at is None:
-            trial.started_at = now
-        if not new_status.is_terminal():
-            trial.ended_at = None
-        elif not current.is_terminal() or trial.ended_at is None:
-            # ERROR -> TERMINATED keeps the time the trial actually ended.
-            trial.ended_at = now
-        if new_status is TrialStatus.TERMINATED and current is not TrialStatus.TERMINATED:
-            # A trial that finished after a retry no longer shows the failure it recovered from.
-            trial.error_msg = None
-        if new_status is not TrialStatus.TERMINATED:
-            # Started again (or failed): the reason it was once stopped no longer holds.
-            trial.stop_reason = None
-        if new_status is not current:
-            trial.stopped_from_airflow = False  # whatever changed its status did not stop it
-        trial.status = new_status.value
+        _apply_status(trial, new_status, now)
+    if stop_kind is not None:
+        trial.stop_kind = StopKind(stop_kind).value
     for name, value in fields.items():
         setattr(trial, name, value)
     trial.updated_at = now
+
+
+def _apply_status(trial: TrialRow, new_status: TrialStatus, now: Any) -> None:
+    current = TrialStatus(trial.status)
+    check_transition(trial.trial_id, current, new_status)
+    if new_status is TrialStatus.RUNNING and trial.started_at is None:
+        trial.started_at = now
+    if not new_status.is_terminal():
+        trial.ended_at = None
+    elif not current.is_terminal() or trial.ended_at is None:
+        # ERROR -> TERMINATED keeps the time the trial actually ended.
+        trial.ended_at = now
+    if new_status is TrialStatus.TERMINATED and current is not TrialStatus.TERMINATED:
+        # A trial that finished after a retry no longer shows the failure it recovered from.
+        trial.error_msg = None
+    if new_status is not TrialStatus.TERMINATED:
+        # Started again (or failed): the reason it was once stopped no longer holds.
+        trial.stop_reason = None
+        trial.stop_kind = None
+    if new_status is not current:
+        trial.stopped_from_airflow = False  # whatever changed its status did not stop it
+    trial.status = new_status.value
