@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from airflow_trials.core.end import TrialEnd
 from airflow_trials.core.fate import Transition
 from airflow_trials.core.status import TrialStatus
-from airflow_trials.store.ingest import TrialProgress
+from airflow_trials.core.update import KeptCheckpoint, TrialUpdate
 
 ONE = "one_best"
 ONE_GOAL = {"metric": "loss", "mode": "min"}
@@ -70,15 +70,16 @@ def seed_run(store, experiment: str, goal: dict, runs: dict, constraints=None) -
         store.record_transition(trial_id, Transition.PLACED)
         store.record_progress(
             [
-                TrialProgress(
+                TrialUpdate(
                     trial_id,
                     results=[
                         {"training_iteration": it, **r} for it, r in enumerate(results, start=1)
                     ],
-                    new_checkpoints=[
-                        (f"/ckpt/{trial_id}/{it}", it, None) for it in range(1, len(results) + 1)
+                    kept_checkpoints=[
+                        KeptCheckpoint(f"/ckpt/{trial_id}/{it}", it, None)
+                        for it in range(1, len(results) + 1)
                     ],
-                    running=True,
+                    status=TrialStatus.RUNNING,
                 )
             ]
         )

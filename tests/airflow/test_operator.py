@@ -13,6 +13,7 @@ from airflow_trials import InsufficientResourcesError, TrainableNotFoundError, T
 from airflow_trials.core.end import TrialEnd
 from airflow_trials.core.fate import Transition
 from airflow_trials.core.status import TrialStatus
+from airflow_trials.core.update import TrialUpdate
 from airflow_trials.operators.trial import MAX_INFRASTRUCTURE_RESTARTS, RunTrialOperator
 from airflow_trials.triggers.trial import TrialTrigger
 from tests.conftest import live_placement_groups, live_trial_actors
@@ -44,7 +45,7 @@ def test_execute_defers_and_a_second_try_reattaches_without_a_second_copy(
     trigger = deferred.value.trigger
     assert isinstance(trigger, TrialTrigger) and deferred.value.method_name == "execute_complete"
     assert trigger.serialize()[1]["trial_id"] == "tw"
-    pid = ray.get(ray.get_actor("trial.ops.tw", namespace="airflow_trials").poll.remote(0))["pid"]
+    pid = ray.get(ray.get_actor("trial.ops.tw", namespace="airflow_trials").poll.remote(0)).pid
 
     # The worker died while the trial ran; Airflow runs the next try, which re-attaches.
     again = operator(trial_id="tw", config=config)
@@ -52,8 +53,7 @@ def test_execute_defers_and_a_second_try_reattaches_without_a_second_copy(
         again.execute(fake_context(try_number=2))
     assert live_trial_actors() == ["trial.ops.tw"]
     assert (
-        ray.get(ray.get_actor("trial.ops.tw", namespace="airflow_trials").poll.remote(0))["pid"]
-        == pid
+        ray.get(ray.get_actor("trial.ops.tw", namespace="airflow_trials").poll.remote(0)).pid == pid
     )
     (tmp_path / "gate").touch()
 
@@ -116,6 +116,25 @@ def test_a_trial_queued_for_resources_defers_at_once_and_starts_when_placed(
     assert live_trial_actors() == [] and live_placement_groups() == []
 
 
+def test_a_finished_end_is_recorded_once_by_its_trigger_and_only_read_by_the_worker(
+    trials_env, fake_context
+):
+    """Issue 48: the trigger and execute_complete both wrote a finished trial's end. The trigger
+    records it before it fires (so a retry of a task whose worker died finds it); the worker
+    writes nothing more."""
+    op = operator(trial_id="once")
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(fake_context(try_number=1))
+    event = asyncio.run(first_event(deferred.value.trigger))
+    store = trials_env.store
+    recorded = store.reader.get_trial("once")
+    assert recorded.status is TrialStatus.TERMINATED and recorded.ended_at is not None
+    state = op.execute_complete(fake_context(try_number=1), event)
+    assert state["status"] == "TERMINATED" and state["last_result"]["training_iteration"] == 4
+    again = store.reader.get_trial("once")
+    assert (again.updated_at, again.ended_at) == (recorded.updated_at, recorded.ended_at)
+
+
 @pytest.mark.parametrize("status", ["TERMINATED", "ERROR"])
 def test_execute_complete_for_every_status(trials_env, fake_context, status):
     op = operator(trial_id=f"ec-{status.lower()}", max_failures=1)
@@ -134,6 +153,8 @@ def test_execute_complete_for_every_status(trials_env, fake_context, status):
     }
     context = fake_context(try_number=1)
     if status == "TERMINATED":
+        # Its trigger recorded the end before it fired (TrialWatch._ended); the worker reads it.
+        trials_env.store.record_progress([TrialUpdate.of_end(TrialEnd.from_event(event))])
         assert op.execute_complete(context, event)["status"] == "TERMINATED"
     else:
         with pytest.raises(TrialError, match="failure 1, will retry from its latest checkpoint"):
@@ -391,7 +412,7 @@ def test_a_try_never_reattaches_to_the_actor_its_cleared_previous_try_stops(
     with pytest.raises(TaskDeferred):
         first.execute(fake_context(try_number=1))
     actor = ray.get_actor("trial.ops.stopping", namespace="airflow_trials")
-    pid = ray.get(actor.poll.remote(0))["pid"]
+    pid = ray.get(actor.poll.remote(0)).pid
     store = trials_env.store
     assert TrialsHook.record_stop_from_airflow(store, "stopping", 1)
     assert store.get_trial("stopping").stopped_from_airflow
@@ -402,7 +423,7 @@ def test_a_try_never_reattaches_to_the_actor_its_cleared_previous_try_stops(
         again.execute(fake_context(try_number=2, max_tries=1 + again.retries))  # the clear's try
     assert live_trial_actors() == ["trial.ops.stopping"]
     new = ray.get_actor("trial.ops.stopping", namespace="airflow_trials")
-    assert ray.get(new.poll.remote(0))["pid"] != pid
+    assert ray.get(new.poll.remote(0)).pid != pid
     record = store.get_trial("stopping")
     assert not record.stopped_from_airflow and record.try_number == 2
     assert record.status.value in ("PENDING", "RUNNING")

@@ -22,7 +22,7 @@ def wait_done(actor, timeout_s=60):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         snap = ray.get(actor.poll.remote(0))
-        if snap["status"] in ("TERMINATED", "ERROR"):
+        if snap.status in ("TERMINATED", "ERROR"):
             return snap
         time.sleep(0.05)
     raise AssertionError("trial did not finish")
@@ -40,10 +40,10 @@ def test_launch_runs_to_the_stopping_criterion_with_checkpoints(ray_cluster, sto
     )
     actor = executor.launch(trial)
     snap = wait_done(actor)
-    assert snap["status"] == "TERMINATED" and snap["error"] is None
-    assert [r["training_iteration"] for r in snap["results"]] == [1, 2, 3, 4]
-    assert [c["iteration"] for c in snap["checkpoints"]] == [2]  # no checkpoint_at_end
-    assert ray.get(actor.poll.remote(3))["results"][0]["training_iteration"] == 4
+    assert snap.status == "TERMINATED" and snap.error is None
+    assert [r["training_iteration"] for r in snap.results] == [1, 2, 3, 4]
+    assert [c.iteration for c in snap.kept_checkpoints] == [2]  # no checkpoint_at_end
+    assert ray.get(actor.poll.remote(3)).results[0]["training_iteration"] == 4
     executor.terminate("auto", "a1")
     assert live_trial_actors() == [] and live_placement_groups() == []
 
@@ -59,10 +59,10 @@ def test_launch_restores_and_reports_errors_with_tracebacks(ray_cluster, storage
         stopping_criterion={"training_iteration": 5},
     )
     snap = wait_done(executor.launch(trial))
-    assert snap["status"] == "ERROR"
-    assert "crash at iteration 3" in snap["error"] and "Traceback" in snap["error"]
-    newest = snap["checkpoints"][-1]
-    assert newest["iteration"] == 2
+    assert snap.status == "ERROR"
+    assert "crash at iteration 3" in snap.error and "Traceback" in snap.error
+    newest = snap.kept_checkpoints[-1]
+    assert newest.iteration == 2
     executor.terminate("auto", "a2")
 
     again = Trial(
@@ -71,12 +71,12 @@ def test_launch_restores_and_reports_errors_with_tracebacks(ray_cluster, storage
         experiment_name="auto",
         trial_id="a2",
         stopping_criterion={"training_iteration": 5},
-        restore_path=newest["path"],
+        restore_path=newest.path,
     )
     actor = executor.launch(again)
     snap = wait_done(actor)
-    assert snap["status"] == "TERMINATED"
-    assert [r["training_iteration"] for r in snap["results"]] == [3, 4, 5]
+    assert snap.status == "TERMINATED"
+    assert [r["training_iteration"] for r in snap.results] == [3, 4, 5]
     assert executor.attach("auto", "a2") is not None
     executor.terminate("auto", "a2")
     assert executor.attach("auto", "a2") is None
@@ -139,11 +139,11 @@ def test_a_queued_trial_starts_when_placed_after_its_launcher_exited(ray_cluster
     queued = executor.attach("auto", "queued")
     assert queued is not None and not executor.is_placed(queued)
 
-    assert wait_done(blocker_actor)["status"] == "TERMINATED"
+    assert wait_done(blocker_actor).status == "TERMINATED"
     executor.terminate("auto", "blocker")  # frees the CPUs: Ray places the queued trial now
     snap = wait_done(queued)
-    assert snap["status"] == "TERMINATED"
-    assert [r["training_iteration"] for r in snap["results"]] == [1, 2, 3]
+    assert snap.status == "TERMINATED"
+    assert [r["training_iteration"] for r in snap.results] == [1, 2, 3]
     assert executor.is_placed(queued)
     executor.terminate("auto", "queued")
     assert executor.attach("auto", "queued") is None
@@ -162,9 +162,9 @@ def test_poll_with_wait_returns_as_soon_as_the_trial_ends(ray_cluster, storage):
     actor = executor.launch(trial)
     started = time.monotonic()
     snap = ray.get(actor.poll.remote(0, 60.0))  # waits for the end, not for the 60 s
-    assert snap["status"] == "TERMINATED" and time.monotonic() - started < 30
-    assert [r["training_iteration"] for r in snap["results"]] == [1, 2, 3]
+    assert snap.status == "TERMINATED" and time.monotonic() - started < 30
+    assert [r["training_iteration"] for r in snap.results] == [1, 2, 3]
     started = time.monotonic()
-    assert ray.get(actor.poll.remote(3, 60.0))["results"] == []  # already ended: no wait at all
+    assert ray.get(actor.poll.remote(3, 60.0)).results == []  # already ended: no wait at all
     assert time.monotonic() - started < 30
     executor.terminate("auto", "w1")

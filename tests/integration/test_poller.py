@@ -67,7 +67,7 @@ async def test_one_trial_refused_by_the_store_fails_only_its_own_poll(
     with pytest.raises(InvalidTransitionError, match="ended"):
         await polls["ended"].recorded
     await polls["good"].recorded
-    assert store.get_trial("good").status.value == "RUNNING"
+    assert store.reader.get_trial("good").status.value == "RUNNING"
     good.close()
     ended.close()
     store.dispose()
@@ -86,7 +86,7 @@ async def test_polls_run_on_the_pollers_thread_and_an_idle_poller_retires(
         poll = watch.poll()
         snapshot = await poll.answered
         await poll.recorded
-    assert snapshot["status"] == "RUNNING" and watch.tracker.seen >= 1
+    assert snapshot.status == "RUNNING" and watch.tracker.seen >= 1
     assert recording.threads and set(recording.threads) == {
         "airflow-trials-poller"
     }  # never the event loop's thread

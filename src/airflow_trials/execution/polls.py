@@ -11,14 +11,13 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from airflow_trials.store.store import TrialProgress
+from airflow_trials.core.status import TrialStatus
+from airflow_trials.core.update import TrialUpdate
 
 log = logging.getLogger(__name__)
 
 STATS_INTERVAL_SECONDS = 60.0
 LAG_PROBE_SECONDS = 0.02
-
-Snapshot = dict[str, Any]
 
 
 class RayNotAnswering(Exception):  # noqa: N818 - reads as what happened, like Ray's own errors
@@ -32,7 +31,7 @@ class Poll:
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.answered: asyncio.Future[Snapshot] = loop.create_future()
+        self.answered: asyncio.Future[TrialUpdate] = loop.create_future()
         self.recorded: asyncio.Future[None] = loop.create_future()
 
 
@@ -84,38 +83,38 @@ class TrialProgressTracker:
         """The arguments of the actor's next ``poll``."""
         return self.seen, wait_seconds, dict(self.output_offsets), self.recorded_version
 
-    def read_output(self, snapshot: Snapshot) -> None:
-        """The next poll asks for the output after what ``snapshot`` brought."""
-        for stream, chunk in (snapshot.get("output") or {}).items():
+    def read_output(self, update: TrialUpdate) -> None:
+        """The next poll asks for the output after what ``update`` brought."""
+        for stream, chunk in (update.output or {}).items():
             self.output_offsets[stream] = chunk["offset"]
 
-    def progress(self, snapshot: Snapshot) -> TrialProgress | None:
-        """What ``snapshot`` adds to the store, or None when it adds nothing."""
-        self._polled_version = snapshot.get("checkpoints_version")
-        kept = {c["path"]: c for c in snapshot["checkpoints"]}
-        item = TrialProgress(
+    def progress(self, update: TrialUpdate) -> TrialUpdate | None:
+        """What of the actor's ``update`` the store lacks, or None when it lacks nothing: its new
+        results, the kept checkpoints it has not recorded, the recorded ones no longer kept, and
+        RUNNING the first time. Never its end: the trial's watch records that
+        (``TrialWatch._ended``) once its scheduler has seen it, and the worker decides a
+        failure's."""
+        self._polled_version = update.checkpoints_version
+        kept = {c.path: c for c in update.kept_checkpoints}
+        item = TrialUpdate(
             self.trial_id,
-            results=snapshot["results"],
-            new_checkpoints=[
-                (p, c["iteration"], c["score"]) for p, c in kept.items() if p not in self.recorded
-            ],
-            deleted_checkpoints=sorted(self.recorded - kept.keys()),
-            running=not self.placed,
+            status=None if self.placed else TrialStatus.RUNNING,
+            results=update.results,
+            kept_checkpoints=[c for p, c in kept.items() if p not in self.recorded],
+            dropped_checkpoints=sorted(self.recorded - kept.keys()),
         )
-        if not (item.results or item.new_checkpoints or item.deleted_checkpoints or item.running):
-            return None
-        return item
+        return item if item.writes else None
 
-    def written(self, item: TrialProgress | None) -> None:
-        """The store committed ``item``, the progress of the last snapshot: it holds that
-        snapshot's kept checkpoints now."""
+    def written(self, item: TrialUpdate | None) -> None:
+        """The store committed ``item``, the progress of the last update: it holds that
+        update's kept checkpoints now."""
         self.placed = True
         self.recorded_version = self._polled_version
         if item is None:
             return
         self.seen += len(item.results)
-        self.recorded.update(path for path, _, _ in item.new_checkpoints)
-        self.recorded.difference_update(item.deleted_checkpoints)
+        self.recorded.update(c.path for c in item.kept_checkpoints)
+        self.recorded.difference_update(item.dropped_checkpoints)
 
 
 def _drop(poll: Poll | None) -> None:

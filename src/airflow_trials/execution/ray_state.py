@@ -31,6 +31,7 @@ from ray.util.placement_group import PlacementGroup, placement_group_table, remo
 
 from airflow_trials.core.fate import ActorState
 from airflow_trials.core.status import TrialStatus
+from airflow_trials.core.update import TrialUpdate
 
 # GCS actor states of an actor that waits for resources (its constructor has not run yet).
 WAITING_STATES = frozenset({"DEPENDENCIES_UNREADY", "PENDING_CREATION"})
@@ -158,10 +159,10 @@ def trial_actor_state(
     if actor_info(actor).waiting:
         return ActorState.QUEUED  # it starts its trial when Ray places it
     try:
-        snapshot = cast(dict[str, Any], ray.get(actor.poll.remote(10**9), timeout=timeout_s))
+        update = cast(TrialUpdate, ray.get(actor.poll.remote(10**9), timeout=timeout_s))
     except RayActorError:
         return ActorState.GONE
-    return _ACTOR_STATES.get(TrialStatus(snapshot["status"]), ActorState.STALE)
+    return _ACTOR_STATES.get(TrialStatus(update.status), ActorState.STALE)
 
 
 def kill_actor(actor: ActorHandle, settle_s: float = 3.0) -> ActorInfo:

@@ -26,7 +26,9 @@ from airflow_trials.core.fate import (
 from airflow_trials.core.judged import JudgedScheduler
 from airflow_trials.core.parameters import refuse_in_airflow
 from airflow_trials.core.resources import Resources
+from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.trial import Trial, check_max_failures, validate_name
+from airflow_trials.core.update import TrialUpdate
 from airflow_trials.exceptions import StoreError, TrialError
 from airflow_trials.execution.resume import adopt_recorded_checkpoints
 from airflow_trials.hooks.trials import DEFAULT_RAY_CONN_ID, DEFAULT_TRIALS_CONN_ID, TrialsHook
@@ -459,7 +461,7 @@ class RunTrialOperator(BaseOperator):
                     infrastructure=end.infrastructure,
                     retries_left=can_retry,
                 )
-            status = store.record_end(end, decision)
+            status = self._record_end(store, end, decision)
             latest = store.reader.latest_checkpoint(end.trial_id)
         finally:
             store.dispose()
@@ -472,6 +474,7 @@ class RunTrialOperator(BaseOperator):
             "best_checkpoint": end.best_checkpoint or (latest.path if latest else None),
             "num_failures": record.num_failures if decision is None else decision.num_failures,
             "stop_reason": end.stop_reason,
+            "stop_kind": None if end.stop_kind is None else end.stop_kind.value,
             "warm_start": record.warm_start,
         }
         ti.xcom_push(key="trial", value=state)
@@ -485,6 +488,26 @@ class RunTrialOperator(BaseOperator):
             state["last_result"],
         )
         return state
+
+    def _record_end(
+        self, store: Any, end: TrialEnd, decision: FailureDecision | None
+    ) -> TrialStatus:
+        """Record a failed end with its ``decision``; a finished end is only read: its trigger
+        recorded it before it fired (``TrialWatch._ended``), so that a retry of a task whose
+        worker died here finds it. The status the trial has."""
+        if decision is not None:
+            update = TrialUpdate.of_end(end, decision)
+            store.record_progress([update])
+            return TrialStatus(update.recorded_status())
+        status = store.reader.get_trial(end.trial_id).status
+        if status is not TrialStatus.TERMINATED:
+            self.log.warning(
+                "Trial %s finished, but the trials DB holds it %s: its end was changed after its "
+                "trigger recorded it (an extension, a clear); this task reports the stored status.",
+                end.trial_id,
+                status.value,
+            )
+        return status
 
     def _raise_failure(self, end: TrialEnd, decision: FailureDecision, can_retry: bool) -> NoReturn:
         """Fail this try: Airflow retries it on RESUME and RETRY, and not at all when the trial

@@ -7,7 +7,6 @@ import numbers
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Insert, bindparam, func, select, true
@@ -15,6 +14,7 @@ from sqlalchemy.orm import Session
 
 from airflow_trials.core.result import TIMESTAMP, TRAINING_ITERATION
 from airflow_trials.core.status import TrialStatus
+from airflow_trials.core.update import TrialUpdate
 from airflow_trials.exceptions import StoreError
 from airflow_trials.store.base import StoreBase
 from airflow_trials.store.engine import (
@@ -33,25 +33,7 @@ from airflow_trials.store.models import (
 )
 from airflow_trials.store.run_summaries import trials_written
 from airflow_trials.store.trial_best import other_mode, update_best
-from airflow_trials.store.trial_writes import change_status
-
-
-@dataclass(frozen=True)
-class TrialProgress:
-    """What one trial did since it was last polled, for :meth:`IngestWriter.record_progress`.
-
-    :param trial_id: the trial.
-    :param results: its new result dicts (as for :meth:`IngestWriter.add_results`); default none.
-    :param new_checkpoints: ``(path, iteration, score)`` of checkpoints it kept; default none.
-    :param deleted_checkpoints: paths of recorded checkpoints it dropped; default none.
-    :param running: set it RUNNING (it was placed and answers); default False.
-    """
-
-    trial_id: str
-    results: Sequence[Mapping[str, Any]] = ()
-    new_checkpoints: Sequence[tuple[str, int, float | None]] = ()
-    deleted_checkpoints: Sequence[str] = ()
-    running: bool = False
+from airflow_trials.store.trial_writes import change_status, end_fields
 
 
 class IngestWriter(StoreBase):
@@ -204,20 +186,26 @@ class IngestWriter(StoreBase):
 
     # -- progress of many trials at once ---------------------------------------------------
 
-    def record_progress(self, batch: Sequence[TrialProgress]) -> int:
-        """Write what many trials did since they were last polled, in one transaction; returns
-        how many results were new.
+    def record_progress(self, batch: Sequence[TrialUpdate]) -> int:
+        """Write what many trials did since they were last looked at, in one transaction; returns
+        how many results were new. The one write of a trial's progress and of its end, on every
+        path: the triggerer's poller, the trigger that saw a trial finish, the worker that decided
+        a failed trial's fate, and a ``TrialRunner``'s ``TrialsDbCallback``.
 
         First every trial is locked, in trial_id order (so two batches never deadlock), and
         the results of all of them are inserted as :meth:`add_results` writes them (once per
-        iteration), in a few statements for the whole batch. Then per trial: the status RUNNING
-        when ``running`` (through the guarded transition, so an ended trial refuses it), the new
-        checkpoints as :meth:`add_checkpoint` (reviving a deleted row at the same path) and the
-        dropped ones as :meth:`mark_checkpoint_deleted`. One trial that
-        cannot be written (unknown, an invalid transition, an unknown checkpoint) fails the whole
+        iteration), in a few statements for the whole batch. Then per trial: the kept checkpoints
+        as :meth:`add_checkpoint` (reviving a deleted row at the same path), the dropped ones as
+        :meth:`mark_checkpoint_deleted`, and its status through the guarded setter
+        (``change_status``, so an ended trial refuses RUNNING): an end with its error, last
+        result, stop reason and the failures its decision counts
+        (:meth:`~airflow_trials.core.update.TrialUpdate.recorded_status`). Last the summaries of
+        the runs the trials are in. One trial that cannot be written (unknown, an invalid
+        transition, an unknown checkpoint, an ERROR end without its decision) fails the whole
         batch and nothing is written: the caller may then write the trials one by one to find it.
 
-        :param batch: one :class:`TrialProgress` per trial (a trial at most once).
+        :param batch: one :class:`~airflow_trials.core.update.TrialUpdate` per trial (a trial at
+            most once).
         """
         items = sorted(batch, key=lambda item: item.trial_id)
         rows = {item.trial_id: _result_rows(item.trial_id, item.results) for item in items}
@@ -227,8 +215,9 @@ class IngestWriter(StoreBase):
             )
             raise ValueError(
                 f"A progress batch names trials {twice} more than once; nothing was written. "
-                "Merge each trial's progress into one TrialProgress."
+                "Merge each trial's updates into one TrialUpdate."
             )
+        statuses = {item.trial_id: item.recorded_status() for item in items}
         operation = (
             f"record the progress of {len(items)} trials ({sum(map(len, rows.values()))} results)"
         )
@@ -241,13 +230,7 @@ class IngestWriter(StoreBase):
                 # the others': a few statements per batch rather than a few per trial.
                 new = self._add_results_of_trials(session, rows, operation, goals)
                 for item in items:
-                    trial = session.get_one(TrialRow, item.trial_id)  # loaded: no query
-                    if item.running:
-                        change_status(trial, TrialStatus.RUNNING, {})
-                    for path, iteration, score in item.new_checkpoints:
-                        self._add_checkpoint(session, item.trial_id, path, iteration, score)
-                    for path in item.deleted_checkpoints:
-                        self._mark_checkpoint_deleted(session, item.trial_id, path, operation)
+                    self._apply(session, item, statuses[item.trial_id], operation)
             # Last, after every trial's lock (see run_summaries): the runs these trials are in.
             trials_written(
                 session,
@@ -256,6 +239,19 @@ class IngestWriter(StoreBase):
             return new
 
         return self._transaction(operation, work)
+
+    def _apply(
+        self, session: Session, item: TrialUpdate, status: TrialStatus | None, operation: str
+    ) -> None:
+        """One trial's checkpoints and status, its row locked and loaded already."""
+        trial = session.get_one(TrialRow, item.trial_id)  # loaded: no query
+        for kept in item.kept_checkpoints:
+            self._add_checkpoint(session, item.trial_id, kept.path, kept.iteration, kept.score)
+        for path in item.dropped_checkpoints:
+            self._mark_checkpoint_deleted(session, item.trial_id, path, operation)
+        if status is not None:
+            kind = item.stop_kind if status is TrialStatus.TERMINATED else None
+            change_status(trial, status, end_fields(item) if item.ended else {}, stop_kind=kind)
 
     # -- checkpoints -----------------------------------------------------------------------
 

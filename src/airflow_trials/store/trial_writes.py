@@ -14,11 +14,11 @@ from airflow_trials.core.fate import (
     TRANSITION_STATUS,
     FailureDecision,
     Transition,
-    status_after_end,
 )
 from airflow_trials.core.resources import Resources
 from airflow_trials.core.status import TrialStatus, check_transition
 from airflow_trials.core.stop_kind import StopKind
+from airflow_trials.core.update import TrialUpdate
 from airflow_trials.exceptions import InvalidTransitionError
 from airflow_trials.store.base import StoreBase
 from airflow_trials.store.database import check_id
@@ -179,22 +179,14 @@ class TrialWriter(StoreBase):
         :func:`~airflow_trials.core.fate.after_failure`) gives ERROR (failed for good) or PENDING
         (its task's next try resumes it) and its count of failures. Its error and last result are
         the end's, where it has them, and so is the stop reason of a TERMINATED end (an end that
-        gives none keeps the one recorded, e.g. by the trigger, before it).
+        gives none keeps the one recorded before it). The fields are ``record_progress``'s for an
+        update that carries an end (:func:`end_fields`).
         """
-        status = status_after_end(end, decision)
-        self._set_status(
-            end.trial_id,
-            status,
-            {
-                "num_failures": None if decision is None else decision.num_failures,
-                "error_msg": end.error,
-                "last_result": None
-                if end.last_result is None
-                else json_safe(dict(end.last_result)),
-                "stop_reason": end.stop_reason if status is TrialStatus.TERMINATED else None,
-            },
-            stop_kind=end.stop_kind if status is TrialStatus.TERMINATED else None,
-        )
+        update = TrialUpdate.of_end(end, decision)
+        status = update.recorded_status()
+        assert status is not None  # an end always has one
+        kind = end.stop_kind if status is TrialStatus.TERMINATED else None
+        self._set_status(end.trial_id, status, end_fields(update), stop_kind=kind)
         return status
 
     def update_trial(
@@ -355,6 +347,19 @@ def _refreshing_airflow_ids(insert: Any, table: Any) -> Any:
             "updated_at": new.updated_at,
         },
     )
+
+
+def end_fields(update: TrialUpdate) -> dict[str, Any]:
+    """The fields an update that carries an end writes with its status (through
+    :func:`change_status`): the failures its decision counts, its error, its last result, and the
+    stop reason of a TERMINATED end; each only where the update has one."""
+    given = {
+        "num_failures": None if update.failure is None else update.failure.num_failures,
+        "error_msg": update.error,
+        "last_result": None if update.last_result is None else json_safe(dict(update.last_result)),
+        "stop_reason": update.stop_reason if update.status is TrialStatus.TERMINATED else None,
+    }
+    return {name: value for name, value in given.items() if value is not None}
 
 
 def change_status(

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from airflow_trials.core.end import TrialEnd
 from airflow_trials.core.status import TrialStatus
+from airflow_trials.core.update import TrialUpdate
 from airflow_trials.exceptions import StoreError
 from airflow_trials.execution.triggerer.outage import (
     POLL_GRACE_SECONDS,
@@ -113,12 +114,12 @@ class TrialWatch:
             await self._attach()
             while True:
                 asked = time.monotonic()
-                poll, snapshot = await self._next_snapshot()
+                poll, update = await self._next_update()
                 await self._record(poll)
-                released = await self._judge(snapshot)
-                self.echo.report(snapshot)
-                if TrialStatus(snapshot["status"]).is_terminal():
-                    return await self._ended(snapshot)
+                released = await self._judge(update)
+                self.echo.report(update)
+                if update.ended:
+                    return await self._ended(update)
                 # The actor waits for us; if it answered early (it is not running its loop), pace.
                 # Not after a verdict released it from a hold: its next result may be held already.
                 pace = RELEASED_PACE_SECONDS if released else self.spec.poll_interval_seconds
@@ -205,8 +206,8 @@ class TrialWatch:
             except Exception as e:  # Ray down, or answering with errors while it restarts
                 await self._ray_not_answering(e)
 
-    async def _next_snapshot(self) -> tuple[Any, dict[str, Any]]:
-        """The next poll that Ray answered, and its snapshot."""
+    async def _next_update(self) -> tuple[Any, TrialUpdate]:
+        """The next poll that Ray answered, and the actor's update."""
         from ray.exceptions import ActorUnavailableError, RayActorError
 
         from airflow_trials.execution.polls import RayNotAnswering
@@ -225,7 +226,7 @@ class TrialWatch:
                     raise TimeoutError(
                         f"no answer to a poll within {wait_s + POLL_GRACE_SECONDS:.0f} s"
                     )
-                snapshot: dict[str, Any] = poll.answered.result()
+                update: TrialUpdate = poll.answered.result()
             except TimeoutError as e:
                 if self.placed:  # a queued trial is not expected to answer: only check Ray is there
                     await self._ray_not_answering(e)
@@ -238,7 +239,7 @@ class TrialWatch:
             except RayActorError as e:  # the actor died under us
                 raise Ended(await self._died(e)) from e
             self.outage.answered()
-            return poll, snapshot
+            return poll, update
 
     async def _ray_not_answering(self, error: BaseException) -> None:
         """Wait a little, or stop the trial and end the watch once Ray has not answered for too
@@ -312,15 +313,15 @@ class TrialWatch:
             )
         ) from error
 
-    async def _judge(self, snapshot: dict[str, Any]) -> bool:
-        """Ask the scheduler about the snapshot's new results (in a thread: it reads and writes its
+    async def _judge(self, update: TrialUpdate) -> bool:
+        """Ask the scheduler about the update's new results (in a thread: it reads and writes its
         state in the store) and tell the actor: the first STOP, and the verdict on the result it
         holds at. Whether the actor was held (and so released)."""
         judge = self.judge
         if judge is None:
             return False
         try:
-            stop = await asyncio.to_thread(judge.judge, snapshot["results"])
+            stop = await asyncio.to_thread(judge.judge, update.results)
         except MissingSchedulerKey as e:
             await self.release()
             raise Ended(self._lost(str(e), released=True)) from e
@@ -328,10 +329,10 @@ class TrialWatch:
             await self._store_failed(
                 "its scheduler's rungs could not be read or written in the trials DB", e
             )
-        if TrialStatus(snapshot["status"]).is_terminal():
+        if update.ended:
             # It ended on its own (its criterion): nothing to tell it (its end records the rest).
             return False
-        held = snapshot.get("held")
+        held = update.held_at
         verdicts = [stop] if stop is not None else []
         if held is not None and (stop is None or stop.iteration != held):
             verdicts.append(judge.verdict_for(held))
@@ -348,7 +349,12 @@ class TrialWatch:
 
         try:
             ray.get(
-                self.actor.decide.remote(verdict.iteration, verdict.decision.value, verdict.reason),
+                self.actor.decide.remote(
+                    verdict.iteration,
+                    verdict.decision.value,
+                    verdict.reason,
+                    verdict.stop_kind.value,
+                ),
                 timeout=POLL_GRACE_SECONDS,
             )
         except Exception as e:  # noqa: BLE001 - Ray's errors for a dead or unreachable actor vary
@@ -398,13 +404,13 @@ class TrialWatch:
             released=released,
         ).to_event()
 
-    async def _ended(self, snapshot: dict[str, Any]) -> dict[str, Any]:
+    async def _ended(self, update: TrialUpdate) -> dict[str, Any]:
         # Free the trial's resources now rather than when a worker runs execute_complete, so a
         # trial queued behind it starts at once; the event carries all execute_complete needs.
-        self.echo.ended(snapshot)
+        self.echo.ended(update)
         await self._release_checkpoints()
         await self.release()
-        end = TrialEnd.from_snapshot(self.spec.experiment_name, snapshot, released=True)
+        end = update.end(self.spec.experiment_name, released=True)
         if end.finished and self.judge is not None:
             # Before the end is recorded: a trigger that runs again finds the end stored and
             # judges nothing more. ASHA, MOASHA and the median rule record a finished trial's
@@ -416,8 +422,11 @@ class TrialWatch:
                     "Trial %s: its scheduler could not record its last value (%s).", end.trial_id, e
                 )
         if end.finished:
-            # Shown as finished at once; execute_complete records the same end again, harmlessly.
-            await asyncio.to_thread(self.store.record_end, end)
+            # The one record of a finished end: shown as finished at once, and found by a task
+            # whose worker died before execute_complete (its retry reports the stored end).
+            # execute_complete only reads it; a failed end is the worker's to record, with the
+            # decision only the task can make (its retries left).
+            await asyncio.to_thread(self.store.record_progress, [TrialUpdate.of_end(end)])
         return end.to_event()
 
 
@@ -430,4 +439,5 @@ def stored_end_event(store: TrialStore, experiment_name: str, record: Any) -> di
         record.last_result,
         latest.path if latest else None,
         stop_reason=record.stop_reason,
+        stop_kind=record.stop_kind,
     ).to_event()

@@ -30,9 +30,9 @@ from airflow_trials.core.pbt import Exploit
 from airflow_trials.core.result import CHECKPOINT, DUPLICATE, Result
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.trial import Trial
+from airflow_trials.core.update import KeptCheckpoint, TrialUpdate
 from airflow_trials.execution.driver.write_behind import WriteBehind
 from airflow_trials.execution.polls import TrialProgressTracker
-from airflow_trials.store.ingest import TrialProgress
 from airflow_trials.store.store import TrialStore
 
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ class TrialsDbCallback(Callback):
     The run is created when its first trial starts, under the trials' experiment name. Results and
     checkpoints are written in one transaction per runner step (only the trials that changed), or
     at most every ``flush_interval_s`` when that is given,
-    each trial's end as the Airflow path writes it (``TrialStore.record_end``), and each PBT
+    each trial's end as the Airflow path writes it (``TrialStore.record_progress``), and each PBT
     exploit, with the trial's new config, as it is applied (``TrialStore.record_exploit``). Store
     errors are not swallowed: after the store's own retries they stop the runner.
 
@@ -204,6 +204,16 @@ class TrialsDbCallback(Callback):
             operations=exploit.operations,
         )
 
+    def on_trial_pause(self, trial: Trial) -> None:
+        """Recorded at once: its results so far, then PAUSED (``TrialStore.record_progress``); it
+        is recorded RUNNING again when it resumes (:meth:`on_trial_start`)."""
+        if trial.trial_id not in self._trackers:
+            return  # never started under this callback: the store has no row to pause
+        self._flush(trial)
+        self._write(
+            self.store.record_progress, [TrialUpdate(trial.trial_id, status=TrialStatus.PAUSED)]
+        )
+
     def on_step_end(self, trials: list[Trial]) -> None:
         if time.monotonic() - self._flushed_at >= self.flush_interval_s:
             self._flush()
@@ -302,16 +312,16 @@ class TrialsDbCallback(Callback):
             )
         return self.experiment_run_id
 
-    def _progress(self, trial: Trial) -> TrialProgress | None:
+    def _progress(self, trial: Trial) -> TrialUpdate | None:
         manager = trial.checkpoint_manager
-        snapshot = {
-            "results": self._pending.get(trial.trial_id, []),
-            "checkpoints": [
-                {"path": r.path, "iteration": r.iteration, "score": manager.score_value(r)}
-                for r in manager.kept
+        update = TrialUpdate(
+            trial.trial_id,
+            results=self._pending.get(trial.trial_id, []),
+            kept_checkpoints=[
+                KeptCheckpoint(r.path, r.iteration, manager.score_value(r)) for r in manager.kept
             ],
-        }
-        return self._trackers[trial.trial_id].progress(snapshot)
+        )
+        return self._trackers[trial.trial_id].progress(update)
 
     def _flush(self, only: Trial | None = None) -> None:
         trials = [only] if only is not None else list(self._dirty.values())
@@ -353,5 +363,7 @@ class TrialsDbCallback(Callback):
             or None,
             best_checkpoint=best.path if best is not None else None,
             stop_reason=trial.stop_reason if decision is None else None,
+            stop_kind=trial.stop_kind if decision is None else None,
         )
-        self._write(self.store.record_end, end, decision)
+        # The same write as the triggerer's poller and the trial's watch (record_progress).
+        self._write(self.store.record_progress, [TrialUpdate.of_end(end, decision)])

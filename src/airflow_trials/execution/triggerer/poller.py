@@ -11,7 +11,7 @@ Lifecycle, from a trigger's ``run()`` on the event loop::
 
     watch = watch_trial(trial_id, actor, store_url, wait_seconds=2.0)  # registers; starts a poller
     poll = watch.poll()                  # the poll in flight, or a new one
-    snapshot = await poll.answered       # the actor's TrialSnapshot, or the Ray error it raised
+    update = await poll.answered         # the actor's TrialUpdate, or the Ray error it raised
     await poll.recorded                  # its progress is in the store, or StoreError
     watch.set_actor(new_actor)           # after a re-attach: later polls go to the new actor
     watch.close()                        # in ``finally``: the poller forgets the trial
@@ -52,6 +52,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_trials.core.update import TrialUpdate
 from airflow_trials.exceptions import StoreError
 from airflow_trials.execution.polls import (
     STATS_INTERVAL_SECONDS,
@@ -59,13 +60,12 @@ from airflow_trials.execution.polls import (
     Outcome,
     Poll,
     RayNotAnswering,
-    Snapshot,
     TrialProgressTracker,
     _drop,
     _settle_all,
 )
 from airflow_trials.store.retry import is_transient
-from airflow_trials.store.store import TrialProgress, TrialStore
+from airflow_trials.store.store import TrialStore
 
 __all__ = [
     "BatchedTrialPolls",
@@ -288,7 +288,7 @@ class TrialPoller:
             self._hand_over()
             time.sleep(self.tick_seconds)
             return
-        answered: list[tuple[BatchedTrialPolls, Poll, Snapshot]] = []
+        answered: list[tuple[BatchedTrialPolls, Poll, TrialUpdate]] = []
         for ref, value in zip(ready, _get_each(ready), strict=True):
             watch = self._in_flight[ref]
             if isinstance(value, BaseException):
@@ -313,11 +313,11 @@ class TrialPoller:
         if poll is not None:
             self._deliver(poll.answered, error=error)
 
-    def _record(self, answered: list[tuple[BatchedTrialPolls, Poll, Snapshot]]) -> None:
+    def _record(self, answered: list[tuple[BatchedTrialPolls, Poll, TrialUpdate]]) -> None:
         """Write the answers' progress, one transaction per store; then tell each trigger."""
-        batches: dict[str, list[tuple[BatchedTrialPolls, Poll, TrialProgress | None]]] = {}
-        for watch, poll, snapshot in answered:
-            item = watch.tracker.progress(snapshot)
+        batches: dict[str, list[tuple[BatchedTrialPolls, Poll, TrialUpdate | None]]] = {}
+        for watch, poll, update in answered:
+            item = watch.tracker.progress(update)
             batches.setdefault(watch.store_url, []).append((watch, poll, item))
         for url, batch in batches.items():
             items = [item for _, _, item in batch if item is not None]
@@ -328,7 +328,7 @@ class TrialPoller:
                     watch.tracker.written(item)
                 self._deliver(poll.recorded, None, error=error)
 
-    def _write(self, url: str, items: list[TrialProgress]) -> dict[str, BaseException]:
+    def _write(self, url: str, items: list[TrialUpdate]) -> dict[str, BaseException]:
         """Write ``items``; the error of each trial that could not be written."""
         store = self._stores.get(url)
         if store is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from airflow_trials.core.progress import format_progress
+from airflow_trials.core.update import TrialUpdate
 
 # Per poll: a trigger that starts again (a triggerer restart) gets every earlier result back.
 MAX_PROGRESS_LINES_PER_POLL = 20
@@ -12,7 +13,7 @@ MAX_PROGRESS_LINES_PER_POLL = 20
 
 class TaskLogEcho:
     """Logs a trial's new output lines (``[trial stdout] ...``) and one progress line per new
-    result, each once, from the snapshots of its polls, to the trigger's log: Airflow shows it as
+    result, each once, from the updates its polls bring, to the trigger's log: Airflow shows it as
     the deferred task's log for that try.
 
     A poll's lines go out as one log event per kind (the stream's output lines, the results'
@@ -29,24 +30,24 @@ class TaskLogEcho:
         self.trial_id = trial_id
         self.results_logged = 0  # the index of the first result not logged yet
 
-    def report(self, snapshot: dict[str, Any]) -> None:
-        """Log what ``snapshot`` brought that was not logged yet: output first (it was printed
+    def report(self, update: TrialUpdate) -> None:
+        """Log what ``update`` brought that was not logged yet: output first (it was printed
         before the results it led to), then the results."""
-        for stream, chunk in (snapshot.get("output") or {}).items():
+        for stream, chunk in (update.output or {}).items():
             self._output(stream, chunk)
-        self._results(snapshot)
+        self._results(update)
 
-    def ended(self, snapshot: dict[str, Any]) -> None:
+    def ended(self, update: TrialUpdate) -> None:
         """Say where the trial's log files were saved, or why they were not."""
-        files = snapshot.get("log_files") or {}
+        files = update.log_files
         if files:
             self.log.info(
                 "Trial %s: its full stdout and stderr are saved at %s.",
                 self.trial_id,
                 ", ".join(files[s] for s in sorted(files)),
             )
-        if snapshot.get("log_error"):
-            self.log.warning("%s", snapshot["log_error"])
+        if update.log_error:
+            self.log.warning("%s", update.log_error)
 
     def _output(self, stream: str, chunk: dict[str, Any]) -> None:
         skipped_bytes = chunk.get("skipped_bytes", 0)
@@ -73,9 +74,9 @@ class TaskLogEcho:
         if lines:
             self.log.info("%s", "\n".join(f"[trial {stream}] {line}" for line in lines))
 
-    def _results(self, snapshot: dict[str, Any]) -> None:
-        results = snapshot.get("results") or []
-        total = int(snapshot.get("num_results", len(results)))
+    def _results(self, update: TrialUpdate) -> None:
+        results = update.results
+        total = len(results) if update.num_results is None else update.num_results
         first = total - len(results)  # the index of results[0] among all the trial's results
         new = results[max(0, self.results_logged - first) :]
         if len(new) > MAX_PROGRESS_LINES_PER_POLL:

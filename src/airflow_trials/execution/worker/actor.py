@@ -11,11 +11,13 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from airflow_trials.core import result as R
 from airflow_trials.core.fate import ends_for_sure
-from airflow_trials.core.status import TrialStatus
+from airflow_trials.core.stop_kind import StopKind
+from airflow_trials.core.update import TrialUpdate
 from airflow_trials.exceptions import TrialError
 from airflow_trials.execution.parameter_refs import parameters_key, resolve_parameters
 from airflow_trials.execution.storage import TrialStorage, discard_restored
@@ -33,7 +35,6 @@ TrialSpec = dict[str, Any]
 """What an actor needs to run a trial: trial_id, experiment_name, trainable, config, and optionally
 parameters (name -> ObjectRef of a ``with_parameters`` constant)."""
 
-TrialSnapshot = dict[str, Any]
 """What ``TrialActor.poll`` returns: status, new results, checkpoints kept (and the version of that
 set), error and counts; the new output lines when asked for, and where the logs were saved once
 the trial ended."""
@@ -365,14 +366,21 @@ class TrialActor:
         self._autonomous.start(trial_state, restore_from, holds)
         return self.trial_id
 
-    def decide(self, iteration: int, decision: str, reason: str | None = None) -> bool:
-        """The scheduler's verdict on result ``iteration`` (from the trial's trigger); whether the
-        trial takes verdicts (it runs with holds)."""
-        return self._autonomous.decide(iteration, decision, reason)
+    def decide(
+        self,
+        iteration: int,
+        decision: str,
+        reason: str | None = None,
+        stop_kind: str = StopKind.SCHEDULER.value,
+    ) -> bool:
+        """The scheduler's verdict on result ``iteration`` (from the trial's trigger), with the
+        kind of the trial's end when it is STOP; whether the trial takes verdicts (it runs with
+        holds)."""
+        return self._autonomous.decide(iteration, decision, reason, stop_kind)
 
     def release_checkpoints(self, recorded_version: int) -> list[str]:
         """Delete the dropped checkpoints that no record names any more, now that the trial's
-        watcher wrote the kept set of ``recorded_version`` (a snapshot's ``checkpoints_version``)
+        watcher wrote the kept set of ``recorded_version`` (a poll's ``checkpoints_version``)
         to the trials DB; returns their paths. A deletion that fails is logged and not retried:
         the checkpoint is only left on the storage."""
         released = self._autonomous.release(recorded_version)
@@ -384,10 +392,11 @@ class TrialActor:
         wait_s: float = 0.0,
         output_from: dict[str, int] | None = None,
         recorded_version: int | None = None,
-    ) -> TrialSnapshot:
-        """Progress of an autonomous trial: the results after the first ``since``, and its state.
+    ) -> TrialUpdate:
+        """Progress of an autonomous trial, as a :class:`~airflow_trials.core.update.TrialUpdate`:
+        the results after the first ``since``, and its state.
 
-        With ``recorded_version`` (the ``checkpoints_version`` of the last snapshot whose
+        With ``recorded_version`` (the ``checkpoints_version`` of the last poll whose
         checkpoints the watcher wrote to the trials DB), the checkpoints dropped up to that version
         are deleted first (:meth:`release_checkpoints`).
 
@@ -396,29 +405,26 @@ class TrialActor:
         while results still arrive in batches.
 
         With ``output_from`` (``{"stdout": offset, "stderr": offset}``; a stream left out starts
-        where this trial's output starts), the snapshot's ``output`` holds each stream's new
+        where this trial's output starts), the update's ``output`` holds each stream's new
         lines since that byte offset, bounded per poll (:func:`~.output.read_new_output`), and
         the offsets to ask from next time.
         """
         if recorded_version is not None:
             self.release_checkpoints(recorded_version)
         self._autonomous.wait(wait_s)
-        snapshot: TrialSnapshot = {
-            "trial_id": self.trial_id,
-            # Read before the log files: the loop saved them before it set a terminal status.
-            **self._autonomous.progress(since),
-            "pid": self._pid,
-            "output": None,
-            "log_files": dict(self._log_files),
-            "log_error": self._log_error,
-        }
+        # The progress read before the log files: the loop saved them before it set a terminal
+        # status.
+        update = replace(
+            self._autonomous.progress(self.trial_id, since),
+            pid=self._pid,
+            log_files=dict(self._log_files),
+            log_error=self._log_error,
+        )
         if output_from is not None:
             # Read after the status: a terminal one was set after the output was closed, so
             # this read is the last and may end with an unfinished line.
-            snapshot["output"] = self._new_output(
-                output_from, TrialStatus(snapshot["status"]).is_terminal()
-            )
-        return snapshot
+            update = replace(update, output=self._new_output(output_from, update.ended))
+        return update
 
     def _new_output(self, output_from: dict[str, int], final: bool) -> dict[str, Any] | None:
         capture = self._capture

@@ -10,7 +10,9 @@ from airflow_trials.core import result as R
 from airflow_trials.core.checkpoint import CheckpointRecord
 from airflow_trials.core.fate import Action, after_result
 from airflow_trials.core.status import TrialStatus
+from airflow_trials.core.stop_kind import StopKind
 from airflow_trials.core.trial import Trial
+from airflow_trials.core.update import KeptCheckpoint, TrialUpdate
 from airflow_trials.exceptions import (
     CheckpointNotFoundError,
     CheckpointStorageError,
@@ -67,6 +69,8 @@ class SelfDrivingRun:
         self._published: int | None = None
         self._stop_reason: str | None = None
         self._scheduler_reason: str | None = None
+        self._stop_kind: StopKind | None = None
+        self._scheduler_kind = StopKind.SCHEDULER
 
     def start(
         self, trial_state: dict[str, Any], restore_from: str | None, holds: HoldSpec | None
@@ -101,6 +105,7 @@ class SelfDrivingRun:
                     duplicate=duplicate,
                     scheduler=self._verdict if self._holds is not None else None,
                     scheduler_reason=lambda _: self._scheduler_reason,
+                    scheduler_kind=lambda _: self._scheduler_kind,
                 )
                 if decision.fresh and self._published != result[R.TRAINING_ITERATION]:
                     self._publish(result)
@@ -114,6 +119,7 @@ class SelfDrivingRun:
                     self._save_and_keep()
                 if decision.action is not Action.CONTINUE:
                     self._stop_reason = decision.reason
+                    self._stop_kind = decision.stop_kind
                     break
         except _CheckpointGone as e:
             status, error = TrialStatus.ERROR, str(e)
@@ -171,22 +177,29 @@ class SelfDrivingRun:
             self._publish(result)
             self._attention.set()
             try:
-                decision, reason = holds.hold(
+                decision, reason, kind = holds.hold(
                     iteration, float(result[holds.time_attr]), lambda: self._stop_requested
                 )
             finally:
                 if not self._ended.is_set():
                     self._attention.clear()
         else:
-            decision, reason = holds.told(iteration)
+            decision, reason, kind = holds.told(iteration)
         self._scheduler_reason = reason
+        self._scheduler_kind = kind
         return decision.value
 
-    def decide(self, iteration: int, decision: str, reason: str | None = None) -> bool:
+    def decide(
+        self,
+        iteration: int,
+        decision: str,
+        reason: str | None = None,
+        stop_kind: str = StopKind.SCHEDULER.value,
+    ) -> bool:
         """Give the verdict on result ``iteration`` to the hold; False when it runs without."""
         if self._holds is None:
             return False
-        self._holds.give(iteration, decision, reason)
+        self._holds.give(iteration, decision, reason, stop_kind)
         return True
 
     def request_stop(self) -> None:
@@ -222,38 +235,37 @@ class SelfDrivingRun:
         if wait_s > 0 and self._loop is not None:
             self._attention.wait(wait_s)
 
-    def progress(self, since: int) -> dict[str, Any]:
-        """The run's part of a poll's snapshot: its status, the results after the first
+    def progress(self, trial_id: str, since: int) -> TrialUpdate:
+        """The run's part of a poll's answer: its status, the results after the first
         ``since``, the checkpoints kept, its end and where it holds."""
         with self._lock:
             trial, status = self._trial, self._status
-            return {
-                "status": status.value,
-                "results": self._results[since:],
-                "num_results": len(self._results),
-                "last_result": scalar_fields(trial.last_result) if trial else None,
-                "checkpoints": [
-                    {**r.to_dict(), "score": trial.checkpoint_manager.score_value(r)}
-                    for r in trial.checkpoint_manager.kept
+            manager = trial.checkpoint_manager if trial else None
+            best = manager.best() if manager else None
+            return TrialUpdate(
+                trial_id,
+                status=status,
+                results=self._results[since:],
+                num_results=len(self._results),
+                last_result=scalar_fields(trial.last_result) if trial else None,
+                kept_checkpoints=[
+                    KeptCheckpoint(r.path, r.iteration, manager.score_value(r))
+                    for r in manager.kept
                 ]
-                if trial
+                if manager
                 else [],
-                "checkpoints_version": trial.checkpoint_manager.version if trial else 0,
-                "best_checkpoint": _best(trial),
-                "error": self._error,
-                "infrastructure": self._infrastructure,
-                "stop_reason": self._stop_reason if status is TrialStatus.TERMINATED else None,
-                "held": self._holds.held_at if self._holds is not None else None,
-            }
+                checkpoints_version=manager.version if manager else 0,
+                best_checkpoint=best.path if best is not None else None,
+                error=self._error,
+                infrastructure=self._infrastructure,
+                stop_reason=self._stop_reason if status is TrialStatus.TERMINATED else None,
+                stop_kind=self._stop_kind if status is TrialStatus.TERMINATED else None,
+                held_at=self._holds.held_at if self._holds is not None else None,
+            )
 
 
 class _CheckpointGone(Exception):
     """The checkpoint a trial was to start from cannot be read from the storage."""
-
-
-def _best(trial: Trial | None) -> dict[str, Any] | None:
-    best = trial.checkpoint_manager.best() if trial is not None else None
-    return best.to_dict() if best is not None else None
 
 
 def scalar_fields(result: dict[str, Any]) -> dict[str, Any]:
