@@ -180,6 +180,14 @@ def _progress_table(store: Any, experiment: str, run_id: str, state: str | None)
     return table
 
 
+def report_best(store: Any, experiment: str, experiment_run_id: int) -> str | None:
+    """The trial the report's curves highlight: the run's best on its board, the one
+    ``select_best`` names (a trial that ended TERMINATED, feasible first; with several metrics,
+    the pick's default); None when none counts."""
+    goal = store.get_experiment(experiment).goal
+    return store.board(experiment_run_id, goal).best_trial_id if goal.metrics else None
+
+
 def _report(stack: Any, experiment: str, run_id: str, state: str, plot_path: str) -> int:
     from airflow_trials.plotting import curves_from_results, plot_learning_curves
     from airflow_trials.store import TrialReader
@@ -204,7 +212,7 @@ def _report(stack: Any, experiment: str, run_id: str, state: str, plot_path: str
         t.trial_id: store.get_results(t.trial_id)
         for t in store.list_trials(experiment_run_id=exp_run.id)
     }
-    best = board[0].trial_id if board and board[0].best_value is not None else None
+    best = report_best(store, experiment, exp_run.id)
     if any(results.values()):
         path = plot_learning_curves(
             curves_from_results(results, metric),

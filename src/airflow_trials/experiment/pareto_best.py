@@ -9,8 +9,9 @@ from typing import Any
 
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_trials.core.constraints import Constraints, is_counted
-from airflow_trials.core.pick import Pick, rank_trials
+from airflow_trials.core.constraints import Constraints
+from airflow_trials.core.goal import Goal
+from airflow_trials.core.pick import Pick
 from airflow_trials.experiment.trial_ends import describe_counts, reconcile_trial_ends
 from airflow_trials.hooks.trials import TrialsHook
 
@@ -44,19 +45,11 @@ def select_pareto_best(
         counts = reconcile_trial_ends(
             hook, store, experiment_name, run_pk, [s["trial_id"] for s in suggested]
         )
-        records = {
-            r.trial_id: r
-            for r in store.reader.list_trials(experiment_run_id=run_pk)
-            if is_counted(r.status)  # docs/store.md "Which trials count"
-        }
-        judged = constraints or Constraints()
-        feasible = {i: r for i, r in records.items() if judged.feasible(r.last_result)}
-        ranked = feasible if judged and feasible else records
-        candidates = rank_trials({i: r.last_result for i, r in ranked.items()}, metrics, modes)
+        # The run's board (store/board.py): the trials that count, feasible first, ranked.
+        board = store.reader.board(run_pk, Goal.of(metrics, modes))
+        candidates = board.candidates
         chosen = pick.choose(candidates)
-        latest = None
         if chosen is not None:
-            latest = store.reader.latest_checkpoint(chosen.trial_id)
             # In the trials DB too, for the dashboard's Pareto scatter and the run's history.
             store.record_pick(run_pk, chosen.trial_id)
         store.finish_experiment_run(run_pk, "SUCCESS" if candidates else "FAILED")
@@ -87,13 +80,15 @@ def select_pareto_best(
         chosen.trial_id,
         chosen.values,
     )
-    record = records[chosen.trial_id]
-    checkpoint = latest.path if latest is not None else None
+    row = {r.trial_id: r for r in board.rows}[chosen.trial_id]  # the board is whole
+    # With several metrics no one of them ranks checkpoints: the newest kept one.
+    checkpoint = row.latest_checkpoint
+    judged = constraints or Constraints()
     return {
         "experiment_name": experiment_name,
         "experiment_run_id": run_pk,
         "trial_id": chosen.trial_id,
-        "config": record.config,
+        "config": row.config,
         "metric": metrics,
         "mode": modes,
         "values": dict(chosen.values),
@@ -101,8 +96,7 @@ def select_pareto_best(
         "pick": pick.to_dict(),
         "pareto_front": [c.to_dict() for c in front],
         "pareto_ranks": {c.trial_id: c.pareto_rank for c in candidates},
-        "iteration": (record.last_result or {}).get("training_iteration"),
-        # With several metrics no one of them ranks checkpoints: the newest kept one.
+        "iteration": row.iteration,
         "best_checkpoint": checkpoint,
         "checkpoint": checkpoint,
         "latest_checkpoint": checkpoint,
@@ -110,5 +104,5 @@ def select_pareto_best(
         "failed_trials": counts["failed"],
         "never_ran_trials": counts["never_ran"],
         "trials": len(suggested),
-        **({"constraints": judged.spec, "feasible": chosen.trial_id in feasible} if judged else {}),
+        **({"constraints": judged.spec, "feasible": row.feasible is True} if judged else {}),
     }

@@ -13,7 +13,8 @@ from airflow.sdk import Asset
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_trials.core.approval import ApprovalPolicy
-from airflow_trials.core.constraints import Constraints, is_counted
+from airflow_trials.core.constraints import Constraints
+from airflow_trials.core.goal import Goal
 from airflow_trials.core.judged import judged_scheduler
 from airflow_trials.core.pareto import scheduler_metric_and_mode
 from airflow_trials.core.pick import Pick
@@ -461,23 +462,24 @@ class TuningPlan:
             counts = reconcile_trial_ends(
                 hook, store, self.experiment_name, run_pk, [s["trial_id"] for s in suggested]
             )
-            board = store.reader.leaderboard(run_pk, metric, mode)
-            # The trials that count (docs/store.md "Which trials count"), in the board's order.
-            finished = [r for r in board if is_counted(r.status) and r.best_value is not None]
-            if finished:  # the leaderboard's first is the pick, as the XCom below hands it on
-                store.record_pick(run_pk, finished[0].trial_id)
+            # The run's board (store/board.py): its best is the one every screen names.
+            board = store.reader.board(run_pk, Goal.of(metric, mode))
+            # The trials that count (docs/store.md "Which trials count").
+            finished = [r for r in board.rows if r.counted]
+            if board.best is not None:
+                store.record_pick(run_pk, board.best.trial_id)
             store.finish_experiment_run(run_pk, "SUCCESS" if finished else "FAILED")
             # An extension DAG run ends its extension with the run it extended.
             store.end_run_extension(run_pk, run_id, "SUCCESS" if finished else "FAILED")
         finally:
             store.dispose()
-        if not finished:
+        top = board.best
+        if top is None:
             raise AirflowFailException(
                 f"Experiment {self.experiment_name}: no trial of run {run_id} finished "
                 f"with metric {run.metric!r} ({describe_counts(counts)}); see the trial tasks' "
                 "logs."
             )
-        top = finished[0]
         return {
             "experiment_name": self.experiment_name,
             "experiment_run_id": run_pk,
@@ -485,8 +487,8 @@ class TuningPlan:
             "config": top.config,
             "metric": run.metric,
             "mode": run.mode,
-            "value": top.best_value,
-            "iteration": top.best_iteration,
+            "value": top.value,
+            "iteration": top.iteration,
             # "checkpoint" is best_checkpoint too (its name before both were handed over).
             "best_checkpoint": top.best_checkpoint,
             "checkpoint": top.best_checkpoint,
@@ -495,7 +497,7 @@ class TuningPlan:
             "failed_trials": counts["failed"],
             "never_ran_trials": counts["never_ran"],
             "trials": len(suggested),
-            # The leaderboard ranks feasible trials first: infeasible only when none is.
+            # The board ranks feasible trials first: infeasible only when none is.
             **(
                 {"constraints": self.constraints.spec, "feasible": top.feasible}
                 if self.constraints

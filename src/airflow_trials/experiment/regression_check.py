@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_trials.core.constraints import is_counted
+from airflow_trials.core.goal import Goal
 from airflow_trials.core.regression import (
     Comparison,
     RegressionTolerance,
@@ -76,10 +76,8 @@ def run_best_value(
 ) -> float | None:
     """The run's best value as ``select_best`` takes it: the leaderboard's first finished trial
     with the metric (feasible first, with constraints); None when none finished with it."""
-    for row in store.reader.leaderboard(experiment_run_id, metric, mode):
-        if is_counted(row.status) and row.best_value is not None:
-            return float(row.best_value)
-    return None
+    best = store.reader.board(experiment_run_id, Goal.of(metric, mode)).best
+    return None if best is None or best.value is None else float(best.value)
 
 
 def run_front_points(
@@ -88,14 +86,12 @@ def run_front_points(
     """Each finished trial's values (its last result, in ``metrics``' order) with every metric
     reported; with constraints, only the feasible trials'. Dominated points add no volume, so
     these are as good as the front."""
-    board = store.reader.pareto_leaderboard(experiment_run_id, metrics, modes)
-    points = []
-    for row in board.rows:
-        values = [row.values[m] for m in metrics]
-        finished = is_counted(row.status) and row.feasible is not False
-        if finished and all(v is not None for v in values):
-            points.append([float(v) for v in values if v is not None])
-    return points
+    board = store.reader.board(experiment_run_id, Goal.of(metrics, modes))
+    return [
+        [float(v) for v in row.values.values() if v is not None]
+        for row in board.rows
+        if row.counted and row.feasible is not False
+    ]
 
 
 def optuna_hypervolume(losses: list[list[float]], reference: list[float]) -> float:

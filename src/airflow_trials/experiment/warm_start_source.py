@@ -19,7 +19,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from airflow_trials.core.constraints import is_counted
+from airflow_trials.core.goal import Goal
 from airflow_trials.core.warm_start import (
     ASSET,
     PREVIOUS,
@@ -131,9 +131,9 @@ def warm_seeds(
 
 def _ranked(store: Any, source_run_id: int, metric: str, mode: str) -> list[SourceTrial]:
     return [
-        SourceTrial(row.trial_id, dict(row.config), row.best_value, row.best_checkpoint)
-        for row in store.reader.leaderboard(source_run_id, metric, mode)
-        if is_counted(row.status) and row.best_value is not None and row.feasible is not False
+        SourceTrial(row.trial_id, dict(row.config), row.value, row.best_checkpoint)
+        for row in store.reader.board(source_run_id, Goal.of(metric, mode)).rows
+        if row.counted and row.feasible is not False
     ]
 
 
@@ -147,8 +147,8 @@ def _pareto_ranked(
             [row.values[name] for name in metrics],
             row.latest_checkpoint,
         )
-        for row in store.reader.pareto_leaderboard(source_run_id, metrics, modes).rows
-        if is_counted(row.status) and row.pareto_rank is not None and row.feasible is not False
+        for row in store.reader.board(source_run_id, Goal.of(metrics, modes)).rows
+        if row.counted and row.feasible is not False
     ]
 
 

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator, Context, conf
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_trials.core.constraints import is_counted
 from airflow_trials.core.end import SweepEnd, SweepStatus
+from airflow_trials.core.goal import Goal
 from airflow_trials.core.parameters import refuse_in_airflow
 from airflow_trials.core.pareto import MetricSpec, ModeSpec, check_metrics
 from airflow_trials.core.resources import Resources
@@ -346,25 +346,21 @@ class RunSweepOperator(BaseOperator):
         if ended is None:  # failed before the run ended (Airflow asks on failure too)
             return OperatorLineage()
         experiment, run_pk = ended
-        metric, mode = (
-            (self.metric[0], self.mode[0])
-            if isinstance(self.metric, list)
-            else (self.metric, self.mode)
-        )
+        goal = Goal.of(self.metric, self.mode)
         hook = self._hook()
         store = hook.get_store()
         try:
-            board = store.reader.leaderboard(run_pk, metric, str(mode))
+            # The run's best as select_best names it (store/board.py).
+            top = store.reader.board(run_pk, goal).best
         finally:
             store.dispose()
-        top = next((r for r in board if is_counted(r.status) and r.best_value is not None), None)
         best: dict[str, Any] = {}
         if top is not None:
             best = {
                 "trial_id": top.trial_id,
                 "config": top.config,
-                "metrics": {metric: top.best_value},
-                "modes": {metric: str(mode)},
+                "metrics": dict(top.values),
+                "modes": {m: str(mode) for m, mode in zip(goal.metrics, goal.modes, strict=True)},
                 "checkpoint": top.best_checkpoint,
             }
         return operator_lineage(read_run_lineage(hook, experiment, run_pk, self.trainable, **best))

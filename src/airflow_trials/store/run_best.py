@@ -8,22 +8,21 @@ feasible first with the experiment's constraints (:mod:`~airflow_trials.store.fe
 - one metric: the first of them on the leaderboard's ranking with a value of the metric
   (:func:`~airflow_trials.store.ranked_page.best_query`): its best value, ties to the lowest
   trial id;
-- several metrics: the trial ``select_best`` picks without a ``pick`` from the run's Pareto board
-  (:mod:`~airflow_trials.store.pareto_board`): the best value of the first metric in its last
-  result among the ranked trials (the feasible ones while there is one), ties to the lower Pareto
-  rank, then the lower trial id (:meth:`~airflow_trials.core.pick.Pick.choose`).
+- several metrics: the best of the run's board (:mod:`~airflow_trials.store.board`), the trial
+  ``select_best`` picks without a ``pick``: the best value of the first metric in its last result
+  among the ranked trials (the feasible ones while there is one), ties to the lower Pareto rank,
+  then the lower trial id (:meth:`~airflow_trials.core.pick.Pick.choose`).
 """
 
 from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
-from airflow_trials.core.pick import Candidate, Pick
+from airflow_trials.store.board import read_board
 from airflow_trials.store.feasibility import run_constraints
 from airflow_trials.store.leaderboard import maintained_best_columns
 from airflow_trials.store.mapping import experiment_record
 from airflow_trials.store.models import ExperimentRow, ExperimentRunRow
-from airflow_trials.store.pareto_board import ParetoBoard, pareto_board, pareto_leaderboard_query
 from airflow_trials.store.ranked_page import Ranking, best_query
 
 #: A run's best: (value, trial id), or None when no trial that counts has a value.
@@ -36,32 +35,13 @@ def run_best(session: Session, dialect_name: str, run: ExperimentRunRow) -> Best
     experiment = experiment_record(session.get_one(ExperimentRow, run.experiment_id))
     if not experiment.metrics or experiment.modes[0] is None:
         return None
-    constraints = run_constraints(session, run)
     if experiment.several_metrics:
-        metrics, modes = experiment.metrics, [str(m) for m in experiment.modes]
-        rows = session.execute(
-            pareto_leaderboard_query(dialect_name, run.id, metrics, constraints.metrics)
-        ).all()
-        return pick_of_board(pareto_board(metrics, modes, rows, None, constraints))
+        best = read_board(session, dialect_name, run, experiment.goal).best
+        return None if best is None or best.value is None else (best.value, best.trial_id)
+    # One metric: the board's best in one query (the first row of the same ranking that counts).
+    constraints = run_constraints(session, run)
     metric, mode = experiment.metrics[0], experiment.modes[0]
     maintained = maintained_best_columns(session, run, metric, mode)
     ranking = Ranking(dialect_name, run.id, metric, mode, maintained, constraints)
     row = session.execute(best_query(ranking)).first()
     return None if row is None else (float(row.best_value), row.trial_id)
-
-
-def pick_of_board(board: ParetoBoard) -> Best:
-    """The trial ``select_best`` picks without a ``pick`` from a board of several metrics."""
-    ranked = [r for r in board.rows if r.pareto_rank is not None]
-    feasible = [r for r in ranked if r.feasible]
-    if board.constraints and feasible:
-        ranked = feasible
-    candidates = [
-        Candidate(r.trial_id, {m: float(v) for m, v in r.values.items() if v is not None}, rank)
-        for r in ranked
-        if (rank := r.pareto_rank) is not None
-    ]
-    chosen = Pick.of("the history", None, board.metrics, board.modes).choose(candidates)
-    if chosen is None:
-        return None
-    return chosen.values[board.metrics[0]], chosen.trial_id
