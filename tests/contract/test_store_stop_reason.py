@@ -12,6 +12,7 @@ from airflow_trials import Trial, TrialsDbCallback
 from airflow_trials.core.end import TrialEnd
 from airflow_trials.core.fate import Transition, after_failure
 from airflow_trials.core.status import TrialStatus
+from airflow_trials.core.stop_kind import StopKind
 from airflow_trials.store import RestartFromScratch, TrialStore
 from airflow_trials.store.engine import WRITE_OPTION, create_store_engine
 from airflow_trials.store.migration import alembic_config, current_revision, upgrade_engine
@@ -24,9 +25,10 @@ ASHA_STOP = (
 CRITERION = "it met its stopping criterion"
 
 
-def finished(trial_id: str, stop_reason: str | None) -> TrialEnd:
+def finished(trial_id: str, stop_reason: str | None, stop_kind: StopKind | None = None) -> TrialEnd:
     """A TERMINATED end as the trigger reads it from the actor's last poll."""
     snapshot = {
+        "stop_kind": stop_kind,
         "trial_id": trial_id,
         "status": "TERMINATED",
         "last_result": {"training_iteration": 3},
@@ -117,25 +119,26 @@ class StopReasonContract:
         ended(store, "silent", None)
         register(store, "pending")
         reader = store.reader
-        assert reader.stop_reasons_of(["stopped", "criterion", "silent", "pending", "unknown"]) == {
+        stops = reader.stops_of(["stopped", "criterion", "silent", "pending", "unknown"])
+        assert {trial_id: stop.reason for trial_id, stop in stops.items()} == {
             "stopped": ASHA_STOP,
             "criterion": CRITERION,
         }
-        assert reader.stop_reasons_of([]) == {}
+        assert reader.stops_of([]) == {}
 
     def test_a_run_s_early_stopped_trials_are_those_its_scheduler_stopped(self, store):
         run = store.create_experiment_run("exp", "r1")
         other = store.create_experiment_run("exp", "r2")
         at_max_t = "stopped by ASHA at training_iteration=9: it reached max_t=9"
-        for trial_id, reason, run_pk in (
-            ("asha", ASHA_STOP, run),
-            ("criterion", CRITERION, run),
-            ("at-max-t", at_max_t, run),
-            ("elsewhere", ASHA_STOP, other),
+        for trial_id, reason, kind, run_pk in (
+            ("asha", ASHA_STOP, StopKind.SCHEDULER, run),
+            ("criterion", CRITERION, StopKind.CRITERION, run),
+            ("at-max-t", at_max_t, StopKind.MAX_T, run),
+            ("elsewhere", ASHA_STOP, StopKind.SCHEDULER, other),
         ):
             register(store, trial_id, run_pk)
             store.record_transition(trial_id, Transition.PLACED)
-            store.record_end(finished(trial_id, reason))
+            store.record_end(finished(trial_id, reason, kind))
         register(store, "running", run)
         assert store.reader.early_stopped_trials(run) == {"asha"}
         assert store.reader.early_stopped_trials(other) == {"elsewhere"}

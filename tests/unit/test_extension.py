@@ -19,6 +19,7 @@ from airflow_trials.core.extension import (
 from airflow_trials.core.fate import CRITERION_MET, TRAINABLE_FINISHED
 from airflow_trials.core.rung_math import max_t_stop_reason, rung_milestones
 from airflow_trials.core.status import TrialStatus
+from airflow_trials.core.stop_kind import StopKind
 from airflow_trials.exceptions import ExtensionRefusedError
 
 OWNER = "Run r1 (id 1) of experiment e"
@@ -29,6 +30,7 @@ class Stored:
     trial_id: str
     status: TrialStatus = TrialStatus.TERMINATED
     stop_reason: str | None = CRITERION_MET
+    stop_kind: StopKind | None = StopKind.CRITERION
     last_result: dict[str, Any] = field(default_factory=lambda: {"training_iteration": 3})
     stopped_from_airflow: bool = False
 
@@ -45,10 +47,18 @@ def plan(trials, **kwargs):
 def test_a_raised_stop_continues_the_terminated_trials_that_can_continue():
     trials = [
         Stored("done"),
-        Stored("at-max-t", stop_reason=max_t_stop_reason("training_iteration", 3, 3)),
-        Stored("early", stop_reason="stopped by ASHA at training_iteration=1 (rung 1 of 2): ..."),
-        Stored("finished", stop_reason=TRAINABLE_FINISHED),
-        Stored("failed", status=TrialStatus.ERROR, stop_reason=None),
+        Stored(
+            "at-max-t",
+            stop_reason=max_t_stop_reason("training_iteration", 3, 3),
+            stop_kind=StopKind.MAX_T,
+        ),
+        Stored(
+            "early",
+            stop_reason="stopped by ASHA at training_iteration=1 (rung 1 of 2): ...",
+            stop_kind=StopKind.SCHEDULER,
+        ),
+        Stored("finished", stop_reason=TRAINABLE_FINISHED, stop_kind=StopKind.FINISHED),
+        Stored("failed", status=TrialStatus.ERROR, stop_reason=None, stop_kind=None),
         Stored("no-ckpt"),
     ]
     decided = plan(trials)

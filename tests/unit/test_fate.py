@@ -25,6 +25,7 @@ from airflow_trials.core.fate import (
     status_after_end,
 )
 from airflow_trials.core.status import TrialStatus
+from airflow_trials.core.stop_kind import StopKind
 from airflow_trials.core.trial import check_max_failures
 
 
@@ -263,6 +264,7 @@ class Stored:
     stop_reason: str | None = None
     stopped_from_airflow: bool = False
     trial_id: str = "t-1"
+    stop_kind: StopKind | None = None
 
 
 ASHA_STOP = "stopped by ASHA at training_iteration=1 (rung 1 of 3): loss 0.9 above the cutoff 0.5"
@@ -274,9 +276,14 @@ STORED = {
     "error": Stored(TrialStatus.ERROR, {"training_iteration": 2}),
     "error-at-criterion": Stored(TrialStatus.ERROR, {"training_iteration": 3}),
     "finished": Stored(
-        TrialStatus.TERMINATED, {"training_iteration": 3}, "it met its stopping criterion"
+        TrialStatus.TERMINATED,
+        {"training_iteration": 3},
+        "it met its stopping criterion",
+        stop_kind=StopKind.CRITERION,
     ),
-    "stopped-by-scheduler": Stored(TrialStatus.TERMINATED, {"training_iteration": 1}, ASHA_STOP),
+    "stopped-by-scheduler": Stored(
+        TrialStatus.TERMINATED, {"training_iteration": 1}, ASHA_STOP, stop_kind=StopKind.SCHEDULER
+    ),
     # Its criterion was raised since it ended.
     "ended-short": Stored(TrialStatus.TERMINATED, {"training_iteration": 2}),
     "ended-without-results": Stored(TrialStatus.TERMINATED),

@@ -36,6 +36,7 @@ from airflow_trials.cli.output import (
     print_document,
 )
 from airflow_trials.cli.trials_db import checked_url, open_for_reading, resolve_db_url
+from airflow_trials.core.stop_kind import StopKind
 
 _TIME = "%Y-%m-%d %H:%M"
 
@@ -202,8 +203,8 @@ EarlyStopped = Annotated[
     bool,
     typer.Option(
         "--early-stopped",
-        help="Only the trials their scheduler stopped early (a stop reason 'stopped by ...', "
-        "not at its whole budget), as the dashboard marks them.",
+        help="Only the trials their scheduler stopped early (stop kind 'scheduler': not at its "
+        "whole budget max_t), as the dashboard marks them.",
     ),
 ]
 
@@ -225,8 +226,6 @@ def trials(
     ranks). JSON and YAML also give each trial's ASHA rungs and PBT lineage."""
 
     def body() -> None:
-        from airflow_trials.core.fate import stopped_early
-
         fmt = output_format(output, as_json)
         store = open_for_reading(ctx, db_url)
         several = several_metrics(store, experiment, None, None)
@@ -248,7 +247,7 @@ def trials(
                 row["values"] = dict(place.values) if place else dict.fromkeys(several[0])
                 row["pareto_rank"] = place.pareto_rank if place else None
         if early_stopped:
-            rows = [row for row in rows if stopped_early(row["stop_reason"])]
+            rows = [row for row in rows if row["stop_kind"] == StopKind.SCHEDULER.value]
         cells = [
             [
                 row["trial_id"],
@@ -319,6 +318,7 @@ def _trial_rows(
             "config": r.config,
             "error": (record.error_msg or "").strip().splitlines()[-1:] or None,
             "stop_reason": record.stop_reason,
+            "stop_kind": None if record.stop_kind is None else record.stop_kind.value,
         }
         if decisions:
             row["rungs"] = [_rung(rung) for rung in rungs.get(r.trial_id, [])]

@@ -69,7 +69,7 @@ def parse_stop(values: list[str]) -> dict[str, float] | None:
 def inferred_stop(store: Any, run: Any, stop: dict[str, float] | None) -> dict[str, float] | None:
     """The run's stopping criterion: its latest extension's, else what the trials its criterion
     stopped had reached of the keys asked for (the DAG file's is known to the DAG run only)."""
-    from airflow_trials.core.fate import CRITERION_MET
+    from airflow_trials.core.stop_kind import StopKind
 
     for extension in reversed(store.list_run_extensions(run.id)):
         if extension.stop_after:
@@ -77,7 +77,7 @@ def inferred_stop(store: Any, run: Any, stop: dict[str, float] | None) -> dict[s
     met = [
         dict(t.last_result or {})
         for t in store.list_trials(experiment_run_id=run.id)
-        if t.stop_reason == CRITERION_MET
+        if t.stop_kind is StopKind.CRITERION
     ]
     reached = {
         key: max(r[key] for r in met if key in r)

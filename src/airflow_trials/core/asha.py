@@ -136,6 +136,8 @@ class AsyncHyperBandScheduler(MetricScheduler):
         if decision is Decision.STOP:
             self._num_stopped += 1
             self._reasons[trial.trial_id] = str(reason)
+            if self._rule is not None and self._rule.reached_max_t(time):
+                self._max_t_stops.add(trial.trial_id)
         return decision
 
     def _judge(

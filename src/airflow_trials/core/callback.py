@@ -34,6 +34,10 @@ class Callback:
         a copy of ``exploit.donor_checkpoint`` with ``exploit.new_config`` (its config already);
         ``old_config`` is the config it had before."""
 
+    def on_trial_pause(self, trial: Trial) -> None:
+        """Its scheduler paused the trial (PAUSED: checkpointed, its resources freed); it resumes
+        later, with :meth:`on_trial_start` again (PopulationBasedTraining, HyperBand)."""
+
     def on_trial_recover(self, trial: Trial) -> None:
         """The trial failed and goes back to PENDING to retry from its latest checkpoint."""
 

@@ -27,8 +27,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_trials.core.asha import AsyncHyperBandScheduler
-from airflow_trials.core.fate import TRAINABLE_FINISHED, StoredTrial, stopped_early
+from airflow_trials.core.fate import StoredTrial
 from airflow_trials.core.status import TrialStatus
+from airflow_trials.core.stop_kind import StopKind
 from airflow_trials.exceptions import ExtensionRefusedError
 
 #: The key of a sweep extension's first trial entry that gives its ASHA the raised max_t.
@@ -204,9 +205,9 @@ def _keeps_its_end(
     """Why an ended trial does not continue under ``stop``; None when it continues."""
     if trial.status is not TrialStatus.TERMINATED:
         return f"it ended {trial.status.value}; an extension continues TERMINATED trials only"
-    if stopped_early(trial.stop_reason):
+    if trial.stop_kind is StopKind.SCHEDULER:
         return f"its scheduler stopped it early ({trial.stop_reason}); that verdict stands"
-    if trial.stop_reason == TRAINABLE_FINISHED:
+    if trial.stop_kind is StopKind.FINISHED:
         return "its trainable finished on its own; it has nothing left to train"
     last = dict(trial.last_result or {})
     if all(key in last and last[key] >= value for key, value in stop.items()):

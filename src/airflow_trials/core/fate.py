@@ -46,8 +46,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from airflow_trials.core.end import TrialEnd
 from airflow_trials.core.result import CHECKPOINT, DONE, TRAINING_ITERATION, Result
-from airflow_trials.core.rung_math import REACHED_MAX_T
 from airflow_trials.core.status import TrialStatus
+from airflow_trials.core.stop_kind import StopKind
 from airflow_trials.core.stopping import Stopper, ThresholdStopper
 from airflow_trials.core.trial import Trial
 
@@ -71,33 +71,23 @@ class ResultDecision:
     :param action: what to do next.
     :param save_checkpoint: save a checkpoint before doing it (one is due, or the trial ends
         with ``checkpoint_at_end`` and the result carries none).
-    :param reason: why, for logs.
+    :param reason: why, for logs and the trial's stop reason.
+    :param stop_kind: with STOP and STOP_EXPERIMENT, the kind of the trial's end; default None.
     """
 
     fresh: bool
     action: Action
     save_checkpoint: bool
     reason: str
+    stop_kind: StopKind | None = None
 
 
 SchedulerDecision = Callable[[Trial, Result], str]
 
-# Why a trial ends on its own (its stop reason); any other stop reason is its scheduler's.
+# The stop reasons of a trial that ends on its own (stop kinds FINISHED and CRITERION).
 TRAINABLE_FINISHED = "its trainable finished"
 CRITERION_MET = "it met its stopping criterion"
-
-
-def stopped_by_scheduler(stop_reason: str | None) -> bool:
-    """Was a trial that ended with ``stop_reason`` stopped by its scheduler (ASHA at a rung, say),
-    rather than by its own criterion? Such a trial is done: a retry of its task does not resume
-    it."""
-    return bool(stop_reason) and stop_reason not in (TRAINABLE_FINISHED, CRITERION_MET)
-
-
-def stopped_early(stop_reason: str | None) -> bool:
-    """Did its scheduler stop it before its budget was spent (the dashboard's "early-stopped")?
-    Not when its own criterion ended it, nor when ASHA stopped it at ``max_t``."""
-    return stopped_by_scheduler(stop_reason) and REACHED_MAX_T not in str(stop_reason)
+EXPERIMENT_STOPPED = "the experiment's stopper ended it"
 
 
 def after_result(
@@ -108,6 +98,7 @@ def after_result(
     scheduler: SchedulerDecision | None = None,
     experiment_done: Callable[[], bool] | None = None,
     scheduler_reason: Callable[[str], str | None] | None = None,
+    scheduler_kind: Callable[[str], StopKind] | None = None,
 ) -> ResultDecision:
     """Record ``result`` on ``trial`` and decide what happens next.
 
@@ -120,23 +111,32 @@ def after_result(
         True ends the experiment (the runner's experiment-wide stopper). Default: never.
     :param scheduler_reason: ``trial_id -> sentence``, asked when the scheduler pauses or stops the
         trial (``TrialScheduler.decision_reason``); it becomes the decision's ``reason``.
+    :param scheduler_kind: ``trial_id -> StopKind``, asked when the scheduler stops the trial
+        (``TrialScheduler.stop_kind``: MAX_T at ``max_t``); default SCHEDULER.
     """
     fresh = False if duplicate else trial.record_result(result)
     has_checkpoint = bool(result.get(CHECKPOINT))
     if trial.should_stop(result):
-        why = TRAINABLE_FINISHED if result.get(DONE) else CRITERION_MET
+        done = bool(result.get(DONE))
+        why, kind = (
+            (TRAINABLE_FINISHED, StopKind.FINISHED) if done else (CRITERION_MET, StopKind.CRITERION)
+        )
         at_end = trial.checkpoint_at_end and not has_checkpoint
-        return ResultDecision(fresh, Action.STOP, at_end, why)
+        return ResultDecision(fresh, Action.STOP, at_end, why, kind)
     if experiment_done is not None and experiment_done():
         return ResultDecision(
-            fresh, Action.STOP_EXPERIMENT, False, "the experiment's stopper ended it"
+            fresh, Action.STOP_EXPERIMENT, False, EXPERIMENT_STOPPED, StopKind.EXPERIMENT
         )
     decision = scheduler(trial, result) if scheduler is not None and fresh else Action.CONTINUE
     if decision in (Action.STOP, Action.PAUSE):
         said = scheduler_reason(trial.trial_id) if scheduler_reason is not None else None
         if decision == Action.STOP:
             at_end = trial.checkpoint_at_end and not has_checkpoint
-            return ResultDecision(fresh, Action.STOP, at_end, said or "the scheduler stopped it")
+            kind = (
+                scheduler_kind(trial.trial_id) if scheduler_kind is not None else StopKind.SCHEDULER
+            )
+            why = said or "the scheduler stopped it"
+            return ResultDecision(fresh, Action.STOP, at_end, why, kind)
         return ResultDecision(fresh, Action.PAUSE, False, said or "the scheduler paused it")
     return ResultDecision(
         fresh, Action.CONTINUE, trial.should_checkpoint() and not has_checkpoint, "it continues"
@@ -372,6 +372,8 @@ class StoredTrial(Protocol):
     @property
     def stop_reason(self) -> str | None: ...
     @property
+    def stop_kind(self) -> StopKind | None: ...
+    @property
     def stopped_from_airflow(self) -> bool: ...
 
 
@@ -412,10 +414,10 @@ class StartAction:
 
 def ended_for_good(trial: Trial, stored: StoredTrial) -> bool:
     """Did the stored trial end TERMINATED having met ``trial``'s stopping criterion, or stopped
-    by its scheduler (its stop reason says why)? Such a trial has nothing left to run."""
+    by its scheduler (its stop kind says so)? Such a trial has nothing left to run."""
     if stored.status is not TrialStatus.TERMINATED or not stored.last_result:
         return False
-    if stopped_by_scheduler(stored.stop_reason):
+    if stored.stop_kind is not None and stored.stop_kind.by_scheduler:
         return True
     try:
         return trial.should_stop(dict(stored.last_result))

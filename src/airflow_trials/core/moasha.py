@@ -31,6 +31,7 @@ from airflow_trials.core.rung_math import (
 )
 from airflow_trials.core.rungs import MemoryRung, MemoryRungsOf, RecordedRung, judged_milestones
 from airflow_trials.core.scheduler import Decision, FIFOScheduler, RecordedVerdict, format_number
+from airflow_trials.core.stop_kind import StopKind
 from airflow_trials.core.trial import Trial
 
 __all__ = [
@@ -307,6 +308,10 @@ class MOASHARungs:
 
         return judge
 
+    def reached_max_t(self, time: float) -> bool:
+        """Does a result at ``time`` stop its trial at ``max_t`` (stop kind MAX_T)?"""
+        return time >= self.max_t
+
     def judge(
         self,
         state: VectorRungState,
@@ -321,7 +326,7 @@ class MOASHARungs:
         """The rule on one result of ``trial_id`` (of ``bracket``): CONTINUE or STOP, and why it
         stops. ``iteration`` orders a trial's results; with ``at_end`` the trial ended and this is
         its last result, recorded and not acted on (CONTINUE)."""
-        if not at_end and time >= self.max_t:
+        if not at_end and self.reached_max_t(time):
             return Decision.STOP, (
                 f"stopped by MOASHA at {self.time_attr}={format_number(time)}{REACHED_MAX_T}"
                 f"{format_number(self.max_t)}"
@@ -429,6 +434,7 @@ class MOASHA(FIFOScheduler):
         self._trial_bracket: dict[str, int] = {}
         self._results_seen: dict[str, int] = {}
         self._reasons: dict[str, str] = {}
+        self._max_t_stops: set[str] = set()
         self._num_stopped = 0
 
     def set_search_properties(self, metric: Any, mode: Any, **spec: Any) -> bool:
@@ -506,6 +512,8 @@ class MOASHA(FIFOScheduler):
         if decision is Decision.STOP:
             self._num_stopped += 1
             self._reasons[trial.trial_id] = str(reason)
+            if self._rule.reached_max_t(float(result[self.time_attr])):
+                self._max_t_stops.add(trial.trial_id)
         return decision
 
     def _judge(
@@ -537,6 +545,9 @@ class MOASHA(FIFOScheduler):
 
     def decision_reason(self, trial_id: str) -> str | None:
         return self._reasons.get(trial_id)
+
+    def stop_kind(self, trial_id: str) -> StopKind:
+        return StopKind.MAX_T if trial_id in self._max_t_stops else StopKind.SCHEDULER
 
     def debug_string(self) -> str:
         return f"Using MOASHA: num_stopped={self._num_stopped}"

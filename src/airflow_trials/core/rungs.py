@@ -293,6 +293,11 @@ class AshaRungs:
             return max_t_stop_reason(self.time_attr, time, self.max_t)
         return None
 
+    def reached_max_t(self, time: float) -> bool:
+        """Does a result at ``time`` stop its trial at ``max_t`` (:meth:`stop_at_max_t`; stop
+        kind MAX_T)?"""
+        return self.stop_at_max_t(time) is not None
+
     def rung_to_judge(self, bracket: int, time: float, judged: Collection[float]) -> float | None:
         """See :func:`rung_to_judge`."""
         return rung_to_judge(self.milestones(bracket), time, judged, self.stop_last_trials)

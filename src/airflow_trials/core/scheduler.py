@@ -13,6 +13,7 @@ from airflow_trials.core.pareto import MetricSpec, ModeSpec, scheduler_metric_an
 from airflow_trials.core.resources import Resources
 from airflow_trials.core.result import Result
 from airflow_trials.core.status import TrialStatus
+from airflow_trials.core.stop_kind import StopKind
 from airflow_trials.core.trial import Trial
 
 
@@ -118,6 +119,12 @@ class TrialScheduler:
         did."""
         return None
 
+    def stop_kind(self, trial_id: str) -> StopKind:
+        """The kind of this scheduler's stop of the trial (its stop kind from then on):
+        SCHEDULER, stopped before its budget was spent, by default; MAX_T where it stopped the
+        trial because it reached ``max_t``."""
+        return StopKind.SCHEDULER
+
     def debug_string(self) -> str:
         return f"Using {type(self).__name__}."
 
@@ -175,6 +182,8 @@ class MetricScheduler(FIFOScheduler):
         self.metric = metric
         self.mode = mode
         self._reasons: dict[str, str] = {}
+        # The trials stopped because they reached max_t (stop kind MAX_T, not SCHEDULER).
+        self._max_t_stops: set[str] = set()
 
     def _check_one_metric(self, metric: object) -> None:
         if metric is not None and not isinstance(metric, str):
@@ -255,6 +264,9 @@ class MetricScheduler(FIFOScheduler):
 
     def decision_reason(self, trial_id: str) -> str | None:
         return self._reasons.get(trial_id)
+
+    def stop_kind(self, trial_id: str) -> StopKind:
+        return StopKind.MAX_T if trial_id in self._max_t_stops else StopKind.SCHEDULER
 
 
 def format_number(value: float) -> str:

@@ -14,6 +14,7 @@ from airflow_trials.core.parameters import TrainableWithParameters
 from airflow_trials.core.resources import Resources
 from airflow_trials.core.result import TRAINING_ITERATION, MetricAnalysis, Result
 from airflow_trials.core.status import TrialStatus, check_transition
+from airflow_trials.core.stop_kind import StopKind, stop_kind_or_none
 from airflow_trials.core.stopping import StopFn, Stopper, build_stopper
 
 # Ids and experiment names become directory names and Ray actor names: keep them plain.
@@ -113,6 +114,8 @@ class Trial:
         # Why it ended TERMINATED after a result: its trainable finished, it met its stopping
         # criterion, or the scheduler's sentence (e.g. ASHA's rung and cutoff). Set by the runner.
         self.stop_reason: str | None = None
+        # The kind of that end (core/stop_kind.py); set with stop_reason.
+        self.stop_kind: StopKind | None = None
         self.start_time: float | None = None
         self.end_time: float | None = None
         # Highest training_iteration recorded; a restore replays iterations after its checkpoint,
@@ -207,6 +210,7 @@ class Trial:
         self.num_failures = 0
         self.error_msg = None
         self.stop_reason = None
+        self.stop_kind = None
 
     # -- serialisation ----------------------------------------------------------------------------
     def to_json_state(self) -> dict[str, Any]:
@@ -233,6 +237,7 @@ class Trial:
             "metric_analysis": self.metric_analysis.to_dict(),
             "error_msg": self.error_msg,
             "stop_reason": self.stop_reason,
+            "stop_kind": None if self.stop_kind is None else self.stop_kind.value,
             "start_time": self.start_time,
             "end_time": self.end_time,
             "last_recorded_iteration": self.last_recorded_iteration,
@@ -267,6 +272,7 @@ class Trial:
         trial.metric_analysis = MetricAnalysis.from_dict(state["metric_analysis"])
         trial.error_msg = state["error_msg"]
         trial.stop_reason = state.get("stop_reason")
+        trial.stop_kind = stop_kind_or_none(state.get("stop_kind"))
         trial.start_time = state["start_time"]
         trial.end_time = state["end_time"]
         trial.last_recorded_iteration = state["last_recorded_iteration"]

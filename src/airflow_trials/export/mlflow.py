@@ -29,6 +29,7 @@ from airflow_trials.export.mlflow_mapping import (
     PARENT_RUN_TAG,
     RUN_KEY_TAG,
     STATUS_TAG,
+    STOP_KIND_TAG,
     STOP_REASON_TAG,
     TRIAL,
     TRIAL_ID_TAG,
@@ -346,6 +347,8 @@ class _RunExport:
         }
         if trial.stop_reason:
             tags[STOP_REASON_TAG] = trial.stop_reason
+        if trial.stop_kind is not None:
+            tags[STOP_KIND_TAG] = trial.stop_kind.value
         if trial.error_msg:
             tags["airflow_trials.error"] = trial.error_msg.strip().splitlines()[-1]
         if checkpoint is not None:

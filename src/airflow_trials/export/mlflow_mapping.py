@@ -29,6 +29,7 @@ RUN_KEY_TAG = "airflow_trials.run_key"
 TRIAL_ID_TAG = "airflow_trials.trial_id"
 STATUS_TAG = "airflow_trials.status"
 STOP_REASON_TAG = "airflow_trials.stop_reason"
+STOP_KIND_TAG = "airflow_trials.stop_kind"
 CHECKPOINT_TAG = "airflow_trials.best_checkpoint"  # its URI, logged or not
 CHECKPOINT_ARTIFACT_TAG = "airflow_trials.best_checkpoint_artifact"  # the artifact path, logged
 # Results up to this training_iteration are logged: a retried export logs only later ones.

@@ -117,6 +117,7 @@ def _board_out(board: BoardPage, links: Links) -> LeaderboardOut:
                 best_iteration=r.trial.best_iteration,
                 best_checkpoint=r.checkpoint,
                 stop_reason=r.stop_reason,
+                stop_kind=r.stop_kind,
                 early_stopped=r.early_stopped,
                 url=links.trial(r.trial.trial_id),
                 feasible=r.trial.feasible,
@@ -204,7 +205,7 @@ def trial_api(
     links = Links(request)
     return TrialOut(
         trial=reads.trial_shown(store, user, trial),
-        early_stopped=early_stopped(trial.stop_reason),
+        early_stopped=early_stopped(trial.stop_kind),
         checkpoints=checkpoints,
         best_checkpoint=best,
         best_iteration=best_iteration,

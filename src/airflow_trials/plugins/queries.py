@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_trials.core.fate import stopped_early
 from airflow_trials.core.status import TrialStatus
+from airflow_trials.core.stop_kind import StopKind
 from airflow_trials.store import (
     CheckpointRecordRow,
     ExperimentRunRecord,
@@ -31,6 +31,7 @@ from airflow_trials.store import (
 from airflow_trials.store.leaderboard import check_metric, check_mode
 from airflow_trials.store.ranked_page import PAGE_SORTS, check_page_order
 from airflow_trials.store.ranked_page import STOPPED_FILTERS as PAGE_STOPPED_FILTERS
+from airflow_trials.store.records import TrialStop
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 500
@@ -58,6 +59,8 @@ class BoardRow:
     :param stop_reason: why the trial ended TERMINATED; default None (not TERMINATED, or not said).
     :param pareto: with several metrics, the trial's line on the store's leaderboard of several
         metrics (its values, Pareto rank and whether it is on the front); default None.
+    :param stop_kind: the kind of its end (``core/stop_kind.py``); default None (not TERMINATED,
+        or not said).
     """
 
     rank: int
@@ -66,11 +69,12 @@ class BoardRow:
     checkpoint: CheckpointRecordRow | None
     stop_reason: str | None = None
     pareto: ParetoRow | None = None
+    stop_kind: StopKind | None = None
 
     @property
     def early_stopped(self) -> bool:
-        """Its scheduler stopped it (:func:`early_stopped`)."""
-        return early_stopped(self.stop_reason)
+        """Its scheduler stopped it early (:func:`early_stopped`)."""
+        return early_stopped(self.stop_kind)
 
 
 @dataclass(frozen=True)
@@ -138,9 +142,10 @@ def get_experiment_run(store: TrialReader, run_pk: int) -> ExperimentRunRecord:
     return run
 
 
-def early_stopped(stop_reason: str | None) -> bool:
-    """Did its scheduler stop it early (:func:`airflow_trials.core.fate.stopped_early`)?"""
-    return stopped_early(stop_reason)
+def early_stopped(stop_kind: StopKind | str | None) -> bool:
+    """Did its scheduler stop it early (its stop kind:
+    :attr:`airflow_trials.core.stop_kind.StopKind.early`)?"""
+    return stop_kind is not None and StopKind(stop_kind).early
 
 
 def best_checkpoint(
@@ -258,17 +263,22 @@ def _board_rows(
     configs = store.configs_of(ids)
     checkpoints = store.checkpoints_of(ids)
     best_paths = store.best_checkpoint_paths(ids, metric, mode)
-    stop_reasons = store.stop_reasons_of(ids)
+    stops = store.stops_of(ids)
     return [
         BoardRow(
             rank,
             trial,
             configs.get(trial.trial_id, {}),
             best_checkpoint(checkpoints.get(trial.trial_id, []), best_paths.get(trial.trial_id)),
-            stop_reasons.get(trial.trial_id),
+            *_stop(stops.get(trial.trial_id)),
         )
         for rank, trial in window
     ]
+
+
+def _stop(stop: TrialStop | None) -> tuple[str | None, None, StopKind | None]:
+    """A row's ``stop_reason``, ``pareto`` (None) and ``stop_kind`` from its trial's stop."""
+    return (None, None, None) if stop is None else (stop.reason, None, stop.kind)
 
 
 def _sorted(
@@ -330,7 +340,7 @@ def pareto_page(
     window = _sorted(shown, sort, descending, unranked)[start : start + page_size]
     ids = [trial.trial_id for _, trial in window]
     checkpoints = store.checkpoints_of(ids)
-    stop_reasons = store.stop_reasons_of(ids)
+    stops = store.stops_of(ids)
     rows = [
         BoardRow(
             rank,
@@ -339,8 +349,9 @@ def pareto_page(
             best_checkpoint(
                 checkpoints.get(trial.trial_id, []), places[trial.trial_id].latest_checkpoint
             ),
-            stop_reasons.get(trial.trial_id),
+            stops[trial.trial_id].reason if trial.trial_id in stops else None,
             places[trial.trial_id],
+            stops[trial.trial_id].kind if trial.trial_id in stops else None,
         )
         for rank, trial in window
     ]

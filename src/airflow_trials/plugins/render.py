@@ -96,7 +96,7 @@ _TEMPLATES.filters["verdict"] = (
     rung_verdict  # {{ rung | verdict }}: CONTINUE, STOP or "recorded at end"
 )
 _TEMPLATES.tests["numeric"] = is_number  # Jinja's "number" test counts True and False as numbers
-_TEMPLATES.tests["early_stopped"] = early_stopped  # {% if trial.stop_reason is early_stopped %}
+_TEMPLATES.tests["early_stopped"] = early_stopped  # {% if trial.stop_kind is early_stopped %}
 _TEMPLATES.globals.update(
     EPOCH_FIELDS=EPOCH_FIELDS, DURATION_FIELDS=DURATION_FIELDS, THEME_SCRIPT=Markup(THEME_SCRIPT)
 )

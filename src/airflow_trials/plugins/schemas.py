@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from airflow_trials.core.stop_kind import StopKind
 from airflow_trials.plugins.queries import AT_END, LineageStep, rung_verdict
 from airflow_trials.store import ExperimentRunRecord, RungDecision, TrialRecord
 from airflow_trials.store.records import CheckpointRecordRow
@@ -82,8 +83,13 @@ class LeaderboardRowOut(BaseModel):
         default=None,
         description="Why the trial ended TERMINATED; null when it has not, or nobody said.",
     )
+    stop_kind: StopKind | None = Field(
+        default=None,
+        description="The kind of its end: finished, criterion, scheduler, max_t, experiment or "
+        "airflow; null when it has not ended TERMINATED, or nobody said.",
+    )
     early_stopped: bool = Field(
-        default=False, description="Its scheduler stopped it: stop_reason starts with 'stopped by'."
+        default=False, description="Its scheduler stopped it early: stop_kind is 'scheduler'."
     )
     url: str
     values: dict[str, float | None] | None = Field(
@@ -249,7 +255,7 @@ class TrialOut(BaseModel):
     trial: TrialRecord
     early_stopped: bool = Field(
         default=False,
-        description="Its scheduler stopped it: trial.stop_reason starts with 'stopped by'.",
+        description="Its scheduler stopped it early: trial.stop_kind is 'scheduler'.",
     )
     checkpoints: list[CheckpointRecordRow] = Field(
         description="Every recorded checkpoint, deleted ones too."

@@ -8,10 +8,11 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
-from airflow_trials.core.fate import stopped_early
+from airflow_trials.core.status import TrialStatus
+from airflow_trials.core.stop_kind import StopKind, stop_kind_or_none
 from airflow_trials.store.database import Database
 from airflow_trials.store.exploits import exploit_lineage
 from airflow_trials.store.feasibility import judged_feasible_first, run_constraints, run_feasibility
@@ -45,6 +46,7 @@ from airflow_trials.store.records import (
     LeaderboardRow,
     RankedTrial,
     RungDecision,
+    TrialStop,
 )
 
 #: The store's leaderboard of a run (``TrialReader.leaderboard``): run id, metric, mode.
@@ -133,16 +135,18 @@ class BatchReader:
         ]
 
     def early_stopped_trials(self, run_pk: int) -> set[str]:
-        """The ids of the run's trials their scheduler stopped early
-        (:func:`~airflow_trials.core.fate.stopped_early`); only trials with a stop reason are
-        read."""
+        """The ids of the run's trials their scheduler stopped early (stop kind ``scheduler``:
+        :attr:`~airflow_trials.core.stop_kind.StopKind.early`), from the partial index
+        ``ix_at_trials_run_stopped_early``."""
         with self._once(f"read the early stopped trials of experiment run {run_pk}") as session:
             rows = session.execute(
-                select(TrialRow.trial_id, TrialRow.stop_reason).where(
-                    TrialRow.experiment_run_id == run_pk, TrialRow.stop_reason.is_not(None)
+                select(TrialRow.trial_id).where(
+                    TrialRow.experiment_run_id == run_pk,
+                    TrialRow.status == TrialStatus.TERMINATED.value,
+                    TrialRow.stop_kind == StopKind.SCHEDULER.value,
                 )
             )
-            return {trial_id for trial_id, reason in rows if stopped_early(reason)}
+            return set(rows.scalars())
 
     def rungs_of_run(self, run_pk: int) -> dict[str, list[RungDecision]]:
         """Every ASHA rung record of the run's trials (``trial_rungs`` of each), in one query."""
@@ -196,17 +200,22 @@ class BatchReader:
             )
             return {trial_id: config for trial_id, config in rows}
 
-    def stop_reasons_of(self, trial_ids: Sequence[str]) -> dict[str, str]:
-        """Why each of these trials ended TERMINATED; trials without a stop reason are left out."""
+    def stops_of(self, trial_ids: Sequence[str]) -> dict[str, TrialStop]:
+        """How each of these trials ended TERMINATED (its stop reason and kind); trials with
+        neither are left out."""
         if not trial_ids:
             return {}
         with self._once(f"read the stop reasons of {len(trial_ids)} trials") as session:
             rows = session.execute(
-                select(TrialRow.trial_id, TrialRow.stop_reason).where(
-                    TrialRow.trial_id.in_(list(trial_ids)), TrialRow.stop_reason.is_not(None)
+                select(TrialRow.trial_id, TrialRow.stop_reason, TrialRow.stop_kind).where(
+                    TrialRow.trial_id.in_(list(trial_ids)),
+                    or_(TrialRow.stop_reason.is_not(None), TrialRow.stop_kind.is_not(None)),
                 )
             )
-            return {trial_id: reason for trial_id, reason in rows if reason is not None}
+            return {
+                trial_id: TrialStop(reason, stop_kind_or_none(kind))
+                for trial_id, reason, kind in rows
+            }
 
     def checkpoints_of(self, trial_ids: Sequence[str]) -> dict[str, list[CheckpointRecordRow]]:
         """Every recorded checkpoint of these trials (deleted ones too), oldest iteration first."""

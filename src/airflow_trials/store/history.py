@@ -83,7 +83,8 @@ class RunHistory:
     :param num_failed_tries: failed tries over all its trials (``num_failures`` summed).
     :param stop_kinds: trials per kind of end (:data:`STOP_KINDS`): ``completed`` (TERMINATED on
         their own or at ``max_t``), ``early_stopped`` (TERMINATED by their scheduler before their
-        budget, :func:`~airflow_trials.core.fate.stopped_early`), ``errored``, ``unfinished``.
+        budget: stop kind ``scheduler``, :class:`~airflow_trials.core.stop_kind.StopKind`),
+        ``errored``, ``unfinished`` (PENDING, RUNNING, PAUSED).
     :param best_value: the best value of the metric over its trials; None when none reported it.
     :param best_trial_id: the trial that reached it (ties: the lowest trial id); None with it.
     :param best_config: that trial's config; None with it.

@@ -137,7 +137,7 @@ class TrialReader:
         self.run_exploits = decisions.run_exploits
         self.run_decision_counts = decisions.run_decision_counts
         self.configs_of = batch.configs_of
-        self.stop_reasons_of = batch.stop_reasons_of
+        self.stops_of = batch.stops_of
         self.checkpoints_of = batch.checkpoints_of
         self.metric_curves = batch.metric_curves
         self.trial_of_task = batch.trial_of_task

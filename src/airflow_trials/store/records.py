@@ -14,6 +14,7 @@ from airflow_trials.core.goal import Goal
 from airflow_trials.core.pareto import MetricSpec, ModeSpec, decode_metrics
 from airflow_trials.core.scheduler import Decision
 from airflow_trials.core.status import TrialStatus
+from airflow_trials.core.stop_kind import StopKind
 
 
 def decode_constraints(stored: str | None) -> list[str]:
@@ -171,6 +172,8 @@ class TrialRecord:
         ``trial_id``, ``value``, ``checkpoint``); None for any other trial.
     :param stopped_from_airflow: Airflow stopped it (its task was cleared, marked or killed:
         ``TrialsHook.record_stop_from_airflow``) and it has not started since; default False.
+    :param stop_kind: why it ended TERMINATED, as a value (``core/stop_kind.py``); None while it
+        is not TERMINATED or when its end gave none; default None.
     """
 
     trial_id: str
@@ -195,6 +198,7 @@ class TrialRecord:
     try_number: int | None
     warm_start: dict[str, Any] | None = None
     stopped_from_airflow: bool = False
+    stop_kind: StopKind | None = None
 
 
 @dataclass(frozen=True)
@@ -243,6 +247,19 @@ class LeaderboardRow:
     latest_checkpoint: str | None
     feasible: bool | None = None
     violations: dict[str, float | None] | None = None
+
+
+@dataclass(frozen=True)
+class TrialStop:
+    """How a TERMINATED trial ended: the sentence a person reads and the kind code decides on.
+
+    :param reason: why it ended, e.g. ``"it met its stopping criterion"``; None when its end gave
+        none.
+    :param kind: the kind of that end (``core/stop_kind.py``); None when its end gave none.
+    """
+
+    reason: str | None
+    kind: StopKind | None
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from airflow_trials.core.median_rule import MedianRule, better_of
 from airflow_trials.core.moasha import MetricVector, MOASHARungs
 from airflow_trials.core.rungs import AshaRungs
 from airflow_trials.core.scheduler import Decision
+from airflow_trials.core.stop_kind import StopKind
 from airflow_trials.store.median import StoredMeans
 from airflow_trials.store.rungs import StoredRungs, StoredVectorRungs
 
@@ -38,11 +39,19 @@ class Verdict:
     :param iteration: the result's training_iteration.
     :param decision: CONTINUE or STOP.
     :param reason: why it stops; None for CONTINUE.
+    :param stop_kind: with STOP, the kind of the trial's end: SCHEDULER (default), or MAX_T when
+        it reached ``max_t``.
     """
 
     iteration: int
     decision: Decision
     reason: str | None = None
+    stop_kind: StopKind = StopKind.SCHEDULER
+
+
+def _kind(decision: Decision, reached_max_t: bool) -> StopKind:
+    """The stop kind of a rung rule's verdict: MAX_T for a STOP at ``max_t``."""
+    return StopKind.MAX_T if decision is Decision.STOP and reached_max_t else StopKind.SCHEDULER
 
 
 class MissingSchedulerKey(ValueError):  # noqa: N818 - reads as what went wrong with the result
@@ -148,7 +157,7 @@ class RungJudge(_Judge):
         decision, reason = self.rungs.judge(
             self.state, self.trial_id, self.bracket, time=time, value=value, iteration=iteration
         )
-        return Verdict(iteration, decision, reason)
+        return Verdict(iteration, decision, reason, _kind(decision, self.rungs.reached_max_t(time)))
 
 
 class VectorRungJudge(_Judge):
@@ -198,7 +207,7 @@ class VectorRungJudge(_Judge):
         decision, reason = self.rungs.judge(
             self.state, self.trial_id, self.bracket, time=time, values=values, iteration=iteration
         )
-        return Verdict(iteration, decision, reason)
+        return Verdict(iteration, decision, reason, _kind(decision, self.rungs.reached_max_t(time)))
 
     def _judged(self, result: Mapping[str, Any] | None) -> bool:
         keys = (self.time_attr, *self.rungs.metric)

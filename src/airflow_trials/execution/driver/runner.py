@@ -15,6 +15,7 @@ from airflow_trials.core.parameters import TrainableWithParameters
 from airflow_trials.core.scheduler import Decision, FIFOScheduler, TrialScheduler
 from airflow_trials.core.searcher import Searcher
 from airflow_trials.core.status import TrialStatus
+from airflow_trials.core.stop_kind import StopKind
 from airflow_trials.core.stopping import StopFn, Stopper, build_stopper
 from airflow_trials.core.trial import Trial, validate_name
 from airflow_trials.exceptions import RunnerFinishedError, SearcherError, TrialError
@@ -439,7 +440,11 @@ class TrialRunner(RunnerViews):
             if trial is None:
                 continue
             if decision is Decision.STOP and not trial.status.is_terminal():
-                self._outcomes.stopping(trial, self.scheduler.decision_reason(trial_id))
+                self._outcomes.stopping(
+                    trial,
+                    self.scheduler.decision_reason(trial_id),
+                    self.scheduler.stop_kind(trial_id),
+                )
                 self.stop_trial(trial)
 
     def _end_early(self) -> None:
@@ -452,10 +457,12 @@ class TrialRunner(RunnerViews):
         """End the experiment early: every trial not yet finished becomes TERMINATED."""
         for trial in self._trials:
             if not trial.status.is_terminal():
+                trial.stop_kind = StopKind.EXPERIMENT
                 self.stop_trial(trial)
         while self._fed_next is not None:  # never added yet: they end TERMINATED as added ones do
             trial, self._fed_next = self._fed_next, next(self._feed or iter(()), None)
             self.add_trial(trial)
+            trial.stop_kind = StopKind.EXPERIMENT
             self.stop_trial(trial)
             self._unfinished()  # forgotten again at once (forget_ended)
 
@@ -495,6 +502,7 @@ class TrialRunner(RunnerViews):
                 return
             self._outcomes.record(trial, result)
         executor.pause_trial(trial)
+        self._outcomes.paused(trial)
         self._outcomes.notify_newest_checkpoint(trial)
 
     # -- experiment state --------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from airflow_trials.core.pbt import Exploit
 from airflow_trials.core.result import CHECKPOINT, DUPLICATE, TRAINING_ITERATION, Result
 from airflow_trials.core.scheduler import TrialScheduler
 from airflow_trials.core.status import TrialStatus
+from airflow_trials.core.stop_kind import StopKind
 from airflow_trials.core.stopping import Stopper
 from airflow_trials.core.trial import Trial
 from airflow_trials.exceptions import CheckpointError, TrialError
@@ -118,6 +119,7 @@ class TrialOutcomes:
             experiment_done=experiment_done,
             scheduler=scheduler.on_trial_result if scheduler is not None else None,
             scheduler_reason=scheduler.decision_reason if scheduler is not None else None,
+            scheduler_kind=scheduler.stop_kind if scheduler is not None else None,
         )
         if decision.fresh:
             if self._results is not None:
@@ -142,7 +144,7 @@ class TrialOutcomes:
         if decision.save_checkpoint and self.executor.save(trial) is not None:
             self.notify_newest_checkpoint(trial)
         if decision.action is Action.STOP:
-            self.stopping(trial, decision.reason)
+            self.stopping(trial, decision.reason, decision.stop_kind)
             self.scheduler.on_trial_complete(trial, result)
             self.executor.stop_trial(trial)
             for callback in self.callbacks:
@@ -153,6 +155,7 @@ class TrialOutcomes:
         elif decision.action is Action.PAUSE:
             exploit = self.scheduler.take_exploit(trial.trial_id)
             self.executor.pause_trial(trial, save=exploit is None)
+            self.paused(trial)
             if exploit is not None:
                 self.exploit(trial, exploit)
             self.notify_newest_checkpoint(trial)
@@ -161,11 +164,17 @@ class TrialOutcomes:
             self.executor.continue_training(trial, self._run_ahead_below(trial), successor)
 
     @staticmethod
-    def stopping(trial: Trial, reason: str | None) -> None:
-        """Record why the scheduler or the criterion ends ``trial`` (every path that stops it says
-        so)."""
+    def stopping(trial: Trial, reason: str | None, kind: StopKind | None) -> None:
+        """Record why the scheduler or the criterion ends ``trial``, and the kind of that end
+        (every path that stops it says so)."""
         trial.stop_reason = reason
+        trial.stop_kind = kind
         log.info("Trial %s stops: %s.", trial.trial_id, reason)
+
+    def paused(self, trial: Trial) -> None:
+        """Tell the callbacks that ``trial`` is PAUSED now (every path that pauses it does)."""
+        for callback in self.callbacks:
+            callback.on_trial_pause(trial)
 
     def exploit(self, trial: Trial, exploit: Exploit) -> bool:
         """The paused trial takes over its donor's checkpoint and a new config; when the donor's

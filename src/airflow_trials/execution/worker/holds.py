@@ -6,7 +6,8 @@ by the trial's trigger, which sees results only when it polls. So that a trial s
 trains at most the result that reached it, the actor *holds* after a result that reaches one of
 its hold points (ASHA: its bracket's milestones, and ``max_t``; the median rule: every result
 from ``grace_period``, its ``every_from``) until the trigger gives its verdict on that result:
-``CONTINUE`` (it trains on) or ``STOP`` (with the reason). A verdict the trigger gives for a
+``CONTINUE`` (it trains on) or ``STOP`` (with the reason and the stop kind: SCHEDULER, or MAX_T
+at ``max_t``). A verdict the trigger gives for a
 result the actor did not hold at (a stored STOP met again) applies at the trial's next result. The
 actor's loop turns verdicts into what happens next through
 :func:`airflow_trials.core.fate.after_result`, as every path does.
@@ -28,6 +29,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from airflow_trials.core.scheduler import Decision
+from airflow_trials.core.stop_kind import StopKind
+
+#: A verdict as the actor keeps it: the decision, why, and with STOP the kind of the trial's end.
+HeldVerdict = tuple[Decision, str | None, StopKind]
+_CONTINUE: HeldVerdict = (Decision.CONTINUE, None, StopKind.SCHEDULER)
 
 HoldSpec = Mapping[str, Any]
 """``{"time_attr": str, "points": [float, ...], "every_from": float | None}``: plain values, so
@@ -50,7 +56,7 @@ class Holds:
         self.points = sorted(float(p) for p in points)
         self.every_from = None if every_from is None else float(every_from)
         self._passed: set[float] = set()
-        self._verdicts: dict[int, tuple[Decision, str | None]] = {}
+        self._verdicts: dict[int, HeldVerdict] = {}
         self._changed = threading.Condition()
         self.held_at: int | None = None
 
@@ -70,9 +76,7 @@ class Holds:
         with self._changed:
             return any(p <= time and p not in self._passed for p in self.points)
 
-    def hold(
-        self, iteration: int, time: float, stopping: Callable[[], bool]
-    ) -> tuple[Decision, str | None]:
+    def hold(self, iteration: int, time: float, stopping: Callable[[], bool]) -> HeldVerdict:
         """Wait for the verdict on result ``iteration`` (at ``time``); CONTINUE when ``stopping()``
         becomes true first (the trial is being stopped from outside)."""
         with self._changed:
@@ -82,9 +86,9 @@ class Holds:
                 self._changed.wait(0.5)
             self.held_at = None
             self._passed.update(p for p in self.points if p <= time)
-            return self._verdicts.get(iteration, (Decision.CONTINUE, None))
+            return self._verdicts.get(iteration, _CONTINUE)
 
-    def told(self, iteration: int) -> tuple[Decision, str | None]:
+    def told(self, iteration: int) -> HeldVerdict:
         """The verdict for a result not held at: a STOP given for it or an earlier one, else
         CONTINUE."""
         with self._changed:
@@ -93,12 +97,20 @@ class Holds:
                 for i, v in self._verdicts.items()
                 if i <= iteration and v[0] is Decision.STOP
             ]
-            return min(stops)[1] if stops else (Decision.CONTINUE, None)
+            return min(stops)[1] if stops else _CONTINUE
 
-    def give(self, iteration: int, decision: str, reason: str | None) -> None:
-        """The trigger's verdict on result ``iteration``; the first verdict for a result stands."""
+    def give(
+        self,
+        iteration: int,
+        decision: str,
+        reason: str | None,
+        stop_kind: str = StopKind.SCHEDULER.value,
+    ) -> None:
+        """The trigger's verdict on result ``iteration``; the first verdict for a result stands.
+        ``stop_kind`` is the kind of the trial's end with STOP (default SCHEDULER)."""
         with self._changed:
-            self._verdicts.setdefault(iteration, (Decision(decision), reason))
+            verdict = (Decision(decision), reason, StopKind(stop_kind))
+            self._verdicts.setdefault(iteration, verdict)
             self._changed.notify_all()
 
     def wake(self) -> None:
