@@ -12,6 +12,7 @@ from airflow_trials.core.end import TrialEnd
 from airflow_trials.core.fate import Transition
 from airflow_trials.core.pareto import encode_metrics
 from airflow_trials.core.status import TrialStatus
+from tests.factories import add_checkpoint, add_results
 
 EXPERIMENT = "pareto_experiment"
 RUN_KEY = "manual__2026-11-26"
@@ -91,10 +92,12 @@ def seed_pareto_store(store) -> int:
         if not history:
             continue
         store.record_transition(trial_id, Transition.PLACED)
-        store.add_results(
-            trial_id, [{"training_iteration": it, **r} for it, r in enumerate(history, start=1)]
+        add_results(
+            store,
+            trial_id,
+            [{"training_iteration": it, **r} for it, r in enumerate(history, start=1)],
         )
         last = len(history)
-        store.add_checkpoint(trial_id, f"/ckpt/{trial_id}/{last}", last)
+        add_checkpoint(store, trial_id, f"/ckpt/{trial_id}/{last}", last)
         store.record_end(TrialEnd(trial_id, EXPERIMENT, TrialStatus.TERMINATED))
     return run

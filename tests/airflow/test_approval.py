@@ -418,8 +418,8 @@ def asset_events(run) -> list[dict[str, Any]]:
 
 def recorded(stack, dag_id: str):
     """The answers the trials DB recorded about the DAG's one experiment run."""
-    (exp_run,) = stack.store.list_experiment_runs(dag_id)
-    return stack.store.run_approvals(exp_run.id)
+    (exp_run,) = stack.store.reader.list_experiment_runs(dag_id)
+    return stack.store.reader.run_approvals(exp_run.id)
 
 
 def test_an_approver_s_approval_is_recorded_and_published_and_the_run_page_shows_it(stack, capfd):
@@ -434,7 +434,7 @@ def test_an_approver_s_approval_is_recorded_and_published_and_the_run_page_shows
 
     base, token = stack.server.get()
     best = xcom(run, "tune.select_best")
-    (exp_run,) = stack.store.list_experiment_runs("approved_best")
+    (exp_run,) = stack.store.reader.list_experiment_runs("approved_best")
     assert best["value"] == 6.0 and best["experiment_run_id"] == exp_run.id
     assert asset_events(run) == [best]  # published once, by publish_best
 

@@ -123,8 +123,8 @@ def test_piped_tables_keep_full_trial_ids_run_keys_and_paths(experiment):
 
     store = TrialStore(experiment["url"])
     try:
-        (run,) = store.list_experiment_runs("cli_exp")
-        board = store.leaderboard(run.id, "score", "max")
+        (run,) = store.reader.list_experiment_runs("cli_exp")
+        board = store.reader.leaderboard(run.id, "score", "max")
     finally:
         store.dispose()
     cli = os.path.join(os.path.dirname(sys.executable), "airflow-trials")

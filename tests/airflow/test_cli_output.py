@@ -19,6 +19,7 @@ from airflow_trials.core.end import TrialEnd
 from airflow_trials.core.fate import Transition
 from airflow_trials.core.status import TrialStatus
 from tests.contract.conftest import postgres_schema_url  # noqa: F401  (a fixture)
+from tests.factories import add_checkpoint, add_results, update_trial
 
 runner = CliRunner()
 CLI = os.path.join(os.path.dirname(sys.executable), "airflow-trials")
@@ -58,11 +59,13 @@ def seed(url: str, experiment: str = EXPERIMENT) -> None:
                 map_index=i,
             )
             store.record_transition(trial_id, Transition.PLACED)
-            store.add_results(
-                trial_id, [{"training_iteration": it, "loss": 1.0 / it + i} for it in (1, 2, 3)]
+            add_results(
+                store,
+                trial_id,
+                [{"training_iteration": it, "loss": 1.0 / it + i} for it in (1, 2, 3)],
             )
             for it in (2, 3):
-                store.add_checkpoint(trial_id, _checkpoint(trial_id, it), it, score=1.0 / it + i)
+                add_checkpoint(store, trial_id, _checkpoint(trial_id, it), it, score=1.0 / it + i)
             store.record_end(TrialEnd(trial_id, experiment, TrialStatus.TERMINATED))
     finally:
         store.dispose()
@@ -167,7 +170,7 @@ def test_trials_say_why_each_trial_stopped_in_every_format(tmp_path):
     seed(url)
     store = TrialStore(url)
     try:
-        store.update_trial(TRIAL_IDS[1], stop_reason=ASHA_STOP)
+        update_trial(store, TRIAL_IDS[1], stop_reason=ASHA_STOP)
     finally:
         store.dispose()
     result = invoke("trials", EXPERIMENT, "--db-url", url, "--json")
@@ -248,7 +251,7 @@ def hostile(tmp_path_factory):
             "hostile-0", trainable="m:f", config=HOSTILE_CONFIG, resources={}, max_failures=0,
             experiment_run_id=run,
         )  # fmt: skip
-        store.add_results("hostile-0", [{"training_iteration": 1, "loss": 0.5}])
+        add_results(store, "hostile-0", [{"training_iteration": 1, "loss": 0.5}])
     finally:
         store.dispose()
     return url
@@ -336,7 +339,7 @@ def test_a_store_error_keeps_its_hint_on_the_first_line():
     store = TrialStore(REFUSED, retry_max_attempts=1)
     try:
         with pytest.raises(StoreError) as raised:
-            store.list_experiments()
+            store.reader.list_experiments()
     finally:
         store.dispose()
     message = str(raised.value)

@@ -72,9 +72,9 @@ def test_a_constrained_search_runs_and_its_best_trial_is_feasible(trials_env):
     assert run.state == "success", task_states(run)
 
     store = trials_env.store
-    assert store.get_experiment("constrained").constraint_spec == ["cost <= 1.0"]
-    (exp_run,) = store.list_experiment_runs("constrained")
-    trials = {t.trial_id: t for t in store.list_trials(experiment_run_id=exp_run.id)}
+    assert store.reader.get_experiment("constrained").constraint_spec == ["cost <= 1.0"]
+    (exp_run,) = store.reader.list_experiment_runs("constrained")
+    trials = {t.trial_id: t for t in store.reader.list_trials(experiment_run_id=exp_run.id)}
     # The third trial's ask learnt from the first two, constraint values included.
     assert len(trials) == 3 and {t.status.value for t in trials.values()} == {"TERMINATED"}
     infeasible = [t for t in trials.values() if t.last_result["cost"] > 1.0]
@@ -87,7 +87,7 @@ def test_a_constrained_search_runs_and_its_best_trial_is_feasible(trials_env):
     assert best["value"] == max(feasible_scores)
     assert (best["feasible"], best["constraints"]) == (True, ["cost <= 1.0"])
 
-    board = store.leaderboard(exp_run.id, "score", "max")
+    board = store.reader.leaderboard(exp_run.id, "score", "max")
     assert board[0].trial_id == best["trial_id"] and board[0].feasible is True
     assert {r.trial_id for r in board if r.feasible is False} == {t.trial_id for t in infeasible}
     assert board[-1].violations == {"cost <= 1.0": 4.0}
@@ -100,8 +100,10 @@ def test_a_constrained_search_runs_and_its_best_trial_is_feasible(trials_env):
     # more), and its searcher learns that seed with its last result, constraint values included.
     second = dag.test()
     assert second.state == "success", task_states(second)
-    night2 = [r for r in store.list_experiment_runs("constrained") if r.run_key == second.run_id]
-    seeds = [t for t in store.list_trials(experiment_run_id=night2[0].id) if t.warm_start]
+    night2 = [
+        r for r in store.reader.list_experiment_runs("constrained") if r.run_key == second.run_id
+    ]
+    seeds = [t for t in store.reader.list_trials(experiment_run_id=night2[0].id) if t.warm_start]
     assert [(t.config, t.warm_start["trial_id"]) for t in seeds] == [
         (chosen.config, best["trial_id"])
     ]

@@ -48,8 +48,8 @@ def test_guide_md_s_publishing_task_loads_the_best_checkpoint_from_select_best(t
     states = {ti.task_id: ti.state for ti in run.get_task_instances()}
     assert states["publish"] == "success", states
     store = trials_env.store
-    (exp_run,) = store.list_experiment_runs("publish_best")
-    assert len(store.list_trials(experiment_run_id=exp_run.id)) == 2
+    (exp_run,) = store.reader.list_experiment_runs("publish_best")
+    assert len(store.reader.list_trials(experiment_run_id=exp_run.id)) == 2
 
 
 def test_store_md_s_example_writes_and_ranks_a_trial(tmp_path):
@@ -60,7 +60,7 @@ def test_store_md_s_example_writes_and_ranks_a_trial(tmp_path):
     namespace: dict = {}
     exec(compile(code, "docs/store.md", "exec"), namespace)  # noqa: S102 - the doc's own code
     store = namespace["store"]
-    (row,) = store.leaderboard(namespace["run"], "loss", "min", limit=10)
+    (row,) = store.reader.leaderboard(namespace["run"], "loss", "min", limit=10)
     assert (row.trial_id, row.best_value, row.best_iteration) == ("mnist-0", 0.4, 1)
     assert row.best_checkpoint == "s3://bucket/mnist/mnist-0/checkpoint_1"
     store.dispose()

@@ -59,9 +59,9 @@ def test_asha_stops_a_trial_at_its_first_rung_and_records_why(trials_env):
     store = trials_env.store
     run_pk = store.create_experiment_run("asha_op", "r1")
     states = _run_trials(store, run_pk, [1.0, 3.0, 2.0])
-    trials = {t.config["scale"]: t for t in store.list_trials(experiment_run_id=run_pk)}
+    trials = {t.config["scale"]: t for t in store.reader.list_trials(experiment_run_id=run_pk)}
     iterations = {
-        scale: [r["training_iteration"] for r in store.get_results(t.trial_id)]
+        scale: [r["training_iteration"] for r in store.reader.get_results(t.trial_id)]
         for scale, t in trials.items()
     }
     assert iterations == {
@@ -79,7 +79,7 @@ def test_asha_stops_a_trial_at_its_first_rung_and_records_why(trials_env):
     rungs = {
         (scale, r.milestone): (r.value, r.decision.value)
         for scale, t in trials.items()
-        for r in store.trial_rungs(t.trial_id)
+        for r in store.reader.trial_rungs(t.trial_id)
         if not r.at_end
     }
     assert rungs == {
@@ -106,11 +106,11 @@ def test_an_experiment_dag_with_asha_decides_every_rung_as_asha_would(trials_env
     run = dag.test()
     assert run.state == "success", task_states(run)
     store = trials_env.store
-    (exp_run,) = store.list_experiment_runs("asha")
-    trials = store.list_trials(experiment_run_id=exp_run.id)
+    (exp_run,) = store.reader.list_experiment_runs("asha")
+    trials = store.reader.list_trials(experiment_run_id=exp_run.id)
     assert len(trials) == 4 and {t.status.value for t in trials} == {"TERMINATED"}
     rows = sorted(
-        (r for t in trials for r in store.trial_rungs(t.trial_id) if not r.at_end),
+        (r for t in trials for r in store.reader.trial_rungs(t.trial_id) if not r.at_end),
         key=lambda r: r.created_at,
     )
     rungs = AshaRungs(metric="score", mode="max", max_t=9, grace_period=1, reduction_factor=3)
@@ -125,13 +125,13 @@ def test_an_experiment_dag_with_asha_decides_every_rung_as_asha_would(trials_env
         stop = next(
             (
                 r
-                for r in store.trial_rungs(t.trial_id)
+                for r in store.reader.trial_rungs(t.trial_id)
                 if r.decision.value == "STOP" and not r.at_end
             ),
             None,
         )
         last = stop.iteration if stop else 9
-        assert [r["training_iteration"] for r in store.get_results(t.trial_id)] == list(
+        assert [r["training_iteration"] for r in store.reader.get_results(t.trial_id)] == list(
             range(1, last + 1)
         )
         assert t.stop_reason == (
@@ -171,7 +171,7 @@ def test_a_retry_of_a_trial_asha_stopped_reports_its_stored_end(trials_env):
     assert first["stop_reason"] == "stopped by ASHA at training_iteration=9: it reached max_t=9"
     again = operator.execute({"ti": FakeTI(try_number=2, max_tries=4)})
     assert again["stop_reason"] == first["stop_reason"] and again["status"] == "TERMINATED"
-    assert [r["training_iteration"] for r in store.get_results("t1")] == list(range(1, 10))
+    assert [r["training_iteration"] for r in store.reader.get_results("t1")] == list(range(1, 10))
 
 
 @pytest.mark.parametrize(
@@ -252,8 +252,10 @@ def test_each_trial_task_asks_the_searcher_after_the_trials_that_ended_before_it
     run = dag.test()
     assert run.state == "success", task_states(run)
     store = trials_env.store
-    (exp_run,) = store.list_experiment_runs("optuna")
-    trials = sorted(store.list_trials(experiment_run_id=exp_run.id), key=lambda t: t.map_index)
+    (exp_run,) = store.reader.list_experiment_runs("optuna")
+    trials = sorted(
+        store.reader.list_trials(experiment_run_id=exp_run.id), key=lambda t: t.map_index
+    )
     assert [t.map_index for t in trials] == [0, 1, 2, 3]
     assert trials[0].config == {
         "x": 0.9
@@ -261,7 +263,7 @@ def test_each_trial_task_asks_the_searcher_after_the_trials_that_ended_before_it
     # dag.test runs the trial tasks one after another, in an order of its own (not always by map
     # index), so the trial that ran p-th learnt from the p that ran before it, and its config is
     # what a study holding those p trials suggests for its seed and its map index.
-    in_store_order = store.list_trials(experiment_run_id=exp_run.id)
+    in_store_order = store.reader.list_trials(experiment_run_id=exp_run.id)
     ran = sorted(trials, key=lambda t: t.created_at)
     searcher = airflow_searcher(
         OptunaSearch(points_to_evaluate=[{"x": 0.9}]), {"x": uniform(0.0, 1.0)}, "loss", "min"
@@ -321,6 +323,6 @@ def test_a_searcher_that_raises_fails_its_task_for_good_and_writes_nothing(tmp_p
             r"was written for it.*clear this task",
         ):
             operator.execute({"ti": FakeTI()})
-        assert store.list_trials(experiment_run_id=run_pk) == []
+        assert store.reader.list_trials(experiment_run_id=run_pk) == []
     finally:
         store.dispose()

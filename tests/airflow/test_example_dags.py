@@ -49,14 +49,15 @@ def test_nightly_search_runs_and_publishes_its_best_trial(trials_env):
     module = load("nightly_regression_tuning.py")
     run = module.dag.test()
     assert run.state == "success"
-    (exp_run,) = trials_env.store.list_experiment_runs("nightly_regression_tuning")
-    board = trials_env.store.leaderboard(exp_run.id, "val_loss", "min")
+    (exp_run,) = trials_env.store.reader.list_experiment_runs("nightly_regression_tuning")
+    board = trials_env.store.reader.leaderboard(exp_run.id, "val_loss", "min")
     assert len(board) == 8 and all(r.status.value == "TERMINATED" for r in board)
     # OptunaSearch chose the configs; ASHA judged every trial at its first rung (iteration 2).
-    trials = trials_env.store.list_trials(experiment_run_id=exp_run.id)
+    trials = trials_env.store.reader.list_trials(experiment_run_id=exp_run.id)
     assert len({(t.config["lr"], t.config["l2"]) for t in trials}) == 8
     assert all(
-        2.0 in {r.milestone for r in trials_env.store.trial_rungs(t.trial_id)} for t in trials
+        2.0 in {r.milestone for r in trials_env.store.reader.trial_rungs(t.trial_id)}
+        for t in trials
     )
 
 
@@ -65,8 +66,8 @@ def test_the_sweep_runs_its_trials_in_one_task_and_asha_stops_the_worse(trials_e
     assert module.dag.get_task("sweep_regression_tuning.sweep").max_concurrent_trials == 4
     run = module.dag.test()
     assert run.state == "success"
-    (exp_run,) = trials_env.store.list_experiment_runs("sweep_regression_tuning")
-    trials = trials_env.store.list_trials(experiment_run_id=exp_run.id)
+    (exp_run,) = trials_env.store.reader.list_experiment_runs("sweep_regression_tuning")
+    trials = trials_env.store.reader.list_trials(experiment_run_id=exp_run.id)
     assert len(trials) == 12 and all(t.status.value == "TERMINATED" for t in trials)
     iterations = sorted(t.last_result["training_iteration"] for t in trials)
     # ASHA stopped some at its rungs (2 or 4); the best ran the full 8 iterations.

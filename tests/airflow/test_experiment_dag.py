@@ -67,17 +67,17 @@ def test_experiment_reaches_its_leaderboard(trials_env):
     best = xcom(run, "tune.select_best")
     assert best["value"] == 9.0 and best["config"]["scale"] == 3.0 and best["finished_trials"] == 3
     store = trials_env.store
-    (exp_run,) = store.list_experiment_runs("e2e")
-    trials = store.list_trials(experiment_run_id=exp_run.id)
+    (exp_run,) = store.reader.list_experiment_runs("e2e")
+    trials = store.reader.list_trials(experiment_run_id=exp_run.id)
     assert len(trials) == 3 and {t.status.value for t in trials} == {"TERMINATED"}
     for t in trials:
-        assert [r["training_iteration"] for r in store.get_results(t.trial_id)] == [1, 2, 3]
+        assert [r["training_iteration"] for r in store.reader.get_results(t.trial_id)] == [1, 2, 3]
         assert t.dag_id == "e2e" and t.task_id == "tune.trial" and t.map_index in (0, 1, 2)
-        assert store.latest_checkpoint(t.trial_id).iteration == 3
+        assert store.reader.latest_checkpoint(t.trial_id).iteration == 3
     trial_state = xcom(run, "tune.trial", key="trial", map_index=0)
     assert trial_state["status"] == "TERMINATED" and trial_state["num_failures"] == 0
     assert trial_state["best_checkpoint"]
-    assert [r.trial_id for r in store.leaderboard(exp_run.id, "score", "max")][0] == best[
+    assert [r.trial_id for r in store.reader.leaderboard(exp_run.id, "score", "max")][0] == best[
         "trial_id"
     ]
     assert exp_run.picked_trial_id == best["trial_id"]  # select_best recorded its pick
@@ -101,7 +101,10 @@ def test_select_best_hands_over_the_best_checkpoint_not_the_latest(trials_env):
     assert best["checkpoint"] == best["best_checkpoint"]
     assert load_checkpoint(best["best_checkpoint"]) == {"i": 2, "score": 5.0}
     assert load_checkpoint(best["latest_checkpoint"]) == {"i": 4, "score": 3.0}
-    assert trials_env.store.latest_checkpoint(best["trial_id"]).path == best["latest_checkpoint"]
+    assert (
+        trials_env.store.reader.latest_checkpoint(best["trial_id"]).path
+        == best["latest_checkpoint"]
+    )
 
 
 def test_same_run_suggests_the_same_configs():
@@ -122,9 +125,9 @@ def test_a_crash_at_iteration_3_retries_from_its_checkpoint(trials_env, tmp_path
     run = dag.test()
     assert run.state == "success", task_states(run)
     store = trials_env.store
-    (trial,) = store.list_trials(experiment_name="retry")
+    (trial,) = store.reader.list_trials(experiment_name="retry")
     assert trial.status.value == "TERMINATED" and trial.num_failures == 1 and trial.try_number == 2
-    results = store.get_results(trial.trial_id)
+    results = store.reader.get_results(trial.trial_id)
     assert [r["training_iteration"] for r in results] == [
         1,
         2,
@@ -144,7 +147,7 @@ def test_exceeding_max_failures_fails_the_task_with_the_traceback(trials_env, ca
     run = dag.test()
     assert run.state == "failed"
     assert task_states(run)[("tune.trial", 0)] == "failed"
-    (trial,) = trials_env.store.list_trials(experiment_name="fails")
+    (trial,) = trials_env.store.reader.list_trials(experiment_name="fails")
     assert trial.status.value == "ERROR" and trial.num_failures == 1
     assert "Traceback (most recent call last)" in trial.error_msg
     assert "broken trainable: key 'missing'" in trial.error_msg
@@ -271,5 +274,8 @@ def test_bad_trainable_or_resources_fail_the_suggest_task_with_nothing_written(
     assert run.state == "failed"
     assert task_states(run)[("tune.suggest_configs", -1)] == "failed"
     assert message in capfd.readouterr().out
-    assert trials_env.store.list_experiment_runs() == [] and trials_env.store.list_trials() == []
+    assert (
+        trials_env.store.reader.list_experiment_runs() == []
+        and trials_env.store.reader.list_trials() == []
+    )
     assert live_trial_actors() == []

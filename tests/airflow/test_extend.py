@@ -13,6 +13,7 @@ from airflow_trials.cli import app
 from airflow_trials.core.search import grid_search
 from tests.airflow.test_early_stopping import SEARCH, UNIFORM, Code
 from tests.airflow.test_experiment_dag import experiment_dag, task_states, xcom
+from tests.factories import add_checkpoint, add_results
 
 ASHA = Code(
     "__import__('airflow_trials').ASHAScheduler(max_t=3, grace_period=1, reduction_factor=3)"
@@ -20,7 +21,7 @@ ASHA = Code(
 
 
 def iterations(store, trial_id):
-    return [r["training_iteration"] for r in store.get_results(trial_id)]
+    return [r["training_iteration"] for r in store.reader.get_results(trial_id)]
 
 
 # Each path on one backend (the store's extension records have their contract on both, in
@@ -41,8 +42,8 @@ def test_an_extension_continues_finished_trials_and_adds_samples(trials_env_any_
     first = dag.test()
     assert first.state == "success", task_states(first)
     store = trials_env.store
-    (run,) = store.list_experiment_runs(name)
-    before = {t.trial_id: t for t in store.list_trials(experiment_run_id=run.id)}
+    (run,) = store.reader.list_experiment_runs(name)
+    before = {t.trial_id: t for t in store.reader.list_trials(experiment_run_id=run.id)}
     assert all(iterations(store, t) == [1, 2, 3] for t in before)
 
     conf = {
@@ -53,9 +54,9 @@ def test_an_extension_continues_finished_trials_and_adds_samples(trials_env_any_
     extension = dag.test(run_conf=conf)
     assert extension.state == "success", task_states(extension)
 
-    (again,) = store.list_experiment_runs(name)  # the same run, finished again
+    (again,) = store.reader.list_experiment_runs(name)  # the same run, finished again
     assert again.id == run.id and again.status.value == "SUCCESS"
-    trials = {t.trial_id: t for t in store.list_trials(experiment_run_id=run.id)}
+    trials = {t.trial_id: t for t in store.reader.list_trials(experiment_run_id=run.id)}
     assert len(trials) == 4  # two continued + one sample of a two-value grid
     for trial_id in before:  # continued from the checkpoint at 3: nothing repeated or lost
         assert iterations(store, trial_id) == [1, 2, 3, 4, 5]
@@ -63,7 +64,7 @@ def test_an_extension_continues_finished_trials_and_adds_samples(trials_env_any_
     new = [t for t in trials if t not in before]
     assert len(new) == 2 and all(iterations(store, t) == [1, 2, 3, 4, 5] for t in new)
     assert sorted(trials[t].config["scale"] for t in new) == [1.0, 2.0]
-    (record,) = store.list_run_extensions(run.id)
+    (record,) = store.reader.list_run_extensions(run.id)
     assert record.dag_run_id == extension.run_id and record.status.value == "SUCCESS"
     assert record.stop_before == {"training_iteration": 3}
     assert record.stop_after == {"training_iteration": 5}
@@ -81,8 +82,8 @@ def test_an_extension_continues_finished_trials_and_adds_samples(trials_env_any_
     )
     assert lower.state == "failed"
     assert task_states(lower)[("tune.suggest_configs", -1)] == "failed"
-    assert len(store.list_run_extensions(run.id)) == 1
-    assert store.list_experiment_runs(name)[0].status.value == "SUCCESS"
+    assert len(store.reader.list_run_extensions(run.id)) == 1
+    assert store.reader.list_experiment_runs(name)[0].status.value == "SUCCESS"
     assert all(iterations(store, t) == [1, 2, 3, 4, 5] for t in trials)
     check_the_cli(trials_env, run, record)
 
@@ -135,7 +136,7 @@ def check_the_cli(trials_env, run, record):
         (new,) = [r for r in runs if r.run_id not in before]
         assert f"Triggered DAG run {new.run_id} of DAG extend_mapped" in triggered.output
         assert new.conf == {"extend_run": run.run_key, "extend_num_samples": 2, "extend_stop": None}
-    assert len(trials_env.store.list_run_extensions(run.id)) == 1  # the DAG run records it
+    assert len(trials_env.store.reader.list_run_extensions(run.id)) == 1  # the DAG run records it
 
 
 def record_stopped_early(store, run_pk, trial_id):
@@ -152,8 +153,8 @@ def record_stopped_early(store, run_pk, trial_id):
         experiment_run_id=run_pk,
     )
     store.record_transition(trial_id, Transition.PLACED)
-    store.add_results(trial_id, [{"training_iteration": 1, "score": 0.1}])
-    store.add_checkpoint(trial_id, "/nowhere/checkpoint_1", 1)
+    add_results(store, trial_id, [{"training_iteration": 1, "score": 0.1}])
+    add_checkpoint(store, trial_id, "/nowhere/checkpoint_1", 1)
     store.record_end(
         TrialEnd(
             trial_id,
@@ -178,13 +179,13 @@ def test_an_asha_extension_judges_continued_trials_at_the_new_rungs_only(trials_
     first = dag.test()
     assert first.state == "success", task_states(first)
     store = trials_env.store
-    (run,) = store.list_experiment_runs("extend_asha")
+    (run,) = store.reader.list_experiment_runs("extend_asha")
     # dag.test orders the trial tasks its own way, and which trials ASHA stops depends on it: one
     # more, stopped early as a trial's trigger records it, makes that case certain.
     record_stopped_early(store, run.id, "stopped-early")
-    before = {t.trial_id: t for t in store.list_trials(experiment_run_id=run.id)}
+    before = {t.trial_id: t for t in store.reader.list_trials(experiment_run_id=run.id)}
     rungs_before = {
-        t: [(r.milestone, r.value, r.decision) for r in store.trial_rungs(t)] for t in before
+        t: [(r.milestone, r.value, r.decision) for r in store.reader.trial_rungs(t)] for t in before
     }
     early = {t for t, r in before.items() if r.last_result["training_iteration"] < 3}
     results_before = {t: iterations(store, t) for t in before}
@@ -194,9 +195,9 @@ def test_an_asha_extension_judges_continued_trials_at_the_new_rungs_only(trials_
         run_conf={"extend_run": run.run_key, "extend_stop": {"training_iteration": 9}}
     )
     assert extension.state == "success", task_states(extension)
-    (record,) = store.list_run_extensions(run.id)
+    (record,) = store.reader.list_run_extensions(run.id)
     assert sorted(record.trials_continued) == sorted(set(before) - early)
-    after = {t.trial_id: t for t in store.list_trials(experiment_run_id=run.id)}
+    after = {t.trial_id: t for t in store.reader.list_trials(experiment_run_id=run.id)}
     for trial_id in early:  # stopped early: unchanged
         assert iterations(store, trial_id) == results_before[trial_id]
         assert after[trial_id].stop_reason == before[trial_id].stop_reason
@@ -204,7 +205,7 @@ def test_an_asha_extension_judges_continued_trials_at_the_new_rungs_only(trials_
     for trial_id in record.trials_continued:
         last = after[trial_id].last_result["training_iteration"]
         assert iterations(store, trial_id) == list(range(1, last + 1))  # none repeated or lost
-        rungs = [(r.milestone, r.value, r.decision) for r in store.trial_rungs(trial_id)]
+        rungs = [(r.milestone, r.value, r.decision) for r in store.reader.trial_rungs(trial_id)]
         assert rungs[: len(rungs_before[trial_id])] == rungs_before[trial_id]  # verdicts stand
         assert [m for m, _, _ in rungs[len(rungs_before[trial_id]) :]] in ([], [9.0])
         reached.append(last)
@@ -225,11 +226,11 @@ def test_new_samples_of_a_searched_run_ask_the_searcher_after_every_ended_trial(
     )
     assert dag.test().state == "success"
     store = trials_env.store
-    (run,) = store.list_experiment_runs("extend_optuna")
+    (run,) = store.reader.list_experiment_runs("extend_optuna")
     capfd.readouterr()
     extension = dag.test(run_conf={"extend_run": str(run.id), "extend_num_samples": 2})
     assert extension.state == "success", task_states(extension)
-    (record,) = store.list_run_extensions(run.id)
+    (record,) = store.reader.list_run_extensions(run.id)
     assert len(record.trials_added) == 2 and record.trials_continued == []
     log = capfd.readouterr().out
     learnt = sorted(
@@ -241,7 +242,7 @@ def test_new_samples_of_a_searched_run_ask_the_searcher_after_every_ended_trial(
         for t in record.trials_added
     )
     assert learnt == [2, 3]  # the run's two ended trials first, then the new one that ended
-    trials = store.list_trials(experiment_run_id=run.id)
+    trials = store.reader.list_trials(experiment_run_id=run.id)
     assert len(trials) == 4 and {t.status.value for t in trials} == {"TERMINATED"}
 
 
@@ -258,7 +259,7 @@ def test_an_extension_asks_for_no_more_than_the_dag_allows_a_run(
     dag = experiment_dag(name, search_space={"scale": grid_search([1.0, 2.0])})
     assert dag.test().state == "success"
     store = trials_env.store
-    (run,) = store.list_experiment_runs(name)
+    (run,) = store.reader.list_experiment_runs(name)
     suggest = dag.get_task("tune.suggest_configs")
 
     def extend(num_samples=0, stop=None, key="ext"):
@@ -286,7 +287,7 @@ def test_an_extension_asks_for_no_more_than_the_dag_allows_a_run(
         "5 new samples is above 4, the most one extension may add (the maximum of the DAG's "
         "num_samples Param; raise it to allow more)"
     ) in extend(num_samples=5)
-    assert store.list_run_extensions(run.id) == []
+    assert store.reader.list_run_extensions(run.id) == []
 
     within = suggest.python_callable(
         ti=fake_context(dag_id=name, run_id="ext_ok")["ti"],
@@ -298,5 +299,5 @@ def test_an_extension_asks_for_no_more_than_the_dag_allows_a_run(
         dag=dag,
     )
     assert len(within) == 2 + 4 * 2  # both trials continue to 30; four new samples of the grid
-    (record,) = store.list_run_extensions(run.id)
+    (record,) = store.reader.list_run_extensions(run.id)
     assert record.num_samples_added == 4 and record.stop_after == {"training_iteration": 30}

@@ -96,8 +96,8 @@ def test_select_best_emits_the_run_the_trainable_and_the_best_checkpoint(events)
     job, run, outputs = _facets(event)
     store = TrialStore(url)
     try:
-        (exp_run,) = store.list_experiment_runs("lineage_mapped")
-        (top,) = store.leaderboard(exp_run.id, "score", "max", limit=1)
+        (exp_run,) = store.reader.list_experiment_runs("lineage_mapped")
+        (top,) = store.reader.leaderboard(exp_run.id, "score", "max", limit=1)
     finally:
         store.dispose()
     trials_run = {k: v for k, v in job[TRIALS_RUN_FACET].items() if not k.startswith("_")}

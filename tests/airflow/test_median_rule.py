@@ -44,9 +44,9 @@ def test_the_median_rule_stops_trials_below_the_median_at_the_result_that_fell_b
             ),
         )
         states[scale] = operator.execute({"ti": FakeTI(map_index=i)})
-    trials = {t.config["scale"]: t for t in store.list_trials(experiment_run_id=run_pk)}
+    trials = {t.config["scale"]: t for t in store.reader.list_trials(experiment_run_id=run_pk)}
     iterations = {
-        scale: [r["training_iteration"] for r in store.get_results(t.trial_id)]
+        scale: [r["training_iteration"] for r in store.reader.get_results(t.trial_id)]
         for scale, t in trials.items()
     }
     assert iterations == {
@@ -66,7 +66,8 @@ def test_the_median_rule_stops_trials_below_the_median_at_the_result_that_fell_b
     assert trials[3.0].stop_reason == "it met its stopping criterion"
     points = {
         scale: [
-            (p.iteration, p.decision.value, p.at_end) for p in store.trial_median_points(t.trial_id)
+            (p.iteration, p.decision.value, p.at_end)
+            for p in store.reader.trial_median_points(t.trial_id)
         ]
         for scale, t in trials.items()
     }
@@ -102,8 +103,10 @@ def test_an_experiment_dag_with_the_median_rule_decides_as_the_rule_would(trials
     run = dag.test()
     assert run.state == "success", task_states(run)
     store = trials_env.store
-    (exp_run,) = store.list_experiment_runs("median")
-    trials = sorted(store.list_trials(experiment_run_id=exp_run.id), key=lambda t: t.created_at)
+    (exp_run,) = store.reader.list_experiment_runs("median")
+    trials = sorted(
+        store.reader.list_trials(experiment_run_id=exp_run.id), key=lambda t: t.created_at
+    )
     assert len(trials) == 4 and {t.status.value for t in trials} == {"TERMINATED"}
     memory = MedianStoppingRule(
         metric="score",
@@ -116,7 +119,7 @@ def test_an_experiment_dag_with_the_median_rule_decides_as_the_rule_would(trials
         trial = Trial("tests.trainables:counting", trial_id=record.trial_id)
         memory.on_trial_add(trial)
         trial.set_status(TrialStatus.RUNNING)
-        results = store.get_results(record.trial_id)
+        results = store.reader.get_results(record.trial_id)
         decisions = [memory.on_trial_result(trial, dict(r)).value for r in results]
         memory.on_trial_complete(trial, dict(results[-1]))
         # It stopped at its first STOP (nothing trained past it), or ran to its criterion.
@@ -127,7 +130,9 @@ def test_an_experiment_dag_with_the_median_rule_decides_as_the_rule_would(trials
             memory.decision_reason(record.trial_id) or "it met its stopping criterion"
         )
         stored = [
-            p.decision.value for p in store.trial_median_points(record.trial_id) if not p.at_end
+            p.decision.value
+            for p in store.reader.trial_median_points(record.trial_id)
+            if not p.at_end
         ]
         assert stored == decisions[1:], (stored, decisions)  # from grace_period on
         assert (

@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 from airflow_trials.cli import app
 from airflow_trials.ports import free_port
 from tests.contract.conftest import new_postgres_schema
+from tests.factories import add_checkpoint, add_results
 from tests.plugins.history_seed import EARLY, EXPERIMENT, seed_nightly
 
 runner = CliRunner()
@@ -137,8 +138,8 @@ def _seed(url, tmp_path, backend):
         large = tmp_path / "n0-maxt" / "checkpoint_000001"
         large.mkdir(parents=True)
         (large / "model.bin").write_bytes(b"m" * 4000)
-        store.add_checkpoint("n0-best", str(small), 2, 0.5)
-        store.add_checkpoint("n0-maxt", str(large), 1, 0.8)
+        add_checkpoint(store, "n0-best", str(small), 2, 0.5)
+        add_checkpoint(store, "n0-maxt", str(large), 1, 0.8)
         yield url, store, night, backend, small, large
     finally:
         store.dispose()
@@ -228,7 +229,9 @@ def test_a_run_becomes_a_parent_run_with_a_child_run_per_trial(tracking_uri, see
     from airflow_trials.core.status import TrialStatus
 
     # Losses above the best's 0.5: the parent's best trial stays, and so does the parent.
-    store.add_results("n0-running", [{"training_iteration": i, "loss": 1 + i / 10} for i in (1, 2)])
+    add_results(
+        store, "n0-running", [{"training_iteration": i, "loss": 1 + i / 10} for i in (1, 2)]
+    )
     store.record_end(
         TrialEnd("n0-running", EXPERIMENT, TrialStatus.TERMINATED, stop_reason=TRAINABLE_FINISHED)
     )

@@ -31,7 +31,7 @@ def runner_decisions(store, trial_ids):
     for trial_id in trial_ids:
         trial = Trial("tests.trainables:two_metrics", trial_id=trial_id)
         scheduler.on_trial_add(trial)
-        results = store.get_results(trial_id)
+        results = store.reader.get_results(trial_id)
         decisions = [scheduler.on_trial_result(trial, dict(r)) for r in results]
         assert Decision.STOP not in decisions[:-1], (trial_id, decisions)
         assert decisions[-1] is Decision.STOP, (trial_id, decisions)
@@ -45,7 +45,7 @@ def stored_rungs(store, trial_ids):
     return {
         (trial_id, r.milestone): r.decision.value
         for trial_id in trial_ids
-        for r in store.trial_rungs(trial_id)
+        for r in store.reader.trial_rungs(trial_id)
         if not r.at_end
     }
 
@@ -75,10 +75,10 @@ def test_moasha_stops_dominated_trials_at_their_rungs_as_on_the_runner(trials_en
         )
         states[trial_id] = operator.execute({"ti": FakeTI(map_index=index)})
 
-    trials = {t.trial_id: t for t in store.list_trials(experiment_run_id=run_pk)}
+    trials = {t.trial_id: t for t in store.reader.list_trials(experiment_run_id=run_pk)}
     assert {t.status.value for t in trials.values()} == {"TERMINATED"}
     assert {
-        trial_id: [r["training_iteration"] for r in store.get_results(trial_id)]
+        trial_id: [r["training_iteration"] for r in store.reader.get_results(trial_id)]
         for trial_id in configs
     } == {"a": list(range(1, 10)), "b": [1], "c": [1, 2, 3]}  # nothing past the rung
     expected = {
@@ -142,8 +142,8 @@ def test_an_experiment_dag_with_moasha_stops_a_dominated_trial_at_its_first_rung
             **SETTINGS,
         }
     store = trials_env.store
-    (exp_run,) = store.list_experiment_runs("moasha")
-    ran = sorted(store.list_trials(experiment_run_id=exp_run.id), key=lambda t: t.created_at)
+    (exp_run,) = store.reader.list_experiment_runs("moasha")
+    ran = sorted(store.reader.list_trials(experiment_run_id=exp_run.id), key=lambda t: t.created_at)
     assert len(ran) == 3 and {t.status.value for t in ran} == {"TERMINATED"}
     ids = [t.trial_id for t in ran]
     dominant = next(t for t in ran if t.config["scale"] == 1.0)
@@ -158,7 +158,7 @@ def test_an_experiment_dag_with_moasha_stops_a_dominated_trial_at_its_first_rung
             "stopped by MOASHA at training_iteration=1 (rung 1 of 3): score 0.5, cost 2; its "
             "rank score among the rung's "
         ), trial.stop_reason
-        assert [r["training_iteration"] for r in store.get_results(trial.trial_id)] == [1]
+        assert [r["training_iteration"] for r in store.reader.get_results(trial.trial_id)] == [1]
         assert stored_rungs(store, [trial.trial_id]) == {(trial.trial_id, 1.0): "STOP"}
     # The rung rows hold each trial's vector at the rung, in the order the trials ran.
     vectors = [(t.config["scale"], t.config["cost"]) for t in ran]

@@ -65,8 +65,13 @@ def test_execute_defers_and_a_second_try_reattaches_without_a_second_copy(
     assert state["status"] == "TERMINATED" and state["num_failures"] == 0
     assert state["last_result"]["training_iteration"] == 4 and state["config"] == config
     assert state["best_checkpoint"].endswith("checkpoint_000004")
-    assert [r["training_iteration"] for r in trials_env.store.get_results("tw")] == [1, 2, 3, 4]
-    assert trials_env.store.get_trial("tw").status.value == "TERMINATED"
+    assert [r["training_iteration"] for r in trials_env.store.reader.get_results("tw")] == [
+        1,
+        2,
+        3,
+        4,
+    ]
+    assert trials_env.store.reader.get_trial("tw").status.value == "TERMINATED"
     assert live_trial_actors() == [] and live_placement_groups() == []
 
 
@@ -94,7 +99,7 @@ def test_a_trial_queued_for_resources_defers_at_once_and_starts_when_placed(
     queued = "q2" if running == "q1" else "q1"
     assert not RayTrialExecutor.is_placed(find_trial_actor("ops", queued))
     store = trials_env.store
-    assert store.get_trial(queued).status.value == "PENDING"
+    assert store.reader.get_trial(queued).status.value == "PENDING"
     # A retry while it is still queued re-attaches to it instead of starting a second copy.
     with pytest.raises(TaskDeferred):
         operator(trial_id=queued, config={"sleep": 0.1}, resources_per_trial={"cpu": 2}).execute(
@@ -106,7 +111,7 @@ def test_a_trial_queued_for_resources_defers_at_once_and_starts_when_placed(
     ops[running].execute_complete(fake_context(task_id=running), event)
     event = asyncio.run(first_event(deferred[queued]))  # ...so Ray places the queued trial
     assert event["status"] == "TERMINATED" and event["last_result"]["training_iteration"] == 4
-    record = store.get_trial(queued)
+    record = store.reader.get_trial(queued)
     assert (
         record.status.value == "TERMINATED" and record.started_at is not None
     )  # the trigger marked both
@@ -160,13 +165,13 @@ def test_execute_complete_for_every_status(trials_env, fake_context, status):
         with pytest.raises(TrialError, match="failure 1, will retry from its latest checkpoint"):
             op.execute_complete(context, event)
         assert context["ti"].xcom["trial"]["status"] == "PENDING"
-        record = trials_env.store.get_trial(op.trial_id)
+        record = trials_env.store.reader.get_trial(op.trial_id)
         assert record.num_failures == 1 and "ValueError: boom" in record.error_msg
         with pytest.raises(
             AirflowFailException, match=r"failure 2, no retries left.*max_failures \(1\)"
         ):
             op.execute_complete(fake_context(try_number=2), event)
-        assert trials_env.store.get_trial(op.trial_id).status.value == "ERROR"
+        assert trials_env.store.reader.get_trial(op.trial_id).status.value == "ERROR"
 
 
 def test_max_failures_below_retries_stops_retrying(trials_env, fake_context):
@@ -189,7 +194,7 @@ def test_max_failures_below_retries_stops_retrying(trials_env, fake_context):
         match=r"no retries left.*max_failures \(0\) before the task's retries \(3\)",
     ):
         op.execute_complete(fake_context(try_number=1), event)
-    assert trials_env.store.get_trial(op.trial_id).status.value == "ERROR"
+    assert trials_env.store.reader.get_trial(op.trial_id).status.value == "ERROR"
 
 
 def test_a_cleared_task_of_a_trial_that_failed_for_good_gets_a_fresh_failure_budget(
@@ -198,7 +203,7 @@ def test_a_cleared_task_of_a_trial_that_failed_for_good_gets_a_fresh_failure_bud
     broken = operator(trial_id="flaky", deferrable=False, trainable="tests.trainables:failing")
     with pytest.raises(AirflowFailException, match="failure 1, no retries left"):
         broken.execute(fake_context())
-    assert trials_env.store.get_trial("flaky").status.value == "ERROR"
+    assert trials_env.store.reader.get_trial("flaky").status.value == "ERROR"
     # Cleared after the trainable was fixed: Airflow gives it fresh retries, the trial fresh
     # failures.
     fixed = operator(trial_id="flaky", deferrable=False, trainable="tests.trainables:counting")
@@ -241,7 +246,7 @@ def test_bad_input_fails_before_any_ray_work_and_writes_nothing(
     kwargs.setdefault("trial_id", "bad")
     with pytest.raises(error, match=message):
         operator(**kwargs).execute(fake_context())
-    assert trials_env.store.list_trials() == []
+    assert trials_env.store.reader.list_trials() == []
     assert live_trial_actors() == [] and live_placement_groups() == []
 
 
@@ -258,7 +263,7 @@ def test_a_trial_that_ran_waits_for_its_lost_node_instead_of_being_refused(
         "waits", trainable=op.trainable, config={}, resources={"cpu": 1, "gpu": 8}, max_failures=0
     )
     trials_env.store.record_transition("waits", Transition.PLACED)
-    assert trials_env.store.get_trial("waits").started_at is not None
+    assert trials_env.store.reader.get_trial("waits").started_at is not None
     with pytest.raises(TaskDeferred):
         op.execute(fake_context(try_number=2, max_tries=1))
     (waiting,) = [info for info in placement_group_table().values() if info["state"] != "REMOVED"]
@@ -269,18 +274,23 @@ def test_clearing_a_finished_task_runs_the_trial_again_from_scratch(trials_env, 
     first = operator(trial_id="again", deferrable=False).execute(fake_context())
     assert first["status"] == "TERMINATED"
     old_checkpoint = first["best_checkpoint"]
-    before = trials_env.store.get_trial("again")
+    before = trials_env.store.reader.get_trial("again")
     # Cleared: Airflow gives the task a fresh budget (max_tries = try_number + retries) and runs try
     # 2.
     rerun = operator(trial_id="again", deferrable=False)
     state = rerun.execute(fake_context(try_number=2, max_tries=1 + rerun.retries))
     assert state["status"] == "TERMINATED" and state["last_result"]["training_iteration"] == 4
-    again = trials_env.store.get_trial("again")
+    again = trials_env.store.reader.get_trial("again")
     assert again.started_at > before.ended_at and again.try_number == 2 and again.num_failures == 0
     # A new run, not a resumed one: its first result is new, its history is 1..4 once.
-    assert [r["training_iteration"] for r in trials_env.store.get_results("again")] == [1, 2, 3, 4]
+    assert [r["training_iteration"] for r in trials_env.store.reader.get_results("again")] == [
+        1,
+        2,
+        3,
+        4,
+    ]
     assert state["last_result"]["timestamp"] > before.ended_at.timestamp()
-    latest = trials_env.store.latest_checkpoint("again")
+    latest = trials_env.store.reader.latest_checkpoint("again")
     assert latest is not None and latest.path == old_checkpoint  # written again by the new run
     assert live_trial_actors() == []
 
@@ -296,7 +306,7 @@ def test_clearing_a_finished_task_after_raising_its_stopping_criterion_continues
     state = second.execute(fake_context(try_number=2, max_tries=1 + second.retries))
     assert state["status"] == "TERMINATED" and state["last_result"]["training_iteration"] == 6
     # It resumed from the checkpoint at iteration 4, so the stored history stays continuous.
-    assert [r["training_iteration"] for r in trials_env.store.get_results("more")] == [
+    assert [r["training_iteration"] for r in trials_env.store.reader.get_results("more")] == [
         1,
         2,
         3,
@@ -318,7 +328,12 @@ def test_a_retry_after_the_trial_finished_reports_the_stored_state_without_runni
     )  # no TaskDeferred
     assert again["status"] == "TERMINATED" and again["last_result"]["training_iteration"] == 4
     assert context["ti"].xcom["trial"] == again
-    assert [r["training_iteration"] for r in trials_env.store.get_results("done")] == [1, 2, 3, 4]
+    assert [r["training_iteration"] for r in trials_env.store.reader.get_results("done")] == [
+        1,
+        2,
+        3,
+        4,
+    ]
     assert live_trial_actors() == []
 
 
@@ -340,7 +355,12 @@ def test_a_placement_group_orphaned_by_a_killed_worker_does_not_block_the_next_t
         op.execute_complete(fake_context(task_id="orphan", try_number=2), event)["status"]
         == "TERMINATED"
     )
-    assert [r["training_iteration"] for r in trials_env.store.get_results("orphan")] == [1, 2, 3, 4]
+    assert [r["training_iteration"] for r in trials_env.store.reader.get_results("orphan")] == [
+        1,
+        2,
+        3,
+        4,
+    ]
     assert live_trial_actors() == [] and live_placement_groups() == []
 
 
@@ -378,7 +398,7 @@ def test_a_trial_lost_to_infrastructure_is_retried_without_counting_a_failure(
     ) as raised:
         op.execute_complete(first, lost)
     assert raised.value.infrastructure
-    record = store.get_trial("infra")
+    record = store.reader.get_trial("infra")
     assert (record.status.value, record.num_failures) == ("PENDING", 0)
     assert first["ti"].xcom["trial"]["status"] == "PENDING"
     retry = fake_context(task_id="infra", try_number=2, max_tries=MAX_INFRASTRUCTURE_RESTARTS)
@@ -386,7 +406,14 @@ def test_a_trial_lost_to_infrastructure_is_retried_without_counting_a_failure(
         op.execute(retry)
     state = op.execute_complete(retry, asyncio.run(first_event(deferred.value.trigger)))
     assert state["status"] == "TERMINATED" and state["num_failures"] == 0
-    assert [r["training_iteration"] for r in store.get_results("infra")] == [1, 2, 3, 4, 5, 6]
+    assert [r["training_iteration"] for r in store.reader.get_results("infra")] == [
+        1,
+        2,
+        3,
+        4,
+        5,
+        6,
+    ]
     # With no retry left, such a loss fails the task like any other failure.
     store.record_transition("infra", Transition.QUEUED)
     last = fake_context(
@@ -396,7 +423,7 @@ def test_a_trial_lost_to_infrastructure_is_retried_without_counting_a_failure(
     )
     with pytest.raises(TrialError, match="failure 1, no retries left"):
         op.execute_complete(last, lost)
-    assert store.get_trial("infra").num_failures == 1
+    assert store.reader.get_trial("infra").num_failures == 1
     assert live_trial_actors() == [] and live_placement_groups() == []
 
 
@@ -415,7 +442,7 @@ def test_a_try_never_reattaches_to_the_actor_its_cleared_previous_try_stops(
     pid = ray.get(actor.poll.remote(0)).pid
     store = trials_env.store
     assert TrialsHook.record_stop_from_airflow(store, "stopping", 1)
-    assert store.get_trial("stopping").stopped_from_airflow
+    assert store.reader.get_trial("stopping").stopped_from_airflow
     assert live_trial_actors() == ["trial.ops.stopping"]  # the trigger releases it after recording
 
     again = operator(trial_id="stopping", config=config)
@@ -424,7 +451,7 @@ def test_a_try_never_reattaches_to_the_actor_its_cleared_previous_try_stops(
     assert live_trial_actors() == ["trial.ops.stopping"]
     new = ray.get_actor("trial.ops.stopping", namespace="airflow_trials")
     assert ray.get(new.poll.remote(0)).pid != pid
-    record = store.get_trial("stopping")
+    record = store.reader.get_trial("stopping")
     assert not record.stopped_from_airflow and record.try_number == 2
     assert record.status.value in ("PENDING", "RUNNING")
     (tmp_path / "gate").touch()
@@ -450,7 +477,7 @@ def test_on_kill_in_the_worker_records_the_stop_fenced_by_its_try_and_stops_the_
         first.execute(fake_context(try_number=1))
     first.on_kill()
     assert live_trial_actors() == [] and live_placement_groups() == []
-    record = store.get_trial("killed")
+    record = store.reader.get_trial("killed")
     assert (record.status.value, record.stopped_from_airflow, record.error_msg) == (
         "TERMINATED",
         True,
@@ -462,10 +489,10 @@ def test_on_kill_in_the_worker_records_the_stop_fenced_by_its_try_and_stops_the_
         second.execute(fake_context(try_number=2))
     first.on_kill()
     assert live_trial_actors() == ["trial.ops.killed"]
-    assert store.get_trial("killed").status.value != "TERMINATED"
+    assert store.reader.get_trial("killed").status.value != "TERMINATED"
     second.on_kill()
     assert live_trial_actors() == [] and live_placement_groups() == []
-    assert store.get_trial("killed").stopped_from_airflow
+    assert store.reader.get_trial("killed").stopped_from_airflow
 
 
 def test_select_best_reconciles_trials_whose_tasks_ended_without_their_end(trials_env):
@@ -502,7 +529,7 @@ def test_select_best_reconciles_trials_whose_tasks_ended_without_their_end(trial
 
     counts = reconcile_trial_ends(TrialsHook(), store, "recon", run, ["done", "stuck", "never"])
     assert counts == {"finished": 1, "failed": 1, "never_ran": 1}
-    stuck = store.get_trial("stuck")
+    stuck = store.reader.get_trial("stuck")
     assert (
         stuck.status.value == "ERROR"
         and "failed without recording the trial's end" in stuck.error_msg

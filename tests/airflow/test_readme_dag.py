@@ -51,19 +51,19 @@ def test_the_readme_dag_runs_to_its_leaderboard(trials_env):
     run = module.dag.test()
     assert run.state == "success"
     store = trials_env.store
-    (exp_run,) = store.list_experiment_runs("regression_tuning")
-    board = store.leaderboard(exp_run.id, "val_loss", "min")
+    (exp_run,) = store.reader.list_experiment_runs("regression_tuning")
+    board = store.reader.leaderboard(exp_run.id, "val_loss", "min")
     assert len(board) == 6 and all(r.status.value == "TERMINATED" for r in board)
     values = [r.best_value for r in board]
     assert values == sorted(values) and values[0] < 0.69
     assert all(r.best_checkpoint and r.latest_checkpoint for r in board)
     # OptunaSearch chose every config (no two alike); ASHA judged every trial at its first rung,
     # and each trial it stopped ended there with the reason recorded.
-    trials = store.list_trials(experiment_run_id=exp_run.id)
+    trials = store.reader.list_trials(experiment_run_id=exp_run.id)
     assert len({(t.config["lr"], t.config["l2"]) for t in trials}) == 6
     for t in trials:
-        iterations = [r["training_iteration"] for r in store.get_results(t.trial_id)]
-        assert 2.0 in {r.milestone for r in store.trial_rungs(t.trial_id)}
+        iterations = [r["training_iteration"] for r in store.reader.get_results(t.trial_id)]
+        assert 2.0 in {r.milestone for r in store.reader.trial_rungs(t.trial_id)}
         if (
             t.stop_reason
             and t.stop_reason.startswith("stopped by ASHA at training_iteration=")

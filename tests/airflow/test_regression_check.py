@@ -96,7 +96,7 @@ def test_a_night_worse_than_the_last_successful_one_fails_its_check(trials_env, 
     assert states[("tune.check_regression", -1)] == "failed"
     assert second.state == "failed"
     assert xcom(second, "tune.select_best")["value"] == 6.0
-    runs = trials_env.store.list_experiment_runs("regress")
+    runs = trials_env.store.reader.list_experiment_runs("regress")
     assert [r.status.value for r in runs] == ["SUCCESS", "SUCCESS"]
 
     # The failure's message, as the task's log shows it (dag.test() writes it to stdout).
@@ -119,7 +119,7 @@ def test_a_night_within_the_tolerance_passes_its_check(trials_env):
     second = night("steady", 2.9, {"relative": 0.05}).test()  # 8.7: 0.3 worse, 0.45 allowed
     assert second.state == "success", task_states(second)
     checked = xcom(second, "tune.check_regression")
-    runs = trials_env.store.list_experiment_runs("steady")
+    runs = trials_env.store.reader.list_experiment_runs("steady")
     assert checked["checked"] is True and checked["regressed"] is False
     assert checked["current"] == pytest.approx(8.7) and checked["previous"] == 9.0
     assert checked["allowed"] == pytest.approx(0.45) and checked["tolerance"] == {"relative": 0.05}

@@ -188,13 +188,13 @@ def test_the_two_objective_dag_returns_its_pareto_front_and_the_picked_trial(tri
     run = module.dag.test()
     assert run.state == "success"
     store = trials_env.store
-    experiment = store.get_experiment("two_objective_tuning")
+    experiment = store.reader.get_experiment("two_objective_tuning")
     assert (experiment.metrics, experiment.modes) == (
         ["val_accuracy", "weight_norm"],
         ["max", "min"],
     )
-    (exp_run,) = store.list_experiment_runs("two_objective_tuning")
-    trials = store.list_trials(experiment_run_id=exp_run.id)
+    (exp_run,) = store.reader.list_experiment_runs("two_objective_tuning")
+    trials = store.reader.list_trials(experiment_run_id=exp_run.id)
     assert len(trials) == 6 and all(t.status.value == "TERMINATED" for t in trials)
     # OptunaSearch chose every config.
     assert len({(t.config["lr"], t.config["l2"]) for t in trials}) == 6
@@ -233,17 +233,17 @@ def test_the_two_objective_dag_returns_its_pareto_front_and_the_picked_trial(tri
     [extra] = asset_extras("airflow-trials://two_objective_tuning/best")
     assert extra["pareto_front"] == best["pareto_front"]
     assert (extra["trial_id"], extra["pick"]) == (best["trial_id"], best["pick"])
-    assert [r.status.value for r in store.list_experiment_runs("two_objective_tuning")] == [
+    assert [r.status.value for r in store.reader.list_experiment_runs("two_objective_tuning")] == [
         "SUCCESS"
     ]
     # The pick is in the trials DB too: the Pareto API's picked_trial_id and the run's history.
     from airflow_trials.plugins.pareto_svg import ParetoOut, of_board
 
-    (exp_run,) = store.list_experiment_runs("two_objective_tuning")
+    (exp_run,) = store.reader.list_experiment_runs("two_objective_tuning")
     assert exp_run.picked_trial_id == best["trial_id"]
     view = of_board(store.reader, exp_run, experiment.metrics, experiment.modes, None, None)
     assert ParetoOut.of(view, lambda trial_id: trial_id).picked_trial_id == best["trial_id"]
-    (line,) = store.experiment_history("two_objective_tuning").runs
+    (line,) = store.reader.experiment_history("two_objective_tuning").runs
     assert line.run.picked_trial_id == best["trial_id"] and line.num_trials == 6
 
 
@@ -310,7 +310,7 @@ def test_select_best_without_a_pick_takes_the_front_s_best_first_metric(trials_d
     assert best["pareto_ranks"] == {"t-accurate": 0, "t-fast": 0, "t-slow": 1}
     assert best["finished_trials"] == 3 and best["trials"] == 4  # one never reported latency
     assert extra == best
-    assert trials_db.list_experiment_runs("bad")[0].status.value == "SUCCESS"
+    assert trials_db.reader.list_experiment_runs("bad")[0].status.value == "SUCCESS"
 
 
 def test_select_best_fails_naming_the_front_when_no_trial_meets_the_bounds(trials_db):

@@ -57,11 +57,15 @@ def test_a_sweep_dag_runs_every_trial_in_one_task(trials_env):
         ("tune.select_best", -1): "success",
     }
     store = trials_env.store
-    (exp_run,) = store.list_experiment_runs("sweep_e2e")
-    trials = store.list_trials(experiment_run_id=exp_run.id)
+    (exp_run,) = store.reader.list_experiment_runs("sweep_e2e")
+    trials = store.reader.list_trials(experiment_run_id=exp_run.id)
     assert len(trials) == 6 and {t.status.value for t in trials} == {"TERMINATED"}
     for record in trials:  # every result once, in order
-        assert [r["training_iteration"] for r in store.get_results(record.trial_id)] == [1, 2, 3]
+        assert [r["training_iteration"] for r in store.reader.get_results(record.trial_id)] == [
+            1,
+            2,
+            3,
+        ]
     summary = xcom(run, "tune.sweep", key="sweep")
     assert (summary["total"], summary["terminated"], summary["errored"]) == (6, 6, 0)
     best = xcom(run, "tune.select_best")
@@ -89,8 +93,10 @@ def test_a_sweep_runs_its_scheduler_in_the_driver(trials_env):
     run = dag.test()
     assert run.state == "success", task_states(run)
     store = trials_env.store
-    (exp_run,) = store.list_experiment_runs("sweep_asha")
-    by_scale = {t.config["scale"]: t for t in store.list_trials(experiment_run_id=exp_run.id)}
+    (exp_run,) = store.reader.list_experiment_runs("sweep_asha")
+    by_scale = {
+        t.config["scale"]: t for t in store.reader.list_trials(experiment_run_id=exp_run.id)
+    }
     assert {t.status.value for t in by_scale.values()} == {"TERMINATED"}
     assert by_scale[6.0].last_result["training_iteration"] == 9
     worst = by_scale[1.0]
@@ -244,15 +250,15 @@ def test_a_sweep_reattaches_to_its_driver_and_resumes_after_losing_it(
     assert first.value.trigger.try_number == 1 and second.value.trigger.try_number == 2
 
     def progressed() -> bool:
-        records = {r.trial_id: r for r in store.list_trials(experiment_run_id=run_pk)}
+        records = {r.trial_id: r for r in store.reader.list_trials(experiment_run_id=run_pk)}
         return (
             all(ids[i] in records and records[ids[i]].status.value == "TERMINATED" for i in (0, 1))
-            and all(len(store.get_results(ids[i])) == 1 for i in (2, 3) if ids[i] in records)
+            and all(len(store.reader.get_results(ids[i])) == 1 for i in (2, 3) if ids[i] in records)
             and all(ids[i] in records for i in (2, 3))
         )
 
     wait_for(progressed, "two trials to finish and two to hold at iteration 2")
-    finished_before = {i: store.get_results(ids[i]) for i in (0, 1)}
+    finished_before = {i: store.reader.get_results(ids[i]) for i in (0, 1)}
     ray.kill(driver, no_restart=True)
     wait_for(lambda: live_trial_actors() == [], "the driver's trials to die with it")
 
@@ -269,10 +275,10 @@ def test_a_sweep_reattaches_to_its_driver_and_resumes_after_losing_it(
     assert (summary["total"], summary["terminated"], summary["errored"]) == (4, 4, 0)
     assert context["ti"].xcom["sweep"] == summary and summary["best_value"] == 12.0
     for i in (0, 1):  # not run again
-        assert store.get_results(ids[i]) == finished_before[i]
+        assert store.reader.get_results(ids[i]) == finished_before[i]
     for i in range(4):  # every result once; the held two resumed from their checkpoint at 1
-        assert [r["training_iteration"] for r in store.get_results(ids[i])] == [1, 2, 3]
-        assert store.get_trial(ids[i]).status.value == "TERMINATED"
+        assert [r["training_iteration"] for r in store.reader.get_results(ids[i])] == [1, 2, 3]
+        assert store.reader.get_trial(ids[i]).status.value == "TERMINATED"
     nothing_left_on_ray()
 
 
@@ -301,10 +307,10 @@ def test_a_stop_from_an_older_try_never_ends_the_sweep_a_newer_try_took_over(
             operator.execute(fake_context(run_id="run2", try_number=try_number))
     wait_for(
         lambda: (
-            len(store.list_trials(experiment_run_id=run_pk)) == 2
+            len(store.reader.list_trials(experiment_run_id=run_pk)) == 2
             and all(
-                t.status.value == "RUNNING" and store.get_results(t.trial_id)
-                for t in store.list_trials(experiment_run_id=run_pk)
+                t.status.value == "RUNNING" and store.reader.get_results(t.trial_id)
+                for t in store.reader.list_trials(experiment_run_id=run_pk)
             )
         ),
         "both trials to hold at iteration 2",
@@ -325,8 +331,8 @@ def test_a_stop_from_an_older_try_never_ends_the_sweep_a_newer_try_took_over(
     assert stop_driver("sweep_op", "run2", NAMESPACE, try_number=3) is True
     nothing_left_on_ray()
     for trial_id in ids:
-        assert store.get_trial(trial_id).status.value == "TERMINATED"
-        assert [r["training_iteration"] for r in store.get_results(trial_id)] == [1]
+        assert store.reader.get_trial(trial_id).status.value == "TERMINATED"
+        assert [r["training_iteration"] for r in store.reader.get_results(trial_id)] == [1]
 
 
 def test_a_sweep_that_is_not_deferrable_watches_its_driver_from_the_worker(
@@ -503,16 +509,19 @@ def test_a_sweep_runs_its_searcher_in_the_driver_learning_from_each_ended_trial(
     run = dag.test()
     assert run.state == "success", task_states(run)
     store = trials_env.store
-    (exp_run,) = store.list_experiment_runs("sweep_optuna")
+    (exp_run,) = store.reader.list_experiment_runs("sweep_optuna")
     suggested = xcom(run, "tune.suggest_configs")
-    trials = {t.trial_id: t for t in store.list_trials(experiment_run_id=exp_run.id)}
+    trials = {t.trial_id: t for t in store.reader.list_trials(experiment_run_id=exp_run.id)}
     assert sorted(trials) == sorted(entry["trial_id"] for entry in suggested)
     assert [entry["config"] for entry in suggested] == [{}] * 5  # the driver asks, as slots free
     replay = airflow_searcher(seeded_search(), {"x": uniform(0.0, 1.0)}, "loss", "min")
     for entry in suggested:  # trial ids in order: the order the driver asked in
         trial = trials[entry["trial_id"]]
         assert trial.config == replay.suggest(trial.trial_id)
-        assert trial.status.value == "TERMINATED" and len(store.get_results(trial.trial_id)) == 3
+        assert (
+            trial.status.value == "TERMINATED"
+            and len(store.reader.get_results(trial.trial_id)) == 3
+        )
         replay.on_trial_complete(trial.trial_id, trial.last_result)
     assert trials[suggested[0]["trial_id"]].config == {"x": 0.9}
     best = xcom(run, "tune.select_best")
@@ -564,16 +573,16 @@ def test_a_sweep_with_a_searcher_resumes_its_search_after_losing_its_driver(
     driver = ray.get_actor("sweep.sweep_op.run5", namespace=NAMESPACE)
 
     def progressed() -> bool:
-        records = {r.trial_id: r for r in store.list_trials(experiment_run_id=run_pk)}
+        records = {r.trial_id: r for r in store.reader.list_trials(experiment_run_id=run_pk)}
         return all(
             ids[i] in records and records[ids[i]].status.value == "TERMINATED" for i in (0, 1)
-        ) and all(ids[i] in records and len(store.get_results(ids[i])) == 1 for i in (2, 3))
+        ) and all(ids[i] in records and len(store.reader.get_results(ids[i])) == 1 for i in (2, 3))
 
     wait_for(progressed, "two trials to finish and two to hold at iteration 2")
-    before = {t.trial_id: t.config for t in store.list_trials(experiment_run_id=run_pk)}
+    before = {t.trial_id: t.config for t in store.reader.list_trials(experiment_run_id=run_pk)}
     assert sorted(before) == sorted(ids[:4])  # the last two not asked yet: no slot freed
     assert [before[i]["scale"] for i in ids[:4]] == [1.0, 2.0, 3.0, 3.5]
-    finished_before = {i: store.get_results(ids[i]) for i in (0, 1)}
+    finished_before = {i: store.reader.get_results(ids[i]) for i in (0, 1)}
     ray.kill(driver, no_restart=True)
     wait_for(lambda: live_trial_actors() == [], "the driver's trials to die with it")
     lost = first_event(first.value.trigger)
@@ -587,15 +596,15 @@ def test_a_sweep_with_a_searcher_resumes_its_search_after_losing_its_driver(
         fake_context(run_id="run5", try_number=3), first_event(third.value.trigger)
     )
     assert (summary["total"], summary["terminated"], summary["errored"]) == (6, 6, 0)
-    after = {t.trial_id: t for t in store.list_trials(experiment_run_id=run_pk)}
+    after = {t.trial_id: t for t in store.reader.list_trials(experiment_run_id=run_pk)}
     assert sorted(after) == sorted(ids)  # the run's ids: no trial added, none lost
     assert all(after[i].config == before[i] for i in ids[:4])  # asked once, kept
     for i in (4, 5):  # asked by the new driver, past points_to_evaluate
         assert after[ids[i]].config["scale"] not in (1.0, 2.0, 3.0, 3.5)
     for i in (0, 1):
-        assert store.get_results(ids[i]) == finished_before[i]  # not run again
+        assert store.reader.get_results(ids[i]) == finished_before[i]  # not run again
     for trial_id in ids:
-        assert [r["training_iteration"] for r in store.get_results(trial_id)] == [1, 2, 3]
+        assert [r["training_iteration"] for r in store.reader.get_results(trial_id)] == [1, 2, 3]
     nothing_left_on_ray()
 
 
@@ -643,10 +652,10 @@ def test_a_sweep_of_two_metrics_runs_its_multi_objective_search_and_ends_at_the_
     run = dag.test()
     assert run.state == "success", task_states(run)
     store = trials_env.store
-    experiment = store.get_experiment("sweep_two_metrics")
+    experiment = store.reader.get_experiment("sweep_two_metrics")
     assert (experiment.metrics, experiment.modes) == (["score", "cost"], ["max", "min"])
-    (exp_run,) = store.list_experiment_runs("sweep_two_metrics")
-    trials = {t.trial_id: t for t in store.list_trials(experiment_run_id=exp_run.id)}
+    (exp_run,) = store.reader.list_experiment_runs("sweep_two_metrics")
+    trials = {t.trial_id: t for t in store.reader.list_trials(experiment_run_id=exp_run.id)}
     assert len(trials) == 4 and {t.status.value for t in trials.values()} == {"TERMINATED"}
     assert all(t.config for t in trials.values())  # the driver's searcher chose each config
     values = {i: (t.last_result["score"], t.last_result["cost"]) for i, t in trials.items()}

@@ -67,6 +67,6 @@ async def test_logs_that_cannot_be_copied_never_fail_the_trial(trials_env):
     launch(trials_env, trial_id)
     payload, messages = await watch_to_the_end(trial_id)
     assert payload["status"] == "TERMINATED", payload
-    assert [r["score"] for r in trials_env.store.get_results(trial_id)] == [1.0]
+    assert [r["score"] for r in trials_env.store.reader.get_results(trial_id)] == [1.0]
     warnings = [m for m in messages if "could not copy its stdout/stderr" in m]
     assert len(warnings) == 1 and trial_id in warnings[0] and blocked in warnings[0], messages

@@ -63,7 +63,7 @@ def _every_entry_point_uses(url: str, env: dict[str, str], tmp_path: Path) -> No
     assert [e["name"] for e in json.loads(listed.stdout)] == ["resolver_exp"]
     store = TrialStore(url)
     try:  # the rows are in the database the connection names
-        assert [t.trial_id for t in store.list_trials()] == ["resolver-t1"]
+        assert [t.trial_id for t in store.reader.list_trials()] == ["resolver-t1"]
     finally:
         store.dispose()
     assert not (tmp_path / "default_home").exists(), (

@@ -11,6 +11,7 @@ from airflow_trials.core.fate import Transition
 from airflow_trials.pools import gpu_pool_slots
 from airflow_trials.triggers.trial import TrialStatusTrigger, TrialTrigger
 from tests.conftest import LoopTicker
+from tests.factories import update_trial
 
 
 @pytest.mark.parametrize(("gpu", "slots"), [(0.25, 1), (0.5, 2), (1, 4), (2, 8), (0.3, 2), (0, 1)])
@@ -115,14 +116,20 @@ async def test_run_never_blocks_the_event_loop_and_records_results(trials_env):
         event.payload["status"] == "TERMINATED"
         and event.payload["last_result"]["training_iteration"] == 5
     )
-    assert [r["training_iteration"] for r in trials_env.store.get_results("nb")] == [1, 2, 3, 4, 5]
-    kept = trials_env.store.latest_checkpoint("nb")
+    assert [r["training_iteration"] for r in trials_env.store.reader.get_results("nb")] == [
+        1,
+        2,
+        3,
+        4,
+        5,
+    ]
+    kept = trials_env.store.reader.latest_checkpoint("nb")
     assert kept.iteration == 5 and kept.score == 5.0
     # The trigger freed the trial's resources itself (a queued trial need not wait for a worker)...
     from tests.conftest import live_placement_groups, live_trial_actors
 
     assert live_trial_actors() == [] and live_placement_groups() == []
-    assert trials_env.store.get_trial("nb").status.value == "TERMINATED"
+    assert trials_env.store.reader.get_trial("nb").status.value == "TERMINATED"
     # ...so the same trigger run again (a triggerer restart before the event was handled) reports
     # the stored end instead of a lost actor.
     again = await TrialTrigger("trig", "nb", poll_interval_seconds=0.05).run().asend(None)
@@ -142,7 +149,7 @@ async def test_cancelled_while_the_task_is_still_deferred_leaves_the_trial_runni
     with pytest.raises(asyncio.CancelledError):
         await pending
     assert live_trial_actors() == ["trial.trig.keep"]  # a triggerer restart must not kill it
-    assert trials_env.store.get_trial("keep").status.value != "TERMINATED"
+    assert trials_env.store.reader.get_trial("keep").status.value != "TERMINATED"
 
 
 async def test_a_user_kill_stops_the_trial_through_on_kill(trials_env):
@@ -161,7 +168,7 @@ async def test_a_user_kill_stops_the_trial_through_on_kill(trials_env):
     await trigger.on_kill()
     await trigger.cleanup()
     assert live_trial_actors() == []
-    record = trials_env.store.get_trial("gone")
+    record = trials_env.store.reader.get_trial("gone")
     assert record.status.value == "TERMINATED" and "cleared or marked" in record.error_msg
 
 
@@ -198,7 +205,7 @@ async def test_on_kill_stops_the_trial_unless_its_trigger_only_moved_to_another_
         {"dag_id": "dag", "map_index": 2, "task_ids": ["tune.trial"], "run_ids": ["run1"]}
     ]
     assert live_trial_actors() == ([] if stops else ["trial.trig.moved"])
-    status = trials_env.store.get_trial("moved").status.value
+    status = trials_env.store.reader.get_trial("moved").status.value
     assert (status == "TERMINATED") is stops
 
 
@@ -222,7 +229,7 @@ async def test_on_kill_of_a_cleared_try_leaves_the_trial_to_the_later_try_alread
 
     monkeypatch.setattr(RuntimeTaskInstance, "get_task_states", staticmethod(task_states))
     _launch(trials_env, "taken", {"sleep": 0.1}, stop=1000)
-    trials_env.store.update_trial("taken", try_number=2)  # the later try re-attached
+    update_trial(trials_env.store, "taken", try_number=2)  # the later try re-attached
     trigger = TrialTrigger("trig", "taken", poll_interval_seconds=0.05)
     trigger.task_instance = SimpleNamespace(
         dag_id="dag", run_id="run1", task_id="tune.trial", map_index=2, try_number=1
@@ -232,7 +239,7 @@ async def test_on_kill_of_a_cleared_try_leaves_the_trial_to_the_later_try_alread
     assert asked == []  # the takeover decides; the task's state is not read
     assert "a later try took the trial over, leaving it running" in capsys.readouterr().out
     assert live_trial_actors() == ["trial.trig.taken"]
-    assert trials_env.store.get_trial("taken").status.value != "TERMINATED"
+    assert trials_env.store.reader.get_trial("taken").status.value != "TERMINATED"
 
 
 async def test_on_kill_of_a_moved_trigger_stops_nothing_when_the_takeover_cannot_be_read(
@@ -266,7 +273,7 @@ async def test_on_kill_of_a_moved_trigger_stops_nothing_when_the_takeover_cannot
     await trigger.cleanup()
     assert "Could not read which try holds trial unread" in capsys.readouterr().out
     assert live_trial_actors() == ["trial.trig.unread"]
-    assert trials_env.store.get_trial("unread").status.value != "TERMINATED"
+    assert trials_env.store.reader.get_trial("unread").status.value != "TERMINATED"
 
 
 async def test_on_kill_before_run_attached_still_stops_the_trial(trials_env):
@@ -277,7 +284,7 @@ async def test_on_kill_before_run_attached_still_stops_the_trial(trials_env):
     await trigger.on_kill()
     await trigger.cleanup()
     assert live_trial_actors() == []
-    assert trials_env.store.get_trial("early").status.value == "TERMINATED"
+    assert trials_env.store.reader.get_trial("early").status.value == "TERMINATED"
 
 
 @pytest.mark.parametrize("launched_on", ["this", "another"])

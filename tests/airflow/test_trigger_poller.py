@@ -64,7 +64,7 @@ async def test_many_triggers_share_one_poller_and_batch_their_writes(trials_env,
     assert ticker.ticks > 0
     assert [e.payload["status"] for e in events] == ["TERMINATED"] * 8
     for trial_id in ids:
-        assert [r["training_iteration"] for r in trials_env.store.get_results(trial_id)] == [
+        assert [r["training_iteration"] for r in trials_env.store.reader.get_results(trial_id)] == [
             1,
             2,
             3,
@@ -72,8 +72,8 @@ async def test_many_triggers_share_one_poller_and_batch_their_writes(trials_env,
             5,
             6,
         ]
-        assert trials_env.store.latest_checkpoint(trial_id).iteration == 6
-        assert trials_env.store.get_trial(trial_id).started_at is not None
+        assert trials_env.store.reader.latest_checkpoint(trial_id).iteration == 6
+        assert trials_env.store.reader.get_trial(trial_id).started_at is not None
     poller = poller_module.poller_of(asyncio.get_running_loop())
     assert {watch._poller for watch in watches} == {poller} and len(watches) == 8
     assert poller.stats.rows == 8 * 6  # every result written once
@@ -117,7 +117,7 @@ async def test_a_killed_actor_ends_only_its_own_trials_watch(trials_env):
         )
         for trial_id in ("victim", "k1", "k2")
     }
-    while not await asyncio.to_thread(trials_env.store.get_results, "victim"):
+    while not await asyncio.to_thread(trials_env.store.reader.get_results, "victim"):
         await asyncio.sleep(0.1)
     ray.kill(victim, no_restart=True)
     events = {trial_id: (await run).payload for trial_id, run in runs.items()}
@@ -125,5 +125,5 @@ async def test_a_killed_actor_ends_only_its_own_trials_watch(trials_env):
     assert "its Ray actor died while it ran" in events["victim"]["error"]
     for trial_id in ("k1", "k2"):
         assert events[trial_id]["status"] == "TERMINATED", events[trial_id]
-        assert len(trials_env.store.get_results(trial_id)) == 30
+        assert len(trials_env.store.reader.get_results(trial_id)) == 30
     assert live_trial_actors() == []

@@ -68,7 +68,7 @@ def test_out_of_range_params_are_refused_when_the_run_is_triggered(
 
     with pytest.raises(ParamValidationError, match=field):
         ui_module.dag.test(run_conf=conf)
-    assert trials_env.store.list_experiment_runs() == []
+    assert trials_env.store.reader.list_experiment_runs() == []
 
 
 def test_the_nan_clause_refuses_only_nan(ui_module):
@@ -103,7 +103,10 @@ def test_params_the_schema_lets_through_fail_before_any_trial(ui_module, trials_
     assert all(
         state != "success" for (task_id, _), state in states.items() if ".trial_gpu_" in task_id
     )
-    assert trials_env.store.list_experiment_runs() == [] and trials_env.store.list_trials() == []
+    assert (
+        trials_env.store.reader.list_experiment_runs() == []
+        and trials_env.store.reader.list_trials() == []
+    )
     assert live_trial_actors() == []
 
 
@@ -118,7 +121,7 @@ def test_refusal_names_the_run_the_field_and_the_fix(ui_module, trials_env, fake
     assert "ui_regression_tuning, DAG run manual__1" in message
     assert "lr_min (0.5) must be below lr_max (0.1); lower lr_min or raise lr_max" in message
     assert "trigger the DAG again with corrected params" in message
-    assert trials_env.store.list_experiment_runs() == []
+    assert trials_env.store.reader.list_experiment_runs() == []
 
 
 @pytest.mark.parametrize(
@@ -173,7 +176,7 @@ def test_refusal_of_what_the_schema_lets_through_names_the_param_the_value_and_t
         f"{expected}. "
         "No trial was started and nothing was written; trigger the DAG again with corrected params."
     )
-    assert trials_env.store.list_experiment_runs() == []
+    assert trials_env.store.reader.list_experiment_runs() == []
 
 
 @pytest.mark.parametrize(
@@ -271,7 +274,7 @@ def test_gpus_beyond_the_cluster_are_refused_before_any_trial(ui_module, trials_
     ) as e:
         suggest.python_callable(ti=fake_context()["ti"], params=params)
     assert isinstance(e.value.__cause__, InsufficientResourcesError)
-    assert trials_env.store.list_experiment_runs() == []
+    assert trials_env.store.reader.list_experiment_runs() == []
 
 
 def test_gpus_on_a_cpu_only_cluster_are_refused_naming_the_form_s_field(
@@ -302,7 +305,7 @@ def test_gpus_on_a_cpu_only_cluster_are_refused_naming_the_form_s_field(
         "written; trigger the DAG again with gpus_per_trial 0 (the form's default), or first add "
         "a node with GPUs to the Ray cluster (ray start --address=<head address> --num-gpus=N)."
     )
-    assert trials_env.store.list_experiment_runs() == []
+    assert trials_env.store.reader.list_experiment_runs() == []
 
 
 def test_a_triggered_run_asking_for_gpus_on_a_cpu_only_cluster_fails_naming_the_field(
@@ -316,7 +319,7 @@ def test_a_triggered_run_asking_for_gpus_on_a_cpu_only_cluster_fails_naming_the_
     task_log = capfd.readouterr().out  # dag.test() writes the task logs to stdout
     assert "the run's params are refused: gpus_per_trial is 0.5, so each trial needs" in task_log
     assert "trigger the DAG again with gpus_per_trial 0 (the form's default)" in task_log
-    assert trials_env.store.list_experiment_runs() == [] and live_trial_actors() == []
+    assert trials_env.store.reader.list_experiment_runs() == [] and live_trial_actors() == []
 
 
 def test_a_run_uses_the_settings_of_its_params(ui_module, trials_env):
@@ -342,16 +345,16 @@ def test_a_run_uses_the_settings_of_its_params(ui_module, trials_env):
             "skipped"
         }
     store = trials_env.store
-    (exp_run,) = store.list_experiment_runs(GROUP)
-    trials = store.list_trials(experiment_run_id=exp_run.id)
+    (exp_run,) = store.reader.list_experiment_runs(GROUP)
+    trials = store.reader.list_trials(experiment_run_id=exp_run.id)
     assert len(trials) == 3
     for t in trials:
         assert t.resources["gpu"] == 0.5 and t.max_failures == 1 and t.config["l2"] == 0.0
         assert 0.05 <= t.config["lr"] <= 0.5
-        assert [r["training_iteration"] for r in store.get_results(t.trial_id)] == [1, 2]
+        assert [r["training_iteration"] for r in store.reader.get_results(t.trial_id)] == [1, 2]
     best = xcom(run, f"{GROUP}.select_best")
     assert (best["metric"], best["mode"], best["trials"]) == ("val_accuracy", "max", 3)
     assert best["value"] == max(
-        max(r["val_accuracy"] for r in store.get_results(t.trial_id)) for t in trials
+        max(r["val_accuracy"] for r in store.reader.get_results(t.trial_id)) for t in trials
     )
     assert live_trial_actors() == [] and live_placement_groups() == []

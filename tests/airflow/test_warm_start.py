@@ -10,6 +10,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow_trials.core.search import uniform
 from tests.airflow.test_early_stopping import Code
 from tests.airflow.test_experiment_dag import experiment_dag, task_states, xcom
+from tests.factories import add_checkpoint, add_results
 
 
 def warm(**kwargs) -> Code:
@@ -18,8 +19,10 @@ def warm(**kwargs) -> Code:
 
 
 def runs_trials(store, experiment, run_key):
-    (run,) = [r for r in store.list_experiment_runs(experiment) if r.run_key == run_key]
-    return run, sorted(store.list_trials(experiment_run_id=run.id), key=lambda t: t.map_index)
+    (run,) = [r for r in store.reader.list_experiment_runs(experiment) if r.run_key == run_key]
+    return run, sorted(
+        store.reader.list_trials(experiment_run_id=run.id), key=lambda t: t.map_index
+    )
 
 
 @pytest.mark.parametrize("sweep", [False, True], ids=["mapped", "sweep"])
@@ -37,7 +40,7 @@ def test_a_second_run_starts_from_the_first_runs_best_trials_and_checkpoints(tri
     store = trials_env.store
     _, night1 = runs_trials(store, name, first.run_id)
     assert all(t.warm_start is None for t in night1)
-    board = store.leaderboard(night1[0].experiment_run_id, "score", "max")
+    board = store.reader.leaderboard(night1[0].experiment_run_id, "score", "max")
     top = [row for row in board if row.best_value is not None][:2]
 
     second = dag.test()
@@ -56,7 +59,7 @@ def test_a_second_run_starts_from_the_first_runs_best_trials_and_checkpoints(tri
             "checkpoint": source.best_checkpoint,
         }
         # It went on from its source's checkpoint at iteration 3, so its first result here is 4.
-        assert [r["training_iteration"] for r in store.get_results(trial.trial_id)] == [4]
+        assert [r["training_iteration"] for r in store.reader.get_results(trial.trial_id)] == [4]
     if not sweep:
         state = xcom(second, "tune.trial", key="trial", map_index=0)
         assert (
@@ -88,7 +91,7 @@ def test_a_source_that_cannot_be_used_is_refused_before_anything_is_written(
         "DAG's run (its checkpoints are code you load). No "
         "trial was started and nothing was written."
     )
-    assert trials_env.store.list_experiment_runs() == []
+    assert trials_env.store.reader.list_experiment_runs() == []
 
     strict = experiment_dag(
         "warm_strict",
@@ -104,7 +107,7 @@ def test_a_source_that_cannot_be_used_is_refused_before_anything_is_written(
         strict.get_task("tune.suggest_configs").python_callable(
             ti=fake_context(run_id="manual__3")["ti"]
         )
-    assert trials_env.store.list_experiment_runs() == []
+    assert trials_env.store.reader.list_experiment_runs() == []
 
 
 def test_a_warm_started_sweeps_searcher_learns_the_seeds_before_its_first_suggestion(trials_env):
@@ -186,8 +189,8 @@ def _finished_run(store, experiment, dag_id, run_key, scale) -> str:
         map_index=0,
     )
     store.record_transition(trial_id, Transition.PLACED)
-    store.add_results(trial_id, [{"training_iteration": 1, "score": scale}])
-    store.add_checkpoint(trial_id, checkpoint, 1, score=scale)
+    add_results(store, trial_id, [{"training_iteration": 1, "score": scale}])
+    add_checkpoint(store, trial_id, checkpoint, 1, score=scale)
     store.record_end(TrialEnd(trial_id, experiment, TrialStatus.TERMINATED))
     store.finish_experiment_run(run, "SUCCESS")
     return checkpoint

@@ -17,6 +17,7 @@ from airflow_trials.core.fate import Transition
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.execution.storage import TrialStorage
 from airflow_trials.store import TrialStore
+from tests.factories import add_checkpoint, add_results
 
 runner = CliRunner()
 
@@ -41,13 +42,13 @@ def seeded(tmp_path, monkeypatch):
                     max_failures=0, experiment_run_id=run,
                 )  # fmt: skip
                 store.record_transition(trial_id, Transition.PLACED)
-                store.add_results(trial_id, [{"training_iteration": 1, "loss": 0.5}])
+                add_results(store, trial_id, [{"training_iteration": 1, "loss": 0.5}])
                 store.record_end(TrialEnd(trial_id, "exp", TrialStatus.TERMINATED))
                 storage.write_json(f"{storage.trial_dir('exp', trial_id)}/trial.json", {})
                 for iteration in (1, 2):
                     path = storage.checkpoint_dir("exp", trial_id, iteration)
                     os.makedirs(path)
-                    store.add_checkpoint(trial_id, path, iteration)
+                    add_checkpoint(store, trial_id, path, iteration)
             store.finish_experiment_run(run, status)
     finally:
         store.dispose()
@@ -61,7 +62,7 @@ def invoke(url: str, *args: str, input: str | None = None):
 def trials_of(url: str) -> list[str]:
     store = TrialStore(url)
     try:
-        return sorted(t.trial_id for t in store.list_trials())
+        return sorted(t.trial_id for t in store.reader.list_trials())
     finally:
         store.dispose()
 
@@ -154,10 +155,10 @@ def test_run_is_required(seeded):
     assert len(checkpoints_on(storage, "old-a")) == 3
 
 
-def add_checkpoint(url, trial_id, path, iteration):
+def add_checkpoint_at(url, trial_id, path, iteration):
     store = TrialStore(url)
     try:
-        store.add_checkpoint(trial_id, path, iteration)
+        add_checkpoint(store, trial_id, path, iteration)
     finally:
         store.dispose()
 
@@ -167,10 +168,10 @@ def test_a_checkpoint_outside_the_storage_root_refuses_the_whole_delete(seeded, 
     precious = tmp_path / "precious"  # a row names it; the storage root does not hold it
     (precious / "sub").mkdir(parents=True)
     (precious / "sub" / "data").write_text("keep me")
-    add_checkpoint(url, "old-a", str(precious), 3)
+    add_checkpoint_at(url, "old-a", str(precious), 3)
     escaping = os.path.join(storage.trial_dir("exp", "old-b"), "checkpoint_000009")
     os.symlink(precious, escaping)  # inside the root, pointing out of it
-    add_checkpoint(url, "old-b", escaping, 9)
+    add_checkpoint_at(url, "old-b", escaping, 9)
     for args in ((), ("--storage-path", storage.root)):
         result = invoke(url, "--run", "old", "--yes", *args)
         assert result.exit_code == 1, result.output
@@ -196,7 +197,7 @@ def test_a_run_with_a_trial_not_ended_is_refused_with_its_id(seeded):
     url, storage = seeded
     store = TrialStore(url)
     try:
-        run = store.resolve_run("exp", "old").id
+        run = store.reader.resolve_run("exp", "old").id
         store.upsert_trial(
             "old-c", trainable="m:f", config={}, resources={"cpu": 1}, max_failures=0,
             experiment_run_id=run,
@@ -232,7 +233,7 @@ def test_a_url_storage_deletes_its_checkpoints_and_the_local_log_folders(tmp_pat
         store.record_end(TrialEnd("old-a", "exp", TrialStatus.TERMINATED))
         checkpoint = storage.checkpoint_dir("exp", "old-a", 1)
         storage.fs.pipe(f"{checkpoint}/model.bin", b"m")
-        store.add_checkpoint("old-a", checkpoint, 1)
+        add_checkpoint(store, "old-a", checkpoint, 1)
         store.finish_experiment_run(run, "SUCCESS")
     finally:
         store.dispose()

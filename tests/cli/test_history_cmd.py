@@ -13,6 +13,7 @@ from airflow_trials.cli import app
 from airflow_trials.core.end import TrialEnd
 from airflow_trials.core.fate import Transition
 from airflow_trials.core.status import TrialStatus
+from tests.factories import add_results
 from tests.plugins.history_seed import EXPERIMENT, seed_nightly
 
 runner = CliRunner()
@@ -33,7 +34,7 @@ def seeded(tmp_path_factory):
             experiment_run_id=run,
         )  # fmt: skip
         store.record_transition("multi-0", Transition.PLACED)
-        store.add_results("multi-0", [{"training_iteration": 1, "acc": 0.9, "latency": 2.0}])
+        add_results(store, "multi-0", [{"training_iteration": 1, "acc": 0.9, "latency": 2.0}])
         # Only a trial that ended TERMINATED is a run's best (docs/store.md, "Which trials count").
         store.record_end(TrialEnd("multi-0", "multi", TrialStatus.TERMINATED))
     finally:

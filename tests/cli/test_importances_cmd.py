@@ -13,6 +13,7 @@ import yaml
 from typer.testing import CliRunner
 
 from airflow_trials.cli import app
+from tests.factories import add_results
 
 runner = CliRunner()
 
@@ -57,7 +58,7 @@ def seeded(tmp_path_factory) -> str:
                 continue  # failed before its first result
             loss = abs(math.log10(config["lr"]) + 2.5) + 0.01 * rng.random()
             acc = 1 - abs(config["dropout"] - 0.3) + 0.001 * rng.random()
-            store.add_results(trial_id, [{"training_iteration": 1, "loss": loss, "acc": acc}])
+            add_results(store, trial_id, [{"training_iteration": 1, "loss": loss, "acc": acc}])
         latest = store.create_experiment_run("tune", "r2")
         store.upsert_trial(
             "r2-00",
@@ -67,7 +68,7 @@ def seeded(tmp_path_factory) -> str:
             max_failures=0,
             experiment_run_id=latest,
         )
-        store.add_results("r2-00", [{"training_iteration": 1, "loss": 0.4, "acc": 0.5}])
+        add_results(store, "r2-00", [{"training_iteration": 1, "loss": 0.4, "acc": 0.5}])
     finally:
         store.dispose()
     return url

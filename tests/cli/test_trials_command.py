@@ -16,6 +16,7 @@ from airflow_trials.core.fate import Transition
 from airflow_trials.core.rungs import RungVerdict
 from airflow_trials.core.scheduler import Decision
 from airflow_trials.core.status import TrialStatus
+from tests.factories import add_results
 
 runner = CliRunner()
 ASHA_STOP = (
@@ -49,8 +50,8 @@ def seeded(tmp_path_factory) -> str:
                 experiment_run_id=run,
             )
             store.record_transition(trial_id, Transition.PLACED)
-            store.add_results(
-                trial_id, [{"training_iteration": it, "loss": 1.0 / it + i} for it in (1, 2)]
+            add_results(
+                store, trial_id, [{"training_iteration": it, "loss": 1.0 / it + i} for it in (1, 2)]
             )
         store.record_rung(
             run,

@@ -11,6 +11,7 @@ from airflow_trials import ExperimentNotFoundError, ResultGrid, TrialStatus
 from airflow_trials.core.end import TrialEnd
 from airflow_trials.core.fate import after_failure
 from tests.contract.conftest import MEMORY, POSTGRESQL, SQLITE_FILE
+from tests.factories import add_checkpoint, add_results
 
 EXPERIMENT = "grid-exp"
 
@@ -26,7 +27,8 @@ def _trial(store, run, trial_id, config, scores, checkpoints=(), deleted=()):
         max_failures=0,
         experiment_run_id=run,
     )
-    store.add_results(
+    add_results(
+        store,
         trial_id,
         [
             {"training_iteration": i, "score": s, "aux": 10 * i}
@@ -34,7 +36,7 @@ def _trial(store, run, trial_id, config, scores, checkpoints=(), deleted=()):
         ],
     )
     for iteration in checkpoints:
-        store.add_checkpoint(trial_id, f"/ckpt/{trial_id}/{iteration}", iteration)
+        add_checkpoint(store, trial_id, f"/ckpt/{trial_id}/{iteration}", iteration)
     for iteration in deleted:
         store.mark_checkpoint_deleted(trial_id, f"/ckpt/{trial_id}/{iteration}")
 
@@ -165,7 +167,7 @@ class ResultGridContract:
         best = grid.get_best_result(scope="all", terminated_only=True)
         # select_best's rule (experiment/plan.py): the leaderboard's first TERMINATED row with a
         # value.
-        board = store.leaderboard(run, "score", "max")
+        board = store.reader.leaderboard(run, "score", "max")
         top = next(
             r for r in board if r.status is TrialStatus.TERMINATED and r.best_value is not None
         )

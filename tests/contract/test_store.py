@@ -53,6 +53,7 @@ from tests.contract.conftest import (
     fail_setting_last_result,
     new_postgres_schema,
 )
+from tests.factories import add_checkpoint, add_results, ensure_metric_index, update_trial
 
 HEAD_REVISION = "0017"
 
@@ -179,7 +180,7 @@ class StoreContract:
             migrate(store_url)
         assert current_revision(store._engine) == HEAD_REVISION
         assert store.ensure_experiment("mnist") == experiment_id
-        assert [e.name for e in store.list_experiments()] == ["mnist"]
+        assert [e.name for e in store.reader.list_experiments()] == ["mnist"]
 
     def test_migrated_schema_matches_the_models(self, store):
         assert schema_differences(store) == []
@@ -201,7 +202,8 @@ class StoreContract:
         assert schema_differences(store) == []
 
     def _leaderboard_statements(self, store: TrialStore, *args: Any, **kwargs: Any) -> list[Any]:
-        """The statements (with parameters) that ``store.leaderboard(*args, **kwargs)`` runs."""
+        """The statements (with parameters) that ``store.reader.leaderboard(*args, **kwargs)``
+        runs."""
         statements: list[tuple[str, Any]] = []
 
         def capture(conn, cursor, statement, parameters, context, executemany):
@@ -209,7 +211,7 @@ class StoreContract:
 
         event.listen(store._engine, "before_cursor_execute", capture)
         try:
-            store.leaderboard(*args, **kwargs)
+            store.reader.leaderboard(*args, **kwargs)
         finally:
             event.remove(store._engine, "before_cursor_execute", capture)
         return statements
@@ -244,7 +246,7 @@ class StoreContract:
         not the experiment's metric) reads each trial's best through the metric index in index
         order; the checkpoints are one statement of their own, never a lookup per ranked trial."""
         run = self._leaderboard_run(store)
-        store.ensure_metric_index("loss")
+        ensure_metric_index(store, "loss")
         statements = self._leaderboard_statements(store, run, metric, mode, limit=limit)
         [(rank_sql, rank_parameters)] = [
             (s, p) for s, p in statements if "ORDER BY" in s and "best_value" in s
@@ -294,7 +296,7 @@ class StoreContract:
         every trial) needs no window function. At 3a63532 the page read every trial of the run
         (``TrialReader.ranking``) and ranked it in Python."""
         run = self._leaderboard_run(store)
-        store.ensure_metric_index("loss")
+        ensure_metric_index(store, "loss")
         statements: list[tuple[str, Any]] = []
 
         def capture(conn, cursor, statement, parameters, context, executemany):
@@ -353,11 +355,11 @@ class StoreContract:
             engine.dispose()
         store = TrialStore(store_url)
         try:
-            [old] = store.list_experiment_runs("old")
+            [old] = store.reader.list_experiment_runs("old")
             assert (old.id, old.run_key, old.seed) == (7, "before-0003", 2**31 - 1)
-            assert store.get_trial("t-old").experiment_run_id == 7
+            assert store.reader.get_trial("t-old").experiment_run_id == 7
             new = store.create_experiment_run("old", "after-0003", seed=2**32 - 1)
-            assert {r.run_key: r.seed for r in store.list_experiment_runs("old")} == {
+            assert {r.run_key: r.seed for r in store.reader.list_experiment_runs("old")} == {
                 "before-0003": 2**31 - 1,
                 "after-0003": 2**32 - 1,
             }
@@ -431,7 +433,7 @@ class StoreContract:
         bare = TrialStore(store_url)
         try:
             with pytest.raises(StoreError, match="airflow_trials.store upgrade") as raised:
-                bare.list_experiments()
+                bare.reader.list_experiments()
             assert isinstance(raised.value.__cause__, SQLAlchemyError)
         finally:
             bare.dispose()
@@ -442,11 +444,11 @@ class StoreContract:
         first = store.ensure_experiment("mnist")
         assert store.ensure_experiment("mnist", metric="loss", mode="min") == first
         assert store.ensure_experiment("mnist") == first
-        [experiment] = store.list_experiments()
+        [experiment] = store.reader.list_experiments()
         assert (experiment.id, experiment.metric, experiment.mode) == (first, "loss", "min")
         store.ensure_experiment("mnist", mode="max")
-        assert store.list_experiments()[0].mode == "max"
-        assert store.list_experiments()[0].metric == "loss"
+        assert store.reader.list_experiments()[0].mode == "max"
+        assert store.reader.list_experiments()[0].metric == "loss"
         with pytest.raises(ValueError, match="'min' or 'max'"):
             store.ensure_experiment("mnist", mode="lowest")
 
@@ -467,7 +469,7 @@ class StoreContract:
         other_experiment = store.create_experiment_run("cifar", "manual__2026")
         assert again == run
         assert len({run, other_key, other_experiment}) == 3
-        records = store.list_experiment_runs("mnist")
+        records = store.reader.list_experiment_runs("mnist")
         assert [r.run_key for r in records] == ["manual__2026", "manual__2027"]
         first = records[0]
         assert (first.dag_id, first.run_id, first.seed, first.num_samples) == (
@@ -478,7 +480,7 @@ class StoreContract:
         )
         assert first.search_space == {"lr": {"loguniform": [1e-4, 1e-1]}}
         assert first.status == "RUNNING" and first.ended_at is None
-        assert len(store.list_experiment_runs()) == 3
+        assert len(store.reader.list_experiment_runs()) == 3
 
     def test_seeds_of_many_runs_are_stored_exactly(self, store):
         rng = random.Random(20261122)
@@ -494,7 +496,7 @@ class StoreContract:
             for run_key, seed in expected.items()
         }
         assert len(set(ids.values())) == len(expected)
-        stored = {r.run_key: r.seed for r in store.list_experiment_runs("mnist")}
+        stored = {r.run_key: r.seed for r in store.reader.list_experiment_runs("mnist")}
         assert stored == expected
         assert {type(seed) for seed in stored.values()} == {int}
 
@@ -504,29 +506,29 @@ class StoreContract:
             ValueError, match=r"Seed .* of run r-big of experiment mnist .*nothing was written"
         ):
             store.create_experiment_run("mnist", "r-big", seed=seed)
-        assert store.list_experiment_runs() == []
+        assert store.reader.list_experiment_runs() == []
 
     def test_numpy_seed_is_stored_as_an_int(self, store):
         store.create_experiment_run("mnist", "r1", seed=np.uint32(2**32 - 1))
         store.create_experiment_run("mnist", "r2", seed=np.int64(-(2**63)))
-        assert [r.seed for r in store.list_experiment_runs("mnist")] == [2**32 - 1, -(2**63)]
+        assert [r.seed for r in store.reader.list_experiment_runs("mnist")] == [2**32 - 1, -(2**63)]
 
     def test_finishing_a_run_twice_keeps_its_end_time(self, store):
         run = store.create_experiment_run("mnist", "r1")
         store.finish_experiment_run(run, "FAILED")
-        ended = store.list_experiment_runs("mnist")[0].ended_at
+        ended = store.reader.list_experiment_runs("mnist")[0].ended_at
         store.finish_experiment_run(run, "FAILED")
-        assert store.list_experiment_runs("mnist")[0].ended_at == ended
+        assert store.reader.list_experiment_runs("mnist")[0].ended_at == ended
         store.finish_experiment_run(run, "SUCCESS")
-        assert store.list_experiment_runs("mnist")[0].ended_at >= ended
+        assert store.reader.list_experiment_runs("mnist")[0].ended_at >= ended
 
     def test_finish_experiment_run_sets_status_and_end_time(self, store):
         run = store.create_experiment_run("mnist", "r1")
         store.finish_experiment_run(run, "SUCCESS")
-        [record] = store.list_experiment_runs("mnist")
+        [record] = store.reader.list_experiment_runs("mnist")
         assert record.status == "SUCCESS" and record.ended_at is not None
         store.finish_experiment_run(run, "RUNNING")
-        assert store.list_experiment_runs("mnist")[0].ended_at is None
+        assert store.reader.list_experiment_runs("mnist")[0].ended_at is None
         with pytest.raises(ValueError, match="RUNNING, SUCCESS, FAILED"):
             store.finish_experiment_run(run, "DONE")
         with pytest.raises(StoreError, match="experiment run 4242 .*create_experiment_run first"):
@@ -540,12 +542,12 @@ class StoreContract:
             store, "t1", run, dag_id="tune", run_id="r1", task_id="trial", map_index=3, try_number=1
         )
         store.record_transition("t1", Transition.PLACED)
-        store.update_trial("t1", num_failures=1, error_msg="Traceback ...")
-        store.add_results("t1", results([1, 2]))
-        before = store.get_trial("t1")
+        update_trial(store, "t1", num_failures=1, error_msg="Traceback ...")
+        add_results(store, "t1", results([1, 2]))
+        before = store.reader.get_trial("t1")
 
         register(store, "t1", None, config={"x": 99}, max_failures=0, try_number=2)
-        after = store.get_trial("t1")
+        after = store.reader.get_trial("t1")
         assert after.try_number == 2
         assert (after.dag_id, after.run_id, after.task_id, after.map_index) == (
             "tune",
@@ -557,10 +559,10 @@ class StoreContract:
         assert (after.num_failures, after.error_msg) == (1, "Traceback ...")
         assert after.last_result == before.last_result
         assert (after.config, after.max_failures, after.experiment_run_id) == ({"x": 1}, 2, run)
-        assert len(store.get_results("t1")) == 2
+        assert len(store.reader.get_results("t1")) == 2
 
         register(store, "t1", run, task_id="trial_retry", map_index=5)
-        moved = store.get_trial("t1")
+        moved = store.reader.get_trial("t1")
         assert (moved.task_id, moved.map_index, moved.try_number) == ("trial_retry", 5, 2)
 
     def test_trial_record_has_every_column(self, store):
@@ -574,7 +576,7 @@ class StoreContract:
             run_id="r",
             task_id="t",
         )
-        record = store.get_trial("t1")
+        record = store.reader.get_trial("t1")
         assert record.status is TrialStatus.PENDING
         assert (record.trainable, record.config, record.resources) == (
             "tests.trainables:quadratic",
@@ -595,34 +597,36 @@ class StoreContract:
     def test_status_changes_set_start_and_end_times(self, store):
         register(store, "t1")
         store.record_transition("t1", Transition.PLACED)
-        started = store.get_trial("t1").started_at
+        started = store.reader.get_trial("t1").started_at
         assert started is not None
         store.record_transition("t1", Transition.QUEUED)  # waiting again, as a paused trial waits
         store.record_transition("t1", Transition.PLACED)
-        assert store.get_trial("t1").started_at == started
+        assert store.reader.get_trial("t1").started_at == started
         traceback = "Traceback (most recent call last): ..."
         store.record_transition("t1", Transition.ABANDONED, why=traceback)
-        store.update_trial("t1", num_failures=3)
-        errored = store.get_trial("t1")
+        update_trial(store, "t1", num_failures=3)
+        errored = store.reader.get_trial("t1")
         assert errored.ended_at is not None and errored.num_failures == 3
         assert errored.error_msg.startswith("Traceback")
         store.record_transition("t1", Transition.QUEUED)
-        assert store.get_trial("t1").ended_at is None
+        assert store.reader.get_trial("t1").ended_at is None
 
     def test_a_trial_that_finishes_after_a_retry_no_longer_shows_the_old_failure(self, store):
         register(store, "t1")
         store.record_transition("t1", Transition.PLACED)
         store.record_transition("t1", Transition.QUEUED)
-        store.update_trial("t1", num_failures=1, error_msg="Traceback ...: boom")
+        update_trial(store, "t1", num_failures=1, error_msg="Traceback ...: boom")
         store.record_transition("t1", Transition.PLACED)
-        assert store.get_trial("t1").error_msg == "Traceback ...: boom"  # still retrying: kept
+        assert (
+            store.reader.get_trial("t1").error_msg == "Traceback ...: boom"
+        )  # still retrying: kept
         store.record_end(TrialEnd("t1", "exp", TrialStatus.TERMINATED))
-        finished = store.get_trial("t1")
+        finished = store.reader.get_trial("t1")
         assert finished.error_msg is None and finished.num_failures == 1
         # An end that gives its own reason keeps it (a trial stopped because its task was cleared).
         store.record_transition("t1", Transition.QUEUED)
         store.record_transition("t1", Transition.STOPPED, why="Stopped from Airflow.")
-        assert store.get_trial("t1").error_msg == "Stopped from Airflow."
+        assert store.reader.get_trial("t1").error_msg == "Stopped from Airflow."
 
     def test_record_end_writes_what_the_fate_decided_in_one_call(self, store):
         register(store, "t1", try_number=1)
@@ -633,7 +637,7 @@ class StoreContract:
         lost = TrialEnd.lost("t1", "exp", "its Ray actor died (boom)")
         retry = after_failure("t1", 0, 2)
         assert store.record_end(lost, retry) is TrialStatus.PENDING
-        record = store.get_trial("t1")
+        record = store.reader.get_trial("t1")
         assert (record.num_failures, record.error_msg) == (1, lost.error)
         store.record_transition("t1", Transition.PLACED)
         finished = TrialEnd.from_snapshot(
@@ -648,7 +652,7 @@ class StoreContract:
             released=True,
         )
         assert store.record_end(finished) is TrialStatus.TERMINATED
-        record = store.get_trial("t1")
+        record = store.reader.get_trial("t1")
         assert (record.status, record.num_failures, record.error_msg) == (
             TrialStatus.TERMINATED,
             1,
@@ -657,7 +661,7 @@ class StoreContract:
         assert record.last_result == {"training_iteration": 3} and record.ended_at is not None
         with pytest.raises(ValueError, match="after_failure"):
             store.record_end(lost)  # an ERROR end needs its fate decided first
-        assert store.get_trial("t1").status is TrialStatus.TERMINATED
+        assert store.reader.get_trial("t1").status is TrialStatus.TERMINATED
 
     def test_record_end_of_a_trial_failed_for_good_is_error_and_reset_gives_a_fresh_budget(
         self, store
@@ -666,14 +670,14 @@ class StoreContract:
         store.record_transition("t1", Transition.PLACED)
         fail = after_failure("t1", 2, 2)
         assert store.record_end(TrialEnd.lost("t1", "exp", "boom"), fail) is TrialStatus.ERROR
-        assert store.get_trial("t1").num_failures == 3
+        assert store.reader.get_trial("t1").num_failures == 3
         assert store.record_transition("t1", Transition.RESET).status is TrialStatus.PENDING
-        assert store.get_trial("t1").num_failures == 0
+        assert store.reader.get_trial("t1").num_failures == 0
         store.record_transition("t1", Transition.PLACED)
         store.record_transition(
             "t1", Transition.ABANDONED, why="its task ended without recording it"
         )
-        abandoned = store.get_trial("t1")
+        abandoned = store.reader.get_trial("t1")
         assert (abandoned.status, abandoned.error_msg) == (
             TrialStatus.ERROR,
             "its task ended without recording it",
@@ -684,16 +688,16 @@ class StoreContract:
         store.record_transition("t1", Transition.PLACED)
         register(store, "t1", try_number=2)  # the cleared task's next try registered first
         assert store.record_transition("t1", StopForTry("stopped by try 1", 1)).applied is False
-        assert store.get_trial("t1").status is TrialStatus.RUNNING
+        assert store.reader.get_trial("t1").status is TrialStatus.RUNNING
         assert store.record_transition("t1", StopForTry("stopped by try 2", 2)).applied is True
-        stopped = store.get_trial("t1")
+        stopped = store.reader.get_trial("t1")
         assert (stopped.status, stopped.error_msg) == (TrialStatus.TERMINATED, "stopped by try 2")
         # No try: unconditional, and idempotent.
         again = store.record_transition("t1", StopForTry("again", None))
         assert again.applied is True and again.status is TrialStatus.TERMINATED
         with pytest.raises(ValueError, match="StopForTry of trial t1 with why= .*carries its own"):
             store.record_transition("t1", StopForTry("late", 3), why="twice")
-        assert store.get_trial("t1").error_msg == "stopped by try 2"
+        assert store.reader.get_trial("t1").error_msg == "stopped by try 2"
 
     def test_restart_trial_starts_a_finished_trial_over_and_refuses_a_live_one(self, store):
         store.ensure_experiment("exp", metric="loss", mode="min")
@@ -701,13 +705,13 @@ class StoreContract:
         register(store, "t1", run=run, try_number=1)
         register(store, "t2", run=run)
         store.record_transition("t1", Transition.PLACED)
-        store.add_results("t1", results(range(1, 4)))
-        store.add_checkpoint("t1", "/ckpt/t1/checkpoint_000002", 2)
-        store.add_checkpoint("t1", "/ckpt/t1/checkpoint_000003", 3)
+        add_results(store, "t1", results(range(1, 4)))
+        add_checkpoint(store, "t1", "/ckpt/t1/checkpoint_000002", 2)
+        add_checkpoint(store, "t1", "/ckpt/t1/checkpoint_000003", 3)
         store.record_transition("t1", Transition.ABANDONED, why="boom")
-        store.update_trial("t1", num_failures=2)
+        update_trial(store, "t1", num_failures=2)
         store.record_transition("t1", Transition.STOPPED)
-        store.add_results("t2", results(range(1, 3)))
+        add_results(store, "t2", results(range(1, 3)))
 
         restarted = store.record_transition("t1", RestartFromScratch(try_number=2))
 
@@ -716,7 +720,7 @@ class StoreContract:
             "/ckpt/t1/checkpoint_000002",
             "/ckpt/t1/checkpoint_000003",
         ]
-        again = store.get_trial("t1")
+        again = store.reader.get_trial("t1")
         assert (again.status, again.num_failures, again.error_msg, again.last_result) == (
             TrialStatus.PENDING,
             0,
@@ -724,28 +728,33 @@ class StoreContract:
             None,
         )
         assert (again.started_at, again.ended_at, again.try_number) == (None, None, 2)
-        assert store.get_results("t1") == [] and store.latest_checkpoint("t1") is None
+        assert store.reader.get_results("t1") == [] and store.reader.latest_checkpoint("t1") is None
         for mode in ("min", "max"):  # t1 has no best now, in either mode
-            assert [row.trial_id for row in store.leaderboard(run, "loss", mode)] == ["t2", "t1"]
-        assert len(store.get_results("t2")) == 2  # other trials keep theirs
+            assert [row.trial_id for row in store.reader.leaderboard(run, "loss", mode)] == [
+                "t2",
+                "t1",
+            ]
+        assert len(store.reader.get_results("t2")) == 2  # other trials keep theirs
         # It runs again as new: iteration 1 is new again, and is its best in both modes.
-        assert store.add_results("t1", results([1])) == 1
+        assert add_results(store, "t1", results([1])) == 1
         for mode in ("min", "max"):
-            [again_best] = [r for r in store.leaderboard(run, "loss", mode) if r.trial_id == "t1"]
+            [again_best] = [
+                r for r in store.reader.leaderboard(run, "loss", mode) if r.trial_id == "t1"
+            ]
             assert again_best.best_iteration == 1
         with pytest.raises(
             InvalidTransitionError, match="restart trial t2 from scratch: it is PENDING"
         ):
             store.record_transition("t2", RestartFromScratch())
-        assert len(store.get_results("t2")) == 2
+        assert len(store.reader.get_results("t2")) == 2
 
     def test_invalid_transition_raises_and_writes_nothing(self, store):
         register(store, "t1")
         store.record_transition("t1", Transition.STOPPED)
-        before = store.get_trial("t1")
+        before = store.reader.get_trial("t1")
         with pytest.raises(InvalidTransitionError, match="t1 cannot go from TERMINATED to RUNNING"):
             store.record_transition("t1", Transition.PLACED, why="boom", try_number=9)
-        assert store.get_trial("t1") == before
+        assert store.reader.get_trial("t1") == before
         allowed = "QUEUED, PLACED, RESET, STOPPED, ABANDONED"
         with pytest.raises(ValueError, match=f"not one of {allowed}"):
             store.record_transition("t1", "DONE")
@@ -755,41 +764,46 @@ class StoreContract:
         ):
             store.record_transition("t1", 42)  # type: ignore[arg-type]
         with pytest.raises(TypeError):  # a status changes only by a transition or an end
-            store.update_trial("t1", status="RUNNING")  # type: ignore[call-arg]
-        assert store.get_trial("t1") == before
+            update_trial(store, "t1", status="RUNNING")  # type: ignore[call-arg]
+        assert store.reader.get_trial("t1") == before
 
     def test_list_trials_orders_and_filters(self, store):
         run_a = store.create_experiment_run("mnist", "a")
         run_b = store.create_experiment_run("cifar", "b")
         for trial_id, run in [("t3", run_a), ("t1", run_b), ("t2", run_a), ("solo", None)]:
             register(store, trial_id, run)
-        assert [t.trial_id for t in store.list_trials()] == ["t3", "t1", "t2", "solo"]
-        assert [t.trial_id for t in store.list_trials(experiment_run_id=run_a)] == ["t3", "t2"]
-        assert [t.trial_id for t in store.list_trials(experiment_name="cifar")] == ["t1"]
-        assert store.list_trials(experiment_name="cifar", experiment_run_id=run_a) == []
+        assert [t.trial_id for t in store.reader.list_trials()] == ["t3", "t1", "t2", "solo"]
+        assert [t.trial_id for t in store.reader.list_trials(experiment_run_id=run_a)] == [
+            "t3",
+            "t2",
+        ]
+        assert [t.trial_id for t in store.reader.list_trials(experiment_name="cifar")] == ["t1"]
+        assert store.reader.list_trials(experiment_name="cifar", experiment_run_id=run_a) == []
 
     # -- results -----------------------------------------------------------------------
 
     def test_same_batch_twice_is_stored_once(self, store):
         register(store, "t1")
         batch = results(range(1, 6))
-        assert store.add_results("t1", batch) == 5
-        assert store.add_results("t1", batch) == 0
-        assert store.add_results("t1", results(range(4, 9))) == 3
-        assert store.add_results("t1", results([9, 9, 10])) == 2
+        assert add_results(store, "t1", batch) == 5
+        assert add_results(store, "t1", batch) == 0
+        assert add_results(store, "t1", results(range(4, 9))) == 3
+        assert add_results(store, "t1", results([9, 9, 10])) == 2
         assert count(store, ResultRow, trial_id="t1") == 10
-        assert [r["training_iteration"] for r in store.get_results("t1")] == list(range(1, 11))
+        assert [r["training_iteration"] for r in store.reader.get_results("t1")] == list(
+            range(1, 11)
+        )
 
     def test_last_result_follows_the_highest_iteration(self, store):
         register(store, "t1")
-        store.add_results("t1", results([4, 3]))
-        assert store.get_trial("t1").last_result["training_iteration"] == 4
-        store.add_results("t1", results([1, 2]))
-        assert store.get_trial("t1").last_result["training_iteration"] == 4
-        store.add_results("t1", results([7, 5, 6]))
-        last = store.get_trial("t1").last_result
+        add_results(store, "t1", results([4, 3]))
+        assert store.reader.get_trial("t1").last_result["training_iteration"] == 4
+        add_results(store, "t1", results([1, 2]))
+        assert store.reader.get_trial("t1").last_result["training_iteration"] == 4
+        add_results(store, "t1", results([7, 5, 6]))
+        last = store.reader.get_trial("t1").last_result
         assert last["training_iteration"] == 7 and last["loss"] == 3.0
-        assert store.add_results("t1", []) == 0
+        assert add_results(store, "t1", []) == 0
 
     def test_result_without_training_iteration_rejects_the_whole_batch(self, store):
         register(store, "t1")
@@ -798,11 +812,11 @@ class StoreContract:
             ValueError,
             match=r"Result 2 of the batch for trial t1 has no integer training_iteration",
         ):
-            store.add_results("t1", batch)
+            add_results(store, "t1", batch)
         with pytest.raises(ValueError, match="Result 0 of the batch for trial t1"):
-            store.add_results("t1", [{"training_iteration": 1.5}])
-        assert store.get_results("t1") == []
-        assert store.get_trial("t1").last_result is None
+            add_results(store, "t1", [{"training_iteration": 1.5}])
+        assert store.reader.get_results("t1") == []
+        assert store.reader.get_trial("t1").last_result is None
 
     def test_numpy_nan_and_inf_values_are_stored_as_json(self, store):
         register(store, "t1", config={"lr": np.float64(0.01), "units": np.int64(64)})
@@ -816,8 +830,8 @@ class StoreContract:
             "flag": np.bool_(True),
             "nested": {"neg": -math.inf, 3: "three"},
         }
-        assert store.add_results("t1", [result]) == 1
-        [stored] = store.get_results("t1")
+        assert add_results(store, "t1", [result]) == 1
+        [stored] = store.reader.get_results("t1")
         assert stored == {
             "training_iteration": 1,
             "timestamp": 1_700_000_000.5,
@@ -828,20 +842,20 @@ class StoreContract:
             "flag": True,
             "nested": {"neg": None, "3": "three"},
         }
-        assert store.get_trial("t1").last_result == stored
-        assert store.get_trial("t1").config == {"lr": 0.01, "units": 64}
+        assert store.reader.get_trial("t1").last_result == stored
+        assert store.reader.get_trial("t1").config == {"lr": 0.01, "units": 64}
 
     # -- checkpoints -------------------------------------------------------------------
 
     def test_checkpoints_are_idempotent_and_deletion_is_marked(self, store):
         register(store, "t1")
-        assert store.latest_checkpoint("t1") is None
-        store.add_checkpoint("t1", "/ckpt/t1/1", 1, score=0.5)
-        store.add_checkpoint("t1", "/ckpt/t1/1", 1, score=0.5)
-        store.add_checkpoint("t1", "/ckpt/t1/3", 3, score=float("nan"))
-        store.add_checkpoint("t1", "/ckpt/t1/2", 2)
+        assert store.reader.latest_checkpoint("t1") is None
+        add_checkpoint(store, "t1", "/ckpt/t1/1", 1, score=0.5)
+        add_checkpoint(store, "t1", "/ckpt/t1/1", 1, score=0.5)
+        add_checkpoint(store, "t1", "/ckpt/t1/3", 3, score=float("nan"))
+        add_checkpoint(store, "t1", "/ckpt/t1/2", 2)
         assert count(store, CheckpointRow, trial_id="t1") == 3
-        latest = store.latest_checkpoint("t1")
+        latest = store.reader.latest_checkpoint("t1")
         assert (latest.path, latest.iteration, latest.score, latest.deleted) == (
             "/ckpt/t1/3",
             3,
@@ -850,9 +864,9 @@ class StoreContract:
         )
         store.mark_checkpoint_deleted("t1", "/ckpt/t1/3")
         store.mark_checkpoint_deleted("t1", "/ckpt/t1/3")
-        assert store.latest_checkpoint("t1").path == "/ckpt/t1/2"
-        store.add_checkpoint("t1", "/ckpt/t1/3", 3)  # saved again where the dropped one was
-        assert store.latest_checkpoint("t1").path == "/ckpt/t1/3"
+        assert store.reader.latest_checkpoint("t1").path == "/ckpt/t1/2"
+        add_checkpoint(store, "t1", "/ckpt/t1/3", 3)  # saved again where the dropped one was
+        assert store.reader.latest_checkpoint("t1").path == "/ckpt/t1/3"
         assert count(store, CheckpointRow, trial_id="t1") == 3
         with pytest.raises(StoreError, match="no checkpoint at /ckpt/t1/9 .*add_checkpoint first"):
             store.mark_checkpoint_deleted("t1", "/ckpt/t1/9")
@@ -869,29 +883,37 @@ class StoreContract:
         register(store, "e", run)
         other = store.create_experiment_run("mnist", "r2")
         register(store, "other", other)
-        store.add_results(
-            "a", [{"training_iteration": i, "acc": v} for i, v in [(1, 0.5), (2, 0.9), (3, 0.7)]]
+        add_results(
+            store,
+            "a",
+            [{"training_iteration": i, "acc": v} for i, v in [(1, 0.5), (2, 0.9), (3, 0.7)]],
         )
-        store.add_results(
-            "b", [{"training_iteration": i, "acc": v} for i, v in [(1, 0.2), (2, 0.95), (3, 0.95)]]
+        add_results(
+            store,
+            "b",
+            [{"training_iteration": i, "acc": v} for i, v in [(1, 0.2), (2, 0.95), (3, 0.95)]],
         )
-        store.add_results("c", [{"training_iteration": 1, "loss": 1.0}])  # never reports acc
-        store.add_results(
-            "d", [{"training_iteration": 1, "acc": "n/a"}, {"training_iteration": 2, "acc": None}]
+        add_results(store, "c", [{"training_iteration": 1, "loss": 1.0}])  # never reports acc
+        add_results(
+            store,
+            "d",
+            [{"training_iteration": 1, "acc": "n/a"}, {"training_iteration": 2, "acc": None}],
         )
-        store.add_results(
-            "e", [{"training_iteration": 1, "acc": 0.1}, {"training_iteration": 2, "acc": math.nan}]
+        add_results(
+            store,
+            "e",
+            [{"training_iteration": 1, "acc": 0.1}, {"training_iteration": 2, "acc": math.nan}],
         )
-        store.add_results("other", [{"training_iteration": 1, "acc": 0.99}])
-        store.add_checkpoint("a", "/ckpt/a/2", 2)
-        store.add_checkpoint("a", "/ckpt/a/3", 3)
+        add_results(store, "other", [{"training_iteration": 1, "acc": 0.99}])
+        add_checkpoint(store, "a", "/ckpt/a/2", 2)
+        add_checkpoint(store, "a", "/ckpt/a/3", 3)
         store.mark_checkpoint_deleted("a", "/ckpt/a/3")
         store.record_transition("b", Transition.PLACED)
         return run
 
     def test_leaderboard_max_ranks_best_first_and_missing_metric_last(self, store):
         run = self._leaderboard_run(store)
-        rows = store.leaderboard(run, "acc", "max")
+        rows = store.reader.leaderboard(run, "acc", "max")
         assert [(r.trial_id, r.best_value, r.best_iteration) for r in rows] == [
             ("b", 0.95, 2),
             ("a", 0.9, 2),
@@ -909,27 +931,31 @@ class StoreContract:
         store.ensure_experiment("ckpt", metric="loss", mode="min")
         register(store, "t", run)
         losses = [(1, 0.9), (2, 0.3), (3, 0.1), (4, 0.4), (5, 0.6)]
-        store.add_results("t", [{"training_iteration": i, "loss": v} for i, v in losses])
+        add_results(store, "t", [{"training_iteration": i, "loss": v} for i, v in losses])
         for i in (1, 3, 5):
-            store.add_checkpoint("t", f"/ckpt/t/{i}", i)
-        maintained = store.leaderboard(run, "loss", "min")[0]  # the experiment's metric: kept bests
-        scanned = store.leaderboard(run, "loss", "max")[0]  # any other goal: scanned results
+            add_checkpoint(store, "t", f"/ckpt/t/{i}", i)
+        maintained = store.reader.leaderboard(run, "loss", "min")[
+            0
+        ]  # the experiment's metric: kept bests
+        scanned = store.reader.leaderboard(run, "loss", "max")[0]  # any other goal: scanned results
         assert (
             maintained.best_iteration,
             maintained.best_checkpoint,
             maintained.latest_checkpoint,
         ) == (3, "/ckpt/t/3", "/ckpt/t/5")
         assert (scanned.best_checkpoint, scanned.latest_checkpoint) == ("/ckpt/t/1", "/ckpt/t/5")
-        assert store.best_checkpoint_paths(["t", "nope"], "loss", "min") == {"t": "/ckpt/t/3"}
+        assert store.reader.best_checkpoint_paths(["t", "nope"], "loss", "min") == {
+            "t": "/ckpt/t/3"
+        }
         # Dropped by the keep policy: the best of the kept ones, not the newest one before it.
         store.mark_checkpoint_deleted("t", "/ckpt/t/3")
-        assert store.leaderboard(run, "loss", "min")[0].best_checkpoint == "/ckpt/t/5"
+        assert store.reader.leaderboard(run, "loss", "min")[0].best_checkpoint == "/ckpt/t/5"
         # No kept checkpoint has the metric at its iteration: the newest kept.
-        assert store.leaderboard(run, "acc", "min")[0].best_checkpoint == "/ckpt/t/5"
+        assert store.reader.leaderboard(run, "acc", "min")[0].best_checkpoint == "/ckpt/t/5"
 
     def test_leaderboard_min_and_limit(self, store):
         run = self._leaderboard_run(store)
-        rows = store.leaderboard(run, "acc", "min")
+        rows = store.reader.leaderboard(run, "acc", "min")
         assert [(r.trial_id, r.best_value, r.best_iteration) for r in rows] == [
             ("e", 0.1, 1),
             ("b", 0.2, 1),
@@ -937,8 +963,11 @@ class StoreContract:
             ("c", None, None),
             ("d", None, None),
         ]
-        assert [r.trial_id for r in store.leaderboard(run, "acc", "min", limit=2)] == ["e", "b"]
-        assert [r.best_value for r in store.leaderboard(run, "loss")] == [
+        assert [r.trial_id for r in store.reader.leaderboard(run, "acc", "min", limit=2)] == [
+            "e",
+            "b",
+        ]
+        assert [r.best_value for r in store.reader.leaderboard(run, "loss")] == [
             1.0,
             None,
             None,
@@ -948,21 +977,23 @@ class StoreContract:
 
     def test_best_value_is_maintained_on_write_and_matches_a_full_scan(self, store):
         run = self._leaderboard_run(store)
-        maintained = store.leaderboard(
+        maintained = store.reader.leaderboard(
             run, "acc", "max"
         )  # the experiment's metric: maintained bests
         b = next(r for r in maintained if r.trial_id == "b")
         assert (b.best_value, b.best_iteration) == (0.95, 2)  # a tie keeps the earliest iteration
         # Out-of-order and repeated batches keep the best; a full recompute agrees.
-        store.add_results(
-            "a", [{"training_iteration": 5, "acc": 0.96}, {"training_iteration": 4, "acc": 0.96}]
+        add_results(
+            store,
+            "a",
+            [{"training_iteration": 5, "acc": 0.96}, {"training_iteration": 4, "acc": 0.96}],
         )
-        store.add_results("a", [{"training_iteration": 5, "acc": 0.96}])
-        top = store.leaderboard(run, "acc", "max")[0]
+        add_results(store, "a", [{"training_iteration": 5, "acc": 0.96}])
+        top = store.reader.leaderboard(run, "acc", "max")[0]
         assert (top.trial_id, top.best_value, top.best_iteration) == ("a", 0.96, 4)
-        before = store.leaderboard(run, "acc", "max")
+        before = store.reader.leaderboard(run, "acc", "max")
         assert store.recompute_best(run) == 5
-        assert store.leaderboard(run, "acc", "max") == before
+        assert store.reader.leaderboard(run, "acc", "max") == before
 
     def _maintained(self, store: TrialStore, run: int) -> dict[str, tuple[Any, ...]]:
         """Per trial of the run: best_metric, best_mode, the best in that mode and in the other
@@ -988,7 +1019,8 @@ class StoreContract:
         run = self._leaderboard_run(store)
         # NaN and inf are stored as None: neither is a best in either mode. A string or a bool
         # is not a number.
-        store.add_results(
+        add_results(
+            store,
             "e",
             [
                 {"training_iteration": 3, "acc": -math.inf},
@@ -998,12 +1030,14 @@ class StoreContract:
             ],
         )
         # Out of order, with a tie: the earliest iteration keeps it.
-        store.add_results(
-            "a", [{"training_iteration": 6, "acc": 0.4}, {"training_iteration": 4, "acc": 0.4}]
+        add_results(
+            store,
+            "a",
+            [{"training_iteration": 6, "acc": 0.4}, {"training_iteration": 4, "acc": 0.4}],
         )
         expected = [("e", 0.1, 1), ("b", 0.2, 1), ("a", 0.4, 4), ("c", None, None)]
         expected.append(("d", None, None))
-        rows = store.leaderboard(run, "acc", "min")
+        rows = store.reader.leaderboard(run, "acc", "min")
         assert [(r.trial_id, r.best_value, r.best_iteration) for r in rows] == expected
         maintained = self._maintained(store, run)
         assert maintained["a"] == ("acc", "max", 0.9, 2, 0.4, 4)
@@ -1011,29 +1045,41 @@ class StoreContract:
         # The probe of the results (the experiment's mode changed, so nothing is maintained)
         # ranks the same; recompute_best keeps the same values.
         store.ensure_experiment("mnist", metric="acc", mode="min")
-        assert store.leaderboard(run, "acc", "min") == rows
+        assert store.reader.leaderboard(run, "acc", "min") == rows
         store.ensure_experiment("mnist", metric="acc", mode="max")
         assert store.recompute_best(run) == 5
         assert self._maintained(store, run) == maintained
-        assert store.leaderboard(run, "acc", "min") == rows
-        assert [r.trial_id for r in store.ranking(run, "acc", "min")] == [r[0] for r in expected]
+        assert store.reader.leaderboard(run, "acc", "min") == rows
+        assert [r.trial_id for r in store.reader.ranking(run, "acc", "min")] == [
+            r[0] for r in expected
+        ]
 
     def test_changing_the_experiment_metric_falls_back_to_scanning_results(self, store):
         run = self._leaderboard_run(store)
-        before = {mode: store.leaderboard(run, "acc", mode) for mode in ("min", "max")}
+        before = {mode: store.reader.leaderboard(run, "acc", mode) for mode in ("min", "max")}
         store.ensure_experiment("mnist", metric="acc", mode="min")
-        rows = store.leaderboard(run, "acc", "min")
+        rows = store.reader.leaderboard(run, "acc", "min")
         assert [r.trial_id for r in rows][:2] == ["e", "b"] and rows[0].best_value == 0.1
-        assert rows == before["min"] and store.leaderboard(run, "acc", "max") == before["max"]
+        assert (
+            rows == before["min"] and store.reader.leaderboard(run, "acc", "max") == before["max"]
+        )
         # A trial's new result after the change: its earlier results were kept for max, so its
         # bests in both modes are unknown until recomputed, as they are today for the mode's.
-        store.add_results("a", [{"training_iteration": 7, "acc": 0.05}])
+        add_results(store, "a", [{"training_iteration": 7, "acc": 0.05}])
         assert self._maintained(store, run)["a"] == (None,) * 6
-        assert store.leaderboard(run, "acc", "min")[0].trial_id == "a"
+        assert store.reader.leaderboard(run, "acc", "min")[0].trial_id == "a"
         store.recompute_best(run)
         assert self._maintained(store, run)["a"] == ("acc", "min", 0.05, 7, 0.9, 2)
-        assert [r.trial_id for r in store.leaderboard(run, "acc", "min")][:3] == ["a", "e", "b"]
-        assert [r.best_value for r in store.leaderboard(run, "acc", "max")][:3] == [0.95, 0.9, 0.1]
+        assert [r.trial_id for r in store.reader.leaderboard(run, "acc", "min")][:3] == [
+            "a",
+            "e",
+            "b",
+        ]
+        assert [r.best_value for r in store.reader.leaderboard(run, "acc", "max")][:3] == [
+            0.95,
+            0.9,
+            0.1,
+        ]
         # Another metric: nothing is maintained for it.
         store.ensure_experiment("mnist", metric="loss", mode="min")
         store.recompute_best(run)
@@ -1043,33 +1089,33 @@ class StoreContract:
     def test_leaderboard_rejects_bad_arguments(self, store):
         run = self._leaderboard_run(store)
         with pytest.raises(ValueError, match="'min' or 'max'"):
-            store.leaderboard(run, "acc", "best")
+            store.reader.leaderboard(run, "acc", "best")
         with pytest.raises(ValueError, match="limit must be at least 1"):
-            store.leaderboard(run, "acc", limit=0)
+            store.reader.leaderboard(run, "acc", limit=0)
         with pytest.raises(StoreError, match="experiment run 4242"):
-            store.leaderboard(4242, "acc")
+            store.reader.leaderboard(4242, "acc")
 
     # -- errors ------------------------------------------------------------------------
 
     @pytest.mark.parametrize(
         "call",
         [
-            lambda s: s.get_trial("ghost"),
+            lambda s: s.reader.get_trial("ghost"),
             lambda s: s.record_transition("ghost", Transition.PLACED),
-            lambda s: s.update_trial("ghost", num_failures=1),
-            lambda s: s.add_results("ghost", results([1])),
-            lambda s: s.get_results("ghost"),
-            lambda s: s.add_checkpoint("ghost", "/ckpt", 1),
+            lambda s: update_trial(s, "ghost", num_failures=1),
+            lambda s: add_results(s, "ghost", results([1])),
+            lambda s: s.reader.get_results("ghost"),
+            lambda s: add_checkpoint(s, "ghost", "/ckpt", 1),
             lambda s: s.mark_checkpoint_deleted("ghost", "/ckpt"),
-            lambda s: s.latest_checkpoint("ghost"),
+            lambda s: s.reader.latest_checkpoint("ghost"),
         ],
         ids=[
             "get_trial",
             "record_transition",
             "update_trial",
-            "add_results",
+            "record_progress_results",
             "get_results",
-            "add_checkpoint",
+            "record_progress_checkpoint",
             "mark_checkpoint_deleted",
             "latest_checkpoint",
         ],
@@ -1123,14 +1169,17 @@ class StoreContract:
 
     def test_failure_late_in_a_write_rolls_back_all_of_it(self, store):
         register(store, "t1")
-        store.add_results("t1", results([1]))
-        # Fails the last statement of add_results (setting last_result) after its INSERT succeeded.
+        add_results(store, "t1", results([1]))
+        # Fails the last statement of record_progress (setting last_result) after its INSERT
+        # succeeded.
         fail_setting_last_result(store, self.backend)
-        with pytest.raises(StoreError, match="add 3 results to trial t1.*forced failure") as raised:
-            store.add_results("t1", results([2, 3, 4]))
+        with pytest.raises(
+            StoreError, match=r"progress of 1 trials \(3 results\).*forced failure"
+        ) as raised:
+            add_results(store, "t1", results([2, 3, 4]))
         assert isinstance(raised.value.__cause__, SQLAlchemyError)
-        assert [r["training_iteration"] for r in store.get_results("t1")] == [1]
-        assert store.get_trial("t1").last_result["training_iteration"] == 1
+        assert [r["training_iteration"] for r in store.reader.get_results("t1")] == [1]
+        assert store.reader.get_trial("t1").last_result["training_iteration"] == 1
 
     # -- concurrency -------------------------------------------------------------------
 
@@ -1157,9 +1206,11 @@ class StoreContract:
             try:
                 barrier.wait()
                 for start in range(1, per_writer + 1, batch_size):
-                    writer_store.add_results(f"own-{w}", results(range(start, start + batch_size)))
+                    add_results(writer_store, f"own-{w}", results(range(start, start + batch_size)))
                     # Writers overlap on the shared trial: writer w covers iterations w..w+9.
-                    new_shared.append(writer_store.add_results("shared", results(range(w, w + 10))))
+                    new_shared.append(
+                        add_results(writer_store, "shared", results(range(w, w + 10)))
+                    )
             finally:
                 if not shared_store:
                     writer_store.dispose()
@@ -1172,12 +1223,16 @@ class StoreContract:
         )
         for w in range(writers):
             assert count(store, ResultRow, trial_id=f"own-{w}") == per_writer
-            assert store.get_trial(f"own-{w}").last_result["training_iteration"] == per_writer
+            assert (
+                store.reader.get_trial(f"own-{w}").last_result["training_iteration"] == per_writer
+            )
         shared_iterations = set(range(0, writers + 9))
         assert count(store, ResultRow, trial_id="shared") == len(shared_iterations)
         assert sum(new_shared) == len(shared_iterations)
         assert count(store, ResultRow) == writers * per_writer + len(shared_iterations)
-        assert store.get_trial("shared").last_result["training_iteration"] == max(shared_iterations)
+        assert store.reader.get_trial("shared").last_result["training_iteration"] == max(
+            shared_iterations
+        )
 
 
 class TestInMemorySQLite(StoreContract):

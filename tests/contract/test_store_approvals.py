@@ -46,7 +46,7 @@ class ApprovalContract:
         assert first.responded_at == AT and first.reason == "alice says self_approved"
         # approve_best cleared and asked again: bob's approval replaces alice's own.
         second = answer(store, run, "manual-1", "APPROVED", "bob", minutes=5)
-        assert store.run_approvals(run) == [second]
+        assert store.reader.run_approvals(run) == [second]
         assert second.id == first.id and second.outcome.publishes()
         assert second.describe() == "approved by Bob (id bob); reason: bob says approved"
 
@@ -54,16 +54,16 @@ class ApprovalContract:
         run = store.create_experiment_run("gate", "manual-1")
         rejected = answer(store, run, "manual-1", "REJECTED", "carol")
         assert answer(store, run, "manual-1", "APPROVED", "bob", minutes=5) == rejected
-        assert store.run_approvals(run) == [rejected]
+        assert store.reader.run_approvals(run) == [rejected]
         assert rejected.describe() == (
             "Carol (id carol) rejected it, and a rejection is final; reason: carol says rejected"
         )
         # An extension's DAG run may not approve the trial another DAG run rejected...
         assert answer(store, run, "extend-1", "APPROVED", "bob", minutes=9) == rejected
-        assert store.run_approvals(run) == [rejected]
+        assert store.reader.run_approvals(run) == [rejected]
         # ...but its answer about another best trial is its own.
         extended = answer(store, run, "extend-1", "APPROVED", "bob", minutes=9, trial="t-2")
-        assert store.run_approvals(run) == [rejected, extended]
+        assert store.reader.run_approvals(run) == [rejected, extended]
 
     def test_an_unknown_run_or_outcome_is_refused_and_nothing_is_written(self, store):
         with pytest.raises(StoreError, match="experiment run 99"):
@@ -71,7 +71,7 @@ class ApprovalContract:
         run = store.create_experiment_run("gate", "manual-1")
         with pytest.raises(ValueError, match="'MAYBE' of the approval of DAG run manual-1"):
             answer(store, run, "manual-1", "MAYBE", "bob")
-        assert store.run_approvals(run) == []
+        assert store.reader.run_approvals(run) == []
 
 
 class TestInMemorySQLite(ApprovalContract):

@@ -15,6 +15,7 @@ from airflow_trials.store.store import TrialProgress
 from tests.contract.conftest import MEMORY, POSTGRESQL, SQLITE_FILE
 from tests.contract.test_store import count, register, results
 from tests.contract.test_store_exploits import exploit
+from tests.factories import add_checkpoint, add_results
 
 # Losses at iterations 1-4; the checkpoints are at 1 (a, 0.9) and 3 (b, 0.6).
 LOSSES = [(1, 0.9), (2, 0.2), (3, 0.6), (4, 0.5)]
@@ -43,9 +44,9 @@ def ranked_run(store: TrialStore) -> int:
     store.ensure_experiment("ck", metric="loss", mode="min")
     run = store.create_experiment_run("ck", "r1")
     register(store, "t", run)
-    store.add_results("t", [{"training_iteration": i, "loss": loss} for i, loss in LOSSES])
-    store.add_checkpoint("t", "/ck/t/a", 1, 0.9)
-    store.add_checkpoint("t", "/ck/t/b", 3, 0.6)
+    add_results(store, "t", [{"training_iteration": i, "loss": loss} for i, loss in LOSSES])
+    add_checkpoint(store, "t", "/ck/t/a", 1, 0.9)
+    add_checkpoint(store, "t", "/ck/t/b", 3, 0.6)
     store.mark_checkpoint_deleted("t", "/ck/t/a")
     return run
 
@@ -56,7 +57,7 @@ def assert_revived(store: TrialStore, run: int, before: tuple[Any, ...]) -> None
     assert after[:4] == (before[0], 4, 0.5, False)
     assert after[4] >= before[4]
     assert count(store, CheckpointRow, trial_id="t") == 2
-    latest = store.latest_checkpoint("t")
+    latest = store.reader.latest_checkpoint("t")
     assert (latest.path, latest.iteration, latest.score, latest.deleted) == (
         "/ck/t/a",
         4,
@@ -64,10 +65,10 @@ def assert_revived(store: TrialStore, run: int, before: tuple[Any, ...]) -> None
         False,
     )
     # Ranked by the result at its new iteration: loss 0.5 beats b's 0.6 (and loses for max).
-    maintained = store.leaderboard(run, "loss", "min")[0]
+    maintained = store.reader.leaderboard(run, "loss", "min")[0]
     assert (maintained.best_checkpoint, maintained.latest_checkpoint) == ("/ck/t/a", "/ck/t/a")
-    assert store.leaderboard(run, "loss", "max")[0].best_checkpoint == "/ck/t/b"
-    assert store.best_checkpoint_paths(["t"], "loss", "min") == {"t": "/ck/t/a"}
+    assert store.reader.leaderboard(run, "loss", "max")[0].best_checkpoint == "/ck/t/b"
+    assert store.reader.best_checkpoint_paths(["t"], "loss", "min") == {"t": "/ck/t/a"}
 
 
 class CheckpointContract:
@@ -76,8 +77,8 @@ class CheckpointContract:
     def test_a_deleted_path_recorded_again_is_revived_with_the_new_iteration(self, store):
         run = ranked_run(store)
         before = row(store, "t", "/ck/t/a")
-        assert store.leaderboard(run, "loss", "min")[0].best_checkpoint == "/ck/t/b"
-        store.add_checkpoint("t", "/ck/t/a", 4, 0.5)
+        assert store.reader.leaderboard(run, "loss", "min")[0].best_checkpoint == "/ck/t/b"
+        add_checkpoint(store, "t", "/ck/t/a", 4, 0.5)
         assert_revived(store, run, before)
 
     def test_a_deleted_path_in_a_progress_batch_is_revived(self, store):
@@ -93,12 +94,12 @@ class CheckpointContract:
     @pytest.mark.parametrize("batched", [False, True], ids=["add_checkpoint", "record_progress"])
     def test_a_live_path_recorded_again_changes_nothing(self, store, batched):
         register(store, "t")
-        store.add_checkpoint("t", "/ck/t/a", 1, 0.9)
+        add_checkpoint(store, "t", "/ck/t/a", 1, 0.9)
         before = row(store, "t", "/ck/t/a")
         if batched:
             store.record_progress([TrialProgress("t", new_checkpoints=[("/ck/t/a", 4, 0.1)])])
         else:
-            store.add_checkpoint("t", "/ck/t/a", 4, 0.1)
+            add_checkpoint(store, "t", "/ck/t/a", 4, 0.1)
         assert row(store, "t", "/ck/t/a") == before
         assert count(store, CheckpointRow) == 1
 
@@ -121,7 +122,7 @@ class CheckpointContract:
         )
         exploit(store, "b", "a", 4, {"lr": 0.2})
         store.record_progress([TrialProgress("b", deleted_checkpoints=[paths[5], paths[6]])])
-        assert store.latest_checkpoint("b").path == paths[4]
+        assert store.reader.latest_checkpoint("b").path == paths[4]
         store.record_progress(
             [
                 TrialProgress(
@@ -133,9 +134,9 @@ class CheckpointContract:
                 )
             ]
         )
-        latest = store.latest_checkpoint("b")
+        latest = store.reader.latest_checkpoint("b")
         assert (latest.path, latest.iteration, latest.score) == (paths[6], 6, 1.0)
-        board = store.leaderboard(run, "loss", "min")[0]
+        board = store.reader.leaderboard(run, "loss", "min")[0]
         assert (
             board.trial_id,
             board.best_value,

@@ -10,6 +10,7 @@ from airflow_trials.core.end import TrialEnd
 from airflow_trials.core.fate import Transition
 from airflow_trials.core.status import TrialStatus
 from tests.contract.conftest import MEMORY, POSTGRESQL, SQLITE_FILE
+from tests.factories import add_results
 from tests.pareto_seed import EXPERIMENT, METRICS, MODES, seed_pareto_store
 
 # Of the seeded trials' last results only p-1 (latency 10) and p-8 (latency 1) meet it.
@@ -37,7 +38,7 @@ def one_metric_run(store, constraints: list[str] | None) -> int:
             experiment_run_id=run,
         )
         store.record_transition(trial_id, Transition.PLACED)
-        store.add_results(trial_id, [{"training_iteration": 1, **last}])
+        add_results(store, trial_id, [{"training_iteration": 1, **last}])
         store.record_end(TrialEnd(trial_id, "one", TrialStatus.TERMINATED))
     return run
 
@@ -51,24 +52,24 @@ class ConstraintsContract:
         store.ensure_experiment(
             "c", metric="loss", mode="min", constraints=["latency<=5", "acc >= .8"]
         )
-        record = store.get_experiment("c")
+        record = store.reader.get_experiment("c")
         assert record.constraint_spec == ["latency <= 5.0", "acc >= 0.8"]
         assert record.parsed_constraints().feasible({"latency": 5.0, "acc": 0.9})
         store.ensure_experiment("c", metric="loss", mode="min")  # None: left as it was
-        assert store.get_experiment("c").constraint_spec == ["latency <= 5.0", "acc >= 0.8"]
+        assert store.reader.get_experiment("c").constraint_spec == ["latency <= 5.0", "acc >= 0.8"]
         store.ensure_experiment("c", constraints=[])  # empty: cleared
-        cleared = store.get_experiment("c")
+        cleared = store.reader.get_experiment("c")
         assert (cleared.constraints, cleared.constraint_spec) == (None, [])
         assert not cleared.parsed_constraints()
 
     def test_a_bad_constraint_is_refused_and_nothing_is_written(self, store):
         with pytest.raises(ValueError, match=r"Experiment bad: constraints\[0\]='latency < 5'"):
             store.ensure_experiment("bad", metric="loss", mode="min", constraints=["latency < 5"])
-        assert [e.name for e in store.list_experiments()] == []
+        assert [e.name for e in store.reader.list_experiments()] == []
 
     def test_the_one_metric_board_ranks_feasible_trials_first(self, store):
         run = one_metric_run(store, ["latency <= 5"])
-        board = store.leaderboard(run, "loss", "min")
+        board = store.reader.leaderboard(run, "loss", "min")
         assert [(r.trial_id, r.feasible) for r in board] == [
             ("o-2", True),
             ("o-1", True),
@@ -80,7 +81,7 @@ class ConstraintsContract:
         assert rows["o-3"].violations == {"latency <= 5.0": None}  # not reported
         assert rows["o-2"].violations == {}
         # The cut is made after feasibility: the best of two is still feasible.
-        assert [r.trial_id for r in store.leaderboard(run, "loss", "min", limit=2)] == [
+        assert [r.trial_id for r in store.reader.leaderboard(run, "loss", "min", limit=2)] == [
             "o-2",
             "o-1",
         ]
@@ -93,16 +94,18 @@ class ConstraintsContract:
 
     def test_without_constraints_the_one_metric_board_is_as_before(self, store):
         run = one_metric_run(store, None)
-        board = store.leaderboard(run, "loss", "min")
+        board = store.reader.leaderboard(run, "loss", "min")
         assert [r.trial_id for r in board] == ["o-3", "o-0", "o-2", "o-1"]
         assert {(r.feasible, r.violations) for r in board} == {(None, None)}
         assert [t.feasible for t in store.reader.ranking(run, "loss", "min")] == [None] * 4
-        assert [r.trial_id for r in store.leaderboard(run, "loss", "min", limit=1)] == ["o-3"]
+        assert [r.trial_id for r in store.reader.leaderboard(run, "loss", "min", limit=1)] == [
+            "o-3"
+        ]
 
     def test_the_pareto_board_ranks_the_feasible_front_first(self, store):
         run = seed_pareto_store(store)
         store.ensure_experiment(EXPERIMENT, constraints=FAST)
-        board = store.pareto_leaderboard(run, METRICS, MODES)
+        board = store.reader.pareto_leaderboard(run, METRICS, MODES)
         assert board.constraints == [FAST_KEY]
         assert board.front_trial_ids == ["p-1"]  # p-0 and p-3 beat it, but are too slow
         assert [(r.trial_id, r.pareto_rank, r.feasible) for r in board.rows] == [
@@ -124,7 +127,7 @@ class ConstraintsContract:
     def test_the_one_metric_board_of_the_pareto_run_judges_the_best_result(self, store):
         run = seed_pareto_store(store)
         store.ensure_experiment(EXPERIMENT, constraints=FAST)
-        board = store.leaderboard(run, "val_acc", "max")
+        board = store.reader.leaderboard(run, "val_acc", "max")
         # p-4's best val_acc (0.99) came with latency 5: feasible, though its last result is too
         # slow. It is judged on the result whose value is ranked (store/feasibility.py).
         assert [r.trial_id for r in board] == [

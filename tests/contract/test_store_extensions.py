@@ -13,6 +13,7 @@ from airflow_trials.core.status import TrialStatus
 from airflow_trials.exceptions import ExperimentStateError
 from airflow_trials.store import ContinueWithRaisedStop
 from tests.contract.conftest import MEMORY, POSTGRESQL, SQLITE_FILE
+from tests.factories import add_checkpoint, add_results
 
 
 def finished_run(store, trial_ids=("a", "b")) -> int:
@@ -29,10 +30,10 @@ def finished_run(store, trial_ids=("a", "b")) -> int:
             experiment_run_id=run,
         )
         store.record_transition(trial_id, Transition.PLACED)
-        store.add_results(
-            trial_id, [{"training_iteration": i, "score": float(i)} for i in (1, 2, 3)]
+        add_results(
+            store, trial_id, [{"training_iteration": i, "score": float(i)} for i in (1, 2, 3)]
         )
-        store.add_checkpoint(trial_id, f"/ckpt/{trial_id}/3", 3)
+        add_checkpoint(store, trial_id, f"/ckpt/{trial_id}/3", 3)
         store.record_rung(
             run,
             trial_id,
@@ -60,7 +61,7 @@ class ExtensionContract:
 
     def test_an_extension_is_recorded_once_and_sets_its_run_running(self, store):
         run = finished_run(store)
-        assert store.experiment_history("ext")  # the ended run's history line is stored
+        assert store.reader.experiment_history("ext")  # the ended run's history line is stored
         record = store.begin_run_extension(
             run,
             "extend-1",
@@ -70,7 +71,7 @@ class ExtensionContract:
             trials_continued=["a", "b"],
             trials_added=["c", "d"],
         )
-        (stored,) = store.list_experiment_runs("ext")
+        (stored,) = store.reader.list_experiment_runs("ext")
         assert stored.status.value == "RUNNING" and stored.ended_at is None
         again = store.begin_run_extension(  # a retry of suggest_configs: the first record
             run,
@@ -86,10 +87,12 @@ class ExtensionContract:
             "+2 samples, stop {'training_iteration': 3} -> {'training_iteration': 5}, "
             "2 trials continued"
         )
-        assert store.list_run_extensions(run) == [record] == store.list_run_extensions()
+        assert (
+            store.reader.list_run_extensions(run) == [record] == store.reader.list_run_extensions()
+        )
         assert store.end_run_extension(run, "extend-1", "SUCCESS")
         assert not store.end_run_extension(run, "not-an-extension", "SUCCESS")
-        (ended,) = store.list_run_extensions(run)
+        (ended,) = store.reader.list_run_extensions(run)
         assert ended.status.value == "SUCCESS" and ended.ended_at is not None
 
     def test_a_running_run_is_not_extended_and_nothing_is_written(self, store):
@@ -107,22 +110,22 @@ class ExtensionContract:
                 trials_continued=[],
                 trials_added=["c"],
             )
-        assert store.list_run_extensions(run) == []
+        assert store.reader.list_run_extensions(run) == []
 
     def test_a_continued_trial_keeps_its_results_checkpoints_and_rungs(self, store):
         run = finished_run(store)
         recorded = store.record_transition("a", ContinueWithRaisedStop("extend-1"))
         assert recorded.status is TrialStatus.PENDING and recorded.applied
-        trial = store.get_trial("a")
+        trial = store.reader.get_trial("a")
         assert trial.status is TrialStatus.PENDING and trial.stop_reason is None
         assert trial.ended_at is None and trial.started_at is not None
-        assert [r["training_iteration"] for r in store.get_results("a")] == [1, 2, 3]
-        assert store.latest_checkpoint("a").path == "/ckpt/a/3"
-        assert [r.milestone for r in store.trial_rungs("a")] == [1.0]
-        assert [r.best_value for r in store.leaderboard(run, "score", "max")] == [3.0, 3.0]
+        assert [r["training_iteration"] for r in store.reader.get_results("a")] == [1, 2, 3]
+        assert store.reader.latest_checkpoint("a").path == "/ckpt/a/3"
+        assert [r.milestone for r in store.reader.trial_rungs("a")] == [1.0]
+        assert [r.best_value for r in store.reader.leaderboard(run, "score", "max")] == [3.0, 3.0]
         # Again (a retry of the extension's suggest_configs): not TERMINATED, left as it is.
         assert not store.record_transition("a", ContinueWithRaisedStop("extend-1")).applied
-        assert store.get_trial("b").status is TrialStatus.TERMINATED
+        assert store.reader.get_trial("b").status is TrialStatus.TERMINATED
 
 
 class TestInMemorySQLite(ExtensionContract):

@@ -26,6 +26,7 @@ from airflow_trials.triggers.judge import MedianJudge, MissingSchedulerKey
 from tests.contract.conftest import MEMORY, POSTGRESQL, SQLITE_FILE
 from tests.contract.test_store import count, run_in_threads
 from tests.contract.test_store_rungs import new_run
+from tests.factories import add_results
 
 #: Random streams per backend, and the fewest results judged and stops they make (seeded: the
 #: same every run). In-memory SQLite replays the most; the file and PostgreSQL a sample.
@@ -107,8 +108,8 @@ def replay_stream(store: TrialStore, seed: int) -> tuple[int, int]:
             "time_total_s": clock[trial_id],
             "score": _value(rng, level[trial_id], step[trial_id], infinities=not restarts),
         }
-        store.add_results(
-            trial_id, [result]
+        add_results(
+            store, trial_id, [result]
         )  # the poller records results before the trigger judges
         expected = memory.on_trial_result(trials[trial_id], dict(result))
         if restarts and rng.random() < 0.2:
@@ -167,7 +168,7 @@ class MedianContract:
             0.9,
         )
         assert count(store, TrialMedianPointRow) == 5
-        assert [(p.iteration, p.seq, p.mean) for p in store.trial_median_points("a")] == [
+        assert [(p.iteration, p.seq, p.mean) for p in store.reader.trial_median_points("a")] == [
             (1, 1, 0.2),
             (2, 2, 0.30000000000000004),
         ]
@@ -347,13 +348,16 @@ class MedianContract:
         )
         store.record_transition("b", Transition.STOPPED, why="stopped by the median stopping rule")
         store.record_transition("b", RestartFromScratch())
-        assert store.trial_median_points("b") == [] and len(store.trial_median_points("a")) == 1
+        assert (
+            store.reader.trial_median_points("b") == []
+            and len(store.reader.trial_median_points("a")) == 1
+        )
         assert store.record_median_point(
             run, "b", iteration=1, time=1, value=0.05, decide=decide(0.05, 1, rule)
         ).fresh
         with store._engine.begin() as connection:
             connection.exec_driver_sql("DELETE FROM at_trials WHERE trial_id = 'a'")
-        assert [p.trial_id for p in store.trial_median_points("b")] == ["b"]
+        assert [p.trial_id for p in store.reader.trial_median_points("b")] == ["b"]
         assert count(store, TrialMedianPointRow) == 1
 
     def test_a_judge_reads_earlier_results_for_the_best_and_refuses_a_result_without_the_metric(
@@ -368,13 +372,15 @@ class MedianContract:
             min_samples_required=1,
         )
         for iteration, loss in ((1, 0.5), (2, 0.6), (3, 0.5), (4, 0.5)):
-            store.add_results("a", [{"training_iteration": iteration, "loss": loss}])
+            add_results(store, "a", [{"training_iteration": iteration, "loss": loss}])
             MedianJudge(rule, store, run, "a").judge(
                 [{"training_iteration": iteration, "loss": loss}]
             )
         # b's best so far counts its results before grace_period: 0.1 at iteration 1.
-        store.add_results(
-            "b", [{"training_iteration": i, "loss": v} for i, v in ((1, 0.1), (2, 0.9), (3, 0.9))]
+        add_results(
+            store,
+            "b",
+            [{"training_iteration": i, "loss": v} for i, v in ((1, 0.1), (2, 0.9), (3, 0.9))],
         )
         judge = MedianJudge(rule, store, run, "b")  # a new trigger: it reads b's results once
         assert judge.judge([{"training_iteration": 3, "loss": 0.9}]) is None

@@ -16,15 +16,15 @@ class OneBestContract:
 
     def test_feasibility_is_judged_on_the_best_result(self, store):
         seeded = seed_one(store)
-        board = {r.trial_id: r for r in store.leaderboard(seeded.run, "loss", "min")}
+        board = {r.trial_id: r for r in store.reader.leaderboard(seeded.run, "loss", "min")}
         # o-0's best loss (0.1) was at iteration 2, whose latency (9.0) breaks "latency <= 5".
         assert (board["o-0"].best_value, board["o-0"].best_iteration) == (0.1, 2)
         assert board["o-0"].feasible is False
         assert board["o-0"].violations == {"latency <= 5.0": 4.0}
         assert board["o-1"].feasible is True
-        ranking = {r.trial_id: r.feasible for r in store.ranking(seeded.run, "loss", "min")}
+        ranking = {r.trial_id: r.feasible for r in store.reader.ranking(seeded.run, "loss", "min")}
         assert ranking == {t: r.feasible for t, r in board.items()}
-        page = store.ranked_page(seeded.run, "loss", "min")
+        page = store.reader.ranked_page(seeded.run, "loss", "min")
         assert {t.trial_id: t.feasible for _, t in page.rows} == ranking
         assert {t.trial_id: t.violations for _, t in page.rows}["o-0"] == {"latency <= 5.0": 4.0}
         # Every feasible trial ranks before o-0.
@@ -33,25 +33,25 @@ class OneBestContract:
 
     def test_the_page_s_best_trial_is_the_first_that_ended_terminated(self, store):
         seeded = seed_one(store)
-        page = store.ranked_page(seeded.run, "loss", "min")
+        page = store.reader.ranked_page(seeded.run, "loss", "min")
         assert page.rows[0][1].trial_id == "o-2"  # ERROR: listed first, not the best
         assert page.best_trial_id == ONE_BEST
 
     def test_the_history_s_best_trial_is_select_best_s(self, store):
         one, two = seed_one(store), seed_two(store)
-        [line] = store.experiment_history(one.experiment).runs
+        [line] = store.reader.experiment_history(one.experiment).runs
         assert (line.best_trial_id, line.best_value) == (ONE_BEST, 0.3)
-        [line] = store.experiment_history(two.experiment).runs
+        [line] = store.reader.experiment_history(two.experiment).runs
         assert (line.best_trial_id, line.best_value) == (TWO_BEST, 0.9)
         # The line stored when the run ends gives the same.
         store.finish_experiment_run(one.run, "SUCCESS")
-        [line] = store.experiment_history(one.experiment).runs
+        [line] = store.reader.experiment_history(one.experiment).runs
         assert line.best_trial_id == ONE_BEST
         assert [p.best_value for p in store.reader.experiment_trend(one.experiment)] == [0.3]
 
     def test_the_pareto_board_ranks_only_the_trials_that_ended_terminated(self, store):
         seeded = seed_two(store)
-        board = store.pareto_leaderboard(seeded.run, ["val_acc", "latency"], ["max", "min"])
+        board = store.reader.pareto_leaderboard(seeded.run, ["val_acc", "latency"], ["max", "min"])
         assert board.front_trial_ids == TWO_FRONT
         ranks = {r.trial_id: r.pareto_rank for r in board.rows}
         assert ranks == {"q-0": 0, "q-1": 0, "q-2": 1, "q-3": None, "q-4": None}

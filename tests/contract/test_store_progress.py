@@ -13,6 +13,7 @@ from airflow_trials.store.models import CheckpointRow, ResultRow
 from airflow_trials.store.store import TrialProgress
 from tests.contract.conftest import MEMORY, POSTGRESQL, SQLITE_FILE
 from tests.contract.test_store import count, register, results
+from tests.factories import add_checkpoint
 
 
 def commits(store: TrialStore) -> list[int]:
@@ -30,7 +31,7 @@ class ProgressContract:
         store.ensure_experiment("exp", metric="loss", mode="min")
         for trial_id in ("a", "b", "c"):
             register(store, trial_id, run)
-        store.add_checkpoint("b", "/ck/b/1", 1, 9.0)
+        add_checkpoint(store, "b", "/ck/b/1", 1, 9.0)
         committed = commits(store)
         new = store.record_progress(
             [
@@ -47,18 +48,20 @@ class ProgressContract:
             ]
         )
         assert new == 5 and len(committed) == 1
-        assert [store.get_trial(t).status.value for t in ("a", "b", "c")] == [
+        assert [store.reader.get_trial(t).status.value for t in ("a", "b", "c")] == [
             "RUNNING",
             "PENDING",
             "RUNNING",
         ]
-        assert store.get_trial("a").started_at is not None
-        assert store.get_trial("c").last_result["training_iteration"] == 2
-        assert store.latest_checkpoint("a").path == "/ck/a/1"
-        assert store.latest_checkpoint("b").path == "/ck/b/3"
+        assert store.reader.get_trial("a").started_at is not None
+        assert store.reader.get_trial("c").last_result["training_iteration"] == 2
+        assert store.reader.latest_checkpoint("a").path == "/ck/a/1"
+        assert store.reader.latest_checkpoint("b").path == "/ck/b/3"
         assert count(store, CheckpointRow, trial_id="b", deleted=True) == 1
         # The best value is kept current as add_results keeps it.
-        best = {row.trial_id: row.best_value for row in store.leaderboard(run, "loss", "min")}
+        best = {
+            row.trial_id: row.best_value for row in store.reader.leaderboard(run, "loss", "min")
+        }
         assert best == {"b": 7.0, "c": 8.0, "a": 9.0}
 
     def test_is_idempotent_like_add_results(self, store):
@@ -75,7 +78,7 @@ class ProgressContract:
             store.record_progress(batch) == 0
         )  # a poll answered twice (a re-run trigger) adds nothing
         assert count(store, ResultRow, trial_id="a") == 2 and count(store, CheckpointRow) == 1
-        assert store.get_trial("a").status.value == "RUNNING"
+        assert store.reader.get_trial("a").status.value == "RUNNING"
 
     def test_one_bad_trial_writes_nothing_of_the_batch(self, store):
         register(store, "good")
@@ -88,7 +91,10 @@ class ProgressContract:
                     TrialProgress("ended", running=True),
                 ]
             )
-        assert count(store, ResultRow) == 0 and store.get_trial("good").status.value == "PENDING"
+        assert (
+            count(store, ResultRow) == 0
+            and store.reader.get_trial("good").status.value == "PENDING"
+        )
         with pytest.raises(TrialNotFoundError, match="nope"):
             store.record_progress(
                 [TrialProgress("good", results=results([1])), TrialProgress("nope")]
@@ -122,8 +128,10 @@ class ProgressContract:
         few = count_statements([f"few-{i}" for i in range(3)])
         many = count_statements([f"many-{i:02d}" for i in range(30)])
         assert many == few, (few, many)
-        assert [store.get_trial(f"many-{i:02d}").status.value for i in (0, 29)] == ["RUNNING"] * 2
-        assert store.get_trial("many-17").last_result["training_iteration"] == 2
+        assert [store.reader.get_trial(f"many-{i:02d}").status.value for i in (0, 29)] == [
+            "RUNNING"
+        ] * 2
+        assert store.reader.get_trial("many-17").last_result["training_iteration"] == 2
 
     def test_refuses_a_trial_named_twice(self, store):
         register(store, "a")

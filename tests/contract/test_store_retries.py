@@ -20,6 +20,7 @@ from airflow_trials.store.models import CheckpointRow, ResultRow
 from airflow_trials.store.retry import RetryPolicy
 from tests.contract.conftest import PostgresDatabase
 from tests.contract.test_store import count, register, results, retry_warnings, run_in_threads
+from tests.factories import add_checkpoint, add_results, update_trial
 
 
 def closed_port() -> int:
@@ -94,11 +95,11 @@ def test_unreachable_server_raises_store_error_after_the_retries(caplog):
     caplog.set_level(logging.WARNING, logger="airflow_trials.store")
     try:
         with pytest.raises(StoreError) as raised:
-            store.add_results("t1", results([1]))
+            add_results(store, "t1", results([1]))
     finally:
         store.dispose()
     message = str(raised.value)
-    assert "could not add 1 results to trial t1" in message
+    assert "could not record the progress of 1 trials (1 results)" in message
     assert f"postgresql+psycopg://trials:***@127.0.0.1:{port}/trials" in message
     assert "s3cret" not in message
     assert "3 attempts (2 retries) over" in message
@@ -108,7 +109,7 @@ def test_unreachable_server_raises_store_error_after_the_retries(caplog):
     )
     warnings = retry_warnings(caplog)
     assert len(warnings) == 2
-    assert "add 1 results to trial t1 at attempt 1 of 3" in warnings[0]
+    assert "progress of 1 trials (1 results) at attempt 1 of 3" in warnings[0]
     assert "at attempt 2 of 3" in warnings[1]
 
 
@@ -125,7 +126,7 @@ def test_retry_timeout_ends_the_retries_before_the_attempts_run_out(caplog):
         with pytest.raises(
             StoreError, match=r"(?s)could not list trials: .* \d+ attempts"
         ) as raised:
-            store.list_trials()
+            store.reader.list_trials()
     finally:
         store.dispose()
     attempts = len(retry_warnings(caplog)) + 1
@@ -140,7 +141,7 @@ def test_missing_database_is_not_retried(postgres_database: PostgresDatabase, ca
     caplog.set_level(logging.WARNING, logger="airflow_trials.store")
     try:
         with pytest.raises(StoreError, match="does not exist") as raised:
-            store.list_experiments()
+            store.reader.list_experiments()
     finally:
         store.dispose()
     assert retry_warnings(caplog) == []
@@ -164,14 +165,14 @@ def test_connection_killed_between_ping_and_use_is_retried(postgres_database, ca
     event.listen(store._engine, "before_cursor_execute", kill_once)
     caplog.set_level(logging.WARNING, logger="airflow_trials.store")
     try:
-        assert store.add_results("t1", results([1, 2, 3])) == 3
+        assert add_results(store, "t1", results([1, 2, 3])) == 3
     finally:
         event.remove(store._engine, "before_cursor_execute", kill_once)
     assert killed == [1]
     [warning] = retry_warnings(caplog)
-    assert "add 3 results to trial t1 at attempt 1 of 8" in warning
-    assert [r["training_iteration"] for r in store.get_results("t1")] == [1, 2, 3]
-    assert store.get_trial("t1").last_result["training_iteration"] == 3
+    assert "progress of 1 trials (3 results) at attempt 1 of 8" in warning
+    assert [r["training_iteration"] for r in store.reader.get_results("t1")] == [1, 2, 3]
+    assert store.reader.get_trial("t1").last_result["training_iteration"] == 3
     store.dispose()
 
 
@@ -208,10 +209,12 @@ def test_sqlstates_are_retried_only_when_transient(
     caplog.set_level(logging.WARNING, logger="airflow_trials.store")
     try:
         if transient:
-            assert store.add_results("t1", results([1, 2])) == 2
+            assert add_results(store, "t1", results([1, 2])) == 2
         else:
-            with pytest.raises(StoreError, match="add 2 results to trial t1.*forced failure"):
-                store.add_results("t1", results([1, 2]))
+            with pytest.raises(
+                StoreError, match=r"progress of 1 trials \(2 results\).*forced failure"
+            ):
+                add_results(store, "t1", results([1, 2]))
         with store._engine.connect() as connection:
             attempts = connection.execute(
                 text("SELECT last_value FROM at_test_attempts")
@@ -237,14 +240,14 @@ def test_writes_survive_every_backend_being_killed_again_and_again(postgres_data
     def write() -> None:
         try:
             for start in range(1, iterations + 1, batch_size):
-                store.add_results(
-                    "t1", results(range(start, min(start + batch_size, iterations + 1)))
+                add_results(
+                    store, "t1", results(range(start, min(start + batch_size, iterations + 1)))
                 )
                 # Placed, then waiting again (as a paused trial waits), and so on.
                 store.record_transition("t1", Transition.PLACED if start % 2 else Transition.QUEUED)
-                store.update_trial("t1", num_failures=start // 30)
+                update_trial(store, "t1", num_failures=start // 30)
                 if start % 30 == 1:
-                    store.add_checkpoint("t1", f"/ckpt/t1/{start}", start, score=float(start))
+                    add_checkpoint(store, "t1", f"/ckpt/t1/{start}", start, score=float(start))
                 done.wait(0.005)  # spread the writes over a few kill rounds
         finally:
             done.set()
@@ -256,10 +259,10 @@ def test_writes_survive_every_backend_being_killed_again_and_again(postgres_data
 
     assert run_in_threads([write, kill]) == []
     assert sum(kills) > 0, "the killer never found a connection to kill"
-    stored = [r["training_iteration"] for r in store.get_results("t1")]
+    stored = [r["training_iteration"] for r in store.reader.get_results("t1")]
     assert stored == list(range(1, iterations + 1))
-    assert store.get_trial("t1").last_result["training_iteration"] == iterations
-    [best] = store.leaderboard(run, "loss", "min")
+    assert store.reader.get_trial("t1").last_result["training_iteration"] == iterations
+    [best] = store.reader.leaderboard(run, "loss", "min")
     assert (best.best_value, best.best_iteration) == (10.0 - iterations, iterations)
     assert count(store, CheckpointRow, trial_id="t1") == 10
     logging.getLogger(__name__).info(
@@ -279,7 +282,7 @@ def test_a_call_waits_out_a_short_outage(postgres_database, retry_log):
     postgres_database.terminate_backends()
     outcome: list[Any] = []
     writer = threading.Thread(
-        target=lambda: outcome.append(store.add_results("t1", results([1, 2])))
+        target=lambda: outcome.append(add_results(store, "t1", results([1, 2])))
     )
     writer.start()
     try:
@@ -289,7 +292,7 @@ def test_a_call_waits_out_a_short_outage(postgres_database, retry_log):
         postgres_database.allow_connections(True)
     writer.join(timeout=60)
     assert outcome == [2]
-    assert [r["training_iteration"] for r in store.get_results("t1")] == [1, 2]
+    assert [r["training_iteration"] for r in store.reader.get_results("t1")] == [1, 2]
     store.dispose()
 
 
@@ -309,16 +312,16 @@ def test_32_sqlite_writers_of_their_own_trials_all_finish(tmp_path, caplog):
             register(store, f"t{w}")
             barrier.wait()
             for start in range(1, per_writer + 1, batch_size):
-                store.add_results(f"t{w}", results(range(start, start + batch_size)))
+                add_results(store, f"t{w}", results(range(start, start + batch_size)))
                 store.record_transition(f"t{w}", Transition.PLACED)
-                store.update_trial(f"t{w}", num_failures=start)
+                update_trial(store, f"t{w}", num_failures=start)
         finally:
             store.dispose()
 
     assert run_in_threads([functools.partial(write, w) for w in range(writers)]) == []
     store = TrialStore(url)
     for w in range(writers):
-        assert [r["training_iteration"] for r in store.get_results(f"t{w}")] == list(
+        assert [r["training_iteration"] for r in store.reader.get_results(f"t{w}")] == list(
             range(1, per_writer + 1)
         )
     assert count(store, ResultRow) == writers * per_writer

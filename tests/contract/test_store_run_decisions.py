@@ -53,14 +53,16 @@ class RunDecisionsContract:
         per_trial = sorted(
             (r.trial_id, r.bracket, r.milestone, r.iteration, r.decision, r.reason, r.at_end)
             for t in seeded.trials
-            for r in store.trial_rungs(t)
+            for r in store.reader.trial_rungs(t)
         )
         assert per_trial == sorted(
             (r.trial_id, r.bracket, r.milestone, r.iteration, r.decision, r.reason, r.at_end)
             for r in rungs
         )
         values = {
-            (r.trial_id, r.milestone): r.value for t in seeded.trials for r in store.trial_rungs(t)
+            (r.trial_id, r.milestone): r.value
+            for t in seeded.trials
+            for r in store.reader.trial_rungs(t)
         }
         assert all(values[(r.trial_id, r.milestone)] == r.value for r in rungs)
         assert [(r.bracket, r.milestone) for r in rungs] == sorted(
@@ -137,7 +139,7 @@ class RunDecisionsContract:
         assert [e.id for e in exploits] == sorted(e.id for e in exploits)
         assert not {e.trial_id for e in exploits} & set(other.trials)
         first = exploits[0]
-        [stored] = [e for e in store.trial_exploits(first.trial_id) if e.id == first.id]
+        [stored] = [e for e in store.reader.trial_exploits(first.trial_id) if e.id == first.id]
         assert (first.old_config, first.new_config, first.operations, first.donor_checkpoint) == (
             stored.old_config,
             stored.new_config,

@@ -31,6 +31,7 @@ from airflow_trials.store.models import (
 from airflow_trials.store.run_deletion import RunStillRunningError
 from tests.contract.conftest import MEMORY, POSTGRESQL, SQLITE_FILE, fail_setting_last_result
 from tests.contract.test_store import register, results
+from tests.factories import add_checkpoint, add_results
 
 TABLES = (
     ResultRow,
@@ -64,9 +65,9 @@ def full_run(store: TrialStore, run_key: str, prefix: str) -> int:
     for trial_id in (a, b):
         register(store, trial_id, run)
         store.record_transition(trial_id, Transition.PLACED)
-        store.add_results(trial_id, results(range(1, 4)))
-        store.add_checkpoint(trial_id, f"/ckpt/{trial_id}/checkpoint_000001", 1)
-        store.add_checkpoint(trial_id, f"/ckpt/{trial_id}/checkpoint_000002", 2)
+        add_results(store, trial_id, results(range(1, 4)))
+        add_checkpoint(store, trial_id, f"/ckpt/{trial_id}/checkpoint_000001", 1)
+        add_checkpoint(store, trial_id, f"/ckpt/{trial_id}/checkpoint_000002", 2)
         store.record_rung(
             run,
             trial_id,
@@ -165,9 +166,15 @@ class RunDeletionContract:
             "/ckpt/o-b/checkpoint_000001",
             "/ckpt/o-b/checkpoint_000002",
         ]
-        assert [r.run_key for r in store.list_experiment_runs("exp")] == ["kept"]
-        assert [t.trial_id for t in store.list_trials(experiment_run_id=kept)] == ["k-a", "k-b"]
-        assert len(store.get_results("k-a")) == 3 and len(store.trial_exploits("k-b")) == 1
+        assert [r.run_key for r in store.reader.list_experiment_runs("exp")] == ["kept"]
+        assert [t.trial_id for t in store.reader.list_trials(experiment_run_id=kept)] == [
+            "k-a",
+            "k-b",
+        ]
+        assert (
+            len(store.reader.get_results("k-a")) == 3
+            and len(store.reader.trial_exploits("k-b")) == 1
+        )
 
     def test_refuses_a_running_run_and_deletes_nothing(self, store):
         run = full_run(store, "live", "l")
@@ -201,7 +208,7 @@ class RunDeletionContract:
         precious = tmp_path / "precious"  # named by a checkpoint row, outside the storage root
         precious.mkdir()
         run = full_run(store, "r", "p")
-        store.add_checkpoint("p-a", str(precious), 3)
+        add_checkpoint(store, "p-a", str(precious), 3)
         before = rows_per_table(store)
 
         def inside_root(paths):

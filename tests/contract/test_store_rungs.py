@@ -160,7 +160,7 @@ def _assert_same_rungs(store: TrialStore, memory: AsyncHyperBandScheduler, ours:
     stored = {
         (r.trial_id, r.bracket, r.milestone): r.value
         for trial_id in ours.bracket
-        for r in store.trial_rungs(trial_id)
+        for r in store.reader.trial_rungs(trial_id)
     }
     assert stored.keys() == expected.keys()
     for key, value in expected.items():
@@ -205,7 +205,7 @@ class RungsContract:
         assert dataclass_fields(again, fresh=False) == dataclass_fields(worse, fresh=False)
         assert again.value == 0.9 and not again.fresh
         assert count(store, TrialRungRow) == 2
-        assert [r.milestone for r in store.trial_rungs("b")] == [1.0]
+        assert [r.milestone for r in store.reader.trial_rungs("b")] == [1.0]
 
     def test_trial_rungs_are_listed_lowest_milestone_first_with_their_values(self, store):
         run = new_run(store, "r1", ["a"])
@@ -218,7 +218,7 @@ class RungsContract:
                 value=value,
                 decide=lambda values: RungVerdict(Decision.CONTINUE, None),
             )
-        rungs = store.trial_rungs("a")
+        rungs = store.reader.trial_rungs("a")
         assert [(r.milestone, r.value, r.bracket, r.iteration) for r in rungs] == [
             (1.0, 0.5, 0, None),
             (3.0, math.inf, 0, None),
@@ -227,7 +227,7 @@ class RungsContract:
         assert not any(r.at_end for r in rungs)
         assert all(r.created_at.tzinfo is not None for r in rungs)
         register(store, "idle", run)
-        assert store.trial_rungs("idle") == []
+        assert store.reader.trial_rungs("idle") == []
 
     def test_a_run_s_rungs_read_at_once_are_each_trial_s_rungs(self, store_url):
         store = TrialStore(store_url, create=True)
@@ -248,10 +248,10 @@ class RungsContract:
                     value=value,
                     decide=lambda values: RungVerdict(Decision.CONTINUE, None),
                 )
-            of_run = store.rungs_of_run(run)
+            of_run = store.reader.rungs_of_run(run)
             assert set(of_run) == {"a", "b"}
             assert {trial_id: of_run[trial_id] for trial_id in ("a", "b")} == {
-                trial_id: store.trial_rungs(trial_id) for trial_id in ("a", "b")
+                trial_id: store.reader.trial_rungs(trial_id) for trial_id in ("a", "b")
             }
             assert [r.milestone for r in of_run["b"]] == [1.0, 4.0]
         finally:
@@ -295,7 +295,7 @@ class RungsContract:
         assert record("c", -5.0).decision is Decision.CONTINUE
         stopped = record("d", -6.0)
         assert stopped.decision is Decision.STOP and "cutoff -5" in stopped.reason
-        assert math.isnan(store.trial_rungs("a")[0].value)
+        assert math.isnan(store.reader.trial_rungs("a")[0].value)
         with store._engine.connect() as connection:
             stored = connection.execute(
                 TrialRungRow.__table__.select().where(TrialRungRow.trial_id == "a")
@@ -358,7 +358,7 @@ class RungsContract:
         with pytest.raises(ValueError, match="belongs to experiment run"):
             ok(other, "a")
         with pytest.raises(TrialNotFoundError):
-            store.trial_rungs("ghost")
+            store.reader.trial_rungs("ghost")
         for kwargs, match in (
             ({"bracket": -1}, "bracket"),
             ({"bracket": 1.5}, "bracket"),
@@ -418,7 +418,7 @@ class RungsContract:
         )
         store.record_transition("b", Transition.STOPPED, why="stopped by ASHA")
         store.record_transition("b", RestartFromScratch())
-        assert store.trial_rungs("b") == [] and len(store.trial_rungs("a")) == 1
+        assert store.reader.trial_rungs("b") == [] and len(store.reader.trial_rungs("a")) == 1
         again = store.record_rung(
             run,
             "b",

@@ -25,7 +25,7 @@ class SeveralMetricsContract:
                 {"id": experiment_id},
             ).one()
         assert tuple(stored) == ('{"val_acc":"max","latency":"min"}', None)
-        record = store.get_experiment("two")
+        record = store.reader.get_experiment("two")
         assert (record.id, record.metrics, record.modes) == (
             experiment_id,
             ["val_acc", "latency"],
@@ -38,7 +38,7 @@ class SeveralMetricsContract:
 
     def test_one_metric_is_stored_as_before_and_read_as_a_list_of_one(self, store):
         store.ensure_experiment("one", metric="loss", mode="min")
-        [record] = store.list_experiments()
+        [record] = store.reader.list_experiments()
         assert (record.metric, record.mode) == ("loss", "min")
         assert (record.metrics, record.modes, record.several_metrics) == (
             ["loss"],
@@ -47,20 +47,20 @@ class SeveralMetricsContract:
         )
         assert record.metric_and_mode() == ("loss", "min")
         store.ensure_experiment("bare")
-        bare = store.get_experiment("bare")
+        bare = store.reader.get_experiment("bare")
         assert (bare.metrics, bare.modes, bare.metric_and_mode()) == ([], [], (None, None))
 
     def test_switching_between_one_and_several_metrics(self, store):
         store.ensure_experiment("exp", metric="loss", mode="min")
         store.ensure_experiment("exp", metric=["acc", "loss"], mode=["max", "min"])
-        record = store.get_experiment("exp")
+        record = store.reader.get_experiment("exp")
         assert (record.mode, record.metrics, record.modes) == (
             None,
             ["acc", "loss"],
             ["max", "min"],
         )
         store.ensure_experiment("exp", metric="acc", mode="max")
-        record = store.get_experiment("exp")
+        record = store.reader.get_experiment("exp")
         assert (record.metric, record.mode, record.metrics) == ("acc", "max", ["acc"])
 
     @pytest.mark.parametrize(
@@ -79,12 +79,12 @@ class SeveralMetricsContract:
         with pytest.raises(ValueError, match=match) as raised:
             store.ensure_experiment("bad", metric=metric, mode=mode)
         assert "bad" in str(raised.value) or "Metric name" in str(raised.value)
-        assert store.list_experiments() == []
+        assert store.reader.list_experiments() == []
 
     def test_get_experiment_names_the_known_experiments_when_missing(self, store):
         store.ensure_experiment("mnist")
         with pytest.raises(ExperimentNotFoundError, match="'cifar' is not in .*mnist"):
-            store.get_experiment("cifar")
+            store.reader.get_experiment("cifar")
 
     def test_trials_db_callback_records_several_metrics_for_the_pareto_front(self, store):
         recorder = TrialsDbCallback(
@@ -104,7 +104,7 @@ class SeveralMetricsContract:
         for trial in trials:
             recorder.on_trial_complete(trial)
         recorder.on_experiment_end(trials)
-        record = store.get_experiment("two")
+        record = store.reader.get_experiment("two")
         assert (record.metrics, record.modes) == (["val_acc", "latency"], ["max", "min"])
         grid = recorder.result_grid()
         assert (grid.metric, grid.mode) == (["val_acc", "latency"], ["max", "min"])

@@ -18,6 +18,7 @@ from airflow_trials.store.engine import WRITE_OPTION, create_store_engine
 from airflow_trials.store.migration import alembic_config, current_revision, upgrade_engine
 from tests.contract.conftest import MEMORY, POSTGRESQL, SQLITE_FILE
 from tests.contract.test_store import HEAD_REVISION, register, results, schema_differences
+from tests.factories import add_checkpoint, add_results, update_trial
 
 ASHA_STOP = (
     "stopped by ASHA at training_iteration=3 (rung 1 of 4): loss 0.41 above the rung's cutoff 0.35"
@@ -51,44 +52,46 @@ class StopReasonContract:
 
     def test_record_end_keeps_the_stop_reason_of_a_terminated_end(self, store):
         ended(store, "t1")
-        record = store.get_trial("t1")
+        record = store.reader.get_trial("t1")
         assert (record.status, record.stop_reason, record.error_msg) == (
             TrialStatus.TERMINATED,
             ASHA_STOP,
             None,
         )
-        assert [t.stop_reason for t in store.list_trials()] == [ASHA_STOP]
+        assert [t.stop_reason for t in store.reader.list_trials()] == [ASHA_STOP]
         # execute_complete records the end the trigger recorded; a stored end carries no reason.
         store.record_end(TrialEnd.stored("t1", "exp", {"training_iteration": 3}, None))
-        assert store.get_trial("t1").stop_reason == ASHA_STOP
+        assert store.reader.get_trial("t1").stop_reason == ASHA_STOP
         store.record_end(finished("t1", CRITERION))
-        assert store.get_trial("t1").stop_reason == CRITERION
+        assert store.reader.get_trial("t1").stop_reason == CRITERION
 
     def test_a_failed_end_records_no_stop_reason(self, store):
         register(store, "t1")
         store.record_transition("t1", Transition.PLACED)
         lost = TrialEnd.lost("t1", "exp", "its Ray actor died")
         assert store.record_end(lost, after_failure("t1", 0, 0)) is TrialStatus.ERROR
-        assert store.get_trial("t1").stop_reason is None
+        assert store.reader.get_trial("t1").stop_reason is None
 
     @pytest.mark.parametrize("transition", [Transition.RESET, Transition.QUEUED])
     def test_starting_a_stopped_trial_again_clears_its_stop_reason(self, store, transition):
         ended(store, "t1")
-        ended_at = store.get_trial("t1").ended_at
+        ended_at = store.reader.get_trial("t1").ended_at
         assert ended_at is not None
         assert store.record_transition("t1", transition).status is TrialStatus.PENDING
-        pending = store.get_trial("t1")
+        pending = store.reader.get_trial("t1")
         assert (pending.stop_reason, pending.ended_at) == (None, None)
         store.record_transition("t1", Transition.PLACED)
         store.record_transition("t1", Transition.STOPPED, why="Stopped from Airflow.")
-        stopped = store.get_trial("t1")  # a stop from outside gives no reason: none left over
+        stopped = store.reader.get_trial(
+            "t1"
+        )  # a stop from outside gives no reason: none left over
         assert (stopped.status, stopped.stop_reason) == (TrialStatus.TERMINATED, None)
 
     def test_restart_from_scratch_clears_the_stop_reason(self, store):
         ended(store, "t1")
-        store.add_results("t1", results([1, 2, 3]))
+        add_results(store, "t1", results([1, 2, 3]))
         store.record_transition("t1", RestartFromScratch(try_number=2))
-        again = store.get_trial("t1")
+        again = store.reader.get_trial("t1")
         assert (again.status, again.stop_reason, again.last_result) == (
             TrialStatus.PENDING,
             None,
@@ -98,20 +101,20 @@ class StopReasonContract:
     def test_only_a_terminated_trial_takes_a_stop_reason(self, store):
         register(store, "t1")
         store.record_transition("t1", Transition.PLACED)
-        before = store.get_trial("t1")
+        before = store.reader.get_trial("t1")
         with pytest.raises(
             ValueError, match="t1 would be RUNNING: only a TERMINATED trial has a stop reason"
         ):
-            store.update_trial("t1", stop_reason=ASHA_STOP)
-        assert store.get_trial("t1") == before
+            update_trial(store, "t1", stop_reason=ASHA_STOP)
+        assert store.reader.get_trial("t1") == before
         store.record_transition("t1", Transition.QUEUED)
-        before = store.get_trial("t1")
+        before = store.reader.get_trial("t1")
         with pytest.raises(ValueError, match="t1 would be PENDING"):
-            store.update_trial("t1", num_failures=1, stop_reason=ASHA_STOP)
-        assert store.get_trial("t1") == before
+            update_trial(store, "t1", num_failures=1, stop_reason=ASHA_STOP)
+        assert store.reader.get_trial("t1") == before
         store.record_transition("t1", Transition.PLACED)
         store.record_end(finished("t1", CRITERION))
-        assert store.get_trial("t1").stop_reason == CRITERION
+        assert store.reader.get_trial("t1").stop_reason == CRITERION
 
     def test_a_page_reads_the_stop_reasons_of_its_trials_only(self, store):
         ended(store, "stopped")
@@ -159,7 +162,7 @@ class StopReasonContract:
         trials[1].error_msg = "Traceback ...: boom"
         trials[1].num_failures = 1
         recorder.on_trial_error(trials[1])
-        records = {t.trial_id: t for t in store.list_trials()}
+        records = {t.trial_id: t for t in store.reader.list_trials()}
         assert (records["r0"].status, records["r0"].stop_reason) == (
             TrialStatus.TERMINATED,
             ASHA_STOP,
@@ -182,23 +185,23 @@ class StopReasonContract:
             engine.dispose()
         store = TrialStore(store_url)
         try:
-            old = store.get_trial("t-old")
+            old = store.reader.get_trial("t-old")
             assert (old.status, old.stop_reason, old.error_msg) == (
                 TrialStatus.TERMINATED,
                 None,
                 "kept",
             )
-            assert [r["training_iteration"] for r in store.get_results("t-old")] == [1]
+            assert [r["training_iteration"] for r in store.reader.get_results("t-old")] == [1]
             store.record_end(finished("t-old", ASHA_STOP))
-            assert store.get_trial("t-old").stop_reason == ASHA_STOP
+            assert store.reader.get_trial("t-old").stop_reason == ASHA_STOP
             assert schema_differences(store) == []
         finally:
             store.dispose()
 
     def test_downgrade_to_0004_drops_the_column_and_keeps_every_trial_s_rows(self, store):
         ended(store, "t1")
-        store.add_results("t1", results([1, 2]))
-        store.add_checkpoint("t1", "/ckpt/t1/2", 2)
+        add_results(store, "t1", results([1, 2]))
+        add_checkpoint(store, "t1", "/ckpt/t1/2", 2)
         engine = store._write_engine
         _migrate(engine, "0004", upgrade=False)
         with engine.connect() as connection:
@@ -212,7 +215,10 @@ class StopReasonContract:
         assert "stop_reason" not in columns
         assert kept == [1, 2, 1]  # no rebuild of at_trials cascaded into its children
         _migrate(engine, "head", upgrade=True)
-        assert store.get_trial("t1").stop_reason is None and len(store.get_results("t1")) == 2
+        assert (
+            store.reader.get_trial("t1").stop_reason is None
+            and len(store.reader.get_results("t1")) == 2
+        )
 
 
 def _migrate(engine, revision: str, *, upgrade: bool) -> None:

@@ -16,6 +16,7 @@ from airflow_trials.store.migration import current_revision, upgrade_engine
 from tests.contract.conftest import MEMORY, POSTGRESQL, SQLITE_FILE
 from tests.contract.test_store import HEAD_REVISION, register, results, schema_differences
 from tests.contract.test_store_stop_reason import _migrate
+from tests.factories import add_results
 
 OLD_STOP_MESSAGE = "Stopped because its Airflow task was cleared or marked while deferred."
 
@@ -43,29 +44,29 @@ class StoppedFromAirflowContract:
 
     def test_a_stop_for_a_try_sets_it_and_the_next_try_s_registration_keeps_it(self, store):
         running(store, "t1")
-        assert not store.get_trial("t1").stopped_from_airflow
+        assert not store.reader.get_trial("t1").stopped_from_airflow
         recorded = store.record_transition("t1", StopForTry("stopped from Airflow", 1))
         assert recorded.applied and recorded.status is TrialStatus.TERMINATED
-        stopped = store.get_trial("t1")
+        stopped = store.reader.get_trial("t1")
         assert (stopped.status, stopped.stopped_from_airflow, stopped.error_msg) == (
             TrialStatus.TERMINATED,
             True,
             "stopped from Airflow",
         )
         register(store, "t1", try_number=2)  # the next try registers, then reads it
-        assert store.get_trial("t1").stopped_from_airflow
+        assert store.reader.get_trial("t1").stopped_from_airflow
 
     def test_a_stop_fenced_off_by_a_later_try_sets_nothing(self, store):
         running(store, "t1", try_number=2)
         assert not store.record_transition("t1", StopForTry("stopped from Airflow", 1)).applied
-        record = store.get_trial("t1")
+        record = store.reader.get_trial("t1")
         assert (record.status, record.stopped_from_airflow) == (TrialStatus.RUNNING, False)
 
     def test_a_trial_that_ended_keeps_its_end_and_is_not_marked_stopped(self, store):
         running(store, "t1")
         store.record_end(finished("t1"))
         assert store.record_transition("t1", StopForTry("stopped from Airflow", 1)).applied
-        record = store.get_trial("t1")
+        record = store.reader.get_trial("t1")
         assert (record.status, record.stopped_from_airflow, record.error_msg) == (
             TrialStatus.TERMINATED,
             False,
@@ -75,7 +76,7 @@ class StoppedFromAirflowContract:
     def test_a_plain_stopped_transition_sets_it(self, store):
         running(store, "t1")
         store.record_transition("t1", Transition.STOPPED, why="Stopped from Airflow.")
-        assert store.get_trial("t1").stopped_from_airflow
+        assert store.reader.get_trial("t1").stopped_from_airflow
 
     @pytest.mark.parametrize("start", [Transition.QUEUED, Transition.RESET, "restart"])
     def test_starting_the_trial_again_clears_it(self, store, start):
@@ -83,11 +84,11 @@ class StoppedFromAirflowContract:
         store.record_transition("t1", StopForTry("stopped from Airflow", 1))
         again = RestartFromScratch(try_number=2) if start == "restart" else start
         store.record_transition("t1", again)
-        record = store.get_trial("t1")
+        record = store.reader.get_trial("t1")
         assert (record.status, record.stopped_from_airflow) == (TrialStatus.PENDING, False)
         store.record_transition("t1", Transition.PLACED)
         store.record_end(finished("t1"))
-        assert not store.get_trial("t1").stopped_from_airflow
+        assert not store.reader.get_trial("t1").stopped_from_airflow
 
     # -- migration 0009 ------------------------------------------------------------------------
 
@@ -119,7 +120,7 @@ class StoppedFromAirflowContract:
             engine.dispose()
         store = TrialStore(store_url)
         try:
-            assert {t.trial_id: t.stopped_from_airflow for t in store.list_trials()} == {
+            assert {t.trial_id: t.stopped_from_airflow for t in store.reader.list_trials()} == {
                 "cleared": True,
                 "restarted": False,
                 "ended": False,
@@ -132,7 +133,7 @@ class StoppedFromAirflowContract:
         if self.backend == MEMORY:
             pytest.skip("sqlite:// is a new, empty database per engine: nothing to downgrade")
         running(store, "t1")
-        store.add_results("t1", results([1, 2]))
+        add_results(store, "t1", results([1, 2]))
         store.record_transition("t1", StopForTry("stopped from Airflow", 1))
         engine = create_store_engine(store_url)
         try:
@@ -148,7 +149,7 @@ class StoppedFromAirflowContract:
             _migrate(engine, "head", upgrade=True)
         finally:
             engine.dispose()
-        record = store.get_trial("t1")
+        record = store.reader.get_trial("t1")
         assert (record.status, record.stopped_from_airflow) == (TrialStatus.TERMINATED, False)
 
 

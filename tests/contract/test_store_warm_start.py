@@ -13,6 +13,7 @@ from airflow_trials.store.migration import current_revision, upgrade_engine
 from tests.contract.conftest import MEMORY, POSTGRESQL, SQLITE_FILE
 from tests.contract.test_store import HEAD_REVISION, register, results, schema_differences
 from tests.contract.test_store_stop_reason import _insert_old_trial, _migrate
+from tests.factories import add_checkpoint, add_results
 
 ORIGIN = {
     "run_key": "scheduled__2026-11-23T02:00:00+00:00",
@@ -38,8 +39,8 @@ class WarmStartContract:
             warm_start=ORIGIN,
         )
         register(store, "cold")
-        assert store.get_trial("w1").warm_start == ORIGIN
-        assert store.get_trial("cold").warm_start is None
+        assert store.reader.get_trial("w1").warm_start == ORIGIN
+        assert store.reader.get_trial("cold").warm_start is None
         # A later registration (the next try, TrialsDbCallback) refreshes ids only.
         store.upsert_trial(
             "w1",
@@ -57,8 +58,8 @@ class WarmStartContract:
             max_failures=0,
             warm_start={"trial_id": "other"},
         )
-        assert store.get_trial("w1").warm_start == ORIGIN
-        assert {t.trial_id: t.warm_start for t in store.list_trials()} == {
+        assert store.reader.get_trial("w1").warm_start == ORIGIN
+        assert {t.trial_id: t.warm_start for t in store.reader.list_trials()} == {
             "w1": ORIGIN,
             "cold": None,
         }
@@ -72,7 +73,9 @@ class WarmStartContract:
             max_failures=0,
             warm_start={**ORIGIN, "value": float("inf")},
         )
-        assert store.get_trial("w2").warm_start["value"] is None  # strict JSON: not finite is null
+        assert (
+            store.reader.get_trial("w2").warm_start["value"] is None
+        )  # strict JSON: not finite is null
 
     def test_upgrade_from_0004_keeps_the_trials_and_their_rows(self, store_url):
         if self.backend == MEMORY:
@@ -87,7 +90,7 @@ class WarmStartContract:
             engine.dispose()
         store = TrialStore(store_url)
         try:
-            assert store.get_trial("t-old").warm_start is None
+            assert store.reader.get_trial("t-old").warm_start is None
             assert schema_differences(store) == []
         finally:
             store.dispose()
@@ -101,8 +104,8 @@ class WarmStartContract:
             max_failures=0,
             warm_start=ORIGIN,
         )
-        store.add_results("w1", results([1, 2]))
-        store.add_checkpoint("w1", "/ckpt/w1/2", 2)
+        add_results(store, "w1", results([1, 2]))
+        add_checkpoint(store, "w1", "/ckpt/w1/2", 2)
         engine = store._write_engine
         _migrate(engine, "0007", upgrade=False)
         with engine.connect() as connection:
@@ -116,7 +119,10 @@ class WarmStartContract:
         assert "warm_start" not in columns
         assert kept == [1, 2, 1]  # no rebuild of at_trials cascaded into its children
         _migrate(engine, "head", upgrade=True)
-        assert store.get_trial("w1").warm_start is None and len(store.get_results("w1")) == 2
+        assert (
+            store.reader.get_trial("w1").warm_start is None
+            and len(store.reader.get_results("w1")) == 2
+        )
 
 
 class TestInMemorySQLite(WarmStartContract):

@@ -14,6 +14,7 @@ from airflow_trials.core.status import TrialStatus
 from airflow_trials.execution.driver.sweep_driver import SweepSpec, resumable_trials, sweep_search
 from airflow_trials.execution.storage import TrialStorage
 from tests.contract.conftest import MEMORY, POSTGRESQL, SQLITE_FILE
+from tests.factories import add_checkpoint, add_results
 
 TRAINABLE = "tests.trainables:quadratic"
 IDS = [f"run1-{i:04d}" for i in range(6)]
@@ -61,8 +62,8 @@ def started(store, run_pk: int, trial_id: str, config: dict) -> None:
 
 def ended(store, run_pk: int, trial_id: str, config: dict, loss: float | None) -> None:
     started(store, run_pk, trial_id, config)
-    store.add_results(
-        trial_id, [{"loss": loss if loss is not None else 1.0, "training_iteration": 1}]
+    add_results(
+        store, trial_id, [{"loss": loss if loss is not None else 1.0, "training_iteration": 1}]
     )
     if loss is None:  # failed for good: its only try (max_failures=0)
         end = TrialEnd(trial_id, "exp", TrialStatus.ERROR, error="boom")
@@ -81,7 +82,7 @@ def ended(store, run_pk: int, trial_id: str, config: dict, loss: float | None) -
 def checkpointed(store, storage: TrialStorage, trial_id: str, iteration: int) -> str:
     """A real checkpoint of ``trial_id`` at ``iteration`` on ``storage``, recorded in the store."""
     path = storage.persist_checkpoint("exp", trial_id, iteration, {"iteration": iteration}, {})
-    store.add_checkpoint(trial_id, path, iteration)
+    add_checkpoint(store, trial_id, path, iteration)
     return path
 
 
@@ -158,9 +159,9 @@ class SweepResumeContract:
         assert trial.restore_source() == kept and [
             c.iteration for c in trial.checkpoint_manager.kept
         ] == [2]
-        assert [c.path for c in store.live_checkpoints(IDS[0])] == [kept]
-        assert store.latest_checkpoint(IDS[0]).path == kept
-        assert store.get_trial(IDS[0]).num_failures == 0
+        assert [c.path for c in store.reader.live_checkpoints(IDS[0])] == [kept]
+        assert store.reader.latest_checkpoint(IDS[0]).path == kept
+        assert store.reader.get_trial(IDS[0]).num_failures == 0
 
     def test_a_trial_whose_every_checkpoint_is_gone_starts_from_scratch(
         self, store, store_url, storage
@@ -173,7 +174,7 @@ class SweepResumeContract:
         resumable = resumable_trials(spec(store_url, run_pk), store, storage)
 
         trial = next(t for t in resumable.trials if t.trial_id == IDS[0])
-        assert trial.restore_source() is None and store.latest_checkpoint(IDS[0]) is None
+        assert trial.restore_source() is None and store.reader.latest_checkpoint(IDS[0]) is None
 
     def test_a_run_that_asked_nothing_yet_starts_the_search_from_the_top(
         self, store, store_url, storage

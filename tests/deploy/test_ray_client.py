@@ -201,7 +201,7 @@ def test_the_init_script_prepares_both_dbs_the_pool_and_checkpoints_and_reaches_
     assert (tmp_path / "ckpt").is_dir()
     store = TrialStore(f"sqlite:///{tmp_path / 'trials.db'}")
     try:
-        assert store.list_experiments() == []  # migrated: the tables exist
+        assert store.reader.list_experiments() == []  # migrated: the tables exist
     finally:
         store.dispose()
     pool = Pool.get_pool("deploy_test_gpu")
@@ -297,7 +297,7 @@ def test_a_trial_started_in_one_process_is_watched_to_its_end_from_another(
         assert (storage / "deploy" / "over-client" / "checkpoint_000004").is_dir()
         store = TrialStore(url)
         try:
-            assert [r["training_iteration"] for r in store.get_results("over-client")] == [
+            assert [r["training_iteration"] for r in store.reader.get_results("over-client")] == [
                 1,
                 2,
                 3,

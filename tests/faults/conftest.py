@@ -303,7 +303,7 @@ class ExperimentRun:
             counts = {}
             for trial_id in self.trial_ids:
                 try:
-                    counts[trial_id] = len(store.get_results(trial_id))
+                    counts[trial_id] = len(store.reader.get_results(trial_id))
                 except TrialNotFoundError:
                     counts[trial_id] = 0
             return counts
@@ -367,7 +367,7 @@ class ExperimentRun:
         store = self.store()
         try:
             for trial_id in self.trial_ids:
-                stored = [r["training_iteration"] for r in store.get_results(trial_id)]
+                stored = [r["training_iteration"] for r in store.reader.get_results(trial_id)]
                 assert stored == list(range(1, self.iterations + 1)), (trial_id, stored)
         finally:
             store.dispose()
@@ -396,7 +396,7 @@ class ExperimentRun:
         """(c) Every trial's final status in the store; returns the trial records by id."""
         store = self.store()
         try:
-            records = {trial_id: store.get_trial(trial_id) for trial_id in self.trial_ids}
+            records = {trial_id: store.reader.get_trial(trial_id) for trial_id in self.trial_ids}
         finally:
             store.dispose()
         assert {t: r.status.value for t, r in records.items()} == dict.fromkeys(
@@ -424,7 +424,9 @@ class ExperimentRun:
         store = self.store()
         try:
             (run,) = [
-                r for r in store.list_experiment_runs(self.dag_id) if r.run_key == self.run_id
+                r
+                for r in store.reader.list_experiment_runs(self.dag_id)
+                if r.run_key == self.run_id
             ]
         finally:
             store.dispose()

@@ -48,9 +48,9 @@ def test_asha_decides_each_rung_once_across_a_triggerer_restart(stack, experimen
 
     store = run.store()
     try:
-        rungs = {t: [r for r in store.trial_rungs(t) if not r.at_end] for t in run.trial_ids}
+        rungs = {t: [r for r in store.reader.trial_rungs(t) if not r.at_end] for t in run.trial_ids}
         results = {
-            t: [r["training_iteration"] for r in store.get_results(t)] for t in run.trial_ids
+            t: [r["training_iteration"] for r in store.reader.get_results(t)] for t in run.trial_ids
         }
     finally:
         store.dispose()

@@ -232,9 +232,11 @@ def suggest_log(stack: RestStack, run_id: str, expected: str) -> str:
 
 def assert_nothing_recorded(batch: Batch, run_id: str) -> None:
     store = batch.store
-    assert [r.id for r in store.list_experiment_runs() if run_id in (r.run_key, r.run_id)] == []
-    assert [t.trial_id for t in store.list_trials() if t.run_id == run_id] == []
-    assert [e.name for e in store.list_experiments()] in ([], [EXPERIMENT])
+    assert [
+        r.id for r in store.reader.list_experiment_runs() if run_id in (r.run_key, r.run_id)
+    ] == []
+    assert [t.trial_id for t in store.reader.list_trials() if t.run_id == run_id] == []
+    assert [e.name for e in store.reader.list_experiments()] in ([], [EXPERIMENT])
     prefix = trial_ids(EXPERIMENT, DAG_ID, run_id, 1)[0].rsplit("-", 1)[0]
     assert [name for name in live_trial_actors() if prefix in name] == []
 
@@ -269,8 +271,10 @@ def test_a_valid_run_in_the_same_batch_is_recorded(batch, stack, ray_address):
     run_id = batch.run_ids["valid"]
     assert batch.responses["valid"].status_code == 200
     assert batch.states[run_id] == "success", stack.task_states(DAG_ID, run_id)
-    (exp_run,) = [r for r in batch.store.list_experiment_runs(EXPERIMENT) if r.run_key == run_id]
-    (trial,) = batch.store.list_trials(experiment_run_id=exp_run.id)
+    (exp_run,) = [
+        r for r in batch.store.reader.list_experiment_runs(EXPERIMENT) if r.run_key == run_id
+    ]
+    (trial,) = batch.store.reader.list_trials(experiment_run_id=exp_run.id)
     assert trial.run_id == run_id and trial.status.value == "TERMINATED"
     assert trial.trial_id == trial_ids(EXPERIMENT, DAG_ID, run_id, 1)[0]
     assert f"Connecting to Ray at {ray_address}" in suggest_log(stack, run_id, "Connecting to Ray")

@@ -87,7 +87,7 @@ def latest_recorded(run: ExperimentRun) -> dict[str, Any]:
         latest = {}
         for trial_id in run.trial_ids:
             try:
-                latest[trial_id] = store.latest_checkpoint(trial_id)
+                latest[trial_id] = store.reader.latest_checkpoint(trial_id)
             except TrialNotFoundError:
                 latest[trial_id] = None
         return latest
@@ -160,7 +160,7 @@ def assert_run_succeeds(run: ExperimentRun) -> None:
         ends = {
             t: (r.status.value, r.num_failures, (r.error_msg or "").splitlines()[:1])
             for t in run.trial_ids
-            for r in [store.get_trial(t)]
+            for r in [store.reader.get_trial(t)]
         }
     finally:
         store.dispose()

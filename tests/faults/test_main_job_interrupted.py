@@ -81,8 +81,8 @@ def test_interrupted_main_job_resumes_its_run_and_loses_nothing(tmp_path):
                 return False
             store = TrialStore(f"sqlite:///{state / 'trials.db'}")
             try:
-                trials = store.list_trials(experiment_name=DAG_ID)
-                latest = [store.latest_checkpoint(t.trial_id) for t in trials]
+                trials = store.reader.list_trials(experiment_name=DAG_ID)
+                latest = [store.reader.latest_checkpoint(t.trial_id) for t in trials]
             except StoreError:  # the job created the file and is still migrating it
                 return False
             finally:
@@ -120,18 +120,18 @@ def test_interrupted_main_job_resumes_its_run_and_loses_nothing(tmp_path):
 
     store = TrialStore(f"sqlite:///{state / 'trials.db'}")
     try:
-        (run,) = store.list_experiment_runs(DAG_ID)
+        (run,) = store.reader.list_experiment_runs(DAG_ID)
         assert run.status.value == "SUCCESS"
         ids = trial_ids(DAG_ID, DAG_ID, run.run_key, TRIALS)
         for trial_id in ids:
-            record = store.get_trial(trial_id)
+            record = store.reader.get_trial(trial_id)
             # Lost with the Ray head the first job stopped: not a failure of the trial.
             assert (record.status.value, record.num_failures, record.error_msg) == (
                 "TERMINATED",
                 0,
                 None,
             )
-            iterations = [r["training_iteration"] for r in store.get_results(trial_id)]
+            iterations = [r["training_iteration"] for r in store.reader.get_results(trial_id)]
             assert iterations == list(range(1, ITERATIONS + 1)), (trial_id, iterations)
             incarnations = read_journal(journal, trial_id)
             assert len(incarnations) == 2, (

@@ -80,7 +80,7 @@ def stack(shape) -> Iterator[ShapeStack]:
 
 
 def _results(store: Any, trial_id: str) -> list[dict[str, Any]]:
-    return list(store.get_results(trial_id))
+    return list(store.reader.get_results(trial_id))
 
 
 def _store(shape: LocalShape) -> Any:
@@ -107,7 +107,7 @@ def _assert_checkpoints_on_s3(shape: LocalShape, trial_ids: list[str]) -> None:
     store = _store(shape)
     try:
         for trial_id in trial_ids:
-            paths = [c.path for c in store.live_checkpoints(trial_id)]
+            paths = [c.path for c in store.reader.live_checkpoints(trial_id)]
             assert paths, f"trial {trial_id} kept no checkpoint"
             for path in paths:
                 assert path.startswith(f"s3://{spec.BUCKET}/"), path
@@ -160,7 +160,7 @@ def test_the_example_dags_run_end_to_end_on_the_shape(stack, shape):
     store = _store(shape)
     try:
         trials = {
-            dag_id: [t.trial_id for t in store.list_trials(experiment_name=dag_id)]
+            dag_id: [t.trial_id for t in store.reader.list_trials(experiment_name=dag_id)]
             for dag_id in runs
         }
         used = {
@@ -327,7 +327,7 @@ def test_the_gpu_node_lost_while_a_gpu_trial_runs_waits_for_a_gpu_node(stack, sh
     def waiting() -> Any:
         store = _store(shape)
         try:
-            status = store.get_trial(run.trial_ids[0]).status.value
+            status = store.reader.get_trial(run.trial_ids[0]).status.value
         finally:
             store.dispose()
         pool = stack.api("GET", f"/pools/{spec.GPU_POOL}")

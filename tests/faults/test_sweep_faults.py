@@ -49,7 +49,9 @@ def driver(run):
 def finished_runs(run) -> list:
     store = run.store()
     try:
-        return [r for r in store.list_experiment_runs(run.dag_id) if r.status.value == "SUCCESS"]
+        return [
+            r for r in store.reader.list_experiment_runs(run.dag_id) if r.status.value == "SUCCESS"
+        ]
     finally:
         store.dispose()
 
@@ -176,7 +178,7 @@ def test_a_searched_sweep_whose_driver_is_killed_keeps_every_asked_config(stack,
     run.wait_until_trials_deferred()
     store = run.store()
     try:
-        asked = {trial_id: store.get_trial(trial_id).config for trial_id in run.trial_ids}
+        asked = {trial_id: store.reader.get_trial(trial_id).config for trial_id in run.trial_ids}
     finally:
         store.dispose()
     assert len({config["x"] for config in asked.values()}) == 3 and all(

@@ -60,12 +60,12 @@ launch()
 say(phase="launched")
 say(phase="first_end", event=asyncio.run(watch()))
 store = TrialsHook().get_store()
-latest = store.latest_checkpoint("t1")
+latest = store.reader.latest_checkpoint("t1")
 launch(latest.path)
 say(phase="resumed", checkpoint_iteration=latest.iteration)
 event = asyncio.run(watch())
 say(phase="second_end", event=event,
-    iterations=[r["training_iteration"] for r in store.get_results("t1")])
+    iterations=[r["training_iteration"] for r in store.reader.get_results("t1")])
 """
 
 
@@ -109,7 +109,7 @@ def test_a_process_running_triggers_survives_a_ray_head_restart(tmp_path: Path):
     try:
         wait_for(
             lambda: (
-                len(store.get_results("t1")) >= 5
+                len(store.reader.get_results("t1")) >= 5
                 if any(s["phase"] == "launched" for s in said)
                 else False
             ),

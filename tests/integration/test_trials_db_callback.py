@@ -107,10 +107,12 @@ def test_a_runner_run_reads_back_like_a_dag_run(
 
     store = TrialStore(db_url)
     try:
-        (run,) = store.list_experiment_runs("engine-exp")
+        (run,) = store.reader.list_experiment_runs("engine-exp")
         assert run.status is ExperimentRunStatus.SUCCESS
         # The same rows the CLI and the dashboard read.
-        assert [r.trial_id for r in store.leaderboard(run.id, "score", "max")][:1] == ["peaked"]
+        assert [r.trial_id for r in store.reader.leaderboard(run.id, "score", "max")][:1] == [
+            "peaked"
+        ]
     finally:
         store.dispose()
     assert ResultGrid.from_db("engine-exp", db_url=db_url).run_key == "engine-1"
@@ -179,14 +181,14 @@ def test_pbt_exploits_are_recorded_with_the_trial_s_config_and_lineage(
 
     store = TrialStore(db_url)
     try:
-        (run,) = store.list_experiment_runs("pbt-exp")
+        (run,) = store.reader.list_experiment_runs("pbt-exp")
         for trial_id, trial in trials.items():
             # The config each trial ended with, which the leaderboard shows, and its lineage.
-            assert store.get_trial(trial_id).config == trial.config, trial_id
-            assert [recorded(r) for r in store.lineage(trial_id)] == [
+            assert store.reader.get_trial(trial_id).config == trial.config, trial_id
+            assert [recorded(r) for r in store.reader.lineage(trial_id)] == [
                 applied(e) for e in scheduler.lineage(trial_id)
             ]
-        exploits = store.trial_exploits("d")
+        exploits = store.reader.trial_exploits("d")
         assert exploits, "the bottom trial was never exploited"
         assert exploits[0].old_config == {"scale": 0.1}
         # Each exploit starts from the config the one before it gave.
@@ -197,12 +199,12 @@ def test_pbt_exploits_are_recorded_with_the_trial_s_config_and_lineage(
             # Every iteration of its current state once: the results of a state it gave up are
             # kept in its exploit rows, not lost, not mixed in. (An exploited trial continues from
             # the donor's checkpoint iteration: from 2 to 5 when the donor had run ahead to 4.)
-            stored = [r["training_iteration"] for r in store.get_results(trial_id)]
+            stored = [r["training_iteration"] for r in store.reader.get_results(trial_id)]
             assert stored == seen.current[trial_id], (trial_id, seen.current[trial_id])
             assert stored[:2] == [1, 2] and stored[-1] == 6, (trial_id, stored)
-            assert store.get_trial(trial_id).last_result["score"] == trial.last_result["score"], (
-                trial_id
-            )
+            assert (
+                store.reader.get_trial(trial_id).last_result["score"] == trial.last_result["score"]
+            ), trial_id
         for exploit in exploits:
             assert all(
                 r["training_iteration"] > exploit.iteration for r in exploit.replaced_results
@@ -244,7 +246,7 @@ class StoredCheckpointsExist(Callback):
     def on_step_end(self, trials: list[Trial]) -> None:
         for trial in trials:
             try:
-                named = self.store.live_checkpoints(trial.trial_id)
+                named = self.store.reader.live_checkpoints(trial.trial_id)
             except TrialNotFoundError:
                 continue
             missing = [c.path for c in named if not os.path.isdir(c.path)]
@@ -291,10 +293,10 @@ def test_a_runner_deletes_a_dropped_checkpoint_only_once_the_trials_db_no_longer
         for i in range(2):
             trial_dir = Path(storage) / "kept-exp" / f"kept-{i}"
             assert sorted(p.name for p in trial_dir.glob("checkpoint_*")) == ["checkpoint_000040"]
-            assert [c.iteration for c in probe.store.live_checkpoints(f"kept-{i}")] == [40]
-            assert [r["training_iteration"] for r in probe.store.get_results(f"kept-{i}")] == list(
-                range(1, 41)
-            )
+            assert [c.iteration for c in probe.store.reader.live_checkpoints(f"kept-{i}")] == [40]
+            assert [
+                r["training_iteration"] for r in probe.store.reader.get_results(f"kept-{i}")
+            ] == list(range(1, 41))
     finally:
         probe.store.dispose()
 
@@ -326,7 +328,7 @@ def test_a_runner_of_several_metrics_records_them_for_its_pareto_front(
 
     store = TrialStore(db_url)
     try:
-        experiment = store.get_experiment("two-exp")
+        experiment = store.reader.get_experiment("two-exp")
         assert (experiment.metrics, experiment.modes, experiment.mode) == (metric, mode, None)
     finally:
         store.dispose()

@@ -11,6 +11,7 @@ import pytest
 from airflow_trials.core.end import TrialEnd
 from airflow_trials.core.fate import Transition
 from airflow_trials.core.status import TrialStatus
+from tests.factories import add_checkpoint, add_results, update_trial
 
 HOSTILE = "<script>alert(1)</script>"
 TRACEBACK = (
@@ -82,15 +83,19 @@ def seed_store(store, num_trials: int = 12, iterations: int = 10) -> Seeded:
         store.record_transition(trial_id, Transition.PLACED)
         if i == num_trials - 1:
             continue  # still running, no results yet: ranks last
-        store.add_results(trial_id, [_result(i, it) for it in range(1, iterations + 1)])
-        store.add_checkpoint(trial_id, f"/ckpt/{trial_id}/5", 5, score=_loss(i, 5))
-        store.add_checkpoint(
-            trial_id, f"/ckpt/{trial_id}/{iterations}", iterations, score=_loss(i, iterations)
+        add_results(store, trial_id, [_result(i, it) for it in range(1, iterations + 1)])
+        add_checkpoint(store, trial_id, f"/ckpt/{trial_id}/5", 5, score=_loss(i, 5))
+        add_checkpoint(
+            store,
+            trial_id,
+            f"/ckpt/{trial_id}/{iterations}",
+            iterations,
+            score=_loss(i, iterations),
         )
         store.record_end(TrialEnd(trial_id, "mnist", TrialStatus.TERMINATED))
     failed = trials[3]
     store.record_transition(failed, Transition.QUEUED)
-    store.update_trial(failed, num_failures=1, error_msg=TRACEBACK)
+    update_trial(store, failed, num_failures=1, error_msg=TRACEBACK)
     store.record_transition(failed, Transition.ABANDONED)
 
     store.ensure_experiment("secret", metric="loss", mode="min")
@@ -107,7 +112,7 @@ def seed_store(store, num_trials: int = 12, iterations: int = 10) -> Seeded:
         task_id="t",
         map_index=0,
     )
-    store.add_results("secret-0", [{"training_iteration": 1, "loss": 0.3}])
+    add_results(store, "secret-0", [{"training_iteration": 1, "loss": 0.3}])
 
     store.ensure_experiment("hostile", metric="loss", mode="max")
     hostile_run = store.create_experiment_run("hostile", "h1", dag_id="tune_mnist", run_id="h1")
@@ -123,7 +128,7 @@ def seed_store(store, num_trials: int = 12, iterations: int = 10) -> Seeded:
         task_id="hostile.trial",
         map_index=0,
     )
-    store.add_results("hostile-0", [{"training_iteration": 1, "loss": 0.5, HOSTILE: 1.0}])
+    add_results(store, "hostile-0", [{"training_iteration": 1, "loss": 0.5, HOSTILE: 1.0}])
     store.record_transition("hostile-0", Transition.PLACED)
     store.record_transition("hostile-0", Transition.ABANDONED, why=f"ValueError: {HOSTILE}")
     return Seeded(

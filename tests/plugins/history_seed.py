@@ -14,6 +14,7 @@ from airflow_trials.core.fate import CRITERION_MET, TRAINABLE_FINISHED, Transiti
 from airflow_trials.core.rung_math import REACHED_MAX_T
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.store.models import ExperimentRunRow
+from tests.factories import add_results, update_trial
 
 EXPERIMENT = "nightly"
 DAG_ID = "tune_nightly"
@@ -71,8 +72,10 @@ def seed_nightly(store, nights: int = 4, big_night_trials: int | None = None) ->
         warm_from = seeded.nights[-1] if night == nights - 1 and night > 0 else None
         best = f"n{night}-best"
         _trial(store, run, key, best, BEST_CONFIGS[night % 4], 0, warm_from=warm_from)
-        store.add_results(
-            best, [_result(1, BEST_VALUES[night % 4] + 0.1), _result(2, BEST_VALUES[night % 4])]
+        add_results(
+            store,
+            best,
+            [_result(1, BEST_VALUES[night % 4] + 0.1), _result(2, BEST_VALUES[night % 4])],
         )
         store.record_end(
             TrialEnd(best, EXPERIMENT, TrialStatus.TERMINATED, stop_reason=TRAINABLE_FINISHED)
@@ -85,14 +88,14 @@ def seed_nightly(store, nights: int = 4, big_night_trials: int | None = None) ->
         for index, (name, reason, loss) in enumerate(ends, start=1):
             trial_id = f"n{night}-{name}"
             _trial(store, run, key, trial_id, {"lr": 0.1, "layers": index}, index)
-            store.add_results(trial_id, [_result(1, loss + night / 100)])
+            add_results(store, trial_id, [_result(1, loss + night / 100)])
             store.record_end(
                 TrialEnd(trial_id, EXPERIMENT, TrialStatus.TERMINATED, stop_reason=reason)
             )
         failed = f"n{night}-failed"
         _trial(store, run, key, failed, {"lr": 1.0, "layers": 1}, 4)
         store.record_transition(failed, Transition.PLACED)
-        store.update_trial(failed, num_failures=2, error_msg="RuntimeError: diverged")
+        update_trial(store, failed, num_failures=2, error_msg="RuntimeError: diverged")
         store.record_transition(failed, Transition.ABANDONED, why="RuntimeError: diverged")
         running = f"n{night}-running"
         _trial(store, run, key, running, {"lr": 0.05, "layers": 3}, 5)
@@ -132,7 +135,7 @@ def _big_night(store, night: int, trials: int) -> Night:
     for i in range(trials):
         trial_id = f"big-{i:04d}"
         _trial(store, run, key, trial_id, {"lr": 0.001 * (i % 7 + 1), "layers": 2}, i)
-        store.add_results(trial_id, [_result(1, round(0.3 + (i * 37 % 1000) / 1000, 6))])
+        add_results(store, trial_id, [_result(1, round(0.3 + (i * 37 % 1000) / 1000, 6))])
         store.record_end(
             TrialEnd(trial_id, EXPERIMENT, TrialStatus.TERMINATED, stop_reason=TRAINABLE_FINISHED)
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.factories import update_trial
 from tests.plugins.conftest import TRACEBACK, _loss
 
 
@@ -34,7 +35,7 @@ def test_experiments_list_the_runs_with_their_trial_counts(dashboard):
 def test_leaderboard_pages_through_the_full_ranking_of_the_store(dashboard, trials_store):
     body, rows = _ranking(dashboard, dashboard.seeded.run)
     assert (body["total"], body["pages"], body["metric"], body["mode"]) == (12, 3, "loss", "min")
-    expected = trials_store.leaderboard(dashboard.seeded.run, "loss", "min")
+    expected = trials_store.reader.leaderboard(dashboard.seeded.run, "loss", "min")
     assert [r["trial_id"] for r in rows] == [r.trial_id for r in expected]
     assert [r["rank"] for r in rows] == list(range(1, 13))
     assert rows[0]["trial_id"] == body["best_trial_id"] == "mnist-00"
@@ -103,8 +104,8 @@ ASHA_STOP = (
 
 
 def test_leaderboard_rows_and_a_trial_say_why_it_stopped(dashboard, trials_store):
-    trials_store.update_trial("mnist-01", stop_reason=ASHA_STOP)
-    trials_store.update_trial("mnist-02", stop_reason="it met its stopping criterion")
+    update_trial(trials_store, "mnist-01", stop_reason=ASHA_STOP)
+    update_trial(trials_store, "mnist-02", stop_reason="it met its stopping criterion")
     body = dashboard.get(
         f"/api/runs/{dashboard.seeded.run}/leaderboard", params={"page_size": 3}
     ).json()
@@ -126,8 +127,8 @@ def test_leaderboard_filters_the_trials_stopped_early_and_keeps_their_ranks(
     dashboard, trials_store
 ):
     for trial_id in ("mnist-01", "mnist-04"):
-        trials_store.update_trial(trial_id, stop_reason=ASHA_STOP)
-    trials_store.update_trial("mnist-02", stop_reason=MAX_T_STOP)  # its whole budget: not early
+        update_trial(trials_store, trial_id, stop_reason=ASHA_STOP)
+    update_trial(trials_store, "mnist-02", stop_reason=MAX_T_STOP)  # its whole budget: not early
     run = dashboard.seeded.run
     early, rows = _ranking(dashboard, run, stopped="early")
     assert [(r["rank"], r["trial_id"], r["early_stopped"]) for r in rows] == [
@@ -183,7 +184,7 @@ def _record_decisions(trials_store, run):
             iteration=iteration,
             donor_trial_id=donor,
             donor_checkpoint=f"/ckpt/{donor}/{iteration}",
-            old_config=trials_store.get_trial(trial_id).config,
+            old_config=trials_store.reader.get_trial(trial_id).config,
             new_config={"lr": lr, "layers": 0},
             operations={"lr": f"x 1.2 = {lr}"},
         )

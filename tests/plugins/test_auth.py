@@ -7,6 +7,7 @@ import pytest
 from airflow_trials.core.end import TrialEnd
 from airflow_trials.core.fate import Transition
 from airflow_trials.core.status import TrialStatus
+from tests.factories import add_results
 
 PATHS = [
     "/",
@@ -115,7 +116,7 @@ def _trial(store, trial_id, run, dag_id, run_key, config, loss, **kwargs) -> Non
         **kwargs,
     )
     store.record_transition(trial_id, Transition.PLACED)
-    store.add_results(trial_id, [{"training_iteration": 1, "loss": loss}])
+    add_results(store, trial_id, [{"training_iteration": 1, "loss": loss}])
     # Ended TERMINATED, so it counts for its run's best (docs/store.md, "Which trials count").
     store.record_end(TrialEnd(trial_id, "secret", TrialStatus.TERMINATED))
 

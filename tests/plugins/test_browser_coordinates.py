@@ -15,6 +15,7 @@ from airflow_trials.core.end import TrialEnd
 from airflow_trials.core.fate import Transition
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.plugins.scales import ACCENT
+from tests.factories import add_results
 from tests.pareto_seed import register_metrics
 from tests.plugins.browser_support import launch_chromium, needs_chromium, start_api_server
 
@@ -39,7 +40,7 @@ def _trial(store, trial_id: str, run: int, index: int, config: dict, results: li
         map_index=index,
     )
     store.record_transition(trial_id, Transition.PLACED)
-    store.add_results(trial_id, results)
+    add_results(store, trial_id, results)
     store.record_end(TrialEnd(trial_id, "x", TrialStatus.TERMINATED))
 
 

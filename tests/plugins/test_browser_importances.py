@@ -13,6 +13,7 @@ from html import unescape
 import httpx
 import pytest
 
+from tests.factories import add_results
 from tests.plugins.browser_support import launch_chromium, needs_chromium, start_api_server
 from tests.plugins.conftest import seed_store
 
@@ -65,7 +66,7 @@ def seed_big_run(store) -> int:
         if i % 50 == 49:
             continue
         loss = abs(math.log10(config["lr"]) + 2.5) + 0.02 * config["dropout"] + 0.01 * rng.random()
-        store.add_results(trial_id, [{"training_iteration": 1, "loss": loss}])
+        add_results(store, trial_id, [{"training_iteration": 1, "loss": loss}])
     return run
 
 

@@ -19,6 +19,7 @@ from airflow_trials.plugins.coordinates_svg import parallel_coordinates_svg
 from airflow_trials.plugins.scales import ACCENT, Scale, ramp
 from airflow_trials.store import ExperimentRunRecord
 from airflow_trials.store.records import ExperimentRunStatus
+from tests.factories import add_results
 
 # trial -> (config, the metric's only value: None for no result)
 EDGE: dict[str, tuple[dict, float | None]] = {
@@ -52,7 +53,7 @@ def seed_edges(store) -> tuple[int, int]:
         if loss is None:
             continue
         store.record_transition(trial_id, Transition.PLACED)
-        store.add_results(trial_id, [{"training_iteration": 1, "loss": loss}])
+        add_results(store, trial_id, [{"training_iteration": 1, "loss": loss}])
         store.record_end(TrialEnd(trial_id, "edges", TrialStatus.TERMINATED))
     return run, empty
 

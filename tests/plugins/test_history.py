@@ -23,6 +23,7 @@ from airflow_trials.store.history_indexes import (
     RUN_STOPPED_EARLY_INDEX,
     RUN_WARM_STARTED_INDEX,
 )
+from tests.factories import add_results
 from tests.plugins.conftest import seed_store
 from tests.plugins.history_seed import AT_MAX_T, EARLY, EXPERIMENT, seed_nightly
 
@@ -177,8 +178,8 @@ def test_several_metrics_give_the_best_of_the_first(make_dashboard, trials_store
             f"multi-{i}", trainable="m:f", config={"i": i}, resources={}, max_failures=0,
             experiment_run_id=run, dag_id="tune_multi",
         )  # fmt: skip
-        trials_store.add_results(
-            f"multi-{i}", [{"training_iteration": 1, "acc": acc, "latency": latency}]
+        add_results(
+            trials_store, f"multi-{i}", [{"training_iteration": 1, "acc": acc, "latency": latency}]
         )
         # Only a trial that ended TERMINATED counts (docs/store.md "Which trials count").
         trials_store.record_transition(f"multi-{i}", Transition.PLACED)
@@ -202,7 +203,7 @@ def test_an_experiment_without_a_metric_has_counts_only(make_dashboard, trials_s
         "bare-0", trainable="m:f", config={}, resources={}, max_failures=0,
         experiment_run_id=run, dag_id="tune_bare",
     )  # fmt: skip
-    trials_store.add_results("bare-0", [{"training_iteration": 1, "loss": 0.1}])
+    add_results(trials_store, "bare-0", [{"training_iteration": 1, "loss": 0.1}])
     dashboard = make_dashboard(trials_store)
     body = dashboard.get("/api/experiments/bare/history").json()
     assert body["metric"] is None and "records no metric" in body["note"]

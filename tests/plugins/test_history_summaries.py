@@ -20,6 +20,7 @@ from airflow_trials.store.ingest import TrialProgress
 from airflow_trials.store.models import ExperimentRunRow
 from airflow_trials.store.transitions import RestartFromScratch, StopForTry
 from tests.contract.conftest import new_postgres_schema
+from tests.factories import add_results, update_trial
 from tests.plugins.history_seed import EXPERIMENT, seed_nightly
 
 
@@ -77,7 +78,7 @@ def test_every_stored_line_equals_the_live_one(store):
         max_failures=0,
         experiment_run_id=running,
     )
-    store.add_results("r-0", [{"training_iteration": 1, "loss": 0.2}])
+    add_results(store, "r-0", [{"training_iteration": 1, "loss": 0.2}])
     summaries = _summaries(store)
     ended = [night.run for night in nights.nights]
     assert all(summaries[run_pk] is not None for run_pk in ended)
@@ -88,7 +89,7 @@ def test_every_stored_line_equals_the_live_one(store):
     assert trend == _live(store, lambda: store.reader.experiment_trend(EXPERIMENT))
     assert [point.best_value for point in trend] == [line.best_value for line in found.runs]
     # Line by line: each stored line is the one run_lines computes now.
-    experiment = store.get_experiment(EXPERIMENT)
+    experiment = store.reader.get_experiment(EXPERIMENT)
     records = {line.run.id: line.run for line in found.runs}
     with Session(store._engine) as session:
         live = run_lines(session, store._db.dialect, list(records.values()), "loss", "min")
@@ -152,15 +153,15 @@ def _end(store: TrialStore, trial_id: str) -> None:
 # RUNNING, n0-best TERMINATED with results, n0-early TERMINATED); each after the run ended.
 WRITES: dict[str, Callable[[TrialStore, int], object]] = {
     "upsert_trial": lambda store, run: _register(store, "n0-late", run),
-    "add_results": lambda store, run: store.add_results(
-        "n0-running", [{"training_iteration": 1, "loss": 0.01}]
+    "add_results": lambda store, run: add_results(
+        store, "n0-running", [{"training_iteration": 1, "loss": 0.01}]
     ),
     "record_progress": lambda store, run: store.record_progress(
         [TrialProgress("n0-running", results=[{"training_iteration": 2, "loss": 0.02}])]
     ),
     "record_end": lambda store, run: _end(store, "n0-running"),
     "record_transition": lambda store, run: store.record_transition("n0-failed", Transition.RESET),
-    "update_trial": lambda store, run: store.update_trial("n0-failed", num_failures=5),
+    "update_trial": lambda store, run: update_trial(store, "n0-failed", num_failures=5),
     "stop_for_try": lambda store, run: store.record_transition(
         "n0-failed", StopForTry("stopped from Airflow", None)
     ),
@@ -194,7 +195,7 @@ def test_a_write_to_a_running_run_leaves_the_ended_ones_stored(store):
     nights = seed_nightly(store, nights=2)
     first, second = (night.run for night in nights.nights)
     store.finish_experiment_run(second, "RUNNING")
-    store.add_results("n1-running", [{"training_iteration": 1, "loss": 0.05}])
+    add_results(store, "n1-running", [{"training_iteration": 1, "loss": 0.05}])
     summaries = _summaries(store)
     assert summaries[first] is not None and summaries[second] is None
 

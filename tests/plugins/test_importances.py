@@ -13,6 +13,7 @@ from html import unescape
 import pytest
 
 from airflow_trials.plugins.svg import importances_svg
+from tests.factories import add_results
 from tests.plugins.conftest import HOSTILE
 
 
@@ -53,7 +54,7 @@ def seed_two_metrics(store, num_trials: int = 40) -> int:
         )
         loss = abs(math.log10(config["lr"]) + 2.5) + 0.01 * rng.random()
         acc = 1 - abs(config["dropout"] - 0.3) + 0.001 * rng.random()
-        store.add_results(trial_id, [{"training_iteration": 1, "loss": loss, "acc": acc}])
+        add_results(store, trial_id, [{"training_iteration": 1, "loss": loss, "acc": acc}])
     return run
 
 

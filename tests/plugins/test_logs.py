@@ -10,12 +10,13 @@ import pytest
 from airflow_trials.core.end import TrialEnd
 from airflow_trials.core.fate import Transition, after_failure
 from airflow_trials.core.status import TrialStatus
+from tests.factories import add_checkpoint, add_results
 from tests.plugins.conftest import HOSTILE
 
 
 def add_trial(store, trial_id, checkpoint=None, status="TERMINATED"):
     store.ensure_experiment("logged", metric="loss", mode="min")
-    runs = [r for r in store.list_experiment_runs("logged") if r.run_key == "r1"]
+    runs = [r for r in store.reader.list_experiment_runs("logged") if r.run_key == "r1"]
     run = (
         runs[0].id
         if runs
@@ -34,9 +35,9 @@ def add_trial(store, trial_id, checkpoint=None, status="TERMINATED"):
         map_index=0,
     )
     store.record_transition(trial_id, Transition.PLACED)
-    store.add_results(trial_id, [{"training_iteration": 1, "loss": 0.5}])
+    add_results(store, trial_id, [{"training_iteration": 1, "loss": 0.5}])
     if checkpoint:
-        store.add_checkpoint(trial_id, checkpoint, 1, score=0.5)
+        add_checkpoint(store, trial_id, checkpoint, 1, score=0.5)
     if status != "RUNNING":
         fate = None if status == "TERMINATED" else after_failure(trial_id, 0, 0)
         store.record_end(TrialEnd(trial_id, "logged", TrialStatus(status)), fate)

@@ -81,14 +81,14 @@ def test_every_screen_names_the_same_best_trial_of_one_metric(trials_url, make_d
     store = TrialStore(trials_url, create=True)
     try:
         seeded = seed_one(store)
-        history_live = store.experiment_history(seeded.experiment).runs[-1].best_trial_id
+        history_live = store.reader.experiment_history(seeded.experiment).runs[-1].best_trial_id
         best = _select_best(seeded.experiment, ONE_GOAL, seeded.suggested, CONSTRAINTS)
         # select_best hands on the value and checkpoint of the result it judged feasible.
         assert best["trial_id"] == ONE_BEST and best["feasible"] is True
         assert best["value"] == 0.3 and best["best_checkpoint"] == f"/ckpt/{ONE_BEST}/1"
         board = make_dashboard(store).get(f"/api/runs/{seeded.run}/leaderboard").json()
         grid = ResultGrid.from_db(seeded.experiment, db_url=trials_url, constraints=CONSTRAINTS)
-        rows = {r.trial_id: r for r in store.leaderboard(seeded.run, "loss", "min")}
+        rows = {r.trial_id: r for r in store.reader.leaderboard(seeded.run, "loss", "min")}
         history_ended = _history_best(trials_url, seeded.experiment)
     finally:
         store.dispose()
@@ -108,7 +108,7 @@ def test_every_screen_names_the_same_best_trial_and_front_of_two_metrics(
     store = TrialStore(trials_url, create=True)
     try:
         seeded = seed_two(store)
-        history_live = store.experiment_history(seeded.experiment).runs[-1].best_trial_id
+        history_live = store.reader.experiment_history(seeded.experiment).runs[-1].best_trial_id
         best = _select_best(seeded.experiment, TWO_GOAL, seeded.suggested)
         board = make_dashboard(store).get(f"/api/runs/{seeded.run}/leaderboard").json()
         grid = ResultGrid.from_db(seeded.experiment, db_url=trials_url)

@@ -20,6 +20,7 @@ from airflow_trials.plugins.queries import (
 )
 from airflow_trials.plugins.svg import learning_curves_svg, nice_ticks
 from airflow_trials.store.records import CheckpointRecordRow
+from tests.factories import add_results, update_trial
 
 
 def _ckpt(iteration, deleted=False):
@@ -52,8 +53,8 @@ def test_best_point_takes_the_earliest_of_equal_values():
 @pytest.mark.parametrize(("metric", "mode"), [("loss", "min"), ("loss", "max"), ("acc", "max")])
 def test_ranking_is_the_store_leaderboard_without_the_configs(trials_store, seeded, metric, mode):
     # loss/min reads the maintained bests; the others take the store's leaderboard path.
-    ranking = trials_store.ranking(seeded.run, metric, mode)
-    board = trials_store.leaderboard(seeded.run, metric, mode)
+    ranking = trials_store.reader.ranking(seeded.run, metric, mode)
+    board = trials_store.reader.leaderboard(seeded.run, metric, mode)
     assert [
         (r.trial_id, r.status, r.num_failures, r.best_value, r.best_iteration) for r in ranking
     ] == [(b.trial_id, b.status, b.num_failures, b.best_value, b.best_iteration) for b in board]
@@ -95,8 +96,8 @@ def test_only_a_scheduler_s_stop_is_an_early_stop(stop_reason, marked):
 
 def test_a_page_shows_why_its_trials_stopped(trials_store, seeded):
     reader = trials_store.reader
-    trials_store.update_trial("mnist-01", stop_reason=ASHA_STOP)
-    trials_store.update_trial("mnist-02", stop_reason="it met its stopping criterion")
+    update_trial(trials_store, "mnist-01", stop_reason=ASHA_STOP)
+    update_trial(trials_store, "mnist-02", stop_reason="it met its stopping criterion")
     run = get_experiment_run(reader, seeded.run)
     page = leaderboard_page(reader, run, "loss", "min", page_size=4)
     assert [(r.trial.trial_id, r.stop_reason, r.early_stopped) for r in page.rows] == [
@@ -131,8 +132,8 @@ def _stop_some(trials_store):
     """mnist-01 and mnist-04 stopped early by ASHA; mnist-02 stopped at max_t, which is no early
     stop."""
     for trial_id in ("mnist-01", "mnist-04"):
-        trials_store.update_trial(trial_id, stop_reason=ASHA_STOP)
-    trials_store.update_trial("mnist-02", stop_reason=MAX_T_STOP)
+        update_trial(trials_store, trial_id, stop_reason=ASHA_STOP)
+    update_trial(trials_store, "mnist-02", stop_reason=MAX_T_STOP)
 
 
 def test_the_stopped_filter_keeps_the_ranks_of_the_full_ranking(trials_store, seeded):
@@ -227,7 +228,7 @@ def test_a_trial_s_rungs_say_their_verdict_and_the_one_recorded_at_the_end(trial
     )
     assert [
         (r.milestone, r.iteration, rung_verdict(r), r.reason)
-        for r in trials_store.trial_rungs("mnist-05")
+        for r in trials_store.reader.trial_rungs("mnist-05")
     ] == [(1.0, 1, "CONTINUE", None), (4.0, 4, "STOP", ASHA_STOP), (16.0, 10, AT_END, "would stop")]
 
 
@@ -255,11 +256,11 @@ def test_a_lineage_lists_each_exploit_with_the_keys_it_changed(trials_store, see
             iteration=iteration,
             donor_trial_id=donor,
             donor_checkpoint=f"/ckpt/{donor}/{iteration}",
-            old_config=trials_store.get_trial(trial_id).config,
+            old_config=trials_store.reader.get_trial(trial_id).config,
             new_config=new,
             operations={"lr": "x 1.2"},
         )
-    steps = lineage_steps(trials_store.lineage("mnist-06"))
+    steps = lineage_steps(trials_store.reader.lineage("mnist-06"))
     assert [(s.exploit.trial_id, s.exploit.donor_trial_id, s.exploit.iteration) for s in steps] == [
         ("mnist-05", "mnist-00", 4),
         ("mnist-06", "mnist-05", 8),
@@ -279,7 +280,8 @@ def test_metric_curves_skip_values_that_are_not_numbers(trials_store, seeded):
         max_failures=0,
         experiment_run_id=seeded.run,
     )
-    trials_store.add_results(
+    add_results(
+        trials_store,
         "odd",
         [
             {"training_iteration": 1, "loss": "n/a"},
@@ -288,7 +290,7 @@ def test_metric_curves_skip_values_that_are_not_numbers(trials_store, seeded):
             {"training_iteration": 4},
         ],
     )
-    assert trials_store.metric_curves(["odd", "mnist-11"], "loss") == {
+    assert trials_store.reader.metric_curves(["odd", "mnist-11"], "loss") == {
         "odd": [(2, 0.2)],
         "mnist-11": [],
     }

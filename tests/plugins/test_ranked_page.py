@@ -17,6 +17,7 @@ from airflow_trials.plugins.queries import get_experiment_run, leaderboard_page
 from airflow_trials.store import TrialStore
 from airflow_trials.store.records import RankedTrial
 from tests.contract.conftest import new_postgres_schema
+from tests.factories import add_results
 
 ASHA = "stopped by ASHA at training_iteration=3 (rung 1 of 4): loss 0.41 above the cutoff 0.35"
 MAX_T = "stopped by ASHA at training_iteration=9: it reached max_t=9"
@@ -67,7 +68,8 @@ def _seed(store: TrialStore, experiment: str, constraints: list[str] | None) -> 
             continue
         store.record_transition(trial, Transition.PLACED)
         if losses:
-            store.add_results(
+            add_results(
+                store,
                 trial,
                 [
                     {"training_iteration": it, "acc": 1 - 0.1 * i % 1, "size": i}

@@ -20,6 +20,7 @@ from airflow_trials.plugins.render import (
     utc,
 )
 from airflow_trials.plugins.svg import learning_curves_svg
+from tests.factories import add_results, update_trial
 from tests.plugins.conftest import FIRST_RESULT_AT, HOSTILE
 from tests.plugins.test_api import ASHA_STOP, _record_decisions
 
@@ -90,7 +91,8 @@ def test_a_trial_page_shows_timestamps_as_utc_dates_and_durations_as_seconds(das
 
 
 def test_a_result_value_that_is_not_a_date_is_shown_escaped(dashboard, trials_store):
-    trials_store.add_results(
+    add_results(
+        trials_store,
         "mnist-11",
         [
             {"training_iteration": 1, "timestamp": 1795230765.0},
@@ -98,7 +100,7 @@ def test_a_result_value_that_is_not_a_date_is_shown_escaped(dashboard, trials_st
         ],
     )
     # A trainable may report a field of the engine's name holding anything: the store keeps it.
-    trials_store.add_results("mnist-11", [{"training_iteration": 3, "timestamp": HOSTILE}])
+    add_results(trials_store, "mnist-11", [{"training_iteration": 3, "timestamp": HOSTILE}])
     page = dashboard.get("/trials/mnist-11").text
     assert '<td class="num date" data-key="timestamp">2026-11-21 03:12:45</td>' in page
     assert f'<td class="num date" data-key="timestamp">{escape(HOSTILE)}</td>' in page
@@ -119,8 +121,8 @@ def test_an_early_stopped_trial_is_marked_with_its_reason_escaped(dashboard, tri
         f"stopped by ASHA at training_iteration=3 (rung 1 of 4): {HOSTILE} 0.41 above the "
         "rung's cutoff 0.35"
     )
-    trials_store.update_trial("mnist-01", stop_reason=reason)
-    trials_store.update_trial("mnist-02", stop_reason="it met its stopping criterion")
+    update_trial(trials_store, "mnist-01", stop_reason=reason)
+    update_trial(trials_store, "mnist-02", stop_reason="it met its stopping criterion")
     board = dashboard.get(f"/runs/{dashboard.seeded.run}").text
     rows = dict(
         re.findall(r'<tr class="trial-row[^"]*" data-trial="([^"]+)">(.*?)</tr>', board, flags=re.S)
@@ -142,8 +144,10 @@ def test_the_run_page_filters_early_stopped_trials_and_its_links_keep_the_filter
     dashboard, trials_store
 ):
     for trial_id in ("mnist-01", "mnist-04"):
-        trials_store.update_trial(
-            trial_id, stop_reason=f"stopped by ASHA at training_iteration=3: {HOSTILE}"
+        update_trial(
+            trials_store,
+            trial_id,
+            stop_reason=f"stopped by ASHA at training_iteration=3: {HOSTILE}",
         )
     run = dashboard.seeded.run
     page = dashboard.get(f"/runs/{run}", params={"stopped": "early", "page_size": 1}).text

@@ -51,7 +51,7 @@ def test_a_real_asha_run_s_rungs_their_counts_cutoffs_and_stopped_trials(dashboa
         [],
     )
     # Every rung, counted from the trial-level reads (one trial at a time) the trial page uses.
-    per_trial = {t: trials_store.trial_rungs(t) for t in seeded.trials}
+    per_trial = {t: trials_store.reader.trial_rungs(t) for t in seeded.trials}
     milestones = sorted({r.milestone for rungs in per_trial.values() for r in rungs})
     assert [r["milestone"] for r in body["rungs"]] == milestones == [1.0, 3.0, 9.0, 27.0]
     for rung in body["rungs"]:
@@ -222,7 +222,7 @@ def test_configs_in_the_lineage_are_escaped(dashboard, trials_store):
         iteration=9,
         donor_trial_id=donor,
         donor_checkpoint="/ckpt/x",
-        old_config=trials_store.get_trial(trial).config,
+        old_config=trials_store.reader.get_trial(trial).config,
         new_config={"lr": 0.5, HOSTILE: HOSTILE},
         operations={HOSTILE: HOSTILE},
     )

@@ -58,10 +58,10 @@ def test_main_job_runs_trials_concurrently_records_them_and_stops_everything(tmp
     from airflow_trials.store import TrialStore
 
     store = TrialStore(f"sqlite:///{state / 'trials.db'}")
-    trials = store.list_trials(experiment_name="example_regression_tuning")
+    trials = store.reader.list_trials(experiment_name="example_regression_tuning")
     assert len(trials) == 8 and {t.status.value for t in trials} == {"TERMINATED"}
     for t in trials:
-        assert [r["training_iteration"] for r in store.get_results(t.trial_id)][:10] == list(
+        assert [r["training_iteration"] for r in store.reader.get_results(t.trial_id)][:10] == list(
             range(1, 11)
         )
     # Concurrency: the most trials live at one moment, each from its task registering it to its

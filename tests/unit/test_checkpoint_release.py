@@ -22,6 +22,7 @@ from airflow_trials.execution.resume import adopt_recorded_checkpoints
 from airflow_trials.execution.storage import TrialStorage
 from airflow_trials.execution.worker.actor import TrialActor
 from airflow_trials.store import TrialStore
+from tests.factories import add_checkpoint
 
 # A failsafe only: each wait returns as soon as what it waits for happened.
 WAIT_S = 60.0
@@ -89,7 +90,7 @@ def _on_disk(storage: str, trial_id: str) -> list[str]:
 
 
 def _live_paths_exist(store: TrialStore, trial_id: str) -> bool:
-    return all(os.path.isdir(c.path) for c in store.live_checkpoints(trial_id))
+    return all(os.path.isdir(c.path) for c in store.reader.live_checkpoints(trial_id))
 
 
 def test_checkpoints_the_store_names_survive_while_the_trial_trains_on_unwatched(
@@ -105,7 +106,7 @@ def test_checkpoints_the_store_names_survive_while_the_trial_trains_on_unwatched
     )  # held before 4
     _watch_once(actor, tracker, store)
     _watch_once(actor, tracker, store)  # acknowledges that write: what it marked deleted goes
-    recorded = store.latest_checkpoint("t1")
+    recorded = store.reader.latest_checkpoint("t1")
     assert recorded.iteration == 3 and _on_disk(storage, "t1") == ["checkpoint_000003"]
 
     gate.touch()  # the watcher dies here: the trial trains on to 12, checkpointing each iteration
@@ -113,21 +114,23 @@ def test_checkpoints_the_store_names_survive_while_the_trial_trains_on_unwatched
     assert ended["status"] == "TERMINATED"
     assert [c["iteration"] for c in ended["checkpoints"]] == [12]
     # What keep_checkpoints_num=1 dropped is kept on the storage: the store still names iteration 3.
-    assert os.path.isdir(recorded.path) and store.latest_checkpoint("t1") == recorded
+    assert os.path.isdir(recorded.path) and store.reader.latest_checkpoint("t1") == recorded
     assert _on_disk(storage, "t1") == [f"checkpoint_{i:06d}" for i in range(3, 13)]
 
     # A new watcher (a restarted triggerer) starts from what the store holds and records the end.
-    tracker = TrialProgressTracker("t1", recorded={c.path for c in store.live_checkpoints("t1")})
+    tracker = TrialProgressTracker(
+        "t1", recorded={c.path for c in store.reader.live_checkpoints("t1")}
+    )
     _watch_once(actor, tracker, store)
-    assert store.latest_checkpoint("t1").iteration == 12
-    assert [c.iteration for c in store.live_checkpoints("t1")] == [12]
+    assert store.reader.latest_checkpoint("t1").iteration == 12
+    assert [c.iteration for c in store.reader.live_checkpoints("t1")] == [12]
     assert _on_disk(storage, "t1") == [
         f"checkpoint_{i:06d}" for i in range(3, 13)
     ]  # not yet acknowledged
     deleted = actor.release_checkpoints(tracker.recorded_version)
     assert len(deleted) == 9 and _on_disk(storage, "t1") == ["checkpoint_000012"]
     assert _live_paths_exist(store, "t1")
-    assert [r["training_iteration"] for r in store.get_results("t1")] == list(range(1, 13))
+    assert [r["training_iteration"] for r in store.reader.get_results("t1")] == list(range(1, 13))
 
 
 def test_a_watched_trial_never_leaves_the_store_naming_a_deleted_checkpoint(storage, store):
@@ -140,7 +143,7 @@ def test_a_watched_trial_never_leaves_the_store_naming_a_deleted_checkpoint(stor
             break
     _watch_once(actor, tracker, store)  # the next poll acknowledges the last write
     assert snapshot["status"] == "TERMINATED"
-    assert [c.iteration for c in store.live_checkpoints("t2")] == [15, 14]
+    assert [c.iteration for c in store.reader.live_checkpoints("t2")] == [15, 14]
     assert _on_disk(storage, "t2") == ["checkpoint_000014", "checkpoint_000015"]
 
 
@@ -159,14 +162,16 @@ def test_a_resumed_trial_drops_the_checkpoint_it_resumed_from_only_once_the_stor
     newest = adopt_recorded_checkpoints(trial, store, TrialStorage(storage))  # as the operator does
     assert newest is not None and newest.iteration == 4 and trial.restore_source() == newest.path
     actor = _start(storage, store, trial, {}, restore_from=trial.restore_source())
-    tracker = TrialProgressTracker("t3", recorded={c.path for c in store.live_checkpoints("t3")})
+    tracker = TrialProgressTracker(
+        "t3", recorded={c.path for c in store.reader.live_checkpoints("t3")}
+    )
     while (snapshot := _watch_once(actor, tracker, store))["status"] == "RUNNING":
         assert _live_paths_exist(store, "t3")
     _watch_once(actor, tracker, store)
     assert snapshot["status"] == "TERMINATED"
-    assert [c.iteration for c in store.live_checkpoints("t3")] == [7]
+    assert [c.iteration for c in store.reader.live_checkpoints("t3")] == [7]
     assert _on_disk(storage, "t3") == ["checkpoint_000007"]
-    assert [r["training_iteration"] for r in store.get_results("t3")] == list(range(1, 8))
+    assert [r["training_iteration"] for r in store.reader.get_results("t3")] == list(range(1, 8))
 
 
 def test_a_checkpoint_gone_from_the_storage_ends_the_restore_as_infrastructure(storage, store):
@@ -203,24 +208,26 @@ def test_a_resumed_trial_keeps_its_best_scoring_checkpoint_and_drops_what_the_de
     while _watch_once(actor, tracker, store)["status"] == "RUNNING":
         pass
     _watch_once(actor, tracker, store)
-    assert [c.iteration for c in store.live_checkpoints("t6")] == [5, 1]
+    assert [c.iteration for c in store.reader.live_checkpoints("t6")] == [5, 1]
     storage_ = TrialStorage(storage)
     stale = storage_.persist_checkpoint("unit", "t6", 3, {"i": 3}, {})
-    store.add_checkpoint("t6", stale, 3, score=3.0)
+    add_checkpoint(store, "t6", stale, 3, score=3.0)
 
     trial = _trial("t6", keep=2, until=8, score_attr="min-score")
     newest = adopt_recorded_checkpoints(trial, store, storage_)
     assert newest.iteration == 5 and [c.iteration for c in trial.checkpoint_manager.kept] == [1, 5]
     assert [c.iteration for c in trial.checkpoint_manager.retired] == [3]
     actor = _start(storage, store, trial, {}, restore_from=trial.restore_source())
-    tracker = TrialProgressTracker("t6", recorded={c.path for c in store.live_checkpoints("t6")})
+    tracker = TrialProgressTracker(
+        "t6", recorded={c.path for c in store.reader.live_checkpoints("t6")}
+    )
     while (snapshot := _watch_once(actor, tracker, store))["status"] == "RUNNING":
         assert _live_paths_exist(store, "t6")
     _watch_once(actor, tracker, store)
     assert snapshot["status"] == "TERMINATED"
-    assert [c.iteration for c in store.live_checkpoints("t6")] == [
+    assert [c.iteration for c in store.reader.live_checkpoints("t6")] == [
         8,
         1,
     ]  # the best scoring is still named
     assert _on_disk(storage, "t6") == ["checkpoint_000001", "checkpoint_000008"]
-    assert [r["training_iteration"] for r in store.get_results("t6")] == list(range(1, 9))
+    assert [r["training_iteration"] for r in store.reader.get_results("t6")] == list(range(1, 9))

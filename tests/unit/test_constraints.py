@@ -20,6 +20,7 @@ from airflow_trials.core.pareto import encode_metrics
 from airflow_trials.core.search import uniform
 from airflow_trials.store import TrialStore
 from airflow_trials.store.models import ExperimentRow
+from tests.factories import add_results
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -212,7 +213,7 @@ def _record(store, metric, mode, last):
         result = {"training_iteration": 1, "val_acc": val_acc}
         if latency is not None:
             result["latency"] = latency
-        store.add_results(trial_id, [result])
+        add_results(store, trial_id, [result])
         store.record_end(TrialEnd(trial_id, EXPERIMENT, TrialStatus.TERMINATED, error=None), None)
     return run
 

@@ -181,7 +181,7 @@ def test_stored_moasha_rungs_judge_each_result_once(tmp_path):
         vectors = store.rung_vectors(run, 0, 1)
         assert len(vectors) == 2 and math.isnan(vectors[0][0])
         assert vectors[0][1:] == (0.1,) and vectors[1] == (0.5, 0.5)
-        assert [r.decision for r in store.trial_rungs("t2")] == [Decision.STOP]
+        assert [r.decision for r in store.reader.trial_rungs("t2")] == [Decision.STOP]
     finally:
         store.dispose()
 
@@ -255,7 +255,7 @@ def test_a_trial_s_judge_names_a_missing_metric_and_records_nothing_for_it(tmp_p
         # A trial that ended without reporting both metrics has nothing to record at its end.
         judge.at_end({"training_iteration": 1, "acc": 0.5})
         judge.at_end(None)
-        assert store.trial_rungs("t1") == []
+        assert store.reader.trial_rungs("t1") == []
         assert judge.judge([result(1, 0.5, 1.0)]) is None
         assert store.rung_vectors(run, 0, 1) == [(0.5, 1.0)]
     finally:

@@ -15,6 +15,7 @@ from airflow_trials.core.pareto import encode_metrics
 from airflow_trials.results import TrialResult
 from airflow_trials.store import TrialStore
 from airflow_trials.store.models import ExperimentRow
+from tests.factories import add_checkpoint, add_results
 
 EXPERIMENT = "two-goals"
 METRICS, MODES = ["val_acc", "latency"], ["max", "min"]
@@ -63,7 +64,8 @@ def add_trial(store, run, trial_id, values, status=TrialStatus.TERMINATED, check
         experiment_run_id=run,
     )
     last = {m: v for m, v in zip(METRICS, values, strict=True) if v is not None}
-    store.add_results(
+    add_results(
+        store,
         trial_id,
         [
             {"training_iteration": 1, "val_acc": 0.1, "latency": 99.0, "aux": 1},
@@ -71,7 +73,7 @@ def add_trial(store, run, trial_id, values, status=TrialStatus.TERMINATED, check
         ],
     )
     for iteration in checkpoints:
-        store.add_checkpoint(trial_id, f"/ckpt/{trial_id}/{iteration}", iteration)
+        add_checkpoint(store, trial_id, f"/ckpt/{trial_id}/{iteration}", iteration)
     if status is not TrialStatus.PENDING:
         decision = None if status is TrialStatus.TERMINATED else after_failure(trial_id, 0, 0)
         store.record_end(TrialEnd(trial_id, EXPERIMENT, status, error=None), decision)
@@ -142,7 +144,8 @@ def test_several_metrics_keep_the_newest_checkpoint_as_best_as_without_a_metric(
         max_failures=0,
         experiment_run_id=run,
     )
-    store.add_results(
+    add_results(
+        store,
         "k",
         [
             {"training_iteration": 1, "val_acc": 0.99, "latency": 1.0},
@@ -150,7 +153,7 @@ def test_several_metrics_keep_the_newest_checkpoint_as_best_as_without_a_metric(
         ],
     )
     for iteration in (1, 2):
-        store.add_checkpoint("k", f"/ckpt/k/{iteration}", iteration)
+        add_checkpoint(store, "k", f"/ckpt/k/{iteration}", iteration)
     k = ResultGrid.from_db(EXPERIMENT, store=store)[-1]
     assert (k.trial_id, k.best_checkpoint, k.latest_checkpoint) == ("k", "/ckpt/k/2", "/ckpt/k/2")
 

@@ -455,8 +455,8 @@ def test_the_trials_db_callback_records_the_runner_s_search_constraints(tmp_path
         recorder = TrialsDbCallback(metric="loss", mode="min", store=store, constraints=own)
         runner, _ = _runner(tmp_path / "storage", search, 4, callbacks=[recorder])
         trials = runner.run()
-        assert store.get_experiment("exp").constraint_spec == recorded
-        board = store.leaderboard(recorder.experiment_run_id, "loss", "min")
+        assert store.reader.get_experiment("exp").constraint_spec == recorded
+        board = store.reader.leaderboard(recorder.experiment_run_id, "loss", "min")
         if recorded:
             judged = {r.trial_id: r.feasible for r in board}
             assert judged == {t.trial_id: t.last_result["loss"] <= 0.05 for t in trials}
