@@ -42,6 +42,19 @@ if TYPE_CHECKING:
     from airflow_trials.store.run_deletion import RunDeletion
     from airflow_trials.store.transitions import Recorded, TrialTransition
 
+#: The components that write, each over the store's database; a TrialReader holds none of them.
+WRITERS = (
+    ExperimentWriter,
+    ExtensionWriter,
+    ApprovalWriter,
+    TrialWriter,
+    IngestWriter,
+    ExploitWriter,
+    RungsStore,
+    MedianStore,
+    RunDeleter,
+)
+
 
 class TrialStore:
     """The metadata store: one database (never Airflow's) shared by every task, trigger and UI.
