@@ -80,6 +80,7 @@ def _prepare_airflow_home(home: Path) -> None:
 
 
 def _fill(url: str, num_trials: int, iterations: int) -> int:
+    from airflow_trials.core.update import KeptCheckpoint, TrialUpdate
     from airflow_trials.store import TrialStore
     from bench.store_ingest import _register_trials, bulk_load_results
 
@@ -93,8 +94,12 @@ def _fill(url: str, num_trials: int, iterations: int) -> int:
         _register_trials(store, run, trial_ids)
         bulk_load_results(store, trial_ids, iterations)
         store.recompute_best(run)
-        for i in range(0, num_trials, 10):
-            store.add_checkpoint(trial_ids[i], f"/ckpt/{trial_ids[i]}/50", 50)
+        store.record_progress(
+            [
+                TrialUpdate(t, kept_checkpoints=[KeptCheckpoint(f"/ckpt/{t}/50", 50)])
+                for t in trial_ids[::10]
+            ]
+        )
         return run
     finally:
         store.dispose()
@@ -147,7 +152,7 @@ def _history_trial_rows(run_pks: list[int], trials_per_run: int) -> Iterator[dic
                 "stop_reason": reason,
                 "last_result": None if status == "ERROR" else last,
                 "warm_start": warm,
-                # An errored trial that never reported has no maintained best, as add_results
+                # An errored trial that never reported has no maintained best, as record_progress
                 # leaves it.
                 "best_metric": None if status == "ERROR" else "loss",
                 "best_mode": None if status == "ERROR" else "min",
@@ -161,7 +166,7 @@ def _history_trial_rows(run_pks: list[int], trials_per_run: int) -> Iterator[dic
 
 def _fill_history(url: str, num_runs: int, trials_per_run: int, summaries: bool) -> None:
     """``num_runs`` nightly runs of ``trials_per_run`` trials each, in bulk INSERTs of 5,000 rows
-    (each trial's best maintained, as ``add_results`` leaves it; its one stored result is its
+    (each trial's best maintained, as ``record_progress`` leaves it; its one stored result is its
     last), each run then ended through ``finish_experiment_run``; with ``summaries`` False their
     stored history lines are forgotten again."""
     from sqlalchemy import insert, text, update

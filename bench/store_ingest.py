@@ -1,10 +1,11 @@
 """Benchmark: result ingest rate and leaderboard latency of the metadata store, SQLite and
 PostgreSQL.
 
-1. Ingest: 100,000 results through ``TrialStore.add_results`` in batches of 500 (20 trials x
+1. Ingest: 100,000 results through ``TrialStore.record_progress`` (one trial's ``TrialUpdate``
+   a call, as a trial's poller writes it) in batches of 500 (20 trials x
    5,000 iterations, the experiment's metric index in place). Target: >= 5,000 results/s.
 2. Leaderboard: 10,000 trials x 100 results (1M rows, bulk-loaded) in one experiment run,
-   ``TrialStore.leaderboard(run, "loss", mode)``, median of several runs. Target: every ranking
+   ``TrialReader.leaderboard(run, "loss", mode)``, median of several runs. Target: every ranking
    (the experiment's mode, another mode, ``limit=10``) < 100 ms; a line over it says OVER BUDGET.
 
     .venv/bin/python -m bench.store_ingest                      # SQLite only
@@ -37,6 +38,7 @@ from typing import Any
 
 from sqlalchemy import insert
 
+from airflow_trials.core.update import KeptCheckpoint, TrialUpdate
 from airflow_trials.store import TrialStore
 from airflow_trials.store.models import TrialRow, utcnow
 
@@ -113,7 +115,10 @@ def bench_ingest(url: str, num_results: int, batch_size: int, num_trials: int) -
             for t, trial_id in enumerate(trial_ids)
         ]
         begin = time.perf_counter()
-        stored = sum(store.add_results(trial_id, batch) for trial_id, batch in batches)
+        stored = sum(
+            store.record_progress([TrialUpdate(trial_id, results=batch)])
+            for trial_id, batch in batches
+        )
         elapsed = time.perf_counter() - begin
         if stored != per_trial * num_trials:
             raise SystemExit(f"ingest stored {stored} results, expected {per_trial * num_trials}")
@@ -169,13 +174,17 @@ def bench_leaderboard(url: str, num_trials: int, iterations: int, repeats: int) 
         _register_trials(store, run_id, trial_ids)
         bulk_load_results(store, trial_ids, iterations)
         load_s = time.perf_counter() - begin
-        # The bulk load bypasses add_results, which keeps each trial's best up to date; bring
-        # the maintained bests to where add_results would have left them.
+        # The bulk load bypasses record_progress, which keeps each trial's best up to date; bring
+        # the maintained bests to where record_progress would have left them.
         begin = time.perf_counter()
         store.recompute_best(run_id)
         recompute_s = time.perf_counter() - begin
-        for i in range(0, num_trials, 10):
-            store.add_checkpoint(trial_ids[i], f"/ckpt/{trial_ids[i]}/50", 50)
+        store.record_progress(
+            [
+                TrialUpdate(t, kept_checkpoints=[KeptCheckpoint(f"/ckpt/{t}/50", 50)])
+                for t in trial_ids[::10]
+            ]
+        )
         figures = {"load_s": load_s, "recompute_s": recompute_s}
         for mode in ("min", "max"):
             rows = store.reader.leaderboard(run_id, "loss", mode)  # warm-up, and a sanity check
