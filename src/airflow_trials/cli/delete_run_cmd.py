@@ -85,7 +85,7 @@ def delete_run(
         reader.dispose()
         store = TrialStore(url)
         try:
-            record = resolve_run(store, experiment, run)
+            record = resolve_run(store.reader, experiment, run)
             plan = store.delete_experiment_run(record.id, dry_run=True, check_paths=check)
             targets = {} if keep_checkpoints else _targets(plan, storage, storage_path is not None)
             if dry_run:
