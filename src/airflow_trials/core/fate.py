@@ -27,7 +27,7 @@ Example::
 
     decision = after_result(trial, result)
     if decision.fresh:
-        store.add_results(trial.trial_id, [result])
+        store.record_progress([TrialUpdate(trial.trial_id, results=[result])])
     if decision.save_checkpoint:
         save(trial)
     if decision.action is Action.STOP:
