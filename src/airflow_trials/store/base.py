@@ -23,8 +23,9 @@ _parse_enum = parse_enum
 class StoreBase:
     """A component: it holds the shared database, never another component.
 
-    :class:`~airflow_trials.store.TrialStore` builds one of each over its database and wires
-    their public methods; :class:`~airflow_trials.store.TrialReader` holds none of the writers.
+    :class:`~airflow_trials.store.TrialStore` builds one of each over its database and its
+    declared methods delegate to them; :class:`~airflow_trials.store.TrialReader` holds none of
+    the writers.
     The ``_``-prefixed helpers below are the database's, shortened for the components' bodies.
 
     :param db: the database; a write method needs one that is not read-only.
