@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
+from airflow_trials.core.update import KeptCheckpoint, TrialUpdate
 from airflow_trials.store import TrialStore
 from airflow_trials.store.models import CheckpointRow
-from airflow_trials.store.store import TrialProgress
 from tests.contract.conftest import MEMORY, POSTGRESQL, SQLITE_FILE
 from tests.contract.test_store import count, register, results
 from tests.contract.test_store_exploits import exploit
@@ -84,7 +84,11 @@ class CheckpointContract:
     def test_a_deleted_path_in_a_progress_batch_is_revived(self, store):
         run = ranked_run(store)
         before = row(store, "t", "/ck/t/a")
-        batch = [TrialProgress("t", results=results([5]), new_checkpoints=[("/ck/t/a", 4, 0.5)])]
+        batch = [
+            TrialUpdate(
+                "t", results=results([5]), kept_checkpoints=[KeptCheckpoint("/ck/t/a", 4, 0.5)]
+            )
+        ]
         store.record_progress(batch)
         revived = row(store, "t", "/ck/t/a")
         store.record_progress(batch)  # the same poll written twice: the live row stays as it is
@@ -97,7 +101,9 @@ class CheckpointContract:
         add_checkpoint(store, "t", "/ck/t/a", 1, 0.9)
         before = row(store, "t", "/ck/t/a")
         if batched:
-            store.record_progress([TrialProgress("t", new_checkpoints=[("/ck/t/a", 4, 0.1)])])
+            store.record_progress(
+                [TrialUpdate("t", kept_checkpoints=[KeptCheckpoint("/ck/t/a", 4, 0.1)])]
+            )
         else:
             add_checkpoint(store, "t", "/ck/t/a", 4, 0.1)
         assert row(store, "t", "/ck/t/a") == before
@@ -113,24 +119,27 @@ class CheckpointContract:
         paths = {i: f"/ckpt/b/checkpoint_{i:06d}" for i in (4, 5, 6)}
         store.record_progress(
             [
-                TrialProgress(
+                TrialUpdate(
                     "b",
                     results=results(range(1, 7)),
-                    new_checkpoints=[(paths[i], i, 10.0 - i) for i in (4, 5, 6)],
+                    kept_checkpoints=[KeptCheckpoint(paths[i], i, 10.0 - i) for i in (4, 5, 6)],
                 )
             ]
         )
         exploit(store, "b", "a", 4, {"lr": 0.2})
-        store.record_progress([TrialProgress("b", deleted_checkpoints=[paths[5], paths[6]])])
+        store.record_progress([TrialUpdate("b", dropped_checkpoints=[paths[5], paths[6]])])
         assert store.reader.latest_checkpoint("b").path == paths[4]
         store.record_progress(
             [
-                TrialProgress(
+                TrialUpdate(
                     "b",
                     results=[
                         {"training_iteration": i, "loss": loss} for i, loss in [(5, 3.0), (6, 1.0)]
                     ],
-                    new_checkpoints=[(paths[5], 5, 3.0), (paths[6], 6, 1.0)],
+                    kept_checkpoints=[
+                        KeptCheckpoint(paths[5], 5, 3.0),
+                        KeptCheckpoint(paths[6], 6, 1.0),
+                    ],
                 )
             ]
         )

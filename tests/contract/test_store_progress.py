@@ -8,9 +8,10 @@ from sqlalchemy import event
 
 from airflow_trials import InvalidTransitionError, StoreError, TrialNotFoundError
 from airflow_trials.core.fate import Transition
+from airflow_trials.core.status import TrialStatus
+from airflow_trials.core.update import KeptCheckpoint, TrialUpdate
 from airflow_trials.store import TrialStore
 from airflow_trials.store.models import CheckpointRow, ResultRow
-from airflow_trials.store.store import TrialProgress
 from tests.contract.conftest import MEMORY, POSTGRESQL, SQLITE_FILE
 from tests.contract.test_store import count, register, results
 from tests.factories import add_checkpoint
@@ -35,15 +36,18 @@ class ProgressContract:
         committed = commits(store)
         new = store.record_progress(
             [
-                TrialProgress("c", results=results([1, 2]), running=True),
-                TrialProgress(
-                    "a", results=results([1]), new_checkpoints=[("/ck/a/1", 1, 9.0)], running=True
+                TrialUpdate("c", results=results([1, 2]), status=TrialStatus.RUNNING),
+                TrialUpdate(
+                    "a",
+                    results=results([1]),
+                    kept_checkpoints=[KeptCheckpoint("/ck/a/1", 1, 9.0)],
+                    status=TrialStatus.RUNNING,
                 ),
-                TrialProgress(
+                TrialUpdate(
                     "b",
                     results=results([2, 3]),
-                    new_checkpoints=[("/ck/b/3", 3, 7.0)],
-                    deleted_checkpoints=["/ck/b/1"],
+                    kept_checkpoints=[KeptCheckpoint("/ck/b/3", 3, 7.0)],
+                    dropped_checkpoints=["/ck/b/1"],
                 ),
             ]
         )
@@ -68,10 +72,13 @@ class ProgressContract:
         register(store, "a")
         register(store, "b")
         batch = [
-            TrialProgress(
-                "a", results=results([1, 2]), new_checkpoints=[("/ck/a/2", 2, None)], running=True
+            TrialUpdate(
+                "a",
+                results=results([1, 2]),
+                kept_checkpoints=[KeptCheckpoint("/ck/a/2", 2, None)],
+                status=TrialStatus.RUNNING,
             ),
-            TrialProgress("b", results=results([1]), running=True),
+            TrialUpdate("b", results=results([1]), status=TrialStatus.RUNNING),
         ]
         assert store.record_progress(batch) == 3
         assert (
@@ -87,8 +94,8 @@ class ProgressContract:
         with pytest.raises(InvalidTransitionError, match="ended"):
             store.record_progress(
                 [
-                    TrialProgress("good", results=results([1]), running=True),
-                    TrialProgress("ended", running=True),
+                    TrialUpdate("good", results=results([1]), status=TrialStatus.RUNNING),
+                    TrialUpdate("ended", status=TrialStatus.RUNNING),
                 ]
             )
         assert (
@@ -96,11 +103,9 @@ class ProgressContract:
             and store.reader.get_trial("good").status.value == "PENDING"
         )
         with pytest.raises(TrialNotFoundError, match="nope"):
-            store.record_progress(
-                [TrialProgress("good", results=results([1])), TrialProgress("nope")]
-            )
+            store.record_progress([TrialUpdate("good", results=results([1])), TrialUpdate("nope")])
         with pytest.raises(StoreError, match="no checkpoint at /missing"):
-            store.record_progress([TrialProgress("good", deleted_checkpoints=["/missing"])])
+            store.record_progress([TrialUpdate("good", dropped_checkpoints=["/missing"])])
         assert count(store, ResultRow) == 0
 
     def test_a_batch_takes_as_many_statements_for_30_trials_as_for_3(self, store):
@@ -118,7 +123,10 @@ class ProgressContract:
             event.listen(store._engine, "before_cursor_execute", listener)
             try:
                 new = store.record_progress(
-                    [TrialProgress(t, results=results([1, 2]), running=True) for t in trial_ids]
+                    [
+                        TrialUpdate(t, results=results([1, 2]), status=TrialStatus.RUNNING)
+                        for t in trial_ids
+                    ]
                 )
             finally:
                 event.remove(store._engine, "before_cursor_execute", listener)
@@ -136,7 +144,7 @@ class ProgressContract:
     def test_refuses_a_trial_named_twice(self, store):
         register(store, "a")
         with pytest.raises(ValueError, match=r"\['a'\] more than once"):
-            store.record_progress([TrialProgress("a", results=results([1])), TrialProgress("a")])
+            store.record_progress([TrialUpdate("a", results=results([1])), TrialUpdate("a")])
 
     def test_an_empty_batch_writes_nothing(self, store):
         assert store.record_progress([]) == 0

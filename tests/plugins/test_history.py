@@ -9,8 +9,10 @@ import pytest
 from sqlalchemy import text
 
 from airflow_trials.core.end import TrialEnd
-from airflow_trials.core.fate import CRITERION_MET, TRAINABLE_FINISHED, Transition, stopped_early
+from airflow_trials.core.fate import CRITERION_MET, TRAINABLE_FINISHED, Transition
+from airflow_trials.core.goal import Goal
 from airflow_trials.core.status import TrialStatus
+from airflow_trials.core.stop_kind import StopKind
 from airflow_trials.store import TrialStore
 from airflow_trials.store.history import (
     changed_config_keys,
@@ -75,11 +77,11 @@ def _check_store_history(store: TrialStore) -> None:
     _check_lines(last_two.runs, nights.nights[-2:])
     assert last_two.runs[0].changed_keys == ["lr"]
     assert last_two.runs[0].previous_best_config == nights.nights[1].best_config
-    best = store.reader.best_of_run(nights.nights[-1].run, "loss", "min")
-    assert best is not None and (best.trial_id, best.value) == ("n3-best", 0.31)
-    assert store.reader.best_of_run(nights.nights[-1].run, "loss", "max").value == pytest.approx(
-        0.93
-    )
+    # The history's best is the board's (store/board.py), in either mode.
+    board = store.reader.board(nights.nights[-1].run, Goal.of("loss", "min"))
+    assert board.best is not None and (board.best_trial_id, board.best.value) == ("n3-best", 0.31)
+    board = store.reader.board(nights.nights[-1].run, Goal.of("loss", "max"))
+    assert board.best is not None and board.best.value == pytest.approx(0.93)
 
 
 def test_history_of_nightly_runs_on_sqlite(trials_store):
@@ -97,38 +99,48 @@ def test_history_of_nightly_runs_on_postgresql():
             store.dispose()
 
 
+# (stop reason, stop kind): the kind decides, whatever the reason's words.
 REASONS = [
-    None,
-    "",
-    TRAINABLE_FINISHED,
-    CRITERION_MET,
-    AT_MAX_T,
-    "stopped by MOASHA at training_iteration=8: it reached max_t=8",
-    EARLY.format(loss=0.9, cut=0.7),
-    "stopped by the median stopping rule at 3: 0.5 is worse than the median 0.4",
-    "the scheduler stopped it",
-    "stopped by ASHA: IT REACHED MAX_T=4 (upper case: not the constant)",
-    "it's got a 'quote'",
+    (None, None),
+    ("", None),
+    (TRAINABLE_FINISHED, StopKind.FINISHED),
+    (CRITERION_MET, StopKind.CRITERION),
+    (AT_MAX_T, StopKind.MAX_T),
+    ("stopped by MOASHA at training_iteration=8: it reached max_t=8", StopKind.MAX_T),
+    (EARLY.format(loss=0.9, cut=0.7), StopKind.SCHEDULER),
+    ("stopped by the median stopping rule at 3: 0.5 is worse than the median 0.4", "scheduler"),
+    ("the scheduler stopped it", StopKind.SCHEDULER),
+    ("stopped by MyRule: it reached max_t=4 of its patience", StopKind.SCHEDULER),
+    ("it's got a 'quote'", StopKind.SCHEDULER),
+    ("stopped by the sweep's end", StopKind.EXPERIMENT),
+    (None, StopKind.AIRFLOW),
 ]
 
 
 def _check_stop_kinds_agree_with_fate(store: TrialStore) -> None:
-    """The SQL predicate of the partial index counts exactly what core.fate.stopped_early says."""
+    """The SQL predicate of the partial index counts exactly the trials of kind SCHEDULER
+    (:attr:`StopKind.early`)."""
     from airflow_trials.core.end import TrialEnd
     from airflow_trials.core.status import TrialStatus
 
     store.ensure_experiment("reasons", metric="loss", mode="min")
     run = store.create_experiment_run("reasons", "r1", dag_id="d", run_id="r1")
-    for i, reason in enumerate(REASONS):
+    for i, (reason, kind) in enumerate(REASONS):
         store.upsert_trial(
             f"reason-{i}", trainable="m:f", config={}, resources={}, max_failures=0,
             experiment_run_id=run,
         )  # fmt: skip
         store.record_end(
-            TrialEnd(f"reason-{i}", "reasons", TrialStatus.TERMINATED, stop_reason=reason)
+            TrialEnd(
+                f"reason-{i}",
+                "reasons",
+                TrialStatus.TERMINATED,
+                stop_reason=reason,
+                stop_kind=kind,
+            )
         )
     line = store.reader.experiment_history("reasons").runs[0]
-    expected = sum(stopped_early(reason) for reason in REASONS)
+    expected = sum(kind is not None and StopKind(kind).early for _, kind in REASONS)
     assert expected == 5
     assert line.stop_kinds["early_stopped"] == expected
     assert line.stop_kinds["completed"] == len(REASONS) - expected

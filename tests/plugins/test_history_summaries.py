@@ -14,9 +14,9 @@ from sqlalchemy.orm import Session
 from airflow_trials.core.end import TrialEnd
 from airflow_trials.core.fate import TRAINABLE_FINISHED, Transition
 from airflow_trials.core.status import TrialStatus
+from airflow_trials.core.update import TrialUpdate
 from airflow_trials.store import TrialStore
 from airflow_trials.store.history import history_goal, line_from_summary, run_lines
-from airflow_trials.store.ingest import TrialProgress
 from airflow_trials.store.models import ExperimentRunRow
 from airflow_trials.store.transitions import RestartFromScratch, StopForTry
 from tests.contract.conftest import new_postgres_schema
@@ -157,7 +157,7 @@ WRITES: dict[str, Callable[[TrialStore, int], object]] = {
         store, "n0-running", [{"training_iteration": 1, "loss": 0.01}]
     ),
     "record_progress": lambda store, run: store.record_progress(
-        [TrialProgress("n0-running", results=[{"training_iteration": 2, "loss": 0.02}])]
+        [TrialUpdate("n0-running", results=[{"training_iteration": 2, "loss": 0.02}])]
     ),
     "record_end": lambda store, run: _end(store, "n0-running"),
     "record_transition": lambda store, run: store.record_transition("n0-failed", Transition.RESET),

@@ -10,6 +10,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+from airflow_trials.core.goal import Goal
+from airflow_trials.experiment.regression_check import run_front_points
 from tests.contract.conftest import postgres_schema_url  # noqa: F401  (a fixture)
 from tests.one_best_seed import (
     CONSTRAINTS,
@@ -74,6 +76,23 @@ def _history_best(url: str, experiment: str) -> str | None:
     return line["best_trial_id"]
 
 
+def _other_screens(store, seeded, metric, mode) -> dict:
+    """The best as the board, the regression check (one metric: its value), warm start and the
+    main job's report name it."""
+    from airflow_trials.cli.mainjob_cmd import report_best
+    from airflow_trials.experiment.regression_check import run_best_value
+    from airflow_trials.experiment.warm_start_source import _pareto_ranked, _ranked
+
+    several = isinstance(metric, list)
+    warm = (_pareto_ranked if several else _ranked)(store, seeded.run, metric, mode)
+    return {
+        "board": store.reader.board(seeded.run, Goal.of(metric, mode)).best_trial_id,
+        "regression": None if several else run_best_value(store, seeded.run, metric, mode),
+        "warm": warm[0].trial_id,
+        "report": report_best(store.reader, seeded.experiment, seeded.run),
+    }
+
+
 def test_every_screen_names_the_same_best_trial_of_one_metric(trials_url, make_dashboard):
     from airflow_trials.results import ResultGrid
     from airflow_trials.store import TrialStore
@@ -90,8 +109,11 @@ def test_every_screen_names_the_same_best_trial_of_one_metric(trials_url, make_d
         grid = ResultGrid.from_db(seeded.experiment, db_url=trials_url, constraints=CONSTRAINTS)
         rows = {r.trial_id: r for r in store.reader.leaderboard(seeded.run, "loss", "min")}
         history_ended = _history_best(trials_url, seeded.experiment)
+        others = _other_screens(store, seeded, "loss", "min")
     finally:
         store.dispose()
+    # The regression check, warm start, the sweep's lineage and the main job's report.
+    assert others == {"board": ONE_BEST, "regression": 0.3, "warm": ONE_BEST, "report": ONE_BEST}
     assert history_live == history_ended == ONE_BEST
     assert board["best_trial_id"] == ONE_BEST
     assert grid.get_best_result(scope="all", terminated_only=True).trial_id == ONE_BEST
@@ -114,8 +136,16 @@ def test_every_screen_names_the_same_best_trial_and_front_of_two_metrics(
         grid = ResultGrid.from_db(seeded.experiment, db_url=trials_url)
         history_ended = _history_best(trials_url, seeded.experiment)
         cli = _cli_json("leaderboard", seeded.experiment, "--db-url", trials_url)
+        others = _other_screens(store, seeded, TWO_GOAL["metric"], TWO_GOAL["mode"])
+        front_points = sorted(run_front_points(store, seeded.run, *TWO_GOAL.values()))
+        ranked = store.reader.board(seeded.run, Goal.of(*TWO_GOAL.values()))
     finally:
         store.dispose()
+    assert others == {"board": TWO_BEST, "regression": None, "warm": TWO_BEST, "report": TWO_BEST}
+    assert ranked.front_trial_ids == TWO_FRONT
+    # The regression check's points are the counted trials' only (q-3 ended in ERROR).
+    counted = sorted([*r.values.values()] for r in ranked.rows if r.counted)
+    assert front_points == counted and len(counted) < len(ranked.rows)
     assert best["trial_id"] == TWO_BEST
     assert sorted(e["trial_id"] for e in best["pareto_front"]) == TWO_FRONT
     assert history_live == history_ended == TWO_BEST

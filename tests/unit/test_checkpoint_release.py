@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from airflow_trials.core.end import TrialEnd
 from airflow_trials.core.fate import Outcome, after_failure
 from airflow_trials.core.trial import Trial
+from airflow_trials.core.update import TrialUpdate
 from airflow_trials.execution.polls import TrialProgressTracker
 from airflow_trials.execution.resume import adopt_recorded_checkpoints
 from airflow_trials.execution.storage import TrialStorage
@@ -102,7 +102,7 @@ def test_checkpoints_the_store_names_survive_while_the_trial_trains_on_unwatched
     tracker = TrialProgressTracker("t1")
     _watch_once(actor, tracker, store)  # the trigger's first poll: RUNNING
     _until(
-        actor, lambda s: s["checkpoints"] and s["checkpoints"][-1]["iteration"] == 3
+        actor, lambda s: s.kept_checkpoints and s.kept_checkpoints[-1].iteration == 3
     )  # held before 4
     _watch_once(actor, tracker, store)
     _watch_once(actor, tracker, store)  # acknowledges that write: what it marked deleted goes
@@ -110,9 +110,9 @@ def test_checkpoints_the_store_names_survive_while_the_trial_trains_on_unwatched
     assert recorded.iteration == 3 and _on_disk(storage, "t1") == ["checkpoint_000003"]
 
     gate.touch()  # the watcher dies here: the trial trains on to 12, checkpointing each iteration
-    ended = _until(actor, lambda s: s["status"] != "RUNNING")
-    assert ended["status"] == "TERMINATED"
-    assert [c["iteration"] for c in ended["checkpoints"]] == [12]
+    ended = _until(actor, lambda s: s.status != "RUNNING")
+    assert ended.status == "TERMINATED"
+    assert [c.iteration for c in ended.kept_checkpoints] == [12]
     # What keep_checkpoints_num=1 dropped is kept on the storage: the store still names iteration 3.
     assert os.path.isdir(recorded.path) and store.reader.latest_checkpoint("t1") == recorded
     assert _on_disk(storage, "t1") == [f"checkpoint_{i:06d}" for i in range(3, 13)]
@@ -139,10 +139,10 @@ def test_a_watched_trial_never_leaves_the_store_naming_a_deleted_checkpoint(stor
     while True:
         snapshot = _watch_once(actor, tracker, store)
         assert _live_paths_exist(store, "t2"), snapshot
-        if snapshot["status"] != "RUNNING":
+        if snapshot.status != "RUNNING":
             break
     _watch_once(actor, tracker, store)  # the next poll acknowledges the last write
-    assert snapshot["status"] == "TERMINATED"
+    assert snapshot.status == "TERMINATED"
     assert [c.iteration for c in store.reader.live_checkpoints("t2")] == [15, 14]
     assert _on_disk(storage, "t2") == ["checkpoint_000014", "checkpoint_000015"]
 
@@ -152,7 +152,7 @@ def test_a_resumed_trial_drops_the_checkpoint_it_resumed_from_only_once_the_stor
 ):
     actor = _start(storage, store, _trial("t3", keep=1, until=4), {})
     tracker = TrialProgressTracker("t3")
-    while _watch_once(actor, tracker, store)["status"] == "RUNNING":
+    while _watch_once(actor, tracker, store).status == "RUNNING":
         pass
     _watch_once(
         actor, tracker, store
@@ -165,10 +165,10 @@ def test_a_resumed_trial_drops_the_checkpoint_it_resumed_from_only_once_the_stor
     tracker = TrialProgressTracker(
         "t3", recorded={c.path for c in store.reader.live_checkpoints("t3")}
     )
-    while (snapshot := _watch_once(actor, tracker, store))["status"] == "RUNNING":
+    while (snapshot := _watch_once(actor, tracker, store)).status == "RUNNING":
         assert _live_paths_exist(store, "t3")
     _watch_once(actor, tracker, store)
-    assert snapshot["status"] == "TERMINATED"
+    assert snapshot.status == "TERMINATED"
     assert [c.iteration for c in store.reader.live_checkpoints("t3")] == [7]
     assert _on_disk(storage, "t3") == ["checkpoint_000007"]
     assert [r["training_iteration"] for r in store.reader.get_results("t3")] == list(range(1, 8))
@@ -177,15 +177,15 @@ def test_a_resumed_trial_drops_the_checkpoint_it_resumed_from_only_once_the_stor
 def test_a_checkpoint_gone_from_the_storage_ends_the_restore_as_infrastructure(storage, store):
     missing = TrialStorage(storage).checkpoint_dir("unit", "t4", 9)
     actor = _start(storage, store, _trial("t4", keep=1, until=12), {}, restore_from=missing)
-    ended = _until(actor, lambda s: s["status"] != "RUNNING")
-    assert missing in ended["error"] and "Not a failure of the trial" in ended["error"]
+    ended = _until(actor, lambda s: s.status != "RUNNING")
+    assert missing in ended.error and "Not a failure of the trial" in ended.error
     assert_resumed_without_a_failure(ended, "t4")
 
 
-def assert_resumed_without_a_failure(ended: dict, trial_id: str) -> None:
+def assert_resumed_without_a_failure(ended: TrialUpdate, trial_id: str) -> None:
     """The actor's end is an infrastructure loss, which the task's retry resumes uncounted."""
-    assert ended["status"] == "ERROR" and ended["infrastructure"] is True
-    end = TrialEnd.from_snapshot("unit", ended, released=False)
+    assert ended.status == "ERROR" and ended.infrastructure is True
+    end = ended.end("unit", released=False)
     decision = after_failure(trial_id, 0, 0, infrastructure=end.infrastructure, retries_left=True)
     assert decision.outcome is Outcome.RESUME and decision.num_failures == 0
 
@@ -193,8 +193,8 @@ def assert_resumed_without_a_failure(ended: dict, trial_id: str) -> None:
 def test_a_failing_trainable_is_still_a_failure_of_the_trial(storage, store, tmp_path):
     config = {"crash_at": 2, "marker": str(tmp_path / "crashed")}
     actor = _start(storage, store, _trial("t5", keep=1, until=5), config)
-    ended = _until(actor, lambda s: s["status"] != "RUNNING")
-    assert ended["status"] == "ERROR" and ended["infrastructure"] is False
+    ended = _until(actor, lambda s: s.status != "RUNNING")
+    assert ended.status == "ERROR" and ended.infrastructure is False
 
 
 def test_a_resumed_trial_keeps_its_best_scoring_checkpoint_and_drops_what_the_dead_one_left(
@@ -205,7 +205,7 @@ def test_a_resumed_trial_keeps_its_best_scoring_checkpoint_and_drops_what_the_de
     trial keeps 1 and 5 as its own, drops 3 at once, and deletes it once the DB recorded that."""
     actor = _start(storage, store, _trial("t6", keep=2, until=5, score_attr="min-score"), {})
     tracker = TrialProgressTracker("t6")
-    while _watch_once(actor, tracker, store)["status"] == "RUNNING":
+    while _watch_once(actor, tracker, store).status == "RUNNING":
         pass
     _watch_once(actor, tracker, store)
     assert [c.iteration for c in store.reader.live_checkpoints("t6")] == [5, 1]
@@ -221,10 +221,10 @@ def test_a_resumed_trial_keeps_its_best_scoring_checkpoint_and_drops_what_the_de
     tracker = TrialProgressTracker(
         "t6", recorded={c.path for c in store.reader.live_checkpoints("t6")}
     )
-    while (snapshot := _watch_once(actor, tracker, store))["status"] == "RUNNING":
+    while (snapshot := _watch_once(actor, tracker, store)).status == "RUNNING":
         assert _live_paths_exist(store, "t6")
     _watch_once(actor, tracker, store)
-    assert snapshot["status"] == "TERMINATED"
+    assert snapshot.status == "TERMINATED"
     assert [c.iteration for c in store.reader.live_checkpoints("t6")] == [
         8,
         1,

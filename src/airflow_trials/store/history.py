@@ -9,8 +9,6 @@ picks (:mod:`~airflow_trials.store.run_best`: a trial that ended TERMINATED, fea
 ranking read per run). A run that ended has its line stored (``at_experiment_runs.summary``,
 :mod:`~airflow_trials.store.run_summaries`), so those reads cover only the runs without one.
 :func:`experiment_trend` is only each run's best, for a chart.
-
-:func:`best_of_run` is the best of one run on any metric and mode, every trial counted.
 """
 
 from __future__ import annotations
@@ -21,10 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sqlalchemy import (
-    ColumnElement,
     Select,
-    and_,
-    case,
     func,
     select,
     text,
@@ -33,7 +28,6 @@ from sqlalchemy.orm import Session, undefer
 
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.store.history_indexes import STOPPED_EARLY_SQL, WARM_STARTED_SQL
-from airflow_trials.store.leaderboard import check_metric, check_mode, metric_value
 from airflow_trials.store.mapping import experiment_run_record
 from airflow_trials.store.models import ExperimentRunRow, ResultRow, TrialRow
 from airflow_trials.store.records import ExperimentRecord, ExperimentRunRecord
@@ -45,20 +39,6 @@ _RUNS = ExperimentRunRow.__table__
 
 #: The kinds of a trial's end a history counts, in the order they are shown.
 STOP_KINDS = ("completed", "early_stopped", "errored", "unfinished")
-
-
-@dataclass(frozen=True)
-class RunBest:
-    """A run's best trial on its experiment's metric.
-
-    :param experiment_run_id: the run.
-    :param trial_id: its best trial.
-    :param value: that trial's best value of the metric.
-    """
-
-    experiment_run_id: int
-    trial_id: str
-    value: float
 
 
 @dataclass(frozen=True)
@@ -140,63 +120,6 @@ def history_goal(experiment: ExperimentRecord) -> tuple[str | None, str | None]:
     return metrics[0], modes[0]
 
 
-def _probe(dialect_name: str, metric: str, mode: str) -> Any:
-    """The trial's (on ``at_trials``) best value of ``metric`` in its results: one probe of the
-    metric's index, as the leaderboard's; NULL when none reported it."""
-    check_metric(metric)
-    check_mode(mode)
-    value = metric_value(_RESULTS.c.metrics, metric, dialect_name)
-    return (
-        select(value)
-        .where(_RESULTS.c.trial_id == _TRIALS.c.trial_id, value.is_not(None))
-        .order_by(value.asc() if mode == "min" else value.desc(), _RESULTS.c.iteration.asc())
-        .limit(1)
-        .correlate(_TRIALS)
-        .scalar_subquery()
-    )
-
-
-def trial_best_value(dialect_name: str, metric: str, mode: str) -> ColumnElement[Any]:
-    """A trial's best value of ``metric`` (an expression on ``at_trials``): its maintained
-    ``best_value`` when that is kept for ``metric`` and ``mode``, else one probe of the metric's
-    index in its results (the leaderboard's own guarded value); NULL without results."""
-    maintained = _maintained(metric, mode)
-    return case(
-        (maintained, _TRIALS.c.best_value),
-        (_TRIALS.c.last_result.is_(None), None),
-        else_=_probe(dialect_name, metric, mode),
-    )
-
-
-def best_of_run_query(
-    dialect_name: str, experiment_run_id: int, metric: str, mode: str
-) -> Select[Any]:
-    """(trial_id, value) of the run's best trial on ``metric`` in ``mode``, ties to the lowest
-    trial id; no row when no trial reported it."""
-    best = trial_best_value(dialect_name, metric, mode).label("value")
-    ranked = (
-        select(_TRIALS.c.trial_id, best)
-        .where(_TRIALS.c.experiment_run_id == experiment_run_id)
-        .subquery("ranked")
-    )
-    order = ranked.c.value.asc() if mode == "min" else ranked.c.value.desc()
-    return (
-        select(ranked.c.trial_id, ranked.c.value)
-        .where(ranked.c.value.is_not(None))
-        .order_by(order, ranked.c.trial_id)
-        .limit(1)
-    )
-
-
-def best_of_run(
-    session: Session, dialect_name: str, experiment_run_id: int, metric: str, mode: str
-) -> RunBest | None:
-    """The run's best trial and value on ``metric`` in ``mode``, as its history line gives it;
-    None when no trial of the run reported the metric."""
-    row = session.execute(best_of_run_query(dialect_name, experiment_run_id, metric, mode)).first()
-    return None if row is None else RunBest(experiment_run_id, row.trial_id, float(row.value))
-
-
 def run_counts_query(run_pks: Sequence[int]) -> Select[Any]:
     """Per run and status: run_pk, status, count, failed_tries (``num_failures`` summed). Read
     from the narrow ``ix_at_trials_run_status`` alone, in its order."""
@@ -211,10 +134,6 @@ def run_counts_query(run_pks: Sequence[int]) -> Select[Any]:
         .where(run.in_(run_pks))
         .group_by(run, status)
     )
-
-
-def _maintained(metric: str, mode: str) -> ColumnElement[bool]:
-    return and_(_TRIALS.c.best_metric == metric, _TRIALS.c.best_mode == mode)
 
 
 def stopped_early_counts_query(run_pks: Sequence[int]) -> Select[Any]:
@@ -571,12 +490,9 @@ def with_changes(lines: Sequence[RunHistory]) -> list[RunHistory]:
 __all__ = [
     "STOP_KINDS",
     "ExperimentHistory",
-    "RunBest",
     "RunHistory",
     "TrendPoint",
     "WarmStartedFrom",
-    "best_of_run",
-    "best_of_run_query",
     "changed_config_keys",
     "experiment_history",
     "experiment_trend",
@@ -588,5 +504,4 @@ __all__ = [
     "run_counts_query",
     "stopped_early_counts_query",
     "warm_started_query",
-    "trial_best_value",
 ]

@@ -4,30 +4,29 @@ ResultGrid read through it, and :class:`~airflow_trials.store.TrialStore` hands 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
+from airflow_trials.core.goal import Goal
 from airflow_trials.exceptions import ExperimentNotFoundError
 from airflow_trials.store.batch_reads import BatchReader
+from airflow_trials.store.board import Board, leaderboard_in, pareto_board_in, read_board
 from airflow_trials.store.database import Database
 from airflow_trials.store.exploits import exploit_lineage, latest_exploit
-from airflow_trials.store.feasibility import judged_feasible_first, run_constraints, run_feasibility
+from airflow_trials.store.feasibility import run_constraints
 from airflow_trials.store.history import (
     ExperimentHistory,
-    RunBest,
     TrendPoint,
-    best_of_run,
     experiment_history,
     experiment_trend,
 )
 from airflow_trials.store.leaderboard import (
-    best_leaderboard_query,
     check_metric,
     check_mode,
     checkpoint_paths,
-    leaderboard_query,
     maintained_best_columns,
 )
 from airflow_trials.store.mapping import (
@@ -35,7 +34,6 @@ from airflow_trials.store.mapping import (
     experiment_record,
     experiment_run_record,
     exploit_record,
-    leaderboard_rows,
     median_point,
     rung_decision,
     trial_record,
@@ -53,8 +51,6 @@ from airflow_trials.store.models import (
 from airflow_trials.store.pareto_board import (
     ParetoBoard,
     check_board_metrics,
-    pareto_board,
-    pareto_leaderboard_query,
 )
 from airflow_trials.store.ranked_page import RankedPage, check_page_order, ranked_page
 from airflow_trials.store.records import (
@@ -272,17 +268,6 @@ class TrialReader:
         work = lambda session: experiment_trend(session, self._db.dialect, experiment)  # noqa: E731
         return self._read(f"read the trend of experiment {experiment_name}", work)
 
-    def best_of_run(self, experiment_run_id: int, metric: str, mode: str) -> RunBest | None:
-        """The run's best trial and value on ``metric`` in ``mode`` (ties: the lowest trial id), as
-        :meth:`experiment_history` gives it; None when no trial reported the metric."""
-        operation = f"read the best {mode} {metric} of experiment run {experiment_run_id}"
-
-        def work(session: Session) -> RunBest | None:
-            self._db.find_run(session, experiment_run_id, operation)
-            return best_of_run(session, self._db.dialect, experiment_run_id, metric, mode)
-
-        return self._read(operation, work)
-
     # -- trials, results and checkpoints ---------------------------------------------------------
 
     def get_trial(self, trial_id: str) -> TrialRecord:
@@ -379,42 +364,42 @@ class TrialReader:
         if limit is not None and limit < 1:
             raise ValueError(f"limit must be at least 1 or None, got {limit}.")
         operation = f"rank the trials of experiment run {experiment_run_id} by {mode} {metric}"
-        dialect = self._db.dialect
 
         def work(session: Session) -> list[LeaderboardRow]:
             run = self._db.find_run(session, experiment_run_id, operation)
-            constraints = run_constraints(session, run)
-            # With constraints the feasible trials go first, so the cut is made after that.
-            cut = None if constraints else limit
-            connection = session.connection()
-            maintained = maintained_best_columns(session, run, metric, mode)
-            if maintained is not None:
-                # Every trial's best is maintained for this metric and mode: one row per trial.
-                query = best_leaderboard_query(experiment_run_id, mode, cut, maintained)
-            else:
-                query = leaderboard_query(dialect, experiment_run_id, metric, mode, cut)
-            if dialect == "postgresql":
-                # The per-trial probes inflate the cost estimate past jit_above_cost, and
-                # compiling the plan then takes longer than running it.
-                connection.execute(text("SET LOCAL jit = off"))
-            ranked = connection.execute(query).all()
-            # The checkpoints in one more query: of the whole run, or of the trials shown.
-            which: dict[str, Any] = (
-                {"experiment_run_id": experiment_run_id}
-                if cut is None
-                else {"trial_ids": [row[0] for row in ranked]}
+            return leaderboard_in(session, self._db.dialect, run, metric, mode, limit)
+
+        return self._read(operation, work)
+
+    def board(self, experiment_run_id: int, goal: Goal, limit: int | None = None) -> Board:
+        """The run's board by ``goal``: the one ranking every screen reads
+        (:mod:`~airflow_trials.store.board`). Each trial's rank, Pareto rank, values, feasibility
+        and checkpoints; the run's front and best trial (select_best's), whatever the limit.
+
+        :param experiment_run_id: the run.
+        :param goal: the metrics and modes to rank by: the experiment's (``.goal`` of
+            :meth:`get_experiment`), or a reader's choice of it (:meth:`Goal.pick`).
+        :param limit: at most this many rows; default all. The front and best count every trial.
+        :raises ValueError: the goal has no metric, or one that cannot be ranked by.
+        """
+        if not goal.metrics:
+            raise ValueError(
+                f"Experiment run {experiment_run_id} has no metric to rank by; record one "
+                "(ensure_experiment(metric=..., mode=...)) or pass one (--metric/--mode)."
             )
-            checkpoints = {
-                trial_id: (best, latest)
-                for trial_id, best, latest in connection.execute(
-                    checkpoint_paths(dialect, metric, mode, **which)
-                )
-            }
-            rows = leaderboard_rows(ranked, checkpoints)
-            if not constraints:
-                return rows
-            checks = run_feasibility(session, dialect, run, constraints, (metric, mode))
-            return judged_feasible_first(rows, checks)[:limit]
+        if len(goal.metrics) > 1 or goal.several:
+            check_board_metrics(goal.metrics, [str(m) for m in goal.modes])
+        else:
+            check_mode(goal.mode)
+            check_metric(goal.metrics[0])
+        if limit is not None and limit < 1:
+            raise ValueError(f"limit must be at least 1 or None, got {limit}.")
+        operation = f"rank the trials of experiment run {experiment_run_id} by {goal.describe()}"
+
+        def work(session: Session) -> Board:
+            run = self._db.find_run(session, experiment_run_id, operation)
+            board = read_board(session, self._db.dialect, run, goal)
+            return board if limit is None else replace(board, rows=board.rows[:limit])
 
         return self._read(operation, work)
 
@@ -512,12 +497,7 @@ class TrialReader:
 
         def work(session: Session) -> ParetoBoard:
             run = self._db.find_run(session, experiment_run_id, operation)
-            constraints = run_constraints(session, run)
-            query = pareto_leaderboard_query(
-                self._db.dialect, experiment_run_id, names, constraints.metrics
-            )
-            rows = list(session.connection().execute(query))
-            return pareto_board(names, checked_modes, rows, limit, constraints)
+            return pareto_board_in(session, self._db.dialect, run, names, checked_modes, limit)
 
         return self._read(operation, work)
 

@@ -11,7 +11,7 @@ from typing import Any
 from airflow_trials.core.approval import ApprovalOutcome, refusal
 from airflow_trials.core.constraints import Constraints
 from airflow_trials.core.goal import Goal
-from airflow_trials.core.pareto import MetricSpec, ModeSpec, decode_metrics
+from airflow_trials.core.pareto import MetricSpec, ModeSpec
 from airflow_trials.core.scheduler import Decision
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.stop_kind import StopKind
@@ -75,37 +75,39 @@ class ExperimentRecord:
         return Constraints.parse(self.constraint_spec, f"Experiment {self.name}")
 
     def metric_and_mode(self) -> tuple[MetricSpec | None, ModeSpec | None]:
-        """The metric and mode decoded: a name and its mode for one metric, a list of names
-        and a list of one mode per name for several, (None, ...) when none is recorded."""
-        return decode_metrics(self.metric, self.mode)
+        """The metric and mode of its :attr:`goal`: a name and its mode for one metric, a list
+        of names and a list of one mode per name for several, (None, None) when none is
+        recorded."""
+        goal = self.goal
+        if not goal.metrics:
+            return None, None
+        if goal.several:
+            return list(goal.metrics), list(goal.modes)
+        return goal.metrics[0], goal.modes[0]
 
     @property
     def metrics(self) -> list[str]:
-        """The experiment's metrics: ``[]`` when none is recorded, one name, or several."""
-        metric, _ = self.metric_and_mode()
-        if metric is None:
-            return []
-        return [metric] if isinstance(metric, str) else list(metric)
+        """The experiment's metrics (its :attr:`goal`'s): ``[]`` when none is recorded, one
+        name, or several."""
+        return list(self.goal.metrics)
 
     @property
     def modes(self) -> list[str | None]:
         """One mode per name of :attr:`metrics`, in the same order (None: a metric recorded
         without a mode)."""
-        metric, mode = self.metric_and_mode()
-        if metric is None:
-            return []
-        return list(mode) if isinstance(mode, list) else [mode]
+        return list(self.goal.modes)
 
     @property
     def goal(self) -> Goal:
-        """Its metrics, modes and constraints as one :class:`~airflow_trials.core.goal.Goal`, the
-        one a reader's ``--metric``/``?metric=`` is resolved against (:meth:`Goal.pick`)."""
+        """Its metrics, modes and constraints as one :class:`~airflow_trials.core.goal.Goal`,
+        resolved once from the record: every other reading of its metrics derives from it, and
+        a reader's ``--metric``/``?metric=`` is resolved against it (:meth:`Goal.pick`)."""
         return Goal.recorded(self.metric, self.mode, self.constraint_spec)
 
     @property
     def several_metrics(self) -> bool:
         """Were its metrics recorded as a list (several at once), not one name?"""
-        return isinstance(self.metric_and_mode()[0], list)
+        return self.goal.several
 
 
 @dataclass(frozen=True)
