@@ -17,7 +17,7 @@ from airflow_trials.experiment.approval import approve_and_publish, checked_appr
 from airflow_trials.experiment.best_task import select_best_task
 from airflow_trials.experiment.extension import add_extension_params
 from airflow_trials.experiment.mlflow_export import export_mlflow_task
-from airflow_trials.experiment.plan import TuningPlan, reconcile_trial_ends
+from airflow_trials.experiment.plan import TuningPlan
 from airflow_trials.experiment.regression_check import check_regression, checked_tolerance
 from airflow_trials.experiment.settings import (
     PARAM_SETTINGS,
@@ -28,6 +28,7 @@ from airflow_trials.experiment.settings import (
     trial_gpu_classes,
     trial_ids,
 )
+from airflow_trials.experiment.trial_ends import reconcile_trial_ends
 from airflow_trials.export.mlflow_mapping import MlflowExport
 from airflow_trials.hooks.trials import DEFAULT_RAY_CONN_ID, DEFAULT_TRIALS_CONN_ID
 from airflow_trials.pools import DEFAULT_SLOTS_PER_GPU, default_gpu_queue

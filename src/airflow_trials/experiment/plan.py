@@ -14,7 +14,6 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_trials.core.approval import ApprovalPolicy
 from airflow_trials.core.constraints import Constraints
-from airflow_trials.core.goal import Goal
 from airflow_trials.core.judged import judged_scheduler
 from airflow_trials.core.pareto import scheduler_metric_and_mode
 from airflow_trials.core.pick import Pick
@@ -26,6 +25,7 @@ from airflow_trials.core.warm_start import WarmStart, WarmStartError
 from airflow_trials.exceptions import InsufficientResourcesError
 from airflow_trials.experiment.cluster_refusal import refuse_params_beyond_cluster
 from airflow_trials.experiment.extension import extension_entries, extension_requested
+from airflow_trials.experiment.one_best import select_one_best
 from airflow_trials.experiment.pareto_best import select_pareto_best
 from airflow_trials.experiment.settings import (
     PARAM_SETTINGS,
@@ -33,7 +33,6 @@ from airflow_trials.experiment.settings import (
     run_seed,
     trial_ids,
 )
-from airflow_trials.experiment.trial_ends import describe_counts, reconcile_trial_ends
 from airflow_trials.experiment.warm_start_source import WarmSeeds, warm_seeds
 from airflow_trials.export.mlflow_mapping import MlflowExport
 from airflow_trials.hooks.trials import TrialsHook
@@ -455,55 +454,10 @@ class TuningPlan:
                 self.experiment_name, hook, suggested, context, pick, self.constraints
             )
         metric, mode = run.one_metric("select_best without a pick")
-        run_pk = suggested[0]["experiment_run_id"]
         hook = TrialsHook(self.ray_conn_id, self.trials_conn_id)
-        store = hook.get_store()
-        try:
-            counts = reconcile_trial_ends(
-                hook, store, self.experiment_name, run_pk, [s["trial_id"] for s in suggested]
-            )
-            # The run's board (store/board.py): its best is the one every screen names.
-            board = store.reader.board(run_pk, Goal.of(metric, mode))
-            # The trials that count (docs/store.md "Which trials count").
-            finished = [r for r in board.rows if r.counted]
-            if board.best is not None:
-                store.record_pick(run_pk, board.best.trial_id)
-            store.finish_experiment_run(run_pk, "SUCCESS" if finished else "FAILED")
-            # An extension DAG run ends its extension with the run it extended.
-            store.end_run_extension(run_pk, run_id, "SUCCESS" if finished else "FAILED")
-        finally:
-            store.dispose()
-        top = board.best
-        if top is None:
-            raise AirflowFailException(
-                f"Experiment {self.experiment_name}: no trial of run {run_id} finished "
-                f"with metric {run.metric!r} ({describe_counts(counts)}); see the trial tasks' "
-                "logs."
-            )
-        return {
-            "experiment_name": self.experiment_name,
-            "experiment_run_id": run_pk,
-            "trial_id": top.trial_id,
-            "config": top.config,
-            "metric": run.metric,
-            "mode": run.mode,
-            "value": top.value,
-            "iteration": top.iteration,
-            # "checkpoint" is best_checkpoint too (its name before both were handed over).
-            "best_checkpoint": top.best_checkpoint,
-            "checkpoint": top.best_checkpoint,
-            "latest_checkpoint": top.latest_checkpoint,
-            "finished_trials": len(finished),
-            "failed_trials": counts["failed"],
-            "never_ran_trials": counts["never_ran"],
-            "trials": len(suggested),
-            # The board ranks feasible trials first: infeasible only when none is.
-            **(
-                {"constraints": self.constraints.spec, "feasible": top.feasible}
-                if self.constraints
-                else {}
-            ),
-        }
+        return select_one_best(
+            self.experiment_name, hook, suggested, run_id, (metric, mode), self.constraints
+        )
 
 
 def _check_params(params: Mapping[str, Any], context: Mapping[str, Any]) -> None:
