@@ -182,7 +182,7 @@ def test_a_constrained_search_asks_after_the_ended_trials_with_their_last_result
         record("c", TrialStatus.ERROR, {"x": 0.3, "act": "tanh", "fixed": 7}, None),
         record("me", TrialStatus.PENDING, {}, None),
     ]
-    store = SimpleNamespace(list_trials=lambda experiment_run_id: trials)
+    store = SimpleNamespace(reader=SimpleNamespace(list_trials=lambda experiment_run_id: trials))
     search = airflow_searcher(Recording(constraints=["latency <= 5"]), SPACE, "loss", "min")
     config = suggested_config(store, search, 1, "me", index=3)
     assert set(config) == {"x", "act", "fixed"} and 0.0 <= config["x"] <= 1.0
