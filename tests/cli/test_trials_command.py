@@ -16,6 +16,7 @@ from airflow_trials.core.fate import Transition
 from airflow_trials.core.rungs import RungVerdict
 from airflow_trials.core.scheduler import Decision
 from airflow_trials.core.status import TrialStatus
+from airflow_trials.core.stop_kind import StopKind
 from tests.factories import add_results
 
 runner = CliRunner()
@@ -90,12 +91,16 @@ def seeded(tmp_path_factory) -> str:
             new_config={"lr": 0.12, "opt": {"m": 0.9}},
             operations={"lr": "0.1 * 1.2"},
         )
-        for trial_id, reason in (
-            ("best", AT_MAX_T),
-            ("cut", ASHA_STOP),
-            ("clone", "its trainable finished"),
+        for trial_id, reason, kind in (
+            ("best", AT_MAX_T, StopKind.MAX_T),
+            ("cut", ASHA_STOP, StopKind.SCHEDULER),
+            ("clone", "its trainable finished", StopKind.FINISHED),
         ):
-            store.record_end(TrialEnd(trial_id, "tune", TrialStatus.TERMINATED, stop_reason=reason))
+            store.record_end(
+                TrialEnd(
+                    trial_id, "tune", TrialStatus.TERMINATED, stop_reason=reason, stop_kind=kind
+                )
+            )
     finally:
         store.dispose()
     return url

@@ -13,6 +13,7 @@ from airflow_trials.core.end import TrialEnd
 from airflow_trials.core.fate import CRITERION_MET, TRAINABLE_FINISHED, Transition
 from airflow_trials.core.rung_math import REACHED_MAX_T
 from airflow_trials.core.status import TrialStatus
+from airflow_trials.core.stop_kind import StopKind
 from airflow_trials.store.models import ExperimentRunRow
 from tests.factories import add_results, update_trial
 
@@ -78,19 +79,31 @@ def seed_nightly(store, nights: int = 4, big_night_trials: int | None = None) ->
             [_result(1, BEST_VALUES[night % 4] + 0.1), _result(2, BEST_VALUES[night % 4])],
         )
         store.record_end(
-            TrialEnd(best, EXPERIMENT, TrialStatus.TERMINATED, stop_reason=TRAINABLE_FINISHED)
+            TrialEnd(
+                best,
+                EXPERIMENT,
+                TrialStatus.TERMINATED,
+                stop_reason=TRAINABLE_FINISHED,
+                stop_kind=StopKind.FINISHED,
+            )
         )
         ends = [
-            ("early", EARLY.format(loss=0.9, cut=0.7), 0.9),
-            ("maxt", AT_MAX_T, 0.8),
-            ("criterion", CRITERION_MET, 0.7),
+            ("early", EARLY.format(loss=0.9, cut=0.7), StopKind.SCHEDULER, 0.9),
+            ("maxt", AT_MAX_T, StopKind.MAX_T, 0.8),
+            ("criterion", CRITERION_MET, StopKind.CRITERION, 0.7),
         ]
-        for index, (name, reason, loss) in enumerate(ends, start=1):
+        for index, (name, reason, kind, loss) in enumerate(ends, start=1):
             trial_id = f"n{night}-{name}"
             _trial(store, run, key, trial_id, {"lr": 0.1, "layers": index}, index)
             add_results(store, trial_id, [_result(1, loss + night / 100)])
             store.record_end(
-                TrialEnd(trial_id, EXPERIMENT, TrialStatus.TERMINATED, stop_reason=reason)
+                TrialEnd(
+                    trial_id,
+                    EXPERIMENT,
+                    TrialStatus.TERMINATED,
+                    stop_reason=reason,
+                    stop_kind=kind,
+                )
             )
         failed = f"n{night}-failed"
         _trial(store, run, key, failed, {"lr": 1.0, "layers": 1}, 4)
@@ -137,7 +150,13 @@ def _big_night(store, night: int, trials: int) -> Night:
         _trial(store, run, key, trial_id, {"lr": 0.001 * (i % 7 + 1), "layers": 2}, i)
         add_results(store, trial_id, [_result(1, round(0.3 + (i * 37 % 1000) / 1000, 6))])
         store.record_end(
-            TrialEnd(trial_id, EXPERIMENT, TrialStatus.TERMINATED, stop_reason=TRAINABLE_FINISHED)
+            TrialEnd(
+                trial_id,
+                EXPERIMENT,
+                TrialStatus.TERMINATED,
+                stop_reason=TRAINABLE_FINISHED,
+                stop_kind=StopKind.FINISHED,
+            )
         )
     store.finish_experiment_run(run, "SUCCESS")
     # i * 37 % 1000 == 0 first at i == 0: big-0000 is the best, 0.3.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from airflow_trials.core.stop_kind import StopKind
 from tests.factories import update_trial
 from tests.plugins.conftest import TRACEBACK, _loss
 
@@ -104,8 +105,13 @@ ASHA_STOP = (
 
 
 def test_leaderboard_rows_and_a_trial_say_why_it_stopped(dashboard, trials_store):
-    update_trial(trials_store, "mnist-01", stop_reason=ASHA_STOP)
-    update_trial(trials_store, "mnist-02", stop_reason="it met its stopping criterion")
+    update_trial(trials_store, "mnist-01", stop_reason=ASHA_STOP, stop_kind=StopKind.SCHEDULER)
+    update_trial(
+        trials_store,
+        "mnist-02",
+        stop_reason="it met its stopping criterion",
+        stop_kind=StopKind.CRITERION,
+    )
     body = dashboard.get(
         f"/api/runs/{dashboard.seeded.run}/leaderboard", params={"page_size": 3}
     ).json()
@@ -127,8 +133,9 @@ def test_leaderboard_filters_the_trials_stopped_early_and_keeps_their_ranks(
     dashboard, trials_store
 ):
     for trial_id in ("mnist-01", "mnist-04"):
-        update_trial(trials_store, trial_id, stop_reason=ASHA_STOP)
-    update_trial(trials_store, "mnist-02", stop_reason=MAX_T_STOP)  # its whole budget: not early
+        update_trial(trials_store, trial_id, stop_reason=ASHA_STOP, stop_kind=StopKind.SCHEDULER)
+    # Its whole budget: not early.
+    update_trial(trials_store, "mnist-02", stop_reason=MAX_T_STOP, stop_kind=StopKind.MAX_T)
     run = dashboard.seeded.run
     early, rows = _ranking(dashboard, run, stopped="early")
     assert [(r["rank"], r["trial_id"], r["early_stopped"]) for r in rows] == [
@@ -233,7 +240,9 @@ def test_openapi_schema_lists_the_endpoints(dashboard):
         schema["components"]["schemas"]
     )
     models = schema["components"]["schemas"]
-    assert {"stop_reason", "early_stopped"} <= set(models["LeaderboardRowOut"]["properties"])
+    assert {"stop_reason", "stop_kind", "early_stopped"} <= set(
+        models["LeaderboardRowOut"]["properties"]
+    )
     assert (
         "stop_reason" in models["TrialRecord"]["properties"]
         and "early_stopped" in models["TrialOut"]["properties"]

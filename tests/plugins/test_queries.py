@@ -6,6 +6,7 @@ import pytest
 
 from airflow_trials.core.rungs import RungVerdict
 from airflow_trials.core.scheduler import Decision
+from airflow_trials.core.stop_kind import StopKind
 from airflow_trials.plugins.queries import (
     AT_END,
     ConfigChange,
@@ -78,26 +79,31 @@ ASHA_STOP = (
 
 
 @pytest.mark.parametrize(
-    ("stop_reason", "marked"),
+    ("stop_kind", "marked"),
     [
-        (ASHA_STOP, True),
-        ("stopped by the median stopping rule at training_iteration=4: ...", True),
-        ("the scheduler stopped it", True),
-        ("stopped by ASHA at training_iteration=9: it reached max_t=9", False),  # its whole budget
-        ("it met its stopping criterion", False),
-        ("its trainable finished", False),
+        (StopKind.SCHEDULER, True),
+        ("scheduler", True),
+        (StopKind.MAX_T, False),  # its whole budget
+        (StopKind.CRITERION, False),
+        (StopKind.FINISHED, False),
+        (StopKind.EXPERIMENT, False),
+        (StopKind.AIRFLOW, False),
         (None, False),
-        ("", False),
     ],
 )
-def test_only_a_scheduler_s_stop_is_an_early_stop(stop_reason, marked):
-    assert early_stopped(stop_reason) is marked
+def test_only_a_scheduler_s_stop_is_an_early_stop(stop_kind, marked):
+    assert early_stopped(stop_kind) is marked
 
 
 def test_a_page_shows_why_its_trials_stopped(trials_store, seeded):
     reader = trials_store.reader
-    update_trial(trials_store, "mnist-01", stop_reason=ASHA_STOP)
-    update_trial(trials_store, "mnist-02", stop_reason="it met its stopping criterion")
+    update_trial(trials_store, "mnist-01", stop_reason=ASHA_STOP, stop_kind=StopKind.SCHEDULER)
+    update_trial(
+        trials_store,
+        "mnist-02",
+        stop_reason="it met its stopping criterion",
+        stop_kind=StopKind.CRITERION,
+    )
     run = get_experiment_run(reader, seeded.run)
     page = leaderboard_page(reader, run, "loss", "min", page_size=4)
     assert [(r.trial.trial_id, r.stop_reason, r.early_stopped) for r in page.rows] == [
@@ -132,8 +138,8 @@ def _stop_some(trials_store):
     """mnist-01 and mnist-04 stopped early by ASHA; mnist-02 stopped at max_t, which is no early
     stop."""
     for trial_id in ("mnist-01", "mnist-04"):
-        update_trial(trials_store, trial_id, stop_reason=ASHA_STOP)
-    update_trial(trials_store, "mnist-02", stop_reason=MAX_T_STOP)
+        update_trial(trials_store, trial_id, stop_reason=ASHA_STOP, stop_kind=StopKind.SCHEDULER)
+    update_trial(trials_store, "mnist-02", stop_reason=MAX_T_STOP, stop_kind=StopKind.MAX_T)
 
 
 def test_the_stopped_filter_keeps_the_ranks_of_the_full_ranking(trials_store, seeded):

@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 from markupsafe import escape
 
+from airflow_trials.core.stop_kind import StopKind
 from airflow_trials.plugins.render import (
     THEME_SCRIPT,
     THEME_SCRIPT_HASH,
@@ -121,8 +122,13 @@ def test_an_early_stopped_trial_is_marked_with_its_reason_escaped(dashboard, tri
         f"stopped by ASHA at training_iteration=3 (rung 1 of 4): {HOSTILE} 0.41 above the "
         "rung's cutoff 0.35"
     )
-    update_trial(trials_store, "mnist-01", stop_reason=reason)
-    update_trial(trials_store, "mnist-02", stop_reason="it met its stopping criterion")
+    update_trial(trials_store, "mnist-01", stop_reason=reason, stop_kind=StopKind.SCHEDULER)
+    update_trial(
+        trials_store,
+        "mnist-02",
+        stop_reason="it met its stopping criterion",
+        stop_kind=StopKind.CRITERION,
+    )
     board = dashboard.get(f"/runs/{dashboard.seeded.run}").text
     rows = dict(
         re.findall(r'<tr class="trial-row[^"]*" data-trial="([^"]+)">(.*?)</tr>', board, flags=re.S)
@@ -135,7 +141,11 @@ def test_an_early_stopped_trial_is_marked_with_its_reason_escaped(dashboard, tri
     )
     assert "early-stopped" not in rows["mnist-00"] and "title=" not in rows["mnist-00"]
     trial = dashboard.get("/trials/mnist-01").text
-    assert marker in trial and f'<td class="stop-reason">{escape(reason)}</td>' in trial
+    # The kind, then the sentence.
+    shown = (
+        f'<td class="stop-reason"><span class="stop-kind">scheduler</span> {escape(reason)}</td>'
+    )
+    assert marker in trial and shown in trial
     assert "stop reason" not in dashboard.get("/trials/mnist-00").text
     assert board.count("<script") == trial.count("<script") == 1  # the theme script only
 
@@ -148,6 +158,7 @@ def test_the_run_page_filters_early_stopped_trials_and_its_links_keep_the_filter
             trials_store,
             trial_id,
             stop_reason=f"stopped by ASHA at training_iteration=3: {HOSTILE}",
+            stop_kind=StopKind.SCHEDULER,
         )
     run = dashboard.seeded.run
     page = dashboard.get(f"/runs/{run}", params={"stopped": "early", "page_size": 1}).text
