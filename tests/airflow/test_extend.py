@@ -143,6 +143,7 @@ def record_stopped_early(store, run_pk, trial_id):
     from airflow_trials.core.end import TrialEnd
     from airflow_trials.core.fate import Transition
     from airflow_trials.core.status import TrialStatus
+    from airflow_trials.core.stop_kind import StopKind
 
     store.upsert_trial(
         trial_id,
@@ -163,6 +164,7 @@ def record_stopped_early(store, run_pk, trial_id):
             last_result={"training_iteration": 1, "score": 0.1},
             stop_reason="stopped by ASHA at training_iteration=1 (rung 1 of 2): score 0.1 below "
             "the rung's cutoff 1",
+            stop_kind=StopKind.SCHEDULER,
         )
     )
 
