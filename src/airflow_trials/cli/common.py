@@ -129,7 +129,7 @@ def output_format(output: OutputFormat | None, as_json: bool) -> OutputFormat:
 
 def resolve_run(store: Any, experiment: str, run: str) -> Any:
     """The experiment run ``run`` names: its id, its run key, or 'latest'
-    (``TrialStore.resolve_run``)."""
+    (``TrialReader.resolve_run``)."""
     return store.resolve_run(experiment, run)
 
 

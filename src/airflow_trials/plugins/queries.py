@@ -408,7 +408,7 @@ class ConfigChange:
 class LineageStep:
     """One exploit of a trial's lineage, with the config keys it changed.
 
-    :param exploit: the stored exploit (``TrialStore.lineage``).
+    :param exploit: the stored exploit (``TrialReader.lineage``).
     :param changes: the keys whose values differ between its old and new config, sorted.
     """
 

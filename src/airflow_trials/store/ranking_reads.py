@@ -49,7 +49,7 @@ class RankingReads:
         experiment's constraints (``ensure_experiment(constraints=...)``), each row says whether
         the trial's last result meets them (``feasible``, ``violations``) and every feasible trial
         ranks above every infeasible one, each group in that order. Fast with the
-        metric's index (``TrialStore.ensure_metric_index``, made by
+        metric's index (``ExperimentWriter.ensure_metric_index``, made by
         ``ensure_experiment(metric=...)``).
 
         :param experiment_run_id: the run.
