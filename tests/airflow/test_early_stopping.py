@@ -10,6 +10,7 @@ from airflow.sdk import DAG
 
 from airflow_trials import ASHAScheduler, HyperBandScheduler, MedianStoppingRule
 from airflow_trials.core.search import grid_search
+from airflow_trials.core.stop_kind import StopKind
 from airflow_trials.experiment import tuning_experiment
 from tests.airflow.test_experiment_dag import experiment_dag, task_states, xcom
 from tests.conftest import live_placement_groups, live_trial_actors
@@ -76,6 +77,13 @@ def test_asha_stops_a_trial_at_its_first_rung_and_records_why(trials_env):
         "2.333"
     ), stopped.stop_reason
     assert trials[3.0].stop_reason == "stopped by ASHA at training_iteration=9: it reached max_t=9"
+    # The kind travels from the trigger's verdict through the actor's hold to the stored end.
+    assert {scale: t.stop_kind for scale, t in trials.items()} == {
+        1.0: StopKind.MAX_T,
+        3.0: StopKind.MAX_T,
+        2.0: StopKind.SCHEDULER,
+    }
+    assert states[2.0]["stop_kind"] == "scheduler"
     rungs = {
         (scale, r.milestone): (r.value, r.decision.value)
         for scale, t in trials.items()
