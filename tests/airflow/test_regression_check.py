@@ -150,8 +150,9 @@ def trials_db(airflow_home, tmp_path, monkeypatch):
 
 def seeded_run(store, run_key, reported, status):
     """A run of experiment ``pareto`` whose trials ended TERMINATED with these last results."""
-    from airflow_trials.core.end import TrialEnd
     from airflow_trials.core.fate import Transition
+    from airflow_trials.core.status import TrialStatus
+    from airflow_trials.core.update import TrialUpdate
 
     store.ensure_experiment("pareto", **METRICS)
     run = store.create_experiment_run("pareto", run_key, dag_id="pareto", run_id=run_key)
@@ -166,8 +167,8 @@ def seeded_run(store, run_key, reported, status):
             experiment_run_id=run,
         )
         store.record_transition(trial_id, Transition.PLACED)
-        snapshot = {"trial_id": trial_id, "status": "TERMINATED", "last_result": last_result}
-        store.record_end(TrialEnd.from_snapshot("pareto", snapshot, released=True))
+        update = TrialUpdate(trial_id, status=TrialStatus.TERMINATED, last_result=last_result)
+        store.record_end(update.end("pareto", released=True))
     if status is not None:
         store.finish_experiment_run(run, status)
     return run

@@ -261,8 +261,9 @@ def trials_db(airflow_home, tmp_path, monkeypatch):
 
 def finished_run(store, reported):
     """A run of experiment ``bad`` whose trials ended TERMINATED with these last results."""
-    from airflow_trials.core.end import TrialEnd
     from airflow_trials.core.fate import Transition
+    from airflow_trials.core.status import TrialStatus
+    from airflow_trials.core.update import TrialUpdate
 
     store.ensure_experiment("bad", **METRICS)
     run = store.create_experiment_run("bad", "run1")
@@ -276,8 +277,8 @@ def finished_run(store, reported):
             experiment_run_id=run,
         )
         store.record_transition(trial_id, Transition.PLACED)
-        snapshot = {"trial_id": trial_id, "status": "TERMINATED", "last_result": last_result}
-        store.record_end(TrialEnd.from_snapshot("bad", snapshot, released=True))
+        update = TrialUpdate(trial_id, status=TrialStatus.TERMINATED, last_result=last_result)
+        store.record_end(update.end("bad", released=True))
     return [{"trial_id": trial_id, "experiment_run_id": run} for trial_id in reported]
 
 

@@ -27,6 +27,7 @@ from sqlalchemy.exc import DataError, SQLAlchemyError
 from airflow_trials import InvalidTransitionError, StoreError, TrialNotFoundError, TrialStatus
 from airflow_trials.core.end import TrialEnd
 from airflow_trials.core.fate import Transition, after_failure
+from airflow_trials.core.update import TrialUpdate
 from airflow_trials.experiment import run_seed
 from airflow_trials.store import (
     RestartFromScratch,
@@ -55,7 +56,7 @@ from tests.contract.conftest import (
 )
 from tests.factories import add_checkpoint, add_results, ensure_metric_index, update_trial
 
-HEAD_REVISION = "0017"
+HEAD_REVISION = "0018"
 
 
 def register(store: TrialStore, trial_id: str, run: int | None = None, **kwargs: Any) -> None:
@@ -640,17 +641,13 @@ class StoreContract:
         record = store.reader.get_trial("t1")
         assert (record.num_failures, record.error_msg) == (1, lost.error)
         store.record_transition("t1", Transition.PLACED)
-        finished = TrialEnd.from_snapshot(
-            "exp",
-            {
-                "trial_id": "t1",
-                "status": "TERMINATED",
-                "last_result": {"training_iteration": 3},
-                "best_checkpoint": {"path": "/c/3", "iteration": 3},
-                "num_results": 3,
-            },
-            released=True,
-        )
+        finished = TrialUpdate(
+            "t1",
+            status=TrialStatus.TERMINATED,
+            last_result={"training_iteration": 3},
+            best_checkpoint="/c/3",
+            num_results=3,
+        ).end("exp", released=True)
         assert store.record_end(finished) is TrialStatus.TERMINATED
         record = store.reader.get_trial("t1")
         assert (record.status, record.num_failures, record.error_msg) == (

@@ -13,7 +13,9 @@ from airflow_trials.core.end import TrialEnd
 from airflow_trials.core.fate import CRITERION_MET, TRAINABLE_FINISHED, Transition
 from airflow_trials.core.rung_math import max_t_stop_reason
 from airflow_trials.core.status import TrialStatus
+from airflow_trials.core.status_cause import StatusCause
 from airflow_trials.core.stop_kind import StopKind
+from airflow_trials.core.update import TrialUpdate
 from airflow_trials.store import StopForTry, TrialStore
 from airflow_trials.store.engine import create_store_engine
 from airflow_trials.store.history import stopped_early_counts_query
@@ -42,15 +44,15 @@ def ended_by_actor(
     register(store, trial_id, run)
     store.record_transition(trial_id, Transition.PLACED)
     add_results(store, trial_id, [{"training_iteration": 1, "loss": 1.0}])
-    snapshot = {
-        "trial_id": trial_id,
-        "status": "TERMINATED",
-        "last_result": {"training_iteration": 1, "loss": 1.0},
-        "num_results": 1,
-        "stop_reason": reason,
-        "stop_kind": None if kind is None else kind.value,
-    }
-    store.record_end(TrialEnd.from_snapshot("exp", snapshot, released=True))
+    update = TrialUpdate(
+        trial_id,
+        status=TrialStatus.TERMINATED,
+        last_result={"training_iteration": 1, "loss": 1.0},
+        num_results=1,
+        stop_reason=reason,
+        stop_kind=kind,
+    )
+    store.record_end(update.end("exp", released=True))
 
 
 def early_by_every_read(store: TrialStore, run: int) -> dict[str, object]:
@@ -124,9 +126,14 @@ class StopKindContract:
             with Session(bind=connection) as session:
                 row = session.get_one(TrialRow, "t1")
                 with pytest.raises(ValueError, match="t1 would be RUNNING: only a TERMINATED"):
-                    change_status(row, None, {}, stop_kind=StopKind.SCHEDULER)
+                    change_status(row, None, {}, cause=None, stop_kind=StopKind.SCHEDULER)
                 with pytest.raises(ValueError, match="stop kind of trial t1 as a field"):
-                    change_status(row, TrialStatus.TERMINATED, {"stop_kind": "scheduler"})
+                    change_status(
+                        row,
+                        TrialStatus.TERMINATED,
+                        {"stop_kind": "scheduler"},
+                        cause=StatusCause.END,
+                    )
         assert store.reader.get_trial("t1").stop_kind is None
 
     @pytest.mark.parametrize("start", [Transition.QUEUED, Transition.RESET])

@@ -13,6 +13,7 @@ from airflow_trials.core.end import TrialEnd
 from airflow_trials.core.fate import Transition, after_failure
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.stop_kind import StopKind
+from airflow_trials.core.update import TrialUpdate
 from airflow_trials.store import RestartFromScratch, TrialStore
 from airflow_trials.store.engine import WRITE_OPTION, create_store_engine
 from airflow_trials.store.migration import alembic_config, current_revision, upgrade_engine
@@ -28,15 +29,15 @@ CRITERION = "it met its stopping criterion"
 
 def finished(trial_id: str, stop_reason: str | None, stop_kind: StopKind | None = None) -> TrialEnd:
     """A TERMINATED end as the trigger reads it from the actor's last poll."""
-    snapshot = {
-        "stop_kind": stop_kind,
-        "trial_id": trial_id,
-        "status": "TERMINATED",
-        "last_result": {"training_iteration": 3},
-        "num_results": 3,
-        "stop_reason": stop_reason,
-    }
-    return TrialEnd.from_snapshot("exp", snapshot, released=True)
+    update = TrialUpdate(
+        trial_id,
+        status=TrialStatus.TERMINATED,
+        last_result={"training_iteration": 3},
+        num_results=3,
+        stop_reason=stop_reason,
+        stop_kind=stop_kind,
+    )
+    return update.end("exp", released=True)
 
 
 def ended(store: TrialStore, trial_id: str, stop_reason: str | None = ASHA_STOP) -> None:

@@ -10,6 +10,7 @@ from sqlalchemy import inspect, text
 from airflow_trials.core.end import TrialEnd
 from airflow_trials.core.fate import Transition
 from airflow_trials.core.status import TrialStatus
+from airflow_trials.core.update import TrialUpdate
 from airflow_trials.store import RestartFromScratch, StopForTry, TrialStore
 from airflow_trials.store.engine import create_store_engine
 from airflow_trials.store.migration import current_revision, upgrade_engine
@@ -27,14 +28,13 @@ def running(store: TrialStore, trial_id: str, try_number: int = 1) -> None:
 
 
 def finished(trial_id: str) -> TrialEnd:
-    snapshot = {
-        "trial_id": trial_id,
-        "status": "TERMINATED",
-        "num_results": 3,
-        "last_result": {"training_iteration": 3},
-        "stop_reason": None,
-    }
-    return TrialEnd.from_snapshot("exp", snapshot, released=True)
+    update = TrialUpdate(
+        trial_id,
+        status=TrialStatus.TERMINATED,
+        num_results=3,
+        last_result={"training_iteration": 3},
+    )
+    return update.end("exp", released=True)
 
 
 class StoppedFromAirflowContract:

@@ -27,6 +27,7 @@ from airflow_trials.core.fate import (
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.stop_kind import StopKind
 from airflow_trials.core.trial import check_max_failures
+from airflow_trials.core.update import TrialUpdate
 
 
 def make_trial(**kwargs):
@@ -192,22 +193,20 @@ ASHA_STOP = (
 
 
 def test_the_stop_reason_travels_from_the_actor_s_last_poll_through_the_event():
-    snapshot = {
-        "trial_id": "t-1",
-        "status": "TERMINATED",
-        "last_result": {"training_iteration": 3},
-        "best_checkpoint": {"path": "/c/3", "iteration": 3},
-        "num_results": 3,
-        "stop_reason": ASHA_STOP,
-    }
-    end = TrialEnd.from_snapshot("exp", snapshot, released=True)
+    update = TrialUpdate(
+        "t-1",
+        status=TrialStatus.TERMINATED,
+        last_result={"training_iteration": 3},
+        best_checkpoint="/c/3",
+        num_results=3,
+        stop_reason=ASHA_STOP,
+    )
+    end = update.end("exp", released=True)
     assert (end.finished, end.stop_reason) == (True, ASHA_STOP)
     payload = end.to_event()
     assert payload["stop_reason"] == ASHA_STOP
     assert TrialEnd.from_event(payload) == end
-    failed = TrialEnd.from_snapshot(
-        "exp", {"trial_id": "t-1", "status": "ERROR", "error": "boom"}, released=False
-    )
+    failed = TrialUpdate("t-1", status=TrialStatus.ERROR, error="boom").end("exp", released=False)
     assert failed.stop_reason is None
 
 

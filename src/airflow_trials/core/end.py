@@ -75,25 +75,6 @@ class TrialEnd:
         return self.status is TrialStatus.TERMINATED
 
     @classmethod
-    def from_snapshot(
-        cls, experiment_name: str, snapshot: Mapping[str, Any], *, released: bool
-    ) -> TrialEnd:
-        """The end a trial actor's final poll reports (``TrialActor.poll``)."""
-        return cls(
-            trial_id=snapshot["trial_id"],
-            experiment_name=experiment_name,
-            status=TrialStatus(snapshot["status"]),
-            error=snapshot.get("error"),
-            last_result=dict(snapshot["last_result"]) if snapshot.get("last_result") else None,
-            best_checkpoint=_path(snapshot.get("best_checkpoint")),
-            num_results=snapshot.get("num_results"),
-            infrastructure=bool(snapshot.get("infrastructure")),
-            released=released,
-            stop_reason=snapshot.get("stop_reason"),
-            stop_kind=snapshot.get("stop_kind"),
-        )
-
-    @classmethod
     def lost(
         cls,
         trial_id: str,

@@ -27,6 +27,7 @@ from typing import Any
 from airflow_trials.core.end import TrialEnd
 from airflow_trials.core.fate import FailureDecision, status_after_end
 from airflow_trials.core.status import TrialStatus
+from airflow_trials.core.status_cause import StatusCause
 from airflow_trials.core.stop_kind import StopKind, stop_kind_or_none
 
 
@@ -70,6 +71,9 @@ class TrialUpdate:
     :param stop_kind: the kind of that end (``core/stop_kind.py``); default None.
     :param failure: with an ERROR end, what happens next (``core.fate.after_failure``); default
         None, which the store refuses for an ERROR status.
+    :param try_number: the Airflow try of the trial's task that sends it (its trigger's, or its
+        worker's); the store writes its status only while no later try registered the trial
+        (the setter's try fence). Default None: not sent by a try (a runner, a shared poll).
     :param held_at: the iteration whose verdict the actor waits for; default None (not held).
     :param pid: the actor's process id; default None.
     :param output: each stream's new output since the offsets asked (``{"stdout": chunk}``);
@@ -92,6 +96,7 @@ class TrialUpdate:
     stop_reason: str | None = None
     stop_kind: StopKind | None = None
     failure: FailureDecision | None = None
+    try_number: int | None = None
     held_at: int | None = None
     pid: int | None = None
     output: Mapping[str, Any] | None = field(default=None, hash=False)
@@ -122,9 +127,28 @@ class TrialUpdate:
             return self.status
         return status_after_end(self.end("", released=True), self.failure)
 
+    def status_cause(self) -> StatusCause | None:
+        """Why its status changes (:class:`~airflow_trials.core.status_cause.StatusCause`): END
+        for a finished end, FAILURE_DECISION for a failed one, PAUSED, or PROGRESS for RUNNING;
+        None without a status."""
+        if self.status is None:
+            return None
+        if self.status is TrialStatus.TERMINATED:
+            return StatusCause.END
+        if self.ended:
+            return StatusCause.FAILURE_DECISION
+        return StatusCause.PAUSED if self.status is TrialStatus.PAUSED else StatusCause.PROGRESS
+
     @classmethod
-    def of_end(cls, end: TrialEnd, failure: FailureDecision | None = None) -> TrialUpdate:
-        """The update that records ``end``; ``failure`` decides a failed end (ERROR or PENDING)."""
+    def of_end(
+        cls,
+        end: TrialEnd,
+        failure: FailureDecision | None = None,
+        *,
+        try_number: int | None = None,
+    ) -> TrialUpdate:
+        """The update that records ``end``; ``failure`` decides a failed end (ERROR or PENDING),
+        ``try_number`` is the try that records it (fenced by a later one)."""
         return cls(
             end.trial_id,
             status=end.status,
@@ -136,6 +160,7 @@ class TrialUpdate:
             stop_reason=end.stop_reason if end.finished else None,
             stop_kind=end.stop_kind if end.finished else None,
             failure=failure,
+            try_number=try_number,
         )
 
     def end(self, experiment_name: str, *, released: bool) -> TrialEnd:

@@ -6,17 +6,14 @@ import asyncio
 import hashlib
 import re
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator, Context, conf
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_trials.core.end import TrialEnd
 from airflow_trials.core.fate import (
-    FailureDecision,
-    Outcome,
     Start,
-    StartAction,
     Transition,
     after_failure,
     first_try_after_a_clear,
@@ -26,13 +23,12 @@ from airflow_trials.core.fate import (
 from airflow_trials.core.judged import JudgedScheduler
 from airflow_trials.core.parameters import refuse_in_airflow
 from airflow_trials.core.resources import Resources
-from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.trial import Trial, check_max_failures, validate_name
-from airflow_trials.core.update import TrialUpdate
 from airflow_trials.exceptions import StoreError, TrialError
-from airflow_trials.execution.resume import adopt_recorded_checkpoints
 from airflow_trials.hooks.trials import DEFAULT_RAY_CONN_ID, DEFAULT_TRIALS_CONN_ID, TrialsHook
 from airflow_trials.operators.links import TrialDashboardLink
+from airflow_trials.operators.trial_end import end_state, raise_failure, record_end
+from airflow_trials.operators.trial_start import check_capacity, launch, ran_before, record_start
 from airflow_trials.operators.tuning import (
     judged_rule,
     needs_run,
@@ -164,17 +160,9 @@ class RunTrialOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         refuse_in_airflow(trainable, f"RunTrialOperator {kwargs.get('task_id')!r}")
-        if max_failures is None:
-            retries = kwargs.get("retries")
-            max_failures = (
-                0 if retries is None else -1 if retries >= UNLIMITED_RETRIES else int(retries)
-            )
-        max_failures = check_max_failures(max_failures)
-        kwargs.setdefault("retries", task_retries(max_failures))
-        gpu = Resources.from_dict(resources_per_trial).gpu
-        if gpu_pool and gpu > 0 and "pool" not in kwargs:
-            kwargs["pool"] = gpu_pool
-            kwargs.setdefault("pool_slots", gpu_pool_slots(gpu, slots_per_gpu))
+        max_failures = _task_kwargs(
+            kwargs, max_failures, resources_per_trial, gpu_pool, slots_per_gpu
+        )
         super().__init__(**kwargs)
         self.trainable = trainable
         self.config = dict(config or {})
@@ -312,17 +300,6 @@ class RunTrialOperator(BaseOperator):
         self.log.info("Not deferrable: polling trial %s from the worker.", trial_id)
         return self.execute_complete(context, asyncio.run(_first_event(trigger)))
 
-    @staticmethod
-    def _ran_before(store: Any, trial_id: str) -> bool:
-        """Whether the trial started on Ray before: then it fitted the cluster, and a cluster
-        short of its resources now has lost nodes it will get back."""
-        from airflow_trials.exceptions import TrialNotFoundError
-
-        try:
-            return store.reader.get_trial(trial_id).started_at is not None
-        except TrialNotFoundError:
-            return False
-
     def _launch_unless_running(
         self, context: Context, hook: TrialsHook, store: Any, experiment: str, trial_id: str
     ) -> dict[str, Any] | None:
@@ -334,19 +311,8 @@ class RunTrialOperator(BaseOperator):
         ti = context["ti"]
         trial = self._trial(experiment, trial_id, self.restore_path)
         executor = hook.get_executor()
-        ran_before = self._ran_before(store, trial_id)
-        if not ran_before:
-            executor.check_fits_cluster(trial)
-        elif not executor.fits_cluster(trial.resources):
-            # It fitted when it started: the nodes it needs are gone for now (a lost GPU node, a
-            # preempted machine). It waits PENDING, deferred, until one joins again.
-            self.log.warning(
-                "Trial %s needs %s; the Ray cluster has %s now. It waits for a node with room "
-                "to join.",
-                trial_id,
-                trial.resources.summary_string(),
-                executor.resource_string(),
-            )
+        started_before = ran_before(store, trial_id)
+        check_capacity(executor, trial, started_before, self.log)
         store.upsert_trial(
             trial_id,
             trainable=self.trainable,
@@ -375,65 +341,22 @@ class RunTrialOperator(BaseOperator):
         if action.launches:
             if action.stop_actor:
                 executor.terminate(experiment, trial_id)
-            self._record_start(store, executor, action, trial_id, ti.try_number)
-            trial, placed = self._launch(store, executor, trial, ran_before)
+            record_start(store, executor, action, trial_id, ti.try_number, self.log)
+            rungs, bracket = self._rungs(trial_id)
+            holds = rungs.hold_spec(bracket) if rungs else None
+            placed = launch(store, executor, trial, holds, started_before, self.log)
         if not placed:
             self.log.info("Trial %s waits for Ray resources (%s).", trial_id, trial.resources)
         transition = Transition.PLACED if placed else Transition.QUEUED
         store.record_transition(trial_id, transition, try_number=ti.try_number)
         return None
 
-    def _record_start(
-        self, store: Any, executor: Any, action: StartAction, trial_id: str, try_number: int
-    ) -> None:
-        """Record the start ``action`` asks for before the launch: a restart from scratch (its
-        dropped checkpoints' files deleted), then its transition."""
-        if action.start is Start.RESTART:
-            from airflow_trials.store.transitions import RestartFromScratch
-
-            # As Airflow replaces a cleared task's XComs, the new results replace the old.
-            dropped = store.record_transition(
-                trial_id, RestartFromScratch(try_number=try_number)
-            ).dropped_checkpoints
-            for path in dropped:
-                executor.storage.delete(path)
-            self.log.info(
-                "Trial %s: its stored results and %d checkpoints are replaced.",
-                trial_id,
-                len(dropped),
-            )
-        if action.transition is not None:
-            store.record_transition(trial_id, action.transition)
-
-    def _launch(
-        self, store: Any, executor: Any, trial: Trial, ran_before: bool
-    ) -> tuple[Trial, bool]:
-        """Start the trial on Ray from its latest stored checkpoint, with its scheduler's holds;
-        the trial as launched, and whether Ray placed it already. A trial that ran before waits
-        for capacity the cluster lost."""
-        # Its recorded checkpoints become its kept set again: the actor drops them, in turn, as
-        # the keep policy says, once newer ones are recorded.
-        latest = adopt_recorded_checkpoints(trial, store, executor.storage)
-        if latest is not None:
-            self.log.info("Trial %s resumes from checkpoint %s", trial.trial_id, latest.path)
-        rungs, bracket = self._rungs(trial.trial_id)
-        holds = rungs.hold_spec(bracket) if rungs else None
-        # Do not wait for Ray to place it: a trial queued for resources waits deferred, holding
-        # no worker slot, and starts when Ray places it.
-        actor = executor.launch(
-            trial, start_timeout_s=None, holds=holds, wait_for_capacity=ran_before
-        )
-        placed = executor.is_placed(actor)
-        self.log.info(
-            "Started trial %s of experiment %s on Ray.", trial.trial_id, trial.experiment_name
-        )
-        return trial, placed
-
     def execute_complete(
         self, context: Context, event: dict[str, Any], infrastructure_restarts: int = 0
     ) -> dict[str, Any]:
         """Record the trial's end and push its state to XCom; raise so that Airflow retries it, or
-        fails it, as :func:`~airflow_trials.core.fate.after_failure` decides.
+        fails it, as :func:`~airflow_trials.core.fate.after_failure` decides
+        (:mod:`~airflow_trials.operators.trial_end`).
 
         ``infrastructure_restarts`` is accepted and ignored: tasks deferred before an upgrade
         pass it.
@@ -461,26 +384,22 @@ class RunTrialOperator(BaseOperator):
                     infrastructure=end.infrastructure,
                     retries_left=can_retry,
                 )
-            status = self._record_end(store, end, decision)
+            status = record_end(store, end, decision, ti.try_number, self.log)
             latest = store.reader.latest_checkpoint(end.trial_id)
         finally:
             store.dispose()
-        state = {
-            "trial_id": end.trial_id,
-            "experiment_name": end.experiment_name,
-            "config": record.config,
-            "status": status.value,
-            "last_result": end.last_result,
-            "best_checkpoint": end.best_checkpoint or (latest.path if latest else None),
-            "num_failures": record.num_failures if decision is None else decision.num_failures,
-            "stop_reason": end.stop_reason,
-            "stop_kind": None if end.stop_kind is None else end.stop_kind.value,
-            "warm_start": record.warm_start,
-        }
+        state = end_state(end, record, status, decision, latest.path if latest else None)
         ti.xcom_push(key="trial", value=state)
         self._end_state = state  # for get_openlineage_facets_on_complete
         if decision is not None:
-            self._raise_failure(end, decision, can_retry)
+            raise_failure(
+                end,
+                decision,
+                can_retry=can_retry,
+                max_failures=self.max_failures,
+                retries=self.retries,
+                log=self.log,
+            )
         self.log.info(
             "Trial %s finished%s: %s",
             end.trial_id,
@@ -488,61 +407,6 @@ class RunTrialOperator(BaseOperator):
             state["last_result"],
         )
         return state
-
-    def _record_end(
-        self, store: Any, end: TrialEnd, decision: FailureDecision | None
-    ) -> TrialStatus:
-        """Record a failed end with its ``decision``; a finished end is only read: its trigger
-        recorded it before it fired (``TrialWatch._ended``), so that a retry of a task whose
-        worker died here finds it. The status the trial has."""
-        if decision is not None:
-            update = TrialUpdate.of_end(end, decision)
-            store.record_progress([update])
-            return TrialStatus(update.recorded_status())
-        status = store.reader.get_trial(end.trial_id).status
-        if status is not TrialStatus.TERMINATED:
-            self.log.warning(
-                "Trial %s finished, but the trials DB holds it %s: its end was changed after its "
-                "trigger recorded it (an extension, a clear); this task reports the stored status.",
-                end.trial_id,
-                status.value,
-            )
-        return status
-
-    def _raise_failure(self, end: TrialEnd, decision: FailureDecision, can_retry: bool) -> NoReturn:
-        """Fail this try: Airflow retries it on RESUME and RETRY, and not at all when the trial
-        failed for good (``can_retry``: the task has retries left, which the trial may not).
-
-        A trial lost to infrastructure is resumed by a retry rather than by deferring again in
-        this try: a task that defers twice in one try reuses its executor key, and the scheduler
-        can take the first deferral's late "success" for the second's and fail the task.
-        """
-        trial_id = end.trial_id
-        if decision.outcome is Outcome.RESUME:
-            self.log.warning("%s %s", end.error, decision.reason)
-            raise TrialError(
-                f"{end.error} Not a failure of the trial: Airflow retries this task, which "
-                "resumes it from its latest checkpoint.",
-                trial_id=trial_id,
-                infrastructure=True,
-            )
-        self.log.error("%s", end.error)
-        will_retry = decision.outcome is Outcome.RETRY
-        first_line = end.error.splitlines()[0] if end.error else ""
-        error = TrialError(
-            f"Trial {trial_id} of experiment {end.experiment_name} failed "
-            f"(failure {decision.num_failures}, "
-            f"{'will retry from its latest checkpoint' if will_retry else 'no retries left'}). "
-            f"{first_line}",
-            trial_id=trial_id,
-            traceback_text=end.error,
-        )
-        if not will_retry and can_retry:
-            raise AirflowFailException(
-                f"{error} It reached its max_failures ({self.max_failures}) before the task's "
-                f"retries ({self.retries})."
-            ) from error
-        raise error
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> OperatorLineage:
         """OpenLineage, for a trial that TERMINATED: its experiment run and trainable (job
@@ -578,6 +442,29 @@ class RunTrialOperator(BaseOperator):
             return
         experiment, trial_id, try_number = started
         self._hook().stop_from_airflow(experiment, trial_id, try_number)
+
+
+def _task_kwargs(
+    kwargs: dict[str, Any],
+    max_failures: int | None,
+    resources_per_trial: Mapping[str, Any] | None,
+    gpu_pool: str | None,
+    slots_per_gpu: int,
+) -> int:
+    """Set the task's ``retries`` (and its ``pool`` from ``gpu_pool``) in ``kwargs``, unless
+    given; the trial's ``max_failures`` (default: ``retries``, else 0)."""
+    if max_failures is None:
+        retries = kwargs.get("retries")
+        max_failures = (
+            0 if retries is None else -1 if retries >= UNLIMITED_RETRIES else int(retries)
+        )
+    max_failures = check_max_failures(max_failures)
+    kwargs.setdefault("retries", task_retries(max_failures))
+    gpu = Resources.from_dict(resources_per_trial).gpu
+    if gpu_pool and gpu > 0 and "pool" not in kwargs:
+        kwargs["pool"] = gpu_pool
+        kwargs.setdefault("pool_slots", gpu_pool_slots(gpu, slots_per_gpu))
+    return max_failures
 
 
 async def _first_event(trigger: TrialTrigger) -> dict[str, Any]:

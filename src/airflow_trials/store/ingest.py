@@ -251,7 +251,14 @@ class IngestWriter(StoreBase):
             self._mark_checkpoint_deleted(session, item.trial_id, path, operation)
         if status is not None:
             kind = item.stop_kind if status is TrialStatus.TERMINATED else None
-            change_status(trial, status, end_fields(item) if item.ended else {}, stop_kind=kind)
+            change_status(
+                trial,
+                status,
+                end_fields(item) if item.ended else {},
+                cause=item.status_cause(),
+                try_number=item.try_number,
+                stop_kind=kind,
+            )
 
     # -- checkpoints -----------------------------------------------------------------------
 

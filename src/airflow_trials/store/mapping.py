@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from airflow_trials.core.scheduler import Decision
 from airflow_trials.core.status import TrialStatus
+from airflow_trials.core.status_cause import StatusCause
 from airflow_trials.core.stop_kind import stop_kind_or_none
 from airflow_trials.store.models import ExperimentRow, ExperimentRunRow, TrialRow
 from airflow_trials.store.records import (
@@ -60,6 +61,7 @@ def trial_record(row: TrialRow) -> TrialRecord:
         status=TrialStatus(row.status),
         stopped_from_airflow=bool(row.stopped_from_airflow),
         stop_kind=stop_kind_or_none(row.stop_kind),
+        status_cause=None if row.status_cause is None else StatusCause(row.status_cause),
     )
 
 

@@ -161,6 +161,10 @@ class TrialRow(Base):
     # Why it ended TERMINATED, as a core.stop_kind.StopKind value (migration 0017); NULL while it
     # has not, or when nobody said. Written only by trial_writes.change_status.
     stop_kind: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    # Why its status last changed, as a core.status_cause.StatusCause value (migration 0018);
+    # NULL for a change recorded before. Written only by trial_writes.change_status (and
+    # upsert_trial's registration).
+    status_cause: Mapped[str | None] = mapped_column(String(24), nullable=True)
     # Stopped from Airflow (its task cleared, marked or killed), and not started since (0009).
     stopped_from_airflow: Mapped[bool] = mapped_column(
         Boolean, default=False, server_default=false()

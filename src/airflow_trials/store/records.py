@@ -14,6 +14,7 @@ from airflow_trials.core.goal import Goal
 from airflow_trials.core.pareto import MetricSpec, ModeSpec
 from airflow_trials.core.scheduler import Decision
 from airflow_trials.core.status import TrialStatus
+from airflow_trials.core.status_cause import StatusCause
 from airflow_trials.core.stop_kind import StopKind
 
 
@@ -176,6 +177,10 @@ class TrialRecord:
         ``TrialsHook.record_stop_from_airflow``) and it has not started since; default False.
     :param stop_kind: why it ended TERMINATED, as a value (``core/stop_kind.py``); None while it
         is not TERMINATED or when its end gave none; default None.
+    :param status_cause: why its status last changed (``core/status_cause.py``), e.g.
+        ``failure_decision`` for an ERROR trial that failed for good, ``abandoned`` for one whose
+        task ended without recording its end; None when recorded before migration 0018; default
+        None.
     """
 
     trial_id: str
@@ -201,6 +206,7 @@ class TrialRecord:
     warm_start: dict[str, Any] | None = None
     stopped_from_airflow: bool = False
     stop_kind: StopKind | None = None
+    status_cause: StatusCause | None = None
 
 
 @dataclass(frozen=True)

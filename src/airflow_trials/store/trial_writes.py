@@ -3,6 +3,7 @@ a trial's status (:func:`change_status`) that every status change passes."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,6 +18,7 @@ from airflow_trials.core.fate import (
 )
 from airflow_trials.core.resources import Resources
 from airflow_trials.core.status import TrialStatus, check_transition
+from airflow_trials.core.status_cause import StatusCause
 from airflow_trials.core.stop_kind import StopKind
 from airflow_trials.core.update import TrialUpdate
 from airflow_trials.exceptions import InvalidTransitionError
@@ -41,6 +43,8 @@ from airflow_trials.store.transitions import (
     TrialTransition,
 )
 from airflow_trials.store.trial_best import forget_best
+
+log = logging.getLogger(__name__)
 
 
 class TrialWriter(StoreBase):
@@ -87,7 +91,6 @@ class TrialWriter(StoreBase):
         """
         check_id("Trial id", trial_id)
         resources_dict = resources.to_dict() if isinstance(resources, Resources) else resources
-        now = utcnow()
         table = TrialRow.__table__
         insert = self._insert(table).values(
             trial_id=trial_id,
@@ -95,19 +98,14 @@ class TrialWriter(StoreBase):
             trainable=trainable,
             config=json_safe(dict(config)),
             resources=json_safe(dict(resources_dict)),
-            status=TrialStatus.PENDING.value,
-            num_failures=0,
             max_failures=max_failures,
-            created_at=now,
-            updated_at=now,
-            started_at=None,
-            ended_at=None,
             dag_id=dag_id,
             run_id=run_id,
             task_id=task_id,
             map_index=map_index,
             try_number=try_number,
             warm_start=json_safe(dict(warm_start)) if warm_start is not None else None,
+            **_registered(utcnow()),
         )
         insert = _refreshing_airflow_ids(insert, table)
         run_note = "" if experiment_run_id is None else f" in experiment run {experiment_run_id}"
@@ -169,8 +167,10 @@ class TrialWriter(StoreBase):
             "stopped_from_airflow": transition is Transition.STOPPED or None,
         }
         kind = StopKind.AIRFLOW if transition is Transition.STOPPED else None
-        self._set_status(trial_id, status, fields, stop_kind=kind)
-        return Recorded(status)
+        cause = StatusCause.of_transition(transition)
+        return self._set_status(
+            trial_id, status, fields, cause=cause, try_number=try_number, stop_kind=kind
+        )
 
     def record_end(self, end: TrialEnd, decision: FailureDecision | None = None) -> TrialStatus:
         """Record how a trial's watch ended, in one transaction; the status it now has.
@@ -184,10 +184,16 @@ class TrialWriter(StoreBase):
         """
         update = TrialUpdate.of_end(end, decision)
         status = update.recorded_status()
-        assert status is not None  # an end always has one
+        if status is None:
+            raise ValueError(
+                f"The end of trial {end.trial_id} gives it no status to record ({end.status}); "
+                "nothing was written. Record an end that is TERMINATED or ERROR."
+            )
         kind = end.stop_kind if status is TrialStatus.TERMINATED else None
-        self._set_status(end.trial_id, status, end_fields(update), stop_kind=kind)
-        return status
+        fields = end_fields(update)
+        return self._set_status(
+            end.trial_id, status, fields, cause=update.status_cause(), stop_kind=kind
+        ).status
 
     def update_trial(
         self,
@@ -224,6 +230,7 @@ class TrialWriter(StoreBase):
                 "stop_reason": stop_reason,
                 "last_result": None if last_result is None else json_safe(dict(last_result)),
             },
+            cause=None,
             stop_kind=stop_kind,
         )
 
@@ -233,37 +240,45 @@ class TrialWriter(StoreBase):
         status: TrialStatus | None,
         given: Mapping[str, Any],
         *,
+        cause: StatusCause | None,
+        try_number: int | None = None,
         stop_kind: StopKind | None = None,
-    ) -> None:
+    ) -> Recorded:
         """Write ``status`` (None: unchanged) and the ``given`` fields that are not None, under the
-        trial's row lock, through :func:`change_status`."""
+        trial's row lock, through :func:`change_status` (fenced by ``try_number``)."""
         operation = f"update trial {trial_id}" + (f" to {status.value}" if status else "")
         fields = {name: value for name, value in given.items() if value is not None}
 
-        def work(session: Session) -> None:
+        def work(session: Session) -> Recorded:
             trial = self._find_or_raise(session, trial_id, operation, lock=True)
-            change_status(trial, status, fields, stop_kind=stop_kind)
-            trials_written(session, [trial.experiment_run_id])
+            applied = change_status(
+                trial, status, fields, cause=cause, try_number=try_number, stop_kind=stop_kind
+            )
+            if applied:
+                trials_written(session, [trial.experiment_run_id])
+            return Recorded(TrialStatus(trial.status), applied=applied)
 
-        self._transaction(operation, work)
+        return self._transaction(operation, work)
 
     def _stop_for_try(self, trial_id: str, stop: StopForTry) -> Recorded:
         operation = f"stop trial {trial_id} for try {stop.try_number}"
 
         def work(session: Session) -> Recorded:
             trial = self._find_or_raise(session, trial_id, operation, lock=True)
-            registered, asking = trial.try_number, stop.try_number
-            if asking is not None and registered is not None and registered > asking:
-                return Recorded(TrialStatus(trial.status), applied=False)
-            if not TrialStatus(trial.status).is_terminal():
-                change_status(
-                    trial,
-                    TrialStatus.TERMINATED,
-                    {"error_msg": stop.why, "stopped_from_airflow": True},
-                    stop_kind=StopKind.AIRFLOW,
-                )
+            if TrialStatus(trial.status).is_terminal():  # it keeps its end; fenced all the same
+                applied = not from_an_older_try(trial, stop.try_number)
+                return Recorded(TrialStatus(trial.status), applied=applied)
+            applied = change_status(
+                trial,
+                TrialStatus.TERMINATED,
+                {"error_msg": stop.why, "stopped_from_airflow": True},
+                cause=StatusCause.STOP_FROM_AIRFLOW,
+                try_number=stop.try_number,
+                stop_kind=StopKind.AIRFLOW,
+            )
+            if applied:
                 trials_written(session, [trial.experiment_run_id])
-            return Recorded(TrialStatus(trial.status))
+            return Recorded(TrialStatus(trial.status), applied=applied)
 
         return self._transaction(operation, work)
 
@@ -291,6 +306,7 @@ class TrialWriter(StoreBase):
                 trial,
                 TrialStatus.PENDING,
                 {"num_failures": 0, "error_msg": None, "last_result": None},
+                cause=StatusCause.RESTART,
             )
             trial.started_at = None
             # No result is left: the bests are kept for what they were kept for, with none yet.
@@ -315,7 +331,7 @@ class TrialWriter(StoreBase):
             if trial.status != TrialStatus.TERMINATED.value:
                 return Recorded(TrialStatus(trial.status), applied=False)
             # Results, checkpoints, rungs and median points stay: it resumes where it ended.
-            change_status(trial, TrialStatus.PENDING, {})
+            change_status(trial, TrialStatus.PENDING, {}, cause=StatusCause.EXTENSION)
             trials_written(session, [trial.experiment_run_id])
             return Recorded(TrialStatus.PENDING)
 
@@ -331,6 +347,19 @@ def _transition(trial_id: str, value: str) -> Transition:
             f"Transition {value!r} of trial {trial_id} is not one of {allowed}; nothing was "
             "written."
         ) from e
+
+
+def _registered(now: Any) -> dict[str, Any]:
+    """The fields of a trial as it is first registered: PENDING, no failures, not started."""
+    return {
+        "status": TrialStatus.PENDING.value,
+        "status_cause": StatusCause.REGISTERED.value,
+        "num_failures": 0,
+        "created_at": now,
+        "updated_at": now,
+        "started_at": None,
+        "ended_at": None,
+    }
 
 
 def _refreshing_airflow_ids(insert: Any, table: Any) -> Any:
@@ -367,17 +396,65 @@ def change_status(
     new_status: TrialStatus | None,
     fields: Mapping[str, Any],
     *,
+    cause: StatusCause | None,
+    try_number: int | None = None,
     stop_kind: StopKind | None = None,
-) -> None:
+) -> bool:
     """The one guarded setter: apply a status change (None: none) and ``fields`` to the locked row,
     the change checked by :func:`~airflow_trials.core.status.check_transition` first; the same
-    status again is a no-op for the status and its times.
+    status again is a no-op for the status and its times. False when the try fence refused it
+    (nothing written); else True.
 
+    :param cause: why the status changes (:class:`~airflow_trials.core.status_cause.StatusCause`);
+        kept on the row (``status_cause``) when the status actually changes, so the trial says
+        why it has the status it has. Required with ``new_status``; None without one.
+    :param try_number: the Airflow try the write comes from (a trigger's end, a worker's failure
+        decision, a stop from Airflow); a try older than the one the row is registered with
+        (``trial.try_number``) writes nothing: its task was cleared and a later try owns the
+        trial. Default None: not fenced (a write from no task try).
     :param stop_kind: why a TERMINATED trial ended (the only writer of ``stop_kind``); default
         None: a trial that stays TERMINATED keeps the kind recorded, and any other status clears
         it. Only a trial that is TERMINATED after the change takes one.
     """
+    _refuse_invalid(trial, new_status, fields, cause, stop_kind)
+    if from_an_older_try(trial, try_number):
+        log.info(
+            "Trial %s: try %s's change to %s is skipped: try %s of its task registered it since.",
+            trial.trial_id,
+            try_number,
+            new_status.value if new_status else "its fields",
+            trial.try_number,
+        )
+        return False
     now = utcnow()
+    if new_status is not None and new_status.value != trial.status:
+        log.debug("Trial %s: %s -> %s (%s)", trial.trial_id, trial.status, new_status.value, cause)
+        _apply_status(trial, new_status, now)
+        trial.status_cause = StatusCause(cause).value
+    elif new_status is not None:
+        _apply_status(trial, new_status, now)  # the same status: checked, times kept
+    if stop_kind is not None:
+        trial.stop_kind = StopKind(stop_kind).value
+    for name, value in fields.items():
+        setattr(trial, name, value)
+    trial.updated_at = now
+    return True
+
+
+def _refuse_invalid(
+    trial: TrialRow,
+    new_status: TrialStatus | None,
+    fields: Mapping[str, Any],
+    cause: StatusCause | None,
+    stop_kind: StopKind | None,
+) -> None:
+    """ValueError for a change :func:`change_status` never writes: a status without its cause, a
+    stop reason or kind on a trial that will not be TERMINATED, a stop kind given as a field."""
+    if new_status is not None and cause is None:
+        raise ValueError(
+            f"Cannot set trial {trial.trial_id} to {new_status.value} without a cause: pass "
+            "change_status(..., cause=StatusCause...) so that the trial says why it changed."
+        )
     after = new_status or TrialStatus(trial.status)
     if ("stop_reason" in fields or stop_kind is not None) and after is not TrialStatus.TERMINATED:
         raise ValueError(
@@ -385,18 +462,20 @@ def change_status(
             "reason and a stop kind, so nothing was written. Record them with the trial's end "
             "(record_end)."
         )
-    if "stop_kind" in fields:
-        raise ValueError(
-            f"Cannot write the stop kind of trial {trial.trial_id} as a field: pass "
-            "change_status(..., stop_kind=StopKind...) so that it is checked against the status."
-        )
-    if new_status is not None:
-        _apply_status(trial, new_status, now)
-    if stop_kind is not None:
-        trial.stop_kind = StopKind(stop_kind).value
-    for name, value in fields.items():
-        setattr(trial, name, value)
-    trial.updated_at = now
+    for name, what in (("stop_kind", "stop kind"), ("status_cause", "status cause")):
+        if name in fields:
+            raise ValueError(
+                f"Cannot write the {what} of trial {trial.trial_id} as a field: pass "
+                f"change_status(..., {'cause' if name == 'status_cause' else name}=...) so that "
+                "it is checked against the status."
+            )
+
+
+def from_an_older_try(trial: TrialRow, try_number: int | None) -> bool:
+    """The try fence: does a write from Airflow try ``try_number`` come from a try older than the
+    one the trial is registered with? (None, on either side: no fence.)"""
+    registered = trial.try_number
+    return try_number is not None and registered is not None and registered > try_number
 
 
 def _apply_status(trial: TrialRow, new_status: TrialStatus, now: Any) -> None:

@@ -238,7 +238,8 @@ class TrialTrigger(TrialsTrigger):
 
     def _new_watch(self, store: TrialStore) -> TrialWatch:
         hook = TrialsHook(self.spec.ray_conn_id, self.spec.trials_conn_id)
-        return TrialWatch(self.spec, hook, store, self.log)
+        try_number = getattr(self.task_instance, "try_number", None)
+        return TrialWatch(self.spec, hook, store, self.log, try_number)
 
     async def _until_end(self) -> dict[str, Any]:
         watch = self._watch = self._new_watch(await self.connect())

@@ -82,10 +82,20 @@ class TrialWatch:
     :param hook: the trigger's Ray and trials connections.
     :param store: the trials store, opened by the trigger.
     :param log: the trigger's logger: the trial's output and progress land in the task's log.
+    :param try_number: the Airflow try whose trigger watches; the end it records is fenced by it
+        (a later try that took the trial over keeps it). Default None: not fenced.
     """
 
-    def __init__(self, spec: TrialWatchSpec, hook: TrialsHook, store: TrialStore, log: Any) -> None:
+    def __init__(
+        self,
+        spec: TrialWatchSpec,
+        hook: TrialsHook,
+        store: TrialStore,
+        log: Any,
+        try_number: int | None = None,
+    ) -> None:
         self.spec = spec
+        self.try_number = try_number
         self.hook = hook
         self.store = store
         self.log = log
@@ -426,7 +436,8 @@ class TrialWatch:
             # whose worker died before execute_complete (its retry reports the stored end).
             # execute_complete only reads it; a failed end is the worker's to record, with the
             # decision only the task can make (its retries left).
-            await asyncio.to_thread(self.store.record_progress, [TrialUpdate.of_end(end)])
+            update = TrialUpdate.of_end(end, try_number=self.try_number)
+            await asyncio.to_thread(self.store.record_progress, [update])
         return end.to_event()
 
 
