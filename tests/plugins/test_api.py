@@ -84,6 +84,7 @@ def test_trial_shows_failures_checkpoints_and_its_task_instance(dashboard):
     body = dashboard.get(f"/api/trials/{dashboard.seeded.failed_trial}").json()
     trial = body["trial"]
     assert (trial["status"], trial["num_failures"], trial["error_msg"]) == ("ERROR", 1, TRACEBACK)
+    assert trial["status_cause"] == "abandoned"  # why it is ERROR: its run abandoned it
     assert (trial["config"], trial["task_id"], trial["map_index"]) == (
         {"lr": 0.025, "layers": 0},
         "mnist.trial",
