@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from airflow_trials.core.update import TrialUpdate
 from airflow_trials.execution.triggerer.task_log import MAX_PROGRESS_LINES_PER_POLL, TaskLogEcho
 
 
@@ -22,9 +23,9 @@ def result(i: int) -> dict[str, Any]:
     return {"training_iteration": i, "loss": 1.0 / i}
 
 
-def snapshot(results: list[dict[str, Any]], total: int, lines: tuple[str, ...] = ()) -> dict:
+def snapshot(results: list[dict[str, Any]], total: int, lines: tuple[str, ...] = ()) -> TrialUpdate:
     output = {"stdout": {"lines": list(lines), "path": "/n/stdout.log"}} if lines else {}
-    return {"results": results, "num_results": total, "output": output}
+    return TrialUpdate("t", results=results, num_results=total, output=output)
 
 
 def test_a_polls_results_are_one_event_with_a_line_each_and_none_is_logged_twice():
