@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from airflow_trials.core.end import TrialEnd
 from airflow_trials.core.fate import Transition
 from airflow_trials.core.status import TrialStatus
+from airflow_trials.core.stop_kind import StopKind
 from airflow_trials.core.update import KeptCheckpoint, TrialUpdate
 
 ONE = "one_best"
@@ -43,6 +44,8 @@ TWO_RUNS: dict[str, tuple[TrialStatus, list[dict[str, float]]]] = {
     "q-4": (TrialStatus.RUNNING, [{"val_acc": 0.85, "latency": 8.0}]),  # beats q-1, not ended
 }
 TWO_FRONT = ["q-0", "q-1"]
+# How the TERMINATED trials ended (the others have no stop kind): a scheduler stopped these early.
+STOPPED_EARLY = {"o-4", "q-2"}
 TWO_BEST = "q-0"  # no pick: the front's best val_acc
 RUN_KEY = "run1"
 
@@ -86,7 +89,8 @@ def seed_run(store, experiment: str, goal: dict, runs: dict, constraints=None) -
         if status is TrialStatus.ERROR:
             store.record_transition(trial_id, Transition.ABANDONED, why="RuntimeError: diverged")
         elif status is TrialStatus.TERMINATED:
-            store.record_end(TrialEnd(trial_id, experiment, status))
+            kind = StopKind.SCHEDULER if trial_id in STOPPED_EARLY else StopKind.FINISHED
+            store.record_end(TrialEnd(trial_id, experiment, status, stop_kind=kind))
     suggested = [{"trial_id": t, "experiment_run_id": run} for t in runs]
     return SeededRun(experiment, run, suggested)
 

@@ -25,7 +25,6 @@ With the search's constraints (``ResultGrid.from_db(..., constraints=["latency <
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -38,14 +37,23 @@ from airflow_trials.core.pareto import (
     decode_metrics,
     rankable,
 )
-from airflow_trials.core.result import AUTO_FIELDS
 from airflow_trials.core.status import TrialStatus
-from airflow_trials.result_rows import best_row, feasible_first, frame_row, with_checkpoints
+from airflow_trials.result_rows import (
+    best_row,
+    board_front,
+    board_pareto_ranks,
+    candidates_of,
+    feasible_first,
+    frame_row,
+    run_board,
+    with_checkpoints,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from airflow_trials.store import ExperimentRunRecord, TrialReader, TrialStore
+    from airflow_trials.store.board import Board
 
 
 @dataclass(frozen=True)
@@ -122,6 +130,8 @@ class ResultGrid(Sequence[TrialResult]):
         self.metric = metric
         self.mode = mode
         self._results = results
+        # The run's board (store/board.py) when the grid judges the recorded constraints.
+        self._board: Board | None = None
 
     @classmethod
     def from_db(
@@ -164,37 +174,28 @@ class ResultGrid(Sequence[TrialResult]):
         experiment = next(e for e in store.list_experiments() if e.name == experiment_name)
         metric, mode = decode_metrics(experiment.metric, experiment.mode)
         trials = store.list_trials(experiment_run_id=record.id)
-        one_metric = metric if isinstance(metric, str) else None
-        board = (
-            {
-                r.trial_id: r
-                for r in store.leaderboard(
-                    record.id, one_metric, mode if isinstance(mode, str) else "min"
-                )
-            }
-            if one_metric
-            else {}
-        )
+        board = run_board(store, record.id, experiment.goal)
         results = [
             TrialResult(
                 trial_id=t.trial_id,
                 status=t.status,
                 config=t.config,
                 metrics=dict(t.last_result or {}),
-                best_checkpoint=board[t.trial_id].best_checkpoint if t.trial_id in board else None,
-                latest_checkpoint=board[t.trial_id].latest_checkpoint
-                if t.trial_id in board
-                else None,
+                best_checkpoint=None,
+                latest_checkpoint=None,
                 error=t.error_msg,
                 num_failures=t.num_failures,
                 _store=store,
             )
             for t in sorted(trials, key=lambda t: t.trial_id)
         ]
-        if not one_metric:  # no best by one score: the newest kept checkpoint
-            results = with_checkpoints(store, results)
+        results = with_checkpoints(store, results, board)
         checked = experiment.parsed_constraints() if given is None else given
-        return cls(store, record, metric, mode, results, checked)
+        grid = cls(store, record, metric, mode, results, checked)
+        # The board answers the questions it is the answer to: the recorded constraints' own.
+        recorded = experiment.parsed_constraints().spec
+        grid._board = board if board is not None and checked.spec == recorded else None
+        return grid
 
     # -- Sequence ----------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -265,6 +266,13 @@ class ResultGrid(Sequence[TrialResult]):
         metric, mode = self._metric_and_mode(metric, mode)
         if scope not in ("last", "all"):
             raise ValueError(f"scope must be 'last' or 'all', got {scope!r}.")
+        board = self._board
+        if scope == "all" and terminated_only and filter_nan_and_inf and board is not None:
+            # select_best's question: the board's best (store/board.py), when it has one.
+            if board.goal.metrics == (metric,) and board.goal.modes == (mode,):
+                best = self._by_id(board.best_trial_id)
+                if best is not None:
+                    return best
         values = self._values(metric, mode, scope)
         scored = [
             (value, result)
@@ -274,7 +282,7 @@ class ResultGrid(Sequence[TrialResult]):
         ]
         candidates = feasible_first(
             self,
-            self._candidates(scored, metric, filter_nan_and_inf, terminated_only),
+            candidates_of(self, scored, metric, filter_nan_and_inf, terminated_only),
             (metric, mode) if scope == "all" else None,
         )
         sign = 1.0 if mode == "min" else -1.0
@@ -323,6 +331,9 @@ class ResultGrid(Sequence[TrialResult]):
                 "rank one metric over every result with get_best_result(metric=..., "
                 "scope='all')."
             )
+        front = board_front(self._board, metrics, modes, terminated_only and filter_nan_and_inf)
+        if front:
+            return [r for r in self._results if r.trial_id in front]
         scored = [
             (row, result)
             for result in self._results
@@ -331,7 +342,7 @@ class ResultGrid(Sequence[TrialResult]):
             )
         ]
         candidates = feasible_first(
-            self, self._candidates(scored, metrics, filter_nan_and_inf, terminated_only)
+            self, candidates_of(self, scored, metrics, filter_nan_and_inf, terminated_only)
         )
         statuses = [r.status if terminated_only else "TERMINATED" for _, r in candidates]
         ranks = front_ranks(
@@ -396,9 +407,12 @@ class ResultGrid(Sequence[TrialResult]):
             frame["feasible"] = pd.array(feasible, dtype=bool)
         if pareto is not None:
             by, modes = pareto
-            values = [[row.get(m) for m in by] for row in rows]
-            statuses = [result.status for result in self._results]
-            ranks = front_ranks(values, modes, statuses, feasible if self.constraints else None)
+            ranks = None if filter_metric else board_pareto_ranks(self._board, by, modes, rows)
+            if ranks is None:
+                values = [[row.get(m) for m in by] for row in rows]
+                statuses = [result.status for result in self._results]
+                feasible_ = feasible if self.constraints else None
+                ranks = front_ranks(values, modes, statuses, feasible_)
             frame["pareto_rank"] = pd.array(ranks, dtype="Int64")
         return frame
 
@@ -456,41 +470,6 @@ class ResultGrid(Sequence[TrialResult]):
             mode = self.mode
         return check_several(owner, metric, mode)
 
-    def _candidates(
-        self,
-        scored: list[tuple[Any, TrialResult]],
-        metric: MetricSpec,
-        filter_nan_and_inf: bool,
-        terminated_only: bool,
-    ) -> list[tuple[Any, TrialResult]]:
-        """The scored trials (those that reported ``metric``, or every one of several) to rank:
-        only the TERMINATED ones with ``terminated_only``; ValueError, naming the fix, when none
-        is left."""
-        one = isinstance(metric, str)
-        reported = f"metric {metric!r}" if one else f"metrics {metric!r}"
-        candidates = [
-            (score, result)
-            for score, result in scored
-            if not terminated_only or result.status is TrialStatus.TERMINATED
-        ]
-        if scored and not candidates:
-            counts = Counter(result.status.value for _, result in scored)
-            statuses = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
-            raise ValueError(
-                f"No trial of experiment {self.experiment_name} run {self.run_key} that reported "
-                f"{reported} ended TERMINATED ({statuses}); pass terminated_only=False to rank "
-                "them anyway, or resume the run."
-            )
-        if not candidates:
-            raise ValueError(
-                f"No trial of experiment {self.experiment_name} run {self.run_key} reported "
-                f"{reported if one else 'every one of ' + reported}"
-                f"{' as a finite number' if filter_nan_and_inf else ''}; its trials report "
-                f"{', '.join(self._reported_metrics()) or 'no metric yet'}. Pass metric= with "
-                f"{'one of them' if one else 'a list of them, and mode= with their modes'}."
-            )
-        return candidates
-
     def _values(self, metric: str, mode: str, scope: str) -> dict[str, float]:
         if scope == "all":
             board = self._store.leaderboard(self.run.id, metric, mode)
@@ -501,12 +480,5 @@ class ResultGrid(Sequence[TrialResult]):
             if isinstance(v := r.metrics.get(metric), (int, float)) and not isinstance(v, bool)
         }
 
-    def _reported_metrics(self) -> list[str]:
-        return sorted(
-            {
-                k
-                for r in self._results
-                for k, v in r.metrics.items()
-                if k not in AUTO_FIELDS and isinstance(v, (int, float)) and not isinstance(v, bool)
-            }
-        )
+    def _by_id(self, trial_id: str | None) -> TrialResult | None:
+        return next((r for r in self._results if r.trial_id == trial_id), None)

@@ -8,7 +8,19 @@ from __future__ import annotations
 import pytest
 
 from tests.contract.conftest import MEMORY, POSTGRESQL, SQLITE_FILE
-from tests.one_best_seed import ONE_BEST, TWO_BEST, TWO_FRONT, seed_one, seed_two
+from airflow_trials.core.goal import Goal
+from tests.one_best_seed import (
+    ONE_BEST,
+    ONE_GOAL,
+    ONE_RUNS,
+    STOPPED_EARLY,
+    TWO_BEST,
+    TWO_FRONT,
+    TWO_GOAL,
+    TWO_RUNS,
+    seed_one,
+    seed_two,
+)
 
 
 class OneBestContract:
@@ -55,6 +67,25 @@ class OneBestContract:
         assert board.front_trial_ids == TWO_FRONT
         ranks = {r.trial_id: r.pareto_rank for r in board.rows}
         assert ranks == {"q-0": 0, "q-1": 0, "q-2": 1, "q-3": None, "q-4": None}
+
+    def test_the_board_says_how_each_trial_ended(self, store):
+        # BoardRow.stop_kind was always None: the board did not read the column.
+        for seeded, goal, runs in (
+            (seed_one(store), ONE_GOAL, ONE_RUNS),
+            (seed_two(store), TWO_GOAL, TWO_RUNS),
+        ):
+            board = store.reader.board(seeded.run, Goal.of(goal["metric"], goal["mode"]))
+            expected = {
+                trial_id: None
+                if status.value != "TERMINATED"
+                else ("scheduler" if trial_id in STOPPED_EARLY else "finished")
+                for trial_id, (status, _) in runs.items()
+            }
+            assert {r.trial_id: r.stop_kind for r in board.rows} == expected
+            # The page reads the same column: its early-stopped filter keeps the same trials.
+            if len(board.goal.metrics) == 1:
+                page = store.reader.ranked_page(seeded.run, "loss", "min", stopped="early")
+                assert {t.trial_id for _, t in page.rows} == STOPPED_EARLY & set(runs)
 
 
 class TestInMemorySQLite(OneBestContract):

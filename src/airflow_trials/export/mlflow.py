@@ -45,6 +45,7 @@ from airflow_trials.export.mlflow_mapping import (
 
 if TYPE_CHECKING:
     from airflow_trials.store import TrialReader
+    from airflow_trials.store.board import Board
     from airflow_trials.store.records import ExperimentRunRecord, TrialRecord
 
 log = logging.getLogger(__name__)
@@ -183,9 +184,9 @@ class _RunExport:
         experiment_name = self.settings.experiment_name or self.run.experiment_name
         experiment_id = self._experiment_id(experiment_name)
         trials = self.reader.list_trials(experiment_run_id=self.run.id)
-        metric, mode = self._metric_and_mode()
-        best_trial = self._best_trial(metric, mode)
-        checkpoints = self._best_checkpoints([t.trial_id for t in trials], metric, mode)
+        board = self._board()
+        best_trial = exported_best(self.run, board)
+        checkpoints = self._best_checkpoints([t.trial_id for t in trials], board)
         parent = self._parent(experiment_id, best_trial)
         children = self._children(experiment_id, parent)
         for trial in trials:
@@ -217,27 +218,19 @@ class _RunExport:
 
     # -- what the trials DB says ------------------------------------------------------------
 
-    def _metric_and_mode(self) -> tuple[str | None, str]:
-        """The experiment's metric (the first of several) and its mode; (None, "min") without."""
-        goal = self.reader.get_experiment(self.run.experiment_name).goal.first()
-        return goal.metric, goal.mode
-
-    def _best_trial(self, metric: str | None, mode: str) -> str | None:
-        """The trial select_best picked, else the leaderboard's first with a value."""
-        if self.run.picked_trial_id is not None:
-            return self.run.picked_trial_id
-        if metric is None:
+    def _board(self) -> Board | None:
+        """The run's board by its experiment's goal (store/board.py); None without a metric and
+        mode recorded."""
+        goal = self.reader.get_experiment(self.run.experiment_name).goal
+        if not goal.metrics or None in goal.modes:
             return None
-        board = self.reader.leaderboard(self.run.id, metric, mode)
-        return next((row.trial_id for row in board if row.best_value is not None), None)
+        return self.reader.board(self.run.id, goal)
 
-    def _best_checkpoints(
-        self, trial_ids: list[str], metric: str | None, mode: str
-    ) -> dict[str, str]:
-        """Each trial's best checkpoint as the leaderboard ranks it; without a metric, its
-        newest kept one."""
-        if metric is not None:
-            return self.reader.best_checkpoint_paths(trial_ids, metric, mode)
+    def _best_checkpoints(self, trial_ids: list[str], board: Board | None) -> dict[str, str]:
+        """Each trial's checkpoint to hand on, as its board row gives it (select_best's); without
+        a metric, its newest kept one."""
+        if board is not None:
+            return {r.trial_id: r.best_checkpoint for r in board.rows if r.best_checkpoint}
         newest: dict[str, str] = {}
         for trial_id, kept in self.reader.checkpoints_of(trial_ids).items():
             live = [c for c in kept if not c.deleted]
@@ -496,3 +489,12 @@ class _RunExport:
 
 def _millis(moment: datetime | None) -> int | None:
     return None if moment is None else int(moment.timestamp() * 1000)
+
+
+def exported_best(run: ExperimentRunRecord, board: Board | None) -> str | None:
+    """The trial the export marks best: the one select_best picked, else the best of the run's
+    board (a trial that ended TERMINATED, feasible first: docs/store.md "Which trials count");
+    None when none counts or the experiment has no metric."""
+    if run.picked_trial_id is not None:
+        return run.picked_trial_id
+    return None if board is None else board.best_trial_id

@@ -66,7 +66,8 @@ class BoardRow:
     :param latest_checkpoint: its newest kept checkpoint; None when none is kept.
     :param feasible: do the judged result's values meet the constraints? None without any.
     :param violations: the constraints it misses, by how much; None without constraints.
-    :param stop_kind: how it ended; None until the trials DB records it.
+    :param stop_kind: how it ended (:class:`~airflow_trials.core.stop_kind.StopKind`'s value,
+        the ``at_trials.stop_kind`` column); None while it has not ended TERMINATED.
     """
 
     trial_id: str
@@ -218,6 +219,7 @@ def one_board(goal: Goal, ranked: Sequence[LeaderboardRow]) -> Board:
             latest_checkpoint=r.latest_checkpoint,
             feasible=r.feasible,
             violations=r.violations,
+            stop_kind=r.stop_kind,
         )
         for place, (r, rank) in enumerate(zip(ranked, ranks, strict=True), start=1)
     ]
@@ -257,6 +259,7 @@ def several_board(goal: Goal, board: ParetoBoard) -> Board:
             latest_checkpoint=r.latest_checkpoint,
             feasible=r.feasible,
             violations=r.violations,
+            stop_kind=r.stop_kind,
         )
         for place, r in enumerate(board.rows, start=1)
     ]

@@ -135,7 +135,8 @@ def leaderboard_query(
 ) -> Select[Any]:
     """One row per trial of the run: trial columns, best value and its iteration.
 
-    Columns: trial_id, status, num_failures, config (JSON text), best_value, best_iteration; the
+    Columns: trial_id, status, num_failures, config (JSON text), best_value, best_iteration,
+    stop_kind; the
     checkpoints come from :func:`checkpoint_paths`, one query for the whole ranking. Ordered by
     best value (ascending for min, descending for max), trials without the metric last, then by
     trial_id. Each trial's best result is found by one probe of the metric index (the trial's
@@ -209,6 +210,7 @@ def _lateral_leaderboard(
             _config_text(),
             best.c.best_value,
             best.c.best_iteration,
+            trials.c.stop_kind,
         )
         .select_from(trials.outerjoin(best, true()))
         .where(trials.c.experiment_run_id == experiment_run_id)
@@ -226,6 +228,7 @@ def _joined_leaderboard(best_first: Select[Any], experiment_run_id: int, metric:
             trials.c.status,
             trials.c.num_failures,
             _config_text(),
+            trials.c.stop_kind,
             best_first.add_columns(results.c.id)
             .correlate(trials)
             .scalar_subquery()
@@ -243,6 +246,7 @@ def _joined_leaderboard(best_first: Select[Any], experiment_run_id: int, metric:
         ranked.c.config,
         best_value,
         best_row.c.iteration.label("best_iteration"),
+        ranked.c.stop_kind,
     ).select_from(ranked.outerjoin(best_row, best_row.c.id == ranked.c.best_id))
     return query, best_value, ranked.c.trial_id
 
@@ -367,6 +371,7 @@ def best_leaderboard_query(
         _config_text(),
         value.label("best_value"),
         iteration.label("best_iteration"),
+        trials.c.stop_kind,
     )
     of_run = trials.c.experiment_run_id == experiment_run_id
     if limit is None:

@@ -99,7 +99,7 @@ def leaderboard_rows(
     """
     configs = json.loads("[" + ",".join(row[3] for row in rows) + "]")
     board = []
-    for (trial_id, status, num_failures, _, value, iteration), config in zip(
+    for (trial_id, status, num_failures, _, value, iteration, stop_kind), config in zip(
         rows, configs, strict=True
     ):
         best, latest = checkpoints.get(trial_id, _NO_CHECKPOINTS)
@@ -113,6 +113,7 @@ def leaderboard_rows(
                 best_iteration=iteration,
                 best_checkpoint=best,
                 latest_checkpoint=latest,
+                stop_kind=stop_kind,
             )
         )
     return board

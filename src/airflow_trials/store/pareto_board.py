@@ -67,6 +67,8 @@ class ParetoRow:
         experiment has none. Default None.
     :param violations: with constraints, those it misses, each with by how much (None: not
         reported as a finite number); None without constraints.
+    :param stop_kind: how it ended (:class:`~airflow_trials.core.stop_kind.StopKind`'s value);
+        None while it has not ended TERMINATED.
     """
 
     trial_id: str
@@ -80,6 +82,7 @@ class ParetoRow:
     latest_checkpoint: str | None
     feasible: bool | None = None
     violations: dict[str, float | None] | None = None
+    stop_kind: str | None = None
 
 
 @dataclass(frozen=True)
@@ -125,8 +128,9 @@ def pareto_leaderboard_query(
     """One row per trial of the run, unordered (ranking needs every row; it is done in Python).
 
     Columns: trial_id, status, num_failures, config (JSON text), iteration (of the last result,
-    as a float), latest_checkpoint_path, then one value per metric (NULL when not a number), then
-    one per ``constrained`` metric (the metrics the experiment's constraints bound).
+    as a float), latest_checkpoint_path, stop_kind, then one value per metric (NULL when not a
+    number), then one per ``constrained`` metric (the metrics the experiment's constraints
+    bound).
     """
     trials = TrialRow.__table__
     last = trials.c.last_result
@@ -138,6 +142,7 @@ def pareto_leaderboard_query(
         cast(trials.c.config, Text).label("config"),
         metric_value(last, "training_iteration", dialect_name).label("iteration"),
         latest_checkpoint_path().label("latest_checkpoint_path"),
+        trials.c.stop_kind,
         *(
             metric_value(last, metric, dialect_name).label(f"value_{i}")
             for i, metric in enumerate(metrics)
@@ -159,8 +164,8 @@ def pareto_board(
     """The board from the rows of :func:`pareto_leaderboard_query` (with ``constraints``, read
     with their metrics as ``constrained``): ranked, ordered, cut."""
     constraints = constraints or Constraints()
-    end = 6 + len(metrics)
-    values = [[_number(v) for v in row[6:end]] for row in rows]
+    end = 7 + len(metrics)
+    values = [[_number(v) for v in row[7:end]] for row in rows]
     checks: list[Feasibility | None] = [
         judge(constraints, constraints.metrics, row[end:]) if constraints else None for row in rows
     ]
@@ -186,6 +191,7 @@ def pareto_board(
             pareto_rank=ranks[i],
             on_front=ranks[i] == 0,
             latest_checkpoint=rows[i][5],
+            stop_kind=rows[i][6],
             **_feasibility_fields(checks[i]),
         )
         for i in (ordered if limit is None else ordered[:limit])

@@ -243,6 +243,8 @@ class LeaderboardRow:
         experiment has none. Default None.
     :param violations: with constraints, those its last result misses, each with by how much
         (None: the metric is not reported as a finite number); None without constraints.
+    :param stop_kind: how it ended (:class:`~airflow_trials.core.stop_kind.StopKind`'s value);
+        None while it has not ended TERMINATED.
     """
 
     trial_id: str
@@ -255,6 +257,7 @@ class LeaderboardRow:
     latest_checkpoint: str | None
     feasible: bool | None = None
     violations: dict[str, float | None] | None = None
+    stop_kind: str | None = None
 
 
 @dataclass(frozen=True)
