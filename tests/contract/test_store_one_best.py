@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.contract.conftest import MEMORY, POSTGRESQL, SQLITE_FILE
 from airflow_trials.core.goal import Goal
+from tests.contract.conftest import MEMORY, POSTGRESQL, SQLITE_FILE
 from tests.one_best_seed import (
     ONE_BEST,
     ONE_GOAL,
