@@ -65,7 +65,7 @@ def _start(
     return actor
 
 
-def _watch_once(actor: TrialActor, tracker: TrialProgressTracker, store: TrialStore) -> dict:
+def _watch_once(actor: TrialActor, tracker: TrialProgressTracker, store: TrialStore) -> TrialUpdate:
     """One poll and its write, as the trigger makes them."""
     snapshot = actor.poll(*tracker.poll_args(0.0))
     item = tracker.progress(snapshot)
@@ -75,7 +75,7 @@ def _watch_once(actor: TrialActor, tracker: TrialProgressTracker, store: TrialSt
     return snapshot
 
 
-def _until(actor: TrialActor, ready) -> dict:
+def _until(actor: TrialActor, ready) -> TrialUpdate:
     """The first snapshot ``ready`` accepts, polled without writing anything (nobody watches)."""
     deadline = time.monotonic() + WAIT_S
     while True:

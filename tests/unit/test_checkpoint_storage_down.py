@@ -72,6 +72,7 @@ def test_a_trial_whose_checkpoint_the_store_does_not_take_ends_as_infrastructure
     actor = _start(
         "s3://airflow-trials/checkpoints", store, _trial("t1", keep=1, until=5), {"scale": 1.0}
     )
-    ended = _until(actor, lambda s: s["status"] != "RUNNING")
-    assert unanswered_s3 in ended["error"] and "checkpoint_000001" in ended["error"]
+    ended = _until(actor, lambda s: s.status != "RUNNING")
+    assert ended.error is not None
+    assert unanswered_s3 in ended.error and "checkpoint_000001" in ended.error
     assert_resumed_without_a_failure(ended, "t1")
