@@ -60,7 +60,11 @@ def _select_best(experiment: str, goal: dict, suggested, constraints=None) -> di
         )
     task = dag.get_task("tune.select_best")
     events = defaultdict(lambda: SimpleNamespace(extra=None))
-    return task.python_callable(suggested, ti=FakeTI(run_id="run1"), outlet_events=events)
+    best = task.python_callable(suggested, ti=FakeTI(run_id="run1"), outlet_events=events)
+    # The Asset event (the experiment's best trial) carries select_best's answer as it is.
+    [event] = [e.extra for e in events.values()]
+    assert event["trial_id"] == best["trial_id"]
+    return best
 
 
 def _cli_json(*args: str) -> dict:
@@ -77,19 +81,25 @@ def _history_best(url: str, experiment: str) -> str | None:
 
 
 def _other_screens(store, seeded, metric, mode) -> dict:
-    """The best as the board, the regression check (one metric: its value), warm start and the
-    main job's report name it."""
+    """The best as the board, the regression check (one metric: its value), warm start, the
+    main job's report and the MLflow export (before select_best records its pick) name it."""
     from airflow_trials.cli.mainjob_cmd import report_best
     from airflow_trials.experiment.regression_check import run_best_value
     from airflow_trials.experiment.warm_start_source import _pareto_ranked, _ranked
+    from airflow_trials.export.mlflow import exported_best
 
     several = isinstance(metric, list)
     warm = (_pareto_ranked if several else _ranked)(store, seeded.run, metric, mode)
+    board = store.reader.board(seeded.run, Goal.of(metric, mode))
+    run = store.reader.resolve_run(seeded.experiment)
     return {
-        "board": store.reader.board(seeded.run, Goal.of(metric, mode)).best_trial_id,
+        "board": board.best_trial_id,
         "regression": None if several else run_best_value(store, seeded.run, metric, mode),
         "warm": warm[0].trial_id,
         "report": report_best(store.reader, seeded.experiment, seeded.run),
+        "export": exported_best(
+            run, store.reader.board(seeded.run, store.reader.get_experiment(seeded.experiment).goal)
+        ),
     }
 
 
@@ -101,6 +111,7 @@ def test_every_screen_names_the_same_best_trial_of_one_metric(trials_url, make_d
     try:
         seeded = seed_one(store)
         history_live = store.reader.experiment_history(seeded.experiment).runs[-1].best_trial_id
+        others = _other_screens(store, seeded, "loss", "min")
         best = _select_best(seeded.experiment, ONE_GOAL, seeded.suggested, CONSTRAINTS)
         # select_best hands on the value and checkpoint of the result it judged feasible.
         assert best["trial_id"] == ONE_BEST and best["feasible"] is True
@@ -109,14 +120,24 @@ def test_every_screen_names_the_same_best_trial_of_one_metric(trials_url, make_d
         grid = ResultGrid.from_db(seeded.experiment, db_url=trials_url, constraints=CONSTRAINTS)
         rows = {r.trial_id: r for r in store.reader.leaderboard(seeded.run, "loss", "min")}
         history_ended = _history_best(trials_url, seeded.experiment)
-        others = _other_screens(store, seeded, "loss", "min")
+        cli = _cli_json("leaderboard", seeded.experiment, "--db-url", trials_url, "--limit", "1")
     finally:
         store.dispose()
-    # The regression check, warm start, the sweep's lineage and the main job's report.
-    assert others == {"board": ONE_BEST, "regression": 0.3, "warm": ONE_BEST, "report": ONE_BEST}
+    # The regression check, warm start, the sweep's lineage, the main job's report, the export.
+    assert others == {
+        "board": ONE_BEST,
+        "regression": 0.3,
+        "warm": ONE_BEST,
+        "report": ONE_BEST,
+        "export": ONE_BEST,
+    }
+    # The CLI names the board's best and front, whatever its limit shows (o-2, ERROR, is first).
+    assert (cli["best_trial_id"], cli["front_trial_ids"]) == (ONE_BEST, [ONE_BEST])
+    assert [r["trial_id"] for r in cli["rows"]] == ["o-2"]
     assert history_live == history_ended == ONE_BEST
     assert board["best_trial_id"] == ONE_BEST
-    assert grid.get_best_result(scope="all", terminated_only=True).trial_id == ONE_BEST
+    grid_best = grid.get_best_result(scope="all", terminated_only=True)
+    assert (grid_best.trial_id, grid_best.best_checkpoint) == (ONE_BEST, best["best_checkpoint"])
     # o-0's best loss (0.1, iteration 2) breaks the constraint: it is judged on that result.
     assert rows["o-0"].best_value == 0.1 and rows["o-0"].feasible is False
 
@@ -131,17 +152,23 @@ def test_every_screen_names_the_same_best_trial_and_front_of_two_metrics(
     try:
         seeded = seed_two(store)
         history_live = store.reader.experiment_history(seeded.experiment).runs[-1].best_trial_id
+        others = _other_screens(store, seeded, TWO_GOAL["metric"], TWO_GOAL["mode"])
         best = _select_best(seeded.experiment, TWO_GOAL, seeded.suggested)
         board = make_dashboard(store).get(f"/api/runs/{seeded.run}/leaderboard").json()
         grid = ResultGrid.from_db(seeded.experiment, db_url=trials_url)
         history_ended = _history_best(trials_url, seeded.experiment)
-        cli = _cli_json("leaderboard", seeded.experiment, "--db-url", trials_url)
-        others = _other_screens(store, seeded, TWO_GOAL["metric"], TWO_GOAL["mode"])
+        cli = _cli_json("leaderboard", seeded.experiment, "--db-url", trials_url, "--limit", "1")
         front_points = sorted(run_front_points(store, seeded.run, *TWO_GOAL.values()))
         ranked = store.reader.board(seeded.run, Goal.of(*TWO_GOAL.values()))
     finally:
         store.dispose()
-    assert others == {"board": TWO_BEST, "regression": None, "warm": TWO_BEST, "report": TWO_BEST}
+    assert others == {
+        "board": TWO_BEST,
+        "regression": None,
+        "warm": TWO_BEST,
+        "report": TWO_BEST,
+        "export": TWO_BEST,
+    }
     assert ranked.front_trial_ids == TWO_FRONT
     # The regression check's points are the counted trials' only (q-3 ended in ERROR).
     counted = sorted([*r.values.values()] for r in ranked.rows if r.counted)
@@ -150,7 +177,7 @@ def test_every_screen_names_the_same_best_trial_and_front_of_two_metrics(
     assert sorted(e["trial_id"] for e in best["pareto_front"]) == TWO_FRONT
     assert history_live == history_ended == TWO_BEST
     assert board["front_trial_ids"] == TWO_FRONT
-    assert cli["front_trial_ids"] == TWO_FRONT
+    assert (cli["front_trial_ids"], cli["best_trial_id"]) == (TWO_FRONT, TWO_BEST)
     assert sorted(r.trial_id for r in grid.get_pareto_front()) == TWO_FRONT
     ranks = grid.get_dataframe().set_index("trial_id")["pareto_rank"]
     assert sorted(t for t, rank in ranks.dropna().items() if rank == 0) == TWO_FRONT

@@ -37,6 +37,18 @@ def leaderboard_rows(
     return exp_run, metric, mode, board
 
 
+def one_metric_board(
+    store: Any, exp_run: Any, metric: str, mode: str, whole: list[Any] | None = None
+) -> Any:
+    """The run's board of one metric (store/board.py), for its best and front over every trial:
+    from ``whole``, the run's whole leaderboard when read already, else read."""
+    from airflow_trials.core.goal import Goal
+    from airflow_trials.store.board import one_board
+
+    rows = store.leaderboard(exp_run.id, metric, mode) if whole is None else whole
+    return one_board(Goal.of(metric, mode), rows)
+
+
 def _not_reported(experiment: str, exp_run: Any, metric: str | None, reported: list[str]) -> Any:
     return CliError(
         f"No trial of {experiment} run {exp_run.run_key} reported metric {metric!r}; its trials "
@@ -69,7 +81,15 @@ def print_pareto_leaderboard(
     limit: int | None,
 ) -> None:
     """The leaderboard of several metrics (``TrialReader.pareto_leaderboard``)."""
-    board = store.pareto_leaderboard(exp_run.id, metrics, modes, limit=limit)
+    from dataclasses import replace
+
+    from airflow_trials.core.goal import Goal
+    from airflow_trials.store.board import several_board
+
+    # The whole board, for its best (the pick's default, select_best's); the rows cut after.
+    board = store.pareto_leaderboard(exp_run.id, metrics, modes)
+    best = several_board(Goal.of(metrics, modes), board).best_trial_id
+    board = replace(board, rows=board.rows[:limit] if limit else board.rows)
     if board.rows and all(value is None for r in board.rows for value in r.values.values()):
         reported = reported_metrics(store, exp_run.id)
         if reported:  # results exist, none with these metrics: not a run that has not started
@@ -88,6 +108,7 @@ def print_pareto_leaderboard(
             "metrics": board.metrics,
             "modes": board.modes,
             "front_trial_ids": board.front_trial_ids,
+            "best_trial_id": best,
             "constraints": board.constraints,
             "rows": board.rows,
         },

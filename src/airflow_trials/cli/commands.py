@@ -9,7 +9,11 @@ from typing import Annotated, Any
 
 import typer
 
-from airflow_trials.cli.boards import leaderboard_rows, print_pareto_leaderboard
+from airflow_trials.cli.boards import (
+    leaderboard_rows,
+    one_metric_board,
+    print_pareto_leaderboard,
+)
 from airflow_trials.cli.common import (
     MAX_COUNT,
     AsJson,
@@ -381,6 +385,8 @@ def leaderboard(
         exp_run, metric_, mode_, board = leaderboard_rows(
             store, experiment, run, metric, mode, limit
         )
+        # The run's board: the best and front every screen names (store/board.py).
+        ranked = one_metric_board(store, exp_run, metric_, mode_, None if limit else board)
         columns, rows = leaderboard_cells(board, metric_, mode_)
         emit(
             out,
@@ -391,6 +397,8 @@ def leaderboard(
                 "metric": metric_,
                 "mode": mode_,
                 "constraints": store.get_experiment(experiment).constraint_spec,
+                "best_trial_id": ranked.best_trial_id,
+                "front_trial_ids": ranked.front_trial_ids,
                 "rows": board,
             },
             columns,
