@@ -86,6 +86,8 @@ class OneBestContract:
             if len(board.goal.metrics) == 1:
                 page = store.reader.ranked_page(seeded.run, "loss", "min", stopped="early")
                 assert {t.trial_id for _, t in page.rows} == STOPPED_EARLY & set(runs)
+                every = store.reader.ranked_page(seeded.run, "loss", "min")
+                assert {t.trial_id: t.stop_kind for _, t in every.rows} == expected
 
 
 class TestInMemorySQLite(OneBestContract):

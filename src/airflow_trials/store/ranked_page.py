@@ -337,6 +337,7 @@ def _ranked_trial(row: Any, constraints: Constraints) -> RankedTrial:
         row.best_iteration,
         feasible,
         violations,
+        row.stop_kind,
     )
 
 

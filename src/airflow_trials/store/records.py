@@ -286,6 +286,8 @@ class RankedTrial:
         experiment has none. Default None.
     :param violations: with constraints, those it misses (as :class:`LeaderboardRow`'s); None
         without constraints.
+    :param stop_kind: how it ended, as the board's rows say it (``at_trials.stop_kind``); None
+        while it has not ended TERMINATED, and in the batch ranking, which does not read it.
     """
 
     trial_id: str
@@ -295,6 +297,7 @@ class RankedTrial:
     best_iteration: int | None
     feasible: bool | None = None
     violations: dict[str, float | None] | None = None
+    stop_kind: str | None = None
 
 
 @dataclass(frozen=True)
