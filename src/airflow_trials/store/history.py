@@ -8,7 +8,7 @@ trials, then the configs of the best trials. Each run's best trial is the one ``
 picks (:mod:`~airflow_trials.store.run_best`: a trial that ended TERMINATED, feasible first; one
 ranking read per run). A run that ended has its line stored (``at_experiment_runs.summary``,
 :mod:`~airflow_trials.store.run_summaries`), so those reads cover only the runs without one.
-:func:`experiment_trend` is only each run's best, for a chart.
+:mod:`~airflow_trials.store.history_trend` reads only each run's best, for a chart.
 """
 
 from __future__ import annotations
@@ -231,7 +231,7 @@ def run_lines(
     run_pks = list(counts)  # the runs with trials
     bests: dict[int, tuple[float, str]] = {}
     if metric is not None and mode is not None and run_pks:
-        bests = _run_bests(session, dialect_name, run_pks)
+        bests = run_bests(session, dialect_name, run_pks)
     early: dict[int, int] = {}
     warm_trials: dict[int, str] = {}
     if run_pks:
@@ -303,7 +303,7 @@ def line_from_summary(
     """The run's line as stored when it ended; None when it must be computed instead: the run
     is not ended, it has no stored line (or one of another shape), or the line's best is of
     another metric or mode than the history's (the experiment changed them since)."""
-    summary = _valid_summary(run, summary, metric, mode)
+    summary = valid_summary(run, summary, metric, mode)
     if summary is None:
         return None
     warm = summary["warm_started_from"]
@@ -341,7 +341,7 @@ class _Counts:
             self.num_terminated += count
 
 
-def _run_bests(
+def run_bests(
     session: Session, dialect_name: str, run_pks: Sequence[int]
 ) -> dict[int, tuple[float, str]]:
     """Each run's best value and trial, as ``select_best`` picks it
@@ -354,7 +354,7 @@ def _run_bests(
     return bests
 
 
-def _valid_summary(
+def valid_summary(
     run: ExperimentRunRecord, summary: Any, metric: str | None, mode: str | None
 ) -> Mapping[str, Any] | None:
     """The run's stored line when the history may read it (see :func:`line_from_summary`)."""
@@ -365,53 +365,6 @@ def _valid_summary(
     if (summary.get("metric"), summary.get("mode")) != (metric, mode):
         return None
     return summary
-
-
-@dataclass(frozen=True)
-class TrendPoint:
-    """One run's best, for a trend over time.
-
-    :param run: the run.
-    :param best_value: its best value of the history's metric; None when no trial reported it.
-    """
-
-    run: ExperimentRunRecord
-    best_value: float | None
-
-
-def experiment_trend(
-    session: Session, dialect_name: str, experiment: ExperimentRecord
-) -> list[TrendPoint]:
-    """Every run of the experiment, oldest first, with its best on the metric of
-    :func:`history_goal` (None without one): an ended run's from its stored line, the others'
-    as ``select_best`` picks it (:func:`~airflow_trials.store.run_best.run_best`); no counts."""
-    metric, mode = history_goal(experiment)
-    runs_query = (
-        select(ExperimentRunRow)
-        .options(undefer(ExperimentRunRow.summary))
-        .where(ExperimentRunRow.experiment_id == experiment.id)
-        .order_by(ExperimentRunRow.created_at, ExperimentRunRow.id)
-    )
-    runs = []
-    stored: dict[int, float | None] = {}
-    for row in session.scalars(runs_query):
-        run = experiment_run_record(row, experiment.name)
-        runs.append(run)
-        summary = _valid_summary(run, row.summary, metric, mode)
-        if summary is not None:
-            value = summary["best_value"]
-            stored[run.id] = None if value is None else float(value)
-    bests: dict[int, tuple[float, str]] = {}
-    live = [run.id for run in runs if run.id not in stored]
-    if metric is not None and mode is not None and live:
-        bests = _run_bests(session, dialect_name, live)
-    return [
-        TrendPoint(
-            run,
-            stored[run.id] if run.id in stored else bests[run.id][0] if run.id in bests else None,
-        )
-        for run in runs
-    ]
 
 
 def _run_line(
@@ -491,15 +444,15 @@ __all__ = [
     "STOP_KINDS",
     "ExperimentHistory",
     "RunHistory",
-    "TrendPoint",
     "WarmStartedFrom",
     "changed_config_keys",
     "experiment_history",
-    "experiment_trend",
     "history_goal",
     "line_from_summary",
+    "run_bests",
     "run_lines",
     "summary_of_line",
+    "valid_summary",
     "with_changes",
     "run_counts_query",
     "stopped_early_counts_query",

@@ -14,10 +14,9 @@ from airflow_trials.store.database import Database
 from airflow_trials.store.exploits import exploit_lineage, latest_exploit
 from airflow_trials.store.history import (
     ExperimentHistory,
-    TrendPoint,
     experiment_history,
-    experiment_trend,
 )
+from airflow_trials.store.history_trend import TrendPoint, experiment_trend
 from airflow_trials.store.mapping import (
     checkpoint_record,
     experiment_record,
