@@ -41,7 +41,8 @@ def test_the_leaderboard_of_several_metrics_gives_ranks_values_and_the_front(par
     board = _board(dashboard, run)
     assert (board["metrics"], board["modes"]) == (METRICS, MODES)
     assert (board["metric"], board["mode"]) == ("val_acc", "max")  # the first: the tie-break
-    assert board["front_trial_ids"] == FRONT and board["best_trial_id"] is None
+    # The run board's best (select_best's without a pick): the front's best val_acc.
+    assert board["front_trial_ids"] == FRONT and board["best_trial_id"] == ORDER[0]
     assert [row["trial_id"] for row in board["rows"]] == ORDER
     assert [row["rank"] for row in board["rows"]] == list(range(1, len(ORDER) + 1))
     rows = {row["trial_id"]: row for row in board["rows"]}

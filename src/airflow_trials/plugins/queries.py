@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_trials.core.goal import Goal
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.stop_kind import StopKind
 from airflow_trials.store import (
@@ -28,6 +29,7 @@ from airflow_trials.store import (
     RungDecision,
     TrialReader,
 )
+from airflow_trials.store.board import several_board
 from airflow_trials.store.leaderboard import check_metric, check_mode
 from airflow_trials.store.ranked_page import PAGE_SORTS, check_page_order
 from airflow_trials.store.ranked_page import STOPPED_FILTERS as PAGE_STOPPED_FILTERS
@@ -323,15 +325,19 @@ def pareto_page(
     last results, then by the first metric in its mode, then by trial id; those without a
     rankable value of every metric last. Filtered, sorted and sliced as :func:`leaderboard_page`
     does, ranks staying those of the whole ranking. ``metric`` and ``mode`` of the page are the
-    first metric's (the tie-break, and the metric of its learning curves); it has no single best
-    trial (``best_trial_id`` None) but the front (``front_trial_ids``).
+    first metric's (the tie-break, and the metric of its learning curves); its front
+    (``front_trial_ids``) and best trial (``best_trial_id``, the pick's default) are the run
+    board's (:mod:`~airflow_trials.store.board`), the ones select_best and the history name.
     """
     for metric, mode in zip(metrics, modes, strict=True):
         _check_page(metric, mode, sort, page, page_size, stopped)
     pareto = store.pareto_leaderboard(run.id, metrics, modes)
+    best = several_board(Goal.of(metrics, modes), pareto).best_trial_id
     places = {r.trial_id: r for r in pareto.rows}
     board = [
-        RankedTrial(r.trial_id, r.status, r.num_failures, None, None, r.feasible, r.violations)
+        RankedTrial(
+            r.trial_id, r.status, r.num_failures, None, None, r.feasible, r.violations, r.stop_kind
+        )
         for r in pareto.rows
     ]
     shown = _filtered(store, run.id, list(enumerate(board, start=1)), stopped)
@@ -368,7 +374,7 @@ def pareto_page(
         rows=rows,
         config_keys=config_keys,
         status_counts=status_counts,
-        best_trial_id=None,
+        best_trial_id=best,
         leaders=[r.trial_id for r in pareto.rows[:DEFAULT_CURVES] if r.pareto_rank is not None],
         stopped=stopped,
         num_trials=len(board),
