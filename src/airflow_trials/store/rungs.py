@@ -1,5 +1,7 @@
-"""ASHA's and MOASHA's rungs in the trials store (one row per trial and rung, judged once), and
-StoredRungs and StoredVectorRungs, their states for the rules in core/."""
+"""ASHA's and MOASHA's rungs in the trials store: one row per trial and rung, judged once.
+
+StoredRungs and StoredVectorRungs, the states the rules in core/ judge over, are in
+:mod:`~airflow_trials.store.stored_rungs` (and exported here too)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import math
 import numbers
 import zlib
 from collections.abc import Callable, Sequence
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -22,18 +24,21 @@ from airflow_trials.store.judged_once import VERDICTS, JudgedOnce
 from airflow_trials.store.mapping import rung_decision
 from airflow_trials.store.models import TrialRungRow
 from airflow_trials.store.records import RungDecision
+from airflow_trials.store.stored_rungs import (
+    RungsAccess,
+    StoredRungs,
+    StoredVectorRungs,
+    VectorRungsAccess,
+)
 
+__all__ = [
+    "RungsAccess",
+    "RungsStore",
+    "StoredRungs",
+    "StoredVectorRungs",
+    "VectorRungsAccess",
+]
 
-class _TrialRungsAccess(Protocol):
-    def trial_rungs(self, trial_id: str) -> list[RungDecision]: ...
-
-
-class _ReaderAccess(Protocol):
-    @property
-    def reader(self) -> _TrialRungsAccess: ...
-
-
-A = TypeVar("A", bound=_ReaderAccess)
 
 _RUNGS = TrialRungRow.__table__
 
@@ -183,149 +188,6 @@ class RungsStore(StoreBase):
             return _vectors_at(session, experiment_run_id, bracket, float(milestone))
 
         return self._transaction(operation, work, write=False)
-
-
-class RungsAccess(Protocol):
-    """What :class:`StoredRungs` asks of the trials store (a ``TrialStore`` has it all)."""
-
-    def record_rung(
-        self,
-        experiment_run_id: int,
-        trial_id: str,
-        *,
-        bracket: int,
-        milestone: float,
-        value: float,
-        decide: RungDecide,
-        iteration: int | None = None,
-        at_end: bool = False,
-    ) -> RungDecision: ...
-
-    @property
-    def reader(self) -> _TrialRungsAccess: ...
-
-    def rung_values(self, experiment_run_id: int, bracket: int, milestone: float) -> ValueList: ...
-
-
-class _RunRungs(Generic[A]):
-    """One experiment run's rungs in the trials store, each trial's rows read once and then kept
-    as this object records them: for one trigger's life (one trial), or for one process judging
-    every trial of the run.
-
-    :param store: the trials store.
-    :param experiment_run_id: the run whose trials share the rungs.
-    """
-
-    def __init__(self, store: A, experiment_run_id: int) -> None:
-        self.store = store
-        self.experiment_run_id = experiment_run_id
-        self._trials: dict[str, list[RungDecision]] = {}
-
-    def trial_rungs(self, trial_id: str) -> list[RungDecision]:
-        recorded = self._trials.get(trial_id)
-        if recorded is None:
-            recorded = self._trials[trial_id] = list(self.store.reader.trial_rungs(trial_id))
-        return recorded
-
-    def _kept(self, trial_id: str, recorded: RungDecision) -> RungDecision:
-        if recorded.fresh:
-            self.trial_rungs(trial_id).append(recorded)
-        return recorded
-
-
-class StoredRungs(_RunRungs["RungsAccess"]):
-    """:class:`~airflow_trials.core.rungs.RungState` of one experiment run in the trials store:
-    ASHA's rungs on the Airflow path, one row per trial and rung (:class:`_RunRungs`).
-
-    :param store: the trials store (``record_rung``, ``rung_values``, ``reader.trial_rungs``).
-    :param experiment_run_id: the run whose trials share the rungs.
-    """
-
-    def record(
-        self,
-        trial_id: str,
-        *,
-        bracket: int,
-        milestone: float,
-        value: float,
-        iteration: int,
-        at_end: bool,
-        decide: RungDecide,
-    ) -> RungDecision:
-        recorded = self.store.record_rung(
-            self.experiment_run_id,
-            trial_id,
-            bracket=bracket,
-            milestone=milestone,
-            value=value,
-            iteration=iteration,
-            at_end=at_end,
-            decide=decide,
-        )
-        return self._kept(trial_id, recorded)
-
-    def rung_values(self, bracket: int, milestone: float) -> ValueList:
-        return self.store.rung_values(self.experiment_run_id, bracket, milestone)
-
-
-class VectorRungsAccess(Protocol):
-    """What :class:`StoredVectorRungs` asks of the trials store (a ``TrialStore`` has it all)."""
-
-    def record_vector_rung(
-        self,
-        experiment_run_id: int,
-        trial_id: str,
-        *,
-        bracket: int,
-        milestone: float,
-        values: Sequence[float],
-        decide: Callable[[list[tuple[float, ...]]], RungVerdict],
-        iteration: int | None = None,
-        at_end: bool = False,
-    ) -> RungDecision: ...
-
-    @property
-    def reader(self) -> _TrialRungsAccess: ...
-
-    def rung_vectors(
-        self, experiment_run_id: int, bracket: int, milestone: float
-    ) -> list[tuple[float, ...]]: ...
-
-
-class StoredVectorRungs(_RunRungs["VectorRungsAccess"]):
-    """:class:`~airflow_trials.core.moasha.VectorRungState` of one experiment run in the trials
-    store: MOASHA's rungs, one row per trial and rung (:class:`_RunRungs`).
-
-    :param store: the trials store (``record_vector_rung``, ``rung_vectors``,
-        ``reader.trial_rungs``).
-    :param experiment_run_id: the run whose trials share the rungs.
-    """
-
-    def record(
-        self,
-        trial_id: str,
-        *,
-        bracket: int,
-        milestone: float,
-        values: tuple[float, ...],
-        iteration: int,
-        at_end: bool,
-        decide: Callable[[list[tuple[float, ...]]], RungVerdict],
-    ) -> RungDecision:
-        recorded = self.store.record_vector_rung(
-            self.experiment_run_id,
-            trial_id,
-            bracket=bracket,
-            milestone=milestone,
-            values=values,
-            iteration=iteration,
-            at_end=at_end,
-            decide=decide,
-        )
-        return self._kept(trial_id, recorded)
-
-    def rung_vectors(self, bracket: int, milestone: float) -> list[tuple[float, ...]]:
-        return self.store.rung_vectors(self.experiment_run_id, bracket, milestone)
 
 
 class _Rung:
