@@ -288,4 +288,5 @@ def _finished(goal: Goal, rows: list[BoardRow]) -> Board:
         best_trial_id=None,
     )
     chosen = board.choose()
-    return Board(goal, rows, board.front_trial_ids, candidates, chosen and chosen.trial_id)
+    best = chosen.trial_id if chosen is not None else None
+    return Board(goal, rows, board.front_trial_ids, candidates, best)

@@ -83,7 +83,8 @@ class ExperimentRecord:
         if not goal.metrics:
             return None, None
         if goal.several:
-            return list(goal.metrics), list(goal.modes)
+            # Several metrics are recorded with a mode each (decode_metrics), never None.
+            return list(goal.metrics), [m for m in goal.modes if m is not None]
         return goal.metrics[0], goal.modes[0]
 
     @property

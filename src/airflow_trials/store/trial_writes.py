@@ -427,7 +427,7 @@ def change_status(
         )
         return False
     now = utcnow()
-    if new_status is not None and new_status.value != trial.status:
+    if new_status is not None and cause is not None and new_status.value != trial.status:
         log.debug("Trial %s: %s -> %s (%s)", trial.trial_id, trial.status, new_status.value, cause)
         _apply_status(trial, new_status, now)
         trial.status_cause = StatusCause(cause).value
