@@ -136,14 +136,31 @@ def check_regression(
         "checked": comparison is not None,
         **({} if comparison is None else comparison.to_dict()),
     }
+    if previous is not None and comparison is not None and comparison.regressed:
+        raise RegressionCheckFailed(
+            _message(
+                where, run, previous, comparison, tolerance, approval=plan.approval is not None
+            )
+        )
+    _log_passed(where, run, previous, comparison, tolerance)
+    return outcome
+
+
+def _log_passed(
+    where: str,
+    run: ExperimentSettings,
+    previous: ExperimentRunRecord | None,
+    comparison: Comparison | None,
+    tolerance: RegressionTolerance,
+) -> None:
+    """Say why the check passed: no previous run, nothing to compare, or within tolerance."""
     if previous is None:
         log.info(
             "%s: no earlier run of the experiment succeeded in the trials DB, so there is "
             "nothing to compare this run's best with; the check passes.",
             where,
         )
-        return outcome
-    if comparison is None:
+    elif comparison is None:
         log.info(
             "%s: the previous successful run, %s, has no finished trial that reported %s, so "
             "there is nothing to compare; the check passes.",
@@ -151,26 +168,19 @@ def check_regression(
             previous.run_key,
             run.metric,
         )
-        return outcome
-    if comparison.regressed:
-        raise RegressionCheckFailed(
-            _message(
-                where, run, previous, comparison, tolerance, approval=plan.approval is not None
-            )
+    else:
+        log.info(
+            "%s: %s is %s; the previous successful run %s had %s; worse by %s, within "
+            "regression_tolerance %s (%s allowed).",
+            where,
+            _what(run),
+            _num(comparison.current),
+            previous.run_key,
+            _num(comparison.previous),
+            _num(comparison.worse_by),
+            tolerance.to_dict(),
+            _num(comparison.allowed),
         )
-    log.info(
-        "%s: %s is %s; the previous successful run %s had %s; worse by %s, within "
-        "regression_tolerance %s (%s allowed).",
-        where,
-        _what(run),
-        _num(comparison.current),
-        previous.run_key,
-        _num(comparison.previous),
-        _num(comparison.worse_by),
-        tolerance.to_dict(),
-        _num(comparison.allowed),
-    )
-    return outcome
 
 
 def _compare(
