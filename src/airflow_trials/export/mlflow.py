@@ -134,11 +134,11 @@ def export_to_mlflow(
     :raises ExportError: mlflow is not installed, no tracking URI is set, or MLflow refused
         or did not answer.
     """
-    from mlflow.exceptions import MlflowException
-
     from airflow_trials.store.engine import mask_passwords
 
-    client, uri = mlflow_client(export.tracking_uri)
+    client, uri = mlflow_client(export.tracking_uri)  # first: it names the extra if mlflow is gone
+    from mlflow.exceptions import MlflowException
+
     subject = (
         f"run {run.run_key} (id {run.id}) of experiment {run.experiment_name} to MLflow at {uri}"
     )
