@@ -80,9 +80,34 @@ def _history_best(url: str, experiment: str) -> str | None:
     return line["best_trial_id"]
 
 
-def _other_screens(store, seeded, metric, mode) -> dict:
+def _resumed_best(store, seeded, metric, mode, tmp_path) -> str | None:
+    """The best a resumed sweep's driver starts its progress from (it named o-2, ERROR)."""
+    from airflow_trials.execution.driver.sweep_driver import SweepSpec, resumable_trials
+    from airflow_trials.execution.storage import TrialStorage
+
+    trials = [
+        (r.trial_id, r.config) for r in store.reader.list_trials(experiment_run_id=seeded.run)
+    ]
+    spec = SweepSpec(
+        experiment_name=seeded.experiment,
+        run_key="run1",
+        experiment_run_id=seeded.run,
+        trainable="tests.trainables:counting",
+        trials=trials,
+        metric=metric,
+        mode=mode,
+        db_url="unused",
+        storage_path=None,
+        namespace="ns",
+    )
+    best = resumable_trials(spec, store, TrialStorage(str(tmp_path / "results"))).best
+    return None if best is None else best[1]
+
+
+def _other_screens(store, seeded, metric, mode, tmp_path) -> dict:
     """The best as the board, the regression check (one metric: its value), warm start, the
-    main job's report and the MLflow export (before select_best records its pick) name it."""
+    main job's report, the MLflow export (before select_best records its pick) and a resumed
+    sweep's progress name it."""
     from airflow_trials.cli.mainjob_cmd import report_best
     from airflow_trials.experiment.regression_check import run_best_value
     from airflow_trials.experiment.warm_start_source import _pareto_ranked, _ranked
@@ -100,10 +125,11 @@ def _other_screens(store, seeded, metric, mode) -> dict:
         "export": exported_best(
             run, store.reader.board(seeded.run, store.reader.get_experiment(seeded.experiment).goal)
         ),
+        "resume": _resumed_best(store, seeded, metric, mode, tmp_path),
     }
 
 
-def test_every_screen_names_the_same_best_trial_of_one_metric(trials_url, make_dashboard):
+def test_every_screen_names_the_same_best_trial_of_one_metric(trials_url, make_dashboard, tmp_path):
     from airflow_trials.results import ResultGrid
     from airflow_trials.store import TrialStore
 
@@ -111,7 +137,7 @@ def test_every_screen_names_the_same_best_trial_of_one_metric(trials_url, make_d
     try:
         seeded = seed_one(store)
         history_live = store.reader.experiment_history(seeded.experiment).runs[-1].best_trial_id
-        others = _other_screens(store, seeded, "loss", "min")
+        others = _other_screens(store, seeded, "loss", "min", tmp_path)
         best = _select_best(seeded.experiment, ONE_GOAL, seeded.suggested, CONSTRAINTS)
         # select_best hands on the value and checkpoint of the result it judged feasible.
         assert best["trial_id"] == ONE_BEST and best["feasible"] is True
@@ -130,6 +156,7 @@ def test_every_screen_names_the_same_best_trial_of_one_metric(trials_url, make_d
         "warm": ONE_BEST,
         "report": ONE_BEST,
         "export": ONE_BEST,
+        "resume": ONE_BEST,
     }
     # The CLI names the board's best and front, whatever its limit shows (o-2, ERROR, is first).
     assert (cli["best_trial_id"], cli["front_trial_ids"]) == (ONE_BEST, [ONE_BEST])
@@ -143,7 +170,7 @@ def test_every_screen_names_the_same_best_trial_of_one_metric(trials_url, make_d
 
 
 def test_every_screen_names_the_same_best_trial_and_front_of_two_metrics(
-    trials_url, make_dashboard
+    trials_url, make_dashboard, tmp_path
 ):
     from airflow_trials.results import ResultGrid
     from airflow_trials.store import TrialStore
@@ -152,7 +179,7 @@ def test_every_screen_names_the_same_best_trial_and_front_of_two_metrics(
     try:
         seeded = seed_two(store)
         history_live = store.reader.experiment_history(seeded.experiment).runs[-1].best_trial_id
-        others = _other_screens(store, seeded, TWO_GOAL["metric"], TWO_GOAL["mode"])
+        others = _other_screens(store, seeded, TWO_GOAL["metric"], TWO_GOAL["mode"], tmp_path)
         best = _select_best(seeded.experiment, TWO_GOAL, seeded.suggested)
         board = make_dashboard(store).get(f"/api/runs/{seeded.run}/leaderboard").json()
         grid = ResultGrid.from_db(seeded.experiment, db_url=trials_url)
@@ -168,6 +195,7 @@ def test_every_screen_names_the_same_best_trial_and_front_of_two_metrics(
         "warm": TWO_BEST,
         "report": TWO_BEST,
         "export": TWO_BEST,
+        "resume": TWO_BEST,
     }
     assert ranked.front_trial_ids == TWO_FRONT
     # The regression check's points are the counted trials' only (q-3 ended in ERROR).

@@ -23,6 +23,7 @@ from typing import Any
 import ray
 from ray.actor import ActorHandle
 
+from airflow_trials.core.goal import Goal
 from airflow_trials.core.pareto import MetricSpec, ModeSpec
 from airflow_trials.core.scheduler import FIFOScheduler, judged_metric_and_mode
 from airflow_trials.core.searcher import ObjectiveValue, ended_trial_values
@@ -125,8 +126,9 @@ class Resumable:
     #: runner takes it (:meth:`new_trials`), so a 100,000-trial sweep holds its running trials,
     #: not all of them
     plans: list[tuple[str, dict[str, Any], TrialRecord | None]]
-    #: how many of the run's trials had ended, and the best value among them (value, trial id)
+    #: how many of the run's trials had ended
     done: int
+    #: the best of them, (value, trial id), as select_best names it (:func:`_best_before`)
     best: tuple[float, str] | None
     #: ids of the trials the searcher is still to be asked for, in order (with a search_alg)
     to_ask: list[str] = dataclasses.field(default_factory=list)
@@ -221,13 +223,7 @@ def resumable_trials(spec: SweepSpec, store: TrialStore, storage: TrialStorage) 
             continue
         resumable.plans.append((trial_id, config, record))
     if ended:
-        board = store.reader.leaderboard(spec.experiment_run_id, *spec.first_metric())
-        top = next((row for row in board if row.best_value is not None), None)
-        resumable.best = (
-            (top.best_value, top.trial_id)
-            if top is not None and top.best_value is not None
-            else None
-        )
+        resumable.best = _best_before(spec, store)
         if spec.search_alg is not None:
             resumable.ended = [
                 (trial_id, config, value, records[trial_id].last_result)
@@ -236,6 +232,17 @@ def resumable_trials(spec: SweepSpec, store: TrialStore, storage: TrialStorage) 
                 )
             ]
     return resumable
+
+
+def _best_before(spec: SweepSpec, store: TrialStore) -> tuple[float, str] | None:
+    """The best of the run's ended trials by the first metric, as ``select_best`` names it: the
+    board's best (a trial that ended TERMINATED, feasible first: docs/store.md "Which trials
+    count"), with its best value; None when none counts."""
+    board = store.reader.board(spec.experiment_run_id, Goal.of(*spec.first_metric()))
+    best = board.best
+    if best is None or best.value is None:
+        return None
+    return best.value, best.trial_id
 
 
 def sweep_search(spec: SweepSpec, resumable: Resumable) -> SearchDriver | None:
