@@ -113,13 +113,7 @@ class TrialRunner(RunnerTrials, RunnerViews):
         forget_ended: bool = False,
     ) -> None:
         check_concurrency_cap(max_concurrent_trials)
-        if fail_fast not in (True, False, self.RAISE):
-            raise ValueError(f"fail_fast must be True, False or 'raise', got {fail_fast!r}.")
-        if executor is not None and (storage_path or reuse_actors or queue_trials):
-            raise ValueError(
-                "storage_path, reuse_actors and queue_trials configure the default executor; "
-                "pass them to RayTrialExecutor(...) instead when you give executor=."
-            )
+        _check_executor_args(fail_fast, executor, storage_path or reuse_actors or queue_trials)
         self.experiment_name = validate_name("Experiment name", experiment_name)
         self.trial_executor = executor or RayTrialExecutor(
             storage_path,
@@ -133,11 +127,9 @@ class TrialRunner(RunnerTrials, RunnerViews):
         # Which results the actor may train past before the runner records them: core/fate.py.
         self._run_ahead_below = fate.run_ahead_rule(self.scheduler, self._experiment_stopper)
         self.fail_fast = fail_fast
-        self.time_budget_s = time_budget_s
-        self.checkpoint_period_s = checkpoint_period_s
+        self.time_budget_s, self.checkpoint_period_s = time_budget_s, checkpoint_period_s
         self.wait_timeout_s = wait_timeout_s
         self.max_concurrent_trials, self.keep_results = max_concurrent_trials, keep_results
-        self._stop_requested = threading.Event()
         self._search = build_search_driver(
             search_alg,
             num_samples,
@@ -148,14 +140,20 @@ class TrialRunner(RunnerTrials, RunnerViews):
             self.scheduler,
         )
         self.callbacks: list[Callback] = [*callbacks, *([self._search] if self._search else [])]
-        searched = getattr(search_alg, "searcher", search_alg)  # inside a ConcurrencyLimiter
-        constraints = getattr(searched, "constraints", None)
-        for callback in callbacks:  # a TrialsDbCallback records the search's constraints
-            take = getattr(callback, "take_constraints", None)
-            if take is not None and constraints:
-                take(constraints)
-
+        _hand_on_constraints(search_alg, callbacks)
         self._init_trials(forget_ended)
+        self._init_outcomes(checkpoint_period_s, fail_fast, keep_results)
+        if resume:
+            storage = self.trial_executor.storage
+            for trial in trials_to_resume(storage, self.experiment_name, stop, run_errored_only):
+                self.add_trial(trial)
+
+    def _init_outcomes(
+        self, checkpoint_period_s: float, fail_fast: bool | Literal["raise"], keep_results: bool
+    ) -> None:
+        """The loop's state, and the parts a result goes through: the checkpoint releaser, the
+        hand-overs and :class:`TrialOutcomes`."""
+        self._stop_requested = threading.Event()
         self._results: TrialIdAndResultList = []
         self._results_seen = 0
         self._start_time: float | None = None
@@ -184,10 +182,6 @@ class TrialRunner(RunnerTrials, RunnerViews):
             self._results if keep_results else None,
             self._hand_overs,
         )
-        if resume:
-            storage = self.trial_executor.storage
-            for trial in trials_to_resume(storage, self.experiment_name, stop, run_errored_only):
-                self.add_trial(trial)
 
     # -- the loop ----------------------------------------------------------------------------------
     def is_finished(self) -> bool:
@@ -428,3 +422,30 @@ class TrialRunner(RunnerTrials, RunnerViews):
         self._releaser.state_saved(self._trials)
         self._last_checkpoint = time.monotonic()
         return path
+
+
+def _check_executor_args(
+    fail_fast: Any, executor: RayTrialExecutor | None, configures_default: Any
+) -> None:
+    """ValueError for a ``fail_fast`` that is not True, False or ``"raise"``, or for settings of
+    the default executor (``configures_default``) given beside an ``executor``."""
+    if fail_fast not in (True, False, FAIL_FAST_RAISE):
+        raise ValueError(f"fail_fast must be True, False or 'raise', got {fail_fast!r}.")
+    if executor is not None and configures_default:
+        raise ValueError(
+            "storage_path, reuse_actors and queue_trials configure the default executor; "
+            "pass them to RayTrialExecutor(...) instead when you give executor=."
+        )
+
+
+def _hand_on_constraints(search_alg: Any, callbacks: Sequence[Callback]) -> None:
+    """Give the search's constraints to each callback that takes them (a TrialsDbCallback
+    records them); the searcher may sit inside a ConcurrencyLimiter."""
+    searched = getattr(search_alg, "searcher", search_alg)
+    constraints = getattr(searched, "constraints", None)
+    if not constraints:
+        return
+    for callback in callbacks:
+        take = getattr(callback, "take_constraints", None)
+        if take is not None:
+            take(constraints)
