@@ -17,6 +17,7 @@ from tests.one_best_seed import (
     CONSTRAINTS,
     ONE_BEST,
     ONE_GOAL,
+    RUN_KEY,
     TWO_BEST,
     TWO_FRONT,
     TWO_GOAL,
@@ -90,7 +91,7 @@ def _resumed_best(store, seeded, metric, mode, tmp_path) -> str | None:
     ]
     spec = SweepSpec(
         experiment_name=seeded.experiment,
-        run_key="run1",
+        run_key=RUN_KEY,
         experiment_run_id=seeded.run,
         trainable="tests.trainables:counting",
         trials=trials,
@@ -102,6 +103,15 @@ def _resumed_best(store, seeded, metric, mode, tmp_path) -> str | None:
     )
     best = resumable_trials(spec, store, TrialStorage(str(tmp_path / "results"))).best
     return None if best is None else best[1]
+
+
+def _progress_best(store, seeded) -> list[str]:
+    """The trials the main job's live table marks best (it marked none)."""
+    from airflow_trials.cli.mainjob_cmd import _progress_table
+
+    table = _progress_table(store.reader, seeded.experiment, RUN_KEY, "running")
+    marks = table.columns[-1]._cells if len(table.columns) > 5 else [""] * table.row_count
+    return [t for t, mark in zip(table.columns[0]._cells, marks, strict=True) if mark == "best"]
 
 
 def _other_screens(store, seeded, metric, mode, tmp_path) -> dict:
@@ -126,6 +136,7 @@ def _other_screens(store, seeded, metric, mode, tmp_path) -> dict:
             run, store.reader.board(seeded.run, store.reader.get_experiment(seeded.experiment).goal)
         ),
         "resume": _resumed_best(store, seeded, metric, mode, tmp_path),
+        "progress": _progress_best(store, seeded),
     }
 
 
@@ -157,6 +168,7 @@ def test_every_screen_names_the_same_best_trial_of_one_metric(trials_url, make_d
         "report": ONE_BEST,
         "export": ONE_BEST,
         "resume": ONE_BEST,
+        "progress": [ONE_BEST],
     }
     # The CLI names the board's best and front, whatever its limit shows (o-2, ERROR, is first).
     assert (cli["best_trial_id"], cli["front_trial_ids"]) == (ONE_BEST, [ONE_BEST])
@@ -196,6 +208,7 @@ def test_every_screen_names_the_same_best_trial_and_front_of_two_metrics(
         "report": TWO_BEST,
         "export": TWO_BEST,
         "resume": TWO_BEST,
+        "progress": [TWO_BEST],
     }
     assert ranked.front_trial_ids == TWO_FRONT
     # The regression check's points are the counted trials' only (q-3 ended in ERROR).

@@ -152,6 +152,9 @@ def _watch(stack: Any, dag_id: str, run_id: str, timeout_s: float) -> str:
 
 
 def _progress_table(store: Any, experiment: str, run_id: str, state: str | None) -> Table:
+    """The live table: each trial, its best value of the experiment's (first) metric, and the
+    mark on the run's best on its board so far, the trial ``select_best`` would name (one that
+    ended TERMINATED, feasible first: docs/store.md "Which trials count")."""
     runs = [r for r in store.list_experiment_runs(experiment) if r.run_key == run_id]
     table = Table(
         "trial",
@@ -159,23 +162,28 @@ def _progress_table(store: Any, experiment: str, run_id: str, state: str | None)
         "iterations",
         "best",
         "failures",
+        "",
         title=f"{experiment}: DAG run {state or '...'}",
     )
     if not runs:
         return table
-    exp = store.get_experiment(experiment)
-    # Of an experiment with several metrics, the best column is the first metric's.
-    metric, mode = (exp.metrics[0], exp.modes[0]) if exp.metrics else (None, None)
-    board = store.leaderboard(runs[0].id, metric, mode)
+    # Of an experiment with several metrics, the best column is the first metric's, and the best
+    # is the board of them all's (report_best).
+    goal = store.get_experiment(experiment).goal
+    board = store.board(runs[0].id, goal.first())
+    best = (
+        board.best_trial_id if goal.first() == goal else report_best(store, experiment, runs[0].id)
+    )
     records = {t.trial_id: t for t in store.list_trials(experiment_run_id=runs[0].id)}
-    for row in sorted(board, key=lambda r: r.trial_id):
+    for row in sorted(board.rows, key=lambda r: r.trial_id):
         last = records[row.trial_id].last_result or {}
         table.add_row(
             row.trial_id,
             row.status.value,
             str(last.get("training_iteration", 0)),
-            "-" if row.best_value is None else f"{row.best_value:.4g}",
+            "-" if row.value is None else f"{row.value:.4g}",
             str(row.num_failures),
+            "best" if row.trial_id == best else "",
         )
     return table
 
