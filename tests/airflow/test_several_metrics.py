@@ -259,13 +259,14 @@ def trials_db(airflow_home, tmp_path, monkeypatch):
     store.dispose()
 
 
-def finished_run(store, reported):
-    """A run of experiment ``bad`` whose trials ended TERMINATED with these last results."""
+def finished_run(store, reported, constraints=None):
+    """A run of experiment ``bad`` whose trials ended TERMINATED with these last results; the
+    experiment records ``constraints``, as the suggest task records its DAG's."""
     from airflow_trials.core.fate import Transition
     from airflow_trials.core.status import TrialStatus
     from airflow_trials.core.update import TrialUpdate
 
-    store.ensure_experiment("bad", **METRICS)
+    store.ensure_experiment("bad", **METRICS, constraints=constraints)
     run = store.create_experiment_run("bad", "run1")
     for trial_id, last_result in reported.items():
         store.upsert_trial(
