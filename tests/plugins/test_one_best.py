@@ -223,3 +223,27 @@ def test_every_screen_names_the_same_best_trial_and_front_of_two_metrics(
     assert sorted(r.trial_id for r in grid.get_pareto_front()) == TWO_FRONT
     ranks = grid.get_dataframe().set_index("trial_id")["pareto_rank"]
     assert sorted(t for t, rank in ranks.dropna().items() if rank == 0) == TWO_FRONT
+
+
+def test_the_trial_page_hands_on_the_board_s_checkpoint_of_two_metrics(trials_url, make_dashboard):
+    """With several metrics the board (and select_best) hands on a trial's newest kept checkpoint;
+    the dashboard's trial API named the first metric's best one instead."""
+    from airflow_trials.core.status import TrialStatus
+    from airflow_trials.store import TrialStore
+    from tests.one_best_seed import seed_run
+
+    runs = {
+        "c-0": (
+            TrialStatus.TERMINATED,
+            [{"val_acc": 0.9, "latency": 10.0}, {"val_acc": 0.5, "latency": 10.0}],
+        )
+    }
+    store = TrialStore(trials_url, create=True)
+    try:
+        seeded = seed_run(store, "two_ckpt", TWO_GOAL, runs)
+        [row] = store.reader.board(seeded.run, Goal.of(*TWO_GOAL.values())).rows
+        trial = make_dashboard(store).get("/api/trials/c-0").json()
+    finally:
+        store.dispose()
+    assert row.best_checkpoint == "/ckpt/c-0/2"
+    assert trial["best_checkpoint"]["path"] == row.best_checkpoint

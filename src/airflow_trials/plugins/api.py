@@ -199,8 +199,8 @@ def trial_api(
     request: Request, trial_id: params.TrialId, user: UserDep, store: params.StoreDep
 ) -> TrialOut:
     trial, run = reads.trial(store, user, trial_id)
-    metric, mode, _, best_iteration = reads.trial_curve(store, trial, run)
-    checkpoints, best = reads.trial_checkpoints(store, trial, metric, mode)
+    *_, best_iteration = reads.trial_curve(store, trial, run)
+    checkpoints, best = reads.trial_checkpoints(store, trial, run)
     rungs, lineage = reads.trial_decisions(store, trial)
     links = Links(request)
     return TrialOut(

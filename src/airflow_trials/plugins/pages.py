@@ -225,7 +225,7 @@ def trial_page(request: Request, trial_id: TrialId, user: UserDep, store: StoreD
     trial, run = reads.trial(store, user, trial_id)
     links = Links(request)
     metric, mode, curve, best_iteration = reads.trial_curve(store, trial, run)
-    checkpoints, best = reads.trial_checkpoints(store, trial, metric, mode)
+    checkpoints, best = reads.trial_checkpoints(store, trial, run)
     crumbs = []
     chart = None
     if run is not None and metric is not None:

@@ -255,17 +255,18 @@ def trial_curve(
 
 
 def trial_checkpoints(
-    store: TrialReader,
-    trial: TrialRecord,
-    metric: str | None,
-    mode: str | None,
+    store: TrialReader, trial: TrialRecord, run: ExperimentRunRecord | None
 ) -> tuple[list[CheckpointRecordRow], CheckpointRecordRow | None]:
-    """Every recorded checkpoint of the trial, and its best one (by its run's metric; without a
-    metric, the newest kept)."""
+    """Every recorded checkpoint of the trial, and the one its run's board hands on
+    (:class:`~airflow_trials.store.board.BoardRow`'s ``best_checkpoint``, as ``select_best``
+    does): with one metric the kept one whose result scored best, with several (or none) the
+    newest kept one."""
     checkpoints = store.checkpoints_of([trial.trial_id]).get(trial.trial_id, [])
-    if metric is None or mode is None:
+    recorded = run_goal(store, run) if run is not None else Goal((), ())
+    if len(recorded.metrics) != 1 or recorded.several:
         kept = [c for c in checkpoints if not c.deleted]
         return checkpoints, kept[-1] if kept else None
+    metric, mode = recorded.metrics[0], recorded.mode
     best_path = store.best_checkpoint_paths([trial.trial_id], metric, mode).get(trial.trial_id)
     return checkpoints, best_checkpoint(checkpoints, best_path)
 
