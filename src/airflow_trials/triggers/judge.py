@@ -114,7 +114,7 @@ class _Judge:
 class RungJudge(_Judge):
     """One trial's ASHA verdicts:
     :meth:`AshaRungs.judge <airflow_trials.core.rungs.AshaRungs.judge>` over the run's rungs in
-    the trials store (:class:`~airflow_trials.store.rungs.StoredRungs`).
+    the trials store (:class:`~airflow_trials.store.stored_rungs.StoredRungs`).
 
     :param rungs: ASHA's rule.
     :param bracket: the trial's bracket, drawn once per trial.
@@ -163,8 +163,8 @@ class RungJudge(_Judge):
 class VectorRungJudge(_Judge):
     """One trial's MOASHA verdicts:
     :meth:`MOASHARungs.judge <airflow_trials.core.moasha.MOASHARungs.judge>` over the run's rungs
-    in the trials store (:class:`~airflow_trials.store.rungs.StoredVectorRungs`), each result's
-    metrics read by :meth:`~airflow_trials.core.moasha.MOASHARungs.values_of`.
+    in the trials store (:class:`~airflow_trials.store.stored_rungs.StoredVectorRungs`), each
+    result's metrics read by :meth:`~airflow_trials.core.moasha.MOASHARungs.values_of`.
 
     :param rungs: MOASHA's rule.
     :param bracket: the trial's bracket, drawn once per trial.
