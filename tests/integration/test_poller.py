@@ -90,7 +90,7 @@ async def test_polls_run_on_the_pollers_thread_and_an_idle_poller_retires(
     assert recording.threads and set(recording.threads) == {
         "airflow-trials-poller"
     }  # never the event loop's thread
-    assert TrialStore(store_url).get_trial("t1").status.value == "RUNNING"
+    assert TrialStore(store_url).reader.get_trial("t1").status.value == "RUNNING"
     watch.close()
     while poller_of(loop) is poller:  # nothing left to watch: its thread stops
         await asyncio.sleep(0.05)
@@ -138,7 +138,7 @@ async def test_answers_reach_their_triggers_before_a_slow_write_ends(
     assert not any(p.recorded.done() for p in polls)  # the write is held
     held.go_on.set()
     await asyncio.wait_for(asyncio.gather(*(p.recorded for p in polls)), 30)
-    assert TrialStore(store_url).get_trial("h1").status.value == "RUNNING"
+    assert TrialStore(store_url).reader.get_trial("h1").status.value == "RUNNING"
     for watch in watches:
         watch.close()
 
