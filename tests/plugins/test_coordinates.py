@@ -92,8 +92,9 @@ def test_the_api_gives_the_axes_and_every_trials_values(dashboard):
     assert len(trials) == 12
     assert [t["trial_id"] for t in trials[:3]] == ["mnist-00", "mnist-01", "mnist-02"]
     assert [t["rank"] for t in trials] == list(range(1, 13))
-    # The 11 trials with a value: the best 10 are emphasised; the running one has no value.
-    assert [t["top"] for t in trials] == [True] * 10 + [False, False]
+    # The 11 trials with a value: the 10 that count (TERMINATED: docs/store.md "Which trials
+    # count") are emphasised, not mnist-03 (ERROR); the running one has no value.
+    assert [t["top"] for t in trials] == [True] * 3 + [False] + [True] * 7 + [False]
     assert trials[-1]["trial_id"] == "mnist-11" and trials[-1]["value"] is None
     assert trials[0]["params"] == {"lr": 0.1, "layers": 0}
     assert trials[0]["value"] == pytest.approx(0.1)  # 1 / 10 + 0.01 * 0

@@ -247,3 +247,21 @@ def test_the_trial_page_hands_on_the_board_s_checkpoint_of_two_metrics(trials_ur
         store.dispose()
     assert row.best_checkpoint == "/ckpt/c-0/2"
     assert trial["best_checkpoint"]["path"] == row.best_checkpoint
+
+
+def test_the_parallel_coordinates_emphasise_only_trials_that_count(trials_url, make_dashboard):
+    """The coordinates' top trials are the board's counted ones: they emphasised o-2 (ERROR)
+    and o-3 (RUNNING) too, whose losses beat every TERMINATED trial's."""
+    from airflow_trials.store import TrialStore
+
+    store = TrialStore(trials_url, create=True)
+    try:
+        seeded = seed_one(store)
+        body = make_dashboard(store).get(f"/api/runs/{seeded.run}/coordinates").json()
+        board = store.reader.board(seeded.run, Goal.of("loss", "min"))
+    finally:
+        store.dispose()
+    assert [(t["trial_id"], t["rank"]) for t in body["trials"]] == [
+        (r.trial_id, r.rank) for r in board.rows
+    ]
+    assert sorted(t["trial_id"] for t in body["trials"] if t["top"]) == ["o-0", "o-1", "o-4"]

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 from fastapi import HTTPException, Query, status
 from pydantic import BaseModel, Field
 
+from airflow_trials.core.goal import Goal
 from airflow_trials.plugins import reads
 from airflow_trials.plugins.params import METRIC_PATTERN
 from airflow_trials.plugins.scales import Scale, ScaleKind
@@ -101,16 +102,16 @@ def coordinates(
 ) -> Coordinates:
     """Every trial of the run the user may read, with the axes to draw them on. The metric and
     mode default to the experiment's (the first of several); each trial's value is its best
-    (the run's one-metric leaderboard, feasible trials first when it has constraints)."""
+    (the run's one-metric board, feasible trials first when it has constraints); the top ones
+    are the best of those that count (docs/store.md "Which trials count")."""
     run = reads.experiment_run(store, user, run_pk)
     recorded = reads.run_goal(store, run)
     metric, mode = reads.goal(store, run, metric, mode)
-    rows = store.leaderboard(run.id, metric, mode)
+    rows = store.board(run.id, Goal.of(metric, mode)).rows
     values = [
-        row.best_value if row.best_value is not None and math.isfinite(row.best_value) else None
-        for row in rows
+        row.value if row.value is not None and math.isfinite(row.value) else None for row in rows
     ]
-    ranked = [i for i, v in enumerate(values) if v is not None]
+    ranked = [i for i, v in enumerate(values) if v is not None and rows[i].counted]
     top = set(ranked[:TOP_TRIALS])
     keys = sorted({key for row in rows for key in row.config})
     axes = [
@@ -130,7 +131,7 @@ def coordinates(
         axes=axes,
         metric_scale=Scale.numeric(finite) if finite else None,
         lines=[
-            Line(row.trial_id, row.status.value, i + 1, row.config, values[i], i in top)
+            Line(row.trial_id, row.status.value, row.rank, row.config, values[i], i in top)
             for i, row in enumerate(rows)
         ],
     )
