@@ -116,7 +116,7 @@ def test_a_warm_started_sweeps_searcher_learns_the_seeds_before_its_first_sugges
     exactly what the same seeded study suggests after those, points_to_evaluate after the seeds."""
     from airflow_trials.operators.tuning import airflow_searcher
     from tests.airflow.test_early_stopping import UNIFORM
-    from tests.airflow.test_sweep import SEEDED_SEARCH, seeded_search
+    from tests.airflow.test_sweep_search import SEEDED_SEARCH, seeded_search
 
     name = "warm_sweep_optuna"
     dag = experiment_dag(

@@ -51,6 +51,9 @@ def test_the_readme_runs_its_trainables_records_the_run_and_reads_it_back(tmp_pa
         k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW_CONN_", "RAY_ADDRESS"))
     }
     env.update(
+        # ray.init() joins a Ray cluster it finds running on the machine (another test's stack);
+        # "local" starts the script's own, as on a newcomer's laptop.
+        RAY_ADDRESS="local",
         AIRFLOW_TRIALS_DB_URL=url,
         AIRFLOW_TRIALS_STORAGE=str(tmp_path / "results"),
         PYTHONPATH=os.pathsep.join([str(tmp_path), REPO]),
