@@ -50,8 +50,9 @@ class NotFoundError(LookupError):
 
 
 @dataclass(frozen=True)
-class BoardRow:
-    """One leaderboard line as a page shows it.
+class TrialTableRow:
+    """One trial's row in the run page's leaderboard table, with what the table shows of it (the
+    ranking's own row is the store's :class:`~airflow_trials.store.board.BoardRow`).
 
     :param rank: place in the ranking by the metric (1 = best), whatever the page is sorted by.
     :param trial: the trial's place in the ranking.
@@ -116,7 +117,7 @@ class BoardPage:
     page: int
     page_size: int
     total: int
-    rows: list[BoardRow]
+    rows: list[TrialTableRow]
     config_keys: list[str]
     status_counts: dict[str, int] = field(default_factory=dict)
     best_trial_id: str | None = None
@@ -259,7 +260,7 @@ def _filtered(
 
 def _board_rows(
     store: TrialReader, window: list[tuple[int, RankedTrial]], metric: str, mode: str
-) -> list[BoardRow]:
+) -> list[TrialTableRow]:
     """The page's rows, with the configs, best checkpoints and stop reasons of its trials only."""
     ids = [trial.trial_id for _, trial in window]
     configs = store.configs_of(ids)
@@ -267,7 +268,7 @@ def _board_rows(
     best_paths = store.best_checkpoint_paths(ids, metric, mode)
     stops = store.stops_of(ids)
     return [
-        BoardRow(
+        TrialTableRow(
             rank,
             trial,
             configs.get(trial.trial_id, {}),
@@ -348,7 +349,7 @@ def pareto_page(
     checkpoints = store.checkpoints_of(ids)
     stops = store.stops_of(ids)
     rows = [
-        BoardRow(
+        TrialTableRow(
             rank,
             trial,
             places[trial.trial_id].config,
@@ -464,7 +465,7 @@ def is_live(run: ExperimentRunRecord, status_counts: dict[str, int] | None = Non
 
 
 def _counts_and_config_keys(
-    run: ExperimentRunRecord, board: Sequence[Any], rows: Sequence[BoardRow]
+    run: ExperimentRunRecord, board: Sequence[Any], rows: Sequence[TrialTableRow]
 ) -> tuple[dict[str, int], list[str]]:
     """A board page's trials per status over the whole run, and its config columns
     (:func:`_config_keys`)."""
@@ -474,7 +475,7 @@ def _counts_and_config_keys(
     return dict(status_counts), _config_keys(run, rows)
 
 
-def _config_keys(run: ExperimentRunRecord, rows: Sequence[BoardRow]) -> list[str]:
+def _config_keys(run: ExperimentRunRecord, rows: Sequence[TrialTableRow]) -> list[str]:
     """A board page's config columns: the search space's keys and those of its configs, sorted."""
     config_keys = set(run.search_space) if isinstance(run.search_space, dict) else set()
     for row in rows:
