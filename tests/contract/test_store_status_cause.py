@@ -152,6 +152,33 @@ class StatusCauseContract:
         assert (plain.applied, plain.status) == (False, TrialStatus.RUNNING)
         assert cause(store, "t1") == (TrialStatus.RUNNING, StatusCause.PLACED)
 
+    def test_a_registration_from_an_older_try_changes_nothing_and_the_fence_holds(self, store):
+        taken_over(store, "t1")
+        add_results(store, "t1", [{"training_iteration": 1, "loss": 0.5}])
+        before = store.reader.get_trial("t1")
+        # Try 1, a zombie of the cleared task, runs execute again: it registers the trial anew.
+        register(store, "t1", try_number=1, run_id="zombie", task_id="zombie", map_index=7)
+        after = store.reader.get_trial("t1")
+        assert after == before
+        assert (after.try_number, after.run_id, after.map_index) == (2, None, -1)
+        store.record_progress([finished("t1", 1)])
+        assert cause(store, "t1") == (TrialStatus.RUNNING, StatusCause.PLACED)
+        register(store, "t1", try_number=2, run_id="run-2")  # the registered try refreshes
+        assert store.reader.get_trial("t1").run_id == "run-2"
+
+    def test_a_restart_from_an_older_try_keeps_the_results_and_the_registered_try(self, store):
+        taken_over(store, "t1")
+        add_results(store, "t1", [{"training_iteration": 1, "loss": 0.5}])
+        store.record_progress([finished("t1", 2)])
+        recorded = store.record_transition("t1", RestartFromScratch(try_number=1))
+        assert (recorded.applied, recorded.status) == (False, TrialStatus.TERMINATED)
+        record = store.reader.get_trial("t1")
+        assert (record.try_number, record.last_result) == (2, {"loss": 1.0})
+        assert [r["loss"] for r in store.reader.get_results("t1")] == [0.5]
+        recorded = store.record_transition("t1", RestartFromScratch(try_number=3))
+        assert (recorded.applied, recorded.status) == (True, TrialStatus.PENDING)
+        assert store.reader.get_trial("t1").try_number == 3
+
     # -- migration 0018 ------------------------------------------------------------------------
 
     def test_upgrade_from_0017_leaves_the_causes_unknown_and_downgrade_keeps_the_trials(

@@ -39,7 +39,9 @@ class RestartFromScratch:
     XComs, and the trial's results are replaced the same way. The caller deletes the files of
     ``Recorded.dropped_checkpoints``. A trial that has not ended raises InvalidTransitionError.
 
-    :param try_number: the Airflow try that re-runs it; default None (unchanged).
+    :param try_number: the Airflow try that re-runs it; default None (unchanged). Fenced as a
+        StopForTry is: from a try older than the registered one nothing changes (``applied``
+        False), so the registered try never goes down.
     """
 
     try_number: int | None = None
@@ -71,7 +73,8 @@ class Recorded:
     """What ``record_transition`` did.
 
     :param status: the status the trial has now.
-    :param applied: False when a :class:`StopForTry` was fenced off by a later try; default True.
+    :param applied: False when a :class:`StopForTry` or a :class:`RestartFromScratch` was fenced
+        off by a later try; default True.
     :param dropped_checkpoints: the checkpoint paths a :class:`RestartFromScratch` deleted the
         rows of, whose files the caller deletes; default none.
     """

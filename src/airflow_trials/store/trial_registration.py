@@ -1,0 +1,50 @@
+"""The statement that registers a trial, or refreshes one registered already: ``upsert_trial``'s
+one ``INSERT ... ON CONFLICT DO UPDATE``, fenced by the Airflow try as the status setter is."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import case, func, or_
+
+from airflow_trials.core.status import TrialStatus
+from airflow_trials.core.status_cause import StatusCause
+
+
+def registered(now: Any) -> dict[str, Any]:
+    """The fields of a trial as it is first registered: PENDING, no failures, not started."""
+    return {
+        "status": TrialStatus.PENDING.value,
+        "status_cause": StatusCause.REGISTERED.value,
+        "num_failures": 0,
+        "created_at": now,
+        "updated_at": now,
+        "started_at": None,
+        "ended_at": None,
+    }
+
+
+def refreshing_airflow_ids(insert: Any, table: Any) -> Any:
+    """``insert`` that, for a trial registered already, only refreshes the Airflow ids given, and
+    only from a try no older than the one registered (the try fence of
+    :func:`~airflow_trials.store.trial_writes.from_an_older_try`): a cleared task's older try that
+    runs again writes nothing, so the registered try never goes down."""
+    new = insert.excluded
+    return insert.on_conflict_do_update(
+        index_elements=[table.c.trial_id],
+        set_={
+            "dag_id": func.coalesce(new.dag_id, table.c.dag_id),
+            "run_id": func.coalesce(new.run_id, table.c.run_id),
+            "task_id": func.coalesce(new.task_id, table.c.task_id),
+            "map_index": case((new.task_id.is_not(None), new.map_index), else_=table.c.map_index),
+            "try_number": func.coalesce(new.try_number, table.c.try_number),
+            "updated_at": new.updated_at,
+        },
+        where=not_from_an_older_try(new.try_number, table.c.try_number),
+    )
+
+
+def not_from_an_older_try(try_number: Any, registered_try: Any) -> Any:
+    """SQL for the negation of the try fence: no try on either side, or ``try_number`` is the
+    registered try or a later one."""
+    return or_(try_number.is_(None), registered_try.is_(None), try_number >= registered_try)
