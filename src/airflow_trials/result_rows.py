@@ -1,18 +1,20 @@
 """The rows a :class:`~airflow_trials.results.ResultGrid` is read into: each trial's row of
 ``get_dataframe``, a history's best row, the checkpoints shown without one score to rank by, and
-the trials that meet the grid's constraints."""
+the board that answers a grid's question, checked (or, for a grid of results in memory, the same
+ranking over them)."""
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from airflow_trials.core.pareto import rankable
 from airflow_trials.core.result import AUTO_FIELDS
-from airflow_trials.core.status import TrialStatus
 
 if TYPE_CHECKING:
     from airflow_trials.core.goal import Goal
@@ -66,80 +68,70 @@ def with_checkpoints(store: TrialReader, results: list[Any], board: Board | None
     ]
 
 
-def _several_of(board: Board | None, metrics: Sequence[str], modes: Sequence[str]) -> bool:
-    """Is ``board`` the board of these several metrics in these modes?"""
-    return (
-        board is not None
-        and (len(board.goal.metrics) > 1 or board.goal.several)
-        and list(board.goal.metrics) == list(metrics)
-        and list(board.goal.modes) == list(modes)
-    )
+def memory_board(grid: Any, goal: Goal, counted: Collection[str], finite_only: bool) -> Board:
+    """The board of a ``ResultGrid`` built from results in memory (not read back from the trials
+    DB), by the board's own ranking (:func:`~airflow_trials.store.pareto_board.pareto_board`,
+    :func:`~airflow_trials.store.board.several_board`) over each trial's last result, as the
+    trials DB's rows are ranked; only such a grid can hold an infinite value (``finite_only``)."""
+    from airflow_trials.store.board import several_board
+    from airflow_trials.store.pareto_board import pareto_board
+
+    metrics = list(goal.metrics)
+    rows = [
+        (
+            r.trial_id,
+            r.status.value,
+            r.num_failures,
+            json.dumps(r.config, default=str),
+            _number(r.metrics.get("training_iteration")),
+            r.latest_checkpoint,
+            None,
+            *(_number(r.metrics.get(m)) for m in [*metrics, *grid.constraints.metrics]),
+        )
+        for r in grid
+    ]
+    modes = [str(m) for m in goal.modes] if len(metrics) > 1 else [goal.mode]
+    pareto = pareto_board(metrics, modes, rows, None, grid.constraints, counted, finite_only)
+    return several_board(goal, pareto)
 
 
-def board_front(
-    board: Board | None, metrics: Sequence[str], modes: Sequence[str], counted_only: bool
-) -> set[str]:
-    """The ids on the board's front when the front asked for is the board's (its metrics and
-    modes, only the trials that count, finite values); empty otherwise."""
-    if not counted_only or not _several_of(board, metrics, modes):
-        return set()
-    assert board is not None
-    return set(board.front_trial_ids)
+def _number(value: Any) -> float | None:
+    return None if isinstance(value, bool) or not isinstance(value, int | float) else float(value)
 
 
-def board_pareto_ranks(
-    board: Board | None, metrics: Sequence[str], modes: Sequence[str], rows: list[dict[str, Any]]
-) -> list[int | None] | None:
-    """Each frame row's Pareto rank on the board, when ranked by the board's metrics and modes;
-    None otherwise."""
-    if not _several_of(board, metrics, modes):
-        return None
-    assert board is not None
-    ranks = {r.trial_id: r.pareto_rank for r in board.rows}
-    return [ranks.get(row["trial_id"]) for row in rows]
-
-
-def feasible_first(
-    grid: Any, candidates: list[tuple[Any, Any]], best_of: tuple[str, str] | None = None
-) -> list[tuple[Any, Any]]:
-    """The ``(score, TrialResult)`` candidates of a ``ResultGrid`` that meet its constraints;
-    all of them, with a warning, when none does. Each is judged on the result whose value is
-    ranked: its best of ``best_of`` (metric, mode) when given, else its last result."""
-    if not grid.constraints:
-        return candidates
-    judged = None if best_of is None else best_results(grid._store, grid.run.id, *best_of)
-
-    def result(trial: Any) -> Mapping[str, Any]:
-        return trial.metrics if judged is None else judged.get(trial.trial_id, {})
-
-    feasible = [pair for pair in candidates if grid.constraints.feasible(result(pair[1]))]
-    if feasible:
-        return feasible
-    log.warning(
-        "No trial of experiment %s run %s that could be ranked meets the constraints %s; "
-        "ranking all %d of them.",
-        grid.experiment_name,
-        grid.run_key,
-        grid.constraints.spec,
-        len(candidates),
-    )
-    return candidates
-
-
-def best_results(
-    store: TrialReader, run_id: int, metric: str, mode: str
-) -> dict[str, Mapping[str, Any]]:
-    """Each trial's result with its best value of ``metric`` (the leaderboard's best iteration):
-    the result ``get_best_result(scope="all")`` ranks, so the one its constraints judge."""
-    board = store.leaderboard(run_id, metric, mode)
-    judged: dict[str, Mapping[str, Any]] = {}
-    for row in board:
-        if row.best_iteration is not None:
-            results = store.get_results(row.trial_id)
-            judged[row.trial_id] = next(
-                (r for r in results if r.get("training_iteration") == row.best_iteration), {}
-            )
-    return judged
+def checked_board(grid: Any, board: Board, metric: Any, finite_only: bool) -> Board:
+    """``board``, the answer to a ``ResultGrid``'s question of ``metric`` (one, or a list), once
+    it ranks a trial: a ValueError naming the fix when none is; a warning when the grid has
+    constraints and no ranked trial meets them (the board then ranks them all)."""
+    one = isinstance(metric, str)
+    reported = f"metric {metric!r}" if one else f"metrics {metric!r}"
+    valued = [r for r in board.rows if rankable(list(r.values.values()), finite_only=finite_only)]
+    ranked = [r for r in valued if r.counted]
+    where = f"experiment {grid.experiment_name} run {grid.run_key}"
+    if valued and not ranked:
+        counts = Counter(r.status.value for r in valued)
+        statuses = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+        raise ValueError(
+            f"No trial of {where} that reported {reported} ended TERMINATED ({statuses}); pass "
+            "terminated_only=False to rank them anyway, or resume the run."
+        )
+    if not ranked:
+        raise ValueError(
+            f"No trial of {where} reported {reported if one else 'every one of ' + reported}"
+            f"{' as a finite number' if finite_only else ''}; its trials report "
+            f"{', '.join(reported_metrics(grid)) or 'no metric yet'}. Pass metric= with "
+            f"{'one of them' if one else 'a list of them, and mode= with their modes'}."
+        )
+    if grid.constraints and not any(r.feasible for r in ranked):
+        log.warning(
+            "No trial of experiment %s run %s that could be ranked meets the constraints %s; "
+            "ranking all %d of them.",
+            grid.experiment_name,
+            grid.run_key,
+            grid.constraints.spec,
+            len(ranked),
+        )
+    return board
 
 
 def best_row(history: list[dict[str, Any]], metric: str, mode: str | None) -> dict[str, Any] | None:
@@ -162,41 +154,6 @@ def _flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             flat[f"{prefix}{key}"] = value
     return flat
-
-
-def candidates_of(
-    grid: Any,
-    scored: list[tuple[Any, Any]],
-    metric: Any,
-    filter_nan_and_inf: bool,
-    terminated_only: bool,
-) -> list[tuple[Any, Any]]:
-    """The scored trials of a ``ResultGrid`` (those that reported ``metric``, or every one of
-    several) to rank: only the TERMINATED ones with ``terminated_only``; ValueError, naming the
-    fix, when none is left."""
-    one = isinstance(metric, str)
-    reported = f"metric {metric!r}" if one else f"metrics {metric!r}"
-    candidates = [
-        (score, result)
-        for score, result in scored
-        if not terminated_only or result.status is TrialStatus.TERMINATED
-    ]
-    where = f"experiment {grid.experiment_name} run {grid.run_key}"
-    if scored and not candidates:
-        counts = Counter(result.status.value for _, result in scored)
-        statuses = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
-        raise ValueError(
-            f"No trial of {where} that reported {reported} ended TERMINATED ({statuses}); pass "
-            "terminated_only=False to rank them anyway, or resume the run."
-        )
-    if not candidates:
-        raise ValueError(
-            f"No trial of {where} reported {reported if one else 'every one of ' + reported}"
-            f"{' as a finite number' if filter_nan_and_inf else ''}; its trials report "
-            f"{', '.join(reported_metrics(grid)) or 'no metric yet'}. Pass metric= with "
-            f"{'one of them' if one else 'a list of them, and mode= with their modes'}."
-        )
-    return candidates
 
 
 def reported_metrics(grid: Any) -> list[str]:

@@ -24,27 +24,19 @@ With the search's constraints (``ResultGrid.from_db(..., constraints=["latency <
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from airflow_trials.core.constraints import Constraints, front_ranks
-from airflow_trials.core.pareto import (
-    MetricSpec,
-    ModeSpec,
-    check_several,
-    decode_metrics,
-    rankable,
-)
+from airflow_trials.core.constraints import COUNTED_STATUSES, EVERY_STATUS, Constraints, front_ranks
+from airflow_trials.core.goal import Goal
+from airflow_trials.core.pareto import MetricSpec, ModeSpec, check_several, decode_metrics
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.result_rows import (
     best_row,
-    board_front,
-    board_pareto_ranks,
-    candidates_of,
-    feasible_first,
+    checked_board,
     frame_row,
+    memory_board,
     run_board,
     with_checkpoints,
 )
@@ -52,7 +44,7 @@ from airflow_trials.result_rows import (
 if TYPE_CHECKING:
     import pandas as pd
 
-    from airflow_trials.store import ExperimentRunRecord, TrialReader, TrialStore
+    from airflow_trials.store import ExperimentRunRecord, TrialReader, TrialRecord, TrialStore
     from airflow_trials.store.board import Board
 
 
@@ -82,6 +74,21 @@ class TrialResult:
     error: str | None
     num_failures: int
     _store: TrialReader = field(repr=False, compare=False)
+
+    @classmethod
+    def of(cls, trial: TrialRecord, store: TrialReader) -> TrialResult:
+        """A trial as the trials DB holds it; no checkpoints yet (``with_checkpoints``)."""
+        return cls(
+            trial_id=trial.trial_id,
+            status=trial.status,
+            config=trial.config,
+            metrics=dict(trial.last_result or {}),
+            best_checkpoint=None,
+            latest_checkpoint=None,
+            error=trial.error_msg,
+            num_failures=trial.num_failures,
+            _store=store,
+        )
 
     @property
     def metrics_dataframe(self) -> pd.DataFrame:
@@ -132,6 +139,8 @@ class ResultGrid(Sequence[TrialResult]):
         self._results = results
         # The run's board (store/board.py) when the grid judges the recorded constraints.
         self._board: Board | None = None
+        # Read back from the trials DB (from_db): its questions are the store's board's.
+        self._read_back = False
 
     @classmethod
     def from_db(
@@ -175,26 +184,14 @@ class ResultGrid(Sequence[TrialResult]):
         metric, mode = decode_metrics(experiment.metric, experiment.mode)
         trials = store.list_trials(experiment_run_id=record.id)
         board = run_board(store, record.id, experiment.goal)
-        results = [
-            TrialResult(
-                trial_id=t.trial_id,
-                status=t.status,
-                config=t.config,
-                metrics=dict(t.last_result or {}),
-                best_checkpoint=None,
-                latest_checkpoint=None,
-                error=t.error_msg,
-                num_failures=t.num_failures,
-                _store=store,
-            )
-            for t in sorted(trials, key=lambda t: t.trial_id)
-        ]
+        results = [TrialResult.of(t, store) for t in sorted(trials, key=lambda t: t.trial_id)]
         results = with_checkpoints(store, results, board)
         checked = experiment.parsed_constraints() if given is None else given
         grid = cls(store, record, metric, mode, results, checked)
-        # The board answers the questions it is the answer to: the recorded constraints' own.
-        recorded = experiment.parsed_constraints().spec
-        grid._board = board if board is not None and checked.spec == recorded else None
+        # Read back: its questions are the store's board's; the board read here answers its own
+        # (the recorded constraints').
+        grid._read_back = True
+        grid._board = board if checked.spec == experiment.parsed_constraints().spec else None
         return grid
 
     # -- Sequence ----------------------------------------------------------------------------
@@ -242,6 +239,10 @@ class ResultGrid(Sequence[TrialResult]):
         that ended in ERROR, or has not ended yet, can be the best. ``select_best`` ranks the
         TERMINATED trials only; ``scope="all", terminated_only=True`` gives its trial.
 
+        Every question is answered by the run's board (``TrialReader.board``, docs/store.md "The
+        board"), asked with this metric and mode, the result ``scope`` judges, the statuses that
+        count and the grid's constraints, as the trials DB holds the run when asked.
+
         With the grid's ``constraints``, only the feasible trials (judged on the result ranked)
         are ranked while there is one (with none feasible, every trial is, and a warning says so).
 
@@ -255,7 +256,8 @@ class ResultGrid(Sequence[TrialResult]):
         :param scope: ``"last"`` (default, as Ray Tune) compares each trial's last reported value;
             ``"all"`` compares each trial's best value over all its results (the leaderboard's
             order).
-        :param filter_nan_and_inf: skip NaN and infinite values; default True.
+        :param filter_nan_and_inf: skip NaN and infinite values; default True. The trials DB
+            stores them as missing values, so a grid read from it never ranks them either way.
         :param terminated_only: rank only the trials that ended TERMINATED, as ``select_best``
             does; default False (every trial, as Ray Tune).
         :raises ValueError: no metric given or recorded, several metrics, a bad mode or scope, no
@@ -266,27 +268,9 @@ class ResultGrid(Sequence[TrialResult]):
         metric, mode = self._metric_and_mode(metric, mode)
         if scope not in ("last", "all"):
             raise ValueError(f"scope must be 'last' or 'all', got {scope!r}.")
-        board = self._board
-        if scope == "all" and terminated_only and filter_nan_and_inf and board is not None:
-            # select_best's question: the board's best (store/board.py), when it has one.
-            if board.goal.metrics == (metric,) and board.goal.modes == (mode,):
-                best = self._by_id(board.best_trial_id)
-                if best is not None:
-                    return best
-        values = self._values(metric, mode, scope)
-        scored = [
-            (value, result)
-            for result in self._results
-            if (value := values.get(result.trial_id)) is not None
-            and not (filter_nan_and_inf and not math.isfinite(value))
-        ]
-        candidates = feasible_first(
-            self,
-            candidates_of(self, scored, metric, filter_nan_and_inf, terminated_only),
-            (metric, mode) if scope == "all" else None,
-        )
-        sign = 1.0 if mode == "min" else -1.0
-        return min(candidates, key=lambda pair: (sign * pair[0], pair[1].trial_id))[1]
+        judged = "best" if scope == "all" else "last"
+        board = self._ask(Goal.of(metric, mode), judged, terminated_only, filter_nan_and_inf)
+        return self._by_id(checked_board(self, board, metric, filter_nan_and_inf).best_trial_id)
 
     def get_pareto_front(
         self,
@@ -303,7 +287,8 @@ class ResultGrid(Sequence[TrialResult]):
         ``pareto_rank`` column).
 
         It compares the trials that ended TERMINATED (docs/store.md "Which trials count"), and
-        with ``constraints`` the feasible ones while there is one; equal trials share the front::
+        with ``constraints`` the feasible ones while there is one; equal trials share the front.
+        It is the front of the run's board asked that question (``TrialReader.board``)::
 
             front = grid.get_pareto_front(["val_acc", "latency"], ["max", "min"])
             print([(r.trial_id, r.metrics["val_acc"], r.metrics["latency"]) for r in front])
@@ -315,7 +300,8 @@ class ResultGrid(Sequence[TrialResult]):
             of one metric need not be its best of another, so ``"all"`` has no single row per trial
             to compare and is refused, naming the fix.
         :param filter_nan_and_inf: skip a trial with a NaN or infinite value of a metric; default
-            True. False compares infinite values (NaN still compares with nothing).
+            True. False compares infinite values (NaN still compares with nothing): only a grid of
+            results in memory holds any, since the trials DB stores them as missing.
         :param terminated_only: only the trials that ended TERMINATED (default True, every front's).
         :raises ValueError: no metrics given or recorded, one metric (a string), metrics and modes
             that do not pair up, ``scope="all"``, no trial reported every metric (the message
@@ -331,24 +317,9 @@ class ResultGrid(Sequence[TrialResult]):
                 "rank one metric over every result with get_best_result(metric=..., "
                 "scope='all')."
             )
-        front = board_front(self._board, metrics, modes, terminated_only and filter_nan_and_inf)
-        if front:
-            return [r for r in self._results if r.trial_id in front]
-        scored = [
-            (row, result)
-            for result in self._results
-            if rankable(
-                row := [result.metrics.get(m) for m in metrics], finite_only=filter_nan_and_inf
-            )
-        ]
-        candidates = feasible_first(
-            self, candidates_of(self, scored, metrics, filter_nan_and_inf, terminated_only)
-        )
-        statuses = [r.status if terminated_only else "TERMINATED" for _, r in candidates]
-        ranks = front_ranks(
-            [row for row, _ in candidates], modes, statuses, finite_only=filter_nan_and_inf
-        )
-        return [result for rank, (_, result) in zip(ranks, candidates, strict=True) if rank == 0]
+        board = self._ask(Goal.of(metrics, modes), "last", terminated_only, filter_nan_and_inf)
+        front = checked_board(self, board, metrics, filter_nan_and_inf).front_trial_ids
+        return [r for r in self._results if r.trial_id in front]
 
     def get_dataframe(
         self,
@@ -362,11 +333,14 @@ class ResultGrid(Sequence[TrialResult]):
         and checkpoints, as Ray Tune's ``ResultGrid.get_dataframe``; with several metrics, also a
         ``pareto_rank`` column.
 
-        ``pareto_rank`` is each row's Pareto rank over the metrics among the trials that count
-        (:func:`~airflow_trials.core.constraints.front_ranks`): 0 on the front (without
-        ``filter_metric``, the trials :meth:`get_pareto_front` returns), 1 on the front once those
+        ``pareto_rank`` is each row's Pareto rank over the metrics among the trials that count: 0
+        on the front (the trials :meth:`get_pareto_front` returns), 1 on the front once those
         are removed, and so on; missing (``<NA>``) for a row without a finite value of every
-        metric, or whose trial did not end TERMINATED. It is there when the experiment records
+        metric, or whose trial did not end TERMINATED. It is the run's board's ``pareto_rank``,
+        but with ``filter_metric``: each row is then its trial's best result of that metric, which
+        no board row is, so those rows are ranked here by the same rule
+        (:func:`~airflow_trials.core.constraints.front_ranks`, docs/store.md "Which trials
+        count"). It is there when the experiment records
         several metrics, or ``pareto_metric`` is given; one metric gives the same frame as always.
 
         With the grid's ``constraints``, a ``feasible`` column says whether each row meets them
@@ -382,6 +356,30 @@ class ResultGrid(Sequence[TrialResult]):
         """
         import pandas as pd
 
+        pareto = self._frame_pareto(filter_metric, filter_mode, pareto_metric, pareto_mode)
+        rows = [
+            frame_row(result, self._shown_metrics(result, filter_metric, filter_mode))
+            for result in self._results
+        ]
+        frame = pd.DataFrame(rows)
+        feasible = [self.constraints.feasible(row) for row in rows]
+        if self.constraints:
+            frame["feasible"] = pd.array(feasible, dtype=bool)
+        if pareto is not None:
+            ranks = self._pareto_ranks(*pareto, rows, feasible if filter_metric else None)
+            frame["pareto_rank"] = pd.array(ranks, dtype="Int64")
+        return frame
+
+    # -- internals ---------------------------------------------------------------------------
+    def _frame_pareto(
+        self,
+        filter_metric: str | None,
+        filter_mode: str | None,
+        pareto_metric: list[str] | None,
+        pareto_mode: list[str] | None,
+    ) -> tuple[list[str], list[str]] | None:
+        """``get_dataframe``'s arguments checked: the metrics and modes ``pareto_rank`` ranks by
+        (given, else the experiment's several); None: no ``pareto_rank``."""
         if (filter_metric is None) != (filter_mode is None):
             raise ValueError(
                 "get_dataframe takes filter_metric and filter_mode together, or neither."
@@ -392,31 +390,51 @@ class ResultGrid(Sequence[TrialResult]):
                 "pareto_metric=['val_acc', 'latency'], pareto_mode=['max', 'min']), or neither "
                 "(then the experiment's, when it records several metrics)."
             )
-        pareto: tuple[list[str], list[str]] | None = None
         if pareto_metric is not None:
-            pareto = self._metrics_and_modes("get_dataframe", pareto_metric, pareto_mode)
-        elif isinstance(self.metric, list) and isinstance(self.mode, list):
-            pareto = self.metric, self.mode
-        rows = [
-            frame_row(result, self._shown_metrics(result, filter_metric, filter_mode))
-            for result in self._results
-        ]
-        frame = pd.DataFrame(rows)
-        feasible = [self.constraints.feasible(row) for row in rows]
-        if self.constraints:
-            frame["feasible"] = pd.array(feasible, dtype=bool)
-        if pareto is not None:
-            by, modes = pareto
-            ranks = None if filter_metric else board_pareto_ranks(self._board, by, modes, rows)
-            if ranks is None:
-                values = [[row.get(m) for m in by] for row in rows]
-                statuses = [result.status for result in self._results]
-                feasible_ = feasible if self.constraints else None
-                ranks = front_ranks(values, modes, statuses, feasible_)
-            frame["pareto_rank"] = pd.array(ranks, dtype="Int64")
-        return frame
+            return self._metrics_and_modes("get_dataframe", pareto_metric, pareto_mode)
+        if isinstance(self.metric, list) and isinstance(self.mode, list):
+            return self.metric, self.mode
+        return None
 
-    # -- internals ---------------------------------------------------------------------------
+    def _ask(self, goal: Goal, judged: str, counted_only: bool, finite_only: bool) -> Board:
+        """The run's board asked this question (store/board.py): ranked by ``goal``, each trial
+        judged on its ``"best"`` or ``"last"`` result, the TERMINATED trials counted
+        (``counted_only``) or every one, with the grid's constraints. The board read at open
+        when it is that one; a grid of results in memory ranks them by the same ranking."""
+        own = self._board
+        if (
+            own is not None
+            and counted_only
+            and (own.goal.metrics, own.goal.modes) == (goal.metrics, goal.modes)
+            and own.goal.several == goal.several
+            and judged == ("last" if own.goal.several else "best")
+        ):
+            return own
+        counted = COUNTED_STATUSES if counted_only else EVERY_STATUS
+        if not self._read_back and judged == "last":
+            return memory_board(self, goal, counted, finite_only)
+        return self._store.board(
+            self.run.id, goal, judged=judged, counted=counted, constraints=self.constraints
+        )
+
+    def _pareto_ranks(
+        self,
+        metrics: list[str],
+        modes: list[str],
+        rows: list[dict[str, Any]],
+        feasible: list[bool] | None,
+    ) -> list[int | None]:
+        """Each frame row's Pareto rank: the board's (each trial's last result). ``feasible``
+        (one flag per row) when the rows are each trial's best result of ``filter_metric``,
+        which no board row is: those rows are ranked here, by the same rule (``front_ranks``)."""
+        if feasible is None:
+            board = self._ask(Goal.of(metrics, modes), "last", True, True)
+            ranks = {r.trial_id: r.pareto_rank for r in board.rows}
+            return [ranks.get(row["trial_id"]) for row in rows]
+        values = [[row.get(m) for m in metrics] for row in rows]
+        statuses = [result.status for result in self._results]
+        return front_ranks(values, modes, statuses, feasible if self.constraints else None)
+
     def _shown_metrics(
         self, result: TrialResult, filter_metric: str | None, filter_mode: str | None
     ) -> Mapping[str, Any]:
@@ -470,15 +488,11 @@ class ResultGrid(Sequence[TrialResult]):
             mode = self.mode
         return check_several(owner, metric, mode)
 
-    def _values(self, metric: str, mode: str, scope: str) -> dict[str, float]:
-        if scope == "all":
-            board = self._store.leaderboard(self.run.id, metric, mode)
-            return {r.trial_id: r.best_value for r in board if r.best_value is not None}
-        return {
-            r.trial_id: float(v)
-            for r in self._results
-            if isinstance(v := r.metrics.get(metric), (int, float)) and not isinstance(v, bool)
-        }
-
-    def _by_id(self, trial_id: str | None) -> TrialResult | None:
-        return next((r for r in self._results if r.trial_id == trial_id), None)
+    def _by_id(self, trial_id: str | None) -> TrialResult:
+        found = next((r for r in self._results if r.trial_id == trial_id), None)
+        if found is None:
+            raise ValueError(
+                f"The best trial of experiment {self.experiment_name} run {self.run_key}, "
+                f"{trial_id}, started after this grid was opened; open it again to see it."
+            )
+        return found

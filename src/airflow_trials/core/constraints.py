@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -232,11 +232,15 @@ def constrained_ranks(
 #: or has not ended (PENDING, RUNNING, PAUSED) is listed, but is neither best nor on the front.
 COUNTED_STATUSES = frozenset({"TERMINATED"})
 
+#: Every status: what a reader that ranks every trial counts (Ray Tune's
+#: ``ResultGrid.get_best_result`` default, ``terminated_only=False``).
+EVERY_STATUS = frozenset({"PENDING", "RUNNING", "PAUSED", "TERMINATED", "ERROR"})
 
-def is_counted(status: Any) -> bool:
+
+def is_counted(status: Any, counted: Collection[str] = COUNTED_STATUSES) -> bool:
     """Does a trial of ``status`` (a ``TrialStatus`` or its value) count for the best trial and
-    the front (:data:`COUNTED_STATUSES`)?"""
-    return str(getattr(status, "value", status)) in COUNTED_STATUSES
+    the front (``counted``: default :data:`COUNTED_STATUSES`, the rule every screen follows)?"""
+    return str(getattr(status, "value", status)) in counted
 
 
 def front_ranks(
@@ -246,6 +250,7 @@ def front_ranks(
     feasible: Sequence[bool] | None = None,
     *,
     finite_only: bool = True,
+    counted: Collection[str] = COUNTED_STATUSES,
 ) -> list[int | None]:
     """The Pareto rank of each row, as every front reads it (``select_best``, the boards,
     ``ResultGrid``): the rows whose status :func:`is_counted` are ranked, feasible first with
@@ -255,6 +260,7 @@ def front_ranks(
     :param modes: ``"min"`` or ``"max"``, one per metric.
     :param statuses: one status per row.
     :param feasible: one flag per row; None: no constraints.
+    :param counted: the statuses that count; default :data:`COUNTED_STATUSES`.
     """
     from airflow_trials.core.pareto import pareto_ranks
 
@@ -262,7 +268,7 @@ def front_ranks(
         raise ValueError(
             f"front_ranks: {len(rows)} rows but {len(statuses)} statuses; give one status per row."
         )
-    chosen = [i for i, status in enumerate(statuses) if is_counted(status)]
+    chosen = [i for i, status in enumerate(statuses) if is_counted(status, counted)]
     picked = [rows[i] for i in chosen]
     if feasible is None:
         ranked = pareto_ranks(picked, modes, finite_only=finite_only)

@@ -19,18 +19,24 @@ Pareto rank (:func:`~airflow_trials.core.constraints.front_ranks`), so only they
 or the best. With one metric, the Pareto rank is the place of the trial's value among the
 counted trials' (ties share it; feasible ones first), so the front is the counted trials that
 share the best value.
+
+The same read answers a reader's other questions (``ResultGrid``'s), by the same internals:
+which statuses count (``counted``: every status, as Ray Tune's ``get_best_result``), which result
+is judged with one metric (``judged="last"``: each trial's last result, placed as the board of
+several metrics places it, by ``at_trials.last_result``) and which constraints are judged
+(``constraints``, instead of the experiment's).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from airflow_trials.core.constraints import is_counted
+from airflow_trials.core.constraints import COUNTED_STATUSES, Constraints, is_counted
 from airflow_trials.core.goal import Goal
 from airflow_trials.core.pick import Candidate, Pick
 from airflow_trials.core.status import TrialStatus
@@ -86,8 +92,9 @@ class BoardRow:
 
     @property
     def counted(self) -> bool:
-        """Does it count for the best and the front (ranked, and ended TERMINATED)?"""
-        return self.pareto_rank is not None and is_counted(self.status)
+        """Does it count for the best and the front (ranked: a value of every metric, and a
+        status that counts, by default TERMINATED)?"""
+        return self.pareto_rank is not None
 
     @property
     def value(self) -> float | None:
@@ -134,13 +141,35 @@ class Board:
         return self.row(self.best_trial_id)
 
 
-def read_board(session: Session, dialect: str, run: ExperimentRunRow, goal: Goal) -> Board:
-    """The whole board of ``run`` by ``goal`` (two or more metrics, or one with its mode)."""
-    if len(goal.metrics) > 1 or goal.several:
-        modes = [str(m) for m in goal.modes]
-        pareto = pareto_board_in(session, dialect, run, list(goal.metrics), modes, None)
+#: The result a board of one metric judges each trial by: its best result of the metric
+#: (``"best"``, the leaderboard's) or its last result (``"last"``); several metrics: the last.
+JUDGED = ("best", "last")
+
+
+def read_board(
+    session: Session,
+    dialect: str,
+    run: ExperimentRunRow,
+    goal: Goal,
+    *,
+    judged: str = "best",
+    counted: Collection[str] = COUNTED_STATUSES,
+    constraints: Constraints | None = None,
+) -> Board:
+    """The whole board of ``run`` by ``goal`` (two or more metrics, or one with its mode).
+
+    :param judged: with one metric, ``"best"`` (default) or ``"last"`` (module docstring).
+    :param counted: the statuses that count; default those of "Which trials count".
+    :param constraints: judged instead of the experiment's; default the experiment's.
+    """
+    if len(goal.metrics) > 1 or goal.several or judged == "last":
+        modes = [str(m) for m in goal.modes] if len(goal.metrics) > 1 else [goal.mode]
+        pareto = pareto_board_in(
+            session, dialect, run, list(goal.metrics), modes, None, constraints, counted
+        )
         return several_board(goal, pareto)
-    return one_board(goal, leaderboard_in(session, dialect, run, goal.metric or "", goal.mode))
+    ranked = leaderboard_in(session, dialect, run, goal.metric or "", goal.mode, None, constraints)
+    return one_board(goal, ranked, counted)
 
 
 def pareto_board_in(
@@ -150,13 +179,17 @@ def pareto_board_in(
     metrics: list[str],
     modes: list[str],
     limit: int | None,
+    constraints: Constraints | None = None,
+    counted: Collection[str] = COUNTED_STATUSES,
 ) -> ParetoBoard:
     """The run's trials ranked by the Pareto front of ``metrics`` in ``modes``
-    (:meth:`TrialReader.pareto_leaderboard`), at most ``limit``."""
-    constraints = run_constraints(session, run)
+    (:meth:`TrialReader.pareto_leaderboard`), at most ``limit``; ``constraints`` and ``counted``
+    as :func:`read_board`'s."""
+    if constraints is None:
+        constraints = run_constraints(session, run)
     query = pareto_leaderboard_query(dialect, run.id, metrics, constraints.metrics)
     rows = session.connection().execute(query).all()
-    return pareto_board(metrics, modes, rows, limit, constraints)
+    return pareto_board(metrics, modes, rows, limit, constraints, counted)
 
 
 def leaderboard_in(
@@ -166,10 +199,13 @@ def leaderboard_in(
     metric: str,
     mode: str,
     limit: int | None = None,
+    constraints: Constraints | None = None,
 ) -> list[LeaderboardRow]:
     """The run's trials ranked by their best value of ``metric`` in ``mode``, feasible first
-    with constraints (:meth:`TrialReader.leaderboard`), at most ``limit``."""
-    constraints = run_constraints(session, run)
+    with constraints (:meth:`TrialReader.leaderboard`; ``constraints``: judged instead of the
+    experiment's), at most ``limit``."""
+    if constraints is None:
+        constraints = run_constraints(session, run)
     # With constraints the feasible trials go first, so the cut is made after that.
     cut = None if constraints else limit
     connection = session.connection()
@@ -201,10 +237,13 @@ def leaderboard_in(
     return judged_feasible_first(rows, checks)[:limit]
 
 
-def one_board(goal: Goal, ranked: Sequence[LeaderboardRow]) -> Board:
-    """The board of one metric from its leaderboard (whole, in order)."""
+def one_board(
+    goal: Goal, ranked: Sequence[LeaderboardRow], counted: Collection[str] = COUNTED_STATUSES
+) -> Board:
+    """The board of one metric from its leaderboard (whole, in order); the rows whose status is
+    in ``counted`` are ranked."""
     metric = goal.metric or ""
-    ranks = _one_metric_ranks(ranked)
+    ranks = _one_metric_ranks(ranked, counted)
     rows = [
         BoardRow(
             trial_id=r.trial_id,
@@ -226,13 +265,15 @@ def one_board(goal: Goal, ranked: Sequence[LeaderboardRow]) -> Board:
     return _finished(goal, rows)
 
 
-def _one_metric_ranks(ranked: Sequence[LeaderboardRow]) -> list[int | None]:
+def _one_metric_ranks(
+    ranked: Sequence[LeaderboardRow], counted: Collection[str]
+) -> list[int | None]:
     """The Pareto rank of each row of a one-metric leaderboard (feasible first, then by value):
     the counted rows with a value, in order, ranked densely by (feasible, value)."""
     ranks: list[int | None] = []
     rank, last = -1, None
     for r in ranked:
-        if r.best_value is None or not is_counted(r.status):
+        if r.best_value is None or not is_counted(r.status, counted):
             ranks.append(None)
             continue
         key = (r.feasible is not False, r.best_value)

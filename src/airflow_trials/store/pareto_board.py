@@ -30,13 +30,13 @@ as not reported there too.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Select, Text, cast, select
 
-from airflow_trials.core.constraints import Constraints, front_ranks
+from airflow_trials.core.constraints import COUNTED_STATUSES, Constraints, front_ranks
 from airflow_trials.core.pareto import check_several
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.store.feasibility import Feasibility, judge
@@ -160,9 +160,13 @@ def pareto_board(
     rows: Sequence[Sequence[Any]],
     limit: int | None,
     constraints: Constraints | None = None,
+    counted: Collection[str] = COUNTED_STATUSES,
+    finite_only: bool = True,
 ) -> ParetoBoard:
     """The board from the rows of :func:`pareto_leaderboard_query` (with ``constraints``, read
-    with their metrics as ``constrained``): ranked, ordered, cut."""
+    with their metrics as ``constrained``): ranked (the trials whose status is in ``counted``,
+    default those that count; an infinite value only without ``finite_only``, which the trials
+    DB, storing none, never needs), ordered, cut."""
     constraints = constraints or Constraints()
     end = 7 + len(metrics)
     values = [[_number(v) for v in row[7:end]] for row in rows]
@@ -170,7 +174,8 @@ def pareto_board(
         judge(constraints, constraints.metrics, row[end:]) if constraints else None for row in rows
     ]
     feasible = [bool(check and check.feasible) for check in checks] if constraints else None
-    ranks = front_ranks(values, modes, [row[1] for row in rows], feasible)
+    statuses = [row[1] for row in rows]
+    ranks = front_ranks(values, modes, statuses, feasible, counted=counted, finite_only=finite_only)
     sign = 1.0 if modes[0] == "min" else -1.0
 
     def place(i: int) -> tuple[bool, int, float, str]:

@@ -5,15 +5,16 @@ the best checkpoints)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 from typing import TypeVar
 
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
+from airflow_trials.core.constraints import COUNTED_STATUSES, Constraints
 from airflow_trials.core.goal import Goal
-from airflow_trials.store.board import Board, leaderboard_in, pareto_board_in, read_board
+from airflow_trials.store.board import JUDGED, Board, leaderboard_in, pareto_board_in, read_board
 from airflow_trials.store.database import Database
 from airflow_trials.store.feasibility import run_constraints
 from airflow_trials.store.leaderboard import (
@@ -69,23 +70,44 @@ class RankingReads:
 
         return self._read(operation, work)
 
-    def board(self, experiment_run_id: int, goal: Goal, limit: int | None = None) -> Board:
+    def board(
+        self,
+        experiment_run_id: int,
+        goal: Goal,
+        limit: int | None = None,
+        *,
+        judged: str = "best",
+        counted: Collection[str] = COUNTED_STATUSES,
+        constraints: Constraints | None = None,
+    ) -> Board:
         """The run's board by ``goal``: the one ranking every screen reads
         (:mod:`~airflow_trials.store.board`). Each trial's rank, Pareto rank, values, feasibility
         and checkpoints; the run's front and best trial (select_best's), whatever the limit.
+
+        The defaults ask select_best's question; a reader may ask another of the same ranking
+        (``ResultGrid``'s), answered in SQL by the same internals.
 
         :param experiment_run_id: the run.
         :param goal: the metrics and modes to rank by: the experiment's (``.goal`` of
             :meth:`get_experiment`), or a reader's choice of it (:meth:`Goal.pick`).
         :param limit: at most this many rows; default all. The front and best count every trial.
-        :raises ValueError: the goal has no metric, or one that cannot be ranked by.
+        :param judged: with one metric, each trial's ``"best"`` result of it (default) or its
+            ``"last"`` result; several metrics judge the last result only.
+        :param counted: the statuses of the trials that count for the best and the front;
+            default TERMINATED (docs/store.md "Which trials count"); ``EVERY_STATUS``: all.
+        :param constraints: judged instead of the experiment's; default the experiment's.
+        :raises ValueError: the goal has no metric, or one that cannot be ranked by, or
+            ``judged`` is not ``"best"`` or ``"last"``.
         """
         if not goal.metrics:
             raise ValueError(
                 f"Experiment run {experiment_run_id} has no metric to rank by; record one "
                 "(ensure_experiment(metric=..., mode=...)) or pass one (--metric/--mode)."
             )
-        if len(goal.metrics) > 1 or goal.several:
+        several = len(goal.metrics) > 1 or goal.several
+        if judged not in JUDGED:
+            raise ValueError(f"judged must be 'best' or 'last', got {judged!r}.")
+        if several:
             check_board_metrics(goal.metrics, [str(m) for m in goal.modes])
         else:
             check_mode(goal.mode)
@@ -96,7 +118,15 @@ class RankingReads:
 
         def work(session: Session) -> Board:
             run = self._db.find_run(session, experiment_run_id, operation)
-            board = read_board(session, self._db.dialect, run, goal)
+            board = read_board(
+                session,
+                self._db.dialect,
+                run,
+                goal,
+                judged=judged,
+                counted=counted,
+                constraints=constraints,
+            )
             return board if limit is None else replace(board, rows=board.rows[:limit])
 
         return self._read(operation, work)
