@@ -37,16 +37,18 @@ def leaderboard_rows(
     return exp_run, metric, mode, board
 
 
-def one_metric_board(
-    store: Any, exp_run: Any, metric: str, mode: str, whole: list[Any] | None = None
-) -> Any:
-    """The run's board of one metric (store/board.py), for its best and front over every trial:
-    from ``whole``, the run's whole leaderboard when read already, else read."""
+def ranked_leaderboard(
+    store: Any, experiment: str, run: str, metric: str | None, mode: str | None, limit: int | None
+) -> tuple[Any, str, str, list[Any], Any]:
+    """:func:`leaderboard_rows`, read once and whole: the run, the metric and mode, the first
+    ``limit`` rows (default all), and the run's board of one metric (store/board.py) from all
+    of them, for its best and front over every trial, whatever ``limit`` shows."""
     from airflow_trials.core.goal import Goal
     from airflow_trials.store.board import one_board
 
-    rows = store.leaderboard(exp_run.id, metric, mode) if whole is None else whole
-    return one_board(Goal.of(metric, mode), rows)
+    exp_run, metric_, mode_, whole = leaderboard_rows(store, experiment, run, metric, mode, None)
+    board = one_board(Goal.of(metric_, mode_), whole)
+    return exp_run, metric_, mode_, whole[:limit] if limit else whole, board
 
 
 def _not_reported(experiment: str, exp_run: Any, metric: str | None, reported: list[str]) -> Any:

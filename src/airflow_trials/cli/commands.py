@@ -11,8 +11,8 @@ import typer
 
 from airflow_trials.cli.boards import (
     leaderboard_rows,
-    one_metric_board,
     print_pareto_leaderboard,
+    ranked_leaderboard,
 )
 from airflow_trials.cli.common import (
     MAX_COUNT,
@@ -382,11 +382,11 @@ def leaderboard(
             exp_run = resolve_run(store, experiment, run)
             print_pareto_leaderboard(store, fmt, experiment, exp_run, *several, limit)
             return
-        exp_run, metric_, mode_, board = leaderboard_rows(
+        # The rows shown, and the run's board: the best and front every screen names
+        # (store/board.py), from one read.
+        exp_run, metric_, mode_, board, ranked = ranked_leaderboard(
             store, experiment, run, metric, mode, limit
         )
-        # The run's board: the best and front every screen names (store/board.py).
-        ranked = one_metric_board(store, exp_run, metric_, mode_, None if limit else board)
         columns, rows = leaderboard_cells(board, metric_, mode_)
         emit(
             out,
