@@ -152,28 +152,21 @@ def _watch(stack: Any, dag_id: str, run_id: str, timeout_s: float) -> str:
 
 
 def _progress_table(store: Any, experiment: str, run_id: str, state: str | None) -> Table:
-    """The live table: each trial, its best value of the experiment's (first) metric, and the
-    mark on the run's best on its board so far, the trial ``select_best`` would name (one that
-    ended TERMINATED, feasible first: docs/store.md "Which trials count")."""
+    """The live table: each trial, its best value of the experiment's (first) metric so far, and
+    the mark on the run's best on its board, the trial ``select_best`` would name (one that
+    ended TERMINATED, feasible first: docs/store.md "Which trials count"); the caption gives that
+    trial's value, the run's best value (never one of a trial that does not count)."""
     runs = [r for r in store.list_experiment_runs(experiment) if r.run_key == run_id]
-    table = Table(
-        "trial",
-        "status",
-        "iterations",
-        "best",
-        "failures",
-        "",
-        title=f"{experiment}: DAG run {state or '...'}",
-    )
-    if not runs:
-        return table
-    # Of an experiment with several metrics, the best column is the first metric's, and the best
-    # is the board of them all's (report_best).
     goal = store.get_experiment(experiment).goal
+    title = f"{experiment}: DAG run {state or '...'}"
+    columns = ("trial", "status", "iterations", goal.metric or "best", "failures", "")
+    table = Table(*columns, title=title)
+    if not runs or not goal.metrics:
+        return table
+    # Of an experiment with several metrics, the value column is the first metric's, and the
+    # best is the board of them all's.
     board = store.board(runs[0].id, goal.first())
-    best = (
-        board.best_trial_id if goal.first() == goal else report_best(store, experiment, runs[0].id)
-    )
+    whole = board if goal.first() == goal else store.board(runs[0].id, goal)
     records = {t.trial_id: t for t in store.list_trials(experiment_run_id=runs[0].id)}
     for row in sorted(board.rows, key=lambda r: r.trial_id):
         last = records[row.trial_id].last_result or {}
@@ -183,9 +176,19 @@ def _progress_table(store: Any, experiment: str, run_id: str, state: str | None)
             str(last.get("training_iteration", 0)),
             "-" if row.value is None else f"{row.value:.4g}",
             str(row.num_failures),
-            "best" if row.trial_id == best else "",
+            "best" if row.trial_id == whole.best_trial_id else "",
         )
+    table.caption = _best_caption(whole)
     return table
+
+
+def _best_caption(board: Any) -> str:
+    """The run's best value: its board's best trial's values; none while no trial counts."""
+    best = board.row(board.best_trial_id)
+    if best is None:
+        return "best: none yet (no trial has ended TERMINATED with a value)"
+    values = ", ".join(f"{m} {v:.4g}" for m, v in best.values.items() if v is not None)
+    return f"best: {best.trial_id}, {values}"
 
 
 def report_best(store: Any, experiment: str, experiment_run_id: int) -> str | None:
