@@ -13,6 +13,7 @@ import yaml
 from typer.testing import CliRunner
 
 from airflow_trials.cli import app
+from airflow_trials.core.status import TrialStatus
 from tests.factories import add_results
 
 runner = CliRunner()
@@ -21,7 +22,8 @@ runner = CliRunner()
 @pytest.fixture(scope="module")
 def seeded(tmp_path_factory) -> str:
     """Experiment "tune" (min loss, max acc): run "r1" of 40 trials where lr drives loss and
-    dropout drives acc, 4 of them failed before reporting; run "r2" (the latest) of one trial."""
+    dropout drives acc, 4 of them failed (ERROR) after reporting, so they do not count
+    (docs/store.md "Which trials count"); run "r2" (the latest) of one trial."""
     from airflow_trials.store import TrialStore
 
     url = f"sqlite:///{tmp_path_factory.mktemp('cli_importances') / 'trials.db'}"
@@ -54,11 +56,11 @@ def seeded(tmp_path_factory) -> str:
                 max_failures=0,
                 experiment_run_id=run,
             )
-            if i % 10 == 3:
-                continue  # failed before its first result
             loss = abs(math.log10(config["lr"]) + 2.5) + 0.01 * rng.random()
             acc = 1 - abs(config["dropout"] - 0.3) + 0.001 * rng.random()
             add_results(store, trial_id, [{"training_iteration": 1, "loss": loss, "acc": acc}])
+            # Every tenth failed after its result: ERROR, left out (its loss counted before).
+            _end(store, trial_id, TrialStatus.ERROR if i % 10 == 3 else TrialStatus.TERMINATED)
         latest = store.create_experiment_run("tune", "r2")
         store.upsert_trial(
             "r2-00",
@@ -69,9 +71,18 @@ def seeded(tmp_path_factory) -> str:
             experiment_run_id=latest,
         )
         add_results(store, "r2-00", [{"training_iteration": 1, "loss": 0.4, "acc": 0.5}])
+        _end(store, "r2-00", TrialStatus.TERMINATED)
     finally:
         store.dispose()
     return url
+
+
+def _end(store, trial_id: str, status) -> None:
+    from airflow_trials.core.end import TrialEnd
+    from airflow_trials.core.fate import after_failure
+
+    decision = None if status is TrialStatus.TERMINATED else after_failure(trial_id, 0, 0)
+    store.record_end(TrialEnd(trial_id, "tune", status, error=None), decision)
 
 
 def invoke(*args):
@@ -115,7 +126,10 @@ def test_metric_picks_one_of_several_with_its_mode(seeded):
 def test_the_table_and_plain_output(seeded):
     table = invoke("importances", "tune", "--run", "r1", "--db-url", seeded)
     assert "tune / r1: importances of min loss (ped-anova)" in table
-    assert "From 36 of 40 trials; 4 without loss left out; the same in every trial: batch." in table
+    assert (
+        "From 36 of 40 trials; 4 without loss or not TERMINATED left out; the same in every "
+        "trial: batch." in table
+    )
     assert "float 0.0001 to 0.1, log" in table
 
     plain = invoke("importances", "tune", "--run", "r1", "--db-url", seeded, "--output", "plain")

@@ -13,6 +13,8 @@ from html import unescape
 import httpx
 import pytest
 
+from airflow_trials.core.end import TrialEnd
+from airflow_trials.core.status import TrialStatus
 from tests.factories import add_results
 from tests.plugins.browser_support import launch_chromium, needs_chromium, start_api_server
 from tests.plugins.conftest import seed_store
@@ -25,7 +27,7 @@ LONG_NAME = "optimizer/momentum_warmup_fraction_of_the_first_epoch"
 
 def seed_big_run(store) -> int:
     """Run "big-1" of experiment "big" (DAG tune_mnist): 1,000 trials where lr drives the loss;
-    every 50th failed before reporting."""
+    every 50th failed before reporting, the others ended TERMINATED."""
     store.ensure_experiment("big", metric="loss", mode="min")
     run = store.create_experiment_run(
         "big",
@@ -67,6 +69,8 @@ def seed_big_run(store) -> int:
             continue
         loss = abs(math.log10(config["lr"]) + 2.5) + 0.02 * config["dropout"] + 0.01 * rng.random()
         add_results(store, trial_id, [{"training_iteration": 1, "loss": loss}])
+        # Ended: only the trials that count feed the importances (docs/store.md).
+        store.record_end(TrialEnd(trial_id, "big", TrialStatus.TERMINATED))
     return run
 
 
@@ -194,7 +198,7 @@ def test_a_run_with_too_few_trials_shows_why_in_place_of_the_chart(server, brows
     assert browser.eval("document.querySelector('svg.importances')") is None
     problem = browser.eval("document.querySelector('p.importances-problem').innerText")
     assert f"run h1 (id {seeded.hostile_run}) of experiment hostile" in problem
-    assert "1 of its 1 trials reported loss" in problem
+    assert "0 of its 1 trials reported loss" in problem
 
 
 def test_the_page_of_1000_trials_takes_well_under_the_run_page_s_refresh(server):

@@ -12,6 +12,8 @@ from html import unescape
 
 import pytest
 
+from airflow_trials.core.end import TrialEnd
+from airflow_trials.core.status import TrialStatus
 from airflow_trials.plugins.svg import importances_svg
 from tests.factories import add_results
 from tests.plugins.conftest import HOSTILE
@@ -55,6 +57,7 @@ def seed_two_metrics(store, num_trials: int = 40) -> int:
         loss = abs(math.log10(config["lr"]) + 2.5) + 0.01 * rng.random()
         acc = 1 - abs(config["dropout"] - 0.3) + 0.001 * rng.random()
         add_results(store, trial_id, [{"training_iteration": 1, "loss": loss, "acc": acc}])
+        store.record_end(TrialEnd(trial_id, "multi", TrialStatus.TERMINATED))
     return run
 
 
@@ -67,8 +70,9 @@ def test_the_api_ranks_the_run_s_hyperparameters(dashboard):
     assert [p["name"] for p in body["importances"]] == ["lr", "layers"]
     shares = [p["importance"] for p in body["importances"]]
     assert shares[0] > shares[1] and sum(shares) == pytest.approx(1.0)
-    # 12 trials: the one still running has no result yet.
-    assert (body["trials"], body["skipped"], body["constant"]) == (11, 1, [])
+    # 12 trials: the one still running has no result yet, and mnist-03 ended in ERROR: neither
+    # counts (docs/store.md "Which trials count"; mnist-03's loss counted before).
+    assert (body["trials"], body["skipped"], body["constant"]) == (10, 2, [])
     assert (body["metric"], body["mode"], body["metrics"], body["evaluator"]) == (
         "loss",
         "min",
@@ -93,7 +97,7 @@ def test_the_api_answers_409_with_the_reason_when_the_trials_cannot_tell_yet(das
     assert response.status_code == 409
     detail = response.json()["detail"]
     assert f"run h1 (id {run}) of experiment hostile" in detail
-    assert "1 of its 1 trials reported loss" in detail and "at least 2" in detail
+    assert "0 of its 1 trials reported loss" in detail and "at least 2" in detail
 
 
 def test_a_metric_of_several_is_picked_with_the_metric_parameter(dashboard, trials_store):
@@ -126,7 +130,7 @@ def test_the_page_draws_the_bars_most_important_first(dashboard):
     assert re.findall(r'<g class="importance" data-param="([^"]+)"', page) == ["lr", "layers"]
     shown = [float(v) for v in re.findall(r'data-importance="([^"]+)"', page)]
     assert shown == sorted(shown, reverse=True)
-    assert "From 11 of the run's 12 trials; 1 left out" in page
+    assert "From 10 of the run's 12 trials; 2 left out" in page  # the running and the ERROR one
     assert "<script" not in page.replace("<script>(function(){", "")  # only the theme script
     assert 'class="evaluator-link current" aria-current="page" data-evaluator="ped-anova"' in page
     assert f'href="/trials/runs/{run}/importances?evaluator=fanova"' in page
@@ -142,7 +146,7 @@ def test_the_page_shows_the_reason_in_place_of_the_chart(dashboard):
     assert 'class="importances"' not in response.text  # no chart, no table
     problem = re.search(r'<p class="importances-problem error"[^>]*>([^<]+)</p>', response.text)
     assert problem is not None
-    assert "1 of its 1 trials reported loss" in problem.group(1)
+    assert "0 of its 1 trials reported loss" in problem.group(1)
 
 
 def test_fanova_without_scikit_learn_is_501_and_says_how_to_install_it(dashboard, monkeypatch):
@@ -168,7 +172,7 @@ def test_a_user_not_allowed_on_the_dag_is_refused(dashboard, path):
     other = path.format(run=dashboard.seeded.other_run)
     answer = dashboard.get(other, user="bob")
     assert answer.status_code == (409 if path.startswith("/api/") else 200)
-    assert "1 of its 1 trials reported loss" in answer.text
+    assert "0 of its 1 trials reported loss" in answer.text
 
 
 def test_bad_parameters_are_422_and_an_unknown_run_404(dashboard):

@@ -265,3 +265,45 @@ def test_the_parallel_coordinates_emphasise_only_trials_that_count(trials_url, m
         (r.trial_id, r.rank) for r in board.rows
     ]
     assert sorted(t["trial_id"] for t in body["trials"] if t["top"]) == ["o-0", "o-1", "o-4"]
+
+
+def test_the_leaderboard_json_reads_the_board_once_whatever_its_limit(trials_url, monkeypatch):
+    """With --limit, `leaderboard -o json` read the run's leaderboard twice: the rows shown,
+    then the whole board for its best and front."""
+    from airflow_trials.store import TrialStore
+    from airflow_trials.store.ranking_reads import RankingReads
+
+    store = TrialStore(trials_url, create=True)
+    try:
+        seeded = seed_one(store)
+    finally:
+        store.dispose()
+    reads = []
+    leaderboard = RankingReads.leaderboard
+
+    def counted(self, *args, **kwargs):
+        reads.append(args)
+        return leaderboard(self, *args, **kwargs)
+
+    monkeypatch.setattr(RankingReads, "leaderboard", counted)
+    cli = _cli_json("leaderboard", seeded.experiment, "--db-url", trials_url, "--limit", "2")
+    assert len(reads) == 1
+    assert (cli["best_trial_id"], cli["front_trial_ids"]) == (ONE_BEST, [ONE_BEST])
+    assert [r["trial_id"] for r in cli["rows"]] == ["o-2", "o-3"]
+
+
+def test_the_live_table_shows_the_board_s_best_value(trials_url):
+    """The main job's live table marked the board's best, but its best value was any trial's:
+    o-2's 0.05 (ERROR) is the lowest loss shown. Its caption gives the board's best and value."""
+    from airflow_trials.cli.mainjob_cmd import _progress_table
+    from airflow_trials.store import TrialStore
+
+    store = TrialStore(trials_url, create=True)
+    try:
+        one = _progress_table(store.reader, seed_one(store).experiment, RUN_KEY, "running")
+        two = _progress_table(store.reader, seed_two(store).experiment, RUN_KEY, "running")
+    finally:
+        store.dispose()
+    assert one.caption == f"best: {ONE_BEST}, loss 0.3"
+    assert [c.header for c in one.columns][3] == "loss"  # each trial's own best so far
+    assert two.caption == f"best: {TWO_BEST}, val_acc 0.9, latency 30"

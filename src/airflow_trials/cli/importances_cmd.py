@@ -55,7 +55,8 @@ def importances(
 ) -> None:
     """Rank a run's hyperparameters by their importance to the metric: each trial's config
     against its best value (as the leaderboard ranks it), through Optuna's importance
-    evaluators. Trials without a value of the metric, and keys with one value in every trial,
+    evaluators. Only the trials that ended TERMINATED count (as Optuna's COMPLETE trials);
+    the others, those without a value of the metric, and keys with one value in every trial,
     are left out and counted. Exits 1 when there are too few trials to tell."""
 
     def body() -> None:
@@ -98,7 +99,9 @@ def importances(
         )
         if fmt is OutputFormat.TABLE:
             skipped = (
-                f"; {found.num_skipped} without {metric_} left out" if found.num_skipped else ""
+                f"; {found.num_skipped} without {metric_} or not TERMINATED left out"
+                if found.num_skipped
+                else ""
             )
             constant = (
                 f"; the same in every trial: {', '.join(found.constant)}" if found.constant else ""
@@ -119,12 +122,14 @@ def _evaluate(exp_run: Any, metric: str, mode: str, board: list[Any], evaluator:
     load it)."""
     import optuna
 
+    from airflow_trials.core.constraints import counted_values
     from airflow_trials.core.importances import prepare_importances
     from airflow_trials.searchers.optuna_importances import evaluate_importances
 
     data = prepare_importances(
         [row.config for row in board],
-        [row.best_value for row in board],
+        # Only the trials that count (docs/store.md "Which trials count"), as Optuna.
+        counted_values([row.status for row in board], [row.best_value for row in board]),
         metric=metric,
         mode=mode,
         subject=f"run {exp_run.run_key} (id {exp_run.id}) of experiment {exp_run.experiment_name}",

@@ -243,6 +243,16 @@ def is_counted(status: Any, counted: Collection[str] = COUNTED_STATUSES) -> bool
     return str(getattr(status, "value", status)) in counted
 
 
+def counted_values(statuses: Sequence[Any], values: Sequence[float | None]) -> list[float | None]:
+    """Each value whose trial's status :func:`is_counted`; None (as a trial without one) for the
+    others: what the hyperparameter importances are computed from, as Optuna's
+    ``optuna.importance`` takes the COMPLETE trials only."""
+    return [
+        value if is_counted(status) else None
+        for status, value in zip(statuses, values, strict=True)
+    ]
+
+
 def front_ranks(
     rows: Sequence[Sequence[Any]],
     modes: Sequence[str],

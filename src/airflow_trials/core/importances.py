@@ -243,10 +243,10 @@ def prepare_importances(
     where = f"Cannot compute the hyperparameter importances of {metric} for {subject}"
     if len(usable) < MIN_TRIALS:
         raise NotEnoughTrialsError(
-            f"{where}: {len(usable)} of its {total} trials reported {metric} as a number "
-            f"({skipped} without it: failed, or not reported yet), and the importances need at "
-            f"least {MIN_TRIALS}. Wait for more trials to report {metric}, or pick a metric they "
-            "report."
+            f"{where}: {len(usable)} of its {total} trials reported {metric} as a number and "
+            f"ended TERMINATED ({skipped} without it: failed, not ended, or not reported yet), "
+            f"and the importances need at least {MIN_TRIALS}. Wait for more trials to report "
+            f"{metric} and end, or pick a metric they report."
         )
     by_key: dict[str, list[Any]] = {}
     for _, flat, _ in usable:

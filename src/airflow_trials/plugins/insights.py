@@ -1,6 +1,7 @@
 """A run's hyperparameter importances on the dashboard: Optuna's evaluators over the run's trials
-(their configs and their best values of the metric, as the leaderboard ranks them); a page with a
-bar chart, and its JSON.
+that count (ended TERMINATED, docs/store.md "Which trials count", as Optuna takes its COMPLETE
+trials only): their configs and their best values of the metric, as the leaderboard ranks them;
+a page with a bar chart, and its JSON.
 
 The importances are on a page of their own (``/runs/{run}/importances``, linked from the run
 page), not on the run page: at 1,000 trials building Optuna's study and evaluating it takes from
@@ -19,6 +20,7 @@ from fastapi.responses import HTMLResponse
 from markupsafe import Markup
 from pydantic import BaseModel, Field
 
+from airflow_trials.core.constraints import counted_values
 from airflow_trials.core.importances import (
     DEFAULT_EVALUATOR,
     EVALUATORS,
@@ -93,7 +95,8 @@ def run_importances(
     evaluator: str = DEFAULT_EVALUATOR,
 ) -> RunImportances:
     """The importances of the run's hyperparameters for ``metric`` (default the experiment's;
-    the first of several), from each trial's best value as the leaderboard ranks it."""
+    the first of several), from each trial's best value as the leaderboard ranks it, of the
+    trials that count only (ended TERMINATED, as Optuna's COMPLETE trials)."""
     run = reads.experiment_run(store, user, run_pk)
     metric_, mode_ = reads.goal(store, run, metric, mode)
     metrics = list(reads.run_goal(store, run).metrics)
@@ -104,7 +107,8 @@ def run_importances(
     try:
         data = prepare_importances(
             [row.config for row in board],
-            [row.best_value for row in board],
+            # Only the trials that count (docs/store.md "Which trials count"), as Optuna.
+            counted_values([row.status for row in board], [row.best_value for row in board]),
             metric=metric_,
             mode=mode_,
             subject=run_subject(run),
