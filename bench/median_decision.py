@@ -1,5 +1,6 @@
 """Benchmark: the cost of one median-stopping-rule decision from the trials store
-(``TrialStore.record_median_point``), against Optuna's own RDB ``MedianPruner``.
+(``SchedulerState.record_median_point`` within ``record_progress``), against Optuna's own RDB
+``MedianPruner``.
 
 A run of N trials x R results under the median rule (grace_period 1, time_attr
 training_iteration) keeps one row per trial and result: N * R rows, the running sum of each
@@ -39,6 +40,7 @@ from airflow_trials.core.median_stopping import MeanSample
 from airflow_trials.core.scheduler import Decision
 from airflow_trials.store import TrialStore
 from airflow_trials.store.models import TrialMedianPointRow, utcnow
+from airflow_trials.store.scheduler_state import judge_alone
 from bench.store_ingest import _register_trials, fresh_postgres_schema
 
 TARGET_MS = 5.0
@@ -119,13 +121,18 @@ def time_ours(url: str, num_trials: int, results: int, decisions: int) -> dict[i
             timings = []
             for trial_id in (f"t{i}" for i in range(first, first + decisions)):
                 begin = time.perf_counter()
-                store.record_median_point(
-                    run,
+                # A decision as production writes it: within a record_progress of its trial.
+                judge_alone(
+                    store,
                     trial_id,
-                    iteration=step,
-                    time=step,
-                    value=1.0,
-                    decide=functools.partial(_counted, samples, float(step)),
+                    lambda state, trial_id=trial_id, step=step: state.record_median_point(
+                        run,
+                        trial_id,
+                        iteration=step,
+                        time=step,
+                        value=1.0,
+                        decide=functools.partial(_counted, samples, float(step)),
+                    ),
                 )
                 timings.append((time.perf_counter() - begin) * 1000)
             # Every decision compared with the means of all N trials (and of the new ones before it

@@ -1,4 +1,5 @@
-"""Benchmark: the cost of one ASHA decision from the trials store (``TrialStore.record_rung``).
+"""Benchmark: the cost of one ASHA decision from the trials store (``SchedulerState.record_rung``
+within ``TrialStore.record_progress``, as the triggerer writes it).
 
 A run of N trials x R results under ASHA's defaults (grace_period 1, reduction_factor 4,
 max_t R) keeps rung rows only at the milestones (1, 4, 16, 64 for R = 100): at most one per trial
@@ -47,6 +48,7 @@ from sqlalchemy import insert
 from airflow_trials.core.rungs import AshaRungs
 from airflow_trials.store import TrialStore
 from airflow_trials.store.models import TrialRungRow, utcnow
+from airflow_trials.store.scheduler_state import judge_alone
 from bench.store_ingest import _register_trials, fresh_postgres_schema
 
 TARGET_MS = 5.0
@@ -124,7 +126,14 @@ def time_decisions(
         value = rng.gauss(0, 1)
         decide = rungs.decide(0, milestone, milestone, value)
         begin = time.perf_counter()
-        store.record_rung(run, trial_id, bracket=0, milestone=milestone, value=value, decide=decide)
+        # A decision as production writes it: within a record_progress of its trial.
+        judge_alone(
+            store,
+            trial_id,
+            lambda state, trial_id=trial_id, value=value, decide=decide: state.record_rung(
+                run, trial_id, bracket=0, milestone=milestone, value=value, decide=decide
+            ),
+        )
         timings.append((time.perf_counter() - begin) * 1000)
     return timings
 
@@ -167,8 +176,12 @@ def run_backend(name: str, url: str, args: argparse.Namespace) -> dict[float, fl
             )
         begin = time.perf_counter()
         for trial_id in extra[:half]:
-            store.record_rung(
-                run, trial_id, bracket=0, milestone=min(milestones), value=0.0, decide=_never
+            judge_alone(
+                store,
+                trial_id,
+                lambda state, trial_id=trial_id: state.record_rung(
+                    run, trial_id, bracket=0, milestone=min(milestones), value=0.0, decide=_never
+                ),
             )
         print(
             f"[{name}] a repeat (stored verdict returned): "

@@ -96,13 +96,13 @@ def test_moasha_stops_dominated_trials_at_their_rungs_as_on_the_runner(trials_en
         ("c", 3.0): "STOP",
     }
     # Each rung's row holds the trial's vector, in the order recorded (MOASHA ranks by it).
-    assert store.rung_vectors(run_pk, 0, 1) == [(1.0, 1.0), (0.5, 2.0), (0.5, 0.5)]
-    assert store.rung_vectors(run_pk, 0, 3) == [(3.0, 1.0), (1.5, 0.5)]
+    assert store.reader.rung_vectors(run_pk, 0, 1) == [(1.0, 1.0), (0.5, 2.0), (0.5, 0.5)]
+    assert store.reader.rung_vectors(run_pk, 0, 3) == [(3.0, 1.0), (1.5, 0.5)]
     # The runner's MOASHA decides the same on the same streams.
     reasons, memory = runner_decisions(store, list(configs))
     assert reasons == expected
     for milestone in (1, 3):
-        assert memory.rung_vectors(0, milestone) == store.rung_vectors(run_pk, 0, milestone)
+        assert memory.rung_vectors(0, milestone) == store.reader.rung_vectors(run_pk, 0, milestone)
     assert live_trial_actors() == [] and live_placement_groups() == []
 
 
@@ -162,12 +162,14 @@ def test_an_experiment_dag_with_moasha_stops_a_dominated_trial_at_its_first_rung
         assert stored_rungs(store, [trial.trial_id]) == {(trial.trial_id, 1.0): "STOP"}
     # The rung rows hold each trial's vector at the rung, in the order the trials ran.
     vectors = [(t.config["scale"], t.config["cost"]) for t in ran]
-    assert store.rung_vectors(exp_run.id, 0, 1) == vectors
+    assert store.reader.rung_vectors(exp_run.id, 0, 1) == vectors
     # The runner's MOASHA, fed the same streams in the same order, decides the same.
     reasons, memory = runner_decisions(store, ids)
     assert reasons == {t.trial_id: t.stop_reason for t in ran}
     for milestone in (1, 3):
-        assert memory.rung_vectors(0, milestone) == store.rung_vectors(exp_run.id, 0, milestone)
+        assert memory.rung_vectors(0, milestone) == store.reader.rung_vectors(
+            exp_run.id, 0, milestone
+        )
     for t in ran:
         state = xcom(run, "tune.trial", key="trial", map_index=t.map_index)
         assert state["stop_reason"] == t.stop_reason

@@ -18,6 +18,7 @@ from airflow_trials.core.scheduler import Decision
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.stop_kind import StopKind
 from tests.factories import add_results
+from tests.scheduler_writes import OneWriteEach
 
 runner = CliRunner()
 ASHA_STOP = (
@@ -54,7 +55,7 @@ def seeded(tmp_path_factory) -> str:
             add_results(
                 store, trial_id, [{"training_iteration": it, "loss": 1.0 / it + i} for it in (1, 2)]
             )
-        store.record_rung(
+        OneWriteEach(store).record_rung(
             run,
             "best",
             bracket=0,
@@ -63,7 +64,7 @@ def seeded(tmp_path_factory) -> str:
             iteration=2,
             decide=verdict(Decision.CONTINUE),
         )
-        store.record_rung(
+        OneWriteEach(store).record_rung(
             run,
             "cut",
             bracket=0,
@@ -72,7 +73,7 @@ def seeded(tmp_path_factory) -> str:
             iteration=2,
             decide=verdict(Decision.STOP, ASHA_STOP),
         )
-        store.record_rung(
+        OneWriteEach(store).record_rung(
             run,
             "best",
             bracket=0,

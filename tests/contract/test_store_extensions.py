@@ -14,6 +14,7 @@ from airflow_trials.exceptions import ExperimentStateError
 from airflow_trials.store import ContinueWithRaisedStop
 from tests.contract.conftest import MEMORY, POSTGRESQL, SQLITE_FILE
 from tests.factories import add_checkpoint, add_results
+from tests.scheduler_writes import OneWriteEach
 
 
 def finished_run(store, trial_ids=("a", "b")) -> int:
@@ -34,7 +35,7 @@ def finished_run(store, trial_ids=("a", "b")) -> int:
             store, trial_id, [{"training_iteration": i, "score": float(i)} for i in (1, 2, 3)]
         )
         add_checkpoint(store, trial_id, f"/ckpt/{trial_id}/3", 3)
-        store.record_rung(
+        OneWriteEach(store).record_rung(
             run,
             trial_id,
             bracket=0,

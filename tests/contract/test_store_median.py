@@ -27,6 +27,7 @@ from tests.contract.conftest import MEMORY, POSTGRESQL, SQLITE_FILE
 from tests.contract.test_store import count, run_in_threads
 from tests.contract.test_store_rungs import new_run
 from tests.factories import add_results
+from tests.scheduler_writes import OneWriteEach, judge, judge_end, write_judged
 
 #: Random streams per backend, and the fewest results judged and stops they make (seeded: the
 #: same every run). In-memory SQLite replays the most; the file and PostgreSQL a sample.
@@ -95,7 +96,7 @@ def replay_stream(store: TrialStore, seed: int) -> tuple[int, int]:
         trials[trial_id].set_status(
             TrialStatus.RUNNING
         )  # none waits to run: too few means continue
-        judges[trial_id] = MedianJudge(rule, store, run, trial_id)
+        judges[trial_id] = MedianJudge(rule, run, trial_id)
     step, clock = dict.fromkeys(ids, 0), dict.fromkeys(ids, 0.0)
     level, limit = {t: rng.uniform(-1, 1) for t in ids}, {t: rng.randint(2, 14) for t in ids}
     live, judged, stops = list(ids), 0, 0
@@ -108,16 +109,14 @@ def replay_stream(store: TrialStore, seed: int) -> tuple[int, int]:
             "time_total_s": clock[trial_id],
             "score": _value(rng, level[trial_id], step[trial_id], infinities=not restarts),
         }
-        add_results(
-            store, trial_id, [result]
-        )  # the poller records results before the trigger judges
         expected = memory.on_trial_result(trials[trial_id], dict(result))
         if restarts and rng.random() < 0.2:
-            judges[trial_id] = MedianJudge(rule, store, run, trial_id)
-        judges[trial_id].judge([result])
+            judges[trial_id] = MedianJudge(rule, run, trial_id)
+        # The poller writes the result and its verdict in one transaction.
+        write_judged(store, judges[trial_id], [result])
         verdict = judges[trial_id].verdict_for(step[trial_id])
-        again = MedianJudge(rule, store, run, trial_id)
-        again.judge([result])
+        again = MedianJudge(rule, run, trial_id)
+        judge(store, again, [result])
         assert (verdict.decision, again.verdict_for(step[trial_id])) == (expected, verdict), (
             seed,
             trial_id,
@@ -130,7 +129,7 @@ def replay_stream(store: TrialStore, seed: int) -> tuple[int, int]:
                 assert verdict.reason == memory.decision_reason(trial_id)
             live.remove(trial_id)
             memory.on_trial_complete(trials[trial_id], dict(result))
-            judges[trial_id].at_end(result)
+            judge_end(store, judges[trial_id], result)
     return judged, stops
 
 
@@ -142,7 +141,7 @@ class MedianContract:
         run = new_run(store, "r1", ["a", "b", "c"])
         for trial_id, values in (("a", [0.2, 0.4]), ("b", [0.3, 0.3])):
             for iteration, value in enumerate(values, start=1):
-                store.record_median_point(
+                OneWriteEach(store).record_median_point(
                     run,
                     trial_id,
                     iteration=iteration,
@@ -150,7 +149,7 @@ class MedianContract:
                     value=value,
                     decide=decide(value, iteration),
                 )
-        worse = store.record_median_point(
+        worse = OneWriteEach(store).record_median_point(
             run, "c", iteration=2, time=2, value=0.9, decide=decide(0.9, 2)
         )
         assert (worse.decision, worse.fresh, worse.seq, worse.mean) == (Decision.STOP, True, 1, 0.9)
@@ -160,7 +159,9 @@ class MedianContract:
             "of 2 other trials' running means"
         )
         # A triggerer restart processes the same result again: the same verdict, decide not asked.
-        again = store.record_median_point(run, "c", iteration=2, time=2, value=0.0, decide=never)
+        again = OneWriteEach(store).record_median_point(
+            run, "c", iteration=2, time=2, value=0.0, decide=never
+        )
         assert (again.decision, again.reason, again.fresh, again.mean) == (
             Decision.STOP,
             worse.reason,
@@ -177,7 +178,7 @@ class MedianContract:
         run = new_run(store, "r1", ["a", "b", "short", "me"])
         for trial_id, values in (("a", [1.0, 3.0, 5.0]), ("b", [2.0, 2.0, 2.0]), ("short", [0.0])):
             for iteration, value in enumerate(values, start=1):
-                store.record_median_point(
+                OneWriteEach(store).record_median_point(
                     run,
                     trial_id,
                     iteration=iteration,
@@ -191,11 +192,13 @@ class MedianContract:
             seen.append(sample(means))
             return Decision.CONTINUE, None
 
-        store.record_median_point(run, "me", iteration=2, time=2.0, value=9.0, decide=capture)
+        OneWriteEach(store).record_median_point(
+            run, "me", iteration=2, time=2.0, value=9.0, decide=capture
+        )
         # "short" ended before time 2; a's mean up to 2 is 2.0, b's 2.0 (not a's mean over all of
         # it).
         assert seen == [expected([2.0, 2.0])]
-        store.record_median_point(
+        OneWriteEach(store).record_median_point(
             run,
             "b",
             iteration=4,
@@ -203,11 +206,15 @@ class MedianContract:
             value=math.nan,
             decide=lambda m: (Decision.CONTINUE, None),
         )
-        store.record_median_point(run, "me", iteration=3, time=3.0, value=9.0, decide=capture)
+        OneWriteEach(store).record_median_point(
+            run, "me", iteration=3, time=3.0, value=9.0, decide=capture
+        )
         assert seen[-1] == expected(
             [2.0, 3.0]
         )  # b's NaN comes after time 3: its mean up to 3 is finite
-        store.record_median_point(run, "me", iteration=4, time=4.0, value=9.0, decide=capture)
+        OneWriteEach(store).record_median_point(
+            run, "me", iteration=4, time=4.0, value=9.0, decide=capture
+        )
         assert (
             seen[-1] == expected([math.nan]) == (0, None)
         )  # b's mean is NaN now: left out, as Ray leaves it out
@@ -232,7 +239,7 @@ class MedianContract:
         means = []
         for i in range(5):
             for step in range(1, 6):
-                store.record_median_point(
+                OneWriteEach(store).record_median_point(
                     run,
                     f"every{i}",
                     iteration=step,
@@ -243,7 +250,7 @@ class MedianContract:
             means.append(sum(i + step for step in (1, 2, 3)) / 3)
         for i in range(skipping):
             for step, value in ((2, 10.0 + i), (5, 0.0)):
-                store.record_median_point(
+                OneWriteEach(store).record_median_point(
                     run,
                     f"skip{i}",
                     iteration=step,
@@ -253,7 +260,7 @@ class MedianContract:
                 )
             means.append(10.0 + i)
         for step, time in ((1, 0.5), (2, 2.5), (3, 3.5)):
-            store.record_median_point(
+            OneWriteEach(store).record_median_point(
                 run,
                 "float",
                 iteration=step,
@@ -262,7 +269,7 @@ class MedianContract:
                 decide=lambda means: (Decision.CONTINUE, None),
             )
         means.append(4.0)
-        store.record_median_point(
+        OneWriteEach(store).record_median_point(
             run,
             "short",
             iteration=1,
@@ -276,14 +283,22 @@ class MedianContract:
             seen.append(sample(means))
             return Decision.CONTINUE, None
 
-        store.record_median_point(run, "me", iteration=3, time=3, value=0.0, decide=capture)
+        OneWriteEach(store).record_median_point(
+            run, "me", iteration=3, time=3, value=0.0, decide=capture
+        )
         assert seen == [sample(MeanList(means))]
 
     def test_a_trial_s_last_result_is_added_again_when_it_ends(self, store):
         run = new_run(store, "r1", ["a"])
-        store.record_median_point(run, "a", iteration=1, time=1, value=1.0, decide=decide(1.0, 1))
-        store.record_median_point(run, "a", iteration=2, time=2, value=4.0, decide=decide(1.0, 2))
-        end = store.record_median_point(run, "a", iteration=2, time=2, value=4.0, at_end=True)
+        OneWriteEach(store).record_median_point(
+            run, "a", iteration=1, time=1, value=1.0, decide=decide(1.0, 1)
+        )
+        OneWriteEach(store).record_median_point(
+            run, "a", iteration=2, time=2, value=4.0, decide=decide(1.0, 2)
+        )
+        end = OneWriteEach(store).record_median_point(
+            run, "a", iteration=2, time=2, value=4.0, at_end=True
+        )
         assert (end.seq, end.mean, end.decision, end.reason, end.at_end) == (
             3,
             3.0,
@@ -292,19 +307,25 @@ class MedianContract:
             True,
         )
         assert (
-            store.record_median_point(run, "a", iteration=2, time=2, value=4.0, at_end=True).fresh
+            OneWriteEach(store)
+            .record_median_point(run, "a", iteration=2, time=2, value=4.0, at_end=True)
+            .fresh
             is False
         )
 
     def test_a_time_that_goes_back_is_refused_and_nothing_is_written(self, store):
         run = new_run(store, "r1", ["a"])
-        store.record_median_point(run, "a", iteration=2, time=5.0, value=1.0, decide=decide(1.0, 5))
+        OneWriteEach(store).record_median_point(
+            run, "a", iteration=2, time=5.0, value=1.0, decide=decide(1.0, 5)
+        )
         with pytest.raises(
             ValueError,
             match=r"its time 4.0 is before the trial's last recorded 5.0; the median "
             r"stopping rule needs a time_attr that never decreases",
         ):
-            store.record_median_point(run, "a", iteration=3, time=4.0, value=1.0, decide=never)
+            OneWriteEach(store).record_median_point(
+                run, "a", iteration=3, time=4.0, value=1.0, decide=never
+            )
         assert count(store, TrialMedianPointRow) == 1
 
     def test_bad_arguments_unknown_trials_and_wrong_runs_are_refused_and_nothing_is_written(
@@ -313,26 +334,36 @@ class MedianContract:
         run = new_run(store, "r1", ["a"])
         other = new_run(store, "r2", ["x"])
         with pytest.raises(TrialNotFoundError, match="trial ghost is not in the trial store"):
-            store.record_median_point(run, "ghost", iteration=1, time=1, value=1.0, decide=never)
+            OneWriteEach(store).record_median_point(
+                run, "ghost", iteration=1, time=1, value=1.0, decide=never
+            )
         with pytest.raises(ValueError, match="the trial belongs to experiment run"):
-            store.record_median_point(other, "a", iteration=1, time=1, value=1.0, decide=never)
+            OneWriteEach(store).record_median_point(
+                other, "a", iteration=1, time=1, value=1.0, decide=never
+            )
         with pytest.raises(
             ValueError, match="iteration of trial a's median point must be an integer >= 0"
         ):
-            store.record_median_point(run, "a", iteration=-1, time=1, value=1.0, decide=never)
+            OneWriteEach(store).record_median_point(
+                run, "a", iteration=-1, time=1, value=1.0, decide=never
+            )
         with pytest.raises(ValueError, match="time of trial a's median point must be finite"):
-            store.record_median_point(run, "a", iteration=1, time=math.inf, value=1.0, decide=never)
+            OneWriteEach(store).record_median_point(
+                run, "a", iteration=1, time=math.inf, value=1.0, decide=never
+            )
         with pytest.raises(ValueError, match="pass decide="):
-            store.record_median_point(run, "a", iteration=1, time=1, value=1.0)
+            OneWriteEach(store).record_median_point(run, "a", iteration=1, time=1, value=1.0)
         with pytest.raises(ValueError, match="not CONTINUE or STOP"):
-            store.record_median_point(
+            OneWriteEach(store).record_median_point(
                 run, "a", iteration=1, time=1, value=1.0, decide=lambda m: (Decision.PAUSE, None)
             )
         assert count(store, TrialMedianPointRow) == 0
 
     def test_a_trial_restarted_from_scratch_is_judged_afresh_and_its_points_go_with_it(self, store):
         run = new_run(store, "r1", ["a", "b"])
-        store.record_median_point(run, "a", iteration=1, time=1, value=0.1, decide=decide(0.1, 1))
+        OneWriteEach(store).record_median_point(
+            run, "a", iteration=1, time=1, value=0.1, decide=decide(0.1, 1)
+        )
         rule = MedianRule(
             metric="loss",
             mode="min",
@@ -341,9 +372,11 @@ class MedianContract:
             min_samples_required=1,
         )
         assert (
-            store.record_median_point(
+            OneWriteEach(store)
+            .record_median_point(
                 run, "b", iteration=1, time=1, value=0.9, decide=decide(0.9, 1, rule)
-            ).decision
+            )
+            .decision
             is Decision.STOP
         )
         store.record_transition("b", Transition.STOPPED, why="stopped by the median stopping rule")
@@ -352,9 +385,13 @@ class MedianContract:
             store.reader.trial_median_points("b") == []
             and len(store.reader.trial_median_points("a")) == 1
         )
-        assert store.record_median_point(
-            run, "b", iteration=1, time=1, value=0.05, decide=decide(0.05, 1, rule)
-        ).fresh
+        assert (
+            OneWriteEach(store)
+            .record_median_point(
+                run, "b", iteration=1, time=1, value=0.05, decide=decide(0.05, 1, rule)
+            )
+            .fresh
+        )
         with store._engine.begin() as connection:
             connection.exec_driver_sql("DELETE FROM at_trials WHERE trial_id = 'a'")
         assert [p.trial_id for p in store.reader.trial_median_points("b")] == ["b"]
@@ -372,9 +409,10 @@ class MedianContract:
             min_samples_required=1,
         )
         for iteration, loss in ((1, 0.5), (2, 0.6), (3, 0.5), (4, 0.5)):
-            add_results(store, "a", [{"training_iteration": iteration, "loss": loss}])
-            MedianJudge(rule, store, run, "a").judge(
-                [{"training_iteration": iteration, "loss": loss}]
+            write_judged(
+                store,
+                MedianJudge(rule, run, "a"),
+                [{"training_iteration": iteration, "loss": loss}],
             )
         # b's best so far counts its results before grace_period: 0.1 at iteration 1.
         add_results(
@@ -382,13 +420,13 @@ class MedianContract:
             "b",
             [{"training_iteration": i, "loss": v} for i, v in ((1, 0.1), (2, 0.9), (3, 0.9))],
         )
-        judge = MedianJudge(rule, store, run, "b")  # a new trigger: it reads b's results once
-        assert judge.judge([{"training_iteration": 3, "loss": 0.9}]) is None
+        b = MedianJudge(rule, run, "b")  # a new trigger: it reads b's results once
+        assert judge(store, b, [{"training_iteration": 3, "loss": 0.9}]) is None
         with pytest.raises(
             MissingSchedulerKey,
             match=r"result 4 of trial b has no 'loss', which MedianStoppingRule judges by",
         ):
-            judge.judge([{"training_iteration": 4, "score": 1.0}])
+            judge(store, b, [{"training_iteration": 4, "score": 1.0}])
 
     def test_random_streams_decide_exactly_as_the_in_memory_rule(self, store):
         judged, stops = map(
@@ -407,7 +445,9 @@ class MedianContract:
             raise RuntimeError("the verdict failed")
 
         with pytest.raises((RuntimeError, StoreError)):
-            store.record_median_point(run, "a", iteration=1, time=1, value=1.0, decide=fails)
+            OneWriteEach(store).record_median_point(
+                run, "a", iteration=1, time=1, value=1.0, decide=fails
+            )
         assert count(store, TrialMedianPointRow) == 0
 
     def test_downgrade_to_0006_drops_the_table_and_upgrade_brings_it_back(self, store):
@@ -450,7 +490,7 @@ class MedianContract:
                         return rule.verdict(best, float(key[1]), means)
 
                     for _ in range(2):  # the second is a retry: the same verdict, no second row
-                        writer.record_median_point(
+                        OneWriteEach(writer).record_median_point(
                             run,
                             f"w{w}",
                             iteration=iteration,

@@ -17,6 +17,7 @@ from airflow_trials.store.run_decisions import RunDecisionCounts
 from tests.contract.conftest import MEMORY, POSTGRESQL, SQLITE_FILE
 from tests.contract.test_store import register
 from tests.plugins.decisions_seed import asha_run, pbt_run
+from tests.scheduler_writes import OneWriteEach
 
 
 def _verdict(decision: Decision, reason: str | None = None):
@@ -84,7 +85,7 @@ class RunDecisionsContract:
             ("a", math.nan, Decision.CONTINUE),
             ("b", 0.9, Decision.STOP),
         ):
-            store.record_rung(
+            OneWriteEach(store).record_rung(
                 run,
                 trial_id,
                 bracket=0,
@@ -95,7 +96,7 @@ class RunDecisionsContract:
                     decision, "the rung's cutoff 0.7" if decision is Decision.STOP else None
                 ),
             )
-        store.record_rung(
+        OneWriteEach(store).record_rung(
             run,
             "c",
             bracket=0,
@@ -104,7 +105,7 @@ class RunDecisionsContract:
             iteration=1,
             decide=_verdict(Decision.CONTINUE),
         )
-        store.record_vector_rung(
+        OneWriteEach(store).record_vector_rung(
             run,
             "v",
             bracket=1,

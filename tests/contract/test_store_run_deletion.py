@@ -32,6 +32,7 @@ from airflow_trials.store.run_deletion import RunStillRunningError
 from tests.contract.conftest import MEMORY, POSTGRESQL, SQLITE_FILE, fail_setting_last_result
 from tests.contract.test_store import register, results
 from tests.factories import add_checkpoint, add_results
+from tests.scheduler_writes import OneWriteEach
 
 TABLES = (
     ResultRow,
@@ -68,7 +69,7 @@ def full_run(store: TrialStore, run_key: str, prefix: str) -> int:
         add_results(store, trial_id, results(range(1, 4)))
         add_checkpoint(store, trial_id, f"/ckpt/{trial_id}/checkpoint_000001", 1)
         add_checkpoint(store, trial_id, f"/ckpt/{trial_id}/checkpoint_000002", 2)
-        store.record_rung(
+        OneWriteEach(store).record_rung(
             run,
             trial_id,
             bracket=0,
@@ -77,7 +78,7 @@ def full_run(store: TrialStore, run_key: str, prefix: str) -> int:
             iteration=1,
             decide=lambda values: RungVerdict(Decision.CONTINUE, None),
         )
-        store.record_median_point(
+        OneWriteEach(store).record_median_point(
             run,
             trial_id,
             iteration=1,

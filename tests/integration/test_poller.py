@@ -108,10 +108,10 @@ class HeldStore:
         self.store = TrialStore(url)
         self.writing, self.go_on = threading.Event(), threading.Event()
 
-    def record_progress(self, batch):
+    def record_progress(self, batch, *, judges=None):
         self.writing.set()
         self.go_on.wait(30)
-        return self.store.record_progress(batch)
+        return self.store.record_progress(batch, judges=judges)
 
     def dispose(self):
         self.store.dispose()

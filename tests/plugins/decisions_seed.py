@@ -17,6 +17,7 @@ from airflow_trials.core.scheduler import Decision
 from airflow_trials.store import TrialStore
 from airflow_trials.store.models import TrialRow, TrialRungRow, utcnow
 from airflow_trials.store.rungs import StoredRungs, StoredVectorRungs
+from tests.scheduler_writes import OneWriteEach
 
 
 @dataclass
@@ -150,7 +151,7 @@ def asha_run(
         brackets=brackets,
     )
     run, trials = _run(store, name, "loss", "min", dag_id, count, name, bulk)
-    state: Any = RecordedRungs(run) if bulk else StoredRungs(store, run)
+    state: Any = RecordedRungs(run) if bulk else StoredRungs(OneWriteEach(store), run)
     quality = {t: rng.uniform(0.0, 1.0) for t in trials}
     bracket = {t: rungs.draw_bracket(rng.random()) for t in trials}
     seeded = SeededRun(run, trials)
@@ -189,7 +190,7 @@ def moasha_run(
     rng = random.Random(11)
     rule = MOASHARungs(metric=["loss", "latency"], mode=["min", "min"], max_t=9, grace_period=1)
     run, trials = _run(store, name, ["loss", "latency"], ["min", "min"], dag_id, count, name)
-    state = StoredVectorRungs(store, run)
+    state = StoredVectorRungs(OneWriteEach(store), run)
     seeded = SeededRun(run, trials)
     running = list(trials)
     for iteration in range(1, 10):

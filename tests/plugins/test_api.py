@@ -7,6 +7,7 @@ import pytest
 from airflow_trials.core.stop_kind import StopKind
 from tests.factories import update_trial
 from tests.plugins.conftest import TRACEBACK, _loss
+from tests.scheduler_writes import OneWriteEach
 
 
 def _ranking(dashboard, run, **params):
@@ -171,7 +172,7 @@ def _record_decisions(trials_store, run):
         (16, 0.1, Decision.CONTINUE, True),
     ):
         reason = ASHA_STOP if decision is Decision.STOP else None
-        trials_store.record_rung(
+        OneWriteEach(trials_store).record_rung(
             run,
             "mnist-05",
             bracket=0,

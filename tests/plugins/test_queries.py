@@ -22,6 +22,7 @@ from airflow_trials.plugins.queries import (
 from airflow_trials.plugins.svg import learning_curves_svg, nice_ticks
 from airflow_trials.store.records import CheckpointRecordRow
 from tests.factories import add_results, update_trial
+from tests.scheduler_writes import OneWriteEach
 
 
 def _ckpt(iteration, deleted=False):
@@ -204,7 +205,7 @@ def test_a_trial_s_rungs_say_their_verdict_and_the_one_recorded_at_the_end(trial
     def verdict(decision, reason=None):
         return lambda values: RungVerdict(decision=decision, cutoff=None, reason=reason)
 
-    trials_store.record_rung(
+    OneWriteEach(trials_store).record_rung(
         seeded.run,
         "mnist-05",
         bracket=0,
@@ -213,7 +214,7 @@ def test_a_trial_s_rungs_say_their_verdict_and_the_one_recorded_at_the_end(trial
         iteration=1,
         decide=verdict(Decision.CONTINUE),
     )
-    trials_store.record_rung(
+    OneWriteEach(trials_store).record_rung(
         seeded.run,
         "mnist-05",
         bracket=0,
@@ -222,7 +223,7 @@ def test_a_trial_s_rungs_say_their_verdict_and_the_one_recorded_at_the_end(trial
         iteration=4,
         decide=verdict(Decision.STOP, ASHA_STOP),
     )
-    trials_store.record_rung(
+    OneWriteEach(trials_store).record_rung(
         seeded.run,
         "mnist-05",
         bracket=0,

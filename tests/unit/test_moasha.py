@@ -17,6 +17,7 @@ from airflow_trials.store import TrialStore
 from airflow_trials.store.rungs import StoredVectorRungs
 from airflow_trials.triggers.judge import MissingSchedulerKey, VectorRungJudge, judge_for
 from tests.contract.test_store import register
+from tests.scheduler_writes import OneWriteEach, judge, judge_end
 
 METRIC, MODE = ["acc", "loss"], ["max", "min"]
 
@@ -166,7 +167,7 @@ def test_stored_moasha_rungs_judge_each_result_once(tmp_path):
         for name in ("t1", "t2"):
             register(store, name, run)
         rule = MOASHA(metric=METRIC, mode=MODE, max_t=9).rule()
-        state = StoredVectorRungs(store, run)
+        state = StoredVectorRungs(OneWriteEach(store), run)
         judge = dict(bracket=0, time=1, iteration=1)
         assert rule.judge(state, "t1", values=(math.nan, 0.1), **judge) == (
             Decision.CONTINUE,
@@ -176,9 +177,9 @@ def test_stored_moasha_rungs_judge_each_result_once(tmp_path):
         assert stopped[0] is Decision.STOP
         # A restarted trigger judging t2's result again gets the stored verdict, not a new one
         # (t2 alone at the rung would have gone on), and writes no second row.
-        again = StoredVectorRungs(store, run)
+        again = StoredVectorRungs(OneWriteEach(store), run)
         assert rule.judge(again, "t2", values=(0.9, 0.0), **judge) == stopped
-        vectors = store.rung_vectors(run, 0, 1)
+        vectors = store.reader.rung_vectors(run, 0, 1)
         assert len(vectors) == 2 and math.isnan(vectors[0][0])
         assert vectors[0][1:] == (0.1,) and vectors[1] == (0.5, 0.5)
         assert [r.decision for r in store.reader.trial_rungs("t2")] == [Decision.STOP]
@@ -242,21 +243,21 @@ def test_a_trial_s_judge_names_a_missing_metric_and_records_nothing_for_it(tmp_p
         run = store.create_experiment_run("moasha", "r1")
         register(store, "t1", run)
         settings = MOASHARungs(metric=METRIC, mode=MODE, max_t=9).to_dict()
-        judge = judge_for(settings, 0, store, run, "t1")
-        assert isinstance(judge, VectorRungJudge)
+        moasha_judge = judge_for(settings, 0, run, "t1")
+        assert isinstance(moasha_judge, VectorRungJudge)
         with pytest.raises(
             MissingSchedulerKey,
             match=r"result 1: Trial t1 reported a result without 'loss', which MOASHA decides "
             r"by \(the result has: acc, training_iteration\)",
         ):
-            judge.judge([{"training_iteration": 1, "acc": 0.5}])
+            judge(store, moasha_judge, [{"training_iteration": 1, "acc": 0.5}])
         with pytest.raises(MissingSchedulerKey, match=r"acc='high', but MOASHA needs a number"):
-            judge.judge([{"training_iteration": 1, "acc": "high", "loss": 1.0}])
+            judge(store, moasha_judge, [{"training_iteration": 1, "acc": "high", "loss": 1.0}])
         # A trial that ended without reporting both metrics has nothing to record at its end.
-        judge.at_end({"training_iteration": 1, "acc": 0.5})
-        judge.at_end(None)
+        judge_end(store, moasha_judge, {"training_iteration": 1, "acc": 0.5})
+        judge_end(store, moasha_judge, None)
         assert store.reader.trial_rungs("t1") == []
-        assert judge.judge([result(1, 0.5, 1.0)]) is None
-        assert store.rung_vectors(run, 0, 1) == [(0.5, 1.0)]
+        assert judge(store, moasha_judge, [result(1, 0.5, 1.0)]) is None
+        assert store.reader.rung_vectors(run, 0, 1) == [(0.5, 1.0)]
     finally:
         store.dispose()

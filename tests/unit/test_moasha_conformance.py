@@ -25,6 +25,7 @@ from airflow_trials.store.rungs import StoredVectorRungs
 from airflow_trials.triggers.judge import VectorRungJudge, judge_for
 from tests.contract.conftest import new_postgres_schema
 from tests.contract.test_store import register
+from tests.scheduler_writes import OneWriteEach, judge, judge_end
 
 FIXTURE = json.loads(
     (Path(__file__).parent / "fixtures" / "moasha_syne_tune_0_16.json").read_text()
@@ -83,7 +84,7 @@ def test_fixture_covers_the_rule():
 @pytest.mark.parametrize("stream", STREAMS, ids=[f"seed{s['seed']}" for s in STREAMS])
 def test_moasha_decides_as_syne_tune(stream, store):
     run = None if store is None else store.create_experiment_run("moasha", f"s{stream['seed']}")
-    state = MemoryVectorRungs() if store is None else StoredVectorRungs(store, run)
+    state = MemoryVectorRungs() if store is None else StoredVectorRungs(OneWriteEach(store), run)
     scheduler = MOASHA(
         metric=stream["metric"],
         mode=stream["mode"],
@@ -134,7 +135,7 @@ def test_the_airflow_path_s_judges_decide_as_syne_tune(stream, trials_db):
     last: dict[int, dict] = {}
 
     def judge_of(number: int) -> VectorRungJudge:
-        judge = judge_for(settings, brackets[number], store, run, f"r{run}-t{number}")
+        judge = judge_for(settings, brackets[number], run, f"r{run}-t{number}")
         assert isinstance(judge, VectorRungJudge)
         return judge
 
@@ -147,16 +148,16 @@ def test_the_airflow_path_s_judges_decide_as_syne_tune(stream, trials_db):
         elif kind == "result":
             _, _, time, values, expected = event
             last[number] = {TIME_ATTR: time, **dict(zip(stream["metric"], values, strict=True))}
-            judges[number].judge([last[number]])
+            judge(store, judges[number], [last[number]])
             verdict = judges[number].verdict_for(time)
             assert verdict.decision == Decision(expected), (
                 f"step {step}: t{number} at {time} with {values}: Syne Tune says {expected}"
             )
             again = judge_of(number)
-            again.judge([last[number]])
+            judge(store, again, [last[number]])
             assert again.verdict_for(time) == verdict
         elif kind == "complete":
-            judges[number].at_end(last.get(number))
+            judge_end(store, judges[number], last.get(number))
 
 
 @pytest.mark.parametrize("case", FIXTURE["orders"], ids=[f"rows{i}" for i in range(60)])

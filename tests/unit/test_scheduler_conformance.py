@@ -36,6 +36,7 @@ from airflow_trials.store.median import StoredMeans
 from airflow_trials.store.rungs import StoredRungs
 from tests.contract.conftest import new_postgres_schema
 from tests.contract.test_store import register
+from tests.scheduler_writes import OneWriteEach
 
 SEEDS = 400
 # A decision in a trials DB is a transaction: the random streams run over fewer seeds there.
@@ -66,10 +67,14 @@ class State:
             register(self.store, trial_id, self.run)
 
     def rungs(self):
-        return MemoryRungs() if self.store is None else StoredRungs(self.store, self.run)
+        return (
+            MemoryRungs() if self.store is None else StoredRungs(OneWriteEach(self.store), self.run)
+        )
 
     def means(self):
-        return MemoryMeans() if self.store is None else StoredMeans(self.store, self.run)
+        return (
+            MemoryMeans() if self.store is None else StoredMeans(OneWriteEach(self.store), self.run)
+        )
 
 
 def pytest_generate_tests(metafunc):

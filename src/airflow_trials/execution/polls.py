@@ -32,7 +32,8 @@ class Poll:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.answered: asyncio.Future[TrialUpdate] = loop.create_future()
-        self.recorded: asyncio.Future[None] = loop.create_future()
+        # None, or what the trial's scheduler found in the write (its judge call's settle()).
+        self.recorded: asyncio.Future[Any] = loop.create_future()
 
 
 class TrialPolls(Protocol):

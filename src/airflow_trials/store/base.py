@@ -67,10 +67,10 @@ class StoreBase:
     ) -> ExperimentRunRow:
         return self._db.find_run(session, run_pk, operation, lock=lock)
 
-    def _trial_of_run_locking(
-        self, session: Session, experiment_run_id: int, trial_id: str, lock_key: int, operation: str
+    def _trial_of_run(
+        self, session: Session, experiment_run_id: int, trial_id: str, operation: str
     ) -> None:
-        self._db.trial_of_run_locking(session, experiment_run_id, trial_id, lock_key, operation)
+        self._db.trial_of_run(session, experiment_run_id, trial_id, operation)
 
     def _insert(self, table: Table) -> Any:
         return self._db.insert(table)

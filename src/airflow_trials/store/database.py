@@ -251,17 +251,13 @@ class Database:
             )
         return row
 
-    def trial_of_run_locking(
-        self, session: Session, experiment_run_id: int, trial_id: str, lock_key: int, operation: str
+    def trial_of_run(
+        self, session: Session, experiment_run_id: int, trial_id: str, operation: str
     ) -> None:
-        """Check the trial belongs to the run and, on PostgreSQL, take the run's transaction lock
-        ``lock_key`` (a two-key advisory lock: a key space apart from the store's one-key locks; a
-        collision only makes two writers take turns), in one statement. SQLite needs none: a write
-        transaction begins IMMEDIATE and holds the only write lock."""
+        """Check the trial belongs to the run: TrialNotFoundError for no such trial, StoreError
+        for no such run, ValueError for a trial of another run."""
         trials = TrialRow.__table__
         query = select(trials.c.experiment_run_id).where(trials.c.trial_id == trial_id)
-        if self.dialect == "postgresql":
-            query = query.add_columns(func.pg_advisory_xact_lock(experiment_run_id, lock_key))
         row = session.connection().execute(query).first()
         if row is None:
             self.find_trial(session, trial_id, operation)  # raises TrialNotFoundError
@@ -270,6 +266,16 @@ class Database:
             raise ValueError(
                 f"Cannot {operation}: the trial belongs to experiment run {row[0]}; "
                 "pass the run it was registered with (upsert_trial's experiment_run_id)."
+            )
+
+    def lock_run_key(self, session: Session, experiment_run_id: int, lock_key: int) -> None:
+        """On PostgreSQL, take the run's transaction lock ``lock_key`` (a two-key advisory lock:
+        a key space apart from the store's one-key locks; a collision only makes two writers take
+        turns). SQLite needs none: a write transaction begins IMMEDIATE and holds the only write
+        lock."""
+        if self.dialect == "postgresql":
+            session.connection().execute(
+                select(func.pg_advisory_xact_lock(experiment_run_id, lock_key))
             )
 
     def insert(self, table: Table) -> Any:

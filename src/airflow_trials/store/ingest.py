@@ -32,6 +32,7 @@ from airflow_trials.store.models import (
     utcnow,
 )
 from airflow_trials.store.run_summaries import trials_written
+from airflow_trials.store.scheduler_state import Judging, SchedulerState
 from airflow_trials.store.trial_best import other_mode, update_best
 from airflow_trials.store.trial_writes import change_status, end_fields
 
@@ -186,7 +187,9 @@ class IngestWriter(StoreBase):
 
     # -- progress of many trials at once ---------------------------------------------------
 
-    def record_progress(self, batch: Sequence[TrialUpdate]) -> int:
+    def record_progress(
+        self, batch: Sequence[TrialUpdate], *, judges: Mapping[str, Judging] | None = None
+    ) -> int:
         """Write what many trials did since they were last looked at, in one transaction; returns
         how many results were new. The one write of a trial's progress and of its end, on every
         path: the triggerer's poller, the trigger that saw a trial finish, the worker that decided
@@ -199,13 +202,18 @@ class IngestWriter(StoreBase):
         :meth:`mark_checkpoint_deleted`, and its status through the guarded setter
         (``change_status``, so an ended trial refuses RUNNING): an end with its error, last
         result, stop reason and the failures its decision counts
-        (:meth:`~airflow_trials.core.update.TrialUpdate.recorded_status`). Last the summaries of
+        (:meth:`~airflow_trials.core.update.TrialUpdate.recorded_status`). With ``judges``, each
+        judged trial's scheduler judges its update in between, after every result is inserted
+        and before any status: the verdicts its results produced commit with them
+        (:class:`~airflow_trials.store.scheduler_state.SchedulerState`). Last the summaries of
         the runs the trials are in. One trial that cannot be written (unknown, an invalid
         transition, an unknown checkpoint, an ERROR end without its decision) fails the whole
         batch and nothing is written: the caller may then write the trials one by one to find it.
 
         :param batch: one :class:`~airflow_trials.core.update.TrialUpdate` per trial (a trial at
             most once).
+        :param judges: the scheduler of some of the batch's trials, by trial id
+            (:class:`~airflow_trials.store.scheduler_state.Judging`); default none.
         """
         items = sorted(batch, key=lambda item: item.trial_id)
         rows = {item.trial_id: _result_rows(item.trial_id, item.results) for item in items}
@@ -216,6 +224,12 @@ class IngestWriter(StoreBase):
             raise ValueError(
                 f"A progress batch names trials {twice} more than once; nothing was written. "
                 "Merge each trial's updates into one TrialUpdate."
+            )
+        unknown = sorted(set(judges or ()) - rows.keys())
+        if unknown:
+            raise ValueError(
+                f"record_progress was given the schedulers of trials {unknown}, which the batch "
+                "does not name; nothing was written. Add an update of each trial judged."
             )
         statuses = {item.trial_id: item.recorded_status() for item in items}
         operation = (
@@ -229,6 +243,8 @@ class IngestWriter(StoreBase):
                 # Every trial of the batch locked and loaded at once, its results inserted with
                 # the others': a few statements per batch rather than a few per trial.
                 new = self._add_results_of_trials(session, rows, operation, goals)
+                if judges:
+                    self._judge(session, items, judges)
                 for item in items:
                     self._apply(session, item, statuses[item.trial_id], operation)
             # Last, after every trial's lock (see run_summaries): the runs these trials are in.
@@ -239,6 +255,18 @@ class IngestWriter(StoreBase):
             return new
 
         return self._transaction(operation, work)
+
+    def _judge(
+        self, session: Session, items: Sequence[TrialUpdate], judges: Mapping[str, Judging]
+    ) -> None:
+        """Each judged trial's scheduler on its update, under its run's scheduler lock; the
+        trials are locked and loaded already."""
+        runs = {session.get_one(TrialRow, trial_id).experiment_run_id for trial_id in judges}
+        state = SchedulerState(self._db, session, [run for run in runs if run is not None])
+        for item in items:
+            judging = judges.get(item.trial_id)
+            if judging is not None:
+                judging(state, item)
 
     def _apply(
         self, session: Session, item: TrialUpdate, status: TrialStatus | None, operation: str

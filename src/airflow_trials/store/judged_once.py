@@ -20,8 +20,8 @@ VERDICTS = (Decision.CONTINUE, Decision.STOP)
 class Judgement(Protocol[R_co]):
     """One result of one trial, as its rule's table records it (a rung, a running mean).
 
-    :class:`JudgedOnce` calls these in one transaction, under the run's lock: :meth:`stored`; if
-    None, :meth:`decide` and then :meth:`write` with the verdict's columns.
+    :class:`JudgedOnce` calls these in one transaction, under the run's scheduler lock:
+    :meth:`stored`; if None, :meth:`decide` and then :meth:`write` with the verdict's columns.
     """
 
     def stored(self, session: Session) -> R_co | None:
@@ -40,15 +40,15 @@ class JudgedOnce(Generic[R]):
     (``at_trial_rungs``) and the median stopping rule's running means (``at_trial_median_points``)
     share.
 
-    :meth:`record` runs a :class:`Judgement` in one transaction: it checks the trial belongs to
-    the run and takes the run's lock ``lock_key`` (a PostgreSQL advisory lock; SQLite serialises
-    writers), so each verdict sees every row committed before it. A result recorded already (a
-    triggerer restart, a retry processing it again) returns its stored record, and nothing is
-    decided again. It goes through the store's transaction helper, so a transient database error
-    runs the whole of it again. (The read side lists a trial's records: ``TrialReader.trial_rungs``
-    and ``trial_median_points``.)
+    :meth:`record` runs a :class:`Judgement` in the caller's transaction, the one of
+    ``record_progress`` that writes the result judged (:class:`~airflow_trials.store.
+    scheduler_state.SchedulerState`), which holds the run's scheduler lock (a PostgreSQL advisory
+    lock; SQLite serialises writers): each verdict sees every row committed before it. A result
+    recorded already (a triggerer restart, a retry processing it again) returns its stored record,
+    and nothing is decided again, so the transaction may run twice. (The read side lists a trial's
+    records: ``TrialReader.trial_rungs`` and ``trial_median_points``.)
 
-    :param store: the store component whose transactions it uses.
+    :param store: the store component whose checks it uses.
     """
 
     def __init__(self, store: StoreBase) -> None:
@@ -56,35 +56,29 @@ class JudgedOnce(Generic[R]):
 
     def record(
         self,
+        session: Session,
         experiment_run_id: int,
         trial_id: str,
         judgement: Judgement[R],
         *,
         at_end: bool,
-        lock_key: int,
         operation: str,
     ) -> R:
         """The judgement's record: the stored one, or a new one with its fresh verdict."""
-
-        def work(session: Session) -> R:
-            self._store._trial_of_run_locking(
-                session, experiment_run_id, trial_id, lock_key, operation
+        self._store._trial_of_run(session, experiment_run_id, trial_id, operation)
+        stored = judgement.stored(session)
+        if stored is not None:
+            return stored
+        decision, reason = judgement.decide(session)
+        if decision not in VERDICTS:
+            raise ValueError(
+                f"Cannot {operation}: decide returned {decision!r}, not CONTINUE or STOP. "
+                "Nothing was written."
             )
-            stored = judgement.stored(session)
-            if stored is not None:
-                return stored
-            decision, reason = judgement.decide(session)
-            if decision not in VERDICTS:
-                raise ValueError(
-                    f"Cannot {operation}: decide returned {decision!r}, not CONTINUE or STOP. "
-                    "Nothing was written."
-                )
-            verdict = {
-                "decision": decision.value,
-                "reason": reason,
-                "at_end": bool(at_end),
-                "created_at": utcnow(),
-            }
-            return judgement.write(session, verdict)
-
-        return self._store._transaction(operation, work)
+        verdict = {
+            "decision": decision.value,
+            "reason": reason,
+            "at_end": bool(at_end),
+            "created_at": utcnow(),
+        }
+        return judgement.write(session, verdict)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 import math
 import numbers
-import zlib
 from typing import Any, Protocol
 
 from sqlalchemy import and_, false, func, or_, select, true, update
@@ -29,9 +28,6 @@ __all__ = ["AT_END_REASON", "MedianDecide", "MedianStore", "StoredMeans"]
 
 _POINTS = TrialMedianPointRow.__table__
 _TRIALS = TrialRow.__table__
-# The second key of a run's median lock (two-key advisory locks are a key space of their own; a
-# collision with a rung's key only makes the two take turns).
-_LOCK_KEY = zlib.crc32(b"median stopping rule") - 2**31
 
 
 class MedianStore(StoreBase):
@@ -52,6 +48,7 @@ class MedianStore(StoreBase):
 
     def record_median_point(
         self,
+        session: Session,
         experiment_run_id: int,
         trial_id: str,
         *,
@@ -64,13 +61,15 @@ class MedianStore(StoreBase):
         """Add the trial's result ``iteration`` to its running mean and return the rule's verdict
         on it; exactly once.
 
-        In one transaction: when the trial has a row for this result already (a triggerer restart
+        In the caller's transaction (``session``, holding the run's scheduler lock: see
+        :class:`~airflow_trials.store.scheduler_state.SchedulerState`): when the trial has a row
+        for this result already (a triggerer restart
         or a retry processing it again), that row is returned unchanged (``fresh=False``) and
         ``decide`` is not called. Otherwise ``decide`` gets the running means at ``time`` of the
         run's other trials whose latest result is at or past ``time`` (each over its results up to
         ``time``; NaN where that is not finite), and its verdict is stored with the trial's new
-        running sum (``fresh=True``). Writers of a run take turns (PostgreSQL: an advisory lock per
-        run; SQLite serialises writers): each verdict sees every mean committed before it.
+        running sum (``fresh=True``). Writers of a run take turns (its scheduler lock): each
+        verdict sees every mean committed before it.
 
         :param experiment_run_id: the run (:meth:`create_experiment_run`).
         :param trial_id: a trial of it.
@@ -99,17 +98,13 @@ class MedianStore(StoreBase):
             self, experiment_run_id, trial_id, iteration, time, value, at_end, decide, operation
         )
         return self._median_verdicts.record(
-            experiment_run_id,
-            trial_id,
-            point,
-            at_end=at_end,
-            lock_key=_LOCK_KEY,
-            operation=operation,
+            session, experiment_run_id, trial_id, point, at_end=at_end, operation=operation
         )
 
 
 class MeansAccess(Protocol):
-    """What :class:`StoredMeans` asks of the trials store (a ``TrialStore`` has it)."""
+    """What :class:`StoredMeans` asks of the trials store, within ``record_progress``'s
+    transaction (a :class:`~airflow_trials.store.scheduler_state.SchedulerState` has it)."""
 
     def record_median_point(
         self,
@@ -128,7 +123,7 @@ class StoredMeans:
     """:class:`~airflow_trials.core.median_rule.MedianState` of one experiment run in the
     trials store: the median rule's running means on the Airflow path.
 
-    :param store: the trials store (``record_median_point``).
+    :param store: the scheduler's state in the transaction judging (``record_median_point``).
     :param experiment_run_id: the run whose trials the rule compares.
     """
 

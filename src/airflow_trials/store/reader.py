@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from airflow_trials.core.rung_math import ValueList
 from airflow_trials.exceptions import ExperimentNotFoundError
 from airflow_trials.store.batch_reads import BatchReader
 from airflow_trials.store.database import Database
@@ -34,7 +35,6 @@ from airflow_trials.store.models import (
     TrialExploitRow,
     TrialMedianPointRow,
     TrialRow,
-    TrialRungRow,
 )
 from airflow_trials.store.ranking_reads import RankingReads
 from airflow_trials.store.records import (
@@ -50,9 +50,9 @@ from airflow_trials.store.records import (
 )
 from airflow_trials.store.retry import RetryPolicy
 from airflow_trials.store.run_decisions import RunDecisionsReader
+from airflow_trials.store.rungs import rung_values, rung_vectors, trial_rungs_query
 
 _EXPLOITS = TrialExploitRow.__table__
-_RUNGS = TrialRungRow.__table__
 _POINTS = TrialMedianPointRow.__table__
 
 
@@ -323,8 +323,29 @@ class TrialReader(RankingReads):
     def trial_rungs(self, trial_id: str) -> list[RungDecision]:
         """The trial's ASHA rung records, lowest milestone first; raises TrialNotFoundError for an
         unknown id."""
-        query = select(_RUNGS).where(_RUNGS.c.trial_id == trial_id).order_by(_RUNGS.c.milestone)
-        return self._of_trial(trial_id, "rungs", query, rung_decision)
+        return self._of_trial(trial_id, "rungs", trial_rungs_query(trial_id), rung_decision)
+
+    def rung_values(self, experiment_run_id: int, bracket: int, milestone: float) -> ValueList:
+        """Every value the run's trials recorded at an ASHA rung (NaN for NaN)."""
+        operation = (
+            f"read the values at bracket {bracket}, milestone {milestone} of run "
+            f"{experiment_run_id}"
+        )
+        return self._read(
+            operation, lambda session: rung_values(session, experiment_run_id, bracket, milestone)
+        )
+
+    def rung_vectors(
+        self, experiment_run_id: int, bracket: int, milestone: float
+    ) -> list[tuple[float, ...]]:
+        """The metric vectors the run's trials recorded at a MOASHA rung, in the order recorded."""
+        operation = (
+            f"read the metric values at bracket {bracket}, milestone {milestone} of run "
+            f"{experiment_run_id}"
+        )
+        return self._read(
+            operation, lambda session: rung_vectors(session, experiment_run_id, bracket, milestone)
+        )
 
     def trial_median_points(self, trial_id: str) -> list[MedianPoint]:
         """The trial's median points in the order recorded; raises TrialNotFoundError for an

@@ -9,7 +9,6 @@ import functools
 import json
 import math
 import numbers
-import zlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -58,6 +57,7 @@ class RungsStore(StoreBase):
 
     def record_rung(
         self,
+        session: Session,
         experiment_run_id: int,
         trial_id: str,
         *,
@@ -70,13 +70,15 @@ class RungsStore(StoreBase):
     ) -> RungDecision:
         """Record the trial's ``value`` at a rung and return ASHA's verdict on it; exactly once.
 
-        In one transaction: when the trial has a row at ``milestone`` already (a triggerer restart
+        In the caller's transaction (``session``, which holds the run's scheduler lock: see
+        :class:`~airflow_trials.store.scheduler_state.SchedulerState`): when the trial has a row
+        at ``milestone`` already (a triggerer restart
         or a retry processing the same result again), that row is returned unchanged
         (``fresh=False``) and ``decide`` is not called. Otherwise ``decide`` gets the values the
         run's trials recorded at this bracket and milestone (a RungValues: a count, then the
         values it asks for, read from the rung's index) and its verdict is stored (``fresh=True``).
-        Writers of one rung take turns (a PostgreSQL advisory lock per rung; SQLite serialises
-        writers), so each verdict sees every value committed before it, as in memory.
+        Writers of a run take turns (its scheduler lock), so each verdict sees every value
+        committed before it, as in memory.
 
         :param experiment_run_id: the run, as :meth:`create_experiment_run` returned it.
         :param trial_id: a trial of that run.
@@ -105,37 +107,18 @@ class RungsStore(StoreBase):
             "iteration": iteration,
             "value": None if math.isnan(value) else value,
         }
-        rung_key = zlib.crc32(f"{bracket}:{float(milestone)!r}".encode()) - 2**31
         return self._rung_verdicts.record(
+            session,
             experiment_run_id,
             trial_id,
             _Rung(self, row, decide, operation),
             at_end=at_end,
-            lock_key=rung_key,
             operation=operation,
         )
 
-    def rung_values(self, experiment_run_id: int, bracket: int, milestone: float) -> ValueList:
-        """Every value the run's trials recorded at a rung (NaN for NaN), e.g. for a cutoff."""
-        operation = (
-            f"read the values at bracket {bracket}, milestone {milestone} of experiment run "
-            f"{experiment_run_id}"
-        )
-
-        def work(session: Session) -> ValueList:
-            values = session.execute(
-                select(_RUNGS.c.value).where(
-                    _RUNGS.c.experiment_run_id == experiment_run_id,
-                    _RUNGS.c.bracket == bracket,
-                    _RUNGS.c.milestone == float(milestone),
-                )
-            ).scalars()
-            return ValueList(math.nan if v is None else float(v) for v in values)
-
-        return self._transaction(operation, work, write=False)
-
     def record_vector_rung(
         self,
+        session: Session,
         experiment_run_id: int,
         trial_id: str,
         *,
@@ -165,29 +148,46 @@ class RungsStore(StoreBase):
             "value": None,
             "metric_values": _encode_vector(numbers),
         }
-        rung_key = zlib.crc32(f"{bracket}:{float(milestone)!r}".encode()) - 2**31
         return self._rung_verdicts.record(
+            session,
             experiment_run_id,
             trial_id,
             _VectorRung(self, row, decide, operation),
             at_end=at_end,
-            lock_key=rung_key,
             operation=operation,
         )
 
-    def rung_vectors(
-        self, experiment_run_id: int, bracket: int, milestone: float
-    ) -> list[tuple[float, ...]]:
-        """The metric vectors the run's trials recorded at a rung, in the order recorded."""
-        operation = (
-            f"read the metric values at bracket {bracket}, milestone {milestone} of experiment run "
-            f"{experiment_run_id}"
+
+def trial_rungs_query(trial_id: str) -> Any:
+    """The query of a trial's rung rows, lowest milestone first."""
+    return select(_RUNGS).where(_RUNGS.c.trial_id == trial_id).order_by(_RUNGS.c.milestone)
+
+
+def trial_rungs_in(session: Session, trial_id: str) -> list[RungDecision]:
+    """The trial's rung records, lowest milestone first (none for an unknown trial)."""
+    rows = session.execute(trial_rungs_query(trial_id))
+    return [rung_decision(row._mapping, fresh=False) for row in rows]
+
+
+def rung_values(
+    session: Session, experiment_run_id: int, bracket: int, milestone: float
+) -> ValueList:
+    """Every value the run's trials recorded at a rung (NaN for NaN), e.g. for a cutoff."""
+    values = session.execute(
+        select(_RUNGS.c.value).where(
+            _RUNGS.c.experiment_run_id == experiment_run_id,
+            _RUNGS.c.bracket == bracket,
+            _RUNGS.c.milestone == float(milestone),
         )
+    ).scalars()
+    return ValueList(math.nan if v is None else float(v) for v in values)
 
-        def work(session: Session) -> list[tuple[float, ...]]:
-            return _vectors_at(session, experiment_run_id, bracket, float(milestone))
 
-        return self._transaction(operation, work, write=False)
+def rung_vectors(
+    session: Session, experiment_run_id: int, bracket: int, milestone: float
+) -> list[tuple[float, ...]]:
+    """The metric vectors the run's trials recorded at a rung, in the order recorded."""
+    return _vectors_at(session, experiment_run_id, bracket, float(milestone))
 
 
 class _Rung:

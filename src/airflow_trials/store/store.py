@@ -26,23 +26,21 @@ if TYPE_CHECKING:
     from airflow_trials.core.constraints import Constraints
     from airflow_trials.core.end import TrialEnd
     from airflow_trials.core.fate import FailureDecision
-    from airflow_trials.core.median_rule import MedianDecide
     from airflow_trials.core.pareto import MetricSpec, ModeSpec
     from airflow_trials.core.resources import Resources
-    from airflow_trials.core.rung_math import RungDecide, RungVerdict, ValueList
     from airflow_trials.core.status import TrialStatus
     from airflow_trials.core.update import TrialUpdate
     from airflow_trials.store.records import (
         ExploitRecord,
-        MedianPoint,
         RunApprovalRecord,
         RunExtensionRecord,
-        RungDecision,
     )
     from airflow_trials.store.run_deletion import RunDeletion
+    from airflow_trials.store.scheduler_state import Judging
     from airflow_trials.store.transitions import Recorded, TrialTransition
 
 #: The components that write, each over the store's database; a TrialReader holds none of them.
+#: (RungsStore and MedianStore write within record_progress, through its SchedulerState.)
 WRITERS = (
     ExperimentWriter,
     ExtensionWriter,
@@ -132,8 +130,6 @@ class TrialStore:
         self._trials = TrialWriter(db)
         self._ingest = IngestWriter(db)
         self._exploits = ExploitWriter(db)
-        self._rungs = RungsStore(db)
-        self._median = MedianStore(db)
         self._deleter = RunDeleter(db)
 
     @property
@@ -306,11 +302,14 @@ class TrialStore:
 
     # -- results and checkpoints ------------------------------------------------------------
 
-    def record_progress(self, batch: Sequence[TrialUpdate]) -> int:
-        """Write what many trials did (results, checkpoints, status) in one transaction; returns
+    def record_progress(
+        self, batch: Sequence[TrialUpdate], *, judges: Mapping[str, Judging] | None = None
+    ) -> int:
+        """Write what many trials did (results, checkpoints, status) and the verdicts their
+        schedulers (``judges``, by trial id) gave on those results, in one transaction; returns
         how many results were new (:meth:`IngestWriter.record_progress
         <airflow_trials.store.ingest.IngestWriter.record_progress>`)."""
-        return self._ingest.record_progress(batch)
+        return self._ingest.record_progress(batch, judges=judges)
 
     def mark_checkpoint_deleted(self, trial_id: str, path: str) -> None:
         """Mark a recorded checkpoint deleted (idempotent); StoreError for an unknown path."""
@@ -343,84 +342,4 @@ class TrialStore:
             old_config=old_config,
             new_config=new_config,
             operations=operations,
-        )
-
-    def record_rung(
-        self,
-        experiment_run_id: int,
-        trial_id: str,
-        *,
-        bracket: int,
-        milestone: float,
-        value: float,
-        decide: RungDecide,
-        iteration: int | None = None,
-        at_end: bool = False,
-    ) -> RungDecision:
-        """Record the trial's ``value`` at an ASHA rung and return the verdict; exactly once."""
-        return self._rungs.record_rung(
-            experiment_run_id,
-            trial_id,
-            bracket=bracket,
-            milestone=milestone,
-            value=value,
-            decide=decide,
-            iteration=iteration,
-            at_end=at_end,
-        )
-
-    def rung_values(self, experiment_run_id: int, bracket: int, milestone: float) -> ValueList:
-        """Every value the run's trials recorded at a rung: ASHA's state, read as it decides."""
-        return self._rungs.rung_values(experiment_run_id, bracket, milestone)
-
-    def record_vector_rung(
-        self,
-        experiment_run_id: int,
-        trial_id: str,
-        *,
-        bracket: int,
-        milestone: float,
-        values: Sequence[float],
-        decide: Callable[[list[tuple[float, ...]]], RungVerdict],
-        iteration: int | None = None,
-        at_end: bool = False,
-    ) -> RungDecision:
-        """MOASHA's :meth:`record_rung`: the trial's metric ``values`` at a rung; exactly once."""
-        return self._rungs.record_vector_rung(
-            experiment_run_id,
-            trial_id,
-            bracket=bracket,
-            milestone=milestone,
-            values=values,
-            decide=decide,
-            iteration=iteration,
-            at_end=at_end,
-        )
-
-    def rung_vectors(
-        self, experiment_run_id: int, bracket: int, milestone: float
-    ) -> list[tuple[float, ...]]:
-        """The metric vectors the run's trials recorded at a rung: MOASHA's state."""
-        return self._rungs.rung_vectors(experiment_run_id, bracket, milestone)
-
-    def record_median_point(
-        self,
-        experiment_run_id: int,
-        trial_id: str,
-        *,
-        iteration: int,
-        time: float,
-        value: float,
-        decide: MedianDecide | None = None,
-        at_end: bool = False,
-    ) -> MedianPoint:
-        """Add a result to the trial's running mean and return the median rule's verdict."""
-        return self._median.record_median_point(
-            experiment_run_id,
-            trial_id,
-            iteration=iteration,
-            time=time,
-            value=value,
-            decide=decide,
-            at_end=at_end,
         )

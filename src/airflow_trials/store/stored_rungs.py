@@ -1,8 +1,11 @@
 """StoredRungs and StoredVectorRungs: one experiment run's rungs in the trials store, as the
 states that ASHA's and MOASHA's rules in core/ judge over on the Airflow path.
 
-They read each trial's rungs once through the store's reader and record through its
-``record_rung`` and ``record_vector_rung`` (:mod:`~airflow_trials.store.rungs`)."""
+They work within the transaction of ``record_progress`` that writes the results judged, through
+its :class:`~airflow_trials.store.scheduler_state.SchedulerState` (``record_rung``,
+``record_vector_rung``, ``trial_rungs``: :mod:`~airflow_trials.store.rungs`). A trial's rungs are
+read once and then kept as recorded: ``known`` carries them from one transaction to the next once
+it committed (a judge's memory, :mod:`~airflow_trials.triggers.judge`)."""
 
 from __future__ import annotations
 
@@ -12,23 +15,28 @@ from typing import Generic, Protocol, TypeVar
 from airflow_trials.core.rung_math import RungDecide, RungVerdict, ValueList
 from airflow_trials.store.records import RungDecision
 
-__all__ = ["RungsAccess", "StoredRungs", "StoredVectorRungs", "VectorRungsAccess"]
+__all__ = [
+    "KnownRungs",
+    "RungsAccess",
+    "StoredRungs",
+    "StoredVectorRungs",
+    "VectorRungsAccess",
+]
 
 
 class _TrialRungsAccess(Protocol):
     def trial_rungs(self, trial_id: str) -> list[RungDecision]: ...
 
 
-class _ReaderAccess(Protocol):
-    @property
-    def reader(self) -> _TrialRungsAccess: ...
+A = TypeVar("A", bound=_TrialRungsAccess)
 
-
-A = TypeVar("A", bound=_ReaderAccess)
+#: Each trial's rungs as recorded, by trial id: what a judge remembers between transactions.
+KnownRungs = dict[str, list[RungDecision]]
 
 
 class RungsAccess(Protocol):
-    """What :class:`StoredRungs` asks of the trials store (a ``TrialStore`` has it all)."""
+    """What :class:`StoredRungs` asks of the trials store, within ``record_progress``'s
+    transaction (a :class:`~airflow_trials.store.scheduler_state.SchedulerState` has it all)."""
 
     def record_rung(
         self,
@@ -43,30 +51,34 @@ class RungsAccess(Protocol):
         at_end: bool = False,
     ) -> RungDecision: ...
 
-    @property
-    def reader(self) -> _TrialRungsAccess: ...
+    def trial_rungs(self, trial_id: str) -> list[RungDecision]: ...
 
     def rung_values(self, experiment_run_id: int, bracket: int, milestone: float) -> ValueList: ...
 
 
 class _RunRungs(Generic[A]):
     """One experiment run's rungs in the trials store, each trial's rows read once and then kept
-    as this object records them: for one trigger's life (one trial), or for one process judging
-    every trial of the run.
+    as this object records them, for one transaction.
 
-    :param store: the trials store.
+    :param store: the scheduler's state in the transaction judging.
     :param experiment_run_id: the run whose trials share the rungs.
+    :param known: the trials' rungs as an earlier, committed transaction left them (copied, not
+        changed); default none (read from the store).
     """
 
-    def __init__(self, store: A, experiment_run_id: int) -> None:
+    def __init__(self, store: A, experiment_run_id: int, known: KnownRungs | None = None) -> None:
         self.store = store
         self.experiment_run_id = experiment_run_id
-        self._trials: dict[str, list[RungDecision]] = {}
+        self._known = known or {}
+        #: Each trial's rungs read or recorded in this transaction: ``known`` once it committed.
+        self.trials: KnownRungs = {}
 
     def trial_rungs(self, trial_id: str) -> list[RungDecision]:
-        recorded = self._trials.get(trial_id)
+        recorded = self.trials.get(trial_id)
         if recorded is None:
-            recorded = self._trials[trial_id] = list(self.store.reader.trial_rungs(trial_id))
+            known = self._known.get(trial_id)
+            recorded = list(known) if known is not None else self.store.trial_rungs(trial_id)
+            self.trials[trial_id] = recorded
         return recorded
 
     def _kept(self, trial_id: str, recorded: RungDecision) -> RungDecision:
@@ -79,7 +91,7 @@ class StoredRungs(_RunRungs["RungsAccess"]):
     """:class:`~airflow_trials.core.rungs.RungState` of one experiment run in the trials store:
     ASHA's rungs on the Airflow path, one row per trial and rung (:class:`_RunRungs`).
 
-    :param store: the trials store (``record_rung``, ``rung_values``, ``reader.trial_rungs``).
+    :param store: the scheduler's state (``record_rung``, ``rung_values``, ``trial_rungs``).
     :param experiment_run_id: the run whose trials share the rungs.
     """
 
@@ -111,7 +123,8 @@ class StoredRungs(_RunRungs["RungsAccess"]):
 
 
 class VectorRungsAccess(Protocol):
-    """What :class:`StoredVectorRungs` asks of the trials store (a ``TrialStore`` has it all)."""
+    """What :class:`StoredVectorRungs` asks of the trials store, within ``record_progress``'s
+    transaction (a :class:`~airflow_trials.store.scheduler_state.SchedulerState` has it all)."""
 
     def record_vector_rung(
         self,
@@ -126,8 +139,7 @@ class VectorRungsAccess(Protocol):
         at_end: bool = False,
     ) -> RungDecision: ...
 
-    @property
-    def reader(self) -> _TrialRungsAccess: ...
+    def trial_rungs(self, trial_id: str) -> list[RungDecision]: ...
 
     def rung_vectors(
         self, experiment_run_id: int, bracket: int, milestone: float
@@ -138,8 +150,8 @@ class StoredVectorRungs(_RunRungs["VectorRungsAccess"]):
     """:class:`~airflow_trials.core.moasha.VectorRungState` of one experiment run in the trials
     store: MOASHA's rungs, one row per trial and rung (:class:`_RunRungs`).
 
-    :param store: the trials store (``record_vector_rung``, ``rung_vectors``,
-        ``reader.trial_rungs``).
+    :param store: the scheduler's state (``record_vector_rung``, ``rung_vectors``,
+        ``trial_rungs``).
     :param experiment_run_id: the run whose trials share the rungs.
     """
 

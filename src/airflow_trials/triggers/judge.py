@@ -2,23 +2,26 @@
 rule."""
 
 # Each trial task is watched by its own trigger, so the rule's state lives in the trials store
-# (store/rungs.py StoredRungs and StoredVectorRungs, store/median.py StoredMeans); the rule is
-# the one the runner's schedulers judge with (core/rungs.py AshaRungs.judge, core/moasha.py
+# (store/stored_rungs.py StoredRungs and StoredVectorRungs, store/median.py StoredMeans); the rule
+# is the one the runner's schedulers judge with (core/rungs.py AshaRungs.judge, core/moasha.py
 # MOASHARungs.judge, core/median_rule.py MedianRule.judge).
-# A judge only walks a trial's results through it, in order, and remembers the verdicts for the
-# trigger's life. It is synchronous (its store calls block): the trigger runs it in a thread. A
-# result processed again (a triggerer restart re-reads the trial's results) reaches the row its
-# first processing recorded and so the same verdict: a decision is never taken twice, nor lost.
+# A judge walks a trial's new results through it, in order, within the transaction that writes
+# them (record_progress's judges: store/scheduler_state.py), so a result and its verdict commit
+# together; it remembers the verdicts for the trigger's life once that write committed. A result
+# processed again (a triggerer restart re-reads the trial's results) reaches the row its first
+# processing recorded and so the same verdict: a decision is never taken twice, nor lost.
 #
 #     judge = judge_for(AshaRungs(metric="loss", mode="min", max_t=16).to_dict(), bracket=0,
-#                       store=store, experiment_run_id=run_pk, trial_id="t1")
-#     verdict = judge.judge(snapshot["results"])   # the first STOP among them, or None
+#                       experiment_run_id=run_pk, trial_id="t1")
+#     call = judge.call()
+#     store.record_progress([update], judges={"t1": call})
+#     judged = call.settle()         # judged.stop: the first STOP among the results, or None
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_trials.core import result as R
@@ -28,8 +31,10 @@ from airflow_trials.core.moasha import MetricVector, MOASHARungs
 from airflow_trials.core.rungs import AshaRungs
 from airflow_trials.core.scheduler import Decision
 from airflow_trials.core.stop_kind import StopKind
+from airflow_trials.core.update import TrialUpdate
 from airflow_trials.store.median import StoredMeans
-from airflow_trials.store.rungs import StoredRungs, StoredVectorRungs
+from airflow_trials.store.scheduler_state import SchedulerState
+from airflow_trials.store.stored_rungs import KnownRungs, StoredRungs, StoredVectorRungs
 
 
 @dataclass(frozen=True)
@@ -59,37 +64,121 @@ class MissingSchedulerKey(ValueError):  # noqa: N818 - reads as what went wrong 
     the trial's own fault."""
 
 
+@dataclass(frozen=True)
+class Judged:
+    """What a judge found in one committed write of its trial's results.
+
+    :param stop: the first STOP among them, or None.
+    :param error: the result it could not judge (the rest were not judged), or None.
+    """
+
+    stop: Verdict | None = None
+    error: MissingSchedulerKey | None = None
+
+
+@dataclass
+class _Found:
+    """What one run of a :class:`JudgeCall` found: kept only once its write committed."""
+
+    view: Any
+    verdicts: dict[int, Verdict] = field(default_factory=dict)
+    stop: Verdict | None = None
+    error: MissingSchedulerKey | None = None
+
+
+class JudgeCall:
+    """One write's call of a judge: the :class:`~airflow_trials.store.scheduler_state.Judging`
+    that ``record_progress`` runs within its transaction (more than once if the transaction runs
+    again). :meth:`settle`, once the write committed, keeps what the committed run found.
+
+    :param judge: the trial's judge.
+    :param last_result: with ``at_end``, the finished trial's last result.
+    :param at_end: record the finished trial's last value (not acted on) instead of judging.
+    """
+
+    def __init__(
+        self, judge: _Judge, last_result: Mapping[str, Any] | None = None, at_end: bool = False
+    ) -> None:
+        self._judge, self._last_result, self._at_end = judge, last_result, at_end
+        self._found: _Found | None = None
+
+    def __call__(self, state: SchedulerState, update: TrialUpdate) -> None:
+        judge = self._judge
+        if self._at_end:
+            self._found = judge.find_end(state, self._last_result)
+        else:
+            self._found = judge.find(state, update.results)
+
+    def settle(self) -> Judged:
+        """The committed run's findings, now the judge's (nothing when it never ran)."""
+        found, self._found = self._found, None
+        if found is None:
+            return Judged()
+        self._judge.keep(found)
+        return Judged(found.stop, found.error)
+
+
 class _Judge:
-    """What both judges share: the verdicts given in this judge's life, and reading a result."""
+    """What the judges share: the verdicts given in this judge's life, and reading a result."""
 
     name = "the scheduler"
     metric: str
     time_attr: str
     trial_id: str
+    experiment_run_id: int
 
     def __init__(self) -> None:
         self.verdicts: dict[int, Verdict] = {}
 
-    def judge(self, results: Iterable[Mapping[str, Any]]) -> Verdict | None:
-        """Judge each new result in order (recording what the scheduler keeps); the first STOP,
-        or None."""
-        stop = None
-        for result in results:
-            verdict = self._judge_one(result)
-            self.verdicts[verdict.iteration] = verdict
-            if stop is None and verdict.decision is Decision.STOP:
-                stop = verdict
-        return stop
+    def call(self) -> JudgeCall:
+        """The judging of one write of the trial's new results."""
+        return JudgeCall(self)
+
+    def ending(self, last_result: Mapping[str, Any] | None) -> JudgeCall:
+        """The write of the trial's finished end: its last value recorded as the rule does
+        (Ray Tune's and Syne Tune's ``on_trial_complete``), not acted on."""
+        return JudgeCall(self, last_result, at_end=True)
+
+    def find(self, state: SchedulerState, results: Iterable[Mapping[str, Any]]) -> _Found:
+        """Judge each result in order, recording what the scheduler keeps: the verdicts, the
+        first STOP, or the result it could not judge."""
+        found = _Found(self._open(state))
+        try:
+            for result in results:
+                verdict = self._judge_one(found.view, result)
+                found.verdicts[verdict.iteration] = verdict
+                if found.stop is None and verdict.decision is Decision.STOP:
+                    found.stop = verdict
+        except MissingSchedulerKey as e:
+            found.error = e
+        return found
+
+    def find_end(self, state: SchedulerState, last_result: Mapping[str, Any] | None) -> _Found:
+        found = _Found(self._open(state))
+        if last_result is not None and self._judged(last_result):
+            self._end(found.view, last_result)
+        return found
+
+    def keep(self, found: _Found) -> None:
+        """What a committed write found becomes this judge's memory."""
+        self.verdicts.update(found.verdicts)
+        self._remember(found.view)
 
     def verdict_for(self, iteration: int) -> Verdict:
         """The verdict given on result ``iteration`` in this judge's life (CONTINUE if none was
         needed)."""
         return self.verdicts.get(iteration) or Verdict(iteration, Decision.CONTINUE)
 
-    def at_end(self, last_result: Mapping[str, Any] | None) -> None:
+    def _open(self, state: SchedulerState) -> Any:
         raise NotImplementedError
 
-    def _judge_one(self, result: Mapping[str, Any]) -> Verdict:
+    def _remember(self, view: Any) -> None:
+        raise NotImplementedError
+
+    def _end(self, view: Any, last_result: Mapping[str, Any]) -> None:
+        raise NotImplementedError
+
+    def _judge_one(self, view: Any, result: Mapping[str, Any]) -> Verdict:
         raise NotImplementedError
 
     def _judged(self, result: Mapping[str, Any] | None) -> bool:
@@ -111,14 +200,27 @@ class _Judge:
         return iteration, _number(result[self.time_attr]), _number(result[self.metric])
 
 
-class RungJudge(_Judge):
+class _RungsJudge(_Judge):
+    """What ASHA's and MOASHA's judges share: the trial's rungs, remembered between writes."""
+
+    def __init__(self, bracket: int, experiment_run_id: int, trial_id: str) -> None:
+        super().__init__()
+        self.bracket = bracket
+        self.experiment_run_id = experiment_run_id
+        self.trial_id = trial_id
+        self._known: KnownRungs = {}
+
+    def _remember(self, view: StoredRungs | StoredVectorRungs) -> None:
+        self._known.update(view.trials)
+
+
+class RungJudge(_RungsJudge):
     """One trial's ASHA verdicts:
     :meth:`AshaRungs.judge <airflow_trials.core.rungs.AshaRungs.judge>` over the run's rungs in
     the trials store (:class:`~airflow_trials.store.stored_rungs.StoredRungs`).
 
     :param rungs: ASHA's rule.
     :param bracket: the trial's bracket, drawn once per trial.
-    :param store: the trials store (``record_rung``, ``reader.trial_rungs``).
     :param experiment_run_id: the run whose trials share the rungs.
     :param trial_id: the trial.
     """
@@ -126,24 +228,19 @@ class RungJudge(_Judge):
     name = "ASHAScheduler"
 
     def __init__(
-        self, rungs: AshaRungs, bracket: int, store: Any, experiment_run_id: int, trial_id: str
+        self, rungs: AshaRungs, bracket: int, experiment_run_id: int, trial_id: str
     ) -> None:
-        super().__init__()
+        super().__init__(bracket, experiment_run_id, trial_id)
         self.rungs = rungs
         self.metric, self.time_attr = rungs.metric, rungs.time_attr
-        self.bracket = bracket
-        self.store = store
-        self.experiment_run_id = experiment_run_id
-        self.trial_id = trial_id
-        self.state = StoredRungs(store, experiment_run_id)
 
-    def at_end(self, last_result: Mapping[str, Any] | None) -> None:
-        """The trial ended TERMINATED: record its last value as ASHA does (not acted on)."""
-        if last_result is None or not self._judged(last_result):
-            return
+    def _open(self, state: SchedulerState) -> StoredRungs:
+        return StoredRungs(state, self.experiment_run_id, self._known)
+
+    def _end(self, view: StoredRungs, last_result: Mapping[str, Any]) -> None:
         iteration, time, value = self._read(last_result)
         self.rungs.judge(
-            self.state,
+            view,
             self.trial_id,
             self.bracket,
             time=time,
@@ -152,15 +249,15 @@ class RungJudge(_Judge):
             at_end=True,
         )
 
-    def _judge_one(self, result: Mapping[str, Any]) -> Verdict:
+    def _judge_one(self, view: StoredRungs, result: Mapping[str, Any]) -> Verdict:
         iteration, time, value = self._read(result)
         decision, reason = self.rungs.judge(
-            self.state, self.trial_id, self.bracket, time=time, value=value, iteration=iteration
+            view, self.trial_id, self.bracket, time=time, value=value, iteration=iteration
         )
         return Verdict(iteration, decision, reason, _kind(decision, self.rungs.reached_max_t(time)))
 
 
-class VectorRungJudge(_Judge):
+class VectorRungJudge(_RungsJudge):
     """One trial's MOASHA verdicts:
     :meth:`MOASHARungs.judge <airflow_trials.core.moasha.MOASHARungs.judge>` over the run's rungs
     in the trials store (:class:`~airflow_trials.store.stored_rungs.StoredVectorRungs`), each
@@ -168,7 +265,6 @@ class VectorRungJudge(_Judge):
 
     :param rungs: MOASHA's rule.
     :param bracket: the trial's bracket, drawn once per trial.
-    :param store: the trials store (``record_vector_rung``, ``rung_vectors``, ``reader``).
     :param experiment_run_id: the run whose trials share the rungs.
     :param trial_id: the trial.
     """
@@ -176,24 +272,19 @@ class VectorRungJudge(_Judge):
     name = "MOASHA"
 
     def __init__(
-        self, rungs: MOASHARungs, bracket: int, store: Any, experiment_run_id: int, trial_id: str
+        self, rungs: MOASHARungs, bracket: int, experiment_run_id: int, trial_id: str
     ) -> None:
-        super().__init__()
+        super().__init__(bracket, experiment_run_id, trial_id)
         self.rungs = rungs
         self.time_attr = rungs.time_attr
-        self.bracket = bracket
-        self.store = store
-        self.experiment_run_id = experiment_run_id
-        self.trial_id = trial_id
-        self.state = StoredVectorRungs(store, experiment_run_id)
 
-    def at_end(self, last_result: Mapping[str, Any] | None) -> None:
-        """The trial ended TERMINATED: record its last values as MOASHA does (not acted on)."""
-        if last_result is None or not self._judged(last_result):
-            return
+    def _open(self, state: SchedulerState) -> StoredVectorRungs:
+        return StoredVectorRungs(state, self.experiment_run_id, self._known)
+
+    def _end(self, view: StoredVectorRungs, last_result: Mapping[str, Any]) -> None:
         iteration, time, values = self._read_vector(last_result)
         self.rungs.judge(
-            self.state,
+            view,
             self.trial_id,
             self.bracket,
             time=time,
@@ -202,10 +293,10 @@ class VectorRungJudge(_Judge):
             at_end=True,
         )
 
-    def _judge_one(self, result: Mapping[str, Any]) -> Verdict:
+    def _judge_one(self, view: StoredVectorRungs, result: Mapping[str, Any]) -> Verdict:
         iteration, time, values = self._read_vector(result)
         decision, reason = self.rungs.judge(
-            self.state, self.trial_id, self.bracket, time=time, values=values, iteration=iteration
+            view, self.trial_id, self.bracket, time=time, values=values, iteration=iteration
         )
         return Verdict(iteration, decision, reason, _kind(decision, self.rungs.reached_max_t(time)))
 
@@ -230,71 +321,76 @@ class VectorRungJudge(_Judge):
         return iteration, float(result[self.time_attr]), values
 
 
+@dataclass
+class _MeansView:
+    """The median rule's state in one write, and the trial's best value so far."""
+
+    state: SchedulerState
+    means: StoredMeans
+    best: float | None
+
+
 class MedianJudge(_Judge):
     """One trial's median-rule verdicts: :meth:`MedianRule.judge
     <airflow_trials.core.median_rule.MedianRule.judge>` over the run's running means in the
     trials store (:class:`~airflow_trials.store.median.StoredMeans`).
 
     The trial's best so far (over all its results) is kept here, read once from its stored
-    results when this judge starts (after a triggerer restart, say).
+    results when this judge first judges (after a triggerer restart, say).
 
     :param rule: the rule.
-    :param store: the trials store (``record_median_point``, ``reader.get_results``).
     :param experiment_run_id: the run whose trials the rule compares.
     :param trial_id: the trial.
     """
 
     name = "MedianStoppingRule"
 
-    def __init__(self, rule: MedianRule, store: Any, experiment_run_id: int, trial_id: str) -> None:
+    def __init__(self, rule: MedianRule, experiment_run_id: int, trial_id: str) -> None:
         super().__init__()
         self.rule = rule
         self.metric, self.time_attr = rule.metric, rule.time_attr
-        self.store = store
         self.experiment_run_id = experiment_run_id
         self.trial_id = trial_id
-        self.state = StoredMeans(store, experiment_run_id)
         self._best: float | None = None  # the best value of the results judged so far
 
-    def at_end(self, last_result: Mapping[str, Any] | None) -> None:
-        """The trial ended TERMINATED: add its last result again, as Ray Tune's rule does (not
-        acted on)."""
-        if last_result is None or not self._judged(last_result):
-            return
+    def _open(self, state: SchedulerState) -> _MeansView:
+        return _MeansView(state, StoredMeans(state, self.experiment_run_id), self._best)
+
+    def _remember(self, view: _MeansView) -> None:
+        self._best = view.best
+
+    def _end(self, view: _MeansView, last_result: Mapping[str, Any]) -> None:
+        """Add the trial's last result again, as Ray Tune's rule does (not acted on)."""
         iteration, time, value = self._read(last_result)
         try:
-            self.rule.at_end(self.state, self.trial_id, iteration=iteration, time=time, value=value)
+            self.rule.at_end(view.means, self.trial_id, iteration=iteration, time=time, value=value)
         except ValueError:
             # A replayed last result, before the trial's latest time: the rule adds nothing
             # (Ray alike).
             return
 
-    def _judge_one(self, result: Mapping[str, Any]) -> Verdict:
+    def _judge_one(self, view: _MeansView, result: Mapping[str, Any]) -> Verdict:
         iteration, time, value = self._read(result)
-        best = self._best_after(iteration, value)
+        best = self._best_after(view, iteration, value)
         try:
             verdict = self.rule.judge(
-                self.state, self.trial_id, iteration=iteration, time=time, value=value, best=best
+                view.means, self.trial_id, iteration=iteration, time=time, value=value, best=best
             )
         except ValueError as e:  # its time went back: the rule cannot judge it
             raise MissingSchedulerKey(f"trial {self.trial_id}: {e}") from e
         return Verdict(iteration, verdict.decision, verdict.reason)
 
-    def _best_after(self, iteration: int, value: float) -> float:
-        if self._best is None:
-            earlier = [
-                r
-                for r in self.store.reader.get_results(self.trial_id)
-                if r.get(R.TRAINING_ITERATION, 0) < iteration
-            ]
+    def _best_after(self, view: _MeansView, iteration: int, value: float) -> float:
+        if view.best is None:
+            earlier = view.state.results_before(self.trial_id, iteration)
             best = math.nan
             for index, previous in enumerate(earlier):
                 number = _number(previous.get(self.metric))
                 best = number if index == 0 else better_of(best, number, self.rule.mode)
-            self._best = value if not earlier else better_of(best, value, self.rule.mode)
+            view.best = value if not earlier else better_of(best, value, self.rule.mode)
         else:
-            self._best = better_of(self._best, value, self.rule.mode)
-        return self._best
+            view.best = better_of(view.best, value, self.rule.mode)
+        return view.best
 
 
 #: The judge of one trial: ASHA's, MOASHA's or the median rule's.
@@ -302,16 +398,16 @@ Judge = RungJudge | VectorRungJudge | MedianJudge
 
 
 def judge_for(
-    settings: Mapping[str, Any], bracket: int, store: Any, experiment_run_id: int, trial_id: str
+    settings: Mapping[str, Any], bracket: int, experiment_run_id: int, trial_id: str
 ) -> Judge:
     """The judge of a trigger's ``scheduler`` settings (``AshaRungs``, ``MOASHARungs`` or
     ``MedianRule``, as dicts)."""
     scheduler = judged_from_dict(dict(settings))
     if isinstance(scheduler, MedianRule):
-        return MedianJudge(scheduler, store, experiment_run_id, trial_id)
+        return MedianJudge(scheduler, experiment_run_id, trial_id)
     if isinstance(scheduler, MOASHARungs):
-        return VectorRungJudge(scheduler, bracket, store, experiment_run_id, trial_id)
-    return RungJudge(scheduler, bracket, store, experiment_run_id, trial_id)
+        return VectorRungJudge(scheduler, bracket, experiment_run_id, trial_id)
+    return RungJudge(scheduler, bracket, experiment_run_id, trial_id)
 
 
 def _number(value: Any) -> float:

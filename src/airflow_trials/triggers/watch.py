@@ -19,7 +19,7 @@ from airflow_trials.execution.triggerer.outage import (
 )
 from airflow_trials.execution.triggerer.task_log import TaskLogEcho
 from airflow_trials.hooks.trials import DEFAULT_RAY_CONN_ID, DEFAULT_TRIALS_CONN_ID
-from airflow_trials.triggers.judge import Judge, MissingSchedulerKey, Verdict, judge_for
+from airflow_trials.triggers.judge import Judge, Judged, Verdict, judge_for
 
 if TYPE_CHECKING:
     from airflow_trials.execution.polls import TrialPolls
@@ -115,7 +115,7 @@ class TrialWatch:
         # TrialWatchSpec refuses a scheduler without experiment_run_id.
         if spec.scheduler is not None and spec.experiment_run_id is not None:
             self.judge = judge_for(
-                spec.scheduler, spec.bracket, store, spec.experiment_run_id, spec.trial_id
+                spec.scheduler, spec.bracket, spec.experiment_run_id, spec.trial_id
             )
 
     async def until_end(self) -> dict[str, Any]:
@@ -125,8 +125,8 @@ class TrialWatch:
             while True:
                 asked = time.monotonic()
                 poll, update = await self._next_update()
-                await self._record(poll)
-                released = await self._judge(update)
+                judged = await self._record(poll)
+                released = await self._act_on(update, judged)
                 self.echo.report(update)
                 if update.ended:
                     return await self._ended(update)
@@ -193,7 +193,9 @@ class TrialWatch:
             c.path
             for c in await asyncio.to_thread(self.store.reader.live_checkpoints, spec.trial_id)
         ]
-        self.polls = watch_trial(spec.trial_id, self.actor, self.store.url, wait_s, recorded)
+        self.polls = watch_trial(
+            spec.trial_id, self.actor, self.store.url, wait_s, recorded, self.judge
+        )
 
     async def _cluster_replaced(self) -> bool:
         """Is this process now connected to another Ray cluster than the trial was launched on?"""
@@ -300,15 +302,20 @@ class TrialWatch:
             released=True,
         )
 
-    async def _record(self, poll: Any) -> None:
+    async def _record(self, poll: Any) -> Judged | None:
         """Wait until the poller wrote the poll's new results and checkpoints (and RUNNING, the
-        first time); a DB that fails past the store's retries stops the trial, so that its task's
-        retry resumes it from its latest recorded checkpoint."""
+        first time) with the verdicts the scheduler gave on them; what the scheduler found (None
+        when nothing was written). A DB that fails past the store's retries stops the trial, so
+        that its task's retry resumes it from its latest recorded checkpoint."""
         try:
-            await poll.recorded
-            self.placed = True
+            judged: Judged | None = await poll.recorded
         except StoreError as e:
-            await self._store_failed("its results could not be written to the trials DB", e)
+            await self._store_failed(
+                "its results and its scheduler's verdicts could not be written to the trials DB",
+                e,
+            )
+        self.placed = True
+        return judged
 
     async def _store_failed(self, what: str, error: StoreError) -> NoReturn:
         """A DB that failed past the store's retries: stop the trial on Ray and end the watch, so
@@ -323,22 +330,17 @@ class TrialWatch:
             )
         ) from error
 
-    async def _judge(self, update: TrialUpdate) -> bool:
-        """Ask the scheduler about the update's new results (in a thread: it reads and writes its
-        state in the store) and tell the actor: the first STOP, and the verdict on the result it
-        holds at. Whether the actor was held (and so released)."""
+    async def _act_on(self, update: TrialUpdate, judged: Judged | None) -> bool:
+        """Tell the actor what the scheduler decided on the update's new results (judged as
+        they were written): the first STOP, and the verdict on the result it holds at. Whether
+        the actor was held (and so released)."""
         judge = self.judge
         if judge is None:
             return False
-        try:
-            stop = await asyncio.to_thread(judge.judge, update.results)
-        except MissingSchedulerKey as e:
+        if judged is not None and judged.error is not None:
             await self.release()
-            raise Ended(self._lost(str(e), released=True)) from e
-        except StoreError as e:
-            await self._store_failed(
-                "its scheduler's rungs could not be read or written in the trials DB", e
-            )
+            raise Ended(self._lost(str(judged.error), released=True)) from judged.error
+        stop = judged.stop if judged is not None else None
         if update.ended:
             # It ended on its own (its criterion): nothing to tell it (its end records the rest).
             return False
@@ -421,23 +423,20 @@ class TrialWatch:
         await self._release_checkpoints()
         await self.release()
         end = update.end(self.spec.experiment_name, released=True)
-        if end.finished and self.judge is not None:
-            # Before the end is recorded: a trigger that runs again finds the end stored and
-            # judges nothing more. ASHA, MOASHA and the median rule record a finished trial's
-            # last value (Ray Tune's and Syne Tune's on_trial_complete); a failed trial's, never.
-            try:
-                await asyncio.to_thread(self.judge.at_end, end.last_result)
-            except StoreError as e:  # its results and end are kept; a later cutoff misses it only
-                self.log.warning(
-                    "Trial %s: its scheduler could not record its last value (%s).", end.trial_id, e
-                )
         if end.finished:
             # The one record of a finished end: shown as finished at once, and found by a task
             # whose worker died before execute_complete (its retry reports the stored end).
             # execute_complete only reads it; a failed end is the worker's to record, with the
-            # decision only the task can make (its retries left).
+            # decision only the task can make (its retries left). In the same transaction, ASHA,
+            # MOASHA and the median rule record a finished trial's last value (Ray Tune's and
+            # Syne Tune's on_trial_complete); a failed trial's, never.
             update = TrialUpdate.of_end(end, try_number=self.try_number)
-            await asyncio.to_thread(self.store.record_progress, [update])
+            judges = None
+            if self.judge is not None:
+                judges = {end.trial_id: self.judge.ending(end.last_result)}
+            await asyncio.to_thread(self.store.record_progress, [update], judges=judges)
+            if judges:
+                judges[end.trial_id].settle()
         return end.to_event()
 
 

@@ -12,7 +12,8 @@ Lifecycle, from a trigger's ``run()`` on the event loop::
     watch = watch_trial(trial_id, actor, store_url, wait_seconds=2.0)  # registers; starts a poller
     poll = watch.poll()                  # the poll in flight, or a new one
     update = await poll.answered         # the actor's TrialUpdate, or the Ray error it raised
-    await poll.recorded                  # its progress is in the store, or StoreError
+    judged = await poll.recorded         # its progress is in the store (with its scheduler's
+                                         # verdicts: judge.call().settle()), or StoreError
     watch.set_actor(new_actor)           # after a re-attach: later polls go to the new actor
     watch.close()                        # in ``finally``: the poller forgets the trial
 
@@ -21,7 +22,8 @@ runs on the poller's thread, never on the event loop: when the Ray GCS is down t
 block for seconds, and then only the poller waits. The thread keeps at most one ``poll.remote``
 in flight per watched actor, collects the finished ones with ``ray.wait(timeout=TICK_SECONDS)``,
 writes all their new results, checkpoints and RUNNING statuses in one transaction per tick and
-store (:meth:`~airflow_trials.store.store.TrialStore.record_progress`), and hands the answers,
+store (:meth:`~airflow_trials.store.store.TrialStore.record_progress`), with the verdicts each
+judged trial's scheduler gives on its new results (its ``judge``), and hands the answers,
 then the writes' outcomes, back to their triggers' futures with one ``loop.call_soon_threadsafe``
 each per tick (one wake-up of the event loop, not one per future). Bounding
 the wait for an answer is the trigger's business (``asyncio.wait`` with a timeout), so a poller
@@ -97,6 +99,8 @@ class BatchedTrialPolls:
     :param store_url: the trials store its progress goes to.
     :param wait_seconds: how long the actor may hold a poll open waiting for the trial to end.
     :param recorded: the trial's checkpoints the store holds as not deleted; default none.
+    :param judge: the trial's scheduler on the Airflow path (``triggers/judge.py``: its
+        ``call()`` judges a write's results within it); default None (no scheduler).
     """
 
     def __init__(
@@ -107,8 +111,10 @@ class BatchedTrialPolls:
         store_url: str,
         wait_seconds: float,
         recorded: Iterable[str] = (),
+        judge: Any = None,
     ) -> None:
         self.trial_id = trial_id
+        self.judge = judge
         self.store_url = store_url
         self.wait_seconds = wait_seconds
         self.tracker = TrialProgressTracker(trial_id, recorded=set(recorded))
@@ -321,20 +327,31 @@ class TrialPoller:
             batches.setdefault(watch.store_url, []).append((watch, poll, item))
         for url, batch in batches.items():
             items = [item for _, _, item in batch if item is not None]
-            errors = self._write(url, items) if items else {}
+            calls = {
+                watch.trial_id: watch.judge.call()
+                for watch, _, item in batch
+                if item is not None and watch.judge is not None
+            }
+            errors = self._write(url, items, calls) if items else {}
             for watch, poll, item in batch:
                 error = errors.get(watch.trial_id) if item is not None else None
+                call = calls.get(watch.trial_id)
+                judged = call.settle() if call is not None and error is None else None
                 if error is None:
                     watch.tracker.written(item)
-                self._deliver(poll.recorded, None, error=error)
+                self._deliver(poll.recorded, judged, error=error)
 
-    def _write(self, url: str, items: list[TrialUpdate]) -> dict[str, BaseException]:
-        """Write ``items``; the error of each trial that could not be written."""
+    def _write(
+        self, url: str, items: list[TrialUpdate], calls: dict[str, Any]
+    ) -> dict[str, BaseException]:
+        """Write ``items``, each judged trial judged by its call; the error of each trial that
+        could not be written."""
         store = self._stores.get(url)
         if store is None:
             store = self._stores[url] = self._store_factory(url)
+        judges = {i.trial_id: calls[i.trial_id] for i in items if i.trial_id in calls}
         try:
-            new = store.record_progress(items)
+            new = store.record_progress(items, judges=judges or None)
         except Exception as e:
             transient = (
                 isinstance(e, StoreError) and e.__cause__ is not None and is_transient(e.__cause__)
@@ -352,7 +369,7 @@ class TrialPoller:
         # Refused for one trial's sake: find it, and write the others.
         errors: dict[str, BaseException] = {}
         for item in items:
-            errors.update(self._write(url, [item]))
+            errors.update(self._write(url, [item], calls))
         return errors
 
 
@@ -406,7 +423,12 @@ _REGISTRY_LOCK = threading.Lock()
 
 
 def watch_trial(
-    trial_id: str, actor: Any, store_url: str, wait_seconds: float, recorded: Iterable[str] = ()
+    trial_id: str,
+    actor: Any,
+    store_url: str,
+    wait_seconds: float,
+    recorded: Iterable[str] = (),
+    judge: Any = None,
 ) -> BatchedTrialPolls:
     """Register a trial with the running event loop's poller (starting one if needed).
 
@@ -415,6 +437,7 @@ def watch_trial(
     :param store_url: the trials store its progress goes to.
     :param wait_seconds: how long the actor may hold a poll open waiting for the trial to end.
     :param recorded: the trial's checkpoints the store holds as not deleted; default none.
+    :param judge: the trial's scheduler (:class:`BatchedTrialPolls`); default None.
     """
     loop = asyncio.get_running_loop()
     with _REGISTRY_LOCK:
@@ -423,7 +446,7 @@ def watch_trial(
             _freeze_startup_objects()
             poller = _POLLERS[loop] = TrialPoller(loop)
             poller.start()
-        watch = BatchedTrialPolls(poller, trial_id, actor, store_url, wait_seconds, recorded)
+        watch = BatchedTrialPolls(poller, trial_id, actor, store_url, wait_seconds, recorded, judge)
         # Under the lock: a poller that has a command queued never retires.
         poller.command(poller._add, watch)
         return watch
