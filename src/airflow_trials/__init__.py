@@ -17,7 +17,7 @@ from airflow_trials.core.median_stopping import MedianStoppingRule
 from airflow_trials.core.moasha import MOASHA
 from airflow_trials.core.parameters import TrainableWithParameters, with_parameters
 from airflow_trials.core.pbt import Exploit, PopulationBasedTraining
-from airflow_trials.core.resources import Resources
+from airflow_trials.core.resources import InsufficientResourcesError, Resources
 from airflow_trials.core.scheduler import Decision, FIFOScheduler, TrialScheduler
 from airflow_trials.core.searcher import ConcurrencyLimiter, Searcher
 from airflow_trials.core.status import TrialStatus
@@ -31,7 +31,6 @@ from airflow_trials.exceptions import (
     CheckpointStorageError,
     ExperimentNotFoundError,
     ExperimentStateError,
-    InsufficientResourcesError,
     InvalidTransitionError,
     RegressionError,
     RunnerFinishedError,

@@ -1,11 +1,9 @@
-"""Errors raised by airflow_trials; every one derives from AirflowTrialsError."""
+"""Errors raised by airflow_trials; every one derives from AirflowTrialsError.
+
+InsufficientResourcesError, which carries Resources, lives beside them in
+:mod:`airflow_trials.core.resources`, so that this module imports nothing of the package."""
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from airflow_trials.core.resources import Resources
 
 
 class AirflowTrialsError(Exception):
@@ -48,24 +46,6 @@ class TrialError(AirflowTrialsError):
 
 class RayUnavailableError(AirflowTrialsError):
     """Ray did not answer: its head is down or restarting, or the address is wrong."""
-
-
-class InsufficientResourcesError(AirflowTrialsError):
-    """A trial asks for more than the whole cluster has, so it could never start.
-
-    :param needed: what the trial asks for; None when not known. Default None.
-    :param total: everything the Ray cluster has; None when not known. Default None.
-    """
-
-    def __init__(
-        self, message: str, needed: Resources | None = None, total: Resources | None = None
-    ):
-        super().__init__(message)
-        self.needed = needed
-        self.total = total
-
-    def __reduce__(self):  # type: ignore[no-untyped-def]
-        return (type(self), (str(self), self.needed, self.total))
 
 
 class RegressionError(AirflowTrialsError):

@@ -261,7 +261,7 @@ def test_a_sweep_takes_more_trials_than_one_mapped_task_may_have(ui_module):
 def test_gpus_beyond_the_cluster_are_refused_before_any_trial(ui_module, trials_env, fake_context):
     from airflow.sdk.exceptions import AirflowFailException
 
-    from airflow_trials.exceptions import InsufficientResourcesError
+    from airflow_trials.core.resources import InsufficientResourcesError
     from tests.conftest import start_ray
 
     start_ray(num_cpus=2, num_gpus=0)

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pickle
 
-from airflow_trials.core.resources import Resources
-from airflow_trials.exceptions import InsufficientResourcesError
+from airflow_trials.core.resources import InsufficientResourcesError, Resources
 
 
 def test_the_error_keeps_its_resources_through_a_pickle():

@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_trials.exceptions import AirflowTrialsError
+
 # Ray schedules resources in units of 1/10000; computing in those integer units means
 # 0.99 - 3 * 0.33 is exactly 0 instead of -1e-16.
 _UNITS_PER_ONE = 10_000
@@ -222,3 +224,21 @@ class Resources:
 
 def _fmt(value: float) -> str:
     return f"{value:g}"
+
+
+class InsufficientResourcesError(AirflowTrialsError):
+    """A trial asks for more than the whole cluster has, so it could never start.
+
+    :param needed: what the trial asks for; None when not known. Default None.
+    :param total: everything the Ray cluster has; None when not known. Default None.
+    """
+
+    def __init__(
+        self, message: str, needed: Resources | None = None, total: Resources | None = None
+    ):
+        super().__init__(message)
+        self.needed = needed
+        self.total = total
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (type(self), (str(self), self.needed, self.total))

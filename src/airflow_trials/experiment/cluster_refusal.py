@@ -1,5 +1,5 @@
 """A run whose params ask for more than the Ray cluster has: the cluster's refusal
-(:class:`~airflow_trials.exceptions.InsufficientResourcesError`, from ``check_fits_cluster``)
+(:class:`~airflow_trials.core.resources.InsufficientResourcesError`, from ``check_fits_cluster``)
 retold as a refusal of the run's params, naming the trigger form's fields that asked for it.
 
 The fits-cluster check stays in ``execution/driver/cluster.py``; this only translates its error
@@ -15,8 +15,7 @@ from typing import Any, NoReturn
 
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_trials.core.resources import Resources
-from airflow_trials.exceptions import InsufficientResourcesError
+from airflow_trials.core.resources import InsufficientResourcesError, Resources
 
 #: ``ray start`` options that add each kind of resource to a node.
 _RAY_START = {"gpu": "--num-gpus=N", "cpu": "--num-cpus=N", "memory": "--memory=BYTES"}

@@ -18,11 +18,11 @@ from airflow_trials.core.judged import judged_scheduler
 from airflow_trials.core.pareto import scheduler_metric_and_mode
 from airflow_trials.core.pick import Pick
 from airflow_trials.core.regression import RegressionTolerance
+from airflow_trials.core.resources import InsufficientResourcesError
 from airflow_trials.core.scheduler import judged_metric_and_mode
 from airflow_trials.core.search import generate_configs
 from airflow_trials.core.trial import Trial
 from airflow_trials.core.warm_start import WarmStart, WarmStartError
-from airflow_trials.exceptions import InsufficientResourcesError
 from airflow_trials.experiment.cluster_refusal import refuse_params_beyond_cluster
 from airflow_trials.experiment.extension import extension_entries, extension_requested
 from airflow_trials.experiment.one_best import select_one_best

@@ -7,9 +7,8 @@ import time
 
 import ray
 
-from airflow_trials.core.resources import Resources
+from airflow_trials.core.resources import InsufficientResourcesError, Resources
 from airflow_trials.core.trial import Trial
-from airflow_trials.exceptions import InsufficientResourcesError
 
 log = logging.getLogger(__name__)
 
