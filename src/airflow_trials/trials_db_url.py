@@ -3,9 +3,10 @@
 With Airflow installed, :func:`resolve_trials_db_url` answers (the ``trials_default`` connection
 first; :mod:`airflow_trials.hooks.trials` uses it too, and re-exports it). It imports Airflow only
 when called, so this module sits below the hooks, beside the store. Without it (the engine alone),
-``AIRFLOW_TRIALS_DB_URL``, else the default SQLite file. Falling back to the default file is said
-once per process, in a warning that names the file: a run written to another database than the
-one meant is otherwise found out only by its missing rows.
+``AIRFLOW_TRIALS_DB_URL``, else the default SQLite file (:func:`default_store_url`, which the
+store also takes when given no URL). Falling back to the default file is said once per process,
+in a warning that names the file: a run written to another database than the one meant is
+otherwise found out only by its missing rows.
 
 Example::
 
@@ -21,8 +22,9 @@ import sys
 from typing import Any
 
 from airflow_trials.provider_config import SECTION, setting, setting_source
-from airflow_trials.store.engine import STORE_URL_ENV, default_store_url
 
+STORE_HOME_ENV = "AIRFLOW_TRIALS_HOME"
+STORE_URL_ENV = "AIRFLOW_TRIALS_DB_URL"
 DEFAULT_SOURCE = "the default SQLite file"
 log = logging.getLogger(__name__)
 _said_default = False
@@ -40,6 +42,24 @@ def trials_db_url(
     if importlib.util.find_spec("airflow") is not None:
         return resolve_trials_db_url(trials_conn_id, create_dir=create_dir)
     return env_or_default_url(create_dir=create_dir, looked_for="Airflow is not installed")
+
+
+def default_store_url(create_dir: bool = True, home: str | None = None) -> str:
+    """``sqlite:///<home, else $AIRFLOW_TRIALS_HOME, else ~/airflow_trials>/trials.db``.
+
+    :param create_dir: create the directory when missing; default True. Readers that must not
+        create anything (the ``airflow-trials`` read commands) pass False.
+    :param home: the directory; default none (``$AIRFLOW_TRIALS_HOME``, else ``~/airflow_trials``).
+    """
+    home = (
+        home
+        or os.environ.get(STORE_HOME_ENV)
+        or os.path.join(os.path.expanduser("~"), "airflow_trials")
+    )
+    home = os.path.abspath(os.path.expanduser(home))
+    if create_dir:
+        os.makedirs(home, exist_ok=True)
+    return f"sqlite:///{os.path.join(home, 'trials.db')}"
 
 
 def env_or_default_url(*, create_dir: bool = True, looked_for: str = "") -> tuple[str, str]:

@@ -8,7 +8,6 @@ Create or upgrade the schema with :func:`migrate` or ``python -m airflow_trials.
 
 from __future__ import annotations
 
-from airflow_trials.store.engine import default_store_url
 from airflow_trials.store.migration import migrate
 from airflow_trials.store.pareto_board import ParetoBoard, ParetoRow
 from airflow_trials.store.reader import TrialReader
@@ -30,6 +29,7 @@ from airflow_trials.store.transitions import (
     RestartFromScratch,
     StopForTry,
 )
+from airflow_trials.trials_db_url import default_store_url
 
 __all__ = [
     "CheckpointRecordRow",

@@ -7,12 +7,9 @@ import sys
 from collections.abc import Sequence
 
 from airflow_trials.exceptions import StoreError
-from airflow_trials.store.engine import (
-    STORE_URL_ENV,
-    create_store_engine,
-    safe_url,
-)
+from airflow_trials.store.engine import create_store_engine, safe_url
 from airflow_trials.store.migration import current_revision, migrate
+from airflow_trials.trials_db_url import STORE_URL_ENV, trials_db_url
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -33,8 +30,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.url:
         url = args.url
     else:
-        from airflow_trials.trials_db_url import trials_db_url
-
         url, source = trials_db_url()
     try:
         migrate(url)

@@ -18,7 +18,6 @@ from airflow_trials.exceptions import StoreError, TrialNotFoundError
 from airflow_trials.store.engine import (
     WRITE_OPTION,
     create_store_engine,
-    default_store_url,
     safe_url,
 )
 from airflow_trials.store.migration import upgrade_engine
@@ -28,6 +27,7 @@ from airflow_trials.store.models import (
     TrialRow,
 )
 from airflow_trials.store.retry import RetryPolicy, is_transient
+from airflow_trials.trials_db_url import default_store_url
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,5 @@
-"""Where the store lives and how its SQLAlchemy engine is made: SQLite in WAL mode or PostgreSQL."""
+"""How the store's SQLAlchemy engine is made: SQLite in WAL mode or PostgreSQL (which database:
+:mod:`airflow_trials.trials_db_url`)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,6 @@ from sqlalchemy.pool import StaticPool
 
 from airflow_trials.exceptions import StoreError
 
-STORE_HOME_ENV = "AIRFLOW_TRIALS_HOME"
-STORE_URL_ENV = "AIRFLOW_TRIALS_DB_URL"
 SQLITE_BUSY_TIMEOUT_SECONDS = 30.0
 
 # Execution option that marks a connection as one that will write. On SQLite such a transaction
@@ -28,24 +27,6 @@ _SECRET_QUERY_VALUE = re.compile(
     r"([?&][^=&\s]*(?:pass|pwd|secret|token|key|credential|signature)[^=&\s]*=)[^&\s#]*",
     re.IGNORECASE,
 )
-
-
-def default_store_url(create_dir: bool = True, home: str | None = None) -> str:
-    """``sqlite:///<home, else $AIRFLOW_TRIALS_HOME, else ~/airflow_trials>/trials.db``.
-
-    :param create_dir: create the directory when missing; default True. Readers that must not
-        create anything (the ``airflow-trials`` read commands) pass False.
-    :param home: the directory; default none (``$AIRFLOW_TRIALS_HOME``, else ``~/airflow_trials``).
-    """
-    home = (
-        home
-        or os.environ.get(STORE_HOME_ENV)
-        or os.path.join(os.path.expanduser("~"), "airflow_trials")
-    )
-    home = os.path.abspath(os.path.expanduser(home))
-    if create_dir:
-        os.makedirs(home, exist_ok=True)
-    return f"sqlite:///{os.path.join(home, 'trials.db')}"
 
 
 def is_memory_sqlite(url: str) -> bool:
