@@ -53,7 +53,8 @@ def record_start(
             "Trial %s: its stored results and %d checkpoints are replaced.", trial_id, len(dropped)
         )
     if action.transition is not None:
-        store.record_transition(trial_id, action.transition)
+        # Fenced by the try: a zombie older try's RESET or QUEUED changes nothing.
+        store.record_transition(trial_id, action.transition, try_number=try_number)
 
 
 def launch(

@@ -216,21 +216,7 @@ class IngestWriter(StoreBase):
             (:class:`~airflow_trials.store.scheduler_state.Judging`); default none.
         """
         items = sorted(batch, key=lambda item: item.trial_id)
-        rows = {item.trial_id: _result_rows(item.trial_id, item.results) for item in items}
-        if len(rows) != len(items):
-            twice = sorted(
-                trial_id for trial_id, n in Counter(i.trial_id for i in items).items() if n > 1
-            )
-            raise ValueError(
-                f"A progress batch names trials {twice} more than once; nothing was written. "
-                "Merge each trial's updates into one TrialUpdate."
-            )
-        unknown = sorted(set(judges or ()) - rows.keys())
-        if unknown:
-            raise ValueError(
-                f"record_progress was given the schedulers of trials {unknown}, which the batch "
-                "does not name; nothing was written. Add an update of each trial judged."
-            )
+        rows = _batch_rows(items, judges)
         statuses = {item.trial_id: item.recorded_status() for item in items}
         operation = (
             f"record the progress of {len(items)} trials ({sum(map(len, rows.values()))} results)"
@@ -364,6 +350,29 @@ class IngestWriter(StoreBase):
                 f"store at {safe_url(self._url)}; record it with add_checkpoint first."
             )
         checkpoint.deleted = True
+
+
+def _batch_rows(
+    items: Sequence[TrialUpdate], judges: Mapping[str, Judging] | None
+) -> dict[str, list[dict[str, Any]]]:
+    """Each trial's result rows, once the batch is known to name each trial once and every
+    judged trial (ValueError, nothing written)."""
+    rows = {item.trial_id: _result_rows(item.trial_id, item.results) for item in items}
+    if len(rows) != len(items):
+        twice = sorted(
+            trial_id for trial_id, n in Counter(i.trial_id for i in items).items() if n > 1
+        )
+        raise ValueError(
+            f"A progress batch names trials {twice} more than once; nothing was written. "
+            "Merge each trial's updates into one TrialUpdate."
+        )
+    unknown = sorted(set(judges or ()) - rows.keys())
+    if unknown:
+        raise ValueError(
+            f"record_progress was given the schedulers of trials {unknown}, which the batch "
+            "does not name; nothing was written. Add an update of each trial judged."
+        )
+    return rows
 
 
 def _result_rows(trial_id: str, results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
