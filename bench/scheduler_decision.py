@@ -45,7 +45,7 @@ import time
 import optuna
 from sqlalchemy import insert
 
-from airflow_trials.core.rungs import AshaRungs
+from airflow_trials.schedulers.asha.asha_rungs import AshaRungs
 from airflow_trials.store import TrialStore
 from airflow_trials.store.models import TrialRungRow, utcnow
 from airflow_trials.store.scheduler_state import judge_alone

@@ -9,14 +9,9 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from airflow_trials.core.asha import ASHAScheduler, AsyncHyperBandScheduler
 from airflow_trials.core.callback import Callback
 from airflow_trials.core.checkpoint import CheckpointManager, CheckpointRecord
-from airflow_trials.core.hyperband import HyperBandScheduler
-from airflow_trials.core.median_stopping import MedianStoppingRule
-from airflow_trials.core.moasha import MOASHA
 from airflow_trials.core.parameters import TrainableWithParameters, with_parameters
-from airflow_trials.core.pbt import Exploit, PopulationBasedTraining
 from airflow_trials.core.resources import InsufficientResourcesError, Resources
 from airflow_trials.core.scheduler import Decision, FIFOScheduler, TrialScheduler
 from airflow_trials.core.searcher import ConcurrencyLimiter, Searcher
@@ -41,12 +36,17 @@ from airflow_trials.exceptions import (
     TrialNotFoundError,
 )
 from airflow_trials.execution.storage import load_checkpoint
+from airflow_trials.execution.trainable_api import Trainable
 from airflow_trials.execution.worker.trainable import (
-    Trainable,
     get_checkpoint,
     get_trial_id,
     report,
 )
+from airflow_trials.schedulers.asha.async_hyperband import ASHAScheduler, AsyncHyperBandScheduler
+from airflow_trials.schedulers.hyperband import HyperBandScheduler
+from airflow_trials.schedulers.median.median_stopping import MedianStoppingRule
+from airflow_trials.schedulers.moasha.moasha_scheduler import MOASHA
+from airflow_trials.schedulers.pbt.pbt_scheduler import Exploit, PopulationBasedTraining
 
 __version__ = "0.1.0"
 

@@ -106,7 +106,7 @@ def test_asha_stops_a_trial_at_its_first_rung_and_records_why(trials_env):
 def test_an_experiment_dag_with_asha_decides_every_rung_as_asha_would(trials_env):
     """The DAG path's wiring; dag.test picks the order the trials run in, so the decisions are
     checked against a replay of ASHA in the order they were recorded."""
-    from airflow_trials.core.rungs import AshaRungs, ValueList
+    from airflow_trials.schedulers.asha.asha_rungs import AshaRungs, ValueList
 
     dag = experiment_dag(
         "asha", search_space={"scale": grid_search([1.0, 3.0, 2.0, 2.5])}, stop=None, scheduler=ASHA

@@ -13,10 +13,10 @@ from typer.testing import CliRunner
 from airflow_trials.cli import app
 from airflow_trials.core.end import TrialEnd
 from airflow_trials.core.fate import Transition
-from airflow_trials.core.rungs import RungVerdict
 from airflow_trials.core.scheduler import Decision
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.stop_kind import StopKind
+from airflow_trials.schedulers.asha.asha_rungs import RungVerdict
 from tests.factories import add_results
 from tests.scheduler_writes import OneWriteEach
 

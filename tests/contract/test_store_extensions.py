@@ -7,10 +7,10 @@ import pytest
 
 from airflow_trials.core.end import TrialEnd
 from airflow_trials.core.fate import CRITERION_MET, Transition
-from airflow_trials.core.rungs import RungVerdict
 from airflow_trials.core.scheduler import Decision
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.exceptions import ExperimentStateError
+from airflow_trials.schedulers.asha.asha_rungs import RungVerdict
 from airflow_trials.store import ContinueWithRaisedStop
 from tests.contract.conftest import MEMORY, POSTGRESQL, SQLITE_FILE
 from tests.factories import add_checkpoint, add_results

@@ -15,9 +15,9 @@ from sqlalchemy import inspect
 
 from airflow_trials import Decision, MedianStoppingRule, StoreError, Trial, TrialNotFoundError
 from airflow_trials.core.fate import Transition
-from airflow_trials.core.judged import MedianRule
-from airflow_trials.core.median_stopping import MeanList
 from airflow_trials.core.status import TrialStatus
+from airflow_trials.schedulers.median.median_stopping import MeanList
+from airflow_trials.schedulers.registry import MedianRule
 from airflow_trials.store import RestartFromScratch, TrialStore
 from airflow_trials.store.median import AT_END_REASON
 from airflow_trials.store.migration import alembic_config

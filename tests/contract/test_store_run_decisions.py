@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import event
 
 from airflow_trials import Decision
-from airflow_trials.core.rungs import RungVerdict
+from airflow_trials.schedulers.asha.asha_rungs import RungVerdict
 from airflow_trials.store import TrialStore
 from airflow_trials.store.run_decisions import RunDecisionCounts
 from tests.contract.conftest import MEMORY, POSTGRESQL, SQLITE_FILE

@@ -17,7 +17,7 @@ from sqlalchemy import event, inspect
 
 from airflow_trials import AsyncHyperBandScheduler, Decision, StoreError, Trial, TrialNotFoundError
 from airflow_trials.core.fate import Transition
-from airflow_trials.core.rungs import (
+from airflow_trials.schedulers.asha.asha_rungs import (
     AshaRungs,
     RungVerdict,
     asha_rung_decision,

@@ -10,9 +10,9 @@ import pytest
 from sqlalchemy import event
 from sqlalchemy.exc import OperationalError
 
-from airflow_trials.core.rungs import AshaRungs
 from airflow_trials.core.scheduler import Decision
 from airflow_trials.core.update import TrialUpdate
+from airflow_trials.schedulers.asha.asha_rungs import AshaRungs
 from airflow_trials.triggers.judge import RungJudge
 from tests.contract.conftest import MEMORY, POSTGRESQL, SQLITE_FILE
 from tests.contract.test_store_rungs import new_run

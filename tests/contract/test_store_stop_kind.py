@@ -11,11 +11,11 @@ from sqlalchemy.orm import Session
 
 from airflow_trials.core.end import TrialEnd
 from airflow_trials.core.fate import CRITERION_MET, TRAINABLE_FINISHED, Transition
-from airflow_trials.core.rung_math import max_t_stop_reason
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.status_cause import StatusCause
 from airflow_trials.core.stop_kind import StopKind
 from airflow_trials.core.update import TrialUpdate
+from airflow_trials.schedulers.asha.rung_math import max_t_stop_reason
 from airflow_trials.store import StopForTry, TrialStore
 from airflow_trials.store.engine import create_store_engine
 from airflow_trials.store.history import stopped_early_counts_query

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from airflow_trials.core.rungs import AshaRungs
+from airflow_trials.schedulers.asha.asha_rungs import AshaRungs
 from tests.faults.trainables import read_journal
 
 pytestmark = pytest.mark.timeout(900)
@@ -88,6 +88,6 @@ def test_asha_decides_each_rung_once_across_a_triggerer_restart(stack, experimen
 
 
 def _values(values: list[float]):
-    from airflow_trials.core.rungs import ValueList
+    from airflow_trials.schedulers.asha.asha_rungs import ValueList
 
     return ValueList(values)

@@ -11,12 +11,12 @@ from typing import Any
 
 from sqlalchemy import insert
 
-from airflow_trials.core.moasha import MOASHARungs
-from airflow_trials.core.rungs import AshaRungs, MemoryRung, MemoryRungs
 from airflow_trials.core.scheduler import Decision
+from airflow_trials.schedulers.asha.asha_rungs import AshaRungs, MemoryRung, MemoryRungs
+from airflow_trials.schedulers.asha.stored_rungs import StoredRungs, StoredVectorRungs
+from airflow_trials.schedulers.moasha.moasha_scheduler import MOASHARungs
 from airflow_trials.store import TrialStore
 from airflow_trials.store.models import TrialRow, TrialRungRow, utcnow
-from airflow_trials.store.rungs import StoredRungs, StoredVectorRungs
 from tests.scheduler_writes import OneWriteEach
 
 

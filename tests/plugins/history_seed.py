@@ -11,9 +11,9 @@ from sqlalchemy import update
 
 from airflow_trials.core.end import TrialEnd
 from airflow_trials.core.fate import CRITERION_MET, TRAINABLE_FINISHED, Transition
-from airflow_trials.core.rung_math import REACHED_MAX_T
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.stop_kind import StopKind
+from airflow_trials.schedulers.asha.rung_math import REACHED_MAX_T
 from airflow_trials.store.models import ExperimentRunRow
 from tests.factories import add_results, update_trial
 

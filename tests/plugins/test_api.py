@@ -163,8 +163,8 @@ def test_leaderboard_filters_the_trials_stopped_early_and_keeps_their_ranks(
 def _record_decisions(trials_store, run):
     """ASHA judged mnist-05 at two rungs and recorded its end; PBT made mnist-06 from mnist-05, made
     from mnist-00."""
-    from airflow_trials.core.rungs import RungVerdict
     from airflow_trials.core.scheduler import Decision
+    from airflow_trials.schedulers.asha.asha_rungs import RungVerdict
 
     for milestone, value, decision, at_end in (
         (1, 0.3, Decision.CONTINUE, False),
@@ -404,7 +404,7 @@ def test_a_store_error_shows_an_id_and_the_fix_and_logs_what_it_hides(
 def test_a_trial_page_lists_its_newest_results_and_links_to_all(
     dashboard, trials_store, monkeypatch
 ):
-    from airflow_trials.plugins import pages as app
+    from airflow_trials.plugins.routes import trials as app
 
     monkeypatch.setattr(app, "RESULTS_SHOWN", 3)
     page = dashboard.get("/trials/mnist-00").text

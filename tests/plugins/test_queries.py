@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_trials.core.rungs import RungVerdict
 from airflow_trials.core.scheduler import Decision
 from airflow_trials.core.stop_kind import StopKind
 from airflow_trials.plugins.queries import (
@@ -20,6 +19,7 @@ from airflow_trials.plugins.queries import (
     rung_verdict,
 )
 from airflow_trials.plugins.svg import learning_curves_svg, nice_ticks
+from airflow_trials.schedulers.asha.asha_rungs import RungVerdict
 from airflow_trials.store.records import CheckpointRecordRow
 from tests.factories import add_results, update_trial
 from tests.scheduler_writes import OneWriteEach

@@ -9,12 +9,17 @@ import re
 
 import pytest
 
-from airflow_trials.core.rung_math import RungStop, ValueList, asha_rung_decision, rung_stop_reason
 from airflow_trials.plugins.decisions import (
     LINEAGE_TRIALS_SHOWN,
     involvement,
     lineage_view,
     recorded_cutoff,
+)
+from airflow_trials.schedulers.asha.rung_math import (
+    RungStop,
+    ValueList,
+    asha_rung_decision,
+    rung_stop_reason,
 )
 from tests.plugins.conftest import HOSTILE
 from tests.plugins.decisions_seed import asha_run, moasha_run, pbt_run

@@ -13,14 +13,13 @@ from airflow_trials import ASHAScheduler
 from airflow_trials.core.extension import (
     extended_scheduler,
     plan_extension,
-    raised_max_t,
-    with_max_t,
 )
 from airflow_trials.core.fate import CRITERION_MET, TRAINABLE_FINISHED
-from airflow_trials.core.rung_math import max_t_stop_reason, rung_milestones
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.stop_kind import StopKind
 from airflow_trials.exceptions import ExtensionRefusedError
+from airflow_trials.schedulers.asha.async_hyperband import raised_max_t, with_max_t
+from airflow_trials.schedulers.asha.rung_math import max_t_stop_reason, rung_milestones
 
 OWNER = "Run r1 (id 1) of experiment e"
 

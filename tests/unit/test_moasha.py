@@ -8,13 +8,17 @@ import math
 import pytest
 
 from airflow_trials import MOASHA, ASHAScheduler, Decision, OptunaSearch, Trial
-from airflow_trials.core.judged import judged_from_dict, judged_scheduler
-from airflow_trials.core.moasha import MemoryVectorRungs, MOASHARungs, moasha_rung_decision
-from airflow_trials.core.rungs import AshaRungs
 from airflow_trials.core.search import uniform
 from airflow_trials.core.searcher import agree_on_metric
+from airflow_trials.schedulers.asha.asha_rungs import AshaRungs
+from airflow_trials.schedulers.asha.stored_rungs import StoredVectorRungs
+from airflow_trials.schedulers.moasha.moasha_scheduler import (
+    MemoryVectorRungs,
+    MOASHARungs,
+    moasha_rung_decision,
+)
+from airflow_trials.schedulers.registry import judged_from_dict, judged_scheduler
 from airflow_trials.store import TrialStore
-from airflow_trials.store.rungs import StoredVectorRungs
 from airflow_trials.triggers.judge import MissingSchedulerKey, VectorRungJudge, judge_for
 from tests.contract.test_store import register
 from tests.scheduler_writes import OneWriteEach, judge, judge_end

@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 
 from airflow_trials import MOASHA, Decision, Trial
-from airflow_trials.core.judged import judged_scheduler
-from airflow_trials.core.moasha import MemoryVectorRungs, syne_tune_order
+from airflow_trials.schedulers.asha.stored_rungs import StoredVectorRungs
+from airflow_trials.schedulers.moasha.moasha_scheduler import MemoryVectorRungs, syne_tune_order
+from airflow_trials.schedulers.registry import judged_scheduler
 from airflow_trials.store import TrialStore
-from airflow_trials.store.rungs import StoredVectorRungs
 from airflow_trials.triggers.judge import VectorRungJudge, judge_for
 from tests.contract.conftest import new_postgres_schema
 from tests.contract.test_store import register

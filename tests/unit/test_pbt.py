@@ -22,9 +22,9 @@ from ray.tune.schedulers.pbt import _explore as ray_explore
 
 from airflow_trials import Decision, Trial, TrialStatus
 from airflow_trials.core.checkpoint import CheckpointRecord
-from airflow_trials.core.pbt import Exploit, PopulationBasedTraining
-from airflow_trials.core.pbt_explore import explore
 from airflow_trials.core.search import choice, loguniform, uniform
+from airflow_trials.schedulers.pbt.pbt_explore import explore
+from airflow_trials.schedulers.pbt.pbt_scheduler import Exploit, PopulationBasedTraining
 
 SEEDS = 300
 

@@ -1,5 +1,5 @@
-"""ASHA's pure rung rules (core/rungs.py): what both the in-memory scheduler and the store path
-judge with."""
+"""ASHA's pure rung rules (schedulers/asha/asha_rungs.py): what both the in-memory scheduler and the
+store path judge with."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from airflow_trials import Decision
-from airflow_trials.core.rungs import (
+from airflow_trials.schedulers.asha.asha_rungs import (
     AshaRungs,
     ValueList,
     asha_rung_decision,

@@ -28,12 +28,12 @@ from airflow_trials import (
     Trial,
     TrialStatus,
 )
-from airflow_trials.core.asha import nan_percentile
-from airflow_trials.core.median_stopping import MemoryMeans
-from airflow_trials.core.rungs import MemoryRungs
+from airflow_trials.schedulers.asha.asha_rungs import MemoryRungs
+from airflow_trials.schedulers.asha.async_hyperband import nan_percentile
+from airflow_trials.schedulers.asha.stored_rungs import StoredRungs
+from airflow_trials.schedulers.median.median_stopping import MemoryMeans
+from airflow_trials.schedulers.median.stored_means import StoredMeans
 from airflow_trials.store import TrialStore
-from airflow_trials.store.median import StoredMeans
-from airflow_trials.store.rungs import StoredRungs
 from tests.contract.conftest import new_postgres_schema
 from tests.contract.test_store import register
 from tests.scheduler_writes import OneWriteEach

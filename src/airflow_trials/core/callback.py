@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from airflow_trials.core.checkpoint import CheckpointRecord
-from airflow_trials.core.pbt import Exploit
 from airflow_trials.core.result import Result
+from airflow_trials.core.scheduler import Exploit
 from airflow_trials.core.trial import Trial
 
 

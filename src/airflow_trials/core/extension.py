@@ -26,7 +26,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_trials.core.asha import AsyncHyperBandScheduler
 from airflow_trials.core.fate import StoredTrial
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.stop_kind import StopKind
@@ -232,30 +231,6 @@ def extended_scheduler(
     if stop and max_t is not None and isinstance(time_attr, str) and stop.get(time_attr, 0) > max_t:
         extended["max_t"] = stop[time_attr]
     return extended
-
-
-def raised_max_t(scheduler: Any, stop: Mapping[str, float] | None) -> float | None:
-    """The ``max_t`` an extension gives a sweep's ASHA (``stop``'s value of its ``time_attr``,
-    when higher than its ``max_t``); None when it keeps its own."""
-    if not isinstance(scheduler, AsyncHyperBandScheduler) or not stop:
-        return None
-    value = stop.get(scheduler.time_attr)
-    return value if value is not None and value > scheduler.max_t else None
-
-
-def with_max_t(scheduler: AsyncHyperBandScheduler, max_t: float) -> AsyncHyperBandScheduler:
-    """A new ASHA like ``scheduler`` but for ``max_t``: the same milestones below its old
-    ``max_t``, and the rungs up to the new one."""
-    return AsyncHyperBandScheduler(
-        time_attr=scheduler.time_attr,
-        metric=scheduler.metric,
-        mode=scheduler.mode,
-        max_t=max_t,
-        grace_period=scheduler.grace_period,
-        reduction_factor=scheduler.reduction_factor,
-        brackets=scheduler.brackets,
-        stop_last_trials=scheduler.stop_last_trials,
-    )
 
 
 def _canonical(space: Any) -> str:

@@ -21,13 +21,13 @@ from airflow_trials.core.extension import (
     checked_stop,
     extended_scheduler,
     plan_extension,
-    raised_max_t,
 )
 from airflow_trials.core.search import generate_configs
 from airflow_trials.exceptions import ExperimentNotFoundError, ExtensionRefusedError
 from airflow_trials.experiment.settings import ExperimentSettings, trial_ids
 from airflow_trials.hooks.trials import TrialsHook
 from airflow_trials.provider_config import setting_float, setting_int, setting_source
+from airflow_trials.schedulers.asha.async_hyperband import raised_max_t
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,6 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_trials.core.approval import ApprovalPolicy
 from airflow_trials.core.constraints import Constraints
-from airflow_trials.core.judged import judged_scheduler
 from airflow_trials.core.pareto import scheduler_metric_and_mode
 from airflow_trials.core.pick import Pick
 from airflow_trials.core.regression import RegressionTolerance
@@ -39,6 +38,7 @@ from airflow_trials.hooks.trials import TrialsHook
 from airflow_trials.operators.trial import RunTrialOperator, task_retries
 from airflow_trials.operators.tuning import airflow_searcher
 from airflow_trials.pools import gpu_pool_slots
+from airflow_trials.schedulers.registry import judged_scheduler
 
 # Settings every suggested trial carries (not partial arguments): an extension raises them.
 _VARYING = ("stopping_criterion", "scheduler")
@@ -227,7 +227,7 @@ class TuningPlan:
     def suggest(self, context: Mapping[str, Any]) -> list[dict[str, Any]]:
         """Generate the run's configs (its warm start's first), check them and the cluster, register
         the experiment run; one mapped-argument dict per trial."""
-        from airflow_trials.execution.worker.trainable import load_trainable
+        from airflow_trials.execution.trainable_api import load_trainable
 
         ti = context["ti"]
         run = self.settings_for_run(context)

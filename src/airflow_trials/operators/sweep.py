@@ -220,7 +220,7 @@ class RunSweepOperator(BaseOperator):
 
     def execute(self, context: Context) -> Any:
         from airflow_trials.execution.driver.sweep_driver import SweepSpec, start_or_attach_driver
-        from airflow_trials.execution.worker.trainable import load_trainable
+        from airflow_trials.execution.trainable_api import load_trainable
         from airflow_trials.operators.lineage import openlineage_enabled
 
         ti = context["ti"]
@@ -288,7 +288,8 @@ class RunSweepOperator(BaseOperator):
     def _scheduler_for_run(self) -> Any:
         """The scheduler; an extension that raises the stop (``airflow-trials extend``) gives
         ASHA the raised ``max_t`` in its first trial's entry."""
-        from airflow_trials.core.extension import SWEEP_MAX_T, with_max_t
+        from airflow_trials.core.extension import SWEEP_MAX_T
+        from airflow_trials.schedulers.asha.async_hyperband import with_max_t
 
         max_t = dict((self.trials or [{}])[0]).get(SWEEP_MAX_T)
         return self.scheduler if max_t is None else with_max_t(self.scheduler, max_t)

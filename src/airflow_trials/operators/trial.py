@@ -20,7 +20,6 @@ from airflow_trials.core.fate import (
     on_start,
     retries_left,
 )
-from airflow_trials.core.judged import JudgedScheduler
 from airflow_trials.core.parameters import refuse_in_airflow
 from airflow_trials.core.resources import Resources
 from airflow_trials.core.trial import Trial, check_max_failures, validate_name
@@ -37,6 +36,7 @@ from airflow_trials.operators.tuning import (
 )
 from airflow_trials.pools import DEFAULT_SLOTS_PER_GPU, gpu_pool_slots
 from airflow_trials.provider_config import setting_float
+from airflow_trials.schedulers.registry import JudgedScheduler
 from airflow_trials.triggers.trial import TrialTrigger, stored_end_event
 
 if TYPE_CHECKING:
@@ -257,7 +257,7 @@ class RunTrialOperator(BaseOperator):
 
     # -- execution ------------------------------------------------------------------------------
     def execute(self, context: Context) -> Any:
-        from airflow_trials.execution.worker.trainable import load_trainable
+        from airflow_trials.execution.trainable_api import load_trainable
 
         experiment, trial_id = self._ids(context)
         self._started = (experiment, trial_id, context["ti"].try_number)  # for on_kill

@@ -23,9 +23,9 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from airflow_trials.core.judged import JudgedScheduler, judged_from_dict, judged_scheduler
 from airflow_trials.core.pareto import MetricSpec, ModeSpec
 from airflow_trials.core.searcher import ended_trial_values, ended_trials  # noqa: F401 (its API)
+from airflow_trials.schedulers.registry import JudgedScheduler, judged_from_dict, judged_scheduler
 
 log = logging.getLogger(__name__)
 

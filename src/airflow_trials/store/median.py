@@ -1,30 +1,27 @@
 """The median stopping rule's running means in the trials store (one row per trial and result
-from grace_period, judged once), and StoredMeans."""
+from grace_period, judged once): the SQL of the median slice's trials-DB backend
+(:mod:`airflow_trials.schedulers.median.stored_means`)."""
 
 from __future__ import annotations
 
 import functools
 import math
 import numbers
-from typing import Any, Protocol
+from typing import Any
 
 from sqlalchemy import and_, false, func, or_, select, true, update
 from sqlalchemy.orm import Session
 
-from airflow_trials.core.median_rule import (
-    AT_END_REASON,
-    MeanList,
-    MeanSample,
-    MedianDecide,
-)
 from airflow_trials.core.scheduler import Decision
+from airflow_trials.core.verdicts import MEDIAN_AT_END_REASON as AT_END_REASON
+from airflow_trials.core.verdicts import MeanList, MeanSample, MedianDecide
 from airflow_trials.store.base import StoreBase, _check_id
 from airflow_trials.store.judged_once import JudgedOnce
 from airflow_trials.store.mapping import median_point
 from airflow_trials.store.models import TrialMedianPointRow, TrialRow
 from airflow_trials.store.records import MedianPoint
 
-__all__ = ["AT_END_REASON", "MedianDecide", "MedianStore", "StoredMeans"]
+__all__ = ["AT_END_REASON", "MedianDecide", "MedianStore"]
 
 _POINTS = TrialMedianPointRow.__table__
 _TRIALS = TrialRow.__table__
@@ -34,12 +31,12 @@ class MedianStore(StoreBase):
     """The median stopping rule's state for the Airflow path, where each trial has a trigger of
     its own.
 
-    The rule is :class:`~airflow_trials.core.median_rule.MedianRule`'s; this keeps what it
-    reads, each trial's running sum of the metric per result from grace_period, and makes each
+    The rule is :class:`~airflow_trials.schedulers.median.median_rule.MedianRule`'s; this keeps what
+    it reads, each trial's running sum of the metric per result from grace_period, and makes each
     verdict final through :class:`~airflow_trials.store.judged_once.JudgedOnce`. A decision
     reads one running mean per other trial of the run (two index probes each), never their
-    results. :class:`StoredMeans` hands it to the rule as its
-    :class:`~airflow_trials.core.median_rule.MedianState`.
+    results. ``schedulers/median/stored_means.py`` StoredMeans hands it to the rule as its
+    :class:`~airflow_trials.schedulers.median.median_rule.MedianState`.
     """
 
     @functools.cached_property
@@ -99,56 +96,6 @@ class MedianStore(StoreBase):
         )
         return self._median_verdicts.record(
             session, experiment_run_id, trial_id, point, at_end=at_end, operation=operation
-        )
-
-
-class MeansAccess(Protocol):
-    """What :class:`StoredMeans` asks of the trials store, within ``record_progress``'s
-    transaction (a :class:`~airflow_trials.store.scheduler_state.SchedulerState` has it)."""
-
-    def record_median_point(
-        self,
-        experiment_run_id: int,
-        trial_id: str,
-        *,
-        iteration: int,
-        time: float,
-        value: float,
-        decide: MedianDecide | None = None,
-        at_end: bool = False,
-    ) -> MedianPoint: ...
-
-
-class StoredMeans:
-    """:class:`~airflow_trials.core.median_rule.MedianState` of one experiment run in the
-    trials store: the median rule's running means on the Airflow path.
-
-    :param store: the scheduler's state in the transaction judging (``record_median_point``).
-    :param experiment_run_id: the run whose trials the rule compares.
-    """
-
-    def __init__(self, store: MeansAccess, experiment_run_id: int) -> None:
-        self.store = store
-        self.experiment_run_id = experiment_run_id
-
-    def record(
-        self,
-        trial_id: str,
-        *,
-        iteration: int,
-        time: float,
-        value: float,
-        decide: MedianDecide | None = None,
-        at_end: bool = False,
-    ) -> MedianPoint:
-        return self.store.record_median_point(
-            self.experiment_run_id,
-            trial_id,
-            iteration=iteration,
-            time=time,
-            value=value,
-            decide=decide,
-            at_end=at_end,
         )
 
 
@@ -244,9 +191,10 @@ def _means_at(
 
 
 class _MeansAtTime:
-    """:class:`~airflow_trials.core.median_rule.MeanSample` of the points at one time of a run
-    (the trials' own latest there, finite means only) plus a few more means held here (trials that
-    skipped the time): one count, then only the values the median needs, however many trials."""
+    """:class:`~airflow_trials.core.verdicts.MeanSample` of the points at one time
+    of a run (the trials' own latest there, finite means only) plus a few more means held here
+    (trials that skipped the time): one count, then only the values the median needs, however many
+    trials."""
 
     def __init__(
         self, session: Session, experiment_run_id: int, time: float, extra: list[float]

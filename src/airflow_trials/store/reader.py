@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from airflow_trials.core.rung_math import ValueList
+from airflow_trials.core.verdicts import ValueList
 from airflow_trials.exceptions import ExperimentNotFoundError
 from airflow_trials.store.batch_reads import BatchReader
 from airflow_trials.store.database import Database

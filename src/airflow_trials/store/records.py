@@ -366,7 +366,7 @@ class MedianPoint:
 @dataclass(frozen=True)
 class ExploitRecord:
     """A PBT exploit as ``TrialStore.record_exploit`` stored it: the trial continued from its
-    donor's checkpoint with a new config (``airflow_trials.core.pbt.Exploit``).
+    donor's checkpoint with a new config (``airflow_trials.schedulers.pbt.pbt_scheduler.Exploit``).
 
     :param id: primary key; later exploits have larger ids.
     :param trial_id: the trial that took over the donor's state.

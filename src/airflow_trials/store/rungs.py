@@ -1,7 +1,9 @@
 """ASHA's and MOASHA's rungs in the trials store: one row per trial and rung, judged once.
 
-StoredRungs and StoredVectorRungs, the states the rules in core/ judge over, are in
-:mod:`~airflow_trials.store.stored_rungs` (and exported here too)."""
+The SQL of the trials-DB backend of ASHA's and MOASHA's rungs; the backend the rules judge over
+(StoredRungs, StoredVectorRungs) is the slice's own,
+:mod:`airflow_trials.schedulers.asha.stored_rungs`, and reaches this through ``record_progress``'s
+SchedulerState."""
 
 from __future__ import annotations
 
@@ -15,28 +17,16 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from airflow_trials.core.rung_math import RungDecide, RungVerdict, ValueList
 from airflow_trials.core.scheduler import Decision
+from airflow_trials.core.verdicts import RungDecide, RungVerdict, ValueList
 from airflow_trials.exceptions import StoreError
 from airflow_trials.store.base import StoreBase, _check_id
 from airflow_trials.store.judged_once import VERDICTS, JudgedOnce
 from airflow_trials.store.mapping import rung_decision
 from airflow_trials.store.models import TrialRungRow
 from airflow_trials.store.records import RungDecision
-from airflow_trials.store.stored_rungs import (
-    RungsAccess,
-    StoredRungs,
-    StoredVectorRungs,
-    VectorRungsAccess,
-)
 
-__all__ = [
-    "RungsAccess",
-    "RungsStore",
-    "StoredRungs",
-    "StoredVectorRungs",
-    "VectorRungsAccess",
-]
+__all__ = ["RungsStore"]
 
 
 _RUNGS = TrialRungRow.__table__
@@ -45,10 +35,11 @@ _RUNGS = TrialRungRow.__table__
 class RungsStore(StoreBase):
     """ASHA's state for the Airflow path, where each trial has a trigger of its own.
 
-    The rule is :class:`~airflow_trials.core.rungs.AshaRungs`'; this keeps what it needs, the
-    values every trial of a run reached each rung with, and makes each (trial, rung) verdict
-    final through :class:`~airflow_trials.store.judged_once.JudgedOnce`. :class:`StoredRungs`
-    hands it to the rule as its :class:`~airflow_trials.core.rungs.RungState`.
+    The rule is :class:`~airflow_trials.schedulers.asha.asha_rungs.AshaRungs`'; this keeps what it
+    needs, the values every trial of a run reached each rung with, and makes each (trial, rung)
+    verdict final through :class:`~airflow_trials.store.judged_once.JudgedOnce`.
+    ``schedulers/asha/stored_rungs.py`` StoredRungs hands it to the rule as its
+    :class:`~airflow_trials.schedulers.asha.asha_rungs.RungState`.
     """
 
     @functools.cached_property
@@ -84,12 +75,13 @@ class RungsStore(StoreBase):
         :param trial_id: a trial of that run.
         :param bracket: the trial's ASHA bracket, drawn once per trial (0 with one bracket).
         :param milestone: the rung, e.g. from
-            :meth:`~airflow_trials.core.rungs.AshaRungs.rung_to_judge`.
+            :meth:`~airflow_trials.schedulers.asha.asha_rungs.AshaRungs.rung_to_judge`.
         :param value: the metric in its own units; NaN is recorded (as NULL) and stops nothing.
-        :param decide: the pure verdict, e.g. :meth:`~airflow_trials.core.rungs.AshaRungs.decide`.
+        :param decide: the pure verdict, e.g.
+            :meth:`~airflow_trials.schedulers.asha.asha_rungs.AshaRungs.decide`.
         :param iteration: training_iteration of the result; default None. Give it: it is how
-            :meth:`~airflow_trials.core.rungs.AshaRungs.milestone_for` knows a result judged
-            already.
+            :meth:`~airflow_trials.schedulers.asha.asha_rungs.AshaRungs.milestone_for` knows a
+            result judged already.
         :param at_end: the trial ended and this is its last value (not acted on); default False.
         :raises TrialNotFoundError: no such trial. StoreError: no such run.
         """
@@ -242,8 +234,9 @@ def _stored_rung(session: Session, trial_id: str, milestone: float) -> RungDecis
 
 
 class _RungValuesInDB:
-    """:class:`~airflow_trials.core.rung_math.RungValues` of one rung, answered by the rung's index:
-    one count, then only the values a cutoff interpolates between, however many are stored."""
+    """:class:`~airflow_trials.schedulers.asha.rung_math.RungValues` of one rung, answered by the
+    rung's index: one count, then only the values a cutoff interpolates between, however many are
+    stored."""
 
     def __init__(
         self, session: Session, experiment_run_id: int, bracket: int, milestone: float

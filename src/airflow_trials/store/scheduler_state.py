@@ -29,9 +29,8 @@ from typing import Any, Protocol, TypeVar
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from airflow_trials.core.median_rule import MedianDecide
-from airflow_trials.core.rung_math import RungDecide, RungVerdict, ValueList
 from airflow_trials.core.update import TrialUpdate
+from airflow_trials.core.verdicts import MedianDecide, RungDecide, RungVerdict, ValueList
 from airflow_trials.store.database import Database
 from airflow_trials.store.median import MedianStore
 from airflow_trials.store.models import ResultRow
@@ -57,8 +56,8 @@ class Judging(Protocol):
 
 class SchedulerState:
     """The schedulers' state of some runs, in one transaction of ``record_progress``: what
-    :class:`~airflow_trials.store.stored_rungs.StoredRungs`,
-    :class:`~airflow_trials.store.stored_rungs.StoredVectorRungs` and
+    :class:`~airflow_trials.schedulers.asha.stored_rungs.StoredRungs`,
+    :class:`~airflow_trials.schedulers.asha.stored_rungs.StoredVectorRungs` and
     :class:`~airflow_trials.store.median.StoredMeans` read and write.
 
     :param db: the trials database.

@@ -2,14 +2,15 @@
 rule."""
 
 # Each trial task is watched by its own trigger, so the rule's state lives in the trials store
-# (store/stored_rungs.py StoredRungs and StoredVectorRungs, store/median.py StoredMeans); the rule
-# is the one the runner's schedulers judge with (core/rungs.py AshaRungs.judge, core/moasha.py
-# MOASHARungs.judge, core/median_rule.py MedianRule.judge).
-# A judge walks a trial's new results through it, in order, within the transaction that writes
-# them (record_progress's judges: store/scheduler_state.py), so a result and its verdict commit
-# together; it remembers the verdicts for the trigger's life once that write committed. A result
-# processed again (a triggerer restart re-reads the trial's results) reaches the row its first
-# processing recorded and so the same verdict: a decision is never taken twice, nor lost.
+# (schedulers/asha/stored_rungs.py StoredRungs and StoredVectorRungs, store/median.py StoredMeans);
+# the rule is the one the runner's schedulers judge with (schedulers/asha/asha_rungs.py
+# AshaRungs.judge, schedulers/moasha/moasha_scheduler.py MOASHARungs.judge,
+# schedulers/median/median_rule.py MedianRule.judge). A judge walks a trial's new results through
+# it, in order, within the transaction that writes them (record_progress's judges:
+# store/scheduler_state.py), so a result and its verdict commit together; it remembers the verdicts
+# for the trigger's life once that write committed. A result processed again (a triggerer restart
+# re-reads the trial's results) reaches the row its first processing recorded and so the same
+# verdict: a decision is never taken twice, nor lost.
 #
 #     judge = judge_for(AshaRungs(metric="loss", mode="min", max_t=16).to_dict(), bracket=0,
 #                       experiment_run_id=run_pk, trial_id="t1")
@@ -25,16 +26,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_trials.core import result as R
-from airflow_trials.core.judged import judged_from_dict
-from airflow_trials.core.median_rule import MedianRule, better_of
-from airflow_trials.core.moasha import MetricVector, MOASHARungs
-from airflow_trials.core.rungs import AshaRungs
 from airflow_trials.core.scheduler import Decision
 from airflow_trials.core.stop_kind import StopKind
 from airflow_trials.core.update import TrialUpdate
-from airflow_trials.store.median import StoredMeans
+from airflow_trials.schedulers.asha.asha_rungs import AshaRungs
+from airflow_trials.schedulers.asha.stored_rungs import KnownRungs, StoredRungs, StoredVectorRungs
+from airflow_trials.schedulers.median.median_rule import MedianRule, better_of
+from airflow_trials.schedulers.median.stored_means import StoredMeans
+from airflow_trials.schedulers.moasha.moasha_scheduler import MetricVector, MOASHARungs
+from airflow_trials.schedulers.registry import judged_from_dict
 from airflow_trials.store.scheduler_state import SchedulerState
-from airflow_trials.store.stored_rungs import KnownRungs, StoredRungs, StoredVectorRungs
 
 
 @dataclass(frozen=True)
@@ -216,8 +217,9 @@ class _RungsJudge(_Judge):
 
 class RungJudge(_RungsJudge):
     """One trial's ASHA verdicts:
-    :meth:`AshaRungs.judge <airflow_trials.core.rungs.AshaRungs.judge>` over the run's rungs in
-    the trials store (:class:`~airflow_trials.store.stored_rungs.StoredRungs`).
+    :meth:`AshaRungs.judge <airflow_trials.schedulers.asha.asha_rungs.AshaRungs.judge>` over the
+    run's rungs in the trials store
+    (:class:`~airflow_trials.schedulers.asha.stored_rungs.StoredRungs`).
 
     :param rungs: ASHA's rule.
     :param bracket: the trial's bracket, drawn once per trial.
@@ -259,9 +261,10 @@ class RungJudge(_RungsJudge):
 
 class VectorRungJudge(_RungsJudge):
     """One trial's MOASHA verdicts:
-    :meth:`MOASHARungs.judge <airflow_trials.core.moasha.MOASHARungs.judge>` over the run's rungs
-    in the trials store (:class:`~airflow_trials.store.stored_rungs.StoredVectorRungs`), each
-    result's metrics read by :meth:`~airflow_trials.core.moasha.MOASHARungs.values_of`.
+    :meth:`MOASHARungs.judge <airflow_trials.schedulers.moasha.moasha_scheduler.MOASHARungs.judge>`
+    over the run's rungs in the trials store
+    (:class:`~airflow_trials.schedulers.asha.stored_rungs.StoredVectorRungs`), each result's metrics
+    read by :meth:`~airflow_trials.schedulers.moasha.moasha_scheduler.MOASHARungs.values_of`.
 
     :param rungs: MOASHA's rule.
     :param bracket: the trial's bracket, drawn once per trial.
@@ -332,8 +335,8 @@ class _MeansView:
 
 class MedianJudge(_Judge):
     """One trial's median-rule verdicts: :meth:`MedianRule.judge
-    <airflow_trials.core.median_rule.MedianRule.judge>` over the run's running means in the
-    trials store (:class:`~airflow_trials.store.median.StoredMeans`).
+    <airflow_trials.schedulers.median.median_rule.MedianRule.judge>` over the run's running means in
+    the trials store (:class:`~airflow_trials.store.median.StoredMeans`).
 
     The trial's best so far (over all its results) is kept here, read once from its stored
     results when this judge first judges (after a triggerer restart, say).

@@ -9,7 +9,6 @@ from typing import Literal
 from airflow_trials.core.callback import Callback
 from airflow_trials.core.checkpoint import CheckpointRecord
 from airflow_trials.core.fate import Action, Outcome, ResultDecision, after_failure, after_result
-from airflow_trials.core.pbt import Exploit
 from airflow_trials.core.result import CHECKPOINT, DUPLICATE, TRAINING_ITERATION, Result
 from airflow_trials.core.scheduler import TrialScheduler
 from airflow_trials.core.status import TrialStatus
@@ -22,6 +21,7 @@ from airflow_trials.execution.driver.exploit import apply_exploit
 from airflow_trials.execution.driver.hand_over import HandOvers
 from airflow_trials.execution.driver.releaser import CheckpointReleaser
 from airflow_trials.execution.driver.runner_views import TrialIdAndResultList
+from airflow_trials.schedulers.pbt.pbt_scheduler import Exploit
 
 log = logging.getLogger(__name__)
 

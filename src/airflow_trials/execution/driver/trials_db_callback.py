@@ -26,13 +26,13 @@ from airflow_trials.core.constraints import Constraints
 from airflow_trials.core.end import TrialEnd
 from airflow_trials.core.fate import FailureDecision, Outcome
 from airflow_trials.core.pareto import MetricSpec, ModeSpec, check_metrics
-from airflow_trials.core.pbt import Exploit
 from airflow_trials.core.result import CHECKPOINT, DUPLICATE, Result
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.trial import Trial
 from airflow_trials.core.update import KeptCheckpoint, TrialUpdate
 from airflow_trials.execution.driver.write_behind import WriteBehind
 from airflow_trials.execution.polls import TrialProgressTracker
+from airflow_trials.schedulers.pbt.pbt_scheduler import Exploit
 from airflow_trials.store.store import TrialStore
 
 if TYPE_CHECKING:

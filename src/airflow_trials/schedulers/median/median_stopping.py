@@ -5,14 +5,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from airflow_trials.core.median_rule import (
-    MeanList,
-    MeanSample,
-    MedianRule,
-    MedianState,
-    MemoryMeans,
-    better_of,
-)
 from airflow_trials.core.result import Result
 from airflow_trials.core.scheduler import (
     Decision,
@@ -22,6 +14,14 @@ from airflow_trials.core.scheduler import (
 )
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.trial import Trial
+from airflow_trials.schedulers.median.median_rule import (
+    MeanList,
+    MeanSample,
+    MedianRule,
+    MedianState,
+    MemoryMeans,
+    better_of,
+)
 
 # The scheduler; the rule's running means, which tests and benchmarks import from here as well.
 __all__ = ["MeanList", "MeanSample", "MedianStoppingRule", "MemoryMeans"]

@@ -7,7 +7,7 @@
 # trigger judges its own results (triggers/judge.py VectorRungJudge). Values are kept in
 # the metrics' own units; each mode turns them into costs (lower is better) only to rank, which is
 # exact (a negation), so both states rank the very same numbers. The ranking itself (Syne Tune's
-# non-dominated order and the verdict it gives) is in core/moasha_rank.py.
+# non-dominated order and the verdict it gives) is in schedulers/moasha/moasha_rank.py.
 
 from __future__ import annotations
 
@@ -17,12 +17,19 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol
 
-from airflow_trials.core.asha import RandomSource
-from airflow_trials.core.median_rule import RULE_KEY
-from airflow_trials.core.moasha_rank import moasha_rung_decision, syne_tune_order
 from airflow_trials.core.pareto import check_several
 from airflow_trials.core.result import Result
-from airflow_trials.core.rung_math import (
+from airflow_trials.core.scheduler import Decision, FIFOScheduler, RecordedVerdict, format_number
+from airflow_trials.core.stop_kind import StopKind
+from airflow_trials.core.trial import Trial
+from airflow_trials.schedulers.asha.asha_rungs import (
+    MemoryRung,
+    MemoryRungsOf,
+    RecordedRung,
+    judged_milestones,
+)
+from airflow_trials.schedulers.asha.async_hyperband import RandomSource
+from airflow_trials.schedulers.asha.rung_math import (
     AT_END_REASON,
     REACHED_MAX_T,
     RungVerdict,
@@ -31,10 +38,8 @@ from airflow_trials.core.rung_math import (
     rung_milestones,
     rung_to_judge,
 )
-from airflow_trials.core.rungs import MemoryRung, MemoryRungsOf, RecordedRung, judged_milestones
-from airflow_trials.core.scheduler import Decision, FIFOScheduler, RecordedVerdict, format_number
-from airflow_trials.core.stop_kind import StopKind
-from airflow_trials.core.trial import Trial
+from airflow_trials.schedulers.median.median_rule import RULE_KEY
+from airflow_trials.schedulers.moasha.moasha_rank import moasha_rung_decision, syne_tune_order
 
 __all__ = [
     "MOASHA",

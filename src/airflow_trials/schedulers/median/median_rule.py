@@ -1,26 +1,21 @@
 """The median stopping rule written once (MedianRule), over running means behind MedianState."""
 
-# MemoryMeans holds the running means for the runner's MedianStoppingRule (core/median_stopping.py,
-# the rule plus Ray Tune's hooks and pauses); the trials store holds them for the Airflow path
-# (store/median.py StoredMeans), where each trial's trigger judges its own results.
+# MemoryMeans holds the running means for the runner's MedianStoppingRule
+# (schedulers/median/median_stopping.py, the rule plus Ray Tune's hooks and pauses); the trials
+# store holds them for the Airflow path (schedulers/median/stored_means.py StoredMeans), where each
+# trial's trigger judges its own results.
 
 from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol, cast, runtime_checkable
+from typing import Any, Protocol, cast
 
 from airflow_trials.core.scheduler import Decision, RecordedVerdict, format_number
-
-
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    if len(ordered) % 2:
-        return ordered[middle]
-    return (ordered[middle - 1] + ordered[middle]) / 2
+from airflow_trials.core.verdicts import MEDIAN_AT_END_REASON as AT_END_REASON
+from airflow_trials.core.verdicts import MeanList, MeanSample, MedianDecide
 
 
 def better_of(best: float, value: float, mode: str) -> float:
@@ -51,34 +46,6 @@ def median_stop_reason(
     )
 
 
-@runtime_checkable
-class MeanSample(Protocol):
-    """The other trials' finite running means at a time, as much as the rule reads of them.
-
-    :class:`MeanList` holds them all (in memory); the trials store answers from SQL, counting them
-    and reading only the one or two in the middle.
-    """
-
-    @property
-    def count(self) -> int:
-        """How many finite means."""
-
-    def median(self) -> float:
-        """Their median (the mean of the two middle ones for an even count); count >= 1."""
-
-
-class MeanList:
-    """:class:`MeanSample` over means held in memory; NaNs and infinities are left out, as Ray
-    leaves them."""
-
-    def __init__(self, means: Iterable[float]) -> None:
-        self._sorted = sorted(m for m in means if math.isfinite(m))
-        self.count = len(self._sorted)
-
-    def median(self) -> float:
-        return _median(self._sorted)
-
-
 def as_sample(means: MeanSample | Iterable[float]) -> MeanSample:
     """``means`` as a :class:`MeanSample` (a :class:`MeanList` of an iterable)."""
     # Asked at every result: an attribute test, not a runtime Protocol check (which is slow).
@@ -100,15 +67,6 @@ def median_rule_verdict(
     median = sample.median()
     keep = (best >= median) if mode == "max" else (best <= median)
     return (not keep, median)
-
-
-#: The reason stored with a trial's last result, added again when it ends (not a verdict).
-AT_END_REASON = (
-    "recorded when the trial ended, as the median stopping rule keeps a trial's last result"
-)
-
-MedianDecide = Callable[[MeanSample], tuple[Decision, str | None]]
-"""Judges a result from the other trials' running means at its time (``MedianRule.verdict``)."""
 
 
 class MedianState(Protocol):
@@ -159,7 +117,7 @@ class _Means:
 
 class MemoryMeans:
     """:class:`MedianState` in memory, for the runner's
-    :class:`~airflow_trials.core.median_stopping.MedianStoppingRule`."""
+    :class:`~airflow_trials.schedulers.median.median_stopping.MedianStoppingRule`."""
 
     def __init__(self) -> None:
         self._trials: dict[str, _Means] = {}
@@ -228,8 +186,8 @@ class MedianRule:
 
     At each result with ``time_attr >= grace_period`` it compares the trial's best so far with
     the median of the other trials' running means at that time (:meth:`judge`). The runner's
-    :class:`~airflow_trials.core.median_stopping.MedianStoppingRule` judges with it over
-    :class:`MemoryMeans`, and adds Ray Tune's pauses; a trial's trigger on the Airflow path
+    :class:`~airflow_trials.schedulers.median.median_stopping.MedianStoppingRule` judges with it
+    over :class:`MemoryMeans`, and adds Ray Tune's pauses; a trial's trigger on the Airflow path
     judges with it over the trials store, as ``hard_stop=True`` decides when no trial waits to
     run: where too few other trials have a mean, Ray Tune pauses the trial if others wait to run,
     so that they start; a deferred task cannot be paused and frees no Ray resource by waiting,

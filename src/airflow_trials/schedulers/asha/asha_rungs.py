@@ -6,7 +6,7 @@
 # rung), where each trial's trigger judges its own results. Values are kept in the metric's own
 # units; ``mode`` turns them into scores (higher is better) only to judge, which is exact (a
 # negation), so both states compare the very same numbers. The pure functions the rule judges
-# with are in core/rung_math.py.
+# with are in schedulers/asha/rung_math.py.
 
 from __future__ import annotations
 
@@ -15,13 +15,11 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Generic, Protocol, TypeVar
 
-from airflow_trials.core.rung_math import (
+from airflow_trials.core.scheduler import Decision, RecordedVerdict
+from airflow_trials.core.verdicts import RungDecide, RungValues, RungVerdict, ValueList
+from airflow_trials.schedulers.asha.rung_math import (
     AT_END_REASON,
-    RungDecide,
     RungStop,
-    RungValues,
-    RungVerdict,
-    ValueList,
     asha_rung_decision,
     check_asha_settings,
     draw_bracket,
@@ -34,7 +32,6 @@ from airflow_trials.core.rung_math import (
     rung_stop_reason,
     rung_to_judge,
 )
-from airflow_trials.core.scheduler import Decision, RecordedVerdict
 
 V = TypeVar("V")
 
@@ -118,7 +115,7 @@ class MemoryRungsOf(Generic[V]):
     """Rungs in memory, each trial's value of type ``V`` at each rung in the order recorded (a
     dict keeps it, as Ray's ``_Bracket`` and Syne Tune's rungs do), one verdict per trial and
     rung: the runner's ASHA (:class:`MemoryRungs`, one value) and MOASHA
-    (``core/moasha.py`` ``MemoryVectorRungs``, a vector)."""
+    (``schedulers/moasha/moasha_scheduler.py`` ``MemoryVectorRungs``, a vector)."""
 
     def __init__(self) -> None:
         self._values: dict[tuple[int, float], dict[str, V]] = {}
@@ -216,8 +213,9 @@ class AshaRungs:
     that result and ``at_end=True``: ASHA records a trial's last value as Ray Tune's
     ``on_trial_complete`` does, and that verdict is not acted on. Processing a result again (a
     triggerer restart, a retry) gives the same milestone and so the stored verdict: never a
-    second one. The runner's :class:`~airflow_trials.core.asha.AsyncHyperBandScheduler` judges
-    with it over :class:`MemoryRungs`, a trial's trigger over the trials store.
+    second one. The runner's
+    :class:`~airflow_trials.schedulers.asha.async_hyperband.AsyncHyperBandScheduler` judges with it
+    over :class:`MemoryRungs`, a trial's trigger over the trials store.
 
     Example::
 

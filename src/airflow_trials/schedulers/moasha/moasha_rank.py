@@ -1,16 +1,17 @@
 """MOASHA's ranking of a rung, as Syne Tune 0.16's: the non-dominated order of the vectors
 recorded there and the verdict it gives a newcomer."""
 
-# Pure functions over plain numbers (NumPy only), as core/rung_math.py is for ASHA: MOASHA's rule
-# (core/moasha.py MOASHARungs) calls moasha_rung_decision in memory and in the trials DB alike.
+# Pure functions over plain numbers (NumPy only), as schedulers/asha/rung_math.py is for ASHA:
+# MOASHA's rule (schedulers/moasha/moasha_scheduler.py MOASHARungs) calls moasha_rung_decision in
+# memory and in the trials DB alike.
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-from airflow_trials.core.rung_math import RungVerdict
 from airflow_trials.core.scheduler import Decision
+from airflow_trials.schedulers.asha.rung_math import RungVerdict
 
 __all__ = ["costs_of", "moasha_rung_decision", "syne_tune_order"]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Generic, Protocol, TypeVar
 
-from airflow_trials.core.rung_math import RungDecide, RungVerdict, ValueList
+from airflow_trials.core.verdicts import RungDecide, RungVerdict, ValueList
 from airflow_trials.store.records import RungDecision
 
 __all__ = [
@@ -88,8 +88,8 @@ class _RunRungs(Generic[A]):
 
 
 class StoredRungs(_RunRungs["RungsAccess"]):
-    """:class:`~airflow_trials.core.rungs.RungState` of one experiment run in the trials store:
-    ASHA's rungs on the Airflow path, one row per trial and rung (:class:`_RunRungs`).
+    """:class:`~airflow_trials.schedulers.asha.asha_rungs.RungState` of one experiment run in the
+    trials store: ASHA's rungs on the Airflow path, one row per trial and rung (:class:`_RunRungs`).
 
     :param store: the scheduler's state (``record_rung``, ``rung_values``, ``trial_rungs``).
     :param experiment_run_id: the run whose trials share the rungs.
@@ -147,8 +147,8 @@ class VectorRungsAccess(Protocol):
 
 
 class StoredVectorRungs(_RunRungs["VectorRungsAccess"]):
-    """:class:`~airflow_trials.core.moasha.VectorRungState` of one experiment run in the trials
-    store: MOASHA's rungs, one row per trial and rung (:class:`_RunRungs`).
+    """:class:`~airflow_trials.schedulers.moasha.moasha_scheduler.VectorRungState` of one experiment
+    run in the trials store: MOASHA's rungs, one row per trial and rung (:class:`_RunRungs`).
 
     :param store: the scheduler's state (``record_vector_rung``, ``rung_vectors``,
         ``trial_rungs``).

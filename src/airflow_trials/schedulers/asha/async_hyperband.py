@@ -3,21 +3,29 @@
 from __future__ import annotations
 
 import random
-from typing import Protocol
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 from airflow_trials.core.result import Result
-from airflow_trials.core.rung_math import (
+from airflow_trials.core.scheduler import Decision, MetricScheduler, experiment_metric_and_mode
+from airflow_trials.core.trial import Trial
+from airflow_trials.schedulers.asha.asha_rungs import AshaRungs, MemoryRungs, RungState
+from airflow_trials.schedulers.asha.rung_math import (
     check_asha_settings,
     draw_bracket,
     nan_percentile,
     rung_cutoff,
     rung_milestones,
 )
-from airflow_trials.core.rungs import AshaRungs, MemoryRungs, RungState
-from airflow_trials.core.scheduler import Decision, MetricScheduler, experiment_metric_and_mode
-from airflow_trials.core.trial import Trial
 
-__all__ = ["ASHAScheduler", "AsyncHyperBandScheduler", "RandomSource", "nan_percentile"]
+__all__ = [
+    "ASHAScheduler",
+    "AsyncHyperBandScheduler",
+    "RandomSource",
+    "nan_percentile",
+    "raised_max_t",
+    "with_max_t",
+]
 
 
 class RandomSource(Protocol):
@@ -37,9 +45,10 @@ class AsyncHyperBandScheduler(MetricScheduler):
     skipped rungs is judged at the highest one it reached. With ``stop_last_trials`` a trial is
     stopped once ``time_attr >= max_t``. :meth:`decision_reason` tells why a trial was stopped.
 
-    The rule is :class:`~airflow_trials.core.rungs.AshaRungs`' ``judge``, the one a trial's
-    trigger judges with on the Airflow path; this class adds the hooks and the bracket draws, and
-    keeps the rungs in ``state`` (in memory by default), as Ray's keeps them in its ``_Bracket``.
+    The rule is :class:`~airflow_trials.schedulers.asha.asha_rungs.AshaRungs`' ``judge``, the one a
+    trial's trigger judges with on the Airflow path; this class adds the hooks and the bracket
+    draws, and keeps the rungs in ``state`` (in memory by default), as Ray's keeps them in its
+    ``_Bracket``.
 
     Every result must carry ``metric`` and ``time_attr`` (a ValueError names the missing key;
     Ray Tune's controller raises for a missing metric too, its scheduler silently continues).
@@ -66,7 +75,7 @@ class AsyncHyperBandScheduler(MetricScheduler):
         given to ``numpy.random.seed`` puts trials in the brackets Ray Tune would. Default an
         unseeded ``random.Random()``.
     :param state: where the rungs live; default a new
-        :class:`~airflow_trials.core.rungs.MemoryRungs`. The trials DB's
+        :class:`~airflow_trials.schedulers.asha.asha_rungs.MemoryRungs`. The trials DB's
         (``store.rungs.StoredRungs``) decides the same.
     """
 
@@ -202,6 +211,30 @@ class AsyncHyperBandScheduler(MetricScheduler):
     def _cutoff(self, bracket: int, milestone: float) -> float | None:
         values = self.state.rung_values(bracket, milestone)
         return rung_cutoff(values, self.reduction_factor, str(self.mode))
+
+
+def raised_max_t(scheduler: Any, stop: Mapping[str, float] | None) -> float | None:
+    """The ``max_t`` an extension gives a sweep's ASHA (``stop``'s value of its ``time_attr``,
+    when higher than its ``max_t``); None when it keeps its own."""
+    if not isinstance(scheduler, AsyncHyperBandScheduler) or not stop:
+        return None
+    value = stop.get(scheduler.time_attr)
+    return value if value is not None and value > scheduler.max_t else None
+
+
+def with_max_t(scheduler: AsyncHyperBandScheduler, max_t: float) -> AsyncHyperBandScheduler:
+    """A new ASHA like ``scheduler`` but for ``max_t``: the same milestones below its old
+    ``max_t``, and the rungs up to the new one."""
+    return AsyncHyperBandScheduler(
+        time_attr=scheduler.time_attr,
+        metric=scheduler.metric,
+        mode=scheduler.mode,
+        max_t=max_t,
+        grace_period=scheduler.grace_period,
+        reduction_factor=scheduler.reduction_factor,
+        brackets=scheduler.brackets,
+        stop_last_trials=scheduler.stop_last_trials,
+    )
 
 
 ASHAScheduler = AsyncHyperBandScheduler

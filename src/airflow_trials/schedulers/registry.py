@@ -4,9 +4,11 @@ Each trial task is watched by a trigger of its own, so a scheduler that compares
 what it compares in the trials store, and the trigger judges each of its trial's results against
 it. Three schedulers decide that way, one result of one trial at a time:
 
-- ``ASHAScheduler`` / ``AsyncHyperBandScheduler``: :class:`~airflow_trials.core.rungs.AshaRungs`
+- ``ASHAScheduler`` / ``AsyncHyperBandScheduler``:
+:class:`~airflow_trials.schedulers.asha.asha_rungs.AshaRungs`
   (one row per trial and rung);
-- ``MOASHA``: :class:`~airflow_trials.core.moasha.MOASHARungs` (one row per trial and rung, its
+- ``MOASHA``: :class:`~airflow_trials.schedulers.moasha.moasha_scheduler.MOASHARungs` (one row per
+trial and rung, its
   vector of metric values);
 - ``MedianStoppingRule``: :class:`MedianRule` (one running mean per trial and result from
   ``grace_period``).
@@ -30,11 +32,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow_trials.core.asha import AsyncHyperBandScheduler
-from airflow_trials.core.median_rule import MEDIAN, RULE_KEY, MedianRule
-from airflow_trials.core.median_stopping import MedianStoppingRule
-from airflow_trials.core.moasha import MOASHA, MOASHA_RULE, MOASHARungs
-from airflow_trials.core.rungs import AshaRungs
+from airflow_trials.schedulers.asha.asha_rungs import AshaRungs
+from airflow_trials.schedulers.asha.async_hyperband import AsyncHyperBandScheduler
+from airflow_trials.schedulers.median.median_rule import MEDIAN, RULE_KEY, MedianRule
+from airflow_trials.schedulers.median.median_stopping import MedianStoppingRule
+from airflow_trials.schedulers.moasha.moasha_scheduler import MOASHA, MOASHA_RULE, MOASHARungs
 
 __all__ = ["RULE_KEY", "JudgedScheduler", "MedianRule", "judged_from_dict", "judged_scheduler"]
 

@@ -10,15 +10,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_trials.core.checkpoint import CheckpointRecord
-from airflow_trials.core.pbt_explore import (
-    ExploreFn,
-    Mutations,
-    check_mutations,
-    describe_changes,
-    explore,
-    fill_missing,
-    show_value,
-)
 from airflow_trials.core.result import TRAINING_ITERATION, Result
 from airflow_trials.core.scheduler import (
     Decision,
@@ -29,6 +20,15 @@ from airflow_trials.core.scheduler import (
 )
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.trial import Trial
+from airflow_trials.schedulers.pbt.pbt_explore import (
+    ExploreFn,
+    Mutations,
+    check_mutations,
+    describe_changes,
+    explore,
+    fill_missing,
+    show_value,
+)
 
 log = logging.getLogger(__name__)
 

@@ -1,17 +1,19 @@
 """ASHA's pure functions: NumPy's percentile, rung cutoffs and milestones, verdicts and reasons."""
 
-# Both of ASHA's states judge with these (core/rungs.py AshaRungs, over MemoryRungs in memory or
-# store/rungs.py StoredRungs in the trials DB), so both compare the very same numbers.
+# Both of ASHA's states judge with these (schedulers/asha/asha_rungs.py AshaRungs, over MemoryRungs
+# in memory or schedulers/asha/stored_rungs.py StoredRungs in the trials DB), so both compare the
+# very same numbers.
 
 from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, cast, runtime_checkable
+from typing import Any, cast
 
 from airflow_trials.core.scheduler import Decision, format_number
+from airflow_trials.core.verdicts import RungValues, RungVerdict, ValueList
 
 
 def nan_percentile(values: Iterable[float], percent: float) -> float:
@@ -45,41 +47,6 @@ def interpolate(low: float, high: float, weight: float) -> float:
     if weight >= 0.5:
         return high - diff * (1 - weight)
     return low + diff * weight
-
-
-@runtime_checkable
-class RungValues(Protocol):
-    """The values recorded at a rung before a new one, as much as a cutoff needs of them.
-
-    :class:`ValueList` holds them all (in memory); the trials store answers from SQL, reading two
-    values however many there are.
-    """
-
-    @property
-    def total(self) -> int:
-        """How many values, NaNs included."""
-
-    @property
-    def numeric(self) -> int:
-        """How many values are not NaN."""
-
-    def ranked(self, first: int, last: int, descending: bool) -> Sequence[float]:
-        """The non-NaN values of ranks ``first`` to ``last`` (0-based, both included) in
-        ascending order, or in descending order with ``descending``, listed in that order."""
-
-
-class ValueList:
-    """:class:`RungValues` over values held in memory (NaN for NaN)."""
-
-    def __init__(self, values: Iterable[float]) -> None:
-        values = list(values)
-        self.total = len(values)
-        self._sorted = sorted(v for v in values if not math.isnan(v))
-        self.numeric = len(self._sorted)
-
-    def ranked(self, first: int, last: int, descending: bool) -> Sequence[float]:
-        ordered = self._sorted[::-1] if descending else self._sorted
-        return ordered[first : last + 1]
 
 
 def rung_cutoff(values: RungValues, reduction_factor: float, mode: str) -> float | None:
@@ -138,25 +105,6 @@ def mode_sign(mode: str) -> float:
     if mode not in ("min", "max"):
         raise ValueError(f"ASHA's mode must be 'min' or 'max', got {mode!r}.")
     return 1.0 if mode == "max" else -1.0
-
-
-@dataclass(frozen=True)
-class RungVerdict:
-    """ASHA's verdict on a value that first reached a rung.
-
-    :param decision: STOP when the value fell below the rung's cutoff, else CONTINUE.
-    :param cutoff: the cutoff, in the metric's units; None when the rung had no value before (NaN
-        when it had only NaNs, which stops nothing).
-    :param reason: why it was stopped, as the scheduler says it; default None (no context given).
-    """
-
-    decision: Decision
-    cutoff: float | None
-    reason: str | None = None
-
-
-RungDecide = Callable[[RungValues], RungVerdict]
-"""Judges one value from the values recorded at its rung before it."""
 
 
 def asha_rung_decision(
