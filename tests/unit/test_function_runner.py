@@ -8,8 +8,8 @@ import pytest
 
 import airflow_trials
 from airflow_trials import TrainableNotFoundError, TrialError
+from airflow_trials.execution.trainable_api import load_trainable
 from airflow_trials.execution.worker.actor import TrialActor
-from airflow_trials.execution.worker.trainable import load_trainable
 
 
 def actor(storage, trainable, config=None, trial_id="t1"):

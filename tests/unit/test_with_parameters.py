@@ -8,9 +8,9 @@ import pytest
 
 from airflow_trials import TrainableNotFoundError, Trial, with_parameters
 from airflow_trials.core.parameters import refuse_in_airflow
-from airflow_trials.execution.parameter_refs import check_accepts_parameters, parameter_refs
+from airflow_trials.execution.parameter_refs import parameter_refs
+from airflow_trials.execution.trainable_api import check_accepts_parameters, load_trainable
 from airflow_trials.execution.worker.actor import TrialActor
-from airflow_trials.execution.worker.trainable import load_trainable
 
 
 def test_each_constant_is_put_once_however_many_trials_share_it():

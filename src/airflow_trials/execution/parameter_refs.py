@@ -6,13 +6,11 @@ Ray is imported on first use, so the in-process actor (unit tests) and package i
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from airflow_trials.core.trial import Trial
 from airflow_trials.exceptions import TrainableNotFoundError
-from airflow_trials.execution.worker.trainable import Trainable
 
 
 def parameter_refs(trial: Trial) -> dict[str, Any]:
@@ -66,29 +64,3 @@ def parameters_key(refs: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
             for name, v in refs.items()
         )
     )
-
-
-def check_accepts_parameters(
-    trainable: Callable[..., Any] | type[Trainable], path: str, names: tuple[str, ...]
-) -> None:
-    """Raise TrainableNotFoundError unless the trainable takes ``names`` as keyword arguments
-    (a function after ``config``; a Trainable class in ``setup`` after ``config``)."""
-    if not names:
-        return
-    fn: Callable[..., Any] = trainable
-    args: tuple[Any, ...] = ({},)
-    is_class = False
-    if isinstance(trainable, type) and issubclass(trainable, Trainable):
-        fn, args, is_class = trainable.setup, (None, {}), True  # unbound: self, config
-    try:
-        signature = inspect.signature(fn)
-    except (TypeError, ValueError):
-        return  # a builtin or C function: its call will tell
-    try:
-        signature.bind(*args, **dict.fromkeys(names))
-    except TypeError as e:
-        wanted = f"({'self, ' if is_class else ''}config, {', '.join(names)})"
-        raise TrainableNotFoundError(
-            f"Trainable {path!r} does not take the with_parameters constants {', '.join(names)} as "
-            f"keyword arguments ({e}); define {'its setup' if is_class else 'it'} as {wanted}."
-        ) from e

@@ -22,16 +22,12 @@ from airflow_trials.core.result import HANDED_OVER, Result
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.trial import Trial
 from airflow_trials.exceptions import CheckpointError, TrainableNotFoundError
+from airflow_trials.execution.actor_spec import trial_spec
 from airflow_trials.execution.driver.errors import trial_error
 from airflow_trials.execution.driver.hand_over import Successor
 from airflow_trials.execution.driver.launcher import TrialLauncher
 from airflow_trials.execution.driver.slots import Slot, SlotPool
-from airflow_trials.execution.handles import (
-    DEFAULT_NAMESPACE,
-    actor_name,
-    find_trial_actor,
-    trial_spec,
-)
+from airflow_trials.execution.handles import DEFAULT_NAMESPACE, actor_name, find_trial_actor
 
 __all__ = ["DEFAULT_NAMESPACE", "RayTrialExecutor", "actor_name", "find_trial_actor"]
 

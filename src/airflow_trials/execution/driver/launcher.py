@@ -14,11 +14,12 @@ from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.trial import Trial
 from airflow_trials.exceptions import TrialError
 from airflow_trials.execution import handles
+from airflow_trials.execution.actor_spec import HoldSpec
 from airflow_trials.execution.driver.cluster import ResourceLedger
 from airflow_trials.execution.driver.errors import trial_error
 from airflow_trials.execution.driver.slots import SlotPool
 from airflow_trials.execution.handles import DEFAULT_NAMESPACE, actor_name, find_trial_actor
-from airflow_trials.execution.parameter_refs import check_accepts_parameters, parameter_refs
+from airflow_trials.execution.parameter_refs import parameter_refs
 from airflow_trials.execution.ray_state import (
     actor_info,
     kill_actor,
@@ -26,8 +27,7 @@ from airflow_trials.execution.ray_state import (
     remove_placement_groups_named,
 )
 from airflow_trials.execution.storage import TrialStorage
-from airflow_trials.execution.worker.holds import HoldSpec
-from airflow_trials.execution.worker.trainable import load_trainable
+from airflow_trials.execution.trainable_api import check_accepts_parameters, load_trainable
 
 log = logging.getLogger(__name__)
 

@@ -3,22 +3,24 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import ray
 from ray.actor import ActorHandle
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from airflow_trials.core.resources import Resources
 from airflow_trials.core.trial import Trial
-from airflow_trials.execution.handles import (
-    Autorun,
-    actor_name,
-    create_trial_actor,
-    slot_name,
-    trial_spec,
-)
+from airflow_trials.execution.actor_spec import Autorun, trial_spec
+from airflow_trials.execution.handles import actor_name, slot_name
 from airflow_trials.execution.ray_state import kill_actor
 from airflow_trials.execution.storage import TrialStorage
+
+# The one import of the worker's code in the driver's: the class Ray starts a trial's actor from.
+from airflow_trials.execution.worker.actor import TrialActor
+
+_RemoteTrialActor = ray.remote(TrialActor)
 
 
 @dataclass
@@ -184,3 +186,50 @@ class SlotPool:
         self._cache = drop
         self.evict()
         self._cache = keep
+
+
+def create_trial_actor(
+    trial: Trial,
+    pg: PlacementGroup | None,
+    storage: TrialStorage,
+    *,
+    namespace: str,
+    detached: bool,
+    capture_output: bool,
+    autorun: Autorun | None = None,
+    name: str | None = None,
+) -> ActorHandle:
+    """A named TrialActor for ``trial`` holding its resources, in bundle 0 of ``pg`` when given.
+
+    Its Ray name is :func:`actor_name` of the trial unless ``name`` says otherwise (a reusable
+    actor's :func:`slot_name`).
+
+    Creation does not wait for Ray to place the actor. With ``autorun`` the actor starts the trial
+    from its constructor, so the trial runs once Ray places it, whoever is still listening.
+    """
+    res = trial.resources
+    options: dict[str, Any] = {
+        "num_cpus": res.cpu,
+        "num_gpus": res.gpu,
+        "max_restarts": 0,
+        "name": name or actor_name(trial.experiment_name, trial.trial_id),
+        "namespace": namespace,
+    }
+    if res.memory:
+        options["memory"] = res.memory
+    if res.custom_resources:
+        options["resources"] = dict(res.custom_resources)
+    if detached:
+        options["lifetime"] = "detached"
+    if pg is not None:
+        options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
+            pg, placement_group_bundle_index=0, placement_group_capture_child_tasks=True
+        )
+    actor: ActorHandle = _RemoteTrialActor.options(**options).remote(  # type: ignore[assignment]
+        trial_spec(trial),
+        storage.storage_path,
+        storage.local_log_path,
+        capture_output,
+        autorun,
+    )
+    return actor

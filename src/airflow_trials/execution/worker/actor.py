@@ -19,21 +19,13 @@ from airflow_trials.core.fate import ends_for_sure
 from airflow_trials.core.stop_kind import StopKind
 from airflow_trials.core.update import TrialUpdate
 from airflow_trials.exceptions import TrialError
+from airflow_trials.execution.actor_spec import HoldSpec, TrialSpec
 from airflow_trials.execution.parameter_refs import parameters_key, resolve_parameters
 from airflow_trials.execution.storage import TrialStorage, discard_restored
+from airflow_trials.execution.trainable_api import load_trainable
 from airflow_trials.execution.trial_output import LogCapture, read_new_output
-from airflow_trials.execution.worker.holds import HoldSpec
 from airflow_trials.execution.worker.self_driving import SelfDrivingRun, scalar_fields
-from airflow_trials.execution.worker.trainable import (
-    ClassDriver,
-    TrainableDriver,
-    load_trainable,
-    make_driver,
-)
-
-TrialSpec = dict[str, Any]
-"""What an actor needs to run a trial: trial_id, experiment_name, trainable, config, and optionally
-parameters (name -> ObjectRef of a ``with_parameters`` constant)."""
+from airflow_trials.execution.worker.trainable import ClassDriver, TrainableDriver, make_driver
 
 """What ``TrialActor.poll`` returns: status, new results, checkpoints kept (and the version of that
 set), error and counts; the new output lines when asked for, and where the logs were saved once

@@ -30,14 +30,11 @@ from typing import Any
 
 from airflow_trials.core.scheduler import Decision
 from airflow_trials.core.stop_kind import StopKind
+from airflow_trials.execution.actor_spec import HoldSpec
 
 #: A verdict as the actor keeps it: the decision, why, and with STOP the kind of the trial's end.
 HeldVerdict = tuple[Decision, str | None, StopKind]
 _CONTINUE: HeldVerdict = (Decision.CONTINUE, None, StopKind.SCHEDULER)
-
-HoldSpec = Mapping[str, Any]
-"""``{"time_attr": str, "points": [float, ...], "every_from": float | None}``: plain values, so
-that Ray and Airflow carry them (``every_from`` may be left out)."""
 
 
 class Holds:

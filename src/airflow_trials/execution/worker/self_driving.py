@@ -18,7 +18,8 @@ from airflow_trials.exceptions import (
     CheckpointStorageError,
     TrialError,
 )
-from airflow_trials.execution.worker.holds import Holds, HoldSpec
+from airflow_trials.execution.actor_spec import HoldSpec
+from airflow_trials.execution.worker.holds import Holds
 
 
 class TrialHost(Protocol):

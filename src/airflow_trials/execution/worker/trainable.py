@@ -1,4 +1,6 @@
-"""The trainable APIs (function and class) and the in-actor drivers that run them step by step.
+"""The function API (``report``, ``get_checkpoint``) and the in-actor drivers that run a trainable
+step by step; the class API and loading by path, which the driver uses too, are in
+:mod:`airflow_trials.execution.trainable_api`.
 
 Nothing here imports ray: the same code runs inside a Ray actor and in plain unit tests.
 """
@@ -15,59 +17,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from airflow_trials.core import result as R
-from airflow_trials.core.imports import import_object
-from airflow_trials.exceptions import TrainableNotFoundError, TrialError
-
-# -- the class API -------------------------------------------------------------------------------
-
-
-class Trainable:
-    """Subclass this for the class API; the engine calls ``setup`` once, then ``step`` per
-    iteration.
-
-    ``save_checkpoint(checkpoint_dir)`` writes files into ``checkpoint_dir`` and may return a dict
-    instead; ``load_checkpoint`` receives that dict or the directory path. Return True from
-    ``reset_config`` to let a reused actor take a new config without building a new object.
-
-    :param config: the trial's hyperparameters.
-    :param trial_id: the trial this object trains.
-    :param parameters: the constants of :func:`~airflow_trials.with_parameters`, passed on to
-        ``setup`` as keyword arguments; default none.
-    """
-
-    def __init__(self, config: Mapping[str, Any], trial_id: str = "", **parameters: Any) -> None:
-        self.config = dict(config)
-        self.trial_id = trial_id
-        self.setup(self.config, **parameters)
-
-    def setup(self, config: dict[str, Any]) -> None:
-        """Build the model and data; called once with the trial's config. A trial made with
-        :func:`~airflow_trials.with_parameters` also passes its constants as keyword arguments:
-        define ``setup(self, config, data)`` to take them."""
-
-    def step(self) -> Mapping[str, Any]:
-        """Run one iteration and return its metrics."""
-        raise NotImplementedError(f"{type(self).__name__} must implement step()")
-
-    def save_checkpoint(self, checkpoint_dir: str) -> Mapping[str, Any] | None:
-        """Write state into ``checkpoint_dir`` (return None) or return it as a dict."""
-        raise NotImplementedError(
-            f"{type(self).__name__} has no save_checkpoint(); implement it to use checkpoint_freq, "
-            f"checkpoint_at_end, pause or failure recovery."
-        )
-
-    def load_checkpoint(self, checkpoint: Mapping[str, Any] | str) -> None:
-        """Restore state from what ``save_checkpoint`` produced (a dict, or a directory path)."""
-        raise NotImplementedError(f"{type(self).__name__} has no load_checkpoint()")
-
-    def reset_config(self, new_config: dict[str, Any]) -> bool:
-        """Take a new config in place; return True if done (default: False, a new object is
-        built)."""
-        return False
-
-    def cleanup(self) -> None:
-        """Release what setup() acquired; called when the trial stops."""
-
+from airflow_trials.exceptions import TrialError
+from airflow_trials.execution.trainable_api import Trainable
 
 # -- the function API's session ------------------------------------------------------------------
 
@@ -187,28 +138,6 @@ def get_checkpoint() -> dict[str, Any] | str | None:
 
 def get_trial_id() -> str:
     return _current_session("get_trial_id").trial_id
-
-
-# -- loading trainables by import path -----------------------------------------------------------
-
-
-def load_trainable(path: str) -> Callable[..., Any] | type[Trainable]:
-    """Resolve ``"package.module:name"`` (or ``"package.module.name"``) to a function or Trainable
-    class."""
-    obj = import_object(
-        path, "trainable", TrainableNotFoundError, "where the trial runs (the Ray workers too)"
-    )
-    if inspect.isclass(obj):
-        if not issubclass(obj, Trainable):
-            raise TrainableNotFoundError(
-                f"Trainable {path!r} is a class but not a subclass of airflow_trials.Trainable."
-            )
-        return obj
-    if not callable(obj):
-        raise TrainableNotFoundError(
-            f"Trainable {path!r} is neither a function nor a Trainable class."
-        )
-    return obj
 
 
 # -- drivers that turn either API into "give me the next result" ---------------------------------
