@@ -308,7 +308,7 @@ def test_a_sweep_tasks_link_is_its_runs_page_else_its_dag_runs(monkeypatch):
 def test_the_links_name_the_dashboards_own_routes():
     from airflow_trials.operators import links
     from airflow_trials.plugins.dashboard import URL_PREFIX
-    from airflow_trials.plugins.pages import pages
+    from airflow_trials.plugins.routes import pages
 
     assert URL_PREFIX == f"/{links.DASHBOARD_PREFIX}"
     paths = {route.path for route in pages.routes}

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from airflow.sdk.types import TaskInstanceKey
 
 # Where the dashboard is mounted in the api-server (plugins/dashboard.py URL_PREFIX), and its
-# routes for a trial and for an experiment run (plugins/pages.py).
+# routes for a trial and for an experiment run (plugins/routes/trials.py, runs.py).
 DASHBOARD_PREFIX = "trials"
 TRIAL_PAGE = "trials/{trial_id}"
 RUN_PAGE = "runs/{run_pk}"

@@ -4,8 +4,8 @@ Airflow's api-server mounts it under :data:`URL_PREFIX` (see :mod:`.dashboard`).
 needs an Airflow user (:mod:`.auth`); the pages' only JavaScript is a fixed line that follows the
 Airflow UI's color mode, and every value from the store is escaped by Jinja's autoescape.
 Handlers are plain functions, so FastAPI runs the store's blocking queries in its thread pool,
-off the event loop. The routes are in :mod:`.api` and :mod:`.pages`, their parameters in
-:mod:`.params`, the reads they share in :mod:`.reads` and page rendering in :mod:`.render`.
+off the event loop. The routes are in :mod:`.routes`, one module per resource, their parameters
+in :mod:`.params`, the reads they share in :mod:`.reads` and page rendering in :mod:`.render`.
 """
 
 from __future__ import annotations
@@ -24,12 +24,9 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from airflow_trials.exceptions import StoreError
-from airflow_trials.plugins.api import api
-from airflow_trials.plugins.decisions import decision_api, decision_pages
-from airflow_trials.plugins.insights import insights_api, insights_pages
-from airflow_trials.plugins.pages import pages
 from airflow_trials.plugins.queries import NotFoundError
 from airflow_trials.plugins.render import THEME_SCRIPT_HASH, render_page
+from airflow_trials.plugins.routes import api, pages
 from airflow_trials.store import TrialReader
 
 log = logging.getLogger(__name__)
@@ -132,10 +129,6 @@ def create_app(store: str | Callable[[], TrialReader] | None = None) -> FastAPI:
     app.state.store_provider = store if callable(store) else StoreProvider(store)
     app.include_router(api)
     app.include_router(pages)
-    app.include_router(decision_api)
-    app.include_router(decision_pages)
-    app.include_router(insights_api)
-    app.include_router(insights_pages)
     app.mount(
         "/static",
         StaticFiles(directory=str(resources.files("airflow_trials.plugins") / "static")),

@@ -14,23 +14,15 @@ import zlib
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from html import escape
 from typing import Any
 
-from fastapi import APIRouter, Request
-from fastapi.responses import HTMLResponse
 from markupsafe import Markup
-from pydantic import BaseModel, Field
 
 from airflow_trials.core.scheduler import format_number
 from airflow_trials.plugins import reads
-from airflow_trials.plugins.auth import UserDep
-from airflow_trials.plugins.pages import REFRESH_SECONDS
-from airflow_trials.plugins.params import RunPk, StoreDep
-from airflow_trials.plugins.queries import AT_END, ConfigChange, config_changes, is_live
-from airflow_trials.plugins.render import Links, render_page, utc
-from airflow_trials.plugins.schemas import ConfigChangeOut
+from airflow_trials.plugins.queries import AT_END, ConfigChange, config_changes
+from airflow_trials.plugins.render import Links, utc
 from airflow_trials.plugins.svg import BEST_COLOR, WIDTH, nice_ticks
 from airflow_trials.store import ExperimentRunRecord, TrialReader
 from airflow_trials.store.run_decisions import RunExploit, RunRung
@@ -473,7 +465,7 @@ def lineage_svg(trials: Sequence[str], edges: Sequence[LineageEdge], links: Link
     return "".join(parts)
 
 
-# -- the page, the run page's summary and the JSON ---------------------------------------------
+# -- the page's metric and the JSON's models ---------------------------------------------------
 
 
 def rung_metric(store: TrialReader, run: ExperimentRunRecord) -> tuple[str, list[str] | None]:
@@ -481,155 +473,3 @@ def rung_metric(store: TrialReader, run: ExperimentRunRecord) -> tuple[str, list
     several metrics (None with one)."""
     goal = reads.run_goal(store, run)
     return goal.metric or "value", list(goal.metrics) if goal.several else None
-
-
-decision_pages = APIRouter(include_in_schema=False)
-decision_api = APIRouter(prefix="/api", tags=["Trials dashboard"])
-
-
-@decision_pages.get("/runs/{run_pk}/decisions", response_class=HTMLResponse)
-def decisions_page(request: Request, run_pk: RunPk, user: UserDep, store: StoreDep) -> HTMLResponse:
-    run = reads.experiment_run(store, user, run_pk)
-    links = Links(request)
-    metric, metrics = rung_metric(store, run)
-    records = store.run_rungs(run.id)
-    exploits = store.run_exploits(run.id)
-    return render_page(
-        request,
-        "decisions.html",
-        title=f"Scheduler decisions: {run.experiment_name} / {run.run_key}",
-        run=run,
-        rungs=rungs_view(records, metric, links) if records else None,
-        lineage=lineage_view(exploits, links) if exploits else None,
-        metrics=metrics,
-        exploits_listed=EXPLOITS_LISTED,
-        change_text=change_text,
-        json_url=f"{links.base}/api/runs/{run.id}/decisions",
-        refresh=REFRESH_SECONDS if is_live(run) else None,
-        crumbs=[
-            (run.experiment_name, links.experiment(run.experiment_name)),
-            (run.run_key, links.run(run.id)),
-        ],
-    )
-
-
-class RungPointOut(BaseModel):
-    """One trial's record at a rung."""
-
-    trial_id: str
-    iteration: int | None
-    value: float | None = Field(description="The metric; MOASHA's first; null for NaN or inf.")
-    values: list[float | None] | None = Field(description="MOASHA's metric vector; null on ASHA.")
-    decision: str = Field(description="CONTINUE or STOP.")
-    verdict: str = Field(description=f"The decision, or '{AT_END}' (not acted on).")
-    reason: str | None
-
-
-class RunRungOut(BaseModel):
-    """One rung of one bracket, and every trial's record there in the order recorded."""
-
-    bracket: int
-    milestone: float
-    reached: int
-    continued: int
-    stopped: int
-    recorded_at_end: int
-    cutoff: float | None = Field(
-        description="The cutoff of the rung's latest STOP verdict, as its reason records it (4 "
-        "significant digits); null when it stopped nobody, or for MOASHA."
-    )
-    cutoff_min: float | None
-    cutoff_max: float | None
-    trials: list[RungPointOut]
-
-
-class RunExploitOut(BaseModel):
-    """One PBT exploit: ``trial_id`` continued from ``donor_trial_id``'s checkpoint."""
-
-    id: int
-    trial_id: str
-    trial_url: str
-    donor_trial_id: str
-    donor_url: str
-    iteration: int = Field(description="training_iteration of the donor's checkpoint.")
-    donor_checkpoint: str
-    changes: list[ConfigChangeOut]
-    created_at: datetime
-
-
-class RunDecisionsOut(BaseModel):
-    """A run's scheduler decisions: its rungs (ASHA, HyperBand, MOASHA) and PBT exploits."""
-
-    run_id: int
-    metric: str = Field(description="The rungs' value: the experiment's metric (MOASHA: first).")
-    vector: bool = Field(description="MOASHA's rungs: each record has a vector of metrics.")
-    rungs: list[RunRungOut]
-    exploits: list[RunExploitOut]
-
-
-def _finite(value: float) -> float | None:
-    return value if math.isfinite(value) else None
-
-
-@decision_api.get(
-    "/runs/{run_pk}/decisions",
-    response_model=RunDecisionsOut,
-    summary="A run's ASHA rungs (with cutoffs and stopped trials) and PBT exploits",
-)
-def decisions_api(
-    request: Request, run_pk: RunPk, user: UserDep, store: StoreDep
-) -> RunDecisionsOut:
-    run = reads.experiment_run(store, user, run_pk)
-    links = Links(request)
-    records = store.run_rungs(run.id)
-    by_rung: dict[tuple[int, float], list[RunRung]] = {}
-    for r in records:
-        by_rung.setdefault((r.bracket, r.milestone), []).append(r)
-    return RunDecisionsOut(
-        run_id=run.id,
-        metric=rung_metric(store, run)[0],
-        vector=any(r.values is not None for r in records),
-        rungs=[
-            RunRungOut(
-                bracket=s.bracket,
-                milestone=s.milestone,
-                reached=s.reached,
-                continued=s.continued,
-                stopped=s.stopped,
-                recorded_at_end=s.at_end,
-                cutoff=s.cutoff,
-                cutoff_min=s.cutoff_low,
-                cutoff_max=s.cutoff_high,
-                trials=[
-                    RungPointOut(
-                        trial_id=r.trial_id,
-                        iteration=r.iteration,
-                        value=_finite(r.value),
-                        values=None if r.values is None else [_finite(v) for v in r.values],
-                        decision=r.decision.value,
-                        verdict=AT_END if r.at_end else r.decision.value,
-                        reason=r.reason,
-                    )
-                    for r in by_rung[(s.bracket, s.milestone)]
-                ],
-            )
-            for s in rung_summaries(records)
-        ],
-        exploits=[
-            RunExploitOut(
-                id=e.id,
-                trial_id=e.trial_id,
-                trial_url=links.trial(e.trial_id),
-                donor_trial_id=e.donor_trial_id,
-                donor_url=links.trial(e.donor_trial_id),
-                iteration=e.iteration,
-                donor_checkpoint=e.donor_checkpoint,
-                changes=[
-                    ConfigChangeOut(key=c.key, old=c.old, new=c.new, operation=c.operation)
-                    for c in config_changes(e.old_config, e.new_config, e.operations)
-                ],
-                created_at=e.created_at,
-            )
-            for e in store.run_exploits(run.id)
-        ],
-    )

@@ -8,14 +8,19 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import Query
-from pydantic import BaseModel, Field
 
 from airflow_trials.exceptions import ExperimentNotFoundError
 from airflow_trials.plugins import reads
+from airflow_trials.plugins.datamodels.experiments import (
+    ExperimentOut,
+    HistoryOut,
+    HistoryRunOut,
+    RunOut,
+    WarmStartOut,
+)
 from airflow_trials.plugins.params import checked_name
 from airflow_trials.plugins.queries import NotFoundError
 from airflow_trials.plugins.render import Links
-from airflow_trials.plugins.schemas import ExperimentOut, RunOut
 from airflow_trials.plugins.svg import history_trend_svg
 from airflow_trials.store import TrialReader
 from airflow_trials.store.history import (
@@ -40,58 +45,6 @@ STOP_KIND_LABELS = {
     "errored": "errored",
     "unfinished": "unfinished",
 }
-
-
-class WarmStartOut(BaseModel):
-    """The earlier run a warm-started run took its first configs from; all null when that run is
-    not one the user may read (on another DAG, or deleted)."""
-
-    experiment_run_id: int | None
-    run_key: str | None
-    url: str | None = Field(description="The source run's page; null when it is not known.")
-
-
-class HistoryRunOut(BaseModel):
-    """One run's line in its experiment's history."""
-
-    run: RunOut
-    best_value: float | None = Field(description="The run's best value of the metric.")
-    best_trial_id: str | None
-    best_config: dict[str, Any] | None
-    previous_run_id: int | None = Field(
-        description="The closest earlier run with a best config that the user may read, which "
-        "changed_keys compares with."
-    )
-    previous_best_config: dict[str, Any] | None = Field(
-        description="That run's best config; null with it."
-    )
-    changed_keys: list[str] = Field(
-        description="Keys of best_config whose value differs from that run's best config."
-    )
-    num_trials: int
-    num_errored: int = Field(description="Trials that ended ERROR.")
-    num_failed_tries: int = Field(description="Failed tries over all its trials.")
-    stop_kinds: dict[str, int] = Field(
-        description="Trials per kind of end: completed, early_stopped (by their scheduler), "
-        "errored, unfinished."
-    )
-    warm_started_from: WarmStartOut | None
-    picked_trial_id: str | None = Field(
-        description="The trial select_best picked in the run; null until it picked one."
-    )
-
-
-class HistoryOut(BaseModel):
-    """An experiment's runs the user may read, oldest first, each with its best and counts."""
-
-    experiment: str
-    metric: str | None = Field(description="The metric of each run's best; null when none.")
-    mode: str | None
-    several_metrics: bool = Field(
-        description="The experiment ranks by several metrics; the bests are of the first alone."
-    )
-    note: str | None = Field(description="What the bests are of, when it is not plain.")
-    runs: list[HistoryRunOut]
 
 
 @dataclass(frozen=True)

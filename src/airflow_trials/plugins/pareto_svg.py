@@ -17,7 +17,6 @@ from typing import Any
 
 from fastapi import HTTPException, status
 from markupsafe import Markup
-from pydantic import BaseModel, Field
 
 from airflow_trials.plugins import reads
 from airflow_trials.plugins.queries import NotFoundError
@@ -316,63 +315,6 @@ def _legend(view: ParetoView) -> str:
         )
     parts.append("</g>")
     return "".join(parts)
-
-
-# -- the JSON API --------------------------------------------------------------------------------
-
-
-class ParetoPointOut(BaseModel):
-    trial_id: str
-    x: float = Field(description="Its value of the x metric, in its last result.")
-    y: float = Field(description="Its value of the y metric, in its last result.")
-    pareto_rank: int | None = Field(description="Over all the experiment's metrics; 0 = front.")
-    on_front: bool
-    on_step: bool = Field(description="On the front's step line drawn through x and y.")
-    feasible: bool | None = Field(description="Meets the constraints; null without any.")
-    url: str
-
-
-class ParetoOut(BaseModel):
-    """A run's trials on two of its experiment's metrics, and its Pareto front."""
-
-    run_id: int
-    metrics: list[str]
-    modes: list[str]
-    x: str
-    y: str
-    constraints: bool = Field(description="The experiment has constraints.")
-    picked_trial_id: str | None = Field(
-        description="The trial select_best picked in the run; null until it picked one."
-    )
-    left_out: int = Field(description="Trials without a finite value of x or y (not plotted).")
-    points: list[ParetoPointOut] = Field(description="In leaderboard order.")
-
-    @classmethod
-    def of(cls, view: ParetoView, trial_url: Any) -> ParetoOut:
-        on_step = {p.trial_id for p in view.step}
-        return cls(
-            run_id=view.run.id,
-            metrics=view.metrics,
-            modes=view.modes,
-            x=view.x,
-            y=view.y,
-            constraints=view.constrained,
-            picked_trial_id=view.picked,
-            left_out=view.left_out,
-            points=[
-                ParetoPointOut(
-                    trial_id=p.trial_id,
-                    x=p.x,
-                    y=p.y,
-                    pareto_rank=p.pareto_rank,
-                    on_front=p.on_front,
-                    on_step=p.trial_id in on_step,
-                    feasible=p.feasible,
-                    url=trial_url(p.trial_id),
-                )
-                for p in view.points
-            ],
-        )
 
 
 def pareto_of_board(

@@ -10,6 +10,7 @@ from fastapi import HTTPException, status
 from airflow_trials.core.goal import API_FLAGS, Goal, GoalError
 from airflow_trials.exceptions import TrialNotFoundError
 from airflow_trials.plugins.auth import RUN_ACCESS, TRIAL_ACCESS, may_read, require_read
+from airflow_trials.plugins.datamodels.experiments import ExperimentOut, RunOut
 from airflow_trials.plugins.params import checked_name
 from airflow_trials.plugins.queries import (
     BoardPage,
@@ -23,7 +24,6 @@ from airflow_trials.plugins.queries import (
     pareto_page,
 )
 from airflow_trials.plugins.render import Links
-from airflow_trials.plugins.schemas import ExperimentOut, RunOut
 from airflow_trials.store import (
     CheckpointRecordRow,
     ExperimentRunRecord,

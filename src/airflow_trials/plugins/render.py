@@ -25,6 +25,8 @@ from airflow_trials.store import ExperimentRunRecord, TrialRecord
 EPOCH_FIELDS = frozenset({TIMESTAMP})
 DURATION_FIELDS = frozenset({TIME_THIS_ITER_S, TIME_TOTAL_S, TIME_SINCE_RESTORE})
 UTC_FORMAT = "%Y-%m-%d %H:%M:%S"
+# Pages of a run that is still going re-load themselves (a <meta> refresh: no script needed).
+REFRESH_SECONDS = 10
 # The epoch seconds a date-time can show (a value outside them stays a number).
 _MIN_EPOCH, _MAX_EPOCH = 0, datetime(9999, 12, 31, tzinfo=UTC).timestamp()
 

@@ -1,0 +1,73 @@
+"""A run's hyperparameter importances as JSON."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from airflow_trials.plugins.datamodels.experiments import RunOut
+from airflow_trials.plugins.insights import RunImportances, run_subject
+
+
+class ParamImportanceOut(BaseModel):
+    """One hyperparameter's share of the importance, and the distribution it was evaluated on."""
+
+    name: str = Field(description="The config key; nested keys joined with '/'.")
+    importance: float = Field(description="Its share, 0 to 1; the shares sum to 1.")
+    kind: str = Field(description="float, int or categorical.")
+    low: float | None = Field(description="The smallest value (numbers); null for categories.")
+    high: float | None = Field(description="The largest value (numbers); null for categories.")
+    log: bool = Field(description="Evaluated on a log scale.")
+    choices: list[Any] = Field(description="The categories; empty for numbers.")
+    from_search_space: bool = Field(
+        description="The run's recorded search space gave the distribution; false: inferred "
+        "from the values the trials took."
+    )
+
+
+class ImportancesOut(BaseModel):
+    """A run's hyperparameter importances for one metric, most important first."""
+
+    run: RunOut
+    metric: str
+    mode: str
+    metrics: list[str] = Field(description="The experiment's metrics; ?metric= picks one.")
+    evaluator: str = Field(description="ped-anova or fanova.")
+    trials: int = Field(description="Trials the importances were computed from.")
+    skipped: int = Field(
+        description="Trials left out: no value of the metric (failed, or not reported yet)."
+    )
+    constant: list[str] = Field(description="Config keys left out: one value in every trial.")
+    notes: list[str] = Field(description="What the evaluator warned about.")
+    importances: list[ParamImportanceOut]
+
+    @classmethod
+    def of(cls, found: RunImportances, run_url: str) -> ImportancesOut:
+        result = found.importances
+        if result is None:  # the route answers found.problem instead
+            raise ValueError(f"No importances for {run_subject(found.run)}: {found.problem}")
+        return cls(
+            run=RunOut.of(found.run, found.num_trials, run_url),
+            metric=found.metric,
+            mode=found.mode,
+            metrics=found.metrics,
+            evaluator=found.evaluator,
+            trials=result.num_trials,
+            skipped=result.num_skipped,
+            constant=result.constant,
+            notes=result.notes,
+            importances=[
+                ParamImportanceOut(
+                    name=p.name,
+                    importance=p.importance,
+                    kind=p.spec.kind,
+                    low=p.spec.low,
+                    high=p.spec.high,
+                    log=p.spec.log,
+                    choices=list(p.spec.choices),
+                    from_search_space=p.spec.from_search_space,
+                )
+                for p in result.params
+            ],
+        )
