@@ -36,8 +36,8 @@ import optuna
 from sqlalchemy import insert
 
 from airflow_trials.core.scheduler import Decision
+from airflow_trials.schedulers.median.median_rule import MedianRule
 from airflow_trials.schedulers.median.median_stopping import MeanSample
-from airflow_trials.schedulers.registry import MedianRule
 from airflow_trials.store import TrialStore
 from airflow_trials.store.models import TrialMedianPointRow, utcnow
 from airflow_trials.store.scheduler_state import judge_alone

@@ -4,8 +4,8 @@
 - :class:`OneWriteEach` is the store as a rule's stored state sees it (``StoredRungs``,
   ``StoredVectorRungs``, ``StoredMeans``): each record in a write of its own, reads through the
   reader.
-- :func:`judge` and :func:`judge_end` run a trigger's judge (``triggers/judge.py``) as its poller
-  does, in a write of the trial.
+- :func:`judge` and :func:`judge_end` run a trigger's judge (``schedulers/trial_judge.py``) as its
+  poller does, in a write of the trial.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow_trials.core.update import TrialUpdate
+from airflow_trials.schedulers.trial_judge import Judge, Verdict
 from airflow_trials.store import TrialStore
 from airflow_trials.store.records import MedianPoint, RungDecision
 from airflow_trials.store.scheduler_state import SchedulerState, judge_alone
-from airflow_trials.triggers.judge import Judge, Verdict
 
 
 class OneWriteEach:

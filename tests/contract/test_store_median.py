@@ -16,13 +16,14 @@ from sqlalchemy import inspect
 from airflow_trials import Decision, MedianStoppingRule, StoreError, Trial, TrialNotFoundError
 from airflow_trials.core.fate import Transition
 from airflow_trials.core.status import TrialStatus
+from airflow_trials.schedulers.median.median_judging import MedianJudge
+from airflow_trials.schedulers.median.median_rule import MedianRule
 from airflow_trials.schedulers.median.median_stopping import MeanList
-from airflow_trials.schedulers.registry import MedianRule
+from airflow_trials.schedulers.trial_judge import MissingSchedulerKey
 from airflow_trials.store import RestartFromScratch, TrialStore
 from airflow_trials.store.median import AT_END_REASON
 from airflow_trials.store.migration import alembic_config
 from airflow_trials.store.models import TrialMedianPointRow
-from airflow_trials.triggers.judge import MedianJudge, MissingSchedulerKey
 from tests.contract.conftest import MEMORY, POSTGRESQL, SQLITE_FILE
 from tests.contract.test_store import count, run_in_threads
 from tests.contract.test_store_rungs import new_run

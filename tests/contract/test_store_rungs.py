@@ -17,6 +17,7 @@ from sqlalchemy import event, inspect
 
 from airflow_trials import AsyncHyperBandScheduler, Decision, StoreError, Trial, TrialNotFoundError
 from airflow_trials.core.fate import Transition
+from airflow_trials.schedulers.asha.asha_judging import RungJudge
 from airflow_trials.schedulers.asha.asha_rungs import (
     AshaRungs,
     RungVerdict,
@@ -27,7 +28,6 @@ from airflow_trials.schedulers.asha.asha_rungs import (
 from airflow_trials.store import RestartFromScratch, TrialStore
 from airflow_trials.store.migration import alembic_config
 from airflow_trials.store.models import TrialRungRow
-from airflow_trials.triggers.judge import RungJudge
 from tests.contract.conftest import MEMORY, POSTGRESQL, SQLITE_FILE
 from tests.contract.test_store import count, register, run_in_threads
 from tests.scheduler_writes import OneWriteEach, judge_end

@@ -12,8 +12,8 @@ from sqlalchemy.exc import OperationalError
 
 from airflow_trials.core.scheduler import Decision
 from airflow_trials.core.update import TrialUpdate
+from airflow_trials.schedulers.asha.asha_judging import RungJudge
 from airflow_trials.schedulers.asha.asha_rungs import AshaRungs
-from airflow_trials.triggers.judge import RungJudge
 from tests.contract.conftest import MEMORY, POSTGRESQL, SQLITE_FILE
 from tests.contract.test_store_rungs import new_run
 from tests.scheduler_writes import write_judged

@@ -12,14 +12,15 @@ from airflow_trials.core.search import uniform
 from airflow_trials.core.searcher import agree_on_metric
 from airflow_trials.schedulers.asha.asha_rungs import AshaRungs
 from airflow_trials.schedulers.asha.stored_rungs import StoredVectorRungs
+from airflow_trials.schedulers.moasha.moasha_judging import VectorRungJudge
 from airflow_trials.schedulers.moasha.moasha_scheduler import (
     MemoryVectorRungs,
     MOASHARungs,
     moasha_rung_decision,
 )
-from airflow_trials.schedulers.registry import judged_from_dict, judged_scheduler
+from airflow_trials.schedulers.registry import judge_for, judged_from_dict, judged_scheduler
+from airflow_trials.schedulers.trial_judge import MissingSchedulerKey
 from airflow_trials.store import TrialStore
-from airflow_trials.triggers.judge import MissingSchedulerKey, VectorRungJudge, judge_for
 from tests.contract.test_store import register
 from tests.scheduler_writes import OneWriteEach, judge, judge_end
 

@@ -19,10 +19,10 @@ import pytest
 
 from airflow_trials import MOASHA, Decision, Trial
 from airflow_trials.schedulers.asha.stored_rungs import StoredVectorRungs
+from airflow_trials.schedulers.moasha.moasha_judging import VectorRungJudge
 from airflow_trials.schedulers.moasha.moasha_scheduler import MemoryVectorRungs, syne_tune_order
-from airflow_trials.schedulers.registry import judged_scheduler
+from airflow_trials.schedulers.registry import judge_for, judged_scheduler
 from airflow_trials.store import TrialStore
-from airflow_trials.triggers.judge import VectorRungJudge, judge_for
 from tests.contract.conftest import new_postgres_schema
 from tests.contract.test_store import register
 from tests.scheduler_writes import OneWriteEach, judge, judge_end

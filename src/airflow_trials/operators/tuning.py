@@ -2,7 +2,7 @@
 
 **ASHA, MOASHA and the median rule.** The task draws the trial's bracket from its ids (the same
 on every try) and starts the actor with hold points; its trigger judges each result
-(``triggers/judge.py``) against the state the rule keeps in the trials DB.
+(``schedulers/trial_judge.py``) against the state the rule keeps in the trials DB.
 
 **Search that learns.** Each trial task asks the searcher for its config when it starts, from
 what the trials DB holds of the run's ended trials.

@@ -2,9 +2,9 @@
 the median rule's running means), read and written within the one transaction of
 ``record_progress`` that writes the results judged.
 
-A trial's trigger (``triggers/judge.py``) hands ``record_progress`` a :class:`Judging` for its
-trial; the store calls it after the batch's results are inserted, with this state and the trial's
-update. So a result and the scheduler verdict it produced commit together, or neither does::
+A trial's trigger (``schedulers/trial_judge.py``) hands ``record_progress`` a :class:`Judging` for
+its trial; the store calls it after the batch's results are inserted, with this state and the
+trial's update. So a result and the scheduler verdict it produced commit together, or neither does::
 
     def judging(state: SchedulerState, update: TrialUpdate) -> None:
         rungs = StoredRungs(state, run_id)

@@ -191,8 +191,9 @@ class TrialTrigger(TrialsTrigger):
     :param scheduler: the scheduler's settings (``AshaRungs.to_dict()``,
         ``MOASHARungs.to_dict()`` or ``MedianRule.to_dict()``): the trigger judges each result
         against the run's state in the trials store (ASHA's and MOASHA's rungs, the median rule's
-        running means) and gives the actor its verdict (:mod:`~airflow_trials.triggers.judge`).
-        Default None: the trial runs to its criterion.
+        running means) and gives the actor its verdict
+        (:mod:`~airflow_trials.schedulers.trial_judge`). Default None: the trial runs to its
+        criterion.
     :param bracket: the trial's ASHA or MOASHA bracket; default 0.
     :param experiment_run_id: the run whose trials the scheduler compares; required with
         ``scheduler``.

@@ -19,7 +19,8 @@ from airflow_trials.execution.triggerer.outage import (
 )
 from airflow_trials.execution.triggerer.task_log import TaskLogEcho
 from airflow_trials.hooks.trials import DEFAULT_RAY_CONN_ID, DEFAULT_TRIALS_CONN_ID
-from airflow_trials.triggers.judge import Judge, Judged, Verdict, judge_for
+from airflow_trials.schedulers.registry import judge_for
+from airflow_trials.schedulers.trial_judge import Judge, Judged, Verdict
 
 if TYPE_CHECKING:
     from airflow_trials.execution.polls import TrialPolls

@@ -99,7 +99,7 @@ class BatchedTrialPolls:
     :param store_url: the trials store its progress goes to.
     :param wait_seconds: how long the actor may hold a poll open waiting for the trial to end.
     :param recorded: the trial's checkpoints the store holds as not deleted; default none.
-    :param judge: the trial's scheduler on the Airflow path (``triggers/judge.py``: its
+    :param judge: the trial's scheduler on the Airflow path (``schedulers/trial_judge.py``: its
         ``call()`` judges a write's results within it); default None (no scheduler).
     """
 

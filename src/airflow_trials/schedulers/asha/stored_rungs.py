@@ -5,7 +5,7 @@ They work within the transaction of ``record_progress`` that writes the results 
 its :class:`~airflow_trials.store.scheduler_state.SchedulerState` (``record_rung``,
 ``record_vector_rung``, ``trial_rungs``: :mod:`~airflow_trials.store.rungs`). A trial's rungs are
 read once and then kept as recorded: ``known`` carries them from one transaction to the next once
-it committed (a judge's memory, :mod:`~airflow_trials.triggers.judge`)."""
+it committed (a judge's memory, :mod:`~airflow_trials.schedulers.trial_judge`)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@
 # VectorRungState, as ASHA's AshaRungs goes through RungState: MemoryVectorRungs holds them for
 # the runner's MOASHA, the trials store holds them for the Airflow path (store/rungs.py
 # StoredVectorRungs, one row per trial and rung, the metric values as JSON), where each trial's
-# trigger judges its own results (triggers/judge.py VectorRungJudge). Values are kept in
+# trigger judges its own results (moasha/moasha_judging.py). Values are kept in
 # the metrics' own units; each mode turns them into costs (lower is better) only to rank, which is
 # exact (a negation), so both states rank the very same numbers. The ranking itself (Syne Tune's
 # non-dominated order and the verdict it gives) is in schedulers/moasha/moasha_rank.py.
