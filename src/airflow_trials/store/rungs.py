@@ -77,8 +77,7 @@ class RungsStore(StoreBase):
         :param milestone: the rung, e.g. from
             :meth:`~airflow_trials.schedulers.asha.asha_rungs.AshaRungs.rung_to_judge`.
         :param value: the metric in its own units; NaN is recorded (as NULL) and stops nothing.
-        :param decide: the pure verdict, e.g.
-            :meth:`~airflow_trials.schedulers.asha.asha_rungs.AshaRungs.decide`.
+        :param decide: the pure verdict, e.g. ASHA's ``AshaRungs.decide``.
         :param iteration: training_iteration of the result; default None. Give it: it is how
             :meth:`~airflow_trials.schedulers.asha.asha_rungs.AshaRungs.milestone_for` knows a
             result judged already.
