@@ -15,13 +15,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from html import escape
 
-Curve = Sequence[tuple[int, float]]
+from airflow_trials.plotting import BEST_COLOR, PALETTE, Curve, learning_curves
 
 WIDTH = 860
 HEIGHT = 360
 _MARGIN_LEFT, _MARGIN_RIGHT, _MARGIN_TOP, _MARGIN_BOTTOM = 70, 20, 30, 45
-_PALETTE = ("#4e79a7", "#59a14f", "#9c755f", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#bab0ac")
-BEST_COLOR = "#e15759"
 
 
 def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
@@ -63,30 +61,24 @@ def learning_curves_svg(
     :param best_trial_id: the trial to highlight; default none.
     :param title: the chart's accessible title; default "Learning curves: <metric>".
     """
-    title = title or f"Learning curves: {metric}"
-    points = [(x, y) for curve in curves.values() for x, y in curve if math.isfinite(y)]
+    chart = learning_curves(curves, metric=metric, best_trial_id=best_trial_id, title=title)
+    title = chart.title
     head = (
         f'<svg xmlns="http://www.w3.org/2000/svg" class="curves" role="img" width="{WIDTH}" '
         f'height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" fill="currentColor" '
         f'aria-label="{escape(title)}">'
         f"<title>{escape(title)}</title>"
     )
-    if not points:
+    if not chart.has_points:
         return (
             f'{head}<text x="{WIDTH / 2}" y="{HEIGHT / 2}" text-anchor="middle" class="empty">'
             f"No results with metric {escape(metric)} yet.</text></svg>"
         )
-    frame = _Frame.around(points)
+    frame = _Frame.around([point for line in chart.series for point in line.points])
     parts = [head, *frame.axes(metric)]
-    best_shown = best_trial_id if best_trial_id is not None and best_trial_id in curves else None
-    ordered = sorted(trial_id for trial_id in curves if trial_id != best_shown)
-    if best_shown is not None:
-        ordered.append(best_shown)  # drawn last: on top
-    for index, trial_id in enumerate(ordered):
-        curve = [(x, y) for x, y in curves[trial_id] if math.isfinite(y)]
-        if curve:
-            color = BEST_COLOR if trial_id == best_trial_id else _PALETTE[index % len(_PALETTE)]
-            parts.extend(frame.curve(trial_id, curve, color, best=trial_id == best_trial_id))
+    for line in chart.series:  # the best last: on top
+        parts.extend(frame.curve(line.trial_id, line.points, line.color, best=line.best))
+    best_shown = chart.best_trial_id
     if best_shown is not None:
         parts.append(
             f'<g class="legend" font-size="12"><line x1="{WIDTH - 230}" x2="{WIDTH - 205}" y1="16" '
@@ -244,7 +236,7 @@ def importances_svg(importances: Sequence[tuple[str, float]], *, title: str) -> 
             f'<text class="param" x="{left - 8}" y="{y + IMPORTANCE_ROW / 2 + 4:.1f}" '
             f'text-anchor="end" font-size="12">{escape(shown)}</text>'
             f'<rect class="bar" x="{left}" y="{y + 4}" width="{width:.1f}" '
-            f'height="{IMPORTANCE_ROW - 8}" fill="{_PALETTE[0]}"/>'
+            f'height="{IMPORTANCE_ROW - 8}" fill="{PALETTE[0]}"/>'
             f'<text class="value" x="{left + width + 6:.1f}" y="{y + IMPORTANCE_ROW / 2 + 4:.1f}" '
             f'font-size="12">{_share_label(share)}</text></g>'
         )
@@ -304,7 +296,7 @@ def history_trend_svg(
         for x, (_, _, value) in zip(days, shown, strict=True)
     )
     parts.append(
-        f'<polyline class="trend-line" fill="none" stroke="{_PALETTE[0]}" stroke-width="1.5" '
+        f'<polyline class="trend-line" fill="none" stroke="{PALETTE[0]}" stroke-width="1.5" '
         f'stroke-opacity="0.7" points="{path}"/>'
     )
     radius = 4 if len(shown) <= 60 else 2.5
@@ -314,7 +306,7 @@ def history_trend_svg(
             f'<circle class="trend-point{" best" if best else ""}" data-run="{escape(key)}" '
             f'data-value="{value!r}" cx="{frame.sx(x):.1f}" cy="{frame.sy(value):.1f}" '
             f'r="{radius + 1.5 if best else radius}" '
-            f'fill="{BEST_COLOR if best else _PALETTE[0]}"><title>{escape(key)} '
+            f'fill="{BEST_COLOR if best else PALETTE[0]}"><title>{escape(key)} '
             f"({when:%Y-%m-%d}): {_label(value)}{' (best run)' if best else ''}</title></circle>"
         )
     key, _, value = shown[best_index]
