@@ -35,7 +35,6 @@ from airflow_trials.exceptions import (
     TrialError,
     TrialNotFoundError,
 )
-from airflow_trials.execution.storage import load_checkpoint
 from airflow_trials.execution.trainable_api import Trainable
 from airflow_trials.execution.worker.trainable import (
     get_checkpoint,
@@ -47,6 +46,7 @@ from airflow_trials.schedulers.hyperband import HyperBandScheduler
 from airflow_trials.schedulers.median.median_stopping import MedianStoppingRule
 from airflow_trials.schedulers.moasha.moasha_scheduler import MOASHA
 from airflow_trials.schedulers.pbt.pbt_scheduler import Exploit, PopulationBasedTraining
+from airflow_trials.storage.trial_storage import load_checkpoint
 
 __version__ = "0.1.0"
 

@@ -15,7 +15,7 @@ from airflow_trials.cli import app
 from airflow_trials.core.end import TrialEnd
 from airflow_trials.core.fate import Transition
 from airflow_trials.core.status import TrialStatus
-from airflow_trials.execution.storage import TrialStorage
+from airflow_trials.storage.trial_storage import TrialStorage
 from airflow_trials.store import TrialStore
 from tests.factories import add_checkpoint, add_results
 

@@ -14,8 +14,8 @@ from airflow_trials.core.fate import Transition
 from airflow_trials.core.scheduler import Decision
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.exceptions import OutsideStorageRootError
-from airflow_trials.execution.storage_root import resolve_inside
 from airflow_trials.schedulers.asha.rung_math import RungVerdict
+from airflow_trials.storage.storage_root import resolve_inside
 from airflow_trials.store import TrialStore
 from airflow_trials.store.models import (
     CheckpointRow,

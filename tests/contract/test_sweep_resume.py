@@ -12,7 +12,7 @@ from airflow_trials.core.fate import Transition, after_failure
 from airflow_trials.core.search import uniform
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.execution.driver.sweep_driver import SweepSpec, resumable_trials, sweep_search
-from airflow_trials.execution.storage import TrialStorage
+from airflow_trials.storage.trial_storage import TrialStorage
 from tests.contract.conftest import MEMORY, POSTGRESQL, SQLITE_FILE
 from tests.factories import add_checkpoint, add_results
 

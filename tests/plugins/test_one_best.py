@@ -84,7 +84,7 @@ def _history_best(url: str, experiment: str) -> str | None:
 def _resumed_best(store, seeded, metric, mode, tmp_path) -> str | None:
     """The best a resumed sweep's driver starts its progress from (it named o-2, ERROR)."""
     from airflow_trials.execution.driver.sweep_driver import SweepSpec, resumable_trials
-    from airflow_trials.execution.storage import TrialStorage
+    from airflow_trials.storage.trial_storage import TrialStorage
 
     trials = [
         (r.trial_id, r.config) for r in store.reader.list_trials(experiment_run_id=seeded.run)

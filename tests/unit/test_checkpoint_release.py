@@ -19,8 +19,8 @@ from airflow_trials.core.trial import Trial
 from airflow_trials.core.update import TrialUpdate
 from airflow_trials.execution.polls import TrialProgressTracker
 from airflow_trials.execution.resume import adopt_recorded_checkpoints
-from airflow_trials.execution.storage import TrialStorage
 from airflow_trials.execution.worker.actor import TrialActor
+from airflow_trials.storage.trial_storage import TrialStorage
 from airflow_trials.store import TrialStore
 from tests.factories import add_checkpoint
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 
 from airflow_trials.exceptions import CheckpointStorageError
-from airflow_trials.execution.storage import TrialStorage
 from airflow_trials.ports import free_port
+from airflow_trials.storage.trial_storage import TrialStorage
 from airflow_trials.store import TrialStore
 from tests.unit.test_checkpoint_release import (
     _start,

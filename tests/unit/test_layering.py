@@ -93,6 +93,7 @@ LAYERS: Mapping[str, float] = {
     "provider_config": 1,
     "results": 1,
     "result_rows": 1,
+    "storage": 1,
     "schedulers": 1.5,
     "execution": 2,
     "plotting": 3,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from airflow_trials.core.progress import format_progress, format_value
-from airflow_trials.execution.trial_output import read_new_output, read_tail
+from airflow_trials.storage.trial_output import read_new_output, read_tail
 
 
 def engine_fields(iteration):

@@ -72,7 +72,7 @@ def test_an_s3_storage_opens_without_reaching_the_bucket():
     """The triggerer builds a TrialStorage for the connection's storage_path: with s3fs installed,
     that needs no credentials and sends no request (docs/deploy.md, "Checkpoints in a bucket")."""
     pytest.importorskip("s3fs")
-    from airflow_trials.execution.storage import TrialStorage
+    from airflow_trials.storage.trial_storage import TrialStorage
 
     storage = TrialStorage("s3://no-such-bucket/trials")
     assert type(storage.fs).__name__ == "S3FileSystem"

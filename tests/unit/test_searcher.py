@@ -19,7 +19,7 @@ from airflow_trials import (
 from airflow_trials.core.result import TRAINING_ITERATION
 from airflow_trials.core.search import uniform
 from airflow_trials.execution.driver.suggest import SearchDriver
-from airflow_trials.execution.storage import TrialStorage
+from airflow_trials.storage.trial_storage import TrialStorage
 
 
 class ListSearcher(Searcher):

@@ -7,7 +7,7 @@ import pytest
 
 from airflow_trials import CheckpointError
 from airflow_trials.exceptions import TrialError
-from airflow_trials.execution.storage import TrialStorage
+from airflow_trials.storage.trial_storage import TrialStorage
 
 
 @pytest.fixture(params=["local", "memory"])
@@ -83,7 +83,7 @@ def test_an_object_store_client_is_made_on_first_use_or_in_the_background():
 
     script = (
         "import sys, threading\n"
-        "from airflow_trials.execution.storage import TrialStorage\n"
+        "from airflow_trials.storage.trial_storage import TrialStorage\n"
         "storage = TrialStorage('s3://bucket/prefix')\n"
         "assert 's3fs' not in sys.modules, 'imported when made'\n"
         "assert storage.root == 's3://bucket/prefix'\n"

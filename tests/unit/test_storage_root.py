@@ -8,7 +8,7 @@ import os
 import pytest
 
 from airflow_trials.exceptions import OutsideStorageRootError
-from airflow_trials.execution.storage_root import is_inside, open_regular_file, resolve_inside
+from airflow_trials.storage.storage_root import is_inside, open_regular_file, resolve_inside
 
 
 @pytest.fixture

@@ -74,7 +74,7 @@ def delete_run(
     run whose rows name a path outside the storage root are refused, and nothing is deleted."""
 
     def body() -> None:
-        from airflow_trials.execution.storage import TrialStorage, configured_storage_root
+        from airflow_trials.storage.trial_storage import TrialStorage, configured_storage_root
         from airflow_trials.store import TrialStore
 
         fmt = output_format(output, as_json)
@@ -128,7 +128,7 @@ def delete_run(
 def _inside(storage: Any, experiment: str, run: str) -> Callable[[Sequence[str]], None]:
     """The store's check of the checkpoint paths, before it deletes a row: each must lie below
     the storage root, else the whole delete is refused."""
-    from airflow_trials.execution.storage_root import is_inside
+    from airflow_trials.storage.storage_root import is_inside
 
     def check(paths: Sequence[str]) -> None:
         outside = [path for path in paths if not is_inside(path, storage.root)]
@@ -150,7 +150,7 @@ def _targets(deletion: Any, storage: Any, trial_folders: bool) -> dict[str, Any]
     which are local (below ``local_log_path``) when the storage is a URL."""
     targets = dict.fromkeys(deletion.checkpoint_paths, storage)  # each once, in order
     if trial_folders:
-        from airflow_trials.execution.storage import TrialStorage
+        from airflow_trials.storage.trial_storage import TrialStorage
 
         logs = storage if storage.is_local else TrialStorage(storage.local_log_path)
         for trial_id in deletion.trial_ids:

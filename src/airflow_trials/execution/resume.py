@@ -26,7 +26,7 @@ from airflow_trials.core.checkpoint import CheckpointRecord
 
 if TYPE_CHECKING:
     from airflow_trials.core.trial import Trial
-    from airflow_trials.execution.storage import TrialStorage
+    from airflow_trials.storage.trial_storage import TrialStorage
     from airflow_trials.store import TrialStore
 
 log = logging.getLogger(__name__)

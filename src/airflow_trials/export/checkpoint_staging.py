@@ -19,7 +19,7 @@ import tempfile
 from collections.abc import Iterator
 
 from airflow_trials.exceptions import OutsideStorageRootError
-from airflow_trials.execution.storage_root import is_inside, is_url, open_no_follow
+from airflow_trials.storage.storage_root import is_inside, is_url, open_no_follow
 
 
 def checkpoint_bytes(path: str) -> int:

@@ -16,7 +16,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from airflow_trials.exceptions import ExportError
-from airflow_trials.execution.storage_root import is_inside
 from airflow_trials.export.checkpoint_staging import checkpoint_bytes, local_checkpoint
 from airflow_trials.export.mlflow_mapping import (
     CHECKPOINT_ARTIFACT_TAG,
@@ -42,6 +41,7 @@ from airflow_trials.export.mlflow_mapping import (
     run_status,
     tag_value,
 )
+from airflow_trials.storage.storage_root import is_inside
 
 if TYPE_CHECKING:
     from airflow_trials.store import TrialReader
@@ -143,7 +143,7 @@ def export_to_mlflow(
         f"run {run.run_key} (id {run.id}) of experiment {run.experiment_name} to MLflow at {uri}"
     )
     try:
-        from airflow_trials.execution.storage import configured_storage_root
+        from airflow_trials.storage.trial_storage import configured_storage_root
 
         root = storage_root or configured_storage_root()
         return _RunExport(reader, run, export, client, uri, root).export()

@@ -10,7 +10,7 @@ writes the files into that trial directory itself when the storage is a local pa
 ``local_log_path``), which the dashboard reads when it runs on the same machine or shares the path.
 
 Only regular files under that storage root are read and served
-(:func:`~airflow_trials.execution.storage_root.open_regular_file`): a trainable that replaces its
+(:func:`~airflow_trials.storage.storage_root.open_regular_file`): a trainable that replaces its
 ``stdout.log`` with a symlink, or a checkpoint path recorded outside the root, shows nothing.
 """
 
@@ -26,9 +26,9 @@ from urllib.parse import quote
 from starlette.background import BackgroundTask
 from starlette.responses import StreamingResponse
 
-from airflow_trials.execution.storage import configured_storage_root
-from airflow_trials.execution.storage_root import is_inside, is_url, open_regular_file
-from airflow_trials.execution.trial_output import STREAMS, OutputChunk, read_tail
+from airflow_trials.storage.storage_root import is_inside, is_url, open_regular_file
+from airflow_trials.storage.trial_output import STREAMS, OutputChunk, read_tail
+from airflow_trials.storage.trial_storage import configured_storage_root
 from airflow_trials.store import CheckpointRecordRow, ExperimentRunRecord, TrialRecord
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.stopping import StopFn, Stopper
 from airflow_trials.core.trial import Trial
 from airflow_trials.exceptions import ExperimentStateError
-from airflow_trials.execution.storage import TrialStorage
+from airflow_trials.storage.trial_storage import TrialStorage
 
 log = logging.getLogger(__name__)
 

@@ -26,8 +26,8 @@ from airflow_trials.execution.ray_state import (
     remove_placement_group_by_id,
     remove_placement_groups_named,
 )
-from airflow_trials.execution.storage import TrialStorage
 from airflow_trials.execution.trainable_api import check_accepts_parameters, load_trainable
+from airflow_trials.storage.trial_storage import TrialStorage
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 
 from airflow_trials.core.callback import Callback
 from airflow_trials.core.trial import Trial
-from airflow_trials.execution.storage import TrialStorage
+from airflow_trials.storage.trial_storage import TrialStorage
 
 
 class CheckpointReleaser:

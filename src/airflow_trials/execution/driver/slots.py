@@ -15,10 +15,10 @@ from airflow_trials.core.trial import Trial
 from airflow_trials.execution.actor_spec import Autorun, trial_spec
 from airflow_trials.execution.handles import actor_name, slot_name
 from airflow_trials.execution.ray_state import kill_actor
-from airflow_trials.execution.storage import TrialStorage
 
 # The one import of the worker's code in the driver's: the class Ray starts a trial's actor from.
 from airflow_trials.execution.worker.actor import TrialActor
+from airflow_trials.storage.trial_storage import TrialStorage
 
 _RemoteTrialActor = ray.remote(TrialActor)
 

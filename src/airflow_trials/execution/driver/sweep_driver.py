@@ -32,7 +32,7 @@ from airflow_trials.core.trial import Trial
 from airflow_trials.execution.driver.errors import check_picklable
 from airflow_trials.execution.driver.suggest import SearchDriver
 from airflow_trials.execution.resume import adopt_recorded_checkpoints
-from airflow_trials.execution.storage import TrialStorage
+from airflow_trials.storage.trial_storage import TrialStorage
 from airflow_trials.store.engine import safe_url
 from airflow_trials.store.records import TrialRecord
 from airflow_trials.store.store import TrialStore

@@ -21,11 +21,11 @@ from airflow_trials.core.update import TrialUpdate
 from airflow_trials.exceptions import TrialError
 from airflow_trials.execution.actor_spec import HoldSpec, TrialSpec
 from airflow_trials.execution.parameter_refs import parameters_key, resolve_parameters
-from airflow_trials.execution.storage import TrialStorage, discard_restored
 from airflow_trials.execution.trainable_api import load_trainable
-from airflow_trials.execution.trial_output import LogCapture, read_new_output
 from airflow_trials.execution.worker.self_driving import SelfDrivingRun, scalar_fields
 from airflow_trials.execution.worker.trainable import ClassDriver, TrainableDriver, make_driver
+from airflow_trials.storage.trial_output import LogCapture, read_new_output
+from airflow_trials.storage.trial_storage import TrialStorage, discard_restored
 
 """What ``TrialActor.poll`` returns: status, new results, checkpoints kept (and the version of that
 set), error and counts; the new output lines when asked for, and where the logs were saved once

@@ -21,7 +21,7 @@ from airflow_trials.exceptions import (
     CheckpointStorageError,
     OutsideStorageRootError,
 )
-from airflow_trials.execution.storage_root import is_url, resolve_inside
+from airflow_trials.storage.storage_root import is_url, resolve_inside
 
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
@@ -309,7 +309,7 @@ class TrialStorage:
 
     def delete(self, path: str) -> None:
         """Delete the checkpoint (or trial folder) at ``path``, which must lie below the storage
-        root (:func:`~airflow_trials.execution.storage_root.resolve_inside`): a record that names
+        root (:func:`~airflow_trials.storage.storage_root.resolve_inside`): a record that names
         another place never deletes it.
 
         :raises CheckpointError: ``path`` is outside the root, or the filesystem failed.
