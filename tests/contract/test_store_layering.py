@@ -1,4 +1,5 @@
-"""The store imports SQLAlchemy and Alembic, never Ray or Airflow (HOUSE_STYLE.md layering)."""
+"""The store imports SQLAlchemy and Alembic, never Ray or Airflow: the layering of the house style
+(HOUSE_STYLE.md, kept beside the repository in ../shared/, not in it; docs/architecture.md)."""
 
 from __future__ import annotations
 
