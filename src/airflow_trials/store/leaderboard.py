@@ -290,35 +290,7 @@ def checkpoint_paths(
     """
     if (experiment_run_id is None) == (trial_ids is None):
         raise ValueError("Pass experiment_run_id or trial_ids to checkpoint_paths, not both.")
-    checkpoints = CheckpointRow.__table__
-    results = ResultRow.__table__
-    kept = checkpoints.outerjoin(
-        results,
-        and_(
-            results.c.trial_id == checkpoints.c.trial_id,
-            results.c.iteration == checkpoints.c.iteration,
-        ),
-    )
-    if trial_ids is None:
-        trials = TrialRow.__table__
-        kept = kept.join(trials, trials.c.trial_id == checkpoints.c.trial_id)
-        which = trials.c.experiment_run_id == experiment_run_id
-    else:
-        which = checkpoints.c.trial_id.in_(list(trial_ids))
-    # The value is computed once per checkpoint here: the windows below would each extract it
-    # from the result's JSON again (SQLite parses the JSON text on every call).
-    valued = (
-        select(
-            checkpoints.c.trial_id,
-            checkpoints.c.path,
-            checkpoints.c.iteration,
-            checkpoints.c.id,
-            metric_value(results.c.metrics, metric, dialect_name).label("value"),
-        )
-        .select_from(kept)
-        .where(checkpoints.c.deleted == false(), which)
-        .subquery("valued_checkpoints")
-    )
+    valued = _valued_checkpoints(dialect_name, metric, experiment_run_id, trial_ids)
     by_value = valued.c.value.asc() if check_mode(mode) == "min" else valued.c.value.desc()
     ranked = select(
         valued.c.trial_id,
@@ -346,6 +318,45 @@ def checkpoint_paths(
         func.coalesce(scored, latest).label("best_checkpoint_path"),
         latest.label("latest_checkpoint_path"),
     ).group_by(ranked.c.trial_id)
+
+
+def _valued_checkpoints(
+    dialect_name: str,
+    metric: str,
+    experiment_run_id: int | None,
+    trial_ids: Sequence[str] | None,
+) -> Any:
+    """The kept checkpoints of the run's trials (or of ``trial_ids``), each with its result's
+    value of ``metric`` (NULL without one): trial_id, path, iteration, id, value."""
+    checkpoints = CheckpointRow.__table__
+    results = ResultRow.__table__
+    kept = checkpoints.outerjoin(
+        results,
+        and_(
+            results.c.trial_id == checkpoints.c.trial_id,
+            results.c.iteration == checkpoints.c.iteration,
+        ),
+    )
+    if trial_ids is None:
+        trials = TrialRow.__table__
+        kept = kept.join(trials, trials.c.trial_id == checkpoints.c.trial_id)
+        which = trials.c.experiment_run_id == experiment_run_id
+    else:
+        which = checkpoints.c.trial_id.in_(list(trial_ids))
+    # The value is computed once per checkpoint here: the windows of checkpoint_paths would each
+    # extract it from the result's JSON again (SQLite parses the JSON text on every call).
+    return (
+        select(
+            checkpoints.c.trial_id,
+            checkpoints.c.path,
+            checkpoints.c.iteration,
+            checkpoints.c.id,
+            metric_value(results.c.metrics, metric, dialect_name).label("value"),
+        )
+        .select_from(kept)
+        .where(checkpoints.c.deleted == false(), which)
+        .subquery("valued_checkpoints")
+    )
 
 
 #: ``at_trials``' columns of a maintained best: (value, the first iteration that reached it).

@@ -365,29 +365,10 @@ def ranked_page(
     """
     connection = session.connection()
     ranking = Ranking(dialect, run_pk, metric, mode, maintained, constraints)
-    page_ids = list(
-        connection.execute(
-            page_query(
-                ranking,
-                sort=sort,
-                descending=descending,
-                stopped=stopped,
-                offset=offset,
-                limit=limit,
-            )
-        ).scalars()
+    page = page_query(
+        ranking, sort=sort, descending=descending, stopped=stopped, offset=offset, limit=limit
     )
-    # The rows of the page's trials alone, in a second statement: the page's sort then never
-    # carries whole rows, which past the first pages means every trial's.
-    by_id = (
-        {
-            row.trial_id: _ranked_trial(row, constraints)
-            for row in connection.execute(rows_query(ranking, page_ids))
-        }
-        if page_ids
-        else {}
-    )
-    trials = [by_id[trial_id] for trial_id in page_ids]
+    trials = _page_trials(connection, ranking, list(connection.execute(page).scalars()))
     status_counts = {
         status: count for status, count in connection.execute(status_counts_query(run_pk))
     }
@@ -398,19 +379,14 @@ def ranked_page(
         else connection.execute(count_query(run_pk, stopped)).scalar_one()
     )
     in_rank_order = every_trial and sort == "metric" and not descending
-    if in_rank_order:
-        ranks = list(range(offset + 1, offset + len(trials) + 1))
-    elif every_trial and sort == "metric" and not constraints:
-        # Scored trials ranked 1..S appear as S, S-1, ..., 1, then S+1, S+2, ...
-        scored = connection.execute(scored_count_query(ranking)).scalar_one()
-        positions = range(offset, offset + len(trials))
-        ranks = [scored - p if p < scored else p + 1 for p in positions]
-    elif trials:
-        ids = [t.trial_id for t in trials]
-        found = {trial_id: rank for trial_id, rank in connection.execute(ranks_query(ranking, ids))}
-        ranks = [found[t.trial_id] for t in trials]
-    else:
-        ranks = []
+    ranks = _page_ranks(
+        connection,
+        ranking,
+        trials,
+        offset,
+        in_rank_order=in_rank_order,
+        reversed_by_metric=every_trial and sort == "metric" and not constraints,
+    )
     if in_rank_order and offset == 0 and (len(trials) >= leaders or len(trials) < limit):
         best = [(t.trial_id, t.best_value) for t in trials[:leaders]]
     else:
@@ -422,3 +398,40 @@ def ranked_page(
         leaders=[trial_id for trial_id, value in best if value is not None],
         best_trial_id=connection.execute(best_query(ranking)).scalar(),
     )
+
+
+def _page_trials(connection: Any, ranking: Ranking, page_ids: list[str]) -> list[RankedTrial]:
+    """The rows of the page's trials alone, in a statement of their own (the page's sort then
+    never carries whole rows, which past the first pages means every trial's), in page order."""
+    if not page_ids:
+        return []
+    constraints = ranking.constraints
+    rows = connection.execute(rows_query(ranking, page_ids))
+    by_id = {row.trial_id: _ranked_trial(row, constraints) for row in rows}
+    return [by_id[trial_id] for trial_id in page_ids]
+
+
+def _page_ranks(
+    connection: Any,
+    ranking: Ranking,
+    trials: list[RankedTrial],
+    offset: int,
+    *,
+    in_rank_order: bool,
+    reversed_by_metric: bool,
+) -> list[int]:
+    """Each page row's rank in the whole ranking: from the page's offset when the page is in
+    rank order; from the count of scored trials when it is the ranking reversed (by metric,
+    descending, without constraints); else from a window function over the page's trials."""
+    if in_rank_order:
+        return list(range(offset + 1, offset + len(trials) + 1))
+    if reversed_by_metric:
+        # Scored trials ranked 1..S appear as S, S-1, ..., 1, then S+1, S+2, ...
+        scored = connection.execute(scored_count_query(ranking)).scalar_one()
+        positions = range(offset, offset + len(trials))
+        return [scored - p if p < scored else p + 1 for p in positions]
+    if not trials:
+        return []
+    ids = [t.trial_id for t in trials]
+    found = {trial_id: rank for trial_id, rank in connection.execute(ranks_query(ranking, ids))}
+    return [found[t.trial_id] for t in trials]
