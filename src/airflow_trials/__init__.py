@@ -108,23 +108,23 @@ def get_provider_info() -> dict[str, Any]:
             {
                 "integration-name": "Airflow Trials",
                 "python-modules": [
-                    "airflow_trials.operators.trial",
-                    "airflow_trials.operators.sweep",
+                    "airflow_trials.operators.trial_operator",
+                    "airflow_trials.operators.sweep_operator",
                 ],
             }
         ],
         "sensors": [
             {
                 "integration-name": "Airflow Trials",
-                "python-modules": ["airflow_trials.sensors.trial"],
+                "python-modules": ["airflow_trials.sensors.trial_sensor"],
             }
         ],
         "triggers": [
             {
                 "integration-name": "Airflow Trials",
                 "python-modules": [
-                    "airflow_trials.triggers.trial",
-                    "airflow_trials.triggers.sweep",
+                    "airflow_trials.triggers.trial_trigger",
+                    "airflow_trials.triggers.sweep_trigger",
                 ],
             }
         ],

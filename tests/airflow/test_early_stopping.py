@@ -32,7 +32,7 @@ ASHA = Code(
 
 def _run_trials(store, run_pk, scales):
     """Run one trial task per scale, one after another (its trigger's code in the worker)."""
-    from airflow_trials.operators.trial import RunTrialOperator
+    from airflow_trials.operators.trial_operator import RunTrialOperator
     from tests.airflow.conftest import FakeTI
 
     states = {}
@@ -156,7 +156,7 @@ def test_an_experiment_dag_with_asha_decides_every_rung_as_asha_would(trials_env
 
 def test_a_retry_of_a_trial_asha_stopped_reports_its_stored_end(trials_env):
     """Airflow lost the try that recorded the stop: the next try does not resume the trial."""
-    from airflow_trials.operators.trial import RunTrialOperator
+    from airflow_trials.operators.trial_operator import RunTrialOperator
     from tests.airflow.conftest import FakeTI
 
     store = trials_env.store
@@ -220,7 +220,7 @@ def test_a_scheduler_the_airflow_path_cannot_run_is_refused_when_the_dag_is_pars
 
 
 def test_a_trial_task_with_a_scheduler_needs_its_experiment_run():
-    from airflow_trials.operators.trial import RunTrialOperator
+    from airflow_trials.operators.trial_operator import RunTrialOperator
     from tests.airflow.conftest import FakeTI
 
     operator = RunTrialOperator(
@@ -307,7 +307,7 @@ class _Broken:
 def test_a_searcher_that_raises_fails_its_task_for_good_and_writes_nothing(tmp_path, monkeypatch):
     from airflow.sdk.exceptions import AirflowFailException
 
-    from airflow_trials.operators.trial import RunTrialOperator
+    from airflow_trials.operators.trial_operator import RunTrialOperator
     from airflow_trials.store import TrialStore
     from tests.airflow.conftest import FakeTI
 

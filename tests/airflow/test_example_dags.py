@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from airflow_trials.operators.trial import MAX_INFRASTRUCTURE_RESTARTS
+from airflow_trials.operators.trial_operator import MAX_INFRASTRUCTURE_RESTARTS
 from tests.airflow.conftest import dags_folder
 from tests.conftest import REPO
 

@@ -226,7 +226,7 @@ def test_malformed_experiments_are_refused_when_the_dag_is_parsed(kwargs, messag
 
 def test_with_parameters_is_refused_when_the_dag_is_parsed_and_names_the_fix():
     from airflow_trials import with_parameters
-    from airflow_trials.operators.trial import RunTrialOperator
+    from airflow_trials.operators.trial_operator import RunTrialOperator
 
     bundle = with_parameters("tests.trainables:with_array", data=[1.0, 2.0])
     with DAG("bad", schedule=None, start_date=START):

@@ -18,7 +18,7 @@ def test_the_median_rule_stops_trials_below_the_median_at_the_result_that_fell_b
     # 1.0's best 2 is below 3.0's running mean 6: stopped there. 2.0 at 2: best 4 against the
     # median of 3.0's 6 and 1.0's 2 (its last result, added again when it ended) is not below; at
     # 3 (1.0 ended before 3) 6 is below 3.0's mean (6 + 9) / 2.
-    from airflow_trials.operators.trial import RunTrialOperator
+    from airflow_trials.operators.trial_operator import RunTrialOperator
     from tests.airflow.conftest import FakeTI
 
     store = trials_env.store

@@ -54,7 +54,7 @@ def test_moasha_stops_dominated_trials_at_their_rungs_as_on_the_runner(trials_en
     # The runner's test (tests/integration/test_moasha_runner.py), one trial task after another:
     # "b" is dominated by "a" at rung 1 and stops there; "c" is on a's front at rung 1 (rank score
     # 1/3) and goes on, but stops at rung 3 (1/2); "a" runs to max_t.
-    from airflow_trials.operators.trial import RunTrialOperator
+    from airflow_trials.operators.trial_operator import RunTrialOperator
     from tests.airflow.conftest import FakeTI
 
     store = trials_env.store

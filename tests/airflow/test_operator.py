@@ -14,8 +14,8 @@ from airflow_trials.core.end import TrialEnd
 from airflow_trials.core.fate import Transition
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.update import TrialUpdate
-from airflow_trials.operators.trial import MAX_INFRASTRUCTURE_RESTARTS, RunTrialOperator
-from airflow_trials.triggers.trial import TrialTrigger
+from airflow_trials.operators.trial_operator import MAX_INFRASTRUCTURE_RESTARTS, RunTrialOperator
+from airflow_trials.triggers.trial_trigger import TrialTrigger
 from tests.conftest import live_placement_groups, live_trial_actors
 
 
@@ -79,7 +79,7 @@ def test_a_trial_queued_for_resources_defers_at_once_and_starts_when_placed(
     trials_env, fake_context
 ):
     """More trials than the cluster holds: the extra ones wait deferred, not in a worker."""
-    from airflow_trials.execution.driver.executor import RayTrialExecutor, find_trial_actor
+    from airflow_trials.execution.handles import find_trial_actor, is_placed
 
     ops, deferred = {}, {}
     for trial_id in ("q1", "q2"):  # each needs the whole cluster
@@ -97,7 +97,7 @@ def test_a_trial_queued_for_resources_defers_at_once_and_starts_when_placed(
     assert ready, "Ray placed neither trial"
     running = polls[ready[0]]
     queued = "q2" if running == "q1" else "q1"
-    assert not RayTrialExecutor.is_placed(find_trial_actor("ops", queued))
+    assert not is_placed(find_trial_actor("ops", queued))
     store = trials_env.store
     assert store.reader.get_trial(queued).status.value == "PENDING"
     # A retry while it is still queued re-attaches to it instead of starting a second copy.

@@ -15,7 +15,7 @@ from airflow_trials.core.end import TrialEnd
 from airflow_trials.core.fate import Transition
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.status_cause import StatusCause
-from airflow_trials.operators.trial import MAX_INFRASTRUCTURE_RESTARTS
+from airflow_trials.operators.trial_operator import MAX_INFRASTRUCTURE_RESTARTS
 from tests.airflow.test_operator import first_event, operator
 from tests.conftest import live_placement_groups, live_trial_actors
 
@@ -278,7 +278,8 @@ def test_on_kill_in_the_worker_records_the_stop_fenced_by_its_try_and_stops_the_
 def test_select_best_reconciles_trials_whose_tasks_ended_without_their_end(trials_env):
     """A trial left RUNNING by a task that failed for good is stopped on Ray and recorded ERROR; a
     suggested trial that never registered is counted as never run."""
-    from airflow_trials import RayTrialExecutor, Trial
+    from airflow_trials import Trial
+    from airflow_trials.execution.driver.actor_client import TrialActorClient
     from airflow_trials.experiment import reconcile_trial_ends
     from airflow_trials.hooks.trials import TrialsHook
 
@@ -296,7 +297,7 @@ def test_select_best_reconciles_trials_whose_tasks_ended_without_their_end(trial
     store.record_transition("done", Transition.PLACED)
     store.record_end(TrialEnd("done", "recon", TrialStatus.TERMINATED))
     store.record_transition("stuck", Transition.PLACED)
-    RayTrialExecutor(trials_env.storage).launch(
+    TrialActorClient(trials_env.storage).launch(
         Trial(
             "tests.trainables:counting",
             {"sleep": 0.5},

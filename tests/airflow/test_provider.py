@@ -11,8 +11,8 @@ from airflow_trials import TrialError
 from airflow_trials.core.end import TrialEnd
 from airflow_trials.core.fate import Transition, after_failure
 from airflow_trials.core.status import TrialStatus
-from airflow_trials.sensors.trial import TrialSensor
-from airflow_trials.triggers.trial import TrialStatusTrigger
+from airflow_trials.sensors.trial_sensor import TrialSensor
+from airflow_trials.triggers.trial_trigger import TrialStatusTrigger
 
 
 def test_provider_info_is_registered_on_the_entry_point():

@@ -95,18 +95,24 @@ def test_every_module_that_defines_an_operator_sensor_or_trigger_is_listed():
         return {m for entry in info[kind] for m in entry["python-modules"]}
 
     operators = _defined_in("airflow_trials.operators", BaseOperator)
-    assert operators == {"airflow_trials.operators.trial", "airflow_trials.operators.sweep"}
+    assert operators == {
+        "airflow_trials.operators.trial_operator",
+        "airflow_trials.operators.sweep_operator",
+    }
     assert listed("operators") == operators
     assert listed("sensors") == _defined_in("airflow_trials.sensors", BaseSensorOperator)
     assert listed("triggers") == _defined_in("airflow_trials.triggers", BaseTrigger)
-    assert listed("triggers") == {"airflow_trials.triggers.trial", "airflow_trials.triggers.sweep"}
+    assert listed("triggers") == {
+        "airflow_trials.triggers.trial_trigger",
+        "airflow_trials.triggers.sweep_trigger",
+    }
     links = set()
     for path in info["extra-links"]:
         module, name = path.rsplit(".", 1)
         links.add(getattr(importlib.import_module(module), name))
     assert all(issubclass(link, BaseOperatorLink) for link in links)
-    from airflow_trials.operators.sweep import RunSweepOperator
-    from airflow_trials.operators.trial import RunTrialOperator
+    from airflow_trials.operators.sweep_operator import RunSweepOperator
+    from airflow_trials.operators.trial_operator import RunTrialOperator
 
     on_operators = {
         type(link)
@@ -199,7 +205,7 @@ def test_the_trials_db_storage_and_poll_interval_follow_the_settings(
     airflow_home, no_settings, monkeypatch, tmp_path
 ):
     from airflow_trials.hooks.trials import RayHook, TrialsDbHook
-    from airflow_trials.operators.trial import RunTrialOperator
+    from airflow_trials.operators.trial_operator import RunTrialOperator
     from airflow_trials.pools import default_gpu_queue
     from airflow_trials.trials_db_url import resolve_trials_db_url
 
@@ -268,7 +274,7 @@ class _Key:
 )
 def test_a_trial_tasks_link_is_its_own_trials_page(monkeypatch, base_url, expected_prefix):
     from airflow_trials.operators.links import TrialDashboardLink
-    from airflow_trials.operators.trial import RunTrialOperator, default_trial_id
+    from airflow_trials.operators.trial_operator import RunTrialOperator, default_trial_id
 
     if base_url is None:
         monkeypatch.delenv("AIRFLOW__API__BASE_URL", raising=False)
@@ -287,7 +293,7 @@ def test_a_trial_tasks_link_is_its_own_trials_page(monkeypatch, base_url, expect
 
 def test_a_sweep_tasks_link_is_its_runs_page_else_its_dag_runs(monkeypatch):
     from airflow_trials.operators.links import SweepDashboardLink, sweep_run_pk
-    from airflow_trials.operators.sweep import RunSweepOperator
+    from airflow_trials.operators.sweep_operator import RunSweepOperator
 
     monkeypatch.delenv("AIRFLOW__API__BASE_URL", raising=False)
     trials = [{"trial_id": f"t{i}", "config": {}, "experiment_run_id": 7} for i in range(3)]

@@ -24,7 +24,7 @@ def readme_dag_source() -> str:
 def test_the_readme_sweep_dag_is_one_task_for_more_trials_than_a_mapped_task_may_have(
     trials_env,
 ):
-    from airflow_trials.operators.sweep import RunSweepOperator
+    from airflow_trials.operators.sweep_operator import RunSweepOperator
 
     first, sweep = readme_dag_blocks()[:2]  # (the two-objective DAG: test_several_metrics.py)
     imports = "\n".join(

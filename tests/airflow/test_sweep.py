@@ -138,7 +138,7 @@ def test_a_gpu_pool_sweep_holds_its_concurrent_trials_slots(trials_env):
 
 
 def sweep_operator(**kwargs):
-    from airflow_trials.operators.sweep import RunSweepOperator
+    from airflow_trials.operators.sweep_operator import RunSweepOperator
 
     kwargs.setdefault("trainable", "tests.trainables:counting")
     kwargs.setdefault("deferrable", True)
@@ -171,7 +171,7 @@ def test_execute_complete_reads_each_sweep_end(status, fake_context):
     """A finished run returns and pushes its summary; a failed or lost driver raises for
     Airflow's retry, naming the run."""
     from airflow_trials.core.end import SweepEnd, SweepStatus
-    from airflow_trials.operators.sweep import SweepLostError
+    from airflow_trials.operators.sweep_operator import SweepLostError
 
     progress = {
         "total": 2,
@@ -222,7 +222,7 @@ def test_a_sweep_reattaches_to_its_driver_and_resumes_after_losing_it(
     import ray
 
     from airflow_trials.experiment import trial_ids
-    from airflow_trials.operators.sweep import SweepLostError
+    from airflow_trials.operators.sweep_operator import SweepLostError
 
     store = trials_env.store
     store.ensure_experiment("sweep_op", metric="score", mode="max")
@@ -370,7 +370,7 @@ def test_under_a_triggerer_a_finished_sweep_ends_its_task_from_the_trigger(
     from airflow.triggers.base import TaskSuccessEvent
 
     from airflow_trials.experiment import trial_ids
-    from airflow_trials.triggers import trial as trial_trigger
+    from airflow_trials.triggers import trial_trigger as trial_trigger
 
     monkeypatch.setattr(trial_trigger, "MIN_DEFERRAL_SECONDS", 0.0)
     pushed = {}

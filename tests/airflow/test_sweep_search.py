@@ -95,7 +95,7 @@ def test_a_sweep_with_a_searcher_resumes_its_search_after_losing_its_driver(
     from airflow_trials import OptunaSearch
     from airflow_trials.core.search import choice, uniform
     from airflow_trials.experiment import trial_ids
-    from airflow_trials.operators.sweep import SweepLostError
+    from airflow_trials.operators.sweep_operator import SweepLostError
 
     store = trials_env.store
     store.ensure_experiment("sweep_op", metric="score", mode="max")

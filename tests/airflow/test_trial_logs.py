@@ -12,19 +12,20 @@ import os
 
 import structlog
 
-from airflow_trials.triggers.trial import TrialTrigger
+from airflow_trials.triggers.trial_trigger import TrialTrigger
 
 CHATTY = "tests.trainables:chatty"
 
 
 def launch(trials_env, trial_id):
-    from airflow_trials import RayTrialExecutor, Trial
+    from airflow_trials import Trial
+    from airflow_trials.execution.driver.actor_client import TrialActorClient
 
     trials_env.store.upsert_trial(
         trial_id, trainable=CHATTY, config={}, resources={"cpu": 0.1}, max_failures=0
     )
     trial = Trial(CHATTY, {}, trial_id=trial_id, experiment_name="logs", resources={"cpu": 0.1})
-    RayTrialExecutor(trials_env.storage).launch(trial)
+    TrialActorClient(trials_env.storage).launch(trial)
 
 
 async def watch_to_the_end(trial_id):

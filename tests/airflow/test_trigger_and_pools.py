@@ -9,7 +9,7 @@ import pytest
 
 from airflow_trials.core.fate import Transition
 from airflow_trials.pools import gpu_pool_slots
-from airflow_trials.triggers.trial import TrialStatusTrigger, TrialTrigger
+from airflow_trials.triggers.trial_trigger import TrialStatusTrigger, TrialTrigger
 from tests.conftest import LoopTicker
 from tests.factories import update_trial
 
@@ -29,7 +29,7 @@ def test_pool_slots_with_other_granularity():
 def test_trial_trigger_serializes_its_init_arguments():
     trigger = TrialTrigger("exp", "t1", "my_ray", "my_db", 0.5)
     assert trigger.serialize() == (
-        "airflow_trials.triggers.trial.TrialTrigger",
+        "airflow_trials.triggers.trial_trigger.TrialTrigger",
         {
             "experiment_name": "exp",
             "trial_id": "t1",
@@ -71,7 +71,7 @@ def test_status_trigger_serializes_its_init_arguments():
         "exp", run_key="manual__1", trials_conn_id="db", poll_interval_seconds=5
     )
     assert trigger.serialize() == (
-        "airflow_trials.triggers.trial.TrialStatusTrigger",
+        "airflow_trials.triggers.trial_trigger.TrialStatusTrigger",
         {
             "experiment_name": "exp",
             "trial_id": None,
@@ -83,12 +83,13 @@ def test_status_trigger_serializes_its_init_arguments():
 
 
 def _launch(trials_env, trial_id, config, stop=5):
-    from airflow_trials import RayTrialExecutor, Trial
+    from airflow_trials import Trial
+    from airflow_trials.execution.driver.actor_client import TrialActorClient
 
     trials_env.store.upsert_trial(
         trial_id, trainable="tests.trainables:counting", config=config, resources={}, max_failures=0
     )
-    executor = RayTrialExecutor(trials_env.storage)
+    executor = TrialActorClient(trials_env.storage)
     trial = Trial(
         "tests.trainables:counting",
         config,
@@ -251,7 +252,7 @@ async def test_on_kill_of_a_moved_trigger_stops_nothing_when_the_takeover_cannot
 
     from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
 
-    import airflow_trials.triggers.trial as trial_trigger
+    import airflow_trials.triggers.trial_trigger as trial_trigger
     from airflow_trials.exceptions import StoreError
     from tests.conftest import live_trial_actors
 

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from airflow_trials.execution.triggerer import poller as poller_module
-from airflow_trials.triggers.trial import TrialTrigger
+from airflow_trials.triggers.trial_trigger import TrialTrigger
 from tests.conftest import LoopTicker, live_trial_actors
 
 COUNTING = "tests.trainables:counting"
@@ -16,13 +16,14 @@ COUNTING = "tests.trainables:counting"
 
 def launch(trials_env, trial_id, stop=5, sleep=0.05):
     """Start a counting trial in a detached actor taking a tenth of a CPU (many fit in 2 CPUs)."""
-    from airflow_trials import RayTrialExecutor, Trial
+    from airflow_trials import Trial
+    from airflow_trials.execution.driver.actor_client import TrialActorClient
 
     config = {"sleep": sleep}
     trials_env.store.upsert_trial(
         trial_id, trainable=COUNTING, config=config, resources={"cpu": 0.1}, max_failures=0
     )
-    executor = RayTrialExecutor(trials_env.storage)
+    executor = TrialActorClient(trials_env.storage)
     trial = Trial(
         COUNTING,
         config,

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from airflow_trials.operators.trial import MAX_INFRASTRUCTURE_RESTARTS
+from airflow_trials.operators.trial_operator import MAX_INFRASTRUCTURE_RESTARTS
 from tests.airflow.test_example_dags import load
 from tests.airflow.test_experiment_dag import task_states, xcom
 from tests.conftest import live_placement_groups, live_trial_actors

@@ -8,7 +8,7 @@ import datetime as dt
 
 import pytest
 
-from airflow_trials.core.approval import ApprovalOutcome
+from airflow_trials.core.approval_rule import ApprovalOutcome
 from airflow_trials.exceptions import StoreError
 from tests.contract.conftest import MEMORY, POSTGRESQL, SQLITE_FILE
 

@@ -18,9 +18,9 @@ from airflow_trials.core.update import TrialUpdate
 from airflow_trials.schedulers.asha.rung_math import max_t_stop_reason
 from airflow_trials.store import StopForTry, TrialStore
 from airflow_trials.store.engine import create_store_engine
-from airflow_trials.store.history import stopped_early_counts_query
 from airflow_trials.store.migration import current_revision, upgrade_engine
 from airflow_trials.store.models import TrialRow
+from airflow_trials.store.run_history import stopped_early_counts_query
 from airflow_trials.store.trial_writes import change_status
 from tests.contract.conftest import MEMORY, POSTGRESQL, SQLITE_FILE
 from tests.contract.test_store import HEAD_REVISION, register, schema_differences

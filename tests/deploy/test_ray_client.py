@@ -211,7 +211,7 @@ def test_the_init_script_prepares_both_dbs_the_pool_and_checkpoints_and_reaches_
 _START_AND_EXIT = """
 import json, sys
 from airflow.sdk.exceptions import TaskDeferred
-from airflow_trials.operators.trial import RunTrialOperator
+from airflow_trials.operators.trial_operator import RunTrialOperator
 
 class TI:
     dag_id, run_id, task_id, map_index, try_number = "deploy", "run1", "trial", -1, 1
@@ -239,9 +239,9 @@ def test_a_trial_started_in_one_process_is_watched_to_its_end_from_another(
 ):
     import ray
 
-    from airflow_trials.operators.trial import RunTrialOperator
+    from airflow_trials.operators.trial_operator import RunTrialOperator
     from airflow_trials.store import TrialStore
-    from airflow_trials.triggers.trial import TrialTrigger
+    from airflow_trials.triggers.trial_trigger import TrialTrigger
 
     storage = tmp_path / "ckpt"
     url = f"sqlite:///{tmp_path / 'trials.db'}"
@@ -262,7 +262,7 @@ def test_a_trial_started_in_one_process_is_watched_to_its_end_from_another(
     started = json.loads(done.stdout.strip().splitlines()[-1])
     assert started["client"] is True  # the task connected through Ray Client, not a local Ray
     classpath, kwargs = started["trigger"]
-    assert classpath == "airflow_trials.triggers.trial.TrialTrigger"
+    assert classpath == "airflow_trials.triggers.trial_trigger.TrialTrigger"
 
     async def first_event() -> dict:
         async for event in TrialTrigger(**kwargs).run():

@@ -27,7 +27,7 @@ TRIGGERER = r"""
 import asyncio, json, sys
 from airflow_trials import Trial
 from airflow_trials.hooks.trials import TrialsHook
-from airflow_trials.triggers.trial import TrialTrigger
+from airflow_trials.triggers.trial_trigger import TrialTrigger
 
 ITERATIONS = int(sys.argv[1])
 
@@ -45,7 +45,7 @@ def launch(restore_path=None):
                   experiment_name="restart", resources={"cpu": 1},
                   stopping_criterion={"training_iteration": ITERATIONS},
                   restore_path=restore_path)
-    hook.get_executor(verify=True).launch(trial, start_timeout_s=120)
+    hook.get_actor_client(verify=True).launch(trial, start_timeout_s=120)
     store.dispose()
 
 

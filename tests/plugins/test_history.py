@@ -14,16 +14,16 @@ from airflow_trials.core.goal import Goal
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.stop_kind import StopKind
 from airflow_trials.store import TrialStore
-from airflow_trials.store.history import (
-    changed_config_keys,
-    run_counts_query,
-    stopped_early_counts_query,
-    warm_started_query,
-)
 from airflow_trials.store.history_indexes import (
     RUN_STATUS_INDEX,
     RUN_STOPPED_EARLY_INDEX,
     RUN_WARM_STARTED_INDEX,
+)
+from airflow_trials.store.run_history import (
+    changed_config_keys,
+    run_counts_query,
+    stopped_early_counts_query,
+    warm_started_query,
 )
 from tests.factories import add_results
 from tests.plugins.conftest import seed_store

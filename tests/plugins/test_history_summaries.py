@@ -16,8 +16,8 @@ from airflow_trials.core.fate import TRAINABLE_FINISHED, Transition
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.update import TrialUpdate
 from airflow_trials.store import TrialStore
-from airflow_trials.store.history import history_goal, line_from_summary, run_lines
 from airflow_trials.store.models import ExperimentRunRow
+from airflow_trials.store.run_history import history_goal, line_from_summary, run_lines
 from airflow_trials.store.transitions import RestartFromScratch, StopForTry
 from tests.contract.conftest import new_postgres_schema
 from tests.factories import add_results, update_trial

@@ -1,10 +1,11 @@
-"""The approval gate's rule (``core/approval.py``): what an answer to approve_best counts as."""
+"""The approval gate's rule (``core/approval_rule.py``): what an answer to approve_best counts
+as."""
 
 from __future__ import annotations
 
 import pytest
 
-from airflow_trials.core.approval import ApprovalOutcome, ApprovalPolicy
+from airflow_trials.core.approval_rule import ApprovalOutcome, ApprovalPolicy
 
 POLICY = ApprovalPolicy.of(["bob", {"id": "7", "name": "carol"}])
 

@@ -1,4 +1,4 @@
-"""The rules of extending a finished run (core/extension.py): each refusal names the run, the
+"""The rules of extending a finished run (core/run_extension.py): each refusal names the run, the
 cause and the fix; which trials continue; how ASHA's rungs extend."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from airflow_trials import ASHAScheduler
-from airflow_trials.core.extension import (
+from airflow_trials.core.fate import CRITERION_MET, TRAINABLE_FINISHED
+from airflow_trials.core.run_extension import (
     extended_scheduler,
     plan_extension,
 )
-from airflow_trials.core.fate import CRITERION_MET, TRAINABLE_FINISHED
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.stop_kind import StopKind
 from airflow_trials.exceptions import ExtensionRefusedError

@@ -1,5 +1,6 @@
-"""The regression rule (core/regression.py): the tolerance's spelling, one metric's comparison in
-its mode, and the hypervolumes of two Pareto fronts against a common reference point."""
+"""The regression rule (core/regression_tolerance.py): the tolerance's spelling, one metric's
+comparison in its mode, and the hypervolumes of two Pareto fronts against a common reference
+point."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import math
 
 import pytest
 
-from airflow_trials.core.regression import (
+from airflow_trials.core.regression_tolerance import (
     RegressionTolerance,
     compare_best,
     compare_fronts,

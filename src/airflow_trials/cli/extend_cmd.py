@@ -108,7 +108,7 @@ def extend(
     to a raised stop (from their latest checkpoints) and adds new samples to its search."""
 
     def body() -> None:
-        from airflow_trials.core.extension import plan_extension
+        from airflow_trials.core.run_extension import plan_extension
 
         store = open_for_reading(ctx, db_url)
         record = find_run(store, run, experiment)

@@ -6,8 +6,8 @@ its own copy of the rules:
 - the TrialRunner, after each result it fetches and each failure
   (``execution/driver/trial_outcomes.py``);
 - the self-driving trial actor, after each result it trains (``execution/worker/self_driving.py``);
-- the Airflow operator (``operators/trial.py``), when a try starts and when the trigger reports
-  the trial's end.
+- the Airflow operator (``operators/trial_operator.py``), when a try starts and when the trigger
+  reports the trial's end.
 
 ``after_result`` covers the stopping criterion (and the experiment's time budget, a stopper the
 runner gives every trial), the experiment stopper, checkpoint-due, duplicate results and the

@@ -6,7 +6,7 @@ until one of the approvers (Airflow's ``assigned_users``) answers in the UI's Re
 page or through the REST API
 (``PATCH /api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/-1/hitlDetails``). The
 answer is recorded in the trials DB beside the run (who, when, why, who triggered the DAG run, and
-what it counts as: ``core/approval.py``). ``publish_best`` publishes only when that record says
+what it counts as: ``core/approval_rule.py``). ``publish_best`` publishes only when that record says
 approved, by an approver who did not trigger the run (four eyes), and matches the answer
 ``approve_best`` got in this try: marking ``approve_best`` success, or clearing ``publish_best``
 after a "Reject", publishes nothing. A rejection is final.
@@ -24,7 +24,7 @@ from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import Param, task
 from airflow.sdk.exceptions import AirflowFailException, DownstreamTasksSkipped
 
-from airflow_trials.core.approval import ApprovalPolicy, refusal
+from airflow_trials.core.approval_rule import ApprovalPolicy, refusal
 from airflow_trials.hooks.trials import DEFAULT_TRIALS_CONN_ID, TrialsDbHook
 from airflow_trials.operators.links import RUN_PAGE, dashboard_url
 
@@ -140,7 +140,7 @@ class ApproveBestOperator(ApprovalOperator):
 
     Its body (:func:`approval_body`) is written when the task runs, from ``best``; the form has
     one field, ``reason``. The answer is recorded in the trials DB beside the run
-    (``TrialStore.record_approval``) with what it counts as (``core/approval.py``): "Reject"
+    (``TrialStore.record_approval``) with what it counts as (``core/approval_rule.py``): "Reject"
     skips the tasks right after it (``publish_best``), as ApprovalOperator does; an approval by
     the user who triggered the run (unless ``allow_self_approval``) fails the task, and clearing
     it asks again. A DAG run whose best was rejected is not asked again: the task fails. The XCom

@@ -119,7 +119,8 @@ def tuning_experiment(
     after ``select_best``: it fails (:class:`~airflow_trials.exceptions.RegressionError`) when
     the run's best is worse, in ``mode``, than the previous successful run's by more than that;
     with several metrics, when its Pareto front's hypervolume is lower by more than the relative
-    tolerance (:mod:`airflow_trials.core.regression`). Default None: no check (docs/airflow.md).
+    tolerance (:mod:`airflow_trials.core.regression_tolerance`). Default None: no check
+    (docs/airflow.md).
 
     **MLflow export.** ``mlflow_export="http://mlflow:5000"`` (a tracking URI) or
     ``MlflowExport(...)`` adds a task ``export_mlflow`` after ``select_best``: it exports the run

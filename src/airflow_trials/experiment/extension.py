@@ -2,7 +2,7 @@
 ``suggest_configs`` does with them (records the extension, continues trials, adds samples).
 
 The rules (what is refused, which trials continue, how ASHA's rungs extend) are
-:func:`~airflow_trials.core.extension.plan_extension`'s; the CLI asks the same function.
+:func:`~airflow_trials.core.run_extension.plan_extension`'s; the CLI asks the same function.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 from airflow.sdk import Param
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_trials.core.extension import (
+from airflow_trials.core.run_extension import (
     SWEEP_MAX_T,
     ExtensionLimits,
     checked_stop,

@@ -12,11 +12,11 @@ from typing import Any
 from airflow.sdk import Asset
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_trials.core.approval import ApprovalPolicy
+from airflow_trials.core.approval_rule import ApprovalPolicy
 from airflow_trials.core.constraints import Constraints
 from airflow_trials.core.pareto import scheduler_metric_and_mode
 from airflow_trials.core.pick import Pick
-from airflow_trials.core.regression import RegressionTolerance
+from airflow_trials.core.regression_tolerance import RegressionTolerance
 from airflow_trials.core.resources import InsufficientResourcesError
 from airflow_trials.core.scheduler import judged_metric_and_mode
 from airflow_trials.core.search import generate_configs
@@ -35,7 +35,7 @@ from airflow_trials.experiment.settings import (
 from airflow_trials.experiment.warm_start_source import WarmSeeds, warm_seeds
 from airflow_trials.export.mlflow_mapping import MlflowExport
 from airflow_trials.hooks.trials import TrialsHook
-from airflow_trials.operators.trial import RunTrialOperator, task_retries
+from airflow_trials.operators.trial_operator import RunTrialOperator, task_retries
 from airflow_trials.operators.tuning import airflow_searcher
 from airflow_trials.pools import gpu_pool_slots
 from airflow_trials.schedulers.registry import judged_scheduler
@@ -258,7 +258,7 @@ class TuningPlan:
                 for i, c in zip(ids, configs, strict=True)
             ]
             try:
-                hook.get_executor().check_fits_cluster(trials[0])
+                hook.get_actor_client().check_fits_cluster(trials[0])
             except InsufficientResourcesError as e:
                 if self.from_params is None:
                     raise
@@ -397,7 +397,7 @@ class TuningPlan:
 
     def sweep_task(self, suggested: Any) -> Any:
         """The one RunSweepOperator that runs all the suggested trials (``sweep=True``)."""
-        from airflow_trials.operators.sweep import RunSweepOperator
+        from airflow_trials.operators.sweep_operator import RunSweepOperator
 
         s = self.settings
         kwargs: dict[str, Any] = {}

@@ -1,5 +1,6 @@
 """check_regression: fail a run whose best is worse than the previous successful run's by more
-than the experiment's ``regression_tolerance`` (the rule is :mod:`airflow_trials.core.regression`).
+than the experiment's ``regression_tolerance`` (the rule is
+:mod:`airflow_trials.core.regression_tolerance`).
 
 The task runs after ``select_best``, so the run's best is recorded and published (XCom, Asset
 event) whatever it finds; a regression is its own failed task in the grid view, and Airflow's
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_trials.core.goal import Goal
-from airflow_trials.core.regression import (
+from airflow_trials.core.regression_tolerance import (
     Comparison,
     RegressionTolerance,
     compare_best,

@@ -42,8 +42,8 @@ def dashboard_url(page: str) -> str:
 
 
 class TrialDashboardLink(BaseOperatorLink):
-    """On a :class:`~airflow_trials.operators.trial.RunTrialOperator` task instance: the page of
-    the trial it runs (each mapped task instance its own trial)."""
+    """On a :class:`~airflow_trials.operators.trial_operator.RunTrialOperator` task instance: the
+    page of the trial it runs (each mapped task instance its own trial)."""
 
     name = "Trial dashboard"
 
@@ -53,9 +53,9 @@ class TrialDashboardLink(BaseOperatorLink):
 
 
 class SweepDashboardLink(BaseOperatorLink):
-    """On a :class:`~airflow_trials.operators.sweep.RunSweepOperator` task instance: the page of
-    the experiment run it sweeps; the DAG run's experiment runs while its ``trials`` name none
-    (the task failed before they were rendered)."""
+    """On a :class:`~airflow_trials.operators.sweep_operator.RunSweepOperator` task instance: the
+    page of the experiment run it sweeps; the DAG run's experiment runs while its ``trials`` name
+    none (the task failed before they were rendered)."""
 
     name = "Trial dashboard"
 

@@ -23,7 +23,7 @@ from airflow_trials.plugins.queries import NotFoundError
 from airflow_trials.plugins.render import Links
 from airflow_trials.plugins.svg import history_trend_svg
 from airflow_trials.store import TrialReader
-from airflow_trials.store.history import (
+from airflow_trials.store.run_history import (
     STOP_KINDS,
     ExperimentHistory,
     RunHistory,

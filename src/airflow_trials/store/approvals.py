@@ -8,7 +8,7 @@ from datetime import datetime
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
-from airflow_trials.core.approval import ApprovalOutcome
+from airflow_trials.core.approval_rule import ApprovalOutcome
 from airflow_trials.store.base import StoreBase
 from airflow_trials.store.database import check_id, parse_enum
 from airflow_trials.store.mapping import from_row

@@ -204,7 +204,7 @@ class ExperimentWriter(StoreBase):
 
         Setting the status a run has already keeps its ``ended_at``, so repeating the call
         changes nothing but the stored line, computed again from the trials as they are. The line
-        is the history's own (:func:`~airflow_trials.store.history.run_lines`), computed in this
+        is the history's own (:func:`~airflow_trials.store.run_history.run_lines`), computed in this
         transaction under the run's row lock, and forgotten by any later write of one of the
         run's trials (:mod:`~airflow_trials.store.run_summaries`).
 

@@ -13,7 +13,7 @@ indexes alone (migration 0012), and the predicates their partial indexes share w
   warm-started trials, a partial index (a few small rows per run).
 
 A query uses a partial index only when its WHERE holds the index's predicate as written, so the
-queries in :mod:`~airflow_trials.store.history` use the very SQL text of these constants.
+queries in :mod:`~airflow_trials.store.run_history` use the very SQL text of these constants.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """An experiment's trend: each run's best alone, oldest run first, for the history's chart.
 
-Each run's best is its history line's (:mod:`~airflow_trials.store.history`): an ended run's from
-its stored line, the others' as ``select_best`` picks it; no counts are read.
+Each run's best is its history line's (:mod:`~airflow_trials.store.run_history`): an ended run's
+from its stored line, the others' as ``select_best`` picks it; no counts are read.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session, undefer
 
-from airflow_trials.store.history import history_goal, run_bests, valid_summary
 from airflow_trials.store.mapping import experiment_run_record
 from airflow_trials.store.models import ExperimentRunRow
 from airflow_trials.store.records import ExperimentRecord, ExperimentRunRecord
+from airflow_trials.store.run_history import history_goal, run_bests, valid_summary
 
 __all__ = ["TrendPoint", "experiment_trend"]
 
@@ -35,7 +35,7 @@ def experiment_trend(
     session: Session, dialect_name: str, experiment: ExperimentRecord
 ) -> list[TrendPoint]:
     """Every run of the experiment, oldest first, with its best on the metric of
-    :func:`~airflow_trials.store.history.history_goal` (None without one): an ended run's from
+    :func:`~airflow_trials.store.run_history.history_goal` (None without one): an ended run's from
     its stored line, the others' as ``select_best`` picks it
     (:func:`~airflow_trials.store.run_best.run_best`); no counts."""
     metric, mode = history_goal(experiment)

@@ -387,8 +387,8 @@ class RunExtensionRow(Base):
 class RunApprovalRow(Base):
     """The answer to one DAG run's ``approve_best`` (migration 0016,
     ``tuning_experiment(approval=True)``): who answered, when, why, the user who triggered the DAG
-    run, and the outcome (``core/approval.py``). A REJECTED row is final: no later answer of the
-    same DAG run replaces it."""
+    run, and the outcome (``core/approval_rule.py``). A REJECTED row is final: no later answer of
+    the same DAG run replaces it."""
 
     __tablename__ = "at_run_approvals"
     __table_args__ = (UniqueConstraint("experiment_run_id", "dag_run_id"),)

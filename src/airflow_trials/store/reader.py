@@ -13,10 +13,6 @@ from airflow_trials.exceptions import ExperimentNotFoundError
 from airflow_trials.store.batch_reads import BatchReader
 from airflow_trials.store.database import Database
 from airflow_trials.store.exploits import exploit_lineage, latest_exploit
-from airflow_trials.store.history import (
-    ExperimentHistory,
-    experiment_history,
-)
 from airflow_trials.store.history_trend import TrendPoint, experiment_trend
 from airflow_trials.store.mapping import (
     checkpoint_record,
@@ -50,6 +46,10 @@ from airflow_trials.store.records import (
 )
 from airflow_trials.store.retry import RetryPolicy
 from airflow_trials.store.run_decisions import RunDecisionsReader
+from airflow_trials.store.run_history import (
+    ExperimentHistory,
+    experiment_history,
+)
 from airflow_trials.store.rungs import rung_values, rung_vectors, trial_rungs_query
 
 _EXPLOITS = TrialExploitRow.__table__
@@ -231,7 +231,7 @@ class TrialReader(RankingReads):
     ) -> ExperimentHistory:
         """The experiment's runs (its ``last`` newest; default all), oldest first, each with its
         best on the experiment's metric, trial counts, failures, stop kinds, best config and the
-        keys changed from the previous run's (:mod:`~airflow_trials.store.history`): a fixed set
+        keys changed from the previous run's (:mod:`~airflow_trials.store.run_history`): a fixed set
         of aggregate queries grouped by run, whatever the number of runs.
 
         :raises ExperimentNotFoundError: no experiment of that name.

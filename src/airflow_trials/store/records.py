@@ -8,7 +8,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from airflow_trials.core.approval import ApprovalOutcome, refusal
+from airflow_trials.core.approval_rule import ApprovalOutcome, refusal
 from airflow_trials.core.constraints import Constraints
 from airflow_trials.core.goal import Goal
 from airflow_trials.core.pareto import MetricSpec, ModeSpec
@@ -448,7 +448,7 @@ class RunApprovalRecord:
     :param dag_run_id: the Airflow DAG run whose ``approve_best`` asked (an extension's DAG run
         asks again about the same run).
     :param trial_id: the best trial the person was shown.
-    :param outcome: what the answer counts as (:class:`~airflow_trials.core.approval
+    :param outcome: what the answer counts as (:class:`~airflow_trials.core.approval_rule
         .ApprovalOutcome`); only APPROVED lets ``publish_best`` publish, and REJECTED is final.
     :param responded_by_id: the user's id, as Airflow's HITL detail gives it.
     :param responded_by_name: the user's name.

@@ -1,9 +1,9 @@
 """A run's stored history line: written in the transaction that ends the run, forgotten in every
 transaction that writes one of its trials afterwards, so a stored line is never stale.
 
-:func:`~airflow_trials.store.history.experiment_history` reads an ended run's line from
+:func:`~airflow_trials.store.run_history.experiment_history` reads an ended run's line from
 ``at_experiment_runs.summary`` (migration 0013) instead of aggregating its trials again. The line
-is computed by the history's own :func:`~airflow_trials.store.history.run_lines`, never a copy.
+is computed by the history's own :func:`~airflow_trials.store.run_history.run_lines`, never a copy.
 
 Why a line cannot go stale: a trial of a run changes only through a store method (registration,
 status, fields, results, a restart, a PBT exploit, recomputed bests), and each calls
@@ -22,9 +22,9 @@ from collections.abc import Iterable
 from sqlalchemy import null, select
 from sqlalchemy.orm import Session
 
-from airflow_trials.store.history import history_goal, run_lines, summary_of_line
 from airflow_trials.store.mapping import experiment_record, experiment_run_record
 from airflow_trials.store.models import ExperimentRow, ExperimentRunRow
+from airflow_trials.store.run_history import history_goal, run_lines, summary_of_line
 
 _RUNS = ExperimentRunRow.__table__
 

@@ -22,7 +22,7 @@ from airflow_trials.store.rungs import RungsStore
 from airflow_trials.store.trial_writes import TrialWriter
 
 if TYPE_CHECKING:
-    from airflow_trials.core.approval import ApprovalOutcome
+    from airflow_trials.core.approval_rule import ApprovalOutcome
     from airflow_trials.core.constraints import Constraints
     from airflow_trials.core.end import TrialEnd
     from airflow_trials.core.fate import FailureDecision

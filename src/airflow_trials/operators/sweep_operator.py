@@ -20,11 +20,11 @@ from airflow_trials.core.sweep_progress import end_line, sweep_summary
 from airflow_trials.exceptions import AirflowTrialsError
 from airflow_trials.hooks.trials import DEFAULT_RAY_CONN_ID, DEFAULT_TRIALS_CONN_ID, TrialsHook
 from airflow_trials.operators.links import SweepDashboardLink, sweep_run_pk
-from airflow_trials.operators.trial import MAX_INFRASTRUCTURE_RESTARTS
+from airflow_trials.operators.trial_operator import MAX_INFRASTRUCTURE_RESTARTS
 from airflow_trials.operators.tuning import airflow_searcher
 from airflow_trials.pools import DEFAULT_SLOTS_PER_GPU, gpu_pool_slots
 from airflow_trials.provider_config import setting_float
-from airflow_trials.triggers.sweep import SweepTrigger
+from airflow_trials.triggers.sweep_trigger import SweepTrigger
 
 if TYPE_CHECKING:
     from airflow.providers.openlineage.extractors import OperatorLineage
@@ -46,9 +46,9 @@ class RunSweepOperator(BaseOperator):
 
     ``execute`` starts the run's driver, or re-attaches to the live one (a worker that died, a
     cleared task, a second try): there is never a second driver for a run. It then defers to
-    :class:`~airflow_trials.triggers.sweep.SweepTrigger`, which logs progress lines to this task's
-    log. A driver lost with its node or a Ray head restart fails the try; Airflow retries it, and
-    the new driver resumes the run: finished trials are not run again, the others continue from
+    :class:`~airflow_trials.triggers.sweep_trigger.SweepTrigger`, which logs progress lines to this
+    task's log. A driver lost with its node or a Ray head restart fails the try; Airflow retries it,
+    and the new driver resumes the run: finished trials are not run again, the others continue from
     their latest recorded checkpoints. Each trial's own failures are retried by the driver, up to
     ``max_failures``; ``retries`` (default 3) are for losses of the driver.
 
@@ -181,7 +181,7 @@ class RunSweepOperator(BaseOperator):
     def _run_ids(self, context: Context) -> tuple[str, int, list[tuple[str, dict[str, Any]]]]:
         """The experiment, its run's id in the trials DB, and ``(trial id, config)`` of its
         trials."""
-        from airflow_trials.operators.trial import experiment_name_for
+        from airflow_trials.operators.trial_operator import experiment_name_for
 
         ti = context["ti"]
         experiment = self.experiment_name or experiment_name_for(ti.dag_id)
@@ -227,7 +227,7 @@ class RunSweepOperator(BaseOperator):
         experiment, run_pk, trials = self._run_ids(context)
         load_trainable(self.trainable)  # an unknown path fails here, before any Ray work
         hook = self._hook()
-        executor = hook.get_executor()
+        executor = hook.get_actor_client()
         settings = hook.ray_hook.settings()
         spec = SweepSpec(
             experiment_name=experiment,
@@ -288,7 +288,7 @@ class RunSweepOperator(BaseOperator):
     def _scheduler_for_run(self) -> Any:
         """The scheduler; an extension that raises the stop (``airflow-trials extend``) gives
         ASHA the raised ``max_t`` in its first trial's entry."""
-        from airflow_trials.core.extension import SWEEP_MAX_T
+        from airflow_trials.core.run_extension import SWEEP_MAX_T
         from airflow_trials.schedulers.asha.async_hyperband import with_max_t
 
         max_t = dict((self.trials or [{}])[0]).get(SWEEP_MAX_T)
@@ -328,7 +328,7 @@ class RunSweepOperator(BaseOperator):
         # For get_openlineage_facets_on_complete; read without raising: the run has ended.
         run_pk = sweep_run_pk(self.trials)
         if run_pk is not None:
-            from airflow_trials.operators.trial import experiment_name_for
+            from airflow_trials.operators.trial_operator import experiment_name_for
 
             experiment = self.experiment_name or experiment_name_for(context["ti"].dag_id)
             self._ended_run = (experiment, run_pk)

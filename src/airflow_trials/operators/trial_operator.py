@@ -37,7 +37,7 @@ from airflow_trials.operators.tuning import (
 from airflow_trials.pools import DEFAULT_SLOTS_PER_GPU, gpu_pool_slots
 from airflow_trials.provider_config import setting_float
 from airflow_trials.schedulers.registry import JudgedScheduler
-from airflow_trials.triggers.trial import TrialTrigger, stored_end_event
+from airflow_trials.triggers.trial_trigger import TrialTrigger, stored_end_event
 
 if TYPE_CHECKING:
     from airflow.providers.openlineage.extractors import OperatorLineage
@@ -310,7 +310,7 @@ class RunTrialOperator(BaseOperator):
 
         ti = context["ti"]
         trial = self._trial(experiment, trial_id, self.restore_path)
-        executor = hook.get_executor()
+        executor = hook.get_actor_client()
         started_before = ran_before(store, trial_id)
         check_capacity(executor, trial, started_before, self.log)
         store.upsert_trial(
@@ -370,7 +370,7 @@ class RunTrialOperator(BaseOperator):
                 # The trigger frees what it watched; otherwise (lost actor, blocking fallback
                 # from an older trigger) remove what may be left. Skipping it spares this worker
                 # a Ray connection.
-                hook.get_executor().terminate(end.experiment_name, end.trial_id)
+                hook.get_actor_client().terminate(end.experiment_name, end.trial_id)
             record = store.reader.get_trial(end.trial_id)
             decision = None
             can_retry = retries_left(ti.try_number, self.retries or 0)

@@ -19,7 +19,7 @@ from airflow_trials.execution.triggerer.outage import (
     RayOutageTimeout,
 )
 from airflow_trials.hooks.trials import DEFAULT_RAY_CONN_ID, DEFAULT_TRIALS_CONN_ID, TrialsHook
-from airflow_trials.triggers.trial import TrialsTrigger
+from airflow_trials.triggers.trial_trigger import TrialsTrigger
 
 if TYPE_CHECKING:
     from airflow_trials.store import TrialStore
@@ -354,5 +354,5 @@ def connected_namespace(hook: TrialsHook, verify: bool = False) -> str:
     """Connect this process to the Ray connection's cluster (reconnecting after a restart with
     ``verify``) and return its namespace. It reads the Airflow connection and may wait on Ray:
     call it in a thread, never on the triggerer's event loop."""
-    hook.get_executor(verify=verify)
+    hook.get_actor_client(verify=verify)
     return str(hook.ray_hook.settings()["namespace"])

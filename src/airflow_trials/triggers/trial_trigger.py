@@ -10,18 +10,18 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_trials.core.status import TrialStatus
-from airflow_trials.hooks.trials import (
-    DEFAULT_RAY_CONN_ID,
-    DEFAULT_TRIALS_CONN_ID,
-    TrialsDbHook,
-    TrialsHook,
-)
-from airflow_trials.triggers.watch import (
+from airflow_trials.execution.triggerer.trial_watch import (
     POLL_GRACE_SECONDS,
     RAY_OUTAGE_TIMEOUT_SECONDS,
     TrialWatch,
     TrialWatchSpec,
     stored_end_event,
+)
+from airflow_trials.hooks.trials import (
+    DEFAULT_RAY_CONN_ID,
+    DEFAULT_TRIALS_CONN_ID,
+    TrialsDbHook,
+    TrialsHook,
 )
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ MIN_DEFERRAL_SECONDS = 15.0
 
 class TrialsTrigger(BaseTrigger):
     """Base of :class:`TrialTrigger`, :class:`TrialStatusTrigger` and
-    :class:`~airflow_trials.triggers.sweep.SweepTrigger`.
+    :class:`~airflow_trials.triggers.sweep_trigger.SweepTrigger`.
 
     It connects to the trials store, polls it, and releases it, always off the event loop: opening
     and closing pooled connections can block on the network. Following ``BaseTrigger``'s contract,
@@ -165,15 +165,16 @@ class TrialTrigger(TrialsTrigger):
     and yields one event of plain values when the trial ends (or its actor is gone): a
     :class:`~airflow_trials.core.end.TrialEnd`, which the operator's ``execute_complete`` reads.
 
-    Its arguments are a :class:`~airflow_trials.triggers.watch.TrialWatchSpec`, which
-    ``serialize()`` returns; the watch itself is a
-    :class:`~airflow_trials.triggers.watch.TrialWatch` made from that spec, which never reads the
-    trigger. Its polls go through the triggerer's shared
-    :mod:`~airflow_trials.execution.triggerer.poller`: one thread makes every trigger's Ray calls
-    and writes their progress in one transaction per tick, so the event loop never waits on Ray or
-    the database. The trigger's other Ray and database calls (attach, release, reads) run in
-    threads. Results are written idempotently, so a trigger that runs again after a triggerer
-    restart re-sends them harmlessly.
+    Its arguments are a :class:`~airflow_trials.execution.triggerer.trial_watch.TrialWatchSpec`,
+    which ``serialize()`` returns; the watch itself is a
+    :class:`~airflow_trials.execution.triggerer.trial_watch.TrialWatch` made from that spec and the
+    actor client of its hook (``TrialsHook.get_actor_client``), which never reads the trigger: the
+    trigger builds it, awaits it, yields its event, and on a kill releases its actor. Its polls go
+    through the triggerer's shared :mod:`~airflow_trials.execution.triggerer.poller`: one thread
+    makes every trigger's Ray calls and writes their progress in one transaction per tick, so the
+    event loop never waits on Ray or the database. The watch's other Ray and database calls
+    (attach, release, reads) run in threads. Results are written idempotently, so a trigger that
+    runs again after a triggerer restart re-sends them harmlessly.
 
     When a user clears or marks the deferred task, :meth:`on_kill` stops the trial on Ray; a
     triggerer restart (which also cancels the trigger) leaves it running for the next trigger.
@@ -240,7 +241,7 @@ class TrialTrigger(TrialsTrigger):
     def _new_watch(self, store: TrialStore) -> TrialWatch:
         hook = TrialsHook(self.spec.ray_conn_id, self.spec.trials_conn_id)
         try_number = getattr(self.task_instance, "try_number", None)
-        return TrialWatch(self.spec, hook, store, self.log, try_number)
+        return TrialWatch(self.spec, hook.get_actor_client, store, self.log, try_number)
 
     async def _until_end(self) -> dict[str, Any]:
         watch = self._watch = self._new_watch(await self.connect())

@@ -9,7 +9,7 @@ from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue, conf
 
 from airflow_trials.exceptions import TrialError
 from airflow_trials.hooks.trials import DEFAULT_TRIALS_CONN_ID, TrialsDbHook
-from airflow_trials.triggers.trial import TrialStatusTrigger, trials_status
+from airflow_trials.triggers.trial_trigger import TrialStatusTrigger, trials_status
 
 
 class TrialSensor(BaseSensorOperator):
