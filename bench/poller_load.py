@@ -178,8 +178,8 @@ async def _run_watches(args: argparse.Namespace, url: str, log: logging.Logger) 
 
     from airflow_trials.execution.polls import ensure_lag_probe
     from airflow_trials.execution.triggerer import poller as poller_module
+    from airflow_trials.execution.triggerer.trial_watch import TrialWatch, TrialWatchSpec
     from airflow_trials.store import TrialStore
-    from airflow_trials.triggers.watch import TrialWatch, TrialWatchSpec
 
     trial_ids = [f"{TRIAL_PREFIX}-{i}" for i in range(args.trials)]
     actor_class = ray.remote(num_cpus=0.01, max_concurrency=args.trials + 16)(ManyTrials)
@@ -191,8 +191,14 @@ async def _run_watches(args: argparse.Namespace, url: str, log: logging.Logger) 
         _profile_poller(poller_module, profiles)
 
     def new_watch(index: int, trial_id: str) -> TrialWatch:
-        spec = TrialWatchSpec(TRIAL_PREFIX, trial_id, poll_interval_seconds=args.poll_s)
-        watch = TrialWatch(spec, hook=None, store=store, log=log)  # type: ignore[arg-type]
+        spec = TrialWatchSpec(
+            TRIAL_PREFIX,
+            trial_id,
+            "ray_default",
+            "trials_default",
+            poll_interval_seconds=args.poll_s,
+        )
+        watch = TrialWatch(spec, connect=None, store=store, log=log)  # type: ignore[arg-type]
         handle = OneTrial(actors[index % len(actors)], trial_id)
 
         async def attach() -> None:  # TrialWatch._attach, less finding the actor on Ray

@@ -376,11 +376,11 @@ def _terminate_trial_actors(stack: Stack, experiment_name: str = EXAMPLE_DAG_ID)
     """On a cluster we did not start, remove only what this job's trials left behind."""
     import ray
 
-    from airflow_trials.execution.driver.executor import RayTrialExecutor
+    from airflow_trials.execution.driver.actor_client import TrialActorClient
 
     ray.init(address=stack.ray_address, log_to_driver=False)
     try:
-        executor = RayTrialExecutor(str(stack.storage))
+        executor = TrialActorClient(str(stack.storage))
         prefix = f"trial.{experiment_name}."
         for entry in ray.util.list_named_actors(all_namespaces=True):
             if entry["name"].startswith(prefix):

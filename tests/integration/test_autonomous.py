@@ -11,10 +11,10 @@ import ray
 
 from airflow_trials import (
     InsufficientResourcesError,
-    RayTrialExecutor,
     TrainableNotFoundError,
     Trial,
 )
+from airflow_trials.execution.driver.actor_client import TrialActorClient
 from tests.conftest import REPO, live_placement_groups, live_trial_actors
 
 
@@ -29,7 +29,7 @@ def wait_done(actor, timeout_s=60):
 
 
 def test_launch_runs_to_the_stopping_criterion_with_checkpoints(ray_cluster, storage):
-    executor = RayTrialExecutor(storage)
+    executor = TrialActorClient(storage)
     trial = Trial(
         "tests.trainables:FakeTrainable",
         experiment_name="auto",
@@ -49,7 +49,7 @@ def test_launch_runs_to_the_stopping_criterion_with_checkpoints(ray_cluster, sto
 
 
 def test_launch_restores_and_reports_errors_with_tracebacks(ray_cluster, storage, tmp_path):
-    executor = RayTrialExecutor(storage)
+    executor = TrialActorClient(storage)
     config = {"crash_at": 3, "marker": str(tmp_path / "m")}
     trial = Trial(
         "tests.trainables:counting",
@@ -83,7 +83,7 @@ def test_launch_restores_and_reports_errors_with_tracebacks(ray_cluster, storage
 
 
 def test_launch_refuses_bad_input_before_any_ray_work(ray_cluster, storage):
-    executor = RayTrialExecutor(storage)
+    executor = TrialActorClient(storage)
     with pytest.raises(TrainableNotFoundError, match="no_such_mod"):
         executor.launch(Trial("no_such_mod:train", experiment_name="auto"))
     with pytest.raises(InsufficientResourcesError, match="needs 1 CPU, 4 GPU"):
@@ -97,9 +97,10 @@ def test_launch_refuses_bad_input_before_any_ray_work(ray_cluster, storage):
 # defers: the trial must still start when Ray places it.
 LAUNCH_AND_EXIT = """
 import sys, ray
-from airflow_trials import RayTrialExecutor, Trial
+from airflow_trials import Trial
+from airflow_trials.execution.driver.actor_client import TrialActorClient
 ray.init(address=sys.argv[1], namespace=sys.argv[2], log_to_driver=False)
-executor = RayTrialExecutor(sys.argv[3], namespace=sys.argv[2], detached=True)
+executor = TrialActorClient(sys.argv[3], namespace=sys.argv[2], detached=True)
 trial = Trial("tests.trainables:counting", {}, experiment_name="auto", trial_id="queued",
               resources={"cpu": 2}, stopping_criterion={"training_iteration": 3})
 actor = executor.launch(trial, start_timeout_s=None)
@@ -109,7 +110,7 @@ print("placed" if executor.is_placed(actor) else "queued", flush=True)
 
 def test_a_queued_trial_starts_when_placed_after_its_launcher_exited(ray_cluster, storage):
     namespace = ray.get_runtime_context().namespace
-    executor = RayTrialExecutor(storage, namespace=namespace, detached=True)
+    executor = TrialActorClient(storage, namespace=namespace, detached=True)
     blocker = Trial(
         "tests.trainables:counting",
         {"sleep": 0.1},
@@ -151,7 +152,7 @@ def test_a_queued_trial_starts_when_placed_after_its_launcher_exited(ray_cluster
 
 
 def test_poll_with_wait_returns_as_soon_as_the_trial_ends(ray_cluster, storage):
-    executor = RayTrialExecutor(storage)
+    executor = TrialActorClient(storage)
     trial = Trial(
         "tests.trainables:counting",
         {"sleep": 0.2},

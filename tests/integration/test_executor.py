@@ -21,6 +21,7 @@ from airflow_trials import (
     TrialStatus,
     find_trial_actor,
 )
+from airflow_trials.execution.driver.actor_client import TrialActorClient
 from tests.conftest import REPO, LoopTicker, live_placement_groups, live_trial_actors
 
 COUNTING = "tests.trainables:counting"
@@ -119,10 +120,11 @@ def test_stdout_and_stderr_are_captured_per_trial(ray_cluster, storage):
         next_result(executor, t)
         executor.stop_trial(t)
     executor.cleanup()
-    assert executor.stdout("talk1") == ["hello from trial talk1"]
-    assert executor.stdout("talk2") == ["hello from trial talk2"]  # reused actor, its own file
-    assert executor.stderr("talk2") == ["a warning on stderr"]
-    fresh = RayTrialExecutor(storage)
+    actors = executor.actors
+    assert actors.stdout("talk1") == ["hello from trial talk1"]
+    assert actors.stdout("talk2") == ["hello from trial talk2"]  # reused actor, its own file
+    assert actors.stderr("talk2") == ["a warning on stderr"]
+    fresh = TrialActorClient(storage)
     assert fresh.stdout("talk1", experiment_name="exp") == ["hello from trial talk1"]
     with pytest.raises(KeyError, match="pass experiment_name"):
         fresh.stdout("talk1")
@@ -162,13 +164,16 @@ async def test_async_fetch_result_awaits_the_object_ref(ray_cluster, storage):
 
 def test_has_resources_counts_running_trials_and_refreshes_the_cluster(ray_cluster, storage):
     executor = RayTrialExecutor(storage, refresh_period_s=0.0)
-    assert executor.cluster_resources().cpu == 2 and executor.cluster_resources().gpu == 2
+    assert (
+        executor.actors.cluster_resources().cpu == 2
+        and executor.actors.cluster_resources().gpu == 2
+    )
     assert executor.has_resources(Resources(cpu=2, gpu=2))
     t = trial(resources={"cpu": 1.5, "gpu": 1})
     executor.start_trial(t)
     assert executor.has_resources(Resources(cpu=0.5, gpu=1))
     assert not executor.has_resources(Resources(cpu=1, gpu=0))
-    assert "1.5 CPU, 1 GPU used of 2 CPU, 2 GPU" in executor.resource_string()
+    assert "1.5 CPU, 1 GPU used of 2 CPU, 2 GPU" in executor.actors.resource_string()
     executor.cleanup()
 
 

@@ -8,8 +8,9 @@ import threading
 
 import pytest
 
-from airflow_trials import InvalidTransitionError, RayTrialExecutor, Trial
+from airflow_trials import InvalidTransitionError, Trial
 from airflow_trials.core.fate import Transition
+from airflow_trials.execution.driver.actor_client import TrialActorClient
 from airflow_trials.execution.triggerer import poller as poller_module
 from airflow_trials.execution.triggerer.poller import (
     BatchedTrialPolls,
@@ -41,7 +42,7 @@ def launch(storage, store_url, trial_id, stop=1000):
         resources={"cpu": 0.1},
         stopping_criterion={"training_iteration": stop},
     )
-    return RayTrialExecutor(storage).launch(trial)
+    return TrialActorClient(storage).launch(trial)
 
 
 class ThreadRecordingActor:

@@ -26,7 +26,7 @@ def reconcile_trial_ends(
     records = {r.trial_id: r for r in store.reader.list_trials(experiment_run_id=run_pk)}
     stuck = [r for r in records.values() if not r.status.is_terminal()]
     if stuck:
-        executor = hook.get_executor()
+        executor = hook.get_actor_client()
         for record in stuck:
             executor.terminate(experiment_name, record.trial_id)
             store.record_transition(

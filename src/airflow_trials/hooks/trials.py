@@ -1,4 +1,5 @@
-"""Hooks: the Ray connection, the trials-DB connection, and TrialsHook (executor, store, stops)."""
+"""Hooks: the Ray connection, the trials-DB connection, and TrialsHook (actor client, store,
+stops)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from airflow_trials.provider_config import setting
 from airflow_trials.trials_db_url import resolve_trials_db_url
 
 if TYPE_CHECKING:
-    from airflow_trials.execution.driver.executor import RayTrialExecutor
+    from airflow_trials.execution.driver.actor_client import TrialActorClient
     from airflow_trials.store import TrialStore
 
 log = logging.getLogger(__name__)
@@ -270,7 +271,8 @@ class TrialsDbHook(BaseHook):
 
 
 class TrialsHook(BaseHook):
-    """Builds the trial executor (Ray) and the trials store from their connections.
+    """Builds the trial actor client (Ray) and the trials store from their connections: what
+    operators, sensors and triggers use, as Databricks' triggers use their hook's client.
 
     :param ray_conn_id: Ray connection; default ``ray_default``.
     :param trials_conn_id: trials DB connection; default ``trials_default``.
@@ -288,24 +290,25 @@ class TrialsHook(BaseHook):
         self.ray_hook = RayHook(ray_conn_id)
         self.db_hook = TrialsDbHook(trials_conn_id)
 
-    def get_executor(self, verify: bool = False) -> RayTrialExecutor:
-        """A RayTrialExecutor on this Ray, with detached named actors other processes can find.
+    def get_actor_client(self, verify: bool = False) -> TrialActorClient:
+        """A TrialActorClient on this Ray, with detached named actors other processes can find (no
+        runner's executor: a task or a trigger launches, watches and ends one trial's actor).
 
         :param verify: make sure now that the connection is to the cluster at Ray's address (see
             :meth:`RayHook.get_conn`); default False.
         """
-        from airflow_trials.execution.driver.executor import RayTrialExecutor
+        from airflow_trials.execution.driver.actor_client import TrialActorClient
 
         settings = self.ray_hook.get_conn(verify)
-        return RayTrialExecutor(
+        return TrialActorClient(
             settings["storage_path"], namespace=settings["namespace"], detached=True
         )
 
     def get_store(self) -> TrialStore:
         return self.db_hook.get_conn()
 
-    def get_conn(self) -> tuple[RayTrialExecutor, TrialStore]:
-        return self.get_executor(), self.get_store()
+    def get_conn(self) -> tuple[TrialActorClient, TrialStore]:
+        return self.get_actor_client(), self.get_store()
 
     @staticmethod
     def record_stop_from_airflow(store: TrialStore, trial_id: str, try_number: int | None) -> bool:
@@ -334,10 +337,10 @@ class TrialsHook(BaseHook):
         except StoreError:
             # The user asked for the stop: a trials DB that cannot record it does not keep the
             # trial running on Ray (the next try finds no actor and reads the stored trial).
-            self.get_executor().terminate(experiment_name, trial_id)
+            self.get_actor_client().terminate(experiment_name, trial_id)
             raise
         finally:
             store.dispose()
         if stopped:
-            self.get_executor().terminate(experiment_name, trial_id)
+            self.get_actor_client().terminate(experiment_name, trial_id)
         return stopped

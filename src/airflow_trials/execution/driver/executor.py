@@ -1,10 +1,10 @@
 """RayTrialExecutor: the TrialRunner's executor, which starts, steps, pauses, saves and stops trials
 as Ray actors.
 
-The parts it is built from: :mod:`~airflow_trials.execution.handles` (actor names, lookup,
-creation), :mod:`~airflow_trials.execution.driver.slots` (placement groups and the actors in them),
-:mod:`~airflow_trials.execution.driver.cluster` (resource accounting) and
-:mod:`~airflow_trials.execution.driver.launcher` (autonomous trials, the Airflow path).
+The parts it is built from: :mod:`~airflow_trials.execution.driver.actor_client` (the one client
+of trial actors, which the Airflow path uses alone: launch, attach, release, terminate, the
+cluster's resources), :mod:`~airflow_trials.execution.driver.slots` (placement groups and the
+actors in them, reused) and :mod:`~airflow_trials.execution.driver.cluster` (resource accounting).
 """
 
 from __future__ import annotations
@@ -23,56 +23,39 @@ from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.trial import Trial
 from airflow_trials.exceptions import CheckpointError, TrainableNotFoundError
 from airflow_trials.execution.actor_spec import trial_spec
+from airflow_trials.execution.driver.actor_client import TrialActorClient
 from airflow_trials.execution.driver.errors import trial_error
 from airflow_trials.execution.driver.hand_over import Successor
-from airflow_trials.execution.driver.launcher import TrialLauncher
 from airflow_trials.execution.driver.slots import Slot, SlotPool
-from airflow_trials.execution.handles import DEFAULT_NAMESPACE, actor_name, find_trial_actor
-
-__all__ = ["DEFAULT_NAMESPACE", "RayTrialExecutor", "actor_name", "find_trial_actor"]
+from airflow_trials.execution.handles import DEFAULT_NAMESPACE
 
 log = logging.getLogger(__name__)
 
 
-class RayTrialExecutor(TrialLauncher):
+class RayTrialExecutor:
     """Runs trials as Ray actors, one placement group each, one result at a time for the
     TrialRunner.
 
-    It is a :class:`TrialLauncher` too, so the Airflow path (``launch``, ``attach``, ``is_placed``,
-    ``release``, ``terminate``) works on it. Lifecycle of a trial the runner drives::
+    It composes a :class:`TrialActorClient` (``actors``: the cluster's resources, the trial
+    storage, and the Airflow path's ``launch``, ``attach``, ``release``, ``terminate``), which it
+    shares with the runner. How the runner drives a trial through it (start, fetch, continue,
+    pause, stop): the method table in docs/engine.md.
 
-        executor = RayTrialExecutor(storage_path="/shared/results")
-        trial = Trial("my_pkg.train:train", {"lr": 0.1}, resources={"cpu": 1, "gpu": 0.5})
-        if executor.has_resources(trial.resources):
-            executor.start_trial(trial)               # PENDING -> RUNNING, first train() in flight
-        ready = executor.get_next_available_trial()   # blocks up to a timeout for any result
-        result = executor.fetch_result(ready)         # raises TrialError if the trial failed
-        executor.continue_training(ready)             # ask for the next result ...
-        executor.pause_trial(ready)                   # ... or checkpoint and free its GPUs
-        executor.start_trial(ready)                   # resume from that checkpoint
-        executor.stop_trial(ready)                    # -> TERMINATED, metadata persisted
-        executor.cleanup()                            # kill every actor and placement group
-
-    :param storage_path: local directory or fsspec URL for checkpoints and trial metadata; default
-        ``$AIRFLOW_TRIALS_STORAGE`` or ``~/airflow_trials_results``.
     :param queue_trials: let one trial start although the cluster lacks free resources now, so
         an autoscaler can add nodes; default False.
     :param reuse_actors: hand a finished trial's actor to the next trial with the same resources
         (via ``reset_config``); default False.
     :param reuse_placement_groups: keep a finished trial's placement group for the next trial with
         the same resources; default False (the TrialRunner turns it on).
-    :param refresh_period_s: how often cluster totals are re-read from Ray; default 1.
-    :param namespace: Ray namespace of the named actors; default ``"airflow_trials"``.
-    :param detached: create detached named actors that outlive this process, so another process
-        (the Airflow trigger) can find a trial by id; default True.
     :param delete_checkpoints: delete a trial's checkpoints once it TERMINATED; default False.
-    :param capture_output: write each trial's stdout/stderr to files; default True.
-    :param local_log_path: where those files go; default the storage root when it is local.
     :param stop_timeout_s: how long a stopping trial's cleanup may take before its actor is
         killed; default 10.
     :param hand_over: with ``reuse_actors``, let a trial's actor start the next trial the
         runner names as soon as a result ends the trial, without waiting for the runner
         (execution/driver/hand_over.py); default True.
+
+    ``storage_path``, ``refresh_period_s``, ``namespace``, ``detached``, ``capture_output`` and
+    ``local_log_path`` are :class:`TrialActorClient`'s.
     """
 
     def __init__(
@@ -91,7 +74,7 @@ class RayTrialExecutor(TrialLauncher):
         stop_timeout_s: float = 10.0,
         hand_over: bool = True,
     ) -> None:
-        super().__init__(
+        self.actors = TrialActorClient(
             storage_path,
             queue_trials=queue_trials,
             refresh_period_s=refresh_period_s,
@@ -100,7 +83,9 @@ class RayTrialExecutor(TrialLauncher):
             capture_output=capture_output,
             local_log_path=local_log_path,
         )
-        # Unlike a bare launcher, the executor gives slots back, so it may cache them for reuse.
+        self.storage = self.actors.storage
+        self.ledger = self.actors.ledger
+        # Unlike the client, the executor gives slots back, so it may cache them for reuse.
         self.slots = SlotPool(
             self.storage,
             namespace=namespace,
@@ -132,18 +117,15 @@ class RayTrialExecutor(TrialLauncher):
             return
         log.debug("Trial %s: %s -> %s", trial.trial_id, trial.status, status)
         trial.set_status(status)
-        if status.is_terminal():
-            self.persist_metadata(trial)
-
-    def persist_metadata(self, trial: Trial) -> None:
-        path = self.storage.trial_dir(trial.experiment_name, trial.trial_id)
-        self.storage.write_json(f"{path}/trial.json", trial.to_json_state())
+        if status.is_terminal():  # its metadata, read back by get_checkpoints
+            path = self.storage.trial_dir(trial.experiment_name, trial.trial_id)
+            self.storage.write_json(f"{path}/trial.json", trial.to_json_state())
 
     def get_checkpoints(self) -> dict[str, dict[str, Any]]:
         """Trial id -> the metadata persisted at its last terminal transition, read back from
         the storage (not kept in memory: a 100,000-trial sweep's driver stays flat)."""
         states = {}
-        for trial_id, experiment_name in self._experiment_of.items():
+        for trial_id, experiment_name in self.actors.experiment_of.items():
             path = f"{self.storage.trial_dir(experiment_name, trial_id)}/trial.json"
             if self.storage.exists(path):
                 states[trial_id] = self.storage.read_json(path)
@@ -178,13 +160,13 @@ class RayTrialExecutor(TrialLauncher):
         Never blocks on Ray: placement, actor start and the first result all arrive later.
         """
         try:
-            self._check_trainable(trial)
+            self.actors.check_trainable(trial)
         except TrainableNotFoundError as e:
             trial.error_msg = str(e)
             self.set_status(trial, TrialStatus.ERROR)
             log.error("Trial %s could not start: %s", trial.trial_id, e)
             return False
-        self._experiment_of[trial.trial_id] = trial.experiment_name
+        self.actors.experiment_of[trial.trial_id] = trial.experiment_name
         handed = self._handed_slots.pop(trial.trial_id, None)
         slot = handed[1] if handed is not None else self.slots.acquire(trial)
         self._slots[trial.trial_id] = slot
@@ -228,7 +210,7 @@ class RayTrialExecutor(TrialLauncher):
         """Could ``trial`` take over another trial's actor (its trainable imports here)? One that
         cannot is left to :meth:`start_trial`, which puts it in ERROR."""
         try:
-            self._check_trainable(trial)
+            self.actors.check_trainable(trial)
         except TrainableNotFoundError:
             return False
         return True

@@ -322,8 +322,8 @@ class TrialRunner(RunnerTrials, RunnerViews):
         executor = self.trial_executor
         for trial in self._trials:
             if trial.status in (TrialStatus.PENDING, TrialStatus.PAUSED):
-                executor.refresh_cluster_resources(force=True)
-                executor.check_fits_cluster(trial)
+                executor.actors.refresh_cluster_resources(force=True)
+                executor.actors.check_fits_cluster(trial)
         # Everything fits the cluster but is held by someone else: wait for it to free up.
         time.sleep(min(self.wait_timeout_s, 0.1))
 

@@ -54,7 +54,7 @@ class RunnerTrials:
             trial.stopping_criterion = self.stop_criterion
             trial.stopper = self._experiment_stopper
         if not trial.status.is_terminal():
-            self.trial_executor.check_fits_cluster(trial)
+            self.trial_executor.actors.check_fits_cluster(trial)
             check_scheduler_can_run(self.scheduler, trial)
         self.scheduler.on_trial_add(trial)
         self._trials.append(trial)

@@ -58,5 +58,5 @@ class RunnerViews:
         summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
         return (
             f"== Experiment {self.experiment_name} ==\n{self.scheduler.debug_string()}\n"
-            f"Resources: {self.trial_executor.resource_string()}\nTrials: {summary}"
+            f"Resources: {self.trial_executor.actors.resource_string()}\nTrials: {summary}"
         )

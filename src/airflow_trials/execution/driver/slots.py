@@ -77,7 +77,7 @@ class SlotPool:
         """A slot for ``trial``: a cached one of its shape (its actor reset), else a new one.
 
         With ``autorun``, a new actor starts the trial from its constructor
-        (see :meth:`TrialLauncher.launch`). The slot's actor is never None.
+        (see :meth:`TrialActorClient.launch`). The slot's actor is never None.
         """
         for i, cached in enumerate(self._cache):
             if cached.resources == trial.resources:

@@ -1,5 +1,6 @@
-"""TrialLauncher: starts a trial in a detached, named actor that drives itself; finds and ends it
-from any process."""
+"""TrialActorClient: the one client of trial actors. It starts a trial in a detached, named actor
+that drives itself, and finds, tells and ends it from any process: what the Airflow hook hands out
+(to operators, sensors and triggers), and what RayTrialExecutor composes for the runner."""
 
 from __future__ import annotations
 
@@ -32,20 +33,25 @@ from airflow_trials.storage.trial_storage import TrialStorage
 log = logging.getLogger(__name__)
 
 
-class TrialLauncher:
+class TrialActorClient:
     """Runs each trial in its own named actor that takes it to the end, with no driver process.
 
-    This is what the Airflow operator and trigger use: the task that launches a trial may exit
-    (it defers), and the trigger finds the trial's actor again by name::
+    This is what the Airflow hook hands out (``TrialsHook.get_actor_client``), as Databricks' hook
+    is the client its triggers use: the task that launches a trial may exit (it defers), and the
+    trigger finds the trial's actor again by name::
 
-        launcher = TrialLauncher(storage_path="/shared/results")
-        launcher.check_fits_cluster(trial)              # InsufficientResourcesError if it never can
-        actor = launcher.launch(trial, start_timeout_s=None)   # returns at once, maybe queued
-        launcher.is_placed(actor)                       # False while Ray waits for resources
+        client = TrialActorClient(storage_path="/shared/results")
+        client.check_fits_cluster(trial)                # InsufficientResourcesError if it never can
+        actor = client.launch(trial, start_timeout_s=None)     # returns at once, maybe queued
+        client.is_placed(actor)                         # False while Ray waits for resources
         # ... in another process (the trigger):
-        actor = launcher.attach(experiment_name, trial_id)     # None when it is gone
-        launcher.release(experiment_name, trial_id)     # kill it, free its placement group
-        launcher.terminate(experiment_name, trial_id)   # same, orphaned groups too (tasks only)
+        actor = client.attach(experiment_name, trial_id)       # None when it is gone
+        client.decide(actor, iteration, "continue", "", "")    # a scheduler's verdict on a hold
+        client.release(experiment_name, trial_id)       # kill it, free its placement group
+        client.terminate(experiment_name, trial_id)     # same, orphaned groups too (tasks only)
+
+    Its results are polled in batches by the triggerer's poller
+    (:mod:`~airflow_trials.execution.triggerer.poller`), not one call per trial.
 
     :param storage_path: local directory or fsspec URL for checkpoints and trial metadata; default
         ``$AIRFLOW_TRIALS_STORAGE`` or ``~/airflow_trials_results``.
@@ -77,7 +83,7 @@ class TrialLauncher:
         self.slots = SlotPool(
             self.storage, namespace=namespace, detached=detached, capture_output=capture_output
         )
-        self._experiment_of: dict[str, str] = {}
+        self.experiment_of: dict[str, str] = {}
         self._trainables_checked: set[tuple[str, tuple[str, ...]]] = set()
 
     # -- cluster resources -------------------------------------------------------------------------
@@ -100,7 +106,7 @@ class TrialLauncher:
     def resource_string(self) -> str:
         return self.ledger.summary_string()
 
-    def _check_trainable(self, trial: Trial) -> None:
+    def check_trainable(self, trial: Trial) -> None:
         """Raise TrainableNotFoundError if the trial's trainable cannot be imported here, does not
         take its with_parameters constants, or lost them (a resumed trial); puts them in Ray's
         object store the first time."""
@@ -137,10 +143,10 @@ class TrialLauncher:
         the cluster lacks its resources now (a trial that ran before, whose node was lost), to
         wait until a node with room joins.
         """
-        self._check_trainable(trial)
+        self.check_trainable(trial)
         if not wait_for_capacity:
             self.check_fits_cluster(trial)
-        self._experiment_of[trial.trial_id] = trial.experiment_name
+        self.experiment_of[trial.trial_id] = trial.experiment_name
         if self.detached:
             # A detached launch never reuses a cached actor: the autorun must be the constructor's.
             self.slots.evict()
@@ -242,9 +248,29 @@ class TrialLauncher:
         self.release(experiment_name, trial_id)
         remove_placement_groups_named(actor_name(experiment_name, trial_id))
 
+    @staticmethod
+    def decide(
+        actor: ActorHandle,
+        iteration: int,
+        decision: str,
+        reason: str | None,
+        stop_kind: str,
+        timeout_s: float,
+    ) -> None:
+        """Give a trial's actor its scheduler's verdict on the result it holds at (or a STOP):
+        ``decision`` and ``stop_kind`` are the verdict's enum values. Raises Ray's error when the
+        actor is dead or does not answer within ``timeout_s``."""
+        ray.get(actor.decide.remote(iteration, decision, reason, stop_kind), timeout=timeout_s)
+
+    @staticmethod
+    def release_checkpoints(actor: ActorHandle, version: int, timeout_s: float) -> None:
+        """Let an ended trial's actor delete the checkpoints it dropped, now that the trials DB
+        holds its kept set as of ``version``. Raises Ray's error as :meth:`decide` does."""
+        ray.get(actor.release_checkpoints.remote(version), timeout=timeout_s)
+
     # -- logs --------------------------------------------------------------------------------------
     def _log_path(self, trial_id: str, experiment_name: str | None, index: int) -> str:
-        experiment = experiment_name or self._experiment_of.get(trial_id)
+        experiment = experiment_name or self.experiment_of.get(trial_id)
         if experiment is None:
             raise KeyError(
                 f"Trial {trial_id} is unknown to this executor; pass experiment_name to read its "
