@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from airflow_trials.cli import app
 from airflow_trials.plotting import BEST_COLOR, learning_curves, plot_learning_curves
-from airflow_trials.plugins.svg import learning_curves_svg
+from airflow_trials.plugins.charts.curves import learning_curves_svg
 from tests.plugins.conftest import seed_store
 
 runner = CliRunner()

@@ -14,7 +14,7 @@ import pytest
 from airflow_trials.core.end import TrialEnd
 from airflow_trials.core.fate import Transition
 from airflow_trials.core.status import TrialStatus
-from airflow_trials.plugins.scales import ACCENT
+from airflow_trials.plugins.charts.kit import ACCENT
 from tests.factories import add_results
 from tests.pareto_seed import register_metrics
 from tests.plugins.browser_support import launch_chromium, needs_chromium, start_api_server

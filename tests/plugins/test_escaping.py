@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from markupsafe import escape
 
+from airflow_trials.plugins.charts.curves import learning_curves_svg
 from airflow_trials.plugins.render import THEME_SCRIPT, THEME_SCRIPT_HASH
-from airflow_trials.plugins.svg import learning_curves_svg
 from tests.plugins.conftest import HOSTILE
 
 ESCAPED = str(escape(HOSTILE))

@@ -14,7 +14,7 @@ import pytest
 
 from airflow_trials.core.end import TrialEnd
 from airflow_trials.core.status import TrialStatus
-from airflow_trials.plugins.svg import importances_svg
+from airflow_trials.plugins.charts.importances import importances_svg
 from tests.factories import add_results
 from tests.plugins.conftest import HOSTILE
 

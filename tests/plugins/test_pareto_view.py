@@ -9,7 +9,8 @@ import re
 
 import pytest
 
-from airflow_trials.plugins.pareto_svg import of_board, pareto_svg
+from airflow_trials.plugins.charts.pareto import pareto_svg
+from airflow_trials.plugins.pareto import of_board
 from airflow_trials.plugins.queries import get_experiment_run
 from tests.pareto_seed import EXPERIMENT, FRONT, METRICS, MODES, seed_pareto
 

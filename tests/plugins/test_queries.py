@@ -6,6 +6,8 @@ import pytest
 
 from airflow_trials.core.scheduler import Decision
 from airflow_trials.core.stop_kind import StopKind
+from airflow_trials.plugins.charts.curves import learning_curves_svg
+from airflow_trials.plugins.charts.kit import nice_ticks
 from airflow_trials.plugins.queries import (
     AT_END,
     ConfigChange,
@@ -18,7 +20,6 @@ from airflow_trials.plugins.queries import (
     lineage_steps,
     rung_verdict,
 )
-from airflow_trials.plugins.svg import learning_curves_svg, nice_ticks
 from airflow_trials.schedulers.asha.asha_rungs import RungVerdict
 from airflow_trials.store.records import CheckpointRecordRow
 from tests.factories import add_results, update_trial

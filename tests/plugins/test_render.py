@@ -13,6 +13,7 @@ import pytest
 from markupsafe import escape
 
 from airflow_trials.core.stop_kind import StopKind
+from airflow_trials.plugins.charts.curves import learning_curves_svg
 from airflow_trials.plugins.render import (
     THEME_SCRIPT,
     THEME_SCRIPT_HASH,
@@ -20,7 +21,6 @@ from airflow_trials.plugins.render import (
     result_value,
     utc,
 )
-from airflow_trials.plugins.svg import learning_curves_svg
 from tests.factories import add_results, update_trial
 from tests.plugins.conftest import FIRST_RESULT_AT, HOSTILE
 from tests.plugins.test_api import ASHA_STOP, _record_decisions

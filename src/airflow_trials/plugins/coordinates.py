@@ -11,8 +11,8 @@ from fastapi import HTTPException, Query, status
 
 from airflow_trials.core.goal import Goal
 from airflow_trials.plugins import reads
+from airflow_trials.plugins.charts.kit import Scale
 from airflow_trials.plugins.params import METRIC_PATTERN
-from airflow_trials.plugins.scales import Scale
 from airflow_trials.store import ExperimentRunRecord, TrialReader
 
 # The best trials drawn last, thicker and in the accent colour.

@@ -11,6 +11,7 @@ from fastapi import Query
 
 from airflow_trials.exceptions import ExperimentNotFoundError
 from airflow_trials.plugins import reads
+from airflow_trials.plugins.charts.trend import history_trend_svg
 from airflow_trials.plugins.datamodels.experiments import (
     ExperimentOut,
     HistoryOut,
@@ -21,7 +22,6 @@ from airflow_trials.plugins.datamodels.experiments import (
 from airflow_trials.plugins.params import checked_name
 from airflow_trials.plugins.queries import NotFoundError
 from airflow_trials.plugins.render import Links
-from airflow_trials.plugins.svg import history_trend_svg
 from airflow_trials.store import TrialReader
 from airflow_trials.store.run_history import (
     STOP_KINDS,

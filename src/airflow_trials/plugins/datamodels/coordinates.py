@@ -6,8 +6,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from airflow_trials.plugins.charts.kit import Scale, ScaleKind
 from airflow_trials.plugins.coordinates import TOP_TRIALS, Coordinates
-from airflow_trials.plugins.scales import Scale, ScaleKind
 
 
 class AxisOut(BaseModel):

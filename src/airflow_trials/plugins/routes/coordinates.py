@@ -7,8 +7,8 @@ from fastapi.responses import HTMLResponse
 from markupsafe import Markup
 
 from airflow_trials.plugins.auth import UserDep
+from airflow_trials.plugins.charts.coordinates import parallel_coordinates_svg, slice_svg
 from airflow_trials.plugins.coordinates import Param, coordinates
-from airflow_trials.plugins.coordinates_svg import parallel_coordinates_svg, slice_svg
 from airflow_trials.plugins.datamodels.coordinates import CoordinatesOut
 from airflow_trials.plugins.params import Metric, Mode, RunPk, StoreDep
 from airflow_trials.plugins.queries import is_live

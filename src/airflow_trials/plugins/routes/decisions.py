@@ -9,6 +9,7 @@ from fastapi.responses import HTMLResponse
 
 from airflow_trials.plugins import reads
 from airflow_trials.plugins.auth import UserDep
+from airflow_trials.plugins.charts.lineage import change_text
 from airflow_trials.plugins.datamodels.decisions import (
     RunDecisionsOut,
     RunExploitOut,
@@ -18,7 +19,6 @@ from airflow_trials.plugins.datamodels.decisions import (
 from airflow_trials.plugins.datamodels.trials import ConfigChangeOut
 from airflow_trials.plugins.decisions import (
     EXPLOITS_LISTED,
-    change_text,
     lineage_view,
     rung_metric,
     rung_summaries,

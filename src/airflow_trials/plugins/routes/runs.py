@@ -11,6 +11,8 @@ from markupsafe import Markup
 
 from airflow_trials.plugins import reads
 from airflow_trials.plugins.auth import UserDep
+from airflow_trials.plugins.charts.curves import learning_curves_svg
+from airflow_trials.plugins.charts.pareto import pareto_svg
 from airflow_trials.plugins.datamodels.experiments import RunOut
 from airflow_trials.plugins.datamodels.runs import LeaderboardOut, LeaderboardRowOut, ParetoOut
 from airflow_trials.plugins.params import (
@@ -26,11 +28,10 @@ from airflow_trials.plugins.params import (
     Stopped,
     StoreDep,
 )
-from airflow_trials.plugins.pareto_svg import pareto_of_board, pareto_view
+from airflow_trials.plugins.pareto import ParetoView, of_board, pareto_view
 from airflow_trials.plugins.queries import DEFAULT_PAGE_SIZE, BoardPage, NotFoundError, is_live
 from airflow_trials.plugins.render import REFRESH_SECONDS, Links, is_number, render_page
-from airflow_trials.plugins.svg import learning_curves_svg
-from airflow_trials.store import ParetoRow
+from airflow_trials.store import ExperimentRunRecord, ParetoRow, TrialReader
 
 api = APIRouter(prefix="/api", tags=["Trials dashboard"])
 pages = APIRouter(include_in_schema=False)
@@ -55,7 +56,7 @@ def run_page(
     board = reads.board(store, user, run_pk, metric, mode, sort, order, page, page_size, stopped)
     links = Links(request)
     # With several metrics: the Pareto scatter (?x=&y= pick two; default the first two).
-    pareto = pareto_of_board(store, board.run, board.metrics, board.modes, x, y)
+    pareto = _pareto_chart(store, board.run, board.metrics, board.modes, x, y)
     chart = learning_curves_svg(
         store.metric_curves(board.leaders, board.metric),
         metric=board.metric,
@@ -215,3 +216,19 @@ def pareto_api(
     y: Metric = None,
 ) -> ParetoOut:
     return ParetoOut.of(pareto_view(store, user, run_pk, x, y), Links(request).trial)
+
+
+def _pareto_chart(
+    store: TrialReader,
+    run: ExperimentRunRecord,
+    metrics: list[str] | None,
+    modes: list[str] | None,
+    x: str | None,
+    y: str | None,
+) -> tuple[ParetoView, Markup] | None:
+    """The run page's Pareto scatter, when its leaderboard is the one of several metrics (None
+    otherwise): the view and its SVG. ``run`` is already authorised."""
+    if metrics is None or modes is None:
+        return None
+    view = of_board(store, run, metrics, modes, x, y)
+    return view, Markup(pareto_svg(view))

@@ -13,12 +13,12 @@ from markupsafe import Markup
 from airflow_trials.core.result import AUTO_FIELDS, TRAINING_ITERATION
 from airflow_trials.plugins import reads
 from airflow_trials.plugins.auth import UserDep
+from airflow_trials.plugins.charts.curves import learning_curves_svg
 from airflow_trials.plugins.datamodels.trials import ExploitOut, ResultsOut, RungOut, TrialOut
 from airflow_trials.plugins.logs import log_download, open_log, trial_logs
 from airflow_trials.plugins.params import DagId, DagRunId, MapIndex, StoreDep, TaskId, TrialId
 from airflow_trials.plugins.queries import NotFoundError, early_stopped
 from airflow_trials.plugins.render import REFRESH_SECONDS, Links, is_number, render_page
-from airflow_trials.plugins.svg import learning_curves_svg
 
 # A trial page lists its newest results; the chart and the JSON API have all of them.
 RESULTS_SHOWN = 200

@@ -10,16 +10,19 @@ from __future__ import annotations
 
 from html import escape
 
-from airflow_trials.plugins.coordinates import TOP_TRIALS, Coordinates, Line
-from airflow_trials.plugins.scales import (
+from airflow_trials.plugins.charts.kit import (
     ACCENT,
     NO_VALUE_COLOR,
+    Plot,
     Scale,
+    empty_svg,
     number_label,
     ramp,
     ramp_stops,
     short,
+    svg_open,
 )
+from airflow_trials.plugins.coordinates import TOP_TRIALS, Coordinates, Line
 
 AXIS_SPACING_MIN, AXIS_SPACING_MAX = 110, 200
 PLOT_WIDTH = 860  # the span of the axes when that spacing allows
@@ -29,20 +32,12 @@ _LEGEND_Y = _TOP + _PLOT_H + _MISSING_GAP + 36
 HEIGHT = _LEGEND_Y + 34
 
 
-def _head(css_class: str, width: int, height: int, title: str) -> str:
-    return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" class="{css_class}" role="img" '
-        f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
-        f'fill="currentColor" aria-label="{escape(title)}"><title>{escape(title)}</title>'
-    )
+# Every vertical axis spans the same height: a value's pixel is its fraction of that height.
+_COLUMN = Plot(_LEFT, _TOP, 0, _PLOT_H, x=Scale.linear(0, 1), y=Scale.linear(0, 1), whole=True)
 
 
 def _empty(css_class: str, title: str, message: str) -> str:
-    return (
-        f"{_head(css_class, PLOT_WIDTH, 120, title)}"
-        f'<text x="{PLOT_WIDTH // 2}" y="60" text-anchor="middle" class="empty">'
-        f"{escape(message)}</text></svg>"
-    )
+    return empty_svg(css_class, PLOT_WIDTH, 120, title, message)
 
 
 def _draw_order(found: Coordinates) -> list[Line]:
@@ -80,7 +75,7 @@ def _axis_group(x: int, name: str, title: str, scale: Scale | None, missing: str
                 f'fill-opacity="0.7">{kind}</text>'
             )
         for fraction, label in scale.ticks():
-            y = round(bottom - fraction * _PLOT_H)
+            y = _COLUMN.y_fraction(fraction)
             parts.append(
                 f'<line x1="{x - 4}" x2="{x}" y1="{y}" y2="{y}" stroke="currentColor"/>'
                 f'<text class="tick" x="{x - 6}" y="{y + 4}" text-anchor="end" '
@@ -111,40 +106,12 @@ def parallel_coordinates_svg(found: Coordinates) -> str:
     )
     width = _LEFT + spacing * (count - 1) + _RIGHT
     xs = [_LEFT + i * spacing for i in range(count)]
-    bottom = _TOP + _PLOT_H
-    missing_y = bottom + _MISSING_GAP
-
-    def y_of(scale: Scale | None, present: bool, value: object) -> int:
-        if not present or scale is None:
-            return missing_y
-        return round(bottom - scale.fraction(value) * _PLOT_H)
-
-    parts = [_head("coordinates", width, HEIGHT, title)]
+    parts = [svg_open("coordinates", width, HEIGHT, title)]
     gradient = "".join(
         f'<stop offset="{offset:.2f}" stop-color="{color}"/>' for offset, color in ramp_stops()
     )
     parts.append(f'<defs><linearGradient id="coordinates-ramp">{gradient}</linearGradient></defs>')
-    lines = _draw_order(found)
-    parts.append(
-        '<g class="lines" fill="none" stroke-width="1" stroke-opacity="0.35" '
-        'stroke-linejoin="round">'
-    )
-    for line in lines:
-        points = [
-            f"{x},{y_of(axis.scale, axis.key in line.config, line.config.get(axis.key))}"
-            for x, axis in zip(xs, found.axes, strict=False)
-        ]
-        points.append(f"{xs[-1]},{y_of(found.metric_scale, line.value is not None, line.value)}")
-        extra = ' stroke-width="2.5" stroke-opacity="0.95"' if line.top else ""
-        css = "trial top" if line.top else ("trial no-value" if line.value is None else "trial")
-        value = "no value" if line.value is None else number_label(line.value)
-        parts.append(
-            f'<polyline class="{css}" data-trial="{escape(line.trial_id)}" '
-            f'stroke="{_color(found, line)}"{extra} points="{" ".join(points)}">'
-            f"<title>{escape(line.trial_id)}: {escape(found.metric)} {value} "
-            f"(rank {line.rank})</title></polyline>"
-        )
-    parts.append("</g>")
+    parts.extend(_lines(found, xs))
     for x, axis in zip(xs, found.axes, strict=False):
         missing = f"missing ({axis.missing})" if axis.missing else None
         parts.append(_axis_group(x, axis.key, axis.key, axis.scale, missing))
@@ -161,6 +128,38 @@ def parallel_coordinates_svg(found: Coordinates) -> str:
     parts.append(_legend(found, width))
     parts.append("</svg>")
     return "".join(parts)
+
+
+def _y_of(scale: Scale | None, present: bool, value: object) -> int:
+    """A value's pixel on its axis; the missing mark's when it has none."""
+    if not present or scale is None:
+        return round(_TOP + _PLOT_H + _MISSING_GAP)
+    return round(_COLUMN.y_fraction(scale.fraction(value)))
+
+
+def _lines(found: Coordinates, xs: list[int]) -> list[str]:
+    """One polyline per trial across the axes at ``xs``, in drawing order."""
+    parts = [
+        '<g class="lines" fill="none" stroke-width="1" stroke-opacity="0.35" '
+        'stroke-linejoin="round">'
+    ]
+    for line in _draw_order(found):
+        points = [
+            f"{x},{_y_of(axis.scale, axis.key in line.config, line.config.get(axis.key))}"
+            for x, axis in zip(xs, found.axes, strict=False)
+        ]
+        points.append(f"{xs[-1]},{_y_of(found.metric_scale, line.value is not None, line.value)}")
+        extra = ' stroke-width="2.5" stroke-opacity="0.95"' if line.top else ""
+        css = "trial top" if line.top else ("trial no-value" if line.value is None else "trial")
+        value = "no value" if line.value is None else number_label(line.value)
+        parts.append(
+            f'<polyline class="{css}" data-trial="{escape(line.trial_id)}" '
+            f'stroke="{_color(found, line)}"{extra} points="{" ".join(points)}">'
+            f"<title>{escape(line.trial_id)}: {escape(found.metric)} {value} "
+            f"(rank {line.rank})</title></polyline>"
+        )
+    parts.append("</g>")
+    return parts
 
 
 def _legend(found: Coordinates, width: int) -> str:
@@ -209,46 +208,24 @@ def slice_svg(found: Coordinates, key: str) -> str:
     shown = [line for line in found.lines if line.value is not None and key in line.config]
     if not shown or found.metric_scale is None:
         return _empty("slice", title, f"No trial has both {key} and a value of {found.metric}.")
-    plot_w = SLICE_WIDTH - _S_LEFT - _S_RIGHT
-    plot_h = SLICE_HEIGHT - _S_TOP - _S_BOTTOM
-    y_scale = found.metric_scale
-    bottom = _S_TOP + plot_h
-    # Categories sit half a step in from the edges, numbers span the whole width.
-    inset = 0.5 / len(x_scale.categories) if x_scale.kind == "categorical" else 0.0
-
-    def sx(value: object) -> int:
-        return round(_S_LEFT + (inset + x_scale.fraction(value) * (1 - 2 * inset)) * plot_w)
-
-    def sy(value: float) -> int:
-        return round(bottom - y_scale.fraction(value) * plot_h)
-
-    parts = [_head("slice", SLICE_WIDTH, SLICE_HEIGHT, title)]
-    parts.append(
-        f'<g class="axes" stroke="currentColor" stroke-opacity="0.55">'
-        f'<line x1="{_S_LEFT}" y1="{bottom}" x2="{_S_LEFT + plot_w}" y2="{bottom}"/>'
-        f'<line x1="{_S_LEFT}" y1="{_S_TOP}" x2="{_S_LEFT}" y2="{bottom}"/></g>'
-        '<g class="ticks" font-size="11" fill-opacity="0.85">'
+    plot = Plot(
+        _S_LEFT,
+        _S_TOP,
+        SLICE_WIDTH - _S_LEFT - _S_RIGHT,
+        SLICE_HEIGHT - _S_TOP - _S_BOTTOM,
+        x=x_scale,
+        y=found.metric_scale,
+        whole=True,
     )
-    for fraction, label in y_scale.ticks():
-        y = round(bottom - fraction * plot_h)
-        parts.append(
-            f'<line x1="{_S_LEFT}" x2="{_S_LEFT + plot_w}" y1="{y}" y2="{y}" '
-            'stroke="currentColor" stroke-opacity="0.12"/>'
-            f'<text x="{_S_LEFT - 6}" y="{y + 4}" text-anchor="end">{escape(label)}</text>'
-        )
-    for fraction, label in x_scale.ticks():
-        x = round(_S_LEFT + (inset + fraction * (1 - 2 * inset)) * plot_w)
-        parts.append(
-            f'<line x1="{x}" x2="{x}" y1="{bottom}" y2="{bottom + 4}" stroke="currentColor"/>'
-            f'<text x="{x}" y="{bottom + 17}" text-anchor="middle">{escape(label)}</text>'
-        )
-    parts.append(
-        f'</g><text class="x-label" x="{_S_LEFT + plot_w // 2}" y="{SLICE_HEIGHT - 18}" '
-        f'text-anchor="middle" font-size="12">{escape(key)}{x_scale.describe()}</text>'
-        f'<text class="y-label" x="16" y="{_S_TOP + plot_h // 2}" text-anchor="middle" '
-        f'font-size="12" transform="rotate(-90 16 {_S_TOP + plot_h // 2})">'
-        f"{escape(found.mode)} {escape(found.metric)}{y_scale.describe()}</text>"
-    )
+    sx, sy = plot.px, plot.py
+    parts = [
+        svg_open("slice", SLICE_WIDTH, SLICE_HEIGHT, title),
+        plot.axes(
+            f"{key}{x_scale.describe()}",
+            f"{found.mode} {found.metric}{plot.y.describe()}",
+            title_y=SLICE_HEIGHT - 18,
+        ),
+    ]
     parts.append('<g class="points" fill-opacity="0.6" stroke="none">')
     ordered = [line for line in shown if not line.top] + [line for line in shown if line.top][::-1]
     for line in ordered:
@@ -266,7 +243,7 @@ def slice_svg(found: Coordinates, key: str) -> str:
     left_out = len(found.lines) - len(shown)
     if left_out:
         parts.append(
-            f'<text class="left-out" x="{_S_LEFT + plot_w}" y="{SLICE_HEIGHT - 4}" '
+            f'<text class="left-out" x="{_S_LEFT + plot.width}" y="{SLICE_HEIGHT - 4}" '
             f'text-anchor="end" font-size="11" fill-opacity="0.75">{left_out} trial(s) without '
             f"{escape(short(key, 24))} or a value not shown</text>"
         )

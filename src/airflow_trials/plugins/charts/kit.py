@@ -1,0 +1,298 @@
+"""The dashboard's chart kit: the one axis and scale system under every chart it draws.
+
+A :class:`Scale` maps a value to a fraction of its axis (linear, log over more than two decades,
+or categorical) and gives the axis's ticks; a :class:`Plot` is a chart's plot area over an x and a
+y scale: it maps values to pixels and draws the axes, the value grid, the ticks and the axes'
+titles the same way on every chart. :func:`svg_open` and :func:`empty_svg` open every chart's
+``<svg>``; the colours (the palette, the accent of the best trials, the sequential ramp of a
+metric) are shared too.
+
+No JavaScript and no charting library: the pages embed the SVG text, so they render offline and
+under a Content-Security-Policy that forbids scripts. Text, axes and grid are drawn in
+``currentColor`` (the page's text color), so the charts read in light and dark mode. Every label
+is escaped.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from html import escape
+from typing import Any, Literal
+
+from airflow_trials.plotting import BEST_COLOR, PALETTE
+
+__all__ = ["BEST_COLOR", "PALETTE"]
+
+ScaleKind = Literal["linear", "log", "categorical"]
+
+# Values spanning more than this ratio (two decades), all positive, get a log scale.
+LOG_SPAN = 100.0
+# A categorical axis labels at most this many of its categories (every k-th beyond).
+MAX_CATEGORY_LABELS = 16
+LABEL_CHARS = 14
+# Viridis, cut before its lightest yellow (which does not read on a white page): dark = worst.
+_RAMP = ("#440154", "#414487", "#2a788e", "#22a884", "#7ad151", "#bddf26")
+ACCENT = BEST_COLOR  # the best trials, as on the learning curves
+NO_VALUE_COLOR = "#8a96a3"
+
+
+def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
+    """About ``count`` round tick values covering [low, high] (1, 2, 5 times a power of ten)."""
+    if not (math.isfinite(low) and math.isfinite(high)):
+        raise ValueError(f"Cannot place ticks on a non-finite range [{low}, {high}].")
+    if high < low:
+        low, high = high, low
+    if high == low:
+        return [low]
+    raw_step = (high - low) / max(count, 1)
+    magnitude = 10 ** math.floor(math.log10(raw_step))
+    step = next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw_step)
+    first = math.ceil(low / step - 1e-9) * step
+    ticks = []
+    value = first
+    while value <= high + step * 1e-9:
+        ticks.append(round(value, 12))
+        value += step
+    return ticks
+
+
+def is_value(value: Any) -> bool:
+    """A finite number (True and False are not numbers)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def category(value: Any) -> str:
+    """A config value as a category's label: strings as they are, anything else as JSON."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def short(text: str, chars: int = LABEL_CHARS) -> str:
+    """``text`` cut to ``chars`` characters, an ellipsis marking the cut."""
+    return text if len(text) <= chars else text[: chars - 1] + "…"
+
+
+def number_label(value: float) -> str:
+    return f"{value:.4g}"
+
+
+@dataclass(frozen=True)
+class Scale:
+    """Maps a value to a fraction of its axis, 0 at the low end and 1 at the high end.
+
+    :param kind: ``linear``, ``log`` or ``categorical``.
+    :param low: the smallest value (numeric scales; 0 for categorical).
+    :param high: the largest value (numeric scales; 0 for categorical).
+    :param categories: a categorical scale's labels, in axis order (low end first).
+    :param tick_count: about how many ticks a linear scale gets.
+    """
+
+    kind: ScaleKind
+    low: float = 0.0
+    high: float = 0.0
+    categories: tuple[str, ...] = ()
+    tick_count: int = 6
+
+    @classmethod
+    def linear(cls, low: float, high: float, tick_count: int = 6) -> Scale:
+        """A linear scale from ``low`` to ``high``, whatever their span."""
+        return cls("linear", float(low), float(high), tick_count=tick_count)
+
+    @classmethod
+    def numeric(cls, values: Iterable[float]) -> Scale:
+        """The scale over ``values`` (finite, at least one): log when they are all positive and
+        span more than two decades, else linear."""
+        found = list(values)
+        if not found:
+            raise ValueError("A numeric scale needs at least one finite value; got none.")
+        low, high = min(found), max(found)
+        kind: ScaleKind = "log" if low > 0 and high / low > LOG_SPAN else "linear"
+        return cls(kind, float(low), float(high))
+
+    @classmethod
+    def of(cls, values: Sequence[Any]) -> Scale:
+        """Numeric when every value is a finite number, else categorical over their labels."""
+        if values and all(is_value(v) for v in values):
+            return cls.numeric(values)
+        # Numbers first, in their order, then the other values by their labels.
+        order = {
+            category(v): (0, float(v), "") if is_value(v) else (1, 0.0, category(v)) for v in values
+        }
+        return cls("categorical", categories=tuple(sorted(order, key=order.__getitem__)))
+
+    def fraction(self, value: Any) -> float:
+        """Where ``value`` lies on the axis, 0 to 1 (0.5 for a single value)."""
+        if self.kind == "categorical":
+            n = len(self.categories)
+            return 0.5 if n < 2 else self.categories.index(category(value)) / (n - 1)
+        if self.high == self.low:
+            return 0.5
+        if self.kind == "log":
+            return math.log(value / self.low) / math.log(self.high / self.low)
+        return (value - self.low) / (self.high - self.low)
+
+    def ticks(self) -> list[tuple[float, str]]:
+        """(fraction, label) of the axis's ticks."""
+        if self.kind == "categorical":
+            step = max(1, math.ceil(len(self.categories) / MAX_CATEGORY_LABELS))
+            return [
+                (self.fraction(c), short(c))
+                for i, c in enumerate(self.categories)
+                if i % step == 0 or i == len(self.categories) - 1
+            ]
+        if self.high == self.low:
+            return [(0.5, number_label(self.low))]
+        if self.kind == "log":
+            first, last = math.ceil(math.log10(self.low)), math.floor(math.log10(self.high))
+            step = max(1, math.ceil((last - first + 1) / 8))
+            powers = [10.0**e for e in range(first, last + 1, step)]
+            ends = [v for v in (self.low, self.high) if v not in powers]
+            values = sorted(powers + ends) if len(powers) < 2 else powers
+            return [(self.fraction(v), number_label(v)) for v in values]
+        ticks = nice_ticks(self.low, self.high, self.tick_count)
+        return [(self.fraction(v), number_label(v)) for v in ticks]
+
+    def describe(self) -> str:
+        return {"linear": "", "log": " (log)", "categorical": ""}[self.kind]
+
+
+@dataclass(frozen=True)
+class Plot:
+    """A chart's plot area over an x and a y scale: values to pixels, and the axes drawn.
+
+    :param left: the plot area's left edge, in pixels.
+    :param top: its top edge.
+    :param width: its width.
+    :param height: its height.
+    :param x: the x scale (low end on the left).
+    :param y: the y scale (low end at the bottom).
+    :param pad: pixels kept free inside the area on every side, so no mark sits on an axis.
+    :param whole: whole-pixel coordinates (else one decimal).
+    """
+
+    left: float
+    top: float
+    width: float
+    height: float
+    x: Scale
+    y: Scale
+    pad: float = 0.0
+    whole: bool = False
+
+    @property
+    def bottom(self) -> float:
+        return self.top + self.height
+
+    def _pixel(self, value: float) -> float:
+        return round(value) if self.whole else round(value, 1)
+
+    def x_fraction(self, fraction: float) -> float:
+        """The pixel of a fraction of the x axis (categories half a step in from the edges)."""
+        n = len(self.x.categories)
+        inset = 0.5 / n if self.x.kind == "categorical" and n else 0.0
+        span = self.width - 2 * self.pad
+        return self._pixel(self.left + self.pad + (inset + fraction * (1 - 2 * inset)) * span)
+
+    def y_fraction(self, fraction: float) -> float:
+        return self._pixel(self.bottom - self.pad - fraction * (self.height - 2 * self.pad))
+
+    def px(self, value: Any) -> float:
+        return self.x_fraction(self.x.fraction(value))
+
+    def py(self, value: Any) -> float:
+        return self.y_fraction(self.y.fraction(value))
+
+    def axes(
+        self,
+        x_title: str,
+        y_title: str,
+        *,
+        x_ticks: Iterable[tuple[float, str]] | None = None,
+        tick_class: str | None = None,
+        title_y: float | None = None,
+    ) -> str:
+        """The two axis lines, the y grid with its labels, the x ticks (``x_ticks``: (pixel,
+        label) pairs; default the x scale's; a label near the right edge ends at its tick) and
+        both axes' titles, escaped. ``tick_class`` is the x labels' class, ``title_y`` where the
+        x axis's title sits."""
+        left, bottom, right = self.left, self.bottom, self.left + self.width
+        parts = [
+            '<g class="axes" stroke="currentColor" stroke-opacity="0.55" stroke-width="1">'
+            f'<line x1="{left}" y1="{bottom}" x2="{right}" y2="{bottom}"/>'
+            f'<line x1="{left}" y1="{self.top}" x2="{left}" y2="{bottom}"/></g>'
+            '<g class="ticks" font-size="11" fill-opacity="0.8">'
+        ]
+        for fraction, label in self.y.ticks():
+            y = self.y_fraction(fraction)
+            parts.append(
+                f'<line x1="{left}" x2="{right}" y1="{y}" y2="{y}" class="grid" '
+                'stroke="currentColor" stroke-opacity="0.12"/>'
+                f'<text x="{left - 6}" y="{y + 4}" text-anchor="end">{escape(label)}</text>'
+            )
+        ticks = x_ticks or [(self.x_fraction(f), label) for f, label in self.x.ticks()]
+        css = f' class="{tick_class}"' if tick_class else ""
+        for x, label in ticks:
+            # About 7 px per character at 11 px: a label that would cross the edge ends there.
+            anchor = "end" if x + 3.5 * len(label) > right + 10 else "middle"
+            parts.append(
+                f'<line x1="{x}" x2="{x}" y1="{bottom}" y2="{bottom + 4}" stroke="currentColor"/>'
+                f'<text{css} x="{x}" y="{bottom + 17}" text-anchor="{anchor}">'
+                f"{escape(label)}</text>"
+            )
+        mid_x, mid_y = self._pixel(left + self.width / 2), self._pixel(self.top + self.height / 2)
+        parts.append(
+            f'</g><text class="x-label" x="{mid_x}" y="{title_y or bottom + 38}" '
+            f'text-anchor="middle" font-size="12">{escape(x_title)}</text>'
+            f'<text class="y-label" x="16" y="{mid_y}" text-anchor="middle" font-size="12" '
+            f'transform="rotate(-90 16 {mid_y})">{escape(y_title)}</text>'
+        )
+        return "".join(parts)
+
+
+def svg_open(css_class: str, width: float, height: float, title: str) -> str:
+    """A chart's ``<svg>`` start tag and its accessible title."""
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="{css_class}" role="img" '
+        f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
+        f'fill="currentColor" aria-label="{escape(title)}"><title>{escape(title)}</title>'
+    )
+
+
+def empty_svg(css_class: str, width: float, height: float, title: str, message: str) -> str:
+    """A chart with nothing to draw: the ``message`` in its middle, escaped."""
+    return (
+        f"{svg_open(css_class, width, height, title)}"
+        f'<text x="{width / 2}" y="{height / 2}" text-anchor="middle" class="empty">'
+        f"{escape(message)}</text></svg>"
+    )
+
+
+def ramp(goodness: float) -> str:
+    """The sequential colour of a value ``goodness`` of the way from the worst (0) to the best
+    (1), in :data:`RAMP_STEPS` steps (1,000 lines need no more, and look one colour up)."""
+    return _RAMP_TABLE[round(min(1.0, max(0.0, goodness)) * (RAMP_STEPS - 1))]
+
+
+def _mix(goodness: float) -> str:
+    t = goodness * (len(_RAMP) - 1)
+    i = min(int(t), len(_RAMP) - 2)
+    start, end = _rgb(_RAMP[i]), _rgb(_RAMP[i + 1])
+    mixed = (round(a + (b - a) * (t - i)) for a, b in zip(start, end, strict=True))
+    return "#" + "".join(f"{c:02x}" for c in mixed)
+
+
+def ramp_stops() -> list[tuple[float, str]]:
+    """The ramp's stops for an SVG gradient: (offset 0 to 1, colour), worst first."""
+    return [(i / (len(_RAMP) - 1), color) for i, color in enumerate(_RAMP)]
+
+
+def _rgb(color: str) -> tuple[int, int, int]:
+    return int(color[1:3], 16), int(color[3:5], 16), int(color[5:7], 16)
+
+
+RAMP_STEPS = 101
+_RAMP_TABLE = [_mix(i / (RAMP_STEPS - 1)) for i in range(RAMP_STEPS)]

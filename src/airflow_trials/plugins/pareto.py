@@ -1,0 +1,148 @@
+"""The Pareto front of a run with several metrics: every trial on two of its metrics (drawn by
+``charts/pareto.py``; its JSON in ``datamodels/runs.py``).
+
+Each trial is placed by its last result, as the run's leaderboard of several metrics places it
+(:meth:`~airflow_trials.store.TrialReader.pareto_leaderboard`): the front (Pareto rank 0, of the
+feasible trials when the experiment has constraints) is emphasised and joined by a step line,
+the other trials are faded, infeasible ones drawn as crosses. The trial ``select_best`` picked
+(``at_experiment_runs.picked_trial_id``, recorded by ``TrialStore.record_pick``) is ringed and
+labelled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import HTTPException, status
+
+from airflow_trials.plugins import reads
+from airflow_trials.plugins.queries import NotFoundError
+from airflow_trials.store import ExperimentRunRecord, TrialReader
+
+
+@dataclass(frozen=True)
+class Point:
+    """One trial on the scatter.
+
+    :param trial_id: the trial.
+    :param x: its value of the x metric (last result).
+    :param y: its value of the y metric.
+    :param pareto_rank: its rank over all the experiment's metrics (0 = the front).
+    :param feasible: meets the experiment's constraints; None without constraints.
+    """
+
+    trial_id: str
+    x: float
+    y: float
+    pareto_rank: int | None
+    feasible: bool | None
+
+    @property
+    def on_front(self) -> bool:
+        return self.pareto_rank == 0
+
+
+@dataclass(frozen=True)
+class ParetoView:
+    """A run's trials on two of its metrics.
+
+    :param run: the run.
+    :param metrics: the experiment's metrics; ``x`` and ``y`` are two of them.
+    :param modes: one per metric.
+    :param x: the horizontal metric.
+    :param y: the vertical metric.
+    :param points: the trials with a finite value of both, in leaderboard order.
+    :param left_out: how many trials of the run have no value of one of them.
+    :param step: the front's step line: the front trials no other front trial beats on both
+        ``x`` and ``y`` (with two metrics, the whole front), sorted by ``x``.
+    :param constrained: the experiment has constraints.
+    :param picked: the trial ``select_best`` picked, when it picked one; default None.
+    """
+
+    run: ExperimentRunRecord
+    metrics: list[str]
+    modes: list[str]
+    x: str
+    y: str
+    points: list[Point]
+    left_out: int
+    step: list[Point]
+    constrained: bool
+    picked: str | None = None
+
+    def mode(self, metric: str) -> str:
+        return self.modes[self.metrics.index(metric)]
+
+
+def pareto_view(
+    store: TrialReader, user: Any, run_pk: int, x: str | None, y: str | None
+) -> ParetoView:
+    """The run's trials on metrics ``x`` and ``y`` (default the experiment's first two); a 404
+    for a run whose experiment records one metric, a 422 for a metric it does not record."""
+    run = reads.experiment_run(store, user, run_pk)
+    goal = reads.run_goal(store, run)
+    if not goal.several:
+        raise NotFoundError(
+            f"Run {run.id} of experiment {run.experiment_name} has no Pareto front: its "
+            "experiment records one metric; see its leaderboard."
+        )
+    return of_board(store, run, list(goal.metrics), [m or "min" for m in goal.modes], x, y)
+
+
+def of_board(
+    store: TrialReader,
+    run: ExperimentRunRecord,
+    metrics: list[str],
+    modes: list[str],
+    x: str | None,
+    y: str | None,
+) -> ParetoView:
+    """The view of an already authorised run with several metrics."""
+    x = x or metrics[0]
+    y = y or next(m for m in metrics if m != x)
+    for name, value in (("x", x), ("y", y)):
+        if value not in metrics:
+            raise HTTPException(
+                status.HTTP_422_UNPROCESSABLE_CONTENT,
+                f"?{name}= names no metric of experiment {run.experiment_name} (run {run.id}); "
+                f"pick one of {', '.join(metrics)}.",
+            )
+    if x == y:
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            f"?x= and ?y= both name {x}; the Pareto scatter of run {run.id} needs two different "
+            f"metrics of {', '.join(metrics)}.",
+        )
+    board = store.pareto_leaderboard(run.id, metrics, modes)
+    points = [
+        Point(r.trial_id, vx, vy, r.pareto_rank, r.feasible)
+        for r in board.rows
+        if (vx := r.values.get(x)) is not None and (vy := r.values.get(y)) is not None
+    ]
+    x_mode, y_mode = modes[metrics.index(x)], modes[metrics.index(y)]
+    return ParetoView(
+        run=run,
+        metrics=metrics,
+        modes=modes,
+        x=x,
+        y=y,
+        points=points,
+        left_out=len(board.rows) - len(points),
+        step=_step([p for p in points if p.on_front], x_mode == "min", y_mode == "min"),
+        constrained=bool(board.constraints),
+        picked=run.picked_trial_id,
+    )
+
+
+def _step(front: list[Point], x_min: bool, y_min: bool) -> list[Point]:
+    """The points of ``front`` that no other beats on both x and y, sorted by x then y."""
+    sx, sy = (1 if x_min else -1), (1 if y_min else -1)
+
+    def beaten(p: Point) -> bool:
+        return any(
+            sx * q.x <= sx * p.x and sy * q.y <= sy * p.y and (q.x, q.y) != (p.x, p.y)
+            for q in front
+        )
+
+    return sorted((p for p in front if not beaten(p)), key=lambda p: (p.x, p.y))
