@@ -159,13 +159,7 @@ class RankingReads:
         :param limit: at most this many rows; default 50.
         :param leaders: how many of the first trials give the leaders; default 20.
         """
-        check_mode(mode)
-        check_metric(metric)
-        check_page_order(sort, stopped)
-        if offset < 0 or limit < 1 or leaders < 1:
-            raise ValueError(
-                f"offset must be >= 0, limit and leaders >= 1, got {offset}, {limit}, {leaders}."
-            )
+        _check_page_request(mode, metric, sort, stopped, offset, limit, leaders)
         operation = (
             f"read a page of the trials of experiment run {experiment_run_id} by {mode} {metric}"
         )
@@ -245,3 +239,16 @@ class RankingReads:
             return {trial_id: best for trial_id, best, _ in session.execute(query)}
 
         return self._read(f"read the best checkpoints of {len(trial_ids)} trials", work)
+
+
+def _check_page_request(
+    mode: str, metric: str, sort: str, stopped: str, offset: int, limit: int, leaders: int
+) -> None:
+    """ValueError for a page of the ranking that cannot be asked for."""
+    check_mode(mode)
+    check_metric(metric)
+    check_page_order(sort, stopped)
+    if offset < 0 or limit < 1 or leaders < 1:
+        raise ValueError(
+            f"offset must be >= 0, limit and leaders >= 1, got {offset}, {limit}, {leaders}."
+        )

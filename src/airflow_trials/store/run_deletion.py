@@ -82,59 +82,20 @@ class RunDeleter(StoreBase):
             name = session.execute(
                 select(ExperimentRow.name).where(ExperimentRow.id == run.experiment_id)
             ).scalar_one()
-            if run.status == ExperimentRunStatus.RUNNING.value:
-                raise RunStillRunningError(
-                    f"Experiment run {experiment_run_id} ({run.run_key}) of experiment {name} is "
-                    "RUNNING: its trials may still write to it, so nothing was deleted. Wait for "
-                    "its DAG run to end (or mark the DAG run failed in Airflow, which ends the "
-                    "run), then delete it."
-                )
+            _refuse_running(experiment_run_id, run.run_key, name, run.status)
             trials = session.execute(
                 select(TrialRow.trial_id, TrialRow.status)
                 .where(TrialRow.experiment_run_id == experiment_run_id)
                 .order_by(TrialRow.trial_id)
             ).all()
             _refuse_unended(experiment_run_id, run.run_key, name, trials)
-            trial_ids = [trial_id for trial_id, _ in trials]
             of_trials = select(TrialRow.trial_id).where(
                 TrialRow.experiment_run_id == experiment_run_id
             )
-            paths = list(
-                session.execute(
-                    select(CheckpointRow.path)
-                    .where(CheckpointRow.trial_id.in_(of_trials), CheckpointRow.deleted.is_(False))
-                    .order_by(CheckpointRow.id)
-                ).scalars()
-            )
+            paths = _live_checkpoint_paths(session, of_trials)
             if check_paths is not None:
                 check_paths(paths)
-            # Children first: SQLite enforces no foreign keys unless asked, so none is left to
-            # a cascade.
-            targets: list[tuple[Any, Any]] = [
-                (ResultRow, ResultRow.trial_id.in_(of_trials)),
-                (CheckpointRow, CheckpointRow.trial_id.in_(of_trials)),
-                (TrialRungRow, _of_run_or_trials(TrialRungRow, experiment_run_id, of_trials)),
-                (
-                    TrialMedianPointRow,
-                    _of_run_or_trials(TrialMedianPointRow, experiment_run_id, of_trials),
-                ),
-                (TrialExploitRow, _of_run_or_trials(TrialExploitRow, experiment_run_id, of_trials)),
-                (TrialRow, TrialRow.experiment_run_id == experiment_run_id),
-                (RunExtensionRow, RunExtensionRow.experiment_run_id == experiment_run_id),
-                (RunApprovalRow, RunApprovalRow.experiment_run_id == experiment_run_id),
-                (ExperimentRunRow, ExperimentRunRow.id == experiment_run_id),
-            ]
-            rows: dict[str, int] = {}
-            for model, where in targets:
-                table = model.__tablename__
-                if dry_run:
-                    count = select(func.count()).select_from(model).where(where)
-                    rows[table] = session.execute(count).scalar_one()
-                else:
-                    result = session.execute(
-                        delete(model).where(where).execution_options(synchronize_session=False)
-                    )
-                    rows[table] = result.rowcount  # type: ignore[attr-defined]
+            rows = _delete_or_count(session, _run_rows(experiment_run_id, of_trials), dry_run)
             return RunDeletion(
                 experiment_run_id,
                 name,
@@ -142,11 +103,69 @@ class RunDeleter(StoreBase):
                 run.status,
                 rows,
                 paths,
-                trial_ids,
+                [trial_id for trial_id, _ in trials],
                 dry_run,
             )
 
         return self._transaction(operation, work, write=not dry_run)
+
+
+def _live_checkpoint_paths(session: Session, of_trials: Any) -> list[str]:
+    """The paths of the trials' checkpoints not marked deleted, oldest first."""
+    return list(
+        session.execute(
+            select(CheckpointRow.path)
+            .where(CheckpointRow.trial_id.in_(of_trials), CheckpointRow.deleted.is_(False))
+            .order_by(CheckpointRow.id)
+        ).scalars()
+    )
+
+
+def _run_rows(experiment_run_id: int, of_trials: Any) -> list[tuple[Any, Any]]:
+    """Each table holding the run's rows, with the condition that picks them; children first:
+    SQLite enforces no foreign keys unless asked, so none is left to a cascade."""
+    return [
+        (ResultRow, ResultRow.trial_id.in_(of_trials)),
+        (CheckpointRow, CheckpointRow.trial_id.in_(of_trials)),
+        (TrialRungRow, _of_run_or_trials(TrialRungRow, experiment_run_id, of_trials)),
+        (
+            TrialMedianPointRow,
+            _of_run_or_trials(TrialMedianPointRow, experiment_run_id, of_trials),
+        ),
+        (TrialExploitRow, _of_run_or_trials(TrialExploitRow, experiment_run_id, of_trials)),
+        (TrialRow, TrialRow.experiment_run_id == experiment_run_id),
+        (RunExtensionRow, RunExtensionRow.experiment_run_id == experiment_run_id),
+        (RunApprovalRow, RunApprovalRow.experiment_run_id == experiment_run_id),
+        (ExperimentRunRow, ExperimentRunRow.id == experiment_run_id),
+    ]
+
+
+def _delete_or_count(
+    session: Session, targets: Sequence[tuple[Any, Any]], dry_run: bool
+) -> dict[str, int]:
+    """Table name -> the rows deleted from it, or with ``dry_run`` counted and kept."""
+    rows: dict[str, int] = {}
+    for model, where in targets:
+        table = model.__tablename__
+        if dry_run:
+            count = select(func.count()).select_from(model).where(where)
+            rows[table] = session.execute(count).scalar_one()
+        else:
+            result = session.execute(
+                delete(model).where(where).execution_options(synchronize_session=False)
+            )
+            rows[table] = result.rowcount  # type: ignore[attr-defined]
+    return rows
+
+
+def _refuse_running(experiment_run_id: int, run_key: str, name: str, status: str) -> None:
+    if status == ExperimentRunStatus.RUNNING.value:
+        raise RunStillRunningError(
+            f"Experiment run {experiment_run_id} ({run_key}) of experiment {name} is "
+            "RUNNING: its trials may still write to it, so nothing was deleted. Wait for "
+            "its DAG run to end (or mark the DAG run failed in Airflow, which ends the "
+            "run), then delete it."
+        )
 
 
 def _of_run_or_trials(model: Any, experiment_run_id: int, of_trials: Any) -> Any:

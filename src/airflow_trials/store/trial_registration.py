@@ -1,14 +1,23 @@
 """The statement that registers a trial, or refreshes one registered already: ``upsert_trial``'s
-one ``INSERT ... ON CONFLICT DO UPDATE``, fenced by the Airflow try as the status setter is."""
+one ``INSERT ... ON CONFLICT DO UPDATE``, fenced by the Airflow try as the status setter is, its
+columns and its run in a transaction."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy import case, func, or_
+from sqlalchemy.orm import Session
 
+from airflow_trials.core.resources import Resources
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.status_cause import StatusCause
+from airflow_trials.store.jsonsafe import json_safe
+from airflow_trials.store.run_summaries import trials_written
+
+log = logging.getLogger(__name__)
 
 
 def registered(now: Any) -> dict[str, Any]:
@@ -48,3 +57,42 @@ def not_from_an_older_try(try_number: Any, registered_try: Any) -> Any:
     """SQL for the negation of the try fence: no try on either side, or ``try_number`` is the
     registered try or a later one."""
     return or_(try_number.is_(None), registered_try.is_(None), try_number >= registered_try)
+
+
+def definition_columns(
+    trainable: str,
+    config: Mapping[str, Any],
+    resources: Mapping[str, Any] | Resources,
+    max_failures: int,
+    warm_start: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """The columns that define a trial, stored as JSON (see :mod:`~airflow_trials.store.jsonsafe`)
+    where they are dicts; set once, at its registration."""
+    resources_dict = resources.to_dict() if isinstance(resources, Resources) else resources
+    return {
+        "trainable": trainable,
+        "config": json_safe(dict(config)),
+        "resources": json_safe(dict(resources_dict)),
+        "max_failures": max_failures,
+        "warm_start": json_safe(dict(warm_start)) if warm_start is not None else None,
+    }
+
+
+def register_unless_later_try(
+    session: Session,
+    insert: Any,
+    trial_id: str,
+    try_number: int | None,
+    experiment_run_id: int | None,
+) -> None:
+    """Run the registration's insert; a later try's registration (no row returned) is kept."""
+    if session.execute(insert).first() is None:
+        log.info(
+            "Trial %s: try %s's registration is skipped: a later try of its task "
+            "registered it since.",
+            trial_id,
+            try_number,
+        )
+        return
+    # A trial registered in a run that ended changes its history line.
+    trials_written(session, [experiment_run_id])

@@ -43,7 +43,12 @@ from airflow_trials.store.transitions import (
     TrialTransition,
 )
 from airflow_trials.store.trial_best import forget_best
-from airflow_trials.store.trial_registration import refreshing_airflow_ids, registered
+from airflow_trials.store.trial_registration import (
+    definition_columns,
+    refreshing_airflow_ids,
+    register_unless_later_try,
+    registered,
+)
 
 log = logging.getLogger(__name__)
 
@@ -95,39 +100,26 @@ class TrialWriter(StoreBase):
             default None.
         """
         check_id("Trial id", trial_id)
-        resources_dict = resources.to_dict() if isinstance(resources, Resources) else resources
         table = TrialRow.__table__
         insert = self._insert(table).values(
             trial_id=trial_id,
             experiment_run_id=experiment_run_id,
-            trainable=trainable,
-            config=json_safe(dict(config)),
-            resources=json_safe(dict(resources_dict)),
-            max_failures=max_failures,
+            **definition_columns(trainable, config, resources, max_failures, warm_start),
             dag_id=dag_id,
             run_id=run_id,
             task_id=task_id,
             map_index=map_index,
             try_number=try_number,
-            warm_start=json_safe(dict(warm_start)) if warm_start is not None else None,
             **registered(utcnow()),
         )
         insert = refreshing_airflow_ids(insert, table).returning(table.c.trial_id)
         run_note = "" if experiment_run_id is None else f" in experiment run {experiment_run_id}"
-
-        def work(session: Session) -> None:
-            if session.execute(insert).first() is None:
-                log.info(
-                    "Trial %s: try %s's registration is skipped: a later try of its task "
-                    "registered it since.",
-                    trial_id,
-                    try_number,
-                )
-                return
-            # A trial registered in a run that ended changes its history line.
-            trials_written(session, [experiment_run_id])
-
-        self._transaction(f"register trial {trial_id}{run_note}", work)
+        self._transaction(
+            f"register trial {trial_id}{run_note}",
+            lambda session: register_unless_later_try(
+                session, insert, trial_id, try_number, experiment_run_id
+            ),
+        )
 
     def record_transition(
         self,

@@ -18,8 +18,13 @@ depends_on: str | None = None
 
 
 def upgrade() -> None:
-    op.create_table(
-        "at_trial_median_points",
+    op.create_table("at_trial_median_points", *_point_columns(), *_point_constraints())
+    _create_point_indexes()
+
+
+def _point_columns() -> list[sa.Column]:
+    """The table's columns: a trial's point at a time, its running mean and its verdict."""
+    return [
         sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
         sa.Column("experiment_run_id", sa.Integer(), nullable=False),
         sa.Column("trial_id", sa.String(128), nullable=False),
@@ -42,6 +47,12 @@ def upgrade() -> None:
         sa.Column("decision", sa.String(16), nullable=False),
         sa.Column("reason", sa.Text(), nullable=True),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+    ]
+
+
+def _point_constraints() -> list[sa.Constraint]:
+    """Its key, one point per trial, iteration and end, and its run's and trial's rows."""
+    return [
         sa.PrimaryKeyConstraint("id", name="pk_at_trial_median_points"),
         sa.UniqueConstraint(
             "trial_id",
@@ -61,7 +72,11 @@ def upgrade() -> None:
             name="fk_at_trial_median_points_trial_id_at_trials",
             ondelete="CASCADE",
         ),
-    )
+    ]
+
+
+def _create_point_indexes() -> None:
+    """The indexes the median rule's reads probe."""
     # A trial's running mean at a time, and its latest time: one probe of this index each.
     op.create_index(
         "ix_at_trial_median_points_trial_id_time_seq",
