@@ -305,6 +305,43 @@ def test_execution_processes_stay_apart():
     assert process_arrows(import_graph()) == []
 
 
+# plugins/ names its modules per resource (routes/runs.py, datamodels/runs.py), as Airflow's
+# api_fastapi/core_api does; everywhere else a module's file name is its own.
+NAMED_PER_RESOURCE = "plugins"
+
+
+def shared_names(package: pathlib.Path = PKG) -> dict[str, list[str]]:
+    """File name -> the modules outside plugins/ that share it (``__init__``, ``__main__`` and
+    migrations aside)."""
+    by_name: dict[str, list[str]] = {}
+    for path in sorted(package.rglob("*.py")):
+        parts = path.relative_to(package).parts
+        if path.name in ("__init__.py", "__main__.py") or "migrations" in parts:
+            continue
+        if parts[0] == NAMED_PER_RESOURCE:
+            continue
+        by_name.setdefault(path.name, []).append("/".join(parts))
+    return {name: paths for name, paths in by_name.items() if len(paths) > 1}
+
+
+def test_no_two_modules_share_a_name():
+    assert shared_names() == {}
+
+
+def test_the_name_check_sees_a_shared_name(tmp_path):
+    for relative in (
+        "core/trial.py",
+        "operators/trial.py",
+        "plugins/routes/runs.py",
+        "plugins/datamodels/runs.py",
+        "core/__init__.py",
+        "store/__init__.py",
+    ):
+        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / relative).write_text("")
+    assert shared_names(tmp_path) == {"trial.py": ["core/trial.py", "operators/trial.py"]}
+
+
 @pytest.mark.parametrize(
     ("files", "expected_folder_cycles", "expected_crossings"),
     [
