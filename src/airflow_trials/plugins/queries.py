@@ -334,7 +334,6 @@ def pareto_page(
         _check_page(metric, mode, sort, page, page_size, stopped)
     pareto = store.pareto_leaderboard(run.id, metrics, modes)
     best = several_board(Goal.of(metrics, modes), pareto).best_trial_id
-    places = {r.trial_id: r for r in pareto.rows}
     board = [
         RankedTrial(
             r.trial_id, r.status, r.num_failures, None, None, r.feasible, r.violations, r.stop_kind
@@ -345,23 +344,7 @@ def pareto_page(
     unranked = {r.trial_id for r in pareto.rows if r.pareto_rank is None}
     start = (page - 1) * page_size
     window = _sorted(shown, sort, descending, unranked)[start : start + page_size]
-    ids = [trial.trial_id for _, trial in window]
-    checkpoints = store.checkpoints_of(ids)
-    stops = store.stops_of(ids)
-    rows = [
-        TrialTableRow(
-            rank,
-            trial,
-            places[trial.trial_id].config,
-            best_checkpoint(
-                checkpoints.get(trial.trial_id, []), places[trial.trial_id].latest_checkpoint
-            ),
-            stops[trial.trial_id].reason if trial.trial_id in stops else None,
-            places[trial.trial_id],
-            stops[trial.trial_id].kind if trial.trial_id in stops else None,
-        )
-        for rank, trial in window
-    ]
+    rows = _pareto_rows(store, window, {r.trial_id: r for r in pareto.rows})
     status_counts, config_keys = _counts_and_config_keys(run, board, rows)
     return BoardPage(
         run=run,
@@ -384,6 +367,30 @@ def pareto_page(
         front_trial_ids=pareto.front_trial_ids,
         constraints=pareto.constraints,
     )
+
+
+def _pareto_rows(
+    store: TrialReader, window: list[tuple[int, RankedTrial]], places: dict[str, ParetoRow]
+) -> list[TrialTableRow]:
+    """The table's rows of a page of the leaderboard of several metrics: each trial's config,
+    best checkpoint, stop and place on the Pareto ranking."""
+    ids = [trial.trial_id for _, trial in window]
+    checkpoints = store.checkpoints_of(ids)
+    stops = store.stops_of(ids)
+    return [
+        TrialTableRow(
+            rank,
+            trial,
+            places[trial.trial_id].config,
+            best_checkpoint(
+                checkpoints.get(trial.trial_id, []), places[trial.trial_id].latest_checkpoint
+            ),
+            stops[trial.trial_id].reason if trial.trial_id in stops else None,
+            places[trial.trial_id],
+            stops[trial.trial_id].kind if trial.trial_id in stops else None,
+        )
+        for rank, trial in window
+    ]
 
 
 AT_END = "recorded at end"

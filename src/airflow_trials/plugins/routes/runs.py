@@ -7,12 +7,9 @@ from typing import Any
 
 from fastapi import APIRouter, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
-from markupsafe import Markup
 
 from airflow_trials.plugins import reads
 from airflow_trials.plugins.auth import UserDep
-from airflow_trials.plugins.charts.curves import learning_curves_svg
-from airflow_trials.plugins.charts.pareto import pareto_svg
 from airflow_trials.plugins.datamodels.experiments import RunOut
 from airflow_trials.plugins.datamodels.runs import LeaderboardOut, LeaderboardRowOut, ParetoOut
 from airflow_trials.plugins.params import (
@@ -28,10 +25,11 @@ from airflow_trials.plugins.params import (
     Stopped,
     StoreDep,
 )
-from airflow_trials.plugins.pareto import ParetoView, of_board, pareto_view
+from airflow_trials.plugins.pareto import pareto_view
 from airflow_trials.plugins.queries import DEFAULT_PAGE_SIZE, BoardPage, NotFoundError, is_live
-from airflow_trials.plugins.render import REFRESH_SECONDS, Links, is_number, render_page
-from airflow_trials.store import ExperimentRunRecord, ParetoRow, TrialReader
+from airflow_trials.plugins.render import REFRESH_SECONDS, Links, render_page
+from airflow_trials.plugins.services.runs import BoardQuery, run_page_view
+from airflow_trials.store import ParetoRow
 
 api = APIRouter(prefix="/api", tags=["Trials dashboard"])
 pages = APIRouter(include_in_schema=False)
@@ -53,50 +51,25 @@ def run_page(
     x: Metric = None,
     y: Metric = None,
 ) -> HTMLResponse:
-    board = reads.board(store, user, run_pk, metric, mode, sort, order, page, page_size, stopped)
     links = Links(request)
-    # With several metrics: the Pareto scatter (?x=&y= pick two; default the first two).
-    pareto = _pareto_chart(store, board.run, board.metrics, board.modes, x, y)
-    chart = learning_curves_svg(
-        store.metric_curves(board.leaders, board.metric),
-        metric=board.metric,
-        best_trial_id=board.best_trial_id,
-    )
-
-    def board_url(**changes: Any) -> str:
-        query = {
-            "metric": metric,
-            "mode": mode,
-            "sort": board.sort,
-            "order": "desc" if board.descending else "asc",
-            "page_size": board.page_size if board.page_size != DEFAULT_PAGE_SIZE else None,
-            "stopped": board.stopped if board.stopped != "all" else None,
-        }
-        query.update(changes)
-        return links.run(run_pk, **query)
-
-    run = board.run
-    # A config column of numbers only is right-aligned, heading included.
-    numeric_config_keys = {
-        key
-        for key in board.config_keys
-        if all(is_number(row.config[key]) for row in board.rows if key in row.config)
-    }
+    query = BoardQuery(metric, mode, sort, order, page, page_size, stopped, x, y)
+    view = run_page_view(store, user, links, run_pk, query)
+    board, run = view.board, view.board.run
     return render_page(
         request,
         "run.html",
         title=f"{run.experiment_name} / {run.run_key}",
         board=board,
-        chart=Markup(chart),
-        board_url=board_url,
+        chart=view.chart,
+        board_url=view.board_url,
         asked_mode=mode,  # the links to curves and importances keep the ?mode= asked for
-        numeric_config_keys=numeric_config_keys,
+        numeric_config_keys=view.numeric_config_keys,
         top=len(board.leaders),
-        pareto=pareto,
+        pareto=view.pareto,
         dag_run_url=Links.dag_run(run),
-        decisions=store.run_decision_counts(run.id),  # templates/run_decisions.html
-        extensions=store.list_run_extensions(run.id),  # templates/run_extensions.html
-        approvals=store.run_approvals(run.id),  # templates/run_approvals.html
+        decisions=view.decisions,  # templates/run_decisions.html
+        extensions=view.extensions,  # templates/run_extensions.html
+        approvals=view.approvals,  # templates/run_approvals.html
         refresh=REFRESH_SECONDS if is_live(run, board.status_counts) else None,
         crumbs=[(run.experiment_name, links.experiment(run.experiment_name))],
     )
@@ -216,19 +189,3 @@ def pareto_api(
     y: Metric = None,
 ) -> ParetoOut:
     return ParetoOut.of(pareto_view(store, user, run_pk, x, y), Links(request).trial)
-
-
-def _pareto_chart(
-    store: TrialReader,
-    run: ExperimentRunRecord,
-    metrics: list[str] | None,
-    modes: list[str] | None,
-    x: str | None,
-    y: str | None,
-) -> tuple[ParetoView, Markup] | None:
-    """The run page's Pareto scatter, when its leaderboard is the one of several metrics (None
-    otherwise): the view and its SVG. ``run`` is already authorised."""
-    if metrics is None or modes is None:
-        return None
-    view = of_board(store, run, metrics, modes, x, y)
-    return view, Markup(pareto_svg(view))
