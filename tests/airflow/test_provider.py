@@ -252,3 +252,24 @@ def test_other_connection_errors_are_not_tried_again(airflow_home, monkeypatch):
     with pytest.raises(RayUnavailableError, match="Airflow retries the task"):
         hook._init_ray(hook.settings())
     assert len(calls) == 1
+
+
+def test_the_hook_hands_out_the_actor_client_not_the_runner_s_executor(airflow_home, monkeypatch):
+    """A task or a trigger gets the one actor client (launch, attach, decide, release, terminate,
+    fits-cluster) on the connection's storage and namespace, never a RayTrialExecutor."""
+    from airflow_trials.execution.driver.actor_client import TrialActorClient
+    from airflow_trials.hooks.trials import RayHook, TrialsHook
+
+    settings = {"storage_path": "/shared/results", "namespace": "team_a"}
+    verified = []
+
+    def get_conn(self, verify=False):
+        verified.append(verify)
+        return settings
+
+    monkeypatch.setattr(RayHook, "get_conn", get_conn)
+    client = TrialsHook("missing", "missing").get_actor_client(verify=True)
+    assert type(client) is TrialActorClient and verified == [True]
+    assert client.namespace == "team_a" and client.detached
+    assert client.storage.storage_path == "/shared/results"
+    assert not hasattr(client, "start_trial")  # the runner's executor is not what a task builds
