@@ -2,8 +2,9 @@
 
 ``app`` is the console script (``airflow_trials.cli:app``); ``python -m airflow_trials.cli`` runs it
 too. The commands live in :mod:`~airflow_trials.cli.commands` (the trials DB and the GPU pool),
-:mod:`~airflow_trials.cli.mainjob_cmd` (``run``) and :mod:`~airflow_trials.cli.shape_cmd`
-(``shape``); :mod:`~airflow_trials.cli.output` prints rows as ``--output table|plain|json|yaml``.
+:mod:`~airflow_trials.cli.trials_cmd` (``trials``), :mod:`~airflow_trials.cli.mainjob_cmd` (``run``)
+and :mod:`~airflow_trials.cli.shape_cmd` (``shape``), among others;
+:mod:`~airflow_trials.cli.output` prints rows as ``--output table|plain|json|yaml``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from airflow_trials.cli import (  # noqa: F401
     importances_cmd,
     mainjob_cmd,
     shape_cmd,
+    trials_cmd,
 )
 from airflow_trials.cli.common import PIPED_WIDTH, CliError, app, db_app, err, out, pool_app
 from airflow_trials.cli.output import OutputFormat, render_leaderboard

@@ -1,9 +1,8 @@
-"""The trials-DB commands: ``db upgrade``, ``pool set``, ``experiments``, ``runs``, ``trials``,
-``leaderboard`` and ``plot``."""
+"""The trials-DB commands: ``db upgrade``, ``pool set``, ``experiments``, ``runs``,
+``leaderboard`` and ``plot`` (``trials`` is in :mod:`~airflow_trials.cli.trials_cmd`)."""
 
 from __future__ import annotations
 
-import math
 import os
 from typing import Annotated, Any
 
@@ -36,11 +35,9 @@ from airflow_trials.cli.output import (
     emit,
     jsonable,
     leaderboard_cells,
-    number,
     print_document,
 )
 from airflow_trials.cli.trials_db import checked_url, open_for_reading, resolve_db_url
-from airflow_trials.core.stop_kind import StopKind
 
 _TIME = "%Y-%m-%d %H:%M"
 
@@ -203,160 +200,6 @@ def _count_by(keys: Any) -> dict[Any, int]:
     return counts
 
 
-EarlyStopped = Annotated[
-    bool,
-    typer.Option(
-        "--early-stopped",
-        help="Only the trials their scheduler stopped early (stop kind 'scheduler': not at its "
-        "whole budget max_t), as the dashboard marks them.",
-    ),
-]
-
-
-@app.command("trials")
-def trials(
-    ctx: typer.Context,
-    experiment: str,
-    run: RunOption = "latest",
-    early_stopped: EarlyStopped = False,
-    db_url: DbUrl = None,
-    output: Output = None,
-    as_json: AsJson = False,
-) -> None:
-    """Show one run's trials: status, failures, best metric, best and latest checkpoints, and why
-    each TERMINATED trial stopped (its criterion, or its scheduler: "stopped by ASHA at ...").
-    Of an experiment with several metrics, the best column is the first metric's, then come each
-    metric's value in the trial's last result and its Pareto rank over them (as ``leaderboard``
-    ranks). JSON and YAML also give each trial's ASHA rungs and PBT lineage."""
-
-    def body() -> None:
-        fmt = output_format(output, as_json)
-        store = open_for_reading(ctx, db_url)
-        several = several_metrics(store, experiment, None, None)
-        first, first_mode = (several[0][0], several[1][0]) if several else (None, None)
-        exp_run, metric, _, board = leaderboard_rows(
-            store, experiment, run, first, first_mode, None
-        )
-        rows = _trial_rows(
-            store, exp_run.id, metric, board, fmt in (OutputFormat.JSON, OutputFormat.YAML)
-        )
-        # With several metrics: each one's value in the trial's last result, and its Pareto rank
-        # over them, as `leaderboard` ranks the run (its best column is the first metric's).
-        metric_columns = several[0] if several else []
-        if several:
-            pareto = store.pareto_leaderboard(exp_run.id, several[0], several[1])
-            placed = {place.trial_id: place for place in pareto.rows}
-            for row in rows:
-                place = placed.get(row["trial_id"])
-                row["values"] = dict(place.values) if place else dict.fromkeys(several[0])
-                row["pareto_rank"] = place.pareto_rank if place else None
-        if early_stopped:
-            rows = [row for row in rows if row["stop_kind"] == StopKind.SCHEDULER.value]
-        cells = [
-            [
-                row["trial_id"],
-                row["status"],
-                str(row["num_failures"]),
-                str(row["iterations"]),
-                number(row[f"best_{metric}"]),
-                *(number(row["values"][name]) for name in metric_columns),
-                *(
-                    ["-" if row["pareto_rank"] is None else str(row["pareto_rank"])]
-                    if several
-                    else []
-                ),
-                row["best_checkpoint"] or "-",
-                row["latest_checkpoint"] or "-",
-                row["stop_reason"] or "-",
-            ]
-            for row in rows
-        ]
-        empty = (
-            f"No trial of run {exp_run.run_key} of {experiment} was stopped early by its scheduler."
-            if early_stopped and board
-            else f"Run {exp_run.run_key} of {experiment} has no trials yet."
-        )
-        emit(
-            out,
-            fmt,
-            {"experiment": experiment, "run": exp_run, "trials": rows},
-            [
-                "trial",
-                "status",
-                "failures",
-                "iterations",
-                f"best {metric}",
-                *(f"last {name}" for name in metric_columns),
-                *(["pareto rank"] if several else []),
-                "best checkpoint",
-                "latest checkpoint",
-                "stop reason",
-            ],
-            cells,
-            title=f"{experiment} / {exp_run.run_key}",
-            empty=empty,
-        )
-
-    guard(body)
-
-
-def _trial_rows(
-    store: Any, run_pk: int, metric: str, board: list[Any], decisions: bool
-) -> list[dict[str, Any]]:
-    """One dict per trial, by trial id; with ``decisions``, its ASHA rungs and PBT lineage too
-    (two queries for the whole run)."""
-    records = {t.trial_id: t for t in store.list_trials(experiment_run_id=run_pk)}
-    rungs = store.rungs_of_run(run_pk) if decisions else {}
-    lineages = store.lineages_of_run(run_pk) if decisions else {}
-    rows = []
-    for r in sorted(board, key=lambda r: r.trial_id):
-        record = records[r.trial_id]
-        row = {
-            "trial_id": r.trial_id,
-            "status": r.status.value,
-            "num_failures": r.num_failures,
-            "iterations": (record.last_result or {}).get("training_iteration", 0),
-            f"best_{metric}": r.best_value,
-            "best_checkpoint": r.best_checkpoint,
-            "latest_checkpoint": r.latest_checkpoint,
-            "config": r.config,
-            "error": (record.error_msg or "").strip().splitlines()[-1:] or None,
-            "stop_reason": record.stop_reason,
-            "stop_kind": None if record.stop_kind is None else record.stop_kind.value,
-        }
-        if decisions:
-            row["rungs"] = [_rung(rung) for rung in rungs.get(r.trial_id, [])]
-            row["lineage"] = [_exploit(e) for e in lineages.get(r.trial_id, [])]
-        rows.append(row)
-    return rows
-
-
-def _rung(rung: Any) -> dict[str, Any]:
-    value = None if math.isnan(rung.value) else rung.value  # JSON has no NaN
-    return {
-        "milestone": rung.milestone,
-        "iteration": rung.iteration,
-        "value": value,
-        "decision": rung.decision.value,
-        "at_end": rung.at_end,
-        "reason": rung.reason,
-        "bracket": rung.bracket,
-    }
-
-
-def _exploit(exploit: Any) -> dict[str, Any]:
-    return {
-        "trial_id": exploit.trial_id,
-        "donor_trial_id": exploit.donor_trial_id,
-        "iteration": exploit.iteration,
-        "donor_checkpoint": exploit.donor_checkpoint,
-        "old_config": exploit.old_config,
-        "new_config": exploit.new_config,
-        "operations": exploit.operations,
-        "created_at": exploit.created_at,
-    }
-
-
 @app.command("leaderboard")
 def leaderboard(
     ctx: typer.Context,
@@ -450,48 +293,69 @@ def plot(
     """Plot every trial's metric per iteration to a PNG, the best trial highlighted."""
 
     def body() -> None:
-        from airflow_trials.plotting import curves_from_results, plot_learning_curves
-
         fmt = output_format(output, as_json)
         target = _png_path(out_path)
         store = open_for_reading(ctx, db_url)
         exp_run, metric_, mode_, board = leaderboard_rows(
             store, experiment, run, metric, mode, None
         )
-        results = {
-            t.trial_id: store.get_results(t.trial_id)
-            for t in store.list_trials(experiment_run_id=exp_run.id)
-        }
         best = board[0].trial_id if board and board[0].best_value is not None else None
-        try:
-            path = plot_learning_curves(
-                curves_from_results(results, metric_),
-                target,
-                metric=metric_,
-                best_trial_id=best,
-                title=f"{experiment} / {exp_run.run_key}: {metric_} ({mode_})",
-            )
-        except OSError as e:
-            raise CliError(
-                f"Could not write {target}: {e.strerror or e}; name a file in a folder you "
-                "may write to with --out."
-            ) from e
-        document = {"path": path, "trials": len(results), "best_trial_id": best}
-        if fmt is OutputFormat.TABLE:
-            out.print(
-                f"Wrote {path} ({len(results)} trials, best {best}).",
-                highlight=False,
-                soft_wrap=True,
-            )
-        elif fmt is OutputFormat.PLAIN:
-            emit(
-                out,
-                fmt,
-                document,
-                ["path", "trials", "best_trial_id"],
-                [[path, str(len(results)), best or "-"]],
-            )
-        else:
-            print_document(document, fmt)
+        path, trials = _draw_run(
+            store,
+            exp_run,
+            metric_,
+            best,
+            target,
+            f"{experiment} / {exp_run.run_key}: {metric_} ({mode_})",
+        )
+        _print_written(fmt, {"path": path, "trials": trials, "best_trial_id": best})
 
     guard(body)
+
+
+def _draw_run(
+    store: Any, exp_run: Any, metric: str, best: str | None, target: str, title: str
+) -> tuple[str, int]:
+    """Draw every trial of the run's ``metric`` per iteration to the PNG ``target``: its path and
+    the trials drawn."""
+    from airflow_trials.plotting import curves_from_results, plot_learning_curves
+
+    results = {
+        t.trial_id: store.get_results(t.trial_id)
+        for t in store.list_trials(experiment_run_id=exp_run.id)
+    }
+    try:
+        path = plot_learning_curves(
+            curves_from_results(results, metric),
+            target,
+            metric=metric,
+            best_trial_id=best,
+            title=title,
+        )
+    except OSError as e:
+        raise CliError(
+            f"Could not write {target}: {e.strerror or e}; name a file in a folder you "
+            "may write to with --out."
+        ) from e
+    return path, len(results)
+
+
+def _print_written(fmt: OutputFormat, document: dict[str, Any]) -> None:
+    """Say which PNG was written, of how many trials and which best, in the format asked."""
+    path, trials, best = document["path"], document["trials"], document["best_trial_id"]
+    if fmt is OutputFormat.TABLE:
+        out.print(
+            f"Wrote {path} ({trials} trials, best {best}).",
+            highlight=False,
+            soft_wrap=True,
+        )
+    elif fmt is OutputFormat.PLAIN:
+        emit(
+            out,
+            fmt,
+            document,
+            ["path", "trials", "best_trial_id"],
+            [[path, str(trials), best or "-"]],
+        )
+    else:
+        print_document(document, fmt)

@@ -32,38 +32,43 @@ from airflow_trials.cli.common import (
 from airflow_trials.cli.output import OutputFormat, print_document
 from airflow_trials.cli.trials_db import open_for_reading
 
+RunToDelete = Annotated[
+    str,
+    typer.Option(
+        "--run",
+        help="The experiment run to delete: its id or its run key (Airflow run_id); "
+        "'latest' only when named. Required.",
+    ),
+]
+StoragePath = Annotated[
+    str | None,
+    typer.Option(
+        "--storage-path",
+        help="The trials' storage root (a path or URL such as s3://bucket/trials): only "
+        "what lies below it is deleted, and each trial's folder there (logs, trial.json) "
+        "is deleted too. Without it the configured root ([airflow_trials] storage_path, "
+        "AIRFLOW_TRIALS_STORAGE) bounds the deletes and only the checkpoints the trials DB "
+        "names are deleted.",
+    ),
+]
+KeepCheckpoints = Annotated[
+    bool, typer.Option("--keep-checkpoints", help="Delete the rows only; leave the files.")
+]
+DryRun = Annotated[
+    bool, typer.Option("--dry-run", help="Say what would be deleted; delete nothing.")
+]
+Yes = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
+
 
 @db_app.command("delete-run")
 def delete_run(
     ctx: typer.Context,
     experiment: Annotated[str, typer.Argument(help="The experiment the run belongs to.")],
-    run: Annotated[
-        str,
-        typer.Option(
-            "--run",
-            help="The experiment run to delete: its id or its run key (Airflow run_id); "
-            "'latest' only when named. Required.",
-        ),
-    ],
-    storage_path: Annotated[
-        str | None,
-        typer.Option(
-            "--storage-path",
-            help="The trials' storage root (a path or URL such as s3://bucket/trials): only "
-            "what lies below it is deleted, and each trial's folder there (logs, trial.json) "
-            "is deleted too. Without it the configured root ([airflow_trials] storage_path, "
-            "AIRFLOW_TRIALS_STORAGE) bounds the deletes and only the checkpoints the trials DB "
-            "names are deleted.",
-        ),
-    ] = None,
-    keep_checkpoints: Annotated[
-        bool,
-        typer.Option("--keep-checkpoints", help="Delete the rows only; leave the files."),
-    ] = False,
-    dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Say what would be deleted; delete nothing.")
-    ] = False,
-    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    run: RunToDelete,
+    storage_path: StoragePath = None,
+    keep_checkpoints: KeepCheckpoints = False,
+    dry_run: DryRun = False,
+    yes: Yes = False,
     db_url: DbUrl = None,
     output: Output = None,
     as_json: AsJson = False,
@@ -92,20 +97,7 @@ def delete_run(
                 _report(fmt, plan, [], [], keep_checkpoints, planned=list(targets))
                 return
             if not yes:
-                _report(
-                    OutputFormat.TABLE,
-                    plan,
-                    [],
-                    [],
-                    keep_checkpoints,
-                    stream=True,
-                    planned=list(targets),
-                )
-                if not typer.confirm("Delete them?", default=False):
-                    raise CliError(
-                        f"Nothing was deleted of run {plan.run_key}; pass --yes to delete "
-                        "without asking."
-                    )
+                _confirm(plan, list(targets), keep_checkpoints)
             done = store.delete_experiment_run(record.id, check_paths=check)
         finally:
             store.dispose()
@@ -123,6 +115,16 @@ def delete_run(
             )
 
     guard(body)
+
+
+def _confirm(plan: Any, planned: list[str], keep_checkpoints: bool) -> None:
+    """Show what would be deleted and ask; CliError, and nothing deleted, unless the answer is
+    yes."""
+    _report(OutputFormat.TABLE, plan, [], [], keep_checkpoints, stream=True, planned=planned)
+    if not typer.confirm("Delete them?", default=False):
+        raise CliError(
+            f"Nothing was deleted of run {plan.run_key}; pass --yes to delete without asking."
+        )
 
 
 def _inside(storage: Any, experiment: str, run: str) -> Callable[[Sequence[str]], None]:

@@ -4,7 +4,7 @@ and its trials, from the trials DB into MLflow (a parent run, one child run per 
 from __future__ import annotations
 
 import enum
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -49,53 +49,59 @@ _COUNTS = [
 ]
 
 
+TrackingUri = Annotated[
+    str | None,
+    typer.Option(
+        "--tracking-uri",
+        envvar="MLFLOW_TRACKING_URI",
+        help="The MLflow tracking server, e.g. http://mlflow:5000 (default: $MLFLOW_TRACKING_URI).",
+    ),
+]
+MlflowExperiment = Annotated[
+    str | None,
+    typer.Option(
+        "--mlflow-experiment", help="The MLflow experiment (default: the experiment's name)."
+    ),
+]
+CheckpointsOption = Annotated[
+    Checkpoints,
+    typer.Option(
+        case_sensitive=False,
+        help="Whose best checkpoint is logged as an artifact: best (the run's best trial's), "
+        "all (every trial's) or none; each is referenced by its URI all the same.",
+    ),
+]
+MaxArtifactMb = Annotated[
+    float,
+    typer.Option(
+        "--max-artifact-mb",
+        min=0,
+        max=MAX_ARTIFACT_MB,
+        help="A checkpoint larger than this (MiB) is referenced by its URI, not logged.",
+    ),
+]
+StoragePath = Annotated[
+    str | None,
+    typer.Option(
+        "--storage-path",
+        help="The trials' storage root (a path or URL such as s3://bucket/trials): only a "
+        "checkpoint below it is read and logged; one the trials DB names elsewhere is "
+        "referenced only. Default: the configured root ([airflow_trials] storage_path, "
+        "AIRFLOW_TRIALS_STORAGE).",
+    ),
+]
+
+
 @export_app.command("mlflow")
 def export_mlflow(
     ctx: typer.Context,
     experiment: Annotated[str, typer.Argument(help="The experiment.")],
     run: RunOption = "latest",
-    tracking_uri: Annotated[
-        str | None,
-        typer.Option(
-            "--tracking-uri",
-            envvar="MLFLOW_TRACKING_URI",
-            help="The MLflow tracking server, e.g. http://mlflow:5000 (default: "
-            "$MLFLOW_TRACKING_URI).",
-        ),
-    ] = None,
-    mlflow_experiment: Annotated[
-        str | None,
-        typer.Option(
-            "--mlflow-experiment", help="The MLflow experiment (default: the experiment's name)."
-        ),
-    ] = None,
-    checkpoints: Annotated[
-        Checkpoints,
-        typer.Option(
-            case_sensitive=False,
-            help="Whose best checkpoint is logged as an artifact: best (the run's best trial's), "
-            "all (every trial's) or none; each is referenced by its URI all the same.",
-        ),
-    ] = Checkpoints.BEST,
-    max_artifact_mb: Annotated[
-        float,
-        typer.Option(
-            "--max-artifact-mb",
-            min=0,
-            max=MAX_ARTIFACT_MB,
-            help="A checkpoint larger than this (MiB) is referenced by its URI, not logged.",
-        ),
-    ] = 100.0,
-    storage_path: Annotated[
-        str | None,
-        typer.Option(
-            "--storage-path",
-            help="The trials' storage root (a path or URL such as s3://bucket/trials): only a "
-            "checkpoint below it is read and logged; one the trials DB names elsewhere is "
-            "referenced only. Default: the configured root ([airflow_trials] storage_path, "
-            "AIRFLOW_TRIALS_STORAGE).",
-        ),
-    ] = None,
+    tracking_uri: TrackingUri = None,
+    mlflow_experiment: MlflowExperiment = None,
+    checkpoints: CheckpointsOption = Checkpoints.BEST,
+    max_artifact_mb: MaxArtifactMb = 100.0,
+    storage_path: StoragePath = None,
     db_url: DbUrl = None,
     output: Output = None,
     as_json: AsJson = False,
@@ -126,28 +132,33 @@ def export_mlflow(
         store = open_for_reading(ctx, db_url)
         exp_run = store.resolve_run(experiment, run)
         summary = export_to_mlflow(store, exp_run, settings, storage_path)
-        document = {
-            "experiment": experiment,
-            "run_key": exp_run.run_key,
-            "run_id": exp_run.id,
-            **summary.to_dict(),
-        }
-        if fmt is OutputFormat.TABLE:
-            out.print(
-                f"Exported {experiment} / {exp_run.run_key} to MLflow experiment "
-                f"{summary.experiment_name} (id {summary.experiment_id}) at "
-                f"{summary.tracking_uri}: parent run {summary.parent_run_id}.",
-                highlight=False,
-                soft_wrap=True,
-            )
-        emit(
-            out,
-            fmt,
-            document,
-            ["exported", "count"],
-            [[label, str(document[key])] for label, key in _COUNTS],
-        )
-        for note in summary.notes if fmt is OutputFormat.TABLE else []:
-            out.print(f"Note: {note}", highlight=False, soft_wrap=True)
+        _print_summary(fmt, experiment, exp_run, summary)
 
     guard(body)
+
+
+def _print_summary(fmt: OutputFormat, experiment: str, exp_run: Any, summary: Any) -> None:
+    """Say what was exported where, in the format asked; the notes on the table only."""
+    document = {
+        "experiment": experiment,
+        "run_key": exp_run.run_key,
+        "run_id": exp_run.id,
+        **summary.to_dict(),
+    }
+    if fmt is OutputFormat.TABLE:
+        out.print(
+            f"Exported {experiment} / {exp_run.run_key} to MLflow experiment "
+            f"{summary.experiment_name} (id {summary.experiment_id}) at "
+            f"{summary.tracking_uri}: parent run {summary.parent_run_id}.",
+            highlight=False,
+            soft_wrap=True,
+        )
+    emit(
+        out,
+        fmt,
+        document,
+        ["exported", "count"],
+        [[label, str(document[key])] for label, key in _COUNTS],
+    )
+    for note in summary.notes if fmt is OutputFormat.TABLE else []:
+        out.print(f"Note: {note}", highlight=False, soft_wrap=True)

@@ -130,14 +130,7 @@ def extend(
             "extend_num_samples": num_samples,
             "extend_stop": wanted,
         }
-        out.print(
-            f"{owner}: +{num_samples} samples; stop {plan.stop_after or 'unchanged'}; "
-            f"{len(plan.continued)} trials continue ({', '.join(plan.continued) or 'none'}).",
-            highlight=False,
-            soft_wrap=True,
-        )
-        for trial_id, why in plan.kept:
-            out.print(f"Trial {trial_id} keeps its end: {why}.", highlight=False, soft_wrap=True)
+        _print_plan(owner, num_samples, plan)
         if dry_run:
             out.print(
                 f"Dry run: would trigger DAG {record.dag_id} with conf {conf}; nothing was done.",
@@ -155,6 +148,19 @@ def extend(
         )
 
     guard(body)
+
+
+def _print_plan(owner: str, num_samples: int, plan: Any) -> None:
+    """What the extension does: its new samples, its stop, the trials that continue and why each
+    other keeps its end."""
+    out.print(
+        f"{owner}: +{num_samples} samples; stop {plan.stop_after or 'unchanged'}; "
+        f"{len(plan.continued)} trials continue ({', '.join(plan.continued) or 'none'}).",
+        highlight=False,
+        soft_wrap=True,
+    )
+    for trial_id, why in plan.kept:
+        out.print(f"Trial {trial_id} keeps its end: {why}.", highlight=False, soft_wrap=True)
 
 
 def trigger_extension(dag_id: str, conf: dict[str, Any]) -> str:

@@ -37,28 +37,7 @@ def history(
         fmt = output_format(output, False)
         store = open_for_reading(ctx, db_url)
         found = store.experiment_history(experiment, last)
-        metric = found.metric or "best"
-        columns = [
-            "run_key",
-            "date (UTC)",
-            "status",
-            "trials",
-            f"best {metric}" if found.metric else "best",
-            "best trial",
-            "errored",
-            "failed tries",
-            "completed",
-            "early-stopped",
-            "unfinished",
-            "changed keys",
-            "warm-started from",
-        ]
         rows = [_cells(line) for line in found.runs]
-        title = f"{experiment}: history of {len(rows)} runs"
-        if found.metric is not None:
-            title += f", best {found.metric} ({found.mode})"
-        if found.several_metrics:
-            title += f", the first of its metrics ({', '.join(found.experiment.metrics)})"
         if fmt is OutputFormat.TABLE and found.several_metrics:
             out.print(
                 f"Experiment {experiment} ranks by several metrics; each run's best is its best "
@@ -76,13 +55,41 @@ def history(
                 "several_metrics": found.several_metrics,
                 "runs": [_document(line) for line in found.runs],
             },
-            columns,
+            _columns(found.metric),
             rows,
-            title=title,
+            title=_title(experiment, found),
             empty=f"Experiment {experiment} has no runs yet.",
         )
 
     guard(body)
+
+
+def _columns(metric: str | None) -> list[str]:
+    return [
+        "run_key",
+        "date (UTC)",
+        "status",
+        "trials",
+        f"best {metric}" if metric else "best",
+        "best trial",
+        "errored",
+        "failed tries",
+        "completed",
+        "early-stopped",
+        "unfinished",
+        "changed keys",
+        "warm-started from",
+    ]
+
+
+def _title(experiment: str, found: Any) -> str:
+    """The table's title: how many runs, and by which metric they rank."""
+    title = f"{experiment}: history of {len(found.runs)} runs"
+    if found.metric is not None:
+        title += f", best {found.metric} ({found.mode})"
+    if found.several_metrics:
+        title += f", the first of its metrics ({', '.join(found.experiment.metrics)})"
+    return title
 
 
 def _cells(line: Any) -> list[str]:

@@ -68,21 +68,7 @@ def importances(
             store, experiment, run, chosen, mode, None
         )
         found = _evaluate(exp_run, metric_, mode_, board, evaluator.value)
-        metrics = list(recorded.metrics)
-        document = {
-            "experiment": experiment,
-            "run_key": exp_run.run_key,
-            "run_id": exp_run.id,
-            "metric": metric_,
-            "mode": mode_,
-            "metrics": metrics,
-            "evaluator": found.evaluator,
-            "trials": found.num_trials,
-            "skipped": found.num_skipped,
-            "constant": found.constant,
-            "notes": found.notes,
-            "importances": [_param(p) for p in found.params],
-        }
+        document = _document(experiment, exp_run, metric_, mode_, list(recorded.metrics), found)
         columns = ["rank", "hyperparameter", "importance", "evaluated on"]
         rows = [
             [str(rank), p.name, f"{p.importance:.4f}", _domain(p.spec)]
@@ -98,23 +84,46 @@ def importances(
             f"({found.evaluator})",
         )
         if fmt is OutputFormat.TABLE:
-            skipped = (
-                f"; {found.num_skipped} without {metric_} or not TERMINATED left out"
-                if found.num_skipped
-                else ""
-            )
-            constant = (
-                f"; the same in every trial: {', '.join(found.constant)}" if found.constant else ""
-            )
-            out.print(
-                f"From {found.num_trials} of {len(board)} trials{skipped}{constant}.",
-                highlight=False,
-                soft_wrap=True,
-            )
-            for note in found.notes:
-                out.print(f"Note: {note}", highlight=False, soft_wrap=True)
+            _print_counts(found, metric_, len(board))
 
     guard(body)
+
+
+def _document(
+    experiment: str, exp_run: Any, metric: str, mode: str, metrics: list[str], found: Any
+) -> dict[str, Any]:
+    """What JSON and YAML print: the run, its goal and each hyperparameter's importance."""
+    return {
+        "experiment": experiment,
+        "run_key": exp_run.run_key,
+        "run_id": exp_run.id,
+        "metric": metric,
+        "mode": mode,
+        "metrics": metrics,
+        "evaluator": found.evaluator,
+        "trials": found.num_trials,
+        "skipped": found.num_skipped,
+        "constant": found.constant,
+        "notes": found.notes,
+        "importances": [_param(p) for p in found.params],
+    }
+
+
+def _print_counts(found: Any, metric: str, trials: int) -> None:
+    """Under the table: the trials counted of the run's, what was left out, and the notes."""
+    skipped = (
+        f"; {found.num_skipped} without {metric} or not TERMINATED left out"
+        if found.num_skipped
+        else ""
+    )
+    constant = f"; the same in every trial: {', '.join(found.constant)}" if found.constant else ""
+    out.print(
+        f"From {found.num_trials} of {trials} trials{skipped}{constant}.",
+        highlight=False,
+        soft_wrap=True,
+    )
+    for note in found.notes:
+        out.print(f"Note: {note}", highlight=False, soft_wrap=True)
 
 
 def _evaluate(exp_run: Any, metric: str, mode: str, board: list[Any], evaluator: str) -> Any:
