@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from airflow_trials.plugins.decisions import LINEAGE_TRIALS_SHOWN
+from airflow_trials.plugins.services.decisions import LINEAGE_TRIALS_SHOWN
 from tests.plugins.browser_support import (
     Browser,
     launch_chromium,

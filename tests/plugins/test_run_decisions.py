@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from airflow_trials.plugins.decisions import (
+from airflow_trials.plugins.services.decisions import (
     LINEAGE_TRIALS_SHOWN,
     involvement,
     lineage_view,

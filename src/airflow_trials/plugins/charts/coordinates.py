@@ -22,7 +22,7 @@ from airflow_trials.plugins.charts.kit import (
     short,
     svg_open,
 )
-from airflow_trials.plugins.coordinates import TOP_TRIALS, Coordinates, Line
+from airflow_trials.plugins.services.coordinates import TOP_TRIALS, Coordinates, Line
 
 AXIS_SPACING_MIN, AXIS_SPACING_MAX = 110, 200
 PLOT_WIDTH = 860  # the span of the axes when that spacing allows

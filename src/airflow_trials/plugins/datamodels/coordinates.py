@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from airflow_trials.plugins.charts.kit import Scale, ScaleKind
-from airflow_trials.plugins.coordinates import TOP_TRIALS, Coordinates
+from airflow_trials.plugins.services.coordinates import TOP_TRIALS, Coordinates
 
 
 class AxisOut(BaseModel):

@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from airflow_trials.plugins.datamodels.experiments import RunOut
-from airflow_trials.plugins.insights import RunImportances, run_subject
+from airflow_trials.plugins.services.importances import RunImportances, run_subject
 
 
 class ParamImportanceOut(BaseModel):

@@ -8,11 +8,11 @@ from markupsafe import Markup
 
 from airflow_trials.plugins.auth import UserDep
 from airflow_trials.plugins.charts.coordinates import parallel_coordinates_svg, slice_svg
-from airflow_trials.plugins.coordinates import Param, coordinates
 from airflow_trials.plugins.datamodels.coordinates import CoordinatesOut
 from airflow_trials.plugins.params import Metric, Mode, RunPk, StoreDep
 from airflow_trials.plugins.queries import is_live
 from airflow_trials.plugins.render import REFRESH_SECONDS, Links, render_page
+from airflow_trials.plugins.services.coordinates import Param, coordinates
 
 api = APIRouter(prefix="/api", tags=["Trials dashboard"])
 pages = APIRouter(include_in_schema=False)

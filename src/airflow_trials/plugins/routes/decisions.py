@@ -17,16 +17,16 @@ from airflow_trials.plugins.datamodels.decisions import (
     RunRungOut,
 )
 from airflow_trials.plugins.datamodels.trials import ConfigChangeOut
-from airflow_trials.plugins.decisions import (
+from airflow_trials.plugins.params import RunPk, StoreDep
+from airflow_trials.plugins.queries import AT_END, config_changes, is_live
+from airflow_trials.plugins.render import REFRESH_SECONDS, Links, render_page
+from airflow_trials.plugins.services.decisions import (
     EXPLOITS_LISTED,
     lineage_view,
     rung_metric,
     rung_summaries,
     rungs_view,
 )
-from airflow_trials.plugins.params import RunPk, StoreDep
-from airflow_trials.plugins.queries import AT_END, config_changes, is_live
-from airflow_trials.plugins.render import REFRESH_SECONDS, Links, render_page
 from airflow_trials.store.run_decisions import RunRung
 
 api = APIRouter(prefix="/api", tags=["Trials dashboard"])

@@ -9,15 +9,15 @@ from markupsafe import Markup
 from airflow_trials.plugins import reads
 from airflow_trials.plugins.auth import UserDep
 from airflow_trials.plugins.datamodels.experiments import ExperimentOut, HistoryOut
-from airflow_trials.plugins.history import (
+from airflow_trials.plugins.params import ExperimentName, StoreDep
+from airflow_trials.plugins.render import REFRESH_SECONDS, Links, render_page
+from airflow_trials.plugins.services.history import (
     STOP_KIND_LABELS,
     Last,
     config_rows,
     history,
     history_view,
 )
-from airflow_trials.plugins.params import ExperimentName, StoreDep
-from airflow_trials.plugins.render import REFRESH_SECONDS, Links, render_page
 
 api = APIRouter(prefix="/api", tags=["Trials dashboard"])
 pages = APIRouter(include_in_schema=False)
@@ -37,7 +37,7 @@ def experiments_page(request: Request, user: UserDep, store: StoreDep) -> HTMLRe
 def experiment_page(
     request: Request, experiment: ExperimentName, user: UserDep, store: StoreDep, last: Last = None
 ) -> HTMLResponse:
-    # Its runs with their history across runs (templates/history.html, plugins/history.py).
+    # Its runs with their history across runs (templates/history.html, plugins/services/history.py).
     view = history_view(store, user, Links(request), experiment, last)
     found = view.experiment
     live = any(run.status == "RUNNING" for run in found.runs)

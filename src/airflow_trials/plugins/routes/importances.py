@@ -13,10 +13,10 @@ from airflow_trials.core.importances import DEFAULT_EVALUATOR, EVALUATORS
 from airflow_trials.plugins.auth import UserDep
 from airflow_trials.plugins.charts.importances import importances_svg
 from airflow_trials.plugins.datamodels.importances import ImportancesOut
-from airflow_trials.plugins.insights import Evaluator, run_importances
 from airflow_trials.plugins.params import Metric, Mode, RunPk, StoreDep
 from airflow_trials.plugins.queries import is_live
 from airflow_trials.plugins.render import Links, render_page
+from airflow_trials.plugins.services.importances import Evaluator, run_importances
 
 # The page of a live run re-loads itself, less often than the run page: importances move slowly,
 # and each load evaluates them again.
