@@ -1,5 +1,54 @@
 """The experiment builder: one tuning experiment as a task group (suggest -> mapped trials -> select
-best)."""
+best).
+
+What :func:`tuning_experiment`'s arguments add to its tasks. ``sweep=True`` runs all the trials in
+one task, ``sweep`` (a :class:`RunSweepOperator`, its driver on Ray). ``max_failures`` + 3 is the
+trial tasks' ``retries``; a retry resumes from the latest checkpoint. ``gpu_pool``: each trial task
+takes ``ceil(gpu * slots_per_gpu)`` slots. ``from_params(params)`` sets :data:`PARAM_SETTINGS` per
+run (:class:`TuningPlan`), and each of ``gpus_per_trial_choices`` gets a trial task
+``trial_gpu_<n>``, run by ``route_trials``. ``gpu_queue``: the executor queue of GPU trials' tasks
+(default Airflow's ``[airflow_trials] gpu_queue``, else the default queue), e.g. Celery workers on
+GPU nodes. ``scheduler`` stops trials early, ``search_alg=OptunaSearch(...)`` learns from ended
+trials, ``max_concurrent_trials`` caps trials at once, and ``warm_start=WarmStart(...)`` (or
+``"previous"``, ``"asset"``, a run key) runs an earlier run's best configs first (docs/airflow.md).
+
+**Several metrics.** ``metric=["val_acc", "latency"], mode=["max", "min"]`` (one mode per
+metric) tunes both, with ``search_alg=OptunaSearch(...)`` (a multi-objective study).
+``select_best`` then returns the run's Pareto front (``pareto_front``, ``pareto_ranks``) and
+the trial ``pick`` chooses from it: ``{"weights": {"val_acc": 1.0, "latency": -0.01}}`` (the
+highest weighted sum on the front) or ``{"metric": "val_acc", "bounds": {"latency": [None,
+5.0]}}`` (the best val_acc within the bounds); default ``{"metric": <the first metric>}``
+(:mod:`airflow_trials.core.pick`). A scheduler judges one of the metrics
+(``ASHAScheduler(metric="latency")``) unless it takes several (``MOASHA(...)``);
+``sweep`` runs them in its driver; ``warm_start`` seeds the source run's Pareto front first.
+Each is checked when the DAG file is parsed.
+
+**Regression check.** ``regression_tolerance={"relative": 0.05}`` (a fraction of the previous
+value) or ``{"absolute": 0.01}`` (in the metric's units) adds a task ``check_regression``
+after ``select_best``: it fails (:class:`~airflow_trials.exceptions.RegressionError`) when
+the run's best is worse, in ``mode``, than the previous successful run's by more than that;
+with several metrics, when its Pareto front's hypervolume is lower by more than the relative
+tolerance (:mod:`airflow_trials.core.regression_tolerance`). Default None: no check
+(docs/airflow.md).
+
+**MLflow export.** ``mlflow_export="http://mlflow:5000"`` (a tracking URI) or
+``MlflowExport(...)`` adds a task ``export_mlflow`` after ``select_best``: it exports the run
+from the trials DB to MLflow, a parent run and one child run per trial, and a retry updates
+them (:mod:`airflow_trials.export.mlflow`; needs ``airflow-trials[mlflow]``). Default None.
+
+**Extending a finished run.** The DAG gets three params, ``extend_run``, ``extend_num_samples``
+and ``extend_stop`` (the trigger form's "Extend a finished run"; ``airflow-trials extend`` sets
+them): a DAG run that names a finished run of the experiment adds samples to its search and
+continues its TERMINATED trials from their latest checkpoints to the raised stop, in that run
+(:mod:`airflow_trials.experiment.extension`, docs/airflow.md). Unset, a run is a normal run.
+
+**Approval.** ``approval=True, approvers=["alice", "bob"]``: ``select_best`` no longer emits
+the Asset event; Airflow's ApprovalOperator, ``approve_best``, shows the best trial and waits
+for one of ``approvers`` (user ids, Airflow's ``assigned_users``), and ``publish_best`` emits
+the event once the answer recorded in the trials DB says approved, by an approver who did not
+trigger the run (four eyes; ``allow_self_approval=True`` lets them, for one-person teams). A
+rejection is final (:mod:`airflow_trials.experiment.approval`). Default False.
+"""
 
 from __future__ import annotations
 
@@ -90,102 +139,78 @@ def tuning_experiment(
 
     Tasks: ``suggest_configs`` (the run's configs, registered), ``trial`` (one mapped
     :class:`RunTrialOperator` per config, shown by its trial id) and ``select_best`` (the best
-    finished trial by ``metric``/``mode``, as XCom and as an event on ``asset``). ``sweep=True``
-    runs all the trials in one task, ``sweep`` (a :class:`RunSweepOperator`, its driver on Ray).
-    ``max_failures`` + 3 is the trial tasks' ``retries``; a retry resumes from the latest
-    checkpoint. ``gpu_pool``: each trial task takes ``ceil(gpu * slots_per_gpu)`` slots.
-    ``from_params(params)`` sets :data:`PARAM_SETTINGS` per run (:class:`TuningPlan`), and each of
-    ``gpus_per_trial_choices`` gets a trial task ``trial_gpu_<n>``, run by ``route_trials``.
-    ``gpu_queue``: the executor queue of GPU trials' tasks (default Airflow's
-    ``[airflow_trials] gpu_queue``, else the default queue), e.g. Celery workers on GPU nodes.
-    ``scheduler`` stops trials early, ``search_alg=OptunaSearch(...)`` learns from ended trials,
-    ``max_concurrent_trials`` caps trials at once, and ``warm_start=WarmStart(...)`` (or
-    ``"previous"``, ``"asset"``, a run key) runs an earlier run's best configs first
-    (docs/airflow.md).
-
-    **Several metrics.** ``metric=["val_acc", "latency"], mode=["max", "min"]`` (one mode per
-    metric) tunes both, with ``search_alg=OptunaSearch(...)`` (a multi-objective study).
-    ``select_best`` then returns the run's Pareto front (``pareto_front``, ``pareto_ranks``) and
-    the trial ``pick`` chooses from it: ``{"weights": {"val_acc": 1.0, "latency": -0.01}}`` (the
-    highest weighted sum on the front) or ``{"metric": "val_acc", "bounds": {"latency": [None,
-    5.0]}}`` (the best val_acc within the bounds); default ``{"metric": <the first metric>}``
-    (:mod:`airflow_trials.core.pick`). A scheduler judges one of the metrics
-    (``ASHAScheduler(metric="latency")``) unless it takes several (``MOASHA(...)``);
-    ``sweep`` runs them in its driver; ``warm_start`` seeds the source run's Pareto front first.
-    Each is checked when the DAG file is parsed.
-
-    **Regression check.** ``regression_tolerance={"relative": 0.05}`` (a fraction of the previous
-    value) or ``{"absolute": 0.01}`` (in the metric's units) adds a task ``check_regression``
-    after ``select_best``: it fails (:class:`~airflow_trials.exceptions.RegressionError`) when
-    the run's best is worse, in ``mode``, than the previous successful run's by more than that;
-    with several metrics, when its Pareto front's hypervolume is lower by more than the relative
-    tolerance (:mod:`airflow_trials.core.regression_tolerance`). Default None: no check
-    (docs/airflow.md).
-
-    **MLflow export.** ``mlflow_export="http://mlflow:5000"`` (a tracking URI) or
-    ``MlflowExport(...)`` adds a task ``export_mlflow`` after ``select_best``: it exports the run
-    from the trials DB to MLflow, a parent run and one child run per trial, and a retry updates
-    them (:mod:`airflow_trials.export.mlflow`; needs ``airflow-trials[mlflow]``). Default None.
-
-    **Extending a finished run.** The DAG gets three params, ``extend_run``, ``extend_num_samples``
-    and ``extend_stop`` (the trigger form's "Extend a finished run"; ``airflow-trials extend`` sets
-    them): a DAG run that names a finished run of the experiment adds samples to its search and
-    continues its TERMINATED trials from their latest checkpoints to the raised stop, in that run
-    (:mod:`airflow_trials.experiment.extension`, docs/airflow.md). Unset, a run is a normal run.
-
-    **Approval.** ``approval=True, approvers=["alice", "bob"]``: ``select_best`` no longer emits
-    the Asset event; Airflow's ApprovalOperator, ``approve_best``, shows the best trial and waits
-    for one of ``approvers`` (user ids, Airflow's ``assigned_users``), and ``publish_best`` emits
-    the event once the answer recorded in the trials DB says approved, by an approver who did not
-    trigger the run (four eyes; ``allow_self_approval=True`` lets them, for one-person teams). A
-    rejection is final (:mod:`airflow_trials.experiment.approval`). Default False.
+    finished trial by ``metric``/``mode``, as XCom and as an event on ``asset``). The module's
+    docstring (:mod:`airflow_trials.experiment.builder`) tells what the other arguments add:
+    sweeps, retries, GPU pools and classes, the search, several metrics, the regression check,
+    the MLflow export, extending a finished run and approval (docs/airflow.md too).
     """
+    # Here, before any other name is bound, locals() holds exactly the arguments.
+    plan = _checked_plan(dict(locals()))
+    return _task_group(plan, group_id)
+
+
+def _checked_plan(args: Mapping[str, Any]) -> TuningPlan:
+    """The experiment's plan, once :func:`tuning_experiment`'s arguments are checked (each error
+    raised as the DAG file is parsed)."""
+    experiment_name = args["experiment_name"]
     validate_name("Experiment name", experiment_name)
-    refuse_in_airflow(trainable, f"Experiment {experiment_name}")
+    refuse_in_airflow(args["trainable"], f"Experiment {experiment_name}")
     settings = ExperimentSettings.checked(
         experiment_name,
-        search_space=search_space,
-        num_samples=num_samples,
-        metric=metric,
-        mode=mode,
-        stop=stop,
-        resources_per_trial=resources_per_trial,
-        max_failures=max_failures,
-        sweep=sweep,
+        search_space=args["search_space"],
+        num_samples=args["num_samples"],
+        metric=args["metric"],
+        mode=args["mode"],
+        stop=args["stop"],
+        resources_per_trial=args["resources_per_trial"],
+        max_failures=args["max_failures"],
+        sweep=args["sweep"],
     )
-    plan = TuningPlan(
+    return TuningPlan(
         experiment_name=experiment_name,
-        trainable=trainable,
+        trainable=args["trainable"],
         settings=settings,
         gpu_classes=trial_gpu_classes(
-            experiment_name, settings.resources.gpu, gpu_pool, gpus_per_trial_choices
+            experiment_name,
+            settings.resources.gpu,
+            args["gpu_pool"],
+            args["gpus_per_trial_choices"],
         ),
-        asset=asset or best_trial_asset(experiment_name),
-        seed=seed,
-        retry_delay=retry_delay,
-        checkpoint_freq=checkpoint_freq,
-        checkpoint_at_end=checkpoint_at_end,
-        keep_checkpoints_num=keep_checkpoints_num,
-        checkpoint_score_attr=checkpoint_score_attr,
-        gpu_pool=gpu_pool,
-        slots_per_gpu=slots_per_gpu,
-        from_params=from_params,
-        ray_conn_id=ray_conn_id,
-        trials_conn_id=trials_conn_id,
-        poll_interval_seconds=poll_interval_seconds,
-        deferrable=deferrable,
-        scheduler=scheduler,
-        search_alg=search_alg,
-        max_concurrent_trials=max_concurrent_trials,
-        sweep=sweep,
-        warm_start=WarmStart.of(warm_start),
-        gpu_queue=gpu_queue if gpu_queue is not None else default_gpu_queue(),
-        pick=pick,
-        regression_tolerance=checked_tolerance(experiment_name, regression_tolerance, settings),
-        mlflow_export=MlflowExport.of(mlflow_export, experiment_name),
-        approval=checked_approval(experiment_name, approval, approvers, allow_self_approval),
+        asset=args["asset"] or best_trial_asset(experiment_name),
+        seed=args["seed"],
+        retry_delay=args["retry_delay"],
+        checkpoint_freq=args["checkpoint_freq"],
+        checkpoint_at_end=args["checkpoint_at_end"],
+        keep_checkpoints_num=args["keep_checkpoints_num"],
+        checkpoint_score_attr=args["checkpoint_score_attr"],
+        gpu_pool=args["gpu_pool"],
+        slots_per_gpu=args["slots_per_gpu"],
+        from_params=args["from_params"],
+        ray_conn_id=args["ray_conn_id"],
+        trials_conn_id=args["trials_conn_id"],
+        poll_interval_seconds=args["poll_interval_seconds"],
+        deferrable=args["deferrable"],
+        scheduler=args["scheduler"],
+        search_alg=args["search_alg"],
+        max_concurrent_trials=args["max_concurrent_trials"],
+        sweep=args["sweep"],
+        warm_start=WarmStart.of(args["warm_start"]),
+        gpu_queue=args["gpu_queue"] if args["gpu_queue"] is not None else default_gpu_queue(),
+        pick=args["pick"],
+        regression_tolerance=checked_tolerance(
+            experiment_name, args["regression_tolerance"], settings
+        ),
+        mlflow_export=MlflowExport.of(args["mlflow_export"], experiment_name),
+        approval=checked_approval(
+            experiment_name, args["approval"], args["approvers"], args["allow_self_approval"]
+        ),
     )
-    with TaskGroup(group_id or experiment_name.replace(".", "_")) as group:
+
+
+def _task_group(plan: TuningPlan, group_id: str | None) -> TaskGroup:
+    """The experiment's task group (``group_id``, default its name with ``_`` for ``.``), its
+    tasks declared, and the DAG's params to extend a finished run."""
+    with TaskGroup(group_id or plan.experiment_name.replace(".", "_")) as group:
         if group.dag is not None:  # the trigger form's "Extend a finished run" section
             add_extension_params(group.dag)
         _declare_tasks(plan)
@@ -203,25 +228,7 @@ def _declare_tasks(plan: TuningPlan) -> None:
         return plan.suggest(context)
 
     suggested = suggest_configs()
-    if plan.sweep:
-        trial_tasks = [plan.sweep_task(suggested)]
-    elif len(plan.gpu_classes) == 1:
-        trial_tasks = [plan.trial_task("trial", plan.gpu_classes[0], suggested)]
-        suggested >> trial_tasks[0]
-    else:
-        by_gpu = {
-            gpu: plan.trial_task(f"trial_gpu_{gpu_task_suffix(gpu)}", gpu, suggested)
-            for gpu in plan.gpu_classes
-        }
-        trial_tasks = list(by_gpu.values())
-
-        @task.branch(task_id="route_trials")
-        def route_trials(**context: Any) -> str:
-            """Run the trial task whose pool slots match this run's GPUs per trial."""
-            return str(by_gpu[plan.settings_for_run(context).resources.gpu].task_id)
-
-        suggested >> route_trials() >> trial_tasks
-
+    trial_tasks = _trial_tasks(plan, suggested)
     # With approval, publish_best emits the Asset event once a person approves.
     select_outlets = [] if plan.approval is not None else [plan.asset]
 
@@ -242,6 +249,36 @@ def _declare_tasks(plan: TuningPlan) -> None:
 
     best = select_best(suggested)  # type: ignore[arg-type]  # an XComArg, resolved at run time
     trial_tasks >> best
+    _after_best(plan, best)
+
+
+def _trial_tasks(plan: TuningPlan, suggested: Any) -> list[Any]:
+    """The trial task(s) after ``suggested``: the sweep, the one mapped trial task, or one per GPU
+    class behind ``route_trials``."""
+    if plan.sweep:
+        trial_tasks = [plan.sweep_task(suggested)]
+    elif len(plan.gpu_classes) == 1:
+        trial_tasks = [plan.trial_task("trial", plan.gpu_classes[0], suggested)]
+        suggested >> trial_tasks[0]
+    else:
+        by_gpu = {
+            gpu: plan.trial_task(f"trial_gpu_{gpu_task_suffix(gpu)}", gpu, suggested)
+            for gpu in plan.gpu_classes
+        }
+        trial_tasks = list(by_gpu.values())
+
+        @task.branch(task_id="route_trials")
+        def route_trials(**context: Any) -> str:
+            """Run the trial task whose pool slots match this run's GPUs per trial."""
+            return str(by_gpu[plan.settings_for_run(context).resources.gpu].task_id)
+
+        suggested >> route_trials() >> trial_tasks
+    return trial_tasks
+
+
+def _after_best(plan: TuningPlan, best: Any) -> None:
+    """The tasks that follow select_best when asked for: export_mlflow, approve_best and
+    publish_best, check_regression."""
     if plan.mlflow_export is not None:
         export_mlflow_task(plan, best)
     if plan.approval is not None:

@@ -25,6 +25,27 @@ _RAY_START = {"gpu": "--num-gpus=N", "cpu": "--num-cpus=N", "memory": "--memory=
 FromParams = Callable[[Mapping[str, Any]], Mapping[str, Any]]
 
 
+def check_fits_cluster_or_refuse_params(
+    actor_client: Any,
+    trial: Any,
+    experiment_name: str,
+    from_params: FromParams | None,
+    dag_file_resources: Resources,
+    context: Mapping[str, Any],
+) -> None:
+    """``suggest_configs``' check that ``trial`` (the run's first) fits the Ray cluster; the
+    cluster's refusal, when the run's params chose its resources (``from_params``), retold by
+    :func:`refuse_params_beyond_cluster`."""
+    try:
+        actor_client.check_fits_cluster(trial)
+    except InsufficientResourcesError as e:
+        if from_params is None:
+            raise
+        refuse_params_beyond_cluster(
+            experiment_name, from_params, dag_file_resources, context, trial.resources, e
+        )
+
+
 def refuse_params_beyond_cluster(
     experiment_name: str,
     from_params: FromParams,

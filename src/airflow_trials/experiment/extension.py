@@ -89,53 +89,17 @@ def extension_entries(
     (same ids, raised stop) and the new ones; a sweep also gets the run's other trials, which its
     driver skips as ended and tells its searcher."""
     ti = context["ti"]
-    params = context["params"]
-    owner_run = str(params[EXTEND_RUN])
     hook = TrialsHook(plan.ray_conn_id, plan.trials_conn_id)
     store = hook.get_store()
     try:
-        try:
-            target = store.reader.resolve_run(plan.experiment_name, owner_run)
-        except ExperimentNotFoundError as e:
-            raise ExtensionRefusedError(str(e)) from e
-        owner = f"Run {target.run_key} (id {target.id}) of experiment {plan.experiment_name}"
-        if target.dag_id not in (None, ti.dag_id):
-            raise ExtensionRefusedError(
-                f"{owner} was run by DAG {target.dag_id}, not {ti.dag_id}; nothing was written. "
-                f"Extend it from its own DAG (airflow-trials extend {target.id} triggers it)."
-            )
+        target, owner = _target_run(store, plan, ti, str(context["params"][EXTEND_RUN]))
         earlier = store.reader.list_run_extensions(target.id)
         mine = next((e for e in earlier if e.dag_run_id == ti.run_id), None)
         stop_before = next(
             (e.stop_after for e in reversed(earlier) if e.stop_after and e is not mine), run.stop
         )
-        records = store.reader.list_trials(experiment_run_id=target.id)
         if mine is None:
-            decision = plan_extension(
-                owner=owner,
-                run_status=target.status.value,
-                trials=records,
-                stop_before=stop_before,
-                stop=checked_stop(params.get(EXTEND_STOP), owner),
-                num_samples=int(params.get(EXTEND_NUM_SAMPLES) or 0),
-                has_checkpoint=lambda t: store.reader.latest_checkpoint(t) is not None,
-                space_before=target.search_space,
-                space_now=run.search_space,
-                limits=extension_limits(context, run),
-            )
-            for trial_id, why in decision.kept:
-                log.warning("Extension of %s: trial %s keeps its end: %s.", owner, trial_id, why)
-            num_samples = int(params.get(EXTEND_NUM_SAMPLES) or 0)
-            new_count = len(_new_configs(plan, run, target, earlier, num_samples))
-            mine = store.begin_run_extension(
-                target.id,
-                ti.run_id,
-                num_samples_added=num_samples,
-                stop_before=stop_before if decision.stop_after else None,
-                stop_after=decision.stop_after,
-                trials_continued=decision.continued,
-                trials_added=trial_ids(plan.experiment_name, ti.dag_id, ti.run_id, new_count),
-            )
+            mine = _begin(store, plan, context, run, target, owner, earlier, stop_before)
         from airflow_trials.store.transitions import ContinueWithRaisedStop
 
         for trial_id in mine.trials_continued:  # a retry finds them PENDING already: no-op
@@ -157,29 +121,8 @@ def extension_entries(
         ) from e
     finally:
         store.dispose()
-    stop = mine.stop_after or stop_before
-    per_run: dict[str, Any] = (
-        plan._per_trial_settings(run) if plan.from_params is not None else plan.varying(run)
-    )
-    per_run["stopping_criterion"] = stop
-    per_run["scheduler"] = extended_scheduler(per_run.get("scheduler"), stop)
-    if plan.sweep and (max_t := raised_max_t(plan.scheduler, stop)) is not None:
-        per_run[SWEEP_MAX_T] = max_t  # the sweep's ASHA runs to the raised stop
-    entries = [
-        {"trial_id": t, "config": dict(by_id[t].config), "experiment_run_id": target.id}
-        for t in mine.trials_continued
-    ]
-    entries += [
-        {"trial_id": t, "config": c, "experiment_run_id": target.id}
-        for t, c in zip(mine.trials_added, configs, strict=True)
-    ]
-    if plan.sweep:  # the driver skips ended trials and tells its searcher each of them
-        listed = {e["trial_id"] for e in entries}
-        entries = [
-            {"trial_id": t, "config": dict(r.config), "experiment_run_id": target.id}
-            for t, r in by_id.items()
-            if t not in listed
-        ] + entries
+    per_run = _per_run_settings(plan, run, mine.stop_after or stop_before)
+    entries = _entries(plan, target.id, mine, configs, by_id)
     if not entries:
         raise AirflowFailException(
             f"Experiment {plan.experiment_name}, DAG run {ti.run_id}: the extension of run "
@@ -187,6 +130,96 @@ def extension_entries(
             "above). Ask for new samples (extend_num_samples)."
         )
     return [{**entry, **per_run} for entry in entries]
+
+
+def _target_run(store: Any, plan: Any, ti: Any, owner_run: str) -> tuple[Any, str]:
+    """The finished run to extend, and how messages name it; ExtensionRefusedError when there is
+    no such run of the experiment or another DAG ran it."""
+    try:
+        target = store.reader.resolve_run(plan.experiment_name, owner_run)
+    except ExperimentNotFoundError as e:
+        raise ExtensionRefusedError(str(e)) from e
+    owner = f"Run {target.run_key} (id {target.id}) of experiment {plan.experiment_name}"
+    if target.dag_id not in (None, ti.dag_id):
+        raise ExtensionRefusedError(
+            f"{owner} was run by DAG {target.dag_id}, not {ti.dag_id}; nothing was written. "
+            f"Extend it from its own DAG (airflow-trials extend {target.id} triggers it)."
+        )
+    return target, owner
+
+
+def _begin(
+    store: Any,
+    plan: Any,
+    context: Mapping[str, Any],
+    run: ExperimentSettings,
+    target: Any,
+    owner: str,
+    earlier: list[Any],
+    stop_before: Any,
+) -> Any:
+    """This DAG run's first try: decide which trials continue and how many are added (ending in
+    ExtensionRefusedError when it cannot), and record the extension."""
+    ti, params = context["ti"], context["params"]
+    decision = plan_extension(
+        owner=owner,
+        run_status=target.status.value,
+        trials=store.reader.list_trials(experiment_run_id=target.id),
+        stop_before=stop_before,
+        stop=checked_stop(params.get(EXTEND_STOP), owner),
+        num_samples=int(params.get(EXTEND_NUM_SAMPLES) or 0),
+        has_checkpoint=lambda t: store.reader.latest_checkpoint(t) is not None,
+        space_before=target.search_space,
+        space_now=run.search_space,
+        limits=extension_limits(context, run),
+    )
+    for trial_id, why in decision.kept:
+        log.warning("Extension of %s: trial %s keeps its end: %s.", owner, trial_id, why)
+    num_samples = int(params.get(EXTEND_NUM_SAMPLES) or 0)
+    new_count = len(_new_configs(plan, run, target, earlier, num_samples))
+    return store.begin_run_extension(
+        target.id,
+        ti.run_id,
+        num_samples_added=num_samples,
+        stop_before=stop_before if decision.stop_after else None,
+        stop_after=decision.stop_after,
+        trials_continued=decision.continued,
+        trials_added=trial_ids(plan.experiment_name, ti.dag_id, ti.run_id, new_count),
+    )
+
+
+def _per_run_settings(plan: Any, run: ExperimentSettings, stop: Any) -> dict[str, Any]:
+    """The settings every extended trial runs with: the run's, to the raised ``stop``."""
+    per_run: dict[str, Any] = (
+        plan._per_trial_settings(run) if plan.from_params is not None else plan.varying(run)
+    )
+    per_run["stopping_criterion"] = stop
+    per_run["scheduler"] = extended_scheduler(per_run.get("scheduler"), stop)
+    if plan.sweep and (max_t := raised_max_t(plan.scheduler, stop)) is not None:
+        per_run[SWEEP_MAX_T] = max_t  # the sweep's ASHA runs to the raised stop
+    return per_run
+
+
+def _entries(
+    plan: Any, run_pk: int, mine: Any, configs: list[Any], by_id: Mapping[str, Any]
+) -> list[dict[str, Any]]:
+    """The continued trials, then the new ones; a sweep's other trials first."""
+    entries = [
+        {"trial_id": t, "config": dict(by_id[t].config), "experiment_run_id": run_pk}
+        for t in mine.trials_continued
+    ]
+    entries += [
+        {"trial_id": t, "config": c, "experiment_run_id": run_pk}
+        for t, c in zip(mine.trials_added, configs, strict=True)
+    ]
+    if plan.sweep:  # the driver skips ended trials and tells its searcher each of them
+        listed = {e["trial_id"] for e in entries}
+        entries = [
+            {"trial_id": t, "config": dict(r.config), "experiment_run_id": run_pk}
+            for t, r in by_id.items()
+            if t not in listed
+        ] + entries
+    return entries
 
 
 def extension_limits(context: Mapping[str, Any], run: ExperimentSettings) -> ExtensionLimits:

@@ -17,12 +17,11 @@ from airflow_trials.core.constraints import Constraints
 from airflow_trials.core.pareto import scheduler_metric_and_mode
 from airflow_trials.core.pick import Pick
 from airflow_trials.core.regression_tolerance import RegressionTolerance
-from airflow_trials.core.resources import InsufficientResourcesError
 from airflow_trials.core.scheduler import judged_metric_and_mode
 from airflow_trials.core.search import generate_configs
 from airflow_trials.core.trial import Trial
 from airflow_trials.core.warm_start import WarmStart, WarmStartError
-from airflow_trials.experiment.cluster_refusal import refuse_params_beyond_cluster
+from airflow_trials.experiment.cluster_refusal import check_fits_cluster_or_refuse_params
 from airflow_trials.experiment.extension import extension_entries, extension_requested
 from airflow_trials.experiment.one_best import select_one_best
 from airflow_trials.experiment.pareto_best import select_pareto_best
@@ -257,34 +256,15 @@ class TuningPlan:
                 )
                 for i, c in zip(ids, configs, strict=True)
             ]
-            try:
-                hook.get_actor_client().check_fits_cluster(trials[0])
-            except InsufficientResourcesError as e:
-                if self.from_params is None:
-                    raise
-                refuse_params_beyond_cluster(
-                    self.experiment_name,
-                    self.from_params,
-                    self.settings.resources,
-                    context,
-                    run.resources,
-                    e,
-                )
-            store.ensure_experiment(
+            check_fits_cluster_or_refuse_params(
+                hook.get_actor_client(),
+                trials[0],
                 self.experiment_name,
-                metric=run.metric,
-                mode=run.mode,
-                constraints=self.constraints,  # the DAG file's: none clears earlier ones
+                self.from_params,
+                self.settings.resources,
+                context,
             )
-            run_pk = store.create_experiment_run(
-                self.experiment_name,
-                ti.run_id,
-                dag_id=ti.dag_id,
-                run_id=ti.run_id,
-                search_space=run.search_space,
-                seed=seed,
-                num_samples=run.num_samples,
-            )
+            run_pk = self._register_run(store, run, ti, seed)
         finally:
             store.dispose()
         # Settings that vary by run travel with each trial (they are mapped arguments).
@@ -296,13 +276,36 @@ class TuningPlan:
             for t in trials
         ]
         if warm is not None:
-            for i, entry in enumerate(entries):
-                entry.update(warm.entry(i) if i < len(warm.seeds) else {"warm_start": None})
-                # The searcher learns the seeds' results before its first ask: each trial task asks
-                # for itself; a sweep's driver reads them from the first entry only.
-                if self.search_alg is not None and (i == 0 or not self.sweep):
-                    entry["warm_points"] = warm.points()
+            self._add_warm_start(entries, warm)
         return entries
+
+    def _register_run(self, store: Any, run: ExperimentSettings, ti: Any, seed: int) -> int:
+        """Record the experiment (its goal and constraints) and this DAG run's experiment run;
+        its id."""
+        store.ensure_experiment(
+            self.experiment_name,
+            metric=run.metric,
+            mode=run.mode,
+            constraints=self.constraints,  # the DAG file's: none clears earlier ones
+        )
+        return store.create_experiment_run(
+            self.experiment_name,
+            ti.run_id,
+            dag_id=ti.dag_id,
+            run_id=ti.run_id,
+            search_space=run.search_space,
+            seed=seed,
+            num_samples=run.num_samples,
+        )
+
+    def _add_warm_start(self, entries: list[dict[str, Any]], warm: WarmSeeds) -> None:
+        """Each entry's warm start (the seeds' first), and the seeds' results for the searcher."""
+        for i, entry in enumerate(entries):
+            entry.update(warm.entry(i) if i < len(warm.seeds) else {"warm_start": None})
+            # The searcher learns the seeds' results before its first ask: each trial task asks
+            # for itself; a sweep's driver reads them from the first entry only.
+            if self.search_alg is not None and (i == 0 or not self.sweep):
+                entry["warm_points"] = warm.points()
 
     def _warm_seeds(
         self, store: Any, run: ExperimentSettings, context: Mapping[str, Any]
