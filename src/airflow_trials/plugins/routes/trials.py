@@ -8,17 +8,15 @@ from urllib.parse import quote
 
 from fastapi import APIRouter, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
-from markupsafe import Markup
 
-from airflow_trials.core.result import AUTO_FIELDS, TRAINING_ITERATION
 from airflow_trials.plugins import reads
 from airflow_trials.plugins.auth import UserDep
-from airflow_trials.plugins.charts.curves import learning_curves_svg
 from airflow_trials.plugins.datamodels.trials import ExploitOut, ResultsOut, RungOut, TrialOut
 from airflow_trials.plugins.logs import log_download, open_log, trial_logs
 from airflow_trials.plugins.params import DagId, DagRunId, MapIndex, StoreDep, TaskId, TrialId
 from airflow_trials.plugins.queries import NotFoundError, early_stopped
-from airflow_trials.plugins.render import REFRESH_SECONDS, Links, is_number, render_page
+from airflow_trials.plugins.render import REFRESH_SECONDS, Links, render_page
+from airflow_trials.plugins.services.trials import trial_page_view
 
 # A trial page lists its newest results; the chart and the JSON API have all of them.
 RESULTS_SHOWN = 200
@@ -29,64 +27,19 @@ pages = APIRouter(include_in_schema=False)
 
 @pages.get("/trials/{trial_id}", response_class=HTMLResponse)
 def trial_page(request: Request, trial_id: TrialId, user: UserDep, store: StoreDep) -> HTMLResponse:
-    trial, run = reads.trial(store, user, trial_id)
     links = Links(request)
-    metric, mode, curve, best_iteration = reads.trial_curve(store, trial, run)
-    checkpoints, best = reads.trial_checkpoints(store, trial, run)
-    crumbs = []
-    chart = None
-    if run is not None and metric is not None:
-        crumbs = [
-            (run.experiment_name, links.experiment(run.experiment_name)),
-            (run.run_key, links.run(run.id)),
-        ]
-        chart = Markup(
-            learning_curves_svg(
-                {trial_id: curve},
-                metric=metric,
-                best_trial_id=trial_id,
-                title=f"{trial_id}: {metric}",
-            )
-        )
-    rungs, lineage = reads.trial_decisions(store, trial)
-    warm = reads.trial_shown(store, user, trial).warm_start
-    if warm and warm.get("trial_id"):  # where it came from: links to the earlier run and its trial
-        warm = {
-            **warm,
-            "run_url": links.run(warm["experiment_run_id"]),
-            "trial_url": links.trial(warm["trial_id"]),
-        }
-    results = store.get_results(trial_id)
-    # The trainable's own metrics first, then the fields the engine adds (timestamp, durations...).
-    metric_keys = sorted(
-        {k for r in results for k, v in r.items() if is_number(v)} - {TRAINING_ITERATION},
-        key=lambda k: (k in AUTO_FIELDS, k),
-    )
+    view = trial_page_view(store, user, links, trial_id)
+    shown = {**vars(view), "results": view.results[-RESULTS_SHOWN:]}
     return render_page(
         request,
         "trial.html",
         title=f"Trial {trial_id}",
-        trial=trial,
-        run=run,
-        metric=metric,
-        mode=mode,
-        chart=chart,
-        checkpoints=checkpoints,
-        best=best,
-        rungs=rungs,
-        lineage=lineage,
-        warm_start=warm,
-        best_iteration=best_iteration,
-        best_value=None if best_iteration is None else dict(curve).get(best_iteration),
-        results=results[-RESULTS_SHOWN:],
-        num_results=len(results),
-        metric_keys=metric_keys,
+        **shown,
+        num_results=len(view.results),
         results_url=f"{links.base}/api/trials/{quote(trial_id, safe='')}/results",
-        logs=trial_logs(trial, run, checkpoints),
         logs_url=f"{links.trial(trial_id)}/logs",
-        task_instance_url=Links.task_instance(trial),
-        refresh=REFRESH_SECONDS if not trial.status.is_terminal() else None,
-        crumbs=crumbs,
+        task_instance_url=Links.task_instance(view.trial),
+        refresh=REFRESH_SECONDS if not view.trial.status.is_terminal() else None,
     )
 
 
