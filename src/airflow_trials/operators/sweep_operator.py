@@ -119,34 +119,12 @@ class RunSweepOperator(BaseOperator):
     ) -> None:
         owner = f"RunSweepOperator {kwargs.get('task_id')!r}"
         refuse_in_airflow(trainable, owner)
-        metric, mode = check_metrics(owner, metric, mode)  # type: ignore[assignment]
-        if not isinstance(mode, list) and mode not in ("min", "max"):
-            raise ValueError(f"{owner}: mode must be 'min' or 'max', got {mode!r}.")
-        if scheduler is not None:
-            judged_metric_and_mode(scheduler, metric, mode)
+        metric, mode = _checked_goal(owner, metric, mode, scheduler)
         if search_alg is not None:
-            try:
-                search_alg = airflow_searcher(search_alg, {}, metric, mode)
-            except ValueError as e:
-                raise ValueError(
-                    f"RunSweepOperator {kwargs.get('task_id')!r}: {e} Used alone, the operator has "
-                    "no search space "
-                    "to give it: pass the space to the searcher, OptunaSearch({'lr': "
-                    "loguniform(1e-4, 1e-1)}, ...)."
-                ) from e
+            search_alg = _checked_searcher(owner, search_alg, metric, mode)
         gpu = Resources.from_dict(resources_per_trial).gpu
         if gpu_pool and gpu > 0 and "pool" not in kwargs:
-            if max_concurrent_trials is None:
-                raise ValueError(
-                    f"RunSweepOperator {kwargs.get('task_id')!r}: gpu_pool {gpu_pool!r} needs "
-                    "max_concurrent_trials, "
-                    "which sets how many trials' pool slots the sweep task holds; pass "
-                    "max_concurrent_trials=N."
-                )
-            kwargs["pool"] = gpu_pool
-            kwargs.setdefault(
-                "pool_slots", gpu_pool_slots(gpu, slots_per_gpu) * max_concurrent_trials
-            )
+            _hold_pool_slots(owner, kwargs, gpu_pool, gpu, slots_per_gpu, max_concurrent_trials)
         kwargs.setdefault("retries", MAX_INFRASTRUCTURE_RESTARTS)
         super().__init__(**kwargs)
         self.trainable = trainable
@@ -157,10 +135,7 @@ class RunSweepOperator(BaseOperator):
         self.stopping_criterion = dict(stopping_criterion) if stopping_criterion else None
         self.checkpoint_freq, self.checkpoint_at_end = checkpoint_freq, checkpoint_at_end
         self.keep_checkpoints_num = keep_checkpoints_num
-        first, first_mode = (metric[0], mode[0]) if isinstance(metric, list) else (metric, mode)
-        self.checkpoint_score_attr = checkpoint_score_attr or (
-            first if first_mode == "max" else f"min-{first}"
-        )
+        self.checkpoint_score_attr = checkpoint_score_attr or _best_first(metric, mode)
         self.max_failures = max_failures
         self.scheduler = scheduler
         self.search_alg = search_alg
@@ -219,7 +194,7 @@ class RunSweepOperator(BaseOperator):
         }
 
     def execute(self, context: Context) -> Any:
-        from airflow_trials.execution.driver.sweep_driver import SweepSpec, start_or_attach_driver
+        from airflow_trials.execution.driver.sweep_driver import start_or_attach_driver
         from airflow_trials.execution.trainable_api import load_trainable
         from airflow_trials.operators.lineage import openlineage_enabled
 
@@ -227,34 +202,7 @@ class RunSweepOperator(BaseOperator):
         experiment, run_pk, trials = self._run_ids(context)
         load_trainable(self.trainable)  # an unknown path fails here, before any Ray work
         hook = self._hook()
-        executor = hook.get_actor_client()
-        settings = hook.ray_hook.settings()
-        spec = SweepSpec(
-            experiment_name=experiment,
-            run_key=ti.run_id,
-            experiment_run_id=run_pk,
-            trainable=self.trainable,
-            trials=trials,
-            metric=self.metric,
-            mode=self.mode,
-            db_url=hook.db_hook.get_url(),
-            storage_path=executor.storage.storage_path,
-            namespace=settings["namespace"],
-            trial_kwargs=self._trial_kwargs(),
-            scheduler=self._scheduler_for_run(),
-            max_concurrent_trials=self.max_concurrent_trials,
-            origins={
-                t["trial_id"]: {
-                    "warm_start": t["warm_start"],
-                    "restore_path": t.get("restore_path"),
-                }
-                for t in self.trials
-                if t.get("warm_start")
-            },
-            search_alg=self.search_alg,
-            warm_points=list(self.trials[0].get("warm_points") or ()),
-            stored_run_key=self._stored_run_key(hook, experiment, run_pk, ti.run_id),
-        )
+        spec = self._sweep_spec(hook, ti.run_id, experiment, run_pk, trials)
         import ray
 
         driver, started = start_or_attach_driver(spec)
@@ -284,6 +232,35 @@ class RunSweepOperator(BaseOperator):
             self.defer(trigger=trigger, method_name="execute_complete")
         self.log.info("Not deferrable: watching the sweep from the worker.")
         return self.execute_complete(context, asyncio.run(_first_event(trigger)))
+
+    def _sweep_spec(
+        self, hook: TrialsHook, run_id: str, experiment: str, run_pk: int, trials: Any
+    ) -> Any:
+        """What the sweep's driver on Ray runs: the trials, their goal, settings and searcher,
+        and where they record and store."""
+        from airflow_trials.execution.driver.sweep_driver import SweepSpec
+
+        executor = hook.get_actor_client()
+        settings = hook.ray_hook.settings()
+        return SweepSpec(
+            experiment_name=experiment,
+            run_key=run_id,
+            experiment_run_id=run_pk,
+            trainable=self.trainable,
+            trials=trials,
+            metric=self.metric,
+            mode=self.mode,
+            db_url=hook.db_hook.get_url(),
+            storage_path=executor.storage.storage_path,
+            namespace=settings["namespace"],
+            trial_kwargs=self._trial_kwargs(),
+            scheduler=self._scheduler_for_run(),
+            max_concurrent_trials=self.max_concurrent_trials,
+            origins=_origins(self.trials),
+            search_alg=self.search_alg,
+            warm_points=list(self.trials[0].get("warm_points") or ()),
+            stored_run_key=self._stored_run_key(hook, experiment, run_pk, run_id),
+        )
 
     def _scheduler_for_run(self) -> Any:
         """The scheduler; an extension that raises the stop (``airflow-trials extend``) gives
@@ -375,3 +352,61 @@ async def _first_event(trigger: SweepTrigger) -> dict[str, Any]:
     async for event in trigger.run():
         return dict(event.payload)
     raise SweepLostError(f"The sweep trigger of run {trigger.run_key} ended without an event.")
+
+
+def _checked_goal(owner: str, metric: Any, mode: Any, scheduler: Any) -> tuple[Any, Any]:
+    """The metric(s) and mode(s), checked, and that the scheduler can judge them; ValueError
+    when not."""
+    metric, mode = check_metrics(owner, metric, mode)
+    if not isinstance(mode, list) and mode not in ("min", "max"):
+        raise ValueError(f"{owner}: mode must be 'min' or 'max', got {mode!r}.")
+    if scheduler is not None:
+        judged_metric_and_mode(scheduler, metric, mode)
+    return metric, mode
+
+
+def _checked_searcher(owner: str, search_alg: Any, metric: Any, mode: Any) -> Any:
+    """``search_alg`` as the sweep's driver asks it; ValueError when, used alone, it needs a
+    search space the operator does not have."""
+    try:
+        return airflow_searcher(search_alg, {}, metric, mode)
+    except ValueError as e:
+        raise ValueError(
+            f"{owner}: {e} Used alone, the operator has no search space to give it: pass the "
+            "space to the searcher, OptunaSearch({'lr': loguniform(1e-4, 1e-1)}, ...)."
+        ) from e
+
+
+def _hold_pool_slots(
+    owner: str,
+    kwargs: dict[str, Any],
+    gpu_pool: str,
+    gpu: float,
+    slots_per_gpu: int,
+    max_concurrent_trials: int | None,
+) -> None:
+    """Set the task's ``pool`` and ``pool_slots`` (unless given): the slots of its most trials at
+    once; ValueError without ``max_concurrent_trials``."""
+    if max_concurrent_trials is None:
+        raise ValueError(
+            f"{owner}: gpu_pool {gpu_pool!r} needs max_concurrent_trials, which sets how many "
+            "trials' pool slots the sweep task holds; pass max_concurrent_trials=N."
+        )
+    kwargs["pool"] = gpu_pool
+    kwargs.setdefault("pool_slots", gpu_pool_slots(gpu, slots_per_gpu) * max_concurrent_trials)
+
+
+def _best_first(metric: Any, mode: Any) -> str:
+    """The default checkpoint_score_attr: the (first) metric, ``min-`` prefixed when lower is
+    better."""
+    first, first_mode = (metric[0], mode[0]) if isinstance(metric, list) else (metric, mode)
+    return str(first) if first_mode == "max" else f"min-{first}"
+
+
+def _origins(trials: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The warm-started trials' origins (their source and restore path), by trial id."""
+    return {
+        t["trial_id"]: {"warm_start": t["warm_start"], "restore_path": t.get("restore_path")}
+        for t in trials
+        if t.get("warm_start")
+    }
