@@ -248,6 +248,27 @@ def prepare_importances(
             f"and the importances need at least {MIN_TRIALS}. Wait for more trials to report "
             f"{metric} and end, or pick a metric they report."
         )
+    params, constant = _params_and_constant(usable, domains)
+    if not params:
+        shared = f" ({', '.join(constant)} the same in each)" if constant else ""
+        raise NotEnoughTrialsError(
+            f"{where}: no hyperparameter varies among its {len(usable)} trials that reported "
+            f"{metric}{shared}, so there is nothing to rank. Importances need trials whose configs "
+            "differ: a search space with at least one domain."
+        )
+    _refuse_one_value(where, metric, [value for _, _, value in usable])
+    points = [
+        (trial_id, {k: _as_param(params[k], v) for k, v in flat.items() if k in params}, value)
+        for trial_id, flat, value in usable
+    ]
+    return ImportanceInput(subject, metric, mode, params, points, skipped, constant)
+
+
+def _params_and_constant(
+    usable: Sequence[tuple[str, Mapping[str, Any], float]], domains: Mapping[str, Any]
+) -> tuple[dict[str, ParamSpec], list[str]]:
+    """Each key's parameter over the trials' values, by key; and the keys with one value in
+    every trial, which no importance can rank."""
     by_key: dict[str, list[Any]] = {}
     for _, flat, _ in usable:
         for key, value in flat.items():
@@ -260,25 +281,18 @@ def prepare_importances(
             constant.append(key)
         else:
             params[key] = spec
-    if not params:
-        shared = f" ({', '.join(constant)} the same in each)" if constant else ""
+    return params, constant
+
+
+def _refuse_one_value(where: str, metric: str, values: Sequence[float]) -> None:
+    """NotEnoughTrialsError when every trial has the same value: no hyperparameter mattered."""
+    first = values[0]
+    if all(value == first for value in values):
         raise NotEnoughTrialsError(
-            f"{where}: no hyperparameter varies among its {len(usable)} trials that reported "
-            f"{metric}{shared}, so there is nothing to rank. Importances need trials whose configs "
-            "differ: a search space with at least one domain."
-        )
-    first = usable[0][2]
-    if all(value == first for _, _, value in usable):
-        raise NotEnoughTrialsError(
-            f"{where}: all {len(usable)} of its trials that reported {metric} have the same "
+            f"{where}: all {len(values)} of its trials that reported {metric} have the same "
             f"value ({first:.6g}), so no hyperparameter made a difference. Wait for more trials, "
             "or pick a metric that differs between them."
         )
-    points = [
-        (trial_id, {k: _as_param(params[k], v) for k, v in flat.items() if k in params}, value)
-        for trial_id, flat, value in usable
-    ]
-    return ImportanceInput(subject, metric, mode, params, points, skipped, constant)
 
 
 def ranked(found: Mapping[str, float], data: ImportanceInput) -> list[ParamImportance]:

@@ -134,19 +134,8 @@ def plan_extension(
     :param limits: the ceilings of the DAG that runs the extension; None: not checked (the CLI,
         which does not know them; the DAG run checks them).
     """
-    busy = [t.trial_id for t in trials if not t.status.is_terminal()]
-    if run_status == "RUNNING" or busy:
-        still = f" (trials {', '.join(busy[:5])} have not ended)" if busy else ""
-        raise ExtensionRefusedError(
-            f"{owner} is still running{still}; an extension continues a finished run only, and "
-            "nothing was written. Wait for the run (or the extension running it) to end, then "
-            "extend it."
-        )
-    if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 0:
-        raise ExtensionRefusedError(
-            f"{owner}: {num_samples!r} new samples is not a whole number >= 0; nothing was "
-            "written. Ask for --num-samples +N with N >= 0."
-        )
+    _refuse_running_run(owner, run_status, trials)
+    _refuse_bad_samples(owner, num_samples)
     raised = _raised_stop(owner, stop_before, checked_stop(stop, owner))
     if limits is not None:
         _check_limits(owner, num_samples, raised, limits)
@@ -156,6 +145,42 @@ def plan_extension(
             "would change nothing; nothing was written. Ask for --num-samples +N and/or a higher "
             "--stop."
         )
+    _refuse_other_space(owner, space_before, space_now)
+    if raised is None:
+        return ExtensionPlan([])
+    continued, kept = [], []
+    for trial in trials:
+        why = _keeps_its_end(trial, raised, has_checkpoint)
+        if why is None:
+            continued.append(trial.trial_id)
+        else:
+            kept.append((trial.trial_id, why))
+    return ExtensionPlan(continued, kept, raised)
+
+
+def _refuse_running_run(owner: str, run_status: str, trials: Sequence[StoredTrial]) -> None:
+    """A run that still runs, or has a trial not ended, is not extended."""
+    busy = [t.trial_id for t in trials if not t.status.is_terminal()]
+    if run_status == "RUNNING" or busy:
+        still = f" (trials {', '.join(busy[:5])} have not ended)" if busy else ""
+        raise ExtensionRefusedError(
+            f"{owner} is still running{still}; an extension continues a finished run only, and "
+            "nothing was written. Wait for the run (or the extension running it) to end, then "
+            "extend it."
+        )
+
+
+def _refuse_bad_samples(owner: str, num_samples: Any) -> None:
+    """New samples are a whole number >= 0."""
+    if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 0:
+        raise ExtensionRefusedError(
+            f"{owner}: {num_samples!r} new samples is not a whole number >= 0; nothing was "
+            "written. Ask for --num-samples +N with N >= 0."
+        )
+
+
+def _refuse_other_space(owner: str, space_before: Any, space_now: Any) -> None:
+    """An extension runs the run's own search space (when both are known)."""
     if (
         space_before is not None
         and space_now is not None
@@ -167,16 +192,6 @@ def plan_extension(
             "was written. Trigger a new run of the DAG for the new space (warm_start=<run key> "
             "seeds it with this run's best), or restore the run's search space to extend it."
         )
-    if raised is None:
-        return ExtensionPlan([])
-    continued, kept = [], []
-    for trial in trials:
-        why = _keeps_its_end(trial, raised, has_checkpoint)
-        if why is None:
-            continued.append(trial.trial_id)
-        else:
-            kept.append((trial.trial_id, why))
-    return ExtensionPlan(continued, kept, raised)
 
 
 def _raised_stop(
