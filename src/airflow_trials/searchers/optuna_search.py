@@ -24,13 +24,11 @@ from airflow_trials.searchers.optuna_space import (
     SEPARATOR,
     OptunaSpace,
     convert_search_space,
-    flatten_like,
-    in_distribution,
+    flat_point,
     indexed_choices,
     is_leaf,
-    leaf_at,
-    leaves,
 )
+from airflow_trials.searchers.optuna_values import constraint_values, told_value
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +134,8 @@ class OptunaSearch(Searcher):
                 f"points_to_evaluate has {len(self._points)} points; give one reward per point."
             )
         for i, reward in enumerate(self._evaluated_rewards or ()):
-            self._told(f"evaluated_rewards[{i}]", reward)  # checked now, not at the first ask
+            # Checked now, not at the first ask.
+            told_value(self.metric, f"evaluated_rewards[{i}]", reward)
         self._sampler = sampler
         self._seed = seed
         self._space: Mapping[str, Any] | None = None
@@ -166,7 +165,7 @@ class OptunaSearch(Searcher):
         self._distributions = distributions
         self._space = space
         points = [
-            self._flat_point(f"points_to_evaluate[{i}]", point, space)
+            flat_point(f"points_to_evaluate[{i}]", point, space, self._distributions)
             for i, point in enumerate(self._points)
         ]
         if self._evaluated_rewards is not None:
@@ -179,31 +178,6 @@ class OptunaSearch(Searcher):
                         f"for {missing}; an evaluated point needs a value for every domain."
                     )
         self._flat_points = points
-
-    def _flat_point(
-        self, where: str, point: Mapping[str, Any], space: Mapping[str, Any]
-    ) -> dict[str, Any]:
-        """A point as Optuna's flat params, checked against the space's distributions; ``where``
-        names the point in messages (``points_to_evaluate[0]``)."""
-        fixed = {path for path, _ in leaves(space)} - set(self._distributions)
-        flat: dict[str, Any] = {}
-        for path, value in flatten_like(point, space).items():
-            here = f"OptunaSearch: {where} key {path!r}"
-            distribution = self._distributions.get(path)
-            if distribution is None:
-                if path not in fixed:
-                    raise ValueError(
-                        f"{here} is not in the search space (its keys: "
-                        f"{sorted(self._distributions)})."
-                    )
-                continue
-            choices = indexed_choices(leaf_at(space, path))
-            if choices is not None:
-                value = next((i for i, c in enumerate(choices) if c == value), value)
-            if not in_distribution(distribution, value):
-                raise ValueError(f"{here}: {value!r} is outside its domain {distribution}.")
-            flat[path] = value
-        return flat
 
     def set_search_properties(
         self, metric: str | None, mode: str | None, config: Mapping[str, Any]
@@ -266,46 +240,20 @@ class OptunaSearch(Searcher):
         intermediate_values: dict[int, float] | None = None,
         result: Mapping[str, Any] | None = None,
     ) -> optuna.trial.FrozenTrial:
-        """A finished Optuna trial of flat params (from :meth:`_flat_point`), for ``add_trial``;
+        """A finished Optuna trial of flat params (from :func:`flat_point`), for ``add_trial``;
         ``where`` names its value in messages (``evaluated_rewards[0]``); with ``constraints``, a
         COMPLETE one's constraint values from ``result``."""
         dists = {path: self._distributions[path] for path in flat}
-        constraint_values = None
+        bounded = None
         if state is TrialState.COMPLETE and self.constraints and result is not None:
-            constraint_values = self._constraint_values(where, result)
+            bounded = constraint_values(self.constraints, where, result)
         return optuna.trial.create_trial(
             params=dict(flat),
             distributions=dists,
             state=state,
             intermediate_values=intermediate_values,
-            constraints=constraint_values,
-            **self._told(where, value),
-        )
-
-    def _constraint_values(self, where: str, result: Mapping[str, Any]) -> dict[str, float]:
-        """``constraints``' values for ``result``, by their spelling; ValueError naming ``where``
-        when it does not report a constrained metric as a finite number (Optuna takes no NaN, and
-        a missing value would count as met)."""
-        missing = self.constraints.missing(result)
-        if missing:
-            raise ValueError(
-                f"OptunaSearch: {where} reported no finite value of {missing[0]!r}, which the "
-                f"constraints {self.constraints.spec!r} bound (it reported {sorted(result)}); "
-                "report every constrained metric as a number in every result, or drop that "
-                "constraint."
-            )
-        return dict(zip(self.constraints.spec, self.constraints.values(result), strict=True))
-
-    def _told(self, where: str, value: ObjectiveValue | None) -> dict[str, Any]:
-        """``create_trial``'s ``value=`` or, with several metrics, ``values=``; ValueError naming
-        ``where`` when a value of several metrics is not one value per metric."""
-        if not self._several or value is None:
-            return {"value": value}
-        if isinstance(value, Sequence) and len(value) == len(self.metric or ()):
-            return {"values": list(value)}
-        raise ValueError(
-            f"OptunaSearch: {where} is {value!r}, but it optimises {len(self.metric or ())} "
-            f"metrics, {self.metric!r}; give a list of one value per metric, in that order."
+            constraints=bounded,
+            **told_value(self.metric, where, value),
         )
 
     def _add_evaluated_rewards(self, study: optuna.Study) -> None:
@@ -351,7 +299,9 @@ class OptunaSearch(Searcher):
         :param result: with ``constraints``, the trial's last result, which its constraint values
             are computed from. Without it Optuna counts the trial as feasible (a warning says so).
         """
-        flat = self._flat_point("add_evaluated_point parameters", parameters, self._require_space())
+        flat = flat_point(
+            "add_evaluated_point parameters", parameters, self._require_space(), self._distributions
+        )
         if intermediate_values and self._several:
             raise ValueError(
                 f"OptunaSearch optimises several metrics, {self.metric!r}, and Optuna keeps no "
@@ -438,7 +388,7 @@ class OptunaSearch(Searcher):
                     "cannot be computed for it; pass (config, value, last result) for each "
                     "finished trial, or run a constrained search on the TrialRunner."
                 )
-            flat = self._flat_point(f"finished trial {i}", config, space)
+            flat = flat_point(f"finished trial {i}", config, space, self._distributions)
             study.add_trial(
                 self._finished(
                     f"finished trial {i}'s value",
@@ -540,7 +490,7 @@ class OptunaSearch(Searcher):
             value = self._value(trial_id, result)
             if self.constraints:
                 where = f"trial {trial_id}"
-                for key, amount in self._constraint_values(where, result).items():
+                for key, amount in constraint_values(self.constraints, where, result).items():
                     ot_trial.set_constraint(key, amount)
             study.tell(ot_trial, value)
         del self._ot_trials[trial_id]

@@ -153,3 +153,31 @@ def leaf_at(space: Mapping[str, Any], path: str) -> Any:
     for key in path.split(SEPARATOR):
         value = value[key]
     return value
+
+
+def flat_point(
+    where: str,
+    point: Mapping[str, Any],
+    space: Mapping[str, Any],
+    distributions: Mapping[str, BaseDistribution],
+) -> dict[str, Any]:
+    """A point as Optuna's flat params, checked against the space's ``distributions``; ``where``
+    names the point in messages (``points_to_evaluate[0]``)."""
+    fixed = {path for path, _ in leaves(space)} - set(distributions)
+    flat: dict[str, Any] = {}
+    for path, value in flatten_like(point, space).items():
+        here = f"OptunaSearch: {where} key {path!r}"
+        distribution = distributions.get(path)
+        if distribution is None:
+            if path not in fixed:
+                raise ValueError(
+                    f"{here} is not in the search space (its keys: {sorted(distributions)})."
+                )
+            continue
+        choices = indexed_choices(leaf_at(space, path))
+        if choices is not None:
+            value = next((i for i, c in enumerate(choices) if c == value), value)
+        if not in_distribution(distribution, value):
+            raise ValueError(f"{here}: {value!r} is outside its domain {distribution}.")
+        flat[path] = value
+    return flat
