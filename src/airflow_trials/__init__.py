@@ -98,36 +98,16 @@ def get_provider_info() -> dict[str, Any]:
                 "hook-class-name": "airflow_trials.hooks.trials.TrialsDbHook",
             },
         ],
-        "hooks": [
-            {
-                "integration-name": "Airflow Trials",
-                "python-modules": ["airflow_trials.hooks.trials"],
-            }
-        ],
-        "operators": [
-            {
-                "integration-name": "Airflow Trials",
-                "python-modules": [
-                    "airflow_trials.operators.trial_operator",
-                    "airflow_trials.operators.sweep_operator",
-                ],
-            }
-        ],
-        "sensors": [
-            {
-                "integration-name": "Airflow Trials",
-                "python-modules": ["airflow_trials.sensors.trial_sensor"],
-            }
-        ],
-        "triggers": [
-            {
-                "integration-name": "Airflow Trials",
-                "python-modules": [
-                    "airflow_trials.triggers.trial_trigger",
-                    "airflow_trials.triggers.sweep_trigger",
-                ],
-            }
-        ],
+        "hooks": _modules_of("airflow_trials.hooks.trials"),
+        "operators": _modules_of(
+            "airflow_trials.operators.trial_operator",
+            "airflow_trials.operators.sweep_operator",
+        ),
+        "sensors": _modules_of("airflow_trials.sensors.trial_sensor"),
+        "triggers": _modules_of(
+            "airflow_trials.triggers.trial_trigger",
+            "airflow_trials.triggers.sweep_trigger",
+        ),
         "extra-links": [
             "airflow_trials.operators.links.TrialDashboardLink",
             "airflow_trials.operators.links.SweepDashboardLink",
@@ -147,6 +127,11 @@ def get_provider_info() -> dict[str, Any]:
             }
         ],
     }
+
+
+def _modules_of(*modules: str) -> list[dict[str, Any]]:
+    """One kind's entry of the provider info: its modules, all of the one integration."""
+    return [{"integration-name": "Airflow Trials", "python-modules": list(modules)}]
 
 
 __all__ = [

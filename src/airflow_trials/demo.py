@@ -18,6 +18,7 @@ import os
 import sys
 import tempfile
 import time
+from typing import Any
 
 from airflow_trials import Callback, Trial, TrialsDbCallback, TrialStatus
 
@@ -99,7 +100,7 @@ def _init_ray(num_cpus: int | None) -> None:
         )
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -117,7 +118,29 @@ def main(argv: list[str] | None = None) -> int:
         help="trials DB to record the run in (default: as the DAGs find it: the trials_default "
         "connection, else AIRFLOW_TRIALS_DB_URL, else the default file)",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _add_grid(runner: Any, experiment: str, epochs: int) -> None:
+    """The demo's trials: a grid over the learning rate and the L2 weight."""
+    grid = itertools.product([1.0, 0.3, 0.1, 0.03], [0.0, 0.01])
+    for lr, l2 in grid:
+        runner.add_trial(
+            Trial(
+                TRAINABLE,
+                {"lr": lr, "l2": l2, "batch_size": 128, "seed": 0},
+                experiment_name=experiment,
+                resources={"cpu": 0.5},
+                stopping_criterion={"training_iteration": epochs},
+                keep_checkpoints_num=2,
+                checkpoint_score_attr=f"min-{METRIC}",
+                max_failures=1,
+            )
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
 
     import ray
 
@@ -134,20 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     runner = TrialRunner(
         args.experiment, storage_path=storage, callbacks=[_Progress(), recorder], reuse_actors=True
     )
-    grid = itertools.product([1.0, 0.3, 0.1, 0.03], [0.0, 0.01])
-    for lr, l2 in grid:
-        runner.add_trial(
-            Trial(
-                TRAINABLE,
-                {"lr": lr, "l2": l2, "batch_size": 128, "seed": 0},
-                experiment_name=args.experiment,
-                resources={"cpu": 0.5},
-                stopping_criterion={"training_iteration": args.epochs},
-                keep_checkpoints_num=2,
-                checkpoint_score_attr=f"min-{METRIC}",
-                max_failures=1,
-            )
-        )
+    _add_grid(runner, args.experiment, args.epochs)
     print(
         f"Running {len(runner.get_trials())} trials of {TRAINABLE} on Ray; storage: {storage}",
         flush=True,
