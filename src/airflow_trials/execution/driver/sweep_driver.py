@@ -353,8 +353,6 @@ class SweepDriver:
             ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
 
     def _drive(self) -> None:
-        from airflow_trials.execution.driver.executor import RayTrialExecutor
-        from airflow_trials.execution.driver.runner import TrialRunner
         from airflow_trials.execution.driver.trials_db_callback import TrialsDbCallback
 
         spec = self.spec
@@ -383,38 +381,7 @@ class SweepDriver:
                 flush_interval_s=FLUSH_INTERVAL_SECONDS,
                 write_behind=True,
             )
-            # Not detached: the trials' actors die with this driver, so none outlives it unwatched.
-            # Actors are reused from one trial to the next, as Ray Tune's function trainables are.
-            executor = RayTrialExecutor(
-                spec.storage_path,
-                namespace=spec.namespace,
-                detached=False,
-                reuse_actors=True,
-                reuse_placement_groups=True,
-            )
-            if spec.scheduler is not None:
-                # This driver's own copy: it may take the experiment's metric (of several, the
-                # one it names, or all of them for a scheduler that takes several).
-                spec.scheduler.set_search_properties(
-                    *judged_metric_and_mode(spec.scheduler, spec.metric, spec.mode)
-                )
-            search = sweep_search(spec, resumable)
-            runner = TrialRunner(
-                spec.experiment_name,
-                executor=executor,
-                scheduler=spec.scheduler,
-                callbacks=[recorder, progress],
-                max_concurrent_trials=spec.max_concurrent_trials,
-                checkpoint_period_s=float("inf"),
-                keep_results=False,
-                forget_ended=True,
-                search_alg=search,
-            )
-            if search is None and type(runner.scheduler) is FIFOScheduler:
-                runner.feed(resumable.new_trials())  # made as they start: flat memory
-            else:  # a searcher learns them first; a scheduler of brackets sorts them all
-                for trial in resumable.trials:
-                    runner.add_trial(trial)
+            runner = _sweep_runner(spec, resumable, [recorder, progress])
             self._runner, self._progress = runner, progress
             if self._stop.is_set():
                 runner.request_stop()
@@ -424,6 +391,46 @@ class SweepDriver:
             if recorder is not None:
                 recorder.close()  # what a failed run recorded before it failed is kept
             store.dispose()
+
+
+def _sweep_runner(spec: SweepSpec, resumable: Resumable, callbacks: list[Any]) -> Any:
+    """The sweep's TrialRunner: this driver's own executor, its searcher, scheduler and trials."""
+    from airflow_trials.execution.driver.executor import RayTrialExecutor
+    from airflow_trials.execution.driver.runner import TrialRunner
+
+    # Not detached: the trials' actors die with this driver, so none outlives it unwatched.
+    # Actors are reused from one trial to the next, as Ray Tune's function trainables are.
+    executor = RayTrialExecutor(
+        spec.storage_path,
+        namespace=spec.namespace,
+        detached=False,
+        reuse_actors=True,
+        reuse_placement_groups=True,
+    )
+    if spec.scheduler is not None:
+        # This driver's own copy: it may take the experiment's metric (of several, the
+        # one it names, or all of them for a scheduler that takes several).
+        spec.scheduler.set_search_properties(
+            *judged_metric_and_mode(spec.scheduler, spec.metric, spec.mode)
+        )
+    search = sweep_search(spec, resumable)
+    runner = TrialRunner(
+        spec.experiment_name,
+        executor=executor,
+        scheduler=spec.scheduler,
+        callbacks=callbacks,
+        max_concurrent_trials=spec.max_concurrent_trials,
+        checkpoint_period_s=float("inf"),
+        keep_results=False,
+        forget_ended=True,
+        search_alg=search,
+    )
+    if search is None and type(runner.scheduler) is FIFOScheduler:
+        runner.feed(resumable.new_trials())  # made as they start: flat memory
+    else:  # a searcher learns them first; a scheduler of brackets sorts them all
+        for trial in resumable.trials:
+            runner.add_trial(trial)
+    return runner
 
 
 def start_or_attach_driver(spec: SweepSpec) -> tuple[ActorHandle, bool]:
