@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from airflow_trials import Trial
+from airflow_trials.core.airflow_tries import first_try_after_a_clear, retries_left
 from airflow_trials.core.end import TrialEnd
 from airflow_trials.core.fate import (
     TRANSITION_STATUS,
@@ -19,9 +20,7 @@ from airflow_trials.core.fate import (
     after_failure,
     after_result,
     ended_for_good,
-    first_try_after_a_clear,
     on_start,
-    retries_left,
     status_after_end,
 )
 from airflow_trials.core.status import TrialStatus

@@ -331,21 +331,6 @@ def status_after_end(end: TrialEnd, decision: FailureDecision | None) -> TrialSt
 # -- the start of a try ---------------------------------------------------------------------------
 
 
-def first_try_after_a_clear(try_number: int, max_tries: int, retries: int) -> bool:
-    """Is this the first try of a task instance that was cleared after an earlier try ran?
-
-    Clearing gives a task instance a fresh retry budget (``max_tries = try_number + retries``),
-    so its first try after the clear is ``max_tries - retries + 1``, as Airflow's own
-    ``get_first_reschedule_date`` counts; a retry after a failure comes later than that.
-    """
-    return try_number > 1 and try_number == max_tries - retries + 1
-
-
-def retries_left(try_number: int, retries: int) -> bool:
-    """Does Airflow run the task again if this try fails (``try_number`` <= its ``retries``)?"""
-    return try_number <= retries
-
-
 class ActorState(StrEnum):
     """A trial's Ray actor, as the task starting a try finds it.
 
@@ -436,29 +421,13 @@ def on_start(
         end is final: a cleared task may have raised it).
     :param try_number: this try's number, for the reason.
     :param cleared: this is the first try after the task was cleared
-        (:func:`first_try_after_a_clear`): Airflow re-runs it with fresh retries.
+        (:func:`~airflow_trials.core.airflow_tries.first_try_after_a_clear`): Airflow re-runs it
+        with fresh retries.
     """
     trial_id = stored.trial_id
     being_stopped = actor is not ActorState.GONE and stored.stopped_from_airflow
     if actor is ActorState.GONE and ended_for_good(trial, stored):
-        if not cleared:
-            # A retry after the trial ended (Airflow lost the try that finished it), or a reused
-            # trial id: nothing to run.
-            return StartAction(
-                Start.REPORT_END,
-                False,
-                False,
-                None,
-                f"Trial {trial_id} already finished; reporting its stored state.",
-            )
-        return StartAction(
-            Start.RESTART,
-            False,
-            False,
-            Transition.RESET,
-            f"Trial {trial_id} had finished (last result {stored.last_result}) and its task was "
-            f"cleared: try {try_number} runs it again from scratch.",
-        )
+        return _start_after_its_end(stored, try_number, cleared)
     live = actor in (ActorState.QUEUED, ActorState.RUNNING, ActorState.TERMINATED)
     if live and not being_stopped:
         return StartAction(
@@ -469,17 +438,7 @@ def on_start(
             f"Trial {trial_id} is {actor.value} on Ray already; re-attaching to it.",
         )
     stop_actor = actor is not ActorState.GONE
-    if being_stopped:
-        # The previous try recorded that it stops this actor (its task was cleared) before this
-        # try registered: never re-attach to an actor being killed.
-        why = f"Trial {trial_id} is being stopped by its cleared previous try; starting it again"
-    elif stop_actor:
-        why = (
-            f"Trial {trial_id}'s actor lives but its trial is not running (left by a try "
-            "that died): stopping it and starting the trial again"
-        )
-    else:
-        why = f"Trial {trial_id} has no actor on Ray; starting it"
+    why = _why_start_again(trial_id, being_stopped, stop_actor)
     if cleared:
         return StartAction(
             Start.RESET,
@@ -495,3 +454,41 @@ def on_start(
         Transition.QUEUED if stored.status.is_terminal() else None,
         f"{why} from its latest checkpoint (try {try_number}).",
     )
+
+
+def _start_after_its_end(stored: StoredTrial, try_number: int, cleared: bool) -> StartAction:
+    """:func:`on_start` for a trial that ended for good and has no actor: report its end, or,
+    when its task was cleared, run it again from scratch."""
+    trial_id = stored.trial_id
+    if not cleared:
+        # A retry after the trial ended (Airflow lost the try that finished it), or a reused
+        # trial id: nothing to run.
+        return StartAction(
+            Start.REPORT_END,
+            False,
+            False,
+            None,
+            f"Trial {trial_id} already finished; reporting its stored state.",
+        )
+    return StartAction(
+        Start.RESTART,
+        False,
+        False,
+        Transition.RESET,
+        f"Trial {trial_id} had finished (last result {stored.last_result}) and its task was "
+        f"cleared: try {try_number} runs it again from scratch.",
+    )
+
+
+def _why_start_again(trial_id: str, being_stopped: bool, stop_actor: bool) -> str:
+    """Why :func:`on_start` starts the trial (again) rather than re-attach to its actor."""
+    if being_stopped:
+        # The previous try recorded that it stops this actor (its task was cleared) before this
+        # try registered: never re-attach to an actor being killed.
+        return f"Trial {trial_id} is being stopped by its cleared previous try; starting it again"
+    if stop_actor:
+        return (
+            f"Trial {trial_id}'s actor lives but its trial is not running (left by a try "
+            "that died): stopping it and starting the trial again"
+        )
+    return f"Trial {trial_id} has no actor on Ray; starting it"

@@ -11,15 +11,9 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator, Context, conf
 from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_trials.core.airflow_tries import first_try_after_a_clear, retries_left
 from airflow_trials.core.end import TrialEnd
-from airflow_trials.core.fate import (
-    Start,
-    Transition,
-    after_failure,
-    first_try_after_a_clear,
-    on_start,
-    retries_left,
-)
+from airflow_trials.core.fate import Start, Transition, after_failure, on_start
 from airflow_trials.core.parameters import refuse_in_airflow
 from airflow_trials.core.resources import Resources
 from airflow_trials.core.trial import Trial, check_max_failures, validate_name
