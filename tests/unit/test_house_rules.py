@@ -1,10 +1,12 @@
 """House rules that CI enforces through the test command, over the package, its tests, the
 benchmarks and the DAGs: ruff's lint, line length included (E501 at ``line-length`` in
-pyproject.toml), and ruff's formatting (``.venv/bin/ruff format`` fixes it). The import rules (no
-arrow back up the layers, no circles) are in test_layering.py."""
+pyproject.toml), ruff's formatting (``.venv/bin/ruff format`` fixes it), and the size caps over
+src/: no module over 500 lines, no function over 60. The import rules (no arrow back up the
+layers, no circles) are in test_layering.py."""
 
 from __future__ import annotations
 
+import ast
 import pathlib
 import shutil
 import subprocess
@@ -13,6 +15,8 @@ import sys
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
+MAX_MODULE_LINES = 500
+MAX_FUNCTION_LINES = 60
 
 
 def _ruff() -> list[str]:
@@ -63,3 +67,43 @@ def test_line_length_is_checked():
         timeout=60,
     )
     assert done.returncode == 1 and "E501" in done.stdout
+
+
+def _oversized(path: pathlib.Path, source: str) -> list[str]:
+    """What in ``source`` breaks the size caps: the module's lines, each function's (its ``def``
+    line to its last, docstring included; decorators not)."""
+    found = []
+    lines = source.count("\n")
+    if lines > MAX_MODULE_LINES:
+        found.append(f"{path}: {lines} lines (at most {MAX_MODULE_LINES})")
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            length = (node.end_lineno or node.lineno) - node.lineno + 1
+            if length > MAX_FUNCTION_LINES:
+                found.append(
+                    f"{path}:{node.lineno} {node.name}: {length} lines (at most "
+                    f"{MAX_FUNCTION_LINES})"
+                )
+    return found
+
+
+def test_no_module_over_500_lines_and_no_function_over_60_in_src():
+    found = [
+        problem
+        for path in sorted((REPO / "src").rglob("*.py"))
+        for problem in _oversized(path.relative_to(REPO), path.read_text())
+    ]
+    assert not found, "split these into named steps (not packed lines):\n" + "\n".join(found)
+
+
+def test_the_size_caps_catch_a_long_module_and_a_long_function():
+    long_function = "def f():\n" + "    x = 1\n" * MAX_FUNCTION_LINES
+    just_fits = "def g():\n" + "    x = 1\n" * (MAX_FUNCTION_LINES - 1)
+    long_method = "class C:\n    async def h(self):\n" + "        x = 1\n" * MAX_FUNCTION_LINES
+    long_module = "x = 1\n" * (MAX_MODULE_LINES + 1)
+    path = pathlib.Path("m.py")
+    assert [p.split()[1] for p in _oversized(path, long_function)] == ["f:"]
+    assert _oversized(path, just_fits) == []
+    assert [p.split()[1] for p in _oversized(path, long_method)] == ["h:"]
+    assert _oversized(path, long_module) == [f"m.py: {MAX_MODULE_LINES + 1} lines (at most 500)"]
+    assert _oversized(path, "x = 1\n" * MAX_MODULE_LINES) == []
