@@ -238,7 +238,7 @@ def test_the_two_objective_dag_returns_its_pareto_front_and_the_picked_trial(tri
     ]
     # The pick is in the trials DB too: the Pareto API's picked_trial_id and the run's history.
     from airflow_trials.plugins.datamodels.runs import ParetoOut
-    from airflow_trials.plugins.services.pareto import of_board
+    from airflow_trials.plugins.services.pareto_front import of_board
 
     (exp_run,) = store.reader.list_experiment_runs("two_objective_tuning")
     assert exp_run.picked_trial_id == best["trial_id"]

@@ -9,9 +9,9 @@ import re
 
 import pytest
 
-from airflow_trials.plugins.charts.pareto import pareto_svg
+from airflow_trials.plugins.charts.pareto_chart import pareto_svg
 from airflow_trials.plugins.queries import get_experiment_run
-from airflow_trials.plugins.services.pareto import of_board
+from airflow_trials.plugins.services.pareto_front import of_board
 from tests.pareto_seed import EXPERIMENT, FRONT, METRICS, MODES, seed_pareto
 
 # The seeded trials with both values (last result), and those without: p-5 has no latency, p-6

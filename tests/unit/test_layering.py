@@ -305,20 +305,28 @@ def test_execution_processes_stay_apart():
     assert process_arrows(import_graph()) == []
 
 
-# plugins/ names its modules per resource (routes/runs.py, datamodels/runs.py), as Airflow's
-# api_fastapi/core_api does; everywhere else a module's file name is its own.
+# plugins/ names its modules per resource (routes/runs.py, datamodels/runs.py, services/runs.py),
+# as Airflow's api_fastapi/core_api does: a plugins/ module named after a resource (a module of
+# plugins/routes/) may share its name; every other module's file name is its own.
 NAMED_PER_RESOURCE = "plugins"
 
 
+def _resources(package: pathlib.Path) -> set[str]:
+    """The file names of plugins/routes/' modules: one per resource."""
+    routes = package / NAMED_PER_RESOURCE / "routes"
+    return {p.name for p in routes.glob("*.py")} - {"__init__.py"}
+
+
 def shared_names(package: pathlib.Path = PKG) -> dict[str, list[str]]:
-    """File name -> the modules outside plugins/ that share it (``__init__``, ``__main__`` and
-    migrations aside)."""
+    """File name -> the modules that share it (``__init__``, ``__main__``, migrations and
+    plugins/' per-resource modules aside)."""
+    resources = _resources(package)
     by_name: dict[str, list[str]] = {}
     for path in sorted(package.rglob("*.py")):
         parts = path.relative_to(package).parts
         if path.name in ("__init__.py", "__main__.py") or "migrations" in parts:
             continue
-        if parts[0] == NAMED_PER_RESOURCE:
+        if parts[0] == NAMED_PER_RESOURCE and path.name in resources:
             continue
         by_name.setdefault(path.name, []).append("/".join(parts))
     return {name: paths for name, paths in by_name.items() if len(paths) > 1}
@@ -334,12 +342,18 @@ def test_the_name_check_sees_a_shared_name(tmp_path):
         "operators/trial.py",
         "plugins/routes/runs.py",
         "plugins/datamodels/runs.py",
+        "plugins/services/runs.py",
+        "plugins/charts/rungs.py",
+        "store/rungs.py",
         "core/__init__.py",
         "store/__init__.py",
     ):
         (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / relative).write_text("")
-    assert shared_names(tmp_path) == {"trial.py": ["core/trial.py", "operators/trial.py"]}
+    assert shared_names(tmp_path) == {
+        "trial.py": ["core/trial.py", "operators/trial.py"],
+        "rungs.py": ["plugins/charts/rungs.py", "store/rungs.py"],
+    }
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field
 
 from airflow_trials.core.stop_kind import StopKind
 from airflow_trials.plugins.datamodels.experiments import RunOut
-from airflow_trials.plugins.services.pareto import ParetoView
+from airflow_trials.plugins.services.pareto_front import ParetoView
 from airflow_trials.store.records import CheckpointRecordRow
 
 

@@ -9,7 +9,7 @@ from fastapi.responses import HTMLResponse
 
 from airflow_trials.plugins import reads
 from airflow_trials.plugins.auth import UserDep
-from airflow_trials.plugins.charts.lineage import change_text
+from airflow_trials.plugins.charts.lineage_chart import change_text
 from airflow_trials.plugins.datamodels.decisions import (
     RunDecisionsOut,
     RunExploitOut,

@@ -27,7 +27,7 @@ from airflow_trials.plugins.params import (
 )
 from airflow_trials.plugins.queries import DEFAULT_PAGE_SIZE, BoardPage, NotFoundError, is_live
 from airflow_trials.plugins.render import REFRESH_SECONDS, Links, render_page
-from airflow_trials.plugins.services.pareto import pareto_view
+from airflow_trials.plugins.services.pareto_front import pareto_view
 from airflow_trials.plugins.services.runs import BoardQuery, run_page_view
 from airflow_trials.store import ParetoRow
 

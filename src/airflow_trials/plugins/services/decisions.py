@@ -1,6 +1,6 @@
 """A run's scheduler decisions on the dashboard: ASHA's (HyperBand's, MOASHA's) rungs, their
 cutoffs and the trials they stopped, and PBT's graph of who copied whom; the views of the page
-(``routes/decisions.py``), drawn by ``charts/rungs.py`` and ``charts/lineage.py``.
+(``routes/decisions.py``), drawn by ``charts/rungs_chart.py`` and ``charts/lineage_chart.py``.
 
 Each view is one store read for the whole run (:mod:`~airflow_trials.store.run_decisions`).
 """
@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from markupsafe import Markup
 
 from airflow_trials.plugins import reads
-from airflow_trials.plugins.charts.lineage import lineage_svg, natural
-from airflow_trials.plugins.charts.rungs import rungs_svg
+from airflow_trials.plugins.charts.lineage_chart import lineage_svg, natural
+from airflow_trials.plugins.charts.rungs_chart import rungs_svg
 from airflow_trials.plugins.queries import ConfigChange, config_changes
 from airflow_trials.plugins.render import Links
 from airflow_trials.store import ExperimentRunRecord, TrialReader

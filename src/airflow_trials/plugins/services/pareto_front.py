@@ -1,5 +1,5 @@
 """The Pareto front of a run with several metrics: every trial on two of its metrics (drawn by
-``charts/pareto.py``; its JSON in ``datamodels/runs.py``).
+``charts/pareto_chart.py``; its JSON in ``datamodels/runs.py``).
 
 Each trial is placed by its last result, as the run's leaderboard of several metrics places it
 (:meth:`~airflow_trials.store.TrialReader.pareto_leaderboard`): the front (Pareto rank 0, of the

@@ -16,7 +16,7 @@ from airflow_trials.plugins.charts.kit import (
     short,
     svg_open,
 )
-from airflow_trials.plugins.services.pareto import ParetoView, Point
+from airflow_trials.plugins.services.pareto_front import ParetoView, Point
 
 WIDTH, HEIGHT = 860, 420
 _LEFT, _RIGHT, _TOP, _BOTTOM = 80, 30, 36, 56
