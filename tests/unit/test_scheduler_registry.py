@@ -36,7 +36,7 @@ def test_hyperband_is_no_slice_of_the_airflow_path():
 _NEW_SLICE = """
     from dataclasses import asdict, dataclass
 
-    from airflow_trials.schedulers.median.median_rule import RULE_KEY
+    from airflow_trials.core.scheduler import RULE_KEY
     from airflow_trials.schedulers.trial_judge import Judge, JudgedSlice
 
 

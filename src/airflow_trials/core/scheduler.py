@@ -16,6 +16,11 @@ from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.stop_kind import StopKind
 from airflow_trials.core.trial import Trial
 
+#: The key naming the rule in a scheduler's serialized Airflow-path settings (a MedianRule's and
+#: a MOASHARungs' ``to_dict()``; AshaRungs' dicts have none): what
+#: ``schedulers/registry.py`` reads them back by.
+RULE_KEY = "rule"
+
 
 class Decision(StrEnum):
     """What the runner does with a trial after one of its results."""

@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import airflow_trials.schedulers as package
-from airflow_trials.schedulers.median.median_rule import RULE_KEY
+from airflow_trials.core.scheduler import RULE_KEY
 from airflow_trials.schedulers.trial_judge import Judge, JudgedSettings, JudgedSlice
 
 __all__ = [

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, cast
 
-from airflow_trials.core.scheduler import Decision, RecordedVerdict, format_number
+from airflow_trials.core.scheduler import RULE_KEY, Decision, RecordedVerdict, format_number
 from airflow_trials.core.verdicts import MEDIAN_AT_END_REASON as AT_END_REASON
 from airflow_trials.core.verdicts import MeanList, MeanSample, MedianDecide
 
@@ -292,6 +292,4 @@ class MedianRule:
             state.record(trial_id, iteration=iteration, time=time, value=value, at_end=True)
 
 
-#: The key a serialized :class:`MedianRule` carries (AshaRungs' dicts have none, as before it).
-RULE_KEY = "rule"
 MEDIAN = "median"

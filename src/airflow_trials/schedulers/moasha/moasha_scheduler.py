@@ -19,7 +19,13 @@ from typing import Any, Protocol
 
 from airflow_trials.core.pareto import check_several
 from airflow_trials.core.result import Result
-from airflow_trials.core.scheduler import Decision, FIFOScheduler, RecordedVerdict, format_number
+from airflow_trials.core.scheduler import (
+    RULE_KEY,
+    Decision,
+    FIFOScheduler,
+    RecordedVerdict,
+    format_number,
+)
 from airflow_trials.core.stop_kind import StopKind
 from airflow_trials.core.trial import Trial
 from airflow_trials.schedulers.asha.asha_rungs import (
@@ -38,7 +44,6 @@ from airflow_trials.schedulers.asha.rung_math import (
     rung_milestones,
     rung_to_judge,
 )
-from airflow_trials.schedulers.median.median_rule import RULE_KEY
 from airflow_trials.schedulers.moasha.moasha_rank import moasha_rung_decision, syne_tune_order
 
 __all__ = [
@@ -52,7 +57,7 @@ __all__ = [
     "syne_tune_order",
 ]
 
-#: The ``RULE_KEY`` value a serialized :class:`MOASHARungs` carries (``core.judged`` reads it).
+#: The ``RULE_KEY`` value a serialized :class:`MOASHARungs` carries (the registry reads it).
 MOASHA_RULE = "moasha"
 #: One trial's values of the metrics, in the order of the scheduler's ``metric`` list.
 MetricVector = tuple[float, ...]
