@@ -15,8 +15,9 @@ from airflow_trials.core.end import TrialEnd
 from airflow_trials.core.fate import Transition
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.plugins.charts.coordinates import parallel_coordinates_svg
-from airflow_trials.plugins.charts.kit import ACCENT, Scale, ramp
-from airflow_trials.plugins.services.coordinates import Axis, Coordinates, Line
+from airflow_trials.plugins.charts.kit import ACCENT, ramp
+from airflow_trials.plugins.datamodels.chart_scale import Scale
+from airflow_trials.plugins.datamodels.coordinates import Axis, Coordinates, Line
 from airflow_trials.store import ExperimentRunRecord
 from airflow_trials.store.records import ExperimentRunStatus
 from tests.factories import add_results

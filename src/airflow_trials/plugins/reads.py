@@ -11,16 +11,15 @@ from airflow_trials.core.goal import API_FLAGS, Goal, GoalError
 from airflow_trials.exceptions import TrialNotFoundError
 from airflow_trials.plugins.auth import RUN_ACCESS, TRIAL_ACCESS, may_read, require_read
 from airflow_trials.plugins.datamodels.experiments import ExperimentOut, RunOut
+from airflow_trials.plugins.datamodels.scheduler_steps import LineageStep, lineage_steps
 from airflow_trials.plugins.params import checked_name
 from airflow_trials.plugins.queries import (
     BoardPage,
-    LineageStep,
     NotFoundError,
     best_checkpoint,
     best_point,
     get_experiment_run,
     leaderboard_page,
-    lineage_steps,
     pareto_page,
 )
 from airflow_trials.plugins.render import Links

@@ -14,7 +14,6 @@ from airflow_trials.plugins.charts.kit import (
     ACCENT,
     NO_VALUE_COLOR,
     Plot,
-    Scale,
     empty_svg,
     number_label,
     ramp,
@@ -22,7 +21,8 @@ from airflow_trials.plugins.charts.kit import (
     short,
     svg_open,
 )
-from airflow_trials.plugins.services.coordinates import TOP_TRIALS, Coordinates, Line
+from airflow_trials.plugins.datamodels.chart_scale import Scale
+from airflow_trials.plugins.datamodels.coordinates import TOP_TRIALS, Coordinates, Line
 
 AXIS_SPACING_MIN, AXIS_SPACING_MAX = 110, 200
 PLOT_WIDTH = 860  # the span of the axes when that spacing allows

@@ -9,14 +9,8 @@ from collections.abc import Mapping, Sequence
 from html import escape
 
 from airflow_trials.plotting import Curve, CurveSeries, learning_curves
-from airflow_trials.plugins.charts.kit import (
-    BEST_COLOR,
-    Plot,
-    Scale,
-    empty_svg,
-    nice_ticks,
-    svg_open,
-)
+from airflow_trials.plugins.charts.kit import BEST_COLOR, Plot, empty_svg, nice_ticks, svg_open
+from airflow_trials.plugins.datamodels.chart_scale import Scale
 
 WIDTH = 860
 HEIGHT = 360

@@ -5,14 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from html import escape
 
-from airflow_trials.plugins.charts.kit import (
-    PALETTE,
-    Plot,
-    Scale,
-    empty_svg,
-    nice_ticks,
-    svg_open,
-)
+from airflow_trials.plugins.charts.kit import PALETTE, Plot, empty_svg, nice_ticks, svg_open
+from airflow_trials.plugins.datamodels.chart_scale import Scale
 
 WIDTH = 860
 IMPORTANCE_ROW = 26

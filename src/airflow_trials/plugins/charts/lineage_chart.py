@@ -9,8 +9,9 @@ from collections.abc import Sequence
 from html import escape
 from typing import Any, Protocol
 
-from airflow_trials.plugins.charts.kit import Plot, Scale, empty_svg, nice_ticks, svg_open
-from airflow_trials.plugins.queries import ConfigChange
+from airflow_trials.plugins.charts.kit import Plot, empty_svg, nice_ticks, svg_open
+from airflow_trials.plugins.datamodels.chart_scale import Scale
+from airflow_trials.plugins.datamodels.scheduler_steps import ConfigChange
 from airflow_trials.plugins.render import Links, utc
 from airflow_trials.store.run_decisions import RunExploit
 

@@ -7,16 +7,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from html import escape
 
-from airflow_trials.plugins.charts.kit import (
-    ACCENT,
-    Plot,
-    Scale,
-    empty_svg,
-    number_label,
-    short,
-    svg_open,
-)
-from airflow_trials.plugins.services.pareto_front import ParetoView, Point
+from airflow_trials.plugins.charts.kit import ACCENT, Plot, empty_svg, number_label, short, svg_open
+from airflow_trials.plugins.datamodels.chart_scale import Scale
+from airflow_trials.plugins.datamodels.runs import ParetoView, Point
 
 WIDTH, HEIGHT = 860, 420
 _LEFT, _RIGHT, _TOP, _BOTTOM = 80, 30, 36, 56

@@ -10,15 +10,9 @@ from html import escape
 from typing import Protocol
 
 from airflow_trials.core.scheduler import format_number
-from airflow_trials.plugins.charts.kit import (
-    BEST_COLOR,
-    Plot,
-    Scale,
-    category,
-    empty_svg,
-    svg_open,
-)
-from airflow_trials.plugins.queries import AT_END
+from airflow_trials.plugins.charts.kit import BEST_COLOR, Plot, category, empty_svg, svg_open
+from airflow_trials.plugins.datamodels.chart_scale import Scale
+from airflow_trials.plugins.datamodels.scheduler_steps import AT_END
 from airflow_trials.plugins.render import Links
 from airflow_trials.store.run_decisions import RunRung
 

@@ -6,8 +6,8 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
+from airflow_trials.plugins.datamodels.scheduler_steps import AT_END
 from airflow_trials.plugins.datamodels.trials import ConfigChangeOut
-from airflow_trials.plugins.queries import AT_END
 
 
 class RungPointOut(BaseModel):

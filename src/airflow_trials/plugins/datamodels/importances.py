@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, Field
 
+from airflow_trials.core.importances import Importances
 from airflow_trials.plugins.datamodels.experiments import RunOut
-from airflow_trials.plugins.services.importances import RunImportances, run_subject
+from airflow_trials.store import ExperimentRunRecord
 
 
 class ParamImportanceOut(BaseModel):
@@ -71,3 +73,36 @@ class ImportancesOut(BaseModel):
                 for p in result.params
             ],
         )
+
+
+@dataclass(frozen=True)
+class RunImportances:
+    """A run's importances for one metric, or why there are none.
+
+    :param run: the experiment run.
+    :param metric: the metric they are of.
+    :param mode: ``"min"`` or ``"max"``.
+    :param metrics: the experiment's metrics (a choice with several), the metric first if not
+        recorded.
+    :param evaluator: ``"ped-anova"`` or ``"fanova"``.
+    :param num_trials: the run's trials, usable or not.
+    :param importances: the ranking; None when it cannot be computed.
+    :param problem: why not (too few trials, scikit-learn missing); None when computed.
+    :param status_code: the API's answer for ``problem``: 409 (the run's trials cannot tell yet)
+        or 501 (fANOVA without scikit-learn on the api-server); 200 with importances.
+    """
+
+    run: ExperimentRunRecord
+    metric: str
+    mode: str
+    metrics: list[str]
+    evaluator: str
+    num_trials: int
+    importances: Importances | None
+    problem: str | None
+    status_code: int
+
+
+def run_subject(run: ExperimentRunRecord) -> str:
+    """How messages name a run: ``run manual__1 (id 3) of experiment mnist``."""
+    return f"run {run.run_key} (id {run.id}) of experiment {run.experiment_name}"

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, Field
 
 from airflow_trials.core.stop_kind import StopKind
 from airflow_trials.plugins.datamodels.experiments import RunOut
-from airflow_trials.plugins.services.pareto_front import ParetoView
+from airflow_trials.store import ExperimentRunRecord
 from airflow_trials.store.records import CheckpointRecordRow
 
 
@@ -166,3 +167,57 @@ class ParetoOut(BaseModel):
                 for p in view.points
             ],
         )
+
+
+@dataclass(frozen=True)
+class Point:
+    """One trial on the scatter.
+
+    :param trial_id: the trial.
+    :param x: its value of the x metric (last result).
+    :param y: its value of the y metric.
+    :param pareto_rank: its rank over all the experiment's metrics (0 = the front).
+    :param feasible: meets the experiment's constraints; None without constraints.
+    """
+
+    trial_id: str
+    x: float
+    y: float
+    pareto_rank: int | None
+    feasible: bool | None
+
+    @property
+    def on_front(self) -> bool:
+        return self.pareto_rank == 0
+
+
+@dataclass(frozen=True)
+class ParetoView:
+    """A run's trials on two of its metrics.
+
+    :param run: the run.
+    :param metrics: the experiment's metrics; ``x`` and ``y`` are two of them.
+    :param modes: one per metric.
+    :param x: the horizontal metric.
+    :param y: the vertical metric.
+    :param points: the trials with a finite value of both, in leaderboard order.
+    :param left_out: how many trials of the run have no value of one of them.
+    :param step: the front's step line: the front trials no other front trial beats on both
+        ``x`` and ``y`` (with two metrics, the whole front), sorted by ``x``.
+    :param constrained: the experiment has constraints.
+    :param picked: the trial ``select_best`` picked, when it picked one; default None.
+    """
+
+    run: ExperimentRunRecord
+    metrics: list[str]
+    modes: list[str]
+    x: str
+    y: str
+    points: list[Point]
+    left_out: int
+    step: list[Point]
+    constrained: bool
+    picked: str | None = None
+
+    def mode(self, metric: str) -> str:
+        return self.modes[self.metrics.index(metric)]

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from airflow_trials.plugins.queries import AT_END, LineageStep, rung_verdict
+from airflow_trials.plugins.datamodels.scheduler_steps import AT_END, LineageStep, rung_verdict
 from airflow_trials.store import RungDecision, TrialRecord
 from airflow_trials.store.records import CheckpointRecordRow
 

@@ -16,9 +16,10 @@ from airflow_trials.plugins.datamodels.decisions import (
     RungPointOut,
     RunRungOut,
 )
+from airflow_trials.plugins.datamodels.scheduler_steps import AT_END, config_changes
 from airflow_trials.plugins.datamodels.trials import ConfigChangeOut
 from airflow_trials.plugins.params import RunPk, StoreDep
-from airflow_trials.plugins.queries import AT_END, config_changes, is_live
+from airflow_trials.plugins.queries import is_live
 from airflow_trials.plugins.render import REFRESH_SECONDS, Links, render_page
 from airflow_trials.plugins.services.decisions import (
     EXPLOITS_LISTED,

@@ -13,9 +13,10 @@ from markupsafe import Markup
 from airflow_trials.plugins import reads
 from airflow_trials.plugins.charts.curves import learning_curves_svg
 from airflow_trials.plugins.charts.pareto_chart import pareto_svg
+from airflow_trials.plugins.datamodels.runs import ParetoView
 from airflow_trials.plugins.queries import DEFAULT_PAGE_SIZE, BoardPage
 from airflow_trials.plugins.render import Links, is_number
-from airflow_trials.plugins.services.pareto_front import ParetoView, of_board
+from airflow_trials.plugins.services.pareto_front import of_board
 from airflow_trials.store import TrialReader
 from airflow_trials.store.records import RunApprovalRecord, RunExtensionRecord
 from airflow_trials.store.run_decisions import RunDecisionCounts
