@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from airflow_trials.plugins.render import THEME_SCRIPT
+from airflow_trials.plugins.web.render import THEME_SCRIPT
 from tests.plugins.browser_support import (
     Browser,
     launch_chromium,

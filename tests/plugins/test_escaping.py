@@ -7,7 +7,7 @@ import pytest
 from markupsafe import escape
 
 from airflow_trials.plugins.charts.curves import learning_curves_svg
-from airflow_trials.plugins.render import THEME_SCRIPT, THEME_SCRIPT_HASH
+from airflow_trials.plugins.web.render import THEME_SCRIPT, THEME_SCRIPT_HASH
 from tests.plugins.conftest import HOSTILE
 
 ESCAPED = str(escape(HOSTILE))

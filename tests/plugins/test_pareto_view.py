@@ -10,7 +10,7 @@ import re
 import pytest
 
 from airflow_trials.plugins.charts.pareto_chart import pareto_svg
-from airflow_trials.plugins.queries import get_experiment_run
+from airflow_trials.plugins.data.queries import get_experiment_run
 from airflow_trials.plugins.services.pareto_front import of_board
 from tests.pareto_seed import EXPERIMENT, FRONT, METRICS, MODES, seed_pareto
 

@@ -8,19 +8,19 @@ from airflow_trials.core.scheduler import Decision
 from airflow_trials.core.stop_kind import StopKind
 from airflow_trials.plugins.charts.curves import learning_curves_svg
 from airflow_trials.plugins.charts.kit import nice_ticks
+from airflow_trials.plugins.data.queries import (
+    best_checkpoint,
+    best_point,
+    early_stopped,
+    get_experiment_run,
+    leaderboard_page,
+)
 from airflow_trials.plugins.datamodels.scheduler_steps import (
     AT_END,
     ConfigChange,
     config_changes,
     lineage_steps,
     rung_verdict,
-)
-from airflow_trials.plugins.queries import (
-    best_checkpoint,
-    best_point,
-    early_stopped,
-    get_experiment_run,
-    leaderboard_page,
 )
 from airflow_trials.schedulers.asha.asha_rungs import RungVerdict
 from airflow_trials.store.records import CheckpointRecordRow

@@ -1,5 +1,5 @@
 """The run page's leaderboard ranked, filtered, sorted and sliced in SQL
-(``TrialReader.ranked_page``, ``plugins/queries.py`` ``leaderboard_page``) gives the very pages
+(``TrialReader.ranked_page``, ``plugins/data/queries.py`` ``leaderboard_page``) gives the very pages
 that ranking every trial in Python gave, on SQLite and PostgreSQL: NaN, inf, strings and ties,
 errored trials and running ones without results, every sort, filter and page, both modes, the
 maintained bests and the probe of the results, with and without constraints."""
@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import text
 
 from airflow_trials.core.fate import Transition
-from airflow_trials.plugins.queries import get_experiment_run, leaderboard_page
+from airflow_trials.plugins.data.queries import get_experiment_run, leaderboard_page
 from airflow_trials.store import TrialStore
 from airflow_trials.store.records import RankedTrial
 from tests.contract.conftest import new_postgres_schema
@@ -104,7 +104,7 @@ def store(request, tmp_path) -> Iterator[TrialStore]:
 
 
 def _python_page(store, run, metric, mode, sort, descending, page, stopped, cache=None):
-    """The page as plugins/queries.py made it before: the whole ranking in Python, filtered,
+    """The page as plugins/data/queries.py made it before: the whole ranking in Python, filtered,
     sorted and sliced (ranks those of the whole ranking). ``cache`` (a dict) keeps each goal's
     ranking and the early-stopped trials between pages: the store does not change meanwhile."""
     cache = {} if cache is None else cache

@@ -14,7 +14,7 @@ from markupsafe import escape
 
 from airflow_trials.core.stop_kind import StopKind
 from airflow_trials.plugins.charts.curves import learning_curves_svg
-from airflow_trials.plugins.render import (
+from airflow_trials.plugins.web.render import (
     THEME_SCRIPT,
     THEME_SCRIPT_HASH,
     is_number,

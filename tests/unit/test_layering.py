@@ -282,22 +282,10 @@ def process_arrows(graph: Mapping[str, set[str]]) -> list[str]:
     return crossings
 
 
-# One folder is being reshaped now (issue 49): plugins/ is split by route (its app imports
-# plugins/routes/, whose routes import the plugins/ modules they have not yet taken in).
-# A circle that stays inside it waits for that work; any other circle fails. Take the folder
-# out of this set when it has no circle left.
-RESHAPED_NOW = {"plugins"}
-
-
 def test_no_folder_circles():
     folders = folder_graph(import_graph())
     assert {"core", "store", "execution", "execution/worker", "storage"} <= set(folders)
-    circles = [
-        c
-        for c in cycles(folders)
-        if len({f.split("/")[0] for f in c}) > 1 or c[0].split("/")[0] not in RESHAPED_NOW
-    ]
-    assert circles == []
+    assert cycles(folders) == []
 
 
 def test_execution_processes_stay_apart():

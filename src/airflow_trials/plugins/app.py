@@ -24,9 +24,9 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from airflow_trials.exceptions import StoreError
-from airflow_trials.plugins.queries import NotFoundError
-from airflow_trials.plugins.render import THEME_SCRIPT_HASH, render_page
+from airflow_trials.plugins.data.queries import NotFoundError
 from airflow_trials.plugins.routes import api, pages
+from airflow_trials.plugins.web.render import THEME_SCRIPT_HASH, render_page
 from airflow_trials.store import TrialReader
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from typing import Any, Protocol
 from airflow_trials.plugins.charts.kit import Plot, empty_svg, nice_ticks, svg_open
 from airflow_trials.plugins.datamodels.chart_scale import Scale
 from airflow_trials.plugins.datamodels.scheduler_steps import ConfigChange
-from airflow_trials.plugins.render import Links, utc
+from airflow_trials.plugins.web.render import Links, utc
 from airflow_trials.store.run_decisions import RunExploit
 
 WIDTH = 860

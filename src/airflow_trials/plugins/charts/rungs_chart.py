@@ -13,7 +13,7 @@ from airflow_trials.core.scheduler import format_number
 from airflow_trials.plugins.charts.kit import BEST_COLOR, Plot, category, empty_svg, svg_open
 from airflow_trials.plugins.datamodels.chart_scale import Scale
 from airflow_trials.plugins.datamodels.scheduler_steps import AT_END
-from airflow_trials.plugins.render import Links
+from airflow_trials.plugins.web.render import Links
 from airflow_trials.store.run_decisions import RunRung
 
 WIDTH, HEIGHT = 860, 320

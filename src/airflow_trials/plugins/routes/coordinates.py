@@ -6,13 +6,13 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 from markupsafe import Markup
 
-from airflow_trials.plugins.auth import UserDep
 from airflow_trials.plugins.charts.coordinates import parallel_coordinates_svg, slice_svg
+from airflow_trials.plugins.data.queries import is_live
 from airflow_trials.plugins.datamodels.coordinates import CoordinatesOut
-from airflow_trials.plugins.params import Metric, Mode, RunPk, StoreDep
-from airflow_trials.plugins.queries import is_live
-from airflow_trials.plugins.render import REFRESH_SECONDS, Links, render_page
 from airflow_trials.plugins.services.coordinates import Param, coordinates
+from airflow_trials.plugins.web.auth import UserDep
+from airflow_trials.plugins.web.params import Metric, Mode, RunPk, StoreDep
+from airflow_trials.plugins.web.render import REFRESH_SECONDS, Links, render_page
 
 api = APIRouter(prefix="/api", tags=["Trials dashboard"])
 pages = APIRouter(include_in_schema=False)

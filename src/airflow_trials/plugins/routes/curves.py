@@ -6,13 +6,13 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 from markupsafe import Markup
 
-from airflow_trials.plugins import reads
-from airflow_trials.plugins.auth import UserDep
 from airflow_trials.plugins.charts.curves import learning_curves_svg
+from airflow_trials.plugins.data.queries import DEFAULT_CURVES, is_live
 from airflow_trials.plugins.datamodels.curves import CurvesOut
-from airflow_trials.plugins.params import Metric, Mode, RunPk, StoreDep, Top
-from airflow_trials.plugins.queries import DEFAULT_CURVES, is_live
-from airflow_trials.plugins.render import REFRESH_SECONDS, Links, render_page
+from airflow_trials.plugins.web import reads
+from airflow_trials.plugins.web.auth import UserDep
+from airflow_trials.plugins.web.params import Metric, Mode, RunPk, StoreDep, Top
+from airflow_trials.plugins.web.render import REFRESH_SECONDS, Links, render_page
 
 api = APIRouter(prefix="/api", tags=["Trials dashboard"])
 pages = APIRouter(include_in_schema=False)

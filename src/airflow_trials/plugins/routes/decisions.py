@@ -7,9 +7,8 @@ import math
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
-from airflow_trials.plugins import reads
-from airflow_trials.plugins.auth import UserDep
 from airflow_trials.plugins.charts.lineage_chart import change_text
+from airflow_trials.plugins.data.queries import is_live
 from airflow_trials.plugins.datamodels.decisions import (
     RunDecisionsOut,
     RunExploitOut,
@@ -18,9 +17,6 @@ from airflow_trials.plugins.datamodels.decisions import (
 )
 from airflow_trials.plugins.datamodels.scheduler_steps import AT_END, config_changes
 from airflow_trials.plugins.datamodels.trials import ConfigChangeOut
-from airflow_trials.plugins.params import RunPk, StoreDep
-from airflow_trials.plugins.queries import is_live
-from airflow_trials.plugins.render import REFRESH_SECONDS, Links, render_page
 from airflow_trials.plugins.services.decisions import (
     EXPLOITS_LISTED,
     lineage_view,
@@ -28,6 +24,10 @@ from airflow_trials.plugins.services.decisions import (
     rung_summaries,
     rungs_view,
 )
+from airflow_trials.plugins.web import reads
+from airflow_trials.plugins.web.auth import UserDep
+from airflow_trials.plugins.web.params import RunPk, StoreDep
+from airflow_trials.plugins.web.render import REFRESH_SECONDS, Links, render_page
 from airflow_trials.store.run_decisions import RunRung
 
 api = APIRouter(prefix="/api", tags=["Trials dashboard"])

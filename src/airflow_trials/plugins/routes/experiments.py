@@ -6,11 +6,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 from markupsafe import Markup
 
-from airflow_trials.plugins import reads
-from airflow_trials.plugins.auth import UserDep
 from airflow_trials.plugins.datamodels.experiments import ExperimentOut, HistoryOut
-from airflow_trials.plugins.params import ExperimentName, StoreDep
-from airflow_trials.plugins.render import REFRESH_SECONDS, Links, render_page
 from airflow_trials.plugins.services.history import (
     STOP_KIND_LABELS,
     Last,
@@ -18,6 +14,10 @@ from airflow_trials.plugins.services.history import (
     history,
     history_view,
 )
+from airflow_trials.plugins.web import reads
+from airflow_trials.plugins.web.auth import UserDep
+from airflow_trials.plugins.web.params import ExperimentName, StoreDep
+from airflow_trials.plugins.web.render import REFRESH_SECONDS, Links, render_page
 
 api = APIRouter(prefix="/api", tags=["Trials dashboard"])
 pages = APIRouter(include_in_schema=False)

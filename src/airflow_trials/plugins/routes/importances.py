@@ -10,13 +10,13 @@ from fastapi.responses import HTMLResponse
 from markupsafe import Markup
 
 from airflow_trials.core.importances import DEFAULT_EVALUATOR, EVALUATORS
-from airflow_trials.plugins.auth import UserDep
 from airflow_trials.plugins.charts.importances import importances_svg
+from airflow_trials.plugins.data.queries import is_live
 from airflow_trials.plugins.datamodels.importances import ImportancesOut
-from airflow_trials.plugins.params import Metric, Mode, RunPk, StoreDep
-from airflow_trials.plugins.queries import is_live
-from airflow_trials.plugins.render import Links, render_page
 from airflow_trials.plugins.services.importances import Evaluator, run_importances
+from airflow_trials.plugins.web.auth import UserDep
+from airflow_trials.plugins.web.params import Metric, Mode, RunPk, StoreDep
+from airflow_trials.plugins.web.render import Links, render_page
 
 # The page of a live run re-loads itself, less often than the run page: importances move slowly,
 # and each load evaluates them again.

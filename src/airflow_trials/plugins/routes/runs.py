@@ -8,11 +8,14 @@ from typing import Any
 from fastapi import APIRouter, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from airflow_trials.plugins import reads
-from airflow_trials.plugins.auth import UserDep
+from airflow_trials.plugins.data.queries import DEFAULT_PAGE_SIZE, BoardPage, NotFoundError, is_live
 from airflow_trials.plugins.datamodels.experiments import RunOut
 from airflow_trials.plugins.datamodels.runs import LeaderboardOut, LeaderboardRowOut, ParetoOut
-from airflow_trials.plugins.params import (
+from airflow_trials.plugins.services.pareto_front import pareto_view
+from airflow_trials.plugins.services.runs import BoardQuery, run_page_view
+from airflow_trials.plugins.web import reads
+from airflow_trials.plugins.web.auth import UserDep
+from airflow_trials.plugins.web.params import (
     DagId,
     DagRunId,
     Metric,
@@ -25,10 +28,7 @@ from airflow_trials.plugins.params import (
     Stopped,
     StoreDep,
 )
-from airflow_trials.plugins.queries import DEFAULT_PAGE_SIZE, BoardPage, NotFoundError, is_live
-from airflow_trials.plugins.render import REFRESH_SECONDS, Links, render_page
-from airflow_trials.plugins.services.pareto_front import pareto_view
-from airflow_trials.plugins.services.runs import BoardQuery, run_page_view
+from airflow_trials.plugins.web.render import REFRESH_SECONDS, Links, render_page
 from airflow_trials.store import ParetoRow
 
 api = APIRouter(prefix="/api", tags=["Trials dashboard"])

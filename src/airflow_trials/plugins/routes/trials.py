@@ -9,14 +9,14 @@ from urllib.parse import quote
 from fastapi import APIRouter, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from airflow_trials.plugins import reads
-from airflow_trials.plugins.auth import UserDep
+from airflow_trials.plugins.data.logs import log_download, open_log, trial_logs
+from airflow_trials.plugins.data.queries import NotFoundError, early_stopped
 from airflow_trials.plugins.datamodels.trials import ExploitOut, ResultsOut, RungOut, TrialOut
-from airflow_trials.plugins.logs import log_download, open_log, trial_logs
-from airflow_trials.plugins.params import DagId, DagRunId, MapIndex, StoreDep, TaskId, TrialId
-from airflow_trials.plugins.queries import NotFoundError, early_stopped
-from airflow_trials.plugins.render import REFRESH_SECONDS, Links, render_page
 from airflow_trials.plugins.services.trials import trial_page_view
+from airflow_trials.plugins.web import reads
+from airflow_trials.plugins.web.auth import UserDep
+from airflow_trials.plugins.web.params import DagId, DagRunId, MapIndex, StoreDep, TaskId, TrialId
+from airflow_trials.plugins.web.render import REFRESH_SECONDS, Links, render_page
 
 # A trial page lists its newest results; the chart and the JSON API have all of them.
 RESULTS_SHOWN = 200

@@ -9,10 +9,10 @@ from typing import Annotated, Any
 from fastapi import Query
 
 from airflow_trials.core.goal import Goal
-from airflow_trials.plugins import reads
 from airflow_trials.plugins.datamodels.chart_scale import Scale
 from airflow_trials.plugins.datamodels.coordinates import TOP_TRIALS, Axis, Coordinates, Line
-from airflow_trials.plugins.params import METRIC_PATTERN
+from airflow_trials.plugins.web import reads
+from airflow_trials.plugins.web.params import METRIC_PATTERN
 from airflow_trials.store import TrialReader
 
 

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 
 from markupsafe import Markup
 
-from airflow_trials.plugins import reads
 from airflow_trials.plugins.charts.lineage_chart import lineage_svg, natural
 from airflow_trials.plugins.charts.rungs_chart import rungs_svg
 from airflow_trials.plugins.datamodels.scheduler_steps import ConfigChange, config_changes
-from airflow_trials.plugins.render import Links
+from airflow_trials.plugins.web import reads
+from airflow_trials.plugins.web.render import Links
 from airflow_trials.store import ExperimentRunRecord, TrialReader
 from airflow_trials.store.run_decisions import RunExploit, RunRung
 

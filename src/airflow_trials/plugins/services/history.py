@@ -10,8 +10,8 @@ from typing import Annotated, Any
 from fastapi import Query
 
 from airflow_trials.exceptions import ExperimentNotFoundError
-from airflow_trials.plugins import reads
 from airflow_trials.plugins.charts.trend import history_trend_svg
+from airflow_trials.plugins.data.queries import NotFoundError
 from airflow_trials.plugins.datamodels.experiments import (
     ExperimentOut,
     HistoryOut,
@@ -19,9 +19,9 @@ from airflow_trials.plugins.datamodels.experiments import (
     RunOut,
     WarmStartOut,
 )
-from airflow_trials.plugins.params import checked_name
-from airflow_trials.plugins.queries import NotFoundError
-from airflow_trials.plugins.render import Links
+from airflow_trials.plugins.web import reads
+from airflow_trials.plugins.web.params import checked_name
+from airflow_trials.plugins.web.render import Links
 from airflow_trials.store import TrialReader
 from airflow_trials.store.run_history import (
     STOP_KINDS,

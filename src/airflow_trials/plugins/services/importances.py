@@ -23,8 +23,8 @@ from airflow_trials.core.importances import (
     ImportancesError,
     prepare_importances,
 )
-from airflow_trials.plugins import reads
 from airflow_trials.plugins.datamodels.importances import RunImportances, run_subject
+from airflow_trials.plugins.web import reads
 from airflow_trials.searchers.optuna_importances import evaluate_importances
 from airflow_trials.store import TrialReader
 

@@ -15,9 +15,9 @@ from typing import Any
 
 from fastapi import HTTPException, status
 
-from airflow_trials.plugins import reads
+from airflow_trials.plugins.data.queries import NotFoundError
 from airflow_trials.plugins.datamodels.runs import ParetoView, Point
-from airflow_trials.plugins.queries import NotFoundError
+from airflow_trials.plugins.web import reads
 from airflow_trials.store import ExperimentRunRecord, TrialReader
 
 

@@ -1,5 +1,5 @@
 """The run page's view: one page of the run's board (the store's ranking read, through
-:func:`~airflow_trials.plugins.reads.board`), the learning curves of its leaders, the Pareto
+:func:`~airflow_trials.plugins.web.reads.board`), the learning curves of its leaders, the Pareto
 scatter of a run with several metrics, and the run's decisions, extensions and approvals."""
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ from typing import Any
 
 from markupsafe import Markup
 
-from airflow_trials.plugins import reads
 from airflow_trials.plugins.charts.curves import learning_curves_svg
 from airflow_trials.plugins.charts.pareto_chart import pareto_svg
+from airflow_trials.plugins.data.queries import DEFAULT_PAGE_SIZE, BoardPage
 from airflow_trials.plugins.datamodels.runs import ParetoView
-from airflow_trials.plugins.queries import DEFAULT_PAGE_SIZE, BoardPage
-from airflow_trials.plugins.render import Links, is_number
 from airflow_trials.plugins.services.pareto_front import of_board
+from airflow_trials.plugins.web import reads
+from airflow_trials.plugins.web.render import Links, is_number
 from airflow_trials.store import TrialReader
 from airflow_trials.store.records import RunApprovalRecord, RunExtensionRecord
 from airflow_trials.store.run_decisions import RunDecisionCounts

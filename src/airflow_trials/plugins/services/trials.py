@@ -9,11 +9,11 @@ from typing import Any
 from markupsafe import Markup
 
 from airflow_trials.core.result import AUTO_FIELDS, TRAINING_ITERATION
-from airflow_trials.plugins import reads
 from airflow_trials.plugins.charts.curves import learning_curves_svg
+from airflow_trials.plugins.data.logs import TrialLog, trial_logs
 from airflow_trials.plugins.datamodels.scheduler_steps import LineageStep
-from airflow_trials.plugins.logs import TrialLog, trial_logs
-from airflow_trials.plugins.render import Links, is_number
+from airflow_trials.plugins.web import reads
+from airflow_trials.plugins.web.render import Links, is_number
 from airflow_trials.store import ExperimentRunRecord, RungDecision, TrialReader, TrialRecord
 from airflow_trials.store.records import CheckpointRecordRow
 

@@ -18,8 +18,8 @@ from fastapi.responses import HTMLResponse
 from markupsafe import Markup
 
 from airflow_trials.core.result import TIME_SINCE_RESTORE, TIME_THIS_ITER_S, TIME_TOTAL_S, TIMESTAMP
+from airflow_trials.plugins.data.queries import early_stopped
 from airflow_trials.plugins.datamodels.scheduler_steps import rung_verdict
-from airflow_trials.plugins.queries import early_stopped
 from airflow_trials.store import ExperimentRunRecord, TrialRecord
 
 # Result fields the engine fills in with seconds since the epoch, and with durations in seconds.

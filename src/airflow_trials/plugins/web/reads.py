@@ -9,11 +9,7 @@ from fastapi import HTTPException, status
 
 from airflow_trials.core.goal import API_FLAGS, Goal, GoalError
 from airflow_trials.exceptions import TrialNotFoundError
-from airflow_trials.plugins.auth import RUN_ACCESS, TRIAL_ACCESS, may_read, require_read
-from airflow_trials.plugins.datamodels.experiments import ExperimentOut, RunOut
-from airflow_trials.plugins.datamodels.scheduler_steps import LineageStep, lineage_steps
-from airflow_trials.plugins.params import checked_name
-from airflow_trials.plugins.queries import (
+from airflow_trials.plugins.data.queries import (
     BoardPage,
     NotFoundError,
     best_checkpoint,
@@ -22,7 +18,11 @@ from airflow_trials.plugins.queries import (
     leaderboard_page,
     pareto_page,
 )
-from airflow_trials.plugins.render import Links
+from airflow_trials.plugins.datamodels.experiments import ExperimentOut, RunOut
+from airflow_trials.plugins.datamodels.scheduler_steps import LineageStep, lineage_steps
+from airflow_trials.plugins.web.auth import RUN_ACCESS, TRIAL_ACCESS, may_read, require_read
+from airflow_trials.plugins.web.params import checked_name
+from airflow_trials.plugins.web.render import Links
 from airflow_trials.store import (
     CheckpointRecordRow,
     ExperimentRunRecord,

@@ -9,7 +9,7 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Path, Query, Request, status
 
 from airflow_trials.core.trial import validate_name
-from airflow_trials.plugins.queries import (
+from airflow_trials.plugins.data.queries import (
     MAX_CURVES,
     MAX_PAGE_SIZE,
     SORT_KEYS,
