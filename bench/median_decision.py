@@ -90,7 +90,7 @@ def load_fixture(store: TrialStore, num_trials: int, results: int, decisions: in
     with store._engine.begin() as connection:
         for start in range(0, len(rows), 10_000):
             connection.execute(insert(TrialMedianPointRow), rows[start : start + 10_000])
-    if store._dialect == "postgresql":
+    if store._engine.dialect.name == "postgresql":
         with store._engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
             connection.exec_driver_sql(
                 "VACUUM ANALYZE at_trial_median_points"

@@ -110,7 +110,7 @@ def load_fixture(
     with store._engine.begin() as connection:
         for start in range(0, len(rows), 5_000):
             connection.execute(insert(TrialRungRow), rows[start : start + 5_000])
-    if store._dialect == "postgresql":
+    if store._engine.dialect.name == "postgresql":
         # What autovacuum does after a bulk insert (insert-triggered since PostgreSQL 13): without
         # the visibility map, an index-only count visits the heap for every one of the rung's rows.
         with store._engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
