@@ -307,3 +307,19 @@ def test_the_live_table_shows_the_board_s_best_value(trials_url):
     assert one.caption == f"best: {ONE_BEST}, loss 0.3"
     assert [c.header for c in one.columns][3] == "loss"  # each trial's own best so far
     assert two.caption == f"best: {TWO_BEST}, val_acc 0.9, latency 30"
+
+
+def test_the_live_table_before_the_first_task_recorded_the_experiment(trials_url):
+    """The main job draws its live table from the moment it triggers the DAG run; it read the
+    experiment's goal first and died (ExperimentNotFoundError) before the first task recorded
+    the experiment. It shows an empty table until then."""
+    from airflow_trials.cli.mainjob_cmd import _progress_table
+    from airflow_trials.store import TrialStore
+
+    store = TrialStore(trials_url, create=True)
+    try:
+        table = _progress_table(store.reader, "not_recorded_yet", RUN_KEY, None)
+    finally:
+        store.dispose()
+    assert table.row_count == 0
+    assert [c.header for c in table.columns][:4] == ["trial", "status", "iterations", "best"]

@@ -157,11 +157,13 @@ def _progress_table(store: Any, experiment: str, run_id: str, state: str | None)
     ended TERMINATED, feasible first: docs/store.md "Which trials count"); the caption gives that
     trial's value, the run's best value (never one of a trial that does not count)."""
     runs = [r for r in store.list_experiment_runs(experiment) if r.run_key == run_id]
-    goal = store.get_experiment(experiment).goal
     title = f"{experiment}: DAG run {state or '...'}"
+    if not runs:  # its first task has not recorded the experiment and the run yet
+        return Table("trial", "status", "iterations", "best", "failures", "", title=title)
+    goal = store.get_experiment(experiment).goal
     columns = ("trial", "status", "iterations", goal.metric or "best", "failures", "")
     table = Table(*columns, title=title)
-    if not runs or not goal.metrics:
+    if not goal.metrics:
         return table
     # Of an experiment with several metrics, the value column is the first metric's, and the
     # best is the board of them all's.
