@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 import os
 import shutil
 import signal
@@ -282,6 +283,9 @@ class FaultStack:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.expected: set[str] = set()  # started and not stopped: must be running
         self.starts: dict[str, int] = dict.fromkeys(AIRFLOW_COMPONENTS, 0)
+        # When each start ("triggerer-2") was told to stop (epoch seconds): what it logs while it
+        # shuts down (Airflow's watchdog counting a stopping runner's silence) is no stall.
+        self.stopping_since: dict[str, float] = {}
         self.storage = home / "storage"
         self.dags_folder = home / "dags"
         for folder in (self.airflow_home, self.storage, self.dags_folder, self.logs):
@@ -382,6 +386,7 @@ class FaultStack:
         names = names or tuple(n for n in AIRFLOW_COMPONENTS if n in self.procs)
         for name in names:
             self.expected.discard(name)
+            self.stopping_since.setdefault(f"{name}-{self.starts[name]}", time.time())
             self.signal(name, signal.SIGTERM)
         codes: dict[str, int | None] = {}
         deadline = time.monotonic() + timeout_s
@@ -396,6 +401,7 @@ class FaultStack:
     def kill(self, name: str) -> None:
         """SIGKILL the component's process group, as the OOM killer or a lost machine would."""
         self.expected.discard(name)
+        self.stopping_since.setdefault(f"{name}-{self.starts[name]}", time.time())
         self.signal(name, signal.SIGKILL)
         self.procs[name].wait(timeout=60)
 
@@ -416,15 +422,18 @@ class FaultStack:
         self.ray.check_alive()
 
     def assert_triggerer_responsive(self, since: float = 0.0) -> None:
-        """No triggerer's event loop stalled after ``since`` (epoch seconds): Airflow's watchdog
-        logs "appears deadlocked" when the loop running the triggers answers nothing for 30 s,
-        and every deferred task of the deployment waits meanwhile."""
+        """No triggerer's event loop stalled after ``since`` (epoch seconds) while it ran:
+        Airflow's watchdog logs "appears deadlocked" when the loop running the triggers answers
+        nothing for 30 s, and every deferred task of the deployment waits meanwhile. A triggerer
+        told to stop is left out from then on: its runner stops answering as it shuts down, and
+        how long that takes is test_stack_restart.py's subject."""
         stalls = []
         for start in range(1, self.starts["triggerer"] + 1):
+            until = self.stopping_since.get(f"triggerer-{start}", math.inf)
             for line in (
                 (self.logs / f"triggerer-{start}.log").read_text(errors="replace").splitlines()
             ):
-                if "appears deadlocked" in line and _logged_at(line) >= since:
+                if "appears deadlocked" in line and since <= _logged_at(line) < until:
                     stalls.append(line)
         assert not stalls, "The triggerer's event loop stalled:\n" + "\n".join(stalls)
 
