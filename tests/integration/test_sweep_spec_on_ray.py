@@ -5,6 +5,7 @@ it, with an error that names the field and not the password."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -36,3 +37,45 @@ def test_a_spec_ray_cannot_pickle_is_refused_without_printing_the_password():
         start_or_attach_driver(_spec(search_alg=threading.Lock()))
     for error in (refused.value, refused.value.__cause__):
         assert PASSWORD not in str(error), str(error)
+
+
+@pytest.mark.usefixtures("ray_cluster")
+@pytest.mark.parametrize("started", [True, False])
+def test_a_driver_that_never_answers_its_claim_is_named_and_only_removed_if_this_try_started_it(
+    started,
+):
+    """A driver Ray cannot place (it asks for a resource no node has) never answers: the claim
+    fails naming it, Ray's state of it and the fix; the try that started it removes it, a try
+    that re-attached leaves it to the try that owns it."""
+    import ray
+
+    from airflow_trials.execution.driver.sweep_driver import SweepDriver, claim_driver, find_driver
+
+    spec = _spec()
+    driver = (
+        ray.remote(SweepDriver)
+        .options(
+            resources={"no_node_has_this": 1},
+            name=spec.name,
+            namespace=spec.namespace,
+            lifetime="detached",
+        )
+        .remote(spec)
+    )
+    try:
+        with pytest.raises(RuntimeError) as failed:
+            claim_driver(driver, spec, try_number=2, started=started, timeout_s=1)
+        message = str(failed.value)
+        assert "sweep.masked.run1" in message and "try 2" in message
+        assert "PENDING_CREATION" in message or "DEPENDENCIES_UNREADY" in message, message
+        assert PASSWORD not in message
+        assert ("It was removed" in message) is started
+        if started:  # ray.kill reaches the GCS asynchronously
+            deadline = time.monotonic() + 60
+            while find_driver(spec.experiment_name, spec.run_key, spec.namespace) is not None:
+                assert time.monotonic() < deadline, "the driver this try started was not removed"
+                time.sleep(0.1)
+        else:
+            assert find_driver(spec.experiment_name, spec.run_key, spec.namespace) is not None
+    finally:
+        ray.kill(driver, no_restart=True)

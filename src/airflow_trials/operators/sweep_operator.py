@@ -194,7 +194,10 @@ class RunSweepOperator(BaseOperator):
         }
 
     def execute(self, context: Context) -> Any:
-        from airflow_trials.execution.driver.sweep_driver import start_or_attach_driver
+        from airflow_trials.execution.driver.sweep_driver import (
+            claim_driver,
+            start_or_attach_driver,
+        )
         from airflow_trials.execution.trainable_api import load_trainable
         from airflow_trials.operators.lineage import openlineage_enabled
 
@@ -203,10 +206,8 @@ class RunSweepOperator(BaseOperator):
         load_trainable(self.trainable)  # an unknown path fails here, before any Ray work
         hook = self._hook()
         spec = self._sweep_spec(hook, ti.run_id, experiment, run_pk, trials)
-        import ray
-
         driver, started = start_or_attach_driver(spec)
-        ray.get(driver.claim.remote(ti.try_number), timeout=60)
+        claim_driver(driver, spec, ti.try_number, started)
         self.log.info(
             "%s the sweep driver %s of %d trials on Ray.",
             "Started" if started else "Re-attached to",

@@ -18,7 +18,7 @@ import logging
 import threading
 import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import ray
 from ray.actor import ActorHandle
@@ -43,6 +43,10 @@ log = logging.getLogger(__name__)
 #: not yet written when a driver dies are not lost: its trials die with it and resume from their
 #: latest written checkpoint, reporting the later iterations again.
 FLUSH_INTERVAL_SECONDS = 0.5
+#: How long a task waits for the run's driver to answer its claim: the driver takes no CPU, so
+#: only the start of its worker process (slow on a loaded node) stands between. As long as a
+#: trial's start may take (``TrialActorClient.launch``).
+DRIVER_START_TIMEOUT_SECONDS = 600.0
 
 
 def driver_name(experiment_name: str, run_key: str) -> str:
@@ -461,6 +465,40 @@ def start_or_attach_driver(spec: SweepSpec) -> tuple[ActorHandle, bool]:
         .remote(spec)
     )
     return actor, True
+
+
+def claim_driver(
+    driver: ActorHandle,
+    spec: SweepSpec,
+    try_number: int,
+    started: bool,
+    timeout_s: float = DRIVER_START_TIMEOUT_SECONDS,
+) -> int:
+    """Claim the run's driver for ``try_number`` once it answers; returns the newest try that
+    claimed it. A driver that does not answer within ``timeout_s`` raises RuntimeError naming it,
+    its Ray state and the fix; one this try started is killed first, so none is left orphaned
+    (its trials have not started: the constructor that starts them has not run)."""
+    from ray.exceptions import GetTimeoutError
+
+    from airflow_trials.execution.ray_state import actor_info, kill_actor
+
+    try:
+        return cast(int, ray.get(driver.claim.remote(try_number), timeout=timeout_s))
+    except GetTimeoutError as e:
+        info = actor_info(driver)
+        if started:
+            kill_actor(driver)
+        raise RuntimeError(
+            f"The sweep driver {spec.name} of experiment {spec.experiment_name}, run "
+            f"{spec.run_key} (try {try_number}) did not answer within {timeout_s:g} s; Ray has it "
+            f"{info.state}{' (' + info.death_message + ')' if info.death_message else ''}. "
+            + (
+                "It was removed; the task's retry starts a new one. "
+                if started
+                else "It was left running (an earlier try started it). "
+            )
+            + "Check the Ray node's load and its worker logs (raylet.out), then clear the task."
+        ) from e
 
 
 def stop_driver(
