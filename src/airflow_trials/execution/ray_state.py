@@ -145,6 +145,21 @@ def actor_state(actor: ActorHandle) -> str:
     return actor_info(actor).state
 
 
+def send_poll(
+    actor: ActorHandle,
+    since: int = 0,
+    wait_s: float = 0.0,
+    output_from: dict[str, int] | None = None,
+    recorded_version: int | None = None,
+) -> ray.ObjectRef:
+    """Ask a trial's actor for its progress (the one call of
+    :meth:`~airflow_trials.execution.worker.actor.TrialActor.poll`, whose parameters these are);
+    returns the answer's ObjectRef, for the caller to ``ray.get`` or batch with ``ray.wait`` (the
+    triggerer's poller). It lives here, below the driver's ``TrialActorClient.poll`` (this
+    function), so the triggerer's poller and :func:`trial_actor_state` reach it too."""
+    return actor.poll.remote(since, wait_s, output_from, recorded_version)
+
+
 def trial_actor_state(
     actor: ActorHandle | None, timeout_s: float = ATTACH_TIMEOUT_SECONDS
 ) -> ActorState:
@@ -159,9 +174,11 @@ def trial_actor_state(
     if actor_info(actor).waiting:
         return ActorState.QUEUED  # it starts its trial when Ray places it
     try:
-        update = cast(TrialUpdate, ray.get(actor.poll.remote(10**9), timeout=timeout_s))
+        update = cast(TrialUpdate, ray.get(send_poll(actor, 10**9), timeout=timeout_s))
     except RayActorError:
         return ActorState.GONE
+    if update.status is None:  # the actor always says its status: no state we know otherwise
+        return ActorState.STALE
     return _ACTOR_STATES.get(TrialStatus(update.status), ActorState.STALE)
 
 

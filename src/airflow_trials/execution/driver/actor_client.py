@@ -26,6 +26,7 @@ from airflow_trials.execution.ray_state import (
     kill_actor,
     remove_placement_group_by_id,
     remove_placement_groups_named,
+    send_poll,
 )
 from airflow_trials.execution.trainable_api import check_accepts_parameters, load_trainable
 from airflow_trials.storage.trial_storage import TrialStorage
@@ -44,6 +45,7 @@ class TrialActorClient:
         client.check_fits_cluster(trial)                # InsufficientResourcesError if it never can
         actor = client.launch(trial, start_timeout_s=None)     # returns at once, maybe queued
         client.is_placed(actor)                         # False while Ray waits for resources
+        ray.get(client.poll(actor, since=0))            # its progress: a TrialUpdate
         # ... in another process (the trigger):
         actor = client.attach(experiment_name, trial_id)       # None when it is gone
         client.decide(actor, iteration, "continue", "", "")    # a scheduler's verdict on a hold
@@ -129,7 +131,7 @@ class TrialActorClient:
 
         The actor restores the trial's newest checkpoint (or ``restore_path``), applies its
         stopping criterion and checkpoint policy, and ends TERMINATED or ERROR; poll it with
-        ``actor.poll.remote(since)`` from any process (:func:`find_trial_actor`). The launcher
+        ``client.poll(actor, since)`` from any process (:func:`find_trial_actor`). The launcher
         does not own it afterwards: end it with :meth:`terminate`.
 
         The actor starts the trial from its constructor, which Ray's GCS keeps for a detached
@@ -222,6 +224,10 @@ class TrialActorClient:
         return actor
 
     is_placed = staticmethod(handles.is_placed)
+    # The one way to ask a trial's actor for its progress: returns the ObjectRef (ray.get it, or
+    # batch it with ray.wait). The triggerer's poller, which holds no client, calls the same
+    # function in ray_state.
+    poll = staticmethod(send_poll)
 
     def release(
         self,

@@ -17,9 +17,9 @@ Lifecycle, from a trigger's ``run()`` on the event loop::
     watch.set_actor(new_actor)           # after a re-attach: later polls go to the new actor
     watch.close()                        # in ``finally``: the poller forgets the trial
 
-Every Ray call (``actor.poll.remote``, ``ray.wait``, ``ray.get``) and every store write of a poll
+Every Ray call (a poll's ``send_poll``, ``ray.wait``, ``ray.get``) and every store write of a poll
 runs on the poller's thread, never on the event loop: when the Ray GCS is down these calls can
-block for seconds, and then only the poller waits. The thread keeps at most one ``poll.remote``
+block for seconds, and then only the poller waits. The thread keeps at most one poll
 in flight per watched actor, collects the finished ones with ``ray.wait(timeout=TICK_SECONDS)``,
 writes all their new results, checkpoints and RUNNING statuses in one transaction per tick and
 store (:meth:`~airflow_trials.store.store.TrialStore.record_progress`), with the verdicts each
@@ -250,9 +250,11 @@ class TrialPoller:
             self._send(watch)
 
     def _send(self, watch: BatchedTrialPolls) -> None:
+        from airflow_trials.execution.ray_state import send_poll
+
         assert watch._asked is not None
         try:
-            watch._ref = watch._actor.poll.remote(*watch.tracker.poll_args(watch.wait_seconds))
+            watch._ref = send_poll(watch._actor, *watch.tracker.poll_args(watch.wait_seconds))
         except Exception as e:  # Ray down or reconnecting: the trigger re-attaches
             self._answer_error(watch, RayNotAnswering(f"{type(e).__name__}: {e}"))
             return
