@@ -241,7 +241,7 @@ class RunSweepOperator(BaseOperator):
         and where they record and store."""
         from airflow_trials.execution.driver.sweep_driver import SweepSpec
 
-        executor = hook.get_actor_client()
+        client = hook.get_actor_client()
         settings = hook.ray_hook.settings()
         return SweepSpec(
             experiment_name=experiment,
@@ -252,7 +252,7 @@ class RunSweepOperator(BaseOperator):
             metric=self.metric,
             mode=self.mode,
             db_url=hook.db_hook.get_url(),
-            storage_path=executor.storage.storage_path,
+            storage_path=client.storage.storage_path,
             namespace=settings["namespace"],
             trial_kwargs=self._trial_kwargs(),
             scheduler=self._scheduler_for_run(),

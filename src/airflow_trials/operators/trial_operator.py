@@ -304,9 +304,9 @@ class RunTrialOperator(BaseOperator):
 
         ti = context["ti"]
         trial = self._trial(experiment, trial_id, self.restore_path)
-        executor = hook.get_actor_client()
+        client = hook.get_actor_client()
         started_before = ran_before(store, trial_id)
-        check_capacity(executor, trial, started_before, self.log)
+        check_capacity(client, trial, started_before, self.log)
         store.upsert_trial(
             trial_id,
             trainable=self.trainable,
@@ -321,7 +321,7 @@ class RunTrialOperator(BaseOperator):
             try_number=ti.try_number,
             warm_start=self.warm_start,
         )
-        actor = trial_actor_state(executor.attach(experiment, trial_id))
+        actor = trial_actor_state(client.attach(experiment, trial_id))
         record: TrialRecord = store.reader.get_trial(trial_id)
         # A first try is never after a clear (max_tries is read only for a later one).
         cleared = ti.try_number > 1 and first_try_after_a_clear(
@@ -334,11 +334,11 @@ class RunTrialOperator(BaseOperator):
         placed = action.placed
         if action.launches:
             if action.stop_actor:
-                executor.terminate(experiment, trial_id)
-            record_start(store, executor, action, trial_id, ti.try_number, self.log)
+                client.terminate(experiment, trial_id)
+            record_start(store, client, action, trial_id, ti.try_number, self.log)
             rungs, bracket = self._rungs(trial_id)
             holds = rungs.hold_spec(bracket) if rungs else None
-            placed = launch(store, executor, trial, holds, started_before, self.log)
+            placed = launch(store, client, trial, holds, started_before, self.log)
         if not placed:
             self.log.info("Trial %s waits for Ray resources (%s).", trial_id, trial.resources)
         transition = Transition.PLACED if placed else Transition.QUEUED

@@ -4,12 +4,15 @@ records it (a restart from scratch, a reset), and the launch on Ray from its lat
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_trials.core.fate import Start, StartAction
 from airflow_trials.core.trial import Trial
 from airflow_trials.exceptions import TrialNotFoundError
 from airflow_trials.execution.resume import adopt_recorded_checkpoints
+
+if TYPE_CHECKING:
+    from airflow_trials.execution.driver.actor_client import TrialActorClient
 
 
 def ran_before(store: Any, trial_id: str) -> bool:
@@ -21,22 +24,27 @@ def ran_before(store: Any, trial_id: str) -> bool:
         return False
 
 
-def check_capacity(executor: Any, trial: Trial, started_before: bool, log: Any) -> None:
+def check_capacity(client: TrialActorClient, trial: Trial, started_before: bool, log: Any) -> None:
     """Refuse a new trial the cluster can never fit; a trial that fitted when it started waits,
     PENDING and deferred, for the node it lost (a lost GPU node, a preempted machine)."""
     if not started_before:
-        executor.check_fits_cluster(trial)
-    elif not executor.fits_cluster(trial.resources):
+        client.check_fits_cluster(trial)
+    elif not client.fits_cluster(trial.resources):
         log.warning(
             "Trial %s needs %s; the Ray cluster has %s now. It waits for a node with room to join.",
             trial.trial_id,
             trial.resources.summary_string(),
-            executor.resource_string(),
+            client.resource_string(),
         )
 
 
 def record_start(
-    store: Any, executor: Any, action: StartAction, trial_id: str, try_number: int, log: Any
+    store: Any,
+    client: TrialActorClient,
+    action: StartAction,
+    trial_id: str,
+    try_number: int,
+    log: Any,
 ) -> None:
     """Record the start ``action`` asks for before the launch: a restart from scratch (its
     dropped checkpoints' files deleted), then its transition."""
@@ -48,7 +56,7 @@ def record_start(
             trial_id, RestartFromScratch(try_number=try_number)
         ).dropped_checkpoints
         for path in dropped:
-            executor.storage.delete(path)
+            client.storage.delete(path)
         log.info(
             "Trial %s: its stored results and %d checkpoints are replaced.", trial_id, len(dropped)
         )
@@ -58,20 +66,20 @@ def record_start(
 
 
 def launch(
-    store: Any, executor: Any, trial: Trial, holds: Any, started_before: bool, log: Any
+    store: Any, client: TrialActorClient, trial: Trial, holds: Any, started_before: bool, log: Any
 ) -> bool:
     """Start the trial on Ray from its latest stored checkpoint, with its scheduler's ``holds``;
     whether Ray placed it already. A trial that ran before waits for capacity the cluster lost."""
     # Its recorded checkpoints become its kept set again: the actor drops them, in turn, as the
     # keep policy says, once newer ones are recorded.
-    latest = adopt_recorded_checkpoints(trial, store, executor.storage)
+    latest = adopt_recorded_checkpoints(trial, store, client.storage)
     if latest is not None:
         log.info("Trial %s resumes from checkpoint %s", trial.trial_id, latest.path)
     # Do not wait for Ray to place it: a trial queued for resources waits deferred, holding no
     # worker slot, and starts when Ray places it.
-    actor = executor.launch(
+    actor = client.launch(
         trial, start_timeout_s=None, holds=holds, wait_for_capacity=started_before
     )
-    placed = executor.is_placed(actor)
+    placed = client.is_placed(actor)
     log.info("Started trial %s of experiment %s on Ray.", trial.trial_id, trial.experiment_name)
     return placed
