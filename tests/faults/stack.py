@@ -11,6 +11,7 @@ import datetime
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -34,6 +35,10 @@ T = TypeVar("T")
 AIRFLOW_COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 TERMINAL_RUN_STATES = ("success", "failed")
 ADMIN_PASSWORD = "fault-stack-admin"
+#: How long the triggerer's event loop may go without turning before a fault test fails: Airflow
+#: warns past 0.2 s; importing Ray when the first trigger loads takes about 1 s here.
+LOOP_BLOCK_LIMIT_S = 10.0
+_LOOP_BLOCKED = re.compile(r"async thread was blocked for ([0-9.]+) seconds")
 NAMESPACE = "airflow_trials"
 
 
@@ -353,9 +358,16 @@ class FaultStack:
 
     # -- processes
     # ----------------------------------------------------------------------------------
-    def start(self, *names: str) -> None:
-        """Start components (all four by default); each gets a new log file."""
-        for name in names or AIRFLOW_COMPONENTS:
+    def start(self, *names: str, timeout_s: float = 180) -> None:
+        """Start components (all four by default); each gets a new log file.
+
+        The api-server first, and the others once it answers its health check, as the
+        docker-compose stack orders them (``depends_on: condition: service_healthy``): the
+        triggerer's supervisor asks the api-server for its triggers' connections and waits
+        (retrying) while it starts, reading nothing from its runner meanwhile, so a triggerer
+        started beside a slow api-server logs "appears deadlocked" though no trigger blocked."""
+        wanted = names or AIRFLOW_COMPONENTS
+        for name in sorted(wanted, key=lambda n: n != "api-server"):
             if self.is_running(name):
                 raise AssertionError(f"{name} is running already (pid {self.pid(name)}).")
             self.starts[name] += 1
@@ -364,6 +376,15 @@ class FaultStack:
                 argv += ["--port", str(self.api_port), "--host", "127.0.0.1"]
             self.procs[name] = _spawn(argv, self.env, self.log_path(name), self.home)
             self.expected.add(name)
+            if name == "api-server":
+                self.wait_for(self._api_server_healthy, timeout_s, "the api-server's health check")
+
+    def _api_server_healthy(self) -> bool:
+        try:
+            response = httpx.get(f"{self.base_url}/api/v2/monitor/health", timeout=5)
+        except httpx.HTTPError:
+            return False
+        return response.status_code == 200
 
     def pid(self, name: str) -> int:
         return self.procs[name].pid
@@ -422,19 +443,28 @@ class FaultStack:
         self.ray.check_alive()
 
     def assert_triggerer_responsive(self, since: float = 0.0) -> None:
-        """No triggerer's event loop stalled after ``since`` (epoch seconds) while it ran:
-        Airflow's watchdog logs "appears deadlocked" when the loop running the triggers answers
-        nothing for 30 s, and every deferred task of the deployment waits meanwhile. A triggerer
-        told to stop is left out from then on: its runner stops answering as it shuts down, and
-        how long that takes is test_stack_restart.py's subject."""
+        """No triggerer's event loop stalled after ``since`` (epoch seconds) while it ran.
+
+        Two of Airflow's watchdogs speak of it. The runner's own (``block_watchdog``) logs
+        "async thread was blocked for N seconds" when the loop that runs the triggers did not
+        turn for N seconds: a trigger that blocks it stalls every deferred task of the deployment,
+        so over ``LOOP_BLOCK_LIMIT_S`` fails. The supervisor's logs "appears deadlocked" when the
+        runner sent it nothing for 30 s, which also happens while the supervisor itself waits on
+        an api-server that is not up (hence :meth:`start`'s order). A triggerer told to stop is
+        left out from then on: its runner stops answering as it shuts down, and how long that
+        takes is test_stack_restart.py's subject."""
         stalls = []
         for start in range(1, self.starts["triggerer"] + 1):
             until = self.stopping_since.get(f"triggerer-{start}", math.inf)
             for line in (
                 (self.logs / f"triggerer-{start}.log").read_text(errors="replace").splitlines()
             ):
-                if "appears deadlocked" in line and since <= _logged_at(line) < until:
-                    stalls.append(line)
+                blocked = _LOOP_BLOCKED.search(line)
+                stalled = "appears deadlocked" in line or (
+                    blocked is not None and float(blocked.group(1)) > LOOP_BLOCK_LIMIT_S
+                )
+                if stalled and since <= _logged_at(line) < until:
+                    stalls.append(f"triggerer-{start}.log: {line}")
         assert not stalls, "The triggerer's event loop stalled:\n" + "\n".join(stalls)
 
     def wait_for(

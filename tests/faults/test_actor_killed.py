@@ -50,5 +50,3 @@ def test_killed_trial_actor_is_retried_from_its_latest_checkpoint(stack, experim
     ), failed_log
     assert "will retry from its latest checkpoint" in failed_log, failed_log
     assert f"Trial {target} resumes from checkpoint" in run.log(run.trial_ti(0), try_number=2)
-
-    return False

@@ -242,8 +242,6 @@ def actor_processes(run: ExperimentRun, stack: FaultStack) -> dict[str, int]:
     assert set(pids.values()) <= ours, (pids, sorted(ours))
     return pids
 
-    return False
-
 
 # -- the cases
 # -----------------------------------------------------------------------------------------
