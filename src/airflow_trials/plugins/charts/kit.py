@@ -1,7 +1,8 @@
 """The dashboard's chart kit: the one axis and scale system under every chart it draws.
 
-A :class:`Scale` maps a value to a fraction of its axis (linear, log over more than two decades,
-or categorical) and gives the axis's ticks; a :class:`Plot` is a chart's plot area over an x and a
+A :class:`~airflow_trials.plugins.datamodels.chart_scale.Scale` (import it from there) maps a
+value to a fraction of its axis (linear, log over more than two decades, or categorical) and
+gives the axis's ticks; a :class:`Plot` is a chart's plot area over an x and a
 y scale: it maps values to pixels and draws the axes, the value grid, the ticks and the axes'
 titles the same way on every chart. :func:`svg_open` and :func:`empty_svg` open every chart's
 ``<svg>``; the colours (the palette, the accent of the best trials, the sequential ramp of a
@@ -26,7 +27,6 @@ from airflow_trials.plugins.datamodels.chart_scale import (
     LOG_SPAN,
     MAX_CATEGORY_LABELS,
     Scale,
-    ScaleKind,
     category,
     is_value,
     nice_ticks,
@@ -40,8 +40,6 @@ __all__ = [
     "LABEL_CHARS",
     "LOG_SPAN",
     "MAX_CATEGORY_LABELS",
-    "Scale",
-    "ScaleKind",
     "category",
     "is_value",
     "nice_ticks",
