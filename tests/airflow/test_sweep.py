@@ -292,7 +292,7 @@ def test_a_stop_from_an_older_try_never_ends_the_sweep_a_newer_try_took_over(
     and the driver ends itself."""
     import ray
 
-    from airflow_trials.execution.driver.sweep_driver import stop_driver
+    from airflow_trials.execution.driver.sweep_client import stop_driver
     from airflow_trials.experiment import trial_ids
 
     store = trials_env.store
@@ -440,7 +440,7 @@ def test_clearing_a_deferred_sweep_leaves_its_run_to_the_next_try(
     the next try's execute claims the driver, re-attaching to the live run."""
     import ray
 
-    from airflow_trials.execution.driver.sweep_driver import stop_driver
+    from airflow_trials.execution.driver.sweep_client import stop_driver
     from airflow_trials.experiment import trial_ids
 
     store = trials_env.store

@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from airflow_trials.execution.driver.sweep_driver import SweepSpec, start_or_attach_driver
+from airflow_trials.execution.driver.sweep_client import start_or_attach_driver
+from airflow_trials.execution.driver.sweep_driver import SweepSpec
 
 PASSWORD = "s3cret-pw"
 URL = f"postgresql+psycopg://trials:{PASSWORD}@db.invalid/trials?sslpassword={PASSWORD}"
@@ -49,7 +50,8 @@ def test_a_driver_that_never_answers_its_claim_is_named_and_only_removed_if_this
     that re-attached leaves it to the try that owns it."""
     import ray
 
-    from airflow_trials.execution.driver.sweep_driver import SweepDriver, claim_driver, find_driver
+    from airflow_trials.execution.driver.sweep_client import claim_driver, find_driver
+    from airflow_trials.execution.driver.sweep_driver import SweepDriver
 
     spec = _spec()
     driver = (

@@ -194,7 +194,7 @@ class RunSweepOperator(BaseOperator):
         }
 
     def execute(self, context: Context) -> Any:
-        from airflow_trials.execution.driver.sweep_driver import (
+        from airflow_trials.execution.driver.sweep_client import (
             claim_driver,
             start_or_attach_driver,
         )

@@ -152,7 +152,7 @@ class SweepTrigger(TrialsTrigger):
         """The user cleared or marked the deferred task: the driver stops the run's trials and ends
         after ``CLEAR_GRACE_SECONDS`` unless a newer try claims it first (a cleared task's next
         try re-attaches to the live run; a task marked failed or success has none)."""
-        from airflow_trials.execution.driver.sweep_driver import stop_driver
+        from airflow_trials.execution.driver.sweep_client import stop_driver
 
         if await self.moved_to_another_triggerer():
             return
@@ -190,7 +190,7 @@ def connected_namespace(hook: TrialsHook, verify: bool = False) -> str:
 def connected_driver(hook: TrialsHook, experiment_name: str, run_key: str) -> Any:
     """The run's live driver actor, or None, on the hook's Ray cluster (reconnecting after a
     restart): what the sweep's watch looks for. It may wait on Ray: call it in a thread."""
-    from airflow_trials.execution.driver.sweep_driver import find_driver
+    from airflow_trials.execution.driver.sweep_client import find_driver
 
     namespace = connected_namespace(hook, verify=True)
     return find_driver(experiment_name, run_key, namespace)
