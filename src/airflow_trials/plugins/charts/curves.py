@@ -80,7 +80,7 @@ def _curve(plot: Plot, line: CurveSeries) -> list[str]:
     """One trial's polyline (and a dot when it has a single point: a polyline would draw
     nothing)."""
     best = line.best
-    path = " ".join(f"{plot.px(x)},{plot.py(y)}" for x, y in line.points)
+    path = plot.path(line.points)
     parts = [
         f'<polyline class="curve{" best" if best else ""}" data-trial="{escape(line.trial_id)}" '
         f'fill="none" stroke="{line.color}" stroke-width="{3 if best else 1.2}" '
