@@ -65,34 +65,28 @@ class ManyTrials:
         wait_s: float = 0.0,
         output_from: dict[str, int] | None = None,
         recorded_version: int | None = None,
-    ) -> dict[str, Any]:
+    ) -> Any:
         started = self.started.setdefault(trial_id, time.time())
         await asyncio.sleep(wait_s)
         count = int((time.time() - started) / self.sleep_s)
         results = [
             _result(trial_id, it, started, self.sleep_s) for it in range(since + 1, count + 1)
         ]
-        return {
-            "trial_id": trial_id,
-            "status": "RUNNING",
-            "results": results,
-            "num_results": count,
-            "last_result": results[-1] if results else None,
-            "checkpoints": [],
-            "checkpoints_version": 0,
-            "best_checkpoint": None,
-            "error": None,
-            "infrastructure": False,
-            "stop_reason": None,
-            "held": None,
-            "pid": os.getpid(),
-            "output": {
+        from airflow_trials.core.update import TrialUpdate
+
+        return TrialUpdate(
+            trial_id,
+            status="RUNNING",
+            results=results,
+            num_results=count,
+            last_result=results[-1] if results else None,
+            checkpoints_version=0,
+            pid=os.getpid(),
+            output={
                 stream: {"path": f"/tmp/{trial_id}.{stream}", "lines": [], "offset": 0}
                 for stream in ("stdout", "stderr")
             },
-            "log_files": {},
-            "log_error": None,
-        }
+        )
 
 
 def _result(trial_id: str, iteration: int, started: float, sleep_s: float) -> dict[str, Any]:
