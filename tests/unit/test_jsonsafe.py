@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 
-from airflow_trials.store.jsonsafe import json_safe
+from airflow_trials.core.jsonsafe import json_safe
 
 
 class Level(enum.IntEnum):

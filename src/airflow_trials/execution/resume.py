@@ -1,5 +1,13 @@
-"""Where a trial that ran before resumes: the checkpoints the trials DB records that are complete
-on the storage, the newest of them to restore from.
+"""Where a trial that ran before resumes: its newest complete checkpoint on the storage, with
+every result up to it in the trials DB.
+
+The storage is the record of a trial's progress, and the trials DB catches up. Each checkpoint's
+metadata, written last, carries the results since the trial's previous checkpoint
+(``TrialActor._persist``), so results are durable when their checkpoint is. A trial that trained
+on while nobody recorded it (Airflow stopped, the triggerer down, a sweep's driver gone) left
+checkpoints the trials DB never heard of: :func:`backfill_saved_progress` writes their results and
+the checkpoints themselves, once, through the one write path, as far as the chain of results runs
+without a gap from what the DB holds. Then the recorded checkpoints are adopted as before.
 
 The actors delete a dropped checkpoint only after the trials DB stopped naming it
 (:meth:`~airflow_trials.core.checkpoint.CheckpointManager.release`), so the recorded ones are
@@ -13,7 +21,7 @@ too many (a drop the trials DB never heard of) is dropped and deleted like any o
 
 Example::
 
-    newest = adopt_recorded_checkpoints(trial, store, executor.storage)
+    newest = adopt_checkpoints(trial, store, client.storage)
     executor.launch(trial)        # restores trial.restore_source(): that newest checkpoint
 """
 
@@ -22,7 +30,10 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from airflow_trials.core import result as R
 from airflow_trials.core.checkpoint import CheckpointRecord
+from airflow_trials.core.update import KeptCheckpoint, TrialUpdate
+from airflow_trials.storage.trial_storage import RESULTS_KEY
 
 if TYPE_CHECKING:
     from airflow_trials.core.trial import Trial
@@ -30,6 +41,59 @@ if TYPE_CHECKING:
     from airflow_trials.store import TrialStore
 
 log = logging.getLogger(__name__)
+
+
+def adopt_checkpoints(
+    trial: Trial, store: TrialStore, storage: TrialStorage
+) -> CheckpointRecord | None:
+    """Backfill what the trial's storage holds past the trials DB
+    (:func:`backfill_saved_progress`), then adopt the recorded checkpoints
+    (:func:`adopt_recorded_checkpoints`); returns the newest, which the trial restores from."""
+    backfill_saved_progress(trial, store, storage)
+    return adopt_recorded_checkpoints(trial, store, storage)
+
+
+def backfill_saved_progress(trial: Trial, store: TrialStore, storage: TrialStorage) -> int:
+    """Record the trial's complete checkpoints newer than its newest recorded one, with the
+    results their metadata carries past the trials DB's last result, in one write; returns how
+    many results it wrote. It stops at the first checkpoint whose results leave a gap after what
+    is recorded (its actor kept no more than ``UNSAVED_RESULTS_MAX``): no checkpoint past a gap
+    is recorded, so none is resumed from. Results the DB holds are never written again."""
+    recorded = store.reader.live_checkpoints(trial.trial_id)  # newest first
+    last = store.reader.get_trial(trial.trial_id).last_result or {}
+    covered = int(last.get(R.TRAINING_ITERATION, 0))
+    results: list[dict] = []
+    kept: list[KeptCheckpoint] = []
+    for path, meta in storage.saved_checkpoints(
+        trial.experiment_name, trial.trial_id, after=recorded[0].iteration if recorded else 0
+    ):
+        iteration = int(meta.get("iteration", 0))
+        new = [r for r in meta.get(RESULTS_KEY, ()) if int(r[R.TRAINING_ITERATION]) > covered]
+        if [int(r[R.TRAINING_ITERATION]) for r in new] != list(range(covered + 1, iteration + 1)):
+            break  # a gap: this checkpoint's results do not follow on from what is recorded
+        results += new
+        score = _score(trial, new[-1] if new else {})
+        kept.append(KeptCheckpoint(path, iteration, score))
+        covered = max(covered, iteration)
+    if not kept:
+        return 0
+    store.record_progress([TrialUpdate(trial.trial_id, results=results, kept_checkpoints=kept)])
+    log.info(
+        "Trial %s: recorded %d result(s) and %d checkpoint(s), up to iteration %d, that its "
+        "storage held and the trials DB did not (it trained on while nobody recorded it).",
+        trial.trial_id,
+        len(results),
+        len(kept),
+        kept[-1].iteration,
+    )
+    return len(results)
+
+
+def _score(trial: Trial, result: dict) -> float | None:
+    """The value that ranks a checkpoint taken with ``result``, as its actor's keep rule reads
+    it."""
+    iteration = int(result.get(R.TRAINING_ITERATION, 0))
+    return trial.checkpoint_manager.score_value(CheckpointRecord("", iteration, result))
 
 
 def adopt_recorded_checkpoints(

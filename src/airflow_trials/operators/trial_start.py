@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_trials.core.fate import Start, StartAction
 from airflow_trials.core.trial import Trial
 from airflow_trials.exceptions import TrialNotFoundError
-from airflow_trials.execution.resume import adopt_recorded_checkpoints
+from airflow_trials.execution.resume import adopt_checkpoints
 
 if TYPE_CHECKING:
     from airflow_trials.execution.driver.actor_client import TrialActorClient
@@ -72,7 +72,7 @@ def launch(
     whether Ray placed it already. A trial that ran before waits for capacity the cluster lost."""
     # Its recorded checkpoints become its kept set again: the actor drops them, in turn, as the
     # keep policy says, once newer ones are recorded.
-    latest = adopt_recorded_checkpoints(trial, store, client.storage)
+    latest = adopt_checkpoints(trial, store, client.storage)
     if latest is not None:
         log.info("Trial %s resumes from checkpoint %s", trial.trial_id, latest.path)
     # Do not wait for Ray to place it: a trial queued for resources waits deferred, holding no

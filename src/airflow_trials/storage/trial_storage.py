@@ -32,6 +32,9 @@ DEFAULT_STORAGE_ENV = "AIRFLOW_TRIALS_STORAGE"
 _META_FILE = ".airflow_trials_checkpoint.json"
 _DICT_FILE = "checkpoint.pkl"
 _LOGS_DIR = "logs"
+#: The key of a checkpoint's metadata that holds the results since the trial's previous checkpoint.
+RESULTS_KEY = "results"
+_CHECKPOINT_PREFIX = "checkpoint_"
 
 
 def default_storage_path() -> str:
@@ -137,7 +140,7 @@ class TrialStorage:
 
     def checkpoint_dir(self, experiment_name: str, trial_id: str, iteration: int) -> str:
         base = self.trial_dir(experiment_name, trial_id)
-        name = f"checkpoint_{iteration:06d}"
+        name = f"{_CHECKPOINT_PREFIX}{iteration:06d}"
         return os.path.join(base, name) if self.is_local else f"{base}/{name}"
 
     def log_paths(self, experiment_name: str, trial_id: str) -> tuple[str, str]:
@@ -301,6 +304,34 @@ class TrialStorage:
             os.replace(tmp, target)
         else:
             self.fs.put_file(source, target)
+
+    def saved_checkpoints(
+        self, experiment_name: str, trial_id: str, after: int = 0
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """The trial's complete checkpoints past iteration ``after``, oldest first, each as
+        ``(path, metadata)``: what its actors saved, recorded in the trials DB or not (one whose
+        persist was cut short has no metadata and is left out)."""
+        base = self.trial_dir(experiment_name, trial_id)
+        try:
+            names = (
+                os.listdir(base)
+                if self.is_local
+                else [str(p).rstrip("/").rsplit("/", 1)[-1] for p in self.fs.ls(base, detail=False)]
+            )
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        found = []
+        for name in names:
+            suffix = name.removeprefix(_CHECKPOINT_PREFIX)
+            if suffix == name or not suffix.isdigit() or int(suffix) <= after:
+                continue
+            path = self.checkpoint_dir(experiment_name, trial_id, int(suffix))
+            meta = os.path.join(path, _META_FILE) if self.is_local else f"{path}/{_META_FILE}"
+            try:
+                found.append((int(suffix), path, self.read_json(meta)))
+            except (FileNotFoundError, ValueError):
+                continue  # not complete (its metadata is written last), or unreadable
+        return [(path, meta) for _, path, meta in sorted(found, key=lambda f: f[0])]
 
     def load_checkpoint(self, path: str) -> tuple[Any, dict[str, Any]]:
         """Returns ``(payload, meta)``: the dict, or a local directory holding the checkpoint's

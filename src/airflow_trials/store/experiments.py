@@ -11,11 +11,11 @@ from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
 from airflow_trials.core.constraints import Constraints
+from airflow_trials.core.jsonsafe import json_safe
 from airflow_trials.core.pareto import MetricSpec, ModeSpec, encode_metrics
 from airflow_trials.store.base import StoreBase
 from airflow_trials.store.database import check_id, parse_enum
 from airflow_trials.store.feasibility import constraints_json
-from airflow_trials.store.jsonsafe import json_safe
 from airflow_trials.store.leaderboard import (
     check_metric,
     check_mode,

@@ -9,10 +9,10 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from airflow_trials.core.jsonsafe import json_safe
 from airflow_trials.exceptions import ExperimentStateError
 from airflow_trials.store.base import StoreBase
 from airflow_trials.store.database import check_id, parse_enum
-from airflow_trials.store.jsonsafe import json_safe
 from airflow_trials.store.mapping import from_row
 from airflow_trials.store.models import RunExtensionRow, utcnow
 from airflow_trials.store.records import ExperimentRunStatus, RunExtensionRecord

@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy import Insert, bindparam, func, select, true
 from sqlalchemy.orm import Session
 
+from airflow_trials.core.jsonsafe import json_safe
 from airflow_trials.core.result import TIMESTAMP, TRAINING_ITERATION
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.update import TrialUpdate
@@ -20,7 +21,6 @@ from airflow_trials.store.base import StoreBase
 from airflow_trials.store.engine import (
     safe_url,
 )
-from airflow_trials.store.jsonsafe import json_safe
 from airflow_trials.store.leaderboard import (
     leaderboard_query,
 )
@@ -47,7 +47,7 @@ class IngestWriter(StoreBase):
         epoch) defaults to now. A result whose iteration is stored already is skipped, so
         writing a batch twice, or from two writers at once, stores it once. Values are made
         JSON-safe first (numpy scalars become numbers, NaN and inf become None: see
-        :mod:`~airflow_trials.store.jsonsafe`). When a new result has the highest iteration so
+        :mod:`~airflow_trials.core.jsonsafe`). When a new result has the highest iteration so
         far, it becomes the trial's ``last_result``. The whole batch is written in one
         transaction, or not at all.
 

@@ -11,10 +11,10 @@ from typing import Any
 from sqlalchemy import case, func, or_
 from sqlalchemy.orm import Session
 
+from airflow_trials.core.jsonsafe import json_safe
 from airflow_trials.core.resources import Resources
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.status_cause import StatusCause
-from airflow_trials.store.jsonsafe import json_safe
 from airflow_trials.store.run_summaries import trials_written
 
 log = logging.getLogger(__name__)
@@ -66,7 +66,7 @@ def definition_columns(
     max_failures: int,
     warm_start: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
-    """The columns that define a trial, stored as JSON (see :mod:`~airflow_trials.store.jsonsafe`)
+    """The columns that define a trial, stored as JSON (see :mod:`~airflow_trials.core.jsonsafe`)
     where they are dicts; set once, at its registration."""
     resources_dict = resources.to_dict() if isinstance(resources, Resources) else resources
     return {

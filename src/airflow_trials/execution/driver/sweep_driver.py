@@ -29,7 +29,7 @@ from airflow_trials.core.searcher import ObjectiveValue, ended_trial_values
 from airflow_trials.core.sweep_progress import SweepProgress, SweepSnapshot
 from airflow_trials.core.trial import Trial
 from airflow_trials.execution.driver.suggest import SearchDriver
-from airflow_trials.execution.resume import adopt_recorded_checkpoints
+from airflow_trials.execution.resume import adopt_checkpoints
 from airflow_trials.storage.trial_storage import TrialStorage
 from airflow_trials.store.engine import safe_url
 from airflow_trials.store.records import TrialRecord
@@ -163,8 +163,8 @@ def _plan_to_trial(
     storage: TrialStorage,
     plan: tuple[str, dict[str, Any], TrialRecord | None],
 ) -> Trial:
-    """A planned trial: a resumed one adopts its recorded checkpoints on ``storage`` and restores
-    the newest (:func:`~airflow_trials.execution.resume.adopt_recorded_checkpoints`), a
+    """A planned trial: a resumed one adopts its checkpoints on ``storage`` and restores
+    the newest (:func:`~airflow_trials.execution.resume.adopt_checkpoints`), a
     warm-started one is registered in the store with where it came from."""
     trial_id, config, record = plan
     origin = spec.origins.get(trial_id) or {}
@@ -177,7 +177,7 @@ def _plan_to_trial(
         **spec.trial_kwargs,
     )
     if record is not None:  # its recorded checkpoints are its own again
-        adopt_recorded_checkpoints(trial, store, storage)
+        adopt_checkpoints(trial, store, storage)
     elif origin.get("warm_start"):  # registered now: the store says where it came from
         store.upsert_trial(
             trial_id,

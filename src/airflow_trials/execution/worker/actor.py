@@ -10,12 +10,14 @@ import socket
 import sys
 import time
 import traceback
+from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 from airflow_trials.core import result as R
 from airflow_trials.core.fate import ends_for_sure
+from airflow_trials.core.jsonsafe import json_safe
 from airflow_trials.core.stop_kind import StopKind
 from airflow_trials.core.update import TrialUpdate
 from airflow_trials.exceptions import TrialError
@@ -25,13 +27,18 @@ from airflow_trials.execution.trainable_api import load_trainable
 from airflow_trials.execution.worker.self_driving import SelfDrivingRun, scalar_fields
 from airflow_trials.execution.worker.trainable import ClassDriver, TrainableDriver, make_driver
 from airflow_trials.storage.trial_output import LogCapture, read_new_output
-from airflow_trials.storage.trial_storage import TrialStorage, discard_restored
+from airflow_trials.storage.trial_storage import RESULTS_KEY, TrialStorage, discard_restored
 
 """What ``TrialActor.poll`` returns: status, new results, checkpoints kept (and the version of that
 set), error and counts; the new output lines when asked for, and where the logs were saved once
 the trial ended."""
 
 log = logging.getLogger(__name__)
+
+#: Results kept for the next checkpoint's metadata. A trainable that never checkpoints past this
+#: many results leaves its next checkpoint with the newest ones only; a resume that finds such a
+#: gap adopts no checkpoint past it (the trials DB's own results stand).
+UNSAVED_RESULTS_MAX = 10_000
 
 
 def _reported_as_trial_error(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -130,6 +137,7 @@ class TrialActor:
         self._timesteps_total: float | None = None
         self._restore_counters()
         self._last_result: dict[str, Any] = {}
+        self._unsaved: deque[dict[str, Any]] = deque(maxlen=UNSAVED_RESULTS_MAX)
         # The payload last persisted and its record: a function trainable's save() hands back the
         # checkpoint it already reported, which must not be stored twice.
         self._persisted: tuple[Any, dict[str, Any]] | None = None
@@ -164,6 +172,7 @@ class TrialActor:
         timesteps = meta.get("timesteps_total")
         self._timesteps_total = None if timesteps is None else float(timesteps)
         self._restore_counters()
+        self._unsaved.clear()
         self._persisted = (payload, {"path": path, "iteration": self._iteration, "metrics": {}})
         return self._iteration
 
@@ -238,8 +247,9 @@ class TrialActor:
             result = {**self._last_result, R.DONE: True, R.DUPLICATE: True}
         else:
             result = self._add_fields(metrics, done, started, driver.reported_at)
+            self._unsaved.append(result)
             if checkpoint is not None:
-                result[R.CHECKPOINT] = self._persist(checkpoint)["path"]
+                result[R.CHECKPOINT] = self._persist(checkpoint, reported=True)["path"]
         if successor is not None and ends_for_sure(result, hand_over_from):
             result[R.HANDED_OVER] = self._hand_over(successor)
         elif not result[R.DONE] and self._iteration < run_ahead_below:
@@ -325,11 +335,27 @@ class TrialActor:
             return self._persisted[1]
         return self._persist(payload)
 
-    def _persist(self, payload: Any) -> dict[str, Any]:
-        meta = {"time_total_s": self._time_total, "timesteps_total": self._timesteps_total}
+    def _persist(self, payload: Any, reported: bool = False) -> dict[str, Any]:
+        """Store ``payload`` as the checkpoint of the current iteration, with the results since
+        the previous one in its metadata (written last, so they are durable exactly when the
+        checkpoint is complete: a resume backfills what the trials DB missed,
+        :mod:`~airflow_trials.execution.resume`). ``reported``: the trainable reported it with
+        the current result, which then names it, as the result a poll returns does."""
+        results = [json_safe(r) for r in self._unsaved]  # as the trials DB would store them
+        if reported and results:
+            target = self._storage.checkpoint_dir(
+                self.experiment_name, self.trial_id, self._iteration
+            )
+            results[-1][R.CHECKPOINT] = target
+        meta = {
+            "time_total_s": self._time_total,
+            "timesteps_total": self._timesteps_total,
+            RESULTS_KEY: results,
+        }
         path = self._storage.persist_checkpoint(
             self.experiment_name, self.trial_id, self._iteration, payload, meta
         )
+        self._unsaved.clear()
         record = {
             "path": path,
             "iteration": self._iteration,
