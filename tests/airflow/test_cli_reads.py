@@ -10,6 +10,7 @@ import sqlite3
 
 import pytest
 
+from airflow_trials import trials_db_url
 from tests.airflow.test_cli_output import (
     EXPERIMENT,
     TRIAL_IDS,
@@ -67,6 +68,8 @@ def test_the_default_file_is_not_created_by_a_read(tmp_path, monkeypatch):
     monkeypatch.setenv("AIRFLOW_TRIALS_HOME", str(home))
     monkeypatch.delenv("AIRFLOW_TRIALS_DB_URL", raising=False)
     monkeypatch.delenv("AIRFLOW_CONN_TRIALS_DEFAULT", raising=False)
+    # The default's warning is said once per process: an earlier test in this worker may have.
+    monkeypatch.setattr(trials_db_url, "_said_default", False)
     result = invoke("experiments")
     line = one_error_line(result)
     assert f"No trials DB at sqlite:///{home / 'trials.db'} (from the default SQLite file)" in line
