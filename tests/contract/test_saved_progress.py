@@ -57,7 +57,7 @@ class SavedProgressContract:
         # keep=2, but nothing was released while nobody recorded: every checkpoint is still there.
         assert _on_disk(storage, "s1")[-1] == "checkpoint_000009"
 
-        trial = _trial("s1", keep=2, until=12)
+        trial = _trial("s1", keep=2, until=12, score_attr="score")
         newest = adopt_checkpoints(trial, store, TrialStorage(storage))
 
         assert (
@@ -65,6 +65,9 @@ class SavedProgressContract:
         )
         assert _iterations(store, "s1") == list(range(1, 10)), recorded  # no gap, no duplicate
         assert [c.iteration for c in trial.checkpoint_manager.kept] == [8, 9]
+        # Each backfilled checkpoint is ranked by its own result's score, as its actor ranked it.
+        backfilled = [c for c in store.reader.live_checkpoints("s1") if c.iteration > 3]
+        assert {c.iteration: c.score for c in backfilled} == {i: float(i) for i in range(4, 10)}
         assert store.reader.get_trial("s1").last_result["training_iteration"] == 9
         # Each backfilled result is the one the actor made, its reported checkpoint named.
         ninth = store.reader.get_results("s1")[-1]

@@ -68,12 +68,13 @@ def backfill_saved_progress(trial: Trial, store: TrialStore, storage: TrialStora
         trial.experiment_name, trial.trial_id, after=recorded[0].iteration if recorded else 0
     ):
         iteration = int(meta.get("iteration", 0))
-        new = [r for r in meta.get(RESULTS_KEY, ()) if int(r[R.TRAINING_ITERATION]) > covered]
+        saved = meta.get(RESULTS_KEY, ())
+        new = [r for r in saved if int(r[R.TRAINING_ITERATION]) > covered]
         if [int(r[R.TRAINING_ITERATION]) for r in new] != list(range(covered + 1, iteration + 1)):
             break  # a gap: this checkpoint's results do not follow on from what is recorded
         results += new
-        score = _score(trial, new[-1] if new else {})
-        kept.append(KeptCheckpoint(path, iteration, score))
+        own: dict = next((r for r in saved if int(r[R.TRAINING_ITERATION]) == iteration), {})
+        kept.append(KeptCheckpoint(path, iteration, _score(trial, own)))
         covered = max(covered, iteration)
     if not kept:
         return 0
