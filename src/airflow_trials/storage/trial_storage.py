@@ -203,10 +203,13 @@ class TrialStorage:
     def has_checkpoint(self, path: str) -> bool:
         """Is a checkpoint this storage persisted complete at ``path``? Its metadata file is
         written last, so a checkpoint whose persist was cut short has none."""
-        meta = (
-            os.path.join(path, _META_FILE) if self.is_local else f"{path.rstrip('/')}/{_META_FILE}"
-        )
-        return self.exists(meta)
+        return self.exists(self._meta_path(path))
+
+    def _meta_path(self, checkpoint: str) -> str:
+        """Where a checkpoint's metadata file, written last, lies."""
+        if self.is_local:
+            return os.path.join(checkpoint, _META_FILE)
+        return f"{checkpoint.rstrip('/')}/{_META_FILE}"
 
     # -- checkpoints
     # --------------------------------------------------------------------------------
@@ -254,10 +257,7 @@ class TrialStorage:
                     f"Trial {trial_id}: a checkpoint must be a dict or an existing directory, "
                     f"got {payload!r}."
                 )
-            meta_path = (
-                os.path.join(target, _META_FILE) if self.is_local else f"{target}/{_META_FILE}"
-            )
-            self.write_json(meta_path, meta)
+            self.write_json(self._meta_path(target), meta)
         except CheckpointError:
             raise
         except _StorageUnanswered as e:
@@ -326,9 +326,8 @@ class TrialStorage:
             if suffix == name or not suffix.isdigit() or int(suffix) <= after:
                 continue
             path = self.checkpoint_dir(experiment_name, trial_id, int(suffix))
-            meta = os.path.join(path, _META_FILE) if self.is_local else f"{path}/{_META_FILE}"
             try:
-                found.append((int(suffix), path, self.read_json(meta)))
+                found.append((int(suffix), path, self.read_json(self._meta_path(path))))
             except (FileNotFoundError, ValueError):
                 continue  # not complete (its metadata is written last), or unreadable
         return [(path, meta) for _, path, meta in sorted(found, key=lambda f: f[0])]
