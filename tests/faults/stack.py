@@ -445,27 +445,35 @@ class FaultStack:
     def assert_triggerer_responsive(self, since: float = 0.0) -> None:
         """No triggerer's event loop stalled after ``since`` (epoch seconds) while it ran.
 
-        Two of Airflow's watchdogs speak of it. The runner's own (``block_watchdog``) logs
-        "async thread was blocked for N seconds" when the loop that runs the triggers did not
-        turn for N seconds: a trigger that blocks it stalls every deferred task of the deployment,
-        so over ``LOOP_BLOCK_LIMIT_S`` fails. The supervisor's logs "appears deadlocked" when the
-        runner sent it nothing for 30 s, which also happens while the supervisor itself waits on
-        an api-server that is not up (hence :meth:`start`'s order). A triggerer told to stop is
+        The runner's own watchdog (Airflow's ``block_watchdog``) logs "async thread was blocked
+        for N seconds" when the loop that runs the triggers did not turn for N seconds: a trigger
+        that blocks it stalls every deferred task of the deployment, so over
+        ``LOOP_BLOCK_LIMIT_S`` fails. It is the direct measure, and the only one asserted.
+
+        The supervisor's "appears deadlocked" (no message from the runner for 30 s) is not a
+        measure of the triggers: the supervisor counts from the last message it read to the end
+        of its own loop's turn, which also writes trigger events to Airflow's metadata DB (SQLite
+        here, shared with the scheduler) and waits on the api-server. CI saw it once at 39 s,
+        on a node running two stacks on two cores, with no block of the runner's loop logged
+        beside it. Such lines are shown with a failure, as context. A triggerer told to stop is
         left out from then on: its runner stops answering as it shuts down, and how long that
         takes is test_stack_restart.py's subject."""
-        stalls = []
+        stalls, silences = [], []
         for start in range(1, self.starts["triggerer"] + 1):
             until = self.stopping_since.get(f"triggerer-{start}", math.inf)
             for line in (
                 (self.logs / f"triggerer-{start}.log").read_text(errors="replace").splitlines()
             ):
                 blocked = _LOOP_BLOCKED.search(line)
-                stalled = "appears deadlocked" in line or (
-                    blocked is not None and float(blocked.group(1)) > LOOP_BLOCK_LIMIT_S
-                )
-                if stalled and since <= _logged_at(line) < until:
-                    stalls.append(f"triggerer-{start}.log: {line}")
-        assert not stalls, "The triggerer's event loop stalled:\n" + "\n".join(stalls)
+                stalled = blocked is not None and float(blocked.group(1)) > LOOP_BLOCK_LIMIT_S
+                silent = "appears deadlocked" in line
+                if (stalled or silent) and since <= _logged_at(line) < until:
+                    (stalls if stalled else silences).append(f"triggerer-{start}.log: {line}")
+        assert not stalls, (
+            "The triggerer's event loop stalled:\n"
+            + "\n".join(stalls)
+            + ("\nIts supervisor meanwhile:\n" + "\n".join(silences) if silences else "")
+        )
 
     def wait_for(
         self, predicate: Callable[[], T], timeout_s: float, what: str, interval_s: float = 0.5
