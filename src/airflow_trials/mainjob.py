@@ -18,9 +18,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_trials.ports import free_port
+
+if TYPE_CHECKING:
+    from airflow_trials.execution.driver.drain import DrainReport
 
 EXAMPLE_DAG_ID = "example_regression_tuning"
 TERMINAL_RUN_STATES = ("success", "failed")
@@ -33,10 +36,13 @@ class Stack:
     :param home: state directory; ``airflow/`` (Airflow home, SQLite DB), ``trials.db``,
         ``storage/``.
     :param dags_folder: the DAGs Airflow runs (this repository's ``dags/``).
+    :param experiment_name: the experiment the job runs (its DAG id): on a Ray cluster the job
+        did not start, the stop drains and removes only this experiment's trials.
     """
 
     home: Path
     dags_folder: Path
+    experiment_name: str = EXAMPLE_DAG_ID
     ray_address: str | None = None
     started_ray: bool = False
     airflow: subprocess.Popen[bytes] | None = None
@@ -332,8 +338,11 @@ def dag_run_state(stack: Stack, dag_id: str, run_id: str) -> str | None:
     return str(rows[0][0]) if rows else None
 
 
-def stop(stack: Stack) -> None:
-    """Stop Airflow and the Ray head this job started (each its whole process group)."""
+def stop(stack: Stack, drain_timeout_s: float | None = None) -> DrainReport | None:
+    """Stop Airflow and the Ray head this job started (each its whole process group), after
+    the running trials drained: checkpointed and paused (:func:`drain`). Returns the drain's
+    report, None when there was nothing to drain."""
+    report = drain(stack, drain_timeout_s)
     if stack.ray_address and not stack.started_ray:
         _terminate_trial_actors(stack)
     for proc in (stack.airflow, stack.ray):
@@ -341,6 +350,24 @@ def stop(stack: Stack) -> None:
             _stop_group(proc)
     if stack.started_ray:
         _forget_ray_head(stack.ray_address)
+    return report
+
+
+def drain(stack: Stack, timeout_s: float | None = None) -> DrainReport | None:
+    """Ask this job's running trials to checkpoint and pause, and wait for it, at most
+    ``timeout_s`` (default ``[airflow_trials] drain_timeout_seconds``; 0: no drain): what
+    they reported is then durable in their storage, and their resume re-runs none of it
+    (``execution/driver/drain.py``). None when no Ray of this job runs."""
+    from airflow_trials.execution.driver.drain import drain_cluster
+    from airflow_trials.provider_config import setting_float
+
+    timeout = setting_float("drain_timeout_seconds") if timeout_s is None else timeout_s
+    head_gone = stack.ray is not None and stack.ray.poll() is not None
+    if not stack.ray_address or timeout <= 0 or head_gone:
+        return None
+    # On a head this job started, every trial is this job's; on another cluster, only its own.
+    prefix = "trial." if stack.started_ray else f"trial.{stack.experiment_name}."
+    return drain_cluster(stack.ray_address, timeout, prefix)
 
 
 def _forget_ray_head(address: str | None) -> None:
@@ -372,7 +399,7 @@ def _stop_group(proc: subprocess.Popen[bytes]) -> None:
         proc.wait(timeout=10)
 
 
-def _terminate_trial_actors(stack: Stack, experiment_name: str = EXAMPLE_DAG_ID) -> None:
+def _terminate_trial_actors(stack: Stack) -> None:
     """On a cluster we did not start, remove only what this job's trials left behind."""
     import ray
 
@@ -381,6 +408,7 @@ def _terminate_trial_actors(stack: Stack, experiment_name: str = EXAMPLE_DAG_ID)
     ray.init(address=stack.ray_address, log_to_driver=False)
     try:
         executor = TrialActorClient(str(stack.storage))
+        experiment_name = stack.experiment_name
         prefix = f"trial.{experiment_name}."
         for entry in ray.util.list_named_actors(all_namespaces=True):
             if entry["name"].startswith(prefix):

@@ -120,6 +120,16 @@ SETTINGS: tuple[Setting, ...] = (
         "gpu",
     ),
     Setting(
+        "drain_timeout_seconds",
+        "float",
+        "30",
+        "On a graceful stop (the main job's Ctrl-C or SIGTERM, ``airflow-trials shape down``), "
+        "how long to wait for the running trials to checkpoint after their current iteration "
+        "and pause, before Airflow and Ray stop; 0: no drain. A trial still training then "
+        "re-runs, on resume, what followed its last checkpoint. Read by the stopping command.",
+        "120",
+    ),
+    Setting(
         "extension_max_num_samples",
         "integer",
         "1000",

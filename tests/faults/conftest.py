@@ -44,6 +44,7 @@ def experiment_dag_source(
     keep_checkpoints_num: int | None = None,
     resources: str = '{"cpu": 1}',
     extra: str = "",
+    trainable: str = "tests.faults.trainables:journaled",
 ) -> str:
     """A DAG file: one ``tuning_experiment`` of ``trials`` trials of the journaled trainable
     (``scheduler``: its argument, as code, e.g. ``"ASHAScheduler(max_t=12)"``; ``sweep``: all of
@@ -51,7 +52,7 @@ def experiment_dag_source(
     as code, e.g. ``"OptunaSearch(seed=0)"``, which then chooses ``x`` in [1, trials];
     ``keep_checkpoints_num``: its argument, default None, all kept; ``resources``: its
     ``resources_per_trial``, as code; ``extra``: more arguments, as code, e.g.
-    ``'gpu_pool="gpu",'``)."""
+    ``'gpu_pool="gpu",'``; ``trainable``: its import path, default the journaled function)."""
     x = (
         f"grid_search({list(range(1, trials + 1))!r})"
         if search_alg == "None"
@@ -72,7 +73,7 @@ def experiment_dag_source(
                  catchup=False):
             tuning_experiment(
                 experiment_name={dag_id!r},
-                trainable="tests.faults.trainables:journaled",
+                trainable={trainable!r},
                 search_space={{"x": {x}, "iterations": {iterations}, "sleep_s": {sleep_s},
                               "hold_at": {hold_at}, "journal_dir": {str(journal_dir)!r}}},
                 metric="score",

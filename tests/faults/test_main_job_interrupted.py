@@ -1,6 +1,6 @@
 """Case 7: the main job (``airflow-trials run --keep-running``) is stopped with Ctrl-C mid-run,
-which
-stops Airflow and the Ray head it started, and then started again on the same state directory.
+which drains the running trials (``execution/driver/drain.py``), stops Airflow and the Ray head it
+started, and then started again on the same state directory.
 
 The second job resumes the interrupted DAG run instead of starting over: the deferred trial tasks'
 triggers find their actors gone with the old Ray cluster (an infrastructure loss, so no failure is
@@ -30,9 +30,18 @@ DAG_ID = "faults_main_job_interrupted"
 TRIALS = 2
 
 
-def _job(state: Path, dags: Path, log: Path, *extra: str) -> subprocess.Popen[bytes]:
+def _job(
+    state: Path,
+    dags: Path,
+    log: Path,
+    *extra: str,
+    dag_id: str = DAG_ID,
+    drain_timeout_s: float | None = None,
+) -> subprocess.Popen[bytes]:
     cli = os.path.join(os.path.dirname(sys.executable), "airflow-trials")
     env = {**base_env(), "COLUMNS": "200"}
+    if drain_timeout_s is not None:
+        env["AIRFLOW__AIRFLOW_TRIALS__DRAIN_TIMEOUT_SECONDS"] = str(drain_timeout_s)
     env.pop("RAY_ADDRESS", None)
     env.pop("AIRFLOW_TRIALS_DB_URL", None)
     return subprocess.Popen(
@@ -40,7 +49,7 @@ def _job(state: Path, dags: Path, log: Path, *extra: str) -> subprocess.Popen[by
             cli,
             "run",
             "--dag-id",
-            DAG_ID,
+            dag_id,
             "--dags-folder",
             str(dags),
             "--state-dir",
@@ -72,7 +81,8 @@ def test_interrupted_main_job_resumes_its_run_and_loses_nothing(tmp_path):
         experiment_dag_source(DAG_ID, journal, trials=TRIALS, max_failures=0)
     )
 
-    first = _job(state, dags, tmp_path / "first.log", "--keep-running")
+    # Held mid-iteration, the trials cannot pause: the drain gives up after its bound.
+    first = _job(state, dags, tmp_path / "first.log", "--keep-running", drain_timeout_s=5)
     try:
 
         def all_held_and_recorded() -> bool:
@@ -102,9 +112,10 @@ def test_interrupted_main_job_resumes_its_run_and_loses_nothing(tmp_path):
     finally:
         if first.poll() is None:
             first.kill()
-    assert (
-        "Interrupted: stopping everything this job started." in (tmp_path / "first.log").read_text()
-    )
+    out = (tmp_path / "first.log").read_text()
+    assert "Interrupted: stopping everything this job started." in out
+    assert f"Drained {TRIALS} trial(s) in " in out, out[-3000:]
+    assert "Did not pause within 5 s" in out, out[-3000:]
     gate(journal).touch()  # the resumed trials run through
 
     second = _job(state, dags, tmp_path / "second.log")
@@ -140,6 +151,91 @@ def test_interrupted_main_job_resumes_its_run_and_loses_nothing(tmp_path):
             old, new = sorted(incarnations, key=lambda i: i.started)
             assert old.last_seen < new.started, (old, new)  # never two copies at once
             assert new.resumed_from == HOLD_AT  # from its latest checkpoint, not from scratch
+    finally:
+        store.dispose()
+
+
+DRAIN_DAG_ID = "faults_main_job_drained"
+DRAIN_ITERATIONS = 40
+CHECKPOINT_FREQ = 10
+
+
+def test_ctrl_c_drains_the_trials_so_that_their_resume_re_runs_nothing(tmp_path):
+    """Ctrl-C while the trials train between two checkpoints (a class trainable checkpointing
+    every 10 iterations): the job first drains them (each checkpoints the iteration it finished
+    and pauses), then stops Airflow and Ray. The next job resumes each from that checkpoint:
+    no iteration is trained twice, no result is stored twice, no failure is counted."""
+    from airflow_trials.store import TrialStore
+
+    state, dags, journal = tmp_path / "state", tmp_path / "dags", tmp_path / "journal"
+    for folder in (dags, journal):
+        folder.mkdir()
+    (dags / f"{DRAIN_DAG_ID}.py").write_text(
+        experiment_dag_source(
+            DRAIN_DAG_ID,
+            journal,
+            trials=TRIALS,
+            iterations=DRAIN_ITERATIONS,
+            sleep_s=0.5,
+            hold_at=0,
+            max_failures=0,
+            trainable="tests.faults.trainables:JournaledClass",
+            extra=f"checkpoint_freq={CHECKPOINT_FREQ},",
+        )
+    )
+    db_url = f"sqlite:///{state / 'trials.db'}"
+
+    def past_a_checkpoint() -> bool:
+        # Each trial recorded results past its first checkpoint, not yet at its second.
+        if not (state / "trials.db").exists():
+            return False
+        store = TrialStore(db_url)
+        try:
+            trials = store.reader.list_trials(experiment_name=DRAIN_DAG_ID)
+            counts = [len(store.reader.get_results(t.trial_id)) for t in trials]
+        except StoreError:
+            return False
+        finally:
+            store.dispose()
+        return len(trials) == TRIALS and all(CHECKPOINT_FREQ + 2 <= c for c in counts)
+
+    first = _job(state, dags, tmp_path / "first.log", "--keep-running", dag_id=DRAIN_DAG_ID)
+    try:
+        wait_for(
+            past_a_checkpoint,
+            600,
+            "every trial to record results past its first checkpoint",
+            guard=lambda: _alive(first, tmp_path / "first.log"),
+        )
+        first.send_signal(signal.SIGINT)
+        assert first.wait(timeout=180) == 130, (tmp_path / "first.log").read_text()[-3000:]
+    finally:
+        if first.poll() is None:
+            first.kill()
+    out = (tmp_path / "first.log").read_text()
+    assert f"Drained {TRIALS} trial(s) in " in out and f"{TRIALS} paused" in out, out[-3000:]
+
+    second = _job(state, dags, tmp_path / "second.log", dag_id=DRAIN_DAG_ID)
+    try:
+        code = second.wait(timeout=1200)
+    finally:
+        if second.poll() is None:
+            second.kill()
+    assert code == 0, (tmp_path / "second.log").read_text()[-4000:]
+
+    store = TrialStore(db_url)
+    try:
+        (run,) = store.reader.list_experiment_runs(DRAIN_DAG_ID)
+        for trial_id in trial_ids(DRAIN_DAG_ID, DRAIN_DAG_ID, run.run_key, TRIALS):
+            record = store.reader.get_trial(trial_id)
+            assert (record.status.value, record.num_failures) == ("TERMINATED", 0)
+            iterations = [r["training_iteration"] for r in store.reader.get_results(trial_id)]
+            assert iterations == list(range(1, DRAIN_ITERATIONS + 1)), (trial_id, iterations)
+            old, new = read_journal(journal, trial_id)
+            # Resumed from the drained checkpoint: the last iteration the first job trained,
+            # past the checkpoint its policy last took. Nothing was trained twice.
+            assert new.resumed_from == old.iterations[-1] > CHECKPOINT_FREQ, (old, new)
+            assert old.last_seen < new.started, (old, new)  # never two copies at once
     finally:
         store.dispose()
 

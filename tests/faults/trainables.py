@@ -52,6 +52,39 @@ def journaled(config: dict[str, Any]) -> None:
         _append(journal, "end", incarnation)
 
 
+class JournaledClass(airflow_trials.Trainable):
+    """``journaled`` as a class trainable, which checkpoints only when the engine asks
+    (``checkpoint_freq``, a drain): a stop can lose the iterations since its last checkpoint.
+    It journals the same lines; its ``start`` line comes with its first step, after a restore."""
+
+    def setup(self, config: dict[str, Any]) -> None:
+        self.journal = Path(config["journal_dir"]) / f"{self.trial_id}.jsonl"
+        self.incarnation = uuid.uuid4().hex
+        self.iteration = 0
+        self.started = False
+
+    def step(self) -> dict[str, Any]:
+        if not self.started:
+            _append(self.journal, "start", self.incarnation, iteration=self.iteration)
+            self.started = True
+        self.iteration += 1
+        time.sleep(float(self.config["sleep_s"]))
+        _append(self.journal, "beat", self.incarnation, iteration=self.iteration)
+        return {
+            "score": self.iteration * float(self.config["x"]),
+            "done": self.iteration >= int(self.config["iterations"]),
+        }
+
+    def save_checkpoint(self, checkpoint_dir: str) -> dict[str, Any]:
+        return {"iteration": self.iteration}
+
+    def load_checkpoint(self, checkpoint: Any) -> None:
+        self.iteration = int(checkpoint["iteration"])
+
+    def cleanup(self) -> None:
+        _append(self.journal, "end", self.incarnation)
+
+
 def gate(journal_dir: str | Path) -> Path:
     """The file whose existence lets held trials go on."""
     return Path(journal_dir) / "open"

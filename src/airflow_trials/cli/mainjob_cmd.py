@@ -56,6 +56,7 @@ def run(
     stack = mainjob.Stack(
         home=Path(state_dir) if state_dir else mainjob.default_home(),
         dags_folder=Path(dags_folder).resolve(),
+        experiment_name=dag_id,
     )
     if not (stack.dags_folder / f"{dag_id}.py").exists() and not stack.dags_folder.is_dir():
         fail(
@@ -75,7 +76,9 @@ def run(
         err.print(Text.assemble(("Error:", "red"), f" {e}"), highlight=False, soft_wrap=True)
     finally:
         mainjob.INTERRUPTS.ignore()
-        mainjob.stop(stack)
+        drained = mainjob.stop(stack)
+        if drained is not None and drained.states:
+            err.print(drained.summary(), highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 

@@ -4,10 +4,11 @@ without docker (docs/deploy.md)."""
 
 from __future__ import annotations
 
+import os
 import shlex
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -105,11 +106,45 @@ def down(
             "stand-in are in memory and go with it)."
         ),
     ] = False,
+    drain_timeout_s: Annotated[
+        float | None,
+        typer.Option(
+            help="How long the running trials get to checkpoint and pause first; 0: no drain. "
+            "Default: [airflow_trials] drain_timeout_seconds (30)."
+        ),
+    ] = None,
 ) -> None:
-    """Stop every process of the shape (SIGTERM, then SIGKILL what is left)."""
+    """Stop every process of the shape: first the running trials checkpoint after their current
+    iteration and pause (bounded), then SIGTERM, then SIGKILL what is left."""
     from airflow_trials.shape.local import STATE_FILE, LocalShape
 
     if not (Path(home) / STATE_FILE).exists():
         fail(f"No shape in {home}.")
-    LocalShape(Path(home), dags_folder=Path("dags")).down(drop_databases=drop)
+    shape = LocalShape(Path(home), dags_folder=Path("dags"))
+    _drain(shape, drain_timeout_s)
+    shape.down(drop_databases=drop)
     out.print(f"The shape in {home} is stopped.")
+
+
+def _drain(shape: Any, timeout_s: float | None) -> None:
+    """The graceful stop's drain (``execution/driver/drain.py``) on the shape's Ray cluster, when
+    its head runs. A drain that fails is said, and the stop goes on."""
+    from airflow_trials.execution.driver.drain import drain_cluster
+    from airflow_trials.provider_config import setting_float
+
+    timeout = setting_float("drain_timeout_seconds") if timeout_s is None else timeout_s
+    if timeout <= 0 or not shape.status().get("ray-head"):
+        return
+    os.environ["RAY_AUTH_MODE"] = shape.client_env()["RAY_AUTH_MODE"]
+    try:
+        report = drain_cluster(shape.addresses.ray_address, timeout)
+    except Exception as e:  # noqa: BLE001 - the stop must go on; the resume re-runs more
+        out.print(
+            f"Could not drain the running trials ({type(e).__name__}: {e}); stopping anyway: "
+            "each resumes from its newest checkpoint in storage.",
+            highlight=False,
+            soft_wrap=True,
+        )
+        return
+    if report.states:
+        out.print(report.summary(), highlight=False, soft_wrap=True)

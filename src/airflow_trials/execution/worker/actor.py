@@ -12,7 +12,7 @@ import time
 import traceback
 from collections import deque
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import Any
 
 from airflow_trials.core import result as R
@@ -24,14 +24,11 @@ from airflow_trials.exceptions import TrialError
 from airflow_trials.execution.actor_spec import HoldSpec, TrialSpec
 from airflow_trials.execution.parameter_refs import parameters_key, resolve_parameters
 from airflow_trials.execution.trainable_api import load_trainable
+from airflow_trials.execution.worker.node import node_id, node_ip
 from airflow_trials.execution.worker.self_driving import SelfDrivingRun, scalar_fields
 from airflow_trials.execution.worker.trainable import ClassDriver, TrainableDriver, make_driver
 from airflow_trials.storage.trial_output import LogCapture, read_new_output
 from airflow_trials.storage.trial_storage import RESULTS_KEY, TrialStorage, discard_restored
-
-"""What ``TrialActor.poll`` returns: status, new results, checkpoints kept (and the version of that
-set), error and counts; the new output lines when asked for, and where the logs were saved once
-the trial ended."""
 
 log = logging.getLogger(__name__)
 
@@ -92,8 +89,8 @@ class TrialActor:
         self._capture = LogCapture() if capture_output else None
         self._hostname = socket.gethostname()
         self._pid = os.getpid()
-        self._node_ip = _node_ip()
-        self._node_id = _node_id()
+        self._node_ip = node_ip()
+        self._node_id = node_id()
         self._driver: TrainableDriver | None = None
         self._trainable_path = ""
         self._parameters_key: tuple[tuple[str, str], ...] = ()
@@ -461,6 +458,15 @@ class TrialActor:
         """Let an autonomous trial end (TERMINATED) after its current iteration."""
         self._autonomous.request_stop()
 
+    def drain(self) -> dict[str, Any]:
+        """A graceful stop's request: checkpoint after the current iteration and pause; answers
+        at once with where the trial is (``SelfDrivingRun.drain``), so ask again to wait."""
+        return {"trial_id": self.trial_id, **asdict(self._autonomous.drain())}
+
+    def resume_drained(self) -> None:
+        """Train on after a drain (the stop was called off)."""
+        self._autonomous.resume()
+
     def execute(self, fn: Callable[[Any], Any]) -> Any:
         """Call ``fn`` with the live trainable object (class API) or driver; for debugging and
         tests."""
@@ -473,26 +479,3 @@ class TrialActor:
                 f"Trial actor for {self.trial_id} has no trainable; it was not set up."
             )
         return self._driver
-
-
-def _node_ip() -> str:
-    try:
-        import ray
-
-        if ray.is_initialized():
-            return str(ray.util.get_node_ip_address())
-    except Exception:  # noqa: BLE001 - the node ip is informational only
-        pass
-    return "127.0.0.1"
-
-
-def _node_id() -> str | None:
-    """The hex id of the Ray node this actor runs on (None outside Ray)."""
-    try:
-        import ray
-
-        if ray.is_initialized():
-            return str(ray.get_runtime_context().get_node_id())
-    except Exception:  # noqa: BLE001 - the node id is informational only
-        pass
-    return None

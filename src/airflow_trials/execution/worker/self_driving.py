@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import traceback
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from airflow_trials.core import result as R
@@ -72,6 +73,11 @@ class SelfDrivingRun:
         self._scheduler_reason: str | None = None
         self._stop_kind: StopKind | None = None
         self._scheduler_kind = StopKind.SCHEDULER
+        # A graceful stop's drain (:meth:`drain`): asked for, and the pause it ends in.
+        self._drain_requested = False
+        self._paused = threading.Event()
+        self._resumed = threading.Event()
+        self._checkpointed_at: int | None = None  # the iteration of the newest kept checkpoint
 
     def start(
         self, trial_state: dict[str, Any], restore_from: str | None, holds: HoldSpec | None
@@ -122,6 +128,8 @@ class SelfDrivingRun:
                     self._stop_reason = decision.reason
                     self._stop_kind = decision.stop_kind
                     break
+                if self._drain_requested:
+                    self._pause_drained(int(result[R.TRAINING_ITERATION]))
         except _CheckpointGone as e:
             status, error = TrialStatus.ERROR, str(e)
             self._infrastructure = True
@@ -206,8 +214,54 @@ class SelfDrivingRun:
     def request_stop(self) -> None:
         """End the loop (TERMINATED) after its current iteration, or at once from a hold."""
         self._stop_requested = True
+        self._resumed.set()  # a paused loop ends too
         if self._holds is not None:
             self._holds.wake()
+
+    # -- a graceful stop's drain -------------------------------------------------------------------
+    def drain(self) -> DrainState:
+        """Ask the loop to checkpoint after its current iteration and pause there, so that a
+        stop that follows loses no reported result (``execution/driver/drain.py``); returns at
+        once with where the loop is. Asking again only reads. A loop held for its scheduler's
+        verdict pauses once the verdict came (the trigger still runs while the stack drains)."""
+        if self._loop is not None and not self._ended.is_set():
+            self._drain_requested = True
+        with self._lock:
+            last = self._trial.last_result if self._trial else None
+        return DrainState(
+            state=(
+                "ended"
+                if self._ended.is_set()
+                else "paused"
+                if self._paused.is_set()
+                else "driven"
+                if self._loop is None
+                else "training"
+            ),
+            iteration=int(last[R.TRAINING_ITERATION]) if last else None,
+            checkpoint_iteration=self._checkpointed_at,
+        )
+
+    def resume(self) -> None:
+        """Let a drained loop train on (the stop it drained for was called off)."""
+        self._drain_requested = False
+        self._resumed.set()
+
+    def _pause_drained(self, iteration: int) -> None:
+        """Checkpoint ``iteration`` unless it has its checkpoint, then wait until resumed or
+        stopped. The checkpoint's metadata holds the results since the previous one (the actor's
+        ``_persist``), so a resume after the stop re-runs none of them. A function trainable
+        cannot checkpoint on demand: its last reported checkpoint stays the newest."""
+        if self._checkpointed_at != iteration:
+            raw = self._host.save()
+            record = CheckpointRecord.from_dict(raw) if raw is not None else None
+            # A function trainable hands back the checkpoint it last reported: kept already.
+            if record is not None and record.iteration != self._checkpointed_at:
+                self._keep(record)
+        self._paused.set()
+        self._resumed.wait()
+        self._resumed.clear()
+        self._paused.clear()
 
     def _save_and_keep(self) -> None:
         raw = self._host.save()
@@ -221,6 +275,7 @@ class SelfDrivingRun:
         assert self._trial is not None
         with self._lock:
             self._trial.checkpoint_manager.on_checkpoint(record)
+        self._checkpointed_at = record.iteration
 
     def release(self, recorded_version: int) -> list[CheckpointRecord]:
         """The dropped checkpoints that no record names any more, now that the watcher wrote the
@@ -263,6 +318,25 @@ class SelfDrivingRun:
                 stop_kind=self._stop_kind if status is TrialStatus.TERMINATED else None,
                 held_at=self._holds.held_at if self._holds is not None else None,
             )
+
+
+@dataclass(frozen=True)
+class DrainState:
+    """Where a drained trial's loop is.
+
+    ``state``: ``training`` (its current iteration runs on), ``paused`` (checkpointed and
+    waiting), ``ended``, or ``driven`` (not self-driving: a runner or a sweep driver trains it,
+    and it is not drained). ``iteration``: its last result's. ``checkpoint_iteration``: its
+    newest checkpoint's (None: none yet). Paused or ended, what it reported is durable in its
+    storage up to ``checkpoint_iteration``."""
+
+    state: str
+    iteration: int | None
+    checkpoint_iteration: int | None
+
+    @property
+    def settled(self) -> bool:
+        return self.state != "training"
 
 
 class _CheckpointGone(Exception):
