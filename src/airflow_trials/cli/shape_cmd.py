@@ -15,7 +15,8 @@ import typer
 from airflow_trials.cli.common import app, fail, out
 
 shape_app = typer.Typer(
-    help="The production shape on this machine: up, status, env, down.", no_args_is_help=True
+    help="The production shape on this machine: up, status, env, restart, supervise, down.",
+    no_args_is_help=True,
 )
 app.add_typer(shape_app, name="shape")
 
@@ -79,7 +80,7 @@ def status(home: Home = ".shape") -> None:
     """Each process of the shape, and whether it runs."""
     from airflow_trials.shape.local import LocalShape
 
-    shape = LocalShape(Path(home), dags_folder=Path("dags"))
+    shape = LocalShape(Path(home))
     for name, alive in shape.status().items():
         out.print(f"{name:24} {'running' if alive else 'stopped'}")
 
@@ -91,9 +92,57 @@ def env(home: Home = ".shape") -> None:
 
     if not (Path(home) / STATE_FILE).exists():
         fail(f"No shape in {home}: start one with `airflow-trials shape up --home {home}`.")
-    shape = LocalShape(Path(home), dags_folder=Path("dags"))
+    shape = LocalShape(Path(home))
     for key, value in shape.client_env().items():
         out.print(f"export {key}={shlex.quote(value)}", soft_wrap=True, highlight=False)
+
+
+@shape_app.command("restart")
+def restart(
+    names: Annotated[
+        list[str], typer.Argument(help="Processes to restart, as `shape status` names them.")
+    ],
+    home: Home = ".shape",
+) -> None:
+    """Stop the named processes if they run, and start them again with their own settings."""
+    from airflow_trials.shape.local import STATE_FILE, LocalShape, ShapeError
+    from airflow_trials.shape.supervisor import restart as restart_processes
+
+    if not (Path(home) / STATE_FILE).exists():
+        fail(f"No shape in {home}: start one with `airflow-trials shape up --home {home}`.")
+    shape = LocalShape(Path(home))
+    try:
+        restart_processes(shape, *names)
+    except ShapeError as e:
+        fail(str(e))
+    out.print(f"Restarted {', '.join(names)} in {shape.home}.")
+
+
+@shape_app.command("supervise")
+def supervise(
+    home: Home = ".shape",
+    interval_s: Annotated[float, typer.Option(help="Seconds between two looks.")] = 2.0,
+) -> None:
+    """Watch the shape's processes and start again each one that dies, with its own settings,
+    until Ctrl-C (what systemd, Kubernetes or Celery's supervisor does in a deployment)."""
+    from airflow_trials.shape.local import STATE_FILE, LocalShape
+    from airflow_trials.shape.supervisor import Supervisor
+
+    if not (Path(home) / STATE_FILE).exists():
+        fail(f"No shape in {home}: start one with `airflow-trials shape up --home {home}`.")
+    shape = LocalShape(Path(home))
+    supervisor = Supervisor(
+        shape,
+        interval_s=interval_s,
+        on_restart=lambda name: out.print(f"{time.strftime('%H:%M:%S')} restarted {name}"),
+    )
+    if not shape.expected:
+        fail(f"Nothing runs in the shape in {home}: `airflow-trials shape up --home {home}`.")
+    out.print(f"Supervising {len(shape.expected)} processes of {shape.home}; Ctrl-C to stop.")
+    try:
+        supervisor.run()
+    except KeyboardInterrupt:
+        out.print("Stopped supervising; the shape runs on.")
 
 
 @shape_app.command("down")
@@ -120,7 +169,7 @@ def down(
 
     if not (Path(home) / STATE_FILE).exists():
         fail(f"No shape in {home}.")
-    shape = LocalShape(Path(home), dags_folder=Path("dags"))
+    shape = LocalShape(Path(home))
     _drain(shape, drain_timeout_s)
     shape.down(drop_databases=drop)
     out.print(f"The shape in {home} is stopped.")

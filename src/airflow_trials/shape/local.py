@@ -32,7 +32,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-from airflow_trials.ports import free_port
 from airflow_trials.shape import setup, spec, triggerers
 from airflow_trials.shape.setup import ShapeError, log_tail, port_open, write_private
 from airflow_trials.shape.spec import Addresses, Process
@@ -54,7 +53,8 @@ class LocalShape:
     """The production shape as local processes, under ``home``.
 
     :param home: the shape's directory: Airflow home, logs, ``shape.json``.
-    :param dags_folder: the DAGs Airflow runs.
+    :param dags_folder: the DAGs Airflow runs; default the one ``shape.json`` names (what
+        ``shape up --dags-folder`` gave), else ``dags``.
     :param postgres_url: a PostgreSQL server URL (any database on it); the shape creates its two
         databases there.
     :param ray_cpus: logical CPUs of each Ray worker node; default 4.
@@ -65,13 +65,14 @@ class LocalShape:
         self,
         home: Path,
         *,
-        dags_folder: Path,
+        dags_folder: Path | None = None,
         postgres_url: str = DEFAULT_POSTGRES_URL,
         ray_cpus: int = 4,
         env: Mapping[str, str] | None = None,
     ) -> None:
         self.home = Path(home).resolve()
-        self.dags_folder = Path(dags_folder).resolve()
+        state = self._read_state()
+        self.dags_folder = Path(dags_folder or (state or {}).get("dags_folder") or "dags").resolve()
         self.postgres_url = postgres_url
         self.ray_cpus = ray_cpus
         self.extra_env = dict(env or {})
@@ -83,7 +84,6 @@ class LocalShape:
         self.session = time.strftime("%Y%m%dT%H%M%S")
         # Each triggerer's job id in Airflow's metadata DB (its triggers' ``triggerer_id``).
         self.triggerer_jobs: dict[str, int] = {}
-        state = self._read_state()
         if state:
             self.addresses = Addresses(**state["addresses"])
             self.ray_temp_dirs: dict[str, str] = state["ray_temp_dirs"]
@@ -120,39 +120,10 @@ class LocalShape:
 
     def _new_addresses(self) -> Addresses:
         airflow_db, trials_db = self.database_names
-        ports: dict[str, int] = {"redis": free_port(), "s3": free_port()}
-        for node in spec.RAY_NODES:
-            ports.update({key: free_port() for key in spec.ray_port_names(node)})
-        for name in (*spec.TRIGGERERS, *spec.WORKERS):
-            ports[f"{name}:log-server"] = free_port()
-        return Addresses(
-            metadata_db_url=self._database_url(airflow_db),
-            trials_db_url=self._database_url(trials_db),
-            broker_url=f"redis://127.0.0.1:{ports['redis']}/0",
-            s3_endpoint_url=f"http://127.0.0.1:{ports['s3']}",
-            ray_address=f"127.0.0.1:{free_port()}",
-            api_port=free_port(),
-            jwt_secret="shape-" + os.urandom(24).hex(),
-            local_ports=ports,
-        )
+        return spec.new_addresses(self._database_url(airflow_db), self._database_url(trials_db))
 
     def _backing(self) -> list[Process]:
-        ports = self.addresses.local_ports
-        redis = (
-            "redis-server",
-            "--port",
-            str(ports["redis"]),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(self.home),
-        )
-        s3 = ("moto_server", "-H", "127.0.0.1", "-p", str(ports["s3"]))
-        return [Process("redis", redis, kind="backing"), Process("s3", s3, kind="backing")]
+        return spec.backing_processes(self.addresses, self.home)
 
     # -- state ----------------------------------------------------------------------------------
     def _read_state(self) -> dict[str, Any] | None:
@@ -161,10 +132,16 @@ class LocalShape:
 
     def _write_state(self) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
+        # Processes another command started (``shape restart``) keep their pids while they live.
+        saved = {n: pid for n, pid in self.saved_pids().items() if n not in self.procs}
         state = {
             "addresses": dataclasses.asdict(self.addresses),
             "ray_temp_dirs": self.ray_temp_dirs,
-            "pids": {name: proc.pid for name, proc in self.procs.items() if proc.poll() is None},
+            "dags_folder": str(self.dags_folder),
+            "pids": {
+                **{n: pid for n, pid in saved.items() if setup.pid_alive(pid)},
+                **{n: proc.pid for n, proc in self.procs.items() if proc.poll() is None},
+            },
         }
         write_private(self.home / STATE_FILE, json.dumps(state, indent=1))
 
@@ -264,8 +241,16 @@ class LocalShape:
         self._write_state()
 
     def is_running(self, name: str) -> bool:
+        """Whether the process runs: started here, or by another command (its saved pid)."""
         proc = self.procs.get(name)
-        return proc is not None and proc.poll() is None
+        if proc is not None and proc.poll() is None:
+            return True
+        pid = self.saved_pids().get(name)  # another command may have started it again
+        return pid is not None and (proc is None or pid != proc.pid) and setup.pid_alive(pid)
+
+    def saved_pids(self) -> dict[str, int]:
+        """Each process's pid as ``shape.json`` last recorded it (by any command)."""
+        return dict((self._read_state() or {}).get("pids") or {})
 
     def pid(self, name: str) -> int:
         return self.procs[name].pid
@@ -329,11 +314,12 @@ class LocalShape:
     def check_alive(self) -> None:
         """Raise, with its log, if a process that should run has exited."""
         for name in sorted(self.expected):
-            proc = self.procs[name]
-            if proc.poll() is not None:
+            if not self.is_running(name):
+                proc = self.procs.get(name)
+                how = f"(pid {proc.pid}) exited with {proc.returncode}" if proc else "is not up"
                 raise ShapeError(
-                    f"The shape's {name} (pid {proc.pid}) exited with {proc.returncode}; its log "
-                    f"{self.log_path(name)} ends:\n{log_tail(self.log_path(name))}"
+                    f"The shape's {name} {how}; its log {self.log_path(name)} ends:\n"
+                    f"{log_tail(self.log_path(name))}"
                 )
 
     def wait_for(self, predicate: Callable[[], T | None], timeout_s: float, what: str) -> T:
@@ -435,8 +421,7 @@ class LocalShape:
         process of a Ray node. ``drop_databases`` also drops its two databases."""
         import psutil
 
-        saved = (self._read_state() or {}).get("pids") or {}
-        pids = {**saved, **{name: proc.pid for name, proc in self.procs.items()}}
+        pids = {**self.saved_pids(), **{name: proc.pid for name, proc in self.procs.items()}}
         self.expected.clear()
         for name in reversed(list(self.processes)):
             if name in pids:
@@ -484,15 +469,5 @@ class LocalShape:
         )
 
     def status(self) -> dict[str, bool]:
-        """Each process's name and whether its saved pid is alive."""
-        pids = (self._read_state() or {}).get("pids") or {}
-        result = {}
-        for name in self.processes:
-            pid = pids.get(name)
-            alive = False
-            if pid is not None:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, 0)
-                    alive = True
-            result[name] = alive
-        return result
+        """Each process's name and whether it runs."""
+        return {name: self.is_running(name) for name in self.processes}

@@ -29,6 +29,16 @@ def port_open(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid runs (a zombie, exited and not yet reaped, does not)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
 def write_private(path: Path, text: str) -> None:
     """Write ``path`` readable by its owner only (0600), atomically: the text goes to a new file
     created 0600 beside it, which then replaces it, so the secrets are never in a looser file, a

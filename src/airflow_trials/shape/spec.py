@@ -20,8 +20,12 @@ The shape, as users run it in production:
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+
+from airflow_trials.ports import free_port
 
 DEFAULT_QUEUE = "default"
 GPU_QUEUE = "gpu"
@@ -257,3 +261,42 @@ def ray_port_names(node: str) -> list[str]:
     if node == "ray-head":
         names.append("ray-client-server-port")
     return [f"{node}:{name}" for name in names]
+
+
+def new_addresses(metadata_db_url: str, trials_db_url: str) -> Addresses:
+    """A new shape's addresses: a free port for every listener, a new JWT secret."""
+    ports: dict[str, int] = {"redis": free_port(), "s3": free_port()}
+    for node in RAY_NODES:
+        ports.update({key: free_port() for key in ray_port_names(node)})
+    for name in (*TRIGGERERS, *WORKERS):
+        ports[f"{name}:log-server"] = free_port()
+    return Addresses(
+        metadata_db_url=metadata_db_url,
+        trials_db_url=trials_db_url,
+        broker_url=f"redis://127.0.0.1:{ports['redis']}/0",
+        s3_endpoint_url=f"http://127.0.0.1:{ports['s3']}",
+        ray_address=f"127.0.0.1:{free_port()}",
+        api_port=free_port(),
+        jwt_secret="shape-" + os.urandom(24).hex(),
+        local_ports=ports,
+    )
+
+
+def backing_processes(addresses: Addresses, home: Path) -> list[Process]:
+    """Redis (the Celery broker, keeping nothing on disk) and the S3 stand-in (moto's server)."""
+    ports = addresses.local_ports
+    redis = (
+        "redis-server",
+        "--port",
+        str(ports["redis"]),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--dir",
+        str(home),
+    )
+    s3 = ("moto_server", "-H", "127.0.0.1", "-p", str(ports["s3"]))
+    return [Process("redis", redis, kind="backing"), Process("s3", s3, kind="backing")]
