@@ -30,6 +30,7 @@ import pytest
 from airflow_trials.shape import spec, triggerers
 from airflow_trials.shape.local import LocalShape
 from airflow_trials.shape.setup import port_open
+from airflow_trials.shape.supervisor import Supervisor
 from tests.conftest import REPO
 from tests.faults.conftest import HOLD_AT, ExperimentRun, on_ray
 from tests.faults.shape_stack import ShapeStack, node_names
@@ -195,30 +196,42 @@ def test_a_celery_worker_redis_and_a_triggerer_lost_while_the_trials_are_deferre
     stack, shape, experiment
 ):
     """Three faults while the tasks are deferred, none of which may touch a trial: a Celery
-    worker SIGKILLed, Redis restarted, and the triggerer running the triggers SIGKILLed (the
-    other one takes its triggers over, without a restart by hand)."""
+    worker and Redis SIGKILLed, which the shape's supervisor starts again (as systemd or
+    Kubernetes would; no restart by hand), and the triggerer running the triggers SIGKILLed (the
+    other one takes its triggers over)."""
     run = experiment("shape_deferred", trials=3)
     run.trigger()
     run.wait_until_trials_deferred()
     first_tries = {ti["map_index"]: ti["try_number"] for ti in run.trial_tis()}
 
-    stack.kill("airflow-worker")
-    stack.kill("redis")
-    stack.start("redis")
-    stack.wait_for(
-        lambda: port_open(shape.addresses.local_ports["redis"]), 60, "Redis to answer again"
-    )
+    supervisor = Supervisor(shape)
+    supervisor.start()
+    try:
+        worker_pid = shape.pid("airflow-worker")
+        stack.signal("airflow-worker", signal.SIGKILL)  # dies, as a crash: still expected
+        stack.signal("redis", signal.SIGKILL)
+        stack.wait_for(
+            lambda: (
+                port_open(shape.addresses.local_ports["redis"])
+                and shape.pid("airflow-worker") != worker_pid
+                and shape.worker_ready("airflow-worker")
+            ),
+            300,
+            "the supervisor to bring Redis and the Celery worker back",
+        )
+        assert {name for name, _ in supervisor.restarts} == {"redis", "airflow-worker"}
 
-    takeover = triggerers.kill_the_busiest(shape)
-    assert takeover.moved >= 1, takeover
-    print(f"[shape] {takeover}")
+        # Killed on purpose (``LocalShape.kill``): not the supervisor's to bring back.
+        takeover = triggerers.kill_the_busiest(shape)
+        assert takeover.moved >= 1, takeover
+        print(f"[shape] {takeover}; restarted by the supervisor: {supervisor.restarts}")
+    finally:
+        supervisor.stop()
 
     # Nothing happened to the trials: the same tasks deferred on their first tries.
     assert {ti["map_index"]: (ti["state"], ti["try_number"]) for ti in run.trial_tis()} == {
         i: ("deferred", first_tries[i]) for i in first_tries
     }
-    stack.start("airflow-worker")
-    stack.wait_for(lambda: shape.worker_ready("airflow-worker"), 300, "the Celery worker")
     run.open_gate()
     _assert_untouched(run)
 

@@ -84,6 +84,7 @@ class LocalShape:
         self.session = time.strftime("%Y%m%dT%H%M%S")
         # Each triggerer's job id in Airflow's metadata DB (its triggers' ``triggerer_id``).
         self.triggerer_jobs: dict[str, int] = {}
+        self.supervised = False  # a Supervisor watches: what dies is its to start again
         if state:
             self.addresses = Addresses(**state["addresses"])
             self.ray_temp_dirs: dict[str, str] = state["ray_temp_dirs"]
@@ -312,8 +313,8 @@ class LocalShape:
             self.kill(name)
 
     def check_alive(self) -> None:
-        """Raise, with its log, if a process that should run has exited."""
-        for name in sorted(self.expected):
+        """Raise, with its log, if a process that should run has exited (unless supervised)."""
+        for name in sorted(self.expected) if not self.supervised else ():
             if not self.is_running(name):
                 proc = self.procs.get(name)
                 how = f"(pid {proc.pid}) exited with {proc.returncode}" if proc else "is not up"

@@ -84,7 +84,9 @@ class Supervisor:
                 log.error("%s", e)
 
     def start(self) -> None:
-        """Watch in a thread."""
+        """Watch in a thread. Meanwhile the shape's waits no longer fail when a process dies
+        (``LocalShape.check_alive``): it is this supervisor's to start again."""
+        self.shape.supervised = True
         self._thread = threading.Thread(target=self.run, name="shape-supervisor", daemon=True)
         self._thread.start()
 
@@ -92,6 +94,7 @@ class Supervisor:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=600)
+        self.shape.supervised = False
 
 
 def restart(shape: Any, *names: str, timeout_s: float = 60) -> None:
