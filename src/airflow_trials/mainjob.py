@@ -343,11 +343,15 @@ def stop(stack: Stack, drain_timeout_s: float | None = None) -> DrainReport | No
     the running trials drained: checkpointed and paused (:func:`drain`). Returns the drain's
     report, None when there was nothing to drain."""
     report = drain(stack, drain_timeout_s)
+    if stack.airflow is not None:
+        _stop_group(stack.airflow)
+    # On a cluster this job did not start, its trials' actors are removed once Airflow stopped:
+    # no trigger sees them killed (a failure of the trial); the next job finds them gone (a
+    # loss to infrastructure, which spends no max_failures) and resumes them.
     if stack.ray_address and not stack.started_ray:
         _terminate_trial_actors(stack)
-    for proc in (stack.airflow, stack.ray):
-        if proc is not None:
-            _stop_group(proc)
+    if stack.ray is not None:
+        _stop_group(stack.ray)
     if stack.started_ray:
         _forget_ray_head(stack.ray_address)
     return report

@@ -312,3 +312,30 @@ async def test_an_actor_gone_with_its_cluster_is_an_infrastructure_loss(trials_e
     assert event.payload["infrastructure"] is (launched_on == "another"), event.payload
     if launched_on == "another":
         assert "the Ray cluster it was launched on is gone" in event.payload["error"]
+
+
+async def test_an_actor_removed_after_a_graceful_stop_paused_it_is_no_failure(trials_env):
+    """The main job on a Ray cluster it did not start drains its trials, stops Airflow, then
+    removes their actors: the next try's trigger finds the actor gone and the storage's mark of
+    the drain, which is an infrastructure loss (no ``max_failures`` spent), not a failure."""
+    from airflow_trials.execution.driver.drain import drain_trials
+    from airflow_trials.execution.ray_state import current_cluster_id
+    from airflow_trials.storage.trial_storage import TrialStorage
+
+    executor = _launch(trials_env, "drained", {"sleep": 0.05}, stop=1000)
+    trials_env.store.record_transition("drained", Transition.PLACED)
+    report = await asyncio.to_thread(drain_trials, 60, "trial.trig.drained")
+    state = report.states["trial.trig.drained"]
+    assert state["state"] == "paused", report.summary()
+    assert TrialStorage(trials_env.storage).drained_at("trig", "drained") == state["iteration"]
+    executor.terminate("trig", "drained")
+
+    trigger = TrialTrigger(
+        "trig", "drained", poll_interval_seconds=0.05, ray_cluster_id=current_cluster_id()
+    )
+    event = await trigger.run().asend(None)
+    assert event.payload["status"] == "ERROR" and event.payload["infrastructure"] is True
+    assert (
+        f"a graceful stop paused it after iteration {state['iteration']}"
+        in (event.payload["error"])
+    )

@@ -57,9 +57,12 @@ def test_a_drained_trial_saves_what_it_reported_and_pauses_until_resumed(ray_clu
     assert [r["training_iteration"] for r in meta[RESULTS_KEY]] == list(range(1, paused_at + 1))
     # Asked again, a paused trial answers the same and saves nothing more.
     assert drain_trials(timeout_s=5, prefix="trial.drain.").states == report.states
+    # Marked, so that its next try reads its actor gone as stopped with the stack.
+    assert TrialStorage(storage).drained_at("drain", "d1") == paused_at
 
     ray.get(actor.resume_drained.remote())
     _results_after(actor, paused_at + 3)
+    assert TrialStorage(storage).drained_at("drain", "d1") is None  # it trains again
     ray.get(actor.request_stop.remote())
     snap = wait_done(actor)
     iterations = [r["training_iteration"] for r in snap.results]

@@ -10,6 +10,7 @@ import pickle
 import shutil
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -30,6 +31,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_STORAGE_ENV = "AIRFLOW_TRIALS_STORAGE"
 _META_FILE = ".airflow_trials_checkpoint.json"
+# In a trial's folder while its actor is paused by a graceful stop's drain.
+_DRAINED_FILE = ".airflow_trials_drained.json"
 _DICT_FILE = "checkpoint.pkl"
 _LOGS_DIR = "logs"
 #: The key of a checkpoint's metadata that holds the results since the trial's previous checkpoint.
@@ -199,6 +202,28 @@ class TrialStorage:
 
     def exists(self, path: str) -> bool:
         return os.path.exists(path) if self.is_local else bool(self.fs.exists(path))
+
+    # -- a graceful stop's drain: whether the trial's last actor paused for a stop
+    def mark_drained(self, experiment_name: str, trial_id: str, iteration: int | None) -> None:
+        """Record that the trial's actor paused at ``iteration`` for a stop (None: it trains
+        again, so its end from here on is its own): the next try reads a gone actor as stopped
+        with the stack, not as a failure of the trial."""
+        path = self._join(self.trial_dir(experiment_name, trial_id), _DRAINED_FILE)
+        if iteration is not None:
+            self.write_json(path, {"iteration": iteration, "at": time.time()})
+        elif self.is_local:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(path)
+        elif self.fs.exists(path):
+            self.fs.rm_file(path)
+
+    def drained_at(self, experiment_name: str, trial_id: str) -> int | None:
+        """The iteration the trial's last actor paused at for a stop, or None."""
+        path = self._join(self.trial_dir(experiment_name, trial_id), _DRAINED_FILE)
+        try:
+            return int(self.read_json(path)["iteration"]) if self.exists(path) else None
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
 
     def has_checkpoint(self, path: str) -> bool:
         """Is a checkpoint this storage persisted complete at ``path``? Its metadata file is

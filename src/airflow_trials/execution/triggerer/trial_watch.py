@@ -39,7 +39,10 @@ RELEASED_PACE_SECONDS = 0.02
 
 class ActorClient(Protocol):
     """What a watch asks of the actor client (``TrialActorClient``, which the trigger's hook hands
-    out): find the trial's actor, give it a verdict, let it delete dropped checkpoints, free it."""
+    out): find the trial's actor, give it a verdict, let it delete dropped checkpoints, free it;
+    and its ``storage`` (``TrialStorage``), for a graceful stop's mark."""
+
+    storage: Any
 
     def attach(self, experiment_name: str, trial_id: str) -> Any: ...
 
@@ -211,6 +214,10 @@ class TrialWatch:
                         released=True,
                     )
                 )
+            drained = await asyncio.to_thread(self._drained_at)
+            if drained is not None:  # removed after a graceful stop paused it: no failure
+                why = f"its Ray actor is gone: a graceful stop paused it after iteration {drained}"
+                raise Ended(self._lost(f"{why}; its task resumes it", infrastructure=True))
             raise Ended(self._lost("its Ray actor is gone (node lost or killed)"))
         from airflow_trials.execution.ray_state import actor_info
 
@@ -427,6 +434,10 @@ class TrialWatch:
                 type(e).__name__,
                 e,
             )
+
+    def _drained_at(self) -> int | None:
+        assert self.client is not None
+        return self.client.storage.drained_at(self.spec.experiment_name, self.spec.trial_id)
 
     def _finished_in_store(self) -> dict[str, Any] | None:
         record = self.store.reader.get_trial(self.spec.trial_id)

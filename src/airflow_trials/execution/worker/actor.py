@@ -467,6 +467,14 @@ class TrialActor:
         """Train on after a drain (the stop was called off)."""
         self._autonomous.resume()
 
+    def mark_drained(self, iteration: int | None) -> None:
+        """Mark in the storage that this trial paused at ``iteration`` for a stop (None: it
+        trains again). A storage that fails is logged: the drain goes on without the mark."""
+        try:
+            self._storage.mark_drained(self.experiment_name, self.trial_id, iteration)
+        except Exception as e:  # noqa: BLE001 - fsspec backends raise their own error types
+            log.warning("Trial %s: could not mark its drain on the storage: %s", self.trial_id, e)
+
     def execute(self, fn: Callable[[Any], Any]) -> Any:
         """Call ``fn`` with the live trainable object (class API) or driver; for debugging and
         tests."""

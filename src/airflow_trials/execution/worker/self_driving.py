@@ -24,8 +24,8 @@ from airflow_trials.execution.worker.holds import Holds
 
 
 class TrialHost(Protocol):
-    """What a run needs of the actor that hosts it (``TrialActor``): the trial's ids, and the
-    steps that train, restore, save and stop its trainable."""
+    """What a run needs of the actor that hosts it (``TrialActor``): the trial's ids, the steps
+    that train, restore, save and stop its trainable, and the storage's mark of a drain."""
 
     trial_id: str
     experiment_name: str
@@ -38,15 +38,18 @@ class TrialHost(Protocol):
 
     def stop(self) -> None: ...
 
+    def mark_drained(self, iteration: int | None) -> None: ...
+
 
 class SelfDrivingRun:
     """One trial that its actor drives to the end by itself (the Airflow path), and the progress
     its watcher polls.
 
     The loop trains a result, asks ``core/fate.py`` ``after_result`` what follows, publishes the
-    result and keeps its checkpoints. With holds, it waits at each hold point for the verdict the
-    trial's trigger gives (:meth:`decide`). The loop runs in a thread, so that the actor answers
-    polls meanwhile; everything a poll reads is guarded by one lock.
+    result and keeps its checkpoints; a drain (:meth:`drain`) pauses it after a checkpoint. With
+    holds, it waits at each hold point for the verdict the trial's trigger gives (:meth:`decide`).
+    The loop runs in a thread, so that the actor answers polls meanwhile; everything a poll reads
+    is guarded by one lock.
 
     :param host: the actor hosting the trial; its ``train``, ``restore``, ``save`` and ``stop``
         are the loop's steps, and its ``trial_id`` and ``experiment_name`` name the trial.
@@ -101,6 +104,7 @@ class SelfDrivingRun:
         assert trial is not None
         status, error = TrialStatus.TERMINATED, None
         try:
+            host.mark_drained(None)  # an earlier actor's pause is over: this one trains
             if restore_from:
                 self._restore_or_give_up(restore_from)
             while not self._stop_requested:
@@ -258,10 +262,13 @@ class SelfDrivingRun:
             # A function trainable hands back the checkpoint it last reported: kept already.
             if record is not None and record.iteration != self._checkpointed_at:
                 self._keep(record)
+        # Its next try reads this actor gone as stopped with the stack, not as a failure.
+        self._host.mark_drained(iteration)
         self._paused.set()
         self._resumed.wait()
         self._resumed.clear()
         self._paused.clear()
+        self._host.mark_drained(None)
 
     def _save_and_keep(self) -> None:
         raw = self._host.save()
