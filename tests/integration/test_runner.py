@@ -529,10 +529,46 @@ def test_interrupted_experiment_resumes_running_trials_from_checkpoints(ray_clus
 
     resumed = TrialRunner("exp", storage_path=storage, resume=True, wait_timeout_s=10)
     again = resumed.get_trial("long")
-    assert again.status == TrialStatus.PENDING and again.checkpoint.iteration == 3
+    # 3, or 4 when its actor trained 4 ahead before it was killed (its checkpoint is on the
+    # storage: the resume takes it, with its result).
+    assert again.status == TrialStatus.PENDING and again.checkpoint.iteration in (3, 4)
     resumed.run()
     assert again.status == TrialStatus.TERMINATED
     assert [r["training_iteration"] for _, r in resumed.results()] == [4, 5, 6]
+
+
+@pytest.mark.parametrize("ray_cluster", [{"num_cpus": 2, "num_gpus": 0}], indirect=True)
+def test_a_resume_takes_the_checkpoints_saved_after_the_experiment_state(ray_cluster, storage):
+    """The runner's process dies (no state saved) after its trial trained past the saved state:
+    the resume takes the newer checkpoints from the storage, with the results their metadata
+    carries, and restores from the newest; nothing is trained twice and no result is missing."""
+    runner = runner_for(storage)
+    trial = Trial(
+        COUNTING,
+        {},
+        experiment_name="exp",
+        trial_id="long",
+        stopping_criterion={"training_iteration": 8},
+    )
+    runner.add_trial(trial)
+    step_until(runner, lambda: trial.last_result.get("training_iteration") == 3)
+    runner.checkpoint()  # the state names iteration 3
+    step_until(runner, lambda: trial.last_result.get("training_iteration") == 6)
+    runner.trial_executor.cleanup()  # the process dies: actors gone, no state saved since
+    assert live_trial_actors() == []
+
+    resumed = TrialRunner("exp", storage_path=storage, resume=True, wait_timeout_s=10)
+    again = resumed.get_trial("long")
+    adopted = again.checkpoint.iteration  # 6, or 7 when its actor had trained 7 ahead
+    assert again.status == TrialStatus.PENDING and adopted in (6, 7)
+    assert again.last_result["training_iteration"] == adopted
+    resumed.run()
+    assert again.status == TrialStatus.TERMINATED
+    results = [r for _, r in resumed.results()]
+    # Up to the adopted checkpoint from the storage, handed to the callbacks as the trial
+    # started again; then trained from there.
+    assert [r["training_iteration"] for r in results] == [4, 5, 6, 7, 8]
+    assert results[adopted - 3]["iterations_since_restore"] == 1  # the first after the restore
 
 
 def test_resume_without_state_is_a_clear_error(storage):

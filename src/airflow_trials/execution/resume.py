@@ -56,17 +56,59 @@ def adopt_checkpoints(
 def backfill_saved_progress(trial: Trial, store: TrialStore, storage: TrialStorage) -> int:
     """Record the trial's complete checkpoints newer than its newest recorded one, with the
     results their metadata carries past the trials DB's last result, in one write; returns how
-    many results it wrote. It stops at the first checkpoint whose results leave a gap after what
-    is recorded (its actor kept no more than ``UNSAVED_RESULTS_MAX``): no checkpoint past a gap
-    is recorded, so none is resumed from. Results the DB holds are never written again."""
+    many results it wrote. Results the DB holds are never written again (:func:`saved_progress`
+    says which checkpoints count)."""
     recorded = store.reader.live_checkpoints(trial.trial_id)  # newest first
     last = store.reader.get_trial(trial.trial_id).last_result or {}
-    covered = int(last.get(R.TRAINING_ITERATION, 0))
+    results, kept = saved_progress(
+        trial,
+        storage,
+        covered=int(last.get(R.TRAINING_ITERATION, 0)),
+        after=recorded[0].iteration if recorded else 0,
+    )
+    if not kept:
+        return 0
+    store.record_progress([TrialUpdate(trial.trial_id, results=results, kept_checkpoints=kept)])
+    _log_backfill(trial, results, kept)
+    return len(results)
+
+
+def adopt_saved_progress(trial: Trial, storage: TrialStorage) -> list[dict]:
+    """The runner's resume (``TrialRunner(resume=True)``, whose experiment state is saved every
+    ``checkpoint_period_s``): take the trial's complete checkpoints newer than the state names as
+    its own, and its results up to them as recorded (``Trial.record_result``); returns those
+    results, for the runner to hand its callbacks (the trials DB's among them)."""
+    newest = trial.checkpoint
+    results, kept = saved_progress(
+        trial,
+        storage,
+        covered=trial.last_recorded_iteration,
+        after=newest.iteration if newest else 0,
+    )
+    by_iteration = {int(r[R.TRAINING_ITERATION]): r for r in results}
+    for result in results:
+        trial.record_result(result)
+    for checkpoint in kept:
+        metrics = by_iteration.get(checkpoint.iteration, {})
+        trial.checkpoint_manager.on_checkpoint(
+            CheckpointRecord(checkpoint.path, checkpoint.iteration, metrics)
+        )
+    if kept:
+        _log_backfill(trial, results, kept)
+    return results
+
+
+def saved_progress(
+    trial: Trial, storage: TrialStorage, covered: int, after: int
+) -> tuple[list[dict], list[KeptCheckpoint]]:
+    """The trial's complete checkpoints on ``storage`` past iteration ``after``, oldest first,
+    and the results their metadata carries past iteration ``covered`` (what the caller's record
+    holds). It stops at the first checkpoint whose results leave a gap after ``covered`` (its
+    actor kept no more than ``UNSAVED_RESULTS_MAX``): no checkpoint past a gap is taken, so none
+    is resumed from."""
     results: list[dict] = []
     kept: list[KeptCheckpoint] = []
-    for path, meta in storage.saved_checkpoints(
-        trial.experiment_name, trial.trial_id, after=recorded[0].iteration if recorded else 0
-    ):
+    for path, meta in storage.saved_checkpoints(trial.experiment_name, trial.trial_id, after):
         iteration = int(meta.get("iteration", 0))
         saved = meta.get(RESULTS_KEY, ())
         new = [r for r in saved if int(r[R.TRAINING_ITERATION]) > covered]
@@ -76,18 +118,18 @@ def backfill_saved_progress(trial: Trial, store: TrialStore, storage: TrialStora
         own: dict = next((r for r in saved if int(r[R.TRAINING_ITERATION]) == iteration), {})
         kept.append(KeptCheckpoint(path, iteration, _score(trial, own)))
         covered = max(covered, iteration)
-    if not kept:
-        return 0
-    store.record_progress([TrialUpdate(trial.trial_id, results=results, kept_checkpoints=kept)])
+    return results, kept
+
+
+def _log_backfill(trial: Trial, results: list[dict], kept: list[KeptCheckpoint]) -> None:
     log.info(
-        "Trial %s: recorded %d result(s) and %d checkpoint(s), up to iteration %d, that its "
-        "storage held and the trials DB did not (it trained on while nobody recorded it).",
+        "Trial %s: took %d result(s) and %d checkpoint(s), up to iteration %d, that its storage "
+        "held and its record did not (it trained on while nobody recorded it).",
         trial.trial_id,
         len(results),
         len(kept),
         kept[-1].iteration,
     )
-    return len(results)
 
 
 def _score(trial: Trial, result: dict) -> float | None:

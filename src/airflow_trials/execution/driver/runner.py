@@ -31,6 +31,7 @@ from airflow_trials.execution.driver.runner_views import (
 )
 from airflow_trials.execution.driver.suggest import SearchDriver, build_search_driver
 from airflow_trials.execution.driver.trial_outcomes import FAIL_FAST_RAISE, TrialOutcomes
+from airflow_trials.execution.resume import adopt_saved_progress
 
 log = logging.getLogger(__name__)
 
@@ -143,10 +144,21 @@ class TrialRunner(RunnerTrials, RunnerViews):
         _hand_on_constraints(search_alg, callbacks)
         self._init_trials(forget_ended)
         self._init_outcomes(checkpoint_period_s, fail_fast, keep_results)
+        # What resumed trials' storage held past the saved state, for the callbacks (_resume).
+        self._saved_results: dict[str, list[dict[str, Any]]] = {}
         if resume:
-            storage = self.trial_executor.storage
-            for trial in trials_to_resume(storage, self.experiment_name, stop, run_errored_only):
-                self.add_trial(trial)
+            self._resume(stop, run_errored_only)
+
+    def _resume(
+        self, stop: Mapping[str, float] | StopFn | Stopper | None, run_errored_only: bool
+    ) -> None:
+        """Add the saved trials; each one to run again first takes what its storage holds past
+        the saved state (the state is saved every ``checkpoint_period_s``)."""
+        storage = self.trial_executor.storage
+        for trial in trials_to_resume(storage, self.experiment_name, stop, run_errored_only):
+            self.add_trial(trial)
+            if trial.status == TrialStatus.PENDING:
+                self._saved_results[trial.trial_id] = adopt_saved_progress(trial, storage)
 
     def _init_outcomes(
         self, checkpoint_period_s: float, fail_fast: bool | Literal["raise"], keep_results: bool
@@ -304,6 +316,7 @@ class TrialRunner(RunnerTrials, RunnerViews):
             executor.continue_training(trial, self._run_ahead_below(trial), successor)
             for callback in self.callbacks:
                 callback.on_trial_start(trial)
+            self._outcomes.saved_progress(trial, self._saved_results.pop(trial.trial_id, []))
         else:
             self._outcomes.errored(trial)
 

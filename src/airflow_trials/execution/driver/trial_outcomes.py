@@ -190,6 +190,19 @@ class TrialOutcomes:
             callback.on_trial_exploit(trial, exploit, old_config)
         return True
 
+    def saved_progress(self, trial: Trial, results: list[Result]) -> None:
+        """Hand the callbacks the results a resumed trial's storage held past the runner's saved
+        state (``adopt_saved_progress``), once it started again: recorded, not judged (its
+        scheduler never saw them; the trial trained past them unwatched)."""
+        if not results:
+            return
+        for result in results:
+            if self._results is not None:
+                self._results.append((trial.trial_id, result))
+            for callback in self.callbacks:
+                callback.on_trial_result(trial, result)
+        self.notify_newest_checkpoint(trial)
+
     def notify_newest_checkpoint(self, trial: Trial) -> None:
         """Tell the releaser and the callbacks of the trial's newest checkpoint."""
         self._releaser.note(trial)
