@@ -512,18 +512,24 @@ def test_resume_errored_only(ray_cluster, storage):
     assert [r["training_iteration"] for _, r in resumed.results()] == [2, 3, 4]
 
 
-@pytest.mark.parametrize("ray_cluster", [{"num_cpus": 2, "num_gpus": 0}], indirect=True)
-def test_interrupted_experiment_resumes_running_trials_from_checkpoints(ray_cluster, storage):
+def _long_trial_at_3(storage, stop):
+    """A runner whose trial "long" (counting, stopped at ``stop``) recorded iteration 3."""
     runner = runner_for(storage)
     trial = Trial(
         COUNTING,
         {},
         experiment_name="exp",
         trial_id="long",
-        stopping_criterion={"training_iteration": 6},
+        stopping_criterion={"training_iteration": stop},
     )
     runner.add_trial(trial)
     step_until(runner, lambda: trial.last_result.get("training_iteration") == 3)
+    return runner, trial
+
+
+@pytest.mark.parametrize("ray_cluster", [{"num_cpus": 2, "num_gpus": 0}], indirect=True)
+def test_interrupted_experiment_resumes_running_trials_from_checkpoints(ray_cluster, storage):
+    runner, _ = _long_trial_at_3(storage, stop=6)
     runner.cleanup()  # what run() does on Ctrl-C: state saved, actors killed
     assert live_trial_actors() == []
 
@@ -542,16 +548,7 @@ def test_a_resume_takes_the_checkpoints_saved_after_the_experiment_state(ray_clu
     """The runner's process dies (no state saved) after its trial trained past the saved state:
     the resume takes the newer checkpoints from the storage, with the results their metadata
     carries, and restores from the newest; nothing is trained twice and no result is missing."""
-    runner = runner_for(storage)
-    trial = Trial(
-        COUNTING,
-        {},
-        experiment_name="exp",
-        trial_id="long",
-        stopping_criterion={"training_iteration": 8},
-    )
-    runner.add_trial(trial)
-    step_until(runner, lambda: trial.last_result.get("training_iteration") == 3)
+    runner, trial = _long_trial_at_3(storage, stop=8)
     runner.checkpoint()  # the state names iteration 3
     step_until(runner, lambda: trial.last_result.get("training_iteration") == 6)
     runner.trial_executor.cleanup()  # the process dies: actors gone, no state saved since
