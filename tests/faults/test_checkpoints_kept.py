@@ -328,3 +328,36 @@ def test_trials_resume_after_their_actors_died_while_no_triggerer_ran(stack, exp
     assert_resumed_from_the_newest_saved_checkpoint(run, num_failures=1)
     run.assert_tasks_end(tries=dict.fromkeys(range(TRIALS), ["failed", "success"]))
     assert_checkpoints_consistent(run, keep)
+
+
+def test_trials_resume_after_a_power_loss_while_they_trained(stack, experiment):
+    """A power loss: every process of the stack SIGKILLed while the trials train and their
+    triggers record (Airflow's components, the Ray head and its workers, the actors with it), then
+    all started again. Each trial re-runs at most one iteration beyond what had reached its
+    storage, and the loss spends no ``max_failures`` (``max_failures=0``)."""
+    run = experiment(
+        "ckpt_kept_power_loss",
+        trials=TRIALS,
+        iterations=ITERATIONS,
+        max_failures=0,
+        keep_checkpoints_num=2,
+    )
+    run.trigger()
+    hold_with_checkpoint_recorded(run)
+    run.open_gate()
+    past = HOLD_AT + 4
+    stack.wait_for(
+        lambda: min(trained_to(run).values()) >= past,
+        120,
+        f"every trial to train to iteration {past}, watched",
+    )
+    for name in AIRFLOW_COMPONENTS:
+        stack.kill(name)
+    stack.ray.kill()
+    stack.ray.start()
+    stack.start()
+    assert_run_succeeds(run)
+
+    # Lost with the head: no failure of the trial; resumed from what reached the storage.
+    assert_resumed_from_the_newest_saved_checkpoint(run, num_failures=0)
+    assert_checkpoints_consistent(run, keep=2)

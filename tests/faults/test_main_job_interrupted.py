@@ -160,11 +160,12 @@ DRAIN_ITERATIONS = 40
 CHECKPOINT_FREQ = 10
 
 
-def test_ctrl_c_drains_the_trials_so_that_their_resume_re_runs_nothing(tmp_path):
-    """Ctrl-C while the trials train between two checkpoints (a class trainable checkpointing
-    every 10 iterations): the job first drains them (each checkpoints the iteration it finished
-    and pauses), then stops Airflow and Ray. The next job resumes each from that checkpoint:
-    no iteration is trained twice, no result is stored twice, no failure is counted."""
+def test_sigterm_drains_the_trials_so_that_their_resume_re_runs_nothing(tmp_path):
+    """SIGTERM (handled as Ctrl-C) while the trials train between two checkpoints (a class
+    trainable checkpointing every 10 iterations): the job first drains them (each checkpoints the
+    iteration it finished and pauses), then stops Airflow and Ray. The next job resumes each from
+    that checkpoint: no iteration is trained twice, no result is stored twice, no failure is
+    counted."""
     from airflow_trials.store import TrialStore
 
     state, dags, journal = tmp_path / "state", tmp_path / "dags", tmp_path / "journal"
@@ -207,7 +208,7 @@ def test_ctrl_c_drains_the_trials_so_that_their_resume_re_runs_nothing(tmp_path)
             "every trial to record results past its first checkpoint",
             guard=lambda: _alive(first, tmp_path / "first.log"),
         )
-        first.send_signal(signal.SIGINT)
+        first.send_signal(signal.SIGTERM)  # a service manager's stop, handled as Ctrl-C
         assert first.wait(timeout=180) == 130, (tmp_path / "first.log").read_text()[-3000:]
     finally:
         if first.poll() is None:
