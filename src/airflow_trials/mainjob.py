@@ -342,7 +342,15 @@ def stop(stack: Stack, drain_timeout_s: float | None = None) -> DrainReport | No
     """Stop Airflow and the Ray head this job started (each its whole process group), after
     the running trials drained: checkpointed and paused (:func:`drain`). Returns the drain's
     report, None when there was nothing to drain."""
-    report = drain(stack, drain_timeout_s)
+    try:
+        report = drain(stack, drain_timeout_s)
+    except Exception as e:  # noqa: BLE001 - the stop goes on; each trial resumes from storage
+        print(
+            f"Could not drain the running trials ({type(e).__name__}: {e}); stopping anyway: "
+            "each resumes from its newest checkpoint in storage.",
+            file=sys.stderr,
+        )
+        report = None
     if stack.airflow is not None:
         _stop_group(stack.airflow)
     # On a cluster this job did not start, its trials' actors are removed once Airflow stopped:

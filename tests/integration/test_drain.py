@@ -126,3 +126,24 @@ def test_a_function_trainable_pauses_at_its_last_reported_checkpoint_and_says_so
         report.summary()
     )
     assert TrialStorage(storage).saved_checkpoints("drain", "f1") == []
+
+
+def test_a_trial_ray_has_not_placed_is_not_waited_for(ray_cluster, storage):
+    client = TrialActorClient(storage)
+    trial = Trial(
+        "tests.trainables:FakeTrainable",
+        {},
+        experiment_name="drain",
+        trial_id="queued",
+        stopping_criterion={"training_iteration": 2},
+        resources={"cpu": 64},  # more than the test cluster has: it waits, queued
+    )
+    client.launch(trial, start_timeout_s=None, wait_for_capacity=True)
+    try:
+        report = drain_trials(timeout_s=60, prefix="trial.drain.")
+    finally:
+        client.terminate("drain", "queued")
+    assert report.states == {"trial.drain.queued": {"state": "queued"}}
+    assert report.unsettled == [] and report.seconds < 30
+    assert "1 queued" in report.summary()
+    assert live_trial_actors() == []

@@ -32,17 +32,21 @@ import ray
 from ray.actor import ActorHandle
 from ray.exceptions import RayActorError, RayTaskError
 
+from airflow_trials.execution.ray_state import actor_info
+
 #: How often an unsettled trial is asked again where it is.
 ASK_INTERVAL_S = 0.2
-#: The states in which a trial's work is durable, or no drain applies (``DrainState.state``).
-SETTLED = frozenset({"paused", "ended", "driven", "gone"})
+#: The states in which a trial's work is durable, or no drain applies (``DrainState.state``;
+#: ``queued``: Ray has not placed its actor, so it has trained nothing since its last start).
+SETTLED = frozenset({"paused", "ended", "driven", "gone", "queued"})
 
 
 @dataclass(frozen=True)
 class DrainReport:
     """What a drain found, per trial actor (its Ray name): the trial's last ``DrainState`` as a
-    dict (``state``, ``iteration``, ``checkpoint_iteration``), or ``state`` ``gone`` (the actor
-    died or cannot drain: ``error`` says why) or ``no answer`` (it did not answer in time)."""
+    dict (``state``, ``iteration``, ``checkpoint_iteration``), or ``state`` ``queued`` (Ray has not
+    placed it), ``gone`` (the actor died or cannot drain: ``error`` says why) or ``no answer`` (it
+    did not answer in time)."""
 
     states: dict[str, dict[str, Any]]
     seconds: float
@@ -60,7 +64,7 @@ class DrainReport:
     def summary(self) -> str:
         counts = ", ".join(
             f"{len(self.named(state))} {state}"
-            for state in ("paused", "ended", "driven", "gone")
+            for state in ("paused", "ended", "driven", "queued", "gone")
             if self.named(state)
         )
         text = f"Drained {len(self.states)} trial(s) in {self.seconds:.1f} s" + (
@@ -113,9 +117,12 @@ def drain_trials(timeout_s: float, prefix: str = "trial.") -> DrainReport:
     started = time.monotonic()
     deadline = started + timeout_s
     actors = trial_actors(prefix)
-    states: dict[str, dict[str, Any]] = {name: {"state": "no answer"} for name in actors}
+    states: dict[str, dict[str, Any]] = {
+        name: {"state": "queued" if actor_info(actor).waiting else "no answer"}
+        for name, actor in actors.items()
+    }
     asking: dict[str, ray.ObjectRef] = {}  # one question in flight per actor at most
-    unsettled = set(actors)
+    unsettled = {name for name in actors if states[name]["state"] not in SETTLED}
     while unsettled:
         for name in unsettled - set(asking):
             asking[name] = actors[name].drain.remote()
@@ -137,6 +144,8 @@ def drain_trials(timeout_s: float, prefix: str = "trial.") -> DrainReport:
 def drain_cluster(address: str, timeout_s: float, prefix: str = "trial.") -> DrainReport:
     """:func:`drain_trials` on the Ray cluster at ``address``, connected for the drain only (the
     stopping process: the main job, ``shape down``)."""
+    if ray.is_initialized():  # this process is a driver already (a test, a notebook)
+        return drain_trials(timeout_s, prefix)
     ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
     try:
         return drain_trials(timeout_s, prefix)
