@@ -342,14 +342,12 @@ def stop(stack: Stack, drain_timeout_s: float | None = None) -> DrainReport | No
     """Stop Airflow and the Ray head this job started (each its whole process group), after
     the running trials drained: checkpointed and paused (:func:`drain`). Returns the drain's
     report, None when there was nothing to drain."""
+    from airflow_trials.execution.driver.drain import drain_failed
+
     try:
         report = drain(stack, drain_timeout_s)
     except Exception as e:  # noqa: BLE001 - the stop goes on; each trial resumes from storage
-        print(
-            f"Could not drain the running trials ({type(e).__name__}: {e}); stopping anyway: "
-            "each resumes from its newest checkpoint in storage.",
-            file=sys.stderr,
-        )
+        print(drain_failed(e), file=sys.stderr)
         report = None
     if stack.airflow is not None:
         _stop_group(stack.airflow)
@@ -371,15 +369,13 @@ def drain(stack: Stack, timeout_s: float | None = None) -> DrainReport | None:
     they reported is then durable in their storage, and their resume re-runs none of it
     (``execution/driver/drain.py``). None when no Ray of this job runs."""
     from airflow_trials.execution.driver.drain import drain_cluster
-    from airflow_trials.provider_config import setting_float
 
-    timeout = setting_float("drain_timeout_seconds") if timeout_s is None else timeout_s
     head_gone = stack.ray is not None and stack.ray.poll() is not None
-    if not stack.ray_address or timeout <= 0 or head_gone:
+    if not stack.ray_address or head_gone:
         return None
     # On a head this job started, every trial is this job's; on another cluster, only its own.
     prefix = "trial." if stack.started_ray else f"trial.{stack.experiment_name}."
-    return drain_cluster(stack.ray_address, timeout, prefix)
+    return drain_cluster(stack.ray_address, timeout_s, prefix)
 
 
 def _forget_ray_head(address: str | None) -> None:

@@ -30,7 +30,7 @@ def backing(tmp_path):
     shape.logs.mkdir(parents=True)
     shape.start("redis", "s3")
     ports = shape.addresses.local_ports
-    shape.wait_for(lambda: port_open(ports["redis"]) and port_open(ports["s3"]), 60, "both")
+    shape.wait_for(lambda: port_open(ports["redis"]) and port_open(ports["s3"]), 300, "both")
     yield shape
     shape.down()
 
@@ -50,11 +50,18 @@ def test_the_supervisor_starts_a_killed_process_again_with_its_own_settings(back
     assert supervisor.check_once() == []  # all run: nothing to do
 
     _killed(redis_pid)
-    assert supervisor.check_once() == ["redis"]
+    assert shape.procs["redis"].poll() is not None
+    restarted = supervisor.check_once()
+    assert restarted == ["redis"], (
+        restarted,
+        shape.saved_pids(),
+        sorted(shape.expected),
+        {n: (p.pid, p.poll()) for n, p in shape.procs.items()},
+    )
 
     assert shape.pid("redis") != redis_pid and shape.pid("s3") == s3_pid
     port = shape.addresses.local_ports["redis"]
-    shape.wait_for(lambda: port_open(port), 60, "Redis on its own port again")
+    shape.wait_for(lambda: port_open(port), 300, "Redis on its own port again")
     assert shape.saved_pids() == {"redis": shape.pid("redis"), "s3": s3_pid}
     assert [name for name, _ in supervisor.restarts] == ["redis"]
     # Stopped on purpose, a process is not started again.
@@ -73,7 +80,7 @@ def test_shape_restart_from_another_shell_keeps_the_other_pids(backing):
     assert not pid_alive(s3_pid)
     saved = LocalShape(shape.home).saved_pids()
     assert saved["redis"] == redis_pid and saved["s3"] != s3_pid and pid_alive(saved["s3"])
-    shape.wait_for(lambda: port_open(shape.addresses.local_ports["s3"]), 60, "the S3 stand-in")
+    shape.wait_for(lambda: port_open(shape.addresses.local_ports["s3"]), 300, "the S3 stand-in")
 
     # Dead, then restarted by a supervisor that another command runs.
     _killed(saved["s3"])

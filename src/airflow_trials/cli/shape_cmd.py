@@ -178,22 +178,15 @@ def down(
 def _drain(shape: Any, timeout_s: float | None) -> None:
     """The graceful stop's drain (``execution/driver/drain.py``) on the shape's Ray cluster, when
     its head runs. A drain that fails is said, and the stop goes on."""
-    from airflow_trials.execution.driver.drain import drain_cluster
-    from airflow_trials.provider_config import setting_float
+    from airflow_trials.execution.driver.drain import drain_cluster, drain_failed
 
-    timeout = setting_float("drain_timeout_seconds") if timeout_s is None else timeout_s
-    if timeout <= 0 or not shape.status().get("ray-head"):
+    if not shape.status().get("ray-head"):
         return
     os.environ["RAY_AUTH_MODE"] = shape.client_env()["RAY_AUTH_MODE"]
     try:
-        report = drain_cluster(shape.addresses.ray_address, timeout)
+        report = drain_cluster(shape.addresses.ray_address, timeout_s)
     except Exception as e:  # noqa: BLE001 - the stop must go on; the resume re-runs more
-        out.print(
-            f"Could not drain the running trials ({type(e).__name__}: {e}); stopping anyway: "
-            "each resumes from its newest checkpoint in storage.",
-            highlight=False,
-            soft_wrap=True,
-        )
+        out.print(drain_failed(e), highlight=False, soft_wrap=True)
         return
-    if report.states:
+    if report is not None and report.states:
         out.print(report.summary(), highlight=False, soft_wrap=True)

@@ -33,6 +33,7 @@ from ray.actor import ActorHandle
 from ray.exceptions import RayActorError, RayTaskError
 
 from airflow_trials.execution.ray_state import actor_info
+from airflow_trials.provider_config import setting_float
 
 #: How often an unsettled trial is asked again where it is.
 ASK_INTERVAL_S = 0.2
@@ -141,9 +142,16 @@ def drain_trials(timeout_s: float, prefix: str = "trial.") -> DrainReport:
     return DrainReport(states, time.monotonic() - started, timeout_s)
 
 
-def drain_cluster(address: str, timeout_s: float, prefix: str = "trial.") -> DrainReport:
+def drain_cluster(
+    address: str, timeout_s: float | None = None, prefix: str = "trial."
+) -> DrainReport | None:
     """:func:`drain_trials` on the Ray cluster at ``address``, connected for the drain only (the
-    stopping process: the main job, ``shape down``)."""
+    stopping process: the main job, ``shape down``). ``timeout_s``: default
+    ``[airflow_trials] drain_timeout_seconds``; 0 or less: no drain (None)."""
+    if timeout_s is None:
+        timeout_s = setting_float("drain_timeout_seconds")
+    if timeout_s <= 0:
+        return None
     if ray.is_initialized():  # this process is a driver already (a test, a notebook)
         return drain_trials(timeout_s, prefix)
     ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
@@ -151,6 +159,15 @@ def drain_cluster(address: str, timeout_s: float, prefix: str = "trial.") -> Dra
         return drain_trials(timeout_s, prefix)
     finally:
         ray.shutdown()
+
+
+def drain_failed(error: BaseException) -> str:
+    """What a stopping command says when the drain itself failed (Ray did not answer): the stop
+    goes on, and each trial resumes from its newest checkpoint in storage."""
+    return (
+        f"Could not drain the running trials ({type(error).__name__}: {error}); stopping "
+        "anyway: each resumes from its newest checkpoint in storage."
+    )
 
 
 def _answer(ref: ray.ObjectRef) -> dict[str, Any]:
