@@ -36,11 +36,24 @@ def backing(tmp_path):
 
 
 def _killed(pid: int) -> None:
+    """SIGKILL the process group and return once its leader is a zombie or gone (a child of
+    this process that nobody waited for stays a zombie)."""
+    import psutil
+
     os.killpg(pid, signal.SIGKILL)
     deadline = time.monotonic() + 30
-    while pid_alive(pid):
+    while True:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                break
+        except psutil.NoSuchProcess:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
         assert time.monotonic() < deadline, f"pid {pid} outlived SIGKILL"
         time.sleep(0.05)
+    assert not pid_alive(pid)
 
 
 def test_the_supervisor_starts_a_killed_process_again_with_its_own_settings(backing):

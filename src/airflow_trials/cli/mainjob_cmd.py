@@ -205,11 +205,23 @@ def report_best(store: Any, experiment: str, experiment_run_id: int) -> str | No
 
 
 def _report(stack: Any, experiment: str, run_id: str, state: str, plot_path: str) -> int:
+    from airflow_trials.exceptions import ExperimentNotFoundError
     from airflow_trials.plotting import curves_from_results, plot_learning_curves
     from airflow_trials.store import TrialReader
 
     store = TrialReader(stack.trials_db_url)
-    exp_run = resolve_run(store, experiment, run_id)
+    try:
+        exp_run = resolve_run(store, experiment, run_id)
+    except ExperimentNotFoundError:  # its first task failed before any trial was written
+        err.print(
+            f"Run {run_id} of {experiment} ended {state} before it recorded any trial in the "
+            f"trials DB ({stack.trials_db_url}). Its tasks' logs are in "
+            f"{stack.airflow_home / 'logs' / f'dag_id={experiment}' / f'run_id={run_id}'} "
+            "and in the Airflow UI.",
+            highlight=False,
+            soft_wrap=True,
+        )
+        return 1
     several = several_metrics(store, experiment, None, None)
     out.print()  # apart from the live table's last line
     if several:

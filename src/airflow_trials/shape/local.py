@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from airflow_trials.shape import setup, spec, triggerers
-from airflow_trials.shape.setup import ShapeError, log_tail, port_open, write_private
+from airflow_trials.shape.setup import ShapeError, log_says, log_tail, port_open, write_private
 from airflow_trials.shape.spec import Addresses, Process
 
 T = TypeVar("T")
@@ -391,7 +391,7 @@ class LocalShape:
         Its port answers earlier, and ``ray start`` gives the raylet only 30 s to register: what
         starts next (Airflow's components) waits for this, or on 2 cores it can starve the raylet
         past that limit."""
-        return "Ray runtime started." in log_tail(self.log_path(node), 400)
+        return log_says(self.log_path(node), "Ray runtime started.")
 
     def start_airflow(self, timeout_s: float = 300) -> None:
         """Airflow's components; the triggerers once the api-server answers (they register
@@ -414,7 +414,7 @@ class LocalShape:
 
     def worker_ready(self, worker: str) -> bool:
         """Whether the Celery worker's current log says it is ready for tasks."""
-        return "ready." in log_tail(self.log_path(worker), 400)
+        return log_says(self.log_path(worker), "ready.")
 
     def down(self, *, drop_databases: bool = False, timeout_s: float = 30) -> None:
         """Stop everything the shape started (also from another process, by the saved pids):

@@ -30,13 +30,34 @@ def port_open(port: int) -> bool:
 
 
 def pid_alive(pid: int) -> bool:
-    """Whether a process with this pid runs (a zombie, exited and not yet reaped, does not)."""
+    """Whether a process with this pid runs: it exists (``kill(pid, 0)``) and is no zombie (it
+    exited and nobody reaped it yet). A process in the middle of exiting, which psutil may
+    briefly not find while the kernel still has it, counts as running until it is a zombie or
+    gone."""
     import psutil
 
     try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
+        os.kill(pid, 0)
+    except ProcessLookupError:
         return False
+    except PermissionError:
+        return True  # another user's: it exists
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return _exists(pid)
+    except psutil.Error:
+        return True
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
 
 
 def write_private(path: Path, text: str) -> None:
@@ -60,6 +81,16 @@ def command(name: str) -> str:
     the one on PATH (``redis-server``)."""
     here = Path(sys.executable).with_name(name)
     return str(here) if here.exists() else (shutil.which(name) or name)
+
+
+def log_says(path: Path, text: str) -> bool:
+    """Whether the log of a process's current start (each start has a file of its own) holds
+    ``text`` anywhere: a line it logged once at its start stays found however much it logged
+    after (a Celery worker's broker reconnections)."""
+    try:
+        return text in path.read_text(errors="replace")
+    except OSError:
+        return False
 
 
 def log_tail(path: Path, lines: int = 30) -> str:
