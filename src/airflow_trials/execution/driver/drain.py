@@ -72,8 +72,7 @@ class DrainReport:
             f": {counts}." if counts else "."
         )
         behind = [
-            f"{name} (iteration {self.states[name].get('iteration')}, checkpoint at "
-            f"{self.states[name].get('checkpoint_iteration')})"
+            self._where(name)
             for name in self.named("paused")
             if self.states[name].get("checkpoint_iteration") != self.states[name].get("iteration")
         ]
@@ -83,17 +82,20 @@ class DrainReport:
                 f"it reports one): {'; '.join(behind)}; their resume re-runs those iterations."
             )
         if self.unsettled:
-            late = "; ".join(
-                f"{name} (iteration {self.states[name].get('iteration')}, checkpoint at "
-                f"{self.states[name].get('checkpoint_iteration')})"
-                for name in self.unsettled
-            )
+            late = "; ".join(self._where(name) for name in self.unsettled)
             text += (
                 f" Did not pause within {self.timeout_s:g} s: {late}. Their resume re-runs what "
                 "followed that checkpoint; raise [airflow_trials] drain_timeout_seconds for "
                 "trainables whose iterations take longer."
             )
         return text
+
+    def _where(self, name: str) -> str:
+        state = self.states[name]
+        return (
+            f"{name} (iteration {state.get('iteration')}, checkpoint at "
+            f"{state.get('checkpoint_iteration')})"
+        )
 
 
 def trial_actors(prefix: str = "trial.") -> dict[str, ActorHandle]:
