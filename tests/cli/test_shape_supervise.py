@@ -63,7 +63,7 @@ def test_the_supervisor_starts_a_killed_process_again_with_its_own_settings(back
     assert supervisor.check_once() == []  # all run: nothing to do
 
     _killed(redis_pid)
-    assert shape.procs["redis"].poll() is not None
+    assert not shape.is_running("redis")
     restarted = supervisor.check_once()
     assert restarted == ["redis"], (
         restarted,

@@ -244,7 +244,9 @@ class LocalShape:
     def is_running(self, name: str) -> bool:
         """Whether the process runs: started here, or by another command (its saved pid)."""
         proc = self.procs.get(name)
-        if proc is not None and proc.poll() is None:
+        # Its pid as well as its Popen: a SIGKILLed multi-threaded process (Redis) shows as a
+        # zombie while its other threads still exit, and poll() answers None until they have.
+        if proc is not None and proc.poll() is None and setup.pid_alive(proc.pid):
             return True
         pid = self.saved_pids().get(name)  # another command may have started it again
         return pid is not None and (proc is None or pid != proc.pid) and setup.pid_alive(pid)
@@ -295,7 +297,8 @@ class LocalShape:
                 p.kill()
         psutil.wait_procs(group, timeout=30)
         if name in self.procs:
-            self.procs[name].wait(timeout=30)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.procs[name].wait(timeout=30)
         if self.home.exists():
             self._write_state()
 

@@ -30,10 +30,9 @@ def port_open(port: int) -> bool:
 
 
 def pid_alive(pid: int) -> bool:
-    """Whether a process with this pid runs: it exists (``kill(pid, 0)``) and is no zombie (it
-    exited and nobody reaped it yet). A process in the middle of exiting, which psutil may
-    briefly not find while the kernel still has it, counts as running until it is a zombie or
-    gone."""
+    """Whether a process with this pid runs: it exists (``kill(pid, 0)``) and is no zombie. A
+    killed multi-threaded process's leader shows as a zombie as soon as its own thread has
+    exited: it runs no more, though it cannot be reaped until its other threads are gone."""
     import psutil
 
     try:
