@@ -141,7 +141,7 @@ class LocalShape:
             "dags_folder": str(self.dags_folder),
             "pids": {
                 **{n: pid for n, pid in saved.items() if setup.pid_alive(pid)},
-                **{n: proc.pid for n, proc in self.procs.items() if proc.poll() is None},
+                **{n: proc.pid for n, proc in self.procs.items() if _alive(proc)},
             },
         }
         write_private(self.home / STATE_FILE, json.dumps(state, indent=1))
@@ -244,9 +244,7 @@ class LocalShape:
     def is_running(self, name: str) -> bool:
         """Whether the process runs: started here, or by another command (its saved pid)."""
         proc = self.procs.get(name)
-        # Its pid as well as its Popen: a SIGKILLed multi-threaded process (Redis) shows as a
-        # zombie while its other threads still exit, and poll() answers None until they have.
-        if proc is not None and proc.poll() is None and setup.pid_alive(proc.pid):
+        if proc is not None and _alive(proc):
             return True
         pid = self.saved_pids().get(name)  # another command may have started it again
         return pid is not None and (proc is None or pid != proc.pid) and setup.pid_alive(pid)
@@ -475,3 +473,10 @@ class LocalShape:
     def status(self) -> dict[str, bool]:
         """Each process's name and whether it runs."""
         return {name: self.is_running(name) for name in self.processes}
+
+
+def _alive(proc: subprocess.Popen[bytes]) -> bool:
+    """Whether a process this shape started runs. Its pid as well as its Popen: a SIGKILLed
+    multi-threaded process (Redis) shows as a zombie while its other threads still exit, and
+    ``poll()`` answers None until they have."""
+    return proc.poll() is None and setup.pid_alive(proc.pid)
