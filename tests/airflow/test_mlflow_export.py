@@ -284,7 +284,10 @@ def test_without_mlflow_the_error_names_the_extra(tmp_path, monkeypatch):
         app, ["export", "mlflow", EXPERIMENT, "--db-url", url, "--tracking-uri", "http://x:1"]
     )
     assert result.exit_code == 1
-    assert "install it with pip install 'airflow-trials[mlflow]'" in result.output
+    from airflow_trials.export.mlflow import INSTALL_HINT
+
+    assert f"install it with {INSTALL_HINT}" in result.output
+    assert "'.[mlflow]'" in INSTALL_HINT
 
 
 def _seeded_sqlite(tmp_path) -> tuple[str, str]:

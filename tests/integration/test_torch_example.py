@@ -9,8 +9,8 @@ from airflow_trials import Trial, TrialRunner, TrialStatus, load_checkpoint
 
 torch = pytest.importorskip(
     "torch",
-    reason="the PyTorch example needs torch: pip install 'airflow-trials[torch]' (.ci/run installs "
-    "it)",
+    reason="the PyTorch example needs torch: pip install -c constraints.txt '.[torch]' "
+    "(.ci/run installs it)",
 )
 
 

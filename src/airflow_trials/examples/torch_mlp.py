@@ -1,8 +1,8 @@
 """A PyTorch trainable: a small MLP classifier that trains on the GPU Ray gives its trial, else the
 CPU.
 
-Trainable path: ``airflow_trials.examples.torch_mlp:train``. Needs PyTorch
-(``pip install 'airflow-trials[torch]'``); nothing else of the package imports it. Config keys:
+Trainable path: ``airflow_trials.examples.torch_mlp:train``. Needs PyTorch (the ``torch`` extra:
+``pip install -c constraints.txt '.[torch]'``); nothing else of the package imports it. Config keys:
 ``lr``, ``hidden`` (units per layer), ``batch_size``, ``seed`` and ``n_samples`` (the size of the
 synthetic data set, made from the seed, so nothing is downloaded). It trains one epoch per report,
 forever: give the trial a stopping criterion such as ``{"training_iteration": 10}``.

@@ -1,7 +1,7 @@
 """Export an experiment run from the trials DB to MLflow: a parent run for the experiment run,
 one child run per trial (its config, every reported metric at its step, its status and stop
 reason, its best checkpoint), updated in place when exported again. mlflow is imported here
-only when an export starts: ``pip install 'airflow-trials[mlflow]'``."""
+only when an export starts: the ``mlflow`` extra (``INSTALL_HINT``)."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-INSTALL_HINT = "pip install 'airflow-trials[mlflow]'"
+INSTALL_HINT = "pip install -c constraints.txt '.[mlflow]' in the airflow_trials checkout"
 _SEARCH_PAGE = 1000
 
 

@@ -60,8 +60,8 @@ def check_store_url(url: str) -> URL:
             f"No database driver for {parsed.drivername!r} is installed ({type(e).__name__}: {e}), "
             "so "
             f"{safe_url(parsed)} cannot be opened; use sqlite:/// or "
-            "postgresql+psycopg:// (pip install 'airflow-trials[postgres]'), or install that "
-            "driver."
+            "postgresql+psycopg:// (the package's postgres extra: pip install -c constraints.txt "
+            "'.[postgres]' in the airflow_trials checkout), or install that driver."
         ) from e
     if parsed.get_backend_name() not in ("sqlite", "postgresql"):
         raise StoreError(
