@@ -25,6 +25,8 @@ os.environ["AIRFLOW_HOME"] = os.path.join(_SESSION_DIR, "airflow_home")
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = os.path.join(_SESSION_DIR, "dags")
 os.environ["AIRFLOW_TRIALS_HOME"] = os.path.join(_SESSION_DIR, "trials_home")
+# The importances cache (searchers/importances_cache.py), never a developer's ~/.cache.
+os.environ["XDG_CACHE_HOME"] = os.path.join(_SESSION_DIR, "cache")
 os.environ.pop("AIRFLOW_TRIALS_DB_URL", None)
 os.environ.pop("RAY_ADDRESS", None)
 

@@ -1,11 +1,14 @@
 """``airflow-trials importances`` on a seeded trials DB (no Ray, no Airflow): the ranking in each
-output format, ``--metric`` of several, ``--run``, ``--evaluator``, and the too-few-trials exit."""
+output format, ``--metric`` of several, ``--run``, ``--evaluator``, the too-few-trials exit, and
+the cache that spares a later call Optuna's imports (recomputed once a trial's value changes)."""
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import random
+import subprocess
 import sys
 
 import pytest
@@ -14,9 +17,17 @@ from typer.testing import CliRunner
 
 from airflow_trials.cli import app
 from airflow_trials.core.status import TrialStatus
+from airflow_trials.core.update import TrialUpdate
 from tests.factories import add_results
 
 runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache(tmp_path, monkeypatch):
+    """Each test its own importances cache: an answer another test cached is not read here."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return tmp_path / "cache"
 
 
 @pytest.fixture(scope="module")
@@ -187,3 +198,60 @@ def test_a_metric_no_trial_reported_lists_those_they_did(seeded):
 def test_an_unknown_evaluator_is_refused_by_the_option(seeded):
     result = runner.invoke(app, ["importances", "tune", "--evaluator", "shap", "--db-url", seeded])
     assert result.exit_code == 2 and "ped-anova" in result.stderr
+
+
+# In a fresh process, as a shell runs the command: which heavy modules the call imported.
+_CALL = """
+import sys
+from airflow_trials.cli import app
+try:
+    app(sys.argv[1:])
+except SystemExit as e:
+    assert not e.code, e.code
+print("imported:", sorted({"optuna", "sklearn"} & set(sys.modules)))
+"""
+
+
+def _call_in_a_new_process(*args: str) -> tuple[dict, str]:
+    done = subprocess.run(
+        [sys.executable, "-c", _CALL, *args], capture_output=True, text=True, env=dict(os.environ)
+    )
+    assert done.returncode == 0, done.stderr
+    document, imported = done.stdout.rsplit("imported:", 1)
+    return json.loads(document), imported.strip()
+
+
+def test_a_later_call_reads_the_cache_and_imports_no_optuna(seeded, fresh_cache):
+    args = ("importances", "tune", "--run", "r1", "--db-url", seeded, "--json")
+    first, first_imported = _call_in_a_new_process(*args)
+    assert first_imported == "['optuna', 'sklearn']"  # optuna.importance imports scikit-learn
+    assert len(list((fresh_cache / "airflow_trials" / "importances").glob("*.json"))) == 1
+    again, imported = _call_in_a_new_process(*args)
+    assert (again, imported) == (first, "[]")
+
+
+def test_a_new_value_of_a_trial_computes_them_again(tmp_path):
+    from airflow_trials.store import TrialStore
+
+    url = f"sqlite:///{tmp_path / 'trials.db'}"
+    store = TrialStore(url, create=True)
+    store.ensure_experiment("tune", metric="loss", mode="min")
+    run = store.create_experiment_run("tune", "r1")
+    for i, (lr, loss) in enumerate([(0.1, 0.9), (0.01, 0.2), (0.001, 0.5)]):
+        trial_id = f"t-{i}"
+        store.upsert_trial(
+            trial_id,
+            trainable="pkg.train:fn",
+            config={"lr": lr, "act": ["relu", "tanh", "relu"][i]},
+            resources={"cpu": 1},
+            max_failures=0,
+            experiment_run_id=run,
+        )
+        add_results(store, trial_id, [{"training_iteration": 1, "loss": loss}])
+        _end(store, trial_id, TrialStatus.TERMINATED)
+    before = json.loads(invoke("importances", "tune", "--db-url", url, "--json"))
+    # t-0 (relu) reports a far better loss at its last iteration: its best value changes.
+    store.record_progress([TrialUpdate("t-0", results=[{"training_iteration": 2, "loss": 0.01}])])
+    store.dispose()
+    after = json.loads(invoke("importances", "tune", "--db-url", url, "--json"))
+    assert before["importances"] != after["importances"]

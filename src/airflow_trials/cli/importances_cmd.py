@@ -127,13 +127,12 @@ def _print_counts(found: Any, metric: str, trials: int) -> None:
 
 
 def _evaluate(exp_run: Any, metric: str, mode: str, board: list[Any], evaluator: str) -> Any:
-    """The importances of the leaderboard's trials (Optuna imported here: ``--help`` need not
-    load it)."""
-    import optuna
-
+    """The importances of the leaderboard's trials: read from the cache when these trials, values
+    and settings were computed before (:mod:`~airflow_trials.searchers.importances_cache`), else
+    computed, which imports Optuna (seconds: its ``optuna.importance`` imports scikit-learn)."""
     from airflow_trials.core.constraints import counted_values
     from airflow_trials.core.importances import prepare_importances
-    from airflow_trials.searchers.optuna_importances import evaluate_importances
+    from airflow_trials.searchers.importances_cache import ImportancesCache
 
     data = prepare_importances(
         [row.config for row in board],
@@ -145,7 +144,16 @@ def _evaluate(exp_run: Any, metric: str, mode: str, board: list[Any], evaluator:
         search_space=exp_run.search_space,
         trial_ids=[row.trial_id for row in board],
     )
-    # Its "A new study created in memory" line on stderr says nothing to whoever asked.
+    return ImportancesCache().get_or_compute(data, evaluator, _quietly_evaluated)
+
+
+def _quietly_evaluated(data: Any, evaluator: str) -> Any:
+    """``evaluate_importances``, without Optuna's "A new study created in memory" line on stderr,
+    which says nothing to whoever asked."""
+    import optuna
+
+    from airflow_trials.searchers.optuna_importances import evaluate_importances
+
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
