@@ -105,12 +105,20 @@ def test_a_night_worse_than_the_last_successful_one_fails_its_check(trials_env, 
         f"Experiment regress, DAG run {second.run_id}: the best score (max) is 6, worse than 9 "
         f"in the previous successful run, {first.run_id} of DAG regress (experiment run "
         f"{runs[0].id}), by 3: more than regression_tolerance {{'absolute': 1.0}} allows (1). "
-        "select_best has published this run's best all the same. To accept this run's best, "
-        "mark this check_regression task success (the next run is compared with this one); to "
-        "check less strictly, raise regression_tolerance in the DAG file, or leave it out to "
-        "stop the check."
+        "select_best has published this run's best all the same. The next run is compared "
+        "with this one whatever this task's state (select_best recorded this run SUCCESS in the "
+        "trials DB). To run the tasks after the task group with this best anyway, mark this "
+        "check_regression task success, then clear those tasks (clearing this one only fails it "
+        "again: the same runs compare the same); to check less strictly, raise "
+        "regression_tolerance in the DAG file, or leave it out to stop the check."
     )
     assert expected in task_log and "RegressionCheckFailed" in task_log
+
+    # As it says: with nothing marked, night 3 (as good as night 2) compares with night 2.
+    third = night("regress", 2.0, {"absolute": 1.0}).test()
+    assert third.state == "success", task_states(third)
+    checked = xcom(third, "tune.check_regression")
+    assert checked["previous_run"]["run_key"] == second.run_id and checked["previous"] == 6.0
 
 
 def test_a_night_within_the_tolerance_passes_its_check(trials_env):
@@ -197,7 +205,7 @@ def test_several_metrics_fail_when_the_front_loses_hypervolume(trials_db):
         "{'relative': 0.05} allows (0.0084). Both hypervolumes are measured up to the reference "
         "point {'val_acc': 0.79, 'latency': 10.8}"
     ), message
-    assert "mark this check_regression task success" in message
+    assert "The next run is compared with this one whatever this task's state" in message
 
 
 def test_several_metrics_pass_when_the_front_holds(trials_db):

@@ -149,9 +149,10 @@ def leaderboard_cells(
 
 def pareto_cells(board: Any) -> tuple[list[str], list[list[str]]]:
     """Columns and rows of a leaderboard of several metrics (a ``ParetoBoard``): one column per
-    metric (its value in the trial's last result), the Pareto rank, and ``front`` marking the
-    trials on the front; configs flattened into columns. With the experiment's constraints, a
-    ``feasible`` column."""
+    metric, ``last <metric>``, its value in the trial's last result (the board places each trial
+    by it; not its best, which a one-metric board's ``<mode> <metric>`` shows), the Pareto rank,
+    and ``front`` marking the trials on the front; configs flattened into columns. With the
+    experiment's constraints, a ``feasible`` column."""
     keys = sorted({k for r in board.rows for k in (r.config or {})})
     judged = bool(board.constraints)
     columns = [
@@ -160,7 +161,7 @@ def pareto_cells(board: Any) -> tuple[list[str], list[list[str]]]:
         *keys,
         "status",
         "failures",
-        *(f"{mode} {metric}" for metric, mode in zip(board.metrics, board.modes, strict=True)),
+        *(f"last {metric}" for metric in board.metrics),
         *(["feasible"] if judged else []),
         "pareto rank",
         "front",

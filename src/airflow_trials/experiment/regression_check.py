@@ -35,10 +35,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SILENCE = (
-    "To accept this run's best, mark this check_regression task success (the next run is "
-    "compared with this one); to check less strictly, raise regression_tolerance in the DAG "
-    "file, or leave it out to stop the check."
+# What a user can do. select_best has already recorded the run SUCCESS in the trials DB, so the
+# next run compares with it whatever this task's state; what the failure holds back is only the
+# tasks downstream of the task group (upstream_failed), and a re-run of this task fails again.
+WAYS_OUT = (
+    "The next run is compared with this one whatever this task's state (select_best recorded "
+    "this run SUCCESS in the trials DB). To run the tasks after the task group with this best "
+    "anyway, mark this check_regression task success, then clear those tasks (clearing this one "
+    "only fails it again: the same runs compare the same); to check less strictly, raise "
+    "regression_tolerance in the DAG file, or leave it out to stop the check."
 )
 
 
@@ -251,7 +256,7 @@ def _message(
         published = "Publishing this run's best waits for approve_best's answer all the same."
     else:
         published = "select_best has published this run's best all the same."
-    return f"{text} {published} {SILENCE}"
+    return f"{text} {published} {WAYS_OUT}"
 
 
 def _num(value: float) -> str:
