@@ -1,7 +1,8 @@
 """One trials DB everywhere: however the ``trials_default`` connection is given, the CLI,
-``python -m airflow_trials.store upgrade``, ``ResultGrid.from_db`` and ``TrialsDbCallback`` all use
-the database it names, each in a process of its own started as a user starts it; and a fallback to
-the default SQLite file is said.
+``python -m airflow_trials.store upgrade``, ``ResultGrid.from_db``, ``TrialsDbCallback``, and
+``TrialStore()`` and ``TrialReader()`` given no URL all use the database it names, each in a
+process of its own started as a user starts it; and a fallback to the default SQLite file is
+said.
 
 The connection is given as ``AIRFLOW_CONN_TRIALS_DEFAULT`` (a SQLite URI, and a PostgreSQL URI),
 or made with ``airflow connections add`` in Airflow's metadata DB (a copy of the session's, so no
@@ -25,16 +26,18 @@ from tests.conftest import REPO
 BIN = Path(sys.executable).parent
 
 # Writes an experiment run and a trial through TrialsDbCallback (its default DB), then reads them
-# back through ResultGrid.from_db (its default DB): what a notebook does.
+# back through ResultGrid.from_db (its default DB): what a notebook does; and where TrialStore()
+# and TrialReader() without a URL are.
 WRITE_AND_READ = """
 import json
 from airflow_trials import ResultGrid, Trial, TrialsDbCallback
+from airflow_trials.store import TrialReader, TrialStore
 recorder = TrialsDbCallback(metric="loss", mode="min", run_key="resolver-run")
 recorder.on_trial_start(Trial("tests.trainables:quadratic", {"x": 1}, trial_id="resolver-t1",
                               experiment_name="resolver_exp"))
 grid = ResultGrid.from_db("resolver_exp")
 print(json.dumps({"callback": recorder.store.url, "grid": [r.trial_id for r in grid],
-                  "run": grid.run_key}))
+                  "run": grid.run_key, "store": TrialStore().url, "reader": TrialReader().url}))
 """
 
 
@@ -58,7 +61,13 @@ def _every_entry_point_uses(url: str, env: dict[str, str], tmp_path: Path) -> No
     written = json.loads(
         _run([str(BIN / "python"), "-c", WRITE_AND_READ], env).stdout.strip().splitlines()[-1]
     )
-    assert written == {"callback": url, "grid": ["resolver-t1"], "run": "resolver-run"}
+    assert written == {
+        "callback": url,
+        "grid": ["resolver-t1"],
+        "run": "resolver-run",
+        "store": url,
+        "reader": url,
+    }
     listed = _run([str(BIN / "airflow-trials"), "experiments", "--json"], env)
     assert [e["name"] for e in json.loads(listed.stdout)] == ["resolver_exp"]
     store = TrialStore(url)
@@ -148,3 +157,21 @@ def test_with_nothing_configured_the_default_file_is_named_once(tmp_path):
     said = done.stderr  # not stdout, where a command's JSON goes
     assert said.count("no trials DB is configured") == 1, said
     assert "AIRFLOW_TRIALS_DB_URL" in said and str(default) in said
+
+
+def test_a_store_given_no_url_takes_the_environments(tmp_path, monkeypatch):
+    """Without a connection, ``AIRFLOW_TRIALS_DB_URL``, as the resolver orders it; not the
+    default file."""
+    from airflow_trials.store import TrialReader
+
+    url = f"sqlite:///{tmp_path / 'from_env.db'}"
+    monkeypatch.setenv("AIRFLOW_TRIALS_DB_URL", url)
+    monkeypatch.setenv("AIRFLOW_TRIALS_HOME", str(tmp_path / "default_home"))
+    monkeypatch.delenv("AIRFLOW_CONN_TRIALS_DEFAULT", raising=False)
+    store = TrialStore(create=True)
+    try:
+        store.ensure_experiment("found")
+        assert store.url == url and TrialReader().url == url
+    finally:
+        store.dispose()
+    assert not (tmp_path / "default_home").exists()

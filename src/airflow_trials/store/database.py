@@ -27,7 +27,7 @@ from airflow_trials.store.models import (
     TrialRow,
 )
 from airflow_trials.store.retry import RetryPolicy, is_transient
-from airflow_trials.trials_db_url import default_store_url
+from airflow_trials.trials_db_url import trials_db_url
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,9 @@ class Database:
                 "A read-only trials database cannot migrate its schema; open a TrialStore with "
                 "create=True (or run airflow_trials.store.migrate) first."
             )
-        self._url = url if url is not None else default_store_url()
+        # No URL: the one every entry point finds (the trials_default connection, then
+        # AIRFLOW_TRIALS_DB_URL, then the default SQLite file), never the default file alone.
+        self._url = url if url is not None else trials_db_url()[0]
         self._retry_policy = RetryPolicy(
             max_attempts=retry_max_attempts,
             timeout_seconds=retry_timeout_seconds,

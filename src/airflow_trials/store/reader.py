@@ -72,7 +72,9 @@ class TrialReader(RankingReads):
         run = reader.resolve_run("mnist")
         reader.leaderboard(run.id, "loss", "min", limit=10)
 
-    :param url: SQLAlchemy URL; default :func:`~airflow_trials.store.default_store_url`. Or an
+    :param url: SQLAlchemy URL; default as every entry point finds it
+        (:func:`~airflow_trials.trials_db_url.trials_db_url`: the ``trials_default`` connection,
+        then ``AIRFLOW_TRIALS_DB_URL``, then the default SQLite file). Or an
         open :class:`~airflow_trials.store.database.Database` to share (a TrialStore's).
     :param retry_max_attempts: as TrialStore's; likewise the other ``retry_*`` parameters.
     """

@@ -87,8 +87,10 @@ class TrialStore:
         store.record_progress([TrialUpdate("t-1", results=[result])])
         store.reader.leaderboard(run, "loss", "min")
 
-    :param url: SQLAlchemy URL; default :func:`~airflow_trials.store.default_store_url`
-        (a SQLite file). Production: ``postgresql+psycopg://user:password@host/db``.
+    :param url: SQLAlchemy URL; default as every entry point finds it
+        (:func:`~airflow_trials.trials_db_url.trials_db_url`: the ``trials_default`` connection,
+        then ``AIRFLOW_TRIALS_DB_URL``, then the default SQLite file). Production:
+        ``postgresql+psycopg://user:password@host/db``.
     :param create: apply the migrations first (see :func:`~airflow_trials.store.migrate`);
         default False, i.e. the schema must exist already.
     :param retry_max_attempts: attempts of a call that fails transiently (lost connection,
