@@ -7,6 +7,7 @@ Everything it starts it stops again, also on Ctrl-C. ``airflow-trials run`` is i
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -49,6 +50,11 @@ class Stack:
     ray: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
     env: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # Absolute: Airflow runs in the home (cwd), and the trials DB URL it is given, and the one
+        # results_command prints, must name the same file from any directory.
+        self.home = Path(self.home).absolute()
 
     @property
     def airflow_home(self) -> Path:
@@ -425,8 +431,51 @@ def _terminate_trial_actors(stack: Stack) -> None:
         ray.shutdown()
 
 
+STATE_ENV = "AIRFLOW_TRIALS_STATE"
+
+
 def default_home() -> Path:
-    return Path(os.environ.get("AIRFLOW_TRIALS_STATE", Path.cwd() / ".state"))
+    """The main job's state directory: ``$AIRFLOW_TRIALS_STATE``, else ``./.state``."""
+    return Path(os.environ.get(STATE_ENV, Path.cwd() / ".state"))
+
+
+def state_trials_dbs() -> list[Path]:
+    """The trials DBs of main jobs' state seen from here, that exist: ``$AIRFLOW_TRIALS_STATE``'s
+    and ``./.state``'s ``trials.db`` (absolute, each once). What ``airflow-trials`` names when the
+    trials DB it found does not exist."""
+    homes = [Path(os.environ[STATE_ENV])] if os.environ.get(STATE_ENV) else []
+    found: list[Path] = []
+    for home in [*homes, Path.cwd() / ".state"]:
+        path = (home / "trials.db").absolute()
+        if path.is_file() and path not in found:
+            found.append(path)
+    return found
+
+
+def cli_executable() -> list[str]:
+    """How to call ``airflow-trials`` of this installation: the console script beside this
+    Python (``.venv/bin/airflow-trials``), relative to the current directory when inside it;
+    ``python -m airflow_trials.cli`` when there is none."""
+    script = Path(sys.executable).with_name("airflow-trials")
+    if not script.is_file():
+        return [sys.executable, "-m", "airflow_trials.cli"]
+    script = script.absolute()
+    try:
+        relative = str(script.relative_to(Path.cwd().absolute()))
+    except ValueError:
+        return [str(script)]
+    return [relative if os.sep in relative else os.path.join(".", relative)]
+
+
+def results_command(trials_db_url: str, experiment: str, run_key: str) -> str:
+    """The shell line that reads a run's results from the trials DB the job kept, e.g.
+    ``.venv/bin/airflow-trials --db-url sqlite:////abs/.state/trials.db leaderboard
+    example_regression_tuning --run main_job__2026-11-29T04-43-00``: the CLI's global
+    ``--db-url``, then ``leaderboard EXPERIMENT --run RUN_KEY``. The main job prints it as it ends;
+    the other read commands (``trials``, ``history``, ``plot``) take the same ``--db-url``."""
+    return shlex.join(
+        [*cli_executable(), "--db-url", trials_db_url, "leaderboard", experiment, "--run", run_key]
+    )
 
 
 def clean(home: Path) -> None:

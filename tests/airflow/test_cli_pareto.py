@@ -203,10 +203,11 @@ def test_the_main_job_s_progress_and_report_of_several_metrics(pareto_url, tmp_p
     table = _progress_table(store, EXPERIMENT, RUN_KEY, "running")
     best = dict(zip(table.columns[0]._cells, table.columns[3]._cells, strict=True))
     assert best["p-4"] == "0.99" and best["p-7"] == "-"
-    stack = SimpleNamespace(trials_db_url=pareto_url)
+    stack = SimpleNamespace(trials_db_url=pareto_url, home=tmp_path)
     with out.capture() as captured:
         code = _report(stack, EXPERIMENT, RUN_KEY, "success", str(tmp_path / "curves.png"))
     text = captured.get()
     assert code == 0
+    assert text.rstrip().endswith(f"leaderboard {EXPERIMENT} --run {RUN_KEY}")  # how to read it
     assert "Pareto front of max val_acc, min latency" in text
     assert "Learning curves:" in text and (tmp_path / "curves.png").exists()

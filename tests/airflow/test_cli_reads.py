@@ -47,7 +47,11 @@ def test_a_read_of_a_missing_sqlite_file_is_one_line_and_creates_nothing(command
     args = [a.format(tmp=tmp_path) for a in command]
     line = one_error_line(invoke(*args, "--db-url", f"sqlite:///{missing}"))
     assert f"No trials DB at sqlite:///{missing} (from --db-url)" in line
-    assert "run 'airflow-trials db upgrade'" in line and "pass --db-url" in line
+    assert "pass its URL with --db-url" in line
+    assert line.endswith(
+        f"to start a new, empty trials DB there: airflow-trials --db-url sqlite:///{missing} db "
+        "upgrade."
+    )
     assert os.listdir(tmp_path) == []
 
 
@@ -59,7 +63,11 @@ def test_a_read_of_a_db_without_the_schema_says_to_upgrade_and_changes_nothing(c
     before = path.read_bytes()
     args = [a.format(tmp=tmp_path) for a in command]
     line = one_error_line(invoke(*args, "--db-url", f"sqlite:///{path}"))
-    assert "has no trials schema (never migrated); run 'airflow-trials db upgrade'" in line
+    assert "has no trials schema (never migrated)." in line
+    assert line.endswith(
+        f"to create the trials schema in it (a new, empty trials DB): airflow-trials --db-url "
+        f"sqlite:///{path} db upgrade."
+    )
     assert path.read_bytes() == before and sorted(os.listdir(tmp_path)) == ["other.db"]
 
 
@@ -72,7 +80,10 @@ def test_the_default_file_is_not_created_by_a_read(tmp_path, monkeypatch):
     monkeypatch.setattr(trials_db_url, "_said_default", False)
     result = invoke("experiments")
     line = one_error_line(result)
-    assert f"No trials DB at sqlite:///{home / 'trials.db'} (from the default SQLite file)" in line
+    assert (
+        f"No trials DB at sqlite:///{home / 'trials.db'} (from the default SQLite file in " in line
+    )
+    assert line.endswith("to start a new, empty trials DB there: airflow-trials db upgrade.")
     assert "no trials DB is configured (no connection trials_default" in result.stderr
     assert not home.exists()
     result = invoke("db", "upgrade")  # the one command that creates it
@@ -94,7 +105,8 @@ def test_an_empty_migrated_db_says_there_are_no_experiments_yet(migrated_empty):
 @pytest.mark.postgres
 def test_postgresql_without_the_schema_says_to_upgrade(postgres_schema_url):  # noqa: F811
     line = one_error_line(invoke("leaderboard", "x", "--db-url", postgres_schema_url))
-    assert "has no trials schema (never migrated); run 'airflow-trials db upgrade'" in line
+    assert "has no trials schema (never migrated)." in line
+    assert "airflow-trials --db-url postgresql" in line or "the same --db-url" in line
     assert invoke("db", "upgrade", "--db-url", postgres_schema_url).exit_code == 0
     seed(postgres_schema_url)
     result = invoke("leaderboard", EXPERIMENT, "--db-url", postgres_schema_url, "-o", "plain")
@@ -168,7 +180,7 @@ def test_db_resolution_is_the_dags_flag_then_connection_then_env_then_default(
     assert _names("experiments") == ["from_connection"]
     monkeypatch.delenv("AIRFLOW_CONN_TRIALS_DEFAULT")
     line = one_error_line(invoke("experiments"))
-    assert "(from the default SQLite file)" in line and TrialsDbHook().get_url().endswith(
+    assert "(from the default SQLite file in " in line and TrialsDbHook().get_url().endswith(
         "/trials.db"
     )
 

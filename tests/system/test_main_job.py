@@ -54,6 +54,16 @@ def test_main_job_runs_trials_concurrently_records_them_and_stops_everything(tmp
     assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
     assert "DAG run main_job__" in done.stdout and ": success." in done.stdout
     assert "Leaderboard: example_regression_tuning" in done.stdout
+    # It ends with the CLI line that reads its results (issue 52, A), and that line works.
+    run_key = re.search(r"DAG run (main_job__\S+): success\.", done.stdout).group(1)
+    last = done.stdout.strip().splitlines()[-1]
+    assert last.endswith(
+        f" --db-url sqlite:///{state / 'trials.db'} leaderboard example_regression_tuning "
+        f"--run {run_key}"
+    ), last
+    read = subprocess.run(["bash", "-c", last], cwd=REPO, capture_output=True, text=True)
+    assert read.returncode == 0, read.stderr
+    assert f"example_regression_tuning / {run_key}" in read.stdout, read.stdout
 
     from airflow_trials.store import TrialStore
 

@@ -205,6 +205,7 @@ def report_best(store: Any, experiment: str, experiment_run_id: int) -> str | No
 
 
 def _report(stack: Any, experiment: str, run_id: str, state: str, plot_path: str) -> int:
+    from airflow_trials import mainjob
     from airflow_trials.exceptions import ExperimentNotFoundError
     from airflow_trials.plotting import curves_from_results, plot_learning_curves
     from airflow_trials.store import TrialReader
@@ -250,5 +251,15 @@ def _report(stack: Any, experiment: str, run_id: str, state: str, plot_path: str
             title=f"{experiment}: {metric} ({mode})",
         )
         out.print(f"Learning curves: {path}", highlight=False)
-    out.print(f"DAG run {run_id}: {state}.")
+    out.print(f"DAG run {run_id}: {state}.", highlight=False, soft_wrap=True)
+    # Its trials DB is this job's, in its state directory, which `airflow-trials` does not find
+    # by itself: the line that reads it, with its --db-url, ready to paste.
+    out.print(
+        f"Its results, from this job's trials DB in {stack.home}:", highlight=False, soft_wrap=True
+    )
+    out.print(
+        mainjob.results_command(stack.trials_db_url, experiment, exp_run.run_key),
+        highlight=False,
+        soft_wrap=True,
+    )
     return 0 if state == "success" else 1

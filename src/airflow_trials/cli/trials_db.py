@@ -4,18 +4,65 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 from typing import TYPE_CHECKING
 
 import typer
 
 from airflow_trials.cli.common import CliError
+from airflow_trials.trials_db_url import DEFAULT_SOURCE
 
 if TYPE_CHECKING:
     from airflow_trials.store import TrialReader
 
-UPGRADE_HINT = (
-    "run 'airflow-trials db upgrade' to create it there, or pass --db-url with the trials DB's URL"
-)
+
+def upgrade_command(url: str, source: str) -> str:
+    """The ``db upgrade`` line that migrates the DB at ``url``, found from ``source``: with its
+    ``--db-url`` when one named it (a password is never printed: then "with the same --db-url").
+    Said only as the way to a new, empty trials DB: a user looking for a run's results who
+    creates one where the CLI looked finds an empty DB, not the run (the main job keeps its own
+    in its state directory)."""
+    from sqlalchemy.engine import make_url
+
+    if source != "--db-url":
+        return "airflow-trials db upgrade"
+    if make_url(url).password is None:
+        return shlex.join(["airflow-trials", "--db-url", url, "db", "upgrade"])
+    return "airflow-trials db upgrade with the same --db-url"
+
+
+def how_found(source: str) -> str:
+    """How the URL from ``source`` was found, in a few words: its source; for the default SQLite
+    file, what named its folder and that nothing named another trials DB."""
+    if source != DEFAULT_SOURCE:
+        return f"from {source}"
+    from airflow_trials.provider_config import setting, setting_source
+
+    folder = (
+        f"in {setting_source('home')}"
+        if setting("home")
+        else "in ~/airflow_trials: no AIRFLOW_TRIALS_HOME or [airflow_trials] home"
+    )
+    return (
+        f"from {DEFAULT_SOURCE} {folder}, no --db-url, no trials_default connection, no "
+        "AIRFLOW_TRIALS_DB_URL or [airflow_trials] db_url"
+    )
+
+
+def main_job_hint(path: str | None = None) -> str:
+    """Where a main job's trials DB is, when one exists here (``./.state/trials.db``,
+    ``$AIRFLOW_TRIALS_STATE/trials.db``; not ``path``, the one being reported), with the exact
+    ``--db-url`` that reads it; else how to name another."""
+    from airflow_trials.mainjob import state_trials_dbs
+
+    found = [p for p in state_trials_dbs() if str(p) != path]
+    if not found:
+        return "To read another trials DB, pass its URL with --db-url"
+    urls = " or ".join(f"--db-url sqlite:///{p}" for p in found)
+    return (
+        "The main job (airflow-trials run, ./scripts/run.sh) keeps its trials DB in its state "
+        f"directory; to read it, pass {urls}"
+    )
 
 
 def resolve_db_url(
@@ -54,7 +101,8 @@ def open_for_reading(ctx: typer.Context, db_url: str | None) -> TrialReader:
     version's schema.
 
     Creates nothing: a missing SQLite file, or a database never migrated, is a CliError that says
-    to run ``airflow-trials db upgrade``; a database that does not answer is one that says why.
+    how the URL was found and names a main job's trials DB when one is here (``db upgrade`` only
+    as the way to a new, empty one); a database that does not answer is one that says why.
     """
     from sqlalchemy.engine import make_url
 
@@ -66,10 +114,15 @@ def open_for_reading(ctx: typer.Context, db_url: str | None) -> TrialReader:
     url, source = resolve_db_url(ctx, db_url)
     parsed = make_url(checked_url(url, source))
     where = f"{safe_url(url)} (from {source})"
+    path = None
     if parsed.get_backend_name() == "sqlite" and not is_memory_sqlite(url):
         path = os.path.abspath(parsed.database or "")
         if not os.path.isfile(path):
-            raise CliError(f"No trials DB at {where}: {path} does not exist; {UPGRADE_HINT}.")
+            raise CliError(
+                f"No trials DB at {safe_url(url)} ({how_found(source)}): {path} does not exist. "
+                f"{main_job_hint(path)}; to start a new, empty trials DB there: "
+                f"{upgrade_command(url, source)}."
+            )
     try:
         revision = schema_revision(url)
     except StoreError as e:
@@ -81,7 +134,9 @@ def open_for_reading(ctx: typer.Context, db_url: str | None) -> TrialReader:
         raise CliError(f"{e}{came_from}") from e
     if revision is None:
         raise CliError(
-            f"The trials DB at {where} has no trials schema (never migrated); {UPGRADE_HINT}."
+            f"The trials DB at {where} has no trials schema (never migrated). "
+            f"{main_job_hint(path)}; to create the trials schema in it (a new, empty trials DB): "
+            f"{upgrade_command(url, source)}."
         )
     if revision != head_revision():
         raise CliError(
