@@ -93,7 +93,10 @@ def test_the_experiment_lists_its_metrics_and_the_run_page_renders(pareto_dashbo
     page = dashboard.get(f"/runs/{run}")
     assert page.status_code == 200 and "p-0" in page.text
     html = page.text
-    assert ">max val_acc</th>" in html and ">min latency</th>" in html and "Pareto rank" in html
+    # Each metric's column holds the trial's last value (what the Pareto ranks are taken over), and
+    # its heading says so; the mode is in its title.
+    assert ">last val_acc</th>" in html and ">last latency</th>" in html and "Pareto rank" in html
+    assert 'title="the last value; mode max">last val_acc' in html
     assert "feasible</th>" not in html  # no constraints, no column
     for trial_id in ORDER:
         row = _html_row(html, trial_id)
