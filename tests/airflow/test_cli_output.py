@@ -224,6 +224,31 @@ def test_an_unknown_output_is_a_usage_error(seeded):
     assert invoke("runs", "--db-url", seeded, "-o", "csv").exit_code == 2
 
 
+# -- stdout is the records only ------------------------------------------------------------------
+MASKER_WARNING = "Skipping masking for a secret as it's too short"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["experiments"], ["leaderboard", EXPERIMENT], ["trials", EXPERIMENT], ["history", EXPERIMENT]],
+    ids=lambda c: c[0],
+)
+def test_json_is_json_when_airflow_logs_about_the_connection(seeded, command):
+    """The trials_default connection's password is shorter than Airflow's secrets masker masks
+    (5 characters): Airflow logs a warning as it reads the connection, through the log handler
+    it set up on its import, in the command. It goes to stderr; stdout is the records only."""
+    connection = json.dumps({"conn_type": "trials_db", "password": "pw", "extra": {"url": seeded}})
+    env = {"AIRFLOW_CONN_TRIALS_DEFAULT": connection, "AIRFLOW_TRIALS_DB_URL": None}
+    done = run_cli(*command, "-o", "json", env=env)
+    assert done.returncode == 0, done.stderr
+    assert MASKER_WARNING in done.stderr  # Airflow did log it, and not on stdout
+    document = json.loads(done.stdout)
+    assert document
+    plain = run_cli(*command, "-o", "plain", env=env)
+    assert plain.returncode == 0 and MASKER_WARNING not in plain.stdout, plain.stdout
+    assert "\t" in plain.stdout.splitlines()[0]  # the header line comes first
+
+
 # -- hostile values ------------------------------------------------------------------------------
 HOSTILE_CONFIG = {"path": "[/x]", "style": "[bold red]loud[/]", "screen": "\x1b[2Jcleared\x07"}
 

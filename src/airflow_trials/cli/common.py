@@ -3,14 +3,16 @@ handling."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
 from rich.text import Text
 
-from airflow_trials.cli.output import OutputFormat, printable
+from airflow_trials.cli.output import OutputFormat, printable, records_to
 
 if TYPE_CHECKING:
     from airflow_trials.core.goal import Goal
@@ -106,16 +108,45 @@ def options(ctx: typer.Context, db_url: GlobalDbUrl = None) -> None:
     out.width = None if out.is_terminal else PIPED_WIDTH  # type: ignore[assignment]  # None: the terminal's
 
 
+@contextmanager
+def stdout_for_records() -> Iterator[None]:
+    """Within: stdout carries the command's records only. ``sys.stdout`` is stderr, so whatever
+    Airflow logs (its log handler writes to ``sys.stdout`` as it is when Airflow configures
+    logging, on its first import, which is inside a command: the secrets masker's warning about a
+    short password, say), and whatever Alembic, MLflow or a ``print`` write there, goes to
+    stderr; ``out`` and :func:`~airflow_trials.cli.output.records` write to the stdout the
+    command was started with. ``-o json`` is then JSON, whatever is logged."""
+    if _STDOUT_SWAPPED:  # already within
+        yield
+        return
+    records_stream, previous_file = sys.stdout, out._file
+    _STDOUT_SWAPPED.append(True)
+    out.file = records_stream
+    sys.stdout = sys.stderr
+    try:
+        with records_to(records_stream):
+            yield
+    finally:
+        sys.stdout = records_stream
+        out.file = previous_file  # type: ignore[assignment]  # None: sys.stdout, as before
+        _STDOUT_SWAPPED.pop()
+
+
+_STDOUT_SWAPPED: list[bool] = []
+
+
 def guard(fn: Callable[[], _T]) -> _T:
-    """Run a command body; expected errors become one readable line and exit code 1."""
+    """Run a command body, its stdout for its records only (:func:`stdout_for_records`);
+    expected errors become one readable line and exit code 1."""
     from airflow_trials.exceptions import AirflowTrialsError
 
-    try:
-        return fn()
-    except (CliError, AirflowTrialsError, ValueError, KeyError) as e:
-        message = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
-        lines = str(message).strip().splitlines() or [type(e).__name__]
-        fail(lines[0])
+    with stdout_for_records():
+        try:
+            return fn()
+        except (CliError, AirflowTrialsError, ValueError, KeyError) as e:
+            message = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
+            lines = str(message).strip().splitlines() or [type(e).__name__]
+            fail(lines[0])
 
 
 def output_format(output: OutputFormat | None, as_json: bool) -> OutputFormat:

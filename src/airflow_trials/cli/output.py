@@ -7,9 +7,10 @@ import enum
 import json
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, is_dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -40,6 +41,28 @@ def jsonable(value: Any) -> Any:
     return value
 
 
+# The stream a command's records go to: stdout as the command found it. While a command body
+# runs, sys.stdout itself is stderr (cli.common.stdout_for_records), so that whatever else writes
+# there (Airflow's log handler, which writes to sys.stdout as it was when Airflow configured its
+# logging, on its first import inside a command; Alembic; MLflow) reaches stderr, never the rows.
+_records: list[TextIO] = []
+
+
+def records() -> TextIO:
+    """Where a command's records (rows, JSON, YAML) go: the stdout it was started with."""
+    return _records[-1] if _records else sys.stdout
+
+
+@contextmanager
+def records_to(stream: TextIO) -> Iterator[None]:
+    """Within: :func:`records` is ``stream``."""
+    _records.append(stream)
+    try:
+        yield
+    finally:
+        _records.pop()
+
+
 def print_document(document: Any, fmt: OutputFormat) -> None:
     """``document`` as JSON or YAML on stdout: the same values either way, no colours."""
     data = jsonable(document)
@@ -49,13 +72,13 @@ def print_document(document: Any, fmt: OutputFormat) -> None:
         text = yaml.safe_dump(data, sort_keys=True, default_flow_style=False, allow_unicode=True)
     else:
         text = json.dumps(data, indent=2, sort_keys=True) + "\n"
-    sys.stdout.write(text)
+    records().write(text)
 
 
 def print_plain(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
     """Tab-separated: a header line, then one line per row; no borders, nothing cut."""
     for line in (columns, *rows):
-        sys.stdout.write("\t".join(_plain_cell(cell) for cell in line) + "\n")
+        records().write("\t".join(_plain_cell(cell) for cell in line) + "\n")
 
 
 def _plain_cell(cell: str) -> str:
