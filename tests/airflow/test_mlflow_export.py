@@ -364,3 +364,79 @@ def test_the_task_follows_select_best_and_exports_a_real_run(trials_env, trackin
     again = _export(trials_env.url, tracking_uri, "exported")
     assert again["parent_run_id"] == summary["parent_run_id"]
     assert {k: again[k] for k in _COUNTED} == dict.fromkeys(_COUNTED, 0)
+
+
+def _declared(**kwargs):
+    """A DAG with the experiment ``tune`` (exported to MLflow) and a task ``deploy`` after its
+    group; ``deploy``'s upstream task ids."""
+    import datetime as dt
+
+    from airflow.sdk import DAG, task
+
+    from airflow_trials.core.search import uniform
+    from airflow_trials.experiment import tuning_experiment
+
+    with DAG("declared", schedule=None, start_date=dt.datetime(2026, 1, 1, tzinfo=dt.UTC)):
+        group = tuning_experiment(
+            experiment_name="declared",
+            trainable="tests.trainables:counting",
+            search_space={"x": uniform(0.0, 1.0)},
+            metric="loss",
+            group_id="tune",
+            mlflow_export="http://mlflow:5000",
+            **kwargs,
+        )
+
+        @task(task_id="deploy")
+        def deploy():
+            return None
+
+        deployed = deploy()
+        group >> deployed
+    return deployed.operator.upstream_task_ids
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "waits_for"),
+    [
+        ({}, {"tune.select_best"}),
+        ({"regression_tolerance": {"relative": 0.05}}, {"tune.check_regression"}),
+        ({"approval": True, "approvers": ["alice"]}, {"tune.publish_best"}),
+    ],
+)
+def test_a_task_after_the_group_does_not_wait_for_the_export(kwargs, waits_for):
+    assert _declared(**kwargs) == waits_for
+
+
+def test_a_failed_export_does_not_hold_back_the_task_after_the_group(trials_env, monkeypatch):
+    """MLflow does not answer: export_mlflow fails (and with it the DAG run), and the task after
+    the group runs all the same, once select_best has."""
+    from airflow_trials.core.search import grid_search
+    from tests.airflow.conftest import load_dag_source
+    from tests.airflow.test_experiment_dag import task_states
+
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    source = (
+        "import datetime\n"
+        "from airflow.sdk import DAG, task\n"
+        "from airflow_trials.experiment import tuning_experiment\n\n"
+        "with DAG('export_down', schedule=None, start_date=datetime.datetime(2026, 1, 1)) as dag:\n"
+        "    group = tuning_experiment(\n"
+        "        experiment_name='export_down', group_id='tune',\n"
+        "        trainable='tests.trainables:counting', metric='score', mode='max',\n"
+        f"        search_space={{'scale': {grid_search([1.0, 2.0])!r}}},\n"
+        "        stop={'training_iteration': 2}, resources_per_trial={'cpu': 0.5},\n"
+        "        poll_interval_seconds=0.05,\n"
+        f"        mlflow_export='http://127.0.0.1:{free_port()}',\n"
+        "    )\n\n"
+        "    @task(task_id='deploy')\n"
+        "    def deploy():\n"
+        "        return 'deployed'\n\n"
+        "    group >> deploy()\n"
+    )
+    run = load_dag_source("export_down", source).test()
+    states = task_states(run)
+    assert states[("tune.select_best", -1)] == "success", states
+    assert states[("tune.export_mlflow", -1)] == "failed", states
+    assert states[("deploy", -1)] == "success", states
+    assert run.state == "failed"  # the failed export shows, as a red box of its own

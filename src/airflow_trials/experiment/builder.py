@@ -34,7 +34,8 @@ tolerance (:mod:`airflow_trials.core.regression_tolerance`). Default None: no ch
 **MLflow export.** ``mlflow_export="http://mlflow:5000"`` (a tracking URI) or
 ``MlflowExport(...)`` adds a task ``export_mlflow`` after ``select_best``: it exports the run
 from the trials DB to MLflow, a parent run and one child run per trial, and a retry updates
-them (:mod:`airflow_trials.export.mlflow`; needs ``airflow-trials[mlflow]``). Default None.
+them (:mod:`airflow_trials.export.mlflow`; needs ``airflow-trials[mlflow]``). Default None. It is
+no leaf of the group (:class:`ExperimentGroup`): ``group >> deploy()`` does not wait for it.
 
 **Extending a finished run.** The DAG gets three params, ``extend_run``, ``extend_num_samples``
 and ``extend_stop`` (the trigger form's "Extend a finished run"; ``airflow-trials extend`` sets
@@ -53,10 +54,10 @@ rejection is final (:mod:`airflow_trials.experiment.approval`). Default False.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import Any
 
-from airflow.sdk import Asset, TaskGroup, task
+from airflow.sdk import Asset, BaseOperator, TaskGroup, task
 
 from airflow_trials.core.parameters import refuse_in_airflow
 from airflow_trials.core.pareto import MetricSpec, ModeSpec
@@ -65,7 +66,7 @@ from airflow_trials.core.warm_start import ASSET, WarmStart
 from airflow_trials.experiment.approval import approve_and_publish, checked_approval
 from airflow_trials.experiment.best_task import select_best_task
 from airflow_trials.experiment.extension import add_extension_params
-from airflow_trials.experiment.mlflow_export import export_mlflow_task
+from airflow_trials.experiment.mlflow_export import EXPORT_TASK_ID, export_mlflow_task
 from airflow_trials.experiment.plan import TuningPlan
 from airflow_trials.experiment.regression_check import check_regression, checked_tolerance
 from airflow_trials.experiment.settings import (
@@ -207,10 +208,27 @@ def _checked_plan(args: Mapping[str, Any]) -> TuningPlan:
     )
 
 
+class ExperimentGroup(TaskGroup):
+    """An experiment's task group, whose leaves (the tasks ``group >> task`` and ``task <<
+    group`` make ``task`` wait for) leave out its side tasks: ``export_mlflow``, which publishes
+    nothing, so that an MLflow outage does not hold back what follows the experiment. The leaves
+    are the group's tasks without a downstream task in the group once the side tasks are left
+    out: ``select_best``, or what follows it (``check_regression``, ``publish_best``)."""
+
+    #: The side tasks' ids within the group (without the group's prefix).
+    SIDE_TASK_IDS = (EXPORT_TASK_ID,)
+
+    def get_leaves(self) -> Generator[BaseOperator, None, None]:
+        side = {self.child_id(task_id) for task_id in self.SIDE_TASK_IDS}
+        tasks = [task for task in self if task.task_id not in side]
+        ids = {task.task_id for task in tasks}
+        yield from (task for task in tasks if task.downstream_task_ids.isdisjoint(ids))
+
+
 def _task_group(plan: TuningPlan, group_id: str | None) -> TaskGroup:
     """The experiment's task group (``group_id``, default its name with ``_`` for ``.``), its
     tasks declared, and the DAG's params to extend a finished run."""
-    with TaskGroup(group_id or plan.experiment_name.replace(".", "_")) as group:
+    with ExperimentGroup(group_id or plan.experiment_name.replace(".", "_")) as group:
         if group.dag is not None:  # the trigger form's "Extend a finished run" section
             add_extension_params(group.dag)
         _declare_tasks(plan)

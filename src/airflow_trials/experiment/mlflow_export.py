@@ -17,12 +17,17 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: The export's task id within the experiment's task group.
+EXPORT_TASK_ID = "export_mlflow"
+
 
 def export_mlflow_task(plan: TuningPlan, best: Any) -> Any:
     """Declare ``export_mlflow`` downstream of ``best`` (select_best's XComArg); its XCom is
-    the export's summary. It is safe to retry: a retried export updates the runs it made."""
+    the export's summary. It is safe to retry: a retried export updates the runs it made. It is
+    no leaf of the experiment's group (:class:`~airflow_trials.experiment.builder.ExperimentGroup`):
+    a task after the group does not wait for it, so an MLflow outage blocks no publishing."""
 
-    @task(task_id="export_mlflow")
+    @task(task_id=EXPORT_TASK_ID)
     def export_mlflow(best: dict[str, Any]) -> dict[str, Any]:
         """Export the run and its trials from the trials DB to MLflow."""
         return export_run(plan, best)
