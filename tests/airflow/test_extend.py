@@ -15,6 +15,8 @@ from tests.airflow.test_early_stopping import SEARCH, UNIFORM, Code
 from tests.airflow.test_experiment_dag import experiment_dag, task_states, xcom
 from tests.factories import add_checkpoint, add_results
 
+#: A grid and a random key (the trainable ignores it): new samples are new configs.
+GRID_AND_NOISE = {"scale": grid_search([1.0, 2.0]), "noise": UNIFORM}
 ASHA = Code(
     "__import__('airflow_trials').ASHAScheduler(max_t=3, grace_period=1, reduction_factor=3)"
 )
@@ -38,7 +40,7 @@ def iterations(store, trial_id):
 def test_an_extension_continues_finished_trials_and_adds_samples(trials_env_any_db, sweep):
     trials_env = trials_env_any_db
     name = f"extend_{'sweep' if sweep else 'mapped'}"
-    dag = experiment_dag(name, search_space={"scale": grid_search([1.0, 2.0])}, sweep=sweep)
+    dag = experiment_dag(name, search_space=GRID_AND_NOISE, sweep=sweep)
     first = dag.test()
     assert first.state == "success", task_states(first)
     store = trials_env.store
@@ -57,13 +59,17 @@ def test_an_extension_continues_finished_trials_and_adds_samples(trials_env_any_
     (again,) = store.reader.list_experiment_runs(name)  # the same run, finished again
     assert again.id == run.id and again.status.value == "SUCCESS"
     trials = {t.trial_id: t for t in store.reader.list_trials(experiment_run_id=run.id)}
-    assert len(trials) == 4  # two continued + one sample of a two-value grid
+    assert len(trials) == 4  # two continued + one sample: one pass over a two-value grid
     for trial_id in before:  # continued from the checkpoint at 3: nothing repeated or lost
         assert iterations(store, trial_id) == [1, 2, 3, 4, 5]
         assert trials[trial_id].status.value == "TERMINATED"
     new = [t for t in trials if t not in before]
     assert len(new) == 2 and all(iterations(store, t) == [1, 2, 3, 4, 5] for t in new)
     assert sorted(trials[t].config["scale"] for t in new) == [1.0, 2.0]
+    # The pass draws the random key afresh: no new trial repeats a config the run had.
+    assert {trials[t].config["noise"] for t in new}.isdisjoint(
+        {before[t].config["noise"] for t in before}
+    )
     (record,) = store.reader.list_run_extensions(run.id)
     assert record.dag_run_id == extension.run_id and record.status.value == "SUCCESS"
     assert record.stop_before == {"training_iteration": 3}
@@ -126,6 +132,10 @@ def check_the_cli(trials_env, run, record):
         "4 trials continue" in dry.output
         and "Dry run: would trigger DAG extend_mapped" in dry.output
     )
+    assert (
+        "+2 samples (2 pass(es) over the grid's 2 combinations, each drawing noise afresh, as "
+        "Ray Tune's num_samples does: 4 new trials)"
+    ) in dry.output
     with create_session() as session:
         before = {r.run_id for r in session.query(DagRun).filter(DagRun.dag_id == "extend_mapped")}
 
@@ -169,7 +179,7 @@ def record_stopped_early(store, run_pk, trial_id):
     )
 
 
-def test_an_asha_extension_judges_continued_trials_at_the_new_rungs_only(trials_env):
+def test_an_asha_extension_judges_continued_trials_at_the_new_rungs_only(trials_env, fake_context):
     """ASHA(max_t=3) then stop 9: max_t rises to 9. Trials ASHA stopped early keep that verdict;
     the others continue from iteration 3, judged at the new rung 9 only; the verdicts recorded at
     rungs 1 and 3 stand."""
@@ -212,6 +222,17 @@ def test_an_asha_extension_judges_continued_trials_at_the_new_rungs_only(trials_
         assert [m for m, _, _ in rungs[len(rungs_before[trial_id]) :]] in ([], [9.0])
         reached.append(last)
     assert 9 in reached and min(reached) > 3  # each continued past its old end
+
+    # New samples of its grid alone would repeat its configs: the DAG run refuses them too.
+    from airflow.sdk.exceptions import AirflowFailException
+
+    params = {"extend_run": run.run_key, "extend_num_samples": 1, "extend_stop": None}
+    with pytest.raises(AirflowFailException, match="draws nothing at random") as refused:
+        dag.get_task("tune.suggest_configs").python_callable(
+            ti=fake_context(dag_id="extend_asha", run_id="more")["ti"], params=params, dag=dag
+        )
+    assert "grid over scale (4 combinations)" in str(refused.value)
+    assert len(store.reader.list_run_extensions(run.id)) == 1  # nothing was written
 
 
 def test_new_samples_of_a_searched_run_ask_the_searcher_after_every_ended_trial(trials_env, capfd):
@@ -258,7 +279,7 @@ def test_an_extension_asks_for_no_more_than_the_dag_allows_a_run(
     from airflow.sdk.exceptions import AirflowFailException
 
     name = "extend_bounded"
-    dag = experiment_dag(name, search_space={"scale": grid_search([1.0, 2.0])})
+    dag = experiment_dag(name, search_space=GRID_AND_NOISE)
     assert dag.test().state == "success"
     store = trials_env.store
     (run,) = store.reader.list_experiment_runs(name)

@@ -12,9 +12,11 @@ import pytest
 from airflow_trials import ASHAScheduler
 from airflow_trials.core.fate import CRITERION_MET, TRAINABLE_FINISHED
 from airflow_trials.core.run_extension import (
+    describe_new_samples,
     extended_scheduler,
     plan_extension,
 )
+from airflow_trials.core.search import count_configs, grid_search, loguniform, sample_from
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.stop_kind import StopKind
 from airflow_trials.exceptions import ExtensionRefusedError
@@ -22,6 +24,8 @@ from airflow_trials.schedulers.asha.async_hyperband import raised_max_t, with_ma
 from airflow_trials.schedulers.asha.rung_math import max_t_stop_reason, rung_milestones
 
 OWNER = "Run r1 (id 1) of experiment e"
+#: A space that draws nothing at random: a grid of 2 x 2, and a fixed value.
+GRID = {"layers": grid_search([2, 4]), "opt": {"name": grid_search(["sgd", "adam"])}, "x": 1}
 
 
 @dataclass
@@ -89,6 +93,17 @@ def test_new_samples_alone_continue_no_trial():
             "but the DAG now has",
             "restore the run's search space",
         ),
+        (
+            {"num_samples": 1, "space_before": GRID},
+            r"a grid over layers, opt\.name \(4 combinations\) and draws nothing at random, so 1 "
+            r"new sample\(s\) would only run the configs the run was given again",
+            "wider grid or a random domain",
+        ),
+        (
+            {"num_samples": 2, "space_before": {"lr": 0.1}, "stop": None},
+            r"fixed values \(one config\)",
+            "Raise --stop",
+        ),
     ],
 )
 def test_each_refusal_names_the_run_its_cause_and_the_fix(kwargs, cause, fix):
@@ -97,6 +112,34 @@ def test_each_refusal_names_the_run_its_cause_and_the_fix(kwargs, cause, fix):
     message = str(refused.value)
     assert message.startswith(OWNER) and re.search(cause, message), message
     assert fix in message and "nothing was written" in message
+
+
+@pytest.mark.parametrize(
+    ("space", "said"),
+    [
+        (
+            {**GRID, "lr": loguniform(1e-4, 1e-1)},
+            "+3 samples (3 pass(es) over the grid's 4 combinations, each drawing lr afresh, as Ray "
+            "Tune's num_samples does: 12 new trials)",
+        ),
+        ({"lr": loguniform(1e-4, 1e-1)}, "+3 samples (3 new trials)"),
+        (None, "+3 samples"),
+    ],
+)
+def test_a_new_sample_is_one_pass_over_the_grid_as_ray_tune_s_num_samples(space, said):
+    """New samples of a space that draws something at random are new configs: accepted, each
+    one pass over the grid (``sample_from`` may draw, so it counts); the plan says how many."""
+    decided = plan([Stored("done")], stop=None, num_samples=3, space_before=space)
+    assert decided.continued == []
+    assert describe_new_samples(3, space) == said
+    with_function = {**GRID, "units": sample_from("tests.search_functions:units_for_depth")}
+    assert plan([Stored("done")], stop=None, num_samples=1, space_before=with_function)
+    assert count_configs(with_function, 3) == 12
+
+
+def test_a_raised_stop_alone_extends_a_grid_run():
+    decided = plan([Stored("done")], num_samples=0, space_before=GRID)
+    assert decided.continued == ["done"]
 
 
 def test_a_trial_that_has_not_ended_refuses_the_extension_naming_it():

@@ -26,6 +26,18 @@ _TIME = "%Y-%m-%d %H:%M"
 RunArgument = Annotated[
     str, typer.Argument(help="The run: its id, or its run key (the Airflow run id).")
 ]
+NumSamples = Annotated[
+    int,
+    typer.Option(
+        "--num-samples",
+        help="New samples: +N (N >= 0). As Ray Tune's num_samples, a sample is one pass over the "
+        "search space's grid (N x its combinations trials, the random keys drawn afresh); a "
+        "space that draws nothing at random is refused.",
+    ),
+]
+DryRun = Annotated[
+    bool, typer.Option("--dry-run", help="Print what it would do (the plan); trigger nothing.")
+]
 ExperimentOption = Annotated[
     str | None,
     typer.Option("--experiment", help="The run's experiment, when a run key names runs of two."),
@@ -91,24 +103,20 @@ def inferred_stop(store: Any, run: Any, stop: dict[str, float] | None) -> dict[s
 def extend(
     ctx: typer.Context,
     run: RunArgument,
-    num_samples: Annotated[
-        int, typer.Option("--num-samples", help="New samples: +N (N >= 0).")
-    ] = 0,
+    num_samples: NumSamples = 0,
     stop: Annotated[
         list[str] | None,
         typer.Option("--stop", help="A raised stop, METRIC=NUMBER; repeat for several."),
     ] = None,
     experiment: ExperimentOption = None,
-    dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Print what it would do; trigger nothing.")
-    ] = False,
+    dry_run: DryRun = False,
     db_url: DbUrl = None,
 ) -> None:
     """Extend a finished run: trigger a DAG run of its DAG that continues its TERMINATED trials
     to a raised stop (from their latest checkpoints) and adds new samples to its search."""
 
     def body() -> None:
-        from airflow_trials.core.run_extension import plan_extension
+        from airflow_trials.core.run_extension import describe_new_samples, plan_extension
 
         store = open_for_reading(ctx, db_url)
         record = find_run(store, run, experiment)
@@ -122,6 +130,7 @@ def extend(
             stop=wanted,
             num_samples=num_samples,
             has_checkpoint=lambda t: store.latest_checkpoint(t) is not None,
+            space_before=record.search_space,
         )
         if not record.dag_id:
             raise CliError(f"{owner} was not run by an Airflow DAG; only a DAG's run extends.")
@@ -130,7 +139,7 @@ def extend(
             "extend_num_samples": num_samples,
             "extend_stop": wanted,
         }
-        _print_plan(owner, num_samples, plan)
+        _print_plan(owner, describe_new_samples(num_samples, record.search_space), plan)
         if dry_run:
             out.print(
                 f"Dry run: would trigger DAG {record.dag_id} with conf {conf}; nothing was done.",
@@ -150,11 +159,12 @@ def extend(
     guard(body)
 
 
-def _print_plan(owner: str, num_samples: int, plan: Any) -> None:
-    """What the extension does: its new samples, its stop, the trials that continue and why each
-    other keeps its end."""
+def _print_plan(owner: str, samples: str, plan: Any) -> None:
+    """What the extension does: its new samples (``samples``, as
+    :func:`~airflow_trials.core.run_extension.describe_new_samples` says them), its stop, the
+    trials that continue and why each other keeps its end."""
     out.print(
-        f"{owner}: +{num_samples} samples; stop {plan.stop_after or 'unchanged'}; "
+        f"{owner}: {samples}; stop {plan.stop_after or 'unchanged'}; "
         f"{len(plan.continued)} trials continue ({', '.join(plan.continued) or 'none'}).",
         highlight=False,
         soft_wrap=True,

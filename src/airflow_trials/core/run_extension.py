@@ -6,9 +6,12 @@ The rules, as docs/airflow.md states them:
 
 * Refused: a run that is still RUNNING (or has a trial that has not ended); a stopping criterion
   lower than the run's (or one that drops a key); a search space other than the run's; an
-  extension that adds no sample and raises no criterion.
+  extension that adds no sample and raises no criterion; new samples of a space that draws
+  nothing at random (a grid alone), which could only repeat the run's configs.
 * New samples continue the run's search: its seeded random sequence, or its searcher, told every
-  ended trial of the run first.
+  ended trial of the run first. A sample is one pass over the space's grid, as Ray Tune's
+  ``num_samples`` is: N new samples of a grid of G combinations are N x G new trials, each pass
+  drawing the random keys afresh (:func:`describe_new_samples`).
 * A raised criterion continues the TERMINATED trials from their latest checkpoint. Those that
   ASHA (or another scheduler) stopped early keep that verdict, those whose trainable finished on
   its own have nothing left to run, and a trial with no checkpoint is never restarted from scratch:
@@ -27,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_trials.core.fate import StoredTrial
+from airflow_trials.core.search import count_configs, drawn_keys, grid_keys
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.stop_kind import StopKind
 from airflow_trials.exceptions import ExtensionRefusedError
@@ -146,6 +150,7 @@ def plan_extension(
             "--stop."
         )
     _refuse_other_space(owner, space_before, space_now)
+    _refuse_repeated_configs(owner, num_samples, space_before)
     if raised is None:
         return ExtensionPlan([])
     continued, kept = [], []
@@ -192,6 +197,43 @@ def _refuse_other_space(owner: str, space_before: Any, space_now: Any) -> None:
             "was written. Trigger a new run of the DAG for the new space (warm_start=<run key> "
             "seeds it with this run's best), or restore the run's search space to extend it."
         )
+
+
+def _refuse_repeated_configs(owner: str, num_samples: int, space: Any) -> None:
+    """New samples of a space that draws nothing at random (a grid alone, or fixed values) are
+    the configs the run was given already: refused (when the space is known)."""
+    if num_samples == 0 or not isinstance(space, Mapping) or drawn_keys(space):
+        return
+    grid = grid_keys(space)
+    what = (
+        f"a grid over {', '.join(grid)} ({count_configs(space)} combinations)"
+        if grid
+        else "fixed values (one config)"
+    )
+    raise ExtensionRefusedError(
+        f"{owner}: its search space is {what} and draws nothing at random, so {num_samples} new "
+        "sample(s) would only run the configs the run was given again; nothing was written. "
+        "Raise --stop to train its trials longer, or trigger a new run of the DAG with a wider "
+        "grid or a random domain (warm_start=<run key> seeds it with this run's best)."
+    )
+
+
+def describe_new_samples(num_samples: int, space: Any) -> str:
+    """What ``num_samples`` new samples add to a run of ``space`` (its stored search space; None
+    when not known), for the CLI's plan: a sample is one pass over the grid, as Ray Tune's
+    ``num_samples`` is."""
+    if not isinstance(space, Mapping) or num_samples == 0:
+        return f"+{num_samples} samples"
+    grid = grid_keys(space)
+    if not grid:
+        return f"+{num_samples} samples ({num_samples} new trials)"
+    combinations, drawn = count_configs(space), drawn_keys(space)
+    afresh = f", each drawing {', '.join(drawn)} afresh" if drawn else ""
+    return (
+        f"+{num_samples} samples ({num_samples} pass(es) over the grid's {combinations} "
+        f"combinations{afresh}, as Ray Tune's num_samples does: {num_samples * combinations} "
+        "new trials)"
+    )
 
 
 def _raised_stop(

@@ -36,7 +36,9 @@ from airflow_trials.core.imports import import_object, split_import_path
 __all__ = [
     "choice",
     "count_configs",
+    "drawn_keys",
     "generate_configs",
+    "grid_keys",
     "grid_search",
     "lograndint",
     "loguniform",
@@ -218,6 +220,18 @@ def _run_functions(
                 f"({e}); configs are stored as JSON, so return numbers, strings, lists or dicts."
             ) from e
         parent[key] = value
+
+
+def grid_keys(space: Mapping[str, Any]) -> list[str]:
+    """The keys of ``space`` (nested ones dotted) that are a ``grid_search``."""
+    return [path for path, domain in _walk(space) if "grid_search" in domain]
+
+
+def drawn_keys(space: Mapping[str, Any]) -> list[str]:
+    """The keys of ``space`` (nested ones dotted) drawn afresh for each config: every domain but
+    ``grid_search``, ``sample_from`` included (its function may draw). Without any, each pass
+    over the grid makes the same configs."""
+    return [path for path, domain in _walk(space) if "grid_search" not in domain]
 
 
 def count_configs(space: Mapping[str, Any], num_samples: int = 1) -> int:
