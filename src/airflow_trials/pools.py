@@ -71,13 +71,14 @@ def ensure_gpu_pool(
     return name, slots
 
 
-def require_migrated_airflow_db(operation: str) -> None:
+def require_migrated_airflow_db(operation: str, fix: str | None = None) -> None:
     """Raise :class:`AirflowDbNotReadyError` unless Airflow's metadata DB exists and has its tables.
 
     Checked before Airflow's ORM touches the DB: opening a missing SQLite file would create it,
     and the write would then fail on the missing tables anyway. Creates nothing.
 
     :param operation: what was about to happen, for the message ("write the GPU pool 'gpu'").
+    :param fix: what to do about it, for the message; default: migrate this AIRFLOW_HOME's DB.
     """
     from sqlalchemy import inspect
     from sqlalchemy.engine import make_url
@@ -85,7 +86,7 @@ def require_migrated_airflow_db(operation: str) -> None:
 
     from airflow import settings
 
-    fix = (
+    fix = fix or (
         "run `airflow db migrate` (with this AIRFLOW_HOME / "
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN), then retry"
     )

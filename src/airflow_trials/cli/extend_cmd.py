@@ -139,6 +139,8 @@ def extend(
             "extend_num_samples": num_samples,
             "extend_stop": wanted,
         }
+        if not dry_run:  # before anything is printed: the trigger needs the deployment's DB
+            require_deployment(record.dag_id)
         _print_plan(owner, describe_new_samples(num_samples, record.search_space), plan)
         if dry_run:
             out.print(
@@ -173,12 +175,31 @@ def _print_plan(owner: str, samples: str, plan: Any) -> None:
         out.print(f"Trial {trial_id} keeps its end: {why}.", highlight=False, soft_wrap=True)
 
 
+def require_deployment(dag_id: str) -> None:
+    """Refuse, creating nothing, unless Airflow's metadata DB (AIRFLOW_HOME's, or
+    ``AIRFLOW__DATABASE__SQL_ALCHEMY_CONN``) exists and is migrated: an empty AIRFLOW_HOME is
+    not the deployment that runs ``dag_id``, and Airflow's ORM would create an empty
+    ``airflow.db`` there before failing on its missing tables."""
+    from airflow_trials.pools import require_migrated_airflow_db
+
+    require_migrated_airflow_db(
+        f"trigger DAG {dag_id}",
+        fix=(
+            "point AIRFLOW_HOME (or AIRFLOW__DATABASE__SQL_ALCHEMY_CONN) at the Airflow "
+            f"deployment that runs DAG {dag_id} (the main job's is its state directory's "
+            "airflow/, ./.state/airflow), then retry; nothing was triggered"
+        ),
+    )
+
+
 def trigger_extension(dag_id: str, conf: dict[str, Any]) -> str:
     """Trigger a run of ``dag_id`` with ``conf`` in Airflow's metadata DB (AIRFLOW_HOME's, as
     ``pool set`` writes it); its run id."""
+    require_deployment(dag_id)
     from airflow.api.common.trigger_dag import trigger_dag
     from airflow.exceptions import AirflowException
     from airflow.utils.types import DagRunTriggeredByType
+    from sqlalchemy.exc import SQLAlchemyError
 
     try:
         dag_run = trigger_dag(dag_id, triggered_by=DagRunTriggeredByType.CLI, conf=conf)
@@ -186,6 +207,13 @@ def trigger_extension(dag_id: str, conf: dict[str, Any]) -> str:
         raise CliError(
             f"Airflow could not trigger DAG {dag_id}: {e}. Check that its DAG file is parsed "
             "(airflow dags list) and AIRFLOW_HOME names the deployment's metadata DB."
+        ) from e
+    except SQLAlchemyError as e:
+        cause = " ".join(str(getattr(e, "orig", None) or e).split())
+        raise CliError(
+            f"Airflow could not trigger DAG {dag_id}: its metadata DB failed "
+            f"({type(e).__name__}: {cause}). Check that AIRFLOW_HOME names the deployment that "
+            "runs the DAG and that its DB is up and migrated (airflow db check-migrations)."
         ) from e
     if dag_run is None:
         raise CliError(f"Airflow triggered no run of DAG {dag_id}; is it parsed and unpaused?")

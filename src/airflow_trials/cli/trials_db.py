@@ -85,14 +85,23 @@ def resolve_db_url(
 
 
 def checked_url(url: str, source: str) -> str:
-    """``url`` once it is a SQLite or PostgreSQL URL whose driver is installed, else a CliError."""
+    """``url`` once it is a SQLite or PostgreSQL URL whose driver is installed, and not an
+    in-memory SQLite database (``sqlite://``: every process opens its own, empty, so it holds no
+    DAG's trials, and ``db upgrade`` would migrate one that is gone when it ends); else a
+    CliError."""
     from airflow_trials.exceptions import StoreError
-    from airflow_trials.store.engine import check_store_url
+    from airflow_trials.store.engine import check_store_url, is_memory_sqlite, mask_passwords
 
     try:
         check_store_url(url)
     except StoreError as e:
         raise CliError(f"Trials DB URL from {source}: {e}") from e
+    if is_memory_sqlite(url):
+        raise CliError(
+            f"Trials DB URL from {source}: {mask_passwords(url)} names no SQLite file (an "
+            "in-memory database, which every process opens empty and which keeps nothing), so no "
+            "DAG's trials are in it; give the file's URL, e.g. sqlite:////abs/path/trials.db."
+        )
     return url
 
 

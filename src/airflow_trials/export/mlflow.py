@@ -107,9 +107,26 @@ def mlflow_client(tracking_uri: str | None) -> tuple[Any, str]:
             "No MLflow tracking URI: pass --tracking-uri (MlflowExport(tracking_uri=...) in a "
             "DAG), or set MLFLOW_TRACKING_URI, e.g. to http://mlflow:5000."
         )
-    from airflow_trials.store.engine import safe_url
+    from mlflow.exceptions import MlflowException
 
-    return MlflowClient(tracking_uri=uri), safe_url(uri)
+    from airflow_trials.store.engine import mask_passwords, safe_url
+
+    try:
+        return MlflowClient(tracking_uri=uri), safe_url(uri)
+    except MlflowException as e:  # MLflow refused the URI itself, before any request
+        shown, said = safe_url(uri), mask_passwords(e.message).strip().splitlines()[0]
+        if "MLFLOW_ALLOW_FILE_STORE" in e.message:
+            raise ExportError(
+                f"MLflow refuses the tracking URI {shown}: MLflow 3 no longer writes to a "
+                "file store (file:// or a path) unless MLFLOW_ALLOW_FILE_STORE=true is set. "
+                "Export to a tracking server (--tracking-uri http://host:5000) or a database "
+                "(--tracking-uri sqlite:////abs/path/mlflow.db), or set "
+                "MLFLOW_ALLOW_FILE_STORE=true to write the file store anyway."
+            ) from None
+        raise ExportError(
+            f"MLflow refuses the tracking URI {shown}: {said} Give --tracking-uri a tracking "
+            "server's URL (http://host:5000) or a database's (sqlite:////abs/path/mlflow.db)."
+        ) from None
 
 
 def export_to_mlflow(
