@@ -38,6 +38,7 @@ from airflow_trials.store import (
 )
 from airflow_trials.store.__main__ import main as store_cli
 from airflow_trials.store.engine import WRITE_OPTION, create_store_engine
+from airflow_trials.store.experiments import RunAlreadyEndedError
 from airflow_trials.store.leaderboard import metric_index_name
 from airflow_trials.store.migration import (
     VERSION_TABLE,
@@ -56,7 +57,7 @@ from tests.contract.conftest import (
 )
 from tests.factories import add_checkpoint, add_results, ensure_metric_index, update_trial
 
-HEAD_REVISION = "0018"
+HEAD_REVISION = "0019"
 
 
 def register(store: TrialStore, trial_id: str, run: int | None = None, **kwargs: Any) -> None:
@@ -534,6 +535,29 @@ class StoreContract:
             store.finish_experiment_run(run, "DONE")
         with pytest.raises(StoreError, match="experiment run 4242 .*create_experiment_run first"):
             store.finish_experiment_run(4242, "FAILED")
+
+    def test_a_run_ended_by_hand_keeps_its_reason_until_its_next_end(self, store):
+        run = store.create_experiment_run("mnist", "r1")
+        store.finish_experiment_run(run, "FAILED", reason="marked failed", if_running=True)
+        [record] = store.reader.list_experiment_runs("mnist")
+        assert (record.status, record.end_reason) == ("FAILED", "marked failed")
+        assert record.ended_at is not None
+        # Ended already: refused under the row lock, and nothing changes.
+        with pytest.raises(
+            RunAlreadyEndedError,
+            match=rf"Run r1 \(id {run}\) of experiment mnist has already ended: it is FAILED at "
+            r"\d{4}-.* UTC, so nothing was changed",
+        ):
+            store.finish_experiment_run(run, "SUCCESS", reason="again", if_running=True)
+        assert store.reader.list_experiment_runs("mnist") == [record]
+        # An end that gives no reason (select_best's) replaces it; so does running again.
+        store.finish_experiment_run(run, "SUCCESS")
+        assert store.reader.list_experiment_runs("mnist")[0].end_reason is None
+        store.finish_experiment_run(run, "FAILED", reason="by hand")
+        store.finish_experiment_run(run, "RUNNING")
+        assert store.reader.list_experiment_runs("mnist")[0].end_reason is None
+        with pytest.raises(ValueError, match="a reason goes with an end .*nothing was written"):
+            store.finish_experiment_run(run, "RUNNING", reason="x")
 
     # -- trials ------------------------------------------------------------------------
 

@@ -96,6 +96,21 @@ class ExtensionContract:
         (ended,) = store.reader.list_run_extensions(run)
         assert ended.status.value == "SUCCESS" and ended.ended_at is not None
 
+    def test_an_extension_clears_the_reason_the_run_was_ended_by_hand(self, store):
+        run = finished_run(store)
+        store.finish_experiment_run(run, "FAILED", reason="marked failed")
+        store.begin_run_extension(
+            run,
+            "extend-1",
+            num_samples_added=1,
+            stop_before=None,
+            stop_after=None,
+            trials_continued=[],
+            trials_added=["c"],
+        )
+        (record,) = store.reader.list_experiment_runs("ext")
+        assert record.status.value == "RUNNING" and record.end_reason is None
+
     def test_a_running_run_is_not_extended_and_nothing_is_written(self, store):
         run = finished_run(store)
         store.finish_experiment_run(run, "RUNNING")

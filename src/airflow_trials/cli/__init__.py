@@ -14,6 +14,7 @@ from airflow_trials.cli import (  # noqa: F401
     approvals_cmd,
     commands,
     delete_run_cmd,
+    end_run_cmd,
     export_cmd,
     extend_cmd,
     history_cmd,

@@ -171,7 +171,9 @@ def _refuse_running_run(owner: str, run_status: str, trials: Sequence[StoredTria
         raise ExtensionRefusedError(
             f"{owner} is still running{still}; an extension continues a finished run only, and "
             "nothing was written. Wait for the run (or the extension running it) to end, then "
-            "extend it."
+            "extend it. A DAG run marked failed in Airflow does not end the run (select_best "
+            "never runs): end it with 'airflow-trials db end-run EXPERIMENT --run RUN "
+            "--reason ...' first."
         )
 
 

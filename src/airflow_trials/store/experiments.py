@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import numbers
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select, text
@@ -36,6 +37,23 @@ SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1
 
 # pg_advisory_xact_lock key held while creating a metric index, so two stores never race on it.
 _METRIC_INDEX_LOCK_KEY = 0x61745F6D6978  # "at_mix"
+
+
+class RunAlreadyEndedError(ValueError):
+    """The run has ended already, so it is not ended again (``finish_experiment_run(...,
+    if_running=True)``); nothing was written."""
+
+
+def already_ended(
+    run_key: str, run_id: int, experiment: str, status: str, ended_at: datetime | None
+) -> str:
+    """The one line that says a run has ended already, and what to do instead."""
+    when = "" if ended_at is None else f" at {ended_at:%Y-%m-%d %H:%M:%S} UTC"
+    return (
+        f"Run {run_key} (id {run_id}) of experiment {experiment} has already ended: it is "
+        f"{status}{when}, so nothing was changed. 'airflow-trials runs {experiment} -o json' "
+        "shows how it ended (end_reason, when it was ended by hand)."
+    )
 
 
 class ExperimentWriter(StoreBase):
@@ -198,7 +216,14 @@ class ExperimentWriter(StoreBase):
 
         return self._transaction(f"create run {run_key} of experiment {experiment_name}", work)
 
-    def finish_experiment_run(self, run_id_pk: int, status: str) -> None:
+    def finish_experiment_run(
+        self,
+        run_id_pk: int,
+        status: str,
+        *,
+        reason: str | None = None,
+        if_running: bool = False,
+    ) -> None:
         """Set a run's status: SUCCESS or FAILED set ``ended_at`` and store the run's history
         line, RUNNING clears both (its trials may change again).
 
@@ -210,18 +235,37 @@ class ExperimentWriter(StoreBase):
 
         :param run_id_pk: the run's id, as returned by :meth:`create_experiment_run`.
         :param status: RUNNING, SUCCESS or FAILED.
+        :param reason: why the run ends, kept as its ``end_reason`` (``airflow-trials db
+            end-run``); default None: it ended on its own (``select_best``). Every call replaces
+            it, so it always tells why the run's latest end came.
+        :param if_running: end it only if it is RUNNING, checked under the row lock; default
+            False.
+        :raises RunAlreadyEndedError: with ``if_running``, the run has ended; nothing is written.
         """
         new = parse_enum(ExperimentRunStatus, status, f"experiment run {run_id_pk}")
+        if reason is not None and not new.is_terminal():
+            raise ValueError(
+                f"Experiment run {run_id_pk}: a reason goes with an end (SUCCESS or FAILED), not "
+                f"with {new.value}; nothing was written."
+            )
 
         def work(session: Session) -> None:
             run = self._find_run_or_raise(
                 session, run_id_pk, f"finish experiment run {run_id_pk}", lock=True
             )
+            if if_running and run.status != ExperimentRunStatus.RUNNING.value:
+                name = session.execute(
+                    select(ExperimentRow.name).where(ExperimentRow.id == run.experiment_id)
+                ).scalar_one()
+                raise RunAlreadyEndedError(
+                    already_ended(run.run_key, run.id, name, run.status, run.ended_at)
+                )
             if not new.is_terminal():
                 run.ended_at = None
             elif run.status != new.value or run.ended_at is None:
                 run.ended_at = utcnow()
             run.status = new.value
+            run.end_reason = reason
             if new.is_terminal():
                 store_summary(session, self._dialect, run)
             else:

@@ -71,6 +71,7 @@ class ExtensionWriter(StoreBase):
                 )
             run.status = ExperimentRunStatus.RUNNING.value
             run.ended_at = None
+            run.end_reason = None
             run.summary = None
             row = RunExtensionRow(
                 experiment_run_id=experiment_run_id,

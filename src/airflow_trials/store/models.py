@@ -133,6 +133,9 @@ class ExperimentRunRow(Base):
     summary: Mapped[Any] = mapped_column(json_type(nullable=True), nullable=True, deferred=True)
     # The trial select_best picked (0013); NULL until it picked one.
     picked_trial_id: Mapped[str | None] = mapped_column(String(ID_LENGTH), nullable=True)
+    # Why it was ended by hand (airflow-trials db end-run, migration 0019); NULL when it ended
+    # on its own, or runs.
+    end_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class TrialRow(Base):

@@ -129,6 +129,8 @@ class ExperimentRunRecord:
     :param created_at: when it was created (UTC).
     :param ended_at: when it finished (UTC); None while RUNNING.
     :param picked_trial_id: the trial ``select_best`` picked; None until it picked one.
+    :param end_reason: why it was ended by hand (``airflow-trials db end-run``); None when it
+        ended on its own, or runs.
     """
 
     id: int
@@ -144,6 +146,7 @@ class ExperimentRunRecord:
     created_at: datetime
     ended_at: datetime | None
     picked_trial_id: str | None = None
+    end_reason: str | None = None
 
 
 @dataclass(frozen=True)

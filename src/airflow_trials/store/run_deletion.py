@@ -163,8 +163,9 @@ def _refuse_running(experiment_run_id: int, run_key: str, name: str, status: str
         raise RunStillRunningError(
             f"Experiment run {experiment_run_id} ({run_key}) of experiment {name} is "
             "RUNNING: its trials may still write to it, so nothing was deleted. Wait for "
-            "its DAG run to end (or mark the DAG run failed in Airflow, which ends the "
-            "run), then delete it."
+            "its DAG run to end, then delete it. A DAG run marked failed in Airflow does not end "
+            "the run (select_best never runs): end it with 'airflow-trials db end-run "
+            f"{name} --run {run_key} --reason ...' first."
         )
 
 

@@ -181,9 +181,20 @@ class TrialStore:
             num_samples=num_samples,
         )
 
-    def finish_experiment_run(self, run_id_pk: int, status: str) -> None:
-        """Set a run's status; SUCCESS or FAILED end it and store its history line."""
-        self._experiments.finish_experiment_run(run_id_pk, status)
+    def finish_experiment_run(
+        self,
+        run_id_pk: int,
+        status: str,
+        *,
+        reason: str | None = None,
+        if_running: bool = False,
+    ) -> None:
+        """Set a run's status; SUCCESS or FAILED end it and store its history line, with the
+        ``reason`` it was ended by hand (:meth:`ExperimentWriter.finish_experiment_run
+        <airflow_trials.store.experiments.ExperimentWriter.finish_experiment_run>`)."""
+        self._experiments.finish_experiment_run(
+            run_id_pk, status, reason=reason, if_running=if_running
+        )
 
     def record_pick(self, experiment_run_id: int, trial_id: str) -> None:
         """Record the trial ``select_best`` picked in the run."""
