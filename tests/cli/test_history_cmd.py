@@ -75,6 +75,15 @@ def test_yaml_matches_json(seeded):
     assert yaml.safe_load(_history(url, EXPERIMENT, "-o", "yaml")) == as_json
 
 
+def test_json_flag_is_output_json(seeded):
+    """``--json`` is ``-o json``, as on the other read commands; both, they must agree."""
+    url, _ = seeded
+    assert _history(url, EXPERIMENT, "--json") == _history(url, EXPERIMENT, "-o", "json")
+    assert _history(url, EXPERIMENT, "--json", "-o", "json") == _history(url, EXPERIMENT, "--json")
+    both = runner.invoke(app, ["history", EXPERIMENT, "--json", "-o", "yaml", "--db-url", url])
+    assert both.exit_code == 1 and "pass only one of them" in both.output
+
+
 def test_last_keeps_the_newest_runs(seeded):
     url, nights = seeded
     body = json.loads(_history(url, EXPERIMENT, "--last", "2", "-o", "json"))

@@ -46,7 +46,7 @@ StoragePath = Annotated[
         "--storage-path",
         help="The trials' storage root (a path or URL such as s3://bucket/trials): only "
         "what lies below it is deleted, and each trial's folder there (logs, trial.json) "
-        "is deleted too. Without it the configured root ([airflow_trials] storage_path, "
+        "is deleted too. Without it the configured root (\\[airflow_trials] storage_path, "
         "AIRFLOW_TRIALS_STORAGE) bounds the deletes and only the checkpoints the trials DB "
         "names are deleted.",
     ),

@@ -86,7 +86,7 @@ StoragePath = Annotated[
         "--storage-path",
         help="The trials' storage root (a path or URL such as s3://bucket/trials): only a "
         "checkpoint below it is read and logged; one the trials DB names elsewhere is "
-        "referenced only. Default: the configured root ([airflow_trials] storage_path, "
+        "referenced only. Default: the configured root (\\[airflow_trials] storage_path, "
         "AIRFLOW_TRIALS_STORAGE).",
     ),
 ]

@@ -7,7 +7,16 @@ from typing import Annotated, Any
 
 import typer
 
-from airflow_trials.cli.common import MAX_COUNT, DbUrl, Output, app, guard, out, output_format
+from airflow_trials.cli.common import (
+    MAX_COUNT,
+    AsJson,
+    DbUrl,
+    Output,
+    app,
+    guard,
+    out,
+    output_format,
+)
 from airflow_trials.cli.output import OutputFormat, emit
 from airflow_trials.cli.trials_db import open_for_reading
 
@@ -28,13 +37,14 @@ def history(
     last: Last = None,
     db_url: DbUrl = None,
     output: Output = None,
+    as_json: AsJson = False,
 ) -> None:
     """An experiment's runs, oldest first: each run's best value of the metric, trials, errors,
     failed tries, stop kinds (completed, early-stopped, errored, unfinished), best trial, the
     config keys changed from the previous run's best, and the run it was warm-started from."""
 
     def body() -> None:
-        fmt = output_format(output, False)
+        fmt = output_format(output, as_json)
         store = open_for_reading(ctx, db_url)
         found = store.experiment_history(experiment, last)
         rows = [_cells(line) for line in found.runs]

@@ -29,9 +29,15 @@ def run(
     dag_id: Annotated[
         str, typer.Option(help="The experiment DAG to trigger.")
     ] = "example_regression_tuning",
-    dags_folder: Annotated[str, typer.Option(help="DAGs folder (default: ./dags).")] = "dags",
+    dags_folder: Annotated[
+        str, typer.Option(help="The DAGs folder Airflow runs (this repository's dags/).")
+    ] = "dags",
     state_dir: Annotated[
-        str | None, typer.Option(help="Embedded deployment state (default: ./.state).")
+        str | None,
+        typer.Option(
+            help="Embedded deployment state: Airflow home, trials DB, checkpoints, logs "
+            "(default: $AIRFLOW_TRIALS_STATE, else ./.state)."
+        ),
     ] = None,
     num_cpus: Annotated[
         int | None, typer.Option(help="CPUs of the local Ray head (default: all).")

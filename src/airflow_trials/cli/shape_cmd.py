@@ -159,7 +159,7 @@ def down(
         float | None,
         typer.Option(
             help="How long the running trials get to checkpoint and pause first; 0: no drain. "
-            "Default: [airflow_trials] drain_timeout_seconds (30)."
+            "Default: \\[airflow_trials] drain_timeout_seconds (30)."
         ),
     ] = None,
 ) -> None:
