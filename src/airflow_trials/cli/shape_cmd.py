@@ -26,7 +26,8 @@ Home = Annotated[
 PostgresUrl = Annotated[
     str,
     typer.Option(
-        help="A PostgreSQL server URL; the shape creates its metadata and trials databases there."
+        help="A PostgreSQL server URL (any database on it), whose user may create databases: "
+        "the shape creates its metadata and trials databases there."
     ),
 ]
 
@@ -39,8 +40,16 @@ def up(
     ray_cpus: Annotated[int, typer.Option(help="Logical CPUs of each Ray worker node.")] = 4,
 ) -> None:
     """Start the shape and wait until every part answers; it keeps running after this command
-    returns (stop it with ``airflow-trials shape down``)."""
+    returns (stop it with `airflow-trials shape down`).
+
+    It needs, and checks before it starts anything: a PostgreSQL server, given by
+    --postgres-url, whose user may create databases (the shape creates its two there:
+    Airflow's metadata DB and the trials DB); `redis-server` on PATH (the Celery broker; e.g.
+    apt-get install redis-server); and this venv with the dev extra (moto_server, s3fs, psycopg,
+    the Celery provider), as ./scripts/test.sh or ./scripts/run.sh set it up."""
+    from airflow_trials.shape import setup
     from airflow_trials.shape.local import LocalShape, ShapeError
+    from airflow_trials.store.engine import safe_url
 
     if not Path(dags_folder).is_dir():
         fail(
@@ -52,17 +61,26 @@ def up(
     )
     if any(shape.status().values()):
         fail(f"The shape in {shape.home} is running already; `airflow-trials shape down` first.")
+    missing = setup.missing_prerequisites()
+    if missing:
+        fail(f"shape up needs {'; '.join(missing)}; nothing was started.")
+    try:
+        setup.check_server(postgres_url)
+    except ShapeError as e:
+        fail(f"{e}; nothing was started.")
     started = time.monotonic()
     try:
         shape.up()
     except (ShapeError, OSError) as e:
         shape.down()
         fail(f"The shape did not come up, and what had started was stopped: {e}")
-    except Exception as e:  # noqa: BLE001 - e.g. PostgreSQL unreachable: say so, leave nothing
+    except Exception as e:  # noqa: BLE001 - e.g. PostgreSQL gone meanwhile: say so, leave nothing
         shape.down()
+        cause = " ".join(str(e).split())
         fail(
-            f"The shape did not come up ({type(e).__name__}: {e}); what had started was stopped. "
-            f"Check that PostgreSQL answers at {postgres_url} (--postgres-url)."
+            f"The shape did not come up ({type(e).__name__}: {cause}); what had started was "
+            f"stopped. Check that PostgreSQL answers at {safe_url(postgres_url)} "
+            "(--postgres-url)."
         )
     out.print(f"The shape is up in {time.monotonic() - started:.0f} s (state: {shape.home}).")
     out.print(f"Airflow UI: {shape.addresses.api_url} (admin / {shape_admin_password()})")
@@ -78,8 +96,10 @@ def shape_admin_password() -> str:
 @shape_app.command("status")
 def status(home: Home = ".shape") -> None:
     """Each process of the shape, and whether it runs."""
-    from airflow_trials.shape.local import LocalShape
+    from airflow_trials.shape.local import STATE_FILE, LocalShape
 
+    if not (Path(home) / STATE_FILE).exists():
+        fail(f"No shape in {home}: start one with `airflow-trials shape up --home {home}`.")
     shape = LocalShape(Path(home))
     for name, alive in shape.status().items():
         out.print(f"{name:24} {'running' if alive else 'stopped'}")

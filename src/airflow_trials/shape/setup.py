@@ -75,6 +75,67 @@ def write_private(path: Path, text: str) -> None:
         raise
 
 
+#: The programs the shape runs: the venv's (the ``dev`` extra: ``moto[server]``), and Redis,
+#: which no Python package installs: ``redis-server`` from the machine's PATH.
+PROGRAMS = ("airflow", "ray", "moto_server", "redis-server")
+#: The packages its processes and its set-up import (the ``dev`` extra: ``s3``, ``celery``,
+#: ``postgres``).
+MODULES = {
+    "psycopg": "psycopg[binary] (the postgres extra)",
+    "s3fs": "s3fs (the s3 extra)",
+    "airflow.providers.celery": "apache-airflow-providers-celery (the celery extra)",
+}
+
+
+def missing_prerequisites() -> list[str]:
+    """What ``shape up`` needs and does not find, each said with where it comes from; empty when
+    nothing is missing. Found before anything is started or written."""
+    import importlib.util
+
+    missing = []
+    for name in PROGRAMS:
+        if not Path(command(name)).is_file():
+            missing.append(
+                "redis-server on PATH (e.g. apt-get install redis-server)"
+                if name == "redis-server"
+                else f"{name} beside this Python ({Path(sys.executable).parent}; the dev extra)"
+            )
+    for module, package in MODULES.items():
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ModuleNotFoundError:
+            found = False
+        if not found:
+            missing.append(package)
+    return missing
+
+
+def check_server(postgres_url: str) -> None:
+    """ShapeError unless the PostgreSQL server of ``postgres_url`` answers and its user may
+    create databases (``CREATEDB`` or superuser): ``shape up`` creates its two there."""
+    from airflow_trials.store.engine import safe_url
+
+    shown = safe_url(postgres_url)
+    try:
+        with _server(postgres_url) as conn:
+            row = conn.execute(
+                "SELECT rolcreatedb OR rolsuper FROM pg_roles WHERE rolname = current_user"
+            ).fetchone()
+    except Exception as e:  # noqa: BLE001 - psycopg's errors, a bad URL: said in one line
+        cause = " ".join(str(e).split())
+        raise ShapeError(
+            f"No PostgreSQL server answers at {shown} (--postgres-url): {type(e).__name__}: "
+            f"{cause}; start one, or pass --postgres-url with a server whose user may create "
+            "databases"
+        ) from e
+    if not (row and row[0]):
+        raise ShapeError(
+            f"The user of {shown} (--postgres-url) may not create databases, and the shape "
+            "creates its two there; grant it CREATEDB (ALTER ROLE ... CREATEDB) or pass "
+            "--postgres-url with another user"
+        )
+
+
 def command(name: str) -> str:
     """The venv's command ``name`` when it has one (``airflow``, ``ray``, ``moto_server``), else
     the one on PATH (``redis-server``)."""
