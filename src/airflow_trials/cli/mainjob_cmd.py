@@ -23,22 +23,25 @@ from airflow_trials.cli.common import (
 )
 from airflow_trials.cli.output import OutputFormat, render_leaderboard
 
+DagsFolder = Annotated[
+    str, typer.Option(help="The DAGs folder Airflow runs (this repository's dags/).")
+]
+StateDir = Annotated[
+    str | None,
+    typer.Option(
+        help="Embedded deployment state: Airflow home, trials DB, checkpoints, logs "
+        "(default: $AIRFLOW_TRIALS_STATE, else ./.state)."
+    ),
+]
+
 
 @app.command("run")
 def run(
     dag_id: Annotated[
         str, typer.Option(help="The experiment DAG to trigger.")
     ] = "example_regression_tuning",
-    dags_folder: Annotated[
-        str, typer.Option(help="The DAGs folder Airflow runs (this repository's dags/).")
-    ] = "dags",
-    state_dir: Annotated[
-        str | None,
-        typer.Option(
-            help="Embedded deployment state: Airflow home, trials DB, checkpoints, logs "
-            "(default: $AIRFLOW_TRIALS_STATE, else ./.state)."
-        ),
-    ] = None,
+    dags_folder: DagsFolder = "dags",
+    state_dir: StateDir = None,
     num_cpus: Annotated[
         int | None, typer.Option(help="CPUs of the local Ray head (default: all).")
     ] = None,

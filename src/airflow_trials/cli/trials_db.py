@@ -22,11 +22,11 @@ def upgrade_command(url: str, source: str) -> str:
     Said only as the way to a new, empty trials DB: a user looking for a run's results who
     creates one where the CLI looked finds an empty DB, not the run (the main job keeps its own
     in its state directory)."""
-    from sqlalchemy.engine import make_url
+    from airflow_trials.store.engine import mask_passwords
 
     if source != "--db-url":
         return "airflow-trials db upgrade"
-    if make_url(url).password is None:
+    if mask_passwords(url) == url:  # no password, in its user info or its query
         return shlex.join(["airflow-trials", "--db-url", url, "db", "upgrade"])
     return "airflow-trials db upgrade with the same --db-url"
 

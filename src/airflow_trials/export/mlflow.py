@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_trials.exceptions import ExportError
 from airflow_trials.export.checkpoint_staging import checkpoint_bytes, local_checkpoint
+from airflow_trials.export.mlflow_client import INSTALL_HINT, mlflow_client  # noqa: F401
 from airflow_trials.export.mlflow_mapping import (
     CHECKPOINT_ARTIFACT_TAG,
     CHECKPOINT_TAG,
@@ -50,7 +51,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-INSTALL_HINT = "pip install -c constraints.txt '.[mlflow]' in the airflow_trials checkout"
 _SEARCH_PAGE = 1000
 
 
@@ -88,45 +88,6 @@ class MlflowExportSummary:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
-
-
-def mlflow_client(tracking_uri: str | None) -> tuple[Any, str]:
-    """``(MlflowClient, uri to show)`` for ``tracking_uri``, else ``$MLFLOW_TRACKING_URI``, the
-    URI shown with its password masked; an ExportError naming the extra when mlflow is not
-    installed, or when no URI is given."""
-    try:
-        from mlflow.tracking import MlflowClient
-    except ImportError as e:
-        raise ExportError(
-            f"Exporting to MLflow needs the mlflow package, which is not installed here ({e}); "
-            f"install it with {INSTALL_HINT}."
-        ) from e
-    uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
-    if not uri:
-        raise ExportError(
-            "No MLflow tracking URI: pass --tracking-uri (MlflowExport(tracking_uri=...) in a "
-            "DAG), or set MLFLOW_TRACKING_URI, e.g. to http://mlflow:5000."
-        )
-    from mlflow.exceptions import MlflowException
-
-    from airflow_trials.store.engine import mask_passwords, safe_url
-
-    try:
-        return MlflowClient(tracking_uri=uri), safe_url(uri)
-    except MlflowException as e:  # MLflow refused the URI itself, before any request
-        shown, said = safe_url(uri), mask_passwords(e.message).strip().splitlines()[0]
-        if "MLFLOW_ALLOW_FILE_STORE" in e.message:
-            raise ExportError(
-                f"MLflow refuses the tracking URI {shown}: MLflow 3 no longer writes to a "
-                "file store (file:// or a path) unless MLFLOW_ALLOW_FILE_STORE=true is set. "
-                "Export to a tracking server (--tracking-uri http://host:5000) or a database "
-                "(--tracking-uri sqlite:////abs/path/mlflow.db), or set "
-                "MLFLOW_ALLOW_FILE_STORE=true to write the file store anyway."
-            ) from None
-        raise ExportError(
-            f"MLflow refuses the tracking URI {shown}: {said} Give --tracking-uri a tracking "
-            "server's URL (http://host:5000) or a database's (sqlite:////abs/path/mlflow.db)."
-        ) from None
 
 
 def export_to_mlflow(
