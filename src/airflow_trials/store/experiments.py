@@ -171,6 +171,7 @@ class ExperimentWriter(StoreBase):
         search_space: Mapping[str, Any] | None = None,
         seed: int | None = None,
         num_samples: int | None = None,
+        data_version: str | None = None,
     ) -> int:
         """The id of the run ``run_key`` of the experiment, creating both if needed.
 
@@ -185,9 +186,13 @@ class ExperimentWriter(StoreBase):
         :param seed: random seed of the search, a signed 64-bit integer (any value of
             ``experiment.run_seed``, which is below 2**32, fits); default None.
         :param num_samples: number of trials asked for; default None.
+        :param data_version: the version of the data the run tunes on, at most 250 characters;
+            default None (it names none). Kept as the run first recorded it.
         """
         check_id("Experiment name", experiment_name)
         check_id("run_key", run_key, max_length=250)
+        if data_version is not None:
+            check_id(f"data_version of run {run_key}", data_version, max_length=250)
         seed = _check_seed(seed, f"run {run_key} of experiment {experiment_name}")
         table = ExperimentRunRow.__table__
         values = {
@@ -197,6 +202,7 @@ class ExperimentWriter(StoreBase):
             "search_space": None if search_space is None else json_safe(search_space),
             "seed": seed,
             "num_samples": num_samples,
+            "data_version": data_version,
             "status": ExperimentRunStatus.RUNNING.value,
         }
 

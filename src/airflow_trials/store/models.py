@@ -136,6 +136,9 @@ class ExperimentRunRow(Base):
     # Why it was ended by hand (airflow-trials db end-run, migration 0019); NULL when it ended
     # on its own, or runs.
     end_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # The version of the data it tuned on (tuning_experiment(data_version=...), migration 0020);
+    # NULL when it named none. Written once, when the run is created.
+    data_version: Mapped[str | None] = mapped_column(String(AIRFLOW_ID_LENGTH), nullable=True)
 
 
 class TrialRow(Base):

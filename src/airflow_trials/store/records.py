@@ -131,6 +131,8 @@ class ExperimentRunRecord:
     :param picked_trial_id: the trial ``select_best`` picked; None until it picked one.
     :param end_reason: why it was ended by hand (``airflow-trials db end-run``); None when it
         ended on its own, or runs.
+    :param data_version: the version of the data it tuned on (``tuning_experiment(
+        data_version=...)``); None when it named none.
     """
 
     id: int
@@ -147,6 +149,7 @@ class ExperimentRunRecord:
     ended_at: datetime | None
     picked_trial_id: str | None = None
     end_reason: str | None = None
+    data_version: str | None = None
 
 
 @dataclass(frozen=True)

@@ -169,8 +169,10 @@ class TrialStore:
         search_space: Mapping[str, Any] | None = None,
         seed: int | None = None,
         num_samples: int | None = None,
+        data_version: str | None = None,
     ) -> int:
-        """The id of the run ``run_key`` of the experiment, creating both if needed."""
+        """The id of the run ``run_key`` of the experiment, creating both if needed, with the
+        version of the data it tunes on when it names one."""
         return self._experiments.create_experiment_run(
             experiment_name,
             run_key,
@@ -179,6 +181,7 @@ class TrialStore:
             search_space=search_space,
             seed=seed,
             num_samples=num_samples,
+            data_version=data_version,
         )
 
     def finish_experiment_run(
