@@ -108,6 +108,8 @@ def get_provider_info() -> dict[str, Any]:
             "airflow_trials.triggers.trial_trigger",
             "airflow_trials.triggers.sweep_trigger",
         ),
+        # The callback of tuning_experiment(deadline=...)'s Deadline Alert (experiment/deadline.py).
+        "notifications": ["airflow_trials.triggers.deadline_notifier.ExperimentDeadlineNotifier"],
         "extra-links": [
             "airflow_trials.operators.links.TrialDashboardLink",
             "airflow_trials.operators.links.SweepDashboardLink",

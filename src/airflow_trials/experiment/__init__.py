@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from airflow_trials.experiment.builder import (
     PARAM_SETTINGS,
+    ExperimentDeadline,
     ExperimentSettings,
     TuningPlan,
     WarmStart,
@@ -25,6 +26,7 @@ from airflow_trials.experiment.builder import (
 
 __all__ = [
     "PARAM_SETTINGS",
+    "ExperimentDeadline",
     "ExperimentSettings",
     "TuningPlan",
     "WarmStart",
