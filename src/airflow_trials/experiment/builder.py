@@ -49,6 +49,12 @@ for one of ``approvers`` (user ids, Airflow's ``assigned_users``), and ``publish
 the event once the answer recorded in the trials DB says approved, by an approver who did not
 trigger the run (four eyes; ``allow_self_approval=True`` lets them, for one-person teams). A
 rejection is final (:mod:`airflow_trials.experiment.approval`). Default False.
+
+**Deadline.** ``deadline=datetime.timedelta(hours=4)`` (from when the run was queued) or
+``ExperimentDeadline(interval, reference="logical_date", callback="my_team.alerts.page")`` adds an
+Airflow Deadline Alert to the enclosing DAG: past it, the triggerer logs a warning naming the
+experiment and the run, then calls the team's callback (:mod:`airflow_trials.experiment.deadline`,
+docs/airflow.md). Default None.
 """
 
 from __future__ import annotations
@@ -65,6 +71,7 @@ from airflow_trials.core.trial import validate_name
 from airflow_trials.core.warm_start import ASSET, WarmStart
 from airflow_trials.experiment.approval import approve_and_publish, checked_approval
 from airflow_trials.experiment.best_task import select_best_task
+from airflow_trials.experiment.deadline import ExperimentDeadline, add_deadline_alert
 from airflow_trials.experiment.extension import add_extension_params
 from airflow_trials.experiment.mlflow_export import EXPORT_TASK_ID, export_mlflow_task
 from airflow_trials.experiment.plan import TuningPlan
@@ -85,6 +92,7 @@ from airflow_trials.pools import DEFAULT_SLOTS_PER_GPU, default_gpu_queue
 
 __all__ = [
     "PARAM_SETTINGS",
+    "ExperimentDeadline",
     "ExperimentSettings",
     "TuningPlan",
     "WarmStart",
@@ -135,6 +143,7 @@ def tuning_experiment(
     approval: bool = False,
     approvers: Sequence[str | Mapping[str, str]] | None = None,
     allow_self_approval: bool = False,
+    deadline: ExperimentDeadline | dt.timedelta | None = None,
 ) -> TaskGroup:
     """Declare a tuning experiment inside a ``with DAG(...)`` block; returns its task group.
 
@@ -147,7 +156,11 @@ def tuning_experiment(
     """
     # Here, before any other name is bound, locals() holds exactly the arguments.
     plan = _checked_plan(dict(locals()))
-    return _task_group(plan, group_id)
+    checked_deadline = ExperimentDeadline.of(deadline, experiment_name)
+    group = _task_group(plan, group_id)
+    if checked_deadline is not None:
+        add_deadline_alert(group.dag, checked_deadline, experiment_name)
+    return group
 
 
 def _checked_plan(args: Mapping[str, Any]) -> TuningPlan:
