@@ -107,6 +107,7 @@ def get_provider_info() -> dict[str, Any]:
         "triggers": _modules_of(
             "airflow_trials.triggers.trial_trigger",
             "airflow_trials.triggers.sweep_trigger",
+            "airflow_trials.triggers.dataset_version_trigger",
         ),
         # The callback of tuning_experiment(deadline=...)'s Deadline Alert (experiment/deadline.py).
         "notifications": ["airflow_trials.triggers.deadline_notifier.ExperimentDeadlineNotifier"],

@@ -105,6 +105,7 @@ def test_every_module_that_defines_an_operator_sensor_or_trigger_is_listed():
     assert listed("triggers") == {
         "airflow_trials.triggers.trial_trigger",
         "airflow_trials.triggers.sweep_trigger",
+        "airflow_trials.triggers.dataset_version_trigger",
     }
     links = set()
     for path in info["extra-links"]:

@@ -11,6 +11,8 @@ run (:class:`TuningPlan`), and each of ``gpus_per_trial_choices`` gets a trial t
 GPU nodes. ``scheduler`` stops trials early, ``search_alg=OptunaSearch(...)`` learns from ended
 trials, ``max_concurrent_trials`` caps trials at once, and ``warm_start=WarmStart(...)`` (or
 ``"previous"``, ``"asset"``, a run key) runs an earlier run's best configs first (docs/airflow.md).
+``data_version`` (the dataset's Asset, or a template) records the version of the data each run
+tunes on, with the run and in its Asset event (:mod:`airflow_trials.experiment.data_version`).
 
 **Several metrics.** ``metric=["val_acc", "latency"], mode=["max", "min"]`` (one mode per
 metric) tunes both, with ``search_alg=OptunaSearch(...)`` (a multi-objective study).
@@ -71,6 +73,13 @@ from airflow_trials.core.trial import validate_name
 from airflow_trials.core.warm_start import ASSET, WarmStart
 from airflow_trials.experiment.approval import approve_and_publish, checked_approval
 from airflow_trials.experiment.best_task import select_best_task
+from airflow_trials.experiment.data_version import (
+    add_data_version_param,
+    checked_data_version,
+    recorded_data_version,
+    run_data_version,
+    template_of,
+)
 from airflow_trials.experiment.deadline import ExperimentDeadline, add_deadline_alert
 from airflow_trials.experiment.extension import add_extension_params
 from airflow_trials.experiment.mlflow_export import EXPORT_TASK_ID, export_mlflow_task
@@ -87,7 +96,7 @@ from airflow_trials.experiment.settings import (
 )
 from airflow_trials.experiment.trial_ends import reconcile_trial_ends
 from airflow_trials.export.mlflow_mapping import MlflowExport
-from airflow_trials.hooks.trials import DEFAULT_RAY_CONN_ID, DEFAULT_TRIALS_CONN_ID
+from airflow_trials.hooks.trials import DEFAULT_RAY_CONN_ID, DEFAULT_TRIALS_CONN_ID, TrialsHook
 from airflow_trials.pools import DEFAULT_SLOTS_PER_GPU, default_gpu_queue
 
 __all__ = [
@@ -137,6 +146,7 @@ def tuning_experiment(
     max_concurrent_trials: int | None = None,
     sweep: bool = False,
     warm_start: WarmStart | str | None = None,
+    data_version: Asset | str | None = None,
     pick: Mapping[str, Any] | None = None,
     regression_tolerance: Mapping[str, float] | None = None,
     mlflow_export: MlflowExport | str | None = None,
@@ -209,6 +219,7 @@ def _checked_plan(args: Mapping[str, Any]) -> TuningPlan:
         max_concurrent_trials=args["max_concurrent_trials"],
         sweep=args["sweep"],
         warm_start=WarmStart.of(args["warm_start"]),
+        data_version=checked_data_version(experiment_name, args["data_version"]),
         gpu_queue=args["gpu_queue"] if args["gpu_queue"] is not None else default_gpu_queue(),
         pick=args["pick"],
         regression_tolerance=checked_tolerance(
@@ -244,6 +255,8 @@ def _task_group(plan: TuningPlan, group_id: str | None) -> TaskGroup:
     with ExperimentGroup(group_id or plan.experiment_name.replace(".", "_")) as group:
         if group.dag is not None:  # the trigger form's "Extend a finished run" section
             add_extension_params(group.dag)
+        if group.dag is not None and plan.data_version is not None:
+            add_data_version_param(group.dag)
         _declare_tasks(plan)
         return group
 
@@ -255,10 +268,12 @@ def _declare_tasks(plan: TuningPlan) -> None:
     from_asset = plan.warm_start is not None and plan.warm_start.source == ASSET
 
     @task(task_id="suggest_configs", inlets=[plan.asset] if from_asset else [])
-    def suggest_configs(**context: Any) -> list[dict[str, Any]]:
-        return plan.suggest(context)
+    def suggest_configs(data_version: str | None, **context: Any) -> list[dict[str, Any]]:
+        # data_version: the template of tuning_experiment(data_version=...), rendered.
+        version = run_data_version(plan.experiment_name, plan.data_version, data_version, context)
+        return plan.suggest(context, data_version=version)
 
-    suggested = suggest_configs()
+    suggested = suggest_configs(template_of(plan.data_version))
     trial_tasks = _trial_tasks(plan, suggested)
     # With approval, publish_best emits the Asset event once a person approves.
     select_outlets = [] if plan.approval is not None else [plan.asset]
@@ -274,6 +289,12 @@ def _declare_tasks(plan: TuningPlan) -> None:
     )
     def select_best(suggested: list[dict[str, Any]] | None, **context: Any) -> dict[str, Any]:
         best = plan.select_best(suggested, context)
+        if plan.data_version is not None:  # the Asset event tells the data it tuned on
+            best["data_version"] = recorded_data_version(
+                TrialsHook(plan.ray_conn_id, plan.trials_conn_id),
+                plan.experiment_name,
+                best["experiment_run_id"],
+            )
         if plan.approval is None:
             context["outlet_events"][plan.asset].extra = best
         return best

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -28,6 +27,7 @@ from airflow_trials.experiment.pareto_best import select_pareto_best
 from airflow_trials.experiment.settings import (
     PARAM_SETTINGS,
     ExperimentSettings,
+    check_params,
     run_seed,
     trial_ids,
 )
@@ -86,6 +86,7 @@ class TuningPlan:
     regression_tolerance: RegressionTolerance | None = None
     mlflow_export: MlflowExport | None = None
     approval: ApprovalPolicy | None = None  # approval=True: who may approve
+    data_version: Asset | str | None = None  # experiment/data_version.py
     searcher: Any = dataclasses.field(
         default=None, init=False
     )  # search_alg, set up for the trial tasks
@@ -154,7 +155,7 @@ class TuningPlan:
             return self.settings
         try:
             params = dict(context["params"])
-            _check_params(params, context)
+            check_params(params, context)
             overrides = self.from_params(params)
             if not isinstance(overrides, Mapping):
                 raise ValueError(
@@ -223,9 +224,11 @@ class TuningPlan:
 
     # -- suggest_configs -----------------------------------------------------------------------
 
-    def suggest(self, context: Mapping[str, Any]) -> list[dict[str, Any]]:
+    def suggest(
+        self, context: Mapping[str, Any], data_version: str | None = None
+    ) -> list[dict[str, Any]]:
         """Generate the run's configs (its warm start's first), check them and the cluster, register
-        the experiment run; one mapped-argument dict per trial."""
+        the experiment run with ``data_version``; one mapped-argument dict per trial."""
         from airflow_trials.execution.trainable_api import load_trainable
 
         ti = context["ti"]
@@ -264,7 +267,7 @@ class TuningPlan:
                 self.settings.resources,
                 context,
             )
-            run_pk = self._register_run(store, run, ti, seed)
+            run_pk = self._register_run(store, run, ti, seed, data_version)
         finally:
             store.dispose()
         # Settings that vary by run travel with each trial (they are mapped arguments).
@@ -279,9 +282,11 @@ class TuningPlan:
             self._add_warm_start(entries, warm)
         return entries
 
-    def _register_run(self, store: Any, run: ExperimentSettings, ti: Any, seed: int) -> int:
-        """Record the experiment (its goal and constraints) and this DAG run's experiment run;
-        its id."""
+    def _register_run(
+        self, store: Any, run: ExperimentSettings, ti: Any, seed: int, data_version: str | None
+    ) -> int:
+        """Record the experiment (its goal and constraints) and this DAG run's experiment run,
+        with the version of the data it tunes on; its id."""
         store.ensure_experiment(
             self.experiment_name,
             metric=run.metric,
@@ -296,6 +301,7 @@ class TuningPlan:
             search_space=run.search_space,
             seed=seed,
             num_samples=run.num_samples,
+            data_version=data_version,
         )
 
     def _add_warm_start(self, entries: list[dict[str, Any]], warm: WarmSeeds) -> None:
@@ -461,36 +467,3 @@ class TuningPlan:
         return select_one_best(
             self.experiment_name, hook, suggested, run_id, (metric, mode), self.constraints
         )
-
-
-def _check_params(params: Mapping[str, Any], context: Mapping[str, Any]) -> None:
-    """Refuse what the trigger form's JSON Schema lets through: NaN, conf keys that are no param
-    (they would be ignored while the caller believes they chose something), floats for counts."""
-    for key, value in sorted(params.items()):
-        # No JSON Schema range keyword refuses NaN: every comparison with it is false.
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ValueError(
-                f"param {key} is {value!r}, not a finite number; set it to a finite number"
-            )
-    dag = context.get(
-        "dag"
-    )  # absent only from hand-made contexts: then the values alone are checked
-    if dag is None:
-        return
-    declared = set(dag.params)
-    ignored = sorted(set(getattr(context.get("dag_run"), "conf", None) or {}) - declared)
-    if ignored:
-        raise ValueError(
-            f"conf keys {ignored} are not params of this DAG and would be ignored (the "
-            f"trainable, the search space and the experiment name are fixed in the DAG file); "
-            f"the trigger form accepts only {sorted(declared)}, so leave out {ignored}"
-        )
-    for key in sorted(declared & set(params)):
-        kinds = dag.params.get_param(key).schema.get("type")
-        kinds = kinds if isinstance(kinds, list) else [kinds]
-        # JSON Schema counts 4.0 as an integer; a count must be sent as 4.
-        if isinstance(params[key], float) and "integer" in kinds and "number" not in kinds:
-            raise ValueError(
-                f"param {key} is {params[key]!r}, a float, but it must be an integer; send "
-                f"{round(params[key])}"
-            )

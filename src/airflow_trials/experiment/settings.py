@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -243,3 +244,36 @@ def trial_gpu_classes(
             f"{where} {classes} must include resources_per_trial's gpu ({gpu:g}), the default."
         )
     return classes
+
+
+def check_params(params: Mapping[str, Any], context: Mapping[str, Any]) -> None:
+    """Refuse what the trigger form's JSON Schema lets through: NaN, conf keys that are no param
+    (they would be ignored while the caller believes they chose something), floats for counts."""
+    for key, value in sorted(params.items()):
+        # No JSON Schema range keyword refuses NaN: every comparison with it is false.
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(
+                f"param {key} is {value!r}, not a finite number; set it to a finite number"
+            )
+    dag = context.get(
+        "dag"
+    )  # absent only from hand-made contexts: then the values alone are checked
+    if dag is None:
+        return
+    declared = set(dag.params)
+    ignored = sorted(set(getattr(context.get("dag_run"), "conf", None) or {}) - declared)
+    if ignored:
+        raise ValueError(
+            f"conf keys {ignored} are not params of this DAG and would be ignored (the "
+            f"trainable, the search space and the experiment name are fixed in the DAG file); "
+            f"the trigger form accepts only {sorted(declared)}, so leave out {ignored}"
+        )
+    for key in sorted(declared & set(params)):
+        kinds = dag.params.get_param(key).schema.get("type")
+        kinds = kinds if isinstance(kinds, list) else [kinds]
+        # JSON Schema counts 4.0 as an integer; a count must be sent as 4.
+        if isinstance(params[key], float) and "integer" in kinds and "number" not in kinds:
+            raise ValueError(
+                f"param {key} is {params[key]!r}, a float, but it must be an integer; send "
+                f"{round(params[key])}"
+            )
