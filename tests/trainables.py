@@ -218,3 +218,38 @@ def handed(config):
             return
         print(trial_id, i, flush=True)
         airflow_trials.report(x=config["x"])
+
+
+def in_placement_group(config):
+    """Writes where it runs to the JSON file ``<out>/<trial id>.json`` (its placement group, what
+    its actor holds and in which bundles, its node, and the same for one Ray task it starts, as a
+    trainable's worker would, with ``task_cpus`` and ``task_gpus``; the node of each bundle),
+    then reports ``score = i`` for ``iterations`` iterations, ``sleep`` seconds apart."""
+    import json
+
+    import ray
+    from ray.util import get_current_placement_group
+
+    def here() -> dict:
+        group = get_current_placement_group()
+        context = ray.get_runtime_context()
+        return {
+            "group": None if group is None else group.id.hex(),
+            "node": context.get_node_id(),
+            "resources": context.get_assigned_resources(),
+            # Ray's own names of what it booked, which say the bundle: CPU_group_<index>_<group>.
+            "booked": sorted(ray._private.worker.global_worker.core_worker.resource_ids()),
+        }
+
+    task = ray.remote(num_cpus=config.get("task_cpus", 1), num_gpus=config.get("task_gpus", 0))
+    seen = {"started": time.time(), "actor": here(), "task": ray.get(task(here).remote())}
+    group = get_current_placement_group()
+    if group is not None:  # the node of each bundle, by index
+        table = ray.util.placement_group_table(group)
+        seen["bundle_nodes"] = [table["bundles_to_node_id"][i] for i in sorted(table["bundles"])]
+    path = os.path.join(config["out"], f"{airflow_trials.get_trial_id()}.json")
+    with open(path, "w") as f:
+        json.dump(seen, f)
+    for i in range(1, config.get("iterations", 1) + 1):
+        time.sleep(config.get("sleep", 0.0))
+        airflow_trials.report(score=float(i))

@@ -12,7 +12,11 @@ from typing import TYPE_CHECKING, Any
 from airflow_trials.core.callback import Callback
 from airflow_trials.core.checkpoint import CheckpointManager, CheckpointRecord
 from airflow_trials.core.parameters import TrainableWithParameters, with_parameters
-from airflow_trials.core.resources import InsufficientResourcesError, Resources
+from airflow_trials.core.resources import (
+    InsufficientResourcesError,
+    PlacementGroupFactory,
+    Resources,
+)
 from airflow_trials.core.scheduler import Decision, FIFOScheduler, TrialScheduler
 from airflow_trials.core.searcher import ConcurrencyLimiter, Searcher
 from airflow_trials.core.status import TrialStatus
@@ -159,6 +163,7 @@ __all__ = [
     "MOASHA",
     "MedianStoppingRule",
     "OptunaSearch",
+    "PlacementGroupFactory",
     "PopulationBasedTraining",
     "RayTrialExecutor",
     "RegressionError",

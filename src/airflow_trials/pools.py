@@ -23,7 +23,10 @@ def gpu_pool_slots(gpu: float, slots_per_gpu: int = DEFAULT_SLOTS_PER_GPU) -> in
     """Pool slots for a trial using ``gpu`` GPUs: ``ceil(gpu * slots_per_gpu)``, at least 1.
 
     With 4 slots per GPU, 0.25 GPU takes 1 slot, 0.5 takes 2, 1 takes 4 and 2 take 8, so a pool of
-    ``num_gpus * slots_per_gpu`` slots admits exactly as many trials as the GPUs hold.
+    ``num_gpus * slots_per_gpu`` slots admits exactly as many trials as the GPUs hold. A trial of
+    several bundles (``PlacementGroupFactory``) counts every GPU of its bundles: its
+    ``Resources.gpu`` is their sum, a fractional bundle's share included (``[{"GPU": 1},
+    {"GPU": 0.5}]`` is 1.5 GPUs, 6 slots).
     """
     if gpu < 0:
         raise ValueError(f"gpu must be >= 0, got {gpu}.")

@@ -1,9 +1,11 @@
-"""Resources a trial asks for, with arithmetic that never drifts."""
+"""Resources a trial asks for, with arithmetic that never drifts: one bundle (:class:`Resources`)
+or several bundles of one placement group (:class:`PlacementGroupFactory`, Ray Tune's spelling)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +16,8 @@ from airflow_trials.exceptions import AirflowTrialsError
 _UNITS_PER_ONE = 10_000
 _STANDARD = ("cpu", "gpu", "memory")
 _RAY_NAMES = {"cpu": "CPU", "gpu": "GPU", "memory": "memory"}
+#: Ray's placement strategies, as ``ray.util.placement_group`` and Ray Tune take them.
+STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 
 
 def _to_units(value: float) -> int:
@@ -79,7 +83,12 @@ class Resources:
         units = {name: _to_units(getattr(self, name)) for name in _STANDARD}
         units.update({k: _to_units(v) for k, v in self.custom_resources.items()})
         object.__setattr__(self, "_unit_map", units)
-        object.__setattr__(self, "_key", tuple(sorted((k, v) for k, v in units.items() if v)))
+        amounts = tuple(sorted((k, v) for k, v in units.items() if v))
+        object.__setattr__(self, "_key", (amounts, self._placement_key()))
+
+    def _placement_key(self) -> Any:
+        """What, besides the amounts, tells two requests apart: nothing for one bundle."""
+        return None
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Resources) and self._key == other._key  # type: ignore[attr-defined]
@@ -143,6 +152,32 @@ class Resources:
     def is_empty(self) -> bool:
         return all(v == 0 for v in self._units().values())
 
+    # -- placement: one bundle, unless a PlacementGroupFactory says otherwise ---------------------
+    @property
+    def strategy(self) -> str:
+        """Ray's placement strategy for the trial's bundles; moot for one bundle."""
+        return "PACK"
+
+    @property
+    def head(self) -> Resources:
+        """What the trial's own actor takes, in bundle 0: all of a one-bundle request."""
+        return self
+
+    @property
+    def head_bundle_is_empty(self) -> bool:
+        """Bundle 0 is ``{}``: the actor takes nothing, the later bundles are the group's."""
+        return False
+
+    def placed_bundles(self) -> tuple[Resources, ...]:
+        """The trial's placement group's bundles, in order; none for a request of nothing (its
+        actor then runs outside any placement group)."""
+        return () if self.is_empty() else (self,)
+
+    @property
+    def bundles(self) -> list[dict[str, float]]:
+        """:meth:`placed_bundles` in Ray's spelling, as Ray Tune's ``bundles``."""
+        return [bundle.to_ray_bundle() for bundle in self.placed_bundles()]
+
     # -- conversions --------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -151,6 +186,12 @@ class Resources:
             "memory": self.memory,
             "custom_resources": dict(self.custom_resources),
         }
+
+    @staticmethod
+    def spec_of(value: Mapping[str, Any] | Resources | None) -> dict[str, Any]:
+        """``value`` as a plain dict that :meth:`from_dict` reads back (what an operator keeps and
+        Airflow serialises): a Resources' :meth:`to_dict`, a mapping copied, {} for None."""
+        return value.to_dict() if isinstance(value, Resources) else dict(value or {})
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
@@ -174,6 +215,8 @@ class Resources:
             raise ValueError(
                 f"Resources must be a mapping such as {{'cpu': 1, 'gpu': 0.5}}, got {spec!r}."
             )
+        if "bundles" in spec:
+            return PlacementGroupFactory.from_spec(spec)
         kwargs: dict[str, Any] = {}
         custom: dict[str, float] = dict(spec.get("custom_resources") or {})
         for key, value in spec.items():
@@ -226,19 +269,215 @@ def _fmt(value: float) -> str:
     return f"{value:g}"
 
 
+class PlacementGroupFactory(Resources):
+    """A trial's resources as several bundles of one Ray placement group, in Ray Tune's spelling:
+    ``PlacementGroupFactory([{"CPU": 1}] + [{"CPU": 1, "GPU": 1}] * 4, strategy="PACK")``.
+
+    The trial's actor runs in bundle 0; the other bundles are for the Ray tasks and actors its
+    trainable starts (Ray Train's workers, say), which land in the trial's placement group:
+    ``ray.util.get_current_placement_group()`` inside the trainable returns it. A first bundle of
+    ``{}`` leaves the actor no resources of its own, as in Ray Tune (``head_bundle_is_empty``).
+
+    As a :class:`Resources` it is the sum of its bundles (``cpu``, ``gpu``, ...: what the
+    cluster's totals and the GPU pool's slots count). It is a plain value: ``to_dict`` is JSON
+    that :meth:`Resources.from_dict` reads back, so a trial stays plain JSON.
+
+    :param bundles: the bundles, at least one, each a dict of Ray resources such as
+        ``{"CPU": 1, "GPU": 0.5}`` (``CPU``/``GPU``/``memory`` or ``cpu``/``gpu``/``memory``;
+        other names are custom resources). A bundle shares one GPU (below 1) or takes whole GPUs.
+    :param strategy: ``"PACK"`` (default: on as few nodes as possible), ``"SPREAD"`` (over the
+        nodes as evenly as possible), ``"STRICT_PACK"`` (all on one node) or ``"STRICT_SPREAD"``
+        (each bundle on a node of its own).
+    """
+
+    # Set once, in __init__ (the dataclass above is frozen).
+    _given: tuple[Resources, ...]  # the bundles as given, the first maybe empty
+    _strategy: str
+
+    def __init__(self, bundles: Sequence[Mapping[str, Any]], strategy: str = "PACK") -> None:
+        given = _checked_bundles(bundles)
+        if not isinstance(strategy, str) or strategy not in STRATEGIES:
+            fix = str(strategy).upper() if str(strategy).upper() in STRATEGIES else "PACK"
+            raise ValueError(
+                f"PlacementGroupFactory strategy {strategy!r} is not one of "
+                f"{', '.join(STRATEGIES)}; write e.g. strategy={fix!r}."
+            )
+        total = Resources(cpu=0)
+        for bundle in given:
+            total = total + bundle
+        for name in _STANDARD:
+            object.__setattr__(self, name, getattr(total, name))
+        object.__setattr__(self, "custom_resources", dict(total.custom_resources))
+        object.__setattr__(self, "_given", given)
+        object.__setattr__(self, "_strategy", strategy)
+        self._normalise()
+
+    def _placement_key(self) -> Any:
+        if len(self._given) == 1:  # one bundle: the same request as a plain Resources
+            return None
+        return (tuple(b._key for b in self._given), self._strategy)  # type: ignore[attr-defined]
+
+    @property
+    def strategy(self) -> str:
+        return self._strategy
+
+    @property
+    def head_bundle_is_empty(self) -> bool:
+        return self._given[0].is_empty()
+
+    @property
+    def head(self) -> Resources:
+        return self._given[0]
+
+    def placed_bundles(self) -> tuple[Resources, ...]:
+        # An empty head is no bundle of the group, as in Ray Tune: the actor takes bundle 0 then.
+        return self._given[1:] if self.head_bundle_is_empty else self._given
+
+    @property
+    def required_resources(self) -> dict[str, float]:
+        """The sum of the bundles in Ray's spelling, as Ray Tune's ``required_resources``."""
+        return Resources.to_ray_bundle(self)
+
+    def to_ray_bundle(self) -> dict[str, float]:
+        raise TypeError(
+            "A PlacementGroupFactory is several bundles, not one: read its bundles "
+            "(or required_resources for their sum)."
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **super().to_dict(),
+            "bundles": [Resources.to_ray_bundle(b) for b in self._given],
+            "strategy": self.strategy,
+        }
+
+    @classmethod
+    def from_spec(cls, spec: Mapping[str, Any]) -> PlacementGroupFactory:
+        """Read :meth:`to_dict`'s form back: ``{"bundles": [...], "strategy": ...}``, with the
+        sums (``cpu``, ``gpu``, ...) it also writes, which must agree with the bundles."""
+        unknown = sorted(set(spec) - {"bundles", "strategy", *_STANDARD, "custom_resources"})
+        if unknown:
+            raise ValueError(
+                f"Resources with bundles take only bundles, strategy and their sums, got "
+                f"{unknown}; put each amount in a bundle."
+            )
+        factory = cls(spec["bundles"], spec.get("strategy", "PACK"))
+        sums = Resources.to_dict(factory)
+        given = {k: spec[k] for k in sums if k in spec}
+        if given and _amount({**sums, **given}) != _amount(sums):
+            raise ValueError(
+                f"Resources with bundles give {given} as their sums, but the bundles add up to "
+                f"{Resources.summary_string(factory)}; leave the sums out."
+            )
+        return factory
+
+    def summary_string(self) -> str:
+        parts = " + ".join(f"[{_compact(b)}]" for b in self._given)
+        return f"{parts} ({self.strategy}; {Resources.summary_string(self)} in all)"
+
+    def __repr__(self) -> str:
+        bundles = [Resources.to_ray_bundle(b) for b in self._given]
+        return f"PlacementGroupFactory({bundles!r}, strategy={self.strategy!r})"
+
+
+def _amount(sums: Mapping[str, Any]) -> Resources:
+    """``Resources.to_dict``'s form as an amount (1.5 GPUs is a fine sum of bundles)."""
+    units = {k: _to_units(sums[k]) for k in _STANDARD}
+    units.update({k: _to_units(v) for k, v in sums["custom_resources"].items()})
+    return Resources._from_unit_dict(units)
+
+
+def _compact(bundle: Resources) -> str:
+    """A bundle in a few words, its zero amounts left out (``1 CPU, 1 GPU``)."""
+    return ", ".join(
+        f"{_fmt(v / 2**30) + ' GiB' if k == 'memory' else _fmt(v)} {k}"
+        for k, v in Resources.to_ray_bundle(bundle).items()
+    )
+
+
+def _checked_bundles(bundles: Any) -> tuple[Resources, ...]:
+    """The bundles as Resources; ValueError, in one line naming the fix, for what Ray would refuse
+    or never place."""
+    example = "PlacementGroupFactory([{'CPU': 1}, {'CPU': 1, 'GPU': 1}])"
+    if isinstance(bundles, Mapping):
+        raise ValueError(
+            f"PlacementGroupFactory takes a list of bundles, got the one dict {dict(bundles)!r}; "
+            f"wrap it in a list, e.g. {example}."
+        )
+    if not isinstance(bundles, Sequence) or isinstance(bundles, str):
+        raise ValueError(
+            f"PlacementGroupFactory takes a list of bundles (dicts of Ray resources), got "
+            f"{bundles!r}; write e.g. {example}."
+        )
+    if not bundles:
+        raise ValueError(
+            f"PlacementGroupFactory needs at least one bundle, got an empty list; write e.g. "
+            f"{example} (bundle 0 is the trial's actor)."
+        )
+    given = tuple(_checked_bundle(i, bundle) for i, bundle in enumerate(bundles))
+    for i, bundle in enumerate(given):
+        if i and bundle.is_empty():
+            raise ValueError(
+                f"PlacementGroupFactory bundle {i} is empty; only bundle 0 (the trial's actor) may "
+                f"be, so give it resources or drop it."
+            )
+    if len(given) == 1 and given[0].is_empty():
+        raise ValueError(
+            f"PlacementGroupFactory({list(bundles)!r}) asks for nothing; give bundle 0 resources, "
+            f"e.g. {example}."
+        )
+    return given
+
+
+def _checked_bundle(index: int, bundle: Any) -> Resources:
+    where = f"PlacementGroupFactory bundle {index}"
+    if not isinstance(bundle, Mapping):
+        raise ValueError(
+            f"{where} must be a dict of Ray resources such as {{'CPU': 1, 'GPU': 1}}, got "
+            f"{bundle!r}."
+        )
+    amounts = {k: v for k, v in bundle.items() if k != "custom_resources"}
+    amounts.update(bundle.get("custom_resources") or {})
+    for name, value in amounts.items():
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not number or not math.isfinite(value) or value < 0:
+            raise ValueError(
+                f"{where} asks for {name}={value!r}: amounts must be finite numbers >= 0; write "
+                f"e.g. {{'CPU': 1, 'GPU': 1}}."
+            )
+    gpu = next((v for k, v in amounts.items() if k in ("GPU", "gpu")), 0)
+    if gpu > 1 and float(gpu) != int(gpu):
+        raise ValueError(
+            f"{where} asks for GPU={gpu:g}: a bundle shares one GPU (below 1) or takes whole "
+            f"GPUs; split it into bundles such as {{'GPU': {int(gpu)}}} and "
+            f"{{'GPU': {gpu - int(gpu):g}}}."
+        )
+    try:  # a bundle lists what it asks for: what it leaves out is 0, not Resources' 1 CPU
+        return Resources.from_dict({"cpu": 0, **bundle})
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from e
+
+
 class InsufficientResourcesError(AirflowTrialsError):
-    """A trial asks for more than the whole cluster has, so it could never start.
+    """A trial asks for more than the whole cluster has, or for bundles no node (or no nodes
+    together) could hold, so it could never start.
 
     :param needed: what the trial asks for; None when not known. Default None.
     :param total: everything the Ray cluster has; None when not known. Default None.
+    :param nodes: each node's total resources, when the nodes refused it; default None.
     """
 
     def __init__(
-        self, message: str, needed: Resources | None = None, total: Resources | None = None
+        self,
+        message: str,
+        needed: Resources | None = None,
+        total: Resources | None = None,
+        nodes: Sequence[Resources] | None = None,
     ):
         super().__init__(message)
         self.needed = needed
         self.total = total
+        self.nodes = None if nodes is None else tuple(nodes)
 
     def __reduce__(self):  # type: ignore[no-untyped-def]
-        return (type(self), (str(self), self.needed, self.total))
+        return (type(self), (str(self), self.needed, self.total, self.nodes))

@@ -46,8 +46,9 @@ class Trial:
     :param config: the hyperparameters; must be JSON-serialisable. Default ``{}``.
     :param trial_id: unique id; default a random hex string.
     :param experiment_name: groups trials on storage; default ``"default"``.
-    :param resources: a :class:`Resources` or a dict such as ``{"cpu": 1, "gpu": 0.5}``; default 1
-        CPU.
+    :param resources: a :class:`Resources`, a dict such as ``{"cpu": 1, "gpu": 0.5}``, or a
+        :class:`~airflow_trials.PlacementGroupFactory` of several bundles (the trial's actor in
+        bundle 0, the others for the workers its trainable starts); default 1 CPU.
     :param stopping_criterion: thresholds such as ``{"training_iteration": 10}``, a callable
         ``(trial_id, result) -> bool`` or a :class:`Stopper`; default: run until the trainable ends.
     :param checkpoint_freq: checkpoint every N iterations (class trainables); 0 disables. Default 0.
@@ -171,7 +172,8 @@ class Trial:
         self.status = status
 
     def update_resources(self, resources: Resources | Mapping[str, Any]) -> None:
-        """Change what the trial asks for; only allowed while it is not RUNNING."""
+        """Change what the trial asks for (one bundle or a PlacementGroupFactory's several); only
+        allowed while it is not RUNNING. Its next start makes a placement group of the new shape."""
         if self.status == TrialStatus.RUNNING:
             raise ValueError(
                 f"Cannot update resources of trial {self.trial_id} while it is RUNNING; "

@@ -3,8 +3,10 @@ best).
 
 What :func:`tuning_experiment`'s arguments add to its tasks. ``sweep=True`` runs all the trials in
 one task, ``sweep`` (a :class:`RunSweepOperator`, its driver on Ray). ``max_failures`` + 3 is the
-trial tasks' ``retries``; a retry resumes from the latest checkpoint. ``gpu_pool``: each trial task
-takes ``ceil(gpu * slots_per_gpu)`` slots. ``from_params(params)`` sets :data:`PARAM_SETTINGS` per
+trial tasks' ``retries``; a retry resumes from the latest checkpoint. ``resources_per_trial`` is
+one bundle (``{"cpu": 1, "gpu": 0.5}``) or a ``PlacementGroupFactory`` of several. ``gpu_pool``:
+each trial task takes ``ceil(gpu * slots_per_gpu)`` slots, ``gpu`` the sum over the bundles.
+``from_params(params)`` sets :data:`PARAM_SETTINGS` per
 run (:class:`TuningPlan`), and each of ``gpus_per_trial_choices`` gets a trial task
 ``trial_gpu_<n>``, run by ``route_trials``. ``gpu_queue``: the executor queue of GPU trials' tasks
 (default Airflow's ``[airflow_trials] gpu_queue``, else the default queue), e.g. Celery workers on
@@ -69,6 +71,7 @@ from airflow.sdk import Asset, BaseOperator, TaskGroup, task
 
 from airflow_trials.core.parameters import refuse_in_airflow
 from airflow_trials.core.pareto import MetricSpec, ModeSpec
+from airflow_trials.core.resources import Resources
 from airflow_trials.core.trial import validate_name
 from airflow_trials.core.warm_start import ASSET, WarmStart
 from airflow_trials.experiment.approval import approve_and_publish, checked_approval
@@ -123,7 +126,7 @@ def tuning_experiment(
     num_samples: int = 1,
     seed: int | None = None,
     stop: Mapping[str, float] | None = None,
-    resources_per_trial: Mapping[str, Any] | None = None,
+    resources_per_trial: Mapping[str, Any] | Resources | None = None,
     max_failures: int = 0,
     retry_delay: dt.timedelta | None = None,
     checkpoint_freq: int = 0,

@@ -192,6 +192,8 @@ class ExperimentSettings:
                 f"resources_per_trial must hold finite amounts >= 0, got {spec!r}."
             ) from e
         except ValueError as e:  # NaN fails the same conversion with a ValueError
+            if isinstance(spec, Mapping) and "bundles" in spec:  # its bundles' own one-line error
+                raise ValueError(f"resources_per_trial: {e}") from e
             raise ValueError(
                 f"resources_per_trial must hold finite amounts >= 0, got {spec!r} ({e})."
             ) from e

@@ -60,7 +60,8 @@ class RunSweepOperator(BaseOperator):
         "min"]``): the searcher optimises all of them, a scheduler judges the one it names (or all,
         ``MOASHA``), and the progress lines and checkpoints go by the first.
     :param experiment_name: default: the DAG id. Templated.
-    :param resources_per_trial: e.g. ``{"cpu": 1, "gpu": 0.5}``; default 1 CPU.
+    :param resources_per_trial: e.g. ``{"cpu": 1, "gpu": 0.5}``, or several bundles as a
+        :class:`~airflow_trials.PlacementGroupFactory`; default 1 CPU.
     :param stopping_criterion: e.g. ``{"training_iteration": 10}``; default none.
     :param checkpoint_freq: default 0. :param checkpoint_at_end: default True.
     :param keep_checkpoints_num: default all. :param checkpoint_score_attr: default the metric.
@@ -98,7 +99,7 @@ class RunSweepOperator(BaseOperator):
         metric: MetricSpec,
         mode: ModeSpec = "min",
         experiment_name: str | None = None,
-        resources_per_trial: Mapping[str, Any] | None = None,
+        resources_per_trial: Mapping[str, Any] | Resources | None = None,
         stopping_criterion: Mapping[str, float] | None = None,
         checkpoint_freq: int = 0,
         checkpoint_at_end: bool = True,
@@ -131,7 +132,7 @@ class RunSweepOperator(BaseOperator):
         self.trials = trials
         self.metric, self.mode = metric, mode
         self.experiment_name = experiment_name
-        self.resources_per_trial = dict(resources_per_trial or {})
+        self.resources_per_trial = Resources.spec_of(resources_per_trial)
         self.stopping_criterion = dict(stopping_criterion) if stopping_criterion else None
         self.checkpoint_freq, self.checkpoint_at_end = checkpoint_freq, checkpoint_at_end
         self.keep_checkpoints_num = keep_checkpoints_num

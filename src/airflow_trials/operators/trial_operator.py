@@ -80,8 +80,9 @@ class RunTrialOperator(BaseOperator):
     :param experiment_name: default: the DAG id. Templated.
     :param trial_id: default: a stable id derived from the task instance. Templated.
     :param experiment_run_id: store id of the experiment run the trial belongs to; default none.
-    :param resources_per_trial: e.g. ``{"cpu": 1, "gpu": 0.5}``; default 1 CPU. (Named so
-        because ``resources`` is BaseOperator's own argument.)
+    :param resources_per_trial: e.g. ``{"cpu": 1, "gpu": 0.5}``, or several bundles as a
+        :class:`~airflow_trials.PlacementGroupFactory`; default 1 CPU. (Named so because
+        ``resources`` is BaseOperator's own argument.)
     :param stopping_criterion: thresholds such as ``{"training_iteration": 10}``; default none.
     :param checkpoint_freq: checkpoint every N iterations (class trainables); default 0.
     :param checkpoint_at_end: checkpoint when the trial ends; default True.
@@ -92,7 +93,8 @@ class RunTrialOperator(BaseOperator):
         ``retries`` (a run's params chose it), the task stops retrying at ``max_failures``.
     :param restore_path: checkpoint to warm-start from on the first try; default none.
     :param gpu_pool: Airflow pool enforcing GPU limits; when set (and ``pool`` is not),
-        the task takes ``ceil(gpu * slots_per_gpu)`` slots of it. Default none.
+        the task takes ``ceil(gpu * slots_per_gpu)`` slots of it, ``gpu`` the sum over a
+        PlacementGroupFactory's bundles. Default none.
     :param slots_per_gpu: pool slots per GPU; default 4.
     :param ray_conn_id: default ``ray_default``. :param trials_conn_id: default ``trials_default``.
     :param poll_interval_seconds: how often the trigger polls the trial; default
@@ -133,7 +135,7 @@ class RunTrialOperator(BaseOperator):
         experiment_name: str | None = None,
         trial_id: str | None = None,
         experiment_run_id: int | None = None,
-        resources_per_trial: Mapping[str, Any] | None = None,
+        resources_per_trial: Mapping[str, Any] | Resources | None = None,
         stopping_criterion: Mapping[str, float] | None = None,
         checkpoint_freq: int = 0,
         checkpoint_at_end: bool = True,
@@ -163,7 +165,7 @@ class RunTrialOperator(BaseOperator):
         self.experiment_name = experiment_name
         self.trial_id = trial_id
         self.experiment_run_id = experiment_run_id
-        self.resources_per_trial = dict(resources_per_trial or {})
+        self.resources_per_trial = Resources.spec_of(resources_per_trial)
         self.stopping_criterion = dict(stopping_criterion) if stopping_criterion else None
         self.checkpoint_freq = checkpoint_freq
         self.checkpoint_at_end = checkpoint_at_end
@@ -441,7 +443,7 @@ class RunTrialOperator(BaseOperator):
 def _task_kwargs(
     kwargs: dict[str, Any],
     max_failures: int | None,
-    resources_per_trial: Mapping[str, Any] | None,
+    resources_per_trial: Mapping[str, Any] | Resources | None,
     gpu_pool: str | None,
     slots_per_gpu: int,
 ) -> int:

@@ -1,4 +1,5 @@
-"""ResourceLedger: what the Ray cluster has in total, and what this process's trials hold of it."""
+"""ResourceLedger: what the Ray cluster has in total and on each node, and what this process's
+trials hold of it."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import time
 
 import ray
 
+from airflow_trials.core.placement import placement_refusal
 from airflow_trials.core.resources import InsufficientResourcesError, Resources
 from airflow_trials.core.trial import Trial
 
@@ -17,7 +19,11 @@ class ResourceLedger:
     """Answers "can this trial ever fit?" and "can it start now?" for one executor.
 
     The totals come from ``ray.cluster_resources()``, re-read at most every ``refresh_period_s``;
-    what is committed is what the executor's running trials hold (:meth:`commit`, :meth:`free`).
+    each node's, for "could its bundles ever be placed?" (:mod:`~airflow_trials.core.placement`),
+    from ``ray.nodes()`` as often, when asked. What is committed is what the executor's running
+    trials hold (:meth:`commit`, :meth:`free`): the sum of their bundles. Whether the bundles of a
+    trial that fits what is free find room on the nodes now is Ray's to say: its placement group
+    waits until they do.
 
     :param queue_trials: let one trial start although the cluster lacks free resources now, so an
         autoscaler can add nodes, and never refuse a trial as too big; default False.
@@ -31,6 +37,9 @@ class ResourceLedger:
         self._total = Resources(cpu=0)
         self._last_refresh = float("-inf")
         self._trial_queued = False
+        self._nodes: list[Resources] | None = None
+        self._nodes_read_at = float("-inf")
+        self._refusals: dict[Resources, str | None] = {}  # per request, on the nodes read
 
     def refresh(self, force: bool = False) -> None:
         """Re-read the cluster's totals from Ray if ``refresh_period_s`` passed (or ``force``)."""
@@ -44,6 +53,23 @@ class ResourceLedger:
         self.refresh()
         return self._total
 
+    def nodes(self) -> list[Resources]:
+        """Each live node's total resources, re-read at most every ``refresh_period_s``."""
+        now = time.monotonic()
+        if self._nodes is None or now - self._nodes_read_at >= self.refresh_period_s:
+            self._nodes = [Resources.from_ray(n["Resources"]) for n in ray.nodes() if n["Alive"]]
+            self._nodes_read_at = now
+            self._refusals.clear()
+        return self._nodes
+
+    def _placement_refusal(self, resources: Resources) -> str | None:
+        """Why no node (or no nodes together) could ever hold ``resources``' bundles; None if
+        they could. Asked once per request shape while the nodes stay the same."""
+        nodes = self.nodes()
+        if resources not in self._refusals:
+            self._refusals[resources] = placement_refusal(resources, nodes)
+        return self._refusals[resources]
+
     def commit(self, resources: Resources) -> None:
         self.committed = self.committed + resources
 
@@ -51,23 +77,35 @@ class ResourceLedger:
         self.committed = self.committed - resources
 
     def fits_cluster(self, resources: Resources) -> bool:
-        """Could ``resources`` ever be granted on this cluster, with nothing else running?"""
-        return resources.fits_in(self.total())
+        """Could ``resources`` ever be granted on this cluster, with nothing else running: the
+        sum of its bundles in the cluster's totals, and the bundles on its nodes?"""
+        return resources.fits_in(self.total()) and self._placement_refusal(resources) is None
 
     def check_fits_cluster(self, trial: Trial) -> None:
         """Raise InsufficientResourcesError if the trial can never fit (unless queue_trials)."""
-        if self.queue_trials or self.fits_cluster(trial.resources):
+        if self.queue_trials:
             return
-        total = self.total()
-        missing = ", ".join(f"{k} by {v:g}" for k, v in trial.resources.shortfall(total).items())
-        raise InsufficientResourcesError(
-            f"Trial {trial.trial_id} of experiment {trial.experiment_name} needs "
-            f"{trial.resources.summary_string()} but the Ray cluster has {total.summary_string()} "
-            f"in total (short of {missing}); lower the trial's resources, add nodes, or pass "
-            f"queue_trials=True on an autoscaling cluster.",
-            needed=trial.resources,
-            total=total,
-        )
+        total, needed = self.total(), trial.resources
+        which = f"Trial {trial.trial_id} of experiment {trial.experiment_name} needs"
+        shortfall = needed.shortfall(total)
+        if shortfall:
+            missing = ", ".join(f"{k} by {v:g}" for k, v in shortfall.items())
+            raise InsufficientResourcesError(
+                f"{which} {needed.summary_string()} but the Ray cluster has "
+                f"{total.summary_string()} in total (short of {missing}); lower the trial's "
+                f"resources, add nodes, or pass queue_trials=True on an autoscaling cluster.",
+                needed=needed,
+                total=total,
+            )
+        refusal = self._placement_refusal(needed)
+        if refusal is not None:
+            raise InsufficientResourcesError(
+                f"{which} {needed.summary_string()}, but {refusal}; or pass queue_trials=True on "
+                f"an autoscaling cluster.",
+                needed=needed,
+                total=total,
+                nodes=self.nodes(),
+            )
 
     def has_resources(self, resources: Resources) -> bool:
         """Can a trial with ``resources`` start now, given what running trials hold?"""

@@ -90,11 +90,12 @@ class SlotPool:
                 return slot
         # A cached placement group of another shape would hold resources this trial may need.
         self.evict()
-        bundle = trial.resources.to_ray_bundle()
+        bundles = trial.resources.bundles  # one, or a PlacementGroupFactory's
         pg = None
-        if bundle:
+        if bundles:
             pg = placement_group(
-                [bundle],
+                bundles,
+                strategy=trial.resources.strategy,
                 name=self._name(trial, self.reuse_placement_groups),
                 lifetime="detached" if self.detached else None,
             )
@@ -201,13 +202,18 @@ def create_trial_actor(
 ) -> ActorHandle:
     """A named TrialActor for ``trial`` holding its resources, in bundle 0 of ``pg`` when given.
 
+    With several bundles (a :class:`~airflow_trials.PlacementGroupFactory`) the actor takes bundle
+    0's resources (none when it is empty, as in Ray Tune); the tasks and actors its trainable
+    starts are captured by the group (``placement_group_capture_child_tasks``), so they run in the
+    other bundles, and ``ray.util.get_current_placement_group()`` in the trainable returns it.
+
     Its Ray name is :func:`actor_name` of the trial unless ``name`` says otherwise (a reusable
     actor's :func:`slot_name`).
 
     Creation does not wait for Ray to place the actor. With ``autorun`` the actor starts the trial
     from its constructor, so the trial runs once Ray places it, whoever is still listening.
     """
-    res = trial.resources
+    res = trial.resources.head
     options: dict[str, Any] = {
         "num_cpus": res.cpu,
         "num_gpus": res.gpu,
