@@ -21,7 +21,7 @@ from typing import Any
 import airflow_trials
 
 
-def _data(torch: Any, n_samples: int, seed: int) -> tuple[Any, Any, Any, Any]:
+def spirals(torch: Any, n_samples: int, seed: int) -> tuple[Any, Any, Any, Any]:
     """Two interleaved spirals in 2-D, 80% train and 20% validation (not linearly separable)."""
     generator = torch.Generator().manual_seed(seed)
     labels = torch.randint(0, 2, (n_samples,), generator=generator)
@@ -33,6 +33,13 @@ def _data(torch: Any, n_samples: int, seed: int) -> tuple[Any, Any, Any, Any]:
     return points[:split], labels[:split], points[split:], labels[split:]
 
 
+def mlp(nn: Any, hidden: int) -> Any:
+    """The classifier: 2 inputs, two hidden layers of ``hidden`` units, 2 logits."""
+    return nn.Sequential(
+        nn.Linear(2, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 2)
+    )
+
+
 def train(config: dict[str, Any]) -> None:
     import torch
     from torch import nn
@@ -41,12 +48,9 @@ def train(config: dict[str, Any]) -> None:
     torch.manual_seed(int(config.get("seed", 0)))
     x_train, y_train, x_val, y_val = (
         t.to(device)
-        for t in _data(torch, int(config.get("n_samples", 2000)), int(config.get("seed", 0)))
+        for t in spirals(torch, int(config.get("n_samples", 2000)), int(config.get("seed", 0)))
     )
-    hidden = int(config.get("hidden", 32))
-    model = nn.Sequential(
-        nn.Linear(2, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 2)
-    ).to(device)
+    model = mlp(nn, int(config.get("hidden", 32))).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=float(config.get("lr", 0.01)))
     loss_fn = nn.CrossEntropyLoss()
     start = 0

@@ -1,0 +1,97 @@
+"""Ray Train inside a trial, on a real local Ray: the example trainable runs a TorchTrainer with 2
+gloo workers per trial, and the engine keeps, resumes and judges it as any other trial."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import ray
+
+from airflow_trials import ASHAScheduler, Callback, Trial, TrialRunner, TrialStatus
+from airflow_trials.execution.handles import find_trial_actor
+
+pytest.importorskip(
+    "torch",
+    reason="the Ray Train example needs torch: pip install -c constraints.txt '.[torch]' "
+    "(.ci/run installs it)",
+)
+
+TRAINABLE = "airflow_trials.examples.torch_train:train"
+
+
+class KillOnce(Callback):
+    """Kills one trial's actor once, right after its result at ``iteration``."""
+
+    def __init__(self, trial_id: str, iteration: int) -> None:
+        self.trial_id, self.iteration, self.killed = trial_id, iteration, False
+
+    def on_trial_result(self, trial, result):
+        if trial.trial_id == self.trial_id and result["training_iteration"] == self.iteration:
+            if not self.killed:
+                self.killed = True
+                ray.kill(find_trial_actor(trial.experiment_name, trial.trial_id))
+
+
+def _trial(trial_id: str, lr: float) -> Trial:
+    # 2 CPUs for the actor, the Train driver: on 3 CPUs one trial runs at a time, and its 2
+    # workers (0.25 CPU each, in the placement group Train reserves itself) fit beside it, as do
+    # those of the killed actor's run until Train's PlacementGroupCleaner removes their group.
+    return Trial(
+        TRAINABLE,
+        {"lr": lr, "hidden": 16, "n_samples": 600, "seed": 1, "cpu_per_worker": 0.25},
+        trial_id=trial_id,
+        experiment_name="train-exp",
+        resources={"cpu": 2},
+        keep_checkpoints_num=2,
+        checkpoint_score_attr="min-loss",
+        max_failures=1,
+    )
+
+
+@pytest.mark.parametrize("ray_cluster", [{"num_cpus": 3, "num_gpus": 0}], indirect=True)
+def test_train_workers_report_the_trials_results_checkpoints_resume_and_asha_stops_the_worse(
+    ray_cluster, storage
+):
+    # Rungs at iterations 2 and 4, max_t 6; the good trial runs first, so the bad one (lr 0:
+    # it never learns) meets the good one's rung-2 loss and is stopped there.
+    scheduler = ASHAScheduler(
+        metric="loss", mode="min", max_t=6, grace_period=2, reduction_factor=2
+    )
+    kill = KillOnce("good", iteration=3)
+    runner = TrialRunner(
+        "train-exp",
+        storage_path=storage,
+        scheduler=scheduler,
+        callbacks=[kill],
+        wait_timeout_s=120.0,
+    )
+    trials = {t.trial_id: t for t in (_trial("good", 0.05), _trial("bad", 0.0))}
+    for trial in trials.values():
+        runner.add_trial(trial)
+    runner.run()
+
+    assert {t: trials[t].status for t in trials} == {
+        "good": TrialStatus.TERMINATED,
+        "bad": TrialStatus.TERMINATED,
+    }
+    assert trials["bad"].error_msg is None
+    assert "killed by `ray.kill`" in trials["good"].error_msg  # the recovered failure's
+    good = [r for _, r in runner.results("good")]
+    bad = [r for _, r in runner.results("bad")]
+    # Every result came from the 2 Train workers, one per epoch.
+    assert {r["world_size"] for r in good + bad} == {2}
+    assert [r["training_iteration"] for r in bad] == [1, 2]
+    assert "stopped by ASHA" in trials["bad"].stop_reason
+    # The good trial's actor was killed after epoch 3: the runner restarted it from the
+    # checkpoint of epoch 3 and Train's loop went on at epoch 4, up to ASHA's max_t.
+    assert kill.killed and trials["good"].num_failures == 1
+    assert [(r["training_iteration"], r["epoch"]) for r in good] == [(i, i) for i in range(1, 7)]
+    assert [r["iterations_since_restore"] for r in good if r["epoch"] >= 4][0] == 1
+    assert good[-1]["loss"] < bad[-1]["loss"]
+    # keep-N: the 2 best checkpoints by loss are kept, each a directory Train's rank 0 wrote.
+    kept = trials["good"].checkpoint_manager.kept
+    assert len(kept) == 2
+    assert all(os.path.isfile(os.path.join(record.path, "state.pt")) for record in kept)
+    best = trials["good"].checkpoint_manager.best()
+    assert best.metrics["loss"] == min(r["loss"] for r in good if r.get("epoch"))
