@@ -1,0 +1,47 @@
+"""Ray Train inside each trial: 4 trials of a ``TorchTrainer`` with 2 data-parallel workers (gloo on
+the CPU), judged by ASHA on the loss the workers report.
+
+Each trial's actor is the Train driver (``airflow_trials.examples.torch_train:train``); Train
+reserves its 2 workers (0.25 CPU each) in a placement group of its own, beside the trial's
+resources, so leave that room on the cluster. Needs PyTorch (the ``torch`` extra) and Ray Train V2
+(on by default since Ray 2.51). Trigger it from the Airflow UI.
+"""
+
+from __future__ import annotations
+
+import datetime
+
+from airflow.sdk import DAG
+
+from airflow_trials import ASHAScheduler
+from airflow_trials.core.search import grid_search
+from airflow_trials.experiment import tuning_experiment
+
+with DAG(
+    "ray_train_tuning",
+    schedule=None,
+    start_date=datetime.datetime(2026, 1, 1),
+    catchup=False,
+    tags=["airflow_trials", "example"],
+) as dag:
+    tuning_experiment(
+        experiment_name="ray_train_tuning",
+        trainable="airflow_trials.examples.torch_train:train",
+        search_space={
+            "lr": grid_search([0.1, 0.03, 0.01, 0.001]),
+            "hidden": 32,
+            "n_samples": 2000,
+            "num_workers": 2,
+            "cpu_per_worker": 0.25,
+        },
+        metric="loss",
+        mode="min",
+        scheduler=ASHAScheduler(max_t=8, grace_period=2, reduction_factor=2),
+        stop={"training_iteration": 8},
+        resources_per_trial={"cpu": 0.25},  # the Train driver; its workers are Train's own
+        max_failures=1,
+        retry_delay=datetime.timedelta(seconds=5),
+        keep_checkpoints_num=2,
+        checkpoint_score_attr="min-loss",
+        poll_interval_seconds=1.0,
+    )
