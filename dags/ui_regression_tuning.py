@@ -15,10 +15,6 @@ task instance, so each choice has its own trial task (``trial_gpu_0``, ``trial_g
 the right slots of the ``gpu`` pool, and ``route_trials`` runs the one this run asked for.
 GPU choices need a Ray cluster with GPUs; on a CPU-only cluster ``suggest_configs`` refuses the
 run's params, naming ``gpus_per_trial`` and its default as the fix.
-
-The run is due two hours after it is queued (``deadline=``). The form cannot change that:
-Airflow sets a run's Deadline Alert when it creates the run, from the DAG file, and
-``from_params`` may not return ``deadline``.
 """
 
 from __future__ import annotations
@@ -159,5 +155,4 @@ with DAG(
         from_params=settings_from_params,
         keep_checkpoints_num=2,
         poll_interval_seconds=1.0,
-        deadline=datetime.timedelta(hours=2),  # fixed here: not a field of the form
     )

@@ -97,12 +97,6 @@ def test_the_nightly_example_is_due_four_hours_after_its_slot(airflow_home):
     assert alert.interval == dt.timedelta(hours=4) and alert.callback.path == NOTIFIER
 
 
-def test_the_ui_example_fixes_its_deadline_in_the_dag_file(airflow_home):
-    (alert,) = load("ui_regression_tuning.py").dag.deadline
-    assert alert.reference == DeadlineReference.DAGRUN_QUEUED_AT
-    assert alert.interval == dt.timedelta(hours=2)
-
-
 def test_the_provider_lists_the_notifier_airflow_can_import():
     from airflow.sdk.module_loading import import_string
 

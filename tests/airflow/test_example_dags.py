@@ -47,6 +47,10 @@ def test_nightly_schedule_pool_retries_and_asset(airflow_home):
 
 def test_nightly_search_runs_and_publishes_its_best_trial(trials_env):
     module = load("nightly_regression_tuning.py")
+    # Airflow 3.3.2's dag.test() fails as it ends a run of a DAG with a Deadline Alert (it looks
+    # the DAG's alerts up by id, and gets their serialized form); the scheduler does not (the
+    # alert's own test, tests/faults/test_deadline_alert.py, runs it there); docs/airflow.md.
+    module.dag.deadline = None
     run = module.dag.test()
     assert run.state == "success"
     (exp_run,) = trials_env.store.reader.list_experiment_runs("nightly_regression_tuning")

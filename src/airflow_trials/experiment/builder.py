@@ -271,7 +271,7 @@ def _declare_tasks(plan: TuningPlan) -> None:
     from_asset = plan.warm_start is not None and plan.warm_start.source == ASSET
 
     @task(task_id="suggest_configs", inlets=[plan.asset] if from_asset else [])
-    def suggest_configs(data_version: str | None, **context: Any) -> list[dict[str, Any]]:
+    def suggest_configs(data_version: str | None = None, **context: Any) -> list[dict[str, Any]]:
         # data_version: the template of tuning_experiment(data_version=...), rendered.
         version = run_data_version(plan.experiment_name, plan.data_version, data_version, context)
         return plan.suggest(context, data_version=version)
