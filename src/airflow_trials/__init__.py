@@ -70,6 +70,7 @@ _LAZY = {
     "ResultGrid": "airflow_trials.results",
     "TrialResult": "airflow_trials.results",
     "OptunaSearch": "airflow_trials.searchers.optuna_search",
+    "TrialReportCallback": "airflow_trials.execution.worker.ray_train",
 }
 
 
@@ -184,6 +185,7 @@ __all__ = [
     "TrialRunner",
     "TrialScheduler",
     "TrialStatus",
+    "TrialReportCallback",
     "TrialsDbCallback",
     "WarmStart",
     "__version__",

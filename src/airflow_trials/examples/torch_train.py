@@ -33,7 +33,7 @@ def train(config: dict[str, Any]) -> None:
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
-    from airflow_trials.execution.worker.ray_train import TrialReportCallback
+    from airflow_trials import TrialReportCallback
 
     resume_from = airflow_trials.get_checkpoint()  # a directory this loop wrote, or None
     callback = TrialReportCallback()
