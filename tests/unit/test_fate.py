@@ -367,6 +367,20 @@ def test_on_start_decides_every_stored_trial_actor_state_and_clear(kind, actor, 
     assert "t-1" in action.reason
 
 
+@pytest.mark.parametrize(("kind", "actor"), sorted(START_TABLE), ids=lambda v: str(v))
+def test_a_cleared_handle_starts_as_a_cleared_task_and_never_reattaches(kind, actor):
+    """A user cleared the task's handle in Airflow's task state store (operators/task_handle.py)."""
+    action = on_start(
+        STORED[kind], actor, trial=make_trial(), try_number=2, cleared=False, handle_kept=False
+    )
+    expected = START_TABLE[kind, actor][True]
+    if expected[0] is Start.REATTACH:  # a live actor is stopped and the trial starts afresh
+        expected = KILL_RESET
+    assert (action.start, action.stop_actor, action.placed, action.transition) == expected
+    if action.start is Start.RESET:
+        assert action.reason.endswith("(its handle in the task state store was cleared).")
+
+
 def test_on_start_says_why_in_the_words_the_task_log_is_searched_for():
     def reason(kind, actor):
         return on_start(STORED[kind], actor, trial=make_trial(), try_number=2, cleared=False).reason

@@ -332,11 +332,8 @@ def status_after_end(end: TrialEnd, decision: FailureDecision | None) -> TrialSt
 
 
 class ActorState(StrEnum):
-    """A trial's Ray actor, as the task starting a try finds it.
-
-    ``execution/ray_state.py`` (:func:`~airflow_trials.execution.ray_state.trial_actor_state`)
-    is the one reader of Ray that gives it.
-    """
+    """A trial's Ray actor, as the task starting a try finds it; the one reader of Ray that gives
+    it is :func:`~airflow_trials.execution.ray_state.trial_actor_state`."""
 
     GONE = "GONE"  # no actor, or it died as the task looked
     QUEUED = "QUEUED"  # Ray has not placed it: it waits for resources, and starts its trial then
@@ -411,7 +408,13 @@ def ended_for_good(trial: Trial, stored: StoredTrial) -> bool:
 
 
 def on_start(
-    stored: StoredTrial, actor: ActorState, *, trial: Trial, try_number: int, cleared: bool
+    stored: StoredTrial,
+    actor: ActorState,
+    *,
+    trial: Trial,
+    try_number: int,
+    cleared: bool,
+    handle_kept: bool = True,
 ) -> StartAction:
     """Decide how a try of a trial's task starts, from what it finds.
 
@@ -420,16 +423,18 @@ def on_start(
     :param trial: the trial as this try defines it (its stopping criterion says whether the stored
         end is final: a cleared task may have raised it).
     :param try_number: this try's number, for the reason.
-    :param cleared: this is the first try after the task was cleared
-        (:func:`~airflow_trials.core.airflow_tries.first_try_after_a_clear`): Airflow re-runs it
-        with fresh retries.
+    :param cleared: the first try after the task was cleared (Airflow re-runs it with fresh
+        retries: :func:`~airflow_trials.core.airflow_tries.first_try_after_a_clear`).
+    :param handle_kept: False when a user cleared the task's handle in Airflow's task state store
+        (``operators/task_handle.py``): the try starts as a cleared one and never re-attaches.
     """
     trial_id = stored.trial_id
+    cleared = cleared or not handle_kept
     being_stopped = actor is not ActorState.GONE and stored.stopped_from_airflow
     if actor is ActorState.GONE and ended_for_good(trial, stored):
         return _start_after_its_end(stored, try_number, cleared)
     live = actor in (ActorState.QUEUED, ActorState.RUNNING, ActorState.TERMINATED)
-    if live and not being_stopped:
+    if live and not being_stopped and handle_kept:
         return StartAction(
             Start.REATTACH,
             False,
@@ -440,12 +445,13 @@ def on_start(
     stop_actor = actor is not ActorState.GONE
     why = _why_start_again(trial_id, being_stopped, stop_actor)
     if cleared:
+        what = "task" if handle_kept else "handle in the task state store"
         return StartAction(
             Start.RESET,
             stop_actor,
             False,
             Transition.RESET,
-            f"{why} with a fresh budget of failures (its task was cleared).",
+            f"{why} with a fresh budget of failures (its {what} was cleared).",
         )
     return StartAction(
         Start.RESUME,
@@ -488,7 +494,7 @@ def _why_start_again(trial_id: str, being_stopped: bool, stop_actor: bool) -> st
         return f"Trial {trial_id} is being stopped by its cleared previous try; starting it again"
     if stop_actor:
         return (
-            f"Trial {trial_id}'s actor lives but its trial is not running (left by a try "
-            "that died): stopping it and starting the trial again"
+            f"Trial {trial_id}'s actor lives but is not re-attached to (its trial is not running, "
+            "or its task's handle was cleared): stopping it and starting the trial again"
         )
     return f"Trial {trial_id} has no actor on Ray; starting it"

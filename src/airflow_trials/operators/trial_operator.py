@@ -20,6 +20,7 @@ from airflow_trials.core.trial import Trial, check_max_failures, validate_name
 from airflow_trials.exceptions import StoreError, TrialError
 from airflow_trials.hooks.trials import DEFAULT_RAY_CONN_ID, DEFAULT_TRIALS_CONN_ID, TrialsHook
 from airflow_trials.operators.links import TrialDashboardLink
+from airflow_trials.operators.task_handle import handle_kept, write_handle
 from airflow_trials.operators.trial_end import end_state, raise_failure, record_end
 from airflow_trials.operators.trial_start import check_capacity, launch, ran_before, record_start
 from airflow_trials.operators.tuning import (
@@ -305,6 +306,8 @@ class RunTrialOperator(BaseOperator):
         from airflow_trials.execution.ray_state import trial_actor_state
 
         ti = context["ti"]
+        kept = handle_kept(context, store, experiment, trial_id)  # read before this try registers
+        write_handle(context, experiment, trial_id)
         trial = self._trial(experiment, trial_id, self.restore_path)
         client = hook.get_actor_client()
         started_before = ran_before(store, trial_id)
@@ -329,7 +332,9 @@ class RunTrialOperator(BaseOperator):
         cleared = ti.try_number > 1 and first_try_after_a_clear(
             ti.try_number, ti.max_tries, self.retries or 0
         )
-        action = on_start(record, actor, trial=trial, try_number=ti.try_number, cleared=cleared)
+        action = on_start(
+            record, actor, trial=trial, try_number=ti.try_number, cleared=cleared, handle_kept=kept
+        )
         self.log.info("%s", action.reason)
         if action.start is Start.REPORT_END:
             return stored_end_event(store, experiment, record)
