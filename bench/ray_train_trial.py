@@ -18,7 +18,7 @@ result reaching the driver (an ``on_trial_result`` callback in each), and the me
 later results. The table gives the medians over the rounds and the ratio ours / Tune, beside the
 20-million-addition loop's time at the start and the end (the machine's speed) and the load.
 
-    .venv/bin/python -m bench.ray_train_trial                 # 3 rounds, about 2 minutes
+    .venv/bin/python -m bench.ray_train_trial                 # 3 rounds, about 4 minutes
     .venv/bin/python -m bench.ray_train_trial --rounds 5 --epochs 12
 """
 
