@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -94,6 +95,7 @@ def tune_trainable(config: dict[str, Any]) -> None:
 
     from airflow_trials.examples.torch_train import _train_loop
 
+    scratch = tempfile.mkdtemp(prefix="bench-train-tune-")  # removed as ours removes its own
     trainer = TorchTrainer(
         _train_loop,
         train_loop_config=config,
@@ -103,11 +105,14 @@ def tune_trainable(config: dict[str, Any]) -> None:
             resources_per_worker={"CPU": float(config["cpu_per_worker"])},
         ),
         run_config=RunConfig(
-            storage_path=tempfile.mkdtemp(prefix="bench-train-tune-"),
+            storage_path=scratch,
             callbacks=[TuneReportCallback()],
         ),
     )
-    trainer.fit()
+    try:
+        trainer.fit()
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def run_tune(epochs: int, storage: str, round_number: int) -> Timing:
@@ -174,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
     finally:
         ray.shutdown()
+        shutil.rmtree(storage, ignore_errors=True)
     loop_end = addition_loop_seconds()
     load_end = os.getloadavg()
 
