@@ -40,6 +40,27 @@ def mlp(nn: Any, hidden: int) -> Any:
     )
 
 
+def fit_epoch(
+    torch: Any, model: Any, optimizer: Any, loss_fn: Any, x: Any, y: Any, batch_size: int
+) -> None:
+    """One pass over ``(x, y)`` in shuffled batches of ``batch_size``."""
+    model.train()
+    order = torch.randperm(len(x), device=x.device)
+    for i in range(0, len(order), batch_size):
+        batch = order[i : i + batch_size]
+        optimizer.zero_grad()
+        loss_fn(model(x[batch]), y[batch]).backward()
+        optimizer.step()
+
+
+def evaluate(torch: Any, model: Any, loss_fn: Any, x: Any, y: Any) -> tuple[float, float]:
+    """``(loss, accuracy)`` of ``model`` on ``(x, y)``."""
+    model.eval()
+    with torch.no_grad():
+        logits = model(x)
+        return float(loss_fn(logits, y)), float((logits.argmax(dim=1) == y).float().mean())
+
+
 def train(config: dict[str, Any]) -> None:
     import torch
     from torch import nn
@@ -63,18 +84,8 @@ def train(config: dict[str, Any]) -> None:
         start = checkpoint["epoch"]
     batch_size = int(config.get("batch_size", 64))
     for epoch in range(start + 1, 1_000_000):
-        model.train()
-        order = torch.randperm(len(x_train), device=device)
-        for i in range(0, len(order), batch_size):
-            batch = order[i : i + batch_size]
-            optimizer.zero_grad()
-            loss_fn(model(x_train[batch]), y_train[batch]).backward()
-            optimizer.step()
-        model.eval()
-        with torch.no_grad():
-            logits = model(x_val)
-            val_loss = float(loss_fn(logits, y_val))
-            val_accuracy = float((logits.argmax(dim=1) == y_val).float().mean())
+        fit_epoch(torch, model, optimizer, loss_fn, x_train, y_train, batch_size)
+        val_loss, val_accuracy = evaluate(torch, model, loss_fn, x_val, y_val)
         airflow_trials.report(
             {
                 "val_loss": val_loss,

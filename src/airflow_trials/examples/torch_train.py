@@ -22,7 +22,7 @@ import tempfile
 from typing import Any
 
 import airflow_trials
-from airflow_trials.examples.torch_mlp import mlp, spirals
+from airflow_trials.examples.torch_mlp import evaluate, fit_epoch, mlp, spirals
 
 _STATE_FILE = "state.pt"
 
@@ -74,19 +74,11 @@ def _train_loop(config: dict[str, Any]) -> None:
     loss_fn = nn.CrossEntropyLoss()
     batch_size = int(config.get("batch_size", 64))
     for epoch in range(start + 1, int(config.get("epochs", 1000)) + 1):
-        model.train()
-        order = torch.randperm(len(x_train))
-        for i in range(0, len(order), batch_size):
-            batch = order[i : i + batch_size]
-            optimizer.zero_grad()
-            loss_fn(model(x_train[batch]), y_train[batch]).backward()
-            optimizer.step()
-        model.eval()
-        with torch.no_grad():
-            logits = model(x_val)
+        fit_epoch(torch, model, optimizer, loss_fn, x_train, y_train, batch_size)
+        loss, val_accuracy = evaluate(torch, model, loss_fn, x_val, y_val)
         metrics = {
-            "loss": float(loss_fn(logits, y_val)),
-            "val_accuracy": float((logits.argmax(dim=1) == y_val).float().mean()),
+            "loss": loss,
+            "val_accuracy": val_accuracy,
             "epoch": epoch,
             "world_size": world_size,
         }
