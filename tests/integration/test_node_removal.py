@@ -31,34 +31,45 @@ def cluster():
     cluster.shutdown()
 
 
+def counting_trial(experiment, resources):
+    """5 iterations of the counting trainable, with no failure to spend: a node loss must not
+    need one."""
+    return Trial(
+        "tests.trainables:counting",
+        {"sleep": 0.2},
+        experiment_name=experiment,
+        resources=resources,
+        max_failures=0,
+        stopping_criterion={"training_iteration": 5},
+    )
+
+
+def lose_its_node_at_iteration_2(cluster, runner, trial, node):
+    """Run ``trial`` to its second result, remove ``node`` (its actor's) and step the runner until
+    it sees the loss: the trial is PENDING, lost with its node, not through its own code, so it
+    does not spend one of its max_failures."""
+    runner.add_trial(trial)
+    while trial.last_result.get("training_iteration", 0) < 2:
+        runner.step()
+    assert trial.status == TrialStatus.RUNNING
+    cluster.remove_node(node)
+    for _ in range(60):
+        runner.step()
+        if trial.status != TrialStatus.RUNNING:
+            break
+    assert trial.status == TrialStatus.PENDING
+    assert trial.num_failures == 0
+    assert "lost with its node" in trial.error_msg
+
+
 @pytest.mark.cluster
 def test_removed_node_requeues_its_trial_which_resumes_from_its_checkpoint(cluster, storage):
     worker = cluster.add_node(num_cpus=1, resources={"worker_node": 1})
     cluster.wait_for_nodes()
     executor = RayTrialExecutor(storage, refresh_period_s=0.0, reuse_placement_groups=True)
     runner = TrialRunner("nodes", executor=executor, wait_timeout_s=5.0)
-    trial = Trial(
-        "tests.trainables:counting",
-        {"sleep": 0.2},
-        experiment_name="nodes",
-        resources={"cpu": 1, "custom_resources": {"worker_node": 1}},
-        max_failures=0,  # a node loss must not need one
-        stopping_criterion={"training_iteration": 5},
-    )
-    runner.add_trial(trial)
-    while trial.last_result.get("training_iteration", 0) < 2:
-        runner.step()
-    assert trial.status == TrialStatus.RUNNING
-
-    cluster.remove_node(worker)
-    for _ in range(60):
-        runner.step()
-        if trial.status != TrialStatus.RUNNING:
-            break
-    assert trial.status == TrialStatus.PENDING
-    # Lost with its node, not through its own code: it does not spend one of its max_failures.
-    assert trial.num_failures == 0
-    assert "lost with its node" in trial.error_msg
+    trial = counting_trial("nodes", {"cpu": 1, "custom_resources": {"worker_node": 1}})
+    lose_its_node_at_iteration_2(cluster, runner, trial, worker)
 
     # No node offers worker_node any more: the runner says so instead of hanging.
     with pytest.raises(InsufficientResourcesError, match="worker_node"):
@@ -91,26 +102,8 @@ def test_a_spread_trial_that_loses_its_actor_s_node_restarts_whole_when_its_bund
     bundles = PlacementGroupFactory(
         [{"CPU": 1, "worker_node": 1}, {"CPU": 1}], strategy="STRICT_SPREAD"
     )
-    trial = Trial(
-        "tests.trainables:counting",
-        {"sleep": 0.2},
-        experiment_name="spread",
-        resources=bundles,
-        max_failures=0,  # a node loss must not need one
-        stopping_criterion={"training_iteration": 5},
-    )
-    runner.add_trial(trial)
-    while trial.last_result.get("training_iteration", 0) < 2:
-        runner.step()
-    assert trial.status == TrialStatus.RUNNING
-
-    cluster.remove_node(worker)
-    for _ in range(60):
-        runner.step()
-        if trial.status != TrialStatus.RUNNING:
-            break
-    assert trial.status == TrialStatus.PENDING
-    assert trial.num_failures == 0 and "lost with its node" in trial.error_msg
+    trial = counting_trial("spread", bundles)
+    lose_its_node_at_iteration_2(cluster, runner, trial, worker)
 
     cluster.add_node(num_cpus=1, resources={"worker_node": 1})
     cluster.wait_for_nodes()
