@@ -3,8 +3,11 @@ the CPU), judged by ASHA on the loss the workers report.
 
 Each trial's actor is the Train driver (``airflow_trials.examples.torch_train:train``); Train
 reserves its 2 workers (0.25 CPU each) in a placement group of its own, beside the trial's
-resources, so leave that room on the cluster. Needs PyTorch (the ``torch`` extra) and Ray Train V2
-(on by default since Ray 2.51). Trigger it from the Airflow UI.
+resources, so leave that room on the cluster. ``placement_strategy="SPREAD"`` puts the two
+workers on different nodes where the cluster has several (each result's ``worker_node_ids`` says
+where they ran); a worker that dies is started again by Train from its latest checkpoint
+(``train_max_failures``), without failing the trial. Needs PyTorch (the ``torch`` extra) and Ray
+Train V2 (on by default since Ray 2.51). Trigger it from the Airflow UI.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ with DAG(
             "n_samples": 2000,
             "num_workers": 2,
             "cpu_per_worker": 0.25,
+            "placement_strategy": "SPREAD",
+            "train_max_failures": 2,
         },
         metric="loss",
         mode="min",

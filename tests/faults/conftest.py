@@ -65,7 +65,8 @@ def experiment_dag_source(
         from airflow.sdk import DAG
 
         # The names the arguments below may use, written as code.
-        from airflow_trials import ASHAScheduler, OptunaSearch, WarmStart  # noqa: F401
+        from airflow_trials import (  # noqa: F401
+            ASHAScheduler, OptunaSearch, PlacementGroupFactory, WarmStart)
         from airflow_trials.core.search import grid_search, uniform  # noqa: F401
         from airflow_trials.experiment import tuning_experiment
 

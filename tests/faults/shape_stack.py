@@ -104,3 +104,42 @@ def node_names(shape: LocalShape) -> dict[str, str]:
         for node in ray.nodes()
         if node["Alive"] and node["NodeManagerPort"] in by_port
     }
+
+
+def bundle_nodes(group_name: str) -> dict[int, str]:
+    """The node id of each bundle of the live placement group named ``group_name`` (a trial's
+    group carries its actor's name)."""
+    import ray
+
+    (info,) = [
+        info
+        for info in ray.util.placement_group_table().values()
+        if info["name"] == group_name and info["state"] == "CREATED"
+    ]
+    return {int(index): node for index, node in info["bundles_to_node_id"].items()}
+
+
+def kill_a_train_worker(experiment_name: str) -> tuple[str, int] | None:
+    """SIGKILL the process of one live Ray Train worker of a trial of ``experiment_name``;
+    ``(trial_id, pid)``, or None while no such worker runs. A worker's owner is Train's
+    controller, whose owner is the trial's actor (named ``trial.<experiment>.<trial id>``)."""
+    import os
+
+    from ray._private.state import actors  # the GCS's table: no dashboard needed
+
+    live = [a for a in actors().values() if a["State"] == "ALIVE"]
+    by_address = {(a["Address"]["IPAddress"], a["Address"]["Port"]): a for a in live}
+    prefix = f"trial.{experiment_name}."
+    for worker in live:
+        if not worker["ActorClassName"].endswith("RayTrainWorker"):
+            continue
+        owner = worker["OwnerAddress"]
+        controller = by_address.get((owner["IPAddress"], owner["Port"]))
+        if controller is None:
+            continue
+        owner = controller["OwnerAddress"]
+        trial = by_address.get((owner["IPAddress"], owner["Port"]))
+        if trial is not None and trial["Name"].startswith(prefix):
+            os.kill(worker["Pid"], signal.SIGKILL)
+            return trial["Name"][len(prefix) :], worker["Pid"]
+    return None

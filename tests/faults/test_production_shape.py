@@ -33,12 +33,14 @@ from airflow_trials.shape.setup import port_open
 from airflow_trials.shape.supervisor import Supervisor
 from tests.conftest import REPO
 from tests.faults.conftest import HOLD_AT, ExperimentRun, on_ray
-from tests.faults.shape_stack import ShapeStack, node_names
+from tests.faults.shape_stack import ShapeStack, bundle_nodes, kill_a_train_worker, node_names
 
 pytestmark = [pytest.mark.timeout(1200), pytest.mark.postgres]
 
 POSTGRES_URL_ENV = "AIRFLOW_TRIALS_TEST_POSTGRES_URL"
 GPU_TRIAL = '{"cpu": 1, "gpu": 1}'
+# A trial of two bundles, the second with a logical GPU (issue 51), in Ray Tune's spelling.
+TWO_BUNDLES = 'PlacementGroupFactory([{"CPU": 1}, {"CPU": 1, "GPU": 1}], strategy="SPREAD")'
 # How long the S3 endpoint stays frozen while the trials save checkpoints.
 S3_OUTAGE_S = 20
 
@@ -386,3 +388,79 @@ def test_the_stack_stopped_and_started_again_resumes_every_trial(stack, shape, e
         )
     _assert_not_counted(run)
     _assert_checkpoints_on_s3(shape, run.trial_ids)
+
+
+def test_a_trial_of_two_bundles_spread_over_two_nodes_loses_its_actor_s_node(
+    stack, shape, experiment
+):
+    """Issue 51: a trial of two bundles, the second with a GPU, spread over the two worker nodes;
+    the node of its first bundle (its actor's) SIGKILLed mid-training. The whole trial restarts
+    from its last checkpoint on S3 once its bundles fit again (here at once: SPREAD lets both go
+    to the GPU node), without spending one of its max_failures, and its stored iterations have no
+    gap or repeat. Its pool slots count the GPU bundle."""
+    run = experiment(
+        "shape_bundles", trials=1, max_failures=0, resources=TWO_BUNDLES, extra='gpu_pool="gpu",'
+    )
+    run.trigger()
+    run.wait_until_trials_deferred()
+    (trial_id,) = run.trial_ids
+    nodes = node_names(shape)
+    assert bundle_nodes(run.actor_name(trial_id)) == {
+        0: nodes["ray-worker"],
+        1: nodes["ray-gpu-worker"],
+    }
+    assert stack.api("GET", f"/pools/{spec.GPU_POOL}")["deferred_slots"] == spec.SLOTS_PER_GPU
+
+    stack.kill("ray-worker")
+    run.wait_for_trial_ti(0, "deferred", try_number=2)
+    assert set(bundle_nodes(run.actor_name(trial_id)).values()) == {nodes["ray-gpu-worker"]}
+    run.open_gate()
+    assert run.finish() == "success"
+    run.assert_no_lost_results()
+    journals = run.assert_no_duplicate_trial()
+    assert len(journals[trial_id]) == 2 and journals[trial_id][-1].resumed_from >= HOLD_AT
+    run.assert_tasks_end({0: ["failed", "success"]})
+    _assert_not_counted(run)
+    store = _store(shape)
+    try:
+        assert _node_of_last_result(store, [trial_id]) == {trial_id: nodes["ray-gpu-worker"]}
+    finally:
+        store.dispose()
+
+
+def test_the_ray_train_example_spreads_its_workers_over_two_nodes_and_survives_a_killed_one(
+    stack, shape
+):
+    """Issue 51: ``dags/ray_train_tuning.py`` end to end on the shape. Each trial's 2 Train
+    workers run on the two worker nodes (``placement_strategy="SPREAD"``), as the node ids
+    recorded with every result show. A Train worker's process SIGKILLed mid-epoch is started
+    again by Train from the trial's latest checkpoint (``train_max_failures``): the trial goes on
+    in the same actor, no failure counted, no gap or repeat in its iterations."""
+    pytest.importorskip("torch", reason="the Ray Train example needs torch (.ci/run installs it)")
+    shutil.copy(Path(REPO) / "dags" / "ray_train_tuning.py", shape.dags_folder)
+    run_id = stack.trigger("ray_train_tuning")
+    store = _store(shape)
+    try:
+
+        def kill_once_a_trial_reported_twice() -> tuple[str, int] | None:
+            trials = store.reader.list_trials(experiment_name="ray_train_tuning")
+            if not any(len(_results(store, t.trial_id)) >= 2 for t in trials):
+                return None
+            return kill_a_train_worker("ray_train_tuning")
+
+        killed, pid = stack.wait_for(kill_once_a_trial_reported_twice, 600, "a Train worker")
+        assert stack.wait_for_run("ray_train_tuning", run_id, 900) == "success"
+        nodes = node_names(shape)
+        spread = sorted([nodes["ray-worker"], nodes["ray-gpu-worker"]])
+        trials = store.reader.list_trials(experiment_name="ray_train_tuning")
+        assert len(trials) == 4 and {t.num_failures for t in trials} == {0}, trials
+        for trial in trials:
+            results = _results(store, trial.trial_id)
+            steps = [(r["training_iteration"], r["epoch"]) for r in results]
+            assert steps == [(i, i) for i in range(1, len(results) + 1)], (trial.trial_id, steps)
+            assert all(r["worker_node_ids"] == spread for r in results), trial.trial_id
+        # The killed worker's trial ran on in its one actor: Train restarted the workers.
+        since_restore = [r["iterations_since_restore"] for r in _results(store, killed)]
+        assert since_restore == list(range(1, len(since_restore) + 1)), (killed, pid)
+    finally:
+        store.dispose()

@@ -4,6 +4,7 @@ gloo workers per trial, and the engine keeps, resumes and judges it as any other
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 import ray
@@ -33,7 +34,7 @@ class KillOnce(Callback):
                 ray.kill(find_trial_actor(trial.experiment_name, trial.trial_id))
 
 
-def _trial(trial_id: str, lr: float) -> Trial:
+def _trial(trial_id: str, lr: float, **settings) -> Trial:
     # 2 CPUs for the actor, the Train driver: on 3 CPUs one trial runs at a time, and its 2
     # workers (0.25 CPU each, in the placement group Train reserves itself) fit beside it, as do
     # those of the killed actor's run until Train's PlacementGroupCleaner removes their group.
@@ -45,7 +46,7 @@ def _trial(trial_id: str, lr: float) -> Trial:
         resources={"cpu": 2},
         keep_checkpoints_num=2,
         checkpoint_score_attr="min-loss",
-        max_failures=1,
+        **{"max_failures": 1, **settings},
     )
 
 
@@ -95,3 +96,54 @@ def test_train_workers_report_the_trials_results_checkpoints_resume_and_asha_sto
     assert all(os.path.isfile(os.path.join(record.path, "state.pt")) for record in kept)
     best = trials["good"].checkpoint_manager.best()
     assert best.metrics["loss"] == min(r["loss"] for r in good if r.get("epoch"))
+
+
+class KillATrainWorker(Callback):
+    """SIGKILLs the process of one of the trial's Train workers once, right after the trial's
+    result at ``iteration``: the workers are then inside the next epoch."""
+
+    def __init__(self, iteration: int) -> None:
+        self.iteration, self.killed_pid = iteration, None
+
+    def on_trial_result(self, trial, result):
+        if result["training_iteration"] != self.iteration or self.killed_pid is not None:
+            return
+        from ray._private.state import actors  # the GCS's table: no dashboard needed
+
+        workers = [
+            a["Pid"]
+            for a in actors().values()
+            if a["ActorClassName"].endswith("RayTrainWorker") and a["State"] == "ALIVE"
+        ]
+        assert len(workers) == 2, workers
+        self.killed_pid = workers[-1]
+        os.kill(self.killed_pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("ray_cluster", [{"num_cpus": 3, "num_gpus": 0}], indirect=True)
+def test_a_train_worker_killed_mid_epoch_restarts_the_workers_from_the_trials_last_checkpoint(
+    ray_cluster, storage
+):
+    """Issue 51: a Train worker's process SIGKILLed mid-epoch. Train's FailureConfig (the
+    example's ``train_max_failures``) starts the workers again from the latest checkpoint they
+    reported, which is the trial's latest: the trial goes on in the same actor, spends none of its
+    max_failures, and its stored iterations have no gap and no repeat."""
+    kill = KillATrainWorker(iteration=2)
+    runner = TrialRunner("train-exp", storage_path=storage, callbacks=[kill], wait_timeout_s=120.0)
+    # max_failures=0: a counted failure would end the trial ERROR.
+    trial = _trial(
+        "killed-worker", 0.05, max_failures=0, stopping_criterion={"training_iteration": 5}
+    )
+    runner.add_trial(trial)
+    runner.run()
+
+    assert kill.killed_pid is not None
+    assert trial.status == TrialStatus.TERMINATED, trial.error_msg
+    assert trial.num_failures == 0
+    results = [r for _, r in runner.results("killed-worker")]
+    assert [(r["training_iteration"], r["epoch"]) for r in results] == [(i, i) for i in range(1, 6)]
+    # One actor throughout: the restart was Train's, inside the trial.
+    assert [r["iterations_since_restore"] for r in results] == [1, 2, 3, 4, 5]
+    assert {r["world_size"] for r in results} == {2}
+    # Every result names the nodes its workers ran on (one node here).
+    assert all(len(r["worker_node_ids"]) == 1 for r in results)

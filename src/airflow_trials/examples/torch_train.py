@@ -8,9 +8,13 @@ every Train report (rank 0's metrics and checkpoint) to ``airflow_trials.report`
 results, checkpoints (keep-N, best) and scheduler verdicts are those of any trial.
 
 Config keys: ``lr``, ``hidden``, ``batch_size``, ``seed``, ``n_samples`` (as torch_mlp), and
-``num_workers`` (2), ``use_gpu`` (false), ``cpu_per_worker`` (0.25), ``epochs`` (1000: give the
-trial a stopping criterion). Each result carries ``loss`` (the validation loss), ``val_accuracy``,
-``epoch`` and ``world_size`` (the workers that trained it). Each checkpoint is a directory holding
+``num_workers`` (2), ``use_gpu`` (false), ``cpu_per_worker`` (0.25), ``placement_strategy`` (Train's
+for its workers' group: ``"PACK"``, or ``"SPREAD"`` to put them on different nodes),
+``train_max_failures`` (2: how often Train restarts its workers from its latest checkpoint when one
+dies, as its ``FailureConfig``; past that the trial fails) and ``epochs`` (1000: give the trial a
+stopping criterion). Each result carries ``loss`` (the validation loss), ``val_accuracy``,
+``epoch``, ``world_size`` (the workers that trained it) and ``worker_node_ids`` (the Ray nodes they
+ran on). Each checkpoint is a directory holding
 ``state.pt`` (the model's and optimizer's state and the epoch); a trial resumed from one continues
 at the next epoch.
 """
@@ -30,7 +34,7 @@ _STATE_FILE = "state.pt"
 def train(config: dict[str, Any]) -> None:
     """The trial's trainable: run the Train loop on ``num_workers`` workers, resuming from the
     trial's checkpoint when it has one."""
-    from ray.train import RunConfig, ScalingConfig
+    from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
     from airflow_trials import TrialReportCallback
@@ -44,10 +48,12 @@ def train(config: dict[str, Any]) -> None:
             num_workers=int(config.get("num_workers", 2)),
             use_gpu=bool(config.get("use_gpu", False)),
             resources_per_worker={"CPU": float(config.get("cpu_per_worker", 0.25))},
+            placement_strategy=str(config.get("placement_strategy", "PACK")),
         ),
         run_config=RunConfig(
             name=airflow_trials.get_trial_id(),
             storage_path=callback.storage_path,
+            failure_config=FailureConfig(max_failures=int(config.get("train_max_failures", 2))),
             callbacks=[callback],  # type: ignore[list-item]  # typed as Train V1 RunConfig
         ),
     )
@@ -56,11 +62,13 @@ def train(config: dict[str, Any]) -> None:
 
 def _train_loop(config: dict[str, Any]) -> None:
     """Runs on each Train worker: one epoch over this worker's shard per report."""
+    import ray
     import ray.train
     import ray.train.torch
     import torch
     from torch import nn
 
+    node_id = ray.get_runtime_context().get_node_id()
     context = ray.train.get_context()
     rank, world_size = context.get_world_rank(), context.get_world_size()
     seed = int(config.get("seed", 0))
@@ -81,6 +89,7 @@ def _train_loop(config: dict[str, Any]) -> None:
             "val_accuracy": val_accuracy,
             "epoch": epoch,
             "world_size": world_size,
+            "worker_node_id": node_id,  # the callback gathers every worker's: worker_node_ids
         }
         with tempfile.TemporaryDirectory() as directory:
             checkpoint = None

@@ -31,6 +31,8 @@ from ray.util.queue import Empty, Queue
 from airflow_trials.execution.worker.trainable import report
 
 _POLL_SECONDS = 1.0
+#: What each Train worker may report as its node's id (``ray.get_runtime_context().get_node_id()``).
+WORKER_NODE_ID = "worker_node_id"
 _STOP_WAIT_SECONDS = 60.0
 
 
@@ -57,8 +59,15 @@ class TrialReportCallback(UserCallback):
         metrics: list[dict[str, Any]],
         checkpoint: Checkpoint | None,
     ) -> None:
-        """In Train's controller: queue rank 0's metrics and the checkpoint's directory."""
-        self._queue.put((dict(metrics[0]), checkpoint.path if checkpoint else None))
+        """In Train's controller: queue rank 0's metrics and the checkpoint's directory. Where the
+        workers report their node (``worker_node_id``), the result gets every worker's, as the
+        sorted list ``worker_node_ids``: where the trial's training ran."""
+        result = dict(metrics[0])
+        nodes = {m[WORKER_NODE_ID] for m in metrics if WORKER_NODE_ID in m}
+        if nodes:
+            result.pop(WORKER_NODE_ID, None)
+            result["worker_node_ids"] = sorted(nodes)
+        self._queue.put((result, checkpoint.path if checkpoint else None))
 
     def fit(self, trainer: Any) -> Any:
         """Run ``trainer.fit()`` and report each of its results from the trainable's thread;
