@@ -46,6 +46,8 @@ EXPERIMENT = "bench_sweep_scale"
 class PeakMemory:
     """This process's peak resident memory while the block runs, sampled every 50 ms."""
 
+    interval_s = 0.05
+
     def __init__(self) -> None:
         import psutil
 
@@ -56,8 +58,11 @@ class PeakMemory:
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
     def _sample(self) -> None:
-        while not self._stop.wait(0.05):
-            self.peak = max(self.peak, self._process.memory_info().rss)
+        while not self._stop.wait(self.interval_s):
+            self._sample_once()
+
+    def _sample_once(self) -> None:
+        self.peak = max(self.peak, self._process.memory_info().rss)
 
     def __enter__(self) -> PeakMemory:
         self._thread.start()
@@ -66,6 +71,40 @@ class PeakMemory:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+
+
+class TreeMemory(PeakMemory):
+    """The peak resident memory of every process under ``roots`` (their pids), sampled every
+    0.5 s while the block runs: by command line (its first 70 characters), the largest process of
+    each (a Ray worker is named for the actor it hosts: ``ray::SweepDriver``)."""
+
+    interval_s = 0.5
+
+    def __init__(self, *roots: int) -> None:
+        super().__init__()
+        self.roots = roots
+        self.peaks: dict[str, int] = {}
+
+    def _sample_once(self) -> None:
+        import psutil
+
+        for root in self.roots:
+            try:
+                tree = [psutil.Process(root), *psutil.Process(root).children(recursive=True)]
+            except psutil.NoSuchProcess:
+                continue
+            for process in tree:
+                try:
+                    label = " ".join(process.cmdline())[:70] or process.name()
+                    rss = process.memory_info().rss
+                except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                    continue
+                self.peaks[label] = max(self.peaks.get(label, 0), rss)
+
+    def report(self, top: int = 12) -> None:
+        print(f"peak memory by process (the {top} largest):")
+        for label, peak in sorted(self.peaks.items(), key=lambda item: -item[1])[:top]:
+            print(f"  {peak / 2**20:7.0f} MiB  {label}")
 
 
 def sweep_spec(
@@ -355,21 +394,37 @@ def airflow(args: argparse.Namespace) -> None:
                 stack.trials_db_url,
                 str(stack.storage),
             )
-            start = time.perf_counter()
-            driver = SweepDriver(spec)
-            driver.wait(24 * 3600)
-            direct_s = time.perf_counter() - start
+            with PeakMemory() as direct_memory:
+                start = time.perf_counter()
+                driver = SweepDriver(spec)
+                driver.wait(24 * 3600)
+                direct_s = time.perf_counter() - start
             ray.shutdown()
+            print(
+                f"sweep driver directly: {direct_s:.1f} s, this process's peak memory "
+                f"{direct_memory.peak / 2**20:.0f} MiB",
+                flush=True,
+            )
             mainjob.start_airflow(stack)
             if (
                 not args.cold
             ):  # a deployment's workers and triggerer have run a task and a trigger before
                 print(f"warm-up run of {warmup}: {run_dag(stack, warmup, args.timeout_s)[1]:.1f} s")
-            run_id, airflow_s = run_dag(stack, name, args.timeout_s)
+            assert stack.ray is not None and stack.airflow is not None
+            with TreeMemory(stack.ray.pid, stack.airflow.pid) as memory:
+                run_id, airflow_s = run_dag(stack, name, args.timeout_s)
+            memory.report()
             ((queued,),) = mainjob._airflow_db(
                 stack, "SELECT queued_at FROM dag_run WHERE dag_id = ? AND run_id = ?", name, run_id
             )
             print_breakdown(stack, name, run_id, _parse(queued))
+            for task_id, key, size in mainjob._airflow_db(
+                stack,
+                "SELECT task_id, key, length(value) FROM xcom WHERE dag_id = ? AND run_id = ?",
+                name,
+                run_id,
+            ):
+                print(f"  XCom {task_id} {key}: {size} bytes")
         finally:
             mainjob.stop(stack)
     print(

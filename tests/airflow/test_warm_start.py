@@ -138,31 +138,28 @@ def test_a_warm_started_sweeps_searcher_learns_the_seeds_before_its_first_sugges
     store = trials_env.store
     _, night2 = runs_trials(store, name, second.run_id)
     by_id = {t.trial_id: t for t in night2}
-    suggested = xcom(second, "tune.suggest_configs")
-    seeds, asked = suggested[:2], suggested[2:]
-    assert all(entry["warm_start"] for entry in seeds) and all(
-        entry["config"] == {} for entry in asked
-    )
-    assert [bool(entry.get("warm_points")) for entry in suggested] == [
-        True,
-        False,
-        False,
-        False,
-        False,
-    ]
+    # suggest_configs registered the trials, the seeds first, and handed on a reference to them:
+    # the seeds' origins, and the points the searcher learns first, once
+    reference = xcom(second, "tune.suggest_configs")
+    run_pk = by_id[night2[0].trial_id].experiment_run_id
+    order = [s.trial_id for s in store.reader.run_trial_states(run_pk)]
+    seeds, asked = order[:2], order[2:]
+    assert reference["num_trials"] == 5 and sorted(reference["origins"]) == sorted(seeds)
+    assert all(by_id[t].warm_start for t in seeds) and not any(by_id[t].warm_start for t in asked)
 
     replay = airflow_searcher(seeded_search(), {"x": uniform(0.0, 1.0)}, "loss", "min")
-    for config, value in seeds[0]["warm_points"]:  # night 1's best two, as the driver learnt them
+    for config, value in reference["warm_points"]:  # night 1's best two, as the driver learnt them
         replay.add_evaluated_point(config, value)
-    for entry in seeds:  # then the seeds' runs tonight, as each ended
-        seed = by_id[entry["trial_id"]]
-        assert seed.config == entry["config"] and seed.warm_start["run_key"] != second.run_id
+    for trial_id in seeds:  # then the seeds' runs tonight, as each ended
+        seed = by_id[trial_id]
+        source = store.reader.get_trial(seed.warm_start["trial_id"])
+        assert seed.config == source.config and seed.warm_start["run_key"] != second.run_id
         replay.add_evaluated_point(seed.config, seed.last_result["loss"])
-    for entry in asked:
-        trial = by_id[entry["trial_id"]]
+    for trial_id in asked:
+        trial = by_id[trial_id]
         assert trial.config == replay.suggest(trial.trial_id) and trial.warm_start is None
         replay.on_trial_complete(trial.trial_id, trial.last_result)
-    assert by_id[asked[0]["trial_id"]].config == {"x": 0.9}
+    assert by_id[asked[0]].config == {"x": 0.9}
     assert len(night2) == 5 and {t.status.value for t in night2} == {"TERMINATED"}
 
 

@@ -4,6 +4,8 @@ driver's own functions (``resumable_trials``, ``sweep_search``) on a real store.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from airflow_trials import OptunaSearch
@@ -93,6 +95,59 @@ def storage(tmp_path) -> TrialStorage:
 
 class SweepResumeContract:
     backend: str
+
+    def test_a_run_registered_in_the_store_resumes_as_its_listed_trials_do(
+        self, store, store_url, storage
+    ):
+        """A sweep's suggest_configs registers the run's trials (the seed with its config, the
+        searcher's with {}) and its driver reads them by the run's id (``trials=None``). Fresh,
+        each is planned or asked for; a searched trial takes its config when it starts; after the
+        same history as the test below, the driver resumes exactly what the listed trials give."""
+        store.ensure_experiment("exp", metric="loss", mode="min")
+        run_pk = store.create_experiment_run("exp", "run1")
+        origin = {"run_key": "run0", "trial_id": "earlier"}
+        planned = [(IDS[0], {"x": 0.35}, origin)] + [(i, {}, None) for i in IDS[1:]]
+        store.register_trials(
+            run_pk, planned, trainable=TRAINABLE, resources={"cpu": 1}, max_failures=0
+        )
+        origins = {IDS[0]: {"warm_start": origin, "restore_path": None}}
+        listed = dataclasses.replace(spec(store_url, run_pk, searcher()), origins=origins)
+        registered = dataclasses.replace(listed, trials=None)
+        states = store.reader.run_trial_states(run_pk)
+        assert [(s.trial_id, s.config, s.never_started) for s in states] == [
+            (t, c, True) for t, c, _ in planned
+        ]
+        assert store.reader.get_trial(IDS[0]).warm_start == origin
+
+        fresh = resumable_trials(registered, store, storage)
+        assert [(t.trial_id, t.config) for t in fresh.trials] == [(IDS[0], {"x": 0.35})]
+        assert (fresh.to_ask, fresh.asked, fresh.done, fresh.total) == (IDS[1:], 0, 0, 6)
+
+        ended(store, run_pk, IDS[0], {"x": 0.35}, 0.0025)
+        ended(store, run_pk, IDS[1], {"x": 0.1}, 0.04)
+        ended(store, run_pk, IDS[2], {"x": 0.2}, None)
+        started(store, run_pk, IDS[3], {"x": 0.7})
+        path = checkpointed(store, storage, IDS[3], 2)
+        store.register_trials(  # a retry of suggest_configs changes nothing registered
+            run_pk, planned, trainable=TRAINABLE, resources={"cpu": 1}, max_failures=0
+        )
+        assert store.reader.get_trial(IDS[1]).config == {"x": 0.1}  # as it started
+        assert store.reader.get_trial(IDS[0]).status is TrialStatus.TERMINATED
+
+        mine, theirs = (resumable_trials(s, store, storage) for s in (registered, listed))
+        assert [(t.trial_id, t.config, t.restore_source()) for t in mine.trials] == [
+            (IDS[3], {"x": 0.7}, path)
+        ]
+        assert [(t.trial_id, t.config) for t in theirs.trials] == [(IDS[3], {"x": 0.7})]
+        assert (mine.to_ask, mine.asked, mine.done, mine.best, mine.ended, mine.total) == (
+            theirs.to_ask,
+            theirs.asked,
+            theirs.done,
+            theirs.best,
+            theirs.ended,
+            theirs.total,
+        )
+        assert mine.to_ask == IDS[4:] and mine.asked == 3 and mine.done == 3
 
     def test_a_resumed_run_keeps_its_asked_configs_and_asks_only_for_the_rest(
         self, store, store_url, storage

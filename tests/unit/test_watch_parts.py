@@ -114,7 +114,7 @@ def test_a_trial_watch_tells_and_frees_its_actor_through_the_actor_client():
 
 def test_a_sweep_watch_finds_its_driver_through_the_trigger_s_callable():
     class Reader:
-        def list_trials(self, experiment_run_id):
+        def run_trial_states(self, experiment_run_id):
             assert experiment_run_id == 7
             return []
 
@@ -129,7 +129,7 @@ def test_a_sweep_watch_finds_its_driver_through_the_trigger_s_callable():
         "exp",
         "run1",
         7,
-        ["a", "b"],
+        2,
         find=lambda: finds.append(1),  # no driver lives
         open_store=open_store,
         log=logging.getLogger("sweep"),

@@ -97,6 +97,7 @@ from airflow_trials.experiment.settings import (
     trial_gpu_classes,
     trial_ids,
 )
+from airflow_trials.experiment.sweep_trials import registered_sweep
 from airflow_trials.experiment.trial_ends import reconcile_trial_ends
 from airflow_trials.export.mlflow_mapping import MlflowExport
 from airflow_trials.hooks.trials import DEFAULT_RAY_CONN_ID, DEFAULT_TRIALS_CONN_ID, TrialsHook
@@ -271,10 +272,14 @@ def _declare_tasks(plan: TuningPlan) -> None:
     from_asset = plan.warm_start is not None and plan.warm_start.source == ASSET
 
     @task(task_id="suggest_configs", inlets=[plan.asset] if from_asset else [])
-    def suggest_configs(data_version: str | None = None, **context: Any) -> list[dict[str, Any]]:
+    def suggest_configs(
+        data_version: str | None = None, **context: Any
+    ) -> list[dict[str, Any]] | dict[str, Any]:
         # data_version: the template of tuning_experiment(data_version=...), rendered.
         version = run_data_version(plan.experiment_name, plan.data_version, data_version, context)
-        return plan.suggest(context, data_version=version)
+        entries = plan.suggest(context, data_version=version)
+        # A sweep's trials are read from the trials DB: its XCom does not grow with them.
+        return registered_sweep(plan, entries) if plan.sweep else entries
 
     suggested = suggest_configs(template_of(plan.data_version))
     trial_tasks = _trial_tasks(plan, suggested)
@@ -290,7 +295,7 @@ def _declare_tasks(plan: TuningPlan) -> None:
         trigger_rule="all_done",
         outlets=select_outlets,
     )
-    def select_best(suggested: list[dict[str, Any]] | None, **context: Any) -> dict[str, Any]:
+    def select_best(suggested: list[Any] | dict[str, Any] | None, **context: Any) -> dict[str, Any]:
         best = plan.select_best(suggested, context)
         if plan.data_version is not None:  # the Asset event tells the data it tuned on
             best["data_version"] = recorded_data_version(

@@ -4,7 +4,6 @@ hands it on as it is)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow.sdk.exceptions import AirflowFailException
@@ -13,12 +12,13 @@ from airflow_trials.core.constraints import Constraints
 from airflow_trials.core.goal import Goal
 from airflow_trials.experiment.trial_ends import describe_counts, reconcile_trial_ends
 from airflow_trials.hooks.trials import TrialsHook
+from airflow_trials.operators.suggested_trials import SuggestedTrials
 
 
 def select_one_best(
     experiment_name: str,
     hook: TrialsHook,
-    suggested: Sequence[Mapping[str, Any]],
+    suggested: SuggestedTrials,
     run_id: str,
     goal: tuple[str, str],
     constraints: Constraints,
@@ -30,12 +30,10 @@ def select_one_best(
     :raises AirflowFailException: no trial that counts reported the metric.
     """
     metric, mode = goal
-    run_pk = suggested[0]["experiment_run_id"]
+    run_pk = suggested.run_pk
     store = hook.get_store()
     try:
-        counts = reconcile_trial_ends(
-            hook, store, experiment_name, run_pk, [s["trial_id"] for s in suggested]
-        )
+        counts = reconcile_trial_ends(hook, store, experiment_name, run_pk, suggested.trial_ids)
         # The run's board (store/board.py): its best is the one every screen names.
         board = store.reader.board(run_pk, Goal.of(metric, mode))
         # The trials that count (docs/store.md "Which trials count").
@@ -69,7 +67,7 @@ def select_one_best(
         "finished_trials": len(finished),
         "failed_trials": counts["failed"],
         "never_ran_trials": counts["never_ran"],
-        "trials": len(suggested),
+        "trials": suggested.count,
         # The board ranks feasible trials first: infeasible only when none is.
         **({"constraints": constraints.spec, "feasible": top.feasible} if constraints else {}),
     }

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from airflow.sdk.exceptions import AirflowFailException
@@ -14,6 +14,7 @@ from airflow_trials.core.goal import Goal
 from airflow_trials.core.pick import Candidate, Pick
 from airflow_trials.experiment.trial_ends import describe_counts, reconcile_trial_ends
 from airflow_trials.hooks.trials import TrialsHook
+from airflow_trials.operators.suggested_trials import SuggestedTrials
 from airflow_trials.store.board import Board, BoardRow
 
 log = logging.getLogger(__name__)
@@ -22,7 +23,7 @@ log = logging.getLogger(__name__)
 def select_pareto_best(
     experiment_name: str,
     hook: TrialsHook,
-    suggested: Sequence[Mapping[str, Any]],
+    suggested: SuggestedTrials,
     context: Mapping[str, Any],
     pick: Pick,
     constraints: Constraints | None = None,
@@ -39,7 +40,7 @@ def select_pareto_best(
         pick's bounds (the message names the pick and the front).
     """
     run_id = context["ti"].run_id
-    run_pk = suggested[0]["experiment_run_id"]
+    run_pk = suggested.run_pk
     metrics = list(pick.metrics)
     counts, board, chosen = _pick_and_finish(hook, experiment_name, run_pk, suggested, pick, run_id)
     candidates = board.candidates
@@ -74,7 +75,7 @@ def select_pareto_best(
         "finished_trials": len(candidates),
         "failed_trials": counts["failed"],
         "never_ran_trials": counts["never_ran"],
-        "trials": len(suggested),
+        "trials": suggested.count,
     }
 
 
@@ -82,7 +83,7 @@ def _pick_and_finish(
     hook: TrialsHook,
     experiment_name: str,
     run_pk: int,
-    suggested: Sequence[Mapping[str, Any]],
+    suggested: SuggestedTrials,
     pick: Pick,
     run_id: str,
 ) -> tuple[dict[str, int], Board, Candidate | None]:
@@ -91,9 +92,7 @@ def _pick_and_finish(
     and the chosen candidate."""
     store = hook.get_store()
     try:
-        counts = reconcile_trial_ends(
-            hook, store, experiment_name, run_pk, [s["trial_id"] for s in suggested]
-        )
+        counts = reconcile_trial_ends(hook, store, experiment_name, run_pk, suggested.trial_ids)
         # The run's board (store/board.py): the trials that count, feasible first, ranked.
         board = store.reader.board(run_pk, Goal.of(list(pick.metrics), list(pick.modes)))
         chosen = pick.choose(board.candidates)

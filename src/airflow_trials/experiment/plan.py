@@ -34,6 +34,7 @@ from airflow_trials.experiment.settings import (
 from airflow_trials.experiment.warm_start_source import WarmSeeds, warm_seeds
 from airflow_trials.export.mlflow_mapping import MlflowExport
 from airflow_trials.hooks.trials import TrialsHook
+from airflow_trials.operators.suggested_trials import SuggestedTrials
 from airflow_trials.operators.trial_operator import RunTrialOperator, task_retries
 from airflow_trials.operators.tuning import airflow_searcher
 from airflow_trials.pools import gpu_pool_slots
@@ -443,7 +444,7 @@ class TuningPlan:
     # -- select_best ---------------------------------------------------------------------------
 
     def select_best(
-        self, suggested: Sequence[Mapping[str, Any]] | None, context: Mapping[str, Any]
+        self, suggested: Sequence[Mapping[str, Any]] | Mapping[str, Any] | None, context: Any
     ) -> dict[str, Any]:
         """Record the run's trial ends, finish the experiment run, and return its best trial.
 
@@ -455,15 +456,19 @@ class TuningPlan:
                 f"Experiment {self.experiment_name}: suggest_configs produced no trials in run "
                 f"{run_id}; see its log for the reason."
             )
+        try:  # the mapped path's list, or a sweep's reference to its registered trials
+            trials = SuggestedTrials.of(suggested, f"Experiment {self.experiment_name}")
+        except ValueError as e:
+            raise AirflowFailException(str(e)) from e
         run = self.settings_for_run(context)
         pick = self.pick_for(run)
         if pick is not None:
             hook = TrialsHook(self.ray_conn_id, self.trials_conn_id)
             return select_pareto_best(
-                self.experiment_name, hook, suggested, context, pick, self.constraints
+                self.experiment_name, hook, trials, context, pick, self.constraints
             )
         metric, mode = run.one_metric("select_best without a pick")
         hook = TrialsHook(self.ray_conn_id, self.trials_conn_id)
         return select_one_best(
-            self.experiment_name, hook, suggested, run_id, (metric, mode), self.constraints
+            self.experiment_name, hook, trials, run_id, (metric, mode), self.constraints
         )

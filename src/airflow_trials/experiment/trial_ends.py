@@ -14,28 +14,38 @@ log = logging.getLogger(__name__)
 
 
 def reconcile_trial_ends(
-    hook: TrialsHook, store: Any, experiment_name: str, run_pk: int, trial_ids: Sequence[str]
+    hook: TrialsHook,
+    store: Any,
+    experiment_name: str,
+    run_pk: int,
+    trial_ids: Sequence[str] | None,
 ) -> dict[str, int]:
     """Make the store tell the truth once every trial task of a run is done, and count the ends.
 
     A trial still PENDING, RUNNING or PAUSED here lost its task for good (a worker killed, a
     trigger that failed) without its end being recorded: it is stopped on Ray, if anything of it
     is left there, and recorded as ERROR. A suggested trial the store never saw never ran.
+    ``trial_ids`` None: the run's trials are those registered in the store (a sweep's, registered
+    before its driver starts), and one its driver never started never ran.
     Returns counts of ``finished`` (TERMINATED), ``failed`` (ERROR) and ``never_ran`` trials.
     """
-    records = {r.trial_id: r for r in store.reader.list_trials(experiment_run_id=run_pk)}
-    stuck = [r for r in records.values() if not r.status.is_terminal()]
+    states = store.reader.run_trial_states(run_pk)
+    registered = trial_ids is None
+    never_started = [s for s in states if registered and s.never_started]
+    stuck = [
+        s for s in states if not s.status.is_terminal() and not (registered and s.never_started)
+    ]
     if stuck:
         executor = hook.get_actor_client()
-        for record in stuck:
-            executor.terminate(experiment_name, record.trial_id)
+        for state in stuck:
+            executor.terminate(experiment_name, state.trial_id)
             store.record_transition(
-                record.trial_id,
+                state.trial_id,
                 Transition.ABANDONED,
                 why=(
-                    f"Trial {record.trial_id} of experiment {experiment_name} was still "
-                    f"{record.status.value} when "
-                    f"every trial task of its run had ended: its task (try {record.try_number}) "
+                    f"Trial {state.trial_id} of experiment {experiment_name} was still "
+                    f"{state.status.value} when "
+                    f"every trial task of its run had ended: its task (try {state.try_number}) "
                     "failed without "
                     "recording the trial's end. It was stopped on Ray; see that task's log for the "
                     "cause."
@@ -44,13 +54,14 @@ def reconcile_trial_ends(
         log.warning(
             "Recorded %d trial(s) whose tasks ended without recording their end as ERROR: %s",
             len(stuck),
-            ", ".join(r.trial_id for r in stuck),
+            ", ".join(s.trial_id for s in stuck),
         )
-    statuses = [r.status.value for r in store.reader.list_trials(experiment_run_id=run_pk)]
+    statuses = [s.status.value for s in states]
+    unseen = set(trial_ids or ()) - {s.trial_id for s in states}
     counts = {
         "finished": statuses.count("TERMINATED"),
-        "failed": statuses.count("ERROR"),
-        "never_ran": len(set(trial_ids) - set(records)),
+        "failed": statuses.count("ERROR") + len(stuck),
+        "never_ran": len(unseen) + len(never_started),
     }
     log.info("Experiment %s, run %s: %s.", experiment_name, run_pk, describe_counts(counts))
     return counts

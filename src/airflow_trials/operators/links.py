@@ -69,7 +69,10 @@ class SweepDashboardLink(BaseOperatorLink):
 
 def sweep_run_pk(trials: Any) -> int | None:
     """The experiment run that a sweep's rendered ``trials`` all name; None when they name none or
-    several, or are not rendered yet (an ``XComArg``)."""
+    several, or are not rendered yet (an ``XComArg``). A sweep's reference to its registered
+    trials names its run once."""
+    if isinstance(trials, Mapping):
+        trials = [trials]
     if not isinstance(trials, list):
         return None
     run_pks = {t.get("experiment_run_id") for t in trials if isinstance(t, Mapping)}

@@ -20,6 +20,7 @@ from airflow_trials.core.sweep_progress import end_line, sweep_summary
 from airflow_trials.exceptions import AirflowTrialsError
 from airflow_trials.hooks.trials import DEFAULT_RAY_CONN_ID, DEFAULT_TRIALS_CONN_ID, TrialsHook
 from airflow_trials.operators.links import SweepDashboardLink, sweep_run_pk
+from airflow_trials.operators.suggested_trials import SuggestedTrials, warm_started
 from airflow_trials.operators.trial_operator import MAX_INFRASTRUCTURE_RESTARTS
 from airflow_trials.operators.tuning import airflow_searcher
 from airflow_trials.pools import DEFAULT_SLOTS_PER_GPU, gpu_pool_slots
@@ -53,8 +54,10 @@ class RunSweepOperator(BaseOperator):
     ``max_failures``; ``retries`` (default 3) are for losses of the driver.
 
     :param trainable: import path, ``"package.module:name"``. Templated.
-    :param trials: the run's trials, each ``{"trial_id", "config", "experiment_run_id"}``
-        (``suggest_configs``' list); one task however long it is. Templated.
+    :param trials: the run's trials: ``suggest_configs``' XCom with ``sweep=True``, a reference
+        to the trials it registered in the trials DB (``{"experiment_run_id", "num_trials", ...}``,
+        whose size does not grow with the trials: the driver reads them by the run's id), or a
+        list of ``{"trial_id", "config", "experiment_run_id"}``; one task however many. Templated.
     :param metric: the metric trials are ranked by. :param mode: ``"min"`` or ``"max"``; default
         ``"min"``. Several at once as lists (``metric=["val_acc", "latency"], mode=["max",
         "min"]``): the searcher optimises all of them, a scheduler judges the one it names (or all,
@@ -154,35 +157,22 @@ class RunSweepOperator(BaseOperator):
     def _hook(self) -> TrialsHook:
         return TrialsHook(self.ray_conn_id, self.trials_conn_id)
 
-    def _run_ids(self, context: Context) -> tuple[str, int, list[tuple[str, dict[str, Any]]]]:
-        """The experiment, its run's id in the trials DB, and ``(trial id, config)`` of its
-        trials."""
+    def _run_ids(self, context: Context) -> tuple[str, SuggestedTrials]:
+        """The experiment and the run's trials (:class:`SuggestedTrials`)."""
         from airflow_trials.operators.trial_operator import experiment_name_for
 
         ti = context["ti"]
         experiment = self.experiment_name or experiment_name_for(ti.dag_id)
-        trials = list(self.trials or [])
-        if not trials:
-            raise AirflowFailException(
-                f"Sweep {ti.task_id} of experiment {experiment}: no trials were given "
-                f"for run {ti.run_id}; see the upstream task's log."
-            )
-        run_ids = {t.get("experiment_run_id") for t in trials}
-        if len(run_ids) != 1 or None in run_ids:
-            raise AirflowFailException(
-                f"Sweep {ti.task_id}: its trials must all name one experiment_run_id, "
-                f"got {sorted(map(str, run_ids))}; pass suggest_configs' list as it is."
-            )
-        return (
-            experiment,
-            int(run_ids.pop()),
-            [(t["trial_id"], dict(t.get("config") or {})) for t in trials],
-        )
+        owner = f"Sweep {ti.task_id} of experiment {experiment}, run {ti.run_id}"
+        try:
+            return experiment, SuggestedTrials.of(self.trials, owner)
+        except ValueError as e:
+            raise AirflowFailException(str(e)) from e
 
-    def _trial_kwargs(self) -> dict[str, Any]:
+    def _trial_kwargs(self, suggested: SuggestedTrials) -> dict[str, Any]:
         """The Trial arguments; a run's own settings (``from_params``), which every suggested trial
         carries, replace the DAG file's."""
-        first = dict((self.trials or [{}])[0])
+        first = suggested.settings
         run = {key: first[key] for key in _PER_RUN if key in first}
         return {
             "resources": run.get("resources_per_trial", self.resources_per_trial),
@@ -203,29 +193,29 @@ class RunSweepOperator(BaseOperator):
         from airflow_trials.operators.lineage import openlineage_enabled
 
         ti = context["ti"]
-        experiment, run_pk, trials = self._run_ids(context)
+        experiment, suggested = self._run_ids(context)
         load_trainable(self.trainable)  # an unknown path fails here, before any Ray work
         hook = self._hook()
-        spec = self._sweep_spec(hook, ti.run_id, experiment, run_pk, trials)
+        spec = self._sweep_spec(hook, ti.run_id, experiment, suggested)
         driver, started = start_or_attach_driver(spec)
         claim_driver(driver, spec, ti.try_number, started)
         self.log.info(
             "%s the sweep driver %s of %d trials on Ray.",
             "Started" if started else "Re-attached to",
             spec.name,
-            len(trials),
+            suggested.count,
         )
         trigger = SweepTrigger(
             experiment,
             ti.run_id,
-            run_pk,
-            [t for t, _ in trials],
+            suggested.run_pk,
+            suggested.count,
             try_number=ti.try_number,
             ray_conn_id=self.ray_conn_id,
             trials_conn_id=self.trials_conn_id,
             poll_interval_seconds=self.poll_interval_seconds,
             progress_interval_seconds=self.progress_interval_seconds,
-            warm_started_trials=self._warm_started(),
+            warm_started_trials=len(suggested.origins),
             push_return_value=self.do_xcom_push,
             # Airflow's listeners (OpenLineage's) hear of a task's end only in a worker.
             end_in_trigger=not self.outlets and not openlineage_enabled(),
@@ -236,10 +226,10 @@ class RunSweepOperator(BaseOperator):
         return self.execute_complete(context, asyncio.run(_first_event(trigger)))
 
     def _sweep_spec(
-        self, hook: TrialsHook, run_id: str, experiment: str, run_pk: int, trials: Any
+        self, hook: TrialsHook, run_id: str, experiment: str, suggested: SuggestedTrials
     ) -> Any:
-        """What the sweep's driver on Ray runs: the trials, their goal, settings and searcher,
-        and where they record and store."""
+        """What the sweep's driver on Ray runs: the trials (a reference's are read by the driver
+        from the trials DB), their goal, settings and searcher, and where they record and store."""
         from airflow_trials.execution.driver.sweep_driver import SweepSpec
 
         client = hook.get_actor_client()
@@ -247,30 +237,30 @@ class RunSweepOperator(BaseOperator):
         return SweepSpec(
             experiment_name=experiment,
             run_key=run_id,
-            experiment_run_id=run_pk,
+            experiment_run_id=suggested.run_pk,
             trainable=self.trainable,
-            trials=trials,
+            trials=suggested.listed,
             metric=self.metric,
             mode=self.mode,
             db_url=hook.db_hook.get_url(),
             storage_path=client.storage.storage_path,
             namespace=settings["namespace"],
-            trial_kwargs=self._trial_kwargs(),
-            scheduler=self._scheduler_for_run(),
+            trial_kwargs=self._trial_kwargs(suggested),
+            scheduler=self._scheduler_for_run(suggested),
             max_concurrent_trials=self.max_concurrent_trials,
-            origins=_origins(self.trials),
+            origins=suggested.origins,
             search_alg=self.search_alg,
-            warm_points=list(self.trials[0].get("warm_points") or ()),
-            stored_run_key=self._stored_run_key(hook, experiment, run_pk, run_id),
+            warm_points=list(suggested.settings.get("warm_points") or ()),
+            stored_run_key=self._stored_run_key(hook, experiment, suggested.run_pk, run_id),
         )
 
-    def _scheduler_for_run(self) -> Any:
+    def _scheduler_for_run(self, suggested: SuggestedTrials) -> Any:
         """The scheduler; an extension that raises the stop (``airflow-trials extend``) gives
         ASHA the raised ``max_t`` in its first trial's entry."""
         from airflow_trials.core.run_extension import SWEEP_MAX_T
         from airflow_trials.schedulers.asha.async_hyperband import with_max_t
 
-        max_t = dict((self.trials or [{}])[0]).get(SWEEP_MAX_T)
+        max_t = suggested.settings.get(SWEEP_MAX_T)
         return self.scheduler if max_t is None else with_max_t(self.scheduler, max_t)
 
     @staticmethod
@@ -286,9 +276,6 @@ class RunSweepOperator(BaseOperator):
             store.dispose()
         return None if key == run_id else key
 
-    def _warm_started(self) -> int:
-        return sum(1 for t in self.trials if t.get("warm_start"))
-
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """The run ended: push and return its counts and best trial. A lost or failed driver
         raises, and Airflow's retry resumes the run. (Under a triggerer, a run that finished ends
@@ -301,7 +288,7 @@ class RunSweepOperator(BaseOperator):
                 f"The sweep driver of run {end.run_key} failed; the task's next "
                 f"try resumes the run's unfinished trials.\n{end.error}"
             )
-        summary = sweep_summary(end.run_key, end.progress, self._warm_started())
+        summary = sweep_summary(end.run_key, end.progress, warm_started(self.trials))
         self.log.info("%s", end_line(summary))
         context["ti"].xcom_push(key="sweep", value=summary)
         # For get_openlineage_facets_on_complete; read without raising: the run has ended.
@@ -403,12 +390,3 @@ def _best_first(metric: Any, mode: Any) -> str:
     better."""
     first, first_mode = (metric[0], mode[0]) if isinstance(metric, list) else (metric, mode)
     return str(first) if first_mode == "max" else f"min-{first}"
-
-
-def _origins(trials: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
-    """The warm-started trials' origins (their source and restore path), by trial id."""
-    return {
-        t["trial_id"]: {"warm_start": t["warm_start"], "restore_path": t.get("restore_path")}
-        for t in trials
-        if t.get("warm_start")
-    }

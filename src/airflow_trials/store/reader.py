@@ -50,6 +50,7 @@ from airflow_trials.store.run_history import (
     ExperimentHistory,
     experiment_history,
 )
+from airflow_trials.store.run_trials import TrialState, run_trial_states
 from airflow_trials.store.rungs import rung_values, rung_vectors, trial_rungs_query
 
 _EXPLOITS = TrialExploitRow.__table__
@@ -276,6 +277,13 @@ class TrialReader(RankingReads):
             )
         work = lambda session: [trial_record(row) for row in session.execute(query).scalars()]  # noqa: E731
         return self._read("list trials", work)
+
+    def run_trial_states(self, experiment_run_id: int) -> list[TrialState]:
+        """The run's trials, slim (:class:`~airflow_trials.store.run_trials.TrialState`: id,
+        config, status, started, failures, try), in ``list_trials``' order, without their
+        results: what a sweep of 100,000 trials reads of them."""
+        work = lambda session: run_trial_states(session, experiment_run_id)  # noqa: E731
+        return self._read(f"read the trials of experiment run {experiment_run_id}", work)
 
     def get_results(self, trial_id: str) -> list[dict[str, Any]]:
         """The trial's stored result dicts, ordered by iteration."""

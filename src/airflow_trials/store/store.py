@@ -19,6 +19,7 @@ from airflow_trials.store.reader import TrialReader
 from airflow_trials.store.retry import RetryPolicy
 from airflow_trials.store.run_deletion import RunDeleter
 from airflow_trials.store.rungs import RungsStore
+from airflow_trials.store.trial_registration import PlannedTrial, RunTrialsWriter
 from airflow_trials.store.trial_writes import TrialWriter
 
 if TYPE_CHECKING:
@@ -46,6 +47,7 @@ WRITERS = (
     ExtensionWriter,
     ApprovalWriter,
     TrialWriter,
+    RunTrialsWriter,
     IngestWriter,
     ExploitWriter,
     RungsStore,
@@ -130,6 +132,7 @@ class TrialStore:
         self._extensions = ExtensionWriter(db)
         self._approvals = ApprovalWriter(db)
         self._trials = TrialWriter(db)
+        self._run_trials = RunTrialsWriter(db)
         self._ingest = IngestWriter(db)
         self._exploits = ExploitWriter(db)
         self._deleter = RunDeleter(db)
@@ -299,6 +302,21 @@ class TrialStore:
             map_index=map_index,
             try_number=try_number,
             warm_start=warm_start,
+        )
+
+    def register_trials(
+        self,
+        experiment_run_id: int,
+        trials: Sequence[PlannedTrial],
+        *,
+        trainable: str,
+        resources: Mapping[str, Any] | Resources,
+        max_failures: int,
+    ) -> None:
+        """Register all the trials of a run (PENDING) in one transaction, ``(trial id, config,
+        warm start or None)`` each; those registered already are left as they are."""
+        self._run_trials.register_trials(
+            experiment_run_id, trials, (trainable, resources, max_failures)
         )
 
     def record_transition(

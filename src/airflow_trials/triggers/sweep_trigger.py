@@ -40,7 +40,8 @@ class SweepTrigger(TrialsTrigger):
     :param experiment_name: the experiment.
     :param run_key: the experiment run's key (the Airflow run id).
     :param experiment_run_id: the run's id in the trials DB.
-    :param trial_ids: the run's trial ids (how the trials DB tells that the run ended).
+    :param num_trials: how many trials the run has (how the trials DB tells that the run ended,
+        once the driver is gone): a number, so that the kwargs do not grow with the trials.
     :param try_number: the try that deferred; a stop from an older try never ends a newer try's run.
     :param ray_conn_id: default ``ray_default``. :param trials_conn_id: default ``trials_default``.
     :param poll_interval_seconds: time between polls; default 2.
@@ -58,7 +59,7 @@ class SweepTrigger(TrialsTrigger):
         "experiment_name",
         "run_key",
         "experiment_run_id",
-        "trial_ids",
+        "num_trials",
         "try_number",
         "ray_conn_id",
         "trials_conn_id",
@@ -75,7 +76,7 @@ class SweepTrigger(TrialsTrigger):
         experiment_name: str,
         run_key: str,
         experiment_run_id: int,
-        trial_ids: list[str],
+        num_trials: int,
         try_number: int = 1,
         ray_conn_id: str = DEFAULT_RAY_CONN_ID,
         trials_conn_id: str = DEFAULT_TRIALS_CONN_ID,
@@ -90,7 +91,7 @@ class SweepTrigger(TrialsTrigger):
         self.experiment_name = experiment_name
         self.run_key = run_key
         self.experiment_run_id = experiment_run_id
-        self.trial_ids = list(trial_ids)
+        self.num_trials = num_trials
         self.try_number = try_number
         self.ray_conn_id = ray_conn_id
         self.progress_interval_seconds = progress_interval_seconds
@@ -104,7 +105,7 @@ class SweepTrigger(TrialsTrigger):
             self.experiment_name,
             self.run_key,
             self.experiment_run_id,
-            list(self.trial_ids),
+            self.num_trials,
             find=functools.partial(
                 connected_driver,
                 TrialsHook(self.ray_conn_id, self.trials_conn_id),

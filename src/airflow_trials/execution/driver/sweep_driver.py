@@ -55,7 +55,9 @@ class SweepSpec:
     :param experiment_name: the experiment. :param run_key: the experiment run's key in the trials
         DB (the Airflow run id). :param experiment_run_id: that run's id in the trials DB.
     :param trainable: import path of the trainable.
-    :param trials: ``(trial id, config)`` of every trial of the run, in order.
+    :param trials: ``(trial id, config)`` of every trial of the run, in order; None: the run's
+        trials registered in the trials DB (a sweep's ``suggest_configs`` registers them), read
+        there by ``experiment_run_id``, so that no list of them travels to Ray.
     :param metric: ranks trials. :param mode: ``"min"`` or ``"max"``. Several metrics as lists:
         the progress and resume's best go by the first.
     :param db_url: the trials DB. :param storage_path: where checkpoints go. :param namespace: Ray
@@ -80,7 +82,7 @@ class SweepSpec:
     run_key: str
     experiment_run_id: int
     trainable: str
-    trials: Sequence[tuple[str, dict[str, Any]]]
+    trials: Sequence[tuple[str, dict[str, Any]]] | None
     metric: MetricSpec
     mode: ModeSpec
     db_url: str
@@ -137,6 +139,8 @@ class Resumable:
     )
     #: how many of the searcher's trials it had been asked for before (their configs are stored)
     asked: int = 0
+    #: how many trials the run has in all
+    total: int = 0
 
     #: makes a plan's Trial (:func:`resumable_trials` sets it)
     make: Callable[[tuple[str, dict[str, Any], TrialRecord | None]], Trial] | None = (
@@ -202,13 +206,12 @@ def resumable_trials(spec: SweepSpec, store: TrialStore, storage: TrialStorage) 
     is the searcher's to suggest: one whose config is stored continues with it, the others are
     asked for (``to_ask``).
     """
-    records = {
-        r.trial_id: r for r in store.reader.list_trials(experiment_run_id=spec.experiment_run_id)
-    }
+    trials, records = _run_trials(spec, store)
     ended = {trial_id for trial_id, record in records.items() if record.status.is_terminal()}
-    resumable = Resumable([], len(ended & {trial_id for trial_id, _ in spec.trials}), None)
+    ids = {trial_id for trial_id, _ in trials}
+    resumable = Resumable([], len(ended & ids), None, total=len(trials))
     resumable.make = functools.partial(_plan_to_trial, spec, store, storage)
-    for trial_id, config in spec.trials:
+    for trial_id, config in trials:
         record = records.get(trial_id)
         searched = spec.search_alg is not None and not config
         if searched and record is not None and record.config:
@@ -226,10 +229,32 @@ def resumable_trials(spec: SweepSpec, store: TrialStore, storage: TrialStorage) 
             resumable.ended = [
                 (trial_id, config, value, records[trial_id].last_result)
                 for trial_id, config, value in ended_trial_values(
-                    [records[t] for t, _ in spec.trials if t in ended], spec.metric
+                    [records[t] for t, _ in trials if t in ended], spec.metric
                 )
             ]
     return resumable
+
+
+def _run_trials(
+    spec: SweepSpec, store: TrialStore
+) -> tuple[Sequence[tuple[str, dict[str, Any]]], dict[str, TrialRecord]]:
+    """The run's trials, ``(trial id, config)`` in order (the spec's, else those registered in
+    the trials DB, a searcher's without a config as suggest_configs gives them), and the records
+    of those that started or ended. A trial registered and never started has none: it starts
+    fresh, and a fresh run of 100,000 trials reads no full record."""
+    states = store.reader.run_trial_states(spec.experiment_run_id)
+    trials = spec.trials
+    if trials is None:  # as suggest_configs lists them: the searcher's given as {}
+        searched = spec.search_alg is not None
+        trials = [
+            (s.trial_id, {} if searched and s.trial_id not in spec.origins else s.config)
+            for s in states
+        ]
+    fresh = {state.trial_id for state in states if state.never_started}
+    if len(fresh) == len(states):
+        return trials, {}
+    listed = store.reader.list_trials(experiment_run_id=spec.experiment_run_id)
+    return trials, {r.trial_id: r for r in listed if r.trial_id not in fresh}
 
 
 def _best_before(spec: SweepSpec, store: TrialStore) -> tuple[float, str] | None:
@@ -363,10 +388,10 @@ class SweepDriver:
                     "Sweep %s resumes: %d of %d trials had ended.",
                     spec.name,
                     resumable.done,
-                    len(spec.trials),
+                    resumable.total,
                 )
             progress = SweepProgress(
-                len(spec.trials),
+                resumable.total,
                 *spec.first_metric(),
                 done_before=resumable.done,
                 best_before=resumable.best,

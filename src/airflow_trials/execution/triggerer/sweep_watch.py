@@ -36,7 +36,7 @@ class SweepWatch:
 
     :param experiment_name: the experiment. :param run_key: the experiment run's key.
     :param experiment_run_id: the run's id in the trials DB.
-    :param trial_ids: the run's trial ids (how the trials DB tells that the run ended).
+    :param num_trials: how many trials the run has (how the trials DB tells that the run ended).
     :param find: the run's live driver actor, or None when there is none, on the trigger's Ray
         connection (connecting first, again after a Ray restart); called in a thread.
     :param open_store: opens the trials store (the trigger's, once); called only when the driver
@@ -50,7 +50,7 @@ class SweepWatch:
     experiment_name: str
     run_key: str
     experiment_run_id: int
-    trial_ids: list[str]
+    num_trials: int
     find: Callable[[], Any]
     open_store: Callable[[], Awaitable[TrialStore]]
     log: Any
@@ -141,20 +141,17 @@ class SweepWatch:
         """No driver: the run ended (a trigger that ran again after killing it) or the driver was
         lost."""
         store = await self.open_store()
-        records = await asyncio.to_thread(
-            store.reader.list_trials, experiment_run_id=self.experiment_run_id
-        )
-        ended = {r.trial_id for r in records if r.status.is_terminal()}
-        left = [t for t in self.trial_ids if t not in ended]
-        if not left:
+        states = await asyncio.to_thread(store.reader.run_trial_states, self.experiment_run_id)
+        left = self.num_trials - sum(1 for s in states if s.status.is_terminal())
+        if left <= 0:
             return SweepEnd(self.run_key, SweepStatus.FINISHED)
         return SweepEnd.lost(
             self.experiment_name,
             self.run_key,
             (
                 "is gone (its Ray head restarted, its node died, or it was killed) with "
-                f"{len(left)} "
-                f"of {len(self.trial_ids)} trials unfinished; the task's next try resumes them "
+                f"{left} "
+                f"of {self.num_trials} trials unfinished; the task's next try resumes them "
                 "from "
                 "their latest checkpoints."
             ),
