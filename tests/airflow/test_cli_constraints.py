@@ -114,3 +114,22 @@ def test_without_constraints_json_says_so(seeded_url):
     board = json.loads(invoke(*args).stdout)
     assert board["constraints"] == []
     assert {(row["feasible"], row["violations"]) for row in board["rows"]} == {(None, None)}
+
+
+@pytest.mark.parametrize("constrained", [False, True])
+def test_a_limited_board_names_the_whole_board_s_best_and_front(seeded_url, constrained):
+    # With --limit only the rows shown are read; the best and the front, read in SQL
+    # (TrialReader.ranked_page), are still those of every trial.
+    if constrained:
+        store = TrialStore(seeded_url)
+        try:
+            store.ensure_experiment(EXPERIMENT, constraints=["latency <= 20"])
+        finally:
+            store.dispose()
+    args = ["leaderboard", EXPERIMENT, "--db-url", seeded_url, "--metric", "val_acc", "--json"]
+    whole = json.loads(invoke(*args).stdout)
+    for limit in ("1", "3"):
+        limited = json.loads(invoke(*args, "--limit", limit).stdout)
+        assert limited["rows"] == whole["rows"][: int(limit)]
+        assert limited["best_trial_id"] == whole["best_trial_id"] is not None
+        assert limited["front_trial_ids"] == whole["front_trial_ids"] != []

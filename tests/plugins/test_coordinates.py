@@ -260,3 +260,19 @@ def test_the_colour_ramp_runs_from_dark_to_light():
         (pytest.approx(2 / 3), "100"),
         (1.0, "1000"),
     ]
+
+
+def test_a_run_past_the_cap_draws_its_best_trials_and_says_how_many_it_has(dashboard, monkeypatch):
+    # The cap at 5 of the seeded run's 12 trials: the best 5 of the ranking, ranked as before.
+    from airflow_trials.plugins.services import coordinates
+
+    seeded = dashboard.seeded
+    whole = _json(dashboard, f"/api/runs/{seeded.run}/coordinates")
+    monkeypatch.setattr(coordinates, "MAX_LINES", 5)
+    body = _json(dashboard, f"/api/runs/{seeded.run}/coordinates")
+    assert (body["num_trials"], len(body["trials"])) == (12, 5)
+    assert body["trials"] == whole["trials"][:5]
+    page = dashboard.get(f"/runs/{seeded.run}/coordinates")
+    assert page.status_code == 200
+    assert "The best 5 of the run's 12 trials by loss (min)" in page.text
+    assert len(_points(page.text)) == 5

@@ -211,3 +211,17 @@ def test_the_openapi_schema_lists_the_endpoint_and_not_the_page(dashboard):
     models = schema["components"]["schemas"]
     assert {"ImportancesOut", "ParamImportanceOut"} <= set(models)
     assert "evaluator" in models["ImportancesOut"]["properties"]
+
+
+def test_a_run_past_the_cap_is_a_409_that_points_to_the_cli(dashboard, monkeypatch):
+    from airflow_trials.plugins.services import importances
+
+    run = dashboard.seeded.run
+    monkeypatch.setattr(importances, "MAX_TRIALS", 11)
+    response = dashboard.get(f"/api/runs/{run}/importances")
+    assert response.status_code == 409
+    detail = response.json()["detail"]
+    assert f"Run {run} of experiment mnist has 12 trials" in detail
+    assert f"airflow-trials importances mnist --run {run} --metric loss" in detail
+    page = dashboard.get(f"/runs/{run}/importances")
+    assert page.status_code == 200 and "at most 11" in page.text

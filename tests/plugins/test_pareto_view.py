@@ -190,3 +190,16 @@ def test_a_picked_trial_is_ringed_and_labelled(pareto):
     assert view.picked is None
     svg = pareto_svg(dataclasses.replace(view, picked="p-1"))
     assert re.search(r'<g class="picked" data-trial="p-1">.*picked: p-1</text></g>', svg)
+
+
+def test_a_run_past_the_cap_is_a_409_that_names_the_reads_that_answer(pareto, monkeypatch):
+    from airflow_trials.plugins.data import queries
+
+    dashboard, run, _ = pareto
+    monkeypatch.setattr(queries, "MAX_PARETO_TRIALS", 3)
+    for path in (f"/api/runs/{run}/pareto", f"/api/runs/{run}/leaderboard", f"/runs/{run}"):
+        response = dashboard.get(path)
+        assert response.status_code == 409, path
+        assert "up to 3 trials" in response.text and "?metric=val_acc" in response.text
+    # One metric of the run is still ranked, in SQL.
+    assert dashboard.get(f"/runs/{run}", params={"metric": "val_acc"}).status_code == 200

@@ -40,15 +40,25 @@ def leaderboard_rows(
 def ranked_leaderboard(
     store: Any, experiment: str, run: str, metric: str | None, mode: str | None, limit: int | None
 ) -> tuple[Any, str, str, list[Any], Any]:
-    """:func:`leaderboard_rows`, read once and whole: the run, the metric and mode, the first
-    ``limit`` rows (default all), and the run's board of one metric (store/board.py) from all
-    of them, for its best and front over every trial, whatever ``limit`` shows."""
+    """:func:`leaderboard_rows`: the run, the metric and mode, the first ``limit`` rows (default
+    all), and what names the run's best trial and front over every trial, whatever ``limit``
+    shows (``best_trial_id``, ``front_trial_ids``).
+
+    With ``limit``, only those rows are read, and the best and front come from the store's page
+    of the ranking in SQL (``TrialReader.ranked_page(front=True)``), so the command does not
+    grow with the run; without it, every row is read and the board (store/board.py) is made
+    from them."""
+    if limit:
+        exp_run, metric_, mode_, rows = leaderboard_rows(
+            store, experiment, run, metric, mode, limit
+        )
+        page = store.ranked_page(exp_run.id, metric_, mode_, limit=1, leaders=1, front=True)
+        return exp_run, metric_, mode_, rows, page
     from airflow_trials.core.goal import Goal
     from airflow_trials.store.board import one_board
 
     exp_run, metric_, mode_, whole = leaderboard_rows(store, experiment, run, metric, mode, None)
-    board = one_board(Goal.of(metric_, mode_), whole)
-    return exp_run, metric_, mode_, whole[:limit] if limit else whole, board
+    return exp_run, metric_, mode_, whole, one_board(Goal.of(metric_, mode_), whole)
 
 
 def _not_reported(experiment: str, exp_run: Any, metric: str | None, reported: list[str]) -> Any:

@@ -24,7 +24,7 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from airflow_trials.exceptions import StoreError
-from airflow_trials.plugins.data.queries import NotFoundError
+from airflow_trials.plugins.data.queries import NotFoundError, TooManyTrialsError
 from airflow_trials.plugins.routes import api, pages
 from airflow_trials.plugins.web.render import THEME_SCRIPT_HASH, render_page
 from airflow_trials.store import TrialReader
@@ -160,6 +160,10 @@ def _handle_errors(app: FastAPI) -> None:
     @app.exception_handler(NotFoundError)
     async def not_found(request: Request, e: NotFoundError) -> Response:
         return _error(request, status.HTTP_404_NOT_FOUND, str(e))
+
+    @app.exception_handler(TooManyTrialsError)
+    async def too_many_trials(request: Request, e: TooManyTrialsError) -> Response:
+        return _error(request, status.HTTP_409_CONFLICT, str(e))
 
     @app.exception_handler(StoreError)
     async def store_error(request: Request, e: StoreError) -> Response:

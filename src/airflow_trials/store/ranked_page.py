@@ -67,6 +67,9 @@ class RankedPage:
         best first.
     :param best_trial_id: the first trial of the ranking with a value that ended TERMINATED (the
         trial ``select_best`` picks: :func:`best_query`); None when there is none.
+    :param front_trial_ids: when asked for (``front=True``), the run's front, sorted: the trials
+        that count sharing the best trial's value and feasibility (:func:`front_query`, the
+        board's Pareto rank 0 with one metric); default empty.
     """
 
     rows: list[tuple[int, RankedTrial]]
@@ -74,6 +77,7 @@ class RankedPage:
     status_counts: dict[str, int] = field(default_factory=dict)
     leaders: list[str] = field(default_factory=list)
     best_trial_id: str | None = None
+    front_trial_ids: list[str] = field(default_factory=list)
 
     @property
     def num_trials(self) -> int:
@@ -285,15 +289,27 @@ def leaders_query(ranking: Ranking, count: int) -> Select[Any]:
 
 
 def best_query(ranking: Ranking) -> Select[Any]:
-    """The run's best trial (trial_id, best_value): the first of the ranking with a value whose
-    status counts (:data:`~airflow_trials.core.constraints.COUNTED_STATUSES`), as
+    """The run's best trial (trial_id, best_value, feasible): the first of the ranking with a
+    value whose status counts (:data:`~airflow_trials.core.constraints.COUNTED_STATUSES`), as
     ``select_best`` picks it."""
     valued = ranking.valued(extras=("status",))
     return (
-        select(valued.c.trial_id, valued.c.best_value)
+        select(valued.c.trial_id, valued.c.best_value, valued.c.feasible)
         .where(valued.c.best_value.is_not(None), valued.c.status.in_(sorted(COUNTED_STATUSES)))
         .order_by(*ranking.order(valued))
         .limit(1)
+    )
+
+
+def front_query(ranking: Ranking, best_value: float, feasible: int) -> Select[Any]:
+    """The ids of the run's front with one metric, unordered: the trials whose status counts
+    that share the best trial's value and feasibility, as the board ranks them 0
+    (:func:`~airflow_trials.store.board.one_board`: dense ranks by feasibility, then value)."""
+    valued = ranking.valued(extras=("status",))
+    return select(valued.c.trial_id).where(
+        valued.c.best_value == best_value,
+        valued.c.feasible == feasible,
+        valued.c.status.in_(sorted(COUNTED_STATUSES)),
     )
 
 
@@ -356,13 +372,13 @@ def ranked_page(
     offset: int,
     limit: int,
     leaders: int,
+    front: bool = False,
 ) -> RankedPage:
-    """The page, its total, the run's status counts and its leaders.
-
-    A page in the ranking's order (by metric, every trial) has its ranks from its offset, and
-    page 1 gives the leaders; by metric descending without constraints, from the count of
-    trials with a value. Any other page asks a window function for its rows' ranks.
-    """
+    """The page, its total, the run's status counts and its leaders; with ``front``, the run's
+    front too (one more query, over the trials with the best value). A page in the ranking's
+    order (by metric, every trial) has its ranks from its offset, and page 1 gives the leaders;
+    by metric descending without constraints, from the count of trials with a value. Any other
+    page asks a window function for its rows' ranks."""
     connection = session.connection()
     ranking = Ranking(dialect, run_pk, metric, mode, maintained, constraints)
     page = page_query(
@@ -391,13 +407,25 @@ def ranked_page(
         best = [(t.trial_id, t.best_value) for t in trials[:leaders]]
     else:
         best = [(i, v) for i, v in connection.execute(leaders_query(ranking, leaders))]
+    best_trial_id, front_ids = _best_and_front(connection, ranking, front)
     return RankedPage(
         rows=list(zip(ranks, trials, strict=True)),
         total=total,
         status_counts=status_counts,
         leaders=[trial_id for trial_id, value in best if value is not None],
-        best_trial_id=connection.execute(best_query(ranking)).scalar(),
+        best_trial_id=best_trial_id,
+        front_trial_ids=front_ids,
     )
+
+
+def _best_and_front(connection: Any, ranking: Ranking, front: bool) -> tuple[str | None, list[str]]:
+    """The run's best trial (None when none counts), and with ``front`` its front, sorted."""
+    top = connection.execute(best_query(ranking)).first()
+    if top is None or not front:
+        return (None if top is None else top.trial_id), []
+    query = front_query(ranking, top.best_value, top.feasible)
+    # Sorted here: Python's code point order, whatever the database's collation.
+    return top.trial_id, sorted(connection.execute(query).scalars())
 
 
 def _page_trials(connection: Any, ranking: Ranking, page_ids: list[str]) -> list[RankedTrial]:

@@ -143,6 +143,7 @@ class RankingReads:
         offset: int = 0,
         limit: int = 50,
         leaders: int = 20,
+        front: bool = False,
     ) -> RankedPage:
         """One page of the run's ranking, ranked, filtered, sorted and sliced in SQL
         (:mod:`~airflow_trials.store.ranked_page`): the page's trials, each with its rank in the
@@ -158,6 +159,8 @@ class RankingReads:
         :param offset: trials of the sorted, filtered ranking to skip; default 0.
         :param limit: at most this many rows; default 50.
         :param leaders: how many of the first trials give the leaders; default 20.
+        :param front: read the run's front too (``front_trial_ids``: the board's with one metric,
+            whatever the page); default False.
         """
         _check_page_request(mode, metric, sort, stopped, offset, limit, leaders)
         operation = (
@@ -186,6 +189,7 @@ class RankingReads:
                 offset=offset,
                 limit=limit,
                 leaders=leaders,
+                front=front,
             )
 
     def pareto_leaderboard(

@@ -43,8 +43,32 @@ SORT_KEYS = PAGE_SORTS
 STOPPED_FILTERS = PAGE_STOPPED_FILTERS
 
 
+#: The most trials of a run of several metrics the dashboard ranks on a request: Pareto ranks
+#: over several metrics are not a SQL sort, so each request reads and ranks every trial in
+#: Python (6 to 9 s at 100,000 trials; docs/dashboard.md, "Performance").
+MAX_PARETO_TRIALS = 10_000
+
+
 class NotFoundError(LookupError):
     """An id from the URL names nothing in the trials store."""
+
+
+class TooManyTrialsError(ValueError):
+    """A run too large for a read the dashboard can only make whole (a 409 that says so)."""
+
+
+def check_pareto_size(store: TrialReader, run: ExperimentRunRecord, metrics: Sequence[str]) -> None:
+    """Raise :class:`TooManyTrialsError` when the run has more than :data:`MAX_PARETO_TRIALS`
+    trials to rank by the Pareto front of ``metrics``, naming the reads that answer instead."""
+    num_trials = store.trial_counts().get(run.id, 0)
+    if num_trials > MAX_PARETO_TRIALS:
+        raise TooManyTrialsError(
+            f"Run {run.id} of experiment {run.experiment_name} has {num_trials:,} trials: the "
+            f"dashboard ranks a run by the Pareto front of {', '.join(metrics)} over every trial "
+            f"on each request (not a sort the database can page), up to {MAX_PARETO_TRIALS:,} "
+            f"trials. Add ?metric={metrics[0]} to rank it by one metric, or run airflow-trials "
+            f"leaderboard {run.experiment_name} --run {run.id}."
+        )
 
 
 @dataclass(frozen=True)
@@ -327,9 +351,11 @@ def pareto_page(
     first metric's (the tie-break, and the metric of its learning curves); its front
     (``front_trial_ids``) and best trial (``best_trial_id``, the pick's default) are the run
     board's (:mod:`~airflow_trials.store.board`), the ones select_best and the history name.
+    Of a run of more than :data:`MAX_PARETO_TRIALS` trials, :class:`TooManyTrialsError`.
     """
     for metric, mode in zip(metrics, modes, strict=True):
         _check_page(metric, mode, sort, page, page_size, stopped)
+    check_pareto_size(store, run, metrics)
     pareto = store.pareto_leaderboard(run.id, metrics, modes)
     best = several_board(Goal.of(metrics, modes), pareto).best_trial_id
     board = [

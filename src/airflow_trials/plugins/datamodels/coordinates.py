@@ -11,6 +11,12 @@ from pydantic import BaseModel, Field
 from airflow_trials.plugins.datamodels.chart_scale import Scale, ScaleKind
 from airflow_trials.store import ExperimentRunRecord
 
+# The best trials drawn last, thicker and in the accent colour.
+TOP_TRIALS = 10
+# The charts draw at most this many trials, the best of the ranking: 100,000 lines took 5 s to
+# read and draw and 28 MB of SVG (docs/benchmarks.md, issue 53), and hide one another anyway.
+MAX_LINES = 1_000
+
 
 class AxisOut(BaseModel):
     """One axis: a config key's, or the metric's."""
@@ -67,7 +73,10 @@ class CoordinatesOut(BaseModel):
     metric_axis: AxisOut | None = Field(
         description="The metric's; null while no trial has a value."
     )
-    trials: list[TrialLineOut] = Field(description="In leaderboard order.")
+    num_trials: int = Field(description="The run's trials, in ``trials`` or not.")
+    trials: list[TrialLineOut] = Field(
+        description=f"In leaderboard order: every trial, or the best {MAX_LINES:,} of a larger run."
+    )
 
     @classmethod
     def of(cls, found: Coordinates, trial_url: Any) -> CoordinatesOut:
@@ -79,6 +88,7 @@ class CoordinatesOut(BaseModel):
             mode=found.mode,
             metrics=found.metrics,
             top=TOP_TRIALS,
+            num_trials=found.num_trials,
             axes=[AxisOut.of(a.key, a.scale, a.missing) for a in found.axes],
             metric_axis=(
                 AxisOut.of(found.metric, found.metric_scale, missing_values)
@@ -98,10 +108,6 @@ class CoordinatesOut(BaseModel):
                 for line in found.lines
             ],
         )
-
-
-# The best trials drawn last, thicker and in the accent colour.
-TOP_TRIALS = 10
 
 
 @dataclass(frozen=True)
@@ -150,7 +156,9 @@ class Coordinates:
     :param metrics: the experiment's several metrics (links to colour by each); None with one.
     :param axes: one per config key, sorted by key.
     :param metric_scale: the metric's axis; None when no trial has a finite value.
-    :param lines: every trial, in leaderboard order.
+    :param lines: every trial, in leaderboard order; of a run of more than :data:`MAX_LINES`
+        trials, the best :data:`MAX_LINES`.
+    :param num_trials: the run's trials, drawn or not; default 0.
     """
 
     run: ExperimentRunRecord
@@ -160,6 +168,12 @@ class Coordinates:
     axes: list[Axis]
     metric_scale: Scale | None
     lines: list[Line]
+    num_trials: int = 0
+
+    @property
+    def capped(self) -> bool:
+        """Are some of the run's trials left out (past the best :data:`MAX_LINES`)?"""
+        return len(self.lines) < self.num_trials
 
     def goodness(self, value: float) -> float:
         """0 for the worst value on the metric's axis, 1 for the best."""

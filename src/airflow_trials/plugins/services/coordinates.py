@@ -1,5 +1,7 @@
 """A run's trials as parallel coordinates and slice plots: one axis per config key and one for
-the metric, each trial's values on them (its JSON: ``datamodels/coordinates.py``)."""
+the metric, each trial's values on them (its JSON: ``datamodels/coordinates.py``); of a run of
+more than :data:`~airflow_trials.plugins.datamodels.coordinates.MAX_LINES` trials, its best ones
+(docs/dashboard.md, "Performance")."""
 
 from __future__ import annotations
 
@@ -8,9 +10,15 @@ from typing import Annotated, Any
 
 from fastapi import Query
 
-from airflow_trials.core.goal import Goal
+from airflow_trials.core.constraints import is_counted
 from airflow_trials.plugins.datamodels.chart_scale import Scale
-from airflow_trials.plugins.datamodels.coordinates import TOP_TRIALS, Axis, Coordinates, Line
+from airflow_trials.plugins.datamodels.coordinates import (
+    MAX_LINES,
+    TOP_TRIALS,
+    Axis,
+    Coordinates,
+    Line,
+)
 from airflow_trials.plugins.web import reads
 from airflow_trials.plugins.web.params import METRIC_PATTERN
 from airflow_trials.store import TrialReader
@@ -19,25 +27,30 @@ from airflow_trials.store import TrialReader
 def coordinates(
     store: TrialReader, user: Any, run_pk: int, metric: str | None, mode: str | None
 ) -> Coordinates:
-    """Every trial of the run the user may read, with the axes to draw them on. The metric and
-    mode default to the experiment's (the first of several); each trial's value is its best
-    (the run's one-metric board, feasible trials first when it has constraints); the top ones
-    are the best of those that count (docs/store.md "Which trials count")."""
+    """The run's best :data:`MAX_LINES` trials (every trial of a smaller run) the user may read,
+    with the axes to draw them on. The metric and mode default to the experiment's (the first
+    of several); each trial's value is its best, in the order of the run's one-metric ranking
+    (feasible trials first when it has constraints), read a page in SQL
+    (:meth:`TrialReader.ranked_page`); the top ones are the best of those that count
+    (docs/store.md "Which trials count")."""
     run = reads.experiment_run(store, user, run_pk)
     recorded = reads.run_goal(store, run)
     metric, mode = reads.goal(store, run, metric, mode)
-    rows = store.board(run.id, Goal.of(metric, mode)).rows
+    page = store.ranked_page(run.id, metric, mode, limit=MAX_LINES, leaders=1)
+    configs = store.configs_of([trial.trial_id for _, trial in page.rows])
+    rows = [(rank, trial, configs.get(trial.trial_id, {})) for rank, trial in page.rows]
     values = [
-        row.value if row.value is not None and math.isfinite(row.value) else None for row in rows
+        t.best_value if t.best_value is not None and math.isfinite(t.best_value) else None
+        for _, t, _ in rows
     ]
-    ranked = [i for i, v in enumerate(values) if v is not None and rows[i].counted]
+    ranked = [i for i, v in enumerate(values) if v is not None and is_counted(rows[i][1].status)]
     top = set(ranked[:TOP_TRIALS])
-    keys = sorted({key for row in rows for key in row.config})
+    keys = sorted({key for _, _, config in rows for key in config})
     axes = [
         Axis(
             key,
-            Scale.of([row.config[key] for row in rows if key in row.config]),
-            sum(1 for row in rows if key not in row.config),
+            Scale.of([config[key] for _, _, config in rows if key in config]),
+            sum(1 for _, _, config in rows if key not in config),
         )
         for key in keys
     ]
@@ -50,9 +63,10 @@ def coordinates(
         axes=axes,
         metric_scale=Scale.numeric(finite) if finite else None,
         lines=[
-            Line(row.trial_id, row.status.value, row.rank, row.config, values[i], i in top)
-            for i, row in enumerate(rows)
+            Line(t.trial_id, t.status.value, rank, config, values[i], i in top)
+            for i, (rank, t, config) in enumerate(rows)
         ],
+        num_trials=page.num_trials,
     )
 
 

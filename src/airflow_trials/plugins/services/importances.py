@@ -28,6 +28,10 @@ from airflow_trials.plugins.web import reads
 from airflow_trials.searchers.optuna_importances import evaluate_importances
 from airflow_trials.store import TrialReader
 
+#: The most trials a request evaluates: Optuna's evaluators read every trial that counts, and took
+#: 12 s over 100,000 (docs/benchmarks.md, issue 53); a larger run is refused, pointing to the CLI.
+MAX_TRIALS = 10_000
+
 Evaluator = Annotated[
     str,
     Query(
@@ -54,32 +58,55 @@ def run_importances(
     metrics = list(reads.run_goal(store, run).metrics)
     if metric_ not in metrics:
         metrics = [metric_, *metrics]
-    board = store.leaderboard(run.id, metric_, mode_)
-    importances, problem, code = None, None, status.HTTP_200_OK
-    try:
-        data = prepare_importances(
-            [row.config for row in board],
-            # Only the trials that count (docs/store.md "Which trials count"), as Optuna.
-            counted_values([row.status for row in board], [row.best_value for row in board]),
-            metric=metric_,
-            mode=mode_,
-            subject=run_subject(run),
-            search_space=run.search_space,
-            trial_ids=[row.trial_id for row in board],
-        )
-        importances = evaluate_importances(data, evaluator)
-    except EvaluatorUnavailableError as e:
-        problem, code = str(e), status.HTTP_501_NOT_IMPLEMENTED
-    except ImportancesError as e:
-        problem, code = str(e), status.HTTP_409_CONFLICT
+    num_trials = store.trial_counts().get(run.id, 0)
+    problem: str | None
+    if num_trials > MAX_TRIALS:
+        importances, problem = None, _too_many(run, num_trials, metric_)
+        code = status.HTTP_409_CONFLICT
+    else:
+        board = store.leaderboard(run.id, metric_, mode_)
+        num_trials = len(board)
+        importances, problem, code = _evaluate(run, board, metric_, mode_, evaluator)
     return RunImportances(
         run=run,
         metric=metric_,
         mode=mode_,
         metrics=metrics,
         evaluator=evaluator,
-        num_trials=len(board),
+        num_trials=num_trials,
         importances=importances,
         problem=problem,
         status_code=code,
+    )
+
+
+def _evaluate(
+    run: Any, board: list[Any], metric: str, mode: str, evaluator: str
+) -> tuple[Any, str | None, int]:
+    """The importances of ``board``'s trials, or why there are none and the status code."""
+    try:
+        data = prepare_importances(
+            [row.config for row in board],
+            # Only the trials that count (docs/store.md "Which trials count"), as Optuna.
+            counted_values([row.status for row in board], [row.best_value for row in board]),
+            metric=metric,
+            mode=mode,
+            subject=run_subject(run),
+            search_space=run.search_space,
+            trial_ids=[row.trial_id for row in board],
+        )
+        return evaluate_importances(data, evaluator), None, status.HTTP_200_OK
+    except EvaluatorUnavailableError as e:
+        return None, str(e), status.HTTP_501_NOT_IMPLEMENTED
+    except ImportancesError as e:
+        return None, str(e), status.HTTP_409_CONFLICT
+
+
+def _too_many(run: Any, num_trials: int, metric: str) -> str:
+    """Why a run's importances are not evaluated on a request, and where to get them."""
+    return (
+        f"Run {run.id} of experiment {run.experiment_name} has {num_trials:,} trials; the "
+        f"dashboard evaluates importances over at most {MAX_TRIALS:,} (each request evaluates "
+        "every trial that counts, seconds at this size). Run airflow-trials importances "
+        f"{run.experiment_name} --run {run.id} --metric {metric} instead."
     )

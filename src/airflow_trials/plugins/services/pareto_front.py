@@ -15,7 +15,7 @@ from typing import Any
 
 from fastapi import HTTPException, status
 
-from airflow_trials.plugins.data.queries import NotFoundError
+from airflow_trials.plugins.data.queries import NotFoundError, check_pareto_size
 from airflow_trials.plugins.datamodels.runs import ParetoView, Point
 from airflow_trials.plugins.web import reads
 from airflow_trials.store import ExperimentRunRecord, TrialReader
@@ -44,7 +44,8 @@ def of_board(
     x: str | None,
     y: str | None,
 ) -> ParetoView:
-    """The view of an already authorised run with several metrics."""
+    """The view of an already authorised run with several metrics; a 409 for a run of more
+    than :data:`~airflow_trials.plugins.data.queries.MAX_PARETO_TRIALS` trials."""
     x = x or metrics[0]
     y = y or next(m for m in metrics if m != x)
     for name, value in (("x", x), ("y", y)):
@@ -60,6 +61,7 @@ def of_board(
             f"?x= and ?y= both name {x}; the Pareto scatter of run {run.id} needs two different "
             f"metrics of {', '.join(metrics)}.",
         )
+    check_pareto_size(store, run, metrics)
     board = store.pareto_leaderboard(run.id, metrics, modes)
     points = [
         Point(r.trial_id, vx, vy, r.pareto_rank, r.feasible)
