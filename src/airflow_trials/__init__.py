@@ -21,6 +21,7 @@ from airflow_trials.core.scheduler import Decision, FIFOScheduler, TrialSchedule
 from airflow_trials.core.searcher import ConcurrencyLimiter, Searcher
 from airflow_trials.core.status import TrialStatus
 from airflow_trials.core.stopping import Stopper
+from airflow_trials.core.train_resources import RayTrainResources
 from airflow_trials.core.trial import Trial
 from airflow_trials.core.warm_start import WarmStart
 from airflow_trials.exceptions import (
@@ -43,6 +44,7 @@ from airflow_trials.execution.trainable_api import Trainable
 from airflow_trials.execution.worker.trainable import (
     get_checkpoint,
     get_trial_id,
+    get_trial_resources,
     report,
 )
 from airflow_trials.schedulers.asha.async_hyperband import ASHAScheduler, AsyncHyperBandScheduler
@@ -71,6 +73,7 @@ _LAZY = {
     "TrialResult": "airflow_trials.results",
     "OptunaSearch": "airflow_trials.searchers.optuna_search",
     "TrialReportCallback": "airflow_trials.execution.worker.ray_train",
+    "trial_scaling_config": "airflow_trials.execution.worker.ray_train",
 }
 
 
@@ -165,6 +168,7 @@ __all__ = [
     "MedianStoppingRule",
     "OptunaSearch",
     "PlacementGroupFactory",
+    "RayTrainResources",
     "PopulationBasedTraining",
     "RayTrialExecutor",
     "RegressionError",
@@ -194,6 +198,8 @@ __all__ = [
     "load_checkpoint",
     "get_provider_info",
     "get_trial_id",
+    "get_trial_resources",
+    "trial_scaling_config",
     "report",
     "with_parameters",
 ]

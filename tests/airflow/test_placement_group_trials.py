@@ -23,7 +23,7 @@ def bundles_dag(dag_id, resources, **kwargs):
     source = (
         "import datetime\n"
         "from airflow.sdk import DAG\n"
-        "from airflow_trials import PlacementGroupFactory\n"
+        "from airflow_trials import PlacementGroupFactory, RayTrainResources\n"
         "from airflow_trials.experiment import tuning_experiment\n\n"
         f"with DAG({dag_id!r}, schedule=None, start_date=datetime.datetime(2026, 1, 1), "
         "catchup=False) as dag:\n"
@@ -75,6 +75,26 @@ def test_a_trial_of_two_bundles_takes_pool_slots_for_every_gpu(trials_env, tmp_p
     assert any(name.startswith("GPU_group_1_") for name in where["task"]["booked"])
     assert where["actor"]["resources"] == {"CPU": 0.5, "GPU": 0.5}
     assert live_trial_actors() == [] and live_placement_groups() == []
+
+
+def test_a_ray_train_trial_takes_pool_slots_for_its_workers_gpus(airflow_home):
+    """Train V2 books its workers outside the trial's group; RayTrainResources counts them: a
+    driver without a GPU and 2 workers of 1 GPU each take 8 slots at 4 slots per GPU."""
+    dag = bundles_dag(
+        "train_pool",
+        "RayTrainResources(driver={'CPU': 0.25}, num_workers=2, "
+        "resources_per_worker={'CPU': 1, 'GPU': 1}, placement_strategy='SPREAD')",
+        search_space={},
+        gpu_pool="gpu",
+    )
+    trial_task = dag.get_task("tune.trial")
+    assert (trial_task.partial_kwargs["pool"], trial_task.partial_kwargs["pool_slots"]) == (
+        "gpu",
+        8,
+    )
+    spec = trial_task.partial_kwargs["resources_per_trial"]
+    assert spec["ray_train"]["num_workers"] == 2 and spec["gpu"] == 2
+    assert Resources.from_dict(spec).placed_bundles() == (Resources(cpu=0.25),)
 
 
 def test_a_sweep_runs_trials_of_two_bundles_and_reuses_their_group(trials_env, tmp_path):

@@ -106,17 +106,21 @@ def node_names(shape: LocalShape) -> dict[str, str]:
     }
 
 
-def bundle_nodes(group_name: str) -> dict[int, str]:
-    """The node id of each bundle of the live placement group named ``group_name`` (a trial's
-    group carries its actor's name)."""
+def bundle_nodes(group_name: str) -> dict[int, str] | None:
+    """The node id of each bundle of the placement group named ``group_name`` (a trial's group
+    carries its actor's name), once it is placed; None while no group of that name is. There is
+    never more than one group of that name that is not removed."""
     import ray
 
-    (info,) = [
+    groups = [
         info
         for info in ray.util.placement_group_table().values()
-        if info["name"] == group_name and info["state"] == "CREATED"
+        if info["name"] == group_name and info["state"] != "REMOVED"
     ]
-    return {int(index): node for index, node in info["bundles_to_node_id"].items()}
+    assert len(groups) <= 1, groups
+    if not groups or groups[0]["state"] != "CREATED":
+        return None
+    return {int(index): node for index, node in groups[0]["bundles_to_node_id"].items()}
 
 
 def kill_a_train_worker(experiment_name: str) -> tuple[str, int] | None:

@@ -413,7 +413,10 @@ def test_a_trial_of_two_bundles_spread_over_two_nodes_loses_its_actor_s_node(
 
     stack.kill("ray-worker")
     run.wait_for_trial_ti(0, "deferred", try_number=2)
-    assert set(bundle_nodes(run.actor_name(trial_id)).values()) == {nodes["ray-gpu-worker"]}
+    placed = stack.wait_for(
+        lambda: bundle_nodes(run.actor_name(trial_id)), 300, "the trial's bundles placed again"
+    )
+    assert set(placed.values()) == {nodes["ray-gpu-worker"]}, (placed, nodes)
     run.open_gate()
     assert run.finish() == "success"
     run.assert_no_lost_results()

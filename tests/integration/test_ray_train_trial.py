@@ -43,10 +43,9 @@ def _trial(trial_id: str, lr: float, **settings) -> Trial:
         {"lr": lr, "hidden": 16, "n_samples": 600, "seed": 1, "cpu_per_worker": 0.25},
         trial_id=trial_id,
         experiment_name="train-exp",
-        resources={"cpu": 2},
         keep_checkpoints_num=2,
         checkpoint_score_attr="min-loss",
-        **{"max_failures": 1, **settings},
+        **{"resources": {"cpu": 2}, "max_failures": 1, **settings},
     )
 
 
@@ -147,3 +146,47 @@ def test_a_train_worker_killed_mid_epoch_restarts_the_workers_from_the_trials_la
     assert {r["world_size"] for r in results} == {2}
     # Every result names the nodes its workers ran on (one node here).
     assert all(len(r["worker_node_ids"]) == 1 for r in results)
+
+
+@pytest.mark.parametrize("ray_cluster", [{"num_cpus": 3, "num_gpus": 0}], indirect=True)
+def test_ray_train_resources_size_train_s_workers_and_the_runner_counts_them(ray_cluster, storage):
+    """Two trials of ``RayTrainResources(driver 0.5 CPU, 2 workers x 1 CPU)`` on 3 CPUs: the
+    trainable reads its workers from the trial's resources (``get_trial_resources()``), and the
+    runner counts driver and workers (2.5 CPUs), so the second trial starts only once the first
+    ended, instead of waiting inside Train for its workers' group."""
+    from airflow_trials import RayTrainResources
+
+    resources = RayTrainResources(
+        driver={"CPU": 0.5}, num_workers=2, resources_per_worker={"CPU": 1}
+    )
+    trials = [
+        _trial(name, 0.05, resources=resources, stopping_criterion={"training_iteration": 2})
+        for name in ("first", "second")
+    ]
+    seen = SeenAtEachResult(trials)
+    runner = TrialRunner("train-exp", storage_path=storage, callbacks=[seen], wait_timeout_s=120.0)
+    for trial in trials:
+        runner.add_trial(trial)
+    runner.run()
+
+    assert [t.status for t in trials] == [TrialStatus.TERMINATED] * 2, [t.error_msg for t in trials]
+    results = [r for t in trials for _, r in runner.results(t.trial_id)]
+    assert {r["world_size"] for r in results} == {2}
+    # One at a time: while one trial reported, the other was waiting or done.
+    assert seen.statuses == [
+        ("first", TrialStatus.PENDING),
+        ("first", TrialStatus.PENDING),
+        ("second", TrialStatus.TERMINATED),
+        ("second", TrialStatus.TERMINATED),
+    ]
+
+
+class SeenAtEachResult(Callback):
+    """At each result of a trial, the status of the other trial."""
+
+    def __init__(self, trials) -> None:
+        self.trials, self.statuses = trials, []
+
+    def on_trial_result(self, trial, result):
+        (other,) = [t for t in self.trials if t is not trial]
+        self.statuses.append((trial.trial_id, other.status))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -215,8 +215,9 @@ class Resources:
             raise ValueError(
                 f"Resources must be a mapping such as {{'cpu': 1, 'gpu': 0.5}}, got {spec!r}."
             )
-        if "bundles" in spec:
-            return PlacementGroupFactory.from_spec(spec)
+        for key, reader in _SPEC_FORMS.items():  # several bundles, Ray Train's workers
+            if key in spec:
+                return reader(spec)
         kwargs: dict[str, Any] = {}
         custom: dict[str, float] = dict(spec.get("custom_resources") or {})
         for key, value in spec.items():
@@ -372,12 +373,25 @@ class PlacementGroupFactory(Resources):
         return factory
 
     def summary_string(self) -> str:
-        parts = " + ".join(f"[{_compact(b)}]" for b in self._given)
+        parts = " + ".join(f"[{compact_bundle(b)}]" for b in self._given)
         return f"{parts} ({self.strategy}; {Resources.summary_string(self)} in all)"
 
     def __repr__(self) -> str:
         bundles = [Resources.to_ray_bundle(b) for b in self._given]
         return f"PlacementGroupFactory({bundles!r}, strategy={self.strategy!r})"
+
+
+#: The forms of :meth:`Resources.from_dict` besides one bundle, by the key that marks each: a
+#: subclass defined elsewhere (``core/train_resources.py``) registers its own with
+#: :func:`register_spec_form`, so this module imports none of them.
+_SPEC_FORMS: dict[str, Callable[[Mapping[str, Any]], Resources]] = {
+    "bundles": PlacementGroupFactory.from_spec
+}
+
+
+def register_spec_form(key: str, reader: Callable[[Mapping[str, Any]], Resources]) -> None:
+    """Let :meth:`Resources.from_dict` read the dicts that carry ``key`` with ``reader``."""
+    _SPEC_FORMS[key] = reader
 
 
 def _amount(sums: Mapping[str, Any]) -> Resources:
@@ -387,7 +401,7 @@ def _amount(sums: Mapping[str, Any]) -> Resources:
     return Resources._from_unit_dict(units)
 
 
-def _compact(bundle: Resources) -> str:
+def compact_bundle(bundle: Resources) -> str:
     """A bundle in a few words, its zero amounts left out (``1 CPU, 1 GPU``)."""
     return ", ".join(
         f"{_fmt(v / 2**30) + ' GiB' if k == 'memory' else _fmt(v)} {k}"
@@ -414,7 +428,7 @@ def _checked_bundles(bundles: Any) -> tuple[Resources, ...]:
             f"PlacementGroupFactory needs at least one bundle, got an empty list; write e.g. "
             f"{example} (bundle 0 is the trial's actor)."
         )
-    given = tuple(_checked_bundle(i, bundle) for i, bundle in enumerate(bundles))
+    given = tuple(checked_bundle(i, bundle) for i, bundle in enumerate(bundles))
     for i, bundle in enumerate(given):
         if i and bundle.is_empty():
             raise ValueError(
@@ -429,8 +443,10 @@ def _checked_bundles(bundles: Any) -> tuple[Resources, ...]:
     return given
 
 
-def _checked_bundle(index: int, bundle: Any) -> Resources:
-    where = f"PlacementGroupFactory bundle {index}"
+def checked_bundle(index: int, bundle: Any, where: str = "") -> Resources:
+    """Bundle ``index`` as Resources; ValueError naming ``where`` (default: "PlacementGroupFactory
+    bundle <index>") for what Ray would refuse."""
+    where = where or f"PlacementGroupFactory bundle {index}"
     if not isinstance(bundle, Mapping):
         raise ValueError(
             f"{where} must be a dict of Ray resources such as {{'CPU': 1, 'GPU': 1}}, got "

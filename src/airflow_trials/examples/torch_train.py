@@ -7,9 +7,12 @@ the trainer and :class:`~airflow_trials.execution.worker.ray_train.TrialReportCa
 every Train report (rank 0's metrics and checkpoint) to ``airflow_trials.report``, so the trial's
 results, checkpoints (keep-N, best) and scheduler verdicts are those of any trial.
 
-Config keys: ``lr``, ``hidden``, ``batch_size``, ``seed``, ``n_samples`` (as torch_mlp), and
-``num_workers`` (2), ``use_gpu`` (false), ``cpu_per_worker`` (0.25), ``placement_strategy`` (Train's
-for its workers' group: ``"PACK"``, or ``"SPREAD"`` to put them on different nodes),
+Train's workers are those of the trial's ``RayTrainResources`` (``resources_per_trial=
+RayTrainResources(driver={"CPU": 0.25}, num_workers=2, resources_per_worker={"CPU": 0.25},
+placement_strategy="SPREAD")``: the GPU pool and the runner count them); for a trial with plain
+resources, the config keys ``num_workers`` (2), ``use_gpu`` (false), ``cpu_per_worker`` (0.25) and
+``placement_strategy`` (``"PACK"``) size them. Other config keys: ``lr``, ``hidden``,
+``batch_size``, ``seed``, ``n_samples`` (as torch_mlp),
 ``train_max_failures`` (2: how often Train restarts its workers from its latest checkpoint when one
 dies, as its ``FailureConfig``; past that the trial fails) and ``epochs`` (1000: give the trial a
 stopping criterion). Each result carries ``loss`` (the validation loss), ``val_accuracy``,
@@ -37,19 +40,23 @@ def train(config: dict[str, Any]) -> None:
     from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
-    from airflow_trials import TrialReportCallback
+    from airflow_trials import TrialReportCallback, trial_scaling_config
 
     resume_from = airflow_trials.get_checkpoint()  # a directory this loop wrote, or None
-    callback = TrialReportCallback()
-    trainer = TorchTrainer(
-        _train_loop,
-        train_loop_config={**config, "resume_from": resume_from},
-        scaling_config=ScalingConfig(
+    if isinstance(airflow_trials.get_trial_resources(), airflow_trials.RayTrainResources):
+        scaling = trial_scaling_config()  # the workers the trial declared (and pools count)
+    else:
+        scaling = ScalingConfig(
             num_workers=int(config.get("num_workers", 2)),
             use_gpu=bool(config.get("use_gpu", False)),
             resources_per_worker={"CPU": float(config.get("cpu_per_worker", 0.25))},
             placement_strategy=str(config.get("placement_strategy", "PACK")),
-        ),
+        )
+    callback = TrialReportCallback()
+    trainer = TorchTrainer(
+        _train_loop,
+        train_loop_config={**config, "resume_from": resume_from},
+        scaling_config=scaling,
         run_config=RunConfig(
             name=airflow_trials.get_trial_id(),
             storage_path=callback.storage_path,

@@ -13,8 +13,9 @@ from airflow_trials.core.trial import Trial
 from airflow_trials.execution.parameter_refs import parameter_refs
 
 TrialSpec = dict[str, Any]
-"""What an actor needs to run a trial: trial_id, experiment_name, trainable, config, and optionally
-parameters (name -> ObjectRef of a ``with_parameters`` constant)."""
+"""What an actor needs to run a trial: trial_id, experiment_name, trainable, config, resources (what
+``get_trial_resources()`` answers in it) and optionally parameters (name -> ObjectRef of a
+``with_parameters`` constant)."""
 
 HoldSpec = Mapping[str, Any]
 """``{"time_attr": str, "points": [float, ...], "every_from": float | None}``: plain values, so
@@ -33,5 +34,6 @@ def trial_spec(trial: Trial) -> TrialSpec:
         "experiment_name": trial.experiment_name,
         "trainable": trial.trainable,
         "config": trial.config,
+        "resources": trial.resources.to_dict(),
         "parameters": parameter_refs(trial),
     }

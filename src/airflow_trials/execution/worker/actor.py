@@ -26,7 +26,12 @@ from airflow_trials.execution.parameter_refs import parameters_key, resolve_para
 from airflow_trials.execution.trainable_api import load_trainable
 from airflow_trials.execution.worker.node import node_id, node_ip
 from airflow_trials.execution.worker.self_driving import SelfDrivingRun, scalar_fields
-from airflow_trials.execution.worker.trainable import ClassDriver, TrainableDriver, make_driver
+from airflow_trials.execution.worker.trainable import (
+    ClassDriver,
+    TrainableDriver,
+    host_trial_resources,
+    make_driver,
+)
 from airflow_trials.storage.trial_output import LogCapture, read_new_output
 from airflow_trials.storage.trial_storage import RESULTS_KEY, TrialStorage, discard_restored
 
@@ -109,6 +114,7 @@ class TrialActor:
     def _setup(self, spec: TrialSpec) -> None:
         self.trial_id: str = spec["trial_id"]
         self.experiment_name: str = spec["experiment_name"]
+        host_trial_resources(spec.get("resources"))
         if self._capture is not None:
             self._capture.start(*self._storage.log_paths(self.experiment_name, self.trial_id))
         config = dict(spec["config"])

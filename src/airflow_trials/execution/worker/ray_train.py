@@ -28,7 +28,8 @@ from typing import Any
 from ray.train import Checkpoint, UserCallback
 from ray.util.queue import Empty, Queue
 
-from airflow_trials.execution.worker.trainable import report
+from airflow_trials.core.train_resources import RayTrainResources
+from airflow_trials.execution.worker.trainable import get_trial_id, get_trial_resources, report
 
 _POLL_SECONDS = 1.0
 #: What each Train worker may report as its node's id (``ray.get_runtime_context().get_node_id()``).
@@ -100,6 +101,22 @@ class TrialReportCallback(UserCallback):
                     continue
                 return
             report(metrics, checkpoint=checkpoint_path)
+
+
+def trial_scaling_config(**overrides: Any) -> Any:
+    """Ray Train's ``ScalingConfig`` of the workers the running trial declared with
+    ``RayTrainResources`` (``overrides`` go to it as they are): one declaration sizes the trainer
+    and what the runner and a GPU pool count."""
+    from ray.train import ScalingConfig
+
+    resources = get_trial_resources()
+    if not isinstance(resources, RayTrainResources):
+        raise TypeError(
+            f"Trial {get_trial_id()} asked for {resources.summary_string()}, which declares no "
+            "Ray Train workers; give it resources_per_trial=RayTrainResources(driver=..., "
+            "num_workers=..., resources_per_worker=...) or build Train's ScalingConfig yourself."
+        )
+    return ScalingConfig(**{**resources.scaling_settings(), **overrides})
 
 
 def _fit_into(trainer: Any, outcome: dict[str, Any]) -> None:

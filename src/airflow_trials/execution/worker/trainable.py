@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from airflow_trials.core import result as R
+from airflow_trials.core.resources import Resources
 from airflow_trials.exceptions import TrialError
 from airflow_trials.execution.trainable_api import Trainable
 
@@ -138,6 +139,27 @@ def get_checkpoint() -> dict[str, Any] | str | None:
 
 def get_trial_id() -> str:
     return _current_session("get_trial_id").trial_id
+
+
+#: The resources of the trial this process hosts (an actor hosts one trial at a time).
+_hosted: dict[str, Resources] = {}
+
+
+def host_trial_resources(spec: Mapping[str, Any] | None) -> None:
+    """Called by the trial's actor as it takes a trial: what :func:`get_trial_resources` answers."""
+    _hosted["resources"] = Resources.from_dict(spec)
+
+
+def get_trial_resources() -> Resources:
+    """The resources the running trial asked for, as Ray Tune's
+    ``tune.get_context().get_trial_resources()``: a ``Resources``, a ``PlacementGroupFactory`` or
+    a ``RayTrainResources`` (whose ``scaling_config()`` sizes a Ray Train trainer)."""
+    if "resources" not in _hosted:
+        raise RuntimeError(
+            "airflow_trials.get_trial_resources() was called outside a trial; call it from the "
+            "trainable that the engine runs."
+        )
+    return _hosted["resources"]
 
 
 # -- drivers that turn either API into "give me the next result" ---------------------------------
