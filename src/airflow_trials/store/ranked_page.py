@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import (
     ColumnElement,
@@ -41,7 +41,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
-from airflow_trials.core.constraints import COUNTED_STATUSES, Constraints
+from airflow_trials.core.constraints import COUNTED_STATUSES, Constraints, is_counted
 from airflow_trials.core.stop_kind import StopKind
 from airflow_trials.store.feasibility import feasible_sql, judge, judged_join, judged_value
 from airflow_trials.store.leaderboard import MaintainedBest, best_source
@@ -281,11 +281,11 @@ def ranks_query(ranking: Ranking, trial_ids: Sequence[str]) -> Select[Any]:
 
 
 def leaders_query(ranking: Ranking, count: int) -> Select[Any]:
-    """The first ``count`` trials of the ranking: trial_id, best_value; best first."""
-    valued = ranking.valued()
-    return (
-        select(valued.c.trial_id, valued.c.best_value).order_by(*ranking.order(valued)).limit(count)
-    )
+    """The first ``count`` trials of the ranking: trial_id, best_value, feasible, status; best
+    first."""
+    valued = ranking.valued(extras=("status",))
+    columns = (valued.c.trial_id, valued.c.best_value, valued.c.feasible, valued.c.status)
+    return select(*columns).order_by(*ranking.order(valued)).limit(count)
 
 
 def best_query(ranking: Ranking) -> Select[Any]:
@@ -403,27 +403,51 @@ def ranked_page(
         in_rank_order=in_rank_order,
         reversed_by_metric=every_trial and sort == "metric" and not constraints,
     )
-    if in_rank_order and offset == 0 and (len(trials) >= leaders or len(trials) < limit):
-        best = [(t.trial_id, t.best_value) for t in trials[:leaders]]
-    else:
-        best = [(i, v) for i, v in connection.execute(leaders_query(ranking, leaders))]
-    best_trial_id, front_ids = _best_and_front(connection, ranking, front)
+    from_page = in_rank_order and offset == 0 and (len(trials) >= leaders or len(trials) < limit)
+    first = _first_trials(connection, ranking, trials if from_page else None, leaders)
+    best_trial_id, front_ids = _best_and_front(connection, ranking, front, first)
     return RankedPage(
         rows=list(zip(ranks, trials, strict=True)),
         total=total,
         status_counts=status_counts,
-        leaders=[trial_id for trial_id, value in best if value is not None],
+        leaders=[t.trial_id for t in first[:leaders] if t.best_value is not None],
         best_trial_id=best_trial_id,
         front_trial_ids=front_ids,
     )
 
 
-def _best_and_front(connection: Any, ranking: Ranking, front: bool) -> tuple[str | None, list[str]]:
-    """The run's best trial (None when none counts), and with ``front`` its front, sorted."""
-    top = connection.execute(best_query(ranking)).first()
-    if top is None or not front:
+class _Leader(NamedTuple):
+    """One of the first trials of the ranking."""
+
+    trial_id: str
+    best_value: float | None
+    feasible: bool
+    status: Any
+
+
+def _first_trials(
+    connection: Any, ranking: Ranking, page: list[RankedTrial] | None, leaders: int
+) -> list[_Leader]:
+    """The first trials of the ranking: the ``page``'s when it is the ranking's first page, else
+    the first ``leaders`` read."""
+    if page is not None:
+        return [_Leader(t.trial_id, t.best_value, t.feasible is not False, t.status) for t in page]
+    return [_Leader(*row) for row in connection.execute(leaders_query(ranking, leaders))]
+
+
+def _best_and_front(
+    connection: Any, ranking: Ranking, front: bool, first: list[_Leader]
+) -> tuple[str | None, list[str]]:
+    """The run's best trial (None when none counts): the first of ``first`` (the ranking's first
+    trials) with a value that counts, else :func:`best_query`'s; with ``front`` its front,
+    sorted."""
+    top = next((t for t in first if t.best_value is not None and is_counted(t.status)), None)
+    if top is None:
+        row = connection.execute(best_query(ranking)).first()
+        top = None if row is None else _Leader(row.trial_id, row.best_value, bool(row.feasible), "")
+    if top is None or top.best_value is None or not front:
         return (None if top is None else top.trial_id), []
-    query = front_query(ranking, top.best_value, top.feasible)
+    query = front_query(ranking, top.best_value, int(top.feasible))
     # Sorted here: Python's code point order, whatever the database's collation.
     return top.trial_id, sorted(connection.execute(query).scalars())
 
