@@ -49,12 +49,15 @@ def fill_pareto(url: str, num_trials: int) -> int:
 def board_cases(run: int, pareto: int, num_trials: int) -> list[tuple[str, str, str, int]]:
     """(label, path, a needle of the answer, its status) of every other route showing the run's
     trials; the importances and the Pareto run's boards answer 409 past the dashboard's caps."""
-    from airflow_trials.plugins.data.queries import MAX_PARETO_TRIALS
-    from airflow_trials.plugins.services.importances import MAX_TRIALS
+    from airflow_trials.plugins.data import queries
+    from airflow_trials.plugins.services import importances as evaluated
 
-    importances = (409, "at most") if num_trials > MAX_TRIALS else (200, "importances")
-    pareto_json = (409, "up to") if num_trials > MAX_PARETO_TRIALS else (200, "front_trial_ids")
-    pareto_page = (409, "up to") if num_trials > MAX_PARETO_TRIALS else (200, "trial-row")
+    # No cap before issue 53 (a commit before it, run side by side through PYTHONPATH).
+    over_importances = num_trials > getattr(evaluated, "MAX_TRIALS", num_trials)
+    over_pareto = num_trials > getattr(queries, "MAX_PARETO_TRIALS", num_trials)
+    importances = (409, "at most") if over_importances else (200, "importances")
+    pareto_json = (409, "up to") if over_pareto else (200, "front_trial_ids")
+    pareto_page = (409, "up to") if over_pareto else (200, "trial-row")
     return [
         ("run page, other mode (?mode=max)", f"/trials/runs/{run}?mode=max", "trial-row", 200),
         ("run page sorted by status", f"/trials/runs/{run}?sort=status", "trial-row", 200),
