@@ -357,11 +357,31 @@ def run_dag(stack: Any, dag_id: str, timeout_s: float) -> tuple[str, float]:
     return run_id, (_parse(ended) - _parse(queued)).total_seconds()
 
 
-def airflow(args: argparse.Namespace) -> None:
+def run_direct(address: str, stack: Any, name: str, size: tuple[int, int, float]) -> float:
+    """The same sweep's driver alone on the stack's Ray head and trials DB: its wall seconds."""
     import ray
 
-    from airflow_trials import mainjob
     from airflow_trials.execution.driver.sweep_driver import SweepDriver
+
+    ray.init(address=address, log_to_driver=False, namespace="bench")
+    spec = sweep_spec(f"{name}_direct", *size, stack.trials_db_url, str(stack.storage))
+    with PeakMemory() as memory:
+        start = time.perf_counter()
+        driver = SweepDriver(spec)
+        driver.wait(24 * 3600)
+        direct_s = time.perf_counter() - start
+    ray.shutdown()
+    print(
+        f"sweep driver directly: {direct_s:.1f} s, this process's peak memory "
+        f"{memory.peak / 2**20:.0f} MiB",
+        flush=True,
+    )
+    return direct_s
+
+
+def airflow(args: argparse.Namespace) -> None:
+
+    from airflow_trials import mainjob
     from airflow_trials.ports import free_port
     from bench.airflow_vs_runner import _parse
 
@@ -385,26 +405,8 @@ def airflow(args: argparse.Namespace) -> None:
         try:
             mainjob.prepare(stack, api_port=free_port())
             address = mainjob.start_ray(stack, args.cpus)
-            ray.init(address=address, log_to_driver=False, namespace="bench")
-            spec = sweep_spec(
-                f"{name}_direct",
-                trials,
-                iterations,
-                sleep_s,
-                stack.trials_db_url,
-                str(stack.storage),
-            )
-            with PeakMemory() as direct_memory:
-                start = time.perf_counter()
-                driver = SweepDriver(spec)
-                driver.wait(24 * 3600)
-                direct_s = time.perf_counter() - start
-            ray.shutdown()
-            print(
-                f"sweep driver directly: {direct_s:.1f} s, this process's peak memory "
-                f"{direct_memory.peak / 2**20:.0f} MiB",
-                flush=True,
-            )
+            size = (trials, iterations, sleep_s)
+            direct_s = None if args.skip_direct else run_direct(address, stack, name, size)
             mainjob.start_airflow(stack)
             if (
                 not args.cold
@@ -431,8 +433,10 @@ def airflow(args: argparse.Namespace) -> None:
         f"{trials} trials x {iterations} x {sleep_s:g} s, 0.5 CPU each on {args.cpus} CPUs, "
         f"{'a fresh Airflow stack' if args.cold else 'after a warm-up run'}"
     )
-    print(f"sweep driver directly               {direct_s:7.1f} s")
     print(f"Airflow DAG run (sweep=True), queued -> end {airflow_s:7.1f} s")
+    if direct_s is None:
+        return
+    print(f"sweep driver directly               {direct_s:7.1f} s")
     ratio = airflow_s / direct_s
     print(
         f"ratio Airflow / direct: {ratio:.3f} (target <= 1.05: "
@@ -462,6 +466,11 @@ def main(argv: list[str] | None = None) -> int:
         "--cold",
         action="store_true",
         help="airflow part: measure the first DAG run of a fresh stack (no warm-up run)",
+    )
+    parser.add_argument(
+        "--skip-direct",
+        action="store_true",
+        help="airflow part: run only the DAG (compare with --part engine on the same size)",
     )
     parser.add_argument("--timeout-s", type=float, default=3600)
     args = parser.parse_args(argv)

@@ -248,21 +248,13 @@ class TuningPlan:
             warm = self._warm_seeds(store, run, context)
             configs = self._configs(run, seed, warm)
             ids = trial_ids(self.experiment_name, ti.dag_id, ti.run_id, len(configs))
-            # Validate every trial (ids, JSON configs) and the cluster's capacity before writing.
-            trials = [
-                Trial(
-                    self.trainable,
-                    c,
-                    trial_id=i,
-                    experiment_name=self.experiment_name,
-                    resources=run.resources,
-                    stopping_criterion=run.stop,
-                )
-                for i, c in zip(ids, configs, strict=True)
-            ]
+            # Validate every trial (ids, JSON configs) and the cluster's capacity before writing;
+            # each Trial is dropped once made: 100,000 of them would hold 160 MB, their configs few.
+            made = (self._trial(i, c, run) for i, c in zip(ids, configs, strict=True))
+            trials = [(t.trial_id, t.config) for t in made]
             check_fits_cluster_or_refuse_params(
                 hook.get_actor_client(),
-                trials[0],
+                self._trial(*trials[0], run),
                 self.experiment_name,
                 self.from_params,
                 self.settings.resources,
@@ -276,12 +268,23 @@ class TuningPlan:
             self._per_trial_settings(run) if self.from_params is not None else self.varying(run)
         )
         entries = [
-            {"trial_id": t.trial_id, "config": t.config, "experiment_run_id": run_pk, **per_run}
-            for t in trials
+            {"trial_id": trial_id, "config": config, "experiment_run_id": run_pk, **per_run}
+            for trial_id, config in trials
         ]
         if warm is not None:
             self._add_warm_start(entries, warm)
         return entries
+
+    def _trial(self, trial_id: str, config: dict[str, Any], run: ExperimentSettings) -> Trial:
+        """The run's trial ``trial_id``, checked (its id, a config JSON can hold)."""
+        return Trial(
+            self.trainable,
+            config,
+            trial_id=trial_id,
+            experiment_name=self.experiment_name,
+            resources=run.resources,
+            stopping_criterion=run.stop,
+        )
 
     def _register_run(
         self, store: Any, run: ExperimentSettings, ti: Any, seed: int, data_version: str | None
