@@ -57,6 +57,7 @@ def board_cases(run: int, pareto: int, num_trials: int) -> list[tuple[str, str, 
     over_pareto = num_trials > getattr(queries, "MAX_PARETO_TRIALS", num_trials)
     importances = (409, "at most") if over_importances else (200, "importances")
     pareto_json = (409, "up to") if over_pareto else (200, "front_trial_ids")
+    pareto_front = (409, "up to") if over_pareto else (200, "points")
     pareto_page = (409, "up to") if over_pareto else (200, "trial-row")
     return [
         ("run page, other mode (?mode=max)", f"/trials/runs/{run}?mode=max", "trial-row", 200),
@@ -87,7 +88,7 @@ def board_cases(run: int, pareto: int, num_trials: int) -> list[tuple[str, str, 
         ("trial page", "/trials/trials/lb-00000", "<main", 200),
         ("Pareto run page (2 metrics)", f"/trials/runs/{pareto}", *pareto_page[::-1]),
         ("JSON Pareto leaderboard", f"/trials/api/runs/{pareto}/leaderboard", *pareto_json[::-1]),
-        ("JSON Pareto front", f"/trials/api/runs/{pareto}/pareto", "points", pareto_json[0]),
+        ("JSON Pareto front", f"/trials/api/runs/{pareto}/pareto", *pareto_front[::-1]),
         ("Pareto run ranked by one metric", f"/trials/runs/{pareto}?metric=loss", "trial-row", 200),
     ]
 
