@@ -7,20 +7,37 @@ side by side on one local Ray, and the script prints the wall times and the rati
 
     .venv/bin/python -m bench.engine_vs_tune            # full run (about 5 minutes)
     .venv/bin/python -m bench.engine_vs_tune --trials 40 --skip-tune-no-reuse   # quicker look
+    .venv/bin/python -m bench.engine_vs_tune --skip-tune --no-reuse-runs --breakdown
+
+``--breakdown`` says where our run's time over the minimum goes, per actor (each serves one of
+the four slots), from the timestamps in the results: the first result (the actor's start-up), the
+gaps between a trial's results beyond the trainable's sleep (run-ahead), the gaps between the last
+result of one trial and the first of the next on the same actor (the hand-over), and the tail from
+the actor's last result to the end of ``run()``.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import tempfile
 import time
+from collections import defaultdict
+from typing import Any
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def run_ours(num_trials: int, iterations: int, sleep_s: float, reuse: bool, storage: str) -> float:
+def run_ours(
+    num_trials: int,
+    iterations: int,
+    sleep_s: float,
+    reuse: bool,
+    storage: str,
+    breakdown: bool = False,
+) -> float:
     from airflow_trials import Trial, TrialRunner
 
     name = f"bench-ours-{'reuse' if reuse else 'noreuse'}"
@@ -34,9 +51,11 @@ def run_ours(num_trials: int, iterations: int, sleep_s: float, reuse: bool, stor
                 resources={"cpu": 0.5},
             )
         )
-    start = time.perf_counter()
+    start, started_at = time.perf_counter(), time.time()
     trials = runner.run()
     elapsed = time.perf_counter() - start
+    if breakdown:
+        print_breakdown(runner.results(), started_at, started_at + elapsed, sleep_s)
     bad = [
         t
         for t in trials
@@ -45,6 +64,41 @@ def run_ours(num_trials: int, iterations: int, sleep_s: float, reuse: bool, stor
     if bad:
         raise SystemExit(f"our runner left {len(bad)} trials unfinished: {bad[:3]}")
     return elapsed
+
+
+def print_breakdown(
+    results: list[tuple[str, dict[str, Any]]], started_at: float, ended_at: float, sleep_s: float
+) -> None:
+    """Where each actor's time over its trainables' sleeps went, from its results' timestamps
+    (when the trainable reported; the actor's own clock, on the same machine as the driver)."""
+    by_actor: dict[int, list[tuple[float, str]]] = defaultdict(list)
+    for trial_id, result in results:
+        by_actor[result["pid"]].append((result["timestamp"], trial_id))
+    parts: dict[str, list[float]] = defaultdict(list)
+    within: list[float] = []
+    between: list[float] = []
+    for reported in by_actor.values():
+        reported.sort()
+        pairs = zip(reported, reported[1:], strict=False)
+        gaps = [(b[0] - a[0] - sleep_s, a[1] == b[1]) for a, b in pairs]
+        within += [gap for gap, same in gaps if same]
+        between += [gap for gap, same in gaps if not same]
+        parts["start-up (first result - sleep)"].append(reported[0][0] - started_at - sleep_s)
+        parts["within trials (run-ahead)"].append(sum(gap for gap, same in gaps if same))
+        parts["hand-overs (between trials)"].append(sum(gap for gap, same in gaps if not same))
+        parts["tail (last result to the end)"].append(ended_at - reported[-1][0])
+        parts["over (sum)"].append(ended_at - started_at - len(reported) * sleep_s)
+    print(f"where the time over the minimum goes, per actor (mean of {len(by_actor)}):")
+    for name, seconds in parts.items():
+        print(f"  {name:<34} {statistics.mean(seconds):6.3f} s")
+    for name, gaps in (("within trials", within), ("between trials", between)):
+        if gaps:
+            gaps.sort()
+            median, p90 = gaps[len(gaps) // 2], gaps[int(len(gaps) * 0.9)]
+            print(
+                f"  gap {name} beyond the sleep: n={len(gaps)}, median {1000 * median:.2f} ms, "
+                f"p90 {1000 * p90:.2f} ms, mean {1000 * statistics.mean(gaps):.2f} ms"
+            )
 
 
 def run_tune(num_trials: int, iterations: int, sleep_s: float, reuse: bool, storage: str) -> float:
@@ -87,6 +141,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-reuse-runs", action="store_true", help="skip both runs without actor reuse"
     )
+    parser.add_argument(
+        "--breakdown", action="store_true", help="where our run's time over the minimum goes"
+    )
     args = parser.parse_args(argv)
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -101,7 +158,9 @@ def main(argv: list[str] | None = None) -> int:
     times: dict[str, float] = {}
     for reuse in (True,) if args.no_reuse_runs else (True, False):
         key = "reuse" if reuse else "no reuse"
-        times[f"ours, {key}"] = run_ours(args.trials, args.iterations, args.sleep_s, reuse, storage)
+        times[f"ours, {key}"] = run_ours(
+            args.trials, args.iterations, args.sleep_s, reuse, storage, args.breakdown and reuse
+        )
         print(f"ours, {key}: {times[f'ours, {key}']:.1f} s", flush=True)
         if args.skip_tune or (not reuse and args.skip_tune_no_reuse):
             continue
