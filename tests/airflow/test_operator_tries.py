@@ -316,3 +316,26 @@ def test_select_best_reconciles_trials_whose_tasks_ended_without_their_end(trial
         and "failed without recording the trial's end" in stuck.error_msg
     )
     assert live_trial_actors() == [] and live_placement_groups() == []
+
+
+def test_a_sweeps_registered_trials_that_never_started_count_as_never_run(trials_env):
+    """A sweep's trials are registered before its driver starts them (``trial_ids`` None: the
+    run's registered trials): one its driver never started is counted as never run and left
+    PENDING, not recorded ERROR; one left RUNNING is still recorded ERROR."""
+    from airflow_trials.experiment import reconcile_trial_ends
+    from airflow_trials.hooks.trials import TrialsHook
+
+    store = trials_env.store
+    run = store.create_experiment_run("recon", "sweep-1")
+    planned = [(trial_id, {"scale": 1.0}, None) for trial_id in ("done", "stuck", "never")]
+    store.register_trials(
+        run, planned, trainable="tests.trainables:counting", resources={"cpu": 0.5}, max_failures=0
+    )
+    store.record_transition("done", Transition.PLACED)
+    store.record_end(TrialEnd("done", "recon", TrialStatus.TERMINATED))
+    store.record_transition("stuck", Transition.PLACED)
+
+    counts = reconcile_trial_ends(TrialsHook(), store, "recon", run, None)
+    assert counts == {"finished": 1, "failed": 1, "never_ran": 1}
+    assert store.reader.get_trial("stuck").status is TrialStatus.ERROR
+    assert store.reader.get_trial("never").status is TrialStatus.PENDING
