@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, seconds in times.items():
         print(f"  {name:<16} {seconds:7.1f} s   {seconds / minimum:5.2f}x minimum")
     print("ratios (target):")
-    print(f"  ours reuse / minimum          {times['ours, reuse'] / minimum:5.2f}   (<= 1.05)")
+    print(f"  ours reuse / minimum          {times['ours, reuse'] / minimum:5.2f}   (<= 1.10)")
     if "tune, reuse" in times:
         print(
             f"  ours reuse / tune reuse       {times['ours, reuse'] / times['tune, reuse']:5.2f}   "
