@@ -54,3 +54,16 @@ def test_a_sweeps_xcom_and_trigger_kwargs_do_not_grow_with_its_trials(trials_env
         small_trigger,
         large_trigger,
     )
+
+
+def test_a_sweep_trigger_serialized_with_the_trial_ids_still_loads():
+    """A sweep task deferred before the upgrade: its trigger's kwargs carry the run's ids, not
+    num_trials; the triggerer loads it, and it serializes as a number from then on."""
+    from airflow_trials.triggers.sweep_trigger import SweepTrigger
+
+    before = {"experiment_name": "e", "run_key": "r", "experiment_run_id": 1, "try_number": 2}
+    trigger = SweepTrigger(**before, trial_ids=["t-1", "t-2", "t-3"])
+    classpath, kwargs = trigger.serialize()
+    assert classpath.endswith("SweepTrigger")
+    assert kwargs["num_trials"] == 3 and "trial_ids" not in kwargs
+    assert SweepTrigger(**kwargs).num_trials == 3

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from airflow.triggers.base import TaskSuccessEvent, TriggerEvent
@@ -42,6 +42,8 @@ class SweepTrigger(TrialsTrigger):
     :param experiment_run_id: the run's id in the trials DB.
     :param num_trials: how many trials the run has (how the trials DB tells that the run ended,
         once the driver is gone): a number, so that the kwargs do not grow with the trials.
+    :param trial_ids: read only from a trigger serialized before ``num_trials`` (a task deferred
+        across the upgrade), which carried the run's ids: their number is taken.
     :param try_number: the try that deferred; a stop from an older try never ends a newer try's run.
     :param ray_conn_id: default ``ray_default``. :param trials_conn_id: default ``trials_default``.
     :param poll_interval_seconds: time between polls; default 2.
@@ -76,7 +78,7 @@ class SweepTrigger(TrialsTrigger):
         experiment_name: str,
         run_key: str,
         experiment_run_id: int,
-        num_trials: int,
+        num_trials: int | None = None,
         try_number: int = 1,
         ray_conn_id: str = DEFAULT_RAY_CONN_ID,
         trials_conn_id: str = DEFAULT_TRIALS_CONN_ID,
@@ -86,8 +88,16 @@ class SweepTrigger(TrialsTrigger):
         warm_started_trials: int = 0,
         push_return_value: bool = True,
         end_in_trigger: bool = True,
+        trial_ids: Sequence[str] | None = None,
     ) -> None:
         super().__init__(trials_conn_id, poll_interval_seconds)
+        if num_trials is None:  # a trigger serialized before num_trials: it carried the ids
+            if trial_ids is None:
+                raise TypeError(
+                    f"SweepTrigger of run {run_key} of experiment {experiment_name} needs "
+                    "num_trials (the run's number of trials)."
+                )
+            num_trials = len(trial_ids)
         self.experiment_name = experiment_name
         self.run_key = run_key
         self.experiment_run_id = experiment_run_id
