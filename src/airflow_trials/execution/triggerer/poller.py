@@ -2,10 +2,12 @@
 records their progress in the trials store in batches.
 
 Why not Airflow's shared streams: Airflow 3.3's ``BaseEventTrigger.shared_stream_key`` /
-``open_shared_stream`` lets sibling triggers share one poll, but the triggerer only groups
-``BaseEventTrigger`` instances (asset-event triggers) that way; a deferral trigger such as
-``TrialTrigger`` always gets its own ``run()``. So the sharing happens here, in a process-level
-poller keyed by the triggerer's event loop, which the trigger-runner process has exactly one of.
+``open_shared_stream`` lets sibling triggers share one poll, but its stream is opened with one
+trigger's kwargs, broadcasts every event to every subscriber and has no way back to one of them
+(a poll's write outcome), and a deferral trigger would have to pose as an asset watcher to use it
+(docs/airflow.md, "Why not Airflow 3.3's shared streams"). So the sharing happens here, in a
+process-level poller keyed by the triggerer's event loop, which the trigger-runner process has
+exactly one of.
 
 Lifecycle, from a trigger's ``run()`` on the event loop::
 
