@@ -70,15 +70,17 @@ class DirCheckpointTrainable(FakeTrainable):
 def counting(config):
     """Reports ``score = i * scale`` forever (a stopping criterion ends it), checkpointing a dict
     each step;
-    with ``hold_at``, it waits before that iteration until the file ``gate`` exists."""
+    with ``hold_at``, it waits before that iteration until the file ``gate`` exists (and again
+    before ``hold_again_at`` until ``gate_again`` exists)."""
     start = 0
     ckpt = airflow_trials.get_checkpoint()
     if ckpt is not None:
         start = ckpt["i"]
     for i in range(start + 1, 10_000):
         time.sleep(config.get("sleep", 0.0))
-        if i == config.get("hold_at"):  # a test holds the trial here until it opens the gate
-            while not os.path.exists(config["gate"]):
+        holds = {config.get("hold_at"): "gate", config.get("hold_again_at"): "gate_again"}
+        if i in holds:  # a test holds the trial here until it opens the gate
+            while not os.path.exists(config[holds[i]]):
                 time.sleep(0.05)
         if config.get("crash_at") == i and not os.path.exists(config["marker"]):
             open(config["marker"], "w").close()

@@ -96,6 +96,47 @@ class SavedProgressContract:
         assert [c.iteration for c in store.reader.live_checkpoints("s2")] == [10, 9]
         assert _on_disk(storage, "s2") == ["checkpoint_000009", "checkpoint_000010"]
 
+    @pytest.mark.parametrize(
+        ("watched_at", "left", "kept_from"),
+        [((4,), (1, 2), 3), ((4, 6), (3, 4), 5)],
+        ids=["drops-never-recorded", "drops-recorded"],
+    )
+    def test_a_resume_deletes_the_checkpoints_its_lost_actor_dropped_and_left(
+        self, storage, store, watched_at, left, kept_from
+    ):
+        """keep=2. The trigger recorded the trial at iteration 4 (checkpoints 3 and 4 kept; 1 and
+        2 dropped before any record), and on the second case at 6 too (5 and 6 kept, 3 and 4
+        recorded dropped, 1 and 2 deleted, since that poll told the actor the first write was
+        done). Then the actor trained on to 8 unwatched and was lost before a poll told it its
+        last drops were recorded (it deletes a dropped checkpoint only then): nothing else would
+        ever delete those. The resume does; the recorded ones and the newer ones stay, for the
+        resumed trial's keep rule."""
+        gates = Path(storage) / "gate-s6", Path(storage) / "gate-again-s6"
+        config = {"hold_at": 5, "gate": str(gates[0]), "hold_again_at": 7}
+        config["gate_again"] = str(gates[1])
+        actor = _start(storage, store, _trial("s6", keep=2, until=8), config)
+        tracker = TrialProgressTracker("s6")
+        for recorded_to, gate in zip((4, 6), gates, strict=True):
+            if recorded_to in watched_at:
+                _until(actor, lambda s, n=recorded_to: s.kept_checkpoints[-1:][0].iteration == n)
+                _watch_once(actor, tracker, store)
+            gate.touch()
+        _until(actor, lambda s: s.status != "RUNNING")  # trained on to 8 unwatched: lost
+        on_disk = _on_disk(storage, "s6")
+        assert {f"checkpoint_{i:06d}" for i in (*left, 5, 6, 7, 8)} <= set(on_disk), on_disk
+
+        trial = _trial("s6", keep=2, until=10)
+        newest = adopt_checkpoints(trial, store, TrialStorage(storage))
+
+        assert newest is not None and newest.iteration == 8
+        kept = [f"checkpoint_{i:06d}" for i in range(kept_from, 9)]
+        assert _on_disk(storage, "s6") == kept
+        live = store.reader.live_checkpoints("s6")
+        assert [c.iteration for c in live] == list(range(8, kept_from - 1, -1))
+        # A second resume finds nothing more to delete.
+        adopt_checkpoints(_trial("s6", keep=2, until=10), store, TrialStorage(storage))
+        assert _on_disk(storage, "s6") == kept
+
     def test_no_checkpoint_past_a_gap_in_the_saved_results_is_resumed_from(self, storage, store):
         """A checkpoint whose metadata lacks results the DB does not hold (its actor kept no more
         than UNSAVED_RESULTS_MAX) ends the chain: it and every later one stay unrecorded."""

@@ -334,9 +334,23 @@ class ExperimentRun:
                 and min(self.progress().values()) >= min_results
             )
 
-        self.stack.wait_for(
-            ready, timeout_s, f"the {self.trials} trials of {self.run_id} to run deferred"
-        )
+        try:
+            self.stack.wait_for(
+                ready, timeout_s, f"the {self.trials} trials of {self.run_id} to run deferred"
+            )
+        except AssertionError as e:  # say where they stood, for the one who reads the failure
+            states = [(ti["map_index"], ti["state"], ti["try_number"]) for ti in self.trial_tis()]
+            raise AssertionError(
+                f"{e} Trial tasks (map index, state, try): {states}; stored results per trial: "
+                f"{self.progress()}; journaled iterations: {self._journaled()}."
+            ) from e
+
+    def _journaled(self) -> dict[str, list[int]]:
+        """How many iterations each trial's incarnations journaled, newest incarnation last."""
+        return {
+            trial_id: [len(i.iterations) for i in read_journal(self.journal_dir, trial_id)]
+            for trial_id in self.trial_ids
+        }
 
     def finish(self, timeout_s: float = RUN_TIMEOUT_S) -> str:
         return self.stack.wait_for_run(self.dag_id, self.run_id, timeout_s)

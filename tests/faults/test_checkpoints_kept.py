@@ -15,8 +15,9 @@ was dropped failed every retry with "Could not load checkpoint ...: no such dire
 Each case then proves: the DAG run succeeds; every trial ends TERMINATED at its full iteration
 count with its stored results exactly 1..N; it resumed from its newest saved checkpoint, and no
 failure was counted for a missing checkpoint; no live checkpoint row of the DB names a directory
-that is gone; and the storage holds a bounded number of checkpoint directories per trial (a dropped
-checkpoint is deleted once the DB recorded it dropped, not left for ever).
+that is gone; and the storage holds the trial's last ``keep`` checkpoints and at most one more, none
+left by the lost incarnation (a dropped checkpoint is deleted once the DB recorded it dropped, and
+the resume deletes what the lost actor dropped and left).
 
 The module has a stack of its own, run once with the trials DB on SQLite and once on PostgreSQL
 (AIRFLOW_TRIALS_TEST_POSTGRES_URL; skipped with the reason when unset): the stack-stopped case on
@@ -199,16 +200,16 @@ def assert_resumed_from_the_newest_saved_checkpoint(run: ExperimentRun, num_fail
 
 def assert_checkpoints_consistent(run: ExperimentRun, keep: int) -> None:
     """No live checkpoint row names a directory that is gone, the final checkpoint is live, and
-    the storage holds at most ``keep + HOLD_AT`` checkpoint directories per trial.
+    the storage holds the trial's last ``keep`` checkpoints and at most one more, none of them
+    from the lost incarnation.
 
-    The bound: the ``keep`` checkpoints the trial keeps at its end; what the lost incarnation left
-    at iterations up to HOLD_AT, which nobody writes again (HOLD_AT - 1 at most: the resumed
-    incarnation takes back the ones the trials DB names and deletes them in their turn, but not
-    those dropped before the hold that the DB had marked deleted while their deletion waited for
-    an acknowledgement the dead watcher never sent); and one dropped at the last result, whose
-    deletion at the trial's end is best effort. The lost incarnation's checkpoints past HOLD_AT are
-    written again by the resumed one and deleted in its turn. A trial that deleted nothing would
-    hold ``ITERATIONS``.
+    The lost incarnation's checkpoints: the resume deletes the ones its actor had dropped and not
+    yet deleted, whether the trials DB recorded the drop or not (it deletes a dropped one only
+    once a poll tells it the drop was recorded, and the loss came first); the resumed incarnation
+    takes the recorded ones and the newer saved ones as its own and drops and deletes them in
+    turn. The one more: a checkpoint dropped at the last result, whose deletion at the trial's end
+    is best effort. A trial that deleted nothing would hold ``ITERATIONS``; before the resume
+    deleted the lost actor's leftovers, how many stayed depended on how far its watcher lagged.
     """
     from airflow_trials.store import TrialReader
 
@@ -224,7 +225,10 @@ def assert_checkpoints_consistent(run: ExperimentRun, keep: int) -> None:
         on_disk = sorted(
             p.name for p in (run.stack.storage / run.dag_id / trial_id).glob("checkpoint_*")
         )
-        assert 1 <= len(on_disk) <= keep + HOLD_AT, (trial_id, on_disk)
+        resumed_from = read_journal(run.journal_dir, trial_id)[-1].resumed_from
+        from_the_lost_one = [n for n in on_disk if int(n.rsplit("_", 1)[1]) <= resumed_from]
+        assert from_the_lost_one == [], (trial_id, resumed_from, on_disk)
+        assert keep <= len(on_disk) <= keep + 1, (trial_id, on_disk)
 
 
 # -- faults

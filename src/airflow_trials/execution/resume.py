@@ -7,7 +7,9 @@ metadata, written last, carries the results since the trial's previous checkpoin
 on while nobody recorded it (Airflow stopped, the triggerer down, a sweep's driver gone) left
 checkpoints the trials DB never heard of: :func:`backfill_saved_progress` writes their results and
 the checkpoints themselves, once, through the one write path, as far as the chain of results runs
-without a gap from what the DB holds. Then the recorded checkpoints are adopted as before.
+without a gap from what the DB holds. The checkpoints the lost actor had dropped and not deleted yet
+are deleted (:func:`delete_leftover_checkpoints`). Then the recorded checkpoints are adopted as
+before.
 
 The actors delete a dropped checkpoint only after the trials DB stopped naming it
 (:meth:`~airflow_trials.core.checkpoint.CheckpointManager.release`), so the recorded ones are
@@ -47,9 +49,11 @@ def adopt_checkpoints(
     trial: Trial, store: TrialStore, storage: TrialStorage
 ) -> CheckpointRecord | None:
     """Backfill what the trial's storage holds past the trials DB
-    (:func:`backfill_saved_progress`), then adopt the recorded checkpoints
+    (:func:`backfill_saved_progress`), delete what its lost actor dropped and left
+    (:func:`delete_leftover_checkpoints`), then adopt the recorded checkpoints
     (:func:`adopt_recorded_checkpoints`); returns the newest, which the trial restores from."""
     backfill_saved_progress(trial, store, storage)
+    delete_leftover_checkpoints(trial, store, storage)
     return adopt_recorded_checkpoints(trial, store, storage)
 
 
@@ -71,6 +75,42 @@ def backfill_saved_progress(trial: Trial, store: TrialStore, storage: TrialStora
     store.record_progress([TrialUpdate(trial.trial_id, results=results, kept_checkpoints=kept)])
     _log_backfill(trial, results, kept)
     return len(results)
+
+
+def delete_leftover_checkpoints(
+    trial: Trial, store: TrialStore, storage: TrialStorage
+) -> list[str]:
+    """Delete the trial's checkpoints on the storage that the trials DB does not name and that
+    are older than the newest one it names; returns their paths.
+
+    They are what a lost actor had dropped and not deleted yet: an actor deletes a dropped
+    checkpoint only once a poll tells it that the trials DB recorded its kept set without it
+    (:meth:`~airflow_trials.core.checkpoint.CheckpointManager.release`), and one lost before that
+    poll leaves them, whether the DB recorded the drop or never heard of them; nothing else would
+    ever delete them. Nothing can name them: the trial resumes from the newest recorded one, after
+    the backfill (:func:`backfill_saved_progress`) has recorded every complete newer one. The
+    newer ones left unrecorded (cut short, or past a gap) stay: the resumed trial writes them
+    again."""
+    live = store.reader.live_checkpoints(trial.trial_id)  # newest first
+    if not live:
+        return []
+    named = {row.path for row in live}
+    on_storage = storage.checkpoint_dirs(trial.experiment_name, trial.trial_id)
+    leftovers = [
+        path
+        for iteration, path in sorted(on_storage.items())
+        if iteration < live[0].iteration and path not in named
+    ]
+    deleted = storage.delete_released(trial.trial_id, leftovers)
+    if deleted:
+        log.info(
+            "Trial %s: deleted %d checkpoint(s) that its lost actor had dropped and left on the "
+            "storage: %s",
+            trial.trial_id,
+            len(deleted),
+            ", ".join(deleted),
+        )
+    return deleted
 
 
 def adopt_saved_progress(trial: Trial, storage: TrialStorage) -> list[dict]:

@@ -339,6 +339,19 @@ class TrialStorage:
         """The trial's complete checkpoints past iteration ``after``, oldest first, each as
         ``(path, metadata)``: what its actors saved, recorded in the trials DB or not (one whose
         persist was cut short has no metadata and is left out)."""
+        found = []
+        for iteration, path in sorted(self.checkpoint_dirs(experiment_name, trial_id).items()):
+            if iteration <= after:
+                continue
+            try:
+                found.append((path, self.read_json(self._meta_path(path))))
+            except (FileNotFoundError, ValueError):
+                continue  # not complete (its metadata is written last), or unreadable
+        return found
+
+    def checkpoint_dirs(self, experiment_name: str, trial_id: str) -> dict[int, str]:
+        """Every checkpoint directory of the trial on the storage, complete or not, by iteration
+        (one listing of its folder)."""
         base = self.trial_dir(experiment_name, trial_id)
         try:
             names = (
@@ -347,18 +360,13 @@ class TrialStorage:
                 else [str(p).rstrip("/").rsplit("/", 1)[-1] for p in self.fs.ls(base, detail=False)]
             )
         except (FileNotFoundError, NotADirectoryError):
-            return []
-        found = []
+            return {}
+        found = {}
         for name in names:
             suffix = name.removeprefix(_CHECKPOINT_PREFIX)
-            if suffix == name or not suffix.isdigit() or int(suffix) <= after:
-                continue
-            path = self.checkpoint_dir(experiment_name, trial_id, int(suffix))
-            try:
-                found.append((int(suffix), path, self.read_json(self._meta_path(path))))
-            except (FileNotFoundError, ValueError):
-                continue  # not complete (its metadata is written last), or unreadable
-        return [(path, meta) for _, path, meta in sorted(found, key=lambda f: f[0])]
+            if suffix != name and suffix.isdigit():
+                found[int(suffix)] = self.checkpoint_dir(experiment_name, trial_id, int(suffix))
+        return found
 
     def load_checkpoint(self, path: str) -> tuple[Any, dict[str, Any]]:
         """Returns ``(payload, meta)``: the dict, or a local directory holding the checkpoint's
