@@ -9,9 +9,11 @@ from typing import Annotated, Any
 import typer
 
 from airflow_trials.cli.boards import (
+    LEADERBOARD_LIMIT,
     leaderboard_rows,
     print_pareto_leaderboard,
     ranked_leaderboard,
+    say_cut,
 )
 from airflow_trials.cli.common import (
     MAX_COUNT,
@@ -207,7 +209,14 @@ def leaderboard(
     run: RunOption = "latest",
     metric: Annotated[str | None, typer.Option(help="Default: the experiment's metric.")] = None,
     mode: Annotated[str | None, typer.Option(help="min or max; default: the experiment's.")] = None,
-    limit: Annotated[int | None, typer.Option(min=1, max=MAX_COUNT)] = None,
+    limit: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            max=MAX_COUNT,
+            help="At most this many rows (the best first); 0 for every trial of the run.",
+        ),
+    ] = LEADERBOARD_LIMIT,
     db_url: DbUrl = None,
     output: Output = None,
     as_json: AsJson = False,
@@ -249,6 +258,7 @@ def leaderboard(
             title=f"{experiment} / {exp_run.run_key}",
             empty=f"Run {exp_run.run_key} of {experiment} has no trials yet.",
         )
+        say_cut(fmt, len(board), ranked.num_trials if limit else len(board))
 
     guard(body)
 

@@ -1,31 +1,38 @@
 """Applies the store's Alembic revisions, configured in code: ``migrate(url)`` needs no
-alembic.ini."""
+alembic.ini. Alembic is imported only to migrate: a reader checks the schema's revision with
+SQLAlchemy alone (:func:`schema_revision` against :data:`HEAD_REVISION`), so a command that only
+reads does not pay Alembic's import (about 0.15 s)."""
 
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.util import CommandError
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, Engine, inspect, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from airflow_trials.exceptions import StoreError
 from airflow_trials.store.engine import WRITE_OPTION, create_store_engine, safe_url
 from airflow_trials.store.leaderboard import METRIC_INDEX_PREFIX
 
+if TYPE_CHECKING:
+    from alembic.config import Config
+
 MIGRATIONS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "migrations")
 VERSION_TABLE = "at_alembic_version"
 HEAD = "head"
+#: The newest revision this airflow_trials ships (the head of migrations/versions), known when it
+#: is built: what :func:`migrate` brings a database to and what a reader expects. A test checks it
+#: against Alembic's own head (tests/contract/test_store_schema_revision.py).
+HEAD_REVISION = "0020"
 # pg_advisory_xact_lock key held while migrating, so concurrent migrate() calls run one at a time.
 _MIGRATION_LOCK_KEY = 0x61745F6D6967  # "at_mig"
 
 
 def alembic_config(connection: Connection | None = None) -> Config:
     """An Alembic config for the shipped revisions; ``connection`` is the one env.py migrates."""
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", MIGRATIONS_DIR.replace("%", "%%"))
     config.set_main_option("path_separator", "os")
@@ -44,6 +51,9 @@ def include_object(
 def upgrade_engine(engine: Engine) -> None:
     """Apply every revision not yet applied to the database behind ``engine``, in one
     transaction."""
+    from alembic import command
+    from alembic.util import CommandError
+
     try:
         with engine.execution_options(**{WRITE_OPTION: True}).begin() as connection:
             if connection.dialect.name == "postgresql":
@@ -75,22 +85,27 @@ def migrate(url: str) -> None:
 
 
 def current_revision(engine: Engine) -> str | None:
-    """The revision the database is at, or None when it was never migrated."""
+    """The revision the database is at, or None when it was never migrated: the row of Alembic's
+    version table, read with SQLAlchemy alone (the table Alembic keeps, one row per head; the
+    store's revisions are one line, so one row)."""
     with engine.connect() as connection:
-        context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
-        return context.get_current_revision()
+        if not inspect(connection).has_table(VERSION_TABLE):
+            return None
+        versions = connection.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalars()
+        found = sorted(versions)
+    if len(found) > 1:
+        raise StoreError(
+            f"The trials DB at {safe_url(str(engine.url))} has {len(found)} schema revisions "
+            f"({', '.join(found)}) in {VERSION_TABLE}, where airflow_trials keeps one; it was "
+            "migrated by something else. Restore it from a backup or migrate a new trials DB."
+        )
+    return found[0] if found else None
 
 
 def head_revision() -> str:
-    """The newest revision this airflow_trials ships: what :func:`migrate` brings a database to."""
-    from alembic.script import ScriptDirectory
-
-    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
-    if head is None:  # only a broken install ships no revisions
-        raise StoreError(
-            f"No Alembic revisions found in {MIGRATIONS_DIR}; reinstall airflow_trials."
-        )
-    return head
+    """The newest revision this airflow_trials ships (:data:`HEAD_REVISION`): what
+    :func:`migrate` brings a database to."""
+    return HEAD_REVISION
 
 
 def schema_revision(url: str, connect_timeout_seconds: int = 10) -> str | None:
