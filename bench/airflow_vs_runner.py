@@ -32,6 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.task_phases import phases, print_phases
+
 REPO = Path(__file__).resolve().parent.parent
 EXPERIMENT = "bench_airflow_vs_runner"
 
@@ -141,6 +143,11 @@ def run_airflow(stack: object, args: argparse.Namespace) -> tuple[float, float]:
     )
     last_end = dt.datetime.fromtimestamp(max(r[-1]["timestamp"] for r in results), dt.UTC)
     _print_timeline(stack, run_id, _parse(queued), first_start, last_end, _parse(ended))
+    last_results = {
+        t.map_index: dt.datetime.fromtimestamp(r[-1]["timestamp"], dt.UTC)
+        for t, r in zip(trials, results, strict=True)
+    }
+    _print_phases(stack, run_id, last_results)
     return (_parse(ended) - _parse(queued)).total_seconds(), (
         last_end - first_start
     ).total_seconds()
@@ -178,6 +185,21 @@ def _print_timeline(
         f"{at(last_end):6.1f}"
     )
     print(f"  {'DAG run ended':<48} {at(ended):6.1f}")
+
+
+def _print_phases(stack: object, run_id: str, last_results: dict[int, dt.datetime]) -> None:
+    """Each task's steps, from its log (bench/task_phases.py)."""
+    from airflow_trials import mainjob
+
+    task_rows = mainjob._airflow_db(
+        stack,
+        "SELECT task_id, map_index, queued_dttm, start_date, end_date FROM task_instance "
+        "WHERE dag_id = ? AND run_id = ?",
+        EXPERIMENT,
+        run_id,
+    )
+    logs = stack.airflow_home / "logs"  # type: ignore[attr-defined]
+    print_phases(phases(logs, EXPERIMENT, run_id, task_rows, last_results))
 
 
 def main() -> None:
