@@ -319,7 +319,10 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
         log.addHandler(handler)
         log.setLevel(logging.INFO)
-        ray.init(num_cpus=4, include_dashboard=False, logging_level=logging.WARNING)
+        # "local": a Ray of its own even while another session's cluster runs on this machine.
+        ray.init(
+            address="local", num_cpus=4, include_dashboard=False, logging_level=logging.WARNING
+        )
         try:
             if len(cores) > 1:
                 _pin_ray(cores[-1], cores[:-1])

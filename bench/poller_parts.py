@@ -52,7 +52,7 @@ def ray_parts(args: argparse.Namespace) -> dict[str, list[float]]:
 
     from airflow_trials.execution.ray_state import send_poll
 
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="WARNING")
     try:
         actor = ray.remote(max_concurrency=args.refs + 16)(Answering).remote()
         ray.get(actor.poll.remote())
