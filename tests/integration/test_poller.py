@@ -46,13 +46,15 @@ def launch(storage, store_url, trial_id, stop=1000):
 
 
 class ThreadRecordingActor:
-    """An actor handle whose ``poll.remote`` notes the thread that calls it."""
+    """An actor handle whose ``poll.remote`` notes the thread that calls it, and its arguments."""
 
     def __init__(self, actor):
         self.actor, self._actor_id, self.poll, self.threads = actor, actor._actor_id, self, []
+        self.calls = []
 
     def remote(self, *args):
         self.threads.append(threading.current_thread().name)
+        self.calls.append(args)
         return self.actor.poll.remote(*args)
 
 
@@ -155,3 +157,37 @@ async def test_the_first_poller_of_a_process_freezes_its_start_up_objects(store_
     finally:
         watch.close()
         gc.unfreeze()
+
+
+async def test_a_poller_stretches_its_trials_poll_intervals_to_its_poll_budget():
+    # Not started: only its pacing. 10 polls a second in all.
+    poller = TrialPoller(asyncio.get_running_loop(), max_polls_per_second=10.0)
+    few = [BatchedTrialPolls(poller, f"f{i}", object(), "sqlite://", 2.0) for i in range(20)]
+    assert few[0].poll().wait_seconds == 2.0  # 20 trials every 2 s: 10 polls a second
+    many = [BatchedTrialPolls(poller, f"m{i}", object(), "sqlite://", 2.0) for i in range(20)]
+    assert few[1].poll().wait_seconds == 4.0  # 40 trials: each every 4 s
+    for watch in many:
+        watch.close()
+    many[0].close()  # closing twice counts once
+    assert few[2].poll().wait_seconds == 2.0
+    slow = BatchedTrialPolls(poller, "slow", object(), "sqlite://", 9.0)
+    assert slow.poll().wait_seconds == 9.0  # a longer interval of its own stays
+
+
+async def test_the_actor_holds_a_poll_for_the_wait_its_poller_gave_it(
+    ray_cluster, storage, store_url
+):
+    poller = TrialPoller(asyncio.get_running_loop(), max_polls_per_second=2.0)
+    poller.start()
+    recording = ThreadRecordingActor(launch(storage, store_url, "paced"))
+    others = [BatchedTrialPolls(poller, f"o{i}", object(), store_url, 0.2) for i in range(2)]
+    watch = BatchedTrialPolls(poller, "paced", recording, store_url, 0.2)
+    poller.command(poller._add, watch)
+    poll = watch.poll()
+    assert poll.wait_seconds == 1.5  # 3 trials at 2 polls a second
+    await asyncio.wait_for(poll.answered, 60)
+    await asyncio.wait_for(poll.recorded, 60)
+    since, wait_s, _, _ = recording.calls[0]
+    assert (since, wait_s) == (0, 1.5)
+    for each in (*others, watch):
+        each.close()

@@ -28,9 +28,12 @@ class Poll:
     """One poll of one trial, as its trigger sees it (futures of the trigger's event loop).
 
     :param loop: the trigger's event loop.
+    :param wait_seconds: how long the actor may hold it open waiting for news (an end, a hold):
+        the trial's poll interval as its poller paces it.
     """
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, wait_seconds: float) -> None:
+        self.wait_seconds = wait_seconds
         self.answered: asyncio.Future[TrialUpdate] = loop.create_future()
         # None, or what the trial's scheduler found in the write (its judge call's settle()).
         self.recorded: asyncio.Future[Any] = loop.create_future()

@@ -12,7 +12,7 @@ exactly one of.
 Lifecycle, from a trigger's ``run()`` on the event loop::
 
     watch = watch_trial(trial_id, actor, store_url, wait_seconds=2.0)  # registers; starts a poller
-    poll = watch.poll()                  # the poll in flight, or a new one
+    poll = watch.poll()                  # the poll in flight, or a new one (poll.wait_seconds)
     update = await poll.answered         # the actor's TrialUpdate, or the Ray error it raised
     judged = await poll.recorded         # its progress is in the store (with its scheduler's
                                          # verdicts: judge.call().settle()), or StoreError
@@ -34,6 +34,10 @@ stuck in Ray cannot stall a trigger either.
 A batch that fails as a whole because the database failed at every retry fails every trial in it
 with that StoreError; a batch refused for one trial's sake (an invalid transition, an unknown
 trial) is written again trial by trial, so only that trial's trigger gets the error.
+
+**The poll budget.** A poll costs about 0.3 ms of this process's CPU in Ray, so a poller sends at
+most ``MAX_POLLS_PER_SECOND`` polls a second, stretching its trials' intervals past that (20 s at
+1,000 trials): an end or a hold still answers at once, a plain result is stored that much later.
 
 The first poller of a process calls ``gc.freeze()`` (:func:`_freeze_startup_objects`): full
 garbage collections then skip the start-up objects that made each one hold the event loop for
@@ -88,6 +92,8 @@ TICK_SECONDS = 0.25
 IDLE_EXIT_SECONDS = 30.0
 # ray.get of answers ray.wait reported ready: they are local, so this only bounds a sick Ray.
 GET_TIMEOUT_SECONDS = 10.0
+# The most polls a poller sends a second, all its trials together: the poll budget (module doc).
+MAX_POLLS_PER_SECOND = 50.0
 
 
 class BatchedTrialPolls:
@@ -99,7 +105,8 @@ class BatchedTrialPolls:
     :param trial_id: the trial.
     :param actor: the trial's Ray actor handle.
     :param store_url: the trials store its progress goes to.
-    :param wait_seconds: how long the actor may hold a poll open waiting for the trial to end.
+    :param wait_seconds: how long the actor may hold a poll open waiting for news (an end, a
+        hold): the trial's poll interval, which its poller stretches past its poll budget.
     :param recorded: the trial's checkpoints the store holds as not deleted; default none.
     :param judge: the trial's scheduler on the Airflow path (``schedulers/trial_judge.py``: its
         ``call()`` judges a write's results within it); default None (no scheduler).
@@ -122,6 +129,8 @@ class BatchedTrialPolls:
         self.tracker = TrialProgressTracker(trial_id, recorded=set(recorded))
         self._poller = poller
         self._current: Poll | None = None
+        self._closed = False
+        poller.watched += 1
         # Poller thread only:
         self._actor = actor
         self._ref: Any = None  # the ObjectRef of the poll in flight
@@ -131,7 +140,7 @@ class BatchedTrialPolls:
         """The poll in flight (one that timed out on the trigger's side is awaited again rather
         than sent again, so a queued actor's calls do not pile up), or a new one."""
         if self._current is None or self._current.answered.done():
-            self._current = Poll(self._poller.loop)
+            self._current = Poll(self._poller.loop, self._poller.wait_seconds(self.wait_seconds))
             self._poller.command(self._poller._ask, self, self._current)
         return self._current
 
@@ -142,6 +151,9 @@ class BatchedTrialPolls:
 
     def close(self) -> None:
         """Stop polling; the poller forgets the trial (a poll in flight is dropped)."""
+        if not self._closed:
+            self._closed = True
+            self._poller.watched -= 1
         _drop(self._current)
         self._poller.command(self._poller._forget, self)
 
@@ -155,6 +167,7 @@ class TrialPoller:
     :param loop: the event loop whose triggers it serves.
     :param store_factory: makes the store for a URL; default :class:`TrialStore`.
     :param tick_seconds: batching window; default ``TICK_SECONDS``.
+    :param max_polls_per_second: its poll budget; default ``MAX_POLLS_PER_SECOND``.
     """
 
     def __init__(
@@ -162,9 +175,12 @@ class TrialPoller:
         loop: asyncio.AbstractEventLoop,
         store_factory: Callable[[str], TrialStore] = TrialStore,
         tick_seconds: float = TICK_SECONDS,
+        max_polls_per_second: float = MAX_POLLS_PER_SECOND,
     ) -> None:
         self.loop = loop
         self.tick_seconds = tick_seconds
+        self.max_polls_per_second = max_polls_per_second
+        self.watched = 0  # trials registered and not closed (counted on the loop's thread)
         self._store_factory = store_factory
         self._stores: dict[str, TrialStore] = {}
         self._commands: deque[tuple[Callable[..., None], tuple[Any, ...]]] = deque()
@@ -178,6 +194,10 @@ class TrialPoller:
 
     def start(self) -> None:
         self._thread.start()
+
+    def wait_seconds(self, poll_interval_seconds: float) -> float:
+        """A trial's next poll's wait: its poll interval, stretched to fit the poll budget."""
+        return max(poll_interval_seconds, self.watched / self.max_polls_per_second)
 
     def command(self, fn: Callable[..., None], *args: Any) -> None:
         """Run ``fn(*args)`` on the poller's thread at its next tick."""
@@ -256,7 +276,8 @@ class TrialPoller:
 
         assert watch._asked is not None
         try:
-            watch._ref = send_poll(watch._actor, *watch.tracker.poll_args(watch.wait_seconds))
+            args = watch.tracker.poll_args(watch._asked.wait_seconds)
+            watch._ref = send_poll(watch._actor, *args)
         except Exception as e:  # Ray down or reconnecting: the trigger re-attaches
             self._answer_error(watch, RayNotAnswering(f"{type(e).__name__}: {e}"))
             return

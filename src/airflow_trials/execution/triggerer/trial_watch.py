@@ -167,7 +167,7 @@ class TrialWatch:
                     return await self._ended(update)
                 # The actor waits for us; if it answered early (it is not running its loop), pace.
                 # Not after a verdict released it from a hold: its next result may be held already.
-                pace = RELEASED_PACE_SECONDS if released else self.spec.poll_interval_seconds
+                pace = RELEASED_PACE_SECONDS if released else poll.wait_seconds
                 await asyncio.sleep(max(0.0, pace - (time.monotonic() - asked)))
         except Ended as end:
             return end.event
@@ -265,12 +265,13 @@ class TrialWatch:
 
         if self.polls is None:
             raise RuntimeError(f"The watch of trial {self.spec.trial_id} polls before it attached.")
-        wait_s = self.spec.poll_interval_seconds
         while True:
             # Answered once Ray has placed the actor (a queued trial waits here, deferred), then
-            # after poll_interval_seconds or as soon as the trial ends. A poll that times out is
+            # after the poll's wait_seconds (poll_interval_seconds, or longer when the poller
+            # watches many trials) or as soon as the trial ends or holds. A poll that times out is
             # awaited again rather than sent again, so a queued actor's calls do not pile up.
             poll = self.polls.poll()
+            wait_s = poll.wait_seconds
             answered, _ = await asyncio.wait({poll.answered}, timeout=wait_s + POLL_GRACE_SECONDS)
             try:
                 if not answered:
