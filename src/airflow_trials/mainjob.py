@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from airflow_trials.mainjob_tasks import execution_api_answers, task_start_settings
 from airflow_trials.ports import free_port
 
 if TYPE_CHECKING:
@@ -141,6 +142,7 @@ def prepare(stack: Stack, *, parallelism: int | None = None, api_port: int = 808
             "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__PARALLELISM": str(parallelism),
+            **task_start_settings(),
             "AIRFLOW__API__HOST": "127.0.0.1",
             "AIRFLOW__API__PORT": str(api_port),
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{api_port}/execution/",
@@ -308,13 +310,17 @@ def _airflow_db(stack: Stack, sql: str, *args: Any) -> list[tuple[Any, ...]]:
 
 
 def trigger(stack: Stack, dag_id: str) -> str:
-    """Unpause and trigger ``dag_id`` once the dag-processor has parsed it; returns the run_id."""
+    """Unpause and trigger ``dag_id`` once the dag-processor has parsed it and the api-server's
+    execution API answers (:func:`~airflow_trials.mainjob_tasks.execution_api_answers`); returns
+    the run_id."""
     wait_for(
         lambda: _airflow_db(stack, "SELECT 1 FROM dag WHERE dag_id = ?", dag_id),
         300,
         f"the DAG {dag_id} to be parsed",
         stack,
     )
+    url = stack.env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"]
+    wait_for(lambda: execution_api_answers(url), 300, f"Airflow's execution API at {url}", stack)
     run_id = f"main_job__{time.strftime('%Y-%m-%dT%H-%M-%S')}"
     _run([_bin("airflow"), "dags", "unpause", dag_id], stack.env, f"unpause {dag_id}")
     _run(
