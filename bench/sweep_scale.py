@@ -226,16 +226,23 @@ def run_tune(
     return elapsed
 
 
-def engine(args: argparse.Namespace) -> None:
+def start_local_ray(cpus: int) -> None:
+    """A Ray of this process's own (``cpus`` CPUs, no dashboard), in the benchmark's namespace."""
     import ray
 
     ray.init(
         address="local",
-        num_cpus=args.cpus,
+        num_cpus=cpus,
         include_dashboard=False,
         log_to_driver=False,
         namespace="bench",
     )
+
+
+def engine(args: argparse.Namespace) -> None:
+    import ray
+
+    start_local_ray(args.cpus)
     storage = tempfile.mkdtemp(prefix="airflow_trials_bench_sweep_")
     rows = []
     for size in args.sizes:

@@ -61,3 +61,38 @@ def test_close_applies_what_is_queued_first():
         writer.submit(applied.append, i)
     writer.close()
     assert applied == list(range(20))
+
+
+def test_submit_waits_for_room_once_max_queued_writes_are_queued():
+    applied, started, gate, submitted = [], threading.Event(), threading.Event(), threading.Event()
+    writer = WriteBehind("unit", max_queued=2)
+
+    def slow(i):
+        started.set()
+        gate.wait(10)
+        applied.append(i)
+
+    writer.submit(slow, 0)
+    assert started.wait(10)  # the thread holds write 0: the queue is empty
+    writer.submit(applied.append, 1)
+    writer.submit(applied.append, 2)  # the queue is full now
+
+    def third():
+        writer.submit(applied.append, 3)
+        submitted.set()
+
+    caller = threading.Thread(target=third)
+    caller.start()
+    assert not submitted.wait(0.2)  # waits for room while the DB is behind
+    assert writer._queue.qsize() == 2
+    gate.set()
+    caller.join(10)
+    assert submitted.is_set()
+    writer.drain()
+    assert applied == [0, 1, 2, 3]
+    writer.close()
+
+
+def test_max_queued_below_one_is_refused():
+    with pytest.raises(ValueError, match="WriteBehind unit: max_queued must be 1 or more, got 0"):
+        WriteBehind("unit", max_queued=0)

@@ -9,6 +9,10 @@ A failed write is not swallowed: it is kept, no later write is applied (they wou
 missing row), and the next :meth:`submit` or :meth:`drain` raises it, so that the runner stops
 as it would on a direct write. :meth:`drain` waits until every queued write is applied.
 
+The queue is bounded (``max_queued``): when the trials DB falls behind, :meth:`submit` waits for
+room rather than letting the queue, and the trials and results its writes hold, grow with the
+sweep (a 100,000-trial sweep under load queued hundreds of MiB of them).
+
 Example::
 
     writer = WriteBehind("sweep mnist/run_1")
@@ -29,16 +33,23 @@ log = logging.getLogger(__name__)
 
 _CLOSE = object()
 
+#: The most writes queued at once (a trial's start, its results' batch, its end: a few each).
+MAX_QUEUED_WRITES = 1000
+
 
 class WriteBehind:
     """Applies submitted calls on a thread of its own, in submission order.
 
     :param name: names the thread (and the writes, in the error).
+    :param max_queued: the most writes queued at once; :meth:`submit` waits for room beyond it.
+        Default :data:`MAX_QUEUED_WRITES`.
     """
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, max_queued: int = MAX_QUEUED_WRITES) -> None:
+        if max_queued < 1:
+            raise ValueError(f"WriteBehind {name}: max_queued must be 1 or more, got {max_queued}.")
         self.name = name
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._queue: queue.Queue[Any] = queue.Queue(max_queued)
         self._error: BaseException | None = None
         self._thread = threading.Thread(
             target=self._apply_all, name=f"write-behind {name}", daemon=True
@@ -46,7 +57,8 @@ class WriteBehind:
         self._thread.start()
 
     def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
-        """Queue ``fn(*args, **kwargs)``; raises the error of an earlier write that failed."""
+        """Queue ``fn(*args, **kwargs)``, waiting for room while ``max_queued`` writes are queued;
+        raises the error of an earlier write that failed."""
         self._raise_failed()
         self._queue.put((fn, args, kwargs, None))
 
