@@ -19,6 +19,7 @@ TASK_PRELOAD = (
     "airflow.sdk.execution_time.supervisor",
     "airflow.sdk.execution_time.task_runner",
     "airflow_trials.experiment",
+    "airflow_trials.mainjob_forkserver",  # last: freezes what the others imported (gc.freeze)
 )
 
 

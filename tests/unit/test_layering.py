@@ -85,8 +85,8 @@ def test_importing_the_package_loads_neither_ray_nor_airflow():
 # 4. ``hooks/``: the Airflow connections;
 # 5. ``triggers/``, ``operators/``, ``sensors/``: the Airflow tasks;
 # 6. ``experiment/``: the task group a DAG declares;
-# 7. ``plugins/``, ``cli/``, ``mainjob`` (with ``mainjob_tasks``, how its stack starts tasks),
-#    ``demo``: the entry points.
+# 7. ``plugins/``, ``cli/``, ``mainjob`` (with ``mainjob_tasks``, how its stack starts tasks, and
+#    ``mainjob_forkserver``, what its forkserver runs), ``demo``: the entry points.
 #
 # A folder (a directory under the package; each top-level module is one of its own) imports
 # another when one of its modules does; no two folders import each other, through any chain.
@@ -121,6 +121,7 @@ LAYERS: Mapping[str, float] = {
     "cli": 7,
     "mainjob": 7,
     "mainjob_tasks": 7,
+    "mainjob_forkserver": 7,
     "shape": 7,
     "demo": 7,
 }
