@@ -238,3 +238,50 @@ def test_a_page_s_arguments_are_checked(store, arguments, message):
     run = _seed(store, "plain", None)
     with pytest.raises(ValueError, match=message):
         store.reader.ranked_page(run, "loss", "min", **arguments)
+
+
+def _ranks(store, run, trial_ids, num_trials):
+    """The ranks of ``trial_ids`` counted in the index and numbered by the window function."""
+    from airflow_trials.store.feasibility import run_constraints
+    from airflow_trials.store.leaderboard import maintained_best_columns
+    from airflow_trials.store.models import ExperimentRunRow
+    from airflow_trials.store.page_ranks import count_ranks, index_served, ranks_query
+    from airflow_trials.store.ranked_page import Ranking
+
+    with store._db.session_scope("rank a page", write=False) as session:
+        row = session.get(ExperimentRunRow, run)
+        maintained = maintained_best_columns(session, row, "loss", "min")
+        ranking = Ranking(
+            store._db.dialect, run, "loss", "min", maintained, run_constraints(session, row)
+        )
+        assert index_served(ranking)
+        connection = session.connection()
+        counted = count_ranks(connection, ranking, trial_ids, num_trials)
+        windowed = dict(connection.execute(ranks_query(ranking, trial_ids)).all())
+    return counted, windowed
+
+
+def test_ranks_counted_in_the_index_are_the_window_s(store):
+    # The experiment's metric in its mode, no constraints: the ranking is the index's order, so a
+    # page off it (by trial id, by status) counts its ranks there instead of numbering every
+    # trial. Ties (t-00, t-01, t_02 at 0.5), inf, and trials without a value both with their
+    # bests kept (results without the metric) and not kept (no result yet).
+    run = _seed(store, "plain", None)
+    ids = [f"plain/{trial_id}" for trial_id, *_ in TRIALS]
+    for size in (1, 4, 7, len(ids)):
+        for start in range(0, len(ids), size):
+            counted, windowed = _ranks(store, run, ids[start : start + size], len(ids))
+            assert counted == windowed, (start, size)
+    # A trial kept for another goal (no result, bests of another metric) is in neither range
+    # the counts read: the page then asks the window, and still shows the Python ranking's.
+    with store._engine.begin() as connection:
+        connection.execute(
+            text(
+                "UPDATE at_trials SET best_metric = 'acc', best_mode = 'max' "
+                "WHERE trial_id = 'plain/t-08'"
+            )
+        )
+    counted, _ = _ranks(store, run, ids[:4], len(ids))
+    assert counted is None
+    args = (store, run, "loss", "min", "trial_id", True, 2, "all")
+    assert _sql_page(*args) == _python_page(*args)

@@ -47,6 +47,12 @@ from airflow_trials.store.feasibility import feasible_sql, judge, judged_join, j
 from airflow_trials.store.leaderboard import MaintainedBest, best_source
 from airflow_trials.store.mapping import trial_status
 from airflow_trials.store.models import TrialRow
+from airflow_trials.store.page_ranks import (
+    index_page_ids,
+    index_served,
+    kept_prefix,
+    page_ranks,
+)
 from airflow_trials.store.records import RankedTrial
 
 #: What a page may be sorted by.
@@ -269,23 +275,26 @@ def rows_query(ranking: Ranking, trial_ids: Sequence[str]) -> Select[Any]:
     return select(ranking.valued(extras=ROW_COLUMNS, only=trial_ids))
 
 
-def ranks_query(ranking: Ranking, trial_ids: Sequence[str]) -> Select[Any]:
-    """The rank (1 = first) of each of ``trial_ids`` in the whole ranking: a window function
-    over the run's trials, narrow (id, value, feasibility)."""
-    valued = ranking.valued()
-    ranked = select(
-        valued.c.trial_id,
-        func.row_number().over(order_by=ranking.order(valued)).label("rank"),
-    ).subquery("ranked")
-    return select(ranked.c.trial_id, ranked.c.rank).where(ranked.c.trial_id.in_(list(trial_ids)))
-
-
 def leaders_query(ranking: Ranking, count: int) -> Select[Any]:
-    """The first ``count`` trials of the ranking: trial_id, best_value, feasible, status; best
-    first."""
+    """The first ``count`` trials of the ranking with a value: trial_id, best_value, feasible,
+    status; best first. Without constraints the trials with a value lead the ranking, so in
+    the index's order (:func:`~airflow_trials.store.page_ranks.index_served`) they are its first
+    entries: no sort. With constraints, the first ``count`` of the ranking, those without a
+    value included (a feasible one without a value ranks before an infeasible one with)."""
     valued = ranking.valued(extras=("status",))
     columns = (valued.c.trial_id, valued.c.best_value, valued.c.feasible, valued.c.status)
-    return select(*columns).order_by(*ranking.order(valued)).limit(count)
+    if ranking.constraints:
+        return select(*columns).order_by(*ranking.order(valued)).limit(count)
+    value = valued.c.best_value
+    query = select(*columns).where(value.is_not(None))
+    if index_served(ranking):  # the index's prefix, which holds every trial with a value
+        trials = TrialRow.__table__.c
+        value = trials.best_value
+        query = select(trials.trial_id, value, literal(1), trials.status).where(
+            *kept_prefix(ranking), value.is_not(None)
+        )
+    by_value = value.asc() if ranking.mode == "min" else value.desc()
+    return query.order_by(by_value, query.selected_columns[0].asc()).limit(count)
 
 
 def best_query(ranking: Ranking) -> Select[Any]:
@@ -311,12 +320,6 @@ def front_query(ranking: Ranking, best_value: float, feasible: int) -> Select[An
         valued.c.feasible == feasible,
         valued.c.status.in_(sorted(COUNTED_STATUSES)),
     )
-
-
-def scored_count_query(ranking: Ranking) -> Select[Any]:
-    """The run's trials with a best value."""
-    valued = ranking.valued()
-    return select(func.count()).select_from(valued).where(valued.c.best_value.is_not(None))
 
 
 def count_query(run_pk: int, stopped: str) -> Select[Any]:
@@ -381,10 +384,8 @@ def ranked_page(
     page asks a window function for its rows' ranks."""
     connection = session.connection()
     ranking = Ranking(dialect, run_pk, metric, mode, maintained, constraints)
-    page = page_query(
-        ranking, sort=sort, descending=descending, stopped=stopped, offset=offset, limit=limit
-    )
-    trials = _page_trials(connection, ranking, list(connection.execute(page).scalars()))
+    order = {"sort": sort, "descending": descending, "stopped": stopped}
+    trials = _page_trials(connection, ranking, _page_ids(connection, ranking, order, offset, limit))
     status_counts = {
         status: count for status, count in connection.execute(status_counts_query(run_pk))
     }
@@ -395,13 +396,14 @@ def ranked_page(
         else connection.execute(count_query(run_pk, stopped)).scalar_one()
     )
     in_rank_order = every_trial and sort == "metric" and not descending
-    ranks = _page_ranks(
+    ranks = page_ranks(
         connection,
         ranking,
         trials,
         offset,
         in_rank_order=in_rank_order,
         reversed_by_metric=every_trial and sort == "metric" and not constraints,
+        num_trials=sum(status_counts.values()),
     )
     from_page = in_rank_order and offset == 0 and (len(trials) >= leaders or len(trials) < limit)
     first = _first_trials(connection, ranking, trials if from_page else None, leaders)
@@ -452,6 +454,19 @@ def _best_and_front(
     return top.trial_id, sorted(connection.execute(query).scalars())
 
 
+def _page_ids(
+    connection: Any, ranking: Ranking, order: dict[str, Any], offset: int, limit: int
+) -> list[str]:
+    """The ids of the page's trials (``order``: :func:`page_query`'s sort, descending and
+    stopped): in the ranking's own order, read in the index's order where it serves
+    (:func:`~airflow_trials.store.page_ranks.index_page_ids`); else :func:`page_query`'s."""
+    in_rank_order = order == {"sort": "metric", "descending": False, "stopped": "all"}
+    if in_rank_order and index_served(ranking):
+        return index_page_ids(connection, ranking, offset, limit)
+    page = page_query(ranking, **order, offset=offset, limit=limit)
+    return list(connection.execute(page).scalars())
+
+
 def _page_trials(connection: Any, ranking: Ranking, page_ids: list[str]) -> list[RankedTrial]:
     """The rows of the page's trials alone, in a statement of their own (the page's sort then
     never carries whole rows, which past the first pages means every trial's), in page order."""
@@ -461,29 +476,3 @@ def _page_trials(connection: Any, ranking: Ranking, page_ids: list[str]) -> list
     rows = connection.execute(rows_query(ranking, page_ids))
     by_id = {row.trial_id: _ranked_trial(row, constraints) for row in rows}
     return [by_id[trial_id] for trial_id in page_ids]
-
-
-def _page_ranks(
-    connection: Any,
-    ranking: Ranking,
-    trials: list[RankedTrial],
-    offset: int,
-    *,
-    in_rank_order: bool,
-    reversed_by_metric: bool,
-) -> list[int]:
-    """Each page row's rank in the whole ranking: from the page's offset when the page is in
-    rank order; from the count of scored trials when it is the ranking reversed (by metric,
-    descending, without constraints); else from a window function over the page's trials."""
-    if in_rank_order:
-        return list(range(offset + 1, offset + len(trials) + 1))
-    if reversed_by_metric:
-        # Scored trials ranked 1..S appear as S, S-1, ..., 1, then S+1, S+2, ...
-        scored = connection.execute(scored_count_query(ranking)).scalar_one()
-        positions = range(offset, offset + len(trials))
-        return [scored - p if p < scored else p + 1 for p in positions]
-    if not trials:
-        return []
-    ids = [t.trial_id for t in trials]
-    found = {trial_id: rank for trial_id, rank in connection.execute(ranks_query(ranking, ids))}
-    return [found[t.trial_id] for t in trials]
