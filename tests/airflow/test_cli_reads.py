@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import subprocess
+import sys
 
 import pytest
 
@@ -204,3 +206,38 @@ def test_the_connection_is_found_without_an_airflow_metadata_db(three_dbs, tmp_p
     done = run_cli("experiments", "-o", "json", env={**env, "AIRFLOW_CONN_TRIALS_DEFAULT": None})
     assert [e["name"] for e in json.loads(done.stdout)] == ["from_env"], done.stderr
     assert not list(home.rglob("*.db"))
+
+
+def test_a_db_behind_this_version_says_to_upgrade_without_importing_alembic(tmp_path):
+    # The revision is read with SQLAlchemy alone and compared with HEAD_REVISION (known when
+    # airflow_trials is built): a read pays no Alembic import, and says the same as before.
+    from airflow_trials.store import migrate
+    from airflow_trials.store.engine import WRITE_OPTION, create_store_engine
+    from airflow_trials.store.migration import HEAD_REVISION, alembic_config
+
+    url = f"sqlite:///{tmp_path / 'behind.db'}"
+    migrate(url)
+    engine = create_store_engine(url)
+    try:
+        with engine.execution_options(**{WRITE_OPTION: True}).begin() as connection:
+            from alembic import command
+
+            command.downgrade(alembic_config(connection), "0019")
+    finally:
+        engine.dispose()
+    done = run_cli("leaderboard", "x", "--db-url", url)
+    line = one_error_line(done)
+    assert (
+        f"has schema revision 0019, not this airflow_trials' {HEAD_REVISION}; run "
+        "'airflow-trials db upgrade'" in line
+    )
+    probe = (
+        "import sys; from airflow_trials.cli import app\n"
+        "try: app(['leaderboard', 'x', '--db-url', sys.argv[1]])\n"
+        "except SystemExit: pass\n"
+        "print('alembic' in sys.modules)"
+    )
+    imported = subprocess.run(
+        [sys.executable, "-c", probe, url], capture_output=True, text=True, timeout=120
+    )
+    assert imported.stdout.split()[-1] == "False", imported.stderr
