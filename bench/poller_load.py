@@ -348,7 +348,10 @@ def parent(args: argparse.Namespace, argv: list[str]) -> None:
             )
             lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
             if out.returncode != 0 or not lines:
-                raise SystemExit(f"side {name} failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
+                raise SystemExit(
+                    f"side {name} failed (exit {out.returncode}):\n{out.stdout[-3000:]}\n"
+                    f"{out.stderr[-3000:]}"
+                )
             figures = json.loads(lines[-1])
             runs[name].append(figures)
             print("  " + _line(figures), flush=True)
