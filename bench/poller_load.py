@@ -230,6 +230,7 @@ async def _run_watches(args: argparse.Namespace, url: str, log: logging.Logger) 
     process_cpu = time.process_time() - process_before
     cpu_after = _thread_cpu()
     rows = _result_count(store) - rows_before
+    tracked = len(gc.get_objects())
     stop.set()
     await probe
     done = [t for t in tasks if t.done()]
@@ -256,6 +257,9 @@ async def _run_watches(args: argparse.Namespace, url: str, log: logging.Logger) 
         "rows_per_s": rows / elapsed,
         "gc_full_collections": len(collections.full_s),
         "longest_gc_full_ms": 1000 * max(collections.full_s, default=0.0),
+        "longest_gc_full_cpu_ms": 1000 * max(collections.full_cpu_s, default=0.0),
+        "gc_tracked_objects": tracked,  # what a full collection walks
+        "gc_frozen_objects": gc.get_freeze_count(),
         "ended_early": [str(t.result()) for t in done][:3],
     }
     for name, profile in profiles.items():
@@ -267,19 +271,22 @@ async def _run_watches(args: argparse.Namespace, url: str, log: logging.Logger) 
 
 class _GcTimer:
     """How long each full (generation 2) collection of the cyclic garbage collector held every
-    thread of the process."""
+    thread of the process, and the CPU it took (less than the hold when the machine's load
+    takes the core from it mid-collection)."""
 
     def __init__(self) -> None:
         self.full_s: list[float] = []
-        self._started = 0.0
+        self.full_cpu_s: list[float] = []
+        self._started = self._started_cpu = 0.0
 
     def __call__(self, phase: str, info: dict[str, int]) -> None:
         if info["generation"] != 2:
             return
         if phase == "start":
-            self._started = time.perf_counter()
+            self._started, self._started_cpu = time.perf_counter(), time.thread_time()
         else:
             self.full_s.append(time.perf_counter() - self._started)
+            self.full_cpu_s.append(time.thread_time() - self._started_cpu)
 
 
 def _profile_poller(poller_module: Any, profiles: dict[str, cProfile.Profile]) -> None:
@@ -383,7 +390,9 @@ def _line(f: dict[str, Any]) -> str:
         f"lags >50 ms {f['lags_over_50ms']:.0f}, >100 ms {f['lags_over_100ms']:.0f}, "
         f"{f['rows_per_s']:.0f} results/s"
         + (
-            f", full GCs {f['gc_full_collections']:.0f} (longest {f['longest_gc_full_ms']:.0f} ms)"
+            f", full GCs {f['gc_full_collections']:.0f} (longest {f['longest_gc_full_ms']:.0f} ms"
+            f", CPU {f.get('longest_gc_full_cpu_ms', 0):.0f} ms; "
+            f"{f.get('gc_tracked_objects', 0):.0f} objects tracked)"
             if "gc_full_collections" in f
             else ""
         )
