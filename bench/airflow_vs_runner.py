@@ -15,7 +15,8 @@ and most of them wait, queued on Ray, while their Airflow tasks are deferred).
 
 The runner goes first, before Airflow starts, so Airflow's idle load does not slow it down. The
 script prints both times, the theoretical minimum, and the ratio Airflow / TrialRunner (target
-<= 1.25).
+<= 1.15, issue 53); and where the DAG run's time went: a timeline, then each task's steps from its
+own Airflow log (``bench/task_phases.py``).
 
     .venv/bin/python -m bench.airflow_vs_runner                 # about 4 minutes
     .venv/bin/python -m bench.airflow_vs_runner --sleep 0.5     # shorter trials: overhead weighs
@@ -35,6 +36,7 @@ from pathlib import Path
 from bench.task_phases import phases, print_phases
 
 REPO = Path(__file__).resolve().parent.parent
+TARGET_RATIO = 1.15  # issue 53, item 4 (1.25 before)
 EXPERIMENT = "bench_airflow_vs_runner"
 
 DAG_TEMPLATE = """
@@ -260,8 +262,8 @@ def main() -> None:
     )
     ratio = airflow_s / runner_s
     print(
-        f"ratio Airflow / TrialRunner: {ratio:.2f} (target <= 1.25: "
-        f"{'met' if ratio <= 1.25 else 'missed'})"
+        f"ratio Airflow / TrialRunner: {ratio:.2f} (target <= {TARGET_RATIO}: "
+        f"{'met' if ratio <= TARGET_RATIO else 'missed'})"
     )
     sys.stdout.flush()
 
