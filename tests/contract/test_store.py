@@ -323,11 +323,11 @@ class StoreContract:
                 assert "at_results" not in flat, statement
         in_rank_order = sort == "metric" and not descending and stopped == "all"
         windows = [s for s, _ in statements if "row_number" in s]
-        # The experiment's metric in its own mode is the order of ix_at_trials_run_best: a page
-        # off it counts its ranks in the index (store/page_ranks.py), no window either.
-        index_order = (metric, mode) == ("acc", "max")
+        # The experiment's metric in its own mode is the order of ix_at_trials_run_best: on
+        # SQLite a page off it counts its ranks in the index (store/page_ranks.py), no window.
+        index_order = (metric, mode) == ("acc", "max") and self.backend != POSTGRESQL
         assert windows == [] if in_rank_order or index_order else len(windows) <= 1
-        if index_order and in_rank_order and self.backend != POSTGRESQL:
+        if index_order and in_rank_order:
             # Its page and leaders are read in the index's order: no sort of the run's trials.
             # (The best trial, looked for past the leaders among the trials that count only when
             # none of them counts, as here, sorts those.)

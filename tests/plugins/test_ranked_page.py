@@ -263,9 +263,10 @@ def _ranks(store, run, trial_ids, num_trials):
 
 def test_ranks_counted_in_the_index_are_the_window_s(store):
     # The experiment's metric in its mode, no constraints: the ranking is the index's order, so a
-    # page off it (by trial id, by status) counts its ranks there instead of numbering every
-    # trial. Ties (t-00, t-01, t_02 at 0.5), inf, and trials without a value both with their
-    # bests kept (results without the metric) and not kept (no result yet).
+    # page off it (by trial id, by status) counts its ranks there (on SQLite; PostgreSQL keeps
+    # the window, see store/page_ranks.py) instead of numbering every trial. Ties (t-00, t-01,
+    # t_02 at 0.5), inf, and trials without a value both with their bests kept (results without
+    # the metric) and not kept (no result yet).
     run = _seed(store, "plain", None)
     ids = [f"plain/{trial_id}" for trial_id, *_ in TRIALS]
     for size in (1, 4, 7, len(ids)):

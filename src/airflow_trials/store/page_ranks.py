@@ -33,6 +33,8 @@ class Ranking(Protocol):
     """What these reads need of :class:`~airflow_trials.store.ranked_page.Ranking`."""
 
     @property
+    def dialect(self) -> str: ...
+    @property
     def run_pk(self) -> int: ...
     @property
     def metric(self) -> str: ...
@@ -239,7 +241,11 @@ def page_ranks(
     if not trials:
         return []
     ids = [t.trial_id for t in trials]
-    found = count_ranks(connection, ranking, ids, num_trials) if index_served(ranking) else None
+    found = None
+    if index_served(ranking) and ranking.dialect == "sqlite":
+        # PostgreSQL counts from an index alone only where VACUUM marked the pages all-visible;
+        # else each entry counted reads its row, and the window over a scan costs less.
+        found = count_ranks(connection, ranking, ids, num_trials)
     if found is None:
         found = {trial_id: rank for trial_id, rank in connection.execute(ranks_query(ranking, ids))}
     return [found[t.trial_id] for t in trials]

@@ -461,7 +461,10 @@ def _page_ids(
     stopped): in the ranking's own order, read in the index's order where it serves
     (:func:`~airflow_trials.store.page_ranks.index_page_ids`); else :func:`page_query`'s."""
     in_rank_order = order == {"sort": "metric", "descending": False, "stopped": "all"}
-    if in_rank_order and index_served(ranking):
+    # On PostgreSQL an index walk reads the row of every entry it passes (unless VACUUM marked
+    # the pages all-visible): the first page only, past no trial.
+    walk = ranking.dialect == "sqlite" or offset == 0
+    if in_rank_order and walk and index_served(ranking):
         return index_page_ids(connection, ranking, offset, limit)
     page = page_query(ranking, **order, offset=offset, limit=limit)
     return list(connection.execute(page).scalars())
