@@ -18,6 +18,10 @@ TASK_PRELOAD = (
     "airflow.executors.local_executor",
     "airflow.sdk.execution_time.supervisor",
     "airflow.sdk.execution_time.task_runner",
+    # A trial task connects to Ray and asks for its actor's state when it starts; parsing a DAG
+    # file imports neither (the DAG processor's parse stays without Ray), so both come here.
+    "ray",
+    "airflow_trials.execution.ray_state",
     "airflow_trials.experiment",
     "airflow_trials.mainjob_forkserver",  # last: freezes what the others imported (gc.freeze)
 )

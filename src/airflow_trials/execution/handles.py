@@ -4,11 +4,13 @@ creates them: :mod:`airflow_trials.execution.driver.slots`)."""
 from __future__ import annotations
 
 import uuid
+from typing import TYPE_CHECKING
 
-import ray
-from ray.actor import ActorHandle
+if TYPE_CHECKING:
+    from ray.actor import ActorHandle
 
-from airflow_trials.execution.ray_state import actor_info
+# Ray is imported where it is used: the operators import actor_name when a DAG file is parsed,
+# and a parse (by the DAG processor, and by each task's start and resume) need not load Ray.
 
 DEFAULT_NAMESPACE = "airflow_trials"
 
@@ -33,6 +35,8 @@ def find_trial_actor(
     name: its actor is named for its slot (:func:`slot_name`), since it hosts several trials in
     turn; ask that runner's executor (``get_actor``) instead.
     """
+    import ray
+
     try:
         return ray.get_actor(actor_name(experiment_name, trial_id), namespace=namespace)
     except ValueError:
@@ -41,4 +45,6 @@ def find_trial_actor(
 
 def is_placed(actor: ActorHandle) -> bool:
     """Has Ray placed the actor (it runs, or ran, its trial), rather than queued it?"""
+    from airflow_trials.execution.ray_state import actor_info
+
     return not actor_info(actor).waiting
