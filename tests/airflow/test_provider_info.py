@@ -23,6 +23,7 @@ import airflow_trials
 from airflow_trials import get_provider_info
 from airflow_trials.provider_config import SECTION, SETTINGS, setting, setting_float
 from tests.conftest import REPO
+from tests.unit.test_layering import loaded_after
 
 LEGACY_ENV = {s.option: s.env for s in SETTINGS if s.env}
 
@@ -124,12 +125,8 @@ def test_every_module_that_defines_an_operator_sensor_or_trigger_is_listed():
 
 
 def test_getting_the_provider_info_loads_neither_airflow_nor_ray():
-    code = (
-        "import sys, airflow_trials; airflow_trials.get_provider_info(); "
-        "print('airflow' in sys.modules, 'ray' in sys.modules)"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["False", "False"]
+    statements = "import airflow_trials; airflow_trials.get_provider_info()"
+    assert loaded_after(statements, "airflow", "ray") == [False, False]
 
 
 # -- Airflow's own commands -----------------------------------------------------------------------

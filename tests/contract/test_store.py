@@ -57,7 +57,7 @@ from tests.contract.conftest import (
 )
 from tests.factories import add_checkpoint, add_results, ensure_metric_index, update_trial
 
-HEAD_REVISION = "0020"
+HEAD_REVISION = "0021"
 
 
 def register(store: TrialStore, trial_id: str, run: int | None = None, **kwargs: Any) -> None:

@@ -33,7 +33,7 @@ from airflow_trials.store.models import (
 )
 from airflow_trials.store.run_summaries import trials_written
 from airflow_trials.store.scheduler_state import Judging, SchedulerState
-from airflow_trials.store.trial_best import other_mode, update_best
+from airflow_trials.store.trial_best import forget_best, other_mode, update_best
 from airflow_trials.store.trial_writes import change_status, end_fields
 
 
@@ -129,7 +129,8 @@ class IngestWriter(StoreBase):
 
     def recompute_best(self, experiment_run_id: int) -> int:
         """Recompute every trial's best value of the run's experiment metric from its results, in
-        the experiment's mode and in the other (:mod:`~airflow_trials.store.trial_best`).
+        the experiment's mode and in the other, or of each of its several metrics
+        (:mod:`~airflow_trials.store.trial_best`).
 
         Needed only for results loaded around :meth:`add_results` (bulk loads, data from before
         migration 0002) or after the experiment's metric changed. Returns the trials updated.
@@ -139,8 +140,10 @@ class IngestWriter(StoreBase):
         def work(session: Session) -> int:
             run = self._find_run_or_raise(session, experiment_run_id, operation)
             experiment = session.get(ExperimentRow, run.experiment_id)
-            if experiment is None or experiment.metric is None or experiment.mode is None:
+            if experiment is None or experiment.metric is None:
                 return 0
+            if experiment.mode is None:
+                return self._refold_several(session, experiment_run_id, experiment.metric)
             metric, mode = experiment.metric, experiment.mode
             # The leaderboard's probe in each mode: the best of each trial as add_results keeps it.
             other = {
@@ -184,6 +187,31 @@ class IngestWriter(StoreBase):
             return len(rows)
 
         return self._transaction(operation, work)
+
+    @staticmethod
+    def _refold_several(session: Session, experiment_run_id: int, metric: str) -> int:
+        """``recompute_best`` for an experiment of several metrics: every result of the run read
+        once, in order, and folded into each trial's bests as ``add_results`` folds them."""
+        trials = {
+            trial.trial_id: trial
+            for trial in session.scalars(
+                select(TrialRow).where(TrialRow.experiment_run_id == experiment_run_id)
+            )
+        }
+        rows: dict[str, list[dict[str, Any]]] = {}
+        for trial_id, iteration, metrics in session.execute(
+            select(ResultRow.trial_id, ResultRow.iteration, ResultRow.metrics)
+            .join(TrialRow, TrialRow.trial_id == ResultRow.trial_id)
+            .where(TrialRow.experiment_run_id == experiment_run_id)
+            .order_by(ResultRow.trial_id, ResultRow.iteration)
+        ):
+            rows.setdefault(trial_id, []).append({"iteration": iteration, "metrics": metrics})
+        goals: dict[int, Any] = {}
+        for trial in trials.values():
+            forget_best(trial, goal=(metric, None))
+            update_best(session, trial, rows.get(trial.trial_id, []), False, goals)
+        trials_written(session, [experiment_run_id])
+        return len(trials)
 
     # -- progress of many trials at once ---------------------------------------------------
 

@@ -41,6 +41,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import Grouping
 
+from airflow_trials.core.pareto import decode_metrics
 from airflow_trials.store.models import (
     CheckpointRow,
     ExperimentRow,
@@ -408,13 +409,34 @@ def maintained_best_columns(
 ) -> MaintainedBest | None:
     """The ``at_trials`` columns that hold every trial's best of ``metric`` in ``mode`` and its
     iteration, when the run's trials keep them (:mod:`~airflow_trials.store.trial_best`): the
-    metric is the experiment's and every trial of the run with results has its bests kept for
-    the experiment's metric and mode. ``best_value`` for the experiment's mode,
-    ``other_mode_best_value`` for the other; None when they are not kept (the leaderboard then
-    probes the results)."""
+    metric is the experiment's, or one of its several, and every trial of the run with results
+    has its bests kept for the experiment's metric and mode. ``best_value`` for the experiment's
+    mode, ``other_mode_best_value`` for the other, the metric's entry of ``metric_bests`` with
+    several metrics; None when they are not kept (the leaderboard then probes the results)."""
     experiment = session.get(ExperimentRow, run.experiment_id)
-    if experiment is None or experiment.metric != metric or experiment.mode not in MODES:
+    if experiment is None:
         return None
+    several, _ = decode_metrics(experiment.metric, experiment.mode)
+    if isinstance(several, list) and metric in several:
+        if not _kept_for(session, run, experiment.metric, None):
+            return None
+        bests = TrialRow.__table__.c.metric_bests
+        return bests[(metric, mode, 0)].as_float(), bests[(metric, mode, 1)].as_integer()
+    if experiment.metric != metric or experiment.mode not in MODES:
+        return None
+    if not _kept_for(session, run, metric, experiment.mode):
+        return None
+    trials = TrialRow.__table__
+    if mode == experiment.mode:
+        return trials.c.best_value, trials.c.best_iteration
+    return trials.c.other_mode_best_value, trials.c.other_mode_best_iteration
+
+
+def _kept_for(
+    session: Session, run: ExperimentRunRow, metric: str | None, mode: str | None
+) -> bool:
+    """Has every trial of the run with results its bests kept for ``metric`` and ``mode`` (the
+    experiment's, as ``at_experiments`` stores them)?"""
     trials = TrialRow.__table__
     of_run = trials.c.experiment_run_id == run.id
     every = kept = None
@@ -431,7 +453,7 @@ def maintained_best_columns(
                 .where(
                     of_run,
                     trials.c.best_metric == metric,
-                    trials.c.best_mode == experiment.mode,
+                    trials.c.best_mode.is_(None) if mode is None else trials.c.best_mode == mode,
                 )
                 .scalar_subquery(),
             )
@@ -445,11 +467,7 @@ def maintained_best_columns(
                 of_run,
                 trials.c.last_result.is_not(None),
                 trials.c.best_metric.is_distinct_from(metric)
-                | trials.c.best_mode.is_distinct_from(experiment.mode),
+                | trials.c.best_mode.is_distinct_from(mode),
             )
         ).scalar_one()
-    if stale:
-        return None
-    if mode == experiment.mode:
-        return trials.c.best_value, trials.c.best_iteration
-    return trials.c.other_mode_best_value, trials.c.other_mode_best_iteration
+    return not stale

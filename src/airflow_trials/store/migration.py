@@ -24,7 +24,7 @@ HEAD = "head"
 #: The newest revision this airflow_trials ships (the head of migrations/versions), known when it
 #: is built: what :func:`migrate` brings a database to and what a reader expects. A test checks it
 #: against Alembic's own head (tests/contract/test_store_schema_revision.py).
-HEAD_REVISION = "0020"
+HEAD_REVISION = "0021"
 # pg_advisory_xact_lock key held while migrating, so concurrent migrate() calls run one at a time.
 _MIGRATION_LOCK_KEY = 0x61745F6D6967  # "at_mig"
 

@@ -200,6 +200,10 @@ class TrialRow(Base):
     # columns above and valid when they are, so a ranking in the other mode reads no result.
     other_mode_best_value: Mapped[float | None] = mapped_column(Float, nullable=True)
     other_mode_best_iteration: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # With an experiment of several metrics (best_metric its stored metrics, best_mode NULL): the
+    # best of each metric in both modes (migration 0021), {metric: {"min": [value, iteration],
+    # "max": [...]}}; NULL otherwise. The four columns above stay NULL for such a trial.
+    metric_bests: Mapped[Any] = mapped_column(json_type(nullable=True), nullable=True)
 
 
 class ResultRow(Base):

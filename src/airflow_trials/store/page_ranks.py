@@ -63,7 +63,7 @@ def index_served(ranking: Ranking) -> bool:
     return (
         maintained is not None
         and not ranking.constraints
-        and getattr(maintained[0], "name", None) == "best_value"
+        and maintained[0] is TrialRow.__table__.c.best_value
     )
 
 

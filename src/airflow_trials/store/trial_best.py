@@ -5,10 +5,13 @@
 (``best_value``, ``best_iteration``), and the best in the other mode with its iteration
 (``other_mode_best_value``, ``other_mode_best_iteration``, migration 0015). The four values are
 kept together and are valid together: the leaderboard ranks in either mode from one row per trial
-(:func:`~airflow_trials.store.leaderboard.maintained_best_columns`). :func:`fold_best` is the one
-place that decides which of a trial's results is its best in a mode; the SQL counterpart, for
-results written around :meth:`~airflow_trials.store.ingest.IngestWriter.add_results`, is the
-leaderboard's probe (:func:`~airflow_trials.store.leaderboard.leaderboard_query`).
+(:func:`~airflow_trials.store.leaderboard.maintained_best_columns`). A trial of an experiment of
+several metrics keeps, instead, the best of each of them in both modes in ``metric_bests``
+(migration 0021), kept for the experiment's stored metrics (``best_metric``; ``best_mode`` NULL).
+:func:`fold_best` is the one place that decides which of a trial's results is its best in a
+mode; the SQL counterpart, for results written around
+:meth:`~airflow_trials.store.ingest.IngestWriter.add_results`, is the leaderboard's probe
+(:func:`~airflow_trials.store.leaderboard.leaderboard_query`).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from airflow_trials.core.pareto import decode_metrics
 from airflow_trials.store.models import ExperimentRow, ExperimentRunRow, ResultRow, TrialRow
 
 #: A best: (value, first iteration that reached it), or None when no result had the metric.
@@ -45,12 +49,13 @@ def fold_best(best: Best, rows: Iterable[Mapping[str, Any]], metric: str, mode: 
     return best
 
 
-def forget_best(trial: TrialRow, *, goal: tuple[str, str] | None) -> None:
+def forget_best(trial: TrialRow, *, goal: tuple[str, str | None] | None) -> None:
     """Set the trial's maintained bests to "no result has the metric", kept for ``goal``
     (``(metric, mode)``); with None, to "not kept" (the leaderboard then reads its results)."""
     trial.best_metric, trial.best_mode = goal if goal is not None else (None, None)
     trial.best_value = trial.best_iteration = None
     trial.other_mode_best_value = trial.other_mode_best_iteration = None
+    trial.metric_bests = None
 
 
 def update_best(
@@ -74,13 +79,19 @@ def update_best(
         ).one_or_none()
         if goals is not None:
             goals[run_id] = goal
-    if goal is None or goal.metric is None or goal.mode is None:
+    if goal is None or goal.metric is None:
+        return
+    several, _ = decode_metrics(goal.metric, goal.mode)
+    if goal.mode is None and not isinstance(several, list):
         return
     if (trial.best_metric, trial.best_mode) != (goal.metric, goal.mode):
         # Earlier results were ranked for another metric or mode (or not at all): unknown now.
         forget_best(trial, goal=None if had_results else (goal.metric, goal.mode))
         if had_results:
             return
+    if isinstance(several, list):
+        _fold_several(trial, new_rows, several)
+        return
     for mode, value_column, iteration_column in (
         (goal.mode, "best_value", "best_iteration"),
         (other_mode(goal.mode), "other_mode_best_value", "other_mode_best_iteration"),
@@ -92,6 +103,21 @@ def update_best(
         if best is not None:
             setattr(trial, value_column, best[0])
             setattr(trial, iteration_column, best[1])
+
+
+def _fold_several(trial: TrialRow, new_rows: list[dict[str, Any]], metrics: list[str]) -> None:
+    """Fold the new results into the trial's ``metric_bests``: each metric, both modes."""
+    kept = trial.metric_bests or {}
+    bests: dict[str, dict[str, list[float | int]]] = {}
+    for metric in metrics:
+        bests[metric] = {}
+        for mode in ("min", "max"):
+            old = kept.get(metric, {}).get(mode)
+            best = fold_best(None if old is None else (old[0], old[1]), new_rows, metric, mode)
+            if best is not None:
+                bests[metric][mode] = [best[0], best[1]]
+    # A new object, not the old one changed in place: the ORM writes a JSON column it sees set.
+    trial.metric_bests = bests
 
 
 def refold_results(session: Session, trial: TrialRow) -> None:

@@ -326,9 +326,7 @@ class TrialWriter(StoreBase):
             # No result is left: the bests are kept for what they were kept for, with none yet.
             forget_best(
                 trial,
-                goal=None
-                if trial.best_metric is None or trial.best_mode is None
-                else (trial.best_metric, trial.best_mode),
+                goal=None if trial.best_metric is None else (trial.best_metric, trial.best_mode),
             )
             if restart.try_number is not None:
                 trial.try_number = restart.try_number
