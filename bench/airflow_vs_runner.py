@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -150,9 +151,29 @@ def run_airflow(stack: object, args: argparse.Namespace) -> tuple[float, float]:
         for t, r in zip(trials, results, strict=True)
     }
     _print_phases(stack, run_id, last_results)
+    _print_handovers(results, int(args.num_cpus / args.cpus_per_trial))
     return (_parse(ended) - _parse(queued)).total_seconds(), (
         last_end - first_start
     ).total_seconds()
+
+
+def _print_handovers(results: list[list[dict]], slots: int) -> None:
+    """Each slot's hand-over, from the trainables' own results: the k-th trainable to start after
+    the first wave took the slot of the k-th to end, so its start less that end is the time the
+    slot stood idle between two trainables (the trial's end seen, its actor freed, the next
+    actor placed and started)."""
+    starts = sorted(r[0]["timestamp"] - r[0]["time_this_iter_s"] for r in results)
+    ends = sorted(r[-1]["timestamp"] for r in results)
+    gaps = [starts[i] - ends[i - slots] for i in range(slots, len(starts))]
+    if not gaps:
+        return
+    first = starts[slots - 1] - starts[0] if len(starts) >= slots else 0.0
+    print(
+        f"hand-overs between trainables ({len(gaps)}, {slots} slots): median "
+        f"{statistics.median(gaps):.2f} s, max {max(gaps):.2f} s, sum {sum(gaps):.1f} s; the "
+        f"first wave started over {first:.2f} s"
+    )
+    print("  each: " + " ".join(f"{gap:.2f}" for gap in gaps))
 
 
 def _print_timeline(
