@@ -151,17 +151,20 @@ def run_airflow(stack: object, args: argparse.Namespace) -> tuple[float, float]:
         for t, r in zip(trials, results, strict=True)
     }
     _print_phases(stack, run_id, last_results)
-    _print_handovers(results, int(args.num_cpus / args.cpus_per_trial))
+    recorded_ends = [t.ended_at.timestamp() for t in trials if t.ended_at is not None]
+    _print_handovers(results, int(args.num_cpus / args.cpus_per_trial), recorded_ends)
     return (_parse(ended) - _parse(queued)).total_seconds(), (
         last_end - first_start
     ).total_seconds()
 
 
-def _print_handovers(results: list[list[dict]], slots: int) -> None:
+def _print_handovers(results: list[list[dict]], slots: int, recorded_ends: list[float]) -> None:
     """Each slot's hand-over, from the trainables' own results: the k-th trainable to start after
     the first wave took the slot of the k-th to end, so its start less that end is the time the
     slot stood idle between two trainables (the trial's end seen, its actor freed, the next
-    actor placed and started)."""
+    actor placed and started). ``recorded_ends``: when the trials DB recorded each trial's end
+    (its trigger writes it after it freed the actor), which splits a hand-over in two: the end
+    seen and the actor freed, then the next actor's placement and start."""
     starts = sorted(r[0]["timestamp"] - r[0]["time_this_iter_s"] for r in results)
     ends = sorted(r[-1]["timestamp"] for r in results)
     gaps = [starts[i] - ends[i - slots] for i in range(slots, len(starts))]
@@ -174,6 +177,15 @@ def _print_handovers(results: list[list[dict]], slots: int) -> None:
         f"first wave started over {first:.2f} s"
     )
     print("  each: " + " ".join(f"{gap:.2f}" for gap in gaps))
+    recorded = sorted(recorded_ends)
+    if len(recorded) == len(ends):
+        seen = [recorded[k] - ends[k] for k in range(len(gaps))]
+        rest = [starts[k + slots] - recorded[k] for k in range(len(gaps))]
+        print(
+            f"  of which: to the end's record (its trigger saw it, freed its actor, then wrote it) "
+            f"median {statistics.median(seen):.2f} s; from there to the next trainable's start "
+            f"median {statistics.median(rest):.2f} s"
+        )
 
 
 def _print_timeline(

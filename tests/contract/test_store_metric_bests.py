@@ -103,6 +103,20 @@ class MetricBestsContract:
         assert _ranked(store, run, "accuracy", "max")[0] == ("c", 0.95, 3)
         assert _ranked(store, run, "accuracy", "min")[0] == ("a", 0.5, 1)
 
+    def test_any_result_key_is_a_metric_whose_bests_are_kept(self, store):
+        # A comma, a dot, a slash and a space in a metric's name: each a key of its own.
+        names = ["loss,l1", "val.acc", "a/b c"]
+        store.ensure_experiment("keys", metric=names, mode=["min", "max", "min"])
+        run = store.create_experiment_run("keys", "r1")
+        for trial_id, value in (("x", 1.0), ("y", 2.0)):
+            register(store, trial_id, run)
+            add_results(store, trial_id, [{"training_iteration": 1, **{n: value for n in names}}])
+        x, y = ("x", 1.0, 1), ("y", 2.0, 1)
+        for name, mode, ranked in (("loss,l1", "min", [x, y]), ("val.acc", "max", [y, x])):
+            assert _kept(store, run, name, mode)
+            assert _ranked(store, run, name, mode) == ranked
+        assert _ranked(store, run, "a/b c", "max") == [y, x]
+
     def test_trials_without_kept_bests_are_probed_until_recompute_best(self, store):
         run = _two_metric_run(store)
         # As results written before migration 0021 leave them: nothing kept.

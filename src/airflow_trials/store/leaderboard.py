@@ -421,6 +421,10 @@ def maintained_best_columns(
         if not _kept_for(session, run, experiment.metric, None):
             return None
         bests = TrialRow.__table__.c.metric_bests
+        if session.get_bind().dialect.name == "postgresql":
+            # One key at a time: PostgreSQL's path literal would split a key with a comma.
+            entry = bests[metric][mode]
+            return entry[0].as_float(), entry[1].as_integer()
         return bests[(metric, mode, 0)].as_float(), bests[(metric, mode, 1)].as_integer()
     if experiment.metric != metric or experiment.mode not in MODES:
         return None
