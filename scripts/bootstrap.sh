@@ -26,6 +26,11 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     fi
     echo "$want" > "$stamp"
 fi
+# The package's own modules (installed editable) and the tests' (which Ray workers and test
+# subprocesses import) are compiled by neither installer. Where PYTHONDONTWRITEBYTECODE is set, as
+# on this project's CI machines, every process would compile them again (a DAG file's parse: 0.25
+# to 0.27 s from source, 0.16 to 0.25 s compiled). Files already compiled are skipped.
+"$venv/bin/python" -m compileall -q "$repo/src" "$repo/tests" > /dev/null || true
 export PATH="$venv/bin:$PATH"
 export VIRTUAL_ENV="$venv"
 # Ray's token auth is meant for shared clusters; the local head the scripts start is private.

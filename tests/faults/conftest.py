@@ -328,6 +328,8 @@ class ExperimentRun:
 
         def ready() -> bool:
             tis = self.trial_tis()
+            if any(ti["state"] in ("failed", "upstream_failed") for ti in tis):
+                raise AssertionError(f"A task of {self.run_id} failed.{self._failed_logs()}")
             return (
                 len(tis) == (1 if self.sweep else self.trials)
                 and all(ti["state"] == "deferred" for ti in tis)
@@ -344,6 +346,17 @@ class ExperimentRun:
                 f"{e} Trial tasks (map index, state, try): {states}; stored results per trial: "
                 f"{self.progress()}; journaled iterations: {self._journaled()}."
             ) from e
+
+    def _failed_logs(self, chars: int = 4000) -> str:
+        """The end of each failed task instance's log in the run (an upstream task's failure
+        leaves the trial tasks upstream_failed, with nothing of why in their own logs)."""
+        tis = self.stack.task_instances(self.dag_id, self.run_id)
+        return "".join(
+            f"\n--- {ti['task_id']} (map index {ti['map_index']}, try {ti['try_number']}):\n"
+            f"{self.log(ti)[-chars:]}"
+            for ti in tis
+            if ti["state"] == "failed"
+        )
 
     def _journaled(self) -> dict[str, list[int]]:
         """How many iterations each trial's incarnations journaled, newest incarnation last."""

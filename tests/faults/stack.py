@@ -27,6 +27,7 @@ import httpx
 import psutil
 
 from airflow_trials import mainjob
+from airflow_trials.mainjob_tasks import execution_api_answers
 from airflow_trials.ports import free_port
 from tests.conftest import REPO
 
@@ -378,6 +379,15 @@ class FaultStack:
             self.expected.add(name)
             if name == "api-server":
                 self.wait_for(self._api_server_healthy, timeout_s, "the api-server's health check")
+                # Its execution API sets itself up on its first request (15 to 50 s on a loaded
+                # 2-core machine) and holds every task's start meanwhile: a run triggered before
+                # then could fail its first task once that task's client ran out of retries. The
+                # main job waits for it the same way before it triggers a run.
+                self.wait_for(
+                    lambda: execution_api_answers(f"{self.base_url}/execution/", timeout_s),
+                    timeout_s,
+                    "the execution API's health check",
+                )
 
     def _api_server_healthy(self) -> bool:
         try:
